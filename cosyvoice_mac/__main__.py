@@ -1,0 +1,3 @@
+from cosyvoice_mac.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,149 @@
+"""The project's one device policy: which device and dtype to run on, and how much memory is in use.
+
+``auto`` picks MPS (Apple Silicon), then CUDA, then the CPU. Asking for a device that is not there
+raises :class:`DeviceError` instead of quietly running somewhere else. The environment overrides the
+defaults: ``COSYVOICE_DEVICE`` (auto, mps, cuda, cuda:N, cpu) and ``COSYVOICE_DTYPE`` (float32,
+float16, bfloat16). ``PYTORCH_ENABLE_MPS_FALLBACK=1`` is set by ``cosyvoice_mac/__init__.py`` before
+torch is imported, so ops that MPS lacks run on the CPU.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import psutil
+import torch
+
+import cosyvoice_mac
+
+DEVICE_ENV = "COSYVOICE_DEVICE"
+DTYPE_ENV = "COSYVOICE_DTYPE"
+MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+DEVICE_CHOICES = ("auto", "mps", "cuda", "cuda:N", "cpu")
+_DTYPES = {
+    "float32": torch.float32,
+    "fp32": torch.float32,
+    "float16": torch.float16,
+    "fp16": torch.float16,
+    "half": torch.float16,
+    "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16,
+}
+
+
+class DeviceError(RuntimeError):
+    """A requested device or dtype that this machine cannot provide; the message says what to use instead."""
+
+
+def mps_available() -> bool:
+    return torch.backends.mps.is_available()
+
+
+def cuda_available() -> bool:
+    return torch.cuda.is_available()
+
+
+def mps_fallback_enabled() -> bool:
+    """True when torch was imported with ``PYTORCH_ENABLE_MPS_FALLBACK=1`` (it reads it only then)."""
+    value = os.environ.get(MPS_FALLBACK_ENV, "")
+    set_before_torch = not cosyvoice_mac._TORCH_IMPORTED_FIRST or cosyvoice_mac._MPS_FALLBACK_PRESET is not None
+    return value not in ("", "0") and set_before_torch
+
+
+def select_device(requested: str | None = None) -> torch.device:
+    """The device to run on: ``requested``, else ``$COSYVOICE_DEVICE``, else ``auto``.
+
+    ``auto`` picks mps, then cuda, then cpu. An explicit device that is missing raises DeviceError.
+    """
+    source = "argument"
+    if requested is None:
+        requested, source = os.environ.get(DEVICE_ENV) or "auto", DEVICE_ENV
+    name = requested.strip().lower()
+    where = f"{DEVICE_ENV}={requested}" if source == DEVICE_ENV else f"device {requested!r}"
+
+    if name == "auto":
+        if mps_available():
+            name = "mps"
+        elif cuda_available():
+            name = "cuda"
+        else:
+            return torch.device("cpu")
+
+    if name == "cpu":
+        return torch.device("cpu")
+    if name == "mps":
+        if not mps_available():
+            raise DeviceError(
+                f"{where} asks for Apple's MPS, which this machine does not have (it needs an Apple Silicon Mac "
+                f"with macOS 12.3+ and the arm64 build of Python). Use 'auto' or 'cpu'."
+            )
+        if not mps_fallback_enabled():
+            raise DeviceError(
+                f"MPS needs {MPS_FALLBACK_ENV}=1 set before torch is imported, but torch was imported first. "
+                f"Import cosyvoice_mac before torch, or start Python with {MPS_FALLBACK_ENV}=1 in the environment."
+            )
+        return torch.device("mps")
+    if name == "cuda" or name.startswith("cuda:"):
+        index_text = name.partition(":")[2] or "0"
+        if not index_text.isdigit():
+            raise DeviceError(f"{where} is not a device name; choose one of {', '.join(DEVICE_CHOICES)}.")
+        index = int(index_text)
+        count = torch.cuda.device_count() if cuda_available() else 0
+        if index >= count:
+            have = f"{count} CUDA device(s)" if count else "no CUDA device (or this torch build lacks CUDA)"
+            raise DeviceError(f"{where} asks for CUDA device {index}, but this machine has {have}. Use 'auto' or 'cpu'.")
+        return torch.device("cuda", index)
+    raise DeviceError(f"{where} is not a device name; choose one of {', '.join(DEVICE_CHOICES)}.")
+
+
+def select_dtype(requested: str | None = None) -> torch.dtype:
+    """The compute dtype: ``requested``, else ``$COSYVOICE_DTYPE``, else float32 (the only one parity is checked in)."""
+    text = requested if requested is not None else os.environ.get(DTYPE_ENV) or "float32"
+    dtype = _DTYPES.get(text.strip().lower())
+    if dtype is None:
+        raise DeviceError(
+            f"dtype {text!r} is not supported; choose float32, float16 or bfloat16 "
+            f"(float64 does not run on MPS)."
+        )
+    return dtype
+
+
+@dataclass(frozen=True)
+class MemoryReport:
+    """Bytes in use on ``device``: tensors allocated, driver total (MPS only), and this process's RSS."""
+
+    device: str
+    allocated_bytes: int
+    driver_allocated_bytes: int | None
+    process_rss_bytes: int
+
+    def __str__(self) -> str:
+        mib = 1024 * 1024
+        parts = [f"{self.device}: allocated {self.allocated_bytes / mib:.0f} MiB"]
+        if self.driver_allocated_bytes is not None:
+            parts.append(f"driver {self.driver_allocated_bytes / mib:.0f} MiB")
+        parts.append(f"process RSS {self.process_rss_bytes / mib:.0f} MiB")
+        return ", ".join(parts)
+
+
+def memory_report(device: torch.device | str) -> MemoryReport:
+    """Memory in use now: MPS current + driver allocated, CUDA allocated, process RSS (CPU tensors live in RSS)."""
+    device = torch.device(device)
+    allocated, driver = 0, None
+    if device.type == "mps":
+        allocated = torch.mps.current_allocated_memory()
+        driver = torch.mps.driver_allocated_memory()
+    elif device.type == "cuda":
+        allocated = torch.cuda.memory_allocated(device)
+    rss = psutil.Process().memory_info().rss
+    return MemoryReport(str(device), int(allocated), None if driver is None else int(driver), int(rss))
+
+
+def empty_cache(device: torch.device | str) -> None:
+    """Give cached, unused device memory back to the system (a no-op on the CPU)."""
+    device = torch.device(device)
+    if device.type == "mps":
+        torch.mps.empty_cache()
+    elif device.type == "cuda":
+        torch.cuda.empty_cache()

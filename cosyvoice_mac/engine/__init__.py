@@ -1,0 +1,24 @@
+"""The inference engine: one model worker process behind a bounded job queue.
+
+The UI process uses :class:`Engine` (no torch import); the worker process owns the pipeline,
+the speaker cache and the device. See ``client.py`` for the API and ``worker.py`` for the process.
+"""
+from cosyvoice_mac.engine.cache import SpeakerCache, VoiceError, VoiceLibrary, user_cache_dir
+from cosyvoice_mac.engine.client import Engine
+from cosyvoice_mac.engine.jobs import (
+    EngineError,
+    Job,
+    JobCancelled,
+    JobEvent,
+    JobFailed,
+    JobResult,
+    QueueFull,
+)
+from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
+from cosyvoice_mac.engine.worker import WorkerConfig
+
+__all__ = [
+    "Engine", "EngineError", "Job", "JobCancelled", "JobEvent", "JobFailed", "JobResult", "OutputWriteError",
+    "QueueFull", "SpeakerCache", "VoiceError", "VoiceLibrary", "WorkerConfig", "read_wav_info", "user_cache_dir",
+    "write_output",
+]

@@ -1,0 +1,317 @@
+"""Speaker cache (prompt features keyed by model id + audio content hash) and named voices.
+
+Layout under the user cache folder (``user_cache_dir()``)::
+
+    speakers/v<FORMAT>/<model key>/<audio hash>.safetensors   tensors: speech_tokens, mel, embedding
+    speakers/v<FORMAT>/<model key>/<audio hash>.json          facts; written last, so it marks a complete entry
+    voices/voices.json                                        name -> audio hash, model id, transcript
+    voices/<file>                                             a copy of each named voice's prompt audio
+
+A change of CACHE_FORMAT moves entries to a new folder and deletes the old ones, so stale features
+are never read. torch is imported only by the methods that handle tensors: the UI process can use
+VoiceLibrary without it.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.engine.outputs import atomic_write_bytes
+
+if TYPE_CHECKING:
+    from cosyvoice_mac.pipeline.types import SpeakerPrompt
+
+CACHE_FORMAT = 1
+APP_NAME = "cosyvoice-mac"
+TENSOR_NAMES = ("speech_tokens", "mel", "embedding")
+_HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
+MAX_VOICE_NAME = 64
+
+
+def user_cache_dir() -> Path:
+    """$COSYVOICE_CACHE_DIR, else ~/Library/Caches/cosyvoice-mac (macOS), else $XDG_CACHE_HOME
+    (or ~/.cache)/cosyvoice-mac."""
+    configured = os.environ.get("COSYVOICE_CACHE_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Caches" / APP_NAME
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).expanduser() / APP_NAME
+
+
+def _model_key(model_id: str) -> str:
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", model_id)[:48]
+    return f"{readable}-{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
+
+
+def _check_hash(audio_hash: str) -> str:
+    if not isinstance(audio_hash, str) or not _HASH_PATTERN.fullmatch(audio_hash):
+        raise ValueError(f"audio hash {audio_hash!r} is not a content hash")
+    return audio_hash
+
+
+@dataclass
+class CacheStats:
+    memory_hits: int = 0
+    disk_hits: int = 0
+    misses: int = 0
+
+    @property
+    def hit_rate(self) -> float:
+        lookups = self.memory_hits + self.disk_hits + self.misses
+        return (self.memory_hits + self.disk_hits) / lookups if lookups else 0.0
+
+    def as_dict(self) -> dict:
+        return {"memory_hits": self.memory_hits, "disk_hits": self.disk_hits,
+                "misses": self.misses, "hit_rate": round(self.hit_rate, 4)}
+
+
+class SpeakerCache:
+    """Owns cached SpeakerPrompts: an in-memory LRU of ``memory_entries`` in front of the disk store.
+
+    Tensors are kept on the CPU; a disk that cannot be written only costs the on-disk copy.
+    """
+
+    def __init__(self, root: str | Path | None = None, memory_entries: int = 16):
+        self.root = Path(root) if root is not None else user_cache_dir()
+        self.folder = self.root / "speakers" / f"v{CACHE_FORMAT}"
+        self.memory_entries = max(0, memory_entries)
+        self._memory: OrderedDict[tuple[str, str], SpeakerPrompt] = OrderedDict()
+        self.stats = CacheStats()
+        self.last_disk_error: str | None = None
+        self._drop_old_formats()
+
+    def paths(self, model_id: str, audio_hash: str) -> tuple[Path, Path]:
+        stem = self.folder / _model_key(model_id) / _check_hash(audio_hash)
+        return stem.with_suffix(".safetensors"), stem.with_suffix(".json")
+
+    def lookup(self, model_id: str, audio_hash: str) -> tuple[SpeakerPrompt | None, str]:
+        """(prompt, "memory" | "disk") on a hit, (None, "miss") otherwise; counts the outcome."""
+        key = (model_id, audio_hash)
+        if key in self._memory:
+            self._memory.move_to_end(key)
+            self.stats.memory_hits += 1
+            return self._memory[key], "memory"
+        prompt = self._read(model_id, audio_hash)
+        if prompt is None:
+            self.stats.misses += 1
+            return None, "miss"
+        self.stats.disk_hits += 1
+        self._remember(prompt)
+        return prompt, "disk"
+
+    def get_or_extract(
+        self, model_id: str, audio_hash: str, extract: Callable[[], SpeakerPrompt],
+        transcript: str | None = None,
+    ) -> tuple[SpeakerPrompt, str]:
+        """The cached prompt for (model_id, audio_hash), or ``extract()``'s, stored for next time.
+
+        Returns (prompt, source) with source "memory", "disk" or "extracted"; the prompt carries
+        ``transcript`` (a hit with another transcript reuses the features with the new text).
+        """
+        prompt, source = self.lookup(model_id, audio_hash)
+        if prompt is None:
+            prompt, source = extract(), "extracted"
+            prompt = replace(prompt, audio_hash=audio_hash, model_id=model_id)
+            self.put(prompt)
+        return (prompt if prompt.transcript == transcript else replace(prompt, transcript=transcript)), source
+
+    def put(self, prompt: SpeakerPrompt) -> bool:
+        """Keep ``prompt`` (its tensors moved to the CPU) in memory and on disk; False if the disk refused."""
+        prompt = replace(prompt, **{name: getattr(prompt, name).detach().to("cpu").contiguous()
+                                    for name in TENSOR_NAMES})
+        self._remember(prompt)
+        try:
+            self._write(prompt)
+        except OSError as error:
+            self.last_disk_error = f"speaker cache not saved to {self.folder}: {error}"
+            return False
+        return True
+
+    def contains(self, model_id: str, audio_hash: str) -> bool:
+        return (model_id, audio_hash) in self._memory or self.paths(model_id, audio_hash)[1].is_file()
+
+    def clear_memory(self) -> None:
+        self._memory.clear()
+
+    def _remember(self, prompt: SpeakerPrompt) -> None:
+        if self.memory_entries == 0:
+            return
+        self._memory[(prompt.model_id, prompt.audio_hash)] = prompt
+        self._memory.move_to_end((prompt.model_id, prompt.audio_hash))
+        while len(self._memory) > self.memory_entries:
+            self._memory.popitem(last=False)
+
+    def _write(self, prompt: SpeakerPrompt) -> None:
+        from safetensors.torch import save
+
+        tensor_path, facts_path = self.paths(prompt.model_id, prompt.audio_hash)
+        tensor_path.parent.mkdir(parents=True, exist_ok=True)
+        facts = {"format": CACHE_FORMAT, "model_id": prompt.model_id, "audio_hash": prompt.audio_hash,
+                 "transcript": prompt.transcript, "duration_s": prompt.duration_s, "created": time.time(),
+                 "shapes": {name: list(getattr(prompt, name).shape) for name in TENSOR_NAMES}}
+        metadata = {"format": str(CACHE_FORMAT), "model_id": prompt.model_id, "audio_hash": prompt.audio_hash}
+        tensors = {name: getattr(prompt, name) for name in TENSOR_NAMES}
+        atomic_write_bytes(tensor_path, save(tensors, metadata=metadata))
+        atomic_write_bytes(facts_path, json.dumps(facts, ensure_ascii=False, indent=1).encode("utf-8"))
+
+    def _read(self, model_id: str, audio_hash: str) -> SpeakerPrompt | None:
+        from safetensors import SafetensorError
+        from safetensors.torch import load
+
+        from cosyvoice_mac.pipeline.types import SpeakerPrompt
+
+        tensor_path, facts_path = self.paths(model_id, audio_hash)
+        if not facts_path.is_file():
+            return None
+        try:
+            facts = json.loads(facts_path.read_text(encoding="utf-8"))
+            raw = tensor_path.read_bytes()
+            tensors = load(raw)
+            expected = {"format": CACHE_FORMAT, "model_id": model_id, "audio_hash": audio_hash}
+            if any(facts.get(key) != value for key, value in expected.items()):
+                raise ValueError("entry facts do not match its key")
+            if set(tensors) != set(TENSOR_NAMES) or any(
+                    list(tensors[name].shape) != facts["shapes"][name] for name in TENSOR_NAMES):
+                raise ValueError("entry tensors do not match their facts")
+        except (OSError, ValueError, KeyError, TypeError, SafetensorError):
+            for path in (facts_path, tensor_path):  # unreadable or half-written: extract again
+                path.unlink(missing_ok=True)
+            return None
+        return SpeakerPrompt(speech_tokens=tensors["speech_tokens"], mel=tensors["mel"],
+                             embedding=tensors["embedding"], audio_hash=audio_hash, model_id=model_id,
+                             transcript=facts.get("transcript"), duration_s=float(facts.get("duration_s", 0.0)))
+
+    def _drop_old_formats(self) -> None:
+        parent = self.folder.parent
+        if not parent.is_dir():
+            return
+        for child in parent.iterdir():
+            if child.is_dir() and child.name.startswith("v") and child.name != self.folder.name:
+                shutil.rmtree(child, ignore_errors=True)
+
+
+class VoiceError(EngineError):
+    """A named-voice request that cannot be done (unknown name, name taken, bad name)."""
+
+
+class VoiceLibrary:
+    """Owns the user's named voices: each name points at a cached prompt (model id + audio hash)
+    and, when given, a copy of the prompt audio so the voice outlives a cache purge."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.folder = (Path(root) if root is not None else user_cache_dir()) / "voices"
+        self.index_path = self.folder / "voices.json"
+        self._lock = threading.Lock()
+
+    def list(self) -> list[dict]:
+        """Every saved voice (name, audio_hash, model_id, transcript, created, audio_file), by name."""
+        return [dict(entry) for _, entry in sorted(self._load().items(), key=lambda item: item[0].lower())]
+
+    def get(self, name: str) -> dict:
+        entries = self._load()
+        if name not in entries:
+            known = ", ".join(sorted(entries)) or "none saved yet"
+            raise VoiceError(f"there is no saved voice named {name!r} (known: {known})")
+        entry = dict(entries[name])
+        if entry.get("audio_file"):
+            entry["audio_path"] = str(self.folder / entry["audio_file"])
+        return entry
+
+    def save(self, name: str, *, audio_hash: str, model_id: str, transcript: str | None = None,
+             audio: str | Path | None = None, audio_samples=None, sample_rate: int | None = None,
+             overwrite: bool = False) -> dict:
+        """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy."""
+        name = self._check_name(name)
+        _check_hash(audio_hash)
+        with self._lock:
+            entries = self._load()
+            if name in entries and not overwrite:
+                raise VoiceError(f"a voice named {name!r} already exists; pick another name or overwrite it")
+            self.folder.mkdir(parents=True, exist_ok=True)
+            audio_file = self._store_audio(audio_hash, audio, audio_samples, sample_rate)
+            entry = {"name": name, "audio_hash": audio_hash, "model_id": model_id, "transcript": transcript,
+                     "created": time.time(), "audio_file": audio_file}
+            entries[name] = entry
+            self._store(entries)
+        return dict(entry)
+
+    def rename(self, old: str, new: str) -> dict:
+        new = self._check_name(new)
+        with self._lock:
+            entries = self._load()
+            if old not in entries:
+                raise VoiceError(f"there is no saved voice named {old!r}")
+            if new in entries and new != old:
+                raise VoiceError(f"a voice named {new!r} already exists")
+            entry = entries.pop(old)
+            entry["name"] = new
+            entries[new] = entry
+            self._store(entries)
+        return dict(entry)
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            entries = self._load()
+            if name not in entries:
+                raise VoiceError(f"there is no saved voice named {name!r}")
+            entry = entries.pop(name)
+            self._store(entries)
+            audio_file = entry.get("audio_file")
+            if audio_file and not any(other.get("audio_file") == audio_file for other in entries.values()):
+                (self.folder / audio_file).unlink(missing_ok=True)
+
+    @staticmethod
+    def _check_name(name: str) -> str:
+        if not isinstance(name, str) or not name.strip():
+            raise VoiceError("a voice needs a name")
+        name = name.strip()
+        if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 for char in name):
+            raise VoiceError(f"voice names are 1-{MAX_VOICE_NAME} printable characters; {name[:80]!r} is not")
+        return name
+
+    def _store_audio(self, audio_hash, audio, audio_samples, sample_rate) -> str | None:
+        if audio is not None:
+            source = Path(audio)
+            target = f"{audio_hash}{source.suffix.lower() or '.wav'}"
+            if not (self.folder / target).exists():
+                shutil.copyfile(source, self.folder / f".{target}.tmp")
+                os.replace(self.folder / f".{target}.tmp", self.folder / target)
+            return target
+        if audio_samples is not None:
+            import soundfile
+
+            if not sample_rate:
+                raise VoiceError("audio samples need their sample rate")
+            target = f"{audio_hash}.wav"
+            temporary = self.folder / f".{target}.tmp.wav"
+            soundfile.write(temporary, audio_samples, sample_rate, subtype="FLOAT")
+            os.replace(temporary, self.folder / target)
+            return target
+        return None
+
+    def _load(self) -> dict[str, dict]:
+        try:
+            data = json.loads(self.index_path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as error:
+            raise VoiceError(f"the voice list {self.index_path} cannot be read ({error}); "
+                             "fix or delete that file") from error
+        return data.get("voices", {}) if isinstance(data, dict) else {}
+
+    def _store(self, entries: dict[str, dict]) -> None:
+        payload = {"format": 1, "voices": entries}
+        atomic_write_bytes(self.index_path, json.dumps(payload, ensure_ascii=False, indent=1).encode("utf-8"))

@@ -1,0 +1,367 @@
+"""The UI-side engine: a bounded job queue in front of one model worker process.
+
+Nothing here imports torch. A supervisor thread feeds the worker one job at a time, relays its
+events, restarts it on request or when it dies, and stops jobs that overrun.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Iterator
+
+from cosyvoice_mac.engine import jobs
+from cosyvoice_mac.engine.cache import VoiceLibrary
+from cosyvoice_mac.engine.jobqueue import JobQueue, JobRecord
+from cosyvoice_mac.engine.jobs import Command, EngineError, Job, JobEvent, JobResult
+from cosyvoice_mac.engine.qos import set_ui_thread_qos
+from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
+
+POLL_S = 0.05
+
+
+@dataclass
+class _Restart:
+    """One (re)start of the worker; every caller that asks while it is unresolved shares it."""
+
+    reason: str
+    begun: bool = False
+    ok: bool = False
+    message: str = ""
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def resolve(self, ok: bool, message: str) -> None:
+        if not self.done.is_set():
+            self.ok, self.message = ok, message
+            self.done.set()
+
+
+class Engine:
+    """Owns the model worker process and the job queue (at most ``max_queue`` waiting, one running).
+
+    ``on_event`` callbacks run on the supervisor thread and must return quickly.
+    ``job_timeout_s`` cancels a job that runs longer; a job that ignores a cancel for
+    ``cancel_grace_s`` gets its worker restarted.
+    """
+
+    def __init__(self, config: WorkerConfig, *, max_queue: int = 16, start_timeout_s: float = 900.0,
+                 stop_timeout_s: float = 10.0, cancel_grace_s: float = 10.0, job_timeout_s: float | None = None,
+                 max_load_failures: int = 3, context: str = "spawn", set_ui_qos: bool = True,
+                 on_event: Callable[[JobEvent], None] | None = None):
+        self.config = config
+        self.start_timeout_s, self.stop_timeout_s, self.cancel_grace_s = start_timeout_s, stop_timeout_s, cancel_grace_s
+        self.job_timeout_s, self.max_load_failures, self.context = job_timeout_s, max_load_failures, context
+        self.voices = VoiceLibrary(config.cache_dir)
+        self._lock = threading.RLock()
+        self.queue = JobQueue(max_queue, self._lock)
+        if on_event:
+            self.queue.add_callback(on_event)
+        self._worker: WorkerProcess | None = None
+        self._state = "stopped"
+        self._worker_status: dict = {}
+        self._restart: _Restart | None = None
+        self._load_failures = 0
+        self._load_error: str | None = None
+        self._last_error: str | None = None
+        self._device_override: str | None = None
+        self._restarts = 0
+        self._closing = False
+        self._supervisor: threading.Thread | None = None
+        if set_ui_qos:
+            set_ui_thread_qos()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    def start(self, wait: bool = True, timeout: float | None = None) -> bool:
+        """Start the worker; with ``wait``, block until it is ready (True) or failed/timed out (False)."""
+        with self._lock:
+            if self._closing:
+                raise EngineError("the engine was closed; create a new one")
+            if self._supervisor is None:
+                self._restart, self._state = _Restart("starting"), "starting"
+                self._supervisor = threading.Thread(target=self._supervise, name="cosyvoice-engine", daemon=True)
+                self._supervisor.start()
+            ticket = self._restart
+        return self._await(ticket, timeout) if wait else self._state == "ready"
+
+    def restart(self, timeout: float | None = None, reason: str = "restart requested",
+                device: str | None = None) -> bool:
+        """Stop the worker (cancelling a running job), start a new one, wait until it is ready.
+
+        Overlapping calls share one restart. ``device`` replaces the device for new workers.
+        True when the new worker is ready; False when it failed or ``timeout`` passed.
+        """
+        with self._lock:
+            if self._supervisor is None or self._closing:
+                raise EngineError("the engine is not running; call start() first")
+            if device is not None:
+                self._device_override = device
+            if self._restart is None or self._restart.done.is_set():
+                self._restart = _Restart(reason)
+            ticket = self._restart
+        return self._await(ticket, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Cancel every job, stop the worker (politely, then by force), end the supervisor."""
+        with self._lock:
+            if self._closing:
+                return
+            self._closing = True
+            if self.queue.running is not None:
+                self.queue.finish(self.queue.running, jobs.CANCELLED, "cancelled: the engine was shut down")
+            self.queue.fail_waiting(jobs.CANCELLED, "cancelled: the engine was shut down")
+            if self._restart is not None:
+                self._restart.resolve(False, "the engine was shut down")
+        if self._supervisor is not None:
+            self._supervisor.join(timeout if timeout is not None else self.stop_timeout_s + 10)
+        worker, self._worker = self._worker, None
+        if worker is not None:
+            worker.stop(self.stop_timeout_s)
+        self._state = "closed"
+
+    def __enter__(self) -> "Engine":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- jobs ----------------------------------------------------------------------------------
+    def submit(self, job: Job) -> str:
+        """Queue ``job`` (validated first); its id. Raises QueueFull or EngineError."""
+        job.validate()
+        with self._lock:
+            if self._closing or self._supervisor is None:
+                raise EngineError("the engine is not running; call start() first")
+            if self._state == "error":
+                raise EngineError(f"the model is not available: {self._last_error}. Fix the cause and restart")
+            self.queue.add(job)
+        return job.job_id
+
+    def position(self, job_id: str) -> int | None:
+        """0 while running, 1 for the next job to run, 2, ...; None once finished (or unknown)."""
+        return self.queue.position(job_id)
+
+    def cancel(self, job_id: str) -> bool:
+        """Cancel a waiting job now, or a running one at its next sentence/chunk; False if already over."""
+        with self._lock:
+            record = self.queue.get(job_id)
+            if record.state == jobs.QUEUED:
+                self.queue.remove_waiting(record, "cancelled before it started")
+                return True
+            if record.state == jobs.RUNNING:
+                if record.cancel_requested_at is None:
+                    record.cancel_requested_at = time.monotonic()
+                    if self._worker is not None:
+                        self._worker.cancel(record.seq)
+                return True
+        return False
+
+    def events(self, job_id: str, timeout: float | None = None) -> Iterator[JobEvent]:
+        """This job's events in order, ending with its terminal one; TimeoutError past ``timeout`` s."""
+        return self.queue.events(job_id, timeout)
+
+    def result(self, job_id: str, timeout: float | None = None) -> JobResult:
+        """Wait for the job: its JobResult, or JobFailed / JobCancelled / TimeoutError."""
+        return self.queue.result(job_id, timeout)
+
+    def subscribe(self) -> queue.Queue:
+        """A queue that receives every event (job and engine) from now on."""
+        return self.queue.subscribe()
+
+    def unsubscribe(self, subscriber: queue.Queue) -> None:
+        self.queue.unsubscribe(subscriber)
+
+    def status(self) -> dict:
+        """For the UI: state, model, version, device, fell_back, dtype, memory, queue length, cache."""
+        with self._lock:
+            worker = dict(self._worker_status)
+            cache = worker.get("cache") or {}
+            running = self.queue.running
+            return {
+                "state": self._state,
+                **{key: worker.get(key) for key in ("model", "version", "device", "fell_back", "fallback_reason",
+                                                    "dtype", "memory", "jobs_run", "feature_extractions")},
+                "queue_length": len(self.queue.pending),
+                "running": running.job.job_id if running else None,
+                "cache": cache,
+                "cache_hit_rate": cache.get("hit_rate", 0.0),
+                "worker_pid": self._worker.pid if self._worker else None,
+                "restarts": self._restarts,
+                "last_error": self._last_error,
+            }
+
+    def save_voice(self, name: str, job_id: str, overwrite: bool = False) -> dict:
+        """Name the prompt voice a finished job used (its cached features and a copy of its audio)."""
+        result = self.result(job_id, timeout=0)
+        if not result.prompt_hash:
+            raise EngineError("that job used no prompt voice, so there is nothing to save")
+        job = self.queue.get(job_id).job
+        path = job.prompt_audio if isinstance(job.prompt_audio, str) else None
+        samples = job.prompt_audio if path is None and job.prompt_audio is not None else None
+        return self.voices.save(name, audio_hash=result.prompt_hash, model_id=result.model,
+                                transcript=job.prompt_text, audio=path, audio_samples=samples,
+                                sample_rate=job.prompt_sample_rate, overwrite=overwrite)
+
+    # -- supervisor thread ---------------------------------------------------------------------
+    def _supervise(self) -> None:
+        while not self._closing:
+            try:
+                self._supervise_once()
+            except Exception as error:  # keep supervising: the UI must outlive any engine bug
+                with self._lock:
+                    self._last_error = f"engine supervisor error: {type(error).__name__}: {error}"
+                time.sleep(POLL_S)
+
+    def _supervise_once(self) -> None:
+        ticket = self._restart
+        if ticket is not None and not ticket.begun:
+            self._do_restart(ticket)
+        worker = self._worker
+        if worker is None:
+            time.sleep(POLL_S)
+            return
+        try:
+            received, gone = worker.receive(POLL_S), False
+        except (EOFError, OSError):
+            received, gone = [], True
+        for event in received:
+            self._on_worker_event(event)
+        if gone or not worker.alive():
+            self._on_worker_death(worker)
+            return
+        self._check_overruns()
+        self._dispatch()
+
+    def _spawn(self) -> None:
+        if self._closing:
+            return
+        config = replace(self.config, device=self._device_override) if self._device_override else self.config
+        self._load_error = None
+        try:
+            self._worker = WorkerProcess(config, self.context)
+        except Exception as error:  # e.g. the OS refused a new process: no job can run
+            self._give_up(f"the model process could not be started: {type(error).__name__}: {error}")
+
+    def _give_up(self, message: str) -> None:
+        with self._lock:
+            self._state, self._last_error = "error", message
+            self.queue.fail_waiting(jobs.FAILED, f"the model could not start: {message}")
+            if self._restart is not None:
+                self._restart.resolve(False, message)
+            self.queue.emit(JobEvent(jobs.EVENT_LOAD_FAILED, message=message))
+
+    def _do_restart(self, ticket: _Restart) -> None:
+        with self._lock:
+            ticket.begun = True
+            self._load_failures = 0
+            old, running = self._worker, self.queue.running
+            if self._state != "starting":
+                self._state = "restarting"
+            if old is not None:
+                self._restarts += 1
+                self.queue.emit(JobEvent(jobs.EVENT_RESTARTING, message=ticket.reason))
+            if running is not None:
+                old.cancel(running.seq)
+                self.queue.finish(running, jobs.CANCELLED, f"cancelled because the engine restarted ({ticket.reason})")
+        if old is not None:
+            old.stop(self.stop_timeout_s)
+        self._worker = None
+        self._spawn()
+
+    def _on_worker_event(self, event: JobEvent) -> None:
+        with self._lock:
+            if event.job_id is None:
+                if event.kind == jobs.EVENT_READY:
+                    self._state, self._load_failures, self._last_error = "ready", 0, None
+                    self._worker_status = dict(event.data)
+                    if self._restart is not None:
+                        self._restart.resolve(True, event.message)
+                elif event.kind == jobs.EVENT_LOAD_FAILED:
+                    self._load_error = event.message
+                elif event.kind == jobs.EVENT_DEVICE_FALLBACK:
+                    self._device_override = "cpu"  # later workers start where this one ended up
+                self.queue.emit(event)
+                return
+            record = self.queue.running
+            if record is None or record.job.job_id != event.job_id:
+                return  # that job already ended here (cancelled by a restart or a timeout)
+            if event.kind == jobs.EVENT_STARTED:
+                record.acknowledged = True
+            if not event.terminal:
+                self.queue.emit(event)
+                return
+            if "status" in event.data:
+                self._worker_status = dict(event.data.pop("status"))
+            kind, message = event.kind, event.message
+            if record.timed_out and kind == jobs.CANCELLED:
+                kind, message = jobs.FAILED, f"stopped: the job ran longer than the limit of {self.job_timeout_s:g} s"
+            self.queue.finish(record, kind, message, event.result, event.data)
+
+    def _on_worker_death(self, worker: WorkerProcess) -> None:
+        worker.process.join(1.0)
+        how = worker.exit_description()
+        worker.stop(0.0)
+        with self._lock:
+            self._worker = None
+            if self._closing:
+                return
+            if self._state != "ready":
+                self._load_failures += 1
+                message = self._load_error or f"the model process {how} while loading"
+                self._last_error = message
+                if self._load_failures >= self.max_load_failures:
+                    self._give_up(message)
+                    return
+                self.queue.emit(JobEvent(jobs.EVENT_WORKER_DIED, message=f"{message}; trying again"))
+            else:
+                message = f"the model process {how}"
+                self._last_error, self._state = message, "restarting"
+                self._restarts += 1
+                running = self.queue.running
+                if running is not None and running.acknowledged:
+                    self.queue.finish(running, jobs.FAILED, f"{message} while running this job; the engine "
+                                      "restarted it and kept the waiting jobs. Submit this job again to retry it.")
+                elif running is not None:  # the worker never started it: it runs first on the next one
+                    self.queue.requeue_first(running)
+                self.queue.emit(JobEvent(jobs.EVENT_WORKER_DIED, message=f"{message}; restarting it"))
+                if self._restart is None or self._restart.done.is_set():
+                    self._restart = _Restart(message, begun=True)
+        time.sleep(min(2.0, 0.25 * self._load_failures))
+        self._spawn()
+
+    def _check_overruns(self) -> None:
+        with self._lock:
+            record, now = self.queue.running, time.monotonic()
+            if record is None:
+                return
+            if (self.job_timeout_s and record.acknowledged and record.cancel_requested_at is None
+                    and now - record.sent_at > self.job_timeout_s):
+                record.timed_out, record.cancel_requested_at = True, now
+                self._worker.cancel(record.seq)
+                return
+            if record.cancel_requested_at is None or now - record.cancel_requested_at <= self.cancel_grace_s:
+                return
+            why = f"ran longer than the limit of {self.job_timeout_s:g} s" if record.timed_out else "was cancelled"
+            self.queue.finish(record, jobs.FAILED if record.timed_out else jobs.CANCELLED,
+                              f"the job {why} and did not stop within {self.cancel_grace_s:g} s, "
+                              "so the model process was restarted")
+            if self._restart is None or self._restart.done.is_set():
+                self._restart = _Restart(f"job {record.job.job_id} did not stop")
+            ticket = self._restart
+        if not ticket.begun:
+            self._do_restart(ticket)
+
+    def _dispatch(self) -> None:
+        with self._lock:
+            if self._state != "ready" or self._worker is None:
+                return
+            record = self.queue.start_next()
+            if record is None:
+                return
+            try:
+                self._worker.send(Command("run", record.job, record.seq))
+            except OSError:  # the worker died just now; the death handler puts the job back
+                pass
+
+    def _await(self, ticket: _Restart, timeout: float | None) -> bool:
+        return ticket.done.wait(self.start_timeout_s if timeout is None else timeout) and ticket.ok

@@ -1,0 +1,184 @@
+"""The UI process's book of jobs: a bounded waiting line, the running job, finished jobs, listeners."""
+from __future__ import annotations
+
+import itertools
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from cosyvoice_mac.engine import jobs
+from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, JobEvent, JobFailed, JobResult, QueueFull
+
+KEEP_FINISHED = 500  # finished jobs remembered for result() / events()
+
+
+@dataclass
+class JobRecord:
+    """One submitted job and what the UI process knows about it."""
+
+    job: Job
+    seq: int  # the worker's cancel flag compares against it
+    state: str = jobs.QUEUED
+    events: queue.Queue = field(default_factory=queue.Queue)
+    done: threading.Event = field(default_factory=threading.Event)
+    terminal: JobEvent | None = None
+    sent_at: float | None = None
+    acknowledged: bool = False  # the worker said "started"
+    cancel_requested_at: float | None = None
+    timed_out: bool = False
+
+
+class JobQueue:
+    """Owns the waiting jobs (FIFO, at most ``max_waiting``), the running one, the finished ones and
+    the listeners of their events. Callers hold ``lock`` (re-entrant) around compound changes."""
+
+    def __init__(self, max_waiting: int, lock: threading.RLock):
+        if max_waiting < 1:
+            raise ValueError(f"the queue must hold at least 1 waiting job, not {max_waiting}")
+        self.max_waiting = max_waiting
+        self.lock = lock
+        self.pending: deque[JobRecord] = deque()
+        self.running: JobRecord | None = None
+        self._records: OrderedDict[str, JobRecord] = OrderedDict()
+        self._seq = itertools.count(1)
+        self._subscribers: list[queue.Queue] = []
+        self._callbacks: list[Callable[[JobEvent], None]] = []
+
+    def add(self, job: Job) -> JobRecord:
+        with self.lock:
+            if job.job_id in self._records:
+                raise EngineError(f"job id {job.job_id} was already submitted")
+            if len(self.pending) >= self.max_waiting:
+                raise QueueFull(f"the queue is full ({self.max_waiting} jobs waiting); wait for one to finish")
+            record = JobRecord(job=job, seq=next(self._seq))
+            self._records[job.job_id] = record
+            self.pending.append(record)
+            self.emit(JobEvent(jobs.EVENT_QUEUED, job.job_id, data={"position": len(self.pending)}))
+            return record
+
+    def get(self, job_id: str) -> JobRecord:
+        with self.lock:
+            record = self._records.get(job_id)
+        if record is None:
+            raise EngineError(f"unknown job {job_id!r} (never submitted, or finished long ago)")
+        return record
+
+    def find(self, job_id: str | None) -> JobRecord | None:
+        with self.lock:
+            return self._records.get(job_id) if job_id else None
+
+    def position(self, job_id: str) -> int | None:
+        """0 while running, 1 for the next job to run, 2, ...; None once finished (or unknown)."""
+        with self.lock:
+            if self.running is not None and self.running.job.job_id == job_id:
+                return 0
+            for index, record in enumerate(self.pending):
+                if record.job.job_id == job_id:
+                    return index + 1
+        return None
+
+    def start_next(self) -> JobRecord | None:
+        """Move the first waiting job to running (None if one runs already or none waits)."""
+        with self.lock:
+            if self.running is not None or not self.pending:
+                return None
+            record = self.pending.popleft()
+            record.state, record.sent_at = jobs.RUNNING, time.monotonic()
+            self.running = record
+            self._announce_positions()
+            return record
+
+    def requeue_first(self, record: JobRecord) -> None:
+        """Put a job the worker never started back at the head of the line."""
+        with self.lock:
+            if self.running is record:
+                self.running = None
+            record.state, record.sent_at, record.acknowledged = jobs.QUEUED, None, False
+            self.pending.appendleft(record)
+            self._announce_positions()
+
+    def remove_waiting(self, record: JobRecord, message: str) -> None:
+        with self.lock:
+            self.pending.remove(record)
+            self.finish(record, jobs.CANCELLED, message)
+            self._announce_positions()
+
+    def finish(self, record: JobRecord, kind: str, message: str, result: JobResult | None = None,
+               data: dict | None = None) -> None:
+        """End ``record`` with a terminal event (once; later calls are ignored)."""
+        with self.lock:
+            if record.done.is_set():
+                return
+            if self.running is record:
+                self.running = None
+            record.state = kind
+            record.terminal = JobEvent(kind, record.job.job_id, message=message, data=data or {}, result=result)
+            record.done.set()
+            self.emit(record.terminal)
+            finished = [key for key, value in self._records.items() if value.done.is_set()]
+            for key in finished[:max(0, len(finished) - KEEP_FINISHED)]:
+                del self._records[key]
+
+    def fail_waiting(self, kind: str, message: str) -> None:
+        with self.lock:
+            for record in list(self.pending):
+                self.finish(record, kind, message)
+            self.pending.clear()
+
+    # -- listening -----------------------------------------------------------------------------
+    def emit(self, event: JobEvent) -> None:
+        with self.lock:
+            record = self._records.get(event.job_id) if event.job_id else None
+            if record is not None:
+                record.events.put(event)
+            for subscriber in self._subscribers:
+                subscriber.put(event)
+            callbacks = list(self._callbacks)
+        for callback in callbacks:
+            try:
+                callback(event)
+            except Exception:  # a UI callback must never stop the engine
+                pass
+
+    def add_callback(self, callback: Callable[[JobEvent], None]) -> None:
+        self._callbacks.append(callback)
+
+    def subscribe(self) -> queue.Queue:
+        subscriber: queue.Queue = queue.Queue()
+        with self.lock:
+            self._subscribers.append(subscriber)
+        return subscriber
+
+    def unsubscribe(self, subscriber: queue.Queue) -> None:
+        with self.lock:
+            if subscriber in self._subscribers:
+                self._subscribers.remove(subscriber)
+
+    def events(self, job_id: str, timeout: float | None) -> Iterator[JobEvent]:
+        record = self.get(job_id)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                event = record.events.get(timeout=remaining)
+            except queue.Empty:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout} s") from None
+            yield event
+            if event.terminal:
+                return
+
+    def result(self, job_id: str, timeout: float | None) -> JobResult:
+        record = self.get(job_id)
+        if not record.done.wait(timeout):
+            raise TimeoutError(f"job {job_id} did not finish within {timeout} s")
+        event = record.terminal
+        if event.kind == jobs.DONE:
+            return event.result
+        raise (JobCancelled if event.kind == jobs.CANCELLED else JobFailed)(event)
+
+    def _announce_positions(self) -> None:
+        for index, record in enumerate(self.pending):
+            self.emit(JobEvent(jobs.EVENT_POSITION, record.job.job_id, data={"position": index + 1}))

@@ -1,0 +1,176 @@
+"""Saving finished audio: ``outputs/YYYYmmdd-HHMMSS-<short id>.wav`` plus a JSON sidecar.
+
+Both files are written atomically (temporary file in the same folder, fsync, rename), the facts of
+the job are also stored in the WAV's LIST/INFO chunk (ICMT holds them as JSON), and a name is
+claimed with O_EXCL so two jobs finishing in the same second never overwrite each other.
+"""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import struct
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SOFTWARE = "cosyvoice-mac"
+SHORT_ID_CHARS = 8
+TITLE_CHARS = 200
+
+_REASONS = {
+    errno.ENOSPC: "the disk is full",
+    errno.EDQUOT: "the disk quota is used up",
+    errno.EROFS: "the folder is on a read-only disk",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "permission denied",
+    errno.ENOTDIR: "a file stands where the folder should be",
+}
+
+
+class OutputWriteError(OSError):
+    """The result could not be saved; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class OutputFiles:
+    wav_path: Path
+    sidecar_path: Path
+
+
+def encode_wav(audio: np.ndarray, sample_rate: int, info: dict[str, str] | None = None) -> bytes:
+    """Mono 16-bit PCM WAV bytes of ``audio`` (N,) float in [-1, 1], with a LIST/INFO chunk.
+
+    ``info`` maps four-letter INFO ids (INAM, ICMT, ISFT, ICRD, ...) to text (stored UTF-8).
+    """
+    samples = np.asarray(audio, dtype=np.float32).reshape(-1)
+    pcm = (np.clip(np.nan_to_num(samples), -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
+    chunks = [_chunk(b"fmt ", fmt)]
+    if info:
+        body = b"INFO" + b"".join(_chunk(key.encode("ascii"), value.encode("utf-8") + b"\0")
+                                  for key, value in info.items())
+        chunks.append(_chunk(b"LIST", body))
+    chunks.append(_chunk(b"data", pcm))
+    payload = b"WAVE" + b"".join(chunks)
+    return b"RIFF" + struct.pack("<I", len(payload)) + payload
+
+
+def _chunk(chunk_id: bytes, body: bytes) -> bytes:
+    if len(chunk_id) != 4:
+        raise ValueError(f"RIFF chunk id {chunk_id!r} must have four characters")
+    return chunk_id + struct.pack("<I", len(body)) + body + (b"\0" if len(body) % 2 else b"")
+
+
+def read_wav_info(path: str | Path) -> dict[str, str]:
+    """The LIST/INFO entries of a WAV file (empty when it has none)."""
+    data = Path(path).read_bytes()
+    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
+        raise ValueError(f"{path} is not a WAV file")
+    info: dict[str, str] = {}
+    offset = 12
+    while offset + 8 <= len(data):
+        chunk_id, size = data[offset:offset + 4], struct.unpack("<I", data[offset + 4:offset + 8])[0]
+        body = data[offset + 8:offset + 8 + size]
+        if chunk_id == b"LIST" and body[:4] == b"INFO":
+            inner = 4
+            while inner + 8 <= len(body):
+                key, length = body[inner:inner + 4], struct.unpack("<I", body[inner + 4:inner + 8])[0]
+                info[key.decode("ascii")] = body[inner + 8:inner + 8 + length].rstrip(b"\0").decode("utf-8")
+                inner += 8 + length + (length % 2)
+        offset += 8 + size + (size % 2)
+    return info
+
+
+def output_stem(job_id: str, now: float | None = None) -> str:
+    """``YYYYmmdd-HHMMSS-<first 8 characters of the job id>`` in local time."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(time.time() if now is None else now))
+    return f"{stamp}-{job_id[:SHORT_ID_CHARS]}"
+
+
+def write_output(
+    outputs_dir: str | Path,
+    job_id: str,
+    audio: np.ndarray,
+    sample_rate: int,
+    facts: dict,
+    now: float | None = None,
+) -> OutputFiles:
+    """Save ``audio`` and ``facts`` (JSON-serialisable) as a WAV + sidecar pair; return their paths.
+
+    Raises OutputWriteError (disk full, read-only folder, ...) with a message for the user.
+    """
+    folder = Path(outputs_dir)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        wav_path = _claim_name(folder, output_stem(job_id, now))
+    except OSError as error:
+        raise _explain(error, folder) from error
+    created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
+    sidecar = {"file": wav_path.name, "created": created, "sample_rate": sample_rate,
+               "duration_s": round(len(audio) / sample_rate, 3), **facts}
+    info = {
+        "INAM": str(facts.get("text", ""))[:TITLE_CHARS],
+        "ISFT": f"{SOFTWARE} ({facts.get('model', 'unknown model')})",
+        "ICRD": created,
+        "ICMT": json.dumps(sidecar, ensure_ascii=False, sort_keys=True),
+    }
+    sidecar_path = wav_path.with_suffix(".json")
+    try:
+        atomic_write_bytes(wav_path, encode_wav(audio, sample_rate, info))
+        atomic_write_bytes(sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2,
+                                                    sort_keys=True).encode("utf-8"))
+    except OSError as error:
+        for leftover in (wav_path, sidecar_path):
+            _remove_quietly(leftover)
+        raise _explain(error, folder) from error
+    return OutputFiles(wav_path=wav_path, sidecar_path=sidecar_path)
+
+
+def _claim_name(folder: Path, stem: str) -> Path:
+    """Create an empty ``<stem>.wav`` exclusively (adding -2, -3, ... if taken) and return it."""
+    for attempt in range(1, 1000):
+        path = folder / (f"{stem}.wav" if attempt == 1 else f"{stem}-{attempt}.wav")
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+        except FileExistsError:
+            continue
+        if path.with_suffix(".json").exists():
+            _remove_quietly(path)
+            continue
+        return path
+    raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder}")
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so a reader sees the old file or the whole new one, never half."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        _remove_quietly(temporary)
+        raise
+
+
+def _remove_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except OSError:
+        pass
+
+
+def _explain(error: OSError, folder: Path) -> OutputWriteError:
+    reason = _REASONS.get(error.errno, error.strerror or str(error))
+    explained = OutputWriteError(
+        f"could not save the result in {folder}: {reason}. Free some disk space or choose another "
+        "outputs folder; the audio is still available to play and download."
+    )
+    explained.errno = error.errno
+    return explained

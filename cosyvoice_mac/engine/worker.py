@@ -1,0 +1,173 @@
+"""The model worker: a child process (spawn) that owns the pipeline and runs one job at a time.
+
+The UI side talks to it through ``WorkerProcess``: a command pipe in, an event pipe out (plain
+picklable JobEvents) and a shared integer that names the job to cancel. Only the child imports
+torch and the models (``runtime.py``); this module stays light so the UI process can import it.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.connection
+import os
+import time
+from dataclasses import dataclass, field
+
+from cosyvoice_mac.engine.jobs import EVENT_LOAD_FAILED, EVENT_LOADING, EVENT_READY, Command, JobEvent
+from cosyvoice_mac.engine.qos import set_worker_thread_qos
+
+DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
+NO_JOB = -1
+
+
+@dataclass
+class WorkerConfig:
+    """How the worker builds its pipeline and where it keeps outputs and cached speakers.
+
+    ``pipeline_factory`` is ``"module:attribute.path"``, called as
+    ``factory(model_dir, device=, dtype=, random_weights=, **pipeline_kwargs)``.
+    ``outputs_dir`` None saves nothing; ``cache_dir`` None uses the user cache folder.
+    """
+
+    model_dir: str
+    device: str = "auto"
+    dtype: str | None = None
+    random_weights: bool = False
+    pipeline_factory: str = DEFAULT_PIPELINE
+    pipeline_kwargs: dict = field(default_factory=dict)
+    outputs_dir: str | None = "outputs"
+    cache_dir: str | None = None
+    memory_cache_entries: int = 16
+    warmup_text: str = "Hello, this is a short warm-up sentence."
+    torch_threads: int | None = None
+
+
+def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
+    """Child process entry: load + warm up, report ready, then run commands until stop or EOF."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+    set_worker_thread_qos()
+    send = events.send
+    send(JobEvent(EVENT_LOADING, message=f"loading the model from {config.model_dir}"))
+    try:
+        from cosyvoice_mac.engine.runtime import WorkerRuntime
+
+        runtime = WorkerRuntime(config, send)
+        runtime.load()
+    except BaseException as error:  # report every load failure, then let the process end
+        send(JobEvent(EVENT_LOAD_FAILED, message=_describe_load_failure(error, config)))
+        return
+    send(JobEvent(EVENT_READY, message=f"ready on {runtime.status()['device']}", data=runtime.status()))
+    while True:
+        try:
+            command: Command = commands.recv()
+        except (EOFError, OSError):  # the UI process went away
+            return
+        if command.kind == "stop":
+            return
+        if command.kind == "run":
+            seq = command.seq
+            runtime.run(command.job, should_stop=lambda: cancel_seq.value == seq)
+
+
+def _describe_load_failure(error: BaseException, config: WorkerConfig) -> str:
+    text = str(error) or type(error).__name__
+    return f"the model in {config.model_dir} could not be loaded: {text}"
+
+
+class WorkerProcess:
+    """UI-side handle of one worker process: its pipes, its cancel flag, and how to stop it."""
+
+    def __init__(self, config: WorkerConfig, context_name: str = "spawn"):
+        context = multiprocessing.get_context(context_name)
+        command_reader, self._command_writer = context.Pipe(duplex=False)
+        self.events, event_writer = context.Pipe(duplex=False)
+        self._cancel_seq = context.Value("q", NO_JOB, lock=False)
+        self.process = context.Process(
+            target=worker_main,
+            args=(config, command_reader, event_writer, self._cancel_seq),
+            name="cosyvoice-worker",
+            daemon=True,
+        )
+        self.process.start()
+        # Drop our copies of the child's ends: a dead child then reads as EOF instead of a hang.
+        command_reader.close()
+        event_writer.close()
+        self.started_at = time.monotonic()
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+    @property
+    def sentinel(self) -> int:
+        return self.process.sentinel
+
+    def alive(self) -> bool:
+        return self.process.is_alive()
+
+    def exit_description(self) -> str:
+        code = self.process.exitcode
+        if code is None:
+            return "is still running"
+        if code < 0:
+            import signal
+
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            return f"was killed by {name}"
+        return f"exited with code {code}"
+
+    def send(self, command: Command) -> None:
+        """Raises BrokenPipeError / OSError when the worker is gone."""
+        self._command_writer.send(command)
+
+    def cancel(self, seq: int) -> None:
+        self._cancel_seq.value = seq
+
+    def receive(self, timeout: float) -> list[JobEvent]:
+        """Events that arrived within ``timeout`` s. Raises EOFError when the worker is gone."""
+        received = []
+        if self.events.poll(timeout):
+            while True:
+                received.append(self.events.recv())
+                if not self.events.poll(0):
+                    break
+        return received
+
+    def stop(self, timeout: float, on_event=None) -> str:
+        """Ask politely (stop command; events read meanwhile go to ``on_event``), then terminate, then kill.
+
+        Returns how it ended: "stopped", "terminated" or "killed".
+        """
+        deadline = time.monotonic() + timeout
+        try:
+            self.send(Command("stop"))
+        except OSError:
+            pass
+        while self.process.is_alive() and time.monotonic() < deadline:
+            try:
+                for event in self.receive(min(0.05, max(0.0, deadline - time.monotonic()))):
+                    if on_event is not None:
+                        on_event(event)
+            except (EOFError, OSError):
+                self.process.join(max(0.0, deadline - time.monotonic()))
+        how = "stopped"
+        if self.process.is_alive():
+            how = "terminated"
+            self.process.terminate()
+            self.process.join(2.0)
+        if self.process.is_alive():
+            how = "killed"
+            self.process.kill()
+            self.process.join(5.0)
+        self.close()
+        return how
+
+    def close(self) -> None:
+        for connection in (self._command_writer, self.events):
+            try:
+                connection.close()
+            except OSError:
+                pass

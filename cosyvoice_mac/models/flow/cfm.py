@@ -1,0 +1,128 @@
+"""Conditional flow matching sampler: integrate the estimator's velocity from fixed noise to a mel.
+
+Upstream: ``cosyvoice/flow/flow_matching.py::CausalConditionalCFM`` (+ ``ConditionalCFM.solve_euler``).
+Euler steps on a cosine time grid, classifier-free guidance as one batch of two (conditioned and
+unconditioned), and a start noise that is the same fixed tensor on every call, which is what makes
+the flow deterministic and lets streaming re-computations reproduce frames already emitted.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from cosyvoice_mac.config import ConfigError
+
+MEL_BINS = 80
+MEL_FRAME_RATE = 50  # mel frames per second (24 kHz audio, hop 480)
+NOISE_SEED = 0
+NOISE_FRAMES = 15000  # upstream draws 300 s of noise once; longer sequences cannot be generated
+MAX_SECONDS = NOISE_FRAMES // MEL_FRAME_RATE
+
+
+class FlowInputError(ValueError):
+    """Input the flow cannot turn into a mel (bad token ids, wrong shapes, too long): safe to show a user."""
+
+
+@functools.lru_cache(maxsize=1)
+def _noise_buffer() -> torch.Tensor:
+    # Same values as upstream's torch.manual_seed(0); torch.randn(1, 80, 15000): a fresh CPU generator
+    # seeded 0 is the default generator's Mersenne Twister state, without touching global RNG state.
+    generator = torch.Generator().manual_seed(NOISE_SEED)
+    return torch.randn(1, MEL_BINS, NOISE_FRAMES, generator=generator)
+
+
+def check_frame_count(frames: int) -> None:
+    """Raise :class:`FlowInputError` if ``frames`` (prompt + generated mel frames) exceed the fixed noise."""
+    if frames > NOISE_FRAMES:
+        raise FlowInputError(
+            f"the flow can make at most {NOISE_FRAMES} mel frames ({MAX_SECONDS} s of prompt plus generated "
+            f"speech) per call, but {frames} frames ({frames / MEL_FRAME_RATE:.1f} s) were asked for; "
+            "use a shorter voice prompt or split the text into shorter sentences"
+        )
+
+
+def fixed_start_noise(frames: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The first ``frames`` frames of the fixed start noise, ``(1, 80, frames)``, on ``device``."""
+    check_frame_count(frames)
+    return _noise_buffer()[:, :, :frames].to(device=device, dtype=dtype)
+
+
+@dataclass
+class CFMConfig:
+    """Sampler settings (yaml ``flow.decoder.cfm_params``); the step count is fixed in upstream code."""
+
+    n_timesteps: int = 10
+    inference_cfg_rate: float = 0.7
+    t_scheduler: str = "cosine"
+
+    @classmethod
+    def from_yaml(cls, decoder_node: dict) -> "CFMConfig":
+        params = decoder_node.get("cfm_params", {})
+        params = params.get("content", params)  # an omegaconf.DictConfig node wraps its values
+        solver = params.get("solver", "euler")
+        if solver != "euler":
+            raise ConfigError(f"flow.decoder.cfm_params.solver is {solver!r}; only 'euler' is supported")
+        scheduler = params.get("t_scheduler", "cosine")
+        if scheduler not in ("cosine", "linear"):
+            raise ConfigError(f"flow.decoder.cfm_params.t_scheduler is {scheduler!r}; expected 'cosine' or 'linear'")
+        return cls(inference_cfg_rate=float(params.get("inference_cfg_rate", 0.7)), t_scheduler=scheduler)
+
+
+class ConditionalFlowMatching(nn.Module):
+    """Owns the velocity ``estimator`` (DiT for v3, U-Net for v2) and runs the guided Euler sampler around it.
+
+    The Euler state and the time grid are fp32 whatever dtype the estimator runs in.
+    """
+
+    def __init__(self, estimator: nn.Module, config: CFMConfig):
+        super().__init__()
+        self.estimator = estimator
+        self.config = config
+
+    def time_grid(self, device: torch.device) -> torch.Tensor:
+        """``(n_timesteps + 1,)`` fp32 times from 0 to 1; cosine: ``1 - cos(pi/2 * k/n)`` (denser near 0)."""
+        grid = torch.linspace(0, 1, self.config.n_timesteps + 1, device=device, dtype=torch.float32)
+        if self.config.t_scheduler == "cosine":
+            grid = 1 - torch.cos(grid * 0.5 * math.pi)
+        return grid
+
+    def velocity(self, x, mask, mu, t, spks, cond, streaming: bool) -> torch.Tensor:
+        """Guided velocity ``(1 + w) v(cond) - w v(uncond)``: both branches in one estimator call of batch 2B.
+
+        The unconditioned branch zeroes ``mu``, ``spks`` and ``cond``; ``x``, ``t`` and ``mask`` are shared.
+        """
+        dtype = next(self.estimator.parameters()).dtype
+        batch = x.shape[0]
+        pair = lambda z: torch.cat([z, z]).to(dtype)  # noqa: E731
+        conditioned_only = lambda z: torch.cat([z, torch.zeros_like(z)]).to(dtype)  # noqa: E731
+        out = self.estimator(
+            pair(x), pair(mask), conditioned_only(mu), t.reshape(1).expand(2 * batch).to(dtype),
+            conditioned_only(spks), conditioned_only(cond), streaming=streaming,
+        ).float()
+        rate = self.config.inference_cfg_rate
+        return (1.0 + rate) * out[:batch] - rate * out[batch:]
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        mu: torch.Tensor,
+        mask: torch.Tensor,
+        spks: torch.Tensor,
+        cond: torch.Tensor,
+        streaming: bool = False,
+    ) -> torch.Tensor:
+        """``mu, cond (B, 80, T)``, ``mask (B, 1, T)``, ``spks (B, 80)`` -> mel ``(B, 80, T)`` fp32."""
+        grid = self.time_grid(mu.device)
+        x = fixed_start_noise(mu.shape[2], mu.device).expand(mu.shape[0], -1, -1)
+        # Upstream advances t by accumulating dt (t += dt; dt = grid[k+1] - t); kept for parity.
+        t, dt = grid[0], grid[1] - grid[0]
+        for step in range(1, len(grid)):
+            x = x + dt * self.velocity(x, mask, mu, t, spks, cond, streaming)
+            t = t + dt
+            if step < len(grid) - 1:
+                dt = grid[step + 1] - t
+        return x

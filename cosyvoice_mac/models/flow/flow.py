@@ -1,0 +1,213 @@
+"""The flow: speech tokens (+ voice prompt) -> 80-bin log-mel at 50 Hz, for CosyVoice2 and CosyVoice3.
+
+Upstream: ``cosyvoice/flow/flow.py::CausalMaskedDiffWithXvec.inference`` (v2) and
+``CausalMaskedDiffWithDiT.inference`` (v3). Both share one procedure (spec section 6.1):
+speaker vector -> 80-d; prompt tokens ++ tokens -> embeddings -> frame features ``mu`` at twice the
+token rate; the prompt mel conditions the first frames; the CFM sampler makes the whole mel and
+the prompt part is cut off. Only the token front-end and the estimator differ between versions:
+
+* v3 (``CausalMaskedDiffWithDiT``): pre-look-ahead conv, each frame repeated ``token_mel_ratio`` times, DiT.
+* v2 (``CausalMaskedDiffWithXvec``): upsampling conformer encoder + ``encoder_proj``, 1-D U-Net.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
+from cosyvoice_mac.config import ConfigError, require, tag_name
+from cosyvoice_mac.models.flow.cfm import (
+    MEL_BINS,
+    CFMConfig,
+    ConditionalFlowMatching,
+    FlowInputError,
+    check_frame_count,
+)
+from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
+from cosyvoice_mac.models.flow.lookahead import PreLookaheadLayer
+
+DIT_FLOW_TAG = "CausalMaskedDiffWithDiT"  # CosyVoice3
+CONFORMER_FLOW_TAG = "CausalMaskedDiffWithXvec"  # CosyVoice2
+VERSION_BY_TAG = {DIT_FLOW_TAG: "cosyvoice3", CONFORMER_FLOW_TAG: "cosyvoice2"}
+
+
+@dataclass
+class FlowConfig:
+    """Everything needed to build a :class:`Flow` (yaml ``flow:``), for either model version.
+
+    ``estimator`` is a ``DiTConfig`` (v3) or the v2 ``UNetConfig``; v3 has ``lookahead_channels``,
+    v2 has ``encoder`` (``ConformerConfig``) and ``encoder_output_size``.
+    """
+
+    version: str  # "cosyvoice3" or "cosyvoice2"
+    vocab_size: int
+    input_size: int  # token embedding width
+    estimator: Any
+    cfm: CFMConfig
+    output_size: int = MEL_BINS
+    spk_embed_dim: int = 192
+    token_mel_ratio: int = 2
+    pre_lookahead_len: int = 3
+    lookahead_channels: int = 0
+    encoder: Any = None
+    encoder_output_size: int = 0
+
+    @classmethod
+    def from_yaml(cls, node: dict) -> "FlowConfig":
+        tag = tag_name(node)
+        if tag not in VERSION_BY_TAG:
+            raise ConfigError(
+                f"flow section is a {tag or 'untagged node'}; expected {DIT_FLOW_TAG} or {CONFORMER_FLOW_TAG}"
+            )
+        decoder = require(node, "decoder", "flow")
+        common = dict(
+            version=VERSION_BY_TAG[tag],
+            vocab_size=int(require(node, "vocab_size", "flow")),
+            input_size=int(require(node, "input_size", "flow")),
+            output_size=int(node.get("output_size", MEL_BINS)),
+            spk_embed_dim=int(node.get("spk_embed_dim", 192)),
+            token_mel_ratio=int(node.get("token_mel_ratio", 2)),
+            pre_lookahead_len=int(node.get("pre_lookahead_len", 3)),
+            cfm=CFMConfig.from_yaml(decoder),
+        )
+        if common["output_size"] != MEL_BINS:
+            raise ConfigError(f"flow.output_size is {common['output_size']}; the flow makes {MEL_BINS}-bin mels")
+        estimator_node = require(decoder, "estimator", "flow.decoder")
+        if tag == DIT_FLOW_TAG:
+            lookahead = require(node, "pre_lookahead_layer", "flow")
+            if int(lookahead.get("pre_lookahead_len", common["pre_lookahead_len"])) != common["pre_lookahead_len"]:
+                raise ConfigError("flow.pre_lookahead_layer.pre_lookahead_len differs from flow.pre_lookahead_len")
+            return cls(
+                **common,
+                estimator=DiTConfig.from_yaml(estimator_node),
+                lookahead_channels=int(require(lookahead, "channels", "flow.pre_lookahead_layer")),
+            )
+        from cosyvoice_mac.models.flow.conformer import ConformerConfig
+        from cosyvoice_mac.models.flow.unet import UNetConfig
+
+        encoder_node = require(node, "encoder", "flow")
+        return cls(
+            **common,
+            estimator=UNetConfig.from_yaml(estimator_node),
+            encoder=ConformerConfig.from_yaml(encoder_node),
+            encoder_output_size=int(encoder_node.get("output_size", 256)),  # upstream default
+        )
+
+
+class Flow(nn.Module):
+    """Owns the token embedding, speaker projection, token front-end and the CFM sampler with its estimator.
+
+    State-dict keys equal the official ``flow.pt``. The flow is deterministic (fixed start noise).
+    """
+
+    def __init__(self, config: FlowConfig):
+        super().__init__()
+        self.config = config
+        self.input_embedding = nn.Embedding(config.vocab_size, config.input_size)
+        self.spk_embed_affine_layer = nn.Linear(config.spk_embed_dim, config.output_size)
+        if config.version == "cosyvoice3":
+            self.pre_lookahead_layer = PreLookaheadLayer(
+                config.input_size, config.lookahead_channels, config.pre_lookahead_len
+            )
+            estimator = DiT(config.estimator)
+        else:
+            from cosyvoice_mac.models.flow.conformer import UpsampleConformerEncoder
+            from cosyvoice_mac.models.flow.unet import CausalConditionalDecoder
+
+            self.encoder = UpsampleConformerEncoder(config.encoder)
+            self.encoder_proj = nn.Linear(config.encoder_output_size, config.output_size)
+            estimator = CausalConditionalDecoder(config.estimator)
+        self.decoder = ConditionalFlowMatching(estimator, config.cfm)
+
+    @classmethod
+    def from_checkpoint(cls, config: FlowConfig, path: str | Path, *, hub_repo: str | None = None) -> "Flow":
+        """Build from ``config`` and load ``flow.pt`` strictly; returned in eval mode on the CPU."""
+        flow = cls(config)
+        load_strict(flow, load_checkpoint(path, hub_repo=hub_repo), source=str(path))
+        return flow.eval()
+
+    def output_frames(self, prompt_tokens: int, tokens: int, finalize: bool) -> int:
+        """Mel frames the sampler makes (prompt included) for these token counts."""
+        lookahead_only = 0 if finalize else self.config.pre_lookahead_len
+        return self.config.token_mel_ratio * (prompt_tokens + tokens - lookahead_only)
+
+    def token_features(self, embedded: torch.Tensor, finalize: bool, streaming: bool) -> torch.Tensor:
+        """Token embeddings ``(1, L, C)`` -> frame features ``mu (1, ratio * L', 80)``.
+
+        When not finalising, the last ``pre_lookahead_len`` tokens are look-ahead context only (L' = L - 3).
+        """
+        context = None
+        if not finalize:
+            split = embedded.shape[1] - self.config.pre_lookahead_len
+            embedded, context = embedded[:, :split], embedded[:, split:]
+        if self.config.version == "cosyvoice3":
+            features = self.pre_lookahead_layer(embedded, context)
+            return features.repeat_interleave(self.config.token_mel_ratio, dim=1)
+        return self.encoder_proj(self.encoder(embedded, context, streaming))
+
+    @torch.inference_mode()
+    def inference(
+        self,
+        tokens: torch.Tensor,
+        prompt_tokens: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        *,
+        streaming: bool = False,
+        finalize: bool = True,
+    ) -> torch.Tensor:
+        """Speech tokens -> log-mel of the generated part only.
+
+        tokens (1, N) and prompt_tokens (1, P): integer speech-token ids (negative ids count as 0, as upstream);
+        prompt_feat (1, F, 80): prompt log-mel, normally F = 2P; embedding (1, 192): raw speaker vector.
+        ``streaming`` uses chunk-causal attention; ``finalize=False`` treats the last 3 tokens as
+        look-ahead only (intermediate streaming chunk). Returns mel ``(1, 80, T - F)`` fp32 on the
+        module's device, ``T = 2 (P + N)`` (``2 (P + N - 3)`` when not finalising).
+        """
+        self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize)
+        weight = self.spk_embed_affine_layer.weight
+        device, dtype = weight.device, weight.dtype
+        frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
+        prompt_frames = prompt_feat.shape[1]
+
+        speaker = self.spk_embed_affine_layer(F.normalize(embedding.to(device).float(), dim=1).to(dtype))
+        ids = torch.cat([prompt_tokens, tokens], dim=1).to(device=device, dtype=torch.long).clamp(min=0)
+        mu = self.token_features(self.input_embedding(ids), finalize, streaming)
+        cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
+        cond[:, :prompt_frames] = prompt_feat.to(device=device, dtype=mu.dtype)
+        mask = torch.ones(1, 1, frames, device=device, dtype=mu.dtype)
+        mel = self.decoder(mu.transpose(1, 2).contiguous(), mask, speaker, cond.transpose(1, 2), streaming)
+        return mel[:, :, prompt_frames:].float()
+
+    def _check_inputs(self, tokens, prompt_tokens, prompt_feat, embedding, finalize: bool) -> None:
+        config = self.config
+        for name, ids in (("tokens", tokens), ("prompt_tokens", prompt_tokens)):
+            if ids.dim() != 2 or ids.shape[0] != 1:
+                raise FlowInputError(f"{name} must have shape (1, N), got {tuple(ids.shape)}")
+            if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+                raise FlowInputError(f"{name} must hold integer speech-token ids, got {ids.dtype}")
+            if ids.numel() and int(ids.max()) >= config.vocab_size:
+                raise FlowInputError(
+                    f"{name} contains speech-token id {int(ids.max())}, but this flow model knows ids "
+                    f"0..{config.vocab_size - 1}; were the tokens made by a different model version?"
+                )
+        minimum = 1 if finalize else config.pre_lookahead_len + 1
+        if tokens.shape[1] < minimum:
+            why = "" if finalize else f" (the last {config.pre_lookahead_len} of an unfinished chunk are look-ahead only)"
+            raise FlowInputError(f"tokens has {tokens.shape[1]} ids; at least {minimum} are needed{why}")
+        if prompt_feat.dim() != 3 or prompt_feat.shape[0] != 1 or prompt_feat.shape[2] != config.output_size:
+            raise FlowInputError(f"prompt_feat must have shape (1, frames, {config.output_size}), got {tuple(prompt_feat.shape)}")
+        if embedding.dim() != 2 or embedding.shape != (1, config.spk_embed_dim):
+            raise FlowInputError(f"embedding must have shape (1, {config.spk_embed_dim}), got {tuple(embedding.shape)}")
+        frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
+        check_frame_count(frames)
+        if prompt_feat.shape[1] > frames:
+            raise FlowInputError(
+                f"prompt_feat has {prompt_feat.shape[1]} frames but the tokens only cover {frames}; "
+                f"the prompt mel should have {config.token_mel_ratio} frames per prompt token"
+            )

@@ -1,0 +1,20 @@
+"""Attention masks shared by the flow's encoder and estimators.
+
+Streaming inference re-runs the flow on a growing prefix; frames already emitted stay the same
+because every attention is chunk-causal: a frame sees its own chunk and everything before it.
+"""
+from __future__ import annotations
+
+import torch
+
+
+def chunk_causal_mask(length: int, chunk_size: int, device: torch.device) -> torch.Tensor:
+    """``(T, T)`` bool, True where query i may attend key j: ``j < (i // chunk_size + 1) * chunk_size``.
+
+    Left context is unlimited. Upstream: ``cosyvoice/utils/mask.py::subsequent_chunk_mask``.
+    """
+    if chunk_size <= 0:
+        raise ValueError(f"chunk_size must be positive for a chunk mask, got {chunk_size}")
+    positions = torch.arange(length, device=device)
+    chunk_end = (torch.div(positions, chunk_size, rounding_mode="floor") + 1) * chunk_size
+    return positions.unsqueeze(0) < chunk_end.unsqueeze(1)

@@ -1,0 +1,33 @@
+"""CosyVoice2/3 speech language model: Qwen2 backbone, speech-token decoding and sampling."""
+from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model, StaticKVCache
+from cosyvoice_mac.models.llm.sampling import FULL, NUCLEUS, GreedySampler, RasSampler
+from cosyvoice_mac.models.llm.speech_lm import (
+    COSYVOICE3_SILENT_TOKENS,
+    ENDOFPROMPT_ID,
+    SpeechDecoder,
+    SpeechLM,
+    SpeechLMConfig,
+    SpeechLMInputError,
+    drop_long_silent_runs,
+    filter_silent_runs,
+    load_speech_lm,
+)
+
+__all__ = [
+    "COSYVOICE3_SILENT_TOKENS",
+    "ENDOFPROMPT_ID",
+    "FULL",
+    "NUCLEUS",
+    "GreedySampler",
+    "Qwen2Config",
+    "Qwen2Model",
+    "RasSampler",
+    "SpeechDecoder",
+    "SpeechLM",
+    "SpeechLMConfig",
+    "SpeechLMInputError",
+    "StaticKVCache",
+    "drop_long_silent_runs",
+    "filter_silent_runs",
+    "load_speech_lm",
+]

@@ -1,0 +1,261 @@
+"""The public entry point: ``CosyVoice.from_pretrained(dir).synthesize(text, prompt_audio=...)``.
+
+text -> normalise and split into sentences -> Qwen2 BPE ids -> speech LM -> speech tokens ->
+flow (CFM) -> 80-bin mel -> HiFT vocoder -> 24 kHz waveform, one sentence at a time.
+"""
+from __future__ import annotations
+
+import secrets
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from cosyvoice_mac.device import select_device, select_dtype
+from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
+from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
+from cosyvoice_mac.frontend.text import TextNormalizer
+from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
+from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
+from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
+from cosyvoice_mac.pipeline import prompts
+from cosyvoice_mac.pipeline.fullsize import official_config
+from cosyvoice_mac.pipeline.loading import Networks, build_networks, model_identity, qwen_config_for
+from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
+from cosyvoice_mac.pipeline.speaker import PromptEncoder
+from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
+from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
+
+STOP_CHECK_EVERY_TOKENS = 10
+
+
+class CosyVoice:
+    """One loaded model: owns the text frontend, the prompt encoder and the three networks.
+
+    The networks are language-blind; this class is language- and mode-aware (zero-shot,
+    cross-lingual, instruct) and turns requests into their inputs.
+    """
+
+    def __init__(
+        self,
+        *,
+        version: str,
+        config: dict,
+        networks: Networks,
+        tokenizer,
+        prompt_encoder: PromptEncoder,
+        device: torch.device,
+        dtype: torch.dtype,
+        model_id: str,
+        folder: ModelFolder | None,
+    ):
+        self.version = version
+        self.config = config
+        self.networks = networks
+        self.tokenizer = tokenizer
+        self.normalizer = TextNormalizer(lambda text: len(tokenizer.encode(text)))
+        self.prompt_encoder = prompt_encoder
+        self.device = device
+        self.dtype = dtype
+        self.model_id = model_id
+        self.folder = folder
+        self.sample_rate = SAMPLE_RATE
+
+    # construction ---------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_dir: str | Path,
+        device: str | torch.device | None = "auto",
+        dtype: str | torch.dtype | None = None,
+        *,
+        random_weights: bool = False,
+    ) -> "CosyVoice":
+        """Load an official model folder unchanged (``random_weights`` only if asked for by name)."""
+        folder = ModelFolder.open(model_dir)
+        target, precision = _resolve(device, dtype)
+        networks = build_networks(
+            folder.config, qwen_config_for(folder), folder=folder, device=target,
+            llm_dtype=precision, flow_dtype=precision, random_weights=random_weights,
+        )
+        model_id = model_identity(folder, folder.version, random_weights)
+        tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
+        speech_tokenizer = SpeechTokenizer(folder.file(SPEECH_TOKENIZER_FILES[folder.version]))
+        speaker_encoder = SpeakerEncoder(folder.file("campplus.onnx"))
+        prompt_encoder = PromptEncoder(
+            speech_tokenizer, speaker_encoder, fmax=_fmax(folder.config), model_id=model_id
+        )
+        return cls(
+            version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
+            prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=folder,
+        )
+
+    @classmethod
+    def random_full_size(
+        cls,
+        version: str = "cosyvoice3",
+        device: str | torch.device | None = "auto",
+        dtype: str | torch.dtype | None = None,
+        *,
+        seed: int = 0,
+    ) -> "CosyVoice":
+        """The released architecture at full size with RANDOM weights and stand-in frontends.
+
+        For benchmarks and memory checks only: its speech is noise. Never chosen implicitly.
+        """
+        config = official_config(version)
+        target, precision = _resolve(device, dtype)
+        networks = build_networks(
+            config, qwen_config_for(None), folder=None, device=target,
+            llm_dtype=precision, flow_dtype=precision, random_weights=True, seed=seed,
+        )
+        model_id = model_identity(None, version, True)
+        prompt_encoder = PromptEncoder(
+            RandomSpeechTokenizer(seed=seed), RandomSpeakerEncoder(seed=seed),
+            fmax=_fmax(config), model_id=model_id,
+        )
+        return cls(
+            version=version, config=config, networks=networks, tokenizer=ByteStandInTokenizer(),
+            prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=None,
+        )
+
+    def to(self, device: str | torch.device) -> "CosyVoice":
+        """Move the networks (e.g. to the CPU for a retry after a device error)."""
+        self.device = torch.device(device)
+        self.networks.to(self.device)
+        return self
+
+    # requests -------------------------------------------------------------------------------
+    def prepare_prompt(
+        self,
+        audio: str | Path | np.ndarray,
+        sample_rate: int | None = None,
+        transcript: str | None = None,
+    ) -> SpeakerPrompt:
+        """Features of a prompt voice (the expensive, cacheable part of a request)."""
+        return self.prompt_encoder.encode(audio, sample_rate=sample_rate, transcript=transcript)
+
+    def synthesize(
+        self,
+        text: str,
+        prompt_audio: str | Path | np.ndarray | None = None,
+        prompt_text: str | None = None,
+        instruct: str | None = None,
+        seed: int | None = None,
+        speed: float = 1.0,
+        *,
+        speaker: SpeakerPrompt | None = None,
+        stream: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+        prompt_sample_rate: int | None = None,
+    ) -> Iterator[SynthesisResult]:
+        """Speak ``text`` in the prompt's voice; yield one result per sentence as it is done.
+
+        Mode: ``instruct`` given -> instruct; ``prompt_text`` given -> zero-shot; else cross-lingual.
+        Input errors raise :class:`SynthesisError` before any audio is produced.
+        """
+        if stream:
+            raise SynthesisError("streaming synthesis is not available in this version")
+        request = prompts.plan_request(
+            self, text, prompt_text=prompt_text, instruct=instruct, speed=speed,
+            has_prompt=speaker is not None or prompt_audio is not None,
+        )
+        started = time.perf_counter()
+        if speaker is None:
+            speaker = self.prepare_prompt(prompt_audio, prompt_sample_rate, transcript=prompt_text)
+        elif speaker.model_id != self.model_id:
+            raise SynthesisError("that saved voice was prepared for another model; upload its audio again")
+        frontend_s = time.perf_counter() - started
+        seed = secrets.randbelow(2**31) if seed is None else int(seed)
+        return self._run(request, speaker, seed, should_stop or (lambda: False), frontend_s)
+
+    def _run(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
+        sampler = self.networks.llm.make_sampler(seed=seed)
+        for index, segment in enumerate(request.segments):
+            if should_stop():
+                return
+            timings = {"frontend": frontend_s if index == 0 else 0.0}
+            started = time.perf_counter()
+            tokens = self._speech_tokens(segment, request, speaker, sampler, should_stop, timings)
+            if tokens is None:
+                return
+            noise = GaussianSourceNoise(seed=seed + index) if self.version == "cosyvoice2" else None
+            wave = self._tokens_to_wave(tokens, speaker, request.speed, timings, noise)
+            yield SynthesisResult(
+                audio=wave, sample_rate=self.sample_rate, speech_token_count=len(tokens),
+                seconds=time.perf_counter() - started + timings["frontend"], text=segment.display_text,
+                segment_index=index, segment_count=len(request.segments), timings=timings,
+                seed=seed, mode=request.mode,
+            )
+
+    @torch.inference_mode()
+    def _speech_tokens(self, segment, request, speaker, sampler, should_stop, timings) -> list[int] | None:
+        started = time.perf_counter()
+        llm = self.networks.llm
+        prompt_speech = speaker.speech_tokens if request.mode == "zero_shot" else speaker.speech_tokens[:, :0]
+        stream = llm.generate(
+            _ids(self.tokenizer.encode(segment.llm_text)),
+            _ids(self.tokenizer.encode(request.llm_prompt_text)),
+            prompt_speech,
+            sampler,
+        )
+        tokens: list[int] = []
+        for token in filter_silent_runs(stream, llm.silent_ids):
+            tokens.append(token)
+            if len(tokens) % STOP_CHECK_EVERY_TOKENS == 0 and should_stop():
+                return None
+        timings["llm"] = time.perf_counter() - started
+        if not tokens:
+            raise SynthesisError(
+                f"the model produced no speech for {segment.display_text!r}; try rephrasing or another seed"
+            )
+        return tokens
+
+    @torch.inference_mode()
+    def _tokens_to_wave(self, tokens, speaker, speed, timings, noise=None) -> np.ndarray:
+        """Flow then vocoder; ``noise`` seeds CosyVoice2's random excitation (v3's is fixed)."""
+        started = time.perf_counter()
+        flow = self.networks.flow
+        device = next(flow.parameters()).device
+        mel = flow.inference(
+            torch.tensor([tokens], dtype=torch.long, device=device),
+            speaker.speech_tokens.to(device),
+            speaker.mel.to(device),
+            speaker.embedding.to(device),
+        )
+        if speed != 1.0:
+            mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
+        _synchronize(device)
+        timings["flow"] = time.perf_counter() - started
+        started = time.perf_counter()
+        wave, _ = self.networks.hift.inference(mel.float(), noise=noise)
+        samples = wave[0].float().cpu().numpy()
+        timings["vocoder"] = time.perf_counter() - started
+        return samples
+
+
+def _ids(ids: list[int]) -> torch.Tensor:
+    return torch.tensor([ids], dtype=torch.long)
+
+
+def _fmax(config: dict):
+    return config.get("feat_extractor", {}).get("fmax")
+
+
+def _resolve(device, dtype) -> tuple[torch.device, torch.dtype]:
+    target = device if isinstance(device, torch.device) else select_device(device)
+    precision = dtype if isinstance(dtype, torch.dtype) else select_dtype(dtype)
+    return target, precision
+
+
+def _synchronize(device: torch.device) -> None:
+    """Finish queued GPU work so stage timings are true (no-op on the CPU)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+

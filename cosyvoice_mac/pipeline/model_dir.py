@@ -1,0 +1,120 @@
+"""An official model folder on disk: which version it is and where each needed file lies.
+
+The folder is used exactly as downloaded (``FunAudioLLM/Fun-CosyVoice3-0.5B-2512`` or
+``FunAudioLLM/CosyVoice2-0.5B``); nothing in it is rewritten or executed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from cosyvoice_mac.config import ConfigError, read_yaml_config
+
+VERSIONS = ("cosyvoice3", "cosyvoice2")
+
+HUB_REPOS = {
+    "cosyvoice3": "FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
+    "cosyvoice2": "FunAudioLLM/CosyVoice2-0.5B",
+}
+
+SPEECH_TOKENIZER_FILES = {
+    "cosyvoice3": "speech_tokenizer_v3.onnx",
+    "cosyvoice2": "speech_tokenizer_v2.onnx",
+}
+
+BLANK_EN = "CosyVoice-BlankEN"
+
+
+def inference_files(version: str) -> list[str]:
+    """The files plain PyTorch inference reads (spec section 1); downloads fetch only these."""
+    return [
+        f"{version}.yaml",
+        "llm.pt",
+        "flow.pt",
+        "hift.pt",
+        "campplus.onnx",
+        SPEECH_TOKENIZER_FILES[version],
+        f"{BLANK_EN}/config.json",
+        f"{BLANK_EN}/tokenizer_config.json",
+        f"{BLANK_EN}/vocab.json",
+        f"{BLANK_EN}/merges.txt",
+    ]
+
+
+class ModelFolderError(FileNotFoundError):
+    """The folder is not a CosyVoice model folder, or lacks a file inference needs."""
+
+
+def detect_version(path: Path) -> str:
+    """``cosyvoice3`` or ``cosyvoice2`` from the YAML file the folder holds (exactly one)."""
+    path = Path(path)
+    if not path.is_dir():
+        raise ModelFolderError(f"model folder {path} does not exist")
+    found = [version for version in VERSIONS if (path / f"{version}.yaml").is_file()]
+    if (path / "cosyvoice.yaml").is_file() and not found:
+        raise ModelFolderError(
+            f"{path} holds a CosyVoice-300M (v1) model, which this app does not run; "
+            "use Fun-CosyVoice3-0.5B or CosyVoice2-0.5B"
+        )
+    if not found:
+        raise ModelFolderError(
+            f"{path} is not a CosyVoice model folder (no cosyvoice3.yaml or cosyvoice2.yaml). "
+            "Run: bash run.sh download cosyvoice3"
+        )
+    if len(found) > 1:
+        raise ModelFolderError(f"{path} holds both cosyvoice2.yaml and cosyvoice3.yaml; keep one")
+    return found[0]
+
+
+@dataclass
+class ModelFolder:
+    """A model folder: its path, version and parsed YAML (plain data)."""
+
+    path: Path
+    version: str
+    config: dict
+
+    @classmethod
+    def open(cls, path: str | Path) -> "ModelFolder":
+        path = Path(path).expanduser().resolve()
+        version = detect_version(path)
+        try:
+            config = read_yaml_config(
+                path / f"{version}.yaml", overrides={"qwen_pretrain_path": str(path / BLANK_EN)}
+            )
+        except ConfigError as error:
+            raise ModelFolderError(str(error)) from error
+        return cls(path=path, version=version, config=config)
+
+    @property
+    def hub_repo(self) -> str:
+        return HUB_REPOS[self.version]
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    def file(self, relative: str) -> Path:
+        """Path of a needed file; a clear error naming it and the hub repo when it is missing."""
+        candidate = self.path / relative
+        if not candidate.exists():
+            raise ModelFolderError(
+                f"{candidate} is missing from the model folder. Download it from the Hugging Face "
+                f"repo {self.hub_repo} (bash run.sh download {self.version})"
+            )
+        return candidate
+
+    def has(self, relative: str) -> bool:
+        return (self.path / relative).exists()
+
+    def missing_files(self) -> list[str]:
+        required = [name for name in inference_files(self.version) if not name.startswith(BLANK_EN)]
+        tokenizer_ok = self.has(f"{BLANK_EN}/tokenizer.json") or (
+            self.has(f"{BLANK_EN}/vocab.json") and self.has(f"{BLANK_EN}/merges.txt")
+        )
+        missing = [name for name in required if not self.has(name)]
+        if not self.has(f"{BLANK_EN}/config.json"):
+            missing.append(f"{BLANK_EN}/config.json")
+        if not tokenizer_ok:
+            missing.append(f"{BLANK_EN}/vocab.json + merges.txt")
+        return missing

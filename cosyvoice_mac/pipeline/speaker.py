@@ -1,0 +1,80 @@
+"""Prompt audio -> SpeakerPrompt: speech tokens, speaker vector and prompt mel (spec 4.3-4.7)."""
+from __future__ import annotations
+
+import contextlib
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cosyvoice_mac import audio
+from cosyvoice_mac.frontend.features import prompt_mel
+from cosyvoice_mac.frontend.prompt import align_prompt
+from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError
+
+TOKENIZER_RATE = 16000
+MODEL_RATE = 24000
+
+
+class PromptEncoder:
+    """Owns the speech tokenizer and speaker encoder (ONNX, CPU) and the prompt-mel settings.
+
+    Feature extraction runs once per prompt voice on the CPU; the engine caches its result.
+    """
+
+    def __init__(self, speech_tokenizer, speaker_encoder, *, fmax: float | None, model_id: str):
+        self.speech_tokenizer = speech_tokenizer
+        self.speaker_encoder = speaker_encoder
+        self.fmax = fmax
+        self.model_id = model_id
+        self.calls = 0  # feature extractions performed (tests and cache statistics read it)
+
+    @torch.inference_mode()
+    def encode(
+        self,
+        prompt: str | Path | np.ndarray,
+        sample_rate: int | None = None,
+        transcript: str | None = None,
+    ) -> SpeakerPrompt:
+        """Extract features of ``prompt`` (a file path, or mono samples at ``sample_rate``)."""
+        with _as_audio_file(prompt, sample_rate) as path:
+            try:
+                clip16k = audio.load_audio(path, TOKENIZER_RATE)
+                clip24k = audio.load_audio(path, MODEL_RATE)
+            except audio.AudioInputError as error:
+                raise SynthesisError(str(error)) from error
+        wave16k, wave24k = clip16k.wave, clip24k.wave
+        tokens = self.speech_tokenizer.tokens(wave16k)
+        embedding = self.speaker_encoder.embedding(wave16k)
+        mel = prompt_mel(wave24k, fmax=self.fmax)
+        tokens, mel = align_prompt(tokens, mel)
+        if tokens.shape[1] == 0:
+            raise SynthesisError("the prompt audio is too short to take a voice from; use 3-30 s of speech")
+        self.calls += 1
+        return SpeakerPrompt(
+            speech_tokens=tokens.long().cpu(),
+            mel=mel.float().cpu(),
+            embedding=embedding.float().reshape(1, -1).cpu(),
+            audio_hash=clip16k.content_hash,
+            model_id=self.model_id,
+            transcript=transcript,
+            duration_s=clip16k.seconds,
+        )
+
+
+@contextlib.contextmanager
+def _as_audio_file(prompt: str | Path | np.ndarray, sample_rate: int | None):
+    """Yield a path to the prompt; samples (a microphone take) are written to a temp WAV first."""
+    if isinstance(prompt, (str, Path)):
+        yield Path(prompt)
+        return
+    if sample_rate is None:
+        raise SynthesisError("prompt samples were given without their sample rate")
+    samples = np.asarray(prompt, dtype=np.float32)
+    if samples.ndim == 2:  # (N, channels) as microphones deliver it
+        samples = samples.mean(axis=1)
+    with tempfile.TemporaryDirectory(prefix="cosyvoice-prompt-") as folder:
+        path = Path(folder) / "prompt.wav"
+        audio.write_wav(path, samples, sample_rate, subtype="FLOAT")
+        yield path

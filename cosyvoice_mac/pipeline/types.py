@@ -1,0 +1,57 @@
+"""Typed values that cross the pipeline's public boundary (engine, UI and CLI use these)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+SAMPLE_RATE = 24000
+MODES = ("zero_shot", "cross_lingual", "instruct")
+
+
+class SynthesisError(ValueError):
+    """Bad input to synthesis (empty text, unknown markup, prompt too long, ...): safe to show a user."""
+
+
+@dataclass
+class SpeakerPrompt:
+    """Everything the models need from one prompt voice; what the speaker cache stores.
+
+    speech_tokens: (1, P) int64 prompt speech tokens (already aligned: mel has 2P frames)
+    mel: (1, 2P, 80) float32 prompt log-mel at 50 Hz (24 kHz audio)
+    embedding: (1, 192) float32 raw CAM++ speaker vector (not normalised)
+    """
+
+    speech_tokens: torch.Tensor
+    mel: torch.Tensor
+    embedding: torch.Tensor
+    audio_hash: str
+    model_id: str
+    transcript: str | None = None
+    duration_s: float = 0.0
+
+
+@dataclass
+class SynthesisResult:
+    """One finished sentence (or, when streaming, one chunk) of synthesised speech."""
+
+    audio: np.ndarray  # (N,) float32 in [-0.99, 0.99]
+    sample_rate: int
+    speech_token_count: int
+    seconds: float  # wall time spent producing this piece
+    text: str
+    segment_index: int
+    segment_count: int
+    is_final_chunk: bool = True
+    seed: int | None = None  # the sampling seed used (reuse it to get the same audio again)
+    mode: str = "zero_shot"
+    timings: dict[str, float] = field(default_factory=dict)  # per stage: frontend, llm, flow, vocoder
+
+    @property
+    def duration_s(self) -> float:
+        return len(self.audio) / self.sample_rate
+
+    @property
+    def real_time_factor(self) -> float:
+        return self.seconds / self.duration_s if len(self.audio) else float("inf")

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# CosyVoice for Mac.
+#   bash run.sh [--host H] [--port P]   set up .venv if needed, then start the web UI on 127.0.0.1:7860
+#   bash run.sh test [pytest args]      set up .venv if needed, then run the test suite
+#   bash run.sh setup                   only set up .venv
+# Set-up is skipped when .venv already matches pyproject.toml (a hash of it sits in .venv/.setup-stamp).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+VENV=.venv
+STAMP="$VENV/.setup-stamp"
+SETUP_REVISION=1  # bump when the set-up steps below change in a way that needs a re-install
+TORCH_REQUIREMENT="torch==2.13.0"  # the build every result of ours was checked with
+PYTHON_CANDIDATES=(python3.11 python3.12 python3.10 python3)
+
+usage() {
+  echo "usage: bash run.sh [--host HOST] [--port PORT] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
+}
+
+say() { printf 'run.sh: %s\n' "$*" >&2; }
+
+python_ok() {  # a Python we support: 3.10-3.12 with venv
+  "$1" -c 'import sys, venv, ensurepip; sys.exit(0 if (3, 10) <= sys.version_info[:2] <= (3, 12) else 1)' \
+    >/dev/null 2>&1
+}
+
+find_python() {
+  local candidate
+  for candidate in ${PYTHON:+"$PYTHON"} "${PYTHON_CANDIDATES[@]}"; do
+    if command -v "$candidate" >/dev/null 2>&1 && python_ok "$candidate"; then
+      command -v "$candidate"
+      return 0
+    fi
+  done
+  return 1
+}
+
+check_platform() {
+  if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" != arm64 ]; then
+    say "this is an Intel Mac (or Python under Rosetta); PyTorch ships no builds for it any more."
+    say "Use an Apple Silicon Mac with an arm64 Terminal, or Linux."
+    exit 1
+  fi
+}
+
+spec_hash() {
+  local hasher=(sha256sum)
+  command -v sha256sum >/dev/null 2>&1 || hasher=(shasum -a 256)
+  { cat pyproject.toml; echo "$TORCH_REQUIREMENT $SETUP_REVISION"; "$VENV/bin/python" -V; } | "${hasher[@]}" | cut -d' ' -f1
+}
+
+setup() {
+  check_platform
+  if [ ! -x "$VENV/bin/python" ]; then
+    local python
+    if ! python=$(find_python); then
+      say "no usable Python found: this project needs Python 3.10, 3.11 or 3.12 (with its venv module) on PATH."
+      say "macOS: brew install python@3.11   Debian/Ubuntu: sudo apt-get install python3.11 python3.11-venv"
+      say "or point run.sh at one: PYTHON=/path/to/python3.11 bash run.sh"
+      exit 1
+    fi
+    say "creating $VENV with $python ($("$python" -V 2>&1))"
+    "$python" -m venv "$VENV"
+  fi
+  if ! python_ok "$VENV/bin/python"; then
+    say "$VENV does not hold a working Python 3.10-3.12. Delete it (rm -rf $VENV) and run this again."
+    exit 1
+  fi
+  local wanted
+  wanted=$(spec_hash)
+  if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$wanted" ]; then
+    return 0
+  fi
+  say "installing dependencies into $VENV (the first time takes several minutes)"
+  local pip=("$VENV/bin/python" -m pip install --disable-pip-version-check)
+  # torch first, pinned, so nothing that depends on it can pull in another build. On Linux x86_64
+  # pip's find-links can serve the CPU build; on macOS arm64 the PyPI wheel includes MPS.
+  "${pip[@]}" "$TORCH_REQUIREMENT"
+  "${pip[@]}" -e ".[test]" "$TORCH_REQUIREMENT"
+  echo "$wanted" >"$STAMP"
+  say "set-up done"
+}
+
+ensure_espeak() {  # the tests synthesise their speech samples with espeak-ng
+  command -v espeak-ng >/dev/null 2>&1 && return 0
+  if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    say "installing espeak-ng (the tests make their speech samples with it)"
+    if $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+      --no-install-recommends espeak-ng >/dev/null; then
+      return 0
+    fi
+  elif [ "$(uname -s)" = Darwin ] && command -v brew >/dev/null 2>&1; then
+    brew install espeak-ng && return 0
+  fi
+  say "espeak-ng is missing and could not be installed; tests that need speech will fail."
+  say "Install it (Debian/Ubuntu: sudo apt-get install espeak-ng; macOS: brew install espeak-ng) and run again."
+}
+
+verb="${1:-}"
+case "$verb" in
+  "" | -*)
+    setup
+    exec "$VENV/bin/python" app.py "$@"
+    ;;
+  test)
+    shift
+    setup
+    ensure_espeak
+    export OMP_WAIT_POLICY=PASSIVE
+    exec "$VENV/bin/python" -m pytest -v "$@"
+    ;;
+  setup)
+    setup
+    ;;
+  help)
+    usage
+    ;;
+  *)
+    usage >&2
+    say "unknown command '$verb'"
+    exit 2
+    ;;
+esac

@@ -1,0 +1,63 @@
+"""Shared test set-up: polite CPU threading, and real speech samples made with espeak-ng.
+
+Tests use speech, not sine waves: silence trimming, loudness and the speech models all behave
+differently on tones. ``make_speech`` synthesises a sentence with espeak-ng (``bash run.sh test``
+installs it on Debian/Ubuntu; ``brew install espeak-ng`` on macOS).
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from math import gcd
+from pathlib import Path
+
+# Before torch loads OpenMP: idle worker threads sleep instead of spinning on a shared machine.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import cosyvoice_mac  # noqa: E402,F401  (before torch: it sets PYTORCH_ENABLE_MPS_FALLBACK)
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import soundfile  # noqa: E402
+import torch  # noqa: E402
+from scipy.signal import resample_poly  # noqa: E402
+
+ESPEAK_RATE = 22050  # espeak-ng writes 16-bit mono WAV at this rate
+
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def make_speech(tmp_path_factory):
+    """Factory ``make_speech(text, seconds=None, sample_rate=22050, voice="en-us") -> Path`` of a mono PCM-16 WAV.
+
+    ``seconds`` makes the clip exactly that long: the sentence is repeated and then cut. Clips are
+    made once per session and shared, so treat the files as read-only.
+    """
+    espeak = shutil.which("espeak-ng")
+    folder = tmp_path_factory.mktemp("speech")
+
+    def make(text: str, seconds: float | None = None, sample_rate: int = ESPEAK_RATE, voice: str = "en-us") -> Path:
+        key = f"{text}|{seconds}|{sample_rate}|{voice}"
+        path = folder / f"{hashlib.sha1(key.encode()).hexdigest()[:16]}.wav"
+        if path.exists():
+            return path
+        if espeak is None:
+            pytest.fail(
+                "espeak-ng is not installed, and the tests make their speech with it. "
+                "Install it (sudo apt-get install espeak-ng / brew install espeak-ng) or run: bash run.sh test"
+            )
+        raw = folder / f"raw-{path.name}"
+        subprocess.run([espeak, "-v", voice, "-w", str(raw), text], check=True, capture_output=True, timeout=60)
+        samples, rate = soundfile.read(raw, dtype="float32")
+        if seconds is not None:
+            wanted = round(seconds * rate)
+            samples = np.tile(samples, -(-wanted // len(samples)))[:wanted]
+        if sample_rate != rate:
+            divisor = gcd(sample_rate, rate)
+            samples = resample_poly(samples, sample_rate // divisor, rate // divisor).astype(np.float32)
+        soundfile.write(path, np.clip(samples, -1.0, 1.0), sample_rate, subtype="PCM_16")
+        return path
+
+    return make

@@ -1,0 +1,1 @@
+"""Small but real stand-ins for model files we cannot ship in tests (ONNX tokenizer, CAM++)."""

@@ -1,0 +1,176 @@
+"""A stand-in for ``cosyvoice_mac.pipeline.CosyVoice`` with the same public contract, for engine tests.
+
+It loads nothing and makes tones instead of speech, and it can misbehave on request. Markers in
+the text steer one job; keyword arguments of ``from_pretrained`` (the engine's
+``pipeline_kwargs``) steer the whole worker:
+
+* ``[slow]``          each sentence takes ``segment_s`` seconds (cancellable between sentences)
+* ``[hang]``          never returns and ignores ``should_stop`` (a stuck model)
+* ``[device-error]``  raises an MPS "not implemented" RuntimeError while on a non-CPU device
+* ``[bad]``           raises SynthesisError (bad input)
+
+``home_device`` is the device it claims to load on (``"mps"`` lets the CPU-retry path run on
+Linux); ``extract_s`` makes feature extraction slow; ``load_s`` slows loading; ``fail_load``
+raises while loading; ``silent`` makes every synthesis silent (a broken model).
+
+``DeviceErrorOnce`` wraps the REAL pipeline instead: it claims ``home_device`` and raises one
+device error on the first job whose text has ``[device-error]``, so the real CPU retry runs.
+"""
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
+
+MPS_ERROR = ("The operator 'aten::_fake_op' is not currently implemented for the MPS device. "
+             "As a temporary fix, you can set PYTORCH_ENABLE_MPS_FALLBACK=1")
+
+
+def _sentences(text: str) -> list[str]:
+    parts = [part.strip() for part in re.split(r"(?<=[.!?])\s+", text) if part.strip()]
+    return parts or [text]
+
+
+class FakeCosyVoice:
+    """Owns nothing but its settings; every method honours the real pipeline's signature."""
+
+    version = "cosyvoice3"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, model_dir, device: torch.device, dtype, *, extract_s=0.0, segment_s=0.2,
+                 silent=False, segment_samples=2400):
+        self.model_dir = str(model_dir)
+        self.model_id = f"fake-{Path(model_dir).name}"
+        self.device = device
+        self.dtype = dtype or torch.float32
+        self.extract_s, self.segment_s, self.silent = extract_s, segment_s, silent
+        self.segment_samples = segment_samples
+        self.moves: list[str] = []
+
+    @classmethod
+    def from_pretrained(cls, model_dir, device="auto", dtype=None, random_weights=False, *,
+                        home_device="cpu", load_s=0.0, fail_load=False, **settings) -> "FakeCosyVoice":
+        if fail_load:
+            raise FileNotFoundError(f"{model_dir}/llm.pt is missing (fake load failure)")
+        time.sleep(load_s)
+        chosen = home_device if device in ("auto", None) else device
+        return cls(model_dir, torch.device(chosen), dtype, **settings)
+
+    def to(self, device) -> "FakeCosyVoice":
+        self.device = torch.device(device)
+        self.moves.append(str(self.device))
+        return self
+
+    def prepare_prompt(self, audio, sample_rate=None, transcript=None) -> SpeakerPrompt:
+        from cosyvoice_mac.engine.runtime import prompt_content_hash
+
+        time.sleep(self.extract_s)
+        digest = prompt_content_hash(audio, sample_rate)
+        seed = int(digest[:8], 16)
+        generator = torch.Generator().manual_seed(seed)
+        tokens = torch.randint(0, 6561, (1, 50), generator=generator)
+        return SpeakerPrompt(speech_tokens=tokens, mel=torch.randn(1, 100, 80, generator=generator),
+                             embedding=torch.randn(1, 192, generator=generator), audio_hash=digest,
+                             model_id=self.model_id, transcript=transcript, duration_s=2.0)
+
+    def synthesize(self, text, prompt_audio=None, prompt_text=None, instruct=None, seed=None, speed=1.0, *,
+                   speaker=None, stream=False, should_stop=None, prompt_sample_rate=None):
+        if "[bad]" in text or not text.strip():
+            raise SynthesisError("the text contains unknown markup [bad]; remove it")
+        if speaker is None and prompt_audio is not None:
+            speaker = self.prepare_prompt(prompt_audio, prompt_sample_rate, prompt_text)
+        if speaker is not None and speaker.model_id != self.model_id:
+            raise SynthesisError("that saved voice was prepared for another model; upload its audio again")
+        if "[device-error]" in text and self.device.type != "cpu":
+            raise RuntimeError(MPS_ERROR)
+        return self._pieces(text, seed or 0, speed, speaker, stream, should_stop or (lambda: False))
+
+    def _pieces(self, text, seed, speed, speaker, stream, should_stop):
+        sentences = _sentences(text)
+        rng = np.random.default_rng(seed)
+        mode_tag = 0 if speaker is None else int(speaker.audio_hash[:2], 16)
+        while "[hang]" in text:  # stuck inside the model: never looks at should_stop
+            time.sleep(1.0)
+        for index, sentence in enumerate(sentences):
+            if should_stop():
+                return
+            started = time.perf_counter()
+            if "[slow]" in text:
+                time.sleep(self.segment_s)
+            length = int(self.segment_samples / speed)
+            t = np.arange(length, dtype=np.float32) / SAMPLE_RATE
+            audio = 0.3 * np.sin(2 * np.pi * (200 + mode_tag + 40 * index) * t)
+            audio = (audio + 0.01 * rng.standard_normal(length)).astype(np.float32)
+            if self.silent:
+                audio = np.zeros(length, np.float32)
+            yield SynthesisResult(audio=audio, sample_rate=SAMPLE_RATE, speech_token_count=length // 960,
+                                  seconds=time.perf_counter() - started, text=sentence, segment_index=index,
+                                  segment_count=len(sentences), timings={"llm": 0.001, "flow": 0.001},
+                                  seed=seed)
+
+
+class DeviceErrorOnce:
+    """The real CosyVoice, claiming ``home_device``: raises one device error, for the CPU-retry test.
+
+    The wrapped model always computes on the CPU; ``to()`` only changes which device it claims.
+    """
+
+    def __init__(self, real, home_device: str):
+        self._real = real
+        self.device = torch.device(home_device)
+        self.failed = False
+
+    @classmethod
+    def from_pretrained(cls, model_dir, device="auto", dtype=None, random_weights=False, *,
+                        home_device="mps") -> "DeviceErrorOnce":
+        from cosyvoice_mac.pipeline import CosyVoice
+
+        real = CosyVoice.from_pretrained(model_dir, device="cpu", dtype=dtype, random_weights=random_weights)
+        return cls(real, home_device if device in ("auto", None) else device)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def to(self, device) -> "DeviceErrorOnce":
+        self.device = torch.device(device)
+        return self
+
+    def synthesize(self, text, *args, **kwargs):
+        if "[device-error]" in text and self.device.type != "cpu" and not self.failed:
+            self.failed = True
+            raise RuntimeError(MPS_ERROR)
+        return self._real.synthesize(text.replace("[device-error]", ""), *args, **kwargs)
+
+
+# -- helpers for engine tests -----------------------------------------------------------------
+FAKE_FACTORY = "tests.fakes.fake_pipeline:FakeCosyVoice.from_pretrained"
+WRAPPED_REAL_FACTORY = "tests.fakes.fake_pipeline:DeviceErrorOnce.from_pretrained"
+
+
+def fake_worker_config(tmp_path, **pipeline_kwargs):
+    """A WorkerConfig for FakeCosyVoice with outputs and cache under ``tmp_path``."""
+    from cosyvoice_mac.engine.worker import WorkerConfig
+
+    model_dir = Path(tmp_path) / "fake-model"
+    model_dir.mkdir(parents=True, exist_ok=True)
+    return WorkerConfig(model_dir=str(model_dir), pipeline_factory=FAKE_FACTORY, pipeline_kwargs=pipeline_kwargs,
+                        outputs_dir=str(Path(tmp_path) / "outputs"), cache_dir=str(Path(tmp_path) / "cache"))
+
+
+def wait_for_event(engine, job_id: str, kinds, timeout: float = 30.0):
+    """The first event of ``job_id`` whose kind is in ``kinds``; AssertionError if it ends first."""
+    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+    for event in engine.events(job_id, timeout=timeout):
+        if event.kind in kinds:
+            return event
+    raise AssertionError(f"job {job_id} ended without a {kinds} event")
+
+
+def tone(seconds: float = 3.0, sample_rate: int = 24000, frequency: float = 150.0) -> np.ndarray:
+    t = np.arange(int(seconds * sample_rate), dtype=np.float32) / sample_rate
+    return (0.3 * np.sin(2 * np.pi * frequency * t)).astype(np.float32)

@@ -1,0 +1,284 @@
+"""The engine with a real worker process around the fake pipeline: queue, cancel, restart, crashes,
+device fallback, speaker cache, outputs and named voices. Every wait has a deadline."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+import soundfile
+
+from cosyvoice_mac.engine import Engine, EngineError, Job, JobCancelled, JobFailed, QueueFull, read_wav_info
+from tests.fakes.fake_pipeline import fake_worker_config, tone, wait_for_event
+
+DEADLINE = 60.0
+SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(12))  # 12 x 0.25 s, cancellable
+
+
+def _engine(config, **options) -> Engine:
+    options = {"stop_timeout_s": 3.0, "cancel_grace_s": 1.5, "start_timeout_s": DEADLINE, **options}
+    return Engine(config, **options)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    config = fake_worker_config(tmp_path_factory.mktemp("engine"), extract_s=0.3, segment_s=0.25)
+    engine = _engine(config)
+    assert engine.start(timeout=DEADLINE), engine.status()
+    yield engine
+    engine.close()
+
+
+def _started(engine, job: Job) -> str:
+    """Submit ``job`` and return once the worker is inside it (a stuck job never shows progress)."""
+    job_id = engine.submit(job)
+    wait_for_event(engine, job_id, "started" if "[hang]" in job.text else "progress", DEADLINE)
+    return job_id
+
+
+def test_one_job_at_a_time_in_submission_order_and_a_bounded_queue(engine):
+    heard = engine.subscribe()
+    try:
+        running = _started(engine, Job(text=SLOW))
+        waiting = [engine.submit(Job(text=f"Job {i}.")) for i in range(engine.queue.max_waiting)]
+        assert [engine.position(job_id) for job_id in [running, *waiting]] == list(range(len(waiting) + 1))
+        assert engine.status()["queue_length"] == len(waiting)
+        with pytest.raises(QueueFull, match="queue is full"):
+            engine.submit(Job(text="One too many."))
+        for job_id in [running, *waiting]:
+            engine.result(job_id, timeout=DEADLINE)
+        assert engine.position(running) is None
+    finally:
+        engine.unsubscribe(heard)
+    order = []
+    while not heard.empty():
+        event = heard.get_nowait()
+        if event.kind in ("started", "done"):
+            order.append((event.kind, event.job_id))
+    expected = [(kind, job_id) for job_id in [running, *waiting] for kind in ("started", "done")]
+    assert order[-len(expected):] == expected  # each job starts only after the previous one is done
+
+
+def test_cancel_a_waiting_job_and_a_running_one(engine):
+    running = _started(engine, Job(text=SLOW))
+    waiting = engine.submit(Job(text="Never runs."))
+    assert engine.cancel(waiting) is True
+    with pytest.raises(JobCancelled, match="before it started"):
+        engine.result(waiting, timeout=0)
+
+    started = time.monotonic()
+    assert engine.cancel(running) is True
+    with pytest.raises(JobCancelled):
+        engine.result(running, timeout=DEADLINE)
+    assert time.monotonic() - started < 2.0  # stopped at the next sentence, not after all 12
+    assert engine.cancel(running) is False
+    assert engine.result(engine.submit(Job(text="Still works.")), timeout=DEADLINE).segment_count == 1
+
+
+def test_restart_cancels_the_running_job_and_overlapping_restarts_do_one(engine):
+    before = engine.status()
+    running = _started(engine, Job(text=SLOW))
+    waiting = engine.submit(Job(text="After the restart."))
+    outcomes = []
+    threads = [threading.Thread(target=lambda: outcomes.append(engine.restart(timeout=DEADLINE))) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(DEADLINE)
+    assert outcomes == [True, True]
+    after = engine.status()
+    assert after["restarts"] == before["restarts"] + 1
+    assert after["worker_pid"] != before["worker_pid"] and after["state"] == "ready"
+    with pytest.raises(JobCancelled, match="engine restarted"):
+        engine.result(running, timeout=0)
+    assert engine.result(waiting, timeout=DEADLINE).text == "After the restart."
+
+
+def test_kill_9_fails_the_running_job_and_keeps_the_waiting_ones(engine):
+    before = engine.status()
+    running = _started(engine, Job(text=SLOW))
+    waiting = [engine.submit(Job(text=f"Kept {i}.")) for i in range(3)]
+    os.kill(before["worker_pid"], signal.SIGKILL)
+    with pytest.raises(JobFailed, match="SIGKILL") as failure:
+        engine.result(running, timeout=DEADLINE)
+    assert "Submit this job again" in str(failure.value)
+    results = [engine.result(job_id, timeout=DEADLINE) for job_id in waiting]
+    assert [result.text for result in results] == ["Kept 0.", "Kept 1.", "Kept 2."]
+    after = engine.status()
+    assert after["worker_pid"] not in (None, before["worker_pid"]) and after["restarts"] == before["restarts"] + 1
+
+
+def test_a_stuck_job_that_ignores_cancel_gets_its_worker_restarted(engine):
+    before = engine.status()
+    stuck = _started(engine, Job(text="[hang] Stuck here. Forever."))
+    engine.cancel(stuck)
+    with pytest.raises(JobCancelled, match="did not stop within"):
+        engine.result(stuck, timeout=DEADLINE)
+    assert engine.result(engine.submit(Job(text="Next.")), timeout=DEADLINE).segment_count == 1
+    assert engine.status()["worker_pid"] != before["worker_pid"]
+
+
+def test_a_job_past_its_time_limit_is_stopped(engine):
+    engine.job_timeout_s = 0.5
+    try:
+        stuck = _started(engine, Job(text="[hang] Too long. Really."))
+        with pytest.raises(JobFailed, match="longer than the limit of 0.5 s"):
+            engine.result(stuck, timeout=DEADLINE)
+    finally:
+        engine.job_timeout_s = None
+    assert engine.result(engine.submit(Job(text="Fine.")), timeout=DEADLINE)
+
+
+def test_restart_forces_a_stuck_worker_down(engine):
+    stuck = _started(engine, Job(text="[hang] Stuck. Here."))
+    started = time.monotonic()
+    assert engine.restart(timeout=DEADLINE) is True
+    assert time.monotonic() - started < DEADLINE / 2
+    with pytest.raises(JobCancelled, match="restarted"):
+        engine.result(stuck, timeout=0)
+
+
+def test_second_request_for_a_voice_skips_extraction_and_the_cache_survives_restart(engine, tmp_path):
+    prompt = tone(3.0, frequency=171.0)
+    first = engine.result(engine.submit(Job(text="One.", prompt_audio=prompt, prompt_sample_rate=24000)), DEADLINE)
+    extractions = engine.status()["feature_extractions"]
+    assert first.cache_hit is False and first.timings["prompt"] >= 0.3
+
+    second = engine.result(engine.submit(Job(text="Two.", prompt_audio=prompt, prompt_sample_rate=24000)), DEADLINE)
+    assert second.cache_hit is True and second.prompt_hash == first.prompt_hash
+    assert engine.status()["feature_extractions"] == extractions  # feature extraction not called
+    assert second.timings["prompt"] < first.timings["prompt"]
+
+    path = tmp_path / "same-voice.wav"
+    soundfile.write(path, prompt, 24000, subtype="FLOAT")  # the same recording, uploaded as a file
+    assert engine.restart(timeout=DEADLINE)
+    third = engine.result(engine.submit(Job(text="Three.", prompt_audio=str(path))), DEADLINE)
+    status = engine.status()
+    assert third.cache_hit is True and third.prompt_hash == first.prompt_hash
+    assert status["feature_extractions"] == 0 and status["cache"]["disk_hits"] == 1
+
+
+def test_results_are_saved_with_sidecar_and_info(engine):
+    job = Job(text="Saved words. Two sentences!", prompt_audio=tone(), prompt_sample_rate=24000,
+              prompt_text="the prompt", seed=42, speed=1.25)
+    result = engine.result(engine.submit(job), timeout=DEADLINE)
+    assert result.output_error is None
+    assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{job.job_id[:8]}\.wav", os.path.basename(result.output_path))
+    sidecar = json.loads(open(result.sidecar_path, encoding="utf-8").read())
+    expected = {"text": job.text, "mode": "zero_shot", "instruct": None, "seed": 42, "speed": 1.25,
+                "model": result.model, "device": "cpu", "prompt_hash": result.prompt_hash}
+    assert {key: sidecar[key] for key in expected} == expected
+    assert set(sidecar["timings"]) >= {"prompt", "synthesis", "total"}
+    assert json.loads(read_wav_info(result.output_path)["ICMT"]) == sidecar
+    saved, rate = soundfile.read(result.output_path, dtype="float32")
+    assert rate == result.sample_rate and np.abs(saved - result.audio).max() < 1e-3
+    assert result.segment_count == 2 and result.seed == 42
+
+
+def test_unwritable_outputs_still_return_the_audio(tmp_path):
+    config = fake_worker_config(tmp_path)
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("x")
+    config.outputs_dir = str(blocker / "outputs")
+    with _engine(config) as engine:
+        assert engine.start(timeout=DEADLINE)
+        result = engine.result(engine.submit(Job(text="Keep me.")), timeout=DEADLINE)
+    assert result.output_path is None and "could not save the result" in result.output_error
+    assert result.audio.size > 0 and np.abs(result.audio).max() > 0.1
+
+
+def test_named_voices_reuse_cached_features(engine, tmp_path):
+    path = tmp_path / "voice.wav"
+    soundfile.write(path, tone(3.0, frequency=133.0), 24000, subtype="PCM_16")
+    first_id = engine.submit(Job(text="Hello.", prompt_audio=str(path), prompt_text="hello there"))
+    first = engine.result(first_id, timeout=DEADLINE)
+    name = f"Narrator {first_id[:6]}"
+    saved = engine.save_voice(name, first_id)
+    assert saved["audio_hash"] == first.prompt_hash and name in [v["name"] for v in engine.voices.list()]
+
+    extractions = engine.status()["feature_extractions"]
+    again = engine.result(engine.submit(Job(text="Again.", voice=name)), timeout=DEADLINE)
+    assert again.cache_hit and again.prompt_hash == first.prompt_hash and again.mode == "zero_shot"
+    assert engine.status()["feature_extractions"] == extractions
+
+    engine.voices.rename(name, name + " 2")
+    with pytest.raises(JobFailed, match="no saved voice named"):
+        engine.result(engine.submit(Job(text="Gone.", voice=name)), timeout=DEADLINE)
+    engine.voices.delete(name + " 2")
+    assert name + " 2" not in [v["name"] for v in engine.voices.list()]
+
+
+def test_bad_input_fails_the_job_only(engine):
+    with pytest.raises(JobFailed, match="unknown markup"):
+        engine.result(engine.submit(Job(text="[bad] markup")), timeout=DEADLINE)
+    assert engine.result(engine.submit(Job(text="Fine again.")), timeout=DEADLINE)
+
+
+def test_device_error_retries_once_on_cpu_then_falls_back_for_good(tmp_path):
+    config = fake_worker_config(tmp_path, home_device="mps")
+    with _engine(config) as engine:
+        heard = engine.subscribe()
+        assert engine.start(timeout=DEADLINE) and engine.status()["device"] == "mps"
+        first_id = engine.submit(Job(text="[device-error] Hello."))
+        retry = wait_for_event(engine, first_id, "retry", DEADLINE)
+        assert "MPS device" in retry.message
+        first = engine.result(first_id, timeout=DEADLINE)
+        assert first.fell_back_to_cpu and first.device == "cpu" and "MPS" in first.fallback_reason
+        assert "retried on the CPU" in engine.events(first_id).__next__().message
+
+        normal = engine.result(engine.submit(Job(text="Back home.")), timeout=DEADLINE)
+        assert normal.device == "mps" and not normal.fell_back_to_cpu
+        assert engine.status()["fell_back"] is False
+
+        for text in ("[device-error] Once.", "[device-error] Twice."):
+            assert engine.result(engine.submit(Job(text=text)), timeout=DEADLINE).fell_back_to_cpu
+        status = engine.status()
+        assert status["device"] == "cpu" and status["fell_back"] is True
+        assert "2 jobs in a row" in status["fallback_reason"]
+        later = engine.result(engine.submit(Job(text="Stays on the CPU.")), timeout=DEADLINE)
+        assert later.device == "cpu" and not later.fell_back_to_cpu
+        kinds = []
+        while not heard.empty():
+            kinds.append(heard.get_nowait().kind)
+        assert "device_fallback" in kinds
+
+
+def test_a_model_that_cannot_load_is_reported_and_refuses_jobs(tmp_path):
+    with _engine(fake_worker_config(tmp_path, fail_load=True), max_load_failures=2) as engine:
+        assert engine.start(timeout=DEADLINE) is False
+        status = engine.status()
+        assert status["state"] == "error" and "llm.pt is missing" in status["last_error"]
+        with pytest.raises(EngineError, match="not available"):
+            engine.submit(Job(text="Hello."))
+
+
+def test_silent_warm_up_never_reports_ready(tmp_path):
+    with _engine(fake_worker_config(tmp_path, silent=True), max_load_failures=1) as engine:
+        assert engine.start(timeout=DEADLINE) is False
+        assert "silent" in engine.status()["last_error"]
+
+
+def test_close_stops_the_worker_process(tmp_path):
+    engine = _engine(fake_worker_config(tmp_path))
+    assert engine.start(timeout=DEADLINE)
+    pid = engine.status()["worker_pid"]
+    engine.close()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(pid):
+        time.sleep(0.05)
+    assert not _alive(pid)
+    with pytest.raises(EngineError):
+        engine.submit(Job(text="Too late."))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

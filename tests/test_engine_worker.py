@@ -229,7 +229,7 @@ def test_device_error_retries_once_on_cpu_then_falls_back_for_good(tmp_path):
         assert "MPS device" in retry.message
         first = engine.result(first_id, timeout=DEADLINE)
         assert first.fell_back_to_cpu and first.device == "cpu" and "MPS" in first.fallback_reason
-        assert "retried on the CPU" in engine.events(first_id).__next__().message
+        assert "retried on the CPU" in list(engine.events(first_id, timeout=5))[-1].message
 
         normal = engine.result(engine.submit(Job(text="Back home.")), timeout=DEADLINE)
         assert normal.device == "mps" and not normal.fell_back_to_cpu

@@ -22,6 +22,7 @@ from cosyvoice_mac.models.vocoder import (
     load_hift,
 )
 from cosyvoice_mac.models.vocoder.f0 import F0Predictor
+from cosyvoice_mac.models.vocoder.layers import CausalUpsample, Snake
 from cosyvoice_mac.models.vocoder.stft import ConvSTFT
 from tests.parity.common import REPO_ROOT, parity_dir
 
@@ -78,6 +79,29 @@ def test_stft_round_trip_restores_signal():
 
 def test_stft_kernels_are_not_checkpoint_state(tiny):
     assert not any("kernel" in key or "window" in key for key in tiny.state_dict())
+
+
+# --- layers -------------------------------------------------------------------------------------
+
+
+def test_snake_is_bit_equal_to_the_reference_formula():
+    snake = Snake(16)
+    with torch.no_grad():
+        snake.alpha.uniform_(0.2, 2.0, generator=torch.Generator().manual_seed(0))
+        x = 3 * torch.randn(1, 16, 999, generator=torch.Generator().manual_seed(1))
+        alpha = snake.alpha[None, :, None]
+        assert torch.equal(snake(x), x + (1.0 / (alpha + 1e-9)) * torch.sin(x * alpha) ** 2)
+
+
+@pytest.mark.parametrize(("kernel", "rate"), [(16, 8), (11, 5), (7, 3), (1, 1)])
+def test_causal_upsample_equals_nearest_then_left_padded_conv(kernel, rate):
+    layer = CausalUpsample(6, 5, kernel, rate)
+    x = torch.randn(1, 6, 17, generator=torch.Generator().manual_seed(kernel))
+    with torch.no_grad():
+        upsampled = torch.nn.functional.interpolate(x, scale_factor=rate, mode="nearest")
+        padded = torch.nn.functional.pad(upsampled, (kernel - 1, 0))
+        expected = torch.nn.functional.conv1d(padded, layer.weight, layer.bias)
+        torch.testing.assert_close(layer(x), expected, atol=2e-6, rtol=1e-5)
 
 
 # --- config and weights -------------------------------------------------------------------------

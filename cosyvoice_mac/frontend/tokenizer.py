@@ -57,7 +57,10 @@ def _build_from_vocab_and_merges(folder: Path) -> Tokenizer:
             f"{folder}: no tokenizer.json and missing {', '.join(missing)}; a CosyVoice-BlankEN folder needs "
             "either tokenizer.json or vocab.json + merges.txt (re-download the model folder)"
         )
-    vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+    try:
+        vocab = json.loads(vocab_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as error:
+        raise ConfigError(f"{vocab_path}: not valid JSON ({error}); re-download the model folder") from error
     base_added = _base_added_tokens(folder, vocab)
     # Qwen2's own specials get their configured ids by living in the model vocabulary (no merge can reach
     # them, so BPE never produces them); ``tokenizers`` would otherwise renumber them.
@@ -74,6 +77,28 @@ def _build_from_vocab_and_merges(folder: Path) -> Tokenizer:
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens([_special(content) for _, content in base_added])
     return tokenizer
+
+
+def _base_added_tokens(folder: Path, vocab: dict[str, int]) -> list[tuple[int, str]]:
+    """Qwen2's own special tokens and their ids: tokenizer_config.json ``added_tokens_decoder``, else the
+    three Qwen2 defaults (reusing vocabulary ids when present, otherwise appended after the vocabulary)."""
+    config_path = folder / "tokenizer_config.json"
+    if config_path.is_file():
+        try:
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as error:
+            raise ConfigError(f"{config_path}: not valid JSON ({error}); re-download the model folder") from error
+        decoder = config.get("added_tokens_decoder") or {}
+        if decoder:
+            return sorted((int(i), entry["content"]) for i, entry in decoder.items())
+    next_id = max(vocab.values(), default=-1) + 1
+    found = []
+    for content in QWEN2_BASE_SPECIALS:
+        if content not in vocab:
+            vocab[content] = next_id
+            next_id += 1
+        found.append((vocab[content], content))
+    return found
 
 
 class SpeechTextTokenizer:
@@ -102,12 +127,13 @@ class SpeechTextTokenizer:
         if not folder.is_dir():
             raise ConfigError(f"tokenizer folder {folder} does not exist; expected <model_dir>/CosyVoice-BlankEN")
         json_path = folder / "tokenizer.json"
-        try:
-            base = Tokenizer.from_file(str(json_path)) if json_path.is_file() else _build_from_vocab_and_merges(folder)
-        except ConfigError:
-            raise
-        except Exception as error:  # tokenizers raises plain Exception subclasses for corrupt files
-            raise ConfigError(f"{folder}: cannot read the tokenizer ({error}); re-download the model folder") from error
+        if json_path.is_file():
+            try:
+                base = Tokenizer.from_file(str(json_path))
+            except Exception as error:  # tokenizers raises a bare Exception for unreadable files
+                raise ConfigError(f"{json_path}: cannot be read ({error}); re-download the model folder") from error
+        else:
+            base = _build_from_vocab_and_merges(folder)
         tokenizer, ids = _add_special_tokens(base, SPECIAL_TOKENS[version], folder)
         return cls(tokenizer, version, ids)
 

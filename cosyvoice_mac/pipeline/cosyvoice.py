@@ -26,6 +26,7 @@ from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import Networks, build_networks, model_identity, qwen_config_for
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
+from cosyvoice_mac.pipeline.streaming import stream_segment
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
@@ -63,6 +64,8 @@ class CosyVoice:
         self.model_id = model_id
         self.folder = folder
         self.sample_rate = SAMPLE_RATE
+        self.vocoder = networks.hift  # may be swapped for another implementation (Core ML)
+        self.vocoder_fallbacks = 0  # jobs whose swapped-in vocoder failed and the torch one finished
 
     # construction ---------------------------------------------------------------------------
     @classmethod
@@ -122,6 +125,10 @@ class CosyVoice:
             prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=None,
         )
 
+    def use_vocoder(self, vocoder=None) -> None:
+        """Swap in a vocoder with HiFT's ``inference(mel, noise=...) -> (wave, source)``; None restores torch."""
+        self.vocoder = vocoder if vocoder is not None else self.networks.hift
+
     def to(self, device: str | torch.device) -> "CosyVoice":
         """Move the networks (e.g. to the CPU for a retry after a device error)."""
         self.device = torch.device(device)
@@ -157,8 +164,8 @@ class CosyVoice:
         Mode: ``instruct`` given -> instruct; ``prompt_text`` given -> zero-shot; else cross-lingual.
         Input errors raise :class:`SynthesisError` before any audio is produced.
         """
-        if stream:
-            raise SynthesisError("streaming synthesis is not available in this version")
+        if stream and speed != 1.0:
+            raise SynthesisError("speed can only be changed without streaming; turn streaming off or use speed 1.0")
         request = prompts.plan_request(
             self, text, prompt_text=prompt_text, instruct=instruct, speed=speed,
             has_prompt=speaker is not None or prompt_audio is not None,
@@ -170,30 +177,51 @@ class CosyVoice:
             raise SynthesisError("that saved voice was prepared for another model; upload its audio again")
         frontend_s = time.perf_counter() - started
         seed = secrets.randbelow(2**31) if seed is None else int(seed)
-        return self._run(request, speaker, seed, should_stop or (lambda: False), frontend_s)
+        run = self._run_streaming if stream else self._run
+        return run(request, speaker, seed, should_stop or (lambda: False), frontend_s)
 
     def _run(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         sampler = self.networks.llm.make_sampler(seed=seed)
         for index, segment in enumerate(request.segments):
             if should_stop():
                 return
-            timings = {"frontend": frontend_s if index == 0 else 0.0}
+            timings, notes = {"frontend": frontend_s if index == 0 else 0.0}, []
             started = time.perf_counter()
             tokens = self._speech_tokens(segment, request, speaker, sampler, should_stop, timings)
             if tokens is None:
                 return
-            noise = GaussianSourceNoise(seed=seed + index) if self.version == "cosyvoice2" else None
-            wave = self._tokens_to_wave(tokens, speaker, request.speed, timings, noise)
+            wave = self._tokens_to_wave(tokens, speaker, request.speed, timings, self._noise(seed, index), notes)
             yield SynthesisResult(
                 audio=wave, sample_rate=self.sample_rate, speech_token_count=len(tokens),
                 seconds=time.perf_counter() - started + timings["frontend"], text=segment.display_text,
                 segment_index=index, segment_count=len(request.segments), timings=timings,
-                seed=seed, mode=request.mode,
+                seed=seed, mode=request.mode, notes=notes,
             )
 
-    @torch.inference_mode()
-    def _speech_tokens(self, segment, request, speaker, sampler, should_stop, timings) -> list[int] | None:
-        started = time.perf_counter()
+    def _run_streaming(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
+        """Like ``_run`` but yields chunks as the LLM decodes (``is_final_chunk`` ends a sentence)."""
+        sampler = self.networks.llm.make_sampler(seed=seed)
+        for index, segment in enumerate(request.segments):
+            started = time.perf_counter()
+            tokens = self._token_stream(segment, request, speaker, sampler)
+            chunks = stream_segment(self, tokens, speaker, self._noise(seed, index), should_stop)
+            for chunk in chunks:
+                timings = {"frontend": frontend_s if index == 0 else 0.0, "first_chunk": time.perf_counter() - started}
+                yield SynthesisResult(
+                    audio=chunk.audio, sample_rate=self.sample_rate, speech_token_count=chunk.tokens_so_far,
+                    seconds=time.perf_counter() - started, text=segment.display_text, segment_index=index,
+                    segment_count=len(request.segments), is_final_chunk=chunk.is_final, timings=timings,
+                    seed=seed, mode=request.mode,
+                )
+                started = time.perf_counter()
+            if should_stop():
+                return
+
+    def _noise(self, seed: int, index: int):
+        """CosyVoice2's vocoder excitation is random: seed it per sentence. CosyVoice3's is fixed."""
+        return GaussianSourceNoise(seed=seed + index) if self.version == "cosyvoice2" else None
+
+    def _token_stream(self, segment, request, speaker, sampler) -> Iterator[int]:
         llm = self.networks.llm
         prompt_speech = speaker.speech_tokens if request.mode == "zero_shot" else speaker.speech_tokens[:, :0]
         stream = llm.generate(
@@ -202,8 +230,13 @@ class CosyVoice:
             prompt_speech,
             sampler,
         )
+        return filter_silent_runs(stream, llm.silent_ids)
+
+    @torch.inference_mode()
+    def _speech_tokens(self, segment, request, speaker, sampler, should_stop, timings) -> list[int] | None:
+        started = time.perf_counter()
         tokens: list[int] = []
-        for token in filter_silent_runs(stream, llm.silent_ids):
+        for token in self._token_stream(segment, request, speaker, sampler):
             tokens.append(token)
             if len(tokens) % STOP_CHECK_EVERY_TOKENS == 0 and should_stop():
                 return None
@@ -215,7 +248,7 @@ class CosyVoice:
         return tokens
 
     @torch.inference_mode()
-    def _tokens_to_wave(self, tokens, speaker, speed, timings, noise=None) -> np.ndarray:
+    def _tokens_to_wave(self, tokens, speaker, speed, timings, noise, notes) -> np.ndarray:
         """Flow then vocoder; ``noise`` seeds CosyVoice2's random excitation (v3's is fixed)."""
         started = time.perf_counter()
         flow = self.networks.flow
@@ -231,10 +264,21 @@ class CosyVoice:
         _synchronize(device)
         timings["flow"] = time.perf_counter() - started
         started = time.perf_counter()
-        wave, _ = self.networks.hift.inference(mel.float(), noise=noise)
+        wave = self._vocode(mel.float(), noise, notes)
         samples = wave[0].float().cpu().numpy()
         timings["vocoder"] = time.perf_counter() - started
         return samples
+
+
+    def _vocode(self, mel: torch.Tensor, noise, notes: list[str]) -> torch.Tensor:
+        """Run the active vocoder; if a swapped-in one fails, the torch vocoder finishes the job."""
+        if self.vocoder is not self.networks.hift:
+            try:
+                return torch.as_tensor(self.vocoder.inference(mel, noise=noise)[0])
+            except Exception as error:  # a Core ML runtime failure must never fail the job
+                self.vocoder_fallbacks += 1
+                notes.append(f"the swapped-in vocoder failed ({type(error).__name__}: {error}); used torch")
+        return self.networks.hift.inference(mel, noise=noise)[0]
 
 
 def _ids(ids: list[int]) -> torch.Tensor:

@@ -47,6 +47,7 @@ class SynthesisResult:
     seed: int | None = None  # the sampling seed used (reuse it to get the same audio again)
     mode: str = "zero_shot"
     timings: dict[str, float] = field(default_factory=dict)  # per stage: frontend, llm, flow, vocoder
+    notes: list[str] = field(default_factory=list)  # things a user should know (e.g. a vocoder fallback)
 
     @property
     def duration_s(self) -> float:

@@ -105,11 +105,15 @@ class HiFTConfig:
     def validate(self) -> None:
         where = "hift"
         if self.sampling_rate == 22050:
-            raise ConfigError(f"{where}.sampling_rate 22050 selects CosyVoice-1's sine generator, which is not supported")
+            raise ConfigError(
+                f"{where}.sampling_rate 22050 selects CosyVoice-1's sine generator, which is not supported"
+            )
         stages = len(self.upsample_rates)
-        if not (stages == len(self.upsample_kernel_sizes) == len(self.source_resblock_kernel_sizes)
-                == len(self.source_resblock_dilation_sizes)):
-            raise ConfigError(f"{where}: upsample_rates, upsample_kernel_sizes and source_resblock_* need equal lengths")
+        per_stage = (self.upsample_kernel_sizes, self.source_resblock_kernel_sizes, self.source_resblock_dilation_sizes)
+        if any(len(values) != stages for values in per_stage):
+            raise ConfigError(
+                f"{where}: upsample_rates, upsample_kernel_sizes and source_resblock_* need equal lengths"
+            )
         if len(self.resblock_kernel_sizes) != len(self.resblock_dilation_sizes):
             raise ConfigError(f"{where}: resblock_kernel_sizes and resblock_dilation_sizes need equal lengths")
         if self.base_channels % (2**stages):
@@ -160,7 +164,8 @@ class HiFT(nn.Module):
             if causal:
                 self.ups.append(CausalUpsample(channels[i], channels[i + 1], kernel, rate))
             else:
-                self.ups.append(nn.ConvTranspose1d(channels[i], channels[i + 1], kernel, rate, padding=(kernel - rate) // 2))
+                padding = (kernel - rate) // 2
+                self.ups.append(nn.ConvTranspose1d(channels[i], channels[i + 1], kernel, rate, padding=padding))
 
         # The source STFT (hop 4 after the last upsampling) is brought down to each stage's rate.
         self.source_downs = nn.ModuleList()
@@ -216,6 +221,8 @@ class HiFT(nn.Module):
         Tensors come back on the module's device.
         """
         parameter = self.conv_pre.weight
+        if parameter.dtype != torch.float32:
+            raise ValueError(f"HiFT runs in float32 (Snake and phase need it), not {parameter.dtype}: call .float()")
         mel = self._checked_mel(mel, finalize).to(parameter.device, parameter.dtype)
         f0 = self.f0_predictor(mel, finalize=finalize)
         source = self.m_source(f0, noise if noise is not None else self.default_noise)
@@ -225,25 +232,28 @@ class HiFT(nn.Module):
         return self.decode(decoder_mel, source, finalize=finalize), source
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor, *, finalize: bool = True) -> torch.Tensor:
-        """mel ``(1, 80, T)`` + source ``(1, 1, 480 T)`` -> waveform ``(1, 480 T)`` (causal non-final: ``480 (T - 5)``)."""
+        """mel ``(1, 80, T)`` + source ``(1, 1, 480 T)`` -> waveform ``(1, 480 T)``.
+
+        A causal ``finalize=False`` call treats the last 4 frames as look-ahead and returns ``480 (T - 5)``.
+        """
         config = self.config
         spectrum = self.stft.stft(source[:, 0])
         if finalize or not config.causal:
             x = self.conv_pre(mel)
         else:
             x = self.conv_pre(mel, pad_right=False)  # the last frames are real look-ahead
-            spectrum = spectrum[:, :, : x.shape[-1] * config.samples_per_frame // config.hop_len + 1]
+            spectrum = spectrum[:, :, : x.shape[-1] * math.prod(config.upsample_rates) + 1]
 
         kernels = len(config.resblock_kernel_sizes)
         for i, up in enumerate(self.ups):
             x = up(F.leaky_relu(x, config.lrelu_slope))
             if i == len(self.ups) - 1:
                 x = F.pad(x, (1, 0), mode="reflect")  # one more frame: the STFT has frames + 1
-            x = x + self.source_resblocks[i](self.source_downs[i](spectrum))
+            x = self.source_resblocks[i](self.source_downs[i](spectrum)).add_(x)
             mixed = self.resblocks[i * kernels](x)
             for j in range(1, kernels):
                 mixed += self.resblocks[i * kernels + j](x)
-            x = mixed / kernels
+            x = mixed.div_(kernels)
 
         x = self.conv_post(F.leaky_relu(x, _FINAL_LEAKY_SLOPE))
         bins = config.n_fft // 2 + 1
@@ -261,7 +271,9 @@ class HiFT(nn.Module):
         if not mel.is_floating_point():
             raise ValueError(f"the vocoder takes a floating-point mel, got {mel.dtype}")
         if not finalize and not self.config.causal:
-            raise ValueError("finalize=False is for the causal CosyVoice3 vocoder; CosyVoice2 streams with cache_source")
+            raise ValueError(
+                "finalize=False is for the causal CosyVoice3 vocoder; CosyVoice2 streams with cache_source"
+            )
         minimum = self.streaming_lag + 1 if not finalize else 1
         if mel.shape[2] < minimum:
             raise ValueError(f"the vocoder needs at least {minimum} mel frames here, got {mel.shape[2]}")

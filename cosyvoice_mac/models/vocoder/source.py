@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import math
 import threading
+from abc import ABC, abstractmethod
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-# CosyVoice3's fixed noise covers 300 s at 24 kHz upstream (a longer request has no upstream answer;
-# here the same random stream simply continues).
-FIXED_NOISE_SAMPLES = 300 * 24000
 _FIXED_NOISE_BLOCK = 30 * 24000  # grow the cached buffer in 30 s steps (26 MB for 9 harmonics)
 
 
-class SourceNoise:
+class SourceNoise(ABC):
     """Supplies the unit-scale noise of one call: ``take(L) -> (1, H, L)`` float32 on the CPU."""
 
     harmonics: int
 
+    @abstractmethod
     def take(self, num_samples: int) -> torch.Tensor:
-        raise NotImplementedError
+        """Noise for ``num_samples`` output samples, ``(1, harmonics, num_samples)``."""
 
 
 class GaussianSourceNoise(SourceNoise):
@@ -70,7 +69,8 @@ class FixedUniformSourceNoise(SourceNoise):
     their counts on a private generator reproduces the released model's buffer exactly (sha256 checked).
     ``torch.rand`` fills serially, so a shorter draw is a prefix of the full one: only the samples a
     call needs are generated (in 30 s blocks) and cached; a longer call regenerates from the saved
-    state after dropping the old cache, so the buffer never exists twice.
+    state after dropping the old cache, so the buffer never exists twice. Upstream's buffer ends at
+    300 s (7.2 M samples); past that the same random stream simply continues.
     """
 
     harmonics = 9
@@ -84,8 +84,7 @@ class FixedUniformSourceNoise(SourceNoise):
         with self._lock:
             if self._cache is None or self._cache.shape[1] < num_samples:
                 self._cache = None
-                blocks = math.ceil(num_samples / _FIXED_NOISE_BLOCK)
-                length = max(blocks * _FIXED_NOISE_BLOCK, num_samples)
+                length = math.ceil(num_samples / _FIXED_NOISE_BLOCK) * _FIXED_NOISE_BLOCK
                 generator = torch.Generator()
                 generator.set_state(self._state_before_buffer())
                 self._cache = torch.rand(1, length, self.harmonics, generator=generator)
@@ -157,6 +156,7 @@ class HarmonicSource(nn.Module):
         return phase.transpose(1, 2) * self.samples_per_frame
 
     def forward(self, f0: torch.Tensor, noise: SourceNoise) -> torch.Tensor:
+        """f0 ``(1, T)`` in Hz -> source ``(1, 1, T * samples_per_frame)`` on the module's device."""
         if noise.harmonics != self.harmonics:
             raise ValueError(f"source noise has {noise.harmonics} harmonics, the vocoder uses {self.harmonics}")
         device, frames = self.l_linear.weight.device, f0.shape[-1]

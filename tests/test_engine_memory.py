@@ -1,0 +1,37 @@
+"""Memory hygiene: over 100 consecutive real jobs the worker's RSS and device memory stay flat."""
+from __future__ import annotations
+
+import numpy as np
+
+from cosyvoice_mac.engine import Engine, Job, WorkerConfig
+from tests.fakes.onnx_models import make_tiny_model_dir
+
+JOBS = 100
+WARM_UP_JOBS = 10  # allocator pools, lazy imports and caches settle during the first few jobs
+TOLERANCE = 0.05
+DEADLINE = 120.0
+
+
+def test_memory_stays_flat_over_100_jobs(tmp_path, make_speech):
+    model_dir = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
+    config = WorkerConfig(model_dir=str(model_dir), device="cpu", outputs_dir=str(tmp_path / "outputs"),
+                          cache_dir=str(tmp_path / "cache"), torch_threads=1)
+    voice = str(make_speech("A steady voice for a long run of jobs.", seconds=3.0))
+    rss, device_bytes = [], []
+    with Engine(config, max_queue=JOBS, start_timeout_s=DEADLINE) as engine:
+        assert engine.start(timeout=DEADLINE), engine.status()
+        job_ids = [engine.submit(Job(text="Hi.", prompt_audio=voice, seed=index)) for index in range(JOBS)]
+        for job_id in job_ids:
+            result = engine.result(job_id, timeout=DEADLINE)
+            assert result.audio.size > 0
+            memory = engine.status()["memory"]  # measured by the worker after this job's clean-up
+            rss.append(memory["rss_bytes"])
+            device_bytes.append(memory["device_allocated_bytes"])
+        assert engine.status()["jobs_run"] == JOBS
+    settled = np.array(rss[WARM_UP_JOBS:], dtype=float)
+    baseline = settled[:10].mean()
+    growth = settled.max() / baseline - 1.0
+    assert growth <= TOLERANCE, f"RSS grew {growth:.1%} over {JOBS} jobs: {[round(r / 2**20) for r in rss]} MiB"
+    assert settled[-10:].mean() / baseline - 1.0 <= TOLERANCE
+    device = np.array(device_bytes[WARM_UP_JOBS:], dtype=float)
+    assert device.max() <= device[:10].mean() * (1 + TOLERANCE) + 1, device_bytes

@@ -1,0 +1,131 @@
+"""The engine driving the REAL pipeline on tiny model folders in the official layout.
+
+The weights are random (so the audio is noise), but every step is the real one: model loading,
+warm-up, ONNX feature extraction, LLM, flow, vocoder, the speaker cache and the outputs.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import numpy as np
+import pytest
+
+from cosyvoice_mac.engine import Engine, Job, JobCancelled, JobFailed, WorkerConfig
+from tests.fakes.fake_pipeline import WRAPPED_REAL_FACTORY, wait_for_event
+from tests.fakes.onnx_models import make_tiny_model_dir
+
+DEADLINE = 120.0
+LONG_TEXT = ("This sentence is long enough to keep the tiny model busy for a while, "
+             "and then it goes on a little further so that there is time to interrupt it.")
+
+
+def _config(tmp_path, version="cosyvoice3", **changes) -> WorkerConfig:
+    model_dir = make_tiny_model_dir(version, tmp_path / f"{version}_model")
+    options = dict(model_dir=str(model_dir), device="cpu", outputs_dir=str(tmp_path / "outputs"),
+                   cache_dir=str(tmp_path / "cache"), torch_threads=1)
+    return WorkerConfig(**{**options, **changes})
+
+
+def _engine(config) -> Engine:
+    return Engine(config, stop_timeout_s=5.0, cancel_grace_s=10.0, start_timeout_s=DEADLINE)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    engine = _engine(_config(tmp_path_factory.mktemp("real")))
+    assert engine.start(timeout=DEADLINE), engine.status()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="module")
+def voice(make_speech):
+    return str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
+
+
+def _audible(audio: np.ndarray) -> bool:
+    return audio.size > 0 and bool(np.isfinite(audio).all()) and float(np.sqrt(np.mean(audio ** 2))) > 1e-4
+
+
+def test_ready_only_after_a_real_warm_up(engine):
+    status = engine.status()
+    assert status["state"] == "ready" and status["version"] == "cosyvoice3"
+    assert status["device"] == "cpu" and status["dtype"] == "float32" and status["fell_back"] is False
+    assert status["model"].startswith("cosyvoice3_model-")
+    assert status["memory"]["rss_bytes"] > 0 and status["queue_length"] == 0
+
+
+def test_cache_hit_on_the_second_request_and_after_restart(engine, voice):
+    job = Job(text="Hello there.", prompt_audio=voice, prompt_text="This is the voice I would like you to copy.")
+    first = engine.result(engine.submit(job), timeout=DEADLINE)
+    extractions = engine.status()["feature_extractions"]
+    assert not first.cache_hit and extractions >= 1 and _audible(first.audio)
+    assert first.mode == "zero_shot" and first.sample_rate == 24000
+
+    second = engine.result(engine.submit(Job(text="Hello again.", prompt_audio=voice)), timeout=DEADLINE)
+    assert second.cache_hit and second.prompt_hash == first.prompt_hash and second.mode == "cross_lingual"
+    assert engine.status()["feature_extractions"] == extractions  # feature extraction not called
+    assert second.timings["prompt"] < first.timings["prompt"]
+
+    assert engine.restart(timeout=DEADLINE)
+    third = engine.result(engine.submit(Job(text="After a restart.", prompt_audio=voice)), timeout=DEADLINE)
+    assert third.cache_hit and engine.status()["feature_extractions"] == 0
+    assert _audible(third.audio)
+
+
+def test_outputs_hold_the_real_result(engine, voice):
+    result = engine.result(engine.submit(Job(text="Save this.", prompt_audio=voice, seed=3)), timeout=DEADLINE)
+    sidecar = json.loads(open(result.sidecar_path, encoding="utf-8").read())
+    assert sidecar["seed"] == 3 and sidecar["model"] == result.model and sidecar["device"] == "cpu"
+    assert sidecar["version"] == "cosyvoice3" and sidecar["prompt_hash"] == result.prompt_hash
+    assert {"llm", "flow", "vocoder", "total"} <= set(sidecar["timings"])
+    assert os.path.getsize(result.output_path) == 44 + 2 * result.audio.size + _info_size(result.output_path)
+
+
+def _info_size(path: str) -> int:
+    data = open(path, "rb").read()
+    start = data.index(b"LIST")
+    return 8 + int.from_bytes(data[start + 4:start + 8], "little") + (data[start + 4] % 2)
+
+
+def test_same_seed_gives_the_same_audio(engine, voice):
+    runs = [engine.result(engine.submit(Job(text="Repeat me.", prompt_audio=voice, seed=11)), DEADLINE)
+            for _ in range(2)]
+    assert np.array_equal(runs[0].audio, runs[1].audio)
+
+
+def test_cancel_a_running_real_job(engine, voice):
+    job_id = engine.submit(Job(text=LONG_TEXT, prompt_audio=voice))
+    wait_for_event(engine, job_id, "started", DEADLINE)
+    engine.cancel(job_id)
+    with pytest.raises(JobCancelled):
+        engine.result(job_id, timeout=DEADLINE)
+    assert engine.status()["state"] == "ready"
+
+
+def test_kill_9_loses_no_waiting_job(engine, voice):
+    pid = engine.status()["worker_pid"]
+    running = engine.submit(Job(text=LONG_TEXT, prompt_audio=voice))
+    wait_for_event(engine, running, "started", DEADLINE)
+    waiting = [engine.submit(Job(text=f"Number {i}.", prompt_audio=voice)) for i in range(2)]
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(JobFailed, match="SIGKILL"):
+        engine.result(running, timeout=DEADLINE)
+    results = [engine.result(job_id, timeout=DEADLINE) for job_id in waiting]
+    assert all(_audible(result.audio) and result.cache_hit for result in results)
+    assert engine.status()["worker_pid"] not in (None, pid)
+
+
+def test_device_error_is_retried_on_the_cpu(tmp_path, voice):
+    config = _config(tmp_path, pipeline_factory=WRAPPED_REAL_FACTORY, device="auto",
+                     pipeline_kwargs={"home_device": "mps"})
+    with _engine(config) as engine:
+        assert engine.start(timeout=DEADLINE) and engine.status()["device"] == "mps"
+        retried = engine.result(engine.submit(Job(text="[device-error] Try me.", prompt_audio=voice)), DEADLINE)
+        assert retried.fell_back_to_cpu and retried.device == "cpu" and "MPS device" in retried.fallback_reason
+        assert _audible(retried.audio)
+        after = engine.result(engine.submit(Job(text="Home again.", prompt_audio=voice)), DEADLINE)
+        assert after.device == "mps" and not after.fell_back_to_cpu and engine.status()["fell_back"] is False
+

@@ -18,6 +18,7 @@ import resource
 import statistics
 import sys
 import time
+from typing import Iterator
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
@@ -26,6 +27,7 @@ import torch  # noqa: E402
 
 from cosyvoice_mac.device import empty_cache, select_device  # noqa: E402
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize  # noqa: E402
+from cosyvoice_mac.pipeline.streaming import stream_segment  # noqa: E402
 
 PROMPT_SECONDS = 3.0
 TOKEN_RATE = 25  # speech tokens per second of audio
@@ -49,30 +51,42 @@ def _timed(device: torch.device, function):
     return time.perf_counter() - started, value
 
 
-def forced_tokens(model: CosyVoice, text_ids: torch.Tensor, prompt_text_ids, speaker, count: int) -> list[int]:
+@torch.inference_mode()
+def forced_token_stream(model: CosyVoice, text_ids: torch.Tensor, speaker, count: int) -> Iterator[int]:
     """Decode exactly ``count`` speech tokens (every stop id masked), as the reference timing did."""
     llm = model.networks.llm
     sampler = llm.make_sampler(seed=0)
     stop_ids = sorted(llm.stop_ids)
-    embeds = llm.build_prompt_embeddings(text_ids, prompt_text_ids, speaker.speech_tokens)
+    embeds = llm.build_prompt_embeddings(text_ids, text_ids[:, :0], speaker.speech_tokens)
     decoder = llm.start_decoding(embeds, count)
     tokens: list[int] = []
     for step in range(count):
         token = sampler(decoder.logp, tokens, stop_ids)
         tokens.append(token)
+        yield token
         if step + 1 < count:
             decoder.feed(token)
-    return tokens
+
+
+def time_to_first_audio(model: CosyVoice, text_ids, speaker, count: int) -> tuple[float, float]:
+    """Seconds until the first streamed chunk, and until the whole stream, for ``count`` tokens."""
+    started = time.perf_counter()
+    chunks = stream_segment(model, forced_token_stream(model, text_ids, speaker, count), speaker,
+                            model._noise(0, 0), lambda: False)
+    next(chunks)
+    first = time.perf_counter() - started
+    for _ in chunks:
+        pass
+    return first, time.perf_counter() - started
 
 
 @torch.inference_mode()
-def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray) -> dict:
+def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream: bool = True) -> dict:
     device = model.device
     frontend_s, speaker = _timed(device, lambda: model.prepare_prompt(prompt, sample_rate=24000))
     text = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps over the dog."
     text_ids = torch.tensor([model.tokenizer.encode(text)])
-    empty = text_ids[:, :0]
-    llm_s, tokens = _timed(device, lambda: forced_tokens(model, text_ids, empty, speaker, tokens_to_decode))
+    llm_s, tokens = _timed(device, lambda: list(forced_token_stream(model, text_ids, speaker, tokens_to_decode)))
     flow_device = next(model.networks.flow.parameters()).device
     flow_s, mel = _timed(device, lambda: model.networks.flow.inference(
         torch.tensor([tokens], device=flow_device), speaker.speech_tokens.to(flow_device),
@@ -80,7 +94,9 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray) -> dic
     vocoder_s, (wave, _) = _timed(device, lambda: model.networks.hift.inference(mel.float()))
     audio_s = wave.shape[-1] / model.sample_rate
     total = frontend_s + llm_s + flow_s + vocoder_s
+    first_audio_s, stream_total_s = time_to_first_audio(model, text_ids, speaker, tokens_to_decode) if stream else (None, None)
     return {
+        "first_audio_s": first_audio_s, "stream_total_s": stream_total_s,
         "frontend_s": frontend_s, "llm_s": llm_s, "flow_s": flow_s, "vocoder_s": vocoder_s,
         "end_to_end_s": total, "audio_s": audio_s, "rtf": total / audio_s,
         "llm_tokens_per_s": tokens_to_decode / llm_s,
@@ -104,9 +120,10 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
     device = select_device(device_name)
     load_s, model = _timed(device, lambda: CosyVoice.random_full_size(version, device=device, dtype=dtype_name))
     prompt = synthetic_prompt()
-    run_once(model, min(tokens, 25), prompt)  # warm-up: kernels, allocator, caches
+    run_once(model, min(tokens, 25), prompt, stream=False)  # warm-up: kernels, allocator, caches
     results = [run_once(model, tokens, prompt) for _ in range(runs)]
-    median = {key: statistics.median(r[key] for r in results) for key in results[0]}
+    median = {key: statistics.median(r[key] for r in results) if results[0][key] is not None else None
+              for key in results[0]}
     report = {
         "version": version, "device": str(device), "dtype": dtype_name, "runs": runs, "tokens": tokens,
         "load_s": load_s, "median": median, "all_runs": results, "peak_rss_mb": peak_rss_mb(),
@@ -120,12 +137,12 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
 
 def _table(reports: list[dict]) -> str:
     lines = [f"{'device':8} {'dtype':9} {'frontend':>9} {'llm':>7} {'flow':>7} {'vocoder':>8} "
-             f"{'e2e':>7} {'RTF':>6} {'tok/s':>6} {'RSS MB':>7}"]
+             f"{'e2e':>7} {'RTF':>6} {'tok/s':>6} {'1st audio':>9} {'RSS MB':>7}"]
     for r in reports:
         m = r["median"]
         lines.append(f"{r['device']:8} {r['dtype']:9} {m['frontend_s']:9.2f} {m['llm_s']:7.2f} {m['flow_s']:7.2f} "
                      f"{m['vocoder_s']:8.2f} {m['end_to_end_s']:7.2f} {m['rtf']:6.2f} "
-                     f"{m['llm_tokens_per_s']:6.1f} {r['peak_rss_mb']:7.0f}")
+                     f"{m['llm_tokens_per_s']:6.1f} {m['first_audio_s'] or float('nan'):9.2f} {r['peak_rss_mb']:7.0f}")
     return "\n".join(lines)
 
 

@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac", description="CosyVoice voice cloning")
     commands = parser.add_subparsers(dest="command", required=True)
     _add_synth(commands)
+    __import__("cosyvoice_mac.coreml.cli", fromlist=["add_coreml"]).add_coreml(commands)
     return parser
 
 

@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -104,6 +104,11 @@ def state_sha256(module: torch.nn.Module) -> str:
         digest.update(name.encode())
         digest.update(tensor.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return digest.hexdigest()
+
+
+def hift_fingerprint(hift: HiFT) -> str:
+    """Fingerprint of an in-memory vocoder (random-weight models have no checkpoint file)."""
+    return f"state:{state_sha256(hift)};hift-config:{config_sha256(config_node(hift.config))}"
 
 
 def model_fingerprint(model_dir: Path) -> tuple[str, dict]:
@@ -212,7 +217,7 @@ def convert_hift(
                 frames = extra.get("frames")
                 model = convert_decoder(ct, decoder_graph, options.precision, options.target,
                                         frames=frames, max_frames=options.max_frames)
-            _describe(model, key, fingerprint, options)
+            _describe(model, key, fingerprint, options, extra)
             model.save(str(Path(scratch) / file_name))
             timings[key] = round(time.perf_counter() - started, 2)
             log(f"converted {key} in {timings[key]:.1f} s -> {file_name}")
@@ -306,7 +311,7 @@ def convert_decoder(ct, graph: DecoderGraph, precision: str, target: str, *, fra
     )
 
 
-def _describe(model, key: str, fingerprint: str, options: ConversionOptions) -> None:
+def _describe(model, key: str, fingerprint: str, options: ConversionOptions, extra: dict) -> None:
     from cosyvoice_mac import __version__
 
     model.author = "cosyvoice-mac"
@@ -316,6 +321,35 @@ def _describe(model, key: str, fingerprint: str, options: ConversionOptions) -> 
         "decoder_chunked": "HiFT decoder, fixed-size chunk: mel + polyphase source -> overlap-added iSTFT",
     }[key]
     model.version = f"{FORMAT_VERSION}"
-    metadata = {"format_version": str(FORMAT_VERSION), "fingerprint": fingerprint, "role": key,
-                "cosyvoice_mac": __version__, **{k: str(v) for k, v in asdict(options).items()}}
+    metadata = {
+        "format_version": str(FORMAT_VERSION), "fingerprint": fingerprint, "role": key,
+        "precision": "fp32" if key == "f0" else options.precision, "target": options.target,
+        "cosyvoice_mac": __version__, **{name: json.dumps(value) for name, value in extra.items()},
+    }
     model.user_defined_metadata.update(metadata)
+
+
+def config_node(config: HiFTConfig) -> dict:
+    """A ``hift:`` yaml node that rebuilds ``config`` (for in-memory models without a yaml file)."""
+    causal = config.causal
+    return {
+        "_tag": "new:cosyvoice.hifigan.generator." + ("CausalHiFTGenerator" if causal else "HiFTGenerator"),
+        "in_channels": config.in_channels, "base_channels": config.base_channels,
+        "nb_harmonics": config.nb_harmonics, "sampling_rate": config.sampling_rate,
+        "nsf_alpha": config.nsf_alpha, "nsf_sigma": config.nsf_sigma,
+        "nsf_voiced_threshold": config.nsf_voiced_threshold,
+        "upsample_rates": list(config.upsample_rates), "upsample_kernel_sizes": list(config.upsample_kernel_sizes),
+        "istft_params": {"n_fft": config.n_fft, "hop_len": config.hop_len},
+        "resblock_kernel_sizes": list(config.resblock_kernel_sizes),
+        "resblock_dilation_sizes": [list(d) for d in config.resblock_dilation_sizes],
+        "source_resblock_kernel_sizes": list(config.source_resblock_kernel_sizes),
+        "source_resblock_dilation_sizes": [list(d) for d in config.source_resblock_dilation_sizes],
+        "lrelu_slope": config.lrelu_slope, "audio_limit": config.audio_limit,
+        "conv_pre_look_right": config.conv_pre_look_right,
+        "f0_predictor": {
+            "_tag": "new:cosyvoice.hifigan.f0_predictor."
+                    + ("CausalConvRNNF0Predictor" if causal else "ConvRNNF0Predictor"),
+            "num_class": config.f0_num_class, "in_channels": config.f0_in_channels,
+            "cond_channels": config.f0_cond_channels,
+        },
+    }

@@ -32,9 +32,11 @@ from cosyvoice_mac.models.vocoder.layers import CausalUpsample, PaddedConv1d, Re
 POLYPHASE = 4  # = the iSTFT hop: one polyphase row per sample phase
 _FINAL_LEAKY_SLOPE = 0.01  # HiFT.decode: upstream's default leaky_relu slope before conv_post
 _MAX_MAGNITUDE = 100.0
-# exp(x) is clamped at 100 anyway; clip x first (fp16 exp overflows above 11.09). The bound is
-# rounded up so that exp(bound) >= 100 and the clamp after it still yields exactly 100.
+# exp(x) is clamped at 100 anyway; clip x first (fp16 exp overflows above 11.09). The upper bound is
+# rounded up so that exp(bound) >= 100 and the clamp after it still yields exactly 100; the lower
+# bound is where float32 exp is already 0 (an explicit bound keeps -inf/-FLT_MAX out of fp16 consts).
 _LOG_MAX_MAGNITUDE = math.nextafter(math.log(_MAX_MAGNITUDE), math.inf)
+_LOG_MIN_MAGNITUDE = -1.0e4
 
 
 def polyphase_stft_kernel(analysis: torch.Tensor, hop: int = POLYPHASE) -> torch.Tensor:
@@ -161,8 +163,8 @@ class DecoderGraph(nn.Module):
             x = mixed / kernels
         x = self.conv_post(F.leaky_relu(x, _FINAL_LEAKY_SLOPE))
         bins = config.n_fft // 2 + 1
-        log_magnitude = torch.clamp(x[:, :bins], max=_LOG_MAX_MAGNITUDE)
-        magnitude = torch.clamp(torch.exp(log_magnitude), max=_MAX_MAGNITUDE)
+        log_magnitude = torch.clamp(x[:, :bins], _LOG_MIN_MAGNITUDE, _LOG_MAX_MAGNITUDE)
+        magnitude = torch.clamp(torch.exp(log_magnitude), 0.0, _MAX_MAGNITUDE)
         phase = torch.sin(x[:, bins:])  # upstream feeds sin(raw) as the phase angle
         spectrum_out = torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1)
         taps = self.istft_kernel.shape[-1]

@@ -45,7 +45,9 @@ LONG_TEXT_CHARS = 800  # above this, wetext runs per chunk of about WETEXT_CHUNK
 WETEXT_CHUNK_CHARS = 300
 
 _HAN = re.compile(r"[\u4e00-\u9fff]")
-_ONLY_PUNCTUATION = regex.compile(r"[\p{P}\p{S}]*")
+# Upstream drops pieces of only punctuation/symbols; we also count blanks among them, since " ,." has
+# nothing to say either (upstream would send it to the model and get noise).
+_ONLY_PUNCTUATION = regex.compile(r"[\p{P}\p{S}\s]*")
 _PLACEHOLDER_BASE = 0xE000  # private-use chars stand in for special tokens while normalising
 _PLACEHOLDERS = re.compile(f"[{chr(_PLACEHOLDER_BASE)}-{chr(_PLACEHOLDER_BASE + len(ALL_SPECIAL_TOKENS) - 1)}]")
 _TOKEN_INDEX = {token: i for i, token in enumerate(ALL_SPECIAL_TOKENS)}

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cosyvoice_mac.frontend.special_tokens import ENDOFPROMPT, SYSTEM_PROMPT
-from cosyvoice_mac.frontend.text import validate_markup
+from cosyvoice_mac.frontend.text import build_llm_text, validate_markup
 from cosyvoice_mac.pipeline.types import SynthesisError
 
 MAX_TEXT_CHARACTERS = 10_000
@@ -57,27 +56,14 @@ def plan_request(model, text, *, prompt_text, instruct, speed, has_prompt: bool)
     mode = "instruct" if instruct else "zero_shot" if prompt_text else "cross_lingual"
 
     version = model.version
+    validate_markup(text, version)  # before normalisation, which could rewrite an unknown unit
     sentences = model.normalizer.normalize(text, split=True)
     if not sentences:
         raise SynthesisError("the text has nothing to speak (only punctuation or symbols)")
-    for sentence in sentences:
-        validate_markup(sentence, version)
-
-    system = f"{SYSTEM_PROMPT}{ENDOFPROMPT}" if version == "cosyvoice3" else ""
+    transcript = ""
     if mode == "zero_shot":
+        validate_markup(prompt_text, version)
         transcript = "".join(model.normalizer.normalize(prompt_text, split=False))
-        validate_markup(transcript, version)
-        llm_prompt_text = transcript if ENDOFPROMPT in transcript else system + transcript
-        segments = [Segment(sentence, sentence) for sentence in sentences]
-    elif mode == "cross_lingual":
-        llm_prompt_text = ""
-        segments = [Segment(system + sentence, sentence) for sentence in sentences]
-    else:
-        if ENDOFPROMPT in instruct:
-            llm_prompt_text = instruct
-        elif version == "cosyvoice3":
-            llm_prompt_text = f"{SYSTEM_PROMPT} {instruct}{ENDOFPROMPT}"
-        else:
-            llm_prompt_text = f"{instruct}{ENDOFPROMPT}"
-        segments = [Segment(sentence, sentence) for sentence in sentences]
-    return RequestPlan(mode=mode, segments=segments, llm_prompt_text=llm_prompt_text, speed=speed)
+    texts = [build_llm_text(mode, version, sentence, transcript, instruct) for sentence in sentences]
+    segments = [Segment(llm.text, sentence) for llm, sentence in zip(texts, sentences)]
+    return RequestPlan(mode=mode, segments=segments, llm_prompt_text=texts[0].prompt_text, speed=speed)

@@ -25,14 +25,16 @@ ANALYSIS_RATE = 24000  # the rate we analyse and resynthesise at: CosyVoice's ou
 F0_RATE = 16000  # F0 is tracked on a 16 kHz copy: same frame times, half the cost
 FRAME_PERIOD_MS = 5.0
 F0_FLOOR, F0_CEIL = 60.0, 600.0
+ENVELOPE_F0_FLOOR = 71.0  # CheapTrick's default: gives a 1024-point FFT at 24 kHz (513 bins)
 BAND_COUNT = 40
 BAND_FMIN, BAND_FMAX = 50.0, ANALYSIS_RATE / 2
 SPEECH_RANGE = np.log(10.0 ** 4.5)  # frames within 45 dB of the loud end count as speech
-WARP_GRID = np.round(np.arange(0.85, 1.2001, 0.025), 3)
+WARP_GRID = np.round(np.arange(0.85, 1.2501, 0.025), 3)
 WARP_FIT_HZ = (200.0, 5000.0)  # where formants dominate the long-term spectrum
 STD_RATIO_RANGE = (0.5, 2.0)
 Z_CLIP = 2.5  # band powers further than this many deviations from the mean are shifted, not stretched
 MAX_GAIN = np.log(10.0 ** 3.0)  # at most 30 dB of envelope change per band
+BASE_FRAME_STRIDE = 3  # statistics of the base voice need every third frame only
 MIN_VOICED_FRAMES = 20  # 0.1 s of voicing: less than that is not a voice to copy
 STATS_VECTOR_SIZE = 4 + 2 * BAND_COUNT
 
@@ -102,8 +104,9 @@ def analyse(samples: np.ndarray, sample_rate: int, *, accurate_f0: bool = False)
     # Frame times are the same at both rates; the 24 kHz copy may hold one frame more or less.
     frames = int(len(wave) / ANALYSIS_RATE * 1000 / FRAME_PERIOD_MS) + 1
     f0, times = _fit_length(f0, frames), np.arange(frames) * FRAME_PERIOD_MS / 1000
-    envelope = pyworld.cheaptrick(wave, f0, times, ANALYSIS_RATE, f0_floor=F0_FLOOR)
-    aperiodicity = pyworld.d4c(wave, f0, times, ANALYSIS_RATE)
+    fft_size = pyworld.get_cheaptrick_fft_size(ANALYSIS_RATE, ENVELOPE_F0_FLOOR)
+    envelope = pyworld.cheaptrick(wave, f0, times, ANALYSIS_RATE, f0_floor=ENVELOPE_F0_FLOOR, fft_size=fft_size)
+    aperiodicity = pyworld.d4c(wave, f0, times, ANALYSIS_RATE, fft_size=fft_size)
     return WorldFrames(f0, envelope, aperiodicity)
 
 
@@ -112,11 +115,11 @@ def voice_stats(frames: WorldFrames, source_sample_rate: int = ANALYSIS_RATE) ->
     voiced = frames.f0 > 0
     if voiced.sum() < MIN_VOICED_FRAMES:
         raise ConversionError("no voiced speech was found in the recording")
-    log_f0 = np.log(frames.f0[voiced])
+    low, median, high = np.percentile(np.log(frames.f0[voiced]), [16, 50, 84])  # robust to octave errors
     bands = band_powers(frames.envelope)[speech_frames(frames.envelope)]
     bandwidth = 0.45 * min(source_sample_rate, ANALYSIS_RATE)
     return VoiceStats(
-        log_f0_mean=float(log_f0.mean()), log_f0_std=float(max(log_f0.std(), 0.03)),
+        log_f0_mean=float(median), log_f0_std=float(max((high - low) / 2, 0.03)),
         band_mean=bands.mean(axis=0), band_std=np.maximum(bands.std(axis=0), 0.1),
         valid_bands=int(max(1, (band_centres() <= bandwidth).sum())),
         voiced_seconds=float(voiced.sum() * FRAME_PERIOD_MS / 1000),
@@ -131,6 +134,8 @@ class BaseVoiceModel:
     """
 
     def __init__(self, frames: WorldFrames, source_sample_rate: int = ANALYSIS_RATE):
+        frames = WorldFrames(*(values[::BASE_FRAME_STRIDE] for values in (frames.f0, frames.envelope,
+                                                                            frames.aperiodicity)))
         self.warped_stats = {float(alpha): voice_stats(_warped(frames, float(alpha)), source_sample_rate)
                              for alpha in WARP_GRID}
         self.stats = self.warped_stats[1.0]
@@ -188,13 +193,16 @@ def speech_frames(envelope: np.ndarray) -> np.ndarray:
     return level >= np.percentile(level, 99) - SPEECH_RANGE
 
 
-def band_centres() -> np.ndarray:
-    import librosa
-
-    return librosa.mel_frequencies(BAND_COUNT + 2, fmin=BAND_FMIN, fmax=BAND_FMAX)[1:-1]
-
-
 _CACHE: dict = {}
+
+
+def band_centres() -> np.ndarray:
+    """(BAND_COUNT,) centre frequencies (Hz) of the mel bands."""
+    if "centres" not in _CACHE:
+        import librosa
+
+        _CACHE["centres"] = librosa.mel_frequencies(BAND_COUNT + 2, fmin=BAND_FMIN, fmax=BAND_FMAX)[1:-1]
+    return _CACHE["centres"]
 
 
 def _band_weights(bins: int) -> np.ndarray:

@@ -1,0 +1,250 @@
+"""The preview engine: speaks without CosyVoice weights, with the same interface as ``CosyVoice``.
+
+text -> normalise and split into sentences -> base voice (Piper for English, espeak-ng pinyin for Chinese)
+-> WORLD analysis -> pitch, envelope statistics and formants moved toward the prompt -> 24 kHz waveform.
+
+The prompt's share (:meth:`PreviewVoice.prepare_prompt`, what the speaker cache stores) is a vector of
+WORLD statistics in ``SpeakerPrompt.embedding``; the other tensors are empty. Everything runs on the CPU.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import secrets
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Callable, Iterator
+
+import numpy as np
+import torch
+
+from cosyvoice_mac import audio
+from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
+from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
+from cosyvoice_mac.pipeline import prompts
+from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
+from cosyvoice_mac.preview import world_convert
+from cosyvoice_mac.preview.labels import PREVIEW_NOTE
+from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
+from cosyvoice_mac.preview.piper_tts import PiperSpeaker
+
+CONVERSION_VERSION = 1  # part of model_id: bump when the statistics layout or the conversion changes
+TARGET_RMS = 0.1  # -20 dBFS over speech frames
+MAX_PEAK = 0.95
+HIGH_VOICE_HZ = 165.0  # prompts above this median pitch get espeak's female Mandarin variant
+ENGLISH_REFERENCE = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+                     "It is easy to tell the depth of a well.")
+MANDARIN_REFERENCE = "今天天气很好，我们一起去公园散步吧。他的声音听起来非常温和。请把窗户打开。"
+_MARKUP = re.compile("|".join(re.escape(t) for t in sorted(ALL_SPECIAL_TOKENS, key=len, reverse=True)))
+
+
+def _count_tokens(text: str) -> int:
+    """Segment length for English splitting: words and punctuation marks (close to BPE token counts)."""
+    return len(re.findall(r"\w+|[^\w\s]", text))
+
+
+class PreviewVoice:
+    """Owns the base voices, their WORLD reference statistics, the text normaliser and the VAD.
+
+    Base voices (and their statistics) load on first use, so building this object is cheap and a
+    machine without espeak-ng only fails on Chinese text, with a message saying what to install.
+    """
+
+    version = "preview"
+    sample_rate = SAMPLE_RATE
+
+    def __init__(self, english: PiperSpeaker | None = None, mandarin: MandarinSpeaker | None = None):
+        self._english, self._mandarin = english, mandarin
+        self._mandarin_error: str | None = None
+        self._base_models: dict[str, world_convert.BaseVoiceModel] = {}
+        self._lock = threading.Lock()
+        self.device = torch.device("cpu")
+        self.dtype = torch.float32
+        self.model_id = f"preview-piper-joe-medium-world-v{CONVERSION_VERSION}"
+        self.normalizer = TextNormalizer(_count_tokens)
+        self.vocoder_fallbacks = 0
+
+    @classmethod
+    def from_pretrained(cls, model_dir=None, device: str | torch.device | None = "auto", dtype=None, *,
+                        random_weights: bool = False, **_unused) -> "PreviewVoice":
+        """Same signature as ``CosyVoice.from_pretrained``: needs no model folder and always runs on the CPU."""
+        voice = cls()
+        voice.english  # fail now, with the install command, if Piper is missing
+        return voice
+
+    def to(self, device: str | torch.device) -> "PreviewVoice":
+        """No-op: ONNX Piper and WORLD run on the CPU whatever device is asked for."""
+        return self
+
+    def use_vocoder(self, vocoder=None) -> None:
+        """No-op: the WORLD vocoder cannot be swapped."""
+
+    # base voices --------------------------------------------------------------------------------
+    @property
+    def english(self) -> PiperSpeaker:
+        with self._lock:
+            if self._english is None:
+                self._english = PiperSpeaker()
+            return self._english
+
+    def mandarin(self) -> MandarinSpeaker:
+        with self._lock:
+            if self._mandarin is None:
+                if self._mandarin_error is None:
+                    try:
+                        self._mandarin = MandarinSpeaker()
+                    except MandarinUnavailable as error:
+                        self._mandarin_error = str(error)
+                if self._mandarin is None:
+                    raise SynthesisError(self._mandarin_error)
+            return self._mandarin
+
+    def _base_model(self, key: str) -> world_convert.BaseVoiceModel:
+        """WORLD statistics of one base voice ("en", "zh-low", "zh-high"), measured once per process."""
+        with self._lock:
+            model = self._base_models.get(key)
+        if model is None:
+            spoken = self._speak(key, ENGLISH_REFERENCE if key == "en" else MANDARIN_REFERENCE, seed=0, speed=1.0)
+            model = world_convert.BaseVoiceModel(world_convert.analyse(spoken.samples, spoken.sample_rate),
+                                                 spoken.sample_rate)
+            with self._lock:
+                self._base_models[key] = model
+        return model
+
+    def _speak(self, key: str, text: str, seed: int, speed: float):
+        if key == "en":
+            return self.english.speak(text, seed=seed, speed=speed)
+        return self.mandarin().speak(text, seed=seed, speed=speed, variant=key.split("-")[1])
+
+    # requests -----------------------------------------------------------------------------------
+    def prepare_prompt(self, audio_input: str | Path | np.ndarray, sample_rate: int | None = None,
+                       transcript: str | None = None) -> SpeakerPrompt:
+        """WORLD statistics of a prompt voice (silence trimmed by Silero VAD first)."""
+        from cosyvoice_mac.frontend import vad
+
+        with _as_audio_file(audio_input, sample_rate) as path:
+            try:
+                clip = audio.load_audio(path, world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False,
+                                        min_seconds=None, max_seconds=None)
+            except audio.AudioInputError as error:
+                raise SynthesisError(str(error)) from error
+        samples = vad.trim_silence(clip.wave[0].numpy(), clip.sample_rate)
+        seconds = len(samples) / clip.sample_rate
+        if seconds < audio.MIN_SECONDS:
+            raise SynthesisError(f"the prompt holds only {seconds:.1f} s of speech; record at least "
+                                 f"{audio.MIN_SECONDS:g} s (3-10 s of clear speech works best)")
+        if seconds > audio.MAX_SECONDS:
+            raise SynthesisError(f"the prompt holds {seconds:.1f} s of speech; use at most {audio.MAX_SECONDS:g} s "
+                                 "(5-15 s is plenty)")
+        try:
+            stats = world_convert.voice_stats(world_convert.analyse(samples, clip.sample_rate),
+                                              clip.source_sample_rate)
+        except world_convert.ConversionError as error:
+            raise SynthesisError(f"no voice to copy in the prompt ({error}); record someone speaking") from error
+        return SpeakerPrompt(
+            speech_tokens=torch.zeros(1, 0, dtype=torch.long),
+            mel=torch.zeros(1, 0, world_convert.BAND_COUNT),
+            embedding=torch.from_numpy(stats.to_vector())[None],
+            audio_hash=clip.content_hash, model_id=self.model_id, transcript=transcript, duration_s=seconds,
+        )
+
+    def synthesize(self, text: str, prompt_audio: str | Path | np.ndarray | None = None,
+                   prompt_text: str | None = None, instruct: str | None = None, seed: int | None = None,
+                   speed: float = 1.0, *, speaker: SpeakerPrompt | None = None, stream: bool = False,
+                   should_stop: Callable[[], bool] | None = None,
+                   prompt_sample_rate: int | None = None) -> Iterator[SynthesisResult]:
+        """Speak ``text`` in a voice moved toward the prompt's; yield one result per sentence.
+
+        Input errors raise :class:`SynthesisError` before any audio is produced. ``stream`` yields the same
+        sentence-sized pieces. Instructions and markup are not understood here (a note says so).
+        """
+        # Checked as for CosyVoice3 (same limits, same messages), so a request that works here works there.
+        request = prompts.plan_request(SimpleNamespace(version="cosyvoice3", normalizer=self.normalizer), text,
+                                       prompt_text=prompt_text, instruct=instruct, speed=speed,
+                                       has_prompt=speaker is not None or prompt_audio is not None)
+        segments = [segment.display_text for segment in request.segments]
+        spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
+        plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]
+        if not plan:
+            raise SynthesisError("the text has nothing to speak (only punctuation, symbols or markup)")
+        if any(detect_language(words) == "zh" for _, words in plan):
+            self.mandarin()
+        notes = [PREVIEW_NOTE]
+        if request.mode == "instruct":
+            notes.append("the preview voice cannot follow instructions; the instruction was ignored")
+        if any(_MARKUP.search(segment) for segment in segments):
+            notes.append("the preview voice does not understand markup such as [breath]; it was left out")
+        started = time.perf_counter()
+        if speaker is None:
+            speaker = self.prepare_prompt(prompt_audio, prompt_sample_rate, transcript=prompt_text)
+        elif speaker.model_id != self.model_id:
+            raise SynthesisError("that saved voice was prepared for another model; upload its audio again")
+        try:
+            target = world_convert.VoiceStats.from_vector(speaker.embedding.detach().cpu().numpy())
+        except world_convert.ConversionError as error:
+            raise SynthesisError(str(error)) from error
+        seed = secrets.randbelow(2**31) if seed is None else int(seed)
+        frontend_s = time.perf_counter() - started
+        return self._run(plan, target, seed, request.speed, request.mode, notes, should_stop or (lambda: False),
+                         frontend_s)
+
+    def _run(self, plan, target, seed, speed, mode, notes, should_stop, frontend_s) -> Iterator[SynthesisResult]:
+        for index, (segment, words) in enumerate(plan):
+            if should_stop():
+                return
+            started = time.perf_counter()
+            timings = {"frontend": frontend_s if index == 0 else 0.0}
+            key = "en"
+            if detect_language(words) == "zh":
+                key = "zh-high" if target.f0_hz > HIGH_VOICE_HZ else "zh-low"
+            base = self._base_model(key)
+            timings["reference"] = time.perf_counter() - started
+            clock = time.perf_counter()
+            spoken = self._speak(key, words, seed=seed + index, speed=speed)
+            timings["tts"] = time.perf_counter() - clock
+            if should_stop():
+                return
+            clock = time.perf_counter()
+            frames = world_convert.analyse(spoken.samples, spoken.sample_rate)
+            wave = _loudness(base.convert(frames, target, base.estimate_warp(target)))
+            timings["convert"] = time.perf_counter() - clock
+            yield SynthesisResult(
+                audio=wave, sample_rate=self.sample_rate, speech_token_count=0,
+                seconds=time.perf_counter() - started + timings["frontend"], text=segment,
+                segment_index=index, segment_count=len(plan), seed=seed, mode=mode, timings=timings,
+                notes=list(notes),
+            )
+
+
+def _loudness(wave: np.ndarray) -> np.ndarray:
+    """Scale to TARGET_RMS over the louder half of 20 ms frames, with the peak kept under MAX_PEAK."""
+    frames = wave[: len(wave) // 480 * 480].reshape(-1, 480)
+    if frames.size == 0:
+        return np.clip(wave, -MAX_PEAK, MAX_PEAK).astype(np.float32)
+    energy = np.sqrt(np.mean(frames**2, axis=1))
+    level = float(np.sqrt(np.mean(np.square(energy[energy >= np.median(energy)])))) or 1.0
+    peak = float(np.abs(wave).max()) or 1.0
+    return (wave * min(TARGET_RMS / level, MAX_PEAK / peak)).astype(np.float32)
+
+
+@contextlib.contextmanager
+def _as_audio_file(prompt: str | Path | np.ndarray, sample_rate: int | None):
+    """Yield a path to the prompt; samples (a microphone take) are written to a temp WAV first, so a take
+    and its saved file get the same content hash."""
+    if isinstance(prompt, (str, Path)):
+        yield Path(prompt)
+        return
+    if prompt is None:
+        raise SynthesisError("a prompt voice is needed: upload or record 3-30 s of speech, or pick a saved voice")
+    if sample_rate is None:
+        raise SynthesisError("prompt samples were given without their sample rate")
+    samples = np.asarray(prompt, dtype=np.float32)
+    if samples.ndim == 2:  # (N, channels) as microphones deliver it
+        samples = samples.mean(axis=1)
+    with tempfile.TemporaryDirectory(prefix="cosyvoice-preview-prompt-") as folder:
+        path = Path(folder) / "prompt.wav"
+        audio.write_wav(path, samples, sample_rate, subtype="FLOAT")
+        yield path

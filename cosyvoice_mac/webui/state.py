@@ -1,0 +1,236 @@
+"""What the web UI keeps between clicks: the model host (shared by every visitor) and each session's data.
+
+Nothing here imports gradio or torch: the engine runs the model in its own process, and these
+classes can be driven directly by tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from cosyvoice_mac.engine import Engine, EngineError, WorkerConfig, user_cache_dir
+from cosyvoice_mac.engine.outputs import atomic_write_bytes
+
+MODEL_CONFIG_NAMES = {"cosyvoice3.yaml": "cosyvoice3", "cosyvoice2.yaml": "cosyvoice2"}
+SETTINGS_FILE = "webui.json"
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """One model folder under models/: its folder name (what the menu shows), path and version."""
+
+    name: str
+    path: Path
+    version: str
+
+
+def installed_models(models_dir: Path) -> list[Path]:
+    """Model folders directly under ``models_dir``: those holding cosyvoice2.yaml or cosyvoice3.yaml."""
+    return [choice.path for choice in find_models(models_dir)]
+
+
+def find_models(models_dir: Path) -> list[ModelChoice]:
+    """Every folder of ``models_dir`` that holds exactly one of cosyvoice3.yaml / cosyvoice2.yaml, by name.
+
+    The folder's yaml decides the version, as ``cosyvoice_mac.pipeline.model_dir.detect_version`` does;
+    that module is not imported here because it loads torch.
+    """
+    models_dir = Path(models_dir)
+    if not models_dir.is_dir():
+        return []
+    found = []
+    for folder in sorted(models_dir.iterdir()):
+        versions = [version for name, version in MODEL_CONFIG_NAMES.items() if (folder / name).is_file()]
+        if folder.is_dir() and len(versions) == 1:
+            found.append(ModelChoice(folder.name, folder, versions[0]))
+    return found
+
+
+@dataclass
+class HostConfig:
+    """Where models, outputs and the cache live, and how the model worker runs."""
+
+    models_dir: Path
+    outputs_dir: Path
+    cache_dir: Path | None = None
+    device: str = "auto"
+    dtype: str | None = None
+    max_queue: int = 8
+    job_timeout_s: float | None = 900.0
+    start_timeout_s: float = 900.0
+    torch_threads: int | None = None
+    preferred_model: str | None = None
+
+
+class ModelHost:
+    """Owns the one Engine the page talks to: which model folder it runs, starting, switching, restarting
+    and closing it. Every visitor shares it; the engine's queue keeps their jobs in order."""
+
+    def __init__(self, config: HostConfig, engine_factory: Callable[..., Engine] = Engine):
+        self.config = config
+        self.engine_factory = engine_factory
+        self.engine: Engine | None = None
+        self.current: ModelChoice | None = None
+        self._lock = threading.Lock()
+
+    def models(self) -> list[ModelChoice]:
+        return find_models(self.config.models_dir)
+
+    def choice(self, name: str | None) -> ModelChoice | None:
+        """The installed model called ``name`` (a value from the page, so only names we listed count)."""
+        return next((choice for choice in self.models() if choice.name == name), None)
+
+    def default_choice(self) -> ModelChoice | None:
+        models = self.models()
+        preferred = self.choice(self.config.preferred_model) if self.config.preferred_model else None
+        newest = [choice for choice in models if choice.version == "cosyvoice3"]
+        return preferred or (newest or models or [None])[0]
+
+    def start(self, name: str | None = None) -> ModelChoice | None:
+        """Start the engine for ``name`` (default: the preferred or newest model) without waiting."""
+        choice = self.choice(name) if name else self.default_choice()
+        if choice is None:
+            return None
+        with self._lock:
+            old, self.engine = self.engine, None
+            self.current = choice
+        if old is not None:
+            old.close()
+        engine = self.engine_factory(self._worker_config(choice), max_queue=self.config.max_queue,
+                                     start_timeout_s=self.config.start_timeout_s,
+                                     job_timeout_s=self.config.job_timeout_s)
+        engine.start(wait=False)
+        with self._lock:
+            self.engine = engine
+        return choice
+
+    def restart(self, timeout: float | None = None) -> bool:
+        """Restart the worker of the current model (start it if it never ran); True once it is ready."""
+        engine = self.engine
+        if engine is None:
+            if self.start(self.current.name if self.current else None) is None:
+                return False
+            engine = self.engine
+            return engine.start(wait=True, timeout=timeout)
+        try:
+            return engine.restart(timeout=timeout)
+        except EngineError:  # closed under us (a model switch): start afresh
+            self.start(self.current.name if self.current else None)
+            return self.engine.start(wait=True, timeout=timeout)
+
+    def status(self) -> dict:
+        """The engine's status plus the folder name and version of the model it runs."""
+        engine = self.engine
+        status = engine.status() if engine is not None else {"state": "stopped"}
+        if self.current is not None:
+            status.update(folder=self.current.name, folder_version=self.current.version)
+        return status
+
+    def close(self) -> None:
+        with self._lock:
+            engine, self.engine = self.engine, None
+        if engine is not None:
+            engine.close()
+
+    def _worker_config(self, choice: ModelChoice) -> WorkerConfig:
+        config = self.config
+        return WorkerConfig(model_dir=str(choice.path), device=config.device, dtype=config.dtype,
+                            outputs_dir=str(config.outputs_dir),
+                            cache_dir=str(config.cache_dir) if config.cache_dir else None,
+                            torch_threads=config.torch_threads)
+
+
+@dataclass
+class HistoryEntry:
+    """One finished generation of this session, as the history panel lists it."""
+
+    path: str
+    text: str
+    mode: str
+    voice: str | None
+    seed: int
+    speed: float
+    duration_s: float
+    created: float = field(default_factory=time.time)
+
+    @property
+    def file_name(self) -> str:
+        return Path(self.path).name
+
+
+@dataclass
+class Session:
+    """One browser tab's data (kept server-side in a gr.State): its outputs, newest first, and the last
+    finished job that used uploaded prompt audio (the one "Save voice" names)."""
+
+    history: list[HistoryEntry] = field(default_factory=list)
+    prompt_job_id: str | None = None
+    prompt_path: str | None = None
+    last_status: tuple[str, dict] | None = None  # (strings key, values): re-rendered on a language switch
+
+    def add(self, entry: HistoryEntry) -> None:
+        self.history.insert(0, entry)
+
+    def find(self, file_name: str | None) -> HistoryEntry | None:
+        """The entry whose file is ``file_name``: only this session's own outputs can be replayed."""
+        return next((entry for entry in self.history if entry.file_name == file_name), None)
+
+
+class ActiveJobs:
+    """Which job each browser session is running, so its Stop button can cancel it."""
+
+    def __init__(self):
+        self._jobs: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    def set(self, session: str, job_id: str) -> None:
+        with self._lock:
+            self._jobs[session] = job_id
+
+    def get(self, session: str) -> str | None:
+        with self._lock:
+            return self._jobs.get(session)
+
+    def clear(self, session: str, job_id: str) -> None:
+        with self._lock:
+            if self._jobs.get(session) == job_id:
+                del self._jobs[session]
+
+
+class Settings:
+    """The page's own remembered choices (whether the first-run notice was acknowledged), in the cache folder."""
+
+    def __init__(self, cache_dir: Path | None):
+        self.path = (Path(cache_dir) if cache_dir else user_cache_dir()) / SETTINGS_FILE
+
+    def load(self) -> dict:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def update(self, **values) -> None:
+        data = {**self.load(), **values}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(self.path, json.dumps(data, indent=1).encode("utf-8"))
+        except OSError:  # a read-only cache only means the notice shows again next time
+            pass
+
+    @property
+    def notice_acknowledged(self) -> bool:
+        return bool(self.load().get("notice_acknowledged"))
+
+
+def is_inside(path: str | Path, folder: str | Path) -> bool:
+    """True when ``path`` (resolved, links followed) lies inside ``folder``."""
+    try:
+        return Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder))
+    except (OSError, ValueError):
+        return False

@@ -1,0 +1,125 @@
+"""Streaming synthesis on tiny random-weight models: schedule, stitching, first audio before the end."""
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from cosyvoice_mac.pipeline import CosyVoice, SynthesisError
+from tests.fakes.onnx_models import make_tiny_model_dir
+
+TEXT = "The quick brown fox jumps over the lazy dog, again and again, for a long while."
+
+
+@pytest.fixture(scope="module", params=("cosyvoice3", "cosyvoice2"))
+def model(request, tmp_path_factory) -> CosyVoice:
+    folder = make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param))
+    return CosyVoice.from_pretrained(folder, device="cpu")
+
+
+@pytest.fixture(scope="module")
+def speaker(model, make_speech):
+    return model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
+
+
+class _RecordFlow:
+    """Wraps flow.inference to keep each call's arguments and output mel."""
+
+    def __init__(self, flow):
+        self.flow, self.original, self.calls = flow, flow.inference, []
+
+    def __enter__(self):
+        def record(tokens, *args, **kwargs):
+            mel = self.original(tokens, *args, **kwargs)
+            self.calls.append((tokens.shape[1], kwargs, mel))
+            return mel
+
+        self.flow.inference = record
+        return self
+
+    def __exit__(self, *exc):
+        self.flow.inference = self.original
+
+
+def test_schedule_grows_25_50_100_and_resets_per_request(model, speaker):
+    prompt_tokens = speaker.speech_tokens.shape[1]
+    first = 25 + math.ceil(prompt_tokens / 25) * 25 - prompt_tokens
+    for _ in range(2):  # a second request starts over (upstream keeps the grown hop)
+        chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+        counts = [c.speech_token_count for c in chunks]
+        expected = [first]
+        while expected[-1] + min(100, 25 * 2 ** len(expected)) + 3 <= counts[-1]:
+            expected.append(expected[-1] + min(100, 25 * 2 ** len(expected)))
+        assert counts[:-1] == expected and chunks[-1].is_final_chunk
+        assert not any(c.is_final_chunk for c in chunks[:-1])
+
+
+def test_streamed_audio_has_the_length_and_tokens_of_the_offline_audio(model, speaker):
+    offline = list(model.synthesize(TEXT, speaker=speaker, seed=3))
+    chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+    assert chunks[-1].speech_token_count == sum(r.speech_token_count for r in offline)
+    assert sum(len(c.audio) for c in chunks) == sum(len(r.audio) for r in offline)
+    assert all(np.isfinite(c.audio).all() and np.abs(c.audio).max() <= 0.99 + 1e-6 for c in chunks)
+
+
+def test_last_chunk_mel_is_the_offline_mel_and_earlier_chunks_use_chunk_masks(model, speaker):
+    with _RecordFlow(model.networks.flow) as recorder:
+        list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+        streamed = recorder.calls
+        recorder.calls = []
+        list(model.synthesize(TEXT, speaker=speaker, seed=3))
+        (offline_tokens, _, offline_mel), = recorder.calls
+    assert [kwargs["streaming"] for _, kwargs, _ in streamed] == [True] * (len(streamed) - 1) + [False]
+    final_tokens, _, final_mel = streamed[-1]
+    assert final_tokens == offline_tokens
+    assert torch.equal(final_mel, offline_mel)  # the last call sees every token with full attention
+
+
+def test_cosyvoice3_chunks_join_seamlessly(tmp_path, make_speech):
+    model = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice3", tmp_path), device="cpu")
+    speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
+    with _RecordFlow(model.networks.flow) as recorder:
+        chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+    offsets = [0] + [c.speech_token_count for c in chunks[:-1]]
+    mel = torch.cat([m[:, :, 2 * off:] for (_, _, m), off in zip(recorder.calls, offsets)], dim=2)
+    once = model.networks.hift.inference(mel.float())[0][0].numpy()
+    streamed = np.concatenate([c.audio for c in chunks])
+    assert np.abs(streamed - once).max() < 1e-4  # causal vocoder: re-running on more mel keeps the prefix
+
+
+def test_first_chunk_arrives_while_the_llm_is_still_decoding(model, speaker, monkeypatch):
+    llm = model.networks.llm
+    original = llm.generate
+    last_token_at: list[float] = []
+
+    def slow_generate(*args, **kwargs):
+        for token in original(*args, **kwargs):
+            time.sleep(0.01)
+            last_token_at.append(time.perf_counter())
+            yield token
+
+    monkeypatch.setattr(llm, "generate", slow_generate)
+    stream = model.synthesize(TEXT, speaker=speaker, seed=3, stream=True)
+    next(stream)
+    first_chunk_at = time.perf_counter()
+    list(stream)
+    assert first_chunk_at < last_token_at[-1]
+
+
+def test_stop_ends_the_stream_and_its_producer_thread(model, speaker):
+    stop = threading.Event()
+    stream = model.synthesize(TEXT * 3, speaker=speaker, seed=3, stream=True, should_stop=stop.is_set)
+    next(stream)
+    stop.set()
+    list(stream)
+    time.sleep(0.1)
+    assert not [t for t in threading.enumerate() if t.name == "llm-producer" and t.is_alive()]
+
+
+def test_speed_with_streaming_is_a_clear_error(model, speaker):
+    with pytest.raises(SynthesisError, match="speed"):
+        model.synthesize(TEXT, speaker=speaker, stream=True, speed=1.5)

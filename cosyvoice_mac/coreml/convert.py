@@ -108,7 +108,7 @@ def state_sha256(module: torch.nn.Module) -> str:
 
 def hift_fingerprint(hift: HiFT) -> str:
     """Fingerprint of an in-memory vocoder (random-weight models have no checkpoint file)."""
-    return f"state:{state_sha256(hift)};hift-config:{config_sha256(config_node(hift.config))}"
+    return f"state:{state_sha256(hift)};hift-config:{config_sha256(hift_config_node(hift.config))}"
 
 
 def model_fingerprint(model_dir: Path) -> tuple[str, dict]:
@@ -329,7 +329,7 @@ def _describe(model, key: str, fingerprint: str, options: ConversionOptions, ext
     model.user_defined_metadata.update(metadata)
 
 
-def config_node(config: HiFTConfig) -> dict:
+def hift_config_node(config: HiFTConfig) -> dict:
     """A ``hift:`` yaml node that rebuilds ``config`` (for in-memory models without a yaml file)."""
     causal = config.causal
     return {

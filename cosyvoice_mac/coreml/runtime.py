@@ -22,20 +22,8 @@ import numpy as np
 
 from cosyvoice_mac.models.vocoder import HiFTConfig
 
-from .convert import (
-    INPUT_MEL,
-    INPUT_SOURCE,
-    OUTPUT_F0,
-    OUTPUT_WAVE,
-    ConversionOptions,
-    convert_hift,
-    convert_model_dir,
-    config_node,
-    default_output_dir,
-    hift_fingerprint,
-    read_manifest,
-    stale_reason,
-)
+from . import convert as conversion
+from .convert import INPUT_MEL, INPUT_SOURCE, OUTPUT_F0, OUTPUT_WAVE, ConversionOptions
 from .host import HostSource
 from .split import Decoder, SplitVocoder
 
@@ -159,8 +147,9 @@ def load_vocoder(
             return None, reason
         model_factory = coreml_model_factory
     options = ConversionOptions(precision=precision, target=target)
+    model_dir, hift = _model_parts(model)
     try:
-        folder, manifest = _packages_for(model, options, out_dir, convert, log)
+        folder, manifest = _packages_for(model_dir, hift, options, out_dir, convert, log)
     except Exception as error:  # conversion problems must leave the app on torch, with the reason
         return None, f"Core ML conversion failed ({type(error).__name__}: {error}); using the torch vocoder"
     if manifest is None:
@@ -172,29 +161,28 @@ def load_vocoder(
     return vocoder, f"Core ML vocoder ({precision}, {compute_units}) loaded from {folder}"
 
 
-def _packages_for(model, options: ConversionOptions, out_dir, convert: bool, log) -> tuple[Path, dict | None]:
-    """Find current packages for ``model``, converting them if allowed: (folder, manifest or None)."""
-    model_dir, hift = _model_parts(model)
+def _packages_for(model_dir, hift, options: ConversionOptions, out_dir, convert: bool, log
+                  ) -> tuple[Path, dict | None]:
+    """Find current packages for a folder or a HiFT, converting them if allowed: (folder, manifest or None)."""
     if model_dir is not None:
         if convert:
-            return convert_model_dir(model_dir, out_dir, options, log=log)
-        from .convert import model_fingerprint
-
-        fingerprint, _ = model_fingerprint(model_dir)
-        folder = Path(out_dir) if out_dir is not None else default_output_dir(model_dir, fingerprint)
-        manifest = read_manifest(folder, options)
-        return folder, manifest if stale_reason(manifest, fingerprint, options, folder) is None else None
-    fingerprint = hift_fingerprint(hift)
-    folder = Path(out_dir) if out_dir is not None else default_output_dir(None, fingerprint)
-    manifest = read_manifest(folder, options)
-    reason = stale_reason(manifest, fingerprint, options, folder)
+            return conversion.convert_model_dir(model_dir, out_dir, options, log=log)
+        fingerprint, _ = conversion.model_fingerprint(model_dir)
+        folder = Path(out_dir) if out_dir is not None else conversion.default_output_dir(model_dir, fingerprint)
+        manifest = conversion.read_manifest(folder, options)
+        return folder, manifest if conversion.stale_reason(manifest, fingerprint, options, folder) is None else None
+    fingerprint = conversion.hift_fingerprint(hift)
+    folder = Path(out_dir) if out_dir is not None else conversion.default_output_dir(None, fingerprint)
+    manifest = conversion.read_manifest(folder, options)
+    reason = conversion.stale_reason(manifest, fingerprint, options, folder)
     if reason is None:
         return folder, manifest
     if not convert:
         return folder, None
     log(f"converting the in-memory vocoder to Core ML ({reason}) into {folder}")
-    node = _config_node(hift.config)
-    return folder, convert_hift(hift, folder, fingerprint=fingerprint, config_node=node, options=options, log=log)
+    node = conversion.hift_config_node(hift.config)
+    return folder, conversion.convert_hift(hift, folder, fingerprint=fingerprint, config_node=node,
+                                           options=options, log=log)
 
 
 def _model_parts(model):

@@ -79,6 +79,16 @@ def _feat_extractor(fmax):
     }
 
 
+_FLOW_COMMON = {
+    "output_size": 80,
+    "spk_embed_dim": 192,
+    "output_type": "mel",
+    "vocab_size": 6561,
+    "input_frame_rate": 25,
+    "token_mel_ratio": 2,
+    "pre_lookahead_len": 3,
+}
+
 _COSYVOICE3 = {
     "sample_rate": 24000,
     "llm_input_size": 896,
@@ -100,13 +110,7 @@ _COSYVOICE3 = {
     "flow": {
         "_tag": "new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT",
         "input_size": 80,
-        "output_size": 80,
-        "spk_embed_dim": 192,
-        "output_type": "mel",
-        "vocab_size": 6561,
-        "input_frame_rate": 25,
-        "token_mel_ratio": 2,
-        "pre_lookahead_len": 3,
+        **_FLOW_COMMON,
         "pre_lookahead_layer": {
             "_tag": "new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer",
             "in_channels": 80, "channels": 1024, "pre_lookahead_len": 3,
@@ -133,13 +137,7 @@ _COSYVOICE2 = {
     "flow": {
         "_tag": "new:cosyvoice.flow.flow.CausalMaskedDiffWithXvec",
         "input_size": 512,
-        "output_size": 80,
-        "spk_embed_dim": 192,
-        "output_type": "mel",
-        "vocab_size": 6561,
-        "input_frame_rate": 25,
-        "token_mel_ratio": 2,
-        "pre_lookahead_len": 3,
+        **_FLOW_COMMON,
         "encoder": {
             "_tag": "new:cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder",
             "output_size": 512, "attention_heads": 8, "linear_units": 2048, "num_blocks": 6,

@@ -1,49 +1,35 @@
-"""The web page: for now a title and which models are installed (the synthesis UI comes later).
+"""Start the web UI: parse the command line, start the model worker, serve the page, clean up on exit.
 
-It binds 127.0.0.1 unless the user passes another ``--host``; Ctrl-C closes the server and exits 0.
+It binds 127.0.0.1 unless the user passes another ``--host``; Ctrl-C (or SIGTERM) closes the server,
+stops the worker, removes Gradio's temporary folder and exits 0. Gradio is imported only after
+GRADIO_TEMP_DIR points at a folder this process owns, so uploads never land anywhere else.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
+from cosyvoice_mac.webui.strings import EN
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODELS_DIR = REPO_ROOT / "models"
+DEFAULT_OUTPUTS_DIR = REPO_ROOT / "outputs"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
-TITLE = "CosyVoice for Mac"
-MODEL_CONFIG_NAMES = ("cosyvoice3.yaml", "cosyvoice2.yaml")
-NO_MODEL_MESSAGE = "No model installed yet. Run: bash run.sh download cosyvoice3"
-
-
-def installed_models(models_dir: Path) -> list[Path]:
-    """Model folders directly under ``models_dir``: those holding cosyvoice2.yaml or cosyvoice3.yaml."""
-    if not models_dir.is_dir():
-        return []
-    return sorted(
-        folder
-        for folder in models_dir.iterdir()
-        if folder.is_dir() and any((folder / name).is_file() for name in MODEL_CONFIG_NAMES)
-    )
-
-
-def build_app(models_dir: Path = DEFAULT_MODELS_DIR):
-    """The Gradio Blocks page for the models found in ``models_dir``."""
-    import gradio as gr
-
-    models = installed_models(models_dir)
-    with gr.Blocks(title=TITLE) as app:
-        gr.Markdown(f"# {TITLE}")
-        if models:
-            names = ", ".join(folder.name for folder in models)
-            gr.Markdown(f"Installed models: {names}")
-        else:
-            gr.Markdown(NO_MODEL_MESSAGE)
-    return app
+TITLE = EN["title"]
+DOWNLOAD_COMMAND = "bash run.sh download cosyvoice3"
+NO_MODEL_MESSAGE = EN["no_model"]
+MAX_UPLOAD = "20mb"
+MAX_QUEUE = 8
+TEMP_PREFIX = "cosyvoice-mac-ui-"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -58,36 +44,84 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="folder holding model folders (default models/)"
     )
-    return parser.parse_args(argv)
+    parser.add_argument("--outputs-dir", type=Path, default=DEFAULT_OUTPUTS_DIR,
+                        help="where generated audio is saved (default outputs/)")
+    parser.add_argument("--cache-dir", type=Path, default=None,
+                        help="speaker cache and saved voices (default: $COSYVOICE_CACHE_DIR or the user cache folder)")
+    parser.add_argument("--model", default=None, help="model folder name under --models-dir to load first "
+                        "(default: a CosyVoice3 model if there is one)")
+    parser.add_argument("--device", default=os.environ.get("COSYVOICE_DEVICE") or "auto",
+                        help="auto (mps, cuda, cpu), mps, cuda, cuda:N or cpu (default $COSYVOICE_DEVICE or auto)")
+    parser.add_argument("--dtype", default=os.environ.get("COSYVOICE_DTYPE") or None,
+                        help="float32 (default), float16 or bfloat16")
+    parser.add_argument("--max-queue", type=int, default=MAX_QUEUE,
+                        help=f"requests that may wait for the model at once (default {MAX_QUEUE})")
+    parser.add_argument("--torch-threads", type=int, default=None, help="CPU threads for the model worker")
+    args = parser.parse_args(argv)
+    if args.max_queue < 1:
+        parser.error("--max-queue must be at least 1")
+    return args
+
+
+def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = None, settings: Settings | None = None):
+    """The Gradio page for the models in ``models_dir`` (or the given host); does not start a model."""
+    from cosyvoice_mac.webui.callbacks import Callbacks
+    from cosyvoice_mac.webui.features import detect_features
+    from cosyvoice_mac.webui.layout import build_page
+
+    if host is None:
+        host = ModelHost(HostConfig(models_dir=Path(models_dir), outputs_dir=DEFAULT_OUTPUTS_DIR))
+    settings = settings or Settings(host.config.cache_dir)
+    callbacks = Callbacks(host, settings)
+    return build_page(callbacks, detect_features(), has_model=bool(host.models()))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # a local app phones no one
-    app = build_app(args.models_dir)
+    temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
+    os.environ["GRADIO_TEMP_DIR"] = str(temp_dir)  # before gradio is imported: it reads this once
+    outputs_dir = args.outputs_dir.expanduser().resolve()
+    host = ModelHost(HostConfig(
+        models_dir=args.models_dir.expanduser(), outputs_dir=outputs_dir,
+        cache_dir=args.cache_dir.expanduser() if args.cache_dir else None, device=args.device, dtype=args.dtype,
+        max_queue=args.max_queue, torch_threads=args.torch_threads, preferred_model=args.model,
+    ))
+    app = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the
     # server and exit 0.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
-        app.launch(
-            server_name=args.host,
-            server_port=args.port,
-            ssr_mode=False,
-            show_error=True,
-            quiet=True,
-            prevent_thread_lock=True,
-        )
-    except OSError:
-        print(
-            f"Cannot listen on {args.host}:{args.port}: the port is taken (is the app already running?) or "
-            f"the address is not one of this machine's. Stop the other server or pick another port: "
-            f"bash run.sh --port {args.port + 1}",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"{TITLE} is running at {app.local_url}  (Ctrl-C to stop)", flush=True)
-    try:
+        host.start()  # loads in the worker process while the page starts
+        app = build_app(host=host)
+        app.queue(max_size=args.max_queue * 2 + 4, api_open=False)
+        try:
+            app.launch(
+                server_name=args.host,
+                server_port=args.port,
+                ssr_mode=False,
+                show_error=True,
+                quiet=True,
+                prevent_thread_lock=True,
+                max_file_size=MAX_UPLOAD,
+                allowed_paths=[str(outputs_dir)],
+                blocked_paths=[str(args.models_dir.expanduser().resolve())],
+                footer_links=["gradio"],
+                css=_css(),
+                js=_title_js(),
+            )
+        except OSError:
+            print(
+                f"Cannot listen on {args.host}:{args.port}: the port is taken (is the app already running?) or "
+                f"the address is not one of this machine's. Stop the other server or pick another port: "
+                f"bash run.sh --port {args.port + 1}",
+                file=sys.stderr,
+            )
+            return 1
+        print(f"{TITLE} is running at {app.local_url}  (Ctrl-C to stop)", flush=True)
+        if not host.models():
+            print(f"No model installed yet in {args.models_dir}. Get one with: {DOWNLOAD_COMMAND}", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -96,8 +130,28 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C while the server shuts down would only print a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        app.close()
+        if app is not None:
+            app.close()
+        host.close()
+        shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def _css() -> str:
+    from cosyvoice_mac.webui.layout import CSS
+
+    return CSS
+
+
+def _title_js() -> str:
+    """Keeps the browser tab's title in the page's language when the language switch changes."""
+    from cosyvoice_mac.webui.strings import ZH
+
+    titles = json.dumps({"en": EN["title"], "zh": ZH["title"]}, ensure_ascii=False)
+    return ("() => { const titles = " + titles + ";"
+            " document.addEventListener('change', () => { const picked = document.querySelector("
+            "'#cv-language input:checked'); if (picked && titles[picked.value]) document.title = titles[picked.value];"
+            " }); }")
 
 
 def _raise_keyboard_interrupt(signum, frame):

@@ -316,9 +316,9 @@ class Callbacks:
         return gr.update(visible=False)
 
     def on_load(self, lang: str):
-        """Fresh values when a tab opens: saved voices, the status, whether the notice still shows."""
+        """Fresh values when a tab opens: saved voices, the status, whether the notice still shows, a seed."""
         return (gr.update(choices=self.voice_choices(lang)), self.status_panel(lang),
-                gr.update(visible=not self.settings.notice_acknowledged))
+                gr.update(visible=not self.settings.notice_acknowledged), self.roll_seed())
 
 
 class _Outputs:

@@ -122,14 +122,31 @@ def _cleanup() -> None:
 
 
 @lru_cache(maxsize=None)
-def converted(version: str, size: str, precision: str, chunk_frames: int = 128) -> tuple[Path, dict]:
-    """Convert a speech-like random vocoder once per session: (folder, manifest)."""
+def converted(version: str, size: str, precision: str, chunked: bool = True, chunk_frames: int = 128
+              ) -> tuple[Path, dict]:
+    """Convert a speech-like random vocoder once per session: (folder, manifest).
+
+    ``size`` 'tiny' uses the parity folder's real tiny weights, 'full' the speech-like random ones.
+    """
     from cosyvoice_mac.coreml.convert import ConversionOptions, convert_hift, hift_fingerprint
 
-    hift = speechlike_hift(version, size)
+    hift = speechlike_hift(version) if size == "full" else tiny_hift(version)
     folder = scratch_dir(f"{version}-{size}-{precision}")
     node = full_node(version) if size == "full" else tiny_node(version)
-    options = ConversionOptions(precision=precision, chunk_frames=chunk_frames)
+    options = ConversionOptions(precision=precision, chunked=chunked, chunk_frames=chunk_frames)
     manifest = convert_hift(hift, folder, fingerprint=hift_fingerprint(hift), config_node=node, options=options,
                             log=lambda message: None)
     return folder, manifest
+
+
+@lru_cache(maxsize=None)
+def interpreter(package: Path):
+    """The numpy MIL interpreter of a saved package (loading re-runs type inference: seconds)."""
+    from tests.coreml.mil_interpreter import MILInterpreter
+
+    return MILInterpreter(package)
+
+
+def interpreter_factory(path: Path, compute_units: str):
+    """A ``load_vocoder(model_factory=...)`` that runs packages with the numpy interpreter."""
+    return interpreter(Path(path))

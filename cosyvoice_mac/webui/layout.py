@@ -1,0 +1,230 @@
+"""The page: which controls exist, where they sit, and which callback each one triggers.
+
+Every control whose words depend on the language is registered in a :class:`LabelBook`, so the
+language switch re-labels all of them at once (and Gradio's own built-in words follow through its
+locale). Element ids (``elem_id``) are the browser tests' handles; keep them stable.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import gradio as gr
+
+from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
+from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks, history_rows
+from cosyvoice_mac.webui.state import Session
+from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
+from cosyvoice_mac.webui.strings import text as say
+
+CSS = """
+.cv-message p { margin: 0.2em 0; }
+.cv-notice { border: 1px solid var(--color-accent); border-radius: 8px; padding: 0.6em 1em; }
+#cv-dice { max-width: 4em; min-width: 3em; }
+"""
+DICE = "🎲"
+
+
+class LabelBook:
+    """Owns the list of (component, property -> strings key or function of the language) to re-label."""
+
+    def __init__(self, lang: str = DEFAULT_LANGUAGE):
+        self.lang = lang
+        self.entries: list[tuple[gr.components.Component, dict[str, str | Callable[[str], object]]]] = []
+
+    def make(self, factory, words: dict[str, str | Callable[[str], object]], **fixed):
+        """``factory(**fixed, **words in the starting language)``, registered for re-labelling."""
+        return self.add(factory(**fixed, **self.render(self.lang, words)), words)
+
+    def add(self, component, words: dict[str, str | Callable[[str], object]]):
+        self.entries.append((component, words))
+        return component
+
+    @staticmethod
+    def render(lang: str, words: dict) -> dict:
+        return {name: source(lang) if callable(source) else say(lang, source) for name, source in words.items()}
+
+    @property
+    def components(self) -> list:
+        return [component for component, _ in self.entries]
+
+    def updates(self, lang: str) -> list:
+        return [gr.update(**self.render(lang, words)) for _, words in self.entries]
+
+
+def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool) -> gr.Blocks:
+    """The whole page. ``has_model`` False shows the download command instead of a Generate that fails.
+
+    ``features`` (see features.py) switches optional controls on; none of them is built yet.
+    """
+    book, host, lang = LabelBook(), callbacks.host, DEFAULT_LANGUAGE
+    make = book.make
+
+    with gr.Blocks(title=say(lang, "title")) as page:
+        session = gr.State(Session())
+        with gr.Row(equal_height=True):
+            with gr.Column(scale=4):
+                make(gr.Markdown, {"value": lambda lang: f"# {say(lang, 'title')}\n{say(lang, 'subtitle')}"},
+                     elem_id="cv-title")
+            language = make(gr.Radio, {"label": "language_label"}, choices=list(LANGUAGES), value=lang, scale=1,
+                            elem_id="cv-language")
+        with gr.Group(visible=not callbacks.settings.notice_acknowledged, elem_classes="cv-notice") as notice:
+            make(gr.Markdown, {"value": "notice"}, elem_id="cv-notice")
+            notice_ok = make(gr.Button, {"value": "notice_ok"}, size="sm", elem_id="cv-notice-ok")
+        make(gr.Markdown, {"value": "no_model"}, visible=not has_model, elem_id="cv-no-model")
+
+        with gr.Row():
+            with gr.Column(scale=3):
+                make(gr.Markdown, {"value": "section_voice"})
+                voices = make(gr.Dropdown, {"choices": callbacks.voice_choices, "label": "voices_label",
+                                            "info": "voices_info"}, value="", elem_id="cv-voices")
+                prompt_audio = make(gr.Audio, {"label": "prompt_audio_label"}, sources=["upload", "microphone"],
+                                    type="filepath", elem_id="cv-prompt-audio")
+                transcript = make(gr.Textbox, {"label": "transcript_label", "placeholder": "transcript_placeholder"},
+                                  lines=2, elem_id="cv-transcript")
+                prompt_msg = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
+                with gr.Row():
+                    voice_name = make(gr.Textbox, {"label": "voice_name_label",
+                                                   "placeholder": "voice_name_placeholder"},
+                                      scale=3, elem_id="cv-voice-name")
+                    with gr.Column(scale=1, min_width=120):
+                        save_voice = make(gr.Button, {"value": "save_voice"}, size="sm", elem_id="cv-save-voice")
+                        delete_voice = make(gr.Button, {"value": "delete_voice"}, size="sm",
+                                            elem_id="cv-delete-voice")
+                voice_msg = gr.Markdown(elem_id="cv-voice-msg", elem_classes="cv-message")
+
+                make(gr.Markdown, {"value": "section_text"})
+                text = make(gr.Textbox, {"label": "text_label", "placeholder": "text_placeholder"}, lines=4,
+                            elem_id="cv-text")
+                counter = gr.Markdown(callbacks.counter(lang, ""), elem_id="cv-counter", elem_classes="cv-message")
+                make(gr.Markdown, {"value": "markup_help"}, elem_id="cv-markup-help")
+                mode = make(gr.Radio, {"choices": _mode_choices, "label": "mode_label"}, value="zero_shot",
+                            elem_id="cv-mode")
+                with gr.Row():
+                    preset = make(gr.Dropdown, {"choices": _preset_choices, "label": "preset_label",
+                                                "info": "preset_info"}, value=None, visible=False, elem_id="cv-preset")
+                    instruct = make(gr.Textbox, {"label": "instruct_label", "placeholder": "instruct_placeholder"},
+                                    visible=False, elem_id="cv-instruct")
+                mode_msg = gr.Markdown(elem_id="cv-mode-msg", elem_classes="cv-message")
+                with gr.Row(equal_height=True):
+                    seed = make(gr.Number, {"label": "seed_label", "info": "seed_info"}, value=0, precision=0,
+                                minimum=0, maximum=MAX_SEED, scale=3, elem_id="cv-seed")
+                    dice = gr.Button(DICE, scale=0, elem_id="cv-dice")
+                    speed = make(gr.Slider, {"label": "speed_label"}, minimum=0.5, maximum=2.0, step=0.05, value=1.0,
+                                 scale=3, elem_id="cv-speed")
+                with gr.Row():
+                    generate = make(gr.Button, {"value": "generate"}, variant="primary", interactive=has_model,
+                                    elem_id="cv-generate")
+                    stop = make(gr.Button, {"value": "stop"}, variant="secondary", elem_id="cv-stop")
+                status = gr.Markdown(elem_id="cv-status", elem_classes="cv-message")
+                result = make(gr.Audio, {"label": "result_label"}, interactive=False, buttons=["download"],
+                              elem_id="cv-result")
+
+            with gr.Column(scale=2):
+                make(gr.Markdown, {"value": "section_model"})
+                models = host.models()
+                model_menu = make(gr.Dropdown, {"label": "model_label", "info": "model_info"},
+                                  choices=[(choice.name, choice.name) for choice in models],
+                                  value=host.current.name if host.current else None, interactive=bool(models),
+                                  elem_id="cv-model")
+                restart = make(gr.Button, {"value": "restart"}, interactive=has_model, elem_id="cv-restart")
+                model_msg = gr.Markdown(elem_id="cv-model-msg", elem_classes="cv-message")
+                status_panel = gr.Markdown(callbacks.status_panel(lang), elem_id="cv-status-panel")
+                history = make(gr.Dataframe, {"label": "history_label"}, value=history_rows(lang, Session()),
+                               interactive=False, wrap=True, elem_id="cv-history")
+                history_pick = make(gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None,
+                                    elem_id="cv-history-pick")
+                history_audio = make(gr.Audio, {"label": "history_audio_label"}, interactive=False,
+                                     buttons=["download"], elem_id="cv-history-audio")
+        timer = gr.Timer(2.0)
+
+        # -- wiring ----------------------------------------------------------------------------------
+        quiet = dict(queue=False, show_progress="hidden")
+        prompt_audio.upload(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices], **quiet)
+        prompt_audio.stop_recording(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices])
+        prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
+        voices.input(callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript],
+                     **quiet)
+        save_voice.click(callbacks.save_voice, [language, voice_name, prompt_audio, session], [voice_msg, voices])
+        delete_voice.click(callbacks.delete_voice, [language, voices], [voice_msg, voices])
+        text.change(callbacks.counter, [language, text], counter, trigger_mode="always_last", **quiet)
+        mode.change(callbacks.mode_changed, mode, [transcript, preset, instruct, mode_msg], **quiet)
+        preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
+        dice.click(callbacks.roll_seed, None, seed, **quiet)
+
+        generate.click(
+            callbacks.generate,
+            [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, session],
+            [prompt_msg, counter, mode_msg, status, result, history, history_pick, session],
+            concurrency_limit=host.config.max_queue + 1, concurrency_id="generate", show_progress="minimal",
+            show_progress_on=[result],
+        ).then(callbacks.status_panel, language, status_panel, show_progress="hidden")
+        stop.click(callbacks.stop, None, None, **quiet)
+        history_pick.input(callbacks.history_picked, [history_pick, session], history_audio)
+
+        model_menu.input(callbacks.switch_model, [language, model_menu], [model_msg, status_panel],
+                         concurrency_id="model", concurrency_limit=1)
+        restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="model",
+                      concurrency_limit=1)
+        timer.tick(callbacks.status_panel, language, status_panel, show_progress="hidden")
+        notice_ok.click(callbacks.acknowledge_notice, None, notice, **quiet)
+        page.load(callbacks.on_load, language, [voices, status_panel, notice, seed], show_progress="hidden")
+
+        language.change(book.updates, language, book.components, **quiet)
+        language.change(
+            lambda lang, words, audio, voice, session: _dynamic_words(callbacks, lang, words, audio, voice, session),
+            [language, text, prompt_audio, voices, session],
+            [counter, prompt_msg, status, status_panel, history, voice_msg, mode_msg, model_msg], **quiet)
+        language.change(None, language, None, js=gradio_locale_js())
+        # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
+        remounted = [prompt_audio, result, history_audio]
+        language.change(lambda: [gr.update(visible=False)] * len(remounted), None, remounted, **quiet).then(
+            lambda: [gr.update(visible=True)] * len(remounted), None, remounted, **quiet)
+    return page
+
+
+def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> tuple:
+    """Messages rebuilt in the new language; one-off messages are cleared rather than left untranslated."""
+    session = session if isinstance(session, Session) else Session()
+    if voice:
+        prompt = say(lang, "voice_in_use", name=voice)
+    else:
+        prompt = callbacks.prompt_message(lang, audio)
+    status = say(lang, session.last_status[0], **session.last_status[1]) if session.last_status else ""
+    return (callbacks.counter(lang, words), prompt, status, callbacks.status_panel(lang),
+            history_rows(lang, session), "", "", "")
+
+
+def _mode_choices(lang: str) -> list[tuple[str, str]]:
+    return [(say(lang, f"mode_{mode}"), mode) for mode in ("zero_shot", "cross_lingual", "instruct")]
+
+
+def _preset_choices(lang: str) -> list[tuple[str, str]]:
+    return [(preset_label(lang, preset.label), preset.text) for preset in INSTRUCTIONS]
+
+
+def gradio_locale_js() -> str:
+    """Browser code that moves Gradio's built-in words (upload area, record button...) to the page's language.
+
+    Gradio picks its locale from the browser; its frontend module exports ``changeLocale``, which this
+    imports from the same URL the page loaded it from (so it is the same module instance). When this
+    Gradio build has no such module the switch only re-labels our own controls.
+    """
+    module = _gradio_core_module()
+    if module is None:
+        return "(lang) => lang"
+    return (
+        "async (lang) => { try { const core = await import(new URL('assets/" + module + "', document.baseURI).href);"
+        " core.changeLocale(lang === 'zh' ? 'zh-CN' : 'en'); } catch (error) { console.warn(error); } return lang; }"
+    )
+
+
+def _gradio_core_module() -> str | None:
+    assets = Path(gr.__file__).parent / "templates" / "frontend" / "assets"
+    for candidate in sorted(assets.glob("core-*.js")):
+        try:
+            if "changeLocale" in candidate.read_text(encoding="utf-8", errors="ignore"):
+                return candidate.name
+        except OSError:
+            continue
+    return None

@@ -1,0 +1,49 @@
+"""The command line, end to end on tiny model folders of both versions."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import soundfile
+
+from tests.fakes.onnx_models import make_tiny_model_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "cosyvoice_mac", *args], capture_output=True, text=True,
+                          timeout=300, env=env, cwd=REPO)
+
+
+@pytest.mark.parametrize("version", ["cosyvoice3", "cosyvoice2"])
+@pytest.mark.parametrize("mode", [[], ["--prompt-text", "Hello there, this is a test."], ["--instruct", "Speak slowly."]])
+def test_synth_writes_a_24khz_wav(tmp_path, make_speech, version, mode):
+    model = make_tiny_model_dir(version, tmp_path / version)
+    out = tmp_path / "out.wav"
+    done = _cli("synth", "--model", str(model), "--prompt-wav", str(make_speech("Hello there, this is a test.")),
+                "--text", "Hello world.", "--seed", "1", "--device", "cpu", "--out", str(out), *mode)
+    assert done.returncode == 0, done.stderr
+    samples, rate = soundfile.read(out)
+    assert rate == 24000 and len(samples) > 0
+    assert "wrote" in done.stdout
+
+
+def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, make_speech):
+    model = make_tiny_model_dir("cosyvoice3", tmp_path / "m")
+    not_audio = tmp_path / "notes.wav"
+    not_audio.write_text("this is not audio")
+    done = _cli("synth", "--model", str(model), "--prompt-wav", str(not_audio), "--text", "Hi.",
+                "--device", "cpu", "--out", str(tmp_path / "o.wav"))
+    assert done.returncode == 2
+    assert "error: notes.wav is not an audio file" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_missing_model_folder_says_how_to_download(tmp_path, make_speech):
+    done = _cli("synth", "--model", str(tmp_path), "--prompt-wav", str(make_speech("Hello.")), "--text", "Hi.",
+                "--out", str(tmp_path / "o.wav"))
+    assert done.returncode == 2 and "bash run.sh download cosyvoice3" in done.stderr

@@ -5,6 +5,8 @@ gives our clear error (never a crash or a hang).
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -13,13 +15,16 @@ from cosyvoice_mac.pipeline import CosyVoice, SynthesisError
 from cosyvoice_mac.pipeline.model_dir import ModelFolderError
 from tests.fakes.onnx_models import make_tiny_model_dir
 
+# The suite runs on the CPU in CI; COSYVOICE_TEST_DEVICE=cuda (or mps) runs it on an accelerator.
+TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
+
 VERSIONS = ("cosyvoice3", "cosyvoice2")
 
 
 @pytest.fixture(scope="module", params=VERSIONS)
 def model(request, tmp_path_factory) -> CosyVoice:
     folder = make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param))
-    return CosyVoice.from_pretrained(folder, device="cpu")
+    return CosyVoice.from_pretrained(folder, device=TEST_DEVICE)
 
 
 @pytest.fixture(scope="module")
@@ -141,4 +146,4 @@ def test_missing_checkpoint_names_the_file_and_hub_repo(tmp_path):
     folder = make_tiny_model_dir("cosyvoice3", tmp_path / "m")
     (folder / "flow.pt").unlink()
     with pytest.raises(ModelFolderError, match=r"flow\.pt.*FunAudioLLM/Fun-CosyVoice3-0\.5B-2512"):
-        CosyVoice.from_pretrained(folder, device="cpu")
+        CosyVoice.from_pretrained(folder, device=TEST_DEVICE)

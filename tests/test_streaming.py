@@ -1,6 +1,8 @@
 """Streaming synthesis on tiny random-weight models: schedule, stitching, first audio before the end."""
 from __future__ import annotations
 
+import os
+
 import math
 import threading
 import time
@@ -12,13 +14,16 @@ import torch
 from cosyvoice_mac.pipeline import CosyVoice, SynthesisError
 from tests.fakes.onnx_models import make_tiny_model_dir
 
+# The suite runs on the CPU in CI; COSYVOICE_TEST_DEVICE=cuda (or mps) runs it on an accelerator.
+TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
+
 TEXT = "The quick brown fox jumps over the lazy dog, again and again, for a long while."
 
 
 @pytest.fixture(scope="module", params=("cosyvoice3", "cosyvoice2"))
 def model(request, tmp_path_factory) -> CosyVoice:
     folder = make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param))
-    return CosyVoice.from_pretrained(folder, device="cpu")
+    return CosyVoice.from_pretrained(folder, device=TEST_DEVICE)
 
 
 @pytest.fixture(scope="module")
@@ -80,13 +85,13 @@ def test_last_chunk_mel_is_the_offline_mel_and_earlier_chunks_use_chunk_masks(mo
 
 
 def test_cosyvoice3_chunks_join_seamlessly(tmp_path, make_speech):
-    model = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice3", tmp_path), device="cpu")
+    model = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice3", tmp_path), device=TEST_DEVICE)
     speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
     with _RecordFlow(model.networks.flow) as recorder:
         chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
     offsets = [0] + [c.speech_token_count for c in chunks[:-1]]
     mel = torch.cat([m[:, :, 2 * off:] for (_, _, m), off in zip(recorder.calls, offsets)], dim=2)
-    once = model.networks.hift.inference(mel.float())[0][0].numpy()
+    once = model.networks.hift.inference(mel.float())[0][0].cpu().numpy()
     streamed = np.concatenate([c.audio for c in chunks])
     assert np.abs(streamed - once).max() < 1e-4  # causal vocoder: re-running on more mel keeps the prefix
 

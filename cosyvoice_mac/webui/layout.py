@@ -23,6 +23,7 @@ CSS = """
 #cv-dice { max-width: 4em; min-width: 3em; }
 """
 DICE = "🎲"
+HISTORY_COLUMN_WIDTHS = ["8%", "34%", "10%", "12%", "10%", "6%", "7%", "13%"]
 
 
 class LabelBook:
@@ -79,7 +80,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 voices = make(gr.Dropdown, {"choices": callbacks.voice_choices, "label": "voices_label",
                                             "info": "voices_info"}, value="", elem_id="cv-voices")
                 prompt_audio = make(gr.Audio, {"label": "prompt_audio_label"}, sources=["upload", "microphone"],
-                                    type="filepath", elem_id="cv-prompt-audio")
+                                    type="filepath", buttons=["download"], elem_id="cv-prompt-audio")
                 transcript = make(gr.Textbox, {"label": "transcript_label", "placeholder": "transcript_placeholder"},
                                   lines=2, elem_id="cv-transcript")
                 prompt_msg = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
@@ -127,15 +128,16 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                                   choices=[(choice.name, choice.name) for choice in models],
                                   value=host.current.name if host.current else None, interactive=bool(models),
                                   elem_id="cv-model")
-                restart = make(gr.Button, {"value": "restart"}, interactive=has_model, elem_id="cv-restart")
+                restart = make(gr.Button, {"value": "restart"}, size="sm", interactive=has_model,
+                               elem_id="cv-restart")
                 model_msg = gr.Markdown(elem_id="cv-model-msg", elem_classes="cv-message")
                 status_panel = gr.Markdown(callbacks.status_panel(lang), elem_id="cv-status-panel")
-                history = make(gr.Dataframe, {"label": "history_label"}, value=history_rows(lang, Session()),
-                               interactive=False, wrap=True, elem_id="cv-history")
                 history_pick = make(gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None,
                                     elem_id="cv-history-pick")
                 history_audio = make(gr.Audio, {"label": "history_audio_label"}, interactive=False,
                                      buttons=["download"], elem_id="cv-history-audio")
+        history = make(gr.Dataframe, {"label": "history_label"}, value=history_rows(lang, Session()),
+                       interactive=False, wrap=True, column_widths=HISTORY_COLUMN_WIDTHS, elem_id="cv-history")
         timer = gr.Timer(2.0)
 
         # -- wiring ----------------------------------------------------------------------------------

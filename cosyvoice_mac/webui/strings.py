@@ -15,8 +15,8 @@ EN: dict[str, str] = {
     "subtitle": "Clone a voice from a few seconds of speech and make it say anything, on this computer.",
     "language_label": "Interface language",
     "notice": "**Only clone voices you have the right to use.** Ask the speaker first and never pass the "
-              "result off as their real voice. Every file this app writes says in its metadata that it is "
-              "synthetic speech, with the model and settings that made it.",
+              "result off as their real voice. Every file this app writes names, in its metadata, the software, "
+              "model and settings that made it.",
     "notice_ok": "I understand",
     "no_model": "**No model installed yet.** Download one (about 5 GB) with:\n\n"
                 "`bash run.sh download cosyvoice3`\n\n"
@@ -146,7 +146,7 @@ ZH: dict[str, str] = {
     "subtitle": "用几秒钟的录音克隆一个声音，让它说任何话，全部在这台电脑上完成。",
     "language_label": "界面语言",
     "notice": "**只克隆你有权使用的声音。** 请先征得说话人同意，不要把结果冒充为其本人的声音。"
-              "本应用写出的每个文件都会在元数据中注明这是合成语音，并记录生成它的模型和设置。",
+              "本应用写出的每个文件都会在元数据中记录生成它的软件、模型和设置。",
     "notice_ok": "我已了解",
     "no_model": "**尚未安装模型。** 用下面的命令下载一个（约 5 GB）：\n\n"
                 "`bash run.sh download cosyvoice3`\n\n"

@@ -1,0 +1,58 @@
+"""What a user does on the page, as Playwright steps with deadlines (a hung step fails, never hangs)."""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from playwright.sync_api import Page, expect
+
+GENERATE_S = 180  # one short generation with the tiny model, model load included, on busy cores
+READY_S = 240
+FINISHED = re.compile("Done|failed|Stopped|完成|失败|已停止")
+
+
+def screens_dir() -> Path | None:
+    """Where screenshots of the page before and after a generation go ($COSYVOICE_SCREENSHOT_DIR), if set."""
+    folder = os.environ.get("COSYVOICE_SCREENSHOT_DIR")
+    if not folder:
+        return None
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    return Path(folder)
+
+
+def wait_until_ready(page: Page) -> None:
+    expect(page.locator("#cv-status-panel")).to_contain_text("ready", timeout=READY_S * 1000)
+
+
+def upload_prompt(page: Page, path: Path) -> None:
+    page.locator("#cv-prompt-audio input[type=file]").set_input_files(str(path))
+
+
+def fill(page: Page, element_id: str, value: str) -> None:
+    page.locator(f"#{element_id} textarea, #{element_id} input").first.fill(value)
+
+
+def generate(page: Page) -> str:
+    """Click Generate and wait for the outcome; the final status line."""
+    page.click("#cv-generate")
+    status = page.locator("#cv-status")
+    expect(status).to_contain_text(FINISHED, timeout=GENERATE_S * 1000)
+    return status.inner_text()
+
+
+def audio_source(page: Page, element_id: str, timeout_s: float = 30) -> str:
+    """The src of the playable <audio> inside a Gradio audio component, once the player has loaded one."""
+    handle = page.wait_for_function(
+        "(id) => { const audio = [...document.querySelectorAll(`#${id} audio`)].find(a => a.src);"
+        " return audio ? audio.src : null; }", arg=element_id, timeout=timeout_s * 1000)
+    return handle.json_value()
+
+
+def audio_duration(page: Page, element_id: str) -> float:
+    """Seconds of audio the browser decoded for the component (NaN/0 until it is playable)."""
+    return page.evaluate(
+        "async (id) => { const audio = [...document.querySelectorAll(`#${id} audio`)].find(a => a.src);"
+        " if (!audio) return 0; if (audio.readyState < 1) await new Promise(done => {"
+        " audio.addEventListener('loadedmetadata', done, {once: true}); setTimeout(done, 10000); });"
+        " return audio.duration || 0; }", element_id)

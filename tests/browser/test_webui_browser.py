@@ -1,0 +1,144 @@
+"""Click through the page the way a user does: clone a voice, keep it, restart the model, make mistakes,
+switch the language. Each test opens its own session on the one app the module starts."""
+from __future__ import annotations
+
+import re
+import urllib.request
+
+from playwright.sync_api import expect
+
+from tests.browser.helpers import (
+    FINISHED, GENERATE_S, audio_duration, audio_source, fill, generate, screens_dir, upload_prompt, wait_until_ready,
+)
+
+TRANSCRIPT = "This is the voice I would like you to copy, please."
+
+
+def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav):
+    wait_until_ready(page)
+    before = app.output_files()
+    folder = screens_dir()
+    if folder:
+        page.screenshot(path=str(folder / "main-before.png"), full_page=True)
+
+    upload_prompt(page, prompt_wav)
+    expect(page.locator("#cv-prompt-msg")).to_contain_text(re.compile(r"Prompt: \d+\.\d s"))
+    fill(page, "cv-transcript", TRANSCRIPT)
+    fill(page, "cv-text", "Hello there. This page speaks in a cloned voice.")
+    expect(page.locator("#cv-counter")).to_contain_text("48 / 5000")
+    status = generate(page)
+
+    assert "Done" in status, status
+    new_files = app.output_files() - before
+    assert len(new_files) == 1, (new_files, status)
+    (new_file,) = new_files
+    assert new_file in status
+    expect(page.locator("#cv-history")).to_contain_text(new_file)
+    source = audio_source(page, "cv-result")
+    assert source, "the result player got no audio source"
+    assert audio_duration(page, "cv-result") > 0.1
+    download = page.locator("#cv-result a[download]").get_attribute("href")
+    with urllib.request.urlopen(download, timeout=30) as response:
+        assert response.read(4) == b"RIFF"
+    if folder:
+        page.screenshot(path=str(folder / "main-after.png"), full_page=True)
+
+
+def test_a_saved_voice_is_reused_in_a_new_session_and_deleted(page, app, browser, prompt_wav):
+    wait_until_ready(page)
+    upload_prompt(page, prompt_wav)
+    fill(page, "cv-transcript", TRANSCRIPT)
+    fill(page, "cv-text", "First words in this voice.")
+    fill(page, "cv-voice-name", "Narrator")
+    page.click("#cv-save-voice")
+    expect(page.locator("#cv-voice-msg")).to_contain_text("Generate once")  # nothing extracted yet
+    assert "Done" in generate(page)
+    page.click("#cv-save-voice")
+    expect(page.locator("#cv-voice-msg")).to_contain_text("Saved the voice “Narrator”")
+
+    page.reload()
+    page.wait_for_selector("#cv-generate")
+    wait_until_ready(page)
+    page.locator("#cv-voices input").click()
+    page.get_by_role("option", name="Narrator").click()
+    expect(page.locator("#cv-prompt-msg")).to_contain_text("Using the saved voice “Narrator”")
+    expect(page.locator("#cv-transcript textarea")).to_have_value(TRANSCRIPT)
+    fill(page, "cv-text", "Spoken again without uploading anything.")
+    before = app.output_files()
+    assert "Done" in generate(page)
+    assert len(app.output_files() - before) == 1
+    expect(page.locator("#cv-history")).to_contain_text("Narrator")
+
+    page.click("#cv-delete-voice")
+    expect(page.locator("#cv-voice-msg")).to_contain_text("Deleted the voice “Narrator”")
+    page.locator("#cv-voices input").click()
+    expect(page.get_by_role("option", name="Narrator")).to_have_count(0)
+
+
+def test_restart_model_shows_progress_then_generates_again(page, app, prompt_wav):
+    wait_until_ready(page)
+    page.click("#cv-restart")
+    expect(page.locator("#cv-model-msg")).to_contain_text("Restarting the model")
+    expect(page.locator("#cv-model-msg")).to_contain_text("The model is ready", timeout=GENERATE_S * 1000)
+    expect(page.locator("#cv-status-panel")).to_contain_text("ready")
+
+    upload_prompt(page, prompt_wav)
+    page.locator("#cv-mode label", has_text="Cross-lingual").click()
+    expect(page.locator("#cv-transcript")).to_be_hidden()
+    fill(page, "cv-text", "After the restart.")
+    before = app.output_files()
+    assert "Done" in generate(page)
+    assert len(app.output_files() - before) == 1
+
+
+def test_stop_cancels_a_long_generation(page, app, prompt_wav):
+    wait_until_ready(page)
+    upload_prompt(page, prompt_wav)
+    page.locator("#cv-mode label", has_text="Cross-lingual").click()
+    fill(page, "cv-text", " ".join(f"This is sentence number {n}, which keeps the model busy." for n in range(1, 25)))
+    before = app.output_files()
+    page.click("#cv-generate")
+    expect(page.locator("#cv-status")).to_contain_text("Sentence", timeout=GENERATE_S * 1000)
+    page.click("#cv-stop")
+    expect(page.locator("#cv-status")).to_contain_text(FINISHED, timeout=GENERATE_S * 1000)
+    assert "Stopped" in page.locator("#cv-status").inner_text()
+    assert app.output_files() == before
+
+
+def test_bad_input_is_explained_next_to_the_field_and_the_page_keeps_working(page, app, not_audio, prompt_wav):
+    wait_until_ready(page)
+    upload_prompt(page, not_audio)
+    expect(page.locator("#cv-prompt-msg")).to_contain_text("notes.wav is not an audio file")
+    fill(page, "cv-transcript", TRANSCRIPT)
+    fill(page, "cv-text", "This should not be generated.")
+    before = app.output_files()
+    page.click("#cv-generate")
+    expect(page.locator("#cv-prompt-msg")).to_contain_text("is not an audio file")
+    expect(page.locator("#cv-status")).to_have_text("")
+    assert app.output_files() == before
+
+    upload_prompt(page, prompt_wav)
+    expect(page.locator("#cv-prompt-msg")).to_contain_text("Prompt:")
+    fill(page, "cv-text", "")
+    page.click("#cv-generate")
+    expect(page.locator("#cv-counter")).to_contain_text("There is no text to speak")
+    assert "Traceback" not in page.content()
+    assert "Traceback" not in app.log.read_text()
+
+
+def test_the_language_switch_relabels_everything(page, app):
+    english = page.locator("#cv-generate").inner_text()
+    page.locator("#cv-language label", has_text="中文").click()
+    expect(page.locator("#cv-generate")).to_have_text("生成")
+    expect(page.locator("#cv-text")).to_contain_text("要朗读的文本")
+    expect(page.locator("#cv-mode")).to_contain_text("零样本")
+    expect(page.locator("#cv-prompt-audio")).to_contain_text("点击上传")  # Gradio's own words follow too
+    expect(page.locator("#cv-counter")).to_contain_text("个字符")
+    expect(page).to_have_title("CosyVoice（Mac 版）")
+    labels = page.locator("label, button, .cv-message, h1, h2, h3").all_inner_texts()
+    english_words = [label for label in labels if re.search(r"\b(the|and|or|of|to|Prompt|Model|Voice|Text)\b", label)]
+    assert not english_words, english_words
+
+    page.locator("#cv-language label", has_text="English").click()
+    expect(page.locator("#cv-generate")).to_have_text(english)
+    expect(page.locator("#cv-prompt-audio")).to_contain_text("Click to Upload")

@@ -65,8 +65,7 @@ def shape_range(feature) -> list[tuple[int, int]]:
 @pytest.mark.parametrize(("version", "chunked"), FULL)
 def test_full_size_conversion_writes_packages_and_manifest(version, chunked):
     folder, manifest = full_packages(version, chunked)
-    on_disk = json.loads(next(folder.glob("hift_coreml-*.json")).read_text())
-    assert on_disk == manifest
+    assert json.loads(next(folder.glob("hift_coreml-*.json")).read_text()) == manifest
     assert manifest["format_version"] == FORMAT_VERSION and manifest["precision"] == "fp16"
     expected = {"f0", "decoder_flexible"} | ({"decoder_chunked"} if chunked else set())
     assert set(manifest["packages"]) == expected
@@ -182,18 +181,20 @@ def test_fp32_packages_match_torch_to_100_db(version):
     assert snr_db(expected, actual) >= FP32_SNR_DB
 
 
-def test_cli_converts_a_model_folder_and_then_reuses_it(tmp_path, capsys):
-    arguments = ["coreml", "convert", "--model", str(tiny_dir("cosyvoice2")), "--out", str(tmp_path),
-                 "--precision", "fp32", "--shapes", "flexible", "--target", "macOS13"]
-    assert coreml_cli(arguments) == 0
-    summary = json.loads(capsys.readouterr().out)
-    assert set(summary["packages"]) == {"f0", "decoder_flexible"} and summary["target"] == "macOS13"
-    assert summary["fingerprint"].startswith("hift.pt:")
-    assert all((tmp_path / name).is_dir() for name in summary["packages"].values())
-    assert spec_of(tmp_path / summary["packages"]["decoder_flexible"]).specificationVersion == 7  # macOS13
+def test_cli_converts_a_model_folder_and_then_reuses_it(capsys):
+    folder, manifest = converted("cosyvoice2", "tiny", "fp32", chunk_frames=64)  # through the command line
+    assert manifest["fingerprint"].startswith("hift.pt:") and manifest["precision"] == "fp32"
+    assert {entry["file"] for entry in manifest["packages"].values()} == {
+        "hift_f0-v1-fp32-macOS14.mlpackage", "hift_decoder-v1-fp32-macOS14-flex.mlpackage",
+        "hift_decoder-v1-fp32-macOS14-chunk64.mlpackage"}
+    arguments = ["coreml", "convert", "--model", str(tiny_dir("cosyvoice2")), "--out", str(folder),
+                 "--precision", "fp32", "--chunk-frames", "64"]
+    capsys.readouterr()
     assert coreml_cli(arguments) == 0
     captured = capsys.readouterr()
-    assert "is current" in captured.err and json.loads(captured.out)["fingerprint"] == summary["fingerprint"]
+    assert "is current" in captured.err
+    summary = json.loads(captured.out)
+    assert summary["fingerprint"] == manifest["fingerprint"] and summary["folder"] == str(folder)
 
 
 def test_cli_reports_a_bad_model_folder(tmp_path, capsys):

@@ -43,7 +43,7 @@ def interpreted(version: str, compute_units: str = "ALL") -> CoreMLVocoder:
     from tests.coreml.models import interpreter_factory
 
     folder, _ = tiny_fp32(version)
-    vocoder, reason = load_vocoder("coreml", tiny_hift(version), compute_units, precision="fp32", out_dir=folder,
+    vocoder, reason = load_vocoder("coreml", tiny_dir(version), compute_units, precision="fp32", out_dir=folder,
                                    convert=False, model_factory=interpreter_factory)
     assert vocoder is not None, reason
     return vocoder

@@ -11,6 +11,7 @@ import subprocess
 
 import numpy as np
 import pytest
+import soundfile
 
 pytest.importorskip("piper")
 pytest.importorskip("pyworld")
@@ -72,8 +73,6 @@ def test_round_trip_words_survive_the_conversion(outputs, transcriber):
 
 def test_output_sounds_closer_to_its_prompt_than_stock_piper(outputs, prompts):
     from resemblyzer import VoiceEncoder, preprocess_wav
-
-    import soundfile
 
     converted, raw = outputs
     encoder = VoiceEncoder("cpu", verbose=False)

@@ -243,9 +243,10 @@ def convert_hift(
     }
     path = manifest_path(out_dir, options)
     temporary = path.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps(manifest, indent=2))
+    text = json.dumps(manifest, indent=2)
+    temporary.write_text(text)
     os.replace(temporary, path)
-    return manifest
+    return json.loads(text)  # exactly what a later read_manifest() returns
 
 
 def convert_model_dir(

@@ -107,8 +107,11 @@ class Engine:
             if self._closing:
                 return
             self._closing = True
-            if self.queue.running is not None:
-                self.queue.finish(self.queue.running, jobs.CANCELLED, "cancelled: the engine was shut down")
+            running = self.queue.running
+            if running is not None:
+                if self._worker is not None:
+                    self._worker.cancel(running.seq)  # so the polite stop below can succeed
+                self.queue.finish(running, jobs.CANCELLED, "cancelled: the engine was shut down")
             self.queue.fail_waiting(jobs.CANCELLED, "cancelled: the engine was shut down")
             if self._restart is not None:
                 self._restart.resolve(False, "the engine was shut down")

@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import hashlib
 import importlib
 import random
 import sys
 import time
 import traceback
+from collections import OrderedDict
 from dataclasses import replace
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -31,6 +34,7 @@ DEVICE_ERROR_MARKERS = (
 )
 DEVICE_FAILURES_BEFORE_CPU = 2  # consecutive device errors that move the worker to the CPU for good
 MIN_WARMUP_RMS = 1e-4
+HASH_MEMO_ENTRIES = 256
 
 
 def is_device_error(error: BaseException) -> bool:
@@ -127,6 +131,7 @@ class WorkerRuntime:
         self.device_failures = 0
         self.feature_extractions = 0
         self.jobs_run = 0
+        self._hash_memo: OrderedDict[str, str] = OrderedDict()
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
 
@@ -164,9 +169,27 @@ class WorkerRuntime:
                            message=f"the model now runs on the CPU: {reason}"))
 
     # -- prompts -------------------------------------------------------------------------------
+    def _content_hash(self, audio_input, sample_rate) -> str:
+        """prompt_content_hash, remembered by the input's exact bytes: decoding and resampling a
+        prompt costs a good part of a second, reading and hashing its bytes a millisecond."""
+        if isinstance(audio_input, np.ndarray):
+            raw = hashlib.sha256(np.ascontiguousarray(audio_input).tobytes())
+            raw.update(f"{audio_input.dtype}{audio_input.shape}{sample_rate}".encode())
+        else:
+            raw = hashlib.sha256(Path(audio_input).read_bytes()) if Path(audio_input).is_file() else None
+        if raw is None:
+            return prompt_content_hash(audio_input, sample_rate)  # let it explain the missing file
+        digest = raw.hexdigest()
+        if digest not in self._hash_memo:
+            self._hash_memo[digest] = prompt_content_hash(audio_input, sample_rate)
+            while len(self._hash_memo) > HASH_MEMO_ENTRIES:
+                self._hash_memo.popitem(last=False)
+        self._hash_memo.move_to_end(digest)
+        return self._hash_memo[digest]
+
     def _prompt_from_audio(self, audio_input, sample_rate, transcript):
         """(SpeakerPrompt, cache source): features come from the cache unless this recording is new."""
-        key = prompt_content_hash(audio_input, sample_rate)
+        key = self._content_hash(audio_input, sample_rate)
 
         def extract():
             self.feature_extractions += 1

@@ -18,6 +18,18 @@ from cosyvoice_mac.engine.qos import set_worker_thread_qos
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
 NO_JOB = -1
 
+# Read by torch and its libraries when they load, so they are set before the worker starts (a user's
+# own value wins). Idle OpenMP threads sleep instead of spinning; ops MPS lacks run on the CPU; and
+# oneDNN's two per-shape caches (primitives, and ideep's LRU) stay bounded: every job has new tensor
+# lengths, so with the default 1024 entries each, memory grows for hundreds of jobs; 256 holds a
+# whole vocoder pass (its reuse keeps the speed) and fills within a few jobs.
+WORKER_ENVIRONMENT = {
+    "OMP_WAIT_POLICY": "PASSIVE",
+    "PYTORCH_ENABLE_MPS_FALLBACK": "1",
+    "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "256",
+    "LRU_CACHE_CAPACITY": "256",
+}
+
 
 @dataclass
 class WorkerConfig:
@@ -43,8 +55,8 @@ class WorkerConfig:
 
 def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
     """Child process entry: load + warm up, report ready, then run commands until stop or EOF."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+    for name, value in WORKER_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     set_worker_thread_qos()
     send = events.send
     send(JobEvent(EVENT_LOADING, message=f"loading the model from {config.model_dir}"))
@@ -82,6 +94,8 @@ class WorkerProcess:
         command_reader, self._command_writer = context.Pipe(duplex=False)
         self.events, event_writer = context.Pipe(duplex=False)
         self._cancel_seq = context.Value("q", NO_JOB, lock=False)
+        for name, value in WORKER_ENVIRONMENT.items():  # a spawned child starts with our environment
+            os.environ.setdefault(name, value)
         self.process = context.Process(
             target=worker_main,
             args=(config, command_reader, event_writer, self._cancel_seq),

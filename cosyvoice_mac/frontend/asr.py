@@ -121,7 +121,8 @@ class ModelStore:
                         raise OSError(f"the download of {self.repo_id} holds no model.bin")
                     (folder / COMPLETE_MARKER).write_text(self.revision, encoding="utf-8")
                 except Exception as error:  # offline, hub down, disk full: tiny.en still works for English
-                    self.download_error = f"{type(error).__name__}: {error}"[:300]
+                    first_line = (str(error).strip().splitlines() or [""])[0]
+                    self.download_error = f"{type(error).__name__}: {first_line}"[:200]
                     return None
         return self.cached_multilingual()
 

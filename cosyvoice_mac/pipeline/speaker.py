@@ -38,7 +38,7 @@ class PromptEncoder:
         transcript: str | None = None,
     ) -> SpeakerPrompt:
         """Extract features of ``prompt`` (a file path, or mono samples at ``sample_rate``)."""
-        with _as_audio_file(prompt, sample_rate) as path:
+        with as_audio_file(prompt, sample_rate) as path:
             try:
                 clip16k = audio.load_audio(path, TOKENIZER_RATE)
                 clip24k = audio.load_audio(path, MODEL_RATE)
@@ -64,7 +64,7 @@ class PromptEncoder:
 
 
 @contextlib.contextmanager
-def _as_audio_file(prompt: str | Path | np.ndarray, sample_rate: int | None):
+def as_audio_file(prompt: str | Path | np.ndarray, sample_rate: int | None):
     """Yield a path to the prompt; samples (a microphone take) are written to a temp WAV first."""
     if isinstance(prompt, (str, Path)):
         yield Path(prompt)

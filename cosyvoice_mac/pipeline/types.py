@@ -20,7 +20,8 @@ class SpeakerPrompt:
 
     speech_tokens: (1, P) int64 prompt speech tokens (already aligned: mel has 2P frames)
     mel: (1, 2P, 80) float32 prompt log-mel at 50 Hz (24 kHz audio)
-    embedding: (1, 192) float32 raw CAM++ speaker vector (not normalised)
+    embedding: (1, 192) float32 raw CAM++ speaker vector (not normalised); backend-specific: the
+        preview backend keeps its WORLD voice statistics here (its tokens and mel are empty)
     """
 
     speech_tokens: torch.Tensor

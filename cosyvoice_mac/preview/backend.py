@@ -3,15 +3,15 @@
 text -> normalise and split into sentences -> base voice (Piper for English, espeak-ng pinyin for Chinese)
 -> WORLD analysis -> pitch, envelope statistics and formants moved toward the prompt -> 24 kHz waveform.
 
-The prompt's share (:meth:`PreviewVoice.prepare_prompt`, what the speaker cache stores) is a vector of
-WORLD statistics in ``SpeakerPrompt.embedding``; the other tensors are empty. Everything runs on the CPU.
+The prompt's share (:meth:`PreviewVoice.prepare_prompt`, what the speaker cache stores) is the prompt's
+WORLD statistics, ``VoiceStats.to_vector()``, as ``SpeakerPrompt.embedding`` (1, STATS_VECTOR_SIZE);
+``speech_tokens`` (1, 0) and ``mel`` (1, 0, 80) are empty. ``model_id`` names the statistics layout, so the
+cache never mixes them with CosyVoice features. Everything runs on the CPU.
 """
 from __future__ import annotations
 
-import contextlib
 import re
 import secrets
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -25,6 +25,7 @@ from cosyvoice_mac import audio
 from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
 from cosyvoice_mac.pipeline import prompts
+from cosyvoice_mac.pipeline.speaker import as_audio_file  # the CosyVoice path's temp-WAV helper
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.preview import world_convert
 from cosyvoice_mac.preview.labels import PREVIEW_NOTE
@@ -47,7 +48,7 @@ def _count_tokens(text: str) -> int:
 
 
 class PreviewVoice:
-    """Owns the base voices, their WORLD reference statistics, the text normaliser and the VAD.
+    """Owns the base voices, their WORLD reference statistics and the text normaliser.
 
     Base voices (and their statistics) load on first use, so building this object is cheap and a
     machine without espeak-ng only fails on Chinese text, with a message saying what to install.
@@ -125,7 +126,7 @@ class PreviewVoice:
         """WORLD statistics of a prompt voice (silence trimmed by Silero VAD first)."""
         from cosyvoice_mac.frontend import vad
 
-        with _as_audio_file(audio_input, sample_rate) as path:
+        with as_audio_file(audio_input, sample_rate) as path:
             try:
                 clip = audio.load_audio(path, world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False,
                                         min_seconds=None, max_seconds=None)
@@ -146,7 +147,7 @@ class PreviewVoice:
             raise SynthesisError(f"no voice to copy in the prompt ({error}); record someone speaking") from error
         return SpeakerPrompt(
             speech_tokens=torch.zeros(1, 0, dtype=torch.long),
-            mel=torch.zeros(1, 0, world_convert.BAND_COUNT),
+            mel=torch.zeros(1, 0, 80),  # no prompt tokens, so no aligned mel either
             embedding=torch.from_numpy(stats.to_vector())[None],
             audio_hash=clip.content_hash, model_id=self.model_id, transcript=transcript, duration_s=seconds,
         )
@@ -228,23 +229,3 @@ def _loudness(wave: np.ndarray) -> np.ndarray:
     level = float(np.sqrt(np.mean(np.square(energy[energy >= np.median(energy)])))) or 1.0
     peak = float(np.abs(wave).max()) or 1.0
     return (wave * min(TARGET_RMS / level, MAX_PEAK / peak)).astype(np.float32)
-
-
-@contextlib.contextmanager
-def _as_audio_file(prompt: str | Path | np.ndarray, sample_rate: int | None):
-    """Yield a path to the prompt; samples (a microphone take) are written to a temp WAV first, so a take
-    and its saved file get the same content hash."""
-    if isinstance(prompt, (str, Path)):
-        yield Path(prompt)
-        return
-    if prompt is None:
-        raise SynthesisError("a prompt voice is needed: upload or record 3-30 s of speech, or pick a saved voice")
-    if sample_rate is None:
-        raise SynthesisError("prompt samples were given without their sample rate")
-    samples = np.asarray(prompt, dtype=np.float32)
-    if samples.ndim == 2:  # (N, channels) as microphones deliver it
-        samples = samples.mean(axis=1)
-    with tempfile.TemporaryDirectory(prefix="cosyvoice-preview-prompt-") as folder:
-        path = Path(folder) / "prompt.wav"
-        audio.write_wav(path, samples, sample_rate, subtype="FLOAT")
-        yield path

@@ -93,6 +93,9 @@ def analyse(samples: np.ndarray, sample_rate: int, *, accurate_f0: bool = False)
     """WORLD features of mono ``samples``; ``accurate_f0`` uses Harvest (slower, fewer voicing errors)."""
     import pyworld
 
+    samples = np.asarray(samples, dtype=np.float32).reshape(-1)
+    if len(samples) < sample_rate // 10:  # WORLD needs a few frames; pad a blip out to 0.1 s
+        samples = np.pad(samples, (0, sample_rate // 10 - len(samples)))
     wave = _resample(samples, sample_rate, ANALYSIS_RATE)
     wave_f0 = _resample(samples, sample_rate, F0_RATE)
     if accurate_f0:

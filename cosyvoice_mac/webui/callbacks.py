@@ -52,8 +52,13 @@ class Callbacks:
         return render_prompt_check(lang, inspect_prompt(audio))
 
     def prompt_uploaded(self, lang: str, audio: str | None):
-        """A new upload or recording replaces any saved voice that was picked."""
-        return self.prompt_message(lang, audio), ""
+        """A new upload or recording replaces any saved voice that was picked; a file that is not audio
+        at all is taken out again (the message stays), so the upload area is back for the next try."""
+        if not audio:
+            return "", "", gr.skip()
+        check = inspect_prompt(audio)
+        unusable = check.problem in ("not_audio", "no_decoder")
+        return render_prompt_check(lang, check), "", None if unusable else gr.skip()
 
     def voice_choices(self, lang: str) -> list[tuple[str, str]]:
         try:

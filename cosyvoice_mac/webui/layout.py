@@ -81,9 +81,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                                             "info": "voices_info"}, value="", elem_id="cv-voices")
                 prompt_audio = make(gr.Audio, {"label": "prompt_audio_label"}, sources=["upload", "microphone"],
                                     type="filepath", buttons=["download"], elem_id="cv-prompt-audio")
+                prompt_msg = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
                 transcript = make(gr.Textbox, {"label": "transcript_label", "placeholder": "transcript_placeholder"},
                                   lines=2, elem_id="cv-transcript")
-                prompt_msg = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
                 with gr.Row():
                     voice_name = make(gr.Textbox, {"label": "voice_name_label",
                                                    "placeholder": "voice_name_placeholder"},
@@ -142,8 +142,10 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
 
         # -- wiring ----------------------------------------------------------------------------------
         quiet = dict(queue=False, show_progress="hidden")
-        prompt_audio.upload(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices], **quiet)
-        prompt_audio.stop_recording(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices])
+        prompt_audio.upload(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio],
+                            **quiet)
+        prompt_audio.stop_recording(callbacks.prompt_uploaded, [language, prompt_audio],
+                                    [prompt_msg, voices, prompt_audio])
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
         voices.input(callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript],
                      **quiet)

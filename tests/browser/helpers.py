@@ -42,17 +42,17 @@ def generate(page: Page) -> str:
 
 
 def audio_source(page: Page, element_id: str, timeout_s: float = 30) -> str:
-    """The src of the playable <audio> inside a Gradio audio component, once the player has loaded one."""
-    handle = page.wait_for_function(
-        "(id) => { const audio = [...document.querySelectorAll(`#${id} audio`)].find(a => a.src);"
-        " return audio ? audio.src : null; }", arg=element_id, timeout=timeout_s * 1000)
-    return handle.json_value()
+    """The src of the playable <audio> inside a Gradio audio component (its player lives in a shadow root,
+    which locators pierce), once the player has loaded one."""
+    players = page.locator(f"#{element_id} audio[src]")
+    expect(players.first).to_have_attribute("src", re.compile(r"\S"), timeout=timeout_s * 1000)
+    return players.first.get_attribute("src")
 
 
-def audio_duration(page: Page, element_id: str) -> float:
-    """Seconds of audio the browser decoded for the component (NaN/0 until it is playable)."""
-    return page.evaluate(
-        "async (id) => { const audio = [...document.querySelectorAll(`#${id} audio`)].find(a => a.src);"
-        " if (!audio) return 0; if (audio.readyState < 1) await new Promise(done => {"
-        " audio.addEventListener('loadedmetadata', done, {once: true}); setTimeout(done, 10000); });"
-        " return audio.duration || 0; }", element_id)
+def audio_duration(page: Page, element_id: str, timeout_s: float = 30) -> float:
+    """Seconds of audio the browser decoded for the component's player (0 if it could not)."""
+    player = page.locator(f"#{element_id} audio[src]").first
+    return player.evaluate(
+        "(audio, ms) => audio.readyState >= 1 ? audio.duration : new Promise(done => {"
+        " audio.addEventListener('loadedmetadata', () => done(audio.duration), {once: true});"
+        " setTimeout(() => done(audio.duration || 0), ms); })", timeout_s * 1000)

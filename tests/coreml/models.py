@@ -124,19 +124,26 @@ def _cleanup() -> None:
 @lru_cache(maxsize=None)
 def converted(version: str, size: str, precision: str, chunked: bool = True, chunk_frames: int = 128
               ) -> tuple[Path, dict]:
-    """Convert a speech-like random vocoder once per session: (folder, manifest).
+    """Convert once per session: (folder, manifest).
 
-    ``size`` 'tiny' uses the parity folder's real tiny weights, 'full' the speech-like random ones.
+    ``size`` 'tiny' converts the parity model folder through the command line (so its fingerprint is
+    the folder's ``hift.pt``); 'full' converts a speech-like random full-size vocoder in memory.
     """
-    from cosyvoice_mac.coreml.convert import ConversionOptions, convert_hift, hift_fingerprint
+    from cosyvoice_mac.coreml.convert import ConversionOptions, convert_hift, hift_fingerprint, read_manifest
 
-    hift = speechlike_hift(version) if size == "full" else tiny_hift(version)
     folder = scratch_dir(f"{version}-{size}-{precision}")
-    node = full_node(version) if size == "full" else tiny_node(version)
     options = ConversionOptions(precision=precision, chunked=chunked, chunk_frames=chunk_frames)
-    manifest = convert_hift(hift, folder, fingerprint=hift_fingerprint(hift), config_node=node, options=options,
-                            log=lambda message: None)
-    return folder, manifest
+    if size == "tiny":
+        from cosyvoice_mac.coreml.cli import main
+
+        arguments = ["coreml", "convert", "--model", str(tiny_dir(version)), "--out", str(folder),
+                     "--precision", precision, "--shapes", "both" if chunked else "flexible",
+                     "--chunk-frames", str(chunk_frames)]
+        assert main(arguments) == 0, f"coreml convert {' '.join(arguments)} failed"
+        return folder, read_manifest(folder, options)
+    hift = speechlike_hift(version)
+    return folder, convert_hift(hift, folder, fingerprint=hift_fingerprint(hift), config_node=full_node(version),
+                                options=options, log=lambda message: None)
 
 
 @lru_cache(maxsize=None)

@@ -1,0 +1,227 @@
+"""``bash run.sh download cosyvoice3``: fetch a model folder, only the files inference reads (spec section 1).
+
+Hugging Face first (huggingface_hub: resumable, with a progress bar), ModelScope as the fallback when
+the hub cannot be reached and the ``modelscope`` package is installed. Every file's size is checked
+against the hub's own metadata afterwards, so a cut-off download is caught here, not at load time.
+Running the command again resumes: finished files are skipped, half-finished ones continue.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from cosyvoice_mac.pipeline.model_dir import HUB_REPOS, VERSIONS, inference_files
+
+DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+SOURCES = ("auto", "huggingface", "modelscope")
+METADATA_TIMEOUT_S = 15.0
+DOWNLOAD_WORKERS = 4
+
+
+@dataclass(frozen=True)
+class HubModel:
+    """Where one model version is published and the folder name it gets under models/."""
+
+    version: str
+    folder: str
+    huggingface: str
+    modelscope: str
+
+
+MODELS = {
+    "cosyvoice3": HubModel("cosyvoice3", "Fun-CosyVoice3-0.5B", HUB_REPOS["cosyvoice3"],
+                           "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"),
+    "cosyvoice2": HubModel("cosyvoice2", "CosyVoice2-0.5B", HUB_REPOS["cosyvoice2"], "iic/CosyVoice2-0.5B"),
+}
+
+
+class DownloadError(RuntimeError):
+    """The download could not finish; the message says why and what to do."""
+
+
+class HubUnreachable(DownloadError):
+    """No answer from the hub at all (offline, DNS, firewall, HF_HUB_OFFLINE=1)."""
+
+
+def download_model(version: str, models_dir: str | Path = DEFAULT_MODELS_DIR, *, source: str = "auto",
+                   endpoint: str | None = None, revision: str | None = None) -> Path:
+    """Fetch ``version``'s inference files into ``models_dir/<folder>``; the folder's path.
+
+    ``endpoint`` overrides the Hugging Face address (default: $HF_ENDPOINT or huggingface.co).
+    Raises DownloadError (HubUnreachable when offline) with a message for the user.
+    """
+    if version not in MODELS:
+        raise DownloadError(f"unknown model {version!r}; choose one of: {', '.join(VERSIONS)}")
+    if source not in SOURCES:
+        raise DownloadError(f"unknown source {source!r}; choose one of: {', '.join(SOURCES)}")
+    model, files = MODELS[version], inference_files(version)
+    destination = Path(models_dir).expanduser() / model.folder
+    if source in ("auto", "huggingface"):
+        try:
+            return _from_huggingface(model, files, destination, endpoint, revision)
+        except HubUnreachable as error:
+            if source == "huggingface" or not modelscope_installed():
+                raise
+            print(f"{error}\nTrying ModelScope instead.", file=sys.stderr)
+    if not modelscope_installed():
+        raise DownloadError("ModelScope is not installed; install it (pip install modelscope) or use "
+                            "--source huggingface")
+    return _from_modelscope(model, files, destination, revision)
+
+
+def modelscope_installed() -> bool:
+    return importlib.util.find_spec("modelscope") is not None
+
+
+def verify_sizes(destination: Path, expected: dict[str, int]) -> None:
+    """Raise DownloadError naming every file that is missing or whose size differs from ``expected``."""
+    problems = []
+    for name, size in sorted(expected.items()):
+        path = destination / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif size is not None and path.stat().st_size != size:
+            problems.append(f"{name} has {path.stat().st_size:,} bytes, the hub says {size:,}")
+    if problems:
+        raise DownloadError(f"the download into {destination} is incomplete: {'; '.join(problems)}. "
+                            "Run the same command again to resume it.")
+
+
+def _from_huggingface(model: HubModel, files: list[str], destination: Path, endpoint: str | None,
+                      revision: str | None) -> Path:
+    from huggingface_hub import HfApi, snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    address = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    api = HfApi(endpoint=endpoint)
+    try:
+        listed = api.get_paths_info(model.huggingface, files, revision=revision)
+    except (RepositoryNotFoundError, RevisionNotFoundError) as error:
+        raise DownloadError(f"{address} has no model {model.huggingface}"
+                            f"{f' at revision {revision}' if revision else ''}: {_first_line(error)}") from error
+    except HfHubHTTPError as error:
+        raise DownloadError(f"{address} refused the file list of {model.huggingface}: {_first_line(error)}. "
+                            "Try again later.") from error
+    except _connection_errors() as error:
+        raise _unreachable(address, error) from error
+    expected = {entry.path: (entry.lfs.size if entry.lfs is not None else entry.size)
+                for entry in listed if hasattr(entry, "size")}
+    absent = [name for name in files if name not in expected]
+    if absent:
+        raise DownloadError(f"{model.huggingface} on {address} lacks {', '.join(absent)}; is it the right repo?")
+    _check_free_space(destination, expected)
+    print(f"Downloading {len(files)} files ({sum(expected.values()) / 1e9:.2f} GB) of {model.huggingface} "
+          f"into {destination}", file=sys.stderr)
+    try:
+        snapshot_download(model.huggingface, revision=revision, local_dir=destination, allow_patterns=files,
+                          endpoint=endpoint, etag_timeout=METADATA_TIMEOUT_S, max_workers=DOWNLOAD_WORKERS)
+    except _connection_errors() as error:
+        raise DownloadError(f"the connection to {address} broke off: {_first_line(error)}. Run the same command "
+                            "again to resume.") from error
+    except OSError as error:
+        raise DownloadError(f"could not write into {destination}: {error}. Fix that (disk space, permissions) "
+                            "and run the same command again to resume.") from error
+    except HfHubHTTPError as error:
+        raise DownloadError(f"{address} stopped the download: {_first_line(error)}. Run the same command again "
+                            "to resume.") from error
+    verify_sizes(destination, expected)
+    return destination
+
+
+def _from_modelscope(model: HubModel, files: list[str], destination: Path, revision: str | None) -> Path:
+    from modelscope.hub.snapshot_download import snapshot_download
+
+    print(f"Downloading {len(files)} files of {model.modelscope} from ModelScope into {destination}",
+          file=sys.stderr)
+    try:
+        snapshot_download(model.modelscope, revision=revision, local_dir=str(destination), allow_patterns=files)
+    except Exception as error:  # modelscope raises many kinds; all mean "not downloaded"
+        raise DownloadError(f"ModelScope could not deliver {model.modelscope}: {_first_line(error)}") from error
+    verify_sizes(destination, _modelscope_sizes(model.modelscope, files))
+    return destination
+
+
+def _modelscope_sizes(model_id: str, files: list[str]) -> dict[str, int | None]:
+    """Sizes from ModelScope's file list; None (presence only) where it gives none."""
+    sizes: dict[str, int | None] = dict.fromkeys(files)
+    try:
+        from modelscope.hub.api import HubApi
+
+        for entry in HubApi().get_model_files(model_id, recursive=True):
+            if entry.get("Path") in sizes and entry.get("Size") is not None:
+                sizes[entry["Path"]] = int(entry["Size"])
+    except Exception:  # an older modelscope without this call: check that every file is there
+        pass
+    return sizes
+
+
+def _check_free_space(destination: Path, expected: dict[str, int]) -> None:
+    needed = sum(size - _present_bytes(destination / name, size) for name, size in expected.items())
+    probe = destination
+    while not probe.exists():
+        probe = probe.parent
+    free = shutil.disk_usage(probe).free
+    if needed > free:
+        raise DownloadError(f"the download needs {needed / 1e9:.1f} GB more but {probe} has only "
+                            f"{free / 1e9:.1f} GB free; free some space and run the command again")
+
+
+def _present_bytes(path: Path, size: int) -> int:
+    return min(path.stat().st_size, size) if path.is_file() else 0
+
+
+def _connection_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean "no connection", for the HTTP library this huggingface_hub uses."""
+    from huggingface_hub.utils import OfflineModeIsEnabled
+
+    errors: list[type[BaseException]] = [OfflineModeIsEnabled]
+    for module_name, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
+                               ("requests", ("ConnectionError", "Timeout"))):
+        if importlib.util.find_spec(module_name) is not None:
+            module = importlib.import_module(module_name if module_name != "requests" else "requests.exceptions")
+            errors.extend(getattr(module, name) for name in names)
+    return tuple(errors)
+
+
+def _unreachable(address: str, error: BaseException) -> HubUnreachable:
+    if type(error).__name__ == "OfflineModeIsEnabled":
+        why = "HF_HUB_OFFLINE is set, so huggingface_hub will not go online"
+    else:
+        why = f"no connection ({_first_line(error)})"
+    return HubUnreachable(f"cannot reach {address}: {why}. Check the internet connection (or HF_ENDPOINT) and run "
+                          "the command again; a model folder copied by hand into models/ works too.")
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    return text.splitlines()[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bash run.sh download", description=(
+        "Download a CosyVoice model into models/: only the files inference needs. Run it again to resume."))
+    parser.add_argument("model", choices=VERSIONS, help="cosyvoice3 (Fun-CosyVoice3-0.5B) or cosyvoice2")
+    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="default: models/")
+    parser.add_argument("--source", choices=SOURCES, default="auto",
+                        help="auto: Hugging Face, then ModelScope if installed and the hub is unreachable")
+    parser.add_argument("--revision", default=None, help="a branch, tag or commit of the hub repo (default main)")
+    args = parser.parse_args(argv)
+    try:
+        folder = download_model(args.model, args.models_dir, source=args.source, revision=args.revision)
+    except DownloadError as error:
+        print(f"download failed: {error}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("\ndownload interrupted; run the same command again to resume it", file=sys.stderr)
+        return 130
+    print(f"{args.model} is ready in {folder}. Start the app with: bash run.sh")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

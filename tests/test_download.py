@@ -1,0 +1,271 @@
+"""``bash run.sh download``: against a fake Hugging Face hub served on 127.0.0.1 (no network).
+
+The fake hub answers the few calls huggingface_hub makes (paths-info, revision, tree, resolve with
+HEAD/GET/Range) for one repo that holds the inference files plus files inference never reads, so
+the tests see exactly which files were fetched, that a broken download resumes, and that a size
+that disagrees with the hub's metadata is caught.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from cosyvoice_mac.download import MODELS, DownloadError, HubUnreachable, download_model, verify_sizes
+from cosyvoice_mac.pipeline.model_dir import inference_files
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+EXTRA_FILES = ("llm.rl.pt", "flow.decoder.estimator.fp32.onnx", "CosyVoice-BlankEN/model.safetensors", "README.md")
+
+
+class FakeHub:
+    """Owns one fake repo (path -> bytes) and the log of requests made to it."""
+
+    def __init__(self, repo: str, files: dict[str, bytes]):
+        self.repo, self.files = repo, files
+        self.requests: list[tuple[str, str, str | None]] = []  # (method, path, Range header)
+        self.cut_once: set[str] = set()  # files whose next GET stops half-way
+        self.lie_about_size: dict[str, int] = {}
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def downloaded(self) -> list[str]:
+        """Files whose body was requested (GET on resolve)."""
+        prefix = f"/{self.repo}/resolve/"
+        return sorted({path.split("/", 4 + self.repo.count("/"))[-1] for method, path, _ in self.requests
+                       if method == "GET" and path.startswith(prefix)})
+
+    def entry(self, path: str) -> dict:
+        data = self.files[path]
+        size = self.lie_about_size.get(path, len(data))
+        return {"type": "file", "path": path, "size": size, "oid": hashlib.sha1(data).hexdigest(),
+                "lfs": {"size": size, "oid": hashlib.sha256(data).hexdigest(), "pointerSize": 130}}
+
+    def _handler(self):
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # keep pytest output clean
+                pass
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length).decode()
+                self._log("POST")
+                if f"/api/models/{hub.repo}/paths-info/" not in self.path:
+                    return self._send(404, b'{"error": "not found"}')
+                form = urllib.parse.parse_qs(body) if "json" not in (self.headers.get("Content-Type") or "") \
+                    else json.loads(body)
+                paths = form.get("paths", [])
+                self._json([hub.entry(p) for p in paths if p in hub.files])
+
+            def do_HEAD(self):
+                self._resolve(head=True)
+
+            def do_GET(self):
+                path = urllib.parse.urlparse(self.path).path
+                if path.startswith(f"/api/models/{hub.repo}/revision/"):
+                    self._log("GET")
+                    return self._json({"id": hub.repo, "sha": COMMIT,
+                                       "siblings": [{"rfilename": name} for name in hub.files]})
+                if path.startswith(f"/api/models/{hub.repo}/tree/"):
+                    self._log("GET")
+                    folders = sorted({name.rsplit("/", 1)[0] for name in hub.files if "/" in name})
+                    entries = [{"type": "directory", "path": folder, "oid": "0" * 40, "size": 0} for folder in folders]
+                    return self._json(entries + [hub.entry(name) for name in sorted(hub.files)])
+                self._resolve(head=False)
+
+            def _resolve(self, head: bool):
+                self._log("HEAD" if head else "GET")
+                prefix = f"/{hub.repo}/resolve/"
+                path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
+                if not path.startswith(prefix):
+                    return self._send(404, b"", head=head)
+                name = path[len(prefix):].split("/", 1)[1]
+                if name not in hub.files:
+                    return self._send(404, b"", head=head, extra={"X-Error-Code": "EntryNotFound"})
+                data = hub.files[name]
+                headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+                           "Accept-Ranges": "bytes"}
+                start = 0
+                ranged = self.headers.get("Range")
+                if ranged and not head:
+                    start = int(ranged.split("=")[1].split("-")[0])
+                    headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+                body = data[start:]
+                if not head and name in hub.cut_once:
+                    hub.cut_once.discard(name)
+                    self.send_response(206 if ranged else 200)
+                    for key, value in {**headers, "Content-Length": str(len(body))}.items():
+                        self.send_header(key, value)
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    self.close_connection = True
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    return
+                self._send(206 if ranged and not head else 200, body, head=head, extra=headers)
+
+            def _log(self, method):
+                hub.requests.append((method, urllib.parse.urlparse(self.path).path, self.headers.get("Range")))
+
+            def _json(self, payload):
+                self._send(200, json.dumps(payload).encode(), extra={"Content-Type": "application/json",
+                                                                     "X-Repo-Commit": COMMIT})
+
+            def _send(self, status, body: bytes, head=False, extra=None):
+                self.send_response(status)
+                for key, value in (extra or {}).items():
+                    self.send_header(key, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if not head:
+                    self.wfile.write(body)
+
+        return Handler
+
+    def __enter__(self) -> "FakeHub":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _repo_files(version: str) -> dict[str, bytes]:
+    files = {}
+    for index, name in enumerate(list(inference_files(version)) + list(EXTRA_FILES)):
+        files[name] = (f"{name}:".encode() + bytes(range(256)) * (8 + index))[: 1500 + 300 * index]
+    return files
+
+
+@pytest.fixture
+def hub():
+    with FakeHub(MODELS["cosyvoice3"].huggingface, _repo_files("cosyvoice3")) as fake:
+        yield fake
+
+
+@pytest.fixture(autouse=True)
+def quiet_hub(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # no token, no cache of the real user
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("HF_TOKEN", raising=False)
+
+
+def test_fetches_exactly_the_inference_files_into_the_model_folder(hub, tmp_path):
+    folder = download_model("cosyvoice3", tmp_path / "models", endpoint=hub.url)
+    assert folder == tmp_path / "models" / "Fun-CosyVoice3-0.5B"
+    wanted = inference_files("cosyvoice3")
+    assert hub.downloaded() == sorted(wanted)
+    for name in wanted:
+        assert (folder / name).read_bytes() == hub.files[name], name
+    for name in EXTRA_FILES:
+        assert not (folder / name).exists(), name
+    # The folder is what the app looks for.
+    from cosyvoice_mac.webui.state import find_models
+
+    assert [(choice.name, choice.version) for choice in find_models(tmp_path / "models")] == \
+        [("Fun-CosyVoice3-0.5B", "cosyvoice3")]
+
+
+def test_a_second_run_downloads_nothing_and_a_cut_download_resumes(hub, tmp_path):
+    hub.cut_once.add("llm.pt")
+    with pytest.raises(DownloadError, match="run the same command again|Run the same command again"):
+        download_model("cosyvoice3", tmp_path, endpoint=hub.url)
+    hub.requests.clear()
+    folder = download_model("cosyvoice3", tmp_path, endpoint=hub.url)
+    assert (folder / "llm.pt").read_bytes() == hub.files["llm.pt"]
+    resumed = [ranged for method, path, ranged in hub.requests if method == "GET" and path.endswith("/llm.pt")]
+    assert resumed and all(r and not r.startswith("bytes=0-") for r in resumed), resumed
+    fetched_again = set(hub.downloaded()) - {"llm.pt"}
+    assert not fetched_again & {"flow.pt", "hift.pt", "campplus.onnx"}, fetched_again
+
+    hub.requests.clear()
+    download_model("cosyvoice3", tmp_path, endpoint=hub.url)
+    assert hub.downloaded() == []
+
+
+def test_a_size_that_disagrees_with_the_hub_is_reported(hub, tmp_path):
+    hub.lie_about_size["hift.pt"] = len(hub.files["hift.pt"]) + 10
+    with pytest.raises(DownloadError, match="hift.pt"):
+        download_model("cosyvoice3", tmp_path, endpoint=hub.url)
+
+
+def test_verify_sizes_names_missing_and_short_files(tmp_path):
+    (tmp_path / "a.pt").write_bytes(b"12345")
+    (tmp_path / "b.pt").write_bytes(b"123")
+    verify_sizes(tmp_path, {"a.pt": 5})
+    with pytest.raises(DownloadError) as raised:
+        verify_sizes(tmp_path, {"a.pt": 5, "b.pt": 4, "c.pt": 1})
+    assert "b.pt has 3 bytes, the hub says 4" in str(raised.value)
+    assert "c.pt is missing" in str(raised.value)
+
+
+def test_a_repo_missing_an_inference_file_is_refused_before_downloading(tmp_path):
+    files = _repo_files("cosyvoice3")
+    del files["campplus.onnx"]
+    with FakeHub(MODELS["cosyvoice3"].huggingface, files) as hub:
+        with pytest.raises(DownloadError, match="lacks campplus.onnx"):
+            download_model("cosyvoice3", tmp_path, endpoint=hub.url)
+        assert hub.downloaded() == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_offline_fails_fast_with_a_clear_message(tmp_path):
+    started = time.monotonic()
+    with pytest.raises(HubUnreachable, match="cannot reach"):
+        download_model("cosyvoice2", tmp_path, source="huggingface", endpoint=f"http://127.0.0.1:{_closed_port()}")
+    assert time.monotonic() - started < 10
+    assert not (tmp_path / "CosyVoice2-0.5B").exists() or not any((tmp_path / "CosyVoice2-0.5B").iterdir())
+
+
+def test_the_command_line_says_what_to_do_offline_and_exits_1(tmp_path):
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HOME": str(tmp_path / "hf"),
+           "PYTHONPATH": str(REPO_ROOT)}
+    result = subprocess.run([sys.executable, "-m", "cosyvoice_mac.download", "cosyvoice3", "--models-dir",
+                             str(tmp_path), "--source", "huggingface"],
+                            capture_output=True, text=True, timeout=120, env=env, cwd=REPO_ROOT)
+    assert result.returncode == 1, result.stderr
+    assert "download failed: cannot reach http://127.0.0.1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_run_sh_download_verb_reaches_the_downloader(tmp_path):
+    """``bash run.sh download`` (with the real .venv) passes its arguments through."""
+    if not (REPO_ROOT / ".venv" / "bin" / "python").is_file():
+        pytest.skip("needs the project's .venv (bash run.sh setup)")
+    result = subprocess.run(["bash", "run.sh", "download", "--help"], cwd=REPO_ROOT, capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert "usage: bash run.sh download" in result.stdout
+
+
+def test_unknown_model_and_source_are_refused(tmp_path):
+    with pytest.raises(DownloadError, match="unknown model"):
+        download_model("cosyvoice1", tmp_path)
+    with pytest.raises(DownloadError, match="unknown source"):
+        download_model("cosyvoice3", tmp_path, source="ftp")

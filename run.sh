@@ -3,6 +3,7 @@
 #   bash run.sh [--host H] [--port P]   set up .venv if needed, then start the web UI on 127.0.0.1:7860
 #   bash run.sh test [pytest args]      set up .venv if needed, then run the test suite
 #   bash run.sh setup                   only set up .venv
+#   bash run.sh download cosyvoice3     set up .venv if needed, then fetch a model into models/ (or cosyvoice2)
 # Set-up is skipped when .venv already matches pyproject.toml (a hash of it sits in .venv/.setup-stamp).
 set -euo pipefail
 
@@ -15,6 +16,7 @@ PYTHON_CANDIDATES=(python3.11 python3.12 python3.10 python3)
 
 usage() {
   echo "usage: bash run.sh [--host HOST] [--port PORT] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
+  echo "       bash run.sh download cosyvoice3|cosyvoice2"
 }
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }
@@ -115,6 +117,11 @@ case "$verb" in
     ;;
   setup)
     setup
+    ;;
+  download)
+    shift
+    setup
+    exec "$VENV/bin/python" -m cosyvoice_mac.download "$@"
     ;;
   help)
     usage

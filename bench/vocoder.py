@@ -2,7 +2,8 @@
 
     python bench/vocoder.py [--version cosyvoice3] [--frames 500] [--repeats 3] [--threads 2] [--model DIR]
 
-Prints one JSON object (medians of ``--repeats`` timed runs after one warm-up, in seconds):
+Prints one JSON object: min and median seconds of ``--repeats`` runs per case after one warm-up,
+cases interleaved round-robin so that load changes hit all of them alike:
 
 * ``hift``: ``HiFT.inference`` (weight norm folded at load, STFT/iSTFT as convolutions);
 * ``split``: the Core ML design run in torch: f0 graph + numpy float64 source + decoder graph with
@@ -57,14 +58,27 @@ class FFTSTFT(torch.nn.Module):
         return torch.istft(complex_spectrum, self.n_fft, self.hop, self.n_fft, window=self.window)
 
 
-def timed(function, repeats: int) -> float:
-    function()  # warm-up
-    runs = []
+def run_interleaved(cases: dict, repeats: int) -> dict:
+    """Time every case ``repeats`` times, round-robin (so load changes hit all alike): min and median."""
+    for function in cases.values():
+        function()  # warm-up
+    runs: dict[str, list[float]] = {name: [] for name in cases}
     for _ in range(repeats):
-        started = time.perf_counter()
-        function()
-        runs.append(time.perf_counter() - started)
-    return round(statistics.median(runs), 3)
+        for name, function in cases.items():
+            started = time.perf_counter()
+            function()
+            runs[name].append(time.perf_counter() - started)
+    return {name: {"min": round(min(values), 3), "median": round(statistics.median(values), 3)}
+            for name, values in runs.items()}
+
+
+def _with_stft(hift, stft, function):
+    original = hift.stft
+    hift.stft = stft
+    try:
+        return function()
+    finally:
+        hift.stft = original
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -88,42 +102,37 @@ def main(argv: list[str] | None = None) -> int:
     noise = lambda: GaussianSourceNoise(seed=1) if version == "cosyvoice2" else None  # noqa: E731
     results: dict = {
         "version": version, "frames": args.frames, "audio_s": args.frames / 50, "threads": args.threads,
-        "torch": torch.__version__, "load_before": os.getloadavg()[0], "seconds": {},
+        "torch": torch.__version__, "load_before": os.getloadavg()[0],
     }
-    seconds = results["seconds"]
-    seconds["hift"] = timed(lambda: hift.inference(mel, noise=noise()), args.repeats)
-
     split = torch_split_vocoder(hift)
-    seconds["split"] = timed(lambda: split.inference(mel, noise=noise()), args.repeats)
     f0 = split.f0_function(mel.numpy())[0]
     host = HostSource.from_hift(hift)
-    seconds["split_f0"] = timed(lambda: split.f0_function(mel.numpy()), args.repeats)
-    seconds["split_host_source"] = timed(lambda: host(f0, noise() or split.default_noise), args.repeats)
     source = host(f0, noise() or split.default_noise)
-    seconds["split_decode"] = timed(lambda: split.decode(mel.numpy(), source), args.repeats)
+    cases = {
+        "hift": lambda: hift.inference(mel, noise=noise()),
+        "split": lambda: split.inference(mel, noise=noise()),
+        "split_f0": lambda: split.f0_function(mel.numpy()),
+        "split_host_source": lambda: host(f0, noise() or split.default_noise),
+        "split_decode": lambda: split.decode(mel.numpy(), source),
+    }
     if "split_chunked" not in args.skip:
         chunked = torch_split_vocoder(hift, chunk_frames=128)
-        seconds["split_chunked"] = timed(lambda: chunked.inference(mel, noise=noise()), args.repeats)
-
+        cases["split_chunked"] = lambda: chunked.inference(mel, noise=noise())
     conv_stft = hift.stft
     fft_stft = FFTSTFT(hift.config.n_fft, hift.config.hop_len)
     if "hift_fft_stft" not in args.skip:
-        hift.stft = fft_stft
-        try:
-            seconds["hift_fft_stft"] = timed(lambda: hift.inference(mel, noise=noise()), args.repeats)
-        finally:
-            hift.stft = conv_stft
+        cases["hift_fft_stft"] = lambda: _with_stft(hift, fft_stft, lambda: hift.inference(mel, noise=noise()))
     signal = torch.from_numpy(source)[None]
-    seconds["stft_only_conv"] = timed(lambda: conv_stft.istft(conv_stft.stft(signal)), args.repeats)
-    seconds["stft_only_fft"] = timed(lambda: fft_stft.istft(fft_stft.stft(signal)), args.repeats)
     stft_kernel = polyphase_stft_kernel(conv_stft.analysis_kernel)
     istft_kernel = polyphase_istft_kernel(conv_stft.synthesis_kernel)
-    seconds["stft_only_polyphase"] = timed(
-        lambda: F.conv1d(F.conv1d(torch.from_numpy(pad_polyphase(source)), stft_kernel), istft_kernel, padding=3),
-        args.repeats,
-    )
-    results["rtf"] = {name: round(value / results["audio_s"], 3) for name, value in seconds.items()
-                      if not name.startswith("stft_only")}
+    cases["stft_only_conv"] = lambda: conv_stft.istft(conv_stft.stft(signal))
+    cases["stft_only_fft"] = lambda: fft_stft.istft(fft_stft.stft(signal))
+    cases["stft_only_polyphase"] = lambda: F.conv1d(
+        F.conv1d(torch.from_numpy(pad_polyphase(source)), stft_kernel), istft_kernel, padding=3)
+    with torch.inference_mode():
+        results["seconds"] = run_interleaved(cases, args.repeats)
+    results["rtf_min"] = {name: round(value["min"] / results["audio_s"], 3)
+                          for name, value in results["seconds"].items() if not name.startswith("stft_only")}
     results["load_after"] = os.getloadavg()[0]
     print(json.dumps(results, indent=2))
     return 0

@@ -129,3 +129,18 @@ def test_ui_side_of_the_engine_does_not_import_torch():
     code = "import sys, cosyvoice_mac.engine as e; e.Job(text='hi').validate(); print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("error, expected", [
+    (RuntimeError("The operator 'aten::foo' is not currently implemented for the MPS device."), True),
+    (RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB)"), True),
+    (TypeError("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64."), True),
+    (RuntimeError("CUDA error: device-side assert triggered"), True),
+    (RuntimeError("shape mismatch between timestamps and tokens"), False),
+    (ValueError("MPS is mentioned but this is bad input"), False),
+    (KeyError("mps"), False),
+])
+def test_device_errors_are_told_apart_from_other_failures(error, expected):
+    from cosyvoice_mac.engine.runtime import is_device_error
+
+    assert is_device_error(error) is expected

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import threading
 import time
@@ -21,7 +22,7 @@ SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(12))  # 12 x 0.25 s,
 
 
 def _engine(config, **options) -> Engine:
-    options = {"stop_timeout_s": 3.0, "cancel_grace_s": 1.5, "start_timeout_s": DEADLINE, **options}
+    options = {"stop_timeout_s": 1.0, "cancel_grace_s": 1.0, "start_timeout_s": DEADLINE, **options}
     return Engine(config, **options)
 
 
@@ -206,8 +207,14 @@ def test_named_voices_reuse_cached_features(engine, tmp_path):
     assert again.cache_hit and again.prompt_hash == first.prompt_hash and again.mode == "zero_shot"
     assert engine.status()["feature_extractions"] == extractions
 
+    shutil.rmtree(os.path.join(engine.config.cache_dir, "speakers"))  # the OS purged the cache folder
+    assert engine.restart(timeout=DEADLINE)
+    rebuilt = engine.result(engine.submit(Job(text="Rebuilt.", voice=name)), timeout=DEADLINE)
+    assert not rebuilt.cache_hit and rebuilt.prompt_hash == first.prompt_hash  # from the voice's own audio copy
+    assert engine.status()["feature_extractions"] == 1
+
     engine.voices.rename(name, name + " 2")
-    with pytest.raises(JobFailed, match="no saved voice named"):
+    with pytest.raises(JobFailed, match="^there is no saved voice named"):
         engine.result(engine.submit(Job(text="Gone.", voice=name)), timeout=DEADLINE)
     engine.voices.delete(name + " 2")
     assert name + " 2" not in [v["name"] for v in engine.voices.list()]

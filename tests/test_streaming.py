@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 
-import math
 import threading
 import time
 
@@ -40,7 +39,7 @@ class _RecordFlow:
     def __enter__(self):
         def record(tokens, *args, **kwargs):
             mel = self.original(tokens, *args, **kwargs)
-            self.calls.append((tokens.shape[1], kwargs, mel))
+            self.calls.append((tokens, kwargs, mel))
             return mel
 
         self.flow.inference = record
@@ -51,8 +50,7 @@ class _RecordFlow:
 
 
 def test_schedule_grows_25_50_100_and_resets_per_request(model, speaker):
-    prompt_tokens = speaker.speech_tokens.shape[1]
-    first = 25 + math.ceil(prompt_tokens / 25) * 25 - prompt_tokens
+    first = 25  # the flow prompt is cut to whole 25-token chunks, so the first hop needs no padding
     for _ in range(2):  # a second request starts over (upstream keeps the grown hop)
         chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
         counts = [c.speech_token_count for c in chunks]
@@ -71,17 +69,31 @@ def test_streamed_audio_has_the_length_and_tokens_of_the_offline_audio(model, sp
     assert all(np.isfinite(c.audio).all() and np.abs(c.audio).max() <= 0.99 + 1e-6 for c in chunks)
 
 
-def test_last_chunk_mel_is_the_offline_mel_and_earlier_chunks_use_chunk_masks(model, speaker):
-    with _RecordFlow(model.networks.flow) as recorder:
-        list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+def test_prompt_cut_to_the_chunk_grid_at_its_start(model, speaker):
+    from cosyvoice_mac.pipeline.streaming import _grid_aligned_prompt
+
+    (tokens, mel, _), pad = _grid_aligned_prompt(speaker, torch.device("cpu"))
+    assert tokens.shape[1] % 25 == 0 and pad == 0 and mel.shape[1] == 2 * tokens.shape[1]
+    cut = speaker.speech_tokens.shape[1] - tokens.shape[1]
+    assert torch.equal(tokens, speaker.speech_tokens[:, cut:]) and torch.equal(mel, speaker.mel[:, 2 * cut:])
+
+
+def test_last_chunk_is_the_full_attention_mel_of_all_tokens(model, speaker):
+    from cosyvoice_mac.pipeline.streaming import _grid_aligned_prompt
+
+    flow = model.networks.flow
+    with _RecordFlow(flow) as recorder:
+        chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
         streamed = recorder.calls
         recorder.calls = []
         list(model.synthesize(TEXT, speaker=speaker, seed=3))
-        (offline_tokens, _, offline_mel), = recorder.calls
-    assert [kwargs["streaming"] for _, kwargs, _ in streamed] == [True] * (len(streamed) - 1) + [False]
+        (offline_tokens, _, _), = recorder.calls
+    assert [kwargs["streaming"] for _, kwargs, _ in streamed] == [True] * (len(chunks) - 1) + [False]
     final_tokens, _, final_mel = streamed[-1]
-    assert final_tokens == offline_tokens
-    assert torch.equal(final_mel, offline_mel)  # the last call sees every token with full attention
+    assert torch.equal(final_tokens, offline_tokens)  # same seed: the stream decodes the same tokens
+    prompt, _ = _grid_aligned_prompt(speaker, final_tokens.device)
+    full = flow.inference(final_tokens, *prompt, streaming=False, finalize=True)
+    assert torch.equal(final_mel, full)  # all tokens, full attention, the grid-aligned prompt
 
 
 def test_cosyvoice3_chunks_join_seamlessly(tmp_path, make_speech):

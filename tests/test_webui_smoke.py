@@ -1,6 +1,8 @@
-"""`bash run.sh` serves the page on 127.0.0.1 only and stops cleanly on Ctrl-C."""
+"""`bash run.sh` serves the page on 127.0.0.1 only, says how to get a model when none is installed, and stops
+cleanly on Ctrl-C, leaving no temporary folder behind."""
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -11,7 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cosyvoice_mac.webui.app import NO_MODEL_MESSAGE, TITLE, installed_models
+from cosyvoice_mac.webui.app import DOWNLOAD_COMMAND, TEMP_PREFIX, TITLE, installed_models
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 180  # importing gradio on a busy two-core machine is slow
@@ -42,17 +44,23 @@ def _wait_for_page(server: subprocess.Popen, url: str) -> str:
 
 def test_app_serves_the_page_on_localhost_and_exits_cleanly_on_ctrl_c(tmp_path):
     port = _free_port()
+    temp_root = tmp_path / "tmp"
+    temp_root.mkdir()
     server = subprocess.Popen(
-        ["bash", "run.sh", "--port", str(port), "--models-dir", str(tmp_path)],
+        ["bash", "run.sh", "--port", str(port), "--models-dir", str(tmp_path / "models"),
+         "--outputs-dir", str(tmp_path / "outputs"), "--cache-dir", str(tmp_path / "cache")],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        env={**os.environ, "TMPDIR": str(temp_root)},
     )
     try:
         page = _wait_for_page(server, f"http://127.0.0.1:{port}/")
         assert TITLE in page
-        assert NO_MODEL_MESSAGE in _get(f"http://127.0.0.1:{port}/config")
+        config = _get(f"http://127.0.0.1:{port}/config")
+        assert "No model installed yet." in config and DOWNLOAD_COMMAND in config
+        (gradio_temp,) = temp_root.glob(f"{TEMP_PREFIX}*")  # uploads go to a folder the app owns
         listening = [
             connection.laddr
             for connection in psutil.Process(server.pid).net_connections(kind="inet")
@@ -69,6 +77,8 @@ def test_app_serves_the_page_on_localhost_and_exits_cleanly_on_ctrl_c(tmp_path):
     assert server.returncode == 0, output
     assert "Traceback" not in output, output
     assert f"running at http://127.0.0.1:{port}" in output
+    assert DOWNLOAD_COMMAND in output
+    assert not gradio_temp.exists()
 
 
 def test_taken_port_is_reported_plainly(tmp_path):

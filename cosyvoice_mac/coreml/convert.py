@@ -20,6 +20,7 @@ import os
 import shutil
 import tempfile
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,7 +56,7 @@ class ConversionOptions:
     target: str = "macOS14"
     flexible: bool = True
     chunked: bool = True
-    chunk_frames: int = CHUNK_FRAMES
+    chunk_frames: int | None = CHUNK_FRAMES  # None: any recorded size will do (loading); 128 when converting
     max_frames: int = DECODER_MAX_FRAMES
 
     def validate(self) -> None:
@@ -79,7 +80,7 @@ def import_coremltools():
         raise CoreMLConversionError(
             "coremltools is not installed: pip install 'coremltools==9.0' (numpy must stay below 2.4)"
         ) from error
-    if int(np.__version__.split(".")[0]) == 2 and int(np.__version__.split(".")[1]) >= 4:
+    if tuple(int(part) for part in np.__version__.split(".")[:2]) >= (2, 4):
         raise CoreMLConversionError(f"coremltools 9.0 cannot convert with numpy {np.__version__}; install numpy<2.4")
     return coremltools
 
@@ -174,7 +175,7 @@ def stale_reason(manifest: dict | None, fingerprint: str, options: ConversionOpt
         entry = packages.get(key)
         if entry is None or not (Path(out_dir) / entry["file"]).is_dir():
             return f"package {key} is missing"
-        if key == "decoder_chunked" and entry.get("frames") != options.chunk_frames:
+        if key == "decoder_chunked" and options.chunk_frames and entry.get("frames") != options.chunk_frames:
             return f"chunk size {entry.get('frames')} != {options.chunk_frames}"
     return None
 
@@ -205,8 +206,11 @@ def convert_hift(
         jobs.append(("decoder_flexible", f"hift_decoder-{tag}-flex.mlpackage", {"max_frames": options.max_frames}))
     if options.chunked:
         left, right = CHUNK_CONTEXT[config.causal]
-        jobs.append(("decoder_chunked", f"hift_decoder-{tag}-chunk{options.chunk_frames}.mlpackage",
-                     {"frames": options.chunk_frames, "context": [left, right]}))
+        chunk = options.chunk_frames or CHUNK_FRAMES
+        if chunk - left - right < 1:
+            raise ValueError(f"a {chunk}-frame chunk leaves no frames beside its {left} + {right} context frames")
+        jobs.append(("decoder_chunked", f"hift_decoder-{tag}-chunk{chunk}.mlpackage",
+                     {"frames": chunk, "context": [left, right]}))
     packages, timings = {}, {}
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".converting-") as scratch:
         for key, file_name, extra in jobs:
@@ -269,7 +273,7 @@ def convert_model_dir(
 
 def convert_f0(ct, graph: F0Graph, target: str):
     mel = torch.randn(1, graph.condnet[0].in_channels, TRACE_FRAMES)
-    traced = torch.jit.trace(graph, (mel,))
+    traced = _trace(graph, (mel,))
     return ct.convert(
         traced,
         convert_to="mlprogram",
@@ -279,6 +283,13 @@ def convert_f0(ct, graph: F0Graph, target: str):
                               dtype=np.float32)],
         outputs=[ct.TensorType(OUTPUT_F0, dtype=np.float32)],
     )
+
+
+def _trace(graph: torch.nn.Module, inputs: tuple):
+    """TorchScript trace (coremltools' best-tested capture; torch.export captures 2x slower here)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=r"`torch\.jit\.trace", category=DeprecationWarning)
+        return torch.jit.trace(graph, inputs)
 
 
 def decoder_example(graph: DecoderGraph, frames: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -292,7 +303,7 @@ def convert_decoder(ct, graph: DecoderGraph, precision: str, target: str, *, fra
     """Fixed ``frames`` (Neural Engine) or a flexible length up to ``max_frames`` (GPU / CPU)."""
     config = graph.config
     mel, source = decoder_example(graph, frames or TRACE_FRAMES)
-    traced = torch.jit.trace(graph, (mel, source))
+    traced = _trace(graph, (mel, source))
     per_frame = config.samples_per_frame // POLYPHASE
     extra = config.n_fft // POLYPHASE
     if frames:

@@ -2,8 +2,8 @@
 
 The source runs here, not in a graph: its phase integrates f0 over the whole utterance (up to ~1e6
 rad), which float32 cannot hold (the reference's own float32 phase is only 54 dB clean at 10 s), and
-its noise must stay seedable and replayable. The phase is kept in float64, wrapped to cycles per
-frame, so it is exact to ~1e-12 however long the audio.
+its noise must stay seedable and replayable. The phase is kept in float64 cycles, wrapped per
+frame: after 300 s it is still within 3e-9 cycles of exact. Everything here is numpy on the CPU.
 """
 from __future__ import annotations
 

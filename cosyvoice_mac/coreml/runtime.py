@@ -146,7 +146,7 @@ def load_vocoder(
         if reason is not None:
             return None, reason
         model_factory = coreml_model_factory
-    options = ConversionOptions(precision=precision, target=target)
+    options = ConversionOptions(precision=precision, target=target, chunk_frames=None)
     model_dir, hift = _model_parts(model)
     try:
         folder, manifest = _packages_for(model_dir, hift, options, out_dir, convert, log)

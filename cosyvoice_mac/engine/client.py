@@ -13,7 +13,7 @@ from typing import Callable, Iterator
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.cache import VoiceLibrary
-from cosyvoice_mac.engine.jobqueue import JobQueue, JobRecord
+from cosyvoice_mac.engine.jobqueue import JobQueue
 from cosyvoice_mac.engine.jobs import Command, EngineError, Job, JobEvent, JobResult
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
 from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
@@ -264,7 +264,8 @@ class Engine:
                 self._restarts += 1
                 self.queue.emit(JobEvent(jobs.EVENT_RESTARTING, message=ticket.reason))
             if running is not None:
-                old.cancel(running.seq)
+                if old is not None:
+                    old.cancel(running.seq)  # lets the polite stop below succeed
                 self.queue.finish(running, jobs.CANCELLED, f"cancelled because the engine restarted ({ticket.reason})")
         if old is not None:
             old.stop(self.stop_timeout_s)

@@ -9,6 +9,7 @@ import gc
 import hashlib
 import importlib
 import random
+import re
 import sys
 import time
 import traceback
@@ -28,9 +29,10 @@ from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.pipeline.types import SynthesisError
 
 # Messages of errors that mean "this device cannot run this", not "this input is bad".
-DEVICE_ERROR_MARKERS = (
-    "out of memory", "mps", "metal", "cuda", "cudnn", "cublas", "hip error", "device-side assert",
-    "not currently implemented for", "not implemented for", "unsupported on this device",
+DEVICE_ERROR = re.compile(
+    r"out of memory|\bmps\b|\bmetal\b|\bcuda\b|cudnn|cublas|hip error|device-side assert"
+    r"|not (currently )?implemented for|unsupported on this device",
+    re.IGNORECASE,
 )
 DEVICE_FAILURES_BEFORE_CPU = 2  # consecutive device errors that move the worker to the CPU for good
 MIN_WARMUP_RMS = 1e-4
@@ -45,8 +47,7 @@ def is_device_error(error: BaseException) -> bool:
         return True
     if not isinstance(error, (RuntimeError, NotImplementedError, MemoryError, TypeError)):
         return False
-    message = str(error).lower()
-    return any(marker in message for marker in DEVICE_ERROR_MARKERS)
+    return DEVICE_ERROR.search(str(error)) is not None
 
 
 def resolve_factory(path: str):
@@ -197,19 +198,23 @@ class WorkerRuntime:
 
         return self.cache.get_or_extract(self.pipeline.model_id, key, extract, transcript)
 
-    def _prompt_for(self, job: Job, transcript: str | None):
-        """(SpeakerPrompt or None, cache source) for the job's voice."""
-        if job.voice:
-            try:
-                entry = self.voices.get(job.voice)
-            except VoiceError as error:
-                raise SynthesisError(str(error)) from error
-            if entry["model_id"] == self.pipeline.model_id:
-                prompt, source = self.cache.lookup(entry["model_id"], entry["audio_hash"])
+    def _voice_entry(self, job: Job) -> dict | None:
+        if not job.voice:
+            return None
+        try:
+            return self.voices.get(job.voice)
+        except VoiceError as error:
+            raise SynthesisError(str(error)) from error
+
+    def _prompt_for(self, job: Job, voice: dict | None, transcript: str | None):
+        """(SpeakerPrompt or None, cache source) for the job's saved voice or prompt audio."""
+        if voice is not None:
+            if voice["model_id"] == self.pipeline.model_id:
+                prompt, source = self.cache.lookup(voice["model_id"], voice["audio_hash"])
                 if prompt is not None:
                     return replace(prompt, transcript=transcript), source
-            if entry.get("audio_path"):
-                return self._prompt_from_audio(entry["audio_path"], None, transcript)
+            if voice.get("audio_path"):
+                return self._prompt_from_audio(voice["audio_path"], None, transcript)
             raise SynthesisError(f"the saved voice {job.voice!r} has no cached features for this model and "
                                  "no stored audio; upload its prompt audio again and save it under that name")
         if job.prompt_audio is not None:
@@ -221,6 +226,8 @@ class WorkerRuntime:
         """Run one job and send its events; never raises for a job's own failure."""
         started = time.perf_counter()
         self.send(JobEvent(jobs.EVENT_STARTED, job.job_id, data={"device": str(self.pipeline.device)}))
+        if should_stop():  # cancelled while it was being handed over
+            return self._finish(JobEvent(jobs.CANCELLED, job.job_id, message="cancelled"))
         seed = job.seed if job.seed is not None else random.randrange(2**31)
         fallback = None
         try:
@@ -276,13 +283,14 @@ class WorkerRuntime:
 
     def _attempt(self, job: Job, seed: int, should_stop) -> "Attempt":
         """One try of ``job`` on the current device."""
+        voice = self._voice_entry(job)
         transcript = job.prompt_text
-        if job.voice and transcript is None and not job.instruct:
-            transcript = self.voices.get(job.voice).get("transcript")
+        if voice is not None and transcript is None and not job.instruct:
+            transcript = voice.get("transcript")  # a saved voice with its words speaks zero-shot
         mode = "instruct" if job.instruct else ("zero_shot" if transcript else "cross_lingual")
         timings: dict[str, float] = {}
         clock = time.perf_counter()
-        speaker, source = self._prompt_for(job, transcript)
+        speaker, source = self._prompt_for(job, voice, transcript)
         timings["prompt"] = time.perf_counter() - clock
         clock = time.perf_counter()
         pieces = []

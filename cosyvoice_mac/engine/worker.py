@@ -7,7 +7,6 @@ torch and the models (``runtime.py``); this module stays light so the UI process
 from __future__ import annotations
 
 import multiprocessing
-import multiprocessing.connection
 import os
 import time
 from dataclasses import dataclass, field

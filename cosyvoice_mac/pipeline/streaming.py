@@ -2,9 +2,14 @@
 
 The LLM runs ahead in a producer thread; the consumer turns each hop of tokens into mel with the
 chunk-causal flow (3 tokens of look-ahead) and into audio with the vocoder, stitched so that the
-chunks join seamlessly. The hop schedule (25 -> 50 -> 100 tokens, the first hop padded so chunk
-borders fall on the flow's 25-token mask grid) lives in this request only: upstream keeps it on the
-model and never resets it, so its later requests start with 100-token hops (PR #1849).
+chunks join seamlessly. The hop schedule (25 -> 50 -> 100 tokens) lives in this request only:
+upstream keeps it on the model and never resets it, so its later requests start with 100-token hops
+(PR #1849).
+
+Chunk borders must fall on the flow's 25-token attention grid, which counts the prompt too. Upstream
+lengthens the first hop by the prompt's remainder (up to 24 more tokens to wait for); we instead drop
+that remainder from the START of the flow's prompt (under 1 s of the voice sample, never the LLM's
+prompt), so the first audio needs only 25 + 3 tokens.
 """
 from __future__ import annotations
 
@@ -115,14 +120,22 @@ class CrossfadeStitcher:
         return wave[:-V2_SOURCE_CACHE_SAMPLES].numpy()
 
 
+def _grid_aligned_prompt(speaker, device) -> tuple[tuple[torch.Tensor, ...], int]:
+    """The flow prompt cut at its start to whole 25-token chunks, and the first-hop pad still needed."""
+    tokens, mel = speaker.speech_tokens, speaker.mel
+    excess = tokens.shape[1] % FLOW_CHUNK_TOKENS
+    if excess and tokens.shape[1] > FLOW_CHUNK_TOKENS:
+        tokens, mel = tokens[:, excess:], mel[:, 2 * excess:]
+    pad = math.ceil(tokens.shape[1] / FLOW_CHUNK_TOKENS) * FLOW_CHUNK_TOKENS - tokens.shape[1]
+    return (tokens.to(device), mel.to(device), speaker.embedding.to(device)), pad
+
+
 def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Callable[[], bool]) -> Iterator[Chunk]:
     """Yield audio chunks of one sentence as its speech tokens arrive from ``tokens``."""
     flow, hift = model.networks.flow, model.networks.hift
     device = next(flow.parameters()).device
     lookahead = flow.config.pre_lookahead_len
-    prompt = (speaker.speech_tokens.to(device), speaker.mel.to(device), speaker.embedding.to(device))
-    prompt_count = speaker.speech_tokens.shape[1]
-    grid_pad = math.ceil(prompt_count / FLOW_CHUNK_TOKENS) * FLOW_CHUNK_TOKENS - prompt_count
+    prompt, grid_pad = _grid_aligned_prompt(speaker, device)
     if model.version == "cosyvoice3":
         stitcher = CausalStitcher(lambda mel, finalize: hift.inference(mel, finalize=finalize, noise=noise)[0])
     else:

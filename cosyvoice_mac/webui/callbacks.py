@@ -19,20 +19,17 @@ import gradio as gr
 from cosyvoice_mac.engine import EngineError, Job, QueueFull, VoiceError, VoiceLibrary
 from cosyvoice_mac.engine import jobs as job_events
 from cosyvoice_mac.engine.jobs import MAX_TEXT_CHARS
-from cosyvoice_mac.webui.prompt_check import PromptCheck, inspect_prompt
+from cosyvoice_mac.webui.prompt_check import inspect_prompt
+from cosyvoice_mac.webui.render import (
+    PROMPT_PROBLEM_KEYS, history_choices, history_rows, render_prompt_check, render_status,
+)
 from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, ModelHost, Session, Settings, is_inside
 from cosyvoice_mac.webui.strings import text as say
 
 MODES = ("zero_shot", "cross_lingual", "instruct")
 MAX_SEED = 2**31 - 1
 POLL_S = 0.5
-TEXT_IN_HISTORY = 60
 LOADING_STATES = ("starting", "restarting")
-
-PROMPT_PROBLEM_KEYS = {
-    "not_audio": "prompt_not_audio", "no_decoder": "prompt_no_decoder", "low_rate": "prompt_low_rate",
-    "silent": "prompt_silent", "too_short": "prompt_too_short", "too_long": "prompt_too_long",
-}
 
 
 class Callbacks:
@@ -321,9 +318,12 @@ class Callbacks:
         return gr.update(visible=False)
 
     def on_load(self, lang: str):
-        """Fresh values when a tab opens: saved voices, the status, whether the notice still shows, a seed."""
+        """Fresh values when a tab opens: saved voices, the status, whether the notice still shows, a seed,
+        the model folders now in models/."""
+        current = self.host.current.name if self.host.current else None
+        models = gr.update(choices=[(choice.name, choice.name) for choice in self.host.models()], value=current)
         return (gr.update(choices=self.voice_choices(lang)), self.status_panel(lang),
-                gr.update(visible=not self.settings.notice_acknowledged), self.roll_seed())
+                gr.update(visible=not self.settings.notice_acknowledged), self.roll_seed(), models)
 
 
 class _Outputs:
@@ -368,73 +368,3 @@ def _terminal_event(engine, job_id: str):
     except job_events.JobFailed as error:
         return error.event
     return job_events.JobEvent(job_events.DONE, job_id, result=result)
-
-
-def render_prompt_check(lang: str, check: PromptCheck) -> str:
-    if check.ok:
-        return say(lang, "prompt_duration", seconds=check.seconds, speech=check.speech_seconds)
-    return say(lang, PROMPT_PROBLEM_KEYS[check.problem], **check.details)
-
-
-def history_rows(lang: str, session: Session) -> dict:
-    """The history table (headers in ``lang``), newest first."""
-    headers = [say(lang, key) for key in ("col_time", "col_text", "col_mode", "col_voice", "col_seed",
-                                          "col_speed", "col_duration", "col_file")]
-    rows = []
-    for entry in session.history:
-        text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[:TEXT_IN_HISTORY - 1] + "…"
-        rows.append([time.strftime("%H:%M:%S", time.localtime(entry.created)), text,
-                     say(lang, f"mode_short_{entry.mode}"), entry.voice or say(lang, "history_prompt_voice"),
-                     entry.seed, f"{entry.speed:g}", f"{entry.duration_s:.1f}", entry.file_name])
-    return {"headers": headers, "data": rows}
-
-
-def history_choices(session: Session) -> list[tuple[str, str]]:
-    return [(f"{time.strftime('%H:%M:%S', time.localtime(entry.created))}  {entry.file_name}", entry.file_name)
-            for entry in session.history]
-
-
-def render_status(lang: str, status: dict) -> str:
-    """The status panel's Markdown: model, state, device, memory, queue, speaker cache."""
-    unknown = say(lang, "not_known")
-    state = status.get("state") or "stopped"
-    lines = []
-    if status.get("folder"):
-        lines.append(say(lang, "status_model", name=status["folder"],
-                         version=status.get("version") or status.get("folder_version"),
-                         model_id=status.get("model") or unknown))
-    state_key = f"state_{state}"
-    lines.append(say(lang, "status_state", state=say(lang, state_key) if state_key in _STATE_KEYS else state))
-    if status.get("device"):
-        values = {"device": status["device"], "dtype": status.get("dtype") or unknown}
-        if status.get("fell_back"):
-            lines.append(say(lang, "status_fell_back", reason=status.get("fallback_reason") or unknown, **values))
-        else:
-            lines.append(say(lang, "status_device", **values))
-    memory = status.get("memory") or {}
-    if memory:
-        lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),
-                         device_memory=format_bytes(memory.get("device_allocated_bytes"), lang)))
-    if "queue_length" in status:
-        lines.append(say(lang, "status_queue", waiting=status["queue_length"],
-                         running=1 if status.get("running") else 0))
-    cache = status.get("cache") or {}
-    if cache:
-        hits = cache.get("memory_hits", 0) + cache.get("disk_hits", 0)
-        lines.append(say(lang, "status_cache", rate=status.get("cache_hit_rate") or 0.0, hits=hits,
-                         lookups=hits + cache.get("misses", 0)))
-    if status.get("last_error"):
-        lines.append(say(lang, "status_error", message=status["last_error"]))
-    return "  \n".join(lines)
-
-
-_STATE_KEYS = {f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed")}
-
-
-def format_bytes(count: int | None, lang: str) -> str:
-    if not count:
-        return say(lang, "not_applicable") if count == 0 else say(lang, "not_known")
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} B"

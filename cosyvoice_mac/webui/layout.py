@@ -12,7 +12,8 @@ from typing import Callable
 import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
-from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks, history_rows
+from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
+from cosyvoice_mac.webui.render import history_rows
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
 from cosyvoice_mac.webui.strings import text as say
@@ -170,9 +171,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                          concurrency_id="model", concurrency_limit=1)
         restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="model",
                       concurrency_limit=1)
-        timer.tick(callbacks.status_panel, language, status_panel, show_progress="hidden")
+        timer.tick(callbacks.status_panel, language, status_panel, **quiet)  # off the queue: never "busy"
         notice_ok.click(callbacks.acknowledge_notice, None, notice, **quiet)
-        page.load(callbacks.on_load, language, [voices, status_panel, notice, seed], show_progress="hidden")
+        page.load(callbacks.on_load, language, [voices, status_panel, notice, seed, model_menu], **quiet)
 
         language.change(book.updates, language, book.components, **quiet)
         language.change(

@@ -3,7 +3,9 @@ switch the language. Each test opens its own session on the one app the module s
 from __future__ import annotations
 
 import re
+import urllib.error
 import urllib.request
+from pathlib import Path
 
 from playwright.sync_api import expect
 
@@ -40,6 +42,7 @@ def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav
     download = page.locator("#cv-result a[download]").get_attribute("href")
     with urllib.request.urlopen(download, timeout=30) as response:
         assert response.read(4) == b"RIFF"
+    assert _http_status(f"{app.url}gradio_api/file={app.outputs / new_file}") == 200  # outputs/ is served
     if folder:
         page.screenshot(path=str(folder / "main-after.png"), full_page=True)
 
@@ -143,3 +146,28 @@ def test_the_language_switch_relabels_everything(page, app):
     page.locator("#cv-language label", has_text="English").click()
     expect(page.locator("#cv-generate")).to_have_text(english)
     expect(page.locator("#cv-prompt-audio")).to_contain_text("Click to Upload")
+
+
+def _http_status(url: str, data: bytes | None = None, headers: dict | None = None) -> int:
+    request = urllib.request.Request(url, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
+def test_only_app_outputs_are_served_and_big_uploads_are_refused(app):
+    model_file = app.root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml"
+    for path in (model_file, Path("/etc/passwd"), app.log):
+        assert _http_status(f"{app.url}gradio_api/file={path}") in (403, 404), path
+    assert _upload_status(app, bytes(1024 * 1024)) == 200
+    assert _upload_status(app, bytes(21 * 1024 * 1024)) == 413
+
+
+def _upload_status(app, payload: bytes) -> int:
+    boundary = "cosyvoice-test-boundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"upload.wav\"\r\n"
+            "Content-Type: audio/wav\r\n\r\n").encode() + payload + f"\r\n--{boundary}--\r\n".encode()
+    headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
+    return _http_status(f"{app.url}gradio_api/upload", body, headers)

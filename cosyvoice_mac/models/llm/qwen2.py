@@ -271,8 +271,12 @@ class Qwen2Model(nn.Module):
         self.rotary = RotaryTable(config.head_dim, config.rope_theta, config.max_position_embeddings)
 
     def new_cache(self, capacity: int, batch_size: int = 1) -> StaticKVCache:
-        """A cache for ``capacity`` positions on this model's device and dtype."""
-        weight = self.embed_tokens.weight
+        """A cache for ``capacity`` positions on this model's device and compute dtype.
+
+        The compute dtype is the final norm's: the embedding table may be stored in 16 bits while
+        the arithmetic stays float32 (see ``cosyvoice_mac.pipeline.precision``).
+        """
+        weight = self.norm.weight
         return StaticKVCache(self.config, capacity, device=weight.device, dtype=weight.dtype, batch_size=batch_size)
 
     def forward(self, inputs_embeds: torch.Tensor, cache: StaticKVCache | None = None) -> torch.Tensor:

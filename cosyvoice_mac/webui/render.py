@@ -1,0 +1,84 @@
+"""Text and tables the page shows, built from plain data in the page's language (no gradio, no engine)."""
+from __future__ import annotations
+
+import time
+
+from cosyvoice_mac.webui.prompt_check import PromptCheck
+from cosyvoice_mac.webui.state import Session
+from cosyvoice_mac.webui.strings import text as say
+
+TEXT_IN_HISTORY = 60
+PROMPT_PROBLEM_KEYS = {
+    "not_audio": "prompt_not_audio", "no_decoder": "prompt_no_decoder", "low_rate": "prompt_low_rate",
+    "silent": "prompt_silent", "too_short": "prompt_too_short", "too_long": "prompt_too_long",
+}
+
+
+def render_prompt_check(lang: str, check: PromptCheck) -> str:
+    if check.ok:
+        return say(lang, "prompt_duration", seconds=check.seconds, speech=check.speech_seconds)
+    return say(lang, PROMPT_PROBLEM_KEYS[check.problem], **check.details)
+
+
+def history_rows(lang: str, session: Session) -> dict:
+    """The history table (headers in ``lang``), newest first."""
+    headers = [say(lang, key) for key in ("col_time", "col_text", "col_mode", "col_voice", "col_seed",
+                                          "col_speed", "col_duration", "col_file")]
+    rows = []
+    for entry in session.history:
+        text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[:TEXT_IN_HISTORY - 1] + "…"
+        rows.append([time.strftime("%H:%M:%S", time.localtime(entry.created)), text,
+                     say(lang, f"mode_short_{entry.mode}"), entry.voice or say(lang, "history_prompt_voice"),
+                     entry.seed, f"{entry.speed:g}", f"{entry.duration_s:.1f}", entry.file_name])
+    return {"headers": headers, "data": rows}
+
+
+def history_choices(session: Session) -> list[tuple[str, str]]:
+    return [(f"{time.strftime('%H:%M:%S', time.localtime(entry.created))}  {entry.file_name}", entry.file_name)
+            for entry in session.history]
+
+
+def render_status(lang: str, status: dict) -> str:
+    """The status panel's Markdown: model, state, device, memory, queue, speaker cache."""
+    unknown = say(lang, "not_known")
+    state = status.get("state") or "stopped"
+    lines = []
+    if status.get("folder"):
+        lines.append(say(lang, "status_model", name=status["folder"],
+                         version=status.get("version") or status.get("folder_version"),
+                         model_id=status.get("model") or unknown))
+    state_key = f"state_{state}"
+    lines.append(say(lang, "status_state", state=say(lang, state_key) if state_key in _STATE_KEYS else state))
+    if status.get("device"):
+        values = {"device": status["device"], "dtype": status.get("dtype") or unknown}
+        if status.get("fell_back"):
+            lines.append(say(lang, "status_fell_back", reason=status.get("fallback_reason") or unknown, **values))
+        else:
+            lines.append(say(lang, "status_device", **values))
+    memory = status.get("memory") or {}
+    if memory:
+        lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),
+                         device_memory=format_bytes(memory.get("device_allocated_bytes"), lang)))
+    if "queue_length" in status:
+        lines.append(say(lang, "status_queue", waiting=status["queue_length"],
+                         running=1 if status.get("running") else 0))
+    cache = status.get("cache") or {}
+    if cache:
+        hits = cache.get("memory_hits", 0) + cache.get("disk_hits", 0)
+        lines.append(say(lang, "status_cache", rate=status.get("cache_hit_rate") or 0.0, hits=hits,
+                         lookups=hits + cache.get("misses", 0)))
+    if status.get("last_error"):
+        lines.append(say(lang, "status_error", message=status["last_error"]))
+    return "  \n".join(lines)
+
+
+_STATE_KEYS = {f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed")}
+
+
+def format_bytes(count: int | None, lang: str) -> str:
+    if not count:
+        return say(lang, "not_applicable") if count == 0 else say(lang, "not_known")
+    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"

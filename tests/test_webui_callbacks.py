@@ -1,0 +1,270 @@
+"""What each control does, called directly (no browser), against a real engine running the fake pipeline.
+
+The engine worker is a real spawned process; FakeCosyVoice makes tones instead of speech, quickly.
+Output tuples of ``generate`` are (prompt_msg, counter, mode_msg, status, result, history, picks, session).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from cosyvoice_mac.engine import Engine, Job
+from cosyvoice_mac.webui.callbacks import Callbacks
+from cosyvoice_mac.webui.render import format_bytes, render_status
+from cosyvoice_mac.webui.state import (
+    HistoryEntry, HostConfig, ModelHost, Session, Settings, find_models, is_inside,
+)
+from tests.fakes.fake_pipeline import FAKE_FACTORY
+
+PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION = range(8)
+TRANSCRIPT = "This is the voice I would like you to copy."
+
+
+def _is_skip(value) -> bool:
+    return isinstance(value, dict) and value == {"__type__": "update"}
+
+
+def _fake_engine(config, **options):
+    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.4})
+    return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
+
+
+def _models(root: Path) -> Path:
+    for folder, config in (("Fun-CosyVoice3-0.5B", "cosyvoice3.yaml"), ("CosyVoice2-0.5B", "cosyvoice2.yaml")):
+        (root / "models" / folder).mkdir(parents=True)
+        (root / "models" / folder / config).write_text("sample_rate: 24000\n")
+    return root / "models"
+
+
+@pytest.fixture(scope="module")
+def callbacks(tmp_path_factory):
+    root = tmp_path_factory.mktemp("ui")
+    host = ModelHost(HostConfig(models_dir=_models(root), outputs_dir=root / "outputs", cache_dir=root / "cache",
+                                max_queue=1, start_timeout_s=120), engine_factory=_fake_engine)
+    assert host.start().name == "Fun-CosyVoice3-0.5B"  # the newest version is preferred
+    assert host.engine.start(wait=True, timeout=120), host.status()
+    yield Callbacks(host, Settings(root / "cache"))
+    host.close()
+
+
+@pytest.fixture(scope="module")
+def prompt(make_speech) -> str:
+    return str(make_speech("This is the voice I would like you to copy.", seconds=4.0))
+
+
+def _run(callbacks, *, audio=None, voice="", transcript=TRANSCRIPT, text="Hello there. How are you?",
+         mode="zero_shot", instruct="", seed=7, speed=1.0, session=None, lang="en", session_id="s1"):
+    request = SimpleNamespace(session_hash=session_id)
+    session = session or Session()
+    return list(callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, session,
+                                   request))
+
+
+def _outputs(callbacks) -> set[str]:
+    folder = Path(callbacks.host.config.outputs_dir)
+    return {path.name for path in folder.glob("*.wav")} if folder.is_dir() else set()
+
+
+@pytest.mark.parametrize("changes, slot, words", [
+    ({"audio": None}, PROMPT, "Upload or record a prompt voice"),
+    ({"text": "   "}, COUNTER, "There is no text to speak"),
+    ({"text": "x" * 5001}, COUNTER, "5001 / 5000 characters"),
+    ({"transcript": ""}, PROMPT, "Zero-shot mode needs the transcript"),
+    ({"mode": "instruct", "instruct": " "}, MODE, "Instruct mode needs an instruction"),
+    ({"seed": -3}, STATUS, "The seed must be a whole number"),
+    ({"seed": 2.5}, STATUS, "The seed must be a whole number"),
+    ({"voice": "nobody"}, PROMPT, "there is no saved voice named 'nobody'"),
+])
+def test_bad_input_is_answered_in_the_field_s_message_and_nothing_is_queued(callbacks, prompt, changes, slot, words):
+    before = _outputs(callbacks)
+    options = {"audio": prompt, **changes}
+    (outputs,) = _run(callbacks, **options)
+    assert words in outputs[slot]
+    assert outputs[STATUS] == "" or slot == STATUS
+    assert _is_skip(outputs[RESULT])
+    assert _outputs(callbacks) == before
+
+
+def test_a_file_that_is_not_audio_is_refused_before_queueing(callbacks, tmp_path):
+    fake = tmp_path / "notes.wav"
+    fake.write_text("not a recording")
+    (outputs,) = _run(callbacks, audio=str(fake))
+    assert "notes.wav is not an audio file" in outputs[PROMPT]
+    message, voice, audio = callbacks.prompt_uploaded("en", str(fake))
+    assert "not an audio file" in message and voice == "" and audio is None  # taken out of the player
+
+
+def test_generate_reports_progress_then_the_saved_result(callbacks, prompt):
+    session = Session()
+    before = _outputs(callbacks)
+    steps = _run(callbacks, audio=prompt, session=session, text="One sentence. Two sentences. Three.")
+    statuses = [step[STATUS] for step in steps if not _is_skip(step[STATUS])]
+    assert any("Sentence 1 of 3" in status for status in statuses), statuses
+    assert any("Sentence 3 of 3" in status for status in statuses), statuses
+    final = steps[-1]
+    (new_file,) = _outputs(callbacks) - before
+    assert final[STATUS].startswith("✅ Done") and new_file in final[STATUS] and "seed 7" in final[STATUS]
+    assert final[RESULT] == str(Path(callbacks.host.config.outputs_dir) / new_file)
+    assert final[HISTORY]["data"][0][-1] == new_file and final[HISTORY]["data"][0][4] == 7
+    assert [value for _, value in final[PICKS]["choices"]] == [new_file]
+    assert final[SESSION] is session and session.prompt_job_id and session.prompt_path == prompt
+    assert callbacks.history_picked(new_file, session) == final[RESULT]
+
+
+def test_the_history_replays_only_this_session_s_own_outputs(callbacks, tmp_path):
+    outside = tmp_path / "secret.wav"
+    outside.write_bytes(b"RIFF")
+    session = Session()
+    session.add(HistoryEntry(path=str(outside), text="x", mode="zero_shot", voice=None, seed=1, speed=1.0,
+                             duration_s=1.0))
+    assert callbacks.history_picked("secret.wav", session) is None  # not in outputs/
+    assert callbacks.history_picked("../../etc/passwd", session) is None
+    assert callbacks.history_picked(None, "not a session") is None
+
+
+def test_stop_cancels_the_session_s_running_job(callbacks, prompt):
+    steps, done = [], threading.Event()
+    text = "[slow] " + " ".join(f"Sentence number {n}." for n in range(30))
+
+    def run():
+        request = SimpleNamespace(session_hash="stopper")
+        for step in callbacks.generate("en", prompt, "", "", text, "cross_lingual", "", 1, 1.0, Session(), request):
+            steps.append(step)
+        done.set()
+
+    before = _outputs(callbacks)
+    threading.Thread(target=run, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not any("Sentence" in str(step[STATUS]) for step in steps) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    callbacks.stop(SimpleNamespace(session_hash="stopper"))
+    assert done.wait(60)
+    assert steps[-1][STATUS] == "⏹ Stopped."
+    assert _outputs(callbacks) == before
+
+
+def test_a_full_queue_says_busy(callbacks, prompt):
+    engine = callbacks.host.engine
+    slow = [engine.submit(Job(text="[slow] " + " ".join(["Wait."] * 20), prompt_audio=prompt))]
+    deadline = time.monotonic() + 60
+    while engine.position(slow[0]) != 0 and time.monotonic() < deadline:  # running: the line is empty
+        time.sleep(0.05)
+    slow.append(engine.submit(Job(text="[slow] Wait.", prompt_audio=prompt)))
+    try:
+        (outputs,) = _run(callbacks, audio=prompt)
+        assert "Busy: the queue is full (at most 1 waiting)" in outputs[STATUS]
+    finally:
+        for job_id in slow:
+            engine.cancel(job_id)
+        for job_id in slow:
+            with pytest.raises(Exception):
+                engine.result(job_id, timeout=60)
+
+
+def test_a_waiting_job_shows_its_place_in_the_queue(callbacks, prompt):
+    engine = callbacks.host.engine
+    blocker = engine.submit(Job(text="[slow] " + " ".join(["Wait."] * 8), prompt_audio=prompt))
+    deadline = time.monotonic() + 60
+    while engine.position(blocker) != 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    try:
+        steps = iter(callbacks.generate("en", prompt, "", "", "Me next.", "cross_lingual", "", 1, 1.0, Session(),
+                                        SimpleNamespace(session_hash="waiter")))
+        first = next(steps)
+        assert first[STATUS] == "⏳ In the queue: position 1."
+        statuses = [step[STATUS] for step in steps if not _is_skip(step[STATUS])]
+        assert statuses[-1].startswith("✅ Done"), statuses
+    finally:
+        engine.cancel(blocker)
+
+
+def test_switching_the_model_loads_the_other_folder(callbacks):
+    steps = list(callbacks.switch_model("en", "CosyVoice2-0.5B"))
+    assert steps[0][0].startswith("⏳ Loading CosyVoice2-0.5B")
+    assert steps[-1][0].startswith("✅ The model is ready") and "CosyVoice2-0.5B" in steps[-1][1]
+    assert callbacks.host.current.name == "CosyVoice2-0.5B"
+    list(callbacks.switch_model("en", "Fun-CosyVoice3-0.5B"))
+    assert callbacks.host.current.name == "Fun-CosyVoice3-0.5B" and callbacks.host.status()["state"] == "ready"
+
+
+def test_a_voice_is_saved_from_a_finished_job_reused_and_deleted(callbacks, prompt):
+    session = Session()
+    message, _ = callbacks.save_voice("en", "Grandpa", prompt, session)
+    assert "Generate once with this prompt audio first" in message
+    _run(callbacks, audio=prompt, session=session)
+    assert "Type a name" in callbacks.save_voice("en", "  ", prompt, session)[0]
+    message, choices = callbacks.save_voice("en", "Grandpa", prompt, session)
+    assert message == "✅ Saved the voice “Grandpa”."
+    assert ("Grandpa", "Grandpa") in choices["choices"]
+    assert "already exists" in callbacks.save_voice("en", "Grandpa", prompt, session)[0]
+
+    audio, message, transcript = callbacks.voice_picked("en", "Grandpa", "")
+    assert audio is None and "Grandpa" in message and transcript == TRANSCRIPT
+    final = _run(callbacks, voice="Grandpa", transcript=transcript, text="Spoken by a saved voice.")[-1]
+    assert final[STATUS].startswith("✅ Done") and final[HISTORY]["data"][0][3] == "Grandpa"
+
+    message, update = callbacks.delete_voice("en", "Grandpa")
+    assert "Deleted the voice" in message and update["value"] == ""
+    assert ("Grandpa", "Grandpa") not in update["choices"]
+    assert "Pick a saved voice" in callbacks.delete_voice("en", "")[0]
+
+
+def test_restart_reports_progress_until_ready(callbacks):
+    steps = list(callbacks.restart("en"))
+    assert steps[0][0].startswith("⏳ Restarting the model")
+    assert steps[-1][0].startswith("✅ The model is ready") and "**State:** ready" in steps[-1][1]
+
+
+def test_only_listed_models_can_be_switched_to(callbacks):
+    current = callbacks.host.current
+    (step,) = list(callbacks.switch_model("en", "../../somewhere/else"))
+    assert _is_skip(step[0]) and callbacks.host.current == current
+
+
+def test_status_panel_in_both_languages():
+    status = {"state": "ready", "folder": "Fun-CosyVoice3-0.5B", "model": "m-1", "version": "cosyvoice3",
+              "device": "mps", "dtype": "float32", "fell_back": True, "fallback_reason": "out of memory",
+              "memory": {"rss_bytes": 3 << 30, "device_allocated_bytes": 0}, "queue_length": 2, "running": "j",
+              "cache": {"memory_hits": 3, "disk_hits": 0, "misses": 1}, "cache_hit_rate": 0.75}
+    english = render_status("en", status)
+    assert "**State:** ready" in english and "fell back to the CPU: out of memory" in english
+    assert "process 3.0 GB" in english and "2 waiting, 1 running" in english and "75% (3 of 4)" in english
+    chinese = render_status("zh", status)
+    assert "**状态：** 就绪" in chinese and "75%（4 次中 3 次）" in chinese
+    assert render_status("en", {"state": "stopped"}) == "**State:** stopped"
+    assert format_bytes(None, "en") == "not known yet" and format_bytes(1536, "en") == "1.5 KB"
+
+
+def test_model_folders_are_found_by_their_yaml(tmp_path):
+    root = _models(tmp_path)
+    (root / "both").mkdir()
+    (root / "both" / "cosyvoice2.yaml").write_text("")
+    (root / "both" / "cosyvoice3.yaml").write_text("")
+    (root / "CosyVoice-300M").mkdir()
+    (root / "CosyVoice-300M" / "cosyvoice.yaml").write_text("")
+    (root / "notes.txt").write_text("")
+    assert [(m.name, m.version) for m in find_models(root)] == [
+        ("CosyVoice2-0.5B", "cosyvoice2"), ("Fun-CosyVoice3-0.5B", "cosyvoice3")]
+    assert find_models(tmp_path / "absent") == []
+
+
+def test_the_first_run_notice_is_remembered(tmp_path):
+    settings = Settings(tmp_path / "cache")
+    assert not settings.notice_acknowledged
+    callbacks = SimpleNamespace(settings=settings)
+    assert Callbacks.acknowledge_notice(callbacks)["visible"] is False
+    assert Settings(tmp_path / "cache").notice_acknowledged
+
+
+def test_is_inside_follows_links(tmp_path):
+    (tmp_path / "outputs").mkdir()
+    (tmp_path / "outputs" / "a.wav").write_bytes(b"")
+    (tmp_path / "outputs" / "escape.wav").symlink_to(tmp_path / "secret")
+    assert is_inside(tmp_path / "outputs" / "a.wav", tmp_path / "outputs")
+    assert not is_inside(tmp_path / "outputs" / "escape.wav", tmp_path / "outputs")
+    assert not is_inside(tmp_path / "outputs" / ".." / "secret", tmp_path / "outputs")

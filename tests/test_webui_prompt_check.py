@@ -1,0 +1,86 @@
+"""The page's quick look at a prompt: length, silence, not-audio, limits, without torch in the UI process."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile
+
+from cosyvoice_mac import audio
+from cosyvoice_mac.webui import prompt_check
+from cosyvoice_mac.webui.prompt_check import inspect_prompt
+
+
+def test_the_limits_are_the_worker_s_limits():
+    for name in ("MIN_SECONDS", "MAX_SECONDS", "TAIL_SECONDS", "MIN_SOURCE_SAMPLE_RATE", "MAX_FILE_SECONDS",
+                 "SILENT_PEAK", "TRIM_TOP_DB"):
+        assert getattr(prompt_check, name) == getattr(audio, name), name
+    assert prompt_check.TRIM_FRAME_SECONDS * audio.TOKENIZER_SAMPLE_RATE == audio.TRIM_FRAME_LENGTH
+    assert prompt_check.TRIM_HOP_SECONDS * audio.TOKENIZER_SAMPLE_RATE == audio.TRIM_HOP_LENGTH
+    assert prompt_check.PLATFORM_DECODER_SUFFIXES == audio.PLATFORM_DECODER_SUFFIXES
+
+
+def test_speech_is_measured_like_the_worker_trims_it(make_speech, tmp_path):
+    speech, rate = soundfile.read(make_speech("Measure this sentence for me, please.", seconds=4.0), dtype="float32")
+    padded = np.concatenate([np.zeros(rate), speech, np.zeros(2 * rate)]).astype(np.float32)
+    path = tmp_path / "padded.wav"
+    soundfile.write(path, padded, rate)
+    check = inspect_prompt(path)
+    assert check.ok, check
+    assert check.seconds == pytest.approx(7.0, abs=0.01)
+    kept = audio.load_audio(path, normalize=False).seconds  # what the worker keeps after trimming
+    assert check.speech_seconds == pytest.approx(kept, abs=0.05)
+
+
+def test_flac_and_mp3_uploads_are_read(make_speech, tmp_path):
+    speech, rate = soundfile.read(make_speech("A prompt in another container.", seconds=3.0), dtype="float32")
+    for name, options in (("p.flac", {}), ("p.mp3", {"format": "MP3"})):
+        soundfile.write(tmp_path / name, speech, rate, **options)
+        check = inspect_prompt(tmp_path / name)
+        assert check.ok and check.seconds == pytest.approx(3.0, abs=0.1), (name, check)
+
+
+def test_a_text_file_is_not_audio(tmp_path):
+    path = tmp_path / "notes.wav"
+    path.write_text("meeting notes\n")
+    assert inspect_prompt(path).problem == "not_audio"
+    assert inspect_prompt(path).details["name"] == "notes.wav"
+
+
+def test_silence_too_long_too_short_and_low_rate_are_named(make_speech, tmp_path):
+    silent = tmp_path / "silent.wav"
+    soundfile.write(silent, np.zeros(16000 * 3, np.float32), 16000)
+    assert inspect_prompt(silent).problem == "silent"
+
+    long = inspect_prompt(make_speech("This recording goes on and on and on.", seconds=35.0))
+    assert long.problem == "too_long" and long.details["limit"] == pytest.approx(29.8)
+
+    speech, rate = soundfile.read(make_speech("Hi."), dtype="float32")
+    short = tmp_path / "short.wav"
+    soundfile.write(short, speech[: int(0.5 * rate)], rate)
+    assert inspect_prompt(short).problem == "too_short"
+
+    phone = inspect_prompt(make_speech("Phone quality speech here.", seconds=3.0, sample_rate=8000))
+    assert phone.problem == "low_rate" and phone.details["rate"] == 8000
+
+
+def test_an_m4a_without_a_decoder_is_explained(tmp_path, monkeypatch):
+    path = tmp_path / "voice.m4a"
+    path.write_bytes(b"\x00\x00\x00\x20ftypM4A " + bytes(200))
+    import audioread
+
+    def no_backend(*args, **kwargs):
+        raise audioread.NoBackendError()
+
+    monkeypatch.setattr(audioread, "audio_open", no_backend)
+    assert inspect_prompt(path).problem == "no_decoder"
+
+
+def test_the_ui_modules_do_not_import_torch():
+    code = ("import sys; import cosyvoice_mac.webui.callbacks, cosyvoice_mac.webui.layout, "
+            "cosyvoice_mac.webui.app, cosyvoice_mac.webui.features; cosyvoice_mac.webui.features.detect_features(); print('torch' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"

@@ -125,6 +125,7 @@ class JobResult:
     output_path: str | None = None
     sidecar_path: str | None = None
     output_error: str | None = None  # why the files could not be written (audio still here)
+    notes: list[str] = field(default_factory=list)  # what the user should know (preview voice, fallbacks)
 
     @property
     def duration_s(self) -> float:

@@ -258,6 +258,7 @@ class WorkerRuntime:
             prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
             cache_hit=outcome.cache_source in ("memory", "disk"), segment_count=len(pieces),
             timings={key: round(value, 4) for key, value in outcome.timings.items()},
+            notes=list(dict.fromkeys(note for piece in pieces for note in getattr(piece, "notes", ()))),
         )
         self._save(job, result)
         self._finish(JobEvent(jobs.DONE, job.job_id, result=result,
@@ -318,7 +319,7 @@ class WorkerRuntime:
                  "model": result.model, "version": getattr(self.pipeline, "version", None),
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
-                 "cache_hit": result.cache_hit, "timings": result.timings}
+                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes}
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:

@@ -26,38 +26,47 @@ BIG_EMBEDDING_ROWS = 100_000  # only the Qwen2 text table (151 936 rows) is wort
 class _RowKernel:
     """Chooses how one activation row meets a 16-bit weight, once per process.
 
-    ``compiled``: an inductor kernel that widens each weight element in registers (float32
-    activations, float32 sums); ``eager``: ATen's half GEMV (activations rounded to the weight's
-    dtype, float32 sums inside). The compiled one is used when torch.compile works here (it needs
-    a C++ compiler); otherwise the eager one, with no error.
+    ``compiled``: an inductor kernel per weight shape that widens each weight element in
+    registers (float32 activations, float32 sums); ``eager``: ATen's half GEMV (the row rounded
+    to the weight's dtype, float32 sums inside). The compiled one is used when torch.compile
+    works here (it needs a C++ compiler); otherwise the eager one, with no error.
     """
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._compiled = {}
+        self._compiled: dict[tuple, object] = {}
         self.mode = "compiled"
 
     def __call__(self, row: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """``row (1, K)`` float, ``weight (N, K)`` 16-bit -> ``(1, N)`` in ``row``'s dtype."""
         if self.mode == "compiled" and weight.device.type == "cpu":
-            kernel = self._compiled.get(weight.dtype)
+            key = (weight.dtype, row.dtype, *weight.shape)
+            kernel = self._compiled.get(key)
             if kernel is None:
                 with self._lock:
-                    kernel = self._compiled.setdefault(weight.dtype, _compile_row_kernel())
+                    kernel = self._compiled.setdefault(key, _compile_row_kernel(key))
             try:
-                # detached: dynamo keeps parameters' shapes static, which would mean one compile per shape
-                return kernel(row, weight.detach()).unsqueeze(0)
+                return kernel(row, weight.detach())
             except Exception:  # no compiler, unsupported platform: fall back for good
                 self.mode = "eager"
-        return F.linear(row.to(weight.dtype), weight).to(row.dtype)
+        out = F.linear(row.to(weight.dtype), weight).to(row.dtype)
+        if weight.dtype == torch.float16 and not bool(torch.isfinite(out).all()):
+            out = F.linear(row, weight.to(row.dtype))  # an activation beyond fp16's range: redo widened
+        return out
 
 
-def _compile_row_kernel():
-    def row_times_weight(row: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        return (weight.float() * row.float()).sum(-1).to(row.dtype)
+_KERNEL_SOURCE = """
+def row_times_weight(row, weight):
+    return (weight.float() * row.float()).sum(-1, keepdim=True).transpose(0, 1).to(row.dtype)
+"""
 
-    # dynamic: one kernel serves every (N, K); each dtype gets its own compiled function.
-    return torch.compile(row_times_weight, dynamic=True, fullgraph=True)
+
+def _compile_row_kernel(key: tuple):
+    # A fresh code object per weight shape: dynamo caches compiled graphs per code object and
+    # gives up after a few shapes, while a static shape per kernel is what makes it fast.
+    namespace: dict = {}
+    exec(compile(_KERNEL_SOURCE, f"<row kernel {key}>", "exec"), namespace)  # noqa: S102 - our own source
+    return torch.compile(namespace["row_times_weight"], dynamic=False, fullgraph=True)
 
 
 ROW_KERNEL = _RowKernel()

@@ -1,0 +1,34 @@
+"""The engine running the offline preview backend: outputs are real speech and say they are a preview."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cosyvoice_mac.engine import Engine, Job, WorkerConfig
+from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL
+
+DEADLINE = 180.0
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    root = tmp_path_factory.mktemp("preview-engine")
+    config = WorkerConfig(model_dir=None, device="cpu", pipeline_factory=PIPELINE_FACTORY,
+                          outputs_dir=str(root / "outputs"), cache_dir=str(root / "cache"), torch_threads=1)
+    engine = Engine(config, stop_timeout_s=5.0, start_timeout_s=DEADLINE)
+    assert engine.start(timeout=DEADLINE), engine.status()
+    yield engine
+    engine.close()
+
+
+def test_preview_job_writes_a_wav_labelled_as_preview(engine, make_speech):
+    voice = str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
+    job_id = engine.submit(Job(text="Hello from the preview voice.", prompt_audio=voice, seed=1))
+    result = engine.result(job_id, timeout=DEADLINE)
+    assert engine.status()["version"] == "preview"
+    assert result.audio.size > 0 and np.isfinite(result.audio).all()
+    assert any(PREVIEW_LABEL in note for note in result.notes)
+    sidecar = json.loads(open(result.sidecar_path).read())
+    assert sidecar["version"] == "preview" and any(PREVIEW_LABEL in note for note in sidecar["notes"])

@@ -84,21 +84,31 @@ setup() {
   say "set-up done"
 }
 
-ensure_espeak() {  # the tests synthesise their speech samples with espeak-ng
-  command -v espeak-ng >/dev/null 2>&1 && return 0
+ensure_test_tools() {  # speech samples (espeak-ng, flite) and the browser the UI tests drive (chromium)
+  local missing=()
+  command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+  command -v flite >/dev/null 2>&1 || missing+=(flite)
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 \
+    || command -v google-chrome >/dev/null 2>&1 || missing+=(chromium)
+  [ ${#missing[@]} -eq 0 ] && return 0
   if [ "$(uname -s)" = Linux ] && command -v apt-get >/dev/null 2>&1; then
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo -n"
-    say "installing espeak-ng (the tests make their speech samples with it)"
+    say "installing ${missing[*]} (the tests make speech samples and drive a browser with them)"
     if $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-      --no-install-recommends espeak-ng >/dev/null; then
+      --no-install-recommends "${missing[@]}" >/dev/null; then
       return 0
     fi
   elif [ "$(uname -s)" = Darwin ] && command -v brew >/dev/null 2>&1; then
-    brew install espeak-ng && return 0
+    local formula
+    for formula in "${missing[@]}"; do
+      [ "$formula" = chromium ] && continue  # the browser tests use an installed Chrome on macOS
+      brew install "$formula" || true
+    done
+    return 0
   fi
-  say "espeak-ng is missing and could not be installed; tests that need speech will fail."
-  say "Install it (Debian/Ubuntu: sudo apt-get install espeak-ng; macOS: brew install espeak-ng) and run again."
+  say "${missing[*]} missing and could not be installed; tests that need them will fail."
+  say "Install them (Debian/Ubuntu: sudo apt-get install ${missing[*]}; macOS: brew install espeak-ng flite)."
 }
 
 verb="${1:-}"
@@ -110,7 +120,7 @@ case "$verb" in
   test)
     shift
     setup
-    ensure_espeak
+    ensure_test_tools
     export OMP_WAIT_POLICY=PASSIVE
     export COSYVOICE_ASR_DOWNLOAD="${COSYVOICE_ASR_DOWNLOAD:-0}"  # tests never reach for the hub
     exec "$VENV/bin/python" -m pytest -v "$@"

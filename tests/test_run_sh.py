@@ -76,9 +76,10 @@ def test_setup_installs_torch_first_then_skips_until_the_spec_changes(project):
     first = project.run("setup")
     assert first.returncode == 0, first.stderr
     calls = project.calls()
-    assert len(calls) == 2
+    assert len(calls) == 3
     assert calls[0].endswith("pip install --disable-pip-version-check torch==2.13.0")
-    assert "-e .[test] torch==2.13.0" in calls[1]
+    assert "-e .[test,preview,coreml] torch==2.13.0" in calls[1]
+    assert calls[2].endswith("--no-deps resemblyzer==0.1.4")
     assert (project.root / ".venv" / ".setup-stamp").is_file()
 
     started = time.monotonic()
@@ -89,7 +90,7 @@ def test_setup_installs_torch_first_then_skips_until_the_spec_changes(project):
     with (project.root / "pyproject.toml").open("a") as spec:
         spec.write("\n# a new dependency would go here\n")
     assert project.run("setup").returncode == 0
-    assert len(project.calls()) == 4
+    assert len(project.calls()) == 6  # the three set-up installs again
 
 
 @pytest.mark.parametrize("status", [0, 1, 5])

@@ -15,7 +15,7 @@ import pytest
 
 from cosyvoice_mac.engine import Engine, Job
 from cosyvoice_mac.webui.callbacks import Callbacks
-from cosyvoice_mac.webui.render import format_bytes, render_status
+from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
 from cosyvoice_mac.webui.state import (
     HistoryEntry, HostConfig, ModelHost, Session, Settings, find_models, is_inside,
 )
@@ -238,6 +238,12 @@ def test_status_panel_in_both_languages():
     assert "**状态：** 就绪" in chinese and "75%（4 次中 3 次）" in chinese
     assert render_status("en", {"state": "stopped"}) == "**State:** stopped"
     assert format_bytes(None, "en") == "not known yet" and format_bytes(1536, "en") == "1.5 KB"
+
+
+def test_the_engine_s_notes_follow_the_status_line():
+    values = {"duration": 1.0, "seconds": 0.5, "seed": 3, "file": "a.wav", "notes": "preview voice (not CosyVoice)"}
+    assert status_line("en", "status_done", values).endswith("  \nℹ️ preview voice (not CosyVoice)")
+    assert "ℹ️" not in status_line("zh", "status_done", {**values, "notes": ""})
 
 
 def test_model_folders_are_found_by_their_yaml(tmp_path):

@@ -79,8 +79,9 @@ def test_an_m4a_without_a_decoder_is_explained(tmp_path, monkeypatch):
 
 
 def test_the_ui_modules_do_not_import_torch():
-    code = ("import sys; import cosyvoice_mac.webui.callbacks, cosyvoice_mac.webui.layout, "
-            "cosyvoice_mac.webui.app, cosyvoice_mac.webui.features; cosyvoice_mac.webui.features.detect_features(); print('torch' in sys.modules)")
+    code = ("import sys; import cosyvoice_mac.webui.callbacks, cosyvoice_mac.webui.layout, cosyvoice_mac.webui.app; "
+            "from cosyvoice_mac.webui.features import detect_features; detect_features(); "
+            "print('torch' in sys.modules)")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

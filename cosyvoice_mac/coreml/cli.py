@@ -29,7 +29,8 @@ def add_coreml(commands) -> None:
     convert.add_argument("--shapes", choices=("both", "flexible", "chunked"), default="both",
                          help="flexible length (GPU/CPU), fixed chunks (Neural Engine) or both; default both")
     convert.add_argument("--chunk-frames", type=int, default=128,
-                         help="mel frames per fixed chunk (default 128; above 136 the Neural Engine width limit is passed)")
+                         help="mel frames per fixed chunk (default 128; above 136 it passes the Neural Engine's "
+                              "reported width limit)")
     convert.add_argument("--out", type=Path, help="output folder (default: <model>/coreml or the cache folder)")
     convert.add_argument("--force", action="store_true", help="convert even if current packages exist")
     convert.set_defaults(handler=_convert)

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvoice_mac.models.vocoder import HiFT
-from cosyvoice_mac.models.vocoder.layers import CausalUpsample, PaddedConv1d, ResBlock
+from cosyvoice_mac.models.vocoder.layers import CausalUpsample, ResBlock
 
 POLYPHASE = 4  # = the iSTFT hop: one polyphase row per sample phase
 _FINAL_LEAKY_SLOPE = 0.01  # HiFT.decode: upstream's default leaky_relu slope before conv_post

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 
@@ -54,6 +55,9 @@ class WorkerConfig:
 
 def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
     """Child process entry: load + warm up, report ready, then run commands until stop or EOF."""
+    # Ctrl-C in a terminal reaches the whole process group; the parent stops this worker itself, so the
+    # worker ignores it instead of printing a KeyboardInterrupt traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     for name, value in WORKER_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     set_worker_thread_qos()

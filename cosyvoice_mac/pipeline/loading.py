@@ -1,26 +1,41 @@
 """Build the three networks (LLM, flow, vocoder) from a model folder or from official sizes.
 
-Weights are read on the CPU, weight norm folded, then moved once to the target device/dtype.
+The LLM and the flow (2 GB and 1.3 GB in float32) are built on the ``meta`` device, so no
+memory is allocated and no random initialisation runs. With a model folder their parameters
+then *are* the checkpoint's memory-mapped tensors (``load_state_dict(assign=True)``): on the CPU
+in float32 nothing is copied, and the OS may drop the pages again under memory pressure. A
+device or dtype change converts one tensor at a time and hands that tensor's file pages back,
+so two full copies of a network never exist at once. With random weights (benchmarks) each
+module is materialised, initialised by its own ``reset_parameters()`` and converted in turn.
+HiFT (83 MB, with non-persistent STFT buffers) is built the ordinary way.
 """
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import hashlib
 import json
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
 
-from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
+from cosyvoice_mac.checkpoint import CheckpointError, load_checkpoint, load_strict
 from cosyvoice_mac.models.flow import Flow, FlowConfig
+from cosyvoice_mac.models.flow.dit import RotaryEmbedding
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLM, SpeechLMConfig
+from cosyvoice_mac.models.llm.qwen2 import Qwen2RMSNorm
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig
 from cosyvoice_mac.pipeline.fullsize import QWEN2_0_5B
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, ModelFolder
+from cosyvoice_mac.pipeline.precision import BIG_EMBEDDING_ROWS, HALF_DTYPES, store_weights_in_half
 
 UNUSED_LLM_KEYS = ("llm.model.lm_head.weight",)  # tied to embed_tokens, never used for speech
+_MADV_DONTNEED = 4  # same value on Linux and macOS
 
 
 @dataclass
@@ -40,12 +55,25 @@ class Networks:
         return {name: sum(p.numel() for p in getattr(self, name).parameters())
                 for name in ("llm", "flow", "hift")}
 
+    def parameter_bytes(self) -> dict[str, int]:
+        return {name: sum(p.numel() * p.element_size() for p in getattr(self, name).parameters())
+                for name in ("llm", "flow", "hift")}
+
 
 def qwen_config_for(folder: ModelFolder | None) -> Qwen2Config:
     if folder is None:
         known = {field.name for field in dataclasses.fields(Qwen2Config)}
         return Qwen2Config(**{key: value for key, value in QWEN2_0_5B.items() if key in known})
     return Qwen2Config.from_json(folder.file(f"{BLANK_EN}/config.json"))
+
+
+def llm_weights_only_in_half(device: torch.device, llm_dtype: torch.dtype) -> bool:
+    """True when a 16-bit ``llm_dtype`` means 16-bit *storage* with float32 arithmetic.
+
+    That is the CPU's case: its 16-bit matrix products are slow (no bf16/fp16 matrix units on
+    most x86 chips), but reading half the bytes per token is what decoding is limited by.
+    """
+    return device.type == "cpu" and llm_dtype in HALF_DTYPES
 
 
 def build_networks(
@@ -63,28 +91,152 @@ def build_networks(
 
     ``random_weights`` must be asked for explicitly: it builds the same shapes with seeded
     random initialisation (benchmarks); it never stands in for a missing checkpoint.
+    On the CPU a 16-bit ``llm_dtype`` stores the LLM's matrices in 16 bits and computes in
+    float32 (:func:`llm_weights_only_in_half`); elsewhere it is the LLM's compute dtype.
     """
     if not random_weights and folder is None:
         raise ValueError("a model folder is needed unless random_weights=True is asked for")
+    weight_only = llm_weights_only_in_half(device, llm_dtype)
+    llm_convert = _weight_only_converter(llm_dtype) if weight_only else _uniform_converter(device, llm_dtype)
+    flow_convert = _uniform_converter(device, flow_dtype)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        llm = SpeechLM(SpeechLMConfig.from_yaml(config["llm"], qwen))
-        flow = Flow(FlowConfig.from_yaml(config["flow"]))
+        with torch.device("meta"):
+            llm = SpeechLM(SpeechLMConfig.from_yaml(config["llm"], qwen))
+            flow = Flow(FlowConfig.from_yaml(config["flow"]))
         hift = HiFT(HiFTConfig.from_yaml(config["hift"]))
+        if random_weights:
+            _materialise_random(llm, llm_convert)
+            _materialise_random(flow, flow_convert)
     if not random_weights:
-        _load(llm, folder, "llm.pt", ignore=UNUSED_LLM_KEYS)
-        _load(flow, folder, "flow.pt")
-        _load(hift, folder, "hift.pt")
-    networks = Networks(llm=llm.eval(), flow=flow.eval(), hift=hift.eval())
-    llm.to(device=device, dtype=llm_dtype)
-    flow.to(device=device, dtype=flow_dtype)
+        _assign_checkpoint(llm, folder, "llm.pt", llm_convert, ignore=UNUSED_LLM_KEYS)
+        _assign_checkpoint(flow, folder, "flow.pt", flow_convert)
+        _load_small(hift, folder, "hift.pt")
+    if weight_only:
+        store_weights_in_half(llm, llm_dtype)
+    networks = Networks(llm=llm.eval().requires_grad_(False), flow=flow.eval().requires_grad_(False),
+                        hift=hift.eval().requires_grad_(False))
     hift.to(device=device)
     return networks
 
 
-def _load(module: nn.Module, folder: ModelFolder, name: str, ignore=()) -> None:
+# per-tensor conversion ------------------------------------------------------------------------
+Converter = Callable[[nn.Module, str, torch.Tensor], torch.Tensor]
+
+
+def _uniform_converter(device: torch.device, dtype: torch.dtype) -> Converter:
+    def convert(module: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        if isinstance(module, RotaryEmbedding):  # its frequencies stay float32 (see the class)
+            return tensor.to(device=device)
+        return tensor.to(device=device, dtype=dtype if tensor.is_floating_point() else None)
+
+    return convert
+
+
+def _weight_only_converter(storage: torch.dtype) -> Converter:
+    def convert(module: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        halved = name == "weight" and (
+            isinstance(module, nn.Linear)
+            or (isinstance(module, nn.Embedding) and module.num_embeddings >= BIG_EMBEDDING_ROWS)
+        )
+        return tensor.to(dtype=storage if halved else torch.float32)
+
+    return convert
+
+
+def _convert_own_tensors(module: nn.Module, convert: Converter, file_backed: set[int]) -> None:
+    """Replace ``module``'s own parameters and buffers by their converted versions, one at a time."""
+    for table in (module._parameters, module._buffers):
+        for name, tensor in list(table.items()):
+            if tensor is None:
+                continue
+            converted = convert(module, name, tensor.detach())
+            if converted.data_ptr() != tensor.data_ptr() and tensor.untyped_storage().data_ptr() in file_backed:
+                _drop_file_pages(tensor)
+            table[name] = nn.Parameter(converted, requires_grad=False) if table is module._parameters else converted
+
+
+def _drop_file_pages(tensor: torch.Tensor) -> None:
+    """Tell the OS this memory-mapped tensor's pages are no longer needed (best effort).
+
+    Only for tensors backed by a private mapping of a checkpoint file: their pages are clean
+    and come back from the file if touched again, so dropping them is always safe.
+    """
+    libc = _libc()
+    if libc is None:
+        return
+    storage = tensor.untyped_storage()
+    page = _page_size()
+    start = (storage.data_ptr() + page - 1) // page * page
+    end = (storage.data_ptr() + storage.nbytes()) // page * page
+    if end > start:
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+
+
+def _libc():
+    if sys.platform not in ("linux", "darwin"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        return libc
+    except (OSError, AttributeError):
+        return None
+
+
+def _page_size() -> int:
+    import mmap
+
+    return mmap.PAGESIZE
+
+
+# materialising --------------------------------------------------------------------------------
+def _materialise_random(module: nn.Module, convert: Converter) -> None:
+    """Give every meta tensor of ``module`` random values (the modules' own init), one module at a time."""
+    for sub in module.modules():
+        own = [t for t in (*sub._parameters.values(), *sub._buffers.values()) if t is not None]
+        if not any(t.is_meta for t in own):
+            continue
+        if isinstance(sub, RotaryEmbedding):  # a buffer computed at construction: build a real one
+            sub.inv_freq = RotaryEmbedding(sub.inv_freq.shape[0] * 2).inv_freq
+            _convert_own_tensors(sub, convert, file_backed=set())
+            continue
+        sub.to_empty(device="cpu", recurse=False)
+        with torch.no_grad():
+            if isinstance(sub, Qwen2RMSNorm):
+                sub.weight.fill_(1.0)
+            elif hasattr(sub, "reset_parameters"):
+                sub.reset_parameters()
+            else:  # e.g. relative-position biases: small values keep the random network finite
+                for tensor in sub._parameters.values():
+                    nn.init.normal_(tensor, std=0.02)
+                if sub._buffers:
+                    raise TypeError(f"no random initialisation known for the buffers of {type(sub).__name__}")
+        _convert_own_tensors(sub, convert, file_backed=set())
+
+
+def _assign_checkpoint(module: nn.Module, folder: ModelFolder, name: str, convert: Converter, ignore=()) -> None:
+    """Make ``module`` (on meta) use the checkpoint's memory-mapped tensors, converted one by one."""
+    path = folder.file(name)
+    state = load_checkpoint(path, hub_repo=folder.hub_repo)
+    with warnings.catch_warnings():  # on meta parameters the copy is a no-op: this call only checks keys and shapes
+        warnings.filterwarnings("ignore", message=".*meta parameter.*")
+        load_strict(module, state, source=str(folder.path / name), ignore=ignore)
+    kept = {key: value for key, value in state.items() if key not in set(ignore)}
+    file_backed = {tensor.untyped_storage().data_ptr() for tensor in kept.values()}
+    del state
+    module.load_state_dict(kept, strict=True, assign=True)
+    del kept
+    for sub in module.modules():
+        _convert_own_tensors(sub, convert, file_backed)
+    leftover = [key for key, tensor in (*module.named_parameters(), *module.named_buffers()) if tensor.is_meta]
+    if leftover:
+        raise CheckpointError(f"{path}: no values for {', '.join(leftover[:5])} after loading")
+
+
+def _load_small(module: nn.Module, folder: ModelFolder, name: str) -> None:
     state = load_checkpoint(folder.file(name), hub_repo=folder.hub_repo)
-    load_strict(module, state, source=str(folder.path / name), ignore=ignore)
+    load_strict(module, state, source=str(folder.path / name))
 
 
 def model_identity(folder: ModelFolder | None, version: str, random_weights: bool) -> str:

@@ -13,8 +13,6 @@ matrix multiply itself. State-dict keys are unchanged (``weight``, ``bias``).
 """
 from __future__ import annotations
 
-import threading
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -23,53 +21,19 @@ HALF_DTYPES = (torch.float16, torch.bfloat16)
 BIG_EMBEDDING_ROWS = 100_000  # only the Qwen2 text table (151 936 rows) is worth halving
 
 
-class _RowKernel:
-    """Chooses how one activation row meets a 16-bit weight, once per process.
+def half_row_product(row: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``row (1, K)`` float32 times a 16-bit ``weight (N, K)`` -> ``(1, N)`` float32.
 
-    ``compiled``: an inductor kernel per weight shape that widens each weight element in
-    registers (float32 activations, float32 sums); ``eager``: ATen's half GEMV (the row rounded
-    to the weight's dtype, float32 sums inside). The compiled one is used when torch.compile
-    works here (it needs a C++ compiler); otherwise the eager one, with no error.
+    ATen's half GEMV reads the weight once at 2 bytes a value and sums in float32; the row is
+    rounded to the weight's dtype for the product. A row whose product leaves fp16's range is
+    redone with the weight widened (rare: it costs one reduction to check).
     """
-
-    def __init__(self):
-        self._lock = threading.Lock()
-        self._compiled: dict[tuple, object] = {}
-        self.mode = "compiled"
-
-    def __call__(self, row: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """``row (1, K)`` float, ``weight (N, K)`` 16-bit -> ``(1, N)`` in ``row``'s dtype."""
-        if self.mode == "compiled" and weight.device.type == "cpu":
-            key = (weight.dtype, row.dtype, *weight.shape)
-            kernel = self._compiled.get(key)
-            if kernel is None:
-                with self._lock:
-                    kernel = self._compiled.setdefault(key, _compile_row_kernel(key))
-            try:
-                return kernel(row, weight.detach())
-            except Exception:  # no compiler, unsupported platform: fall back for good
-                self.mode = "eager"
-        out = F.linear(row.to(weight.dtype), weight).to(row.dtype)
-        if weight.dtype == torch.float16 and not bool(torch.isfinite(out).all()):
-            out = F.linear(row, weight.to(row.dtype))  # an activation beyond fp16's range: redo widened
-        return out
+    out = F.linear(row.to(weight.dtype), weight).to(row.dtype)
+    if weight.dtype == torch.float16 and not bool(torch.isfinite(out).all()):
+        out = F.linear(row, weight.to(row.dtype))
+    return out
 
 
-_KERNEL_SOURCE = """
-def row_times_weight(row, weight):
-    return (weight.float() * row.float()).sum(-1, keepdim=True).transpose(0, 1).to(row.dtype)
-"""
-
-
-def _compile_row_kernel(key: tuple):
-    # A fresh code object per weight shape: dynamo caches compiled graphs per code object and
-    # gives up after a few shapes, while a static shape per kernel is what makes it fast.
-    namespace: dict = {}
-    exec(compile(_KERNEL_SOURCE, f"<row kernel {key}>", "exec"), namespace)  # noqa: S102 - our own source
-    return torch.compile(namespace["row_times_weight"], dynamic=False, fullgraph=True)
-
-
-ROW_KERNEL = _RowKernel()
 
 
 class HalfStoredLinear(nn.Module):
@@ -90,7 +54,7 @@ class HalfStoredLinear(nn.Module):
         if x.dtype == self.weight.dtype:
             return F.linear(x, self.weight, self.bias)
         if x.numel() == self.in_features and x.device.type == "cpu":
-            out = ROW_KERNEL(x.reshape(1, -1), self.weight).reshape(*x.shape[:-1], self.out_features)
+            out = half_row_product(x.reshape(1, -1), self.weight).reshape(*x.shape[:-1], self.out_features)
         else:
             out = F.linear(x, self.weight.to(x.dtype))
         return out if self.bias is None else out + self.bias.to(x.dtype)

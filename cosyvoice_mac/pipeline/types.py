@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # the UI process reads these types without loading torch
+    import torch
 
 SAMPLE_RATE = 24000
 MODES = ("zero_shot", "cross_lingual", "instruct")

@@ -21,7 +21,7 @@ from cosyvoice_mac.engine import jobs as job_events
 from cosyvoice_mac.engine.jobs import MAX_TEXT_CHARS
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import (
-    PROMPT_PROBLEM_KEYS, history_choices, history_rows, render_prompt_check, render_status,
+    PROMPT_PROBLEM_KEYS, history_choices, history_rows, render_prompt_check, render_status, status_line,
 )
 from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, ModelHost, Session, Settings, is_inside
 from cosyvoice_mac.webui.strings import text as say
@@ -259,6 +259,7 @@ class Callbacks:
             status = ("status_done_unsaved", {"duration": result.duration_s, "seed": result.seed,
                                               "error": result.output_error or "?"})
             playable = (result.sample_rate, result.audio)
+        status[1]["notes"] = "; ".join(getattr(result, "notes", None) or [])
         return out.done(status, playable, history_rows(out.lang, session), history_choices(session))
 
     # -- history ---------------------------------------------------------------------------------
@@ -339,7 +340,7 @@ class _Outputs:
 
     def status(self, key: str, values: dict | None = None, **more) -> tuple:
         self.session.last_status = (key, {**(values or {}), **more})
-        return self._tuple(status=say(self.lang, key, **self.session.last_status[1]))
+        return self._tuple(status=status_line(self.lang, *self.session.last_status))
 
     def problem(self, where: str, key: str, values: dict) -> tuple:
         message = say(self.lang, key, **values)
@@ -351,7 +352,7 @@ class _Outputs:
 
     def done(self, status: tuple[str, dict], playable, rows, picks) -> tuple:
         self.session.last_status = status
-        return self._tuple(status=say(self.lang, status[0], **status[1]), result=playable, history=rows,
+        return self._tuple(status=status_line(self.lang, *status), result=playable, history=rows,
                            picks=gr.update(choices=picks))
 
 

@@ -13,7 +13,7 @@ import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
 from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
-from cosyvoice_mac.webui.render import history_rows
+from cosyvoice_mac.webui.render import history_rows, status_line
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
 from cosyvoice_mac.webui.strings import text as say
@@ -195,7 +195,7 @@ def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> 
         prompt = say(lang, "voice_in_use", name=voice)
     else:
         prompt = callbacks.prompt_message(lang, audio)
-    status = say(lang, session.last_status[0], **session.last_status[1]) if session.last_status else ""
+    status = status_line(lang, *session.last_status) if session.last_status else ""
     return (callbacks.counter(lang, words), prompt, status, callbacks.status_panel(lang),
             history_rows(lang, session), "", "", "")
 

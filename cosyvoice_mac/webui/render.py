@@ -14,6 +14,14 @@ PROMPT_PROBLEM_KEYS = {
 }
 
 
+def status_line(lang: str, key: str, values: dict) -> str:
+    """The line under Generate; the engine's notes for the user (a preview voice, a fallback) follow it."""
+    line = say(lang, key, **values)
+    if values.get("notes"):
+        line += "  \n" + say(lang, "status_notes", notes=values["notes"])
+    return line
+
+
 def render_prompt_check(lang: str, check: PromptCheck) -> str:
     if check.ok:
         return say(lang, "prompt_duration", seconds=check.seconds, speech=check.speech_seconds)

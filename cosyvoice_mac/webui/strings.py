@@ -99,6 +99,7 @@ EN: dict[str, str] = {
     "status_model_error": "⚠️ The model is not available: {message}. Fix the cause, then press Restart model.",
     "status_timeout": "⚠️ No answer from the model for {seconds:g} s. Press Stop, then Restart model.",
     "status_invalid": "⚠️ {message}",
+    "status_notes": "ℹ️ {notes}",
     # history
     "history_label": "History (this session, newest first)",
     "history_empty": "Nothing generated in this session yet.",
@@ -227,6 +228,7 @@ ZH: dict[str, str] = {
     "status_model_error": "⚠️ 模型不可用：{message}。排除原因后请点击“重启模型”。",
     "status_timeout": "⚠️ 模型 {seconds:g} 秒没有响应。请点击“停止”，再点击“重启模型”。",
     "status_invalid": "⚠️ {message}",
+    "status_notes": "ℹ️ {notes}",
     # history
     "history_label": "历史记录（本次会话，最新的在前）",
     "history_empty": "本次会话还没有生成任何内容。",

@@ -4,9 +4,13 @@ Compute does not depend on weight values, so random weights time the real archit
 Decoding is forced to a fixed number of speech tokens (default 250 = 10 s of audio) by masking
 every stop id, so runs are comparable across machines and with the reference's figures.
 
-    python -m cosyvoice_mac.bench --version cosyvoice3 --devices cpu --dtypes float32 --runs 3
+    python -m cosyvoice_mac.bench --version cosyvoice3 --devices cpu --dtypes float32,float16/float32 --runs 3
 
-Prints one JSON document (and a short table on stderr).
+A dtype is one name for every stage (``float32``) or ``LLM/FLOW`` (``float16/float32``: on the
+CPU a 16-bit LLM stores its weights in 16 bits and computes in float32). Each configuration runs
+in its own process, so its peak RSS is its own. Prints a short table on stderr and one JSON
+document on stdout: per stage wall and CPU seconds, real-time factor, time to first streamed
+audio, LLM tokens/s, peak memory, and each stage against its floor (see ``bench/README.md``).
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ import os
 import platform
 import resource
 import statistics
+import subprocess
 import sys
 import time
 from typing import Iterator
@@ -23,14 +28,19 @@ from typing import Iterator
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import numpy as np  # noqa: E402
+import psutil  # noqa: E402
 import torch  # noqa: E402
 
-from cosyvoice_mac.device import empty_cache, select_device  # noqa: E402
+from cosyvoice_mac.bench_floors import floors  # noqa: E402
+from cosyvoice_mac.device import empty_cache, select_device, select_dtype  # noqa: E402
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize  # noqa: E402
 from cosyvoice_mac.pipeline.streaming import stream_segment  # noqa: E402
 
 PROMPT_SECONDS = 3.0
 TOKEN_RATE = 25  # speech tokens per second of audio
+STAGES = ("frontend", "llm", "flow", "vocoder")
+DEFAULT_DTYPES = {"cpu": "float32,float16/float32", "cuda": "float32,bfloat16,float16", "mps": "float32,float16/float32,float16"}
+TEXT = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps over the dog."
 
 
 def synthetic_prompt(seconds: float = PROMPT_SECONDS, sample_rate: int = 24000) -> np.ndarray:
@@ -44,11 +54,12 @@ def synthetic_prompt(seconds: float = PROMPT_SECONDS, sample_rate: int = 24000) 
 
 
 def _timed(device: torch.device, function):
+    """(wall seconds, CPU seconds of this process, value); CPU time is less disturbed by other load."""
     _synchronize(device)
-    started = time.perf_counter()
+    wall, cpu = time.perf_counter(), time.process_time()
     value = function()
     _synchronize(device)
-    return time.perf_counter() - started, value
+    return time.perf_counter() - wall, time.process_time() - cpu, value
 
 
 @torch.inference_mode()
@@ -68,38 +79,45 @@ def forced_token_stream(model: CosyVoice, text_ids: torch.Tensor, speaker, count
             decoder.feed(token)
 
 
-def time_to_first_audio(model: CosyVoice, text_ids, speaker, count: int) -> tuple[float, float]:
-    """Seconds until the first streamed chunk, and until the whole stream, for ``count`` tokens."""
+def time_to_first_audio(model: CosyVoice, text_ids, speaker, count: int) -> float:
+    """Seconds from the request until the first streamed chunk of audio (the rest is not run)."""
     started = time.perf_counter()
     chunks = stream_segment(model, forced_token_stream(model, text_ids, speaker, count), speaker,
                             model._noise(0, 0), lambda: False)
     next(chunks)
     first = time.perf_counter() - started
-    for _ in chunks:
-        pass
-    return first, time.perf_counter() - started
+    chunks.close()  # stops the LLM thread
+    return first
 
 
 @torch.inference_mode()
 def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream: bool = True) -> dict:
+    """One request, stage by stage: wall and CPU seconds per stage, RTF, tokens/s, first-audio latency."""
     device = model.device
-    frontend_s, speaker = _timed(device, lambda: model.prepare_prompt(prompt, sample_rate=24000))
-    text = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps over the dog."
-    text_ids = torch.tensor([model.tokenizer.encode(text)])
-    llm_s, tokens = _timed(device, lambda: list(forced_token_stream(model, text_ids, speaker, tokens_to_decode)))
-    flow_device = next(model.networks.flow.parameters()).device
-    flow_s, mel = _timed(device, lambda: model.networks.flow.inference(
+    timings: dict[str, float | bool | None] = {}
+    wall, cpu, speaker = _timed(device, lambda: model.prepare_prompt(prompt, sample_rate=24000))
+    timings.update(frontend_s=wall, frontend_cpu_s=cpu)
+    text_ids = torch.tensor([model.tokenizer.encode(TEXT)])
+    wall, cpu, tokens = _timed(device, lambda: list(forced_token_stream(model, text_ids, speaker, tokens_to_decode)))
+    timings.update(llm_s=wall, llm_cpu_s=cpu)
+    flow = model.networks.flow
+    flow_device = next(flow.parameters()).device
+    wall, cpu, mel = _timed(device, lambda: flow.inference(
         torch.tensor([tokens], device=flow_device), speaker.speech_tokens.to(flow_device),
         speaker.mel.to(flow_device), speaker.embedding.to(flow_device)))
-    vocoder_s, (wave, _) = _timed(device, lambda: model.networks.hift.inference(mel.float()))
+    timings.update(flow_s=wall, flow_cpu_s=cpu)
+    wall, cpu, (wave, _) = _timed(device, lambda: model.networks.hift.inference(mel.float()))
+    timings.update(vocoder_s=wall, vocoder_cpu_s=cpu)
     audio_s = wave.shape[-1] / model.sample_rate
-    total = frontend_s + llm_s + flow_s + vocoder_s
-    first_audio_s, stream_total_s = time_to_first_audio(model, text_ids, speaker, tokens_to_decode) if stream else (None, None)
+    total = sum(timings[f"{stage}_s"] for stage in STAGES)
     return {
-        "first_audio_s": first_audio_s, "stream_total_s": stream_total_s,
-        "frontend_s": frontend_s, "llm_s": llm_s, "flow_s": flow_s, "vocoder_s": vocoder_s,
-        "end_to_end_s": total, "audio_s": audio_s, "rtf": total / audio_s,
-        "llm_tokens_per_s": tokens_to_decode / llm_s,
+        **timings,
+        "end_to_end_s": total, "end_to_end_cpu_s": sum(timings[f"{stage}_cpu_s"] for stage in STAGES),
+        "audio_s": audio_s, "rtf": total / audio_s, "llm_tokens_per_s": tokens_to_decode / timings["llm_s"],
+        "first_audio_s": time_to_first_audio(model, text_ids, speaker, tokens_to_decode) if stream else None,
+        "prompt_tokens": speaker.speech_tokens.shape[1], "text_tokens": text_ids.shape[1],
+        "mel_finite": bool(torch.isfinite(mel).all()), "wave_finite": bool(torch.isfinite(wave).all()),
+        "load_average": os.getloadavg()[0],
     }
 
 
@@ -116,33 +134,108 @@ def peak_device_mb(device: torch.device) -> float | None:
     return None
 
 
-def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: int) -> dict:
+def parse_dtypes(spec: str) -> tuple[str, str]:
+    """``float16`` -> (float16, float16); ``float16/float32`` -> (LLM float16, flow float32)."""
+    llm, _, flow = spec.partition("/")
+    for name in (llm, flow or llm):
+        select_dtype(name)  # raises a clear error for unknown names
+    return llm, flow or llm
+
+
+def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: bool, model_dir: str | None):
+    llm_dtype, flow_dtype = parse_dtypes(dtype_spec)
+    if low_memory and "/" not in dtype_spec:
+        llm_dtype = None  # low-memory mode picks the LLM's 16-bit dtype for the device
+    common = dict(device=device, dtype=flow_dtype, llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=low_memory)
+    if model_dir:
+        return CosyVoice.from_pretrained(model_dir, **common)
+    return CosyVoice.random_full_size(version, **common)
+
+
+def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: int, *,
+          low_memory: bool = False, model_dir: str | None = None, stream: bool = True,
+          measure_floors: bool = True, threads: int | None = None) -> dict:
+    """Load one configuration, warm up, time ``runs`` requests; median per field (in this process)."""
+    if threads:
+        torch.set_num_threads(threads)
     device = select_device(device_name)
-    load_s, model = _timed(device, lambda: CosyVoice.random_full_size(version, device=device, dtype=dtype_name))
+    rss_before = psutil.Process().memory_info().rss / 2**20
+    load_s, load_cpu_s, model = _timed(device, lambda: load_model(version, device, dtype_name, low_memory, model_dir))
+    rss_loaded = psutil.Process().memory_info().rss / 2**20
+    peak_after_load = peak_rss_mb()
     prompt = synthetic_prompt()
     run_once(model, min(tokens, 25), prompt, stream=False)  # warm-up: kernels, allocator, caches
-    results = [run_once(model, tokens, prompt) for _ in range(runs)]
-    median = {key: statistics.median(r[key] for r in results) if results[0][key] is not None else None
-              for key in results[0]}
+    results = [run_once(model, tokens, prompt, stream=stream) for _ in range(runs)]
+    median = {key: statistics.median(r[key] for r in results) if isinstance(results[0][key], (int, float))
+              and not isinstance(results[0][key], bool) else results[0][key] for key in results[0]}
+    median["mel_finite"] = all(r["mel_finite"] for r in results)
+    median["wave_finite"] = all(r["wave_finite"] for r in results)
     report = {
-        "version": version, "device": str(device), "dtype": dtype_name, "runs": runs, "tokens": tokens,
-        "load_s": load_s, "median": median, "all_runs": results, "peak_rss_mb": peak_rss_mb(),
-        "peak_device_mb": peak_device_mb(device), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "machine": platform.machine(), "load_average": os.getloadavg(),
+        "version": model.version, "model": model_dir or "random full-size weights", "device": str(device),
+        "dtype": dtype_name, "llm_dtype": str(next(model.networks.llm.llm_decoder.parameters()).dtype).removeprefix("torch."),
+        "flow_dtype": str(next(model.networks.flow.parameters()).dtype).removeprefix("torch."),
+        "low_memory": low_memory, "runs": runs, "tokens": tokens,
+        "load_s": load_s, "load_cpu_s": load_cpu_s, "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_loaded,
+        "peak_rss_after_load_mb": peak_after_load, "median": median, "all_runs": results,
+        "peak_rss_mb": peak_rss_mb(), "peak_device_mb": peak_device_mb(device),
+        "parameter_bytes": model.networks.parameter_bytes(), "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__, "machine": platform.machine(), "processor": _processor(),
+        "load_average_start": results[0]["load_average"], "load_average_end": os.getloadavg()[0],
     }
+    if measure_floors:
+        report["floors"] = floors(model, tokens, median)
     del model
     empty_cache(device)
     return report
 
 
-def _table(reports: list[dict]) -> str:
-    lines = [f"{'device':8} {'dtype':9} {'frontend':>9} {'llm':>7} {'flow':>7} {'vocoder':>8} "
-             f"{'e2e':>7} {'RTF':>6} {'tok/s':>6} {'1st audio':>9} {'RSS MB':>7}"]
+def bench_isolated(args: argparse.Namespace, device: str, dtype: str) -> dict:
+    """Run one configuration in a fresh process (its own peak RSS and device memory) and read its JSON."""
+    command = [sys.executable, "-m", "cosyvoice_mac.bench", "--in-process", "--devices", device, "--dtypes", dtype,
+               "--version", args.version, "--runs", str(args.runs), "--tokens", str(args.tokens)]
+    command += ["--low-memory"] * args.low_memory + ["--no-stream"] * (not args.stream)
+    command += ["--no-floors"] * (not args.floors) + (["--model", args.model] if args.model else [])
+    command += ["--threads", str(args.threads)] if args.threads else []
+    done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
+    if done.returncode != 0:
+        return {"device": device, "dtype": dtype, "error": f"exit status {done.returncode} (see stderr above)"}
+    return json.loads(done.stdout)["benchmarks"][0]
+
+
+def _processor() -> str:
+    try:
+        for line in open("/proc/cpuinfo", encoding="utf-8"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _ratio(floor: dict | None, stage: str) -> str:
+    value = (floor or {}).get(stage, {}).get("x_floor")
+    return f"{value:.2f}" if value else "-"
+
+
+def table(reports: list[dict]) -> str:
+    lines = [f"{'device':7} {'llm/flow dtype':17} {'mem':3} {'front':>6} {'llm':>7} {'flow':>7} {'voc':>6} {'e2e':>7} "
+             f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5}"]
     for r in reports:
+        if "error" in r:
+            lines.append(f"{r['device']:7} {r['dtype']:17} failed: {r['error']}")
+            continue
         m = r["median"]
-        lines.append(f"{r['device']:8} {r['dtype']:9} {m['frontend_s']:9.2f} {m['llm_s']:7.2f} {m['flow_s']:7.2f} "
-                     f"{m['vocoder_s']:8.2f} {m['end_to_end_s']:7.2f} {m['rtf']:6.2f} "
-                     f"{m['llm_tokens_per_s']:6.1f} {m['first_audio_s'] or float('nan'):9.2f} {r['peak_rss_mb']:7.0f}")
+        first = f"{m['first_audio_s']:6.2f}" if m.get("first_audio_s") else "     -"
+        device_mb = f"{r['peak_device_mb']:7.0f}" if r.get("peak_device_mb") else "      -"
+        finite = "" if m["mel_finite"] and m["wave_finite"] else "  NaN!"
+        lines.append(
+            f"{r['device']:7} {r['llm_dtype'] + '/' + r['flow_dtype']:17} {'low' if r['low_memory'] else '':3} "
+            f"{m['frontend_s']:6.2f} {m['llm_s']:7.2f} {m['flow_s']:7.2f} {m['vocoder_s']:6.2f} {m['end_to_end_s']:7.2f} "
+            f"{m['rtf']:5.2f} {m['llm_tokens_per_s']:6.1f} {first} {r['peak_rss_mb']:7.0f} {device_mb} "
+            f"{_ratio(r.get('floors'), 'llm'):>5} {_ratio(r.get('floors'), 'flow'):>7} {r['load_average_start']:5.1f}{finite}")
+    threads = {r.get("torch_threads") for r in reports if "error" not in r}
+    lines.append(f"torch threads: {', '.join(map(str, sorted(threads)))}; seconds are medians; "
+                 "x/fl = measured / floor (1.00 = at the floor); load = 1-min load average at the start")
     return "\n".join(lines)
 
 
@@ -150,17 +243,38 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
     parser.add_argument("--devices", default="auto", help="comma list of cpu, cuda, mps, auto")
-    parser.add_argument("--dtypes", default="float32", help="comma list of float32, float16, bfloat16")
+    parser.add_argument("--dtypes", default="auto",
+                        help="comma list; each float32|float16|bfloat16 or LLM/FLOW such as float16/float32")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=250, help="speech tokens to decode (25 = 1 s)")
+    parser.add_argument("--low-memory", action="store_true", help="the 8 GB-Mac mode (16-bit LLM weights)")
+    parser.add_argument("--model", help="a real model folder instead of random full-size weights")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
+    parser.add_argument("--no-stream", dest="stream", action="store_false", help="skip time to first audio")
+    parser.add_argument("--no-floors", dest="floors", action="store_false", help="skip the floor measurements")
+    parser.add_argument("--in-process", action="store_true", help="run every configuration in this process")
+    parser.add_argument("--json", help="also write the JSON document to this file")
     args = parser.parse_args(argv)
-    reports = [
-        bench(args.version, device, dtype, args.runs, args.tokens)
-        for device in args.devices.split(",") for dtype in args.dtypes.split(",")
-    ]
-    print(_table(reports), file=sys.stderr)
-    print(json.dumps({"benchmarks": reports}, indent=1))
-    return 0
+    reports = []
+    for device in args.devices.split(","):
+        device_type = select_device(device).type
+        dtypes = DEFAULT_DTYPES.get(device_type, "float32") if args.dtypes == "auto" else args.dtypes
+        for dtype in dtypes.split(","):
+            parse_dtypes(dtype)
+            if args.in_process:
+                reports.append(bench(args.version, device, dtype, args.runs, args.tokens, low_memory=args.low_memory,
+                                     model_dir=args.model, stream=args.stream, measure_floors=args.floors,
+                                     threads=args.threads))
+            else:
+                reports.append(bench_isolated(args, device, dtype))
+            print(table(reports[-1:]).splitlines()[1], file=sys.stderr, flush=True)
+    print(table(reports), file=sys.stderr)
+    document = json.dumps({"benchmarks": reports}, indent=1)
+    print(document)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            handle.write(document)
+    return 0 if all("error" not in r for r in reports) else 1
 
 
 if __name__ == "__main__":

@@ -23,7 +23,9 @@ from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.fullsize import official_config
-from cosyvoice_mac.pipeline.loading import Networks, build_networks, model_identity, qwen_config_for
+from cosyvoice_mac.pipeline.loading import (
+    Networks, OnDemand, build_networks, model_identity, qwen_config_for, stage_dtypes,
+)
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
 from cosyvoice_mac.pipeline.streaming import stream_segment
@@ -76,18 +78,32 @@ class CosyVoice:
         dtype: str | torch.dtype | None = None,
         *,
         random_weights: bool = False,
+        low_memory: bool = False,
+        llm_dtype: str | torch.dtype | None = None,
+        flow_dtype: str | torch.dtype | None = None,
     ) -> "CosyVoice":
-        """Load an official model folder unchanged (``random_weights`` only if asked for by name)."""
+        """Load an official model folder unchanged (``random_weights`` only if asked for by name).
+
+        ``llm_dtype`` / ``flow_dtype`` override ``dtype`` per stage (on the CPU a 16-bit LLM keeps
+        its weights in 16 bits and computes in float32). ``low_memory`` (8 GB Macs) halves the LLM
+        unless a dtype is given and loads the ONNX frontends only while a new prompt is encoded.
+        """
         folder = ModelFolder.open(model_dir)
         target, precision = _resolve(device, dtype)
+        llm_precision, flow_precision = stage_dtypes(
+            target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
         networks = build_networks(
             folder.config, qwen_config_for(folder), folder=folder, device=target,
-            llm_dtype=precision, flow_dtype=precision, random_weights=random_weights,
+            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=random_weights,
         )
         model_id = model_identity(folder, folder.version, random_weights)
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
-        speech_tokenizer = SpeechTokenizer(folder.file(SPEECH_TOKENIZER_FILES[folder.version]))
-        speaker_encoder = SpeakerEncoder(folder.file("campplus.onnx"))
+        tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
+        campplus_path = folder.file("campplus.onnx")
+        speech_tokenizer = OnDemand(lambda: SpeechTokenizer(tokenizer_path), keep_loaded=not low_memory)
+        speaker_encoder = OnDemand(lambda: SpeakerEncoder(campplus_path), keep_loaded=not low_memory)
+        if not low_memory:  # load now, so a broken file is reported when the model loads
+            speech_tokenizer.get(), speaker_encoder.get()
         prompt_encoder = PromptEncoder(
             speech_tokenizer, speaker_encoder, fmax=_fmax(folder.config), model_id=model_id
         )
@@ -104,6 +120,9 @@ class CosyVoice:
         dtype: str | torch.dtype | None = None,
         *,
         seed: int = 0,
+        low_memory: bool = False,
+        llm_dtype: str | torch.dtype | None = None,
+        flow_dtype: str | torch.dtype | None = None,
     ) -> "CosyVoice":
         """The released architecture at full size with RANDOM weights and stand-in frontends.
 
@@ -111,9 +130,11 @@ class CosyVoice:
         """
         config = official_config(version)
         target, precision = _resolve(device, dtype)
+        llm_precision, flow_precision = stage_dtypes(
+            target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
         networks = build_networks(
             config, qwen_config_for(None), folder=None, device=target,
-            llm_dtype=precision, flow_dtype=precision, random_weights=True, seed=seed,
+            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=True, seed=seed,
         )
         model_id = model_identity(None, version, True)
         prompt_encoder = PromptEncoder(
@@ -287,6 +308,10 @@ def _ids(ids: list[int]) -> torch.Tensor:
 
 def _fmax(config: dict):
     return config.get("feat_extractor", {}).get("fmax")
+
+
+def _dtype_or_none(dtype) -> torch.dtype | None:
+    return dtype if dtype is None or isinstance(dtype, torch.dtype) else select_dtype(dtype)
 
 
 def _resolve(device, dtype) -> tuple[torch.device, torch.dtype]:

@@ -76,6 +76,27 @@ def llm_weights_only_in_half(device: torch.device, llm_dtype: torch.dtype) -> bo
     return device.type == "cpu" and llm_dtype in HALF_DTYPES
 
 
+LOW_MEMORY_LLM_DTYPES = {"cpu": torch.float16, "mps": torch.float16, "cuda": torch.bfloat16}
+
+
+def stage_dtypes(
+    device: torch.device,
+    precision: torch.dtype,
+    llm_dtype: torch.dtype | None = None,
+    flow_dtype: torch.dtype | None = None,
+    low_memory: bool = False,
+) -> tuple[torch.dtype, torch.dtype]:
+    """(LLM dtype, flow dtype): explicit ones win; low-memory mode halves a float32 LLM; else ``precision``.
+
+    The flow is never halved implicitly: on the CPU 16-bit arithmetic is slow, and fp16 flows have
+    produced NaN on GPUs (its float32 weights are 1.3 GB, the LLM's 2 GB).
+    """
+    if llm_dtype is None:
+        llm_dtype = LOW_MEMORY_LLM_DTYPES.get(device.type, precision) if low_memory and precision == torch.float32 \
+            else precision
+    return llm_dtype, precision if flow_dtype is None else flow_dtype
+
+
 def build_networks(
     config: dict,
     qwen: Qwen2Config,
@@ -237,6 +258,51 @@ def _assign_checkpoint(module: nn.Module, folder: ModelFolder, name: str, conver
 def _load_small(module: nn.Module, folder: ModelFolder, name: str) -> None:
     state = load_checkpoint(folder.file(name), hub_repo=folder.hub_repo)
     load_strict(module, state, source=str(folder.path / name))
+
+
+class OnDemand:
+    """Owns how to build one frontend model (an ONNX session) and, while it is loaded, the model.
+
+    It is built when a prompt first needs it. ``keep_loaded=False`` (low-memory mode) releases it
+    again after every call, so the ~1 GB speech tokenizer is resident only while a new prompt is
+    encoded; cached voices never load it. Attribute access is passed through to the model.
+    """
+
+    def __init__(self, factory: Callable[[], object], *, keep_loaded: bool = True, name: str = "frontend model"):
+        self._factory = factory
+        self._model = None
+        self.keep_loaded = keep_loaded
+        self.name = name
+        self.loads = 0  # how many times the model was built (tests and memory reports read it)
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def get(self):
+        if self._model is None:
+            self._model = self._factory()
+            self.loads += 1
+        return self._model
+
+    def release(self) -> None:
+        """Drop the model (it is built again when next needed)."""
+        self._model = None
+
+    def __getattr__(self, attribute: str):
+        if attribute.startswith("_"):
+            raise AttributeError(attribute)
+        value = getattr(self.get(), attribute)
+        if self.keep_loaded or not callable(value):
+            return value
+
+        def call_then_release(*args, **kwargs):
+            try:
+                return value(*args, **kwargs)
+            finally:
+                self.release()
+
+        return call_then_release
 
 
 def model_identity(folder: ModelFolder | None, version: str, random_weights: bool) -> str:

@@ -1,0 +1,105 @@
+"""The floor of each stage on this machine: how fast it could possibly be, measured, not assumed.
+
+* LLM: decoding one token reads every weight matrix (and the KV cache) once, so a token takes at
+  least ``bytes read / memory bandwidth``. Bandwidth is measured by summing a 512 MiB tensor.
+* Flow: ``n_timesteps`` estimator calls on a batch of two (classifier-free guidance), each
+  ``~2 x parameters x frames`` FLOPs plus attention; counted by ``torch.utils.flop_counter`` on one
+  real call, divided by the measured rate of a large matrix multiply in the flow's dtype.
+
+``x_floor`` = measured / floor: 1.0 is the floor, 2.0 is half as fast as it could be.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode, sdpa_flop
+
+BANDWIDTH_BYTES = 512 * 2**20
+MATMUL_DIM = 1024
+REPEATS = 5
+_SDPA_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: sdpa_flop}  # not in torch's table
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def _best_seconds(device: torch.device, function, repeats: int = REPEATS) -> float:
+    function()
+    best = float("inf")
+    for _ in range(repeats):
+        _synchronize(device)
+        started = time.perf_counter()
+        function()
+        _synchronize(device)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+@torch.inference_mode()
+def memory_bandwidth(device: torch.device) -> float:
+    """Bytes per second this process reads from memory (best of a few sums of a 512 MiB tensor)."""
+    data = torch.ones(BANDWIDTH_BYTES // 4, device=device)
+    return BANDWIDTH_BYTES / _best_seconds(device, lambda: data.sum())
+
+
+@torch.inference_mode()
+def matmul_rate(device: torch.device, dtype: torch.dtype, rows: int) -> float:
+    """FLOP/s of a ``(rows, 1024) x (1024, 2048)`` matrix product in ``dtype`` (the flow's shapes)."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(rows, MATMUL_DIM, generator=generator).to(device=device, dtype=dtype)
+    w = torch.randn(2 * MATMUL_DIM, MATMUL_DIM, generator=generator).to(device=device, dtype=dtype)
+    return 2 * rows * MATMUL_DIM * 2 * MATMUL_DIM / _best_seconds(device, lambda: F.linear(a, w))
+
+
+def llm_bytes_per_token(llm: nn.Module, positions: int) -> int:
+    """Bytes one decoding step reads: every parameter except the embedding tables, plus the KV cache."""
+    embedding_ids = {id(p) for m in llm.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
+    embedding_ids |= {id(p) for m in llm.modules() if type(m).__name__ == "HalfStoredEmbedding" for p in m.parameters()}
+    weights = sum(p.numel() * p.element_size() for p in llm.parameters() if id(p) not in embedding_ids)
+    qwen = llm.config.qwen
+    element = llm.backbone.norm.weight.element_size()
+    cache = 2 * qwen.num_hidden_layers * qwen.num_key_value_heads * qwen.head_dim * positions * element
+    return weights + cache
+
+
+@torch.inference_mode()
+def flow_flops(flow: nn.Module, frames: int) -> int:
+    """FLOPs of one whole flow inference over ``frames`` mel frames (all Euler steps, CFG batch 2)."""
+    weight = next(flow.parameters())
+    zeros = torch.zeros(2, 80, frames, device=weight.device)
+    with FlopCounterMode(display=False, custom_mapping=_SDPA_FLOPS) as counter:
+        flow.decoder.estimator(zeros, torch.ones(2, 1, frames, device=weight.device), zeros,
+                               torch.full((2,), 0.5, device=weight.device), torch.zeros(2, 80, device=weight.device),
+                               zeros, streaming=False)
+    return counter.get_total_flops() * flow.decoder.config.n_timesteps
+
+
+def floors(model, tokens: int, median: dict) -> dict:
+    """Per stage: the floor in seconds, how it was computed, and measured / floor."""
+    llm, flow = model.networks.llm, model.networks.flow
+    device = next(flow.parameters()).device
+    prompt_tokens = int(median["prompt_tokens"])
+    bandwidth = memory_bandwidth(device)
+    positions = 2 + int(median["text_tokens"]) + prompt_tokens + tokens // 2  # the average over the decode
+    per_token = llm_bytes_per_token(llm, positions)
+    frames = 2 * (prompt_tokens + tokens)
+    flops = flow_flops(flow, frames)
+    flow_dtype = next(flow.decoder.estimator.parameters()).dtype
+    rate = matmul_rate(device, flow_dtype, rows=2 * frames)
+    llm_floor = tokens * per_token / bandwidth
+    flow_floor = flops / rate
+    return {
+        "memory_bandwidth_gb_s": bandwidth / 1e9,
+        "matmul_gflop_s": rate / 1e9,
+        "llm": {"floor_s": llm_floor, "bytes_per_token": per_token, "x_floor": median["llm_s"] / llm_floor,
+                "how": "tokens x bytes read per token / memory bandwidth"},
+        "flow": {"floor_s": flow_floor, "flops": flops, "x_floor": median["flow_s"] / flow_floor,
+                 "how": f"counted FLOPs ({frames} frames, CFG batch 2, all steps) / matmul rate in {flow_dtype}"},
+    }

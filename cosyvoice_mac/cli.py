@@ -25,6 +25,11 @@ def _add_synth(commands) -> None:
     synth.add_argument("--speed", type=float, default=1.0, help="0.5-2.0, 1.0 = natural")
     synth.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
     synth.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
+    synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
+    synth.add_argument("--vocoder", choices=("torch", "coreml"), default="torch",
+                       help="coreml: run the vocoder with Core ML (macOS; converted on first use)")
+    synth.add_argument("--compute-units", default="ALL", choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE", "CPU_ONLY"),
+                       help="where Core ML may run the vocoder")
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
     synth.set_defaults(handler=_synth)
 
@@ -40,16 +45,29 @@ def _synth(args) -> int:
         print(f"warning: {args.random_weights} with RANDOM weights: the output is noise", file=sys.stderr)
         model = CosyVoice.random_full_size(args.random_weights, device=args.device, dtype=args.dtype)
     print(f"loaded {model.model_id} on {model.device} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    if args.vocoder == "coreml":
+        from cosyvoice_mac.coreml.runtime import load_vocoder
+
+        vocoder, reason = load_vocoder("coreml", model, args.compute_units)
+        model.use_vocoder(vocoder)
+        print(f"vocoder: {'Core ML (' + args.compute_units + ')' if vocoder else 'torch, because ' + reason}",
+              file=sys.stderr)
     pieces, tokens, seconds = [], 0, 0.0
+    started = time.perf_counter()
     for result in model.synthesize(
         args.text, prompt_audio=args.prompt_wav, prompt_text=args.prompt_text, instruct=args.instruct,
-        seed=args.seed, speed=args.speed,
+        seed=args.seed, speed=args.speed, stream=args.stream,
     ):
+        if not pieces and args.stream:
+            print(f"first audio after {time.perf_counter() - started:.2f} s", file=sys.stderr)
         pieces.append(result.audio)
-        tokens += result.speech_token_count
         seconds += result.seconds
-        print(f"[{result.segment_index + 1}/{result.segment_count}] {result.duration_s:.2f} s audio, "
-              f"RTF {result.real_time_factor:.2f}, seed {result.seed}: {result.text}", file=sys.stderr)
+        if result.is_final_chunk:
+            tokens += result.speech_token_count
+            print(f"[{result.segment_index + 1}/{result.segment_count}] seed {result.seed}: {result.text}",
+                  file=sys.stderr)
+        for note in result.notes:
+            print(f"note: {note}", file=sys.stderr)
     audio = np.concatenate(pieces)
     write_wav(args.out, audio, model.sample_rate)
     duration = len(audio) / model.sample_rate

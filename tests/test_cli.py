@@ -47,3 +47,17 @@ def test_missing_model_folder_says_how_to_download(tmp_path, make_speech):
     done = _cli("synth", "--model", str(tmp_path), "--prompt-wav", str(make_speech("Hello.")), "--text", "Hi.",
                 "--out", str(tmp_path / "o.wav"))
     assert done.returncode == 2 and "bash run.sh download cosyvoice3" in done.stderr
+
+
+def test_stream_and_coreml_flags_work_or_explain(tmp_path, make_speech):
+    """--stream reports the first audio; --vocoder coreml off macOS says why and uses torch."""
+    model = make_tiny_model_dir("cosyvoice3", tmp_path / "m")
+    out = tmp_path / "s.wav"
+    done = _cli("synth", "--model", str(model), "--prompt-wav", str(make_speech("Hello there, this is a test.")),
+                "--text", "The quick brown fox jumps over the lazy dog, twice over.", "--seed", "2",
+                "--device", "cpu", "--stream", "--vocoder", "coreml", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    assert "first audio after" in done.stderr
+    if sys.platform != "darwin":
+        assert "vocoder: torch, because" in done.stderr
+    assert soundfile.info(out).frames > 0

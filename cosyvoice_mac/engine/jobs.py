@@ -29,6 +29,10 @@ EVENT_LOAD_FAILED = "load_failed"
 EVENT_RESTARTING = "restarting"
 EVENT_WORKER_DIED = "worker_died"
 EVENT_DEVICE_FALLBACK = "device_fallback"  # data: device, reason
+# Replies to a Task (job_id None; data: task_id, and result or nothing).
+EVENT_TASK_DONE = "task_done"  # data: task_id, result (plain dict), status
+EVENT_TASK_FAILED = "task_failed"  # message says why
+TASK_EXTRACT_PROMPT = "extract_prompt"  # args: audio (file path), transcript -> audio_hash, model_id, duration_s
 
 MAX_TEXT_CHARS = 5000
 
@@ -99,6 +103,9 @@ class Job:
             raise EngineError(f"prompt audio must be a file path or a numpy array, not {type(self.prompt_audio).__name__}")
         if not (isinstance(self.speed, (int, float)) and math.isfinite(self.speed) and 0.25 <= self.speed <= 4.0):
             raise EngineError(f"speed {self.speed!r} is out of range; use a value between 0.25 and 4")
+        if self.stream and self.speed != 1.0:
+            raise EngineError(f"speed {self.speed:g} cannot be used while streaming; turn streaming off or use "
+                              "speed 1.0")
         if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
             raise EngineError(f"seed {self.seed!r} must be a non-negative integer")
 
@@ -151,10 +158,22 @@ class JobEvent:
 
 
 @dataclass
+class Task:
+    """A short piece of work for the worker that is not a synthesis, such as preparing a prompt voice's
+    features before any generation. ``kind`` is one of the TASK_ names; ``args`` plain data. The worker
+    runs it between jobs and answers with EVENT_TASK_DONE or EVENT_TASK_FAILED."""
+
+    kind: str
+    args: dict = field(default_factory=dict)
+    task_id: str = field(default_factory=new_job_id)
+
+
+@dataclass
 class Command:
     """UI process -> worker. ``run`` carries a job and its sequence number (the cancel flag
-    compares against it); ``stop`` asks the worker to exit after the current job."""
+    compares against it); ``task`` carries a Task; ``stop`` asks the worker to exit after the current job."""
 
-    kind: str  # "run" | "stop"
+    kind: str  # "run" | "task" | "stop"
     job: Job | None = None
     seq: int = 0
+    task: Task | None = None

@@ -3,6 +3,7 @@
 #   bash run.sh [--host H] [--port P]   set up .venv if needed, then start the web UI on 127.0.0.1:7860
 #   bash run.sh test [pytest args]      set up .venv if needed, then run the test suite
 #   bash run.sh setup                   only set up .venv
+#   bash run.sh bench [args]            set up .venv if needed, then time the full-size models (--help for options)
 #   bash run.sh download cosyvoice3     set up .venv if needed, then fetch a model into models/ (or cosyvoice2)
 # Set-up is skipped when .venv already matches pyproject.toml (a hash of it sits in .venv/.setup-stamp).
 set -euo pipefail
@@ -16,6 +17,7 @@ PYTHON_CANDIDATES=(python3.11 python3.12 python3.10 python3)
 
 usage() {
   echo "usage: bash run.sh [--host HOST] [--port PORT] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
+  echo "       bash run.sh bench [--devices cpu,cuda,mps] [--dtypes float32,float16/float32] [--tokens 250] [--runs 3]"
   echo "       bash run.sh download cosyvoice3|cosyvoice2"
 }
 
@@ -127,6 +129,12 @@ case "$verb" in
     ;;
   setup)
     setup
+    ;;
+  bench)
+    shift
+    setup
+    export OMP_WAIT_POLICY=PASSIVE
+    exec "$VENV/bin/python" -m cosyvoice_mac.bench "$@"
     ;;
   download)
     shift

@@ -8,6 +8,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 export PYTHONPATH=/tmp/site:$PWD OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$out/gpu.txt"
 python3 bench/parity_device.py --device cuda > "$out/parity_cuda.json" 2> "$out/parity_cuda.err"; echo "parity exit $?"
+python3 bench/parity_device.py --device cuda --tf32 > "$out/parity_cuda_tf32.json" 2>> "$out/parity_cuda.err"
 COSYVOICE_TEST_DEVICE=cuda python3 -m pytest -q -x -p no:cacheprovider tests/test_flow.py tests/test_llm.py \
   tests/test_hift.py tests/test_flow_v2.py > "$out/unit_cuda.txt" 2>&1; echo "unit tests exit $?"; tail -3 "$out/unit_cuda.txt"
 for version in cosyvoice3 cosyvoice2; do

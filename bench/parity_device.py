@@ -71,10 +71,16 @@ def e2e_result(ctx: ParityContext, device: torch.device) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--tf32", action="store_true",
+                        help="keep CUDA's TF32 matmuls/convs (the default for speed); off = strict fp32 parity")
     args = parser.parse_args()
     device = torch.device(args.device)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+        torch.backends.cudnn.allow_tf32 = args.tf32
     root = parity_dir()
-    report = {"device": str(device), "torch": torch.__version__, "tolerance": TOLERANCE, "versions": {}}
+    report = {"device": str(device), "torch": torch.__version__, "tf32": args.tf32, "tolerance": TOLERANCE,
+              "versions": {}}
     for version in versions_in_manifest(root):
         ctx = ParityContext(root, version)
         results: dict = stage_errors(ctx, device)

@@ -23,18 +23,18 @@ import statistics
 import subprocess
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import numpy as np  # noqa: E402
-import psutil  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import psutil
+import torch
 
-from cosyvoice_mac.bench_floors import floors  # noqa: E402
-from cosyvoice_mac.device import empty_cache, select_device, select_dtype  # noqa: E402
-from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize  # noqa: E402
-from cosyvoice_mac.pipeline.streaming import stream_segment  # noqa: E402
+from cosyvoice_mac.bench_floors import floors
+from cosyvoice_mac.device import empty_cache, select_device, select_dtype
+from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize
+from cosyvoice_mac.pipeline.streaming import stream_segment
 
 PROMPT_SECONDS = 3.0
 TOKEN_RATE = 25  # speech tokens per second of audio
@@ -146,7 +146,8 @@ def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: 
     llm_dtype, flow_dtype = parse_dtypes(dtype_spec)
     if low_memory and "/" not in dtype_spec:
         llm_dtype = None  # low-memory mode picks the LLM's 16-bit dtype for the device
-    common = dict(device=device, dtype=flow_dtype, llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=low_memory)
+    common = {"device": device, "dtype": flow_dtype, "llm_dtype": llm_dtype, "flow_dtype": flow_dtype,
+              "low_memory": low_memory}
     if model_dir:
         return CosyVoice.from_pretrained(model_dir, **common)
     return CosyVoice.random_full_size(version, **common)
@@ -180,6 +181,8 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
         "peak_rss_mb": peak_rss_mb(), "peak_device_mb": peak_device_mb(device),
         "parameter_bytes": model.networks.parameter_bytes(), "torch_threads": torch.get_num_threads(),
         "torch": torch.__version__, "machine": platform.machine(), "processor": _processor(),
+        "cuda_tf32": torch.backends.cuda.matmul.allow_tf32 if device.type == "cuda" else None,
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "load_average_start": results[0]["load_average"], "load_average_end": os.getloadavg()[0],
     }
     if measure_floors:
@@ -191,7 +194,7 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
 
 def bench_isolated(args: argparse.Namespace, device: str, dtype: str) -> dict:
     """Run one configuration in a fresh process (its own peak RSS and device memory) and read its JSON."""
-    command = [sys.executable, "-m", "cosyvoice_mac.bench", "--in-process", "--devices", device, "--dtypes", dtype,
+    command = [sys.executable, "-m", "cosyvoice_mac.bench", "--in-process", "--quiet", "--devices", device, "--dtypes", dtype,
                "--version", args.version, "--runs", str(args.runs), "--tokens", str(args.tokens)]
     command += ["--low-memory"] * args.low_memory + ["--no-stream"] * (not args.stream)
     command += ["--no-floors"] * (not args.floors) + (["--model", args.model] if args.model else [])
@@ -204,9 +207,10 @@ def bench_isolated(args: argparse.Namespace, device: str, dtype: str) -> dict:
 
 def _processor() -> str:
     try:
-        for line in open("/proc/cpuinfo", encoding="utf-8"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
     return platform.processor()
@@ -218,8 +222,8 @@ def _ratio(floor: dict | None, stage: str) -> str:
 
 
 def table(reports: list[dict]) -> str:
-    lines = [f"{'device':7} {'llm/flow dtype':17} {'mem':3} {'front':>6} {'llm':>7} {'flow':>7} {'voc':>6} {'e2e':>7} "
-             f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5}"]
+    lines = [(f"{'device':7} {'llm/flow dtype':17} {'mem':3} {'front':>6} {'llm':>7} {'flow':>7} {'voc':>6} {'e2e':>7} "
+              f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5}")]
     for r in reports:
         if "error" in r:
             lines.append(f"{r['device']:7} {r['dtype']:17} failed: {r['error']}")
@@ -240,7 +244,7 @@ def table(reports: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
     parser.add_argument("--devices", default="auto", help="comma list of cpu, cuda, mps, auto")
     parser.add_argument("--dtypes", default="auto",
@@ -254,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-floors", dest="floors", action="store_false", help="skip the floor measurements")
     parser.add_argument("--in-process", action="store_true", help="run every configuration in this process")
     parser.add_argument("--json", help="also write the JSON document to this file")
+    parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)  # no table (a child run)
     args = parser.parse_args(argv)
     reports = []
     for device in args.devices.split(","):
@@ -267,8 +272,10 @@ def main(argv: list[str] | None = None) -> int:
                                      threads=args.threads))
             else:
                 reports.append(bench_isolated(args, device, dtype))
-            print(table(reports[-1:]).splitlines()[1], file=sys.stderr, flush=True)
-    print(table(reports), file=sys.stderr)
+            if not args.quiet:
+                print(table(reports[-1:]).splitlines()[1], file=sys.stderr, flush=True)
+    if not args.quiet:
+        print(table(reports), file=sys.stderr)
     document = json.dumps({"benchmarks": reports}, indent=1)
     print(document)
     if args.json:

@@ -6,7 +6,9 @@
   ``~2 x parameters x frames`` FLOPs plus attention; counted by ``torch.utils.flop_counter`` on one
   real call, divided by the measured rate of a large matrix multiply in the flow's dtype.
 
-``x_floor`` = measured / floor: 1.0 is the floor, 2.0 is half as fast as it could be.
+``x_floor`` = measured / floor: 1.0 is the floor, 2.0 is half as fast as it could be. On a CPU
+``cpu_x_floor`` compares the stage's CPU seconds with ``floor x threads`` core-seconds, which
+stays meaningful when other processes share the cores (wall time then does not).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 BANDWIDTH_BYTES = 512 * 2**20
 MATMUL_DIM = 1024
-REPEATS = 5
+REPEATS = 10
 
 
 def _attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
@@ -104,11 +106,19 @@ def floors(model, tokens: int, median: dict) -> dict:
     rate = matmul_rate(device, flow_dtype, rows=2 * frames)
     llm_floor = tokens * per_token / bandwidth
     flow_floor = flops / rate
+    threads = torch.get_num_threads() if device.type == "cpu" else None
+
+    def cpu_ratio(stage: str, floor: float):
+        # CPU seconds against the floor's core-seconds: what a machine shared with other work still shows
+        return median[f"{stage}_cpu_s"] / (floor * threads) if threads else None
+
     return {
         "memory_bandwidth_gb_s": bandwidth / 1e9,
         "matmul_gflop_s": rate / 1e9,
         "llm": {"floor_s": llm_floor, "bytes_per_token": per_token, "x_floor": median["llm_s"] / llm_floor,
+                "cpu_x_floor": cpu_ratio("llm", llm_floor),
                 "how": "tokens x bytes read per token / memory bandwidth"},
         "flow": {"floor_s": flow_floor, "flops": flops, "x_floor": median["flow_s"] / flow_floor,
+                 "cpu_x_floor": cpu_ratio("flow", flow_floor),
                  "how": f"counted FLOPs ({frames} frames, CFG batch 2, all steps) / matmul rate in {flow_dtype}"},
     }

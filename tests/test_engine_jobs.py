@@ -23,6 +23,7 @@ from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, QueueFull
     (Job(text="hi", speed=float("nan")), "speed"),
     (Job(text="hi", seed=-1), "seed"),
     (Job(text="hi", prompt_audio=[0.0, 1.0]), "numpy array"),
+    (Job(text="hi", speed=1.5, stream=True), "cannot be used while streaming"),
 ])
 def test_bad_jobs_are_refused_with_the_field_named(job, message):
     with pytest.raises(EngineError, match=message):
@@ -126,7 +127,8 @@ class _Callable:
 
 
 def test_ui_side_of_the_engine_does_not_import_torch():
-    code = "import sys, cosyvoice_mac.engine as e; e.Job(text='hi').validate(); print('torch' in sys.modules)"
+    code = ("import sys, cosyvoice_mac.engine as e; e.Job(text='hi', stream=True).validate(); "
+            "e.TranscriberProcess().close(); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
 

@@ -32,3 +32,23 @@ def test_preview_job_writes_a_wav_labelled_as_preview(engine, make_speech):
     assert any(PREVIEW_LABEL in note for note in result.notes)
     sidecar = json.loads(open(result.sidecar_path).read())
     assert sidecar["version"] == "preview" and any(PREVIEW_LABEL in note for note in sidecar["notes"])
+
+
+def test_preview_streams_its_audio_and_a_voice_can_be_saved_first(engine, make_speech):
+    voice = str(make_speech("A voice for the preview to copy, saved before any generation.", seconds=4.0))
+    saved = engine.save_voice_from_audio("Preview narrator", voice, None, timeout=DEADLINE)
+    assert saved["model_id"] == engine.status()["model"]
+    heard = engine.subscribe()
+    try:
+        job_id = engine.submit(Job(text="First sentence here. And a second one.", voice="Preview narrator",
+                                   stream=True, seed=2))
+        result = engine.result(job_id, timeout=DEADLINE)
+    finally:
+        engine.unsubscribe(heard)
+    chunks = []
+    while not heard.empty():
+        event = heard.get_nowait()
+        if event.job_id == job_id and event.kind == "progress":
+            chunks.append(event.data["audio"])
+    assert chunks and result.cache_hit  # a short text is one segment, so maybe one chunk
+    assert np.array_equal(np.concatenate(chunks), result.audio)

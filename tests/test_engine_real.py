@@ -129,3 +129,34 @@ def test_device_error_is_retried_on_the_cpu(tmp_path, voice):
         after = engine.result(engine.submit(Job(text="Home again.", prompt_audio=voice)), DEADLINE)
         assert after.device == "mps" and not after.fell_back_to_cpu and engine.status()["fell_back"] is False
 
+
+
+def test_a_voice_saved_from_a_recording_is_ready_before_any_generation(engine, make_speech):
+    recording = str(make_speech("A different speaker saves this voice for later.", seconds=3.5))
+    extractions = engine.status()["feature_extractions"]
+    saved = engine.save_voice_from_audio("Real voice", recording, "A different speaker saves this voice.",
+                                         timeout=DEADLINE)
+    assert saved["model_id"] == engine.status()["model"]
+    assert engine.status()["feature_extractions"] == extractions + 1
+    result = engine.result(engine.submit(Job(text="Spoken by the saved voice.", voice="Real voice")), DEADLINE)
+    assert result.cache_hit and result.prompt_hash == saved["audio_hash"] and result.mode == "zero_shot"
+    assert engine.status()["feature_extractions"] == extractions + 1 and _audible(result.audio)
+
+
+def test_streaming_sends_playable_chunks_before_the_job_ends(engine, voice):
+    heard = engine.subscribe()
+    try:
+        job_id = engine.submit(Job(text=LONG_TEXT, prompt_audio=voice, seed=5, stream=True))
+        result = engine.result(job_id, timeout=DEADLINE)
+    finally:
+        engine.unsubscribe(heard)
+    events = []
+    while not heard.empty():
+        event = heard.get_nowait()
+        if event.job_id == job_id:
+            events.append(event)
+    chunks = [event.data["audio"] for event in events if event.kind == "progress"]
+    assert len(chunks) >= 2 and events[-1].kind == "done"
+    assert all(event.data["sample_rate"] == 24000 for event in events if event.kind == "progress")
+    assert np.array_equal(np.concatenate(chunks), result.audio)  # the saved file holds what was streamed
+    assert os.path.isfile(result.output_path) and _audible(result.audio)

@@ -1,7 +1,9 @@
 """What each control does, called directly (no browser), against a real engine running the fake pipeline.
 
 The engine worker is a real spawned process; FakeCosyVoice makes tones instead of speech, quickly.
-Output tuples of ``generate`` are (prompt_msg, counter, mode_msg, status, result, history, picks, session).
+Output tuples of ``generate`` are (prompt_msg, counter, mode_msg, status, result, history, picks, session,
+player). Streaming, transcription, saving voices from a recording and the preview voice have their own
+file, tests/test_webui_additions.py.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from cosyvoice_mac.webui.state import (
 )
 from tests.fakes.fake_pipeline import FAKE_FACTORY
 
-PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION = range(8)
+PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
 TRANSCRIPT = "This is the voice I would like you to copy."
 
 
@@ -30,7 +32,9 @@ def _is_skip(value) -> bool:
 
 
 def _fake_engine(config, **options):
-    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.4})
+    """The host's engine with the fake pipeline in place of its backend (the preview voice has no folder)."""
+    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.4},
+                   model_dir=config.model_dir or "preview-stand-in")
     return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
 
 
@@ -45,7 +49,7 @@ def _models(root: Path) -> Path:
 def callbacks(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui")
     host = ModelHost(HostConfig(models_dir=_models(root), outputs_dir=root / "outputs", cache_dir=root / "cache",
-                                max_queue=1, start_timeout_s=120), engine_factory=_fake_engine)
+                                max_queue=1, start_timeout_s=120, preview=True), engine_factory=_fake_engine)
     assert host.start().name == "Fun-CosyVoice3-0.5B"  # the newest version is preferred
     assert host.engine.start(wait=True, timeout=120), host.status()
     yield Callbacks(host, Settings(root / "cache"))
@@ -58,11 +62,11 @@ def prompt(make_speech) -> str:
 
 
 def _run(callbacks, *, audio=None, voice="", transcript=TRANSCRIPT, text="Hello there. How are you?",
-         mode="zero_shot", instruct="", seed=7, speed=1.0, session=None, lang="en", session_id="s1"):
+         mode="zero_shot", instruct="", seed=7, speed=1.0, stream=False, session=None, lang="en", session_id="s1"):
     request = SimpleNamespace(session_hash=session_id)
     session = session or Session()
-    return list(callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, session,
-                                   request))
+    return list(callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream,
+                                   session, request))
 
 
 def _outputs(callbacks) -> set[str]:
@@ -112,7 +116,8 @@ def test_generate_reports_progress_then_the_saved_result(callbacks, prompt):
     assert final[RESULT] == str(Path(callbacks.host.config.outputs_dir) / new_file)
     assert final[HISTORY]["data"][0][-1] == new_file and final[HISTORY]["data"][0][4] == 7
     assert [value for _, value in final[PICKS]["choices"]] == [new_file]
-    assert final[SESSION] is session and session.prompt_job_id and session.prompt_path == prompt
+    assert final[HISTORY]["data"][0][7] == "Fun-CosyVoice3-0.5B"  # the model column
+    assert final[SESSION] is session and all(_is_skip(step[PLAYER]) for step in steps)  # not streaming
     assert callbacks.history_picked(new_file, session) == final[RESULT]
 
 
@@ -133,7 +138,8 @@ def test_stop_cancels_the_session_s_running_job(callbacks, prompt):
 
     def run():
         request = SimpleNamespace(session_hash="stopper")
-        for step in callbacks.generate("en", prompt, "", "", text, "cross_lingual", "", 1, 1.0, Session(), request):
+        for step in callbacks.generate("en", prompt, "", "", text, "cross_lingual", "", 1, 1.0, False, Session(),
+                                       request):
             steps.append(step)
         done.set()
 
@@ -173,8 +179,8 @@ def test_a_waiting_job_shows_its_place_in_the_queue(callbacks, prompt):
     while engine.position(blocker) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        steps = iter(callbacks.generate("en", prompt, "", "", "Me next.", "cross_lingual", "", 1, 1.0, Session(),
-                                        SimpleNamespace(session_hash="waiter")))
+        steps = iter(callbacks.generate("en", prompt, "", "", "Me next.", "cross_lingual", "", 1, 1.0, False,
+                                        Session(), SimpleNamespace(session_hash="waiter")))
         first = next(steps)
         assert first[STATUS] == "⏳ In the queue: position 1."
         statuses = [step[STATUS] for step in steps if not _is_skip(step[STATUS])]
@@ -192,16 +198,21 @@ def test_switching_the_model_loads_the_other_folder(callbacks):
     assert callbacks.host.current.name == "Fun-CosyVoice3-0.5B" and callbacks.host.status()["state"] == "ready"
 
 
-def test_a_voice_is_saved_from_a_finished_job_reused_and_deleted(callbacks, prompt):
-    session = Session()
-    message, _ = callbacks.save_voice("en", "Grandpa", prompt, session)
-    assert "Generate once with this prompt audio first" in message
-    _run(callbacks, audio=prompt, session=session)
-    assert "Type a name" in callbacks.save_voice("en", "  ", prompt, session)[0]
-    message, choices = callbacks.save_voice("en", "Grandpa", prompt, session)
+def _save(callbacks, name, audio, transcript=TRANSCRIPT, lang="en") -> list[tuple]:
+    return list(callbacks.save_voice(lang, name, audio, transcript))
+
+
+def test_a_voice_is_saved_from_the_prompt_before_any_generation_reused_and_deleted(callbacks, make_speech):
+    prompt = str(make_speech("Grandpa reads a story before bedtime.", seconds=3.0))  # never generated with
+    extractions = callbacks.host.engine.status()["feature_extractions"]
+    steps = _save(callbacks, "Grandpa", prompt)
+    assert steps[0][0].startswith("⏳ Preparing the voice")
+    message, choices = steps[-1]
     assert message == "✅ Saved the voice “Grandpa”."
     assert ("Grandpa", "Grandpa") in choices["choices"]
-    assert "already exists" in callbacks.save_voice("en", "Grandpa", prompt, session)[0]
+    assert callbacks.host.engine.status()["feature_extractions"] == extractions + 1  # extracted in the worker
+    assert "Type a name" in _save(callbacks, "  ", prompt)[-1][0]
+    assert "already exists" in _save(callbacks, "Grandpa", prompt)[-1][0]
 
     audio, message, transcript = callbacks.voice_picked("en", "Grandpa", "")
     assert audio is None and "Grandpa" in message and transcript == TRANSCRIPT

@@ -234,7 +234,7 @@ class VoiceLibrary:
              audio: str | Path | None = None, audio_samples=None, sample_rate: int | None = None,
              overwrite: bool = False) -> dict:
         """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy."""
-        name = self._check_name(name)
+        name = self.check_name(name)
         _check_hash(audio_hash)
         with self._lock:
             entries = self._load()
@@ -249,7 +249,7 @@ class VoiceLibrary:
         return dict(entry)
 
     def rename(self, old: str, new: str) -> dict:
-        new = self._check_name(new)
+        new = self.check_name(new)
         with self._lock:
             entries = self._load()
             if old not in entries:
@@ -274,7 +274,8 @@ class VoiceLibrary:
                 (self.folder / audio_file).unlink(missing_ok=True)
 
     @staticmethod
-    def _check_name(name: str) -> str:
+    def check_name(name: str) -> str:
+        """``name`` stripped; VoiceError unless it is 1-MAX_VOICE_NAME printable characters."""
         if not isinstance(name, str) or not name.strip():
             raise VoiceError("a voice needs a name")
         name = name.strip()

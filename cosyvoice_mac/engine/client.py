@@ -14,8 +14,10 @@ from typing import Callable, Iterator
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.cache import VoiceLibrary
 from cosyvoice_mac.engine.jobqueue import JobQueue
-from cosyvoice_mac.engine.jobs import Command, EngineError, Job, JobEvent, JobResult
+from cosyvoice_mac.engine.jobs import Command, EngineError, Job, JobEvent, JobResult, Task
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
+from cosyvoice_mac.engine.tasks import TaskBook
+from cosyvoice_mac.engine.voices import VoiceSaving
 from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
 
 POLL_S = 0.05
@@ -37,7 +39,7 @@ class _Restart:
             self.done.set()
 
 
-class Engine:
+class Engine(VoiceSaving):
     """Owns the model worker process and the job queue (at most ``max_queue`` waiting, one running).
 
     ``on_event`` callbacks run on the supervisor thread and must return quickly.
@@ -55,6 +57,7 @@ class Engine:
         self.voices = VoiceLibrary(config.cache_dir)
         self._lock = threading.RLock()
         self.queue = JobQueue(max_queue, self._lock)
+        self.tasks = TaskBook(self._lock)
         if on_event:
             self.queue.add_callback(on_event)
         self._worker: WorkerProcess | None = None
@@ -113,6 +116,7 @@ class Engine:
                     self._worker.cancel(running.seq)  # so the polite stop below can succeed
                 self.queue.finish(running, jobs.CANCELLED, "cancelled: the engine was shut down")
             self.queue.fail_waiting(jobs.CANCELLED, "cancelled: the engine was shut down")
+            self.tasks.fail_all("the engine was shut down")
             if self._restart is not None:
                 self._restart.resolve(False, "the engine was shut down")
         if self._supervisor is not None:
@@ -193,17 +197,22 @@ class Engine:
                 "last_error": self._last_error,
             }
 
-    def save_voice(self, name: str, job_id: str, overwrite: bool = False) -> dict:
-        """Name the prompt voice a finished job used (its cached features and a copy of its audio)."""
-        result = self.result(job_id, timeout=0)
-        if not result.prompt_hash:
-            raise EngineError("that job used no prompt voice, so there is nothing to save")
-        job = self.queue.get(job_id).job
-        path = job.prompt_audio if isinstance(job.prompt_audio, str) else None
-        samples = job.prompt_audio if path is None and job.prompt_audio is not None else None
-        return self.voices.save(name, audio_hash=result.prompt_hash, model_id=result.model,
-                                transcript=job.prompt_text, audio=path, audio_samples=samples,
-                                sample_rate=job.prompt_sample_rate, overwrite=overwrite)
+    def run_task(self, kind: str, args: dict, timeout: float | None = None) -> dict:
+        """Have the worker do a Task (between jobs, ahead of waiting ones): its result.
+
+        Waits for the model to load first if it is loading. Raises TaskFailed (the worker's reason),
+        TimeoutError past ``timeout`` s, or EngineError when the engine is closed or failed to start.
+        """
+        with self._lock:
+            if self._closing or self._supervisor is None:
+                raise EngineError("the engine is not running; call start() first")
+            if self._state == "error":
+                raise EngineError(f"the model is not available: {self._last_error}. Fix the cause and restart")
+            ticket = self.tasks.add(Task(kind, dict(args)))
+        try:
+            return self.tasks.wait(ticket, timeout)
+        finally:
+            self.tasks.forget(ticket)
 
     # -- supervisor thread ---------------------------------------------------------------------
     def _supervise(self) -> None:
@@ -249,6 +258,7 @@ class Engine:
         with self._lock:
             self._state, self._last_error = "error", message
             self.queue.fail_waiting(jobs.FAILED, f"the model could not start: {message}")
+            self.tasks.fail_all(f"the model could not start: {message}")
             if self._restart is not None:
                 self._restart.resolve(False, message)
             self.queue.emit(JobEvent(jobs.EVENT_LOAD_FAILED, message=message))
@@ -267,6 +277,7 @@ class Engine:
                 if old is not None:
                     old.cancel(running.seq)  # lets the polite stop below succeed
                 self.queue.finish(running, jobs.CANCELLED, f"cancelled because the engine restarted ({ticket.reason})")
+            self.tasks.fail_sent(f"interrupted because the engine restarted ({ticket.reason}); try again")
         if old is not None:
             old.stop(self.stop_timeout_s)
         self._worker = None
@@ -275,6 +286,11 @@ class Engine:
     def _on_worker_event(self, event: JobEvent) -> None:
         with self._lock:
             if event.job_id is None:
+                if event.kind in (jobs.EVENT_TASK_DONE, jobs.EVENT_TASK_FAILED):
+                    if "status" in event.data:
+                        self._worker_status = dict(event.data.pop("status"))
+                    self.tasks.answer(event)
+                    return
                 if event.kind == jobs.EVENT_READY:
                     self._state, self._load_failures, self._last_error = "ready", 0, None
                     self._worker_status = dict(event.data)
@@ -307,6 +323,7 @@ class Engine:
         worker.stop(0.0)
         with self._lock:
             self._worker = None
+            self.tasks.fail_sent(f"the model process {how} during the task; try again")
             if self._closing:
                 return
             if self._state != "ready":
@@ -359,6 +376,12 @@ class Engine:
         with self._lock:
             if self._state != "ready" or self._worker is None:
                 return
+            for ticket in self.tasks.take_unsent():
+                try:
+                    self._worker.send(Command("task", task=ticket.task))
+                except OSError:  # the worker died just now: the next one gets it
+                    self.tasks.unsend(ticket)
+                    return
             record = self.queue.start_next()
             if record is None:
                 return

@@ -264,6 +264,27 @@ class WorkerRuntime:
         self._finish(JobEvent(jobs.DONE, job.job_id, result=result,
                               message="done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
 
+    def run_task(self, task: jobs.Task) -> None:
+        """Run one Task and answer it; never raises (a failure is the answer)."""
+        try:
+            if task.kind != jobs.TASK_EXTRACT_PROMPT:
+                raise SynthesisError(f"unknown task {task.kind!r}")
+            audio_path = task.args.get("audio")
+            if not isinstance(audio_path, str) or not Path(audio_path).is_file():
+                raise SynthesisError(f"the prompt audio file {audio_path} does not exist; upload it again")
+            speaker, source = self._prompt_from_audio(audio_path, None, task.args.get("transcript"))
+            result = {"audio_hash": speaker.audio_hash, "model_id": self.pipeline.model_id, "source": source,
+                      "duration_s": float(speaker.duration_s)}
+            event = JobEvent(jobs.EVENT_TASK_DONE, data={"task_id": task.task_id, "result": result})
+        except SynthesisError as error:
+            event = JobEvent(jobs.EVENT_TASK_FAILED, message=str(error), data={"task_id": task.task_id})
+        except Exception as error:  # the worker keeps serving jobs whatever one task does
+            event = JobEvent(jobs.EVENT_TASK_FAILED, message=f"{type(error).__name__}: {error}",
+                             data={"task_id": task.task_id, "traceback": traceback.format_exc(limit=8)})
+        release_memory(self.pipeline.device, self.home_device)
+        event.data["status"] = self.status()
+        self.send(event)
+
     def _retry_on_cpu(self, job, seed, should_stop, reason):
         self.device_failures += 1
         self.send(JobEvent(jobs.EVENT_RETRY, job.job_id, data={"device": "cpu", "reason": reason},

@@ -37,10 +37,11 @@ class WorkerConfig:
 
     ``pipeline_factory`` is ``"module:attribute.path"``, called as
     ``factory(model_dir, device=, dtype=, random_weights=, **pipeline_kwargs)``.
-    ``outputs_dir`` None saves nothing; ``cache_dir`` None uses the user cache folder.
+    ``outputs_dir`` None saves nothing; ``cache_dir`` None uses the user cache folder. ``model_dir`` is
+    None for a backend that needs no model folder (``cosyvoice_mac.preview.PIPELINE_FACTORY``).
     """
 
-    model_dir: str
+    model_dir: str | None
     device: str = "auto"
     dtype: str | None = None
     random_weights: bool = False
@@ -62,7 +63,8 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
         os.environ.setdefault(name, value)
     set_worker_thread_qos()
     send = events.send
-    send(JobEvent(EVENT_LOADING, message=f"loading the model from {config.model_dir}"))
+    source = config.model_dir or f"the backend {config.pipeline_factory} (no model folder)"
+    send(JobEvent(EVENT_LOADING, message=f"loading the model from {source}"))
     try:
         from cosyvoice_mac.engine.runtime import WorkerRuntime
 
@@ -82,10 +84,14 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
         if command.kind == "run":
             seq = command.seq
             runtime.run(command.job, should_stop=lambda: cancel_seq.value == seq)
+        elif command.kind == "task":
+            runtime.run_task(command.task)
 
 
 def _describe_load_failure(error: BaseException, config: WorkerConfig) -> str:
     text = str(error) or type(error).__name__
+    if config.model_dir is None:  # a backend that needs no model folder (the preview voice)
+        return f"the voice backend could not be started: {text}"
     return f"the model in {config.model_dir} could not be loaded: {text}"
 
 

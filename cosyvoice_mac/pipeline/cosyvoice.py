@@ -94,7 +94,7 @@ class CosyVoice:
             target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
         networks = build_networks(
             folder.config, qwen_config_for(folder), folder=folder, device=target,
-            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=random_weights,
+            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=random_weights, low_memory=low_memory,
         )
         model_id = model_identity(folder, folder.version, random_weights)
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
@@ -134,7 +134,7 @@ class CosyVoice:
             target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
         networks = build_networks(
             config, qwen_config_for(None), folder=None, device=target,
-            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=True, seed=seed,
+            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=True, seed=seed, low_memory=low_memory,
         )
         model_id = model_identity(None, version, True)
         prompt_encoder = PromptEncoder(

@@ -1,15 +1,15 @@
-"""Per-stage precision: keep big weight matrices in 16 bits while the arithmetic stays float32.
+"""Per-stage precision: keep the LLM's weight matrices in 16 bits while its arithmetic stays float32.
 
 A CPU without bf16/fp16 matrix units (x86 without AVX512-BF16/AMX) multiplies 16-bit matrices
 about ten times slower than float32 ones, so "bf16 on the CPU" would slow the flow down. What
-does pay everywhere is *storing* the weights in 16 bits: the LLM reads every weight once per
-token, so its speed is memory bandwidth / weight bytes, and half the bytes is up to twice the
-tokens per second (and half the memory, which is what an 8 GB Mac needs).
+pays is *storing* the LLM's weights in 16 bits: decoding reads every weight once per token, so
+it is limited by memory traffic, and half the bytes is half the memory (what an 8 GB Mac needs)
+and, where the 16-bit matrix-vector kernel keeps up with memory, up to twice the tokens per second.
 
-:class:`HalfStoredLinear` owns one such weight. A single-row input (one decoding step) takes a
-matrix-vector product straight from the 16-bit weight; a many-row input (prefill, the flow)
-widens the weight to the input's dtype for that one product, which costs little next to the
-matrix multiply itself. State-dict keys are unchanged (``weight``, ``bias``).
+:class:`HalfStoredLinear` owns one such weight. A single-row input (one decoding step) takes
+ATen's 16-bit matrix-vector product straight from the stored weight; a many-row input (the
+prefill) widens the weight for that one product, which costs little next to the product itself.
+State-dict keys are unchanged (``weight``, ``bias``). Measured alternatives are in bench/README.md.
 """
 from __future__ import annotations
 
@@ -32,8 +32,6 @@ def half_row_product(row: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     if weight.dtype == torch.float16 and not bool(torch.isfinite(out).all()):
         out = F.linear(row, weight.to(row.dtype))
     return out
-
-
 
 
 class HalfStoredLinear(nn.Module):
@@ -78,24 +76,43 @@ class HalfStoredEmbedding(nn.Module):
         return F.embedding(ids, self.weight).to(self.compute_dtype)
 
 
-def store_weights_in_half(module: nn.Module, storage: torch.dtype, compute: torch.dtype = torch.float32) -> int:
-    """Swap every ``nn.Linear`` (and the big text embedding) of ``module`` for a 16-bit-stored one.
+def halved_modules(module: nn.Module, keep: tuple[str, ...] = ()) -> set[int]:
+    """ids of the submodules whose weight :func:`store_weights_in_half` stores in 16 bits.
 
-    Tensors already in ``storage`` are kept as they are (no copy); others are converted one at a
-    time. Returns the number of bytes the swap saved.
+    Every ``nn.Linear`` and the big text embedding, except those whose qualified name starts with
+    a ``keep`` prefix (layers whose weight dtype the model code reads as its compute dtype).
+    """
+    chosen = set()
+    for name, child in module.named_modules():
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in keep):
+            continue
+        if isinstance(child, nn.Linear) or (isinstance(child, nn.Embedding) and child.num_embeddings >= BIG_EMBEDDING_ROWS):
+            chosen.add(id(child))
+    return chosen
+
+
+def store_weights_in_half(
+    module: nn.Module, storage: torch.dtype, compute: torch.dtype = torch.float32, keep: tuple[str, ...] = ()
+) -> int:
+    """Swap the linear layers (and the big text embedding) of ``module`` for 16-bit-stored ones.
+
+    ``keep`` names layers to leave alone (see :func:`halved_modules`). Weights already in
+    ``storage`` are kept as they are (no copy); others are converted one at a time. Returns the
+    number of bytes the swap saved.
     """
     if storage not in HALF_DTYPES:
         raise ValueError(f"weights can be stored as float16 or bfloat16, not {storage}")
+    chosen = halved_modules(module, keep)
     saved = 0
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
+            if id(child) not in chosen:
+                continue
+            weight = child.weight.detach()
+            saved += weight.numel() * (weight.element_size() - torch.finfo(storage).bits // 8)
             if isinstance(child, nn.Linear):
-                weight = child.weight.detach()
                 bias = None if child.bias is None else child.bias.detach().to(compute)
-                saved += weight.numel() * (weight.element_size() - torch.finfo(storage).bits // 8)
                 setattr(parent, name, HalfStoredLinear(weight.to(storage), bias))
-            elif isinstance(child, nn.Embedding) and child.num_embeddings >= BIG_EMBEDDING_ROWS:
-                weight = child.weight.detach()
-                saved += weight.numel() * (weight.element_size() - torch.finfo(storage).bits // 8)
+            else:
                 setattr(parent, name, HalfStoredEmbedding(weight.to(storage), compute))
     return saved

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.strings import EN
 
@@ -25,7 +26,6 @@ DEFAULT_OUTPUTS_DIR = REPO_ROOT / "outputs"
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
 TITLE = EN["title"]
-DOWNLOAD_COMMAND = "bash run.sh download cosyvoice3"
 NO_MODEL_MESSAGE = EN["no_model"]
 MAX_UPLOAD = "20mb"
 MAX_QUEUE = 8
@@ -48,8 +48,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="where generated audio is saved (default outputs/)")
     parser.add_argument("--cache-dir", type=Path, default=None,
                         help="speaker cache and saved voices (default: $COSYVOICE_CACHE_DIR or the user cache folder)")
-    parser.add_argument("--model", default=None, help="model folder name under --models-dir to load first "
-                        "(default: a CosyVoice3 model if there is one)")
+    parser.add_argument("--model", default=None, help="model folder name under --models-dir to load first, or "
+                        "'preview' for the preview voice (default: a CosyVoice3 model if there is one, else any "
+                        "model, else the preview voice)")
     parser.add_argument("--device", default=os.environ.get("COSYVOICE_DEVICE") or "auto",
                         help="auto (mps, cuda, cpu), mps, cuda, cuda:N or cpu (default $COSYVOICE_DEVICE or auto)")
     parser.add_argument("--dtype", default=os.environ.get("COSYVOICE_DTYPE") or None,
@@ -122,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{TITLE} is running at {app.local_url}  (Ctrl-C to stop)", flush=True)
         if not host.models():
             print(f"No model installed yet in {args.models_dir}. Get one with: {DOWNLOAD_COMMAND}", flush=True)
+            if host.current is not None and host.current.is_preview:
+                print(f"Until then the preview voice speaks. {PREVIEW_LABEL}.", flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

@@ -4,13 +4,14 @@ The layout asks ``detect_features()`` once; a control is built only when its fla
 missing optional part leaves no broken button behind. The flags, and where their controls slot in:
 
 * ``asr``: speech recognition can fill the prompt transcript (``cosyvoice_mac.frontend.asr`` imports,
-  faster-whisper is installed and a model is on disk). Its button belongs next to the transcript field;
-  it should run ``asr.transcribe`` outside the UI process (that module loads torch).
-* ``stream``: a "Stream" toggle that plays EVENT_PROGRESS audio chunks as they arrive.
-* ``preview_backend``: a label naming the backend of a preview run (``cosyvoice_mac.preview.labels``).
-* ``vocoder_select``: a vocoder menu (torch / Core ML with compute units).
-
-Only ``asr`` is detected so far; the controls themselves are later work.
+  faster-whisper is installed and a model is on disk). Its button sits next to the transcript field and
+  runs ``asr.transcribe`` in a child process (``engine.transcriber``): that module loads torch.
+* ``stream``: a "Stream" toggle that plays EVENT_PROGRESS audio chunks as they arrive (``streaming.py``);
+  it needs nothing extra, so it is always on.
+* ``preview_backend``: the preview voice (``cosyvoice_mac.preview``) runs when no model folder exists and
+  is offered in the model menu; it needs Piper and pyworld (the ``[preview]`` extra).
+* ``vocoder_select``: a vocoder menu (torch / Core ML with compute units). Not built yet: its place is
+  marked in layout.py, next to the model menu.
 """
 from __future__ import annotations
 
@@ -18,11 +19,13 @@ import importlib
 import importlib.util
 
 FEATURES = ("asr", "stream", "preview_backend", "vocoder_select")
+PREVIEW_MODULES = ("piper", "pyworld")
 
 
 def detect_features() -> dict[str, bool]:
     """Which optional controls the page may show."""
-    return {"asr": asr_available(), "stream": False, "preview_backend": False, "vocoder_select": False}
+    return {"asr": asr_available(), "stream": True, "preview_backend": preview_available(),
+            "vocoder_select": False}
 
 
 def asr_available() -> bool:
@@ -36,4 +39,12 @@ def asr_available() -> bool:
         asr.bundled_english_model()
         return True
     except Exception:  # ImportError, TranscriptionError, a broken install: the button stays away
+        return False
+
+
+def preview_available() -> bool:
+    """True when the preview voice's packages are installed (found, not imported: Piper is slow to load)."""
+    try:
+        return all(importlib.util.find_spec(name) is not None for name in PREVIEW_MODULES)
+    except (ImportError, ValueError):
         return False

@@ -13,8 +13,9 @@ import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
 from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
-from cosyvoice_mac.webui.render import history_rows, status_line
+from cosyvoice_mac.webui.render import HISTORY_DATATYPES, history_rows, status_line
 from cosyvoice_mac.webui.state import Session
+from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS, STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
 from cosyvoice_mac.webui.strings import text as say
 
@@ -22,9 +23,10 @@ CSS = """
 .cv-message p { margin: 0.2em 0; }
 .cv-notice { border: 1px solid var(--color-accent); border-radius: 8px; padding: 0.6em 1em; }
 #cv-dice { max-width: 4em; min-width: 3em; }
+#cv-stream-player { min-height: 0; }
 """
 DICE = "🎲"
-HISTORY_COLUMN_WIDTHS = ["8%", "34%", "10%", "12%", "10%", "6%", "7%", "13%"]
+HISTORY_COLUMN_WIDTHS = ["7%", "27%", "9%", "10%", "8%", "5%", "6%", "15%", "13%"]
 
 
 class LabelBook:
@@ -55,12 +57,23 @@ class LabelBook:
 
 
 def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool) -> gr.Blocks:
-    """The whole page. ``has_model`` False shows the download command instead of a Generate that fails.
+    """The whole page. ``has_model`` False shows the download command; Generate still works when the
+    preview voice can stand in (it is then labelled as a preview everywhere), and is disabled otherwise.
 
-    ``features`` (see features.py) switches optional controls on; none of them is built yet.
+    ``features`` (see features.py) switches optional controls on: the Transcribe button (``asr``) and the
+    Stream toggle (``stream``); the vocoder menu (``vocoder_select``) has its place marked below.
     """
     book, host, lang = LabelBook(), callbacks.host, DEFAULT_LANGUAGE
     make = book.make
+    can_generate = bool(host.choices())
+    offers_preview = any(choice.is_preview for choice in host.choices())
+
+    def no_model_words(lang: str) -> str:
+        return say(lang, "no_model") + ("\n\n" + say(lang, "no_model_preview") if offers_preview else "")
+
+    def licence_words(lang: str) -> str:
+        lines = [say(lang, "licence_cosyvoice")] + ([say(lang, "licence_preview")] if offers_preview else [])
+        return "\n\n".join(lines)
 
     with gr.Blocks(title=say(lang, "title")) as page:
         session = gr.State(Session())
@@ -73,7 +86,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         with gr.Group(visible=not callbacks.settings.notice_acknowledged, elem_classes="cv-notice") as notice:
             make(gr.Markdown, {"value": "notice"}, elem_id="cv-notice")
             notice_ok = make(gr.Button, {"value": "notice_ok"}, size="sm", elem_id="cv-notice-ok")
-        make(gr.Markdown, {"value": "no_model"}, visible=not has_model, elem_id="cv-no-model")
+        make(gr.Markdown, {"value": no_model_words}, visible=not has_model, elem_id="cv-no-model")
 
         with gr.Row():
             with gr.Column(scale=3):
@@ -83,8 +96,15 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 prompt_audio = make(gr.Audio, {"label": "prompt_audio_label"}, sources=["upload", "microphone"],
                                     type="filepath", buttons=["download"], elem_id="cv-prompt-audio")
                 prompt_msg = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
-                transcript = make(gr.Textbox, {"label": "transcript_label", "placeholder": "transcript_placeholder"},
-                                  lines=2, elem_id="cv-transcript")
+                with gr.Row(equal_height=False, elem_id="cv-transcript-row") as transcript_row:
+                    transcript = make(gr.Textbox, {"label": "transcript_label",
+                                                   "placeholder": "transcript_placeholder"},
+                                      lines=2, scale=5, elem_id="cv-transcript")
+                    transcribe = None
+                    if features.get("asr"):
+                        transcribe = make(gr.Button, {"value": "transcribe"}, size="sm", scale=1, min_width=110,
+                                          elem_id="cv-transcribe")
+                transcript_msg = gr.Markdown(elem_id="cv-transcript-msg", elem_classes="cv-message")
                 with gr.Row():
                     voice_name = make(gr.Textbox, {"label": "voice_name_label",
                                                    "placeholder": "voice_name_placeholder"},
@@ -114,31 +134,40 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                     dice = gr.Button(DICE, scale=0, elem_id="cv-dice")
                     speed = make(gr.Slider, {"label": "speed_label"}, minimum=0.5, maximum=2.0, step=0.05, value=1.0,
                                  scale=3, elem_id="cv-speed")
+                stream = make(gr.Checkbox, {"label": "stream_label", "info": "stream_info"}, value=False,
+                              visible=bool(features.get("stream")), elem_id="cv-stream")
+                stream_note = make(gr.Markdown, {"value": "stream_speed_note"}, visible=False,
+                                   elem_id="cv-stream-note", elem_classes="cv-message")
                 with gr.Row():
-                    generate = make(gr.Button, {"value": "generate"}, variant="primary", interactive=has_model,
+                    generate = make(gr.Button, {"value": "generate"}, variant="primary", interactive=can_generate,
                                     elem_id="cv-generate")
                     stop = make(gr.Button, {"value": "stop"}, variant="secondary", elem_id="cv-stop")
                 status = gr.Markdown(elem_id="cv-status", elem_classes="cv-message")
+                player = gr.HTML("", html_template=PLAYER_HTML, js_on_load=PLAYER_JS, elem_id="cv-stream-player")
                 result = make(gr.Audio, {"label": "result_label"}, interactive=False, buttons=["download"],
                               elem_id="cv-result")
 
             with gr.Column(scale=2):
                 make(gr.Markdown, {"value": "section_model"})
-                models = host.models()
-                model_menu = make(gr.Dropdown, {"label": "model_label", "info": "model_info"},
-                                  choices=[(choice.name, choice.name) for choice in models],
-                                  value=host.current.name if host.current else None, interactive=bool(models),
+                model_menu = make(gr.Dropdown, {"label": "model_label", "info": "model_info",
+                                                "choices": callbacks.model_choices},
+                                  value=host.current.name if host.current else None, interactive=can_generate,
                                   elem_id="cv-model")
-                restart = make(gr.Button, {"value": "restart"}, size="sm", interactive=has_model,
+                # The vocoder menu (torch, or Core ML with its compute units) belongs here, under the model
+                # it serves, once features["vocoder_select"] is on; its choice will travel with each Job.
+                restart = make(gr.Button, {"value": "restart"}, size="sm", interactive=can_generate,
                                elem_id="cv-restart")
                 model_msg = gr.Markdown(elem_id="cv-model-msg", elem_classes="cv-message")
                 status_panel = gr.Markdown(callbacks.status_panel(lang), elem_id="cv-status-panel")
+                with make(gr.Accordion, {"label": "licence_heading"}, open=False, elem_id="cv-licences"):
+                    make(gr.Markdown, {"value": licence_words}, elem_id="cv-licence-text")
                 history_pick = make(gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None,
                                     elem_id="cv-history-pick")
                 history_audio = make(gr.Audio, {"label": "history_audio_label"}, interactive=False,
                                      buttons=["download"], elem_id="cv-history-audio")
         history = make(gr.Dataframe, {"label": "history_label"}, value=history_rows(lang, Session()),
-                       interactive=False, wrap=True, column_widths=HISTORY_COLUMN_WIDTHS, elem_id="cv-history")
+                       interactive=False, wrap=True, column_widths=HISTORY_COLUMN_WIDTHS, datatype=HISTORY_DATATYPES,
+                       elem_id="cv-history")
         timer = gr.Timer(2.0)
 
         # -- wiring ----------------------------------------------------------------------------------
@@ -150,21 +179,29 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
         voices.input(callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript],
                      **quiet)
-        save_voice.click(callbacks.save_voice, [language, voice_name, prompt_audio, session], [voice_msg, voices])
+        save_voice.click(callbacks.save_voice, [language, voice_name, prompt_audio, transcript], [voice_msg, voices],
+                         concurrency_id="voice", concurrency_limit=2)
+        if transcribe is not None:
+            transcribe.click(callbacks.transcribe, [language, prompt_audio, voices], [transcript, transcript_msg],
+                             concurrency_id="asr", concurrency_limit=1, show_progress="hidden")
+        transcript.input(lambda: "", None, transcript_msg, **quiet)
         delete_voice.click(callbacks.delete_voice, [language, voices], [voice_msg, voices])
         text.change(callbacks.counter, [language, text], counter, trigger_mode="always_last", **quiet)
-        mode.change(callbacks.mode_changed, mode, [transcript, preset, instruct, mode_msg], **quiet)
+        mode.change(callbacks.mode_changed, mode, [transcript_row, preset, instruct, mode_msg], **quiet)
+        mode.change(lambda: "", None, transcript_msg, **quiet)
+        stream.change(callbacks.stream_toggled, stream, [speed, stream_note], **quiet)
         preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
         dice.click(callbacks.roll_seed, None, seed, **quiet)
 
         generate.click(
             callbacks.generate,
-            [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, session],
-            [prompt_msg, counter, mode_msg, status, result, history, history_pick, session],
+            [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session],
+            [prompt_msg, counter, mode_msg, status, result, history, history_pick, session, player],
             concurrency_limit=host.config.max_queue + 1, concurrency_id="generate", show_progress="minimal",
             show_progress_on=[result],
         ).then(callbacks.status_panel, language, status_panel, show_progress="hidden")
         stop.click(callbacks.stop, None, None, **quiet)
+        stop.click(None, None, None, js=STOP_JS)
         history_pick.input(callbacks.history_picked, [history_pick, session], history_audio)
 
         model_menu.input(callbacks.switch_model, [language, model_menu], [model_msg, status_panel],
@@ -179,7 +216,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         language.change(
             lambda lang, words, audio, voice, session: _dynamic_words(callbacks, lang, words, audio, voice, session),
             [language, text, prompt_audio, voices, session],
-            [counter, prompt_msg, status, status_panel, history, voice_msg, mode_msg, model_msg], **quiet)
+            [counter, prompt_msg, status, status_panel, history, voice_msg, mode_msg, model_msg, transcript_msg],
+            **quiet)
         language.change(None, language, None, js=gradio_locale_js())
         # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
         remounted = [prompt_audio, result, history_audio]
@@ -197,7 +235,7 @@ def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> 
         prompt = callbacks.prompt_message(lang, audio)
     status = status_line(lang, *session.last_status) if session.last_status else ""
     return (callbacks.counter(lang, words), prompt, status, callbacks.status_panel(lang),
-            history_rows(lang, session), "", "", "")
+            history_rows(lang, session), "", "", "", "")
 
 
 def _mode_choices(lang: str) -> list[tuple[str, str]]:

@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import time
 
+from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.prompt_check import PromptCheck
-from cosyvoice_mac.webui.state import Session
+from cosyvoice_mac.webui.state import PREVIEW, Session
 from cosyvoice_mac.webui.strings import text as say
 
 TEXT_IN_HISTORY = 60
+HISTORY_COLUMNS = ("col_time", "col_text", "col_mode", "col_voice", "col_seed", "col_speed", "col_duration",
+                   "col_model", "col_file")
+HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "markdown", "str"]
 PROMPT_PROBLEM_KEYS = {
     "not_audio": "prompt_not_audio", "no_decoder": "prompt_no_decoder", "low_rate": "prompt_low_rate",
     "silent": "prompt_silent", "too_short": "prompt_too_short", "too_long": "prompt_too_long",
@@ -15,11 +19,21 @@ PROMPT_PROBLEM_KEYS = {
 
 
 def status_line(lang: str, key: str, values: dict) -> str:
-    """The line under Generate; the engine's notes for the user (a preview voice, a fallback) follow it."""
+    """The line under Generate, then (when ``values`` say so) the streaming summary, the preview label and
+    the engine's notes for the user (a fallback, an ignored instruction)."""
     line = say(lang, key, **values)
+    if values.get("streamed"):
+        line += "  \n" + say(lang, "status_stream_summary", first=values["first"], elapsed=values["elapsed"])
+    if values.get("preview"):
+        line += "  \n" + preview_line(lang)
     if values.get("notes"):
         line += "  \n" + say(lang, "status_notes", notes=values["notes"])
     return line
+
+
+def preview_line(lang: str) -> str:
+    """The preview voice's label and the command that downloads the real model."""
+    return say(lang, "result_preview", label=say(lang, "preview_label"), command=DOWNLOAD_COMMAND)
 
 
 def render_prompt_check(lang: str, check: PromptCheck) -> str:
@@ -30,14 +44,15 @@ def render_prompt_check(lang: str, check: PromptCheck) -> str:
 
 def history_rows(lang: str, session: Session) -> dict:
     """The history table (headers in ``lang``), newest first."""
-    headers = [say(lang, key) for key in ("col_time", "col_text", "col_mode", "col_voice", "col_seed",
-                                          "col_speed", "col_duration", "col_file")]
+    headers = [say(lang, key) for key in HISTORY_COLUMNS]
     rows = []
     for entry in session.history:
         text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[:TEXT_IN_HISTORY - 1] + "…"
         rows.append([time.strftime("%H:%M:%S", time.localtime(entry.created)), text,
                      say(lang, f"mode_short_{entry.mode}"), entry.voice or say(lang, "history_prompt_voice"),
-                     entry.seed, f"{entry.speed:g}", f"{entry.duration_s:.1f}", entry.file_name])
+                     entry.seed, f"{entry.speed:g}", f"{entry.duration_s:.1f}",
+                     say(lang, "history_preview", command=DOWNLOAD_COMMAND) if entry.preview else entry.model or "",
+                     entry.file_name])
     return {"headers": headers, "data": rows}
 
 
@@ -51,10 +66,16 @@ def render_status(lang: str, status: dict) -> str:
     unknown = say(lang, "not_known")
     state = status.get("state") or "stopped"
     lines = []
-    if status.get("folder"):
+    preview = status.get("folder_version") == PREVIEW
+    if preview:
+        lines.append(say(lang, "status_model_preview", label=say(lang, "preview_label"), command=DOWNLOAD_COMMAND))
+    elif status.get("folder"):
         lines.append(say(lang, "status_model", name=status["folder"],
                          version=status.get("version") or status.get("folder_version"),
                          model_id=status.get("model") or unknown))
+    if status.get("folder"):
+        licence = say(lang, "licence_preview" if preview else "licence_cosyvoice")
+        lines.append(say(lang, "status_licence", licence=licence))
     state_key = f"state_{state}"
     lines.append(say(lang, "status_state", state=say(lang, state_key) if state_key in _STATE_KEYS else state))
     if status.get("device"):

@@ -13,20 +13,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from cosyvoice_mac.engine import Engine, EngineError, WorkerConfig, user_cache_dir
+from cosyvoice_mac.engine import Engine, EngineError, TranscriberProcess, WorkerConfig, user_cache_dir
 from cosyvoice_mac.engine.outputs import atomic_write_bytes
+from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
 
 MODEL_CONFIG_NAMES = {"cosyvoice3.yaml": "cosyvoice3", "cosyvoice2.yaml": "cosyvoice2"}
 SETTINGS_FILE = "webui.json"
+PREVIEW = "preview"  # the version (and backend) name of the preview voice
+# The menu value of the preview voice: no folder can be called this ("/" cannot be in a file name), so a
+# model folder never shadows it. ``--model preview`` also picks it.
+PREVIEW_CHOICE_NAME = "/preview"
 
 
 @dataclass(frozen=True)
 class ModelChoice:
-    """One model folder under models/: its folder name (what the menu shows), path and version."""
+    """One model folder under models/ (its folder name is the menu value), or the preview voice (no path)."""
 
     name: str
-    path: Path
+    path: Path | None
     version: str
+
+    @property
+    def is_preview(self) -> bool:
+        return self.version == PREVIEW
+
+
+PREVIEW_CHOICE = ModelChoice(PREVIEW_CHOICE_NAME, None, PREVIEW)
 
 
 def installed_models(models_dir: Path) -> list[Path]:
@@ -65,34 +77,52 @@ class HostConfig:
     start_timeout_s: float = 900.0
     torch_threads: int | None = None
     preferred_model: str | None = None
+    preview: bool | None = None  # offer the preview voice; None: when its packages are installed
 
 
 class ModelHost:
-    """Owns the one Engine the page talks to: which model folder it runs, starting, switching, restarting
-    and closing it. Every visitor shares it; the engine's queue keeps their jobs in order."""
+    """Owns the one Engine the page talks to (which model folder or the preview voice it runs; starting,
+    switching, restarting and closing it) and the prompt transcriber. Every visitor shares them; the
+    engine's queue keeps their jobs in order."""
 
-    def __init__(self, config: HostConfig, engine_factory: Callable[..., Engine] = Engine):
+    def __init__(self, config: HostConfig, engine_factory: Callable[..., Engine] = Engine,
+                 transcriber: TranscriberProcess | None = None):
         self.config = config
         self.engine_factory = engine_factory
         self.engine: Engine | None = None
         self.current: ModelChoice | None = None
+        self.transcriber = transcriber or TranscriberProcess()  # its process starts on the first request
         self._lock = threading.Lock()
+        if config.preview is None:
+            from cosyvoice_mac.webui.features import preview_available
+
+            config.preview = preview_available()
 
     def models(self) -> list[ModelChoice]:
+        """The CosyVoice model folders under models/."""
         return find_models(self.config.models_dir)
 
+    def choices(self) -> list[ModelChoice]:
+        """What the model menu offers: the model folders, then the preview voice when it is installed."""
+        return self.models() + ([PREVIEW_CHOICE] if self.config.preview else [])
+
     def choice(self, name: str | None) -> ModelChoice | None:
-        """The installed model called ``name`` (a value from the page, so only names we listed count)."""
-        return next((choice for choice in self.models() if choice.name == name), None)
+        """The choice called ``name`` (a value from the page, so only names we listed count); "preview"
+        also names the preview voice unless a model folder is called that."""
+        found = next((choice for choice in self.choices() if choice.name == name), None)
+        if found is None and name == PREVIEW and self.config.preview:
+            return PREVIEW_CHOICE
+        return found
 
     def default_choice(self) -> ModelChoice | None:
+        """The preferred choice, else the newest CosyVoice folder, else the preview voice (else None)."""
         models = self.models()
         preferred = self.choice(self.config.preferred_model) if self.config.preferred_model else None
         newest = [choice for choice in models if choice.version == "cosyvoice3"]
-        return preferred or (newest or models or [None])[0]
+        return preferred or (newest or models or self.choices() or [None])[0]
 
     def start(self, name: str | None = None) -> ModelChoice | None:
-        """Start the engine for ``name`` (default: the preferred or newest model) without waiting."""
+        """Start the engine for ``name`` (default: ``default_choice()``) without waiting."""
         choice = self.choice(name) if name else self.default_choice()
         if choice is None:
             return None
@@ -136,11 +166,13 @@ class ModelHost:
             engine, self.engine = self.engine, None
         if engine is not None:
             engine.close()
+        self.transcriber.close()
 
     def _worker_config(self, choice: ModelChoice) -> WorkerConfig:
         config = self.config
-        return WorkerConfig(model_dir=str(choice.path), device=config.device, dtype=config.dtype,
-                            outputs_dir=str(config.outputs_dir),
+        backend = {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY} if choice.is_preview else {
+            "model_dir": str(choice.path)}
+        return WorkerConfig(**backend, device=config.device, dtype=config.dtype, outputs_dir=str(config.outputs_dir),
                             cache_dir=str(config.cache_dir) if config.cache_dir else None,
                             torch_threads=config.torch_threads)
 
@@ -157,6 +189,8 @@ class HistoryEntry:
     speed: float
     duration_s: float
     created: float = field(default_factory=time.time)
+    model: str | None = None  # the model folder's name, or None for the preview voice
+    preview: bool = False
 
     @property
     def file_name(self) -> str:
@@ -166,11 +200,9 @@ class HistoryEntry:
 @dataclass
 class Session:
     """One browser tab's data (kept server-side in a gr.State): its outputs, newest first, and the last
-    finished job that used uploaded prompt audio (the one "Save voice" names)."""
+    status line (re-rendered on a language switch)."""
 
     history: list[HistoryEntry] = field(default_factory=list)
-    prompt_job_id: str | None = None
-    prompt_path: str | None = None
     last_status: tuple[str, dict] | None = None  # (strings key, values): re-rendered on a language switch
 
     def add(self, entry: HistoryEntry) -> None:

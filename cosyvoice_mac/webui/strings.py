@@ -6,6 +6,8 @@ the words, so a translation can change without touching the layout. Language nam
 """
 from __future__ import annotations
 
+from cosyvoice_mac.preview.labels import COSYVOICE_LICENSE_NOTE, LICENSE_NOTE, PREVIEW_LABEL
+
 LANGUAGES = (("English", "en"), ("中文", "zh"))
 DEFAULT_LANGUAGE = "en"
 
@@ -21,6 +23,8 @@ EN: dict[str, str] = {
     "no_model": "**No model installed yet.** Download one (about 5 GB) with:\n\n"
                 "`bash run.sh download cosyvoice3`\n\n"
                 "(or `bash run.sh download cosyvoice2`), then restart the app.",
+    "no_model_preview": "Meanwhile the **preview voice** speaks: an approximate match of the prompt voice, "
+                        "not real cloning.",
     # voice
     "section_voice": "### 1. Voice",
     "prompt_audio_label": "Prompt audio: 3-30 s of clear speech (WAV, MP3, FLAC or M4A; upload or record)",
@@ -38,6 +42,13 @@ EN: dict[str, str] = {
     "prompt_needed": "⚠️ Upload or record a prompt voice, or pick a saved voice.",
     "transcript_label": "Transcript of the prompt audio",
     "transcript_placeholder": "Type exactly what the prompt recording says",
+    "transcribe": "Transcribe",
+    "transcribe_progress": "⏳ Transcribing the prompt recording… {seconds:.0f} s",
+    "transcribe_download": "⏳ Downloading the speech recogniser: {done} of {total}…",
+    "transcribe_done": "✅ Filled in from the recording. Check the words and correct them if needed.",
+    "transcribe_empty": "⚠️ No words were recognised in the recording. Type the transcript.",
+    "transcribe_needs_audio": "⚠️ Upload or record a prompt first, then transcribe it.",
+    "transcribe_failed": "⚠️ {message}",
     "transcript_needed": "⚠️ Zero-shot mode needs the transcript of the prompt audio. Type what the "
                          "recording says, or choose cross-lingual mode.",
     "voices_label": "Saved voice",
@@ -50,8 +61,9 @@ EN: dict[str, str] = {
     "delete_voice": "Delete voice",
     "voice_saved": "✅ Saved the voice “{name}”.",
     "voice_deleted": "🗑 Deleted the voice “{name}”.",
-    "voice_save_needs_job": "⚠️ Generate once with this prompt audio first, then save it: the voice keeps "
-                            "the features that generation extracted.",
+    "voice_save_needs_audio": "⚠️ Upload or record the prompt audio you want to keep as a voice.",
+    "voice_saving": "⏳ Preparing the voice (the model extracts its features)…",
+    "voice_save_no_model": "⚠️ No model is running, so the voice cannot be prepared. See the note at the top.",
     "voice_name_needed": "⚠️ Type a name for the voice.",
     "voice_pick_to_delete": "⚠️ Pick a saved voice to delete.",
     "voice_error": "⚠️ {message}",
@@ -81,6 +93,9 @@ EN: dict[str, str] = {
     "seed_invalid": "⚠️ The seed must be a whole number from 0 to {limit}.",
     "dice_title": "Pick a random seed",
     "speed_label": "Speed",
+    "stream_label": "Stream",
+    "stream_info": "Play the audio while it is being made.",
+    "stream_speed_note": "ℹ️ Speed stays at 1.0 while streaming.",
     # generate
     "generate": "Generate",
     "stop": "Stop",
@@ -90,6 +105,9 @@ EN: dict[str, str] = {
     "status_started": "⏳ Synthesising…",
     "status_progress": "⏳ Sentence {index} of {count}: {text}",
     "status_retry": "⏳ The device failed; retrying on the CPU…",
+    "status_streaming": "🔊 Streaming sentence {index} of {count}: {audio:.1f} s of audio so far; first audio "
+                        "after {first:.1f} s.",
+    "status_stream_summary": "🔊 Streamed: first audio after {first:.1f} s, finished after {elapsed:.1f} s.",
     "status_done": "✅ Done: {duration:.1f} s of audio in {seconds:.1f} s, seed {seed}. Saved as {file}.",
     "status_done_unsaved": "✅ Done: {duration:.1f} s of audio, seed {seed}. ⚠️ Not saved: {error}",
     "status_failed": "⚠️ Generation failed: {message}",
@@ -100,6 +118,7 @@ EN: dict[str, str] = {
     "status_timeout": "⚠️ No answer from the model for {seconds:g} s. Press Stop, then Restart model.",
     "status_invalid": "⚠️ {message}",
     "status_notes": "ℹ️ {notes}",
+    "result_preview": "🔶 **{label}** (`{command}`)",
     # history
     "history_label": "History (this session, newest first)",
     "history_empty": "Nothing generated in this session yet.",
@@ -110,6 +129,7 @@ EN: dict[str, str] = {
     "col_seed": "Seed",
     "col_speed": "Speed",
     "col_duration": "Seconds",
+    "col_model": "Model",
     "col_file": "File",
     "history_prompt_voice": "uploaded prompt",
     "history_pick_label": "Play an earlier result",
@@ -117,13 +137,21 @@ EN: dict[str, str] = {
     # model status
     "section_model": "### Model",
     "model_label": "Model",
-    "model_info": "Model folders found in models/",
+    "model_info": "Model folders found in models/, or the preview voice",
+    "preview_choice": "Preview voice (approximate, no download)",
+    "preview_label": PREVIEW_LABEL,
+    "history_preview": "🔶 " + PREVIEW_LABEL + " (`{command}`)",
+    "licence_heading": "Licences",
+    "licence_cosyvoice": COSYVOICE_LICENSE_NOTE,
+    "licence_preview": LICENSE_NOTE,
     "restart": "Restart model",
     "restart_progress": "⏳ Restarting the model… {seconds:.0f} s",
     "switch_progress": "⏳ Loading {name}… {seconds:.0f} s",
     "restart_done": "✅ The model is ready ({seconds:.0f} s).",
     "restart_failed": "⚠️ The model did not start: {message}",
     "status_model": "**Model:** {name} ({version}, {model_id})",
+    "status_model_preview": "**Model:** 🔶 {label} (`{command}`)",
+    "status_licence": "**Licence:** {licence}",
     "status_state": "**State:** {state}",
     "status_device": "**Device:** {device}, {dtype}",
     "status_fell_back": "**Device:** {device}, {dtype}, fell back to the CPU: {reason}",
@@ -152,6 +180,7 @@ ZH: dict[str, str] = {
     "no_model": "**尚未安装模型。** 用下面的命令下载一个（约 5 GB）：\n\n"
                 "`bash run.sh download cosyvoice3`\n\n"
                 "（或 `bash run.sh download cosyvoice2`），然后重新启动本应用。",
+    "no_model_preview": "在此之前由**预览声音**朗读：它只是近似参考音频的声音，并不是真正的克隆。",
     # voice
     "section_voice": "### 1. 声音",
     "prompt_audio_label": "参考音频：3–30 秒清晰的语音（WAV、MP3、FLAC 或 M4A；上传或录音）",
@@ -169,6 +198,13 @@ ZH: dict[str, str] = {
     "prompt_needed": "⚠️ 请上传或录制参考音频，或选择一个已保存的声音。",
     "transcript_label": "参考音频的文字内容",
     "transcript_placeholder": "逐字输入参考录音里说的话",
+    "transcribe": "识别文字",
+    "transcribe_progress": "⏳ 正在识别参考录音的文字… {seconds:.0f} 秒",
+    "transcribe_download": "⏳ 正在下载语音识别模型：{done} / {total}…",
+    "transcribe_done": "✅ 已根据录音填入文字。请检查并在需要时修改。",
+    "transcribe_empty": "⚠️ 录音中没有识别出文字。请手动输入文字内容。",
+    "transcribe_needs_audio": "⚠️ 请先上传或录制参考音频，再识别文字。",
+    "transcribe_failed": "⚠️ {message}",
     "transcript_needed": "⚠️ 零样本模式需要参考音频的文字内容。请输入录音里说的话，或改用跨语种模式。",
     "voices_label": "已保存的声音",
     "voices_info": "选择一个已保存的声音，无需再上传参考音频。",
@@ -180,7 +216,9 @@ ZH: dict[str, str] = {
     "delete_voice": "删除声音",
     "voice_saved": "✅ 已保存声音“{name}”。",
     "voice_deleted": "🗑 已删除声音“{name}”。",
-    "voice_save_needs_job": "⚠️ 请先用这段参考音频生成一次，再保存：保存的声音沿用那次生成提取的特征。",
+    "voice_save_needs_audio": "⚠️ 请上传或录制要保存为声音的参考音频。",
+    "voice_saving": "⏳ 正在准备声音（模型正在提取它的特征）…",
+    "voice_save_no_model": "⚠️ 没有运行中的模型，无法准备声音。请看页面顶部的说明。",
     "voice_name_needed": "⚠️ 请为声音输入一个名字。",
     "voice_pick_to_delete": "⚠️ 请先选择要删除的已保存声音。",
     "voice_error": "⚠️ {message}",
@@ -210,6 +248,9 @@ ZH: dict[str, str] = {
     "seed_invalid": "⚠️ 随机种子必须是 0 到 {limit} 之间的整数。",
     "dice_title": "随机选一个种子",
     "speed_label": "语速",
+    "stream_label": "边生成边播放",
+    "stream_info": "在生成音频的同时播放。",
+    "stream_speed_note": "ℹ️ 边生成边播放时语速固定为 1.0。",
     # generate
     "generate": "生成",
     "stop": "停止",
@@ -219,6 +260,9 @@ ZH: dict[str, str] = {
     "status_started": "⏳ 正在合成…",
     "status_progress": "⏳ 第 {index} 句，共 {count} 句：{text}",
     "status_retry": "⏳ 设备出错，正在改用处理器重试…",
+    "status_streaming": "🔊 正在播放第 {index} 句，共 {count} 句：已生成 {audio:.1f} 秒音频；"
+                        "首段音频用时 {first:.1f} 秒。",
+    "status_stream_summary": "🔊 边生成边播放：首段音频用时 {first:.1f} 秒，全部完成用时 {elapsed:.1f} 秒。",
     "status_done": "✅ 完成：{duration:.1f} 秒音频，用时 {seconds:.1f} 秒，种子 {seed}。已保存为 {file}。",
     "status_done_unsaved": "✅ 完成：{duration:.1f} 秒音频，种子 {seed}。⚠️ 未能保存：{error}",
     "status_failed": "⚠️ 生成失败：{message}",
@@ -229,6 +273,7 @@ ZH: dict[str, str] = {
     "status_timeout": "⚠️ 模型 {seconds:g} 秒没有响应。请点击“停止”，再点击“重启模型”。",
     "status_invalid": "⚠️ {message}",
     "status_notes": "ℹ️ {notes}",
+    "result_preview": "🔶 **{label}**（`{command}`）",
     # history
     "history_label": "历史记录（本次会话，最新的在前）",
     "history_empty": "本次会话还没有生成任何内容。",
@@ -239,6 +284,7 @@ ZH: dict[str, str] = {
     "col_seed": "种子",
     "col_speed": "语速",
     "col_duration": "秒数",
+    "col_model": "模型",
     "col_file": "文件",
     "history_prompt_voice": "上传的参考音频",
     "history_pick_label": "播放之前的结果",
@@ -246,13 +292,24 @@ ZH: dict[str, str] = {
     # model status
     "section_model": "### 模型",
     "model_label": "模型",
-    "model_info": "在 `models/` 中找到的模型文件夹",
+    "model_info": "在 `models/` 中找到的模型文件夹，或预览声音",
+    "preview_choice": "预览声音（近似，无需下载）",
+    "preview_label": "预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3",
+    "history_preview": "🔶 预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3（`{command}`）",
+    "licence_heading": "许可证",
+    "licence_cosyvoice": "`CosyVoice2` / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
+    "licence_preview": "预览声音：`Piper TTS`（`piper-tts`，`GPL-3.0-or-later`）和 `en_US-joe-medium` 声音"
+                       "（`CC0`），`WORLD` 声码器（`pyworld`，`MIT`）；中文在安装了 `espeak-ng`"
+                       "（`GPL-3.0-or-later`）时由它朗读。`Piper` 是本软件包的可选组件（`[preview]`），"
+                       "核心部分仍采用 `Apache-2.0` 许可证。",
     "restart": "重启模型",
     "restart_progress": "⏳ 正在重启模型… {seconds:.0f} 秒",
     "switch_progress": "⏳ 正在加载 {name}… {seconds:.0f} 秒",
     "restart_done": "✅ 模型已就绪（{seconds:.0f} 秒）。",
     "restart_failed": "⚠️ 模型未能启动：{message}",
     "status_model": "**模型：** {name}（{version}，{model_id}）",
+    "status_model_preview": "**模型：** 🔶 {label}（`{command}`）",
+    "status_licence": "**许可证：** {licence}",
     "status_state": "**状态：** {state}",
     "status_device": "**设备：** {device}，{dtype}",
     "status_fell_back": "**设备：** {device}，{dtype}，已退回处理器运行：{reason}",

@@ -1,9 +1,11 @@
 """Browser tests: the real app (``python app.py``) on a free port with a tiny random-weight model, driven
 by Playwright through an installed Chromium (Debian's ``/usr/bin/chromium``; never ``playwright install``).
 
-One app serves the whole module (starting it loads gradio and warms the model up: tens of seconds on a
-busy machine); each test gets a fresh browser page, that is a fresh session. A failing test leaves a
-full-page screenshot in ``$COSYVOICE_SCREENSHOT_DIR`` (default: ``<tmp>/cosyvoice-browser-screens``).
+One app serves the whole session (starting it loads gradio and warms the model up: tens of seconds on a
+busy machine); each test gets a fresh browser page, that is a fresh session. ``preview_app`` is a second
+app with no model folder at all (the preview voice stands in), started only by the modules that use it.
+A failing test leaves a full-page screenshot in ``$COSYVOICE_SCREENSHOT_DIR`` (default:
+``<tmp>/cosyvoice-browser-screens``). The speech recogniser never reaches for the network here.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,7 +77,8 @@ class RunningApp:
 def start_app(root: Path, models_dir: Path, extra: tuple[str, ...] = ()) -> RunningApp:
     port = free_port()
     log = open(root / "app.log", "w")
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
+           "COSYVOICE_ASR_DOWNLOAD": os.environ.get("COSYVOICE_ASR_DOWNLOAD", "0")}
     process = subprocess.Popen(
         [sys.executable, "app.py", "--port", str(port), "--models-dir", str(models_dir),
          "--outputs-dir", str(root / "outputs"), "--cache-dir", str(root / "cache"), "--device", "cpu",
@@ -126,9 +130,19 @@ def app(tmp_path_factory):
     stop_app(running)
 
 
-@pytest.fixture
-def page(browser, app, request):
-    """A fresh browser page (a new session) on the app; screenshot on failure."""
+@pytest.fixture(scope="module")
+def preview_app(tmp_path_factory):
+    """The app with an empty models folder: the preview voice (Piper + WORLD) stands in for CosyVoice."""
+    root = tmp_path_factory.mktemp("webui-preview")
+    (root / "models").mkdir()
+    running = start_app(root, root / "models")
+    yield running
+    stop_app(running)
+
+
+@contextmanager
+def open_page(browser, app: RunningApp, request):
+    """A fresh browser page (a new session) on ``app``; screenshot on failure."""
     context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US")
     context.set_default_timeout(60_000)
     tab = context.new_page()
@@ -142,6 +156,18 @@ def page(browser, app, request):
         tab.screenshot(path=str(path), full_page=True)
         print(f"screenshot of the failure: {path}\napp log: {app.log}")
     context.close()
+
+
+@pytest.fixture
+def page(browser, app, request):
+    with open_page(browser, app, request) as tab:
+        yield tab
+
+
+@pytest.fixture
+def preview_page(browser, preview_app, request):
+    with open_page(browser, preview_app, request) as tab:
+        yield tab
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)

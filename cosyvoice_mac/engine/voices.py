@@ -1,0 +1,47 @@
+"""Naming prompt voices through the engine: from a finished job, or straight from a recording.
+
+Mixed into :class:`cosyvoice_mac.engine.client.Engine`, which provides ``voices`` (a VoiceLibrary),
+``result``, ``queue`` and ``run_task``. Nothing here imports torch: the worker extracts the features.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from cosyvoice_mac.engine import jobs
+from cosyvoice_mac.engine.jobs import EngineError
+
+
+class VoiceSaving:
+    """The engine's voice-saving methods (state lives on the engine)."""
+
+    def save_voice_from_audio(self, name: str, audio_path: str | Path, transcript: str | None = None,
+                              overwrite: bool = False, timeout: float | None = None) -> dict:
+        """Name a prompt recording: the worker extracts (or finds cached) its features for the loaded model,
+        the library keeps the name, the transcript and a copy of the audio. No generation is needed first.
+
+        Raises VoiceError (bad or taken name), TaskFailed (audio the model cannot use, with the reason),
+        TimeoutError past ``timeout`` s, or EngineError (no such file, engine not running).
+        """
+        name = self.voices.check_name(name)
+        if not overwrite and any(entry["name"] == name for entry in self.voices.list()):
+            raise EngineError(f"a voice named {name!r} already exists; pick another name or overwrite it")
+        audio_path = Path(audio_path)
+        if not audio_path.is_file():
+            raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
+        transcript = (transcript or "").strip() or None
+        features = self.run_task(jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "transcript": transcript},
+                                 timeout)
+        return self.voices.save(name, audio_hash=features["audio_hash"], model_id=features["model_id"],
+                                transcript=transcript, audio=audio_path, overwrite=overwrite)
+
+    def save_voice(self, name: str, job_id: str, overwrite: bool = False) -> dict:
+        """Name the prompt voice a finished job used (its cached features and a copy of its audio)."""
+        result = self.result(job_id, timeout=0)
+        if not result.prompt_hash:
+            raise EngineError("that job used no prompt voice, so there is nothing to save")
+        job = self.queue.get(job_id).job
+        path = job.prompt_audio if isinstance(job.prompt_audio, str) else None
+        samples = job.prompt_audio if path is None and job.prompt_audio is not None else None
+        return self.voices.save(name, audio_hash=result.prompt_hash, model_id=result.model,
+                                transcript=job.prompt_text, audio=path, audio_samples=samples,
+                                sample_rate=job.prompt_sample_rate, overwrite=overwrite)

@@ -1,0 +1,47 @@
+"""No model folder at all: the page says how to download one, and the preview voice generates meanwhile,
+labelled as a preview wherever its results appear."""
+from __future__ import annotations
+
+from playwright.sync_api import expect
+
+from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
+from tests.browser.helpers import audio_source, fill, generate, screens_dir, upload_prompt, wait_until_ready
+
+TRANSCRIPT = "This is the voice I would like you to copy, please."
+
+
+def test_without_a_model_the_preview_voice_generates_and_is_labelled(preview_page, preview_app, prompt_wav):
+    page = preview_page
+    no_model = page.locator("#cv-no-model")
+    expect(no_model).to_contain_text("No model installed yet")
+    expect(no_model).to_contain_text(DOWNLOAD_COMMAND)
+    expect(no_model).to_contain_text("preview voice")
+    wait_until_ready(page)
+    panel = page.locator("#cv-status-panel")
+    expect(panel).to_contain_text(PREVIEW_LABEL)
+    expect(panel).to_contain_text(DOWNLOAD_COMMAND)
+    expect(panel).to_contain_text("Piper TTS")  # the running backend's licence
+    expect(page.locator("#cv-model input")).to_have_value("Preview voice (approximate, no download)")
+
+    before = preview_app.output_files()
+    upload_prompt(page, prompt_wav)
+    fill(page, "cv-transcript", TRANSCRIPT)
+    fill(page, "cv-text", "Hello from the preview voice.")
+    status = generate(page)
+
+    assert "Done" in status and PREVIEW_LABEL in status and DOWNLOAD_COMMAND in status, status
+    (new_file,) = preview_app.output_files() - before
+    assert new_file in status
+    history = page.locator("#cv-history")
+    expect(history).to_contain_text(new_file)
+    expect(history).to_contain_text(PREVIEW_LABEL)
+    assert audio_source(page, "cv-result")
+    expect(no_model).to_contain_text(DOWNLOAD_COMMAND)  # still there after generating
+
+    page.locator("#cv-licences").get_by_text("Licences").click()
+    expect(page.locator("#cv-licence-text")).to_contain_text("Apache-2.0")
+    expect(page.locator("#cv-licence-text")).to_contain_text("GPL-3.0-or-later")
+    folder = screens_dir()
+    if folder:
+        page.screenshot(path=str(folder / "preview-after.png"), full_page=True)
+    assert "Traceback" not in page.content()

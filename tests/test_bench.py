@@ -1,0 +1,134 @@
+"""The benchmark (on the tiny model, a few tokens), weight loading and the low-memory mode."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from cosyvoice_mac import bench
+from cosyvoice_mac.checkpoint import load_checkpoint
+from cosyvoice_mac.pipeline import CosyVoice
+from cosyvoice_mac.pipeline.loading import OnDemand, build_networks, qwen_config_for
+from cosyvoice_mac.pipeline.model_dir import ModelFolder
+from tests.fakes.onnx_models import make_tiny_model_dir
+
+STAGE_FIELDS = ("frontend_s", "llm_s", "flow_s", "vocoder_s", "frontend_cpu_s", "llm_cpu_s", "flow_cpu_s",
+                "vocoder_cpu_s", "end_to_end_s", "rtf", "llm_tokens_per_s", "first_audio_s", "audio_s")
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    return make_tiny_model_dir("cosyvoice3", tmp_path_factory.mktemp("tiny") / "model")
+
+
+def test_bench_reports_every_stage_floor_and_memory(tiny_dir, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    status = bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--dtypes", "float32,float16/float32",
+                         "--tokens", "6", "--runs", "2", "--in-process", "--json", str(out)])
+    assert status == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out) == json.loads(out.read_text())
+    assert "torch threads:" in captured.err and "llm/flow dtype" in captured.err
+    reports = json.loads(out.read_text())["benchmarks"]
+    assert [(r["llm_dtype"], r["flow_dtype"]) for r in reports] == [("float32", "float32"), ("float16", "float32")]
+    for report in reports:
+        median = report["median"]
+        assert all(median[field] > 0 for field in STAGE_FIELDS), median
+        assert median["audio_s"] == pytest.approx(6 / bench.TOKEN_RATE, abs=0.05)
+        assert median["mel_finite"] and median["wave_finite"]
+        assert len(report["all_runs"]) == 2 and report["runs"] == 2
+        assert report["peak_rss_mb"] >= report["rss_after_load_mb"] > 0
+        assert report["torch_threads"] == torch.get_num_threads() and report["peak_device_mb"] is None
+        floors = report["floors"]
+        assert floors["memory_bandwidth_gb_s"] > 0 and floors["matmul_gflop_s"] > 0
+        for stage in ("llm", "flow"):
+            assert floors[stage]["floor_s"] > 0 and floors[stage]["x_floor"] > 0 and floors[stage]["how"]
+    assert reports[1]["floors"]["llm"]["bytes_per_token"] < reports[0]["floors"]["llm"]["bytes_per_token"]
+
+
+def test_bench_runs_each_configuration_in_its_own_process(tiny_dir, tmp_path, capsys):
+    status = bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--dtypes", "float32", "--tokens", "4",
+                         "--runs", "1", "--no-floors", "--no-stream", "--low-memory"])
+    assert status == 0
+    (report,) = json.loads(capsys.readouterr().out)["benchmarks"]
+    assert report["low_memory"] and report["llm_dtype"] == "float16" and report["median"]["first_audio_s"] is None
+    assert "floors" not in report
+
+
+def test_bench_rejects_an_unknown_dtype():
+    with pytest.raises(Exception, match="not supported"):
+        bench.parse_dtypes("float8/float32")
+
+
+def test_loading_real_weights_runs_no_random_initialisation(monkeypatch, tmp_path):
+    folder = ModelFolder.open(make_tiny_model_dir("cosyvoice3", tmp_path))
+    initialised = []  # linear layers whose random initialisation touched real memory
+    original = nn.Linear.reset_parameters
+    monkeypatch.setattr(nn.Linear, "reset_parameters",
+                        lambda self: (original(self), self.weight.is_meta or initialised.append(self)))
+    networks = build_networks(folder.config, qwen_config_for(folder), folder=folder, device=torch.device("cpu"),
+                              llm_dtype=torch.float16)
+    hift_layers = {id(module) for module in networks.hift.modules()}
+    assert initialised and all(id(layer) in hift_layers for layer in initialised)  # LLM and flow: meta only
+    state = load_checkpoint(folder.path / "llm.pt")
+    for key, tensor in networks.llm.state_dict().items():
+        assert not tensor.is_meta
+        expected = state[key].to(tensor.dtype)  # fp32 tensors stay exact after their neighbours' pages were dropped
+        assert torch.equal(tensor, expected), key
+    assert all(not t.is_meta for t in networks.flow.state_dict().values())
+
+
+def test_random_weights_are_seeded_and_complete(tmp_path):
+    folder = ModelFolder.open(make_tiny_model_dir("cosyvoice2", tmp_path))
+    build = lambda seed: build_networks(folder.config, qwen_config_for(folder), folder=None,
+                                        device=torch.device("cpu"), random_weights=True, seed=seed)
+    first, again, other = (build(seed).flow.state_dict() for seed in (0, 0, 1))
+    assert all(not t.is_meta and torch.isfinite(t).all() for t in first.values())
+    assert all(torch.equal(first[key], again[key]) for key in first)
+    assert not all(torch.equal(first[key], other[key]) for key in first)
+
+
+def test_low_memory_loads_the_frontends_only_while_encoding(tiny_dir, make_speech):
+    model = CosyVoice.from_pretrained(tiny_dir, device="cpu", low_memory=True)
+    tokenizer, encoder = model.prompt_encoder.speech_tokenizer, model.prompt_encoder.speaker_encoder
+    assert isinstance(tokenizer, OnDemand) and not tokenizer.loaded and not encoder.loaded
+    assert model.networks.llm.llm_decoder.weight.dtype == torch.float16
+    voice = str(make_speech("A short prompt voice for the low memory mode.", seconds=2.0))
+    for loads in (1, 2):
+        speaker = model.prepare_prompt(voice)
+        assert (tokenizer.loads, encoder.loads) == (loads, loads)
+        assert not tokenizer.loaded and not encoder.loaded
+    (result,) = model.synthesize("Hello.", speaker=speaker, seed=0)
+    assert result.audio.size > 0 and np.isfinite(result.audio).all()
+
+
+def test_default_mode_keeps_the_frontends_loaded(tiny_dir):
+    model = CosyVoice.from_pretrained(tiny_dir, device="cpu")
+    tokenizer = model.prompt_encoder.speech_tokenizer
+    assert tokenizer.loaded and tokenizer.loads == 1
+    assert model.networks.llm.llm_decoder.weight.dtype == torch.float32
+
+
+def test_on_demand_builds_once_per_use_when_not_kept():
+    built = []
+
+    class Model:
+        size = 3
+
+        def run(self, value):
+            return value * 2
+
+    def factory():
+        built.append(1)
+        return Model()
+
+    kept, released = OnDemand(factory), OnDemand(factory, keep_loaded=False)
+    assert kept.run(2) == 4 and kept.run(3) == 6 and kept.loads == 1 and kept.loaded
+    assert released.run(2) == 4 and released.run(3) == 6 and released.loads == 2 and not released.loaded
+    assert released.size == 3
+    with pytest.raises(AttributeError):
+        released._private  # noqa: B018
+

@@ -1,0 +1,172 @@
+"""Worker tasks: saving a voice straight from a recording (features extracted in the worker, before any
+generation), tasks between jobs, and tasks that meet a dead, restarting, loading or closing worker.
+The worker is a real process around the fake pipeline; every wait has a deadline."""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import soundfile
+
+from cosyvoice_mac.engine import Engine, EngineError, Job, TaskFailed, VoiceError, jobs
+from tests.fakes.fake_pipeline import fake_worker_config, tone, wait_for_event
+
+DEADLINE = 60.0
+SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(8))  # 8 x 0.25 s
+
+
+def _engine(config, **options) -> Engine:
+    return Engine(config, **{"stop_timeout_s": 1.0, "cancel_grace_s": 1.0, "start_timeout_s": DEADLINE, **options})
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    config = fake_worker_config(tmp_path_factory.mktemp("tasks"), extract_s=0.3, segment_s=0.25)
+    engine = _engine(config)
+    assert engine.start(timeout=DEADLINE), engine.status()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture
+def recording(tmp_path):
+    def make(frequency: float) -> str:
+        path = tmp_path / f"voice-{frequency:g}.wav"
+        soundfile.write(path, tone(3.0, frequency=frequency), 24000, subtype="PCM_16")
+        return str(path)
+
+    return make
+
+
+def test_a_voice_is_saved_from_a_recording_before_any_generation_and_reused(engine, recording):
+    path = recording(141.0)
+    extractions = engine.status()["feature_extractions"]
+    saved = engine.save_voice_from_audio("Aunt May", path, "  hello there  ", timeout=DEADLINE)
+    assert saved["name"] == "Aunt May" and saved["transcript"] == "hello there"
+    assert saved["model_id"] == engine.status()["model"] and saved["audio_file"]
+    assert engine.status()["feature_extractions"] == extractions + 1  # done in the worker, now
+    assert os.path.isfile(engine.voices.get("Aunt May")["audio_path"])  # a copy outlives the upload
+
+    result = engine.result(engine.submit(Job(text="Spoken by a saved voice.", voice="Aunt May")), timeout=DEADLINE)
+    assert result.cache_hit and result.prompt_hash == saved["audio_hash"] and result.mode == "zero_shot"
+    assert engine.status()["feature_extractions"] == extractions + 1
+
+    again = engine.save_voice_from_audio("Aunt May, again", path, None, timeout=DEADLINE)
+    assert again["audio_hash"] == saved["audio_hash"] and again["transcript"] is None
+    assert engine.status()["feature_extractions"] == extractions + 1  # the same recording: from the cache
+
+
+def test_bad_names_files_and_audio_are_refused_with_a_reason(engine, recording, tmp_path):
+    path = recording(150.0)
+    with pytest.raises(VoiceError, match="needs a name"):
+        engine.save_voice_from_audio("   ", path)
+    engine.save_voice_from_audio("Taken", path, timeout=DEADLINE)
+    with pytest.raises(EngineError, match="already exists"):
+        engine.save_voice_from_audio("Taken", recording(151.0), timeout=DEADLINE)
+    assert engine.save_voice_from_audio("Taken", recording(152.0), overwrite=True, timeout=DEADLINE)
+    with pytest.raises(EngineError, match="does not exist"):
+        engine.save_voice_from_audio("Nowhere", tmp_path / "missing.wav")
+    notes = tmp_path / "notes.wav"
+    notes.write_text("meeting notes, not a recording")
+    with pytest.raises(TaskFailed, match="not an audio file"):
+        engine.save_voice_from_audio("Notes", notes, timeout=DEADLINE)
+    assert "Notes" not in [voice["name"] for voice in engine.voices.list()]
+    with pytest.raises(TaskFailed, match="unknown task"):
+        engine.run_task("paint", {}, timeout=DEADLINE)
+    assert engine.result(engine.submit(Job(text="Still working.")), timeout=DEADLINE)
+
+
+def test_a_task_runs_after_the_running_job_and_before_the_waiting_ones(engine, recording):
+    heard = engine.subscribe()
+    try:
+        running = engine.submit(Job(text=SLOW))
+        wait_for_event(engine, running, "progress", DEADLINE)
+        waiting = engine.submit(Job(text="Next in line."))
+        saved_at = {}
+
+        def save():
+            engine.save_voice_from_audio("Between jobs", recording(160.0), timeout=DEADLINE)
+            saved_at["t"] = time.monotonic()
+
+        saver = threading.Thread(target=save)
+        saver.start()
+        saver.join(DEADLINE)
+        assert "t" in saved_at
+        engine.result(waiting, timeout=DEADLINE)
+    finally:
+        engine.unsubscribe(heard)
+    kinds = []
+    while not heard.empty():
+        event = heard.get_nowait()
+        if event.job_id in (running, waiting) and event.kind in ("started", "done"):
+            kinds.append((event.kind, event.job_id))
+    assert kinds == [("started", running), ("done", running), ("started", waiting), ("done", waiting)]
+    assert engine.result(running, timeout=0) and engine.position(waiting) is None
+
+
+def test_a_timed_out_task_is_forgotten_and_its_late_answer_dropped(tmp_path, recording):
+    with _engine(fake_worker_config(tmp_path, extract_s=2.0)) as slow_engine:
+        assert slow_engine.start(timeout=DEADLINE)
+        with pytest.raises(TimeoutError, match="within 0.3 s"):
+            slow_engine.save_voice_from_audio("Late", recording(170.0), timeout=0.3)
+        assert "Late" not in [voice["name"] for voice in slow_engine.voices.list()]
+        assert slow_engine.result(slow_engine.submit(Job(text="After the late answer.")), timeout=DEADLINE)
+        assert not slow_engine.tasks._tickets
+
+
+def test_a_task_waits_for_the_model_to_load(tmp_path, recording):
+    with _engine(fake_worker_config(tmp_path, load_s=1.5)) as loading:
+        loading.start(wait=False)
+        assert loading.status()["state"] == "starting"
+        saved = loading.save_voice_from_audio("Patient", recording(180.0), timeout=DEADLINE)
+        assert saved["model_id"] == loading.status()["model"] and loading.status()["state"] == "ready"
+
+
+def test_a_task_fails_when_the_worker_dies_during_it_and_the_engine_recovers(tmp_path, recording):
+    with _engine(fake_worker_config(tmp_path, extract_s=3.0)) as fragile:  # the warm-up extracts too
+        assert fragile.start(timeout=DEADLINE)
+        outcome = {}
+
+        def save():
+            try:
+                fragile.save_voice_from_audio("Doomed", recording(190.0), timeout=DEADLINE)
+            except Exception as error:  # what the caller sees
+                outcome["error"] = error
+
+        saver = threading.Thread(target=save)
+        saver.start()
+        deadline = time.monotonic() + DEADLINE
+        while not any(ticket.sent for ticket in list(fragile.tasks._tickets.values())):
+            assert time.monotonic() < deadline, "the task was never sent"
+            time.sleep(0.05)
+        os.kill(fragile.status()["worker_pid"], signal.SIGKILL)
+        saver.join(DEADLINE)
+        assert isinstance(outcome.get("error"), TaskFailed) and "try again" in str(outcome["error"])
+        deadline = time.monotonic() + DEADLINE
+        while fragile.status()["state"] != "ready":
+            assert time.monotonic() < deadline, fragile.status()
+            time.sleep(0.1)
+
+
+def test_closing_the_engine_fails_its_tasks_and_refuses_new_ones(tmp_path, recording):
+    loading = _engine(fake_worker_config(tmp_path, load_s=30.0))
+    loading.start(wait=False)
+    outcome = {}
+
+    def save():
+        try:
+            loading.save_voice_from_audio("Never", recording(200.0), timeout=DEADLINE)
+        except Exception as error:
+            outcome["error"] = error
+
+    saver = threading.Thread(target=save)
+    saver.start()
+    time.sleep(0.3)
+    loading.close()
+    saver.join(DEADLINE)
+    assert isinstance(outcome.get("error"), TaskFailed) and "shut down" in str(outcome["error"])
+    with pytest.raises(EngineError, match="not running"):
+        loading.run_task(jobs.TASK_EXTRACT_PROMPT, {"audio": recording(201.0)})

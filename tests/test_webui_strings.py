@@ -12,7 +12,8 @@ from cosyvoice_mac.webui import strings
 
 WEBUI = Path(strings.__file__).parent
 # Names and codes that stay as they are in Chinese text: product and format names, units, commands.
-KEPT_IN_CHINESE = {"CosyVoice", "CosyVoice3", "Mac", "WAV", "MP3", "FLAC", "M4A", "ffmpeg", "Linux", "GB"}
+KEPT_IN_CHINESE = {"CosyVoice", "CosyVoice3", "Mac", "WAV", "MP3", "FLAC", "M4A", "ffmpeg", "Linux", "GB",
+                   "Core", "ML", "PyTorch", "GPU", "CPU", "macOS"}  # product names stay as they are
 
 
 def _placeholders(entry: str) -> set[str]:

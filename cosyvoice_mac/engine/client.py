@@ -187,7 +187,8 @@ class Engine(VoiceSaving):
             return {
                 "state": self._state,
                 **{key: worker.get(key) for key in ("model", "version", "device", "fell_back", "fallback_reason",
-                                                    "dtype", "memory", "jobs_run", "feature_extractions")},
+                                                    "dtype", "memory", "jobs_run", "feature_extractions",
+                                                    "vocoder", "vocoder_reason")},
                 "queue_length": len(self.queue.pending),
                 "running": running.job.job_id if running else None,
                 "cache": cache,

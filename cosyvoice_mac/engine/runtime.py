@@ -129,6 +129,7 @@ class WorkerRuntime:
         self.pipeline = None
         self.home_device: torch.device | None = None
         self.fallback_reason: str | None = None
+        self.vocoder, self.vocoder_reason = "torch", None  # which vocoder runs, and why not Core ML
         self.device_failures = 0
         self.feature_extractions = 0
         self.jobs_run = 0
@@ -144,7 +145,25 @@ class WorkerRuntime:
                                      **self.config.pipeline_kwargs)
         if self.home_device is None:
             self.home_device = torch.device(self.pipeline.device)
+        self._choose_vocoder()
         self.warm_up()
+
+    def _choose_vocoder(self) -> None:
+        """Swap in the Core ML vocoder when asked and possible; otherwise say why torch stays."""
+        self.vocoder, self.vocoder_reason = "torch", None
+        if self.config.vocoder != "coreml":
+            return
+        if getattr(self.pipeline, "version", None) not in ("cosyvoice2", "cosyvoice3"):
+            self.vocoder_reason = "the preview voice has no neural vocoder"
+            return
+        from cosyvoice_mac.coreml.runtime import load_vocoder
+
+        vocoder, reason = load_vocoder("coreml", self.pipeline, self.config.compute_units)
+        if vocoder is None:
+            self.vocoder_reason = reason
+            return
+        self.pipeline.use_vocoder(vocoder)
+        self.vocoder = f"coreml ({self.config.compute_units})"
 
     def warm_up(self) -> None:
         """One short synthesis; raises RuntimeError unless it gives finite, non-silent audio."""
@@ -371,5 +390,6 @@ class WorkerRuntime:
                        "device_driver_bytes": memory.driver_allocated_bytes},
             "cache": self.cache.stats.as_dict(), "feature_extractions": self.feature_extractions,
             "jobs_run": self.jobs_run,
+            "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason,
         }
 

@@ -52,6 +52,8 @@ class WorkerConfig:
     memory_cache_entries: int = 16
     warmup_text: str = "Hello, this is a short warm-up sentence."
     torch_threads: int | None = None
+    vocoder: str = "torch"  # "coreml": swap in the Core ML vocoder where the platform runs it
+    compute_units: str = "ALL"  # Core ML: ALL, CPU_AND_GPU, CPU_AND_NE or CPU_ONLY
 
 
 def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:

@@ -160,6 +160,7 @@ def build_networks(
     networks = Networks(llm=llm.eval().requires_grad_(False), flow=flow.eval().requires_grad_(False),
                         hift=hift.eval().requires_grad_(False))
     hift.to(device=device)
+    _return_freed_heap()
     return networks
 
 
@@ -206,6 +207,15 @@ def _drop_file_pages(tensor: torch.Tensor) -> None:
     end = (storage.data_ptr() + storage.nbytes()) // page * page
     if end > start:
         libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
+
+
+def _return_freed_heap() -> None:
+    """Give the C heap's free pages back to the OS (glibc keeps the float32 temporaries' pages otherwise)."""
+    if sys.platform == "linux":
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):  # not glibc (musl): nothing to do
+            pass
 
 
 def _libc():

@@ -58,6 +58,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-queue", type=int, default=MAX_QUEUE,
                         help=f"requests that may wait for the model at once (default {MAX_QUEUE})")
     parser.add_argument("--torch-threads", type=int, default=None, help="CPU threads for the model worker")
+    parser.add_argument("--vocoder", choices=("torch", "coreml"), default="torch",
+                        help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)")
+    parser.add_argument("--compute-units", choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE"), default="ALL",
+                        help="where Core ML may run the vocoder")
     args = parser.parse_args(argv)
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
@@ -87,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         models_dir=args.models_dir.expanduser(), outputs_dir=outputs_dir,
         cache_dir=args.cache_dir.expanduser() if args.cache_dir else None, device=args.device, dtype=args.dtype,
         max_queue=args.max_queue, torch_threads=args.torch_threads, preferred_model=args.model,
+        vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
     ))
     app = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the

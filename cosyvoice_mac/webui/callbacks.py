@@ -20,7 +20,7 @@ from cosyvoice_mac.engine.jobs import MAX_TEXT_CHARS
 from cosyvoice_mac.webui.generation import MAX_SEED, MODES, Generation  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
-from cosyvoice_mac.webui.state import ModelHost, Session, Settings, is_inside
+from cosyvoice_mac.webui.state import VOCODER_CHOICES, ModelHost, Session, Settings, is_inside
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
@@ -216,6 +216,18 @@ class Callbacks:
             return self.host.engine.start(wait=True)
 
         yield from self._while_loading(lang, switch, "switch_progress", {"name": choice.name})
+
+    def vocoder_choices(self, lang: str) -> list[tuple[str, str]]:
+        labels = {"torch": "vocoder_torch", "coreml:ALL": "vocoder_coreml_all",
+                  "coreml:CPU_AND_GPU": "vocoder_coreml_cpu_and_gpu", "coreml:CPU_AND_NE": "vocoder_coreml_cpu_and_ne"}
+        return [(say(lang, labels[value]), value) for value in VOCODER_CHOICES]
+
+    def switch_vocoder(self, lang: str, value: str) -> Iterator[tuple[str, str]]:
+        """Restart the model with the chosen vocoder (only a choice the menu listed)."""
+        if value not in VOCODER_CHOICES or value == self.host.config.vocoder:
+            yield gr.skip(), self.status_panel(lang)
+            return
+        yield from self._while_loading(lang, lambda: self.host.set_vocoder(value), "vocoder_progress", {})
 
     def _while_loading(self, lang, work, progress_key: str, values: dict):
         outcome = yield from _in_background(

@@ -10,8 +10,9 @@ missing optional part leaves no broken button behind. The flags, and where their
   it needs nothing extra, so it is always on.
 * ``preview_backend``: the preview voice (``cosyvoice_mac.preview``) runs when no model folder exists and
   is offered in the model menu; it needs Piper and pyworld (the ``[preview]`` extra).
-* ``vocoder_select``: a vocoder menu (torch / Core ML with compute units). Not built yet: its place is
-  marked in layout.py, next to the model menu.
+* ``vocoder_select``: a vocoder menu (torch / Core ML with compute units) under the model menu. Always
+  offered: where Core ML cannot run (not macOS, coremltools missing) the worker keeps torch and the status
+  panel says why.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ PREVIEW_MODULES = ("piper", "pyworld")
 def detect_features() -> dict[str, bool]:
     """Which optional controls the page may show."""
     return {"asr": asr_available(), "stream": True, "preview_backend": preview_available(),
-            "vocoder_select": False}
+            "vocoder_select": True}
 
 
 def asr_available() -> bool:

@@ -153,8 +153,10 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                                                 "choices": callbacks.model_choices},
                                   value=host.current.name if host.current else None, interactive=can_generate,
                                   elem_id="cv-model")
-                # The vocoder menu (torch, or Core ML with its compute units) belongs here, under the model
-                # it serves, once features["vocoder_select"] is on; its choice will travel with each Job.
+                vocoder_menu = make(gr.Dropdown, {"label": "vocoder_label", "info": "vocoder_info",
+                                                  "choices": callbacks.vocoder_choices},
+                                    value=host.config.vocoder, interactive=can_generate,
+                                    visible=features["vocoder_select"], elem_id="cv-vocoder")
                 restart = make(gr.Button, {"value": "restart"}, size="sm", interactive=can_generate,
                                elem_id="cv-restart")
                 model_msg = gr.Markdown(elem_id="cv-model-msg", elem_classes="cv-message")
@@ -208,6 +210,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                          concurrency_id="model", concurrency_limit=1)
         restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="model",
                       concurrency_limit=1)
+        vocoder_menu.input(callbacks.switch_vocoder, [language, vocoder_menu], [model_msg, status_panel],
+                           concurrency_id="model", concurrency_limit=1)
         timer.tick(callbacks.status_panel, language, status_panel, **quiet)  # off the queue: never "busy"
         notice_ok.click(callbacks.acknowledge_notice, None, notice, **quiet)
         page.load(callbacks.on_load, language, [voices, status_panel, notice, seed, model_menu], **quiet)

@@ -84,6 +84,10 @@ def render_status(lang: str, status: dict) -> str:
             lines.append(say(lang, "status_fell_back", reason=status.get("fallback_reason") or unknown, **values))
         else:
             lines.append(say(lang, "status_device", **values))
+    if status.get("vocoder"):
+        reason = status.get("vocoder_reason")
+        lines.append(say(lang, "status_vocoder_torch_because", reason=reason) if reason
+                     else say(lang, "status_vocoder", vocoder=status["vocoder"]))
     memory = status.get("memory") or {}
     if memory:
         lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),

@@ -78,6 +78,10 @@ class HostConfig:
     torch_threads: int | None = None
     preferred_model: str | None = None
     preview: bool | None = None  # offer the preview voice; None: when its packages are installed
+    vocoder: str = "torch"  # "torch" or "coreml:<compute units>" (see VOCODER_CHOICES)
+
+
+VOCODER_CHOICES = ("torch", "coreml:ALL", "coreml:CPU_AND_GPU", "coreml:CPU_AND_NE")
 
 
 class ModelHost:
@@ -172,9 +176,19 @@ class ModelHost:
         config = self.config
         backend = {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY} if choice.is_preview else {
             "model_dir": str(choice.path)}
+        kind, _, units = config.vocoder.partition(":")
         return WorkerConfig(**backend, device=config.device, dtype=config.dtype, outputs_dir=str(config.outputs_dir),
                             cache_dir=str(config.cache_dir) if config.cache_dir else None,
-                            torch_threads=config.torch_threads)
+                            torch_threads=config.torch_threads, vocoder=kind, compute_units=units or "ALL")
+
+    def set_vocoder(self, value: str) -> bool:
+        """Run the current model with another vocoder (a VOCODER_CHOICES value); True once it is ready."""
+        if value not in VOCODER_CHOICES:
+            raise ValueError(f"unknown vocoder choice {value!r}")
+        self.config.vocoder = value
+        if self.start(self.current.name if self.current else None) is None:
+            return False
+        return self.engine.start(wait=True)
 
 
 @dataclass

@@ -31,13 +31,14 @@ import numpy as np
 import psutil
 import torch
 
-from cosyvoice_mac.bench_floors import floors
+from cosyvoice_mac.bench_floors import floors, machine_rates
 from cosyvoice_mac.device import empty_cache, select_device, select_dtype
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize
 from cosyvoice_mac.pipeline.streaming import stream_segment
 
 PROMPT_SECONDS = 3.0
 TOKEN_RATE = 25  # speech tokens per second of audio
+PROMPT_TOKENS = 80  # what the stand-in tokenizer makes of the 3 s prompt (the floors use the real count)
 STAGES = ("frontend", "llm", "flow", "vocoder")
 DEFAULT_DTYPES = {"cpu": "float32,float16/float32", "cuda": "float32,bfloat16,float16", "mps": "float32,float16/float32,float16"}
 TEXT = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps over the dog."
@@ -122,6 +123,18 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory in MiB.
+
+    On Linux ``VmHWM`` (the high-water mark of this process image): ``ru_maxrss`` would also count
+    the parent's memory at the moment it started this process.
+    """
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
 
@@ -155,7 +168,7 @@ def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: 
 
 def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: int, *,
           low_memory: bool = False, model_dir: str | None = None, stream: bool = True,
-          measure_floors: bool = True, threads: int | None = None) -> dict:
+          measure_floors: bool = True, threads: int | None = None, rates: dict | None = None) -> dict:
     """Load one configuration, warm up, time ``runs`` requests; median per field (in this process)."""
     if threads:
         torch.set_num_threads(threads)
@@ -186,7 +199,7 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
         "load_average_start": results[0]["load_average"], "load_average_end": os.getloadavg()[0],
     }
     if measure_floors:
-        report["floors"] = floors(model, tokens, median)
+        report["floors"] = floors(model, tokens, median, rates)
     del model
     empty_cache(device)
     return report
@@ -199,10 +212,20 @@ def bench_isolated(args: argparse.Namespace, device: str, dtype: str) -> dict:
     command += ["--low-memory"] * args.low_memory + ["--no-stream"] * (not args.stream)
     command += ["--no-floors"] * (not args.floors) + (["--model", args.model] if args.model else [])
     command += ["--threads", str(args.threads)] if args.threads else []
+    if args.floors:  # probed here, so the child's peak memory never includes the probes
+        device_type = select_device(device)
+        rates = machine_rates(device_type, select_dtype(parse_dtypes(dtype)[1]), 2 * (PROMPT_TOKENS + args.tokens))
+        empty_cache(device_type)  # hand the probes' device memory back before the child starts
+        command += ["--rates", json.dumps(rates)]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
         return {"device": device, "dtype": dtype, "error": f"exit status {done.returncode} (see stderr above)"}
     return json.loads(done.stdout)["benchmarks"][0]
+
+
+def available_devices() -> list[str]:
+    """cpu, then cuda and mps where this machine has them."""
+    return ["cpu"] + ["cuda"] * torch.cuda.is_available() + ["mps"] * torch.backends.mps.is_available()
 
 
 def _processor() -> str:
@@ -246,7 +269,7 @@ def table(reports: list[dict]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
-    parser.add_argument("--devices", default="auto", help="comma list of cpu, cuda, mps, auto")
+    parser.add_argument("--devices", default="all", help="comma list of cpu, cuda, mps, auto; all: every device here")
     parser.add_argument("--dtypes", default="auto",
                         help="comma list; each float32|float16|bfloat16 or LLM/FLOW such as float16/float32")
     parser.add_argument("--runs", type=int, default=3)
@@ -259,9 +282,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--in-process", action="store_true", help="run every configuration in this process")
     parser.add_argument("--json", help="also write the JSON document to this file")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)  # no table (a child run)
+    parser.add_argument("--rates", type=json.loads, help=argparse.SUPPRESS)  # the parent's probes (a child run)
     args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     reports = []
-    for device in args.devices.split(","):
+    for device in available_devices() if args.devices == "all" else args.devices.split(","):
         device_type = select_device(device).type
         dtypes = DEFAULT_DTYPES.get(device_type, "float32") if args.dtypes == "auto" else args.dtypes
         for dtype in dtypes.split(","):
@@ -269,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.in_process:
                 reports.append(bench(args.version, device, dtype, args.runs, args.tokens, low_memory=args.low_memory,
                                      model_dir=args.model, stream=args.stream, measure_floors=args.floors,
-                                     threads=args.threads))
+                                     threads=args.threads, rates=args.rates))
             else:
                 reports.append(bench_isolated(args, device, dtype))
             if not args.quiet:

@@ -51,10 +51,18 @@ def test_bench_reports_every_stage_floor_and_memory(tiny_dir, tmp_path, capsys):
 
 def test_bench_runs_each_configuration_in_its_own_process(tiny_dir, tmp_path, capsys):
     status = bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--dtypes", "float32", "--tokens", "4",
-                         "--runs", "1", "--no-floors", "--no-stream", "--low-memory"])
+                         "--runs", "1", "--no-stream", "--low-memory"])
     assert status == 0
     (report,) = json.loads(capsys.readouterr().out)["benchmarks"]
     assert report["low_memory"] and report["llm_dtype"] == "float16" and report["median"]["first_audio_s"] is None
+    assert report["floors"]["matmul_gflop_s"] > 0  # the parent's probes reached the child
+    assert report["peak_rss_mb"] < 1000  # the 512 MiB bandwidth probe ran in the parent, not here
+
+
+def test_bench_without_floors_skips_them(tiny_dir, capsys):
+    assert bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--dtypes", "float32", "--tokens", "3",
+                       "--runs", "1", "--no-floors", "--no-stream", "--in-process"]) == 0
+    (report,) = json.loads(capsys.readouterr().out)["benchmarks"]
     assert "floors" not in report
 
 

@@ -14,10 +14,10 @@ from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.frontend.special_tokens import (
     ARPABET_PHONES, INSTRUCTIONS, PINYIN_UNITS, SPECIAL_TOKENS, SYSTEM_PROMPT,
 )
-from cosyvoice_mac.frontend.text import (
-    LlmText, TextNormalizer, build_llm_text, contains_chinese, detect_language, find_unknown_markup, format_instruction,
-    is_only_punctuation, validate_markup,
+from cosyvoice_mac.frontend.markup import (
+    LlmText, build_llm_text, find_unknown_markup, format_instruction, validate_markup,
 )
+from cosyvoice_mac.frontend.text import TextNormalizer, contains_chinese, detect_language, is_only_punctuation
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.pipeline.types import SynthesisError
 from tests.parity.common import parity_dir

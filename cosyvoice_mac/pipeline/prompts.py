@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cosyvoice_mac.frontend.text import build_llm_text, validate_markup
+from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
 from cosyvoice_mac.pipeline.types import SynthesisError
 
 MAX_TEXT_CHARACTERS = 10_000

@@ -42,6 +42,7 @@ PROMPT_TOKENS = 80  # what the stand-in tokenizer makes of the 3 s prompt (the f
 STAGES = ("frontend", "llm", "flow", "vocoder")
 DEFAULT_DTYPES = {"cpu": "float32,float16/float32", "cuda": "float32,bfloat16,float16", "mps": "float32,float16/float32,float16"}
 TEXT = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps over the dog."
+REFERENCE_TEXT_IDS = 32  # the reference timing's request: 9 text + 23 prompt-text tokens
 
 
 def synthetic_prompt(seconds: float = PROMPT_SECONDS, sample_rate: int = 24000) -> np.ndarray:
@@ -80,8 +81,13 @@ def forced_token_stream(model: CosyVoice, text_ids: torch.Tensor, speaker, count
             decoder.feed(token)
 
 
-def time_to_first_audio(model: CosyVoice, text_ids, speaker, count: int) -> float:
-    """Seconds from the request until the first streamed chunk of audio (the rest is not run)."""
+def time_to_first_audio(model: CosyVoice, text_ids, speaker, count: int, new_voice: bool = False) -> float:
+    """Seconds from the request until the first streamed chunk of audio (the rest is not run).
+
+    ``new_voice`` forgets the voice's cached flow prefix first, as for a voice used for the first time.
+    """
+    if new_voice:
+        model.flow_prefixes.clear()
     started = time.perf_counter()
     chunks = stream_segment(model, forced_token_stream(model, text_ids, speaker, count), speaker,
                             model._noise(0, 0), lambda: False)
@@ -98,7 +104,7 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
     timings: dict[str, float | bool | None] = {}
     wall, cpu, speaker = _timed(device, lambda: model.prepare_prompt(prompt, sample_rate=24000))
     timings.update(frontend_s=wall, frontend_cpu_s=cpu)
-    text_ids = torch.tensor([model.tokenizer.encode(TEXT)])
+    text_ids = torch.tensor([model.tokenizer.encode(TEXT)])[:, :REFERENCE_TEXT_IDS]  # the stand-in is 1 id a byte
     wall, cpu, tokens = _timed(device, lambda: list(forced_token_stream(model, text_ids, speaker, tokens_to_decode)))
     timings.update(llm_s=wall, llm_cpu_s=cpu)
     flow = model.networks.flow
@@ -115,6 +121,8 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
         **timings,
         "end_to_end_s": total, "end_to_end_cpu_s": sum(timings[f"{stage}_cpu_s"] for stage in STAGES),
         "audio_s": audio_s, "rtf": total / audio_s, "llm_tokens_per_s": tokens_to_decode / timings["llm_s"],
+        "first_audio_new_voice_s": time_to_first_audio(model, text_ids, speaker, tokens_to_decode, new_voice=True)
+        if stream else None,
         "first_audio_s": time_to_first_audio(model, text_ids, speaker, tokens_to_decode) if stream else None,
         "prompt_tokens": speaker.speech_tokens.shape[1], "text_tokens": text_ids.shape[1],
         "mel_finite": bool(torch.isfinite(mel).all()), "wave_finite": bool(torch.isfinite(wave).all()),
@@ -246,23 +254,25 @@ def _ratio(floor: dict | None, stage: str) -> str:
 
 def table(reports: list[dict]) -> str:
     lines = [(f"{'device':7} {'llm/flow dtype':17} {'mem':3} {'front':>6} {'llm':>7} {'flow':>7} {'voc':>6} {'e2e':>7} "
-              f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5}")]
+              f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'1st new':>7} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5}")]
     for r in reports:
         if "error" in r:
             lines.append(f"{r['device']:7} {r['dtype']:17} failed: {r['error']}")
             continue
         m = r["median"]
         first = f"{m['first_audio_s']:6.2f}" if m.get("first_audio_s") else "     -"
+        first_new = f"{m['first_audio_new_voice_s']:7.2f}" if m.get("first_audio_new_voice_s") else "      -"
         device_mb = f"{r['peak_device_mb']:7.0f}" if r.get("peak_device_mb") else "      -"
         finite = "" if m["mel_finite"] and m["wave_finite"] else "  NaN!"
         lines.append(
             f"{r['device']:7} {r['llm_dtype'] + '/' + r['flow_dtype']:17} {'low' if r['low_memory'] else '':3} "
             f"{m['frontend_s']:6.2f} {m['llm_s']:7.2f} {m['flow_s']:7.2f} {m['vocoder_s']:6.2f} {m['end_to_end_s']:7.2f} "
-            f"{m['rtf']:5.2f} {m['llm_tokens_per_s']:6.1f} {first} {r['peak_rss_mb']:7.0f} {device_mb} "
+            f"{m['rtf']:5.2f} {m['llm_tokens_per_s']:6.1f} {first} {first_new} {r['peak_rss_mb']:7.0f} {device_mb} "
             f"{_ratio(r.get('floors'), 'llm'):>5} {_ratio(r.get('floors'), 'flow'):>7} {r['load_average_start']:5.1f}{finite}")
     threads = {r.get("torch_threads") for r in reports if "error" not in r}
     lines.append(f"torch threads: {', '.join(map(str, sorted(threads)))}; seconds are medians; "
-                 "x/fl = measured / floor (1.00 = at the floor); load = 1-min load average at the start")
+                 "x/fl = measured / floor (1.00 = at the floor); load = 1-min load average at the start; "
+                 "1st = first streamed audio for a voice used before, 1st new = for a new voice")
     return "\n".join(lines)
 
 

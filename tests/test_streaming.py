@@ -49,14 +49,14 @@ class _RecordFlow:
         self.flow.inference = self.original
 
 
-def test_schedule_grows_25_50_100_and_resets_per_request(model, speaker):
-    first = 25  # the flow prompt is cut to whole 25-token chunks, so the first hop needs no padding
+def test_schedule_is_10_25_50_100_and_resets_per_request(model, speaker):
     for _ in range(2):  # a second request starts over (upstream keeps the grown hop)
         chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
         counts = [c.speech_token_count for c in chunks]
-        expected = [first]
-        while expected[-1] + min(100, 25 * 2 ** len(expected)) + 3 <= counts[-1]:
-            expected.append(expected[-1] + min(100, 25 * 2 ** len(expected)))
+        expected, hop = [10], 25
+        while expected[-1] + hop + 3 <= counts[-1]:
+            expected.append(expected[-1] + hop)
+            hop = min(100, 2 * hop)
         assert counts[:-1] == expected and chunks[-1].is_final_chunk
         assert not any(c.is_final_chunk for c in chunks[:-1])
 
@@ -69,17 +69,33 @@ def test_streamed_audio_has_the_length_and_tokens_of_the_offline_audio(model, sp
     assert all(np.isfinite(c.audio).all() and np.abs(c.audio).max() <= 0.99 + 1e-6 for c in chunks)
 
 
-def test_prompt_cut_to_the_chunk_grid_at_its_start(model, speaker):
-    from cosyvoice_mac.pipeline.streaming import _grid_aligned_prompt
+@pytest.mark.parametrize("prompt_tokens", [5, 15, 24, 25, 40, 75, 80, 89, 90, 114, 250, 750])
+def test_prompt_plan_ends_the_first_hop_on_the_chunk_grid(prompt_tokens):
+    from cosyvoice_mac.pipeline.streaming import PromptPlan
 
-    (tokens, mel, _), pad = _grid_aligned_prompt(speaker, torch.device("cpu"))
-    assert tokens.shape[1] % 25 == 0 and pad == 0 and mel.shape[1] == 2 * tokens.shape[1]
-    cut = speaker.speech_tokens.shape[1] - tokens.shape[1]
-    assert torch.equal(tokens, speaker.speech_tokens[:, cut:]) and torch.equal(mel, speaker.mel[:, 2 * cut:])
+    plan = PromptPlan.for_prompt(prompt_tokens, first_hop=10, max_prefix=75)
+    kept = prompt_tokens - plan.cut
+    assert 0 <= plan.cut < prompt_tokens and (kept + plan.first_hop) % 25 == 0
+    assert plan.prefix_tokens % 25 == 0 and plan.prefix_tokens <= 75
+    if plan.prefix_tokens:
+        assert kept - plan.prefix_tokens >= 3  # the look-ahead of the last cached token stays in the prompt
+    if prompt_tokens >= 15:
+        assert plan.first_hop == 10 and kept - plan.prefix_tokens == 15  # one chunk left to compute per call
+    else:
+        assert plan.first_hop == 25 - prompt_tokens and plan.prefix_tokens == 0
+
+
+def test_prompt_plan_is_cut_at_its_start(model, speaker):
+    from cosyvoice_mac.pipeline.streaming import PromptPlan
+
+    plan = PromptPlan.for_prompt(speaker.speech_tokens.shape[1])
+    tokens, mel, embedding = plan.prompt(speaker, torch.device("cpu"))
+    assert torch.equal(tokens, speaker.speech_tokens[:, plan.cut:]) and torch.equal(mel, speaker.mel[:, 2 * plan.cut:])
+    assert torch.equal(embedding, speaker.embedding)
 
 
 def test_last_chunk_is_the_full_attention_mel_of_all_tokens(model, speaker):
-    from cosyvoice_mac.pipeline.streaming import _grid_aligned_prompt
+    from cosyvoice_mac.pipeline.streaming import PromptPlan
 
     flow = model.networks.flow
     with _RecordFlow(flow) as recorder:
@@ -91,7 +107,7 @@ def test_last_chunk_is_the_full_attention_mel_of_all_tokens(model, speaker):
     assert [kwargs["streaming"] for _, kwargs, _ in streamed] == [True] * (len(chunks) - 1) + [False]
     final_tokens, _, final_mel = streamed[-1]
     assert torch.equal(final_tokens, offline_tokens)  # same seed: the stream decodes the same tokens
-    prompt, _ = _grid_aligned_prompt(speaker, final_tokens.device)
+    prompt = PromptPlan.for_prompt(speaker.speech_tokens.shape[1]).prompt(speaker, final_tokens.device)
     full = flow.inference(final_tokens, *prompt, streaming=False, finalize=True)
     assert torch.equal(final_mel, full)  # all tokens, full attention, the grid-aligned prompt
 

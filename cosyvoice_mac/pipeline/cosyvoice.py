@@ -28,7 +28,7 @@ from cosyvoice_mac.pipeline.loading import (
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
-from cosyvoice_mac.pipeline.streaming import stream_segment
+from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, stream_segment
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
@@ -54,6 +54,7 @@ class CosyVoice:
         dtype: torch.dtype,
         model_id: str,
         folder: ModelFolder | None,
+        low_memory: bool = False,
     ):
         self.version = version
         self.config = config
@@ -68,6 +69,8 @@ class CosyVoice:
         self.sample_rate = SAMPLE_RATE
         self.vocoder = networks.hift  # may be swapped for another implementation (Core ML)
         self.vocoder_fallbacks = 0  # jobs whose swapped-in vocoder failed and the torch one finished
+        self.low_memory = low_memory
+        self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
 
     # construction ---------------------------------------------------------------------------
     @classmethod
@@ -110,6 +113,7 @@ class CosyVoice:
         return cls(
             version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
             prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=folder,
+            low_memory=low_memory,
         )
 
     @classmethod
@@ -144,6 +148,7 @@ class CosyVoice:
         return cls(
             version=version, config=config, networks=networks, tokenizer=ByteStandInTokenizer(),
             prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=None,
+            low_memory=low_memory,
         )
 
     def use_vocoder(self, vocoder=None) -> None:
@@ -153,6 +158,7 @@ class CosyVoice:
     def to(self, device: str | torch.device) -> "CosyVoice":
         """Move the networks (e.g. to the CPU for a retry after a device error)."""
         self.device = torch.device(device)
+        self.flow_prefixes.clear()
         self.networks.to(self.device)
         return self
 

@@ -2,14 +2,18 @@
 
 The LLM runs ahead in a producer thread; the consumer turns each hop of tokens into mel with the
 chunk-causal flow (3 tokens of look-ahead) and into audio with the vocoder, stitched so that the
-chunks join seamlessly. The hop schedule (25 -> 50 -> 100 tokens) lives in this request only:
-upstream keeps it on the model and never resets it, so its later requests start with 100-token hops
-(PR #1849).
+chunks join seamlessly. The hop schedule lives in this request only: upstream keeps it on the model
+and never resets it, so its later requests start with 100-token hops (PR #1849).
 
 Chunk borders must fall on the flow's 25-token attention grid, which counts the prompt too. Upstream
-lengthens the first hop by the prompt's remainder (up to 24 more tokens to wait for); we instead drop
-that remainder from the START of the flow's prompt (under 1 s of the voice sample, never the LLM's
-prompt), so the first audio needs only 25 + 3 tokens.
+makes its first hop 25 tokens plus whatever completes the prompt's last, partial chunk. We instead
+cut the START of the flow's prompt (never the LLM's) so that its last chunk lacks exactly
+``FIRST_HOP_TOKENS`` tokens, and make the first hop just those: every flow call still ends on the
+grid, so each chunk's mel is what upstream computes for it, but the first audio needs 10 + 3 tokens
+instead of 25 + 3 or more. The prompt's whole chunks before that are the voice's cached flow prefix
+(:class:`FlowPrefixCache`): the first call computes one 50-frame chunk per Euler step, whatever the
+prompt's length. The prefix holds at most ``MAX_PREFIX_TOKENS`` (longer prompts lose their start
+in streaming only: the cache costs ~4.6 MB (v2) / 3.6 MB (v3) per frame in fp32).
 """
 from __future__ import annotations
 
@@ -21,21 +25,25 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
-FIRST_HOP_TOKENS = 25
+FIRST_HOP_TOKENS = 10  # the first chunk completes the flow prompt's last attention chunk
+SECOND_HOP_TOKENS = 25  # then 50, then 100 for every later chunk (upstream's growth)
 MAX_HOP_TOKENS = 100
 FLOW_CHUNK_TOKENS = 25  # the flow's static chunk (50 mel frames)
+MAX_PREFIX_TOKENS = 75  # 3 s of prompt cached per voice: ~690 MB (v2) / 540 MB (v3) in fp32
+LOW_MEMORY_PREFIX_TOKENS = 25
 V2_MEL_CACHE_FRAMES = 8
 V2_SOURCE_CACHE_SAMPLES = 8 * 480
 
 
 class TokenProducer:
-    """Owns the background thread that pulls speech tokens from the LLM as fast as it can."""
+    """Owns the background thread that pulls speech tokens from the LLM as fast as it can (unless paused)."""
 
     def __init__(self, tokens: Iterable[int]):
         self.tokens: list[int] = []
         self.finished = False
         self.error: BaseException | None = None
         self._abandoned = False
+        self._paused = False
         self._ready = threading.Condition()
         self._thread = threading.Thread(target=self._run, args=(iter(tokens),), name="llm-producer", daemon=True)
         self._thread.start()
@@ -44,6 +52,7 @@ class TokenProducer:
         try:
             for token in tokens:
                 with self._ready:
+                    self._ready.wait_for(lambda: not self._paused or self._abandoned)
                     if self._abandoned:
                         return
                     self.tokens.append(token)
@@ -63,9 +72,16 @@ class TokenProducer:
                 raise self.error
             return len(self.tokens)
 
+    def pause(self, paused: bool) -> None:
+        """Hold the LLM after its current token (so the first chunk has the CPU to itself), or let it go on."""
+        with self._ready:
+            self._paused = paused
+            self._ready.notify_all()
+
     def abandon(self) -> None:
         with self._ready:
             self._abandoned = True
+            self._ready.notify_all()
         self._thread.join(timeout=30)
 
 
@@ -120,41 +136,99 @@ class CrossfadeStitcher:
         return wave[:-V2_SOURCE_CACHE_SAMPLES].numpy()
 
 
-def _grid_aligned_prompt(speaker, device) -> tuple[tuple[torch.Tensor, ...], int]:
-    """The flow prompt cut at its start to whole 25-token chunks, and the first-hop pad still needed."""
-    tokens, mel = speaker.speech_tokens, speaker.mel
-    excess = tokens.shape[1] % FLOW_CHUNK_TOKENS
-    if excess and tokens.shape[1] > FLOW_CHUNK_TOKENS:
-        tokens, mel = tokens[:, excess:], mel[:, 2 * excess:]
-    pad = math.ceil(tokens.shape[1] / FLOW_CHUNK_TOKENS) * FLOW_CHUNK_TOKENS - tokens.shape[1]
-    return (tokens.to(device), mel.to(device), speaker.embedding.to(device)), pad
+@dataclass(frozen=True)
+class PromptPlan:
+    """How a request streams with a prompt of ``prompt_tokens`` tokens: ``cut`` tokens dropped from the
+    flow prompt's start, a ``first_hop`` that ends on the chunk grid, and the cached ``prefix_tokens``."""
+
+    cut: int
+    first_hop: int
+    prefix_tokens: int
+
+    @classmethod
+    def for_prompt(cls, prompt_tokens: int, first_hop: int = FIRST_HOP_TOKENS, lookahead: int = 3,
+                   max_prefix: int = MAX_PREFIX_TOKENS) -> "PromptPlan":
+        chunk = FLOW_CHUNK_TOKENS
+        if not 1 <= first_hop <= chunk - lookahead:
+            raise ValueError(f"the first hop must be 1..{chunk - lookahead} tokens, got {first_hop}")
+        cut = (prompt_tokens + first_hop) % chunk
+        if cut >= prompt_tokens:  # a prompt shorter than one chunk: complete its chunk, cache nothing
+            return cls(cut=0, first_hop=(-prompt_tokens) % chunk or chunk, prefix_tokens=0)
+        prefix = prompt_tokens - cut - (chunk - first_hop)
+        dropped = math.ceil(max(0, prefix - max_prefix) / chunk) * chunk
+        return cls(cut=cut + dropped, first_hop=first_hop, prefix_tokens=prefix - dropped)
+
+    def prompt(self, speaker, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The flow's prompt for this plan: (tokens (1, P - cut), mel (1, 2 (P - cut), 80), embedding) on ``device``."""
+        tokens, mel = speaker.speech_tokens[:, self.cut:], speaker.mel[:, 2 * self.cut:]
+        return tokens.to(device), mel.to(device), speaker.embedding.to(device)
 
 
-def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Callable[[], bool]) -> Iterator[Chunk]:
+def hop_schedule(first_hop: int) -> Iterator[int]:
+    """Tokens per chunk: ``first_hop``, 25, 50, then 100 for ever (a new schedule for every request)."""
+    yield first_hop
+    hop = SECOND_HOP_TOKENS
+    while True:
+        yield hop
+        hop = min(MAX_HOP_TOKENS, 2 * hop)
+
+
+class FlowPrefixCache:
+    """Owns the flow prefixes of the most recent voices (a small LRU: each is hundreds of MB at full size)."""
+
+    def __init__(self, capacity: int = 1):
+        self.capacity = capacity
+        self._entries: dict[tuple, object] = {}
+
+    def get(self, flow, speaker, plan: PromptPlan, prompt) -> object | None:
+        """The cached prefix for this voice and plan, building it on a miss; None when the plan caches nothing."""
+        if plan.prefix_tokens == 0 or self.capacity == 0:
+            return None
+        weight = next(flow.parameters())
+        key = (speaker.audio_hash, plan.cut, plan.prefix_tokens, str(weight.device), weight.dtype)
+        prefix = self._entries.pop(key, None)
+        if prefix is None or not prefix.matches(prompt[0], prompt[2]):
+            prefix = flow.build_prefix(*prompt, tokens=plan.prefix_tokens)
+        self._entries[key] = prefix
+        while len(self._entries) > self.capacity:
+            self._entries.pop(next(iter(self._entries)))
+        return prefix
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+
+def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Callable[[], bool],
+                   first_hop: int = FIRST_HOP_TOKENS) -> Iterator[Chunk]:
     """Yield audio chunks of one sentence as its speech tokens arrive from ``tokens``."""
     flow, hift = model.networks.flow, model.networks.hift
     device = next(flow.parameters()).device
     lookahead = flow.config.pre_lookahead_len
-    prompt, grid_pad = _grid_aligned_prompt(speaker, device)
+    plan = PromptPlan.for_prompt(speaker.speech_tokens.shape[1], first_hop, lookahead,
+                                 LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS)
+    prompt = plan.prompt(speaker, device)
     if model.version == "cosyvoice3":
         stitcher = CausalStitcher(lambda mel, finalize: hift.inference(mel, finalize=finalize, noise=noise)[0])
     else:
         stitcher = CrossfadeStitcher(lambda mel, cache_source: hift.inference(mel, cache_source=cache_source,
                                                                               noise=noise))
     producer = TokenProducer(tokens)
-    offset, hop = 0, FIRST_HOP_TOKENS
+    offset, hops = 0, hop_schedule(plan.first_hop)
     try:
-        while True:
-            this_hop = hop + grid_pad if offset == 0 else hop
+        prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes
+        for this_hop in hops:
             available = producer.wait_for(offset + this_hop + lookahead)
             if should_stop():
                 return
             if available >= offset + this_hop + lookahead:
+                # On a CPU the LLM and the flow share the cores: the first chunk goes first.
+                producer.pause(offset == 0 and device.type == "cpu")
                 ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
-                mel = flow.inference(ids, *prompt, streaming=True, finalize=False)[:, :, 2 * offset:]
+                mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)[:, :, 2 * offset:]
+                audio = stitcher.add(mel.float(), final=False)
+                producer.pause(False)
                 offset += this_hop
-                hop = min(MAX_HOP_TOKENS, 2 * hop)
-                yield Chunk(stitcher.add(mel.float(), final=False), offset, is_final=False)
+                yield Chunk(audio, offset, is_final=False)
                 continue
             if available == 0:
                 yield Chunk(np.zeros(0, dtype=np.float32), 0, is_final=True)

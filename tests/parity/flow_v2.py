@@ -71,6 +71,16 @@ def check_mel_stream_chunk1(ctx: ParityContext) -> None:
     assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "cosyvoice2 flow, first streaming chunk")
 
 
+def check_mel_stream_chunk1_cached_prefix(ctx: ParityContext) -> None:
+    """The first chunk again, with the prompt's first two chunks taken from a cached flow prefix."""
+    flow = _flow(ctx.model_dir)
+    prompt = _inputs(ctx)
+    prefix = flow.build_prefix(*prompt.values(), tokens=50)
+    tokens = ctx.vectors("inputs")["flow_tokens"][:, : FIRST_HOP_TOKENS + LOOKAHEAD_TOKENS]
+    mel = flow.inference(tokens, **prompt, streaming=True, finalize=False, prefix=prefix)
+    assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "cosyvoice2 first streaming chunk, cached prefix")
+
+
 def check_mel_stream_final(ctx: ParityContext) -> None:
     # Upstream's last streaming call uses full attention (stream=False) and keeps the new frames only.
     tokens = ctx.vectors("inputs")["flow_tokens"]
@@ -85,6 +95,7 @@ CASES_BY_VERSION = {
         "est_out_step1": check_estimator_first_step,
         "mel_nonstream": check_mel_nonstream,
         "mel_stream_chunk1": check_mel_stream_chunk1,
+        "mel_stream_chunk1_cached_prefix": check_mel_stream_chunk1_cached_prefix,
         "mel_stream_final": check_mel_stream_final,
     }
 }

@@ -15,6 +15,8 @@ import torch
 from torch import nn
 
 from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.models.flow.branches import BranchState, merge_branch_states, run_branches, use_branch_threads
+from cosyvoice_mac.models.flow.prefix import StepState
 
 MEL_BINS = 80
 MEL_FRAME_RATE = 50  # mel frames per second (24 kHz audio, hop 480)
@@ -45,10 +47,11 @@ def check_frame_count(frames: int) -> None:
         )
 
 
-def fixed_start_noise(frames: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """The first ``frames`` frames of the fixed start noise, ``(1, 80, frames)``, on ``device``."""
-    check_frame_count(frames)
-    return _noise_buffer()[:, :, :frames].to(device=device, dtype=dtype)
+def fixed_start_noise(frames: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32,
+                      start: int = 0) -> torch.Tensor:
+    """Frames ``start .. start + frames - 1`` of the fixed start noise, ``(1, 80, frames)``, on ``device``."""
+    check_frame_count(start + frames)
+    return _noise_buffer()[:, :, start:start + frames].to(device=device, dtype=dtype)
 
 
 @dataclass
@@ -90,21 +93,47 @@ class ConditionalFlowMatching(nn.Module):
             grid = 1 - torch.cos(grid * 0.5 * math.pi)
         return grid
 
-    def velocity(self, x, mask, mu, t, spks, cond, streaming: bool) -> torch.Tensor:
-        """Guided velocity ``(1 + w) v(cond) - w v(uncond)``: both branches in one estimator call of batch 2B.
+    def velocity(self, x, mask, mu, t, spks, cond, streaming: bool, state: StepState | None = None) -> torch.Tensor:
+        """Guided velocity ``(1 + w) v(cond) - w v(uncond)``: both branches in one estimator call of batch 2B
+        (on a CPU with batch 1: two calls side by side, see ``branches.py``).
 
         The unconditioned branch zeroes ``mu``, ``spks`` and ``cond``; ``x``, ``t`` and ``mask`` are shared.
         """
         dtype = next(self.estimator.parameters()).dtype
         batch = x.shape[0]
+        rate = self.config.inference_cfg_rate
+        if batch == 1 and use_branch_threads(x):
+            conditioned, unconditioned = self._side_by_side(x, mask, mu, t, spks, cond, streaming, state, dtype)
+            return (1.0 + rate) * conditioned - rate * unconditioned
         pair = lambda z: torch.cat([z, z]).to(dtype)  # noqa: E731
         conditioned_only = lambda z: torch.cat([z, torch.zeros_like(z)]).to(dtype)  # noqa: E731
         out = self.estimator(
             pair(x), pair(mask), conditioned_only(mu), t.reshape(1).expand(2 * batch).to(dtype),
             conditioned_only(spks), conditioned_only(cond), streaming=streaming,
+            **({} if state is None else {"state": state}),
         ).float()
-        rate = self.config.inference_cfg_rate
         return (1.0 + rate) * out[:batch] - rate * out[batch:]
+
+    def _side_by_side(self, x, mask, mu, t, spks, cond, streaming, state, dtype):
+        """(conditioned, unconditioned) velocities from two batch-1 estimator calls run at once."""
+        if state is None:
+            states = (None, None)
+        elif state.recording:
+            states = (StepState(), StepState())
+        else:
+            states = (BranchState(state, 0), BranchState(state, 1))
+        x, mask, time = x.to(dtype), mask.to(dtype), t.reshape(1).to(dtype)
+
+        def branch(index: int):
+            features = (mu, spks, cond) if index == 0 else (torch.zeros_like(mu), torch.zeros_like(spks), torch.zeros_like(cond))
+            extra = {} if states[index] is None else {"state": states[index]}
+            return lambda: self.estimator(x, mask, features[0].to(dtype), time, features[1].to(dtype),
+                                          features[2].to(dtype), streaming=streaming, **extra).float()
+
+        conditioned, unconditioned = run_branches(branch(0), branch(1))
+        if state is not None and state.recording:
+            merge_branch_states(state, list(states))
+        return conditioned, unconditioned
 
     @torch.inference_mode()
     def forward(
@@ -114,15 +143,27 @@ class ConditionalFlowMatching(nn.Module):
         spks: torch.Tensor,
         cond: torch.Tensor,
         streaming: bool = False,
+        states: list[StepState] | None = None,
     ) -> torch.Tensor:
-        """``mu, cond (B, 80, T)``, ``mask (B, 1, T)``, ``spks (B, 80)`` -> mel ``(B, 80, T)`` fp32."""
+        """``mu, cond (B, 80, T)``, ``mask (B, 1, T)``, ``spks (B, 80)`` -> mel ``(B, 80, T)`` fp32.
+
+        ``states`` (one per Euler step, streaming only): record these frames as a cached prefix, or,
+        if already recorded, make the ``T`` frames that follow the prefix (noise taken from there on).
+        """
+        if states is not None and (len(states) != self.config.n_timesteps or not streaming):
+            raise ValueError(f"a cached prefix needs streaming=True and {self.config.n_timesteps} step states")
+        start = 0 if states is None or states[0].recording else states[0].frames
         grid = self.time_grid(mu.device)
-        x = fixed_start_noise(mu.shape[2], mu.device).expand(mu.shape[0], -1, -1)
+        x = fixed_start_noise(mu.shape[2], mu.device, start=start).expand(mu.shape[0], -1, -1)
         # Upstream advances t by accumulating dt (t += dt; dt = grid[k+1] - t); kept for parity.
         t, dt = grid[0], grid[1] - grid[0]
         for step in range(1, len(grid)):
-            x = x + dt * self.velocity(x, mask, mu, t, spks, cond, streaming)
+            state = None if states is None else states[step - 1]
+            x = x + dt * self.velocity(x, mask, mu, t, spks, cond, streaming, state)
             t = t + dt
             if step < len(grid) - 1:
                 dt = grid[step + 1] - t
+        if states is not None and states[0].recording:
+            for state in states:
+                state.frames, state.recording = mu.shape[2], False
         return x

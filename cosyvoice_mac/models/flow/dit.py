@@ -16,6 +16,7 @@ from torch import nn
 
 from cosyvoice_mac.config import ConfigError, require
 from cosyvoice_mac.models.flow.masks import chunk_causal_mask
+from cosyvoice_mac.models.flow.prefix import StepState, causal_left_pad
 
 TIME_FREQ_DIM = 256  # sinusoid width of the time embedding (upstream default, not in yaml)
 TIME_SCALE = 1000  # t in [0, 1] is stretched to [0, 1000] before the sinusoid
@@ -94,10 +95,10 @@ class CausalConvPositionEmbedding(nn.Module):
         self.conv1 = nn.Sequential(conv(), nn.Mish())
         self.conv2 = nn.Sequential(conv(), nn.Mish())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
         h = x.transpose(1, 2)
-        h = self.conv1(F.pad(h, (CONV_POS_KERNEL - 1, 0)))
-        h = self.conv2(F.pad(h, (CONV_POS_KERNEL - 1, 0)))
+        h = self.conv1(causal_left_pad(self.conv1, h, CONV_POS_KERNEL - 1, state))
+        h = self.conv2(causal_left_pad(self.conv2, h, CONV_POS_KERNEL - 1, state))
         return h.transpose(1, 2)
 
 
@@ -110,13 +111,14 @@ class InputEmbedding(nn.Module):
         self.spk_dim = spk_dim
         self.conv_pos_embed = CausalConvPositionEmbedding(dim)
 
-    def forward(self, x: torch.Tensor, cond: torch.Tensor, mu: torch.Tensor, spks: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cond: torch.Tensor, mu: torch.Tensor, spks: torch.Tensor,
+                state: StepState | None = None) -> torch.Tensor:
         """``x, cond, mu (B, T, 80)``, ``spks (B, S)`` -> ``(B, T, dim)``."""
         parts = [x, cond, mu]
         if self.spk_dim > 0:
             parts.append(spks.unsqueeze(1).expand(-1, x.shape[1], -1))
         h = self.proj(torch.cat(parts, dim=-1))
-        return self.conv_pos_embed(h) + h
+        return self.conv_pos_embed(h, state) + h
 
 
 class RotaryEmbedding(nn.Module):
@@ -137,9 +139,9 @@ class RotaryEmbedding(nn.Module):
         self.inv_freq = inv_freq.to(self.inv_freq.device)
         return self
 
-    def angles(self, length: int) -> torch.Tensor:
-        """``(T, dim)`` angles ``p * inv_freq[i]`` laid out ``[a0, a0, a1, a1, ...]``."""
-        positions = torch.arange(length, device=self.inv_freq.device).float()
+    def angles(self, length: int, start: int = 0) -> torch.Tensor:
+        """``(T, dim)`` angles ``p * inv_freq[i]`` for positions ``start .. start + T - 1``, laid out ``[a0, a0, a1, a1, ...]``."""
+        positions = torch.arange(start, start + length, device=self.inv_freq.device).float()
         angles = positions.unsqueeze(1) * self.inv_freq.unsqueeze(0)
         return angles.repeat_interleave(2, dim=-1)
 
@@ -180,14 +182,17 @@ class Attention(nn.Module):
         self.to_v = nn.Linear(dim, inner)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks) -> torch.Tensor:
-        """``x (B, T, D)``, ``angles (T, R)`` -> ``(B, T, D)``."""
+    def forward(self, x: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks,
+                state: StepState | None = None) -> torch.Tensor:
+        """``x (B, T, D)``, ``angles (T, R)`` -> ``(B, T, D)``; with a prefix ``state`` the keys include its frames."""
         batch, length, _ = x.shape
         q = RotaryEmbedding.rotate_(self.to_q(x), angles)
         k = RotaryEmbedding.rotate_(self.to_k(x), angles)
         v = self.to_v(x)
         # Head-major copies: the CPU flash kernel is ~15 % faster on contiguous q/k/v than the copies cost.
         q, k, v = (z.view(batch, length, self.heads, -1).transpose(1, 2).contiguous() for z in (q, k, v))
+        if state is not None:
+            k, v = state.keys_and_values(self, k, v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=masks.attention)
         out = self.to_out[0](out.transpose(1, 2).reshape(batch, length, -1))
         if masks.padded_rows is not None:
@@ -237,11 +242,13 @@ class DiTBlock(nn.Module):
         self.attn = Attention(dim, heads, dim_head)
         self.ff = FeedForward(dim, ff_mult)
 
-    def forward(self, x: torch.Tensor, temb: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks):
+    def forward(self, x: torch.Tensor, temb: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks,
+                state: StepState | None = None):
         """``x (B, T, D)``, ``temb (B, D)`` -> ``(B, T, D)``."""
         shift_attn, scale_attn, gate_attn, shift_ff, scale_ff, gate_ff = self.attn_norm.modulation(temb)
         # addcmul: one pass over the activations instead of two (x + g * y, shift + norm(x) * (1 + scale))
-        x = torch.addcmul(x, gate_attn, self.attn(torch.addcmul(shift_attn, _norm(x), 1 + scale_attn), angles, masks))
+        attended = self.attn(torch.addcmul(shift_attn, _norm(x), 1 + scale_attn), angles, masks, state)
+        x = torch.addcmul(x, gate_attn, attended)
         return torch.addcmul(x, gate_ff, self.ff(torch.addcmul(shift_ff, _norm(x), 1 + scale_ff)))
 
 
@@ -263,13 +270,23 @@ class DiT(nn.Module):
         self.norm_out = AdaLayerNormZero(config.dim, chunks=2)
         self.proj_out = nn.Linear(config.dim, config.mel_dim)
 
-    def attention_masks(self, mask: torch.Tensor, streaming: bool) -> AttentionMasks:
-        """Masks for frame validity ``mask (B, 1, T)``; chunk-causal when streaming, else full attention."""
+    def attention_masks(self, mask: torch.Tensor, streaming: bool, prefix_frames: int = 0) -> AttentionMasks:
+        """Masks for frame validity ``mask (B, 1, T)``; chunk-causal when streaming, else full attention.
+
+        With ``prefix_frames`` cached frames in front, the rows are the new frames and the keys are
+        prefix + new frames (every new frame sees the whole chunk-aligned prefix).
+        """
         length = mask.shape[-1]
         allowed = None
         if streaming and self.config.static_chunk_size > 0:
-            allowed = chunk_causal_mask(length, self.config.static_chunk_size, mask.device)
+            allowed = chunk_causal_mask(prefix_frames + length, self.config.static_chunk_size, mask.device)
+            allowed = allowed[prefix_frames:]
         valid = mask.bool()
+        if prefix_frames:
+            if not bool(valid.all()):
+                raise ValueError("a cached prefix needs every new frame valid (no padding)")
+            # One new chunk sees everything: no mask lets SDPA take its faster unmasked path.
+            return AttentionMasks(None if allowed is None or bool(allowed.all()) else allowed, None)
         if bool(valid.all()):
             return AttentionMasks(allowed, None)
         keys = valid.unsqueeze(1)  # (B, 1, 1, T)
@@ -285,16 +302,22 @@ class DiT(nn.Module):
         spks: torch.Tensor,
         cond: torch.Tensor,
         streaming: bool = False,
+        state: StepState | None = None,
     ) -> torch.Tensor:
-        """``x, mu, cond (B, 80, T)``, ``mask (B, 1, T)``, ``t (B,)``, ``spks (B, 80)`` -> velocity ``(B, 80, T)``."""
+        """``x, mu, cond (B, 80, T)``, ``mask (B, 1, T)``, ``t (B,)``, ``spks (B, 80)`` -> velocity ``(B, 80, T)``.
+
+        ``state`` (streaming only): record this call's layer tensors as a prefix, or, once recorded,
+        treat the inputs as the frames that follow that prefix.
+        """
         dtype = self.proj_out.weight.dtype
         x, mu, cond, spks = (z.to(dtype) for z in (x, mu, cond, spks))
+        prefix_frames = 0 if state is None or state.recording else state.frames
         temb = self.time_embed(t.reshape(-1).expand(x.shape[0]))
-        h = self.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks)
-        angles = self.rotary_embed.angles(h.shape[1])
-        masks = self.attention_masks(mask, streaming)
+        h = self.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks, state)
+        angles = self.rotary_embed.angles(h.shape[1], start=prefix_frames)
+        masks = self.attention_masks(mask, streaming, prefix_frames)
         for block in self.transformer_blocks:
-            h = block(h, temb, angles, masks)
+            h = block(h, temb, angles, masks, state)
         scale, shift = self.norm_out.modulation(temb)
         h = _norm(h) * (1 + scale) + shift
         return self.proj_out(h).transpose(1, 2)

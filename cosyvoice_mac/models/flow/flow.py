@@ -30,6 +30,7 @@ from cosyvoice_mac.models.flow.cfm import (
 )
 from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
 from cosyvoice_mac.models.flow.lookahead import PreLookaheadLayer
+from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
 
 DIT_FLOW_TAG = "CausalMaskedDiffWithDiT"  # CosyVoice3
 CONFORMER_FLOW_TAG = "CausalMaskedDiffWithXvec"  # CosyVoice2
@@ -160,16 +161,21 @@ class Flow(nn.Module):
         *,
         streaming: bool = False,
         finalize: bool = True,
+        prefix: FlowPrefix | None = None,
     ) -> torch.Tensor:
         """Speech tokens -> log-mel of the generated part only.
 
         tokens (1, N) and prompt_tokens (1, P): integer speech-token ids (negative ids count as 0, as upstream);
         prompt_feat (1, F, 80): prompt log-mel, normally F = 2P; embedding (1, 192): raw speaker vector.
         ``streaming`` uses chunk-causal attention; ``finalize=False`` treats the last 3 tokens as
-        look-ahead only (intermediate streaming chunk). Returns mel ``(1, 80, T - F)`` fp32 on the
-        module's device, ``T = 2 (P + N)`` (``2 (P + N - 3)`` when not finalising).
+        look-ahead only (intermediate streaming chunk). ``prefix`` (streaming only, from
+        :meth:`build_prefix` for this prompt) skips recomputing the prompt's first chunks; the result
+        is the same. Returns mel ``(1, 80, T - F)`` fp32 on the module's device, ``T = 2 (P + N)``
+        (``2 (P + N - 3)`` when not finalising).
         """
         self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize)
+        if prefix is not None:
+            self._check_prefix(prefix, prompt_tokens, embedding, streaming)
         weight = self.spk_embed_affine_layer.weight
         device, dtype = weight.device, weight.dtype
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
@@ -180,9 +186,47 @@ class Flow(nn.Module):
         mu = self.token_features(self.input_embedding(ids), finalize, streaming)
         cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
         cond[:, :prompt_frames] = prompt_feat.to(device=device, dtype=mu.dtype)
+        start = 0 if prefix is None else prefix.frames
+        mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)
+        mel = self.decoder(mu[:, start:].transpose(1, 2).contiguous(), mask, speaker, cond[:, start:].transpose(1, 2),
+                           streaming, None if prefix is None else prefix.steps)
+        return mel[:, :, prompt_frames - start:].float()
+
+    @torch.inference_mode()
+    def build_prefix(self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor,
+                     tokens: int) -> FlowPrefix:
+        """Run the sampler over the first ``tokens`` prompt tokens once and keep every step's layer tensors.
+
+        ``tokens`` must be a whole number of attention chunks and leave at least the look-ahead of
+        prompt after it (so nothing a later call adds can reach those frames). Shapes as :meth:`inference`.
+        """
+        self._check_inputs(prompt_tokens, prompt_tokens[:, :0], prompt_feat, embedding, finalize=True)
+        chunk = self.config.estimator.static_chunk_size // self.config.token_mel_ratio
+        if tokens <= 0 or tokens % chunk or tokens > prompt_tokens.shape[1] - self.config.pre_lookahead_len:
+            raise FlowInputError(
+                f"a cached prefix must be a positive multiple of {chunk} tokens followed by at least "
+                f"{self.config.pre_lookahead_len} more prompt tokens; got {tokens} of {prompt_tokens.shape[1]}"
+            )
+        weight = self.spk_embed_affine_layer.weight
+        device, dtype = weight.device, weight.dtype
+        speaker = self.spk_embed_affine_layer(F.normalize(embedding.to(device).float(), dim=1).to(dtype))
+        ids = prompt_tokens.to(device=device, dtype=torch.long).clamp(min=0)
+        frames = self.config.token_mel_ratio * tokens
+        mu = self.token_features(self.input_embedding(ids), finalize=False, streaming=True)[:, :frames]
+        cond = prompt_feat[:, :frames].to(device=device, dtype=mu.dtype)
         mask = torch.ones(1, 1, frames, device=device, dtype=mu.dtype)
-        mel = self.decoder(mu.transpose(1, 2).contiguous(), mask, speaker, cond.transpose(1, 2), streaming)
-        return mel[:, :, prompt_frames:].float()
+        steps = [StepState() for _ in range(self.decoder.config.n_timesteps)]
+        self.decoder(mu.transpose(1, 2).contiguous(), mask, speaker, cond.transpose(1, 2), True, steps)
+        return FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
+                          embedding=embedding.clone())
+
+    def _check_prefix(self, prefix: FlowPrefix, prompt_tokens, embedding, streaming: bool) -> None:
+        if not streaming:
+            raise FlowInputError("a cached prefix only applies to streaming (chunk-causal) calls")
+        if not prefix.matches(prompt_tokens, embedding):
+            raise FlowInputError("the cached flow prefix was made from a different voice prompt")
+        if prompt_tokens.shape[1] < prefix.tokens + self.config.pre_lookahead_len:
+            raise FlowInputError("the cached flow prefix does not leave the look-ahead inside the prompt")
 
     def _check_inputs(self, tokens, prompt_tokens, prompt_feat, embedding, finalize: bool) -> None:
         config = self.config

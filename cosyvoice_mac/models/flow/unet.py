@@ -18,6 +18,7 @@ from torch import nn
 
 from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.models.flow.masks import chunk_causal_mask
+from cosyvoice_mac.models.flow.prefix import StepState, causal_left_pad
 
 TIME_SCALE = 1000  # t in [0, 1] is stretched to [0, 1000] before the sinusoid
 FF_MULT = 4  # transformer feed-forward width = 4 x channels (Matcha default)
@@ -91,8 +92,8 @@ class CausalConv1d(nn.Conv1d):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
         super().__init__(in_channels, out_channels, kernel_size)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return super().forward(F.pad(x, (self.kernel_size[0] - 1, 0)))
+    def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
+        return super().forward(causal_left_pad(self, x, self.kernel_size[0] - 1, state))
 
 
 class _SwapTimeAndChannels(nn.Module):
@@ -118,8 +119,11 @@ class CausalBlock1D(nn.Module):
             nn.Mish(),
         )
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.block(x * mask) * mask
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
+        h = self.block[0](x * mask, state)
+        for layer in self.block[1:]:
+            h = layer(h)
+        return h * mask
 
 
 class CausalResnetBlock1D(nn.Module):
@@ -132,10 +136,11 @@ class CausalResnetBlock1D(nn.Module):
         self.block2 = CausalBlock1D(dim_out, dim_out)
         self.res_conv = nn.Conv1d(dim, dim_out, 1)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, time: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, time: torch.Tensor,
+                state: StepState | None = None) -> torch.Tensor:
         """``x (B, C, T)``, ``mask (B, 1, T)``, ``time (B, time_dim)`` -> ``(B, C', T)``."""
-        h = self.block1(x, mask) + self.mlp(time).unsqueeze(-1)
-        h = self.block2(h, mask)
+        h = self.block1(x, mask, state) + self.mlp(time).unsqueeze(-1)
+        h = self.block2(h, mask, state)
         return h + self.res_conv(x * mask)
 
 
@@ -151,14 +156,20 @@ class SelfAttention(nn.Module):
         self.to_v = nn.Linear(dim, inner, bias=False)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """``x (B, T, D)``, bool ``mask`` broadcastable to ``(B, 1, T, T)`` (True = may attend) -> ``(B, T, D)``."""
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
+        """``x (B, T, D)``, bool ``mask`` broadcastable to ``(B, 1, T, T)`` (True = may attend) -> ``(B, T, D)``.
+
+        With a prefix ``state`` the keys and values are the prefix's followed by these frames'.
+        """
         batch, length, _ = x.shape
 
         def split(y: torch.Tensor) -> torch.Tensor:
             return y.view(batch, length, self.heads, -1).transpose(1, 2)
 
-        out = F.scaled_dot_product_attention(split(self.to_q(x)), split(self.to_k(x)), split(self.to_v(x)), mask)
+        keys, values = split(self.to_k(x)), split(self.to_v(x))
+        if state is not None:
+            keys, values = state.keys_and_values(self, keys, values)
+        out = F.scaled_dot_product_attention(split(self.to_q(x)), keys, values, mask)
         return self.to_out[0](out.transpose(1, 2).reshape(batch, length, -1))
 
 
@@ -194,9 +205,9 @@ class TransformerBlock(nn.Module):
         self.norm3 = nn.LayerNorm(dim)
         self.ff = FeedForward(dim, FF_MULT * dim)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
         """``x (B, T, D)`` -> ``(B, T, D)``; ``mask`` as in :class:`SelfAttention`."""
-        x = x + self.attn1(self.norm1(x), mask)
+        x = x + self.attn1(self.norm1(x), mask, state)
         return x + self.ff(self.norm3(x))
 
 
@@ -227,18 +238,28 @@ class CausalConditionalDecoder(nn.Module):
         self.final_block = CausalBlock1D(width, width)
         self.final_proj = nn.Conv1d(width, config.out_channels, 1)
 
-    def _attention_mask(self, mask: torch.Tensor, streaming: bool) -> torch.Tensor:
-        """Padding mask ``(B, 1, T)`` -> bool ``(B, 1, 1, T)`` (full) or ``(B, 1, T, T)`` (chunk-causal)."""
+    def _attention_mask(self, mask: torch.Tensor, streaming: bool, prefix_frames: int = 0) -> torch.Tensor:
+        """Padding mask ``(B, 1, T)`` -> bool ``(B, 1, 1, T)`` (full) or ``(B, 1, T, T)`` (chunk-causal).
+
+        With ``prefix_frames`` cached frames in front: ``(B, 1, T, prefix + T)``, the prefix all visible.
+        """
         keys = (mask != 0).unsqueeze(1)
         if not streaming:
             return keys
-        return keys & chunk_causal_mask(mask.shape[-1], self.config.static_chunk_size, mask.device)
+        chunked = chunk_causal_mask(prefix_frames + mask.shape[-1], self.config.static_chunk_size, mask.device)
+        if prefix_frames:
+            if not bool(keys.all()):
+                raise ValueError("a cached prefix needs every new frame valid (no padding)")
+            rows = chunked[prefix_frames:]
+            # One new chunk sees everything: no mask lets SDPA take its faster unmasked path.
+            return None if bool(rows.all()) else rows.expand(mask.shape[0], 1, -1, -1)
+        return keys & chunked
 
     @staticmethod
-    def _transform(x: torch.Tensor, blocks: nn.ModuleList, mask: torch.Tensor) -> torch.Tensor:
+    def _transform(x: torch.Tensor, blocks: nn.ModuleList, mask: torch.Tensor, state: StepState | None) -> torch.Tensor:
         h = x.transpose(1, 2)
         for block in blocks:
-            h = block(h, mask)
+            h = block(h, mask, state)
         return h.transpose(1, 2)
 
     def forward(
@@ -250,11 +271,13 @@ class CausalConditionalDecoder(nn.Module):
         spks: torch.Tensor,
         cond: torch.Tensor,
         streaming: bool = False,
+        state: StepState | None = None,
     ) -> torch.Tensor:
         """Velocity ``(B, out, T)`` of noisy mel ``x (B, 80, T)`` at time ``t (B,)``.
 
         ``mask (B, 1, T)`` (1 = valid frame), token features ``mu (B, 80, T)``, speaker ``spks (B, 80)``,
         prompt mel ``cond (B, 80, T)`` (zeros after the prompt). ``streaming`` selects chunk-causal attention.
+        ``state`` (streaming only): record this call as a cached prefix, or continue after a recorded one.
         """
         length = x.shape[-1]
         stacked = torch.cat([x, mu, spks.unsqueeze(-1).expand(-1, -1, length).to(x.dtype), cond], dim=1)
@@ -265,16 +288,17 @@ class CausalConditionalDecoder(nn.Module):
             )
         mask = mask.to(x.dtype)
         time = self.time_mlp(sinusoidal_time_embedding(t, self.config.in_channels).to(x.dtype))
-        attention_mask = self._attention_mask(mask, streaming)
+        prefix_frames = 0 if state is None or state.recording else state.frames
+        attention_mask = self._attention_mask(mask, streaming, prefix_frames)
 
         resnet, transformers, conv = self.down_blocks[0]
-        h = self._transform(resnet(stacked, mask, time), transformers, attention_mask)
+        h = self._transform(resnet(stacked, mask, time, state), transformers, attention_mask, state)
         skip = h
-        h = conv(h * mask)
+        h = conv(h * mask, state)
         for resnet, transformers in self.mid_blocks:
-            h = self._transform(resnet(h, mask, time), transformers, attention_mask)
+            h = self._transform(resnet(h, mask, time, state), transformers, attention_mask, state)
         resnet, transformers, conv = self.up_blocks[0]
-        h = self._transform(resnet(torch.cat([h, skip], dim=1), mask, time), transformers, attention_mask)
-        h = conv(h * mask)
-        h = self.final_block(h, mask)
+        h = self._transform(resnet(torch.cat([h, skip], dim=1), mask, time, state), transformers, attention_mask, state)
+        h = conv(h * mask, state)
+        h = self.final_block(h, mask, state)
         return self.final_proj(h * mask) * mask

@@ -1,0 +1,158 @@
+"""The flow's streaming cache (a voice prompt's cached prefix) and the side-by-side CFG branches.
+
+A cached prefix must change nothing but the time taken: every check compares against the same
+chunk-causal call made from scratch. The reference's own first streaming chunk, computed through
+a cached prefix, is checked in tests/parity/flow*.py.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+import pytest
+import torch
+
+import cosyvoice_mac.models.flow.cfm as cfm
+from cosyvoice_mac.models.flow.cfm import FlowInputError
+from cosyvoice_mac.pipeline import CosyVoice
+from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, PromptPlan, TokenProducer
+from tests.fakes.onnx_models import make_tiny_model_dir
+
+TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
+TEXT = "The quick brown fox jumps over the lazy dog, again and again, for a long while."
+
+
+@pytest.fixture(scope="module", params=("cosyvoice3", "cosyvoice2"))
+def model(request, tmp_path_factory) -> CosyVoice:
+    folder = make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param))
+    return CosyVoice.from_pretrained(folder, device=TEST_DEVICE)
+
+
+def _prompt(model, prompt_tokens: int, seed: int = 1):
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.networks.flow.config.vocab_size
+    device = model.device
+    return (torch.randint(0, vocab, (1, prompt_tokens), generator=generator).to(device),
+            torch.randn(1, 2 * prompt_tokens, 80, generator=generator).to(device),
+            torch.randn(1, 192, generator=generator).to(device))
+
+
+def _tokens(model, count: int, seed: int = 2):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(0, model.networks.flow.config.vocab_size, (1, count), generator=generator).to(model.device)
+
+
+@pytest.mark.parametrize("side_by_side", [True, False])
+@pytest.mark.parametrize("new_tokens", [13, 38, 88])  # the first hop, then 25 and 50 more (each + 3 look-ahead)
+def test_cached_prefix_gives_the_mel_of_the_full_computation(model, monkeypatch, side_by_side, new_tokens):
+    if not side_by_side:
+        monkeypatch.setattr(cfm, "use_branch_threads", lambda x: False)
+    flow = model.networks.flow
+    prompt = _prompt(model, 90)  # 50 cached + 40 more prompt tokens
+    tokens = _tokens(model, new_tokens)
+    full = flow.inference(tokens, *prompt, streaming=True, finalize=False)
+    prefix = flow.build_prefix(*prompt, tokens=50)
+    cached = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert cached.shape == full.shape
+    torch.testing.assert_close(cached, full, atol=2e-5, rtol=1e-5)
+    assert prefix.frames == 100 and len(prefix.steps) == 10 and prefix.nbytes() > 0
+
+
+def test_side_by_side_branches_equal_the_batched_guidance(model, monkeypatch):
+    flow = model.networks.flow
+    prompt, tokens = _prompt(model, 40), _tokens(model, 30)
+    together = flow.inference(tokens, *prompt)
+    monkeypatch.setattr(cfm, "use_branch_threads", lambda x: False)
+    batched = flow.inference(tokens, *prompt)
+    torch.testing.assert_close(together, batched, atol=2e-5, rtol=1e-5)
+
+
+def test_branch_threads_keep_the_callers_thread_count():
+    from cosyvoice_mac.models.flow.branches import run_branches
+
+    before = torch.get_num_threads()
+    seen = run_branches(torch.get_num_threads, torch.get_num_threads)
+    assert seen == (1, 1) and torch.get_num_threads() == before
+    started_later: list[int] = []
+    thread = threading.Thread(target=lambda: started_later.append(torch.get_num_threads()))
+    thread.start(), thread.join()
+    assert started_later == [before]  # e.g. the LLM producer thread of the next request
+
+
+def test_a_prefix_refuses_another_voice_and_non_streaming_calls(model):
+    flow = model.networks.flow
+    prompt, tokens = _prompt(model, 60), _tokens(model, 13)
+    prefix = flow.build_prefix(*prompt, tokens=25)
+    other = _prompt(model, 60, seed=9)
+    with pytest.raises(FlowInputError, match="different voice"):
+        flow.inference(tokens, *other, streaming=True, finalize=False, prefix=prefix)
+    with pytest.raises(FlowInputError, match="only applies to streaming"):
+        flow.inference(tokens, *prompt, streaming=False, finalize=True, prefix=prefix)
+
+
+@pytest.mark.parametrize("length", [0, 20, 58, 60])
+def test_a_prefix_must_be_whole_chunks_that_leave_the_look_ahead_in_the_prompt(model, length):
+    with pytest.raises(FlowInputError, match="multiple of 25"):
+        model.networks.flow.build_prefix(*_prompt(model, 60), tokens=length)
+
+
+def test_prefix_cache_reuses_a_voice_and_rebuilds_for_another(model, monkeypatch):
+    flow = model.networks.flow
+    built: list[int] = []
+    original = flow.build_prefix
+    monkeypatch.setattr(flow, "build_prefix", lambda *a, **k: built.append(1) or original(*a, **k))
+
+    class Voice:
+        def __init__(self, seed):
+            self.speech_tokens, self.mel, self.embedding = _prompt(model, 90, seed)
+            self.mel = self.mel  # (1, 180, 80)
+            self.audio_hash = f"voice-{seed}"
+
+    cache, first, second = FlowPrefixCache(capacity=1), Voice(1), Voice(2)
+    plan = PromptPlan.for_prompt(90)
+    for voice in (first, first, second, first):
+        prefix = cache.get(flow, voice, plan, plan.prompt(voice, model.device))
+        assert prefix.matches(plan.prompt(voice, model.device)[0], voice.embedding)
+    assert len(built) == 3  # the second use of a voice is free; capacity 1 forgot the first voice
+    assert cache.get(flow, first, PromptPlan.for_prompt(10), plan.prompt(first, model.device)) is None
+
+
+def test_streaming_builds_the_prefix_once_per_voice_and_moving_the_model_forgets_it(model, make_speech, monkeypatch):
+    speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
+    flow = model.networks.flow
+    built: list[int] = []
+    original = flow.build_prefix
+    monkeypatch.setattr(flow, "build_prefix", lambda *a, **k: built.append(1) or original(*a, **k))
+    model.flow_prefixes.clear()
+    first = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+    second = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+    assert len(built) == 1
+    for a, b in zip(first, second):  # the cache changes nothing that is heard
+        torch.testing.assert_close(torch.from_numpy(a.audio), torch.from_numpy(b.audio), atol=1e-5, rtol=0)
+    model.to(model.device)
+    list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
+    assert len(built) == 2
+
+
+def test_paused_producer_holds_the_llm_until_released():
+    gate = threading.Event()
+    produced: list[int] = []
+
+    def tokens():
+        for token in range(100):
+            produced.append(token)
+            if token == 5:
+                gate.set()
+            yield token
+
+    producer = TokenProducer(tokens())
+    gate.wait(5)
+    producer.pause(True)
+    held = producer.wait_for(5)
+    import time
+
+    time.sleep(0.1)
+    assert len(producer.tokens) <= held + 2  # at most the token in flight
+    producer.pause(False)
+    assert producer.wait_for(100) == 100
+    producer.abandon()

@@ -47,6 +47,10 @@ def stage_errors(ctx: ParityContext, device: torch.device) -> dict[str, float]:
     errors["flow_mel_nonstream"] = _error(flow.inference(tokens, *prompt), vectors["mel_nonstream"])
     errors["flow_mel_stream_chunk1"] = _error(
         flow.inference(tokens[:, :28], *prompt, streaming=True, finalize=False), vectors["mel_stream_chunk1"])
+    prefix = flow.build_prefix(*prompt, tokens=50)
+    errors["flow_mel_stream_chunk1_cached_prefix"] = _error(
+        flow.inference(tokens[:, :28], *prompt, streaming=True, finalize=False, prefix=prefix),
+        vectors["mel_stream_chunk1"])
 
     hift = load_hift(folder / f"{version}.yaml", folder / "hift.pt").to(device)
     vectors = ctx.vectors("hift")

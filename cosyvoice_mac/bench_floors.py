@@ -34,21 +34,21 @@ def _attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None,
 _EXTRA_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops}
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
 
 
-def _best_seconds(device: torch.device, function, repeats: int = REPEATS) -> float:
+def best_seconds(device: torch.device, function, repeats: int = REPEATS) -> float:
     function()
     best = float("inf")
     for _ in range(repeats):
-        _synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         function()
-        _synchronize(device)
+        synchronize(device)
         best = min(best, time.perf_counter() - started)
     return best
 
@@ -57,7 +57,7 @@ def _best_seconds(device: torch.device, function, repeats: int = REPEATS) -> flo
 def memory_bandwidth(device: torch.device) -> float:
     """Bytes per second this process reads from memory (best of a few sums of a 512 MiB tensor)."""
     data = torch.ones(BANDWIDTH_BYTES // 4, device=device)
-    return BANDWIDTH_BYTES / _best_seconds(device, lambda: data.sum())
+    return BANDWIDTH_BYTES / best_seconds(device, lambda: data.sum())
 
 
 @torch.inference_mode()
@@ -66,7 +66,7 @@ def matmul_rate(device: torch.device, dtype: torch.dtype, rows: int) -> float:
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(rows, MATMUL_DIM, generator=generator).to(device=device, dtype=dtype)
     w = torch.randn(2 * MATMUL_DIM, MATMUL_DIM, generator=generator).to(device=device, dtype=dtype)
-    return 2 * rows * MATMUL_DIM * 2 * MATMUL_DIM / _best_seconds(device, lambda: F.linear(a, w))
+    return 2 * rows * MATMUL_DIM * 2 * MATMUL_DIM / best_seconds(device, lambda: F.linear(a, w))
 
 
 def llm_bytes_per_token(llm: nn.Module, positions: int) -> int:

@@ -160,3 +160,19 @@ def test_streaming_sends_playable_chunks_before_the_job_ends(engine, voice):
     assert all(event.data["sample_rate"] == 24000 for event in events if event.kind == "progress")
     assert np.array_equal(np.concatenate(chunks), result.audio)  # the saved file holds what was streamed
     assert os.path.isfile(result.output_path) and _audible(result.audio)
+
+
+def test_a_voice_prepared_for_streaming_starts_without_building_its_flow_prefix(engine, make_speech):
+    recording = str(make_speech("Someone new will stream with this voice very soon.", seconds=3.5))
+    before = engine.status()
+    prepared = engine.prepare_voice(recording, streaming=True, timeout=DEADLINE)
+    after = engine.status()
+    assert prepared["streaming_ready"] and prepared["model_id"] == after["model"]
+    assert after["feature_extractions"] == before["feature_extractions"] + 1
+    assert after["flow_prefix_builds"] == before["flow_prefix_builds"] + 1
+    result = engine.result(engine.submit(Job(text=LONG_TEXT, prompt_audio=recording, seed=5, stream=True)), DEADLINE)
+    assert result.cache_hit and _audible(result.audio)
+    assert engine.status()["flow_prefix_builds"] == after["flow_prefix_builds"]  # the request used the prepared one
+    again = engine.prepare_voice(recording, streaming=True, timeout=DEADLINE)
+    assert again["source"] in ("memory", "disk") and engine.status()["flow_prefix_builds"] == after["flow_prefix_builds"]
+

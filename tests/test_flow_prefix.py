@@ -22,6 +22,15 @@ TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
 TEXT = "The quick brown fox jumps over the lazy dog, again and again, for a long while."
 
 
+@pytest.fixture(autouse=True)
+def strict_fp32():
+    """CUDA's TF32 convolutions round differently for different sequence lengths; compare in real fp32."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @pytest.fixture(scope="module", params=("cosyvoice3", "cosyvoice2"))
 def model(request, tmp_path_factory) -> CosyVoice:
     folder = make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param))

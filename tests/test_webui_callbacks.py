@@ -285,3 +285,19 @@ def test_is_inside_follows_links(tmp_path):
     assert is_inside(tmp_path / "outputs" / "a.wav", tmp_path / "outputs")
     assert not is_inside(tmp_path / "outputs" / "escape.wav", tmp_path / "outputs")
     assert not is_inside(tmp_path / "outputs" / ".." / "secret", tmp_path / "outputs")
+
+
+def test_with_stream_on_a_new_prompt_is_prepared_in_the_background(callbacks, make_speech, tmp_path):
+    fresh = str(make_speech("A brand new voice is uploaded while Stream is on.", seconds=3.0))
+    engine = callbacks.host.engine
+    extractions = engine.status()["feature_extractions"]
+    assert callbacks.prepare_for_streaming(fresh, False) is None  # Stream off: nothing to do ahead
+    worker = callbacks.prepare_for_streaming(fresh, True)
+    worker.join(timeout=60)
+    assert not worker.is_alive() and engine.status()["feature_extractions"] == extractions + 1
+    not_audio = tmp_path / "notes.wav"
+    not_audio.write_text("not audio at all")
+    assert callbacks.prepare_for_streaming(str(not_audio), True) is None  # its own message says why
+    final = _run(callbacks, audio=fresh, text="The prepared voice speaks.", stream=True)[-1]
+    assert final[STATUS].startswith("✅ Done")
+    assert engine.status()["feature_extractions"] == extractions + 1  # the request found it ready

@@ -188,7 +188,7 @@ class Engine(VoiceSaving):
                 "state": self._state,
                 **{key: worker.get(key) for key in ("model", "version", "device", "fell_back", "fallback_reason",
                                                     "dtype", "memory", "jobs_run", "feature_extractions",
-                                                    "vocoder", "vocoder_reason")},
+                                                    "flow_prefix_builds", "vocoder", "vocoder_reason")},
                 "queue_length": len(self.queue.pending),
                 "running": running.job.job_id if running else None,
                 "cache": cache,

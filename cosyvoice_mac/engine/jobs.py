@@ -32,7 +32,8 @@ EVENT_DEVICE_FALLBACK = "device_fallback"  # data: device, reason
 # Replies to a Task (job_id None; data: task_id, and result or nothing).
 EVENT_TASK_DONE = "task_done"  # data: task_id, result (plain dict), status
 EVENT_TASK_FAILED = "task_failed"  # message says why
-TASK_EXTRACT_PROMPT = "extract_prompt"  # args: audio (file path), transcript -> audio_hash, model_id, duration_s
+# args: audio (file path), transcript, prepare_streaming -> audio_hash, model_id, duration_s, streaming_ready
+TASK_EXTRACT_PROMPT = "extract_prompt"
 
 MAX_TEXT_CHARS = 5000
 

@@ -292,8 +292,11 @@ class WorkerRuntime:
             if not isinstance(audio_path, str) or not Path(audio_path).is_file():
                 raise SynthesisError(f"the prompt audio file {audio_path} does not exist; upload it again")
             speaker, source = self._prompt_from_audio(audio_path, None, task.args.get("transcript"))
+            streaming_ready = bool(task.args.get("prepare_streaming")) and hasattr(self.pipeline, "prepare_streaming")
+            if streaming_ready:
+                self.pipeline.prepare_streaming(speaker)
             result = {"audio_hash": speaker.audio_hash, "model_id": self.pipeline.model_id, "source": source,
-                      "duration_s": float(speaker.duration_s)}
+                      "duration_s": float(speaker.duration_s), "streaming_ready": streaming_ready}
             event = JobEvent(jobs.EVENT_TASK_DONE, data={"task_id": task.task_id, "result": result})
         except SynthesisError as error:
             event = JobEvent(jobs.EVENT_TASK_FAILED, message=str(error), data={"task_id": task.task_id})
@@ -390,6 +393,7 @@ class WorkerRuntime:
                        "device_driver_bytes": memory.driver_allocated_bytes},
             "cache": self.cache.stats.as_dict(), "feature_extractions": self.feature_extractions,
             "jobs_run": self.jobs_run,
+            "flow_prefix_builds": getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
             "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason,
         }
 

@@ -34,6 +34,18 @@ class VoiceSaving:
         return self.voices.save(name, audio_hash=features["audio_hash"], model_id=features["model_id"],
                                 transcript=transcript, audio=audio_path, overwrite=overwrite)
 
+    def prepare_voice(self, audio_path: str | Path, streaming: bool = True, timeout: float | None = None) -> dict:
+        """Have the worker extract (or find cached) a recording's features now and, for ``streaming``,
+        also compute the voice's flow prefix, so the first request with it starts as fast as later ones.
+
+        Returns the task's result (``audio_hash``, ``streaming_ready``, ...). Raises as :meth:`save_voice_from_audio`.
+        """
+        audio_path = Path(audio_path)
+        if not audio_path.is_file():
+            raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
+        return self.run_task(jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "prepare_streaming": streaming},
+                             timeout)
+
     def save_voice(self, name: str, job_id: str, overwrite: bool = False) -> dict:
         """Name the prompt voice a finished job used (its cached features and a copy of its audio)."""
         result = self.result(job_id, timeout=0)

@@ -28,7 +28,7 @@ from cosyvoice_mac.pipeline.loading import (
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
-from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, stream_segment
+from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
@@ -171,6 +171,12 @@ class CosyVoice:
     ) -> SpeakerPrompt:
         """Features of a prompt voice (the expensive, cacheable part of a request)."""
         return self.prompt_encoder.encode(audio, sample_rate=sample_rate, transcript=transcript)
+
+    def prepare_streaming(self, speaker: SpeakerPrompt) -> None:
+        """Compute the voice's share of streamed requests ahead of time (a few seconds on a CPU, once per voice)."""
+        if speaker.model_id != self.model_id:
+            raise SynthesisError("that voice was prepared for another model; upload its audio again")
+        prepare_voice_for_streaming(self, speaker)
 
     def synthesize(
         self,

@@ -178,6 +178,7 @@ class FlowPrefixCache:
 
     def __init__(self, capacity: int = 1):
         self.capacity = capacity
+        self.builds = 0  # prefixes computed so far (a status figure)
         self._entries: dict[tuple, object] = {}
 
     def get(self, flow, speaker, plan: PromptPlan, prompt) -> object | None:
@@ -189,6 +190,7 @@ class FlowPrefixCache:
         prefix = self._entries.pop(key, None)
         if prefix is None or not prefix.matches(prompt[0], prompt[2]):
             prefix = flow.build_prefix(*prompt, tokens=plan.prefix_tokens)
+            self.builds += 1
         self._entries[key] = prefix
         while len(self._entries) > self.capacity:
             self._entries.pop(next(iter(self._entries)))
@@ -196,6 +198,14 @@ class FlowPrefixCache:
 
     def clear(self) -> None:
         self._entries.clear()
+
+
+def prepare_voice_for_streaming(model, speaker) -> None:
+    """Build (or keep) the voice's flow prefix now, so its first streamed request starts as fast as later ones."""
+    flow = model.networks.flow
+    plan = PromptPlan.for_prompt(speaker.speech_tokens.shape[1], lookahead=flow.config.pre_lookahead_len,
+                                 max_prefix=LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS)
+    model.flow_prefixes.get(flow, speaker, plan, plan.prompt(speaker, next(flow.parameters()).device))
 
 
 def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Callable[[], bool],

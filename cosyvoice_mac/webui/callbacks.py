@@ -25,6 +25,7 @@ from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
 SAVE_VOICE_TIMEOUT_S = 900.0  # covers a model that is still loading when Save is pressed
+PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
 UNTRANSCRIBABLE = ("not_audio", "no_decoder", "silent")
 
 
@@ -175,6 +176,24 @@ class Callbacks:
 
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)
+
+    def prepare_for_streaming(self, audio: str | None, stream: bool) -> threading.Thread | None:
+        """With Stream on, have the worker get a new prompt ready in the background (features and the
+        flow prefix), so the first streamed request with it starts as fast as later ones. Best effort:
+        whatever is wrong with the prompt is reported by the request that uses it."""
+        engine = self.host.engine
+        if not (stream and audio and engine is not None) or inspect_prompt(audio).problem:
+            return None
+
+        def prepare() -> None:
+            try:
+                engine.prepare_voice(audio, streaming=True, timeout=PREPARE_VOICE_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - an optimisation only; the generation reports real problems
+                pass
+
+        worker = threading.Thread(target=prepare, name="prepare-voice", daemon=True)
+        worker.start()
+        return worker
 
     @staticmethod
     def stream_toggled(stream: bool):

@@ -175,9 +175,10 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         # -- wiring ----------------------------------------------------------------------------------
         quiet = dict(queue=False, show_progress="hidden")
         prompt_audio.upload(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio],
-                            **quiet)
+                            **quiet).then(callbacks.prepare_for_streaming, [prompt_audio, stream], None, **quiet)
         prompt_audio.stop_recording(callbacks.prompt_uploaded, [language, prompt_audio],
-                                    [prompt_msg, voices, prompt_audio])
+                                    [prompt_msg, voices, prompt_audio]).then(
+            callbacks.prepare_for_streaming, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
         voices.input(callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript],
                      **quiet)
@@ -192,6 +193,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         mode.change(callbacks.mode_changed, mode, [transcript_row, preset, instruct, mode_msg], **quiet)
         mode.change(lambda: "", None, transcript_msg, **quiet)
         stream.change(callbacks.stream_toggled, stream, [speed, stream_note], **quiet)
+        stream.input(callbacks.prepare_for_streaming, [prompt_audio, stream], None, **quiet)
         preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
         dice.click(callbacks.roll_seed, None, seed, **quiet)
 

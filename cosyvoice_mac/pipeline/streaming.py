@@ -25,6 +25,8 @@ from typing import Callable, Iterable, Iterator
 import numpy as np
 import torch
 
+from cosyvoice_mac.models.flow.prefix import FlowPrefix
+
 FIRST_HOP_TOKENS = 10  # the first chunk completes the flow prompt's last attention chunk
 SECOND_HOP_TOKENS = 25  # then 50, then 100 for every later chunk (upstream's growth)
 MAX_HOP_TOKENS = 100
@@ -179,9 +181,9 @@ class FlowPrefixCache:
     def __init__(self, capacity: int = 1):
         self.capacity = capacity
         self.builds = 0  # prefixes computed so far (a status figure)
-        self._entries: dict[tuple, object] = {}
+        self._entries: dict[tuple, FlowPrefix] = {}
 
-    def get(self, flow, speaker, plan: PromptPlan, prompt) -> object | None:
+    def get(self, flow, speaker, plan: PromptPlan, prompt) -> FlowPrefix | None:
         """The cached prefix for this voice and plan, building it on a miss; None when the plan caches nothing."""
         if plan.prefix_tokens == 0 or self.capacity == 0:
             return None

@@ -174,11 +174,14 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
 
         # -- wiring ----------------------------------------------------------------------------------
         quiet = dict(queue=False, show_progress="hidden")
+
+        def prepare(audio, stream_on) -> None:  # the page waits for nothing: the worker prepares in the background
+            callbacks.prepare_for_streaming(audio, stream_on)
         prompt_audio.upload(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio],
-                            **quiet).then(callbacks.prepare_for_streaming, [prompt_audio, stream], None, **quiet)
+                            **quiet).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.stop_recording(callbacks.prompt_uploaded, [language, prompt_audio],
                                     [prompt_msg, voices, prompt_audio]).then(
-            callbacks.prepare_for_streaming, [prompt_audio, stream], None, **quiet)
+            prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
         voices.input(callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript],
                      **quiet)
@@ -193,7 +196,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         mode.change(callbacks.mode_changed, mode, [transcript_row, preset, instruct, mode_msg], **quiet)
         mode.change(lambda: "", None, transcript_msg, **quiet)
         stream.change(callbacks.stream_toggled, stream, [speed, stream_note], **quiet)
-        stream.input(callbacks.prepare_for_streaming, [prompt_audio, stream], None, **quiet)
+        stream.input(prepare, [prompt_audio, stream], None, **quiet)
         preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
         dice.click(callbacks.roll_seed, None, seed, **quiet)
 

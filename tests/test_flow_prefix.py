@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -88,6 +89,30 @@ def test_branch_threads_keep_the_callers_thread_count():
     assert started_later == [before]  # e.g. the LLM producer thread of the next request
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_a_forked_child_runs_branches_on_threads_of_its_own():
+    from cosyvoice_mac.models.flow.branches import run_branches
+
+    run_branches(lambda: torch.ones(1), lambda: torch.ones(1))  # the parent's pool exists now
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the child
+        try:
+            first, second = run_branches(lambda: torch.ones(2).sum(), lambda: torch.ones(3).sum())
+            os._exit(0 if (float(first), float(second)) == (2.0, 3.0) else 1)
+        except BaseException:
+            os._exit(2)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        finished, status = os.waitpid(child, os.WNOHANG)
+        if finished:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(child, 9)
+    os.waitpid(child, 0)
+    pytest.fail("the forked child hung waiting for its parent's branch threads")
+
+
 def test_a_prefix_refuses_another_voice_and_non_streaming_calls(model):
     flow = model.networks.flow
     prompt, tokens = _prompt(model, 60), _tokens(model, 13)
@@ -158,8 +183,6 @@ def test_paused_producer_holds_the_llm_until_released():
     gate.wait(5)
     producer.pause(True)
     held = producer.wait_for(5)
-    import time
-
     time.sleep(0.1)
     assert len(producer.tokens) <= held + 2  # at most the token in flight
     producer.pause(False)

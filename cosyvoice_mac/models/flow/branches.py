@@ -9,6 +9,7 @@ each. The branches share nothing but their inputs, and each reads its own half o
 """
 from __future__ import annotations
 
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
@@ -19,6 +20,16 @@ from cosyvoice_mac.models.flow.prefix import StepState
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
+
+
+def _forget_pool_in_child() -> None:
+    """A forked child has none of its parent's threads: it must start its own pool, not wait on that one."""
+    global _lock, _pool
+    _lock, _pool = threading.Lock(), None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _single_threaded(barrier: threading.Barrier) -> None:

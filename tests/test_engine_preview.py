@@ -8,6 +8,7 @@ import pytest
 
 from cosyvoice_mac.engine import Engine, Job, WorkerConfig
 from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL
+from tests.fakes.fake_pipeline import result_and_events
 
 DEADLINE = 180.0
 
@@ -38,17 +39,9 @@ def test_preview_streams_its_audio_and_a_voice_can_be_saved_first(engine, make_s
     voice = str(make_speech("A voice for the preview to copy, saved before any generation.", seconds=4.0))
     saved = engine.save_voice_from_audio("Preview narrator", voice, None, timeout=DEADLINE)
     assert saved["model_id"] == engine.status()["model"]
-    heard = engine.subscribe()
-    try:
-        job_id = engine.submit(Job(text="First sentence here. And a second one.", voice="Preview narrator",
-                                   stream=True, seed=2))
-        result = engine.result(job_id, timeout=DEADLINE)
-    finally:
-        engine.unsubscribe(heard)
-    chunks = []
-    while not heard.empty():
-        event = heard.get_nowait()
-        if event.job_id == job_id and event.kind == "progress":
-            chunks.append(event.data["audio"])
+    result, events = result_and_events(
+        engine, Job(text="First sentence here. And a second one.", voice="Preview narrator", stream=True, seed=2),
+        DEADLINE)
+    chunks = [event.data["audio"] for event in events if event.kind == "progress"]
     assert chunks and result.cache_hit  # a short text is one segment, so maybe one chunk
     assert np.array_equal(np.concatenate(chunks), result.audio)

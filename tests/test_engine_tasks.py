@@ -11,22 +11,16 @@ import time
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import Engine, EngineError, Job, TaskFailed, VoiceError, jobs
-from tests.fakes.fake_pipeline import fake_worker_config, tone, wait_for_event
+from cosyvoice_mac.engine import EngineError, Job, TaskFailed, VoiceError, jobs
+from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, wait_for_event
 
 DEADLINE = 60.0
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(8))  # 8 x 0.25 s
 
 
-def _engine(config, **options) -> Engine:
-    return Engine(config, **{"stop_timeout_s": 1.0, "cancel_grace_s": 1.0, "start_timeout_s": DEADLINE, **options})
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    config = fake_worker_config(tmp_path_factory.mktemp("tasks"), extract_s=0.3, segment_s=0.25)
-    engine = _engine(config)
-    assert engine.start(timeout=DEADLINE), engine.status()
+    engine = started(quick_engine(fake_worker_config(tmp_path_factory.mktemp("tasks"), extract_s=0.3, segment_s=0.25)))
     yield engine
     engine.close()
 
@@ -108,7 +102,7 @@ def test_a_task_runs_after_the_running_job_and_before_the_waiting_ones(engine, r
 
 
 def test_a_timed_out_task_is_forgotten_and_its_late_answer_dropped(tmp_path, recording):
-    with _engine(fake_worker_config(tmp_path, extract_s=2.0)) as slow_engine:
+    with quick_engine(fake_worker_config(tmp_path, extract_s=2.0)) as slow_engine:
         assert slow_engine.start(timeout=DEADLINE)
         with pytest.raises(TimeoutError, match="within 0.3 s"):
             slow_engine.save_voice_from_audio("Late", recording(170.0), timeout=0.3)
@@ -118,7 +112,7 @@ def test_a_timed_out_task_is_forgotten_and_its_late_answer_dropped(tmp_path, rec
 
 
 def test_a_task_waits_for_the_model_to_load(tmp_path, recording):
-    with _engine(fake_worker_config(tmp_path, load_s=1.5)) as loading:
+    with quick_engine(fake_worker_config(tmp_path, load_s=1.5)) as loading:
         loading.start(wait=False)
         assert loading.status()["state"] == "starting"
         saved = loading.save_voice_from_audio("Patient", recording(180.0), timeout=DEADLINE)
@@ -126,7 +120,7 @@ def test_a_task_waits_for_the_model_to_load(tmp_path, recording):
 
 
 def test_a_task_fails_when_the_worker_dies_during_it_and_the_engine_recovers(tmp_path, recording):
-    with _engine(fake_worker_config(tmp_path, extract_s=3.0)) as fragile:  # the warm-up extracts too
+    with quick_engine(fake_worker_config(tmp_path, extract_s=3.0)) as fragile:  # the warm-up extracts too
         assert fragile.start(timeout=DEADLINE)
         outcome = {}
 
@@ -152,7 +146,7 @@ def test_a_task_fails_when_the_worker_dies_during_it_and_the_engine_recovers(tmp
 
 
 def test_closing_the_engine_fails_its_tasks_and_refuses_new_ones(tmp_path, recording):
-    loading = _engine(fake_worker_config(tmp_path, load_s=30.0))
+    loading = quick_engine(fake_worker_config(tmp_path, load_s=30.0))
     loading.start(wait=False)
     outcome = {}
 

@@ -14,23 +14,16 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import Engine, EngineError, Job, JobCancelled, JobFailed, QueueFull, read_wav_info
-from tests.fakes.fake_pipeline import fake_worker_config, tone, wait_for_event
+from cosyvoice_mac.engine import EngineError, Job, JobCancelled, JobFailed, QueueFull, read_wav_info
+from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, wait_for_event
 
 DEADLINE = 60.0
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(12))  # 12 x 0.25 s, cancellable
 
 
-def _engine(config, **options) -> Engine:
-    options = {"stop_timeout_s": 1.0, "cancel_grace_s": 1.0, "start_timeout_s": DEADLINE, **options}
-    return Engine(config, **options)
-
-
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    config = fake_worker_config(tmp_path_factory.mktemp("engine"), extract_s=0.3, segment_s=0.25)
-    engine = _engine(config)
-    assert engine.start(timeout=DEADLINE), engine.status()
+    engine = started(quick_engine(fake_worker_config(tmp_path_factory.mktemp("engine"), extract_s=0.3, segment_s=0.25)))
     yield engine
     engine.close()
 
@@ -186,7 +179,7 @@ def test_unwritable_outputs_still_return_the_audio(tmp_path):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("x")
     config.outputs_dir = str(blocker / "outputs")
-    with _engine(config) as engine:
+    with quick_engine(config) as engine:
         assert engine.start(timeout=DEADLINE)
         result = engine.result(engine.submit(Job(text="Keep me.")), timeout=DEADLINE)
     assert result.output_path is None and "could not save the result" in result.output_error
@@ -228,7 +221,7 @@ def test_bad_input_fails_the_job_only(engine):
 
 def test_device_error_retries_once_on_cpu_then_falls_back_for_good(tmp_path):
     config = fake_worker_config(tmp_path, home_device="mps")
-    with _engine(config) as engine:
+    with quick_engine(config) as engine:
         heard = engine.subscribe()
         assert engine.start(timeout=DEADLINE) and engine.status()["device"] == "mps"
         first_id = engine.submit(Job(text="[device-error] Hello."))
@@ -256,7 +249,7 @@ def test_device_error_retries_once_on_cpu_then_falls_back_for_good(tmp_path):
 
 
 def test_a_model_that_cannot_load_is_reported_and_refuses_jobs(tmp_path):
-    with _engine(fake_worker_config(tmp_path, fail_load=True), max_load_failures=2) as engine:
+    with quick_engine(fake_worker_config(tmp_path, fail_load=True), max_load_failures=2) as engine:
         assert engine.start(timeout=DEADLINE) is False
         status = engine.status()
         assert status["state"] == "error" and "llm.pt is missing" in status["last_error"]
@@ -265,13 +258,13 @@ def test_a_model_that_cannot_load_is_reported_and_refuses_jobs(tmp_path):
 
 
 def test_silent_warm_up_never_reports_ready(tmp_path):
-    with _engine(fake_worker_config(tmp_path, silent=True), max_load_failures=1) as engine:
+    with quick_engine(fake_worker_config(tmp_path, silent=True), max_load_failures=1) as engine:
         assert engine.start(timeout=DEADLINE) is False
         assert "silent" in engine.status()["last_error"]
 
 
 def test_close_stops_the_worker_process(tmp_path):
-    engine = _engine(fake_worker_config(tmp_path))
+    engine = quick_engine(fake_worker_config(tmp_path))
     assert engine.start(timeout=DEADLINE)
     pid = engine.status()["worker_pid"]
     engine.close()

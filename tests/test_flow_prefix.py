@@ -47,6 +47,21 @@ def _prompt(model, prompt_tokens: int, seed: int = 1):
             torch.randn(1, 192, generator=generator).to(device))
 
 
+class _EstimatorCalls:
+    """Records the (batch, frames) of every estimator call made inside the ``with`` block."""
+
+    def __init__(self, flow):
+        self.estimator, self.shapes = flow.decoder.estimator, []
+
+    def __enter__(self):
+        self.handle = self.estimator.register_forward_pre_hook(
+            lambda module, args: self.shapes.append((args[0].shape[0], args[0].shape[-1])))
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
 def _tokens(model, count: int, seed: int = 2):
     generator = torch.Generator().manual_seed(seed)
     return torch.randint(0, model.networks.flow.config.vocab_size, (1, count), generator=generator).to(model.device)
@@ -62,7 +77,9 @@ def test_cached_prefix_gives_the_mel_of_the_full_computation(model, monkeypatch,
     tokens = _tokens(model, new_tokens)
     full = flow.inference(tokens, *prompt, streaming=True, finalize=False)
     prefix = flow.build_prefix(*prompt, tokens=50)
-    cached = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    with _EstimatorCalls(flow) as calls:
+        cached = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert {frames for _, frames in calls.shapes} == {2 * (90 + new_tokens - 3) - 100}  # the prefix is not redone
     assert cached.shape == full.shape
     torch.testing.assert_close(cached, full, atol=2e-5, rtol=1e-5)
     assert prefix.frames == 100 and len(prefix.steps) == 10 and prefix.nbytes() > 0
@@ -71,10 +88,15 @@ def test_cached_prefix_gives_the_mel_of_the_full_computation(model, monkeypatch,
 def test_side_by_side_branches_equal_the_batched_guidance(model, monkeypatch):
     flow = model.networks.flow
     prompt, tokens = _prompt(model, 40), _tokens(model, 30)
-    together = flow.inference(tokens, *prompt)
+    with _EstimatorCalls(flow) as side_by_side:
+        together = flow.inference(tokens, *prompt)
     monkeypatch.setattr(cfm, "use_branch_threads", lambda x: False)
-    batched = flow.inference(tokens, *prompt)
+    with _EstimatorCalls(flow) as one_batch:
+        batched = flow.inference(tokens, *prompt)
     torch.testing.assert_close(together, batched, atol=2e-5, rtol=1e-5)
+    assert {batch for batch, _ in one_batch.shapes} == {2}
+    if model.device.type == "cpu" and torch.get_num_threads() >= 2:
+        assert {batch for batch, _ in side_by_side.shapes} == {1} and len(side_by_side.shapes) == 20
 
 
 def test_branch_threads_keep_the_callers_thread_count():

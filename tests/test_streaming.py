@@ -143,6 +143,34 @@ def test_first_chunk_arrives_while_the_llm_is_still_decoding(model, speaker, mon
     assert first_chunk_at < last_token_at[-1]
 
 
+@pytest.mark.skipif(TEST_DEVICE != "cpu", reason="the LLM is held for the first chunk on a CPU only")
+def test_the_llm_is_held_while_the_first_chunk_is_made_on_a_cpu(model, speaker, monkeypatch):
+    llm, flow = model.networks.llm, model.networks.flow
+    made: list[int] = []
+    original_generate, original_inference = llm.generate, flow.inference
+
+    def counting_generate(*args, **kwargs):
+        for token in original_generate(*args, **kwargs):
+            made.append(token)
+            yield token
+
+    during: list[tuple[int, int]] = []
+
+    def slow_inference(*args, **kwargs):
+        before = len(made)
+        mel = original_inference(*args, **kwargs)
+        time.sleep(0.3)  # time in which a free-running tiny LLM makes many tokens
+        during.append((before, len(made)))
+        return mel
+
+    monkeypatch.setattr(llm, "generate", counting_generate)
+    monkeypatch.setattr(flow, "inference", slow_inference)
+    list(model.synthesize(TEXT * 3, speaker=speaker, seed=3, stream=True))
+    first_before, first_after = during[0]
+    assert first_after - first_before <= 1  # at most the token that was in flight
+    assert len(made) > first_after  # and it went on afterwards
+
+
 def test_stop_ends_the_stream_and_its_producer_thread(model, speaker):
     stop = threading.Event()
     stream = model.synthesize(TEXT * 3, speaker=speaker, seed=3, stream=True, should_stop=stop.is_set)

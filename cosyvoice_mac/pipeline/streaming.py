@@ -160,6 +160,12 @@ class PromptPlan:
         dropped = math.ceil(max(0, prefix - max_prefix) / chunk) * chunk
         return cls(cut=cut + dropped, first_hop=first_hop, prefix_tokens=prefix - dropped)
 
+    @classmethod
+    def for_request(cls, model, speaker, first_hop: int = FIRST_HOP_TOKENS) -> "PromptPlan":
+        """The plan for ``speaker``'s prompt on ``model`` (its look-ahead; a smaller prefix in low-memory mode)."""
+        return cls.for_prompt(speaker.speech_tokens.shape[1], first_hop, model.networks.flow.config.pre_lookahead_len,
+                              LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS)
+
     def prompt(self, speaker, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The flow's prompt for this plan: (tokens (1, P - cut), mel (1, 2 (P - cut), 80), embedding) on ``device``."""
         tokens, mel = speaker.speech_tokens[:, self.cut:], speaker.mel[:, 2 * self.cut:]
@@ -205,8 +211,7 @@ class FlowPrefixCache:
 def prepare_voice_for_streaming(model, speaker) -> None:
     """Build (or keep) the voice's flow prefix now, so its first streamed request starts as fast as later ones."""
     flow = model.networks.flow
-    plan = PromptPlan.for_prompt(speaker.speech_tokens.shape[1], lookahead=flow.config.pre_lookahead_len,
-                                 max_prefix=LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS)
+    plan = PromptPlan.for_request(model, speaker)
     model.flow_prefixes.get(flow, speaker, plan, plan.prompt(speaker, next(flow.parameters()).device))
 
 
@@ -216,8 +221,7 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     flow, hift = model.networks.flow, model.networks.hift
     device = next(flow.parameters()).device
     lookahead = flow.config.pre_lookahead_len
-    plan = PromptPlan.for_prompt(speaker.speech_tokens.shape[1], first_hop, lookahead,
-                                 LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS)
+    plan = PromptPlan.for_request(model, speaker, first_hop)
     prompt = plan.prompt(speaker, device)
     if model.version == "cosyvoice3":
         stitcher = CausalStitcher(lambda mel, finalize: hift.inference(mel, finalize=finalize, noise=noise)[0])

@@ -162,6 +162,39 @@ def fake_worker_config(tmp_path, **pipeline_kwargs):
                         outputs_dir=str(Path(tmp_path) / "outputs"), cache_dir=str(Path(tmp_path) / "cache"))
 
 
+ENGINE_DEADLINE_S = 60.0
+
+
+def quick_engine(config, **options):
+    """An Engine with short stop and cancel waits, for a worker that answers fast (the fake one)."""
+    from cosyvoice_mac.engine import Engine
+
+    return Engine(config, **{"stop_timeout_s": 1.0, "cancel_grace_s": 1.0, "start_timeout_s": ENGINE_DEADLINE_S,
+                             **options})
+
+
+def started(engine, timeout: float = ENGINE_DEADLINE_S):
+    """``engine``, started; AssertionError with its status if it does not come up."""
+    assert engine.start(timeout=timeout), engine.status()
+    return engine
+
+
+def result_and_events(engine, job, timeout: float):
+    """Submit ``job`` and wait for it: (its result, every event of it heard meanwhile, in order)."""
+    heard = engine.subscribe()
+    try:
+        job_id = engine.submit(job)
+        result = engine.result(job_id, timeout=timeout)
+    finally:
+        engine.unsubscribe(heard)
+    events = []
+    while not heard.empty():
+        event = heard.get_nowait()
+        if event.job_id == job_id:
+            events.append(event)
+    return result, events
+
+
 def wait_for_event(engine, job_id: str, kinds, timeout: float = 30.0):
     """The first event of ``job_id`` whose kind is in ``kinds``; AssertionError if it ends first."""
     kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)

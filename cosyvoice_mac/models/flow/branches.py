@@ -5,7 +5,8 @@ and benchmarks; also the polite setting on a shared machine) every parallel oper
 sleeping OpenMP thread, which costs more than the second core gives back at these sizes. Measured
 on the 2-core test machine, one CosyVoice2 U-Net call at 50 frames: 0.249 s as a batch of two on 2
 threads, 0.247 s on 1 thread, 0.158 s as two batch-1 branches on two threads of one OpenMP thread
-each. The branches share nothing but their inputs, and each reads its own half of a cached prefix.
+each. The branches share nothing but their inputs, and each reads its own half of a cached prefix
+(``StepState.branch``).
 """
 from __future__ import annotations
 
@@ -15,8 +16,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 import torch
-
-from cosyvoice_mac.models.flow.prefix import StepState
 
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
@@ -61,7 +60,10 @@ def use_branch_threads(x: torch.Tensor) -> bool:
     return x.device.type == "cpu" and torch.get_num_threads() >= 2
 
 
-def run_branches(first: Callable[[], torch.Tensor], second: Callable[[], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+Branch = Callable[[], torch.Tensor]
+
+
+def run_branches(first: Branch, second: Branch) -> tuple[torch.Tensor, torch.Tensor]:
     """Run both callables at once on the branch threads (in inference mode) and return their results."""
     def in_inference_mode(function):
         def run():
@@ -72,30 +74,3 @@ def run_branches(first: Callable[[], torch.Tensor], second: Callable[[], torch.T
     pool = _branch_pool()
     futures = [pool.submit(in_inference_mode(function)) for function in (first, second)]
     return futures[0].result(), futures[1].result()
-
-
-class BranchState:
-    """One CFG branch's view of a :class:`StepState` holding both branches (batch index 0 or 1).
-
-    While recording, each branch records into its own state; :func:`merge_branch_states` joins them.
-    """
-
-    def __init__(self, state: StepState, index: int):
-        self.state, self.index = state, index
-        self.recording, self.frames = state.recording, state.frames
-
-    def keys_and_values(self, owner, keys: torch.Tensor, values: torch.Tensor):
-        slot = id(owner)
-        own = slice(self.index, self.index + 1)
-        return (torch.cat([self.state.tensors[(slot, "k")][own], keys], dim=2),
-                torch.cat([self.state.tensors[(slot, "v")][own], values], dim=2))
-
-    def left_padded(self, owner, x: torch.Tensor, frames: int) -> torch.Tensor:
-        tail = self.state.tensors[(id(owner), "tail")][self.index: self.index + 1]
-        return torch.cat([tail.to(x.dtype), x], dim=-1)
-
-
-def merge_branch_states(target: StepState, branches: list[StepState]) -> None:
-    """Store the two branches' recorded tensors in ``target`` as one batch of two (branch order)."""
-    for key in branches[0].tensors:
-        target.tensors[key] = torch.cat([branch.tensors[key] for branch in branches])

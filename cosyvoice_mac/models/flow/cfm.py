@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 from cosyvoice_mac.config import ConfigError
-from cosyvoice_mac.models.flow.branches import BranchState, merge_branch_states, run_branches, use_branch_threads
+from cosyvoice_mac.models.flow.branches import run_branches, use_branch_threads
 from cosyvoice_mac.models.flow.prefix import StepState
 
 MEL_BINS = 80
@@ -109,8 +109,7 @@ class ConditionalFlowMatching(nn.Module):
         conditioned_only = lambda z: torch.cat([z, torch.zeros_like(z)]).to(dtype)  # noqa: E731
         out = self.estimator(
             pair(x), pair(mask), conditioned_only(mu), t.reshape(1).expand(2 * batch).to(dtype),
-            conditioned_only(spks), conditioned_only(cond), streaming=streaming,
-            **({} if state is None else {"state": state}),
+            conditioned_only(spks), conditioned_only(cond), streaming=streaming, state=state,
         ).float()
         return (1.0 + rate) * out[:batch] - rate * out[batch:]
 
@@ -121,18 +120,17 @@ class ConditionalFlowMatching(nn.Module):
         elif state.recording:
             states = (StepState(), StepState())
         else:
-            states = (BranchState(state, 0), BranchState(state, 1))
+            states = (state.branch(0), state.branch(1))
         x, mask, time = x.to(dtype), mask.to(dtype), t.reshape(1).to(dtype)
 
         def branch(index: int):
-            features = (mu, spks, cond) if index == 0 else (torch.zeros_like(mu), torch.zeros_like(spks), torch.zeros_like(cond))
-            extra = {} if states[index] is None else {"state": states[index]}
+            features = (mu, spks, cond) if index == 0 else tuple(torch.zeros_like(z) for z in (mu, spks, cond))
             return lambda: self.estimator(x, mask, features[0].to(dtype), time, features[1].to(dtype),
-                                          features[2].to(dtype), streaming=streaming, **extra).float()
+                                          features[2].to(dtype), streaming=streaming, state=states[index]).float()
 
         conditioned, unconditioned = run_branches(branch(0), branch(1))
         if state is not None and state.recording:
-            merge_branch_states(state, list(states))
+            state.join(list(states))
         return conditioned, unconditioned
 
     @torch.inference_mode()

@@ -140,7 +140,8 @@ class RotaryEmbedding(nn.Module):
         return self
 
     def angles(self, length: int, start: int = 0) -> torch.Tensor:
-        """``(T, dim)`` angles ``p * inv_freq[i]`` for positions ``start .. start + T - 1``, laid out ``[a0, a0, a1, a1, ...]``."""
+        """``(T, dim)`` angles ``p * inv_freq[i]`` for positions ``start .. start + T - 1``,
+        laid out ``[a0, a0, a1, a1, ...]``."""
         positions = torch.arange(start, start + length, device=self.inv_freq.device).float()
         angles = positions.unsqueeze(1) * self.inv_freq.unsqueeze(0)
         return angles.repeat_interleave(2, dim=-1)

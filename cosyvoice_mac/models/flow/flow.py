@@ -176,14 +176,11 @@ class Flow(nn.Module):
         self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize)
         if prefix is not None:
             self._check_prefix(prefix, prompt_tokens, embedding, streaming)
-        weight = self.spk_embed_affine_layer.weight
-        device, dtype = weight.device, weight.dtype
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
         prompt_frames = prompt_feat.shape[1]
-
-        speaker = self.spk_embed_affine_layer(F.normalize(embedding.to(device).float(), dim=1).to(dtype))
-        ids = torch.cat([prompt_tokens, tokens], dim=1).to(device=device, dtype=torch.long).clamp(min=0)
-        mu = self.token_features(self.input_embedding(ids), finalize, streaming)
+        ids = torch.cat([prompt_tokens, tokens], dim=1)
+        speaker, mu = self._conditioning(embedding, ids, finalize, streaming)
+        device = mu.device
         cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
         cond[:, :prompt_frames] = prompt_feat.to(device=device, dtype=mu.dtype)
         start = 0 if prefix is None else prefix.frames
@@ -207,18 +204,23 @@ class Flow(nn.Module):
                 f"a cached prefix must be a positive multiple of {chunk} tokens followed by at least "
                 f"{self.config.pre_lookahead_len} more prompt tokens; got {tokens} of {prompt_tokens.shape[1]}"
             )
-        weight = self.spk_embed_affine_layer.weight
-        device, dtype = weight.device, weight.dtype
-        speaker = self.spk_embed_affine_layer(F.normalize(embedding.to(device).float(), dim=1).to(dtype))
-        ids = prompt_tokens.to(device=device, dtype=torch.long).clamp(min=0)
         frames = self.config.token_mel_ratio * tokens
-        mu = self.token_features(self.input_embedding(ids), finalize=False, streaming=True)[:, :frames]
-        cond = prompt_feat[:, :frames].to(device=device, dtype=mu.dtype)
-        mask = torch.ones(1, 1, frames, device=device, dtype=mu.dtype)
+        speaker, mu = self._conditioning(embedding, prompt_tokens, finalize=False, streaming=True)
+        mu = mu[:, :frames]
+        cond = prompt_feat[:, :frames].to(device=mu.device, dtype=mu.dtype)
+        mask = torch.ones(1, 1, frames, device=mu.device, dtype=mu.dtype)
         steps = [StepState() for _ in range(self.decoder.config.n_timesteps)]
         self.decoder(mu.transpose(1, 2).contiguous(), mask, speaker, cond.transpose(1, 2), True, steps)
         return FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
                           embedding=embedding.clone())
+
+    def _conditioning(self, embedding: torch.Tensor, ids: torch.Tensor, finalize: bool, streaming: bool):
+        """(projected speaker ``(1, 80)``, frame features ``mu (1, T, 80)`` of token ``ids (1, L)``),
+        on the module's device."""
+        weight = self.spk_embed_affine_layer.weight
+        speaker = self.spk_embed_affine_layer(F.normalize(embedding.to(weight.device).float(), dim=1).to(weight.dtype))
+        ids = ids.to(device=weight.device, dtype=torch.long).clamp(min=0)
+        return speaker, self.token_features(self.input_embedding(ids), finalize, streaming)
 
     def _check_prefix(self, prefix: FlowPrefix, prompt_tokens, embedding, streaming: bool) -> None:
         if not streaming:

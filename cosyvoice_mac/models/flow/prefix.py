@@ -47,7 +47,16 @@ class StepState:
             padded = F.pad(x, (frames, 0))
             self.tensors[slot] = padded[..., padded.shape[-1] - frames:]
             return padded
-        return torch.cat([self.tensors[slot].to(x.dtype), x], dim=-1)
+        return torch.cat([self.tensors[slot], x], dim=-1)
+
+    def branch(self, index: int) -> "StepState":
+        """A recorded state's view of one CFG branch (batch row ``index``): views, not copies."""
+        return StepState(self.frames, False, {key: t[index:index + 1] for key, t in self.tensors.items()})
+
+    def join(self, branches: list["StepState"]) -> None:
+        """Store states the CFG branches recorded separately as this state's batch, in branch order."""
+        for key in branches[0].tensors:
+            self.tensors[key] = torch.cat([branch.tensors[key] for branch in branches])
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in self.tensors.values())
@@ -74,7 +83,8 @@ class FlowPrefix:
         if prompt_tokens.shape[1] < self.tokens:
             return False
         head = prompt_tokens[:, : self.tokens].to(self.prompt_tokens.device)
-        return torch.equal(head, self.prompt_tokens) and torch.equal(embedding.to(self.embedding.device), self.embedding)
+        same_voice = torch.equal(embedding.to(self.embedding.device), self.embedding)
+        return same_voice and torch.equal(head, self.prompt_tokens)
 
     def nbytes(self) -> int:
         return sum(step.nbytes() for step in self.steps)

@@ -1,5 +1,7 @@
 """CosyVoice2/3 speech language model: Qwen2 backbone, speech-token decoding and sampling."""
-from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model, StaticKVCache
+from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
+from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
+from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import FULL, NUCLEUS, GreedySampler, RasSampler
 from cosyvoice_mac.models.llm.speech_lm import (
     COSYVOICE3_SILENT_TOKENS,
@@ -15,6 +17,8 @@ from cosyvoice_mac.models.llm.speech_lm import (
 
 __all__ = [
     "COSYVOICE3_SILENT_TOKENS",
+    "DecodeOptions",
+    "DecodeRunner",
     "ENDOFPROMPT_ID",
     "FULL",
     "NUCLEUS",

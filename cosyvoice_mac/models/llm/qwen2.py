@@ -2,8 +2,14 @@
 
 Numerics follow Hugging Face ``transformers`` 4.51 ``Qwen2Model`` (the reference): RMSNorm in
 float32, NeoX "rotate-half" RoPE with cos/sin built in float32 then cast, GQA, SiLU-gated MLP.
-Decoding uses a :class:`StaticKVCache` allocated once per request and written in place, so a
-decode step allocates no growing tensors and never recomputes the prefix.
+Decoding uses a :class:`StaticKVCache` allocated once and written in place at a device-side
+position, so a step allocates no growing tensors and never recomputes the prefix.
+
+The step is lean because at batch 1 it is bound by how many operations it launches: q/k/v and
+gate/up are one matrix each (the checkpoint keeps the official keys, see ``fusion.py``), RMSNorm is
+``F.rms_norm`` (one fused kernel on CPU, CUDA and MPS), RoPE rotates q and k together in place, and
+one ``index_copy_`` per layer writes both keys and values: 15 operations a layer
+(``tests/test_decode_step.py`` holds the budget).
 """
 from __future__ import annotations
 
@@ -16,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.models.llm.fusion import fuse_official_keys
+from cosyvoice_mac.models.llm.kv_cache import RotaryTable, StaticKVCache, apply_rope
 
 
 @dataclass
@@ -86,91 +94,6 @@ class Qwen2Config:
         return cls(**values)
 
 
-class StaticKVCache:
-    """Owns one request's key/value tensors for every layer, allocated once at full capacity.
-
-    keys / values: (num_layers, B, num_key_value_heads, capacity, head_dim). ``length`` positions
-    are filled; a forward pass writes its new positions in place and advances ``length``.
-    """
-
-    def __init__(
-        self,
-        config: Qwen2Config,
-        capacity: int,
-        *,
-        device: torch.device,
-        dtype: torch.dtype,
-        batch_size: int = 1,
-    ):
-        if capacity > config.max_position_embeddings:
-            raise ValueError(
-                f"a request needs {capacity} positions but the Qwen2 config allows "
-                f"max_position_embeddings={config.max_position_embeddings}: use a shorter text or prompt"
-            )
-        shape = (config.num_hidden_layers, batch_size, config.num_key_value_heads, capacity, config.head_dim)
-        self.keys = torch.empty(shape, device=device, dtype=dtype)
-        self.values = torch.empty(shape, device=device, dtype=dtype)
-        self.length = 0
-
-    @property
-    def capacity(self) -> int:
-        return self.keys.shape[3]
-
-    def store(self, layer: int, start: int, keys: torch.Tensor, values: torch.Tensor):
-        """Write (B, KVH, T, hd) at positions ``start..start+T-1``; return views of positions ``0..start+T-1``."""
-        end = start + keys.shape[2]
-        if end > self.capacity:
-            raise ValueError(f"KV cache full: position {end} exceeds its capacity {self.capacity}")
-        self.keys[layer, :, :, start:end].copy_(keys)
-        self.values[layer, :, :, start:end].copy_(values)
-        return self.keys[layer, :, :, :end], self.values[layer, :, :, :end]
-
-
-class RotaryTable:
-    """Owns cached RoPE cos/sin rows (positions x head_dim) for one device and dtype.
-
-    Built on the CPU in float32 exactly as Hugging Face does (``inv_freq = 1/θ^(2i/d)``,
-    ``freqs = pos·inv_freq``, ``cat(freqs, freqs)``), then cast and moved, so every device sees
-    the same table.
-    """
-
-    def __init__(self, head_dim: int, theta: float, max_positions: int):
-        self.head_dim = head_dim
-        self.theta = theta
-        self.max_positions = max_positions
-        self._cos: torch.Tensor | None = None
-        self._sin: torch.Tensor | None = None
-
-    @torch.inference_mode(False)
-    def _build(self, length: int, device: torch.device, dtype: torch.dtype) -> None:
-        # Ordinary (not inference-mode) tensors: the table is reused by later calls in any mode.
-        exponent = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
-        inv_freq = 1.0 / (self.theta ** exponent)
-        positions = torch.arange(length, dtype=torch.int64).float()
-        freqs = positions[:, None] * inv_freq[None, :]
-        angles = torch.cat((freqs, freqs), dim=-1)
-        self._cos = angles.cos().to(device=device, dtype=dtype)
-        self._sin = angles.sin().to(device=device, dtype=dtype)
-
-    def rows(self, start: int, count: int, device: torch.device, dtype: torch.dtype):
-        """cos, sin of positions ``start..start+count-1``: each (count, head_dim)."""
-        end = start + count
-        table = self._cos
-        if table is None or table.shape[0] < end or table.device != device or table.dtype != dtype:
-            # Grow in powers of two so a request's decode steps rebuild the table at most once.
-            size = min(max(end, 2 * (table.shape[0] if table is not None else 0), 256), self.max_positions)
-            if end > size:
-                raise ValueError(f"position {end} exceeds max_position_embeddings={self.max_positions}")
-            self._build(size, device, dtype)
-        return self._cos[start:end], self._sin[start:end]
-
-
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
-
-
 class Qwen2RMSNorm(nn.Module):
     """Owns the gain of one RMSNorm (statistics in float32, as the reference)."""
 
@@ -180,41 +103,67 @@ class Qwen2RMSNorm(nn.Module):
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(dtype)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
 
 
 class Qwen2Attention(nn.Module):
-    """Owns the q/k/v (with bias) and o (no bias) projections of one GQA self-attention layer."""
+    """Owns the fused q/k/v projection (with bias; official keys ``q_proj``/``k_proj``/``v_proj``)
+    and the o projection (no bias) of one GQA self-attention layer."""
 
     def __init__(self, config: Qwen2Config):
         super().__init__()
         self.num_heads = config.num_attention_heads
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
-        self.q_proj = nn.Linear(config.hidden_size, self.num_heads * self.head_dim, bias=True)
-        self.k_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=True)
-        self.v_proj = nn.Linear(config.hidden_size, self.num_kv_heads * self.head_dim, bias=True)
-        self.o_proj = nn.Linear(self.num_heads * self.head_dim, config.hidden_size, bias=False)
+        q_rows, kv_rows = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(config.hidden_size, q_rows + 2 * kv_rows, bias=True)
+        self.o_proj = nn.Linear(q_rows, config.hidden_size, bias=False)
+        fuse_official_keys(self, "qkv_proj", (("q_proj", q_rows), ("k_proj", kv_rows), ("v_proj", kv_rows)))
 
-    def forward(self, x, cos, sin, start: int, layer: int, cache: StaticKVCache | None) -> torch.Tensor:
-        """x: (B, T, D) at positions ``start..start+T-1``; cos/sin: (T, head_dim)."""
+    def _project(self, x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """x (B, T, D) -> (B, T, H + 2·KVH, head_dim): rotated queries and keys, then values.
+
+        ``rows``: the (cos, sin) pair, each (T, 1, head_dim), of :meth:`RotaryTable.rows`.
+        """
+        batch, steps, _ = x.shape
+        qkv = self.qkv_proj(x).view(batch, steps, -1, self.head_dim)
+        apply_rope(qkv.narrow(2, 0, self.num_heads + self.num_kv_heads), *rows)
+        return qkv
+
+    def _new_kv(self, qkv: torch.Tensor) -> torch.Tensor:
+        """(2, B, KVH, T, head_dim) view of the new keys and values."""
+        batch, steps = qkv.shape[:2]
+        kv = qkv.narrow(2, self.num_heads, 2 * self.num_kv_heads)
+        return kv.view(batch, steps, 2, self.num_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
+
+    def decode(self, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias) -> torch.Tensor:
+        """One position x (B, 1, D) at ``positions`` (1,): attends to cache slots ``0..span-1``.
+
+        ``bias`` (1, span) is added to the scores (-inf on slots not yet written), or None when
+        ``span`` is exactly the filled length. The query heads that share a KV head are laid out
+        as that head's "query rows", so K/V are never repeated.
+        """
+        batch = x.shape[0]
+        qkv = self._project(x, rows)
+        cache.store(layer, positions, self._new_kv(qkv))
+        keys, values = cache.span(layer, span)
+        queries = qkv.narrow(2, 0, self.num_heads).view(batch, self.num_kv_heads, -1, self.head_dim)
+        attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)
+        return self.o_proj(attended.view(batch, 1, -1))
+
+    def forward(self, x, rows, start: int, layer: int, cache: StaticKVCache | None) -> torch.Tensor:
+        """x: (B, T, D) at positions ``start..start+T-1``; rows: their RoPE (cos, sin)."""
         batch, steps, _ = x.shape
         kv_heads, head_dim = self.num_kv_heads, self.head_dim
         group = self.num_heads // kv_heads
-        keys = _rotate(self.k_proj(x).view(batch, steps, kv_heads, head_dim).transpose(1, 2), cos, sin)
-        values = self.v_proj(x).view(batch, steps, kv_heads, head_dim).transpose(1, 2)
+        qkv = self._project(x, rows)
+        kv = self._new_kv(qkv)
         if cache is not None:
-            keys, values = cache.store(layer, start, keys, values)
-        if steps == 1:
-            # One query position attends to every cached one (no mask needed); the query heads that
-            # share a KV head are laid out as that head's "query rows", so K/V are never repeated.
-            queries = _rotate(self.q_proj(x).view(batch, kv_heads, group, head_dim), cos, sin)
-            attended = F.scaled_dot_product_attention(queries, keys, values)
-            return self.o_proj(attended.reshape(batch, 1, self.num_heads * head_dim))
-        queries = _rotate(self.q_proj(x).view(batch, steps, self.num_heads, head_dim).transpose(1, 2), cos, sin)
+            cache.store(layer, cache.slots[start : start + steps], kv)
+            keys, values = cache.span(layer, start + steps)
+        else:
+            keys, values = kv
+        queries = qkv.narrow(2, 0, self.num_heads).transpose(1, 2)
         total = keys.shape[2]
         if group > 1:
             repeated = (batch, kv_heads, group, total, head_dim)
@@ -232,16 +181,20 @@ class Qwen2Attention(nn.Module):
 
 
 class Qwen2MLP(nn.Module):
-    """Owns the SiLU-gated feed-forward projections of one layer."""
+    """Owns the SiLU-gated feed-forward projections of one layer: fused gate/up (official keys
+    ``gate_proj``/``up_proj``) and down."""
 
     def __init__(self, config: Qwen2Config):
         super().__init__()
-        self.gate_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(config.hidden_size, config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        size = config.intermediate_size
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * size, bias=False)
+        self.down_proj = nn.Linear(size, config.hidden_size, bias=False)
+        fuse_official_keys(self, "gate_up_proj", (("gate_proj", size), ("up_proj", size)))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate_up = self.gate_up_proj(x)
+        size = gate_up.shape[-1] // 2
+        return self.down_proj(F.silu(gate_up.narrow(-1, 0, size)) * gate_up.narrow(-1, size, size))
 
 
 class Qwen2DecoderLayer(nn.Module):
@@ -254,8 +207,12 @@ class Qwen2DecoderLayer(nn.Module):
         self.input_layernorm = Qwen2RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = Qwen2RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x, cos, sin, start: int, layer: int, cache: StaticKVCache | None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, start, layer, cache)
+    def forward(self, x, rows, start: int, layer: int, cache: StaticKVCache | None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), rows, start, layer, cache)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+    def decode(self, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias) -> torch.Tensor:
+        x = x + self.self_attn.decode(self.input_layernorm(x), rows, positions, layer, cache, span, bias)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -270,14 +227,19 @@ class Qwen2Model(nn.Module):
         self.norm = Qwen2RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.rotary = RotaryTable(config.head_dim, config.rope_theta, config.max_position_embeddings)
 
-    def new_cache(self, capacity: int, batch_size: int = 1) -> StaticKVCache:
-        """A cache for ``capacity`` positions on this model's device and compute dtype.
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The final norm's dtype: the embedding table may be stored in 16 bits while the
+        arithmetic stays float32 (see ``cosyvoice_mac.pipeline.precision``)."""
+        return self.norm.weight.dtype
 
-        The compute dtype is the final norm's: the embedding table may be stored in 16 bits while
-        the arithmetic stays float32 (see ``cosyvoice_mac.pipeline.precision``).
-        """
+    def new_cache(self, capacity: int, batch_size: int = 1) -> StaticKVCache:
+        """A cache for ``capacity`` positions on this model's device and compute dtype; the RoPE
+        table is built for all of them now, so no decoding step rebuilds it."""
         weight = self.norm.weight
-        return StaticKVCache(self.config, capacity, device=weight.device, dtype=weight.dtype, batch_size=batch_size)
+        cache = StaticKVCache(self.config, capacity, device=weight.device, dtype=weight.dtype, batch_size=batch_size)
+        self.rotary.ensure(capacity, weight.device, weight.dtype)
+        return cache
 
     def forward(self, inputs_embeds: torch.Tensor, cache: StaticKVCache | None = None) -> torch.Tensor:
         """inputs_embeds (B, T, D) -> final-RMSNorm hidden states (B, T, D).
@@ -288,10 +250,28 @@ class Qwen2Model(nn.Module):
         """
         start = cache.length if cache is not None else 0
         steps = inputs_embeds.shape[1]
-        cos, sin = self.rotary.rows(start, steps, inputs_embeds.device, inputs_embeds.dtype)
+        if cache is not None:
+            cache.check_room(steps)
+        rows = self.rotary.rows(start, steps, inputs_embeds.device, inputs_embeds.dtype).unbind(1)
         hidden = inputs_embeds
         for index, layer in enumerate(self.layers):
-            hidden = layer(hidden, cos, sin, start, index, cache)
+            hidden = layer(hidden, rows, start, index, cache)
         if cache is not None:
             cache.length = start + steps
+            cache.position.fill_(cache.length)
+        return self.norm(hidden)
+
+    def decode(self, embed: torch.Tensor, cache: StaticKVCache, span: int, bias: torch.Tensor | None = None):
+        """One decoding step: embed (1, 1, D) at ``cache.position`` -> final-norm hidden (1, 1, D).
+
+        Attends to cache slots ``0..span-1`` (``bias`` masks the unwritten ones) and advances
+        ``cache.position`` in place; the host count ``cache.length`` is the caller's to advance
+        (a CUDA graph replays this function without running its Python).
+        """
+        positions = cache.position
+        rows = self.rotary.table.index_select(0, positions).unbind(1)
+        hidden = embed
+        for index, layer in enumerate(self.layers):
+            hidden = layer.decode(hidden, rows, positions, index, cache, span, bias)
+        positions.add_(1)
         return self.norm(hidden)

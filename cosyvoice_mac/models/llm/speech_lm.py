@@ -16,7 +16,8 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.config import ConfigError, require, tag_name
-from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model, StaticKVCache
+from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
+from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import RasSampler
 
 ENDOFPROMPT_ID = 151646  # <|endofprompt|>; upstream hard-codes it and asserts it for v3
@@ -94,19 +95,21 @@ class _Scope(nn.Module):
 
 
 class SpeechDecoder:
-    """Owns one request's KV cache; ``logp`` is the next-token log-probability (V,) float32 on the CPU."""
+    """Owns one request's decoding position; ``logp`` is the next-token log-probability (V,) float32 on the CPU.
+
+    The KV cache comes from the model's :class:`DecodeRunner` (a fresh one, or on CUDA the one
+    its graphs replay over); only the newest decoder of a model may ``feed``.
+    """
 
     def __init__(self, lm: SpeechLM, prompt_embeds: torch.Tensor, max_new_tokens: int):
-        backbone = lm.backbone
-        self._lm = lm
-        self.cache: StaticKVCache = backbone.new_cache(prompt_embeds.shape[1] + max_new_tokens)
-        self.logp = lm._next_logp(backbone(prompt_embeds, self.cache))
+        self._runner = lm.decoding
+        self.cache, self._ticket = self._runner.start(prompt_embeds.shape[1] + max_new_tokens)
+        self.logp = lm._next_logp(lm.backbone(prompt_embeds, self.cache))
 
     @torch.inference_mode()
     def feed(self, token: int) -> torch.Tensor:
         """Append speech id ``token`` (one position, cached) and return the new ``logp``."""
-        embed = self._lm.speech_embedding.weight[token].view(1, 1, -1)
-        self.logp = self._lm._next_logp(self._lm.backbone(embed, self.cache))
+        self.logp = self._runner.step(self.cache, self._ticket, token).cpu()
         return self.logp
 
 
@@ -127,6 +130,7 @@ class SpeechLM(nn.Module):
         self._stop_ids = frozenset(range(size, size + 3) if config.version == "cosyvoice2" else range(size, vocab))
         masked = sorted(self._stop_ids) if config.mask_all_stop_ids_before_min_len else [size]
         self._masked_before_min_len = tuple(masked)
+        self.decoding = DecodeRunner(self, DecodeOptions())
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, config: SpeechLMConfig, *, dtype: torch.dtype | None = None) -> SpeechLM:

@@ -10,6 +10,7 @@ plus *allocations* (``empty``: no kernel). Module hooks attribute each operation
 """
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from contextlib import contextmanager
 from typing import Callable, Iterator
@@ -73,21 +74,18 @@ class OpCounter(TorchDispatchMode):
             self._scopes.pop()
 
         handles = [module.register_forward_pre_hook(enter), module.register_forward_hook(leave)]
-        step = getattr(module, "decode", None)  # a decoder layer's one-position step is no forward
-        if callable(step):
-            def scoped_step(*args, **kwargs):
-                with self.scope(name):
-                    return step(*args, **kwargs)
+        return lambda: [handle.remove() for handle in handles]
 
-            module.decode = scoped_step
+    def watch_function(self, owner, attribute: str, name: str) -> Callable[[], None]:
+        """Attribute the operations of function ``owner.<attribute>`` to scope ``name``; returns the remover."""
+        function = getattr(owner, attribute)
 
-        def remove() -> None:
-            for handle in handles:
-                handle.remove()
-            if callable(step):
-                del module.decode
+        def scoped(*args, **kwargs):
+            with self.scope(name):
+                return function(*args, **kwargs)
 
-        return remove
+        setattr(owner, attribute, scoped)
+        return lambda: setattr(owner, attribute, function)
 
     def total(self, kind: str = WORK, scope: str | None = None) -> int:
         scopes = [scope] if scope is not None else list(self.counts)
@@ -172,6 +170,9 @@ def count_decode_steps(model, steps: int = 20, warmup: int = 3, embeds: torch.Te
     counter = OpCounter()
     backbone = model.backbone
     removers = [counter.watch(layer, "layer") for layer in backbone.layers]
+    step_module = sys.modules[type(backbone).__module__]
+    if hasattr(step_module, "decode_layer"):  # the one-position step is a function, not a forward
+        removers.append(counter.watch_function(step_module, "decode_layer", "layer"))
     removers += [counter.watch(backbone.norm, "norm"), counter.watch(model.llm_decoder, "head")]
     try:
         with counter:

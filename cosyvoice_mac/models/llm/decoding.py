@@ -59,6 +59,7 @@ class DecodeRunner:
         self._token: torch.Tensor | None = None
         self._logp: torch.Tensor | None = None
         self._compiled = None
+        self._plan: list = []
         self._ticket = 0
 
     # modes ------------------------------------------------------------------------------------
@@ -80,6 +81,7 @@ class DecodeRunner:
         """A cache with room for ``capacity`` positions, and the ticket its decoder steps with."""
         self._ticket += 1
         backbone = self.lm.backbone
+        self._plan = backbone.step_plan()
         if self.mode == "eager":
             return backbone.new_cache(capacity), self._ticket
         rounded = min(-(-capacity // CACHE_GRANULE) * CACHE_GRANULE, backbone.config.max_position_embeddings)
@@ -113,8 +115,8 @@ class DecodeRunner:
         cache.check_room(1)
         mode = self.mode
         if mode == "eager":
-            embed = self.lm.speech_embedding.weight[token].view(1, 1, -1)
-            logp = self._logp_of(self.lm.backbone.decode(embed, cache, cache.length + 1))
+            embed = self.lm.speech_embedding.weight[token].view(1, -1)
+            logp = self._logp_of(self.lm.backbone.decode(embed, cache, cache.length + 1, plan=self._plan))
         else:
             span = min(-(-(cache.length + 1) // self.options.bucket) * self.options.bucket, cache.capacity)
             self._static_token().fill_(token)
@@ -133,15 +135,15 @@ class DecodeRunner:
         return self._token
 
     def _logp_of(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Final-norm hidden (1, 1, D) -> (V,) float32 log-probabilities over the speech vocabulary."""
-        return self.lm.llm_decoder(hidden.view(1, -1)).float().log_softmax(dim=-1).view(-1)
+        """Final-norm hidden (1, D) -> (V,) float32 log-probabilities over the speech vocabulary."""
+        return self.lm.llm_decoder(hidden).float().log_softmax(dim=-1).view(-1)
 
     def _bucketed_step(self, cache: StaticKVCache, span: int) -> torch.Tensor:
         """The step over ``span`` slots, reading only tensors with fixed addresses (capturable)."""
-        embed = F.embedding(self._token, self.lm.speech_embedding.weight).view(1, 1, -1)
+        embed = F.embedding(self._token, self.lm.speech_embedding.weight)
         unwritten = cache.slots[:span] > cache.position
         bias = torch.zeros(1, span, device=embed.device, dtype=embed.dtype).masked_fill_(unwritten, float("-inf"))
-        return self._logp_of(self.lm.backbone.decode(embed, cache, span, bias))
+        return self._logp_of(self.lm.backbone.decode(embed, cache, span, bias, plan=self._plan))
 
     def _replay(self, cache: StaticKVCache, span: int) -> torch.Tensor:
         graph = self._graphs.get(span)

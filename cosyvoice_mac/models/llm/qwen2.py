@@ -7,15 +7,17 @@ position, so a step allocates no growing tensors and never recomputes the prefix
 
 The step is lean because at batch 1 it is bound by how many operations it launches: q/k/v and
 gate/up are one matrix each (the checkpoint keeps the official keys, see ``fusion.py``), RMSNorm is
-``F.rms_norm`` (one fused kernel on CPU, CUDA and MPS), RoPE rotates q and k together in place, and
-one ``index_copy_`` per layer writes both keys and values: 15 operations a layer
-(``tests/test_decode_step.py`` holds the budget).
+``F.rms_norm`` (one fused kernel on CUDA and MPS; one ATen call on the CPU), RoPE rotates q and k
+together in place, and one ``index_copy_`` per layer writes both keys and values: 15 operations a
+layer (``tests/test_decode_step.py`` holds the budget). The one-position step is written flat with 2-D
+activations (:func:`decode_layer`); the general ``forward`` serves the prefill.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -136,21 +138,6 @@ class Qwen2Attention(nn.Module):
         kv = qkv.narrow(2, self.num_heads, 2 * self.num_kv_heads)
         return kv.view(batch, steps, 2, self.num_kv_heads, self.head_dim).permute(2, 0, 3, 1, 4)
 
-    def decode(self, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias) -> torch.Tensor:
-        """One position x (B, 1, D) at ``positions`` (1,): attends to cache slots ``0..span-1``.
-
-        ``bias`` (1, span) is added to the scores (-inf on slots not yet written), or None when
-        ``span`` is exactly the filled length. The query heads that share a KV head are laid out
-        as that head's "query rows", so K/V are never repeated.
-        """
-        batch = x.shape[0]
-        qkv = self._project(x, rows)
-        cache.store(layer, positions, self._new_kv(qkv))
-        keys, values = cache.span(layer, span)
-        queries = qkv.narrow(2, 0, self.num_heads).view(batch, self.num_kv_heads, -1, self.head_dim)
-        attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)
-        return self.o_proj(attended.view(batch, 1, -1))
-
     def forward(self, x, rows, start: int, layer: int, cache: StaticKVCache | None) -> torch.Tensor:
         """x: (B, T, D) at positions ``start..start+T-1``; rows: their RoPE (cos, sin)."""
         batch, steps, _ = x.shape
@@ -211,9 +198,48 @@ class Qwen2DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rows, start, layer, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def decode(self, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias) -> torch.Tensor:
-        x = x + self.self_attn.decode(self.input_layernorm(x), rows, positions, layer, cache, span, bias)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def step_plan(self) -> LayerPlan:
+        """What :func:`decode_layer` needs of this layer, looked up once per request."""
+        attention, mlp = self.self_attn, self.mlp
+        return LayerPlan(self.input_layernorm.weight, self.input_layernorm.eps, attention.qkv_proj, attention.o_proj,
+                         self.post_attention_layernorm.weight, mlp.gate_up_proj, mlp.down_proj,
+                         attention.num_heads, attention.num_kv_heads, attention.head_dim)
+
+
+class LayerPlan(NamedTuple):
+    """One decoder layer's weights and projections as plain fields (no module lookups per step)."""
+
+    input_norm: torch.Tensor
+    eps: float
+    qkv_proj: nn.Module
+    o_proj: nn.Module
+    post_norm: torch.Tensor
+    gate_up_proj: nn.Module
+    down_proj: nn.Module
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias):
+    """One position x (1, D) at ``positions`` (1,) through one layer -> (1, D); 15 operations.
+
+    Written flat (batch 1, 2-D activations, no module attribute lookups) because at this size the
+    Python around the operations costs as much as they do. Attends to cache slots ``0..span-1``;
+    ``bias`` (1, span) is added to the scores (-inf on slots not yet written), or None when
+    ``span`` is exactly the filled length. The query heads that share a KV head are laid out as
+    that head's "query rows", so K/V are never repeated.
+    """
+    heads, kv_heads, head_dim = plan.heads, plan.kv_heads, plan.head_dim
+    qkv = plan.qkv_proj(F.rms_norm(x, plan.input_norm.shape, plan.input_norm, plan.eps)).view(1, -1, head_dim)
+    apply_rope(qkv.narrow(1, 0, heads + kv_heads), *rows)
+    cache.store(layer, positions, qkv.narrow(1, heads, 2 * kv_heads).view(2, 1, kv_heads, 1, head_dim))
+    keys, values = cache.span(layer, span)
+    queries = qkv.narrow(1, 0, heads).view(1, kv_heads, -1, head_dim)
+    attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)
+    x = x + plan.o_proj(attended.view(1, -1))
+    gate, up = plan.gate_up_proj(F.rms_norm(x, plan.post_norm.shape, plan.post_norm, plan.eps)).chunk(2, dim=-1)
+    return x + plan.down_proj(F.silu(gate) * up)
 
 
 class Qwen2Model(nn.Module):
@@ -261,8 +287,13 @@ class Qwen2Model(nn.Module):
             cache.position.fill_(cache.length)
         return self.norm(hidden)
 
-    def decode(self, embed: torch.Tensor, cache: StaticKVCache, span: int, bias: torch.Tensor | None = None):
-        """One decoding step: embed (1, 1, D) at ``cache.position`` -> final-norm hidden (1, 1, D).
+    def step_plan(self) -> list[LayerPlan]:
+        """Every layer's :class:`LayerPlan`: build one per request (weights may move between requests)."""
+        return [layer.step_plan() for layer in self.layers]
+
+    def decode(self, embed: torch.Tensor, cache: StaticKVCache, span: int, bias: torch.Tensor | None = None,
+               plan: list[LayerPlan] | None = None):
+        """One decoding step (batch 1): embed (1, D) at ``cache.position`` -> final-norm hidden (1, D).
 
         Attends to cache slots ``0..span-1`` (``bias`` masks the unwritten ones) and advances
         ``cache.position`` in place; the host count ``cache.length`` is the caller's to advance
@@ -271,7 +302,7 @@ class Qwen2Model(nn.Module):
         positions = cache.position
         rows = self.rotary.table.index_select(0, positions).unbind(1)
         hidden = embed
-        for index, layer in enumerate(self.layers):
-            hidden = layer.decode(hidden, rows, positions, index, cache, span, bias)
+        for index, layer_plan in enumerate(self.step_plan() if plan is None else plan):
+            hidden = decode_layer(layer_plan, hidden, rows, positions, index, cache, span, bias)
         positions.add_(1)
         return self.norm(hidden)

@@ -31,6 +31,7 @@ import numpy as np
 import psutil
 import torch
 
+from cosyvoice_mac.bench_decode import decode_report
 from cosyvoice_mac.bench_floors import floors, machine_rates
 from cosyvoice_mac.device import empty_cache, select_device, select_dtype
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize
@@ -176,7 +177,8 @@ def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: 
 
 def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: int, *,
           low_memory: bool = False, model_dir: str | None = None, stream: bool = True,
-          measure_floors: bool = True, threads: int | None = None, rates: dict | None = None) -> dict:
+          measure_floors: bool = True, threads: int | None = None, rates: dict | None = None,
+          profile_decode: bool = True) -> dict:
     """Load one configuration, warm up, time ``runs`` requests; median per field (in this process)."""
     if threads:
         torch.set_num_threads(threads)
@@ -208,6 +210,8 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
     }
     if measure_floors:
         report["floors"] = floors(model, tokens, median, rates)
+    if profile_decode:  # ops per token (every device), kernels and GPU-busy per token (CUDA)
+        report["decode"] = decode_report(model.networks.llm)
     del model
     empty_cache(device)
     return report
@@ -220,6 +224,7 @@ def bench_isolated(args: argparse.Namespace, device: str, dtype: str) -> dict:
     command += ["--low-memory"] * args.low_memory + ["--no-stream"] * (not args.stream)
     command += ["--no-floors"] * (not args.floors) + (["--model", args.model] if args.model else [])
     command += ["--threads", str(args.threads)] if args.threads else []
+    command += ["--no-decode-profile"] * (not args.decode_profile)
     if args.floors:  # probed here, so the child's peak memory never includes the probes
         device_type = select_device(device)
         rates = machine_rates(device_type, select_dtype(parse_dtypes(dtype)[1]), 2 * (PROMPT_TOKENS + args.tokens))
@@ -247,6 +252,12 @@ def _processor() -> str:
     return platform.processor()
 
 
+def _decode_cell(report: dict, what: str) -> str:
+    decode = report.get("decode") or {}
+    value = decode.get("dispatch", {}).get("work") if what == "ops" else decode.get("cuda", {}).get("kernels_per_token")
+    return "-" if value is None else f"{value:.0f}"
+
+
 def _ratio(floor: dict | None, stage: str) -> str:
     value = (floor or {}).get(stage, {}).get("x_floor")
     return f"{value:.2f}" if value else "-"
@@ -254,7 +265,8 @@ def _ratio(floor: dict | None, stage: str) -> str:
 
 def table(reports: list[dict]) -> str:
     lines = [(f"{'device':7} {'llm/flow dtype':17} {'mem':3} {'front':>6} {'llm':>7} {'flow':>7} {'voc':>6} {'e2e':>7} "
-              f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'1st new':>7} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5}")]
+              f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'1st new':>7} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5} "
+              f"{'ops/tok':>7} {'kern/tok':>8}")]
     for r in reports:
         if "error" in r:
             lines.append(f"{r['device']:7} {r['dtype']:17} failed: {r['error']}")
@@ -268,11 +280,14 @@ def table(reports: list[dict]) -> str:
             f"{r['device']:7} {r['llm_dtype'] + '/' + r['flow_dtype']:17} {'low' if r['low_memory'] else '':3} "
             f"{m['frontend_s']:6.2f} {m['llm_s']:7.2f} {m['flow_s']:7.2f} {m['vocoder_s']:6.2f} {m['end_to_end_s']:7.2f} "
             f"{m['rtf']:5.2f} {m['llm_tokens_per_s']:6.1f} {first} {first_new} {r['peak_rss_mb']:7.0f} {device_mb} "
-            f"{_ratio(r.get('floors'), 'llm'):>5} {_ratio(r.get('floors'), 'flow'):>7} {r['load_average_start']:5.1f}{finite}")
+            f"{_ratio(r.get('floors'), 'llm'):>5} {_ratio(r.get('floors'), 'flow'):>7} {r['load_average_start']:5.1f} "
+            f"{_decode_cell(r, 'ops'):>7} {_decode_cell(r, 'kernels'):>8}{finite}")
     threads = {r.get("torch_threads") for r in reports if "error" not in r}
     lines.append(f"torch threads: {', '.join(map(str, sorted(threads)))}; seconds are medians; "
                  "x/fl = measured / floor (1.00 = at the floor); load = 1-min load average at the start; "
-                 "1st = first streamed audio for a voice used before, 1st new = for a new voice")
+                 "1st = first streamed audio for a voice used before, 1st new = for a new voice; "
+                 "ops/tok = ATen ops per decoded token as the host issues them (a CUDA graph replay is none), "
+                 "kern/tok = CUDA kernels per token (profiler)")
     return "\n".join(lines)
 
 
@@ -289,6 +304,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's choice)")
     parser.add_argument("--no-stream", dest="stream", action="store_false", help="skip time to first audio")
     parser.add_argument("--no-floors", dest="floors", action="store_false", help="skip the floor measurements")
+    parser.add_argument("--no-decode-profile", dest="decode_profile", action="store_false",
+                        help="skip counting ops (and on CUDA kernels) per decoded token")
     parser.add_argument("--in-process", action="store_true", help="run every configuration in this process")
     parser.add_argument("--json", help="also write the JSON document to this file")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)  # no table (a child run)
@@ -305,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.in_process:
                 reports.append(bench(args.version, device, dtype, args.runs, args.tokens, low_memory=args.low_memory,
                                      model_dir=args.model, stream=args.stream, measure_floors=args.floors,
-                                     threads=args.threads, rates=args.rates))
+                                     threads=args.threads, rates=args.rates, profile_decode=args.decode_profile))
             else:
                 reports.append(bench_isolated(args, device, dtype))
             if not args.quiet:

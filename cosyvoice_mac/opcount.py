@@ -149,7 +149,7 @@ def prompt_embeddings(model, prompt_speech: int = 80, text: int = 32) -> torch.T
     elif model.config.version == "cosyvoice3":
         return torch.cat((model._special(model.sos), model.backbone.embed_tokens(ids),
                           model._special(model.task_id), model.speech_embedding(speech)), dim=1)
-    return model.build_prompt_embeddings(ids[:, :0], ids, speech)
+    return model.build_prompt_embeddings(ids, ids[:, :0], speech)
 
 
 @torch.inference_mode()

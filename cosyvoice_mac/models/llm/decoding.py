@@ -151,10 +151,12 @@ class DecodeRunner:
             graph.replay()
             return self._logp
         logp = self._bucketed_step(cache, span)  # this token's real step, and the capture's warm-up
+        stream = torch.cuda.current_stream(self.device)
         try:
             self._capture(cache, span)
-        except RuntimeError as error:  # e.g. an operation that syncs with the host
-            self.graph_error = f"CUDA graph capture failed ({error}); decoding eagerly"
+        except Exception as error:  # noqa: BLE001 (any capture failure means: run eagerly)
+            torch.cuda.set_stream(stream)  # a failed capture can leave its side stream current
+            self.graph_error = f"CUDA graph capture failed ({type(error).__name__}: {error}); decoding eagerly"
             log.warning(self.graph_error)
             self._graphs.clear()
         return logp

@@ -1,0 +1,205 @@
+"""The lean decoding step: its operation budget, fused weights under official keys, the bucketed
+(graph-shaped) step, and on CUDA the graphs themselves (``COSYVOICE_TEST_DEVICE=cuda``)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from cosyvoice_mac.checkpoint import load_strict
+from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM
+from cosyvoice_mac.opcount import count_decode_steps, prompt_embeddings, random_tiny_speech_lm
+
+TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
+cuda_only = pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")
+
+# Working operations (views and metadata not counted) of one decoded token on the 24-layer model,
+# the sampler included. 15 a layer (2 RMSNorm, 4 projections, 3 RoPE, 1 KV write, 1 SDPA, SiLU,
+# gate*up, 2 residual adds) + RoPE rows, position, final norm, head, log-softmax + ~7 sampler ops
+# = 372 today. The CPU floor equals the count: RMSNorm and SDPA are single ATen operations there
+# (ATen implements the CPU RMSNorm as a composite below the dispatcher; CUDA and MPS have one kernel).
+OPS_BUDGET = 450
+OPS_PER_LAYER = 15
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return random_tiny_speech_lm()
+
+
+def test_one_step_of_the_full_depth_model_stays_within_the_op_budget(tiny):
+    counter = count_decode_steps(tiny, steps=1)
+    work = counter.total("work")
+    assert work <= OPS_BUDGET, f"{work} working ops per token (budget {OPS_BUDGET}): {dict(counter.by_op('work'))}"
+    per_layer = counter.total("work", scope="layer") / len(tiny.backbone.layers)
+    assert per_layer <= OPS_PER_LAYER, dict(counter.by_op("work", scope="layer"))
+    assert counter.total("work", scope="sampler") >= 5  # the sampler is counted, not skipped
+    assert counter.total("allocation") == 0
+
+
+def _unfused_logits(lm: SpeechLM, embeds: torch.Tensor) -> torch.Tensor:
+    """Teacher-forced logits computed from the official (unfused) keys, Hugging Face's way."""
+    state = lm.state_dict()
+    config = lm.config.qwen
+    heads, kv_heads, head_dim = config.num_attention_heads, config.num_key_value_heads, config.head_dim
+    length = embeds.shape[1]
+    inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, head_dim, 2).float() / head_dim))
+    angles = torch.arange(length).float()[:, None] * inv_freq[None]
+    angles = torch.cat((angles, angles), dim=-1)
+    cos, sin = angles.cos(), angles.sin()
+
+    def rope(x):
+        half = head_dim // 2
+        return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
+
+    def norm(x, key):
+        return state[key] * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + config.rms_norm_eps))
+
+    x = embeds[0]
+    for i in range(config.num_hidden_layers):
+        p = f"llm.model.model.layers.{i}."
+        h = norm(x, p + "input_layernorm.weight")
+        q, k, v = (F.linear(h, state[p + f"self_attn.{n}_proj.weight"], state[p + f"self_attn.{n}_proj.bias"])
+                   for n in "qkv")
+        q = rope(q.view(length, heads, head_dim).transpose(0, 1))
+        k = rope(k.view(length, kv_heads, head_dim).transpose(0, 1)).repeat_interleave(heads // kv_heads, 0)
+        v = v.view(length, kv_heads, head_dim).transpose(0, 1).repeat_interleave(heads // kv_heads, 0)
+        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(0, 1).reshape(length, -1)
+        x = x + F.linear(attended, state[p + "self_attn.o_proj.weight"])
+        h = norm(x, p + "post_attention_layernorm.weight")
+        gate, up = (F.linear(h, state[p + f"mlp.{n}_proj.weight"]) for n in ("gate", "up"))
+        x = x + F.linear(F.silu(gate) * up, state[p + "mlp.down_proj.weight"])
+    x = norm(x, "llm.model.model.norm.weight")
+    return F.linear(x, state["llm_decoder.weight"], state.get("llm_decoder.bias"))[None]
+
+
+def test_fused_logits_match_the_unfused_official_weights(tiny):
+    embeds = prompt_embeddings(tiny, prompt_speech=20, text=12)
+    with torch.inference_mode():
+        fused = tiny.teacher_forced_logits(embeds)
+        unfused = _unfused_logits(tiny, embeds)
+    torch.testing.assert_close(fused, unfused, atol=1e-5, rtol=0)
+
+
+def test_state_dict_has_the_official_keys_and_round_trips(tiny):
+    state = tiny.state_dict()
+    layer = "llm.model.model.layers.3."
+    for key in ("self_attn.q_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
+                "mlp.gate_proj.weight", "mlp.up_proj.weight"):
+        assert layer + key in state
+    assert not any("qkv_proj" in key or "gate_up_proj" in key for key in state)
+    fused = tiny.backbone.layers[3].self_attn.qkv_proj.weight
+    q_rows = tiny.config.qwen.num_attention_heads * tiny.config.qwen.head_dim
+    assert torch.equal(state[layer + "self_attn.q_proj.weight"], fused[:q_rows])
+    assert state[layer + "self_attn.q_proj.weight"].data_ptr() == fused.data_ptr()  # a view, not a copy
+
+    # Loaded back, by copy and by assignment, into a fresh model: the same fused weights.
+    state = {key: value.clone() for key, value in state.items()}
+    copied = random_tiny_speech_lm(seed=5)
+    load_strict(copied, state, source="test")
+    with torch.device("meta"):
+        assigned = SpeechLM(tiny.config)
+    assigned.load_state_dict(state, strict=True, assign=True)
+    for model in (copied, assigned):
+        for (name, ours), theirs in zip(tiny.named_parameters(), model.parameters()):
+            assert torch.equal(ours, theirs), name
+
+
+def test_a_missing_official_part_is_reported():
+    model = random_tiny_speech_lm()
+    state = model.state_dict()
+    del state["llm.model.model.layers.0.self_attn.k_proj.weight"]
+    result = model.load_state_dict(state, strict=False)
+    assert "llm.model.model.layers.0.self_attn.k_proj.weight" in result.missing_keys
+
+
+def _forced_decode(lm: SpeechLM, embeds: torch.Tensor, tokens: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        decoder = lm.start_decoding(embeds, len(tokens))
+        steps = [decoder.logp.clone()]
+        steps += [decoder.feed(token).clone() for token in tokens[:-1]]
+    return torch.stack(steps)
+
+
+def test_bucketed_step_equals_the_eager_step(tiny, monkeypatch):
+    """The graph-shaped step (whole buckets of slots, unwritten ones masked) computes the same numbers."""
+    embeds = prompt_embeddings(tiny, prompt_speech=30, text=10)
+    tokens = [int(t) for t in torch.randint(0, 300, (40,), generator=torch.Generator().manual_seed(2))]
+    eager = _forced_decode(tiny, embeds, tokens)
+    monkeypatch.setattr(torch, "compile", lambda function, **_: function)  # the bucketed step, uncompiled
+    tiny.decoding.options = DecodeOptions(compile=True, bucket=16)
+    try:
+        bucketed = _forced_decode(tiny, embeds, tokens)
+        reused = _forced_decode(tiny, embeds, tokens)  # the same cache, reset and zeroed
+    finally:
+        tiny.decoding.options = DecodeOptions()
+    torch.testing.assert_close(bucketed, eager, atol=1e-5, rtol=0)
+    torch.testing.assert_close(reused, bucketed, atol=0, rtol=0)
+
+
+def test_a_superseded_decoder_refuses_to_step(tiny):
+    embeds = prompt_embeddings(tiny, prompt_speech=5, text=4)
+    with torch.inference_mode():
+        first = tiny.start_decoding(embeds, 4)
+        tiny.start_decoding(embeds, 4)
+        with pytest.raises(RuntimeError, match="superseded"):
+            first.feed(3)
+
+
+def test_eager_step_allocates_no_growing_tensors(tiny):
+    embeds = prompt_embeddings(tiny, prompt_speech=5, text=4)
+    with torch.inference_mode():
+        decoder = tiny.start_decoding(embeds, 6)
+        pointer = decoder.cache.kv.data_ptr()
+        for token in (1, 2, 3):
+            decoder.feed(token)
+        assert decoder.cache.kv.data_ptr() == pointer and decoder.cache.length == embeds.shape[1] + 3
+        assert int(decoder.cache.position) == decoder.cache.length
+
+
+# --- CUDA graphs (COSYVOICE_TEST_DEVICE=cuda) -----------------------------------------------------
+
+@cuda_only
+def test_cuda_graph_decoding_matches_eager_and_captures_once_per_bucket():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    lm = random_tiny_speech_lm().to("cuda")
+    embeds = prompt_embeddings(lm, prompt_speech=30, text=10)
+    tokens = [int(t) for t in torch.randint(0, 300, (150,), generator=torch.Generator().manual_seed(4))]
+    lm.decoding.options = DecodeOptions(cuda_graphs=False)
+    eager = _forced_decode(lm, embeds, tokens)
+    lm.decoding.options = DecodeOptions(cuda_graphs=True, bucket=64)
+    assert lm.decoding.mode == "graphs"
+    graphed = _forced_decode(lm, embeds, tokens)
+    buckets = len({-(-(embeds.shape[1] + i + 1) // 64) for i in range(len(tokens) - 1)})
+    assert lm.decoding.captures == buckets and lm.decoding.graph_error is None
+    again = _forced_decode(lm, embeds, tokens)  # a later request replays the same graphs
+    assert lm.decoding.captures == buckets
+    torch.testing.assert_close(graphed, eager, atol=1e-5, rtol=0)
+    torch.testing.assert_close(again, graphed, atol=0, rtol=0)
+
+
+@cuda_only
+def test_cuda_graph_capture_failure_falls_back_to_eager():
+    lm = random_tiny_speech_lm().to("cuda")
+    embeds = prompt_embeddings(lm, prompt_speech=10, text=6)
+    tokens = [5, 9, 13, 2]
+    lm.decoding.options = DecodeOptions(cuda_graphs=False)
+    eager = _forced_decode(lm, embeds, tokens)
+
+    class Syncing(torch.nn.Module):  # a layer that reads its output on the host cannot be captured
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            out = self.inner(x)
+            return out if bool(torch.isfinite(out).all()) else out.nan_to_num()
+
+    layer = lm.backbone.layers[0].mlp
+    layer.down_proj = Syncing(layer.down_proj)
+    lm.decoding.options = DecodeOptions(cuda_graphs=True)
+    fallback = _forced_decode(lm, embeds, tokens)
+    assert lm.decoding.graph_error and lm.decoding.mode == "eager"
+    torch.testing.assert_close(fallback, eager, atol=1e-5, rtol=0)

@@ -24,7 +24,7 @@ fi
 if [[ $parts == *pipeline* ]]; then
   for tree in "$baseline" "$PWD"; do
     name=$([[ $tree == "$PWD" ]] && echo this || echo baseline)
-    dtypes=$([[ $name == this ]] && echo float32,bfloat16 || echo float32,bfloat16)
+    dtypes=$([[ $name == this ]] && echo float32,bfloat16 || echo float32)  # baseline bf16: see decode_step
     (cd "$tree" && PYTHONPATH=/tmp/site:$tree python3 -m cosyvoice_mac.bench --version cosyvoice3 --devices cuda \
       --dtypes $dtypes --runs 2 --no-floors > "$out/bench_$name.json" 2> "$out/bench_$name.err")
     echo "bench $name exit $?"; tail -3 "$out/bench_$name.err"

@@ -112,8 +112,10 @@ def _union_us(events: list[dict]) -> float:
 def decode_report(lm, steps: int = 60) -> dict:
     """The ``decode`` block of a benchmark report: ops per token everywhere, kernels on CUDA."""
     embeds = prompt_embeddings(lm)
-    report = {"mode": getattr(getattr(lm, "decoding", None), "mode", "eager"),
-              "dispatch": dispatch_ops_per_token(lm, embeds)["total"]}
+    runner = getattr(lm, "decoding", None)
+    report = {"mode": getattr(runner, "mode", "eager"), "dispatch": dispatch_ops_per_token(lm, embeds)["total"]}
     if _device(lm).type == "cuda":
         report["cuda"] = cuda_kernels_per_token(lm, embeds, steps)
+    if runner is not None:
+        report.update(captures=runner.captures, capture_s=runner.capture_seconds, graph_error=runner.graph_error)
     return report

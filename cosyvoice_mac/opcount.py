@@ -146,9 +146,10 @@ def prompt_embeddings(model, prompt_speech: int = 80, text: int = 32) -> torch.T
 
     if model.config.version == "cosyvoice3" and model.config.qwen.vocab_size > ENDOFPROMPT_ID:
         ids[0, -1] = ENDOFPROMPT_ID
-    elif model.config.version == "cosyvoice3":
-        return torch.cat((model._special(model.sos), model.backbone.embed_tokens(ids),
-                          model._special(model.task_id), model.speech_embedding(speech)), dim=1)
+    elif model.config.version == "cosyvoice3":  # a vocabulary too small for <|endofprompt|>: embed directly
+        device = model.speech_embedding.weight.device
+        return torch.cat((model._special(model.sos), model.backbone.embed_tokens(ids.to(device)),
+                          model._special(model.task_id), model.speech_embedding(speech.to(device))), dim=1)
     return model.build_prompt_embeddings(ids, ids[:, :0], speech)
 
 

@@ -11,6 +11,7 @@ the weights move. Where capture is impossible the step runs eagerly (see :class:
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,7 @@ class DecodeRunner:
         self.options = options or DecodeOptions()
         self.graph_error: str | None = None
         self.captures = 0  # graphs captured so far (tests and the bench read it)
+        self.capture_seconds = 0.0  # host time spent capturing them
         self._cache: StaticKVCache | None = None
         self._signature: tuple = ()
         self._graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -167,9 +169,11 @@ class DecodeRunner:
             self._logp = torch.empty(self.lm.config.speech_vocab_size, device=self.device)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
+        started = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
         # thread_local: the flow may issue work from another thread while the LLM thread captures.
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
             self._logp.copy_(self._bucketed_step(cache, span))
         self._graphs[span] = graph
         self.captures += 1
+        self.capture_seconds += time.perf_counter() - started

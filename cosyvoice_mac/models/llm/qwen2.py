@@ -237,7 +237,7 @@ def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticK
     keys, values = cache.span(layer, span)
     queries = qkv.narrow(1, 0, heads).view(1, kv_heads, -1, head_dim)
     attended = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)
-    x = x + plan.o_proj(attended.view(1, -1))
+    x = x + plan.o_proj(attended.reshape(1, -1))  # CUDA's fp32 kernel may return it non-contiguous
     gate, up = plan.gate_up_proj(F.rms_norm(x, plan.post_norm.shape, plan.post_norm, plan.eps)).chunk(2, dim=-1)
     return x + plan.down_proj(F.silu(gate) * up)
 

@@ -237,8 +237,9 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
             if should_stop():
                 return
             if available >= offset + this_hop + lookahead:
-                # On a CPU the LLM and the flow share the cores: the first chunk goes first.
-                producer.pause(offset == 0 and device.type == "cpu")
+                # On a CPU the LLM and the flow share the cores, on CUDA one stream (the LLM's graphs
+                # would queue ahead of every flow kernel): the first chunk goes first.
+                producer.pause(offset == 0 and device.type in ("cpu", "cuda"))
                 ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
                 mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)[:, :, 2 * offset:]
                 audio = stitcher.add(mel.float(), final=False)

@@ -2,9 +2,9 @@
 # The lean decoding step on a CUDA machine without internet (the device tool's H200): CUDA tests,
 # parity with graphs on, and before/after figures against an older tree in BASELINE (same machine, one call).
 # Wheels for what the image lacks in .whl; parity vectors in $COSYVOICE_PARITY_DIR.
-# Usage: bash bench/cuda_decode_suite.sh OUTDIR BASELINE [parts: tests,parity,step,pipeline]
+# Usage: bash bench/cuda_decode_suite.sh OUTDIR BASELINE [parts: tests,parity,step,pipeline,first]
 set -u
-out=${1:?output folder}; baseline=${2:?baseline tree}; parts=${3:-tests,parity,step,pipeline}
+out=${1:?output folder}; baseline=${2:?baseline tree}; parts=${3:-tests,parity,step,pipeline,first}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv | tee "$out/gpu.txt"
@@ -28,5 +28,12 @@ if [[ $parts == *pipeline* ]]; then
     (cd "$tree" && PYTHONPATH=/tmp/site:$tree python3 -m cosyvoice_mac.bench --version cosyvoice3 --devices cuda \
       --dtypes $dtypes --runs 2 --no-floors > "$out/bench_$name.json" 2> "$out/bench_$name.err")
     echo "bench $name exit $?"; tail -3 "$out/bench_$name.err"
+  done
+fi
+if [[ $parts == *first* ]]; then
+  for dtype in float32 bfloat16; do
+    PYTHONPATH=/tmp/site:$PWD python3 bench/first_audio.py --device cuda --dtype $dtype > "$out/first_$dtype.json" \
+      2> "$out/first_$dtype.err"; echo "first audio $dtype exit $?"
+    python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median'])" "$out/first_$dtype.json"
   done
 fi

@@ -203,3 +203,14 @@ def test_cuda_graph_capture_failure_falls_back_to_eager():
     fallback = _forced_decode(lm, embeds, tokens)
     assert lm.decoding.graph_error and lm.decoding.mode == "eager"
     torch.testing.assert_close(fallback, eager, atol=1e-5, rtol=0)
+
+
+def test_decode_options_follow_the_environment(monkeypatch):
+    monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "0")
+    monkeypatch.setenv("COSYVOICE_COMPILE_DECODE", "1")
+    options = DecodeOptions()
+    assert (options.cuda_graphs, options.compile) == (False, True)
+    monkeypatch.delenv("COSYVOICE_CUDA_GRAPHS")
+    monkeypatch.delenv("COSYVOICE_COMPILE_DECODE")
+    assert (DecodeOptions().cuda_graphs, DecodeOptions().compile) == (True, False)
+    assert random_tiny_speech_lm().decoding.mode == "eager"  # on the CPU: no graphs

@@ -11,8 +11,9 @@ the weights move. Where capture is impossible the step runs eagerly (see :class:
 from __future__ import annotations
 
 import logging
+import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
@@ -27,12 +28,20 @@ log = logging.getLogger(__name__)
 CACHE_GRANULE = 1024  # a reused cache grows in these steps, so most requests fit the one already there
 
 
+def _flag(name: str, default: bool) -> bool:
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
 @dataclass
 class DecodeOptions:
-    """How a speech LM runs its decoding steps."""
+    """How a speech LM runs its decoding steps (defaults from ``COSYVOICE_CUDA_GRAPHS`` and
+    ``COSYVOICE_COMPILE_DECODE``, so a run can switch them without code)."""
 
-    cuda_graphs: bool = True  # on CUDA: capture the step per length bucket, replay it per token
-    compile: bool = False  # torch.compile the bucketed step (any device; meant for MPS, unmeasured)
+    # on CUDA: capture the step per length bucket, replay it per token
+    cuda_graphs: bool = field(default_factory=lambda: _flag("COSYVOICE_CUDA_GRAPHS", True))
+    # torch.compile the bucketed step (any device; meant for MPS, where it is not measured yet): off by default
+    compile: bool = field(default_factory=lambda: _flag("COSYVOICE_COMPILE_DECODE", False))
     bucket: int = 128  # cache slots per length bucket; a multiple of 16 keeps the attention mask aligned
 
 

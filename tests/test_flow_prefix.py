@@ -210,3 +210,13 @@ def test_paused_producer_holds_the_llm_until_released():
     producer.pause(False)
     assert producer.wait_for(100) == 100
     producer.abandon()
+
+
+def test_producer_holds_after_the_first_chunk_tokens_until_released():
+    producer = TokenProducer(iter(range(100)), hold_after=13)
+    assert producer.wait_for(13) == 13
+    time.sleep(0.1)
+    assert len(producer.tokens) == 13 and not producer.finished
+    producer.pause(False)
+    assert producer.wait_for(100) == 100
+    producer.abandon()

@@ -40,8 +40,10 @@ V2_SOURCE_CACHE_SAMPLES = 8 * 480
 class TokenProducer:
     """Owns the background thread that pulls speech tokens from the LLM as fast as it can (unless paused)."""
 
-    def __init__(self, tokens: Iterable[int]):
+    def __init__(self, tokens: Iterable[int], hold_after: int | None = None):
+        """``hold_after``: stop once that many tokens exist, until :meth:`pause` (False) releases it."""
         self.tokens: list[int] = []
+        self._hold_after = hold_after
         self.finished = False
         self.error: BaseException | None = None
         self._abandoned = False
@@ -54,7 +56,7 @@ class TokenProducer:
         try:
             for token in tokens:
                 with self._ready:
-                    self._ready.wait_for(lambda: not self._paused or self._abandoned)
+                    self._ready.wait_for(lambda: not self._held() or self._abandoned)
                     if self._abandoned:
                         return
                     self.tokens.append(token)
@@ -74,10 +76,16 @@ class TokenProducer:
                 raise self.error
             return len(self.tokens)
 
+    def _held(self) -> bool:
+        return self._paused or (self._hold_after is not None and len(self.tokens) >= self._hold_after)
+
     def pause(self, paused: bool) -> None:
-        """Hold the LLM after its current token (so the first chunk has the CPU to itself), or let it go on."""
+        """Hold the LLM after its current token (so the first chunk has the CPU to itself), or let it go on
+        (which also lifts ``hold_after``)."""
         with self._ready:
             self._paused = paused
+            if not paused:
+                self._hold_after = None
             self._ready.notify_all()
 
     def abandon(self) -> None:
@@ -228,7 +236,9 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     else:
         stitcher = CrossfadeStitcher(lambda mel, cache_source: hift.inference(mel, cache_source=cache_source,
                                                                               noise=noise))
-    producer = TokenProducer(tokens)
+    # On CUDA the LLM's graphs would queue ahead of every kernel of the voice's prefix and of the
+    # first chunk on the one stream: it stops once the first chunk's tokens exist, until that chunk is made.
+    producer = TokenProducer(tokens, hold_after=plan.first_hop + lookahead if device.type == "cuda" else None)
     offset, hops = 0, hop_schedule(plan.first_hop)
     try:
         prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes
@@ -237,8 +247,7 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
             if should_stop():
                 return
             if available >= offset + this_hop + lookahead:
-                # On a CPU the LLM and the flow share the cores, on CUDA one stream (the LLM's graphs
-                # would queue ahead of every flow kernel): the first chunk goes first.
+                # On a CPU the LLM and the flow share the cores, on CUDA one stream: the first chunk goes first.
                 producer.pause(offset == 0 and device.type in ("cpu", "cuda"))
                 ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
                 mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)[:, :, 2 * offset:]

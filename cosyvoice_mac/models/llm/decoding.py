@@ -54,7 +54,8 @@ class DecodeRunner:
     ``torch.compile``. Eager fallbacks: the prefill (its length varies per request) always runs
     eagerly; a capture that fails (an operation that syncs with the host, such as a quantised
     layer that inspects its output) makes the runner eager for good, and ``graph_error`` says why.
-    Only the newest request's decoder may step: the reused cache is shared.
+    In the graph and compiled modes only the newest request's decoder may step: the reused cache
+    is shared.
     """
 
     def __init__(self, lm: SpeechLM, options: DecodeOptions | None = None):
@@ -88,13 +89,14 @@ class DecodeRunner:
         return "eager"
 
     # requests ---------------------------------------------------------------------------------
-    def start(self, capacity: int) -> tuple[StaticKVCache, int]:
-        """A cache with room for ``capacity`` positions, and the ticket its decoder steps with."""
-        self._ticket += 1
+    def start(self, capacity: int) -> tuple[StaticKVCache, int | None]:
+        """A cache with room for ``capacity`` positions, and the ticket its decoder steps with
+        (None for an eager decoder's own cache, which no later request can take over)."""
         backbone = self.lm.backbone
         self._plan = backbone.step_plan()
         if self.mode == "eager":
-            return backbone.new_cache(capacity), self._ticket
+            return backbone.new_cache(capacity), None
+        self._ticket += 1
         rounded = min(-(-capacity // CACHE_GRANULE) * CACHE_GRANULE, backbone.config.max_position_embeddings)
         cache = self._cache
         if cache is None or cache.capacity < capacity or self._signature != self._current_signature():
@@ -119,9 +121,9 @@ class DecodeRunner:
         self._compiled = None
 
     # steps ------------------------------------------------------------------------------------
-    def step(self, cache: StaticKVCache, ticket: int, token: int) -> torch.Tensor:
+    def step(self, cache: StaticKVCache, ticket: int | None, token: int) -> torch.Tensor:
         """Feed speech id ``token`` at the next position; (V,) float32 log-probs on the device."""
-        if ticket != self._ticket:
+        if ticket is not None and ticket != self._ticket:
             raise RuntimeError("this decoder was superseded: a newer request started on the same speech LM")
         cache.check_room(1)
         mode = self.mode

@@ -1,0 +1,284 @@
+"""The MLX engine against the reference's golden vectors: every CosyVoice3 stage, on MLX's CPU backend here.
+
+The same vectors, folder (``COSYVOICE_PARITY_DIR``), tolerances (``tests.parity.common.TOLERANCE``, the
+manifest's) and request parameters (the manifest's ``case_params``) as the PyTorch parity suite. The
+speech LM also runs CosyVoice2's cases (it is the same Qwen2). Every id carries ``mlx``.
+
+MLX-CPU tolerance: the manifest's own. Measured maxima on this machine (2 cores, mlx 0.32.4): logits
+4e-6, mel 4e-6, waveform 3e-5, f0 2e-4 Hz (within rtol 1e-5 + 1e-3 Hz), so no looser MLX tolerance is
+needed; ``MLX_RELATIVE_LIMIT`` would be the floor if one ever were.
+"""
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("mlx.core", reason="the MLX parity suite needs mlx (Linux: pip install 'mlx[cpu]')")
+
+import mlx.core as mx  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from cosyvoice_mac.config import read_yaml_config  # noqa: E402
+from cosyvoice_mac.mlx.flow import MlxFlow  # noqa: E402
+from cosyvoice_mac.mlx.hift import load_mlx_hift  # noqa: E402
+from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM, load_mlx_speech_lm  # noqa: E402
+from cosyvoice_mac.models.flow import FlowConfig  # noqa: E402
+from cosyvoice_mac.models.llm import GreedySampler, drop_long_silent_runs  # noqa: E402
+from cosyvoice_mac.models.vocoder import RecordedSourceNoise  # noqa: E402
+from tests.parity.common import ParityContext, assert_close, parity_dir, versions_in_manifest  # noqa: E402
+from tests.parity.llm import _first_difference, _model as torch_speech_lm, _prompt, _Recording, _ReplayDraws  # noqa: E402
+
+ROOT = parity_dir()
+MLX_RELATIVE_LIMIT = 1e-4  # the loosest relative tolerance an MLX-CPU case may ever be given
+_CONTEXTS: dict[str, ParityContext] = {}
+_MODELS: dict[tuple[str, str], object] = {}
+
+
+def _ctx(version: str) -> ParityContext:
+    return _CONTEXTS.setdefault(version, ParityContext(ROOT, version))
+
+
+def _params(ctx: ParityContext) -> dict:
+    return ctx.manifest["case_params"][ctx.version]
+
+
+def _cached(ctx: ParityContext, stage: str, build):
+    key = (ctx.version, stage)
+    if key not in _MODELS:
+        _MODELS[key] = build()
+    return _MODELS[key]
+
+
+def _llm(ctx: ParityContext) -> MlxSpeechLM:
+    config = read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml", overrides={"qwen_pretrain_path": ""})
+    return _cached(ctx, "llm", lambda: load_mlx_speech_lm(ctx.model_dir, config["llm"],
+                                                          mask_all_stop_ids_before_min_len=False))
+
+
+def _flow(ctx: ParityContext) -> MlxFlow:
+    node = read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml")["flow"]
+    return _cached(ctx, "flow", lambda: MlxFlow.from_checkpoint(FlowConfig.from_yaml(node), ctx.model_dir / "flow.pt"))
+
+
+def _hift(ctx: ParityContext):
+    return _cached(ctx, "hift", lambda: load_mlx_hift(ctx.model_dir / f"{ctx.version}.yaml", ctx.model_dir / "hift.pt"))
+
+
+def _replay(ctx: ParityContext, rows: torch.Tensor, text: torch.Tensor | None = None):
+    model = _llm(ctx)
+    draws = _ReplayDraws(rows, model.config.speech_vocab_size)
+    sampler = _Recording(model.make_sampler(seed=0, draw=draws))
+    tokens = list(model.generate(*_prompt(ctx, text), sampler))
+    draws.assert_all_used()
+    return model, tokens, sampler.last
+
+
+def _assert_logp(actual: list[torch.Tensor], expected: torch.Tensor, what: str) -> None:
+    stacked = torch.stack(actual)
+    assert torch.equal(torch.isinf(stacked), torch.isinf(expected)), f"{what}: -inf entries differ"
+    finite = torch.isfinite(expected)
+    assert_close(stacked[finite], expected[finite], "llm_logits", f"{what} (finite entries)")
+
+
+# speech LM ----------------------------------------------------------------------------------
+def llm_input_embeds(ctx):
+    model, inputs = _llm(ctx), ctx.vectors("inputs")
+    forced = model.speech_embedding(mx.array(inputs["forced_speech_tokens"].to(torch.int32).numpy()))
+    embeds = mx.concatenate([model.build_prompt_embeddings(*_prompt(ctx)), forced], axis=1)
+    expected = ctx.vectors("llm")["lm_input_embeds"]
+    assert torch.equal(torch.from_numpy(np.array(embeds)), expected), "lm_input_embeds differ (table lookups)"
+
+
+def llm_logits_teacher_forced(ctx):
+    vectors = ctx.vectors("llm")
+    logits = _llm(ctx).teacher_forced_logits(vectors["lm_input_embeds"])
+    assert_close(logits, vectors["logits_teacher_forced"], "llm_logits", "logits_teacher_forced")
+
+
+def llm_incremental_logp_forced(ctx):
+    model = _llm(ctx)
+    forced = ctx.vectors("inputs")["forced_speech_tokens"][0].tolist()
+    seen: list[torch.Tensor] = []
+
+    def force(logp, history, ignore_ids):
+        return forced[len(history)] if len(history) < len(forced) else model.eos
+
+    tokens = list(model.generate(*_prompt(ctx), force, on_step=lambda step, logp: seen.append(logp.clone())))
+    assert tokens == forced
+    _assert_logp(seen, ctx.vectors("llm")["incremental_logp_forced"], "incremental_logp_forced")
+
+
+def llm_greedy_tokens(ctx):
+    model, vectors = _llm(ctx), ctx.vectors("llm")
+    expected, first = vectors["greedy_tokens"].tolist(), vectors["greedy_logp_first40"]
+    seen: list[torch.Tensor] = []
+    sampler = _Recording(GreedySampler())
+    tokens = list(model.generate(*_prompt(ctx), sampler,
+                                 on_step=lambda step, logp: seen.append(logp.clone()) if step < len(first) else None))
+    if expected and expected[-1] in model.stop_ids:
+        assert sampler.last == expected[-1], f"stopped on {sampler.last}, reference on {expected[-1]}"
+        expected = expected[:-1]
+    assert tokens == expected, f"greedy tokens differ first at {_first_difference(tokens, expected)}"
+    _assert_logp(seen, first, "greedy_logp_first40")
+
+
+def llm_ras_tokens_replayed(ctx):
+    vectors = ctx.vectors("llm")
+    model, tokens, last = _replay(ctx, vectors["ras_seed4321_multinomial"])
+    expected = vectors["ras_seed4321_tokens"].tolist()
+    assert expected[-1] in model.stop_ids and last == expected[-1], f"stop id {last}, reference {expected[-1]}"
+    assert tokens == expected[:-1], f"RAS tokens differ first at {_first_difference(tokens, expected[:-1])}"
+
+
+def llm_ras_same_seed_as_torch(ctx):
+    """The manifest's ras_seed gives the same tokens on MLX as on the PyTorch engine (one shared sampler)."""
+    seed = int(_params(ctx)["ras_seed"])
+    mlx_tokens = list(_llm(ctx).generate(*_prompt(ctx), _llm(ctx).make_sampler(seed=seed)))
+    torch_model = torch_speech_lm(ctx)
+    torch_tokens = list(torch_model.generate(*_prompt(ctx), torch_model.make_sampler(seed=seed)))
+    assert mlx_tokens == torch_tokens, f"seed {seed}: MLX and torch differ first at " + _first_difference(
+        mlx_tokens, torch_tokens)
+    reference_torch = ctx.manifest.get("environment", {}).get("torch", "").split("+")[0]
+    if reference_torch == torch.__version__.split("+")[0]:  # multinomial's algorithm is not a stable API
+        expected = ctx.vectors("llm")["ras_seed4321_tokens"].tolist()[:-1]
+        assert mlx_tokens == expected, f"seeded RAS tokens differ first at {_first_difference(mlx_tokens, expected)}"
+
+
+def llm_e2e_speech_tokens(ctx):
+    e2e = ctx.vectors("e2e")
+    model, tokens, _ = _replay(ctx, e2e["multinomial"], text=e2e["text"])
+    kept = drop_long_silent_runs(tokens, model.silent_ids)
+    expected = e2e["speech_tokens"][0].tolist()
+    assert kept == expected, f"e2e speech tokens differ first at {_first_difference(kept, expected)}"
+
+
+# flow ---------------------------------------------------------------------------------------
+def _flow_run(ctx, tokens: torch.Tensor, **flags) -> torch.Tensor:
+    inputs = ctx.vectors("inputs")
+    return _flow(ctx).inference(tokens, inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"],
+                                **flags)
+
+
+def _first_chunk_tokens(ctx) -> torch.Tensor:
+    return ctx.vectors("inputs")["flow_tokens"][:, : int(_params(ctx)["stream_chunk1_tokens"])]
+
+
+def flow_est_out_step1(ctx):
+    """The DiT alone on the recorded first Euler step inputs (channels-first in, as recorded)."""
+    v = ctx.vectors("flow")
+    assert bool((v["est_mask_in"] == 1).all()), "the MLX DiT runs unpadded frames only"
+    last = lambda name: mx.array(v[name].numpy()).transpose(0, 2, 1)  # noqa: E731
+    out = _flow(ctx).decoder.estimator(last("est_x_in"), last("est_mu_in"), mx.array(v["est_t_in"].numpy()),
+                                       mx.array(v["est_spks_in"].numpy()), last("est_cond_in"), streaming=False)
+    assert_close(torch.from_numpy(np.array(out.transpose(0, 2, 1))), v["est_out_step1"], "flow",
+                 "estimator output, first Euler step")
+
+
+def flow_mel_nonstream(ctx):
+    mel = _flow_run(ctx, ctx.vectors("inputs")["flow_tokens"], streaming=False, finalize=True)
+    assert_close(mel, ctx.vectors("flow")["mel_nonstream"], "mel", "non-streaming mel")
+
+
+def flow_mel_stream_chunk1(ctx):
+    mel = _flow_run(ctx, _first_chunk_tokens(ctx), streaming=True, finalize=False)
+    assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "first streaming chunk mel")
+
+
+def flow_mel_stream_chunk1_cached_prefix(ctx):
+    """The first chunk again, its prompt's leading whole chunks taken from a cached prefix."""
+    inputs, params, flow = ctx.vectors("inputs"), _params(ctx), _flow(ctx)
+    chunk = flow.config.estimator.static_chunk_size // flow.config.token_mel_ratio
+    usable = int(params["prompt_speech_tokens"]) - int(params["pre_lookahead_len"])
+    prefix_tokens = usable // chunk * chunk
+    assert prefix_tokens > 0, "the prompt is too short for a cached prefix"
+    prompt = (inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"])
+    prefix = flow.build_prefix(*prompt, tokens=prefix_tokens)
+    mel = flow.inference(_first_chunk_tokens(ctx), *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "first streaming chunk mel, cached prefix")
+
+
+def flow_mel_stream_final(ctx):
+    mel = _flow_run(ctx, ctx.vectors("inputs")["flow_tokens"], streaming=False, finalize=True)
+    offset = 2 * int(_params(ctx)["first_stream_hop_tokens"])
+    assert_close(mel[:, :, offset:], ctx.vectors("flow")["mel_stream_final"], "mel", "final streaming chunk mel")
+
+
+# vocoder ------------------------------------------------------------------------------------
+def _fixed_noise(ctx) -> RecordedSourceNoise:
+    return RecordedSourceNoise(ctx.vectors("hift")["fixed_sine_waves_prefix"])
+
+
+def _hift_call(call: str):
+    finalize = call == "callA"
+
+    def f0(ctx):
+        expected = ctx.vectors("hift")[f"{call}_f0"]
+        actual = _hift(ctx).f0(ctx.vectors("hift")["mel_in"], finalize=finalize).to(expected.dtype)
+        assert actual.shape == expected.shape, f"{call} f0 shape {tuple(actual.shape)} != {tuple(expected.shape)}"
+        assert_close(actual, expected, "f0", f"hift {call} f0")
+
+    def outputs(ctx):
+        wave, source = _hift(ctx).inference(ctx.vectors("hift")["mel_in"], finalize=finalize, noise=_fixed_noise(ctx))
+        assert_close(source, ctx.vectors("hift")[f"{call}_source"], "waveform", f"hift {call} source")
+        assert_close(wave, ctx.vectors("hift")[f"{call}_wave"], "waveform", f"hift {call} wave")
+
+    return f0, outputs
+
+
+def hift_e2e_tts_speech(ctx):
+    e2e = ctx.vectors("e2e")
+    wave, _ = _hift(ctx).inference(e2e["mel"], noise=_fixed_noise(ctx))
+    assert_close(wave, e2e["tts_speech"], "waveform", "hift on the e2e mel")
+
+
+# end to end ---------------------------------------------------------------------------------
+def e2e_chain(ctx):
+    """Replayed draws -> MLX LLM -> silent-run filter -> MLX flow -> MLX HiFT equals the reference's speech."""
+    e2e, inputs = ctx.vectors("e2e"), ctx.vectors("inputs")
+    model, tokens, _ = _replay(ctx, e2e["multinomial"], text=e2e["text"])
+    kept = drop_long_silent_runs(tokens, model.silent_ids)
+    mel = _flow(ctx).inference(torch.tensor([kept]), inputs["prompt_speech_token"], inputs["prompt_feat"],
+                               inputs["embedding"])
+    assert_close(mel, e2e["mel"], "mel", "e2e mel")
+    wave, _ = _hift(ctx).inference(mel, noise=_fixed_noise(ctx))
+    assert_close(wave, e2e["tts_speech"], "waveform", "e2e tts_speech")
+
+
+LLM_CASES = {
+    "lm_input_embeds": llm_input_embeds,
+    "logits_teacher_forced": llm_logits_teacher_forced,
+    "incremental_logp_forced": llm_incremental_logp_forced,
+    "greedy_tokens": llm_greedy_tokens,
+    "ras_seed4321_tokens": llm_ras_tokens_replayed,
+    "ras_same_seed_as_torch": llm_ras_same_seed_as_torch,
+    "e2e_speech_tokens": llm_e2e_speech_tokens,
+}
+CALL_A, CALL_B = _hift_call("callA"), _hift_call("callB")
+COSYVOICE3_CASES = {
+    "flow-est_out_step1": flow_est_out_step1,
+    "flow-mel_nonstream": flow_mel_nonstream,
+    "flow-mel_stream_chunk1": flow_mel_stream_chunk1,
+    "flow-mel_stream_chunk1_cached_prefix": flow_mel_stream_chunk1_cached_prefix,
+    "flow-mel_stream_final": flow_mel_stream_final,
+    "hift-callA_f0": CALL_A[0],
+    "hift-callA_wave": CALL_A[1],
+    "hift-callB_f0": CALL_B[0],
+    "hift-callB_wave": CALL_B[1],
+    "hift-e2e_tts_speech": hift_e2e_tts_speech,
+    "e2e-chain": e2e_chain,
+}
+
+
+def _collect():
+    cases = []
+    for version in versions_in_manifest(ROOT):
+        table = {f"llm-{name}": check for name, check in LLM_CASES.items()}
+        if version == "cosyvoice3":
+            table.update(COSYVOICE3_CASES)
+        cases += [pytest.param(version, check, id=f"{version}-mlx-{name}") for name, check in table.items()]
+    return cases
+
+
+@pytest.mark.parametrize(("version", "check"), _collect())
+def test_parity_mlx(version, check):
+    check(_ctx(version))

@@ -14,6 +14,9 @@ import pytest
 
 pytest.importorskip("mlx.core", reason="the MLX parity suite needs mlx (Linux: pip install 'mlx[cpu]')")
 
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
@@ -25,6 +28,8 @@ from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM, load_mlx_speech_lm  # noqa:
 from cosyvoice_mac.models.flow import FlowConfig  # noqa: E402
 from cosyvoice_mac.models.llm import GreedySampler, drop_long_silent_runs  # noqa: E402
 from cosyvoice_mac.models.vocoder import RecordedSourceNoise  # noqa: E402
+from cosyvoice_mac.pipeline import CosyVoice, SpeakerPrompt  # noqa: E402
+from tests.fakes.onnx_models import make_tiny_model_dir  # noqa: E402
 from tests.parity.common import ParityContext, assert_close, parity_dir, versions_in_manifest  # noqa: E402
 from tests.parity.llm import _first_difference, _model as torch_speech_lm, _prompt, _Recording, _ReplayDraws  # noqa: E402
 
@@ -244,6 +249,62 @@ def e2e_chain(ctx):
     assert_close(wave, e2e["tts_speech"], "waveform", "e2e tts_speech")
 
 
+def _pipeline(ctx, engine: str):
+    """A tiny model folder loaded through ``CosyVoice.from_pretrained(engine=...)``, in the reference's EOS mode."""
+    def build():
+        folder = make_tiny_model_dir(ctx.version, Path(tempfile.mkdtemp(prefix=f"mlx-e2e-{ctx.version}-")))
+        model = CosyVoice.from_pretrained(folder, device="cpu", engine=engine)
+        llm = model.networks.llm
+        rules = llm.rules if isinstance(llm, MlxSpeechLM) else llm
+        rules._masked_before_min_len = (llm.config.speech_token_size,)  # the reference masks only id S
+        return model
+
+    return _cached(ctx, f"pipeline-{engine}", build)
+
+
+def _speaker(ctx, model) -> SpeakerPrompt:
+    inputs = ctx.vectors("inputs")
+    return SpeakerPrompt(speech_tokens=inputs["prompt_speech_token"].long(), mel=inputs["prompt_feat"],
+                         embedding=inputs["embedding"], audio_hash="recorded", model_id=model.model_id,
+                         transcript=_params(ctx)["prompt_transcript"])
+
+
+def e2e_synthesize(ctx):
+    """The public pipeline on the MLX engine: text string in, the reference's waveform out (draws replayed)."""
+    model, e2e, params = _pipeline(ctx, "mlx"), ctx.vectors("e2e"), _params(ctx)
+    assert model.engine.engine == "mlx" and isinstance(model.networks.llm, MlxSpeechLM), model.engine
+    llm, hift = model.networks.llm, model.networks.hift
+    draws = _ReplayDraws(e2e["multinomial"], llm.config.speech_vocab_size)
+    replay = llm.make_sampler(seed=0, draw=draws)
+    original_noise = hift.default_noise
+    llm.make_sampler = lambda seed=None: replay
+    hift.default_noise = _fixed_noise(ctx)
+    try:
+        results = list(model.synthesize(params["e2e_text"], prompt_text=params["prompt_transcript"],
+                                        speaker=_speaker(ctx, model), seed=0))
+    finally:
+        del llm.make_sampler
+        hift.default_noise = original_noise
+    draws.assert_all_used()
+    assert len(results) == 1 and results[0].speech_token_count == e2e["speech_tokens"].shape[1]
+    assert_close(torch.from_numpy(results[0].audio)[None], e2e["tts_speech"], "waveform", "e2e tts_speech")
+
+
+def e2e_stream_same_as_torch(ctx):
+    """Streaming through the pipeline (cached flow prefix, chunked vocoder) on MLX gives the PyTorch engine's
+    chunks for the manifest's e2e seed."""
+    params = _params(ctx)
+    outputs = {}
+    for engine in ("mlx", "torch"):
+        model = _pipeline(ctx, engine)
+        chunks = list(model.synthesize(params["e2e_text"], prompt_text=params["prompt_transcript"],
+                                       speaker=_speaker(ctx, model), seed=int(params["e2e_seed"]), stream=True))
+        outputs[engine] = [torch.from_numpy(chunk.audio) for chunk in chunks]
+    assert [c.numel() for c in outputs["mlx"]] == [c.numel() for c in outputs["torch"]], "chunk sizes differ"
+    for index, (ours, theirs) in enumerate(zip(outputs["mlx"], outputs["torch"])):
+        assert_close(ours, theirs, "waveform", f"streamed chunk {index}")
+
+
 LLM_CASES = {
     "lm_input_embeds": llm_input_embeds,
     "logits_teacher_forced": llm_logits_teacher_forced,
@@ -266,6 +327,8 @@ COSYVOICE3_CASES = {
     "hift-callB_wave": CALL_B[1],
     "hift-e2e_tts_speech": hift_e2e_tts_speech,
     "e2e-chain": e2e_chain,
+    "e2e-synthesize": e2e_synthesize,
+    "e2e-stream_same_as_torch": e2e_stream_same_as_torch,
 }
 
 

@@ -176,6 +176,7 @@ class MlxFlow(nn.Module):
         cond = to_mlx(prompt_feat[:, :frames].float().cpu()).astype(mu.dtype)
         steps = [PrefixStep() for _ in range(self.config.cfm.n_timesteps)]
         self.decoder(mu[:, :frames], speaker, cond, True, steps)
+        mx.eval([step.tensors for step in steps])  # usable from any thread's stream
         return FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
                           embedding=embedding.clone())
 

@@ -37,7 +37,7 @@ class SpeechDecoder:
 
     def feed(self, token: int) -> torch.Tensor:
         """Append speech id ``token`` (one cached position) and return the new ``logp``."""
-        embed = self._lm.speech_embedding.weight[token].reshape(1, 1, -1)
+        embed = self._lm.speech_embedding(mx.array([[token]]))  # a call, so a quantized table works too
         self.logp = self._lm.next_logp(self._lm.backbone(embed, self.cache))
         return self.logp
 
@@ -77,14 +77,7 @@ class MlxSpeechLM(nn.Module):
     stop_ids = property(lambda self: self._rules.stop_ids)
     silent_ids = property(lambda self: self._rules.silent_ids)
 
-    @property
-    def masked_before_min_len(self) -> tuple[int, ...]:
-        return self._rules.masked_before_min_len
-
-    @masked_before_min_len.setter
-    def masked_before_min_len(self, ids: Sequence[int]) -> None:
-        """Parity runs use the reference's mask (only id S) on an already built model."""
-        self._rules._masked_before_min_len = tuple(ids)
+    masked_before_min_len = property(lambda self: self._rules.masked_before_min_len)
 
     def length_limits(self, text_length: int) -> tuple[int, int]:
         return self._rules.length_limits(text_length)
@@ -95,7 +88,7 @@ class MlxSpeechLM(nn.Module):
     # inputs --------------------------------------------------------------------------------
     def _special(self, row: int) -> mx.array:
         table = self.llm_embedding if self.config.version == "cosyvoice2" else self.speech_embedding
-        return table.weight[row].reshape(1, 1, -1)
+        return table(mx.array([[row]]))
 
     def build_prompt_embeddings(self, text_ids: torch.Tensor, prompt_text_ids: torch.Tensor,
                                 prompt_speech_ids: torch.Tensor) -> mx.array:
@@ -119,7 +112,7 @@ class MlxSpeechLM(nn.Module):
     def teacher_forced_logits(self, embeds) -> torch.Tensor:
         """``(1, L, D)`` input embeddings (torch or MLX) -> ``(1, L, V)`` logits, one causal pass (CPU tensor)."""
         embeds = embeds if isinstance(embeds, mx.array) else mx.array(embeds.float().cpu().numpy())
-        dtype = self.speech_embedding.weight.dtype
+        dtype = self.backbone.norm.weight.dtype  # the compute dtype (quantized tables keep it in their scales)
         return to_torch(self.llm_decoder(self.backbone(embeds.astype(dtype))).astype(mx.float32))
 
     def start_decoding(self, prompt_embeds: mx.array, max_new_tokens: int) -> SpeechDecoder:
@@ -132,6 +125,7 @@ class MlxSpeechLM(nn.Module):
         ``on_step(step, logp)`` sees the ``(V,)`` CPU log-probs handed to ``sampler`` (masked ids -inf).
         """
         embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
+        mx.eval(embeds)  # materialised here: the decoding may run on another thread, with its own MLX stream
         min_len, max_len = self.length_limits(text_ids.shape[-1])
         return self._decode(embeds, min_len, max_len, sampler, on_step)
 

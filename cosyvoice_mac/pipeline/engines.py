@@ -1,0 +1,51 @@
+"""Building a model's networks on the engine that runs them: MLX (CosyVoice3 on Apple Silicon) or PyTorch.
+
+The choice rule is :func:`cosyvoice_mac.mlx.choice.choose_engine`. MLX networks take and return CPU
+tensors, so a pipeline on MLX reports the CPU as its PyTorch device; when MLX fails a job, PyTorch
+networks are built in their place on the usual device policy (MPS, then CUDA, then CPU) and the
+MLX ones are dropped, so the two never hold memory at once for longer than the switch.
+"""
+from __future__ import annotations
+
+import gc
+
+import torch
+
+from cosyvoice_mac.device import select_device
+from cosyvoice_mac.mlx.choice import MLX, TORCH, EngineChoice, choose_engine
+from cosyvoice_mac.pipeline.loading import build_networks, qwen_config_for, stage_dtypes
+from cosyvoice_mac.pipeline.model_dir import ModelFolder
+
+
+def build_for_engine(engine: str | None, version: str, config: dict, folder: ModelFolder | None, *,
+                     device_request, device: torch.device, dtype: torch.dtype, llm_dtype, flow_dtype,
+                     random_weights: bool, seed: int = 0, low_memory: bool = False):
+    """``(networks, pipeline device, EngineChoice)`` for ``engine`` ('auto' | 'mlx' | 'torch' | None = env)."""
+    policy = device_request.type if isinstance(device_request, torch.device) else device_request
+    choice = choose_engine(engine, version, policy)
+    if choice.engine == MLX:
+        from cosyvoice_mac.mlx.networks import build_mlx_networks
+
+        networks = build_mlx_networks(config, qwen_config_for(folder), folder=folder, random_weights=random_weights,
+                                      seed=seed)
+        return networks, torch.device("cpu"), choice
+    llm_precision, flow_precision = stage_dtypes(device, dtype, llm_dtype, flow_dtype, low_memory)
+    networks = build_networks(config, qwen_config_for(folder), folder=folder, device=device, llm_dtype=llm_precision,
+                              flow_dtype=flow_precision, random_weights=random_weights, seed=seed,
+                              low_memory=low_memory)
+    return networks, device, choice
+
+
+def torch_takes_over(model, reason: str) -> None:
+    """Swap ``model``'s MLX networks for PyTorch ones on the default device policy; keep ``reason``."""
+    model.networks = None  # drop the MLX arrays before the PyTorch weights load
+    gc.collect()
+    device = select_device("auto")
+    llm_precision, flow_precision = stage_dtypes(device, model.dtype, None, None, model.low_memory)
+    model.networks = build_networks(model.config, qwen_config_for(model.folder), folder=model.folder, device=device,
+                                    llm_dtype=llm_precision, flow_dtype=flow_precision,
+                                    random_weights=model.folder is None, low_memory=model.low_memory)
+    model.vocoder = model.networks.hift
+    model.device = device
+    model.flow_prefixes.clear()
+    model.engine = EngineChoice(TORCH, reason)

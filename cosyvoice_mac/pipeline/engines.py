@@ -49,3 +49,36 @@ def torch_takes_over(model, reason: str) -> None:
     model.device = device
     model.flow_prefixes.clear()
     model.engine = EngineChoice(TORCH, reason)
+
+
+def engine_status(model) -> dict:
+    """``{"engine": "mlx" | "torch", "engine_reason": why not the one asked for, or None}`` of a pipeline,
+    plus MLX's current and peak memory (bytes) while it runs on MLX."""
+    choice = getattr(model, "engine", None) or EngineChoice(TORCH)
+    status = {"engine": choice.engine, "engine_reason": choice.reason}
+    if choice.engine == MLX:
+        import mlx.core as mx
+
+        status["mlx_memory"] = {"active_bytes": mx.get_active_memory(), "peak_bytes": mx.get_peak_memory(),
+                                "cache_bytes": mx.get_cache_memory(), "device": str(mx.default_device())}
+    return status
+
+
+def release_engine_memory(model) -> None:
+    """After a job: hand MLX's buffer cache back (the counterpart of ``torch.mps.empty_cache()``)."""
+    if engine_status(model)["engine"] == MLX:
+        import mlx.core as mx
+
+        mx.clear_cache()
+
+
+def mlx_failure(model, error: BaseException) -> str | None:
+    """Why PyTorch should take over ``model``'s job after ``error``, or None (not on MLX, or bad input
+    that PyTorch would refuse the same way)."""
+    from cosyvoice_mac.models.flow import FlowInputError
+    from cosyvoice_mac.models.llm import SpeechLMInputError
+    from cosyvoice_mac.pipeline.types import SynthesisError
+
+    if engine_status(model)["engine"] != MLX or isinstance(error, (SynthesisError, FlowInputError, SpeechLMInputError)):
+        return None
+    return f"the MLX engine failed ({type(error).__name__}: {str(error)[:300]}); PyTorch runs this model now"

@@ -104,3 +104,22 @@ def test_mlx_failing_its_warm_up_leaves_torch_running_the_model(tmp_path, voice)
         assert status["state"] == "ready" and status["engine"] == "torch" and MLX_FAILURE in status["engine_reason"]
         result = engine.result(engine.submit(Job(text="Torch from the start.", prompt_audio=voice)), DEADLINE)
         assert result.audio.size > 0
+
+
+def test_bench_runs_the_mlx_engine_next_to_torch(tmp_path, capsys):
+    from cosyvoice_mac import bench
+
+    model_dir = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
+    status = bench.main(["--model", str(model_dir), "--devices", "cpu", "--dtypes", "float32", "--engine", "mlx,torch",
+                         "--tokens", "6", "--runs", "1", "--in-process", "--no-floors"])
+    assert status == 0
+    captured = capsys.readouterr()
+    reports = json.loads(captured.out)["benchmarks"]
+    assert [r["engine"] for r in reports] == ["mlx", "torch"]
+    mlx_report, torch_report = reports
+    assert mlx_report["llm_dtype"] == "fp32" and mlx_report["peak_device_mb"] > 0 and "floors" not in mlx_report
+    for report in reports:
+        median = report["median"]
+        assert median["llm_tokens_per_s"] > 0 and median["rtf"] > 0 and median["first_audio_s"] > 0
+        assert median["mel_finite"] and median["wave_finite"]
+    assert "\nmlx " in captured.err  # the table names the engine

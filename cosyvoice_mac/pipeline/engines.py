@@ -82,3 +82,12 @@ def mlx_failure(model, error: BaseException) -> str | None:
     if engine_status(model)["engine"] != MLX or isinstance(error, (SynthesisError, FlowInputError, SpeechLMInputError)):
         return None
     return f"the MLX engine failed ({type(error).__name__}: {str(error)[:300]}); PyTorch runs this model now"
+
+
+def network_dtypes(model) -> dict:
+    """``{"llm_dtype", "flow_dtype"}`` names of the networks that run (MLX: the LLM's precision choice)."""
+    networks = model.networks
+    if engine_status(model)["engine"] == MLX:
+        return {"llm_dtype": networks.llm_precision, "flow_dtype": "float32"}
+    name = lambda module: str(next(module.parameters()).dtype).removeprefix("torch.")  # noqa: E731
+    return {"llm_dtype": name(networks.llm.llm_decoder), "flow_dtype": name(networks.flow)}

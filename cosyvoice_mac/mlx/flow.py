@@ -22,7 +22,7 @@ import torch
 from cosyvoice_mac.mlx.convert import load_converted, to_mlx, to_torch
 from cosyvoice_mac.mlx.dit import KEY_MAP as DIT_KEY_MAP
 from cosyvoice_mac.mlx.dit import DiT, PrefixStep
-from cosyvoice_mac.models.flow import CFMConfig, Flow, FlowConfig, FlowInputError, fixed_start_noise
+from cosyvoice_mac.models.flow import CFMConfig, Flow, FlowConfig, fixed_start_noise
 from cosyvoice_mac.models.flow.cfm import ConditionalFlowMatching
 from cosyvoice_mac.models.flow.lookahead import _LEAKY_SLOPE, _SECOND_KERNEL
 from cosyvoice_mac.models.flow.prefix import FlowPrefix
@@ -104,6 +104,7 @@ class MlxFlow(nn.Module):
     output_frames = Flow.output_frames
     _check_inputs = Flow._check_inputs
     _check_prefix = Flow._check_prefix
+    _check_prefix_request = Flow._check_prefix_request
 
     def __init__(self, config: FlowConfig):
         super().__init__()
@@ -164,14 +165,7 @@ class MlxFlow(nn.Module):
     def build_prefix(self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor,
                      tokens: int) -> FlowPrefix:
         """Run the sampler over the first ``tokens`` prompt tokens once and keep every step's layer tensors."""
-        self._check_inputs(prompt_tokens, prompt_tokens[:, :0], prompt_feat, embedding, finalize=True)
-        chunk = self.config.estimator.static_chunk_size // self.config.token_mel_ratio
-        if tokens <= 0 or tokens % chunk or tokens > prompt_tokens.shape[1] - self.config.pre_lookahead_len:
-            raise FlowInputError(
-                f"a cached prefix must be a positive multiple of {chunk} tokens followed by at least "
-                f"{self.config.pre_lookahead_len} more prompt tokens; got {tokens} of {prompt_tokens.shape[1]}"
-            )
-        frames = self.config.token_mel_ratio * tokens
+        frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, tokens)
         speaker, mu = self._conditioning(embedding, prompt_tokens.cpu(), finalize=False)
         cond = to_mlx(prompt_feat[:, :frames].float().cpu()).astype(mu.dtype)
         steps = [PrefixStep() for _ in range(self.config.cfm.n_timesteps)]

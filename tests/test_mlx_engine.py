@@ -27,6 +27,7 @@ DEADLINE = 180.0
 def apple_silicon(monkeypatch):
     monkeypatch.setattr(choice, "is_apple_silicon", lambda: True)
     monkeypatch.setattr(choice, "mlx_available", lambda: True)
+    monkeypatch.delenv("COSYVOICE_DEVICE", raising=False)
 
 
 def test_auto_picks_mlx_for_cosyvoice3_on_apple_silicon_only(apple_silicon, monkeypatch):
@@ -37,6 +38,14 @@ def test_auto_picks_mlx_for_cosyvoice3_on_apple_silicon_only(apple_silicon, monk
     assert choice.choose_engine("auto", "cosyvoice2") == choice.EngineChoice("torch")
     monkeypatch.setattr(choice, "is_apple_silicon", lambda: False)
     assert choice.choose_engine("auto", "cosyvoice3").engine == "torch"
+
+
+def test_a_cpu_device_policy_keeps_auto_on_torch(apple_silicon, monkeypatch):
+    monkeypatch.delenv(choice.ENGINE_ENV, raising=False)
+    monkeypatch.setenv("COSYVOICE_DEVICE", "cpu")
+    assert choice.choose_engine(None, "cosyvoice3").engine == "torch"
+    monkeypatch.setenv("COSYVOICE_DEVICE", "mps")
+    assert choice.choose_engine(None, "cosyvoice3").engine == "mlx"
 
 
 def test_the_environment_and_the_argument_choose_explicitly(apple_silicon, monkeypatch):

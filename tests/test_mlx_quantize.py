@@ -91,3 +91,10 @@ def test_16_bit_storage_halves_the_llm():
     apply_llm_precision(llm, "bf16")
     assert parameter_bytes(llm) == before // 2 and llm.backbone.norm.weight.dtype == mx.bfloat16
     assert torch.isfinite(teacher_forced(llm)).all()
+
+
+def test_low_memory_mode_halves_the_mlx_llm_unless_a_precision_is_named(monkeypatch):
+    monkeypatch.delenv("COSYVOICE_MLX_LLM", raising=False)
+    assert llm_precision(low_memory=True) == "fp16"
+    monkeypatch.setenv("COSYVOICE_MLX_LLM", "int4")
+    assert llm_precision(low_memory=True) == "int4"

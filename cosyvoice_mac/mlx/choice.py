@@ -13,6 +13,7 @@ import platform
 from dataclasses import dataclass
 
 from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.device import DEVICE_ENV
 from cosyvoice_mac.mlx import mlx_available
 
 ENGINE_ENV = "COSYVOICE_ENGINE"
@@ -45,12 +46,14 @@ def requested_engine(requested: str | None = None) -> str:
 
 
 def choose_engine(requested: str | None, version: str, device: str | None = None) -> EngineChoice:
-    """The engine for ``version`` ('cosyvoice2' / 'cosyvoice3') given the request and the device policy."""
+    """The engine for ``version`` ('cosyvoice2' / 'cosyvoice3') given the request and the device policy
+    (``device``, else ``$COSYVOICE_DEVICE``: only 'auto' or 'mps' lets ``auto`` pick MLX)."""
     name = requested_engine(requested)
     if name == TORCH:
         return EngineChoice(TORCH)
     if name == "auto":
-        gpu_policy = device is None or str(device).lower() in ("auto", "mps")
+        policy = device if device is not None else os.environ.get(DEVICE_ENV) or "auto"
+        gpu_policy = str(policy).strip().lower() in ("auto", "mps")
         if version == "cosyvoice3" and is_apple_silicon() and gpu_policy and mlx_available():
             return EngineChoice(MLX)
         return EngineChoice(TORCH)

@@ -69,9 +69,10 @@ class MlxNetworks:
         return {name: sum(a.nbytes for _, a in tree_flatten(m.parameters())) for name, m in self._modules().items()}
 
 
-def llm_precision(requested: str | None = None) -> str:
-    """``requested``, else ``$COSYVOICE_MLX_LLM``, else fp32; an unknown name is a ConfigError."""
-    name = (requested or os.environ.get(LLM_PRECISION_ENV) or "fp32").strip().lower()
+def llm_precision(requested: str | None = None, low_memory: bool = False) -> str:
+    """``requested``, else ``$COSYVOICE_MLX_LLM``, else fp32 (fp16 in low-memory mode, as PyTorch halves its
+    LLM there); an unknown name is a ConfigError."""
+    name = (requested or os.environ.get(LLM_PRECISION_ENV) or ("fp16" if low_memory else "fp32")).strip().lower()
     if name not in LLM_PRECISIONS:
         raise ConfigError(f"MLX LLM precision {name!r} is not one of {', '.join(LLM_PRECISIONS)}")
     return name
@@ -126,7 +127,8 @@ def randomize(module: nn.Module, seed: int) -> None:
 
 
 def build_mlx_networks(config: dict, qwen: Qwen2Config, *, folder=None, random_weights: bool = False, seed: int = 0,
-                       precision: str | None = None, cache_dir: Path | None | str = "default") -> MlxNetworks:
+                       precision: str | None = None, low_memory: bool = False,
+                       cache_dir: Path | None | str = "default") -> MlxNetworks:
     """MLX networks from plain-data ``config`` and ``folder``'s checkpoints (or seeded random weights)."""
     if not random_weights and folder is None:
         raise ValueError("a model folder is needed unless random_weights=True is asked for")
@@ -141,6 +143,6 @@ def build_mlx_networks(config: dict, qwen: Qwen2Config, *, folder=None, random_w
         llm = MlxSpeechLM.from_checkpoint(folder.file("llm.pt"), llm_config, cache_dir=cache)
         flow = MlxFlow.from_checkpoint(flow_config, folder.file("flow.pt"), cache_dir=cache)
         hift = MlxHiFT.from_checkpoint(hift_config, folder.file("hift.pt"), cache_dir=cache)
-    chosen = llm_precision(precision)
+    chosen = llm_precision(precision, low_memory)
     return MlxNetworks(llm=apply_llm_precision(llm, chosen), flow=PipelineFlow(flow), hift=hift,
                        llm_precision=chosen)

@@ -27,7 +27,7 @@ def build_for_engine(engine: str | None, version: str, config: dict, folder: Mod
         from cosyvoice_mac.mlx.networks import build_mlx_networks
 
         networks = build_mlx_networks(config, qwen_config_for(folder), folder=folder, random_weights=random_weights,
-                                      seed=seed)
+                                      seed=seed, low_memory=low_memory)
         return networks, torch.device("cpu"), choice
     llm_precision, flow_precision = stage_dtypes(device, dtype, llm_dtype, flow_dtype, low_memory)
     networks = build_networks(config, qwen_config_for(folder), folder=folder, device=device, llm_dtype=llm_precision,

@@ -132,3 +132,15 @@ def test_bench_runs_the_mlx_engine_next_to_torch(tmp_path, capsys):
         assert median["llm_tokens_per_s"] > 0 and median["rtf"] > 0 and median["first_audio_s"] > 0
         assert median["mel_finite"] and median["wave_finite"]
     assert "\nmlx " in captured.err  # the table names the engine
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_status_panel_names_the_engine_and_why(lang):
+    from cosyvoice_mac.webui.render import render_status
+
+    shown = render_status(lang, {"state": "ready", "device": "cpu", "dtype": "float32", "engine": "mlx"})
+    assert "MLX" in shown and "PyTorch" not in shown
+    reason = "the MLX engine failed (RuntimeError: boom); PyTorch runs this model now"
+    shown = render_status(lang, {"state": "ready", "device": "mps", "dtype": "float32", "engine": "torch",
+                                 "engine_reason": reason})
+    assert "PyTorch" in shown and reason in shown

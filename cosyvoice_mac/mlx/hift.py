@@ -1,6 +1,6 @@
 """The causal HiFT vocoder of CosyVoice3 in MLX: mel -> 24 kHz wave (mirrors ``models.vocoder.hift``).
 
-mel -> f0 (float64 on MLX's CPU, float32 on the GPU) -> harmonic source -> STFT of the source fused at
+mel -> f0 (float32) -> harmonic source -> STFT of the source fused at
 every upsampling stage -> magnitude/phase -> iSTFT -> clamp. The frame-rate phase integral and the
 source noise are the PyTorch module's own CPU code (``HarmonicSource.frame_phase`` and the
 :class:`SourceNoise` objects), so both engines excite the filter with identical numbers. Same
@@ -133,7 +133,7 @@ class MlxHiFT(nn.Module):
         return to_torch(wav), to_torch(source[:, None, :])
 
     def f0(self, mel: torch.Tensor, *, finalize: bool = True) -> torch.Tensor:
-        """mel ``(1, 80, T)`` -> f0 ``(1, T')`` Hz (float64 on the CPU) as a torch tensor."""
+        """mel ``(1, 80, T)`` -> f0 ``(1, T')`` Hz as a float32 torch tensor."""
         return to_torch(self.f0_predictor(to_mlx(mel.float().cpu()).transpose(0, 2, 1), finalize=finalize))
 
     def decode(self, mel: mx.array, source: mx.array, *, finalize: bool = True) -> mx.array:

@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("mlx.core", reason="the MLX parity suite needs mlx (Linux: pip install 'mlx[cpu]')")
 
 import tempfile  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import mlx.core as mx  # noqa: E402
@@ -26,12 +27,13 @@ from cosyvoice_mac.mlx.flow import MlxFlow  # noqa: E402
 from cosyvoice_mac.mlx.hift import load_mlx_hift  # noqa: E402
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM, load_mlx_speech_lm  # noqa: E402
 from cosyvoice_mac.models.flow import FlowConfig  # noqa: E402
-from cosyvoice_mac.models.llm import GreedySampler, drop_long_silent_runs  # noqa: E402
+from cosyvoice_mac.models.llm import drop_long_silent_runs  # noqa: E402
 from cosyvoice_mac.models.vocoder import RecordedSourceNoise  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice, SpeakerPrompt  # noqa: E402
 from tests.fakes.onnx_models import make_tiny_model_dir  # noqa: E402
 from tests.parity.common import ParityContext, assert_close, parity_dir, versions_in_manifest  # noqa: E402
-from tests.parity.llm import _first_difference, _model as torch_speech_lm, _prompt, _Recording, _ReplayDraws  # noqa: E402
+from tests.parity import llm as parity_llm  # noqa: E402
+from tests.parity.llm import _first_difference, _prompt, _ReplayDraws  # noqa: E402
 
 ROOT = parity_dir()
 MLX_RELATIVE_LIMIT = 1e-4  # the loosest relative tolerance an MLX-CPU case may ever be given
@@ -69,20 +71,24 @@ def _hift(ctx: ParityContext):
     return _cached(ctx, "hift", lambda: load_mlx_hift(ctx.model_dir / f"{ctx.version}.yaml", ctx.model_dir / "hift.pt"))
 
 
-def _replay(ctx: ParityContext, rows: torch.Tensor, text: torch.Tensor | None = None):
-    model = _llm(ctx)
-    draws = _ReplayDraws(rows, model.config.speech_vocab_size)
-    sampler = _Recording(model.make_sampler(seed=0, draw=draws))
-    tokens = list(model.generate(*_prompt(ctx, text), sampler))
-    draws.assert_all_used()
-    return model, tokens, sampler.last
+@contextmanager
+def _mlx_llm_in_torch_checks():
+    """The PyTorch suite's LLM checks (tests/parity/llm.py) with the MLX speech LM as their model."""
+    original = parity_llm._model
+    parity_llm._model = _llm
+    try:
+        yield
+    finally:
+        parity_llm._model = original
 
 
-def _assert_logp(actual: list[torch.Tensor], expected: torch.Tensor, what: str) -> None:
-    stacked = torch.stack(actual)
-    assert torch.equal(torch.isinf(stacked), torch.isinf(expected)), f"{what}: -inf entries differ"
-    finite = torch.isfinite(expected)
-    assert_close(stacked[finite], expected[finite], "llm_logits", f"{what} (finite entries)")
+def _on_mlx(check):
+    def run(ctx):
+        with _mlx_llm_in_torch_checks():
+            check(ctx)
+
+    run.__doc__ = check.__doc__
+    return run
 
 
 # speech LM ----------------------------------------------------------------------------------
@@ -94,52 +100,11 @@ def llm_input_embeds(ctx):
     assert torch.equal(torch.from_numpy(np.array(embeds)), expected), "lm_input_embeds differ (table lookups)"
 
 
-def llm_logits_teacher_forced(ctx):
-    vectors = ctx.vectors("llm")
-    logits = _llm(ctx).teacher_forced_logits(vectors["lm_input_embeds"])
-    assert_close(logits, vectors["logits_teacher_forced"], "llm_logits", "logits_teacher_forced")
-
-
-def llm_incremental_logp_forced(ctx):
-    model = _llm(ctx)
-    forced = ctx.vectors("inputs")["forced_speech_tokens"][0].tolist()
-    seen: list[torch.Tensor] = []
-
-    def force(logp, history, ignore_ids):
-        return forced[len(history)] if len(history) < len(forced) else model.eos
-
-    tokens = list(model.generate(*_prompt(ctx), force, on_step=lambda step, logp: seen.append(logp.clone())))
-    assert tokens == forced
-    _assert_logp(seen, ctx.vectors("llm")["incremental_logp_forced"], "incremental_logp_forced")
-
-
-def llm_greedy_tokens(ctx):
-    model, vectors = _llm(ctx), ctx.vectors("llm")
-    expected, first = vectors["greedy_tokens"].tolist(), vectors["greedy_logp_first40"]
-    seen: list[torch.Tensor] = []
-    sampler = _Recording(GreedySampler())
-    tokens = list(model.generate(*_prompt(ctx), sampler,
-                                 on_step=lambda step, logp: seen.append(logp.clone()) if step < len(first) else None))
-    if expected and expected[-1] in model.stop_ids:
-        assert sampler.last == expected[-1], f"stopped on {sampler.last}, reference on {expected[-1]}"
-        expected = expected[:-1]
-    assert tokens == expected, f"greedy tokens differ first at {_first_difference(tokens, expected)}"
-    _assert_logp(seen, first, "greedy_logp_first40")
-
-
-def llm_ras_tokens_replayed(ctx):
-    vectors = ctx.vectors("llm")
-    model, tokens, last = _replay(ctx, vectors["ras_seed4321_multinomial"])
-    expected = vectors["ras_seed4321_tokens"].tolist()
-    assert expected[-1] in model.stop_ids and last == expected[-1], f"stop id {last}, reference {expected[-1]}"
-    assert tokens == expected[:-1], f"RAS tokens differ first at {_first_difference(tokens, expected[:-1])}"
-
-
 def llm_ras_same_seed_as_torch(ctx):
     """The manifest's ras_seed gives the same tokens on MLX as on the PyTorch engine (one shared sampler)."""
     seed = int(_params(ctx)["ras_seed"])
     mlx_tokens = list(_llm(ctx).generate(*_prompt(ctx), _llm(ctx).make_sampler(seed=seed)))
-    torch_model = torch_speech_lm(ctx)
+    torch_model = parity_llm._model(ctx)
     torch_tokens = list(torch_model.generate(*_prompt(ctx), torch_model.make_sampler(seed=seed)))
     assert mlx_tokens == torch_tokens, f"seed {seed}: MLX and torch differ first at " + _first_difference(
         mlx_tokens, torch_tokens)
@@ -149,15 +114,6 @@ def llm_ras_same_seed_as_torch(ctx):
         assert mlx_tokens == expected, f"seeded RAS tokens differ first at {_first_difference(mlx_tokens, expected)}"
 
 
-def llm_e2e_speech_tokens(ctx):
-    e2e = ctx.vectors("e2e")
-    model, tokens, _ = _replay(ctx, e2e["multinomial"], text=e2e["text"])
-    kept = drop_long_silent_runs(tokens, model.silent_ids)
-    expected = e2e["speech_tokens"][0].tolist()
-    assert kept == expected, f"e2e speech tokens differ first at {_first_difference(kept, expected)}"
-
-
-# flow ---------------------------------------------------------------------------------------
 def _flow_run(ctx, tokens: torch.Tensor, **flags) -> torch.Tensor:
     inputs = ctx.vectors("inputs")
     return _flow(ctx).inference(tokens, inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"],
@@ -240,7 +196,8 @@ def hift_e2e_tts_speech(ctx):
 def e2e_chain(ctx):
     """Replayed draws -> MLX LLM -> silent-run filter -> MLX flow -> MLX HiFT equals the reference's speech."""
     e2e, inputs = ctx.vectors("e2e"), ctx.vectors("inputs")
-    model, tokens, _ = _replay(ctx, e2e["multinomial"], text=e2e["text"])
+    with _mlx_llm_in_torch_checks():
+        model, tokens, _ = parity_llm._replay(ctx, e2e["multinomial"], text=e2e["text"])
     kept = drop_long_silent_runs(tokens, model.silent_ids)
     mel = _flow(ctx).inference(torch.tensor([kept]), inputs["prompt_speech_token"], inputs["prompt_feat"],
                                inputs["embedding"])
@@ -307,12 +264,12 @@ def e2e_stream_same_as_torch(ctx):
 
 LLM_CASES = {
     "lm_input_embeds": llm_input_embeds,
-    "logits_teacher_forced": llm_logits_teacher_forced,
-    "incremental_logp_forced": llm_incremental_logp_forced,
-    "greedy_tokens": llm_greedy_tokens,
-    "ras_seed4321_tokens": llm_ras_tokens_replayed,
+    "logits_teacher_forced": _on_mlx(parity_llm.check_logits_teacher_forced),
+    "incremental_logp_forced": _on_mlx(parity_llm.check_incremental_logp_forced),
+    "greedy_tokens": _on_mlx(parity_llm.check_greedy),
+    "ras_seed4321_tokens": _on_mlx(parity_llm.check_ras_seed4321_replay),
     "ras_same_seed_as_torch": llm_ras_same_seed_as_torch,
-    "e2e_speech_tokens": llm_e2e_speech_tokens,
+    "e2e_speech_tokens": _on_mlx(parity_llm.check_e2e_speech_tokens_replay),
 }
 CALL_A, CALL_B = _hift_call("callA"), _hift_call("callB")
 COSYVOICE3_CASES = {

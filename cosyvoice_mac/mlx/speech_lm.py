@@ -12,7 +12,7 @@ which has the rules and no weights.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -129,30 +129,10 @@ class MlxSpeechLM(nn.Module):
         min_len, max_len = self.length_limits(text_ids.shape[-1])
         return self._decode(embeds, min_len, max_len, sampler, on_step)
 
-    def _decode(self, embeds: mx.array, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:
-        if max_len <= 0:
-            return
-        decoder = SpeechDecoder(self, embeds, max_len)
-        history: list[int] = []
-        vocab, stop_ids, masked_ids = self.config.speech_vocab_size, self.stop_ids, self.masked_before_min_len
-        masked = torch.tensor(masked_ids, dtype=torch.long)
-        for step in range(max_len):
-            logp = decoder.logp
-            ignore: Sequence[int] = ()
-            if step < min_len:
-                ignore = masked_ids
-                logp.index_fill_(0, masked, float("-inf"))
-            if on_step is not None:
-                on_step(step, logp)
-            token = int(sampler(logp, history, ignore))
-            if not 0 <= token < vocab:
-                raise RuntimeError(f"the sampler returned id {token}, outside the speech vocabulary 0..{vocab - 1}")
-            if token in stop_ids:
-                return
-            yield token
-            history.append(token)
-            if step + 1 < max_len:
-                decoder.feed(token)
+    # The PyTorch model's decoding loop (min_len mask, sampler, stop set), run over ``start_decoding`` above.
+    _decode = SpeechLM._decode
+    _stop_ids = property(lambda self: self._rules.stop_ids)
+    _masked_before_min_len = property(lambda self: self._rules.masked_before_min_len)
 
 
 def load_mlx_speech_lm(model_dir: str | Path, llm_node: dict, *, dtype: mx.Dtype | None = None,

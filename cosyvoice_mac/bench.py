@@ -5,6 +5,10 @@ Decoding is forced to a fixed number of speech tokens (default 250 = 10 s of aud
 every stop id, so runs are comparable across machines and with the reference's figures.
 
     python -m cosyvoice_mac.bench --version cosyvoice3 --devices cpu --dtypes float32,float16/float32 --runs 3
+    python -m cosyvoice_mac.bench --engine mlx,torch --devices cpu --dtypes float32 --runs 1
+
+``--engine mlx`` runs the CosyVoice3 networks on MLX (Metal on a Mac, MLX's CPU backend on Linux);
+its LLM precision is ``$COSYVOICE_MLX_LLM`` (fp32, fp16, bf16, int8, int4) and its peak memory is MLX's own.
 
 A dtype is one name for every stage (``float32``) or ``LLM/FLOW`` (``float16/float32``: on the
 CPU a 16-bit LLM stores its weights in 16 bits and computes in float32). Each configuration runs
@@ -35,6 +39,7 @@ from cosyvoice_mac.bench_decode import decode_report
 from cosyvoice_mac.bench_floors import floors, machine_rates
 from cosyvoice_mac.device import empty_cache, select_device, select_dtype
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize
+from cosyvoice_mac.pipeline.engines import engine_status, network_dtypes
 from cosyvoice_mac.pipeline.streaming import stream_segment
 
 PROMPT_SECONDS = 3.0
@@ -153,7 +158,7 @@ def peak_device_mb(device: torch.device) -> float | None:
         return torch.cuda.max_memory_allocated(device) / 2**20
     if device.type == "mps":
         return torch.mps.driver_allocated_memory() / 2**20
-    return None
+    return None  # MLX reports its own peak: report["mlx_memory"]
 
 
 def parse_dtypes(spec: str) -> tuple[str, str]:
@@ -164,12 +169,13 @@ def parse_dtypes(spec: str) -> tuple[str, str]:
     return llm, flow or llm
 
 
-def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: bool, model_dir: str | None):
+def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: bool, model_dir: str | None,
+               engine: str = "torch"):
     llm_dtype, flow_dtype = parse_dtypes(dtype_spec)
     if low_memory and "/" not in dtype_spec:
         llm_dtype = None  # low-memory mode picks the LLM's 16-bit dtype for the device
     common = {"device": device, "dtype": flow_dtype, "llm_dtype": llm_dtype, "flow_dtype": flow_dtype,
-              "low_memory": low_memory}
+              "low_memory": low_memory, "engine": engine}
     if model_dir:
         return CosyVoice.from_pretrained(model_dir, **common)
     return CosyVoice.random_full_size(version, **common)
@@ -178,13 +184,16 @@ def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: 
 def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: int, *,
           low_memory: bool = False, model_dir: str | None = None, stream: bool = True,
           measure_floors: bool = True, threads: int | None = None, rates: dict | None = None,
-          profile_decode: bool = True) -> dict:
+          profile_decode: bool = True, engine: str = "torch") -> dict:
     """Load one configuration, warm up, time ``runs`` requests; median per field (in this process)."""
     if threads:
         torch.set_num_threads(threads)
     device = select_device(device_name)
     rss_before = psutil.Process().memory_info().rss / 2**20
-    load_s, load_cpu_s, model = _timed(device, lambda: load_model(version, device, dtype_name, low_memory, model_dir))
+    load_s, load_cpu_s, model = _timed(device, lambda: load_model(version, device, dtype_name, low_memory, model_dir,
+                                                                  engine))
+    if model.engine.engine != engine:
+        raise SystemExit(f"--engine {engine} cannot run here: {model.engine.reason}")
     rss_loaded = psutil.Process().memory_info().rss / 2**20
     peak_after_load = peak_rss_mb()
     prompt = synthetic_prompt()
@@ -196,8 +205,7 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
     median["wave_finite"] = all(r["wave_finite"] for r in results)
     report = {
         "version": model.version, "model": model_dir or "random full-size weights", "device": str(device),
-        "dtype": dtype_name, "llm_dtype": str(next(model.networks.llm.llm_decoder.parameters()).dtype).removeprefix("torch."),
-        "flow_dtype": str(next(model.networks.flow.parameters()).dtype).removeprefix("torch."),
+        "dtype": dtype_name, **network_dtypes(model), **engine_status(model),
         "low_memory": low_memory, "runs": runs, "tokens": tokens,
         "load_s": load_s, "load_cpu_s": load_cpu_s, "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_loaded,
         "peak_rss_after_load_mb": peak_after_load, "median": median, "all_runs": results,
@@ -208,31 +216,34 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
         "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "load_average_start": results[0]["load_average"], "load_average_end": os.getloadavg()[0],
     }
-    if measure_floors:
+    if engine == "mlx":
+        report["peak_device_mb"] = report["mlx_memory"]["peak_bytes"] / 2**20
+    if measure_floors and engine == "torch":  # the floors probe PyTorch kernels
         report["floors"] = floors(model, tokens, median, rates)
-    if profile_decode:  # ops per token (every device), kernels and GPU-busy per token (CUDA)
+    if profile_decode and engine == "torch":  # ops per token (every device), kernels and GPU-busy per token (CUDA)
         report["decode"] = decode_report(model.networks.llm)
     del model
     empty_cache(device)
     return report
 
 
-def bench_isolated(args: argparse.Namespace, device: str, dtype: str) -> dict:
+def bench_isolated(args: argparse.Namespace, device: str, dtype: str, engine: str = "torch") -> dict:
     """Run one configuration in a fresh process (its own peak RSS and device memory) and read its JSON."""
     command = [sys.executable, "-m", "cosyvoice_mac.bench", "--in-process", "--quiet", "--devices", device, "--dtypes", dtype,
-               "--version", args.version, "--runs", str(args.runs), "--tokens", str(args.tokens)]
+               "--version", args.version, "--runs", str(args.runs), "--tokens", str(args.tokens), "--engine", engine]
     command += ["--low-memory"] * args.low_memory + ["--no-stream"] * (not args.stream)
     command += ["--no-floors"] * (not args.floors) + (["--model", args.model] if args.model else [])
     command += ["--threads", str(args.threads)] if args.threads else []
     command += ["--no-decode-profile"] * (not args.decode_profile)
-    if args.floors:  # probed here, so the child's peak memory never includes the probes
+    if args.floors and engine == "torch":  # probed here, so the child's peak memory never includes the probes
         device_type = select_device(device)
         rates = machine_rates(device_type, select_dtype(parse_dtypes(dtype)[1]), 2 * (PROMPT_TOKENS + args.tokens))
         empty_cache(device_type)  # hand the probes' device memory back before the child starts
         command += ["--rates", json.dumps(rates)]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
     if done.returncode != 0:
-        return {"device": device, "dtype": dtype, "error": f"exit status {done.returncode} (see stderr above)"}
+        return {"device": device, "dtype": dtype, "engine": engine,
+                "error": f"exit status {done.returncode} (see stderr above)"}
     return json.loads(done.stdout)["benchmarks"][0]
 
 
@@ -277,7 +288,7 @@ def table(reports: list[dict]) -> str:
         device_mb = f"{r['peak_device_mb']:7.0f}" if r.get("peak_device_mb") else "      -"
         finite = "" if m["mel_finite"] and m["wave_finite"] else "  NaN!"
         lines.append(
-            f"{r['device']:7} {r['llm_dtype'] + '/' + r['flow_dtype']:17} {'low' if r['low_memory'] else '':3} "
+            f"{'mlx' if r.get('engine') == 'mlx' else r['device']:7} {r['llm_dtype'] + '/' + r['flow_dtype']:17} {'low' if r['low_memory'] else '':3} "
             f"{m['frontend_s']:6.2f} {m['llm_s']:7.2f} {m['flow_s']:7.2f} {m['vocoder_s']:6.2f} {m['end_to_end_s']:7.2f} "
             f"{m['rtf']:5.2f} {m['llm_tokens_per_s']:6.1f} {first} {first_new} {r['peak_rss_mb']:7.0f} {device_mb} "
             f"{_ratio(r.get('floors'), 'llm'):>5} {_ratio(r.get('floors'), 'flow'):>7} {r['load_average_start']:5.1f} "
@@ -297,6 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", default="all", help="comma list of cpu, cuda, mps, auto; all: every device here")
     parser.add_argument("--dtypes", default="auto",
                         help="comma list; each float32|float16|bfloat16 or LLM/FLOW such as float16/float32")
+    parser.add_argument("--engine", default="torch", help="comma list of torch, mlx (each runs every device/dtype)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=250, help="speech tokens to decode (25 = 1 s)")
     parser.add_argument("--low-memory", action="store_true", help="the 8 GB-Mac mode (16-bit LLM weights)")
@@ -317,14 +329,15 @@ def main(argv: list[str] | None = None) -> int:
     for device in available_devices() if args.devices == "all" else args.devices.split(","):
         device_type = select_device(device).type
         dtypes = DEFAULT_DTYPES.get(device_type, "float32") if args.dtypes == "auto" else args.dtypes
-        for dtype in dtypes.split(","):
+        for dtype, engine in [(d, e) for d in dtypes.split(",") for e in args.engine.split(",")]:
             parse_dtypes(dtype)
             if args.in_process:
                 reports.append(bench(args.version, device, dtype, args.runs, args.tokens, low_memory=args.low_memory,
                                      model_dir=args.model, stream=args.stream, measure_floors=args.floors,
-                                     threads=args.threads, rates=args.rates, profile_decode=args.decode_profile))
+                                     threads=args.threads, rates=args.rates, profile_decode=args.decode_profile,
+                                     engine=engine))
             else:
-                reports.append(bench_isolated(args, device, dtype))
+                reports.append(bench_isolated(args, device, dtype, engine))
             if not args.quiet:
                 print(table(reports[-1:]).splitlines()[1], file=sys.stderr, flush=True)
     if not args.quiet:

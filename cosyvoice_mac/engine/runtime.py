@@ -26,6 +26,7 @@ from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache, VoiceError, VoiceLibrary
 from cosyvoice_mac.engine.jobs import Job, JobEvent, JobResult
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
+from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
 
 # Messages of errors that mean "this device cannot run this", not "this input is bad".
@@ -146,7 +147,14 @@ class WorkerRuntime:
         if self.home_device is None:
             self.home_device = torch.device(self.pipeline.device)
         self._choose_vocoder()
-        self.warm_up()
+        try:
+            self.warm_up()
+        except Exception as error:  # MLX cannot even warm up: PyTorch runs the model from the start
+            if (reason := mlx_failure(self.pipeline, error)) is None:
+                raise
+            self.pipeline.use_torch_engine(reason)
+            self.home_device = torch.device(self.pipeline.device)
+            self.warm_up()
 
     def _choose_vocoder(self) -> None:
         """Swap in the Core ML vocoder when asked and possible; otherwise say why torch stays."""
@@ -248,14 +256,17 @@ class WorkerRuntime:
         if should_stop():  # cancelled while it was being handed over
             return self._finish(JobEvent(jobs.CANCELLED, job.job_id, message="cancelled"))
         seed = job.seed if job.seed is not None else random.randrange(2**31)
-        fallback = None
+        fallback = engine_note = None
         try:
             try:
                 outcome = self._attempt(job, seed, should_stop)
                 if self.pipeline.device == self.home_device:
                     self.device_failures = 0
             except Exception as error:
-                if not is_device_error(error) or self.pipeline.device.type == "cpu":
+                engine_note = mlx_failure(self.pipeline, error)
+                if engine_note is not None:  # MLX failed: PyTorch (MPS, then CPU) takes this and later jobs
+                    outcome = self._torch_takes_over(job, seed, should_stop, engine_note)
+                elif not is_device_error(error) or self.pipeline.device.type == "cpu":
                     raise
                 fallback = f"{self.pipeline.device} failed with {type(error).__name__}: {str(error)[:300]}"
                 outcome = self._retry_on_cpu(job, seed, should_stop, fallback)
@@ -279,6 +290,8 @@ class WorkerRuntime:
             timings={key: round(value, 4) for key, value in outcome.timings.items()},
             notes=list(dict.fromkeys(note for piece in pieces for note in getattr(piece, "notes", ()))),
         )
+        if engine_note is not None:
+            result.notes.append(engine_note)
         self._save(job, result)
         self._finish(JobEvent(jobs.DONE, job.job_id, result=result,
                               message="done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
@@ -306,6 +319,13 @@ class WorkerRuntime:
         release_memory(self.pipeline.device, self.home_device)
         event.data["status"] = self.status()
         self.send(event)
+
+    def _torch_takes_over(self, job, seed, should_stop, reason):
+        self.send(JobEvent(jobs.EVENT_RETRY, job.job_id, data={"engine": "torch", "reason": reason},
+                           message=f"retrying this job on PyTorch because {reason}"))
+        self.pipeline.use_torch_engine(reason)
+        self.home_device = torch.device(self.pipeline.device)
+        return self._attempt(job, seed, should_stop)
 
     def _retry_on_cpu(self, job, seed, should_stop, reason):
         self.device_failures += 1
@@ -360,6 +380,7 @@ class WorkerRuntime:
         facts = {"id": job.job_id, "text": job.text, "mode": result.mode, "instruct": job.instruct,
                  "prompt_text": job.prompt_text, "voice": job.voice, "seed": result.seed, "speed": result.speed,
                  "model": result.model, "version": getattr(self.pipeline, "version", None),
+                 **engine_status(self.pipeline),
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
                  "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes}
@@ -374,6 +395,7 @@ class WorkerRuntime:
         """Free this job's memory, then send its terminal event with the worker status attached."""
         self.jobs_run += 1
         release_memory(self.pipeline.device, self.home_device)
+        release_engine_memory(self.pipeline)
         event.data["status"] = self.status()
         self.send(event)
 
@@ -394,6 +416,6 @@ class WorkerRuntime:
             "cache": self.cache.stats.as_dict(), "feature_extractions": self.feature_extractions,
             "jobs_run": self.jobs_run,
             "flow_prefix_builds": getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
-            "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason,
+            "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason, **engine_status(pipeline),
         }
 

@@ -21,10 +21,12 @@ from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
+from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.pipeline import prompts
+from cosyvoice_mac.pipeline.engines import build_for_engine, torch_takes_over
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import (
-    Networks, OnDemand, build_networks, model_identity, qwen_config_for, stage_dtypes,
+    Networks, OnDemand, model_identity,
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
@@ -55,6 +57,7 @@ class CosyVoice:
         model_id: str,
         folder: ModelFolder | None,
         low_memory: bool = False,
+        engine: EngineChoice = EngineChoice(TORCH),
     ):
         self.version = version
         self.config = config
@@ -71,6 +74,7 @@ class CosyVoice:
         self.vocoder_fallbacks = 0  # jobs whose swapped-in vocoder failed and the torch one finished
         self.low_memory = low_memory
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
+        self.engine = engine  # MLX or PyTorch, and why not the one asked for
 
     # construction ---------------------------------------------------------------------------
     @classmethod
@@ -84,21 +88,21 @@ class CosyVoice:
         low_memory: bool = False,
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
+        engine: str | None = None,
     ) -> "CosyVoice":
         """Load an official model folder unchanged (``random_weights`` only if asked for by name).
 
         ``llm_dtype`` / ``flow_dtype`` override ``dtype`` per stage (on the CPU a 16-bit LLM keeps
         its weights in 16 bits and computes in float32). ``low_memory`` (8 GB Macs) halves the LLM
         unless a dtype is given and loads the ONNX frontends only while a new prompt is encoded.
+        ``engine`` ('auto', 'mlx', 'torch'; None reads ``$COSYVOICE_ENGINE``): see ``cosyvoice_mac.mlx.choice``.
         """
         folder = ModelFolder.open(model_dir)
         target, precision = _resolve(device, dtype)
-        llm_precision, flow_precision = stage_dtypes(
-            target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
-        networks = build_networks(
-            folder.config, qwen_config_for(folder), folder=folder, device=target,
-            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=random_weights, low_memory=low_memory,
-        )
+        networks, target, choice = build_for_engine(
+            engine, folder.version, folder.config, folder, device_request=device, device=target, dtype=precision,
+            llm_dtype=_dtype_or_none(llm_dtype), flow_dtype=_dtype_or_none(flow_dtype),
+            random_weights=random_weights, low_memory=low_memory)
         model_id = model_identity(folder, folder.version, random_weights)
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
         tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
@@ -113,7 +117,7 @@ class CosyVoice:
         return cls(
             version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
             prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=folder,
-            low_memory=low_memory,
+            low_memory=low_memory, engine=choice,
         )
 
     @classmethod
@@ -127,6 +131,7 @@ class CosyVoice:
         low_memory: bool = False,
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
+        engine: str | None = None,
     ) -> "CosyVoice":
         """The released architecture at full size with RANDOM weights and stand-in frontends.
 
@@ -134,12 +139,10 @@ class CosyVoice:
         """
         config = official_config(version)
         target, precision = _resolve(device, dtype)
-        llm_precision, flow_precision = stage_dtypes(
-            target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
-        networks = build_networks(
-            config, qwen_config_for(None), folder=None, device=target,
-            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=True, seed=seed, low_memory=low_memory,
-        )
+        networks, target, choice = build_for_engine(
+            engine, version, config, None, device_request=device, device=target, dtype=precision,
+            llm_dtype=_dtype_or_none(llm_dtype), flow_dtype=_dtype_or_none(flow_dtype), random_weights=True,
+            seed=seed, low_memory=low_memory)
         model_id = model_identity(None, version, True)
         prompt_encoder = PromptEncoder(
             RandomSpeechTokenizer(seed=seed), RandomSpeakerEncoder(seed=seed),
@@ -148,12 +151,16 @@ class CosyVoice:
         return cls(
             version=version, config=config, networks=networks, tokenizer=ByteStandInTokenizer(),
             prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=None,
-            low_memory=low_memory,
+            low_memory=low_memory, engine=choice,
         )
 
     def use_vocoder(self, vocoder=None) -> None:
         """Swap in a vocoder with HiFT's ``inference(mel, noise=...) -> (wave, source)``; None restores torch."""
         self.vocoder = vocoder if vocoder is not None else self.networks.hift
+
+    def use_torch_engine(self, reason: str) -> None:
+        """Let PyTorch (MPS, then CUDA, then CPU) run this model from now on, e.g. after MLX failed a job."""
+        torch_takes_over(self, reason)
 
     def to(self, device: str | torch.device) -> "CosyVoice":
         """Move the networks (e.g. to the CPU for a retry after a device error)."""

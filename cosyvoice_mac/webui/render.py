@@ -84,6 +84,11 @@ def render_status(lang: str, status: dict) -> str:
             lines.append(say(lang, "status_fell_back", reason=status.get("fallback_reason") or unknown, **values))
         else:
             lines.append(say(lang, "status_device", **values))
+    if status.get("engine"):
+        engine = {"mlx": "MLX", "torch": "PyTorch"}.get(status["engine"], status["engine"])
+        reason = status.get("engine_reason")
+        lines.append(say(lang, "status_engine_because", engine=engine, reason=reason) if reason
+                     else say(lang, "status_engine", engine=engine))
     if status.get("vocoder"):
         reason = status.get("vocoder_reason")
         lines.append(say(lang, "status_vocoder_torch_because", reason=reason) if reason

@@ -197,14 +197,7 @@ class Flow(nn.Module):
         ``tokens`` must be a whole number of attention chunks and leave at least the look-ahead of
         prompt after it (so nothing a later call adds can reach those frames). Shapes as :meth:`inference`.
         """
-        self._check_inputs(prompt_tokens, prompt_tokens[:, :0], prompt_feat, embedding, finalize=True)
-        chunk = self.config.estimator.static_chunk_size // self.config.token_mel_ratio
-        if tokens <= 0 or tokens % chunk or tokens > prompt_tokens.shape[1] - self.config.pre_lookahead_len:
-            raise FlowInputError(
-                f"a cached prefix must be a positive multiple of {chunk} tokens followed by at least "
-                f"{self.config.pre_lookahead_len} more prompt tokens; got {tokens} of {prompt_tokens.shape[1]}"
-            )
-        frames = self.config.token_mel_ratio * tokens
+        frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, tokens)
         speaker, mu = self._conditioning(embedding, prompt_tokens, finalize=False, streaming=True)
         mu = mu[:, :frames]
         cond = prompt_feat[:, :frames].to(device=mu.device, dtype=mu.dtype)
@@ -213,6 +206,17 @@ class Flow(nn.Module):
         self.decoder(mu.transpose(1, 2).contiguous(), mask, speaker, cond.transpose(1, 2), True, steps)
         return FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
                           embedding=embedding.clone())
+
+    def _check_prefix_request(self, prompt_tokens, prompt_feat, embedding, tokens: int) -> int:
+        """Raise FlowInputError unless a prefix of ``tokens`` prompt tokens can be cached; return its mel frames."""
+        self._check_inputs(prompt_tokens, prompt_tokens[:, :0], prompt_feat, embedding, finalize=True)
+        chunk = self.config.estimator.static_chunk_size // self.config.token_mel_ratio
+        if tokens <= 0 or tokens % chunk or tokens > prompt_tokens.shape[1] - self.config.pre_lookahead_len:
+            raise FlowInputError(
+                f"a cached prefix must be a positive multiple of {chunk} tokens followed by at least "
+                f"{self.config.pre_lookahead_len} more prompt tokens; got {tokens} of {prompt_tokens.shape[1]}"
+            )
+        return self.config.token_mel_ratio * tokens
 
     def _conditioning(self, embedding: torch.Tensor, ids: torch.Tensor, finalize: bool, streaming: bool):
         """(projected speaker ``(1, 80)``, frame features ``mu (1, T, 80)`` of token ``ids (1, L)``),

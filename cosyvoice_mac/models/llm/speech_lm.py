@@ -271,7 +271,7 @@ class SpeechLM(nn.Module):
     def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:
         if max_len <= 0:
             return
-        decoder = SpeechDecoder(self, embeds, max_len)
+        decoder = self.start_decoding(embeds, max_len)  # an engine's own decoder (the MLX model shares this loop)
         history: list[int] = []
         vocab, stop_ids = self.config.speech_vocab_size, self._stop_ids
         masked = torch.tensor(self._masked_before_min_len, dtype=torch.long, device=decoder.logp.device)

@@ -1,0 +1,179 @@
+"""The CosyVoice3 flow in MLX: speech tokens (+ voice prompt) -> 80-bin log-mel (mirrors ``models.flow``).
+
+Pre-look-ahead layer -> each frame repeated ``token_mel_ratio`` times -> conditional flow matching
+(Euler on the cosine time grid from the fixed start noise, classifier-free guidance as one batch of
+two) around the DiT. Streaming calls use chunk-causal attention and can start after a cached prompt
+prefix (:meth:`MlxFlow.build_prefix`). Same :class:`FlowConfig` and ``flow.pt`` as the PyTorch flow;
+the input checks and frame arithmetic are the PyTorch flow's own methods. CosyVoice2's U-Net flow
+stays on PyTorch.
+
+Inputs are PyTorch tensors as for :class:`cosyvoice_mac.models.flow.Flow`; the mel comes back as a
+CPU float32 tensor ``(1, 80, T)``.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import numpy as np
+import torch
+
+from cosyvoice_mac.mlx.convert import load_converted, to_mlx, to_torch
+from cosyvoice_mac.mlx.dit import KEY_MAP as DIT_KEY_MAP
+from cosyvoice_mac.mlx.dit import DiT, PrefixStep
+from cosyvoice_mac.models.flow import CFMConfig, Flow, FlowConfig, fixed_start_noise
+from cosyvoice_mac.models.flow.cfm import ConditionalFlowMatching
+from cosyvoice_mac.models.flow.lookahead import _LEAKY_SLOPE, _SECOND_KERNEL
+from cosyvoice_mac.models.flow.prefix import FlowPrefix
+
+KEY_MAP = DIT_KEY_MAP  # the DiT's renames are the only ones (they only occur under decoder.estimator)
+
+
+class MlxFlowError(ValueError):
+    """A flow this MLX engine does not run (CosyVoice2's U-Net flow stays on PyTorch)."""
+
+
+class PreLookaheadLayer(nn.Module):
+    """Owns ``conv1`` (k = look-ahead + 1) and causal ``conv2`` (k 3) plus the residual, ``(B, T, C)``."""
+
+    def __init__(self, in_channels: int, channels: int, pre_lookahead_len: int):
+        super().__init__()
+        self.pre_lookahead_len = pre_lookahead_len
+        self.conv1 = nn.Conv1d(in_channels, channels, pre_lookahead_len + 1)
+        self.conv2 = nn.Conv1d(channels, in_channels, _SECOND_KERNEL)
+
+    def __call__(self, x: mx.array, context: mx.array | None = None) -> mx.array:
+        """``x (B, T, C)`` plus look-ahead ``context (B, Lc, C)`` (Lc <= look-ahead, zeros fill the rest)."""
+        frames, lookahead = x, self.pre_lookahead_len
+        if context is not None and context.shape[1] > 0:
+            frames = mx.concatenate([frames, context], axis=1)
+            lookahead -= context.shape[1]
+        out = nn.leaky_relu(self.conv1(mx.pad(frames, [(0, 0), (0, lookahead), (0, 0)])), _LEAKY_SLOPE)
+        return self.conv2(mx.pad(out, [(0, 0), (_SECOND_KERNEL - 1, 0), (0, 0)])) + x
+
+
+class FlowMatching(nn.Module):
+    """Owns the DiT ``estimator`` and runs the guided Euler sampler around it (state and times in float32)."""
+
+    time_grid = ConditionalFlowMatching.time_grid  # the PyTorch sampler's grid (float32, on the CPU)
+
+    def __init__(self, estimator: DiT, config: CFMConfig):
+        super().__init__()
+        self.estimator = estimator
+        self.config = config
+
+    def velocity(self, x, mu, t, spks, cond, streaming: bool, state: PrefixStep | None) -> mx.array:
+        """Guided ``(1 + w) v(cond) - w v(uncond)`` from one estimator call of batch 2 (uncond zeroes mu/spks/cond)."""
+        rate = self.config.inference_cfg_rate
+        pair = lambda z: mx.concatenate([z, z])  # noqa: E731
+        conditioned_only = lambda z: mx.concatenate([z, mx.zeros_like(z)])  # noqa: E731
+        out = self.estimator(pair(x), conditioned_only(mu), mx.broadcast_to(t, (2,)), conditioned_only(spks),
+                             conditioned_only(cond), streaming, state).astype(mx.float32)
+        return (1.0 + rate) * out[:1] - rate * out[1:]
+
+    def __call__(self, mu: mx.array, spks: mx.array, cond: mx.array, streaming: bool = False,
+                 states: list[PrefixStep] | None = None) -> mx.array:
+        """``mu, cond (1, T, 80)``, ``spks (1, 80)`` -> mel ``(1, T, 80)`` float32.
+
+        ``states`` (one per Euler step, streaming only): record a prefix, or make the frames after one.
+        """
+        if states is not None and (len(states) != self.config.n_timesteps or not streaming):
+            raise ValueError(f"a cached prefix needs streaming=True and {self.config.n_timesteps} step states")
+        start = 0 if states is None or states[0].recording else states[0].frames
+        grid = self.time_grid(torch.device("cpu")).numpy()
+        x = to_mlx(fixed_start_noise(mu.shape[1], start=start)).transpose(0, 2, 1)
+        # Upstream advances t by accumulating dt (t += dt; dt = grid[k+1] - t); float32 as there.
+        t, dt = grid[0], grid[1] - grid[0]
+        for step in range(1, len(grid)):
+            state = None if states is None else states[step - 1]
+            x = x + mx.array(dt) * self.velocity(x, mu, mx.array(t), spks, cond, streaming, state)
+            t = np.float32(t + dt)
+            if step < len(grid) - 1:
+                dt = np.float32(grid[step + 1] - t)
+            mx.eval(x)  # one graph per step: bounded memory, and the prefix tensors materialise
+        if states is not None and states[0].recording:
+            for state in states:
+                state.frames, state.recording = mu.shape[1], False
+        return x
+
+
+class MlxFlow(nn.Module):
+    """Owns the token embedding, speaker projection, pre-look-ahead layer and the CFM sampler (DiT) in MLX."""
+
+    output_frames = Flow.output_frames
+    _check_inputs = Flow._check_inputs
+    _check_prefix = Flow._check_prefix
+    _check_prefix_request = Flow._check_prefix_request
+
+    def __init__(self, config: FlowConfig):
+        super().__init__()
+        if config.version != "cosyvoice3":
+            raise MlxFlowError("the MLX flow is CosyVoice3's DiT; CosyVoice2's U-Net flow runs on PyTorch")
+        self.config = config
+        self.input_embedding = nn.Embedding(config.vocab_size, config.input_size)
+        self.spk_embed_affine_layer = nn.Linear(config.spk_embed_dim, config.output_size)
+        self.pre_lookahead_layer = PreLookaheadLayer(
+            config.input_size, config.lookahead_channels, config.pre_lookahead_len)
+        self.decoder = FlowMatching(DiT(config.estimator), config.cfm)
+
+    @classmethod
+    def from_checkpoint(cls, config: FlowConfig, path: str | Path, *, dtype: mx.Dtype | None = None,
+                        cache_dir: Path | None = None) -> "MlxFlow":
+        flow = cls(config)
+        weights = load_converted(path, KEY_MAP, dtype=dtype, cache_dir=cache_dir)
+        weights["decoder.estimator.rotary_embed.inv_freq"] = weights["decoder.estimator.rotary_embed.inv_freq"].astype(
+            mx.float32)  # angles up to 15 000 rad need float32 frequencies
+        flow.load_weights(list(weights.items()), strict=True)
+        mx.eval(flow.parameters())
+        return flow
+
+    def _conditioning(self, embedding: torch.Tensor, ids: torch.Tensor, finalize: bool) -> tuple[mx.array, mx.array]:
+        """(projected speaker ``(1, 80)``, frame features ``mu (1, T, 80)``) of token ``ids (1, L)``."""
+        raw = embedding.float().cpu()
+        unit = torch.nn.functional.normalize(raw, dim=1)  # the PyTorch flow's normalisation, on the CPU
+        speaker = self.spk_embed_affine_layer(to_mlx(unit).astype(self.spk_embed_affine_layer.weight.dtype))
+        embedded = self.input_embedding(mx.array(ids.clamp(min=0).to(torch.int32).cpu().numpy()))
+        context = None
+        if not finalize:
+            split = embedded.shape[1] - self.config.pre_lookahead_len
+            embedded, context = embedded[:, :split], embedded[:, split:]
+        features = self.pre_lookahead_layer(embedded, context)
+        return speaker, mx.repeat(features, self.config.token_mel_ratio, axis=1)
+
+    def inference(self, tokens: torch.Tensor, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor,
+                  embedding: torch.Tensor, *, streaming: bool = False, finalize: bool = True,
+                  prefix: FlowPrefix | None = None) -> torch.Tensor:
+        """Speech tokens -> log-mel of the generated part, ``(1, 80, T - F)`` float32 CPU tensor.
+
+        Shapes and flags as :meth:`cosyvoice_mac.models.flow.Flow.inference`; ``prefix`` comes from
+        :meth:`build_prefix` of this model.
+        """
+        self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize)
+        if prefix is not None:
+            self._check_prefix(prefix, prompt_tokens, embedding, streaming)
+        frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
+        prompt_frames = prompt_feat.shape[1]
+        speaker, mu = self._conditioning(embedding, torch.cat([prompt_tokens.cpu(), tokens.cpu()], dim=1), finalize)
+        cond = torch.zeros(1, frames, self.config.output_size)
+        cond[:, :prompt_frames] = prompt_feat.float().cpu()
+        start = 0 if prefix is None else prefix.frames
+        mel = self.decoder(mu[:, start:], speaker, to_mlx(cond[:, start:]).astype(mu.dtype), streaming,
+                           None if prefix is None else prefix.steps)
+        return to_torch(mel[:, prompt_frames - start:].transpose(0, 2, 1))
+
+    def build_prefix(self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor,
+                     tokens: int) -> FlowPrefix:
+        """Run the sampler over the first ``tokens`` prompt tokens once and keep every step's layer tensors."""
+        frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, tokens)
+        speaker, mu = self._conditioning(embedding, prompt_tokens.cpu(), finalize=False)
+        cond = to_mlx(prompt_feat[:, :frames].float().cpu()).astype(mu.dtype)
+        steps = [PrefixStep() for _ in range(self.config.cfm.n_timesteps)]
+        self.decoder(mu[:, :frames], speaker, cond, True, steps)
+        mx.eval([step.tensors for step in steps])  # usable from any thread's stream
+        return FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
+                          embedding=embedding.clone())
+
+
+def load_mlx_flow(config: FlowConfig, path: str | Path, **kwargs) -> MlxFlow:
+    return MlxFlow.from_checkpoint(config, path, **kwargs)

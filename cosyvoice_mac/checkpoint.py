@@ -11,6 +11,7 @@ from typing import Iterable
 
 import torch
 from torch import nn
+from cosyvoice_mac.errors import CosyVoiceError
 
 _WEIGHT_NORM_SUFFIXES = {
     ".parametrizations.weight.original0": ".parametrizations.weight.original1",
@@ -18,7 +19,7 @@ _WEIGHT_NORM_SUFFIXES = {
 }
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(CosyVoiceError, RuntimeError):
     """A checkpoint file is missing, unreadable or does not fit the model."""
 
 

@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cosyvoice_mac.errors import CosyVoiceError
 
 
-class ConfigError(ValueError):
+class ConfigError(CosyVoiceError, ValueError):
     """A model config file that cannot be read or lacks a value we need."""
 
 

@@ -133,7 +133,7 @@ def test_page_engine_and_pipeline_draw_the_same_lines(model, prompt_wav, changes
     from cosyvoice_mac.webui.generation import Generation
 
     values = {"text": "Hello world.", "speed": 1.0, "seed": 1, **changes}
-    page = Generation(host=None, voices=None)
+    page = Generation(host=None)
     built, problem = page.build_request("en", str(prompt_wav), None, "", values["text"], "cross_lingual", "",
                                         values["seed"], values["speed"])
     assert (problem is None) == accepted, problem
@@ -194,8 +194,8 @@ def test_the_page_decodes_a_prompt_once_for_its_upload_check_and_generate(make_s
     real = prompt_check._decode
     monkeypatch.setattr(prompt_check, "_decode", lambda path: reads.append(str(path)) or real(path))
     upload = str(make_speech("The page checks this upload once.", seconds=3.0))
-    assert prompt_check.inspect_prompt(upload).ok  # on upload
-    _, problem = Generation(host=None, voices=None).build_request(
+    assert prompt_check.checked_prompt(upload).ok  # on upload
+    _, problem = Generation(host=None).build_request(
         "en", upload, None, "", "Hello.", "cross_lingual", "", 1, 1.0)
     assert problem is None and len(reads) == 1
 
@@ -234,7 +234,7 @@ def _page_problem(prompt_wav, values: dict):
 
     seed = values["--seed"]
     mode = "instruct" if "--instruct" in values else "cross_lingual"
-    _, problem = Generation(host=None, voices=None).build_request(
+    _, problem = Generation(host=None).build_request(
         "en", str(prompt_wav), None, "", values["--text"], mode, values.get("--instruct", ""),
         float(seed) if seed.lstrip("-").isdigit() else seed, float(values.get("--speed", 1.0)))
     return problem

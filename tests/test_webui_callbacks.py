@@ -15,13 +15,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyvoice_mac.engine import Engine, Job
+from cosyvoice_mac.engine import Engine
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
 from cosyvoice_mac.webui.state import (
     HistoryEntry, HostConfig, ModelHost, Session, Settings, find_models, is_inside,
 )
 from tests.fakes.fake_pipeline import FAKE_FACTORY
+from cosyvoice_mac.request import Request, Voice
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
 TRANSCRIPT = "This is the voice I would like you to copy."
@@ -156,11 +157,11 @@ def test_stop_cancels_the_session_s_running_job(callbacks, prompt):
 
 def test_a_full_queue_says_busy(callbacks, prompt):
     engine = callbacks.host.engine
-    slow = [engine.submit(Job(text="[slow] " + " ".join(["Wait."] * 20), prompt_audio=prompt))]
+    slow = [engine.submit(Request.build("[slow] " + " ".join(["Wait."] * 20), Voice.recording(prompt)))]
     deadline = time.monotonic() + 60
     while engine.position(slow[0]) != 0 and time.monotonic() < deadline:  # running: the line is empty
         time.sleep(0.05)
-    slow.append(engine.submit(Job(text="[slow] Wait.", prompt_audio=prompt)))
+    slow.append(engine.submit(Request.build("[slow] Wait.", Voice.recording(prompt))))
     try:
         (outputs,) = _run(callbacks, audio=prompt)
         assert "Busy: the queue is full (at most 1 waiting)" in outputs[STATUS]
@@ -174,7 +175,7 @@ def test_a_full_queue_says_busy(callbacks, prompt):
 
 def test_a_waiting_job_shows_its_place_in_the_queue(callbacks, prompt):
     engine = callbacks.host.engine
-    blocker = engine.submit(Job(text="[slow] " + " ".join(["Wait."] * 8), prompt_audio=prompt))
+    blocker = engine.submit(Request.build("[slow] " + " ".join(["Wait."] * 8), Voice.recording(prompt)))
     deadline = time.monotonic() + 60
     while engine.position(blocker) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)

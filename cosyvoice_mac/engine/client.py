@@ -19,6 +19,7 @@ from cosyvoice_mac.engine.qos import set_ui_thread_qos
 from cosyvoice_mac.engine.tasks import TaskBook
 from cosyvoice_mac.engine.voices import VoiceSaving
 from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
+from cosyvoice_mac.request import Request, Voice
 
 POLL_S = 0.05
 
@@ -133,9 +134,14 @@ class Engine(VoiceSaving):
         self.close()
 
     # -- jobs ----------------------------------------------------------------------------------
-    def submit(self, job: Job) -> str:
-        """Queue ``job`` (validated first); its id. Raises QueueFull or EngineError."""
-        job.validate()
+    def submit(self, request: Request | Job) -> str:
+        """Queue a request (built, so checked, by ``Request.build``); its job id. Raises QueueFull, EngineError,
+        or VoiceError for a saved voice the library does not hold."""
+        job = request if isinstance(request, Job) else Job(request)
+        if not isinstance(job.request, Request):
+            raise EngineError(f"submit takes a Request, not {type(job.request).__name__}")
+        if job.request.voice.kind == "saved":
+            self.voices.get(job.request.voice.saved)
         with self._lock:
             if self._closing or self._supervisor is None:
                 raise EngineError("the engine is not running; call start() first")
@@ -143,6 +149,12 @@ class Engine(VoiceSaving):
                 raise EngineError(f"the model is not available: {self._last_error}. Fix the cause and restart")
             self.queue.add(job)
         return job.job_id
+
+    def voice(self, name: str) -> Voice:
+        """The saved voice ``name`` as a request's Voice, with the transcript it was saved with (so a request
+        built from it speaks zero-shot when it has one). VoiceError if there is none by that name."""
+        entry = self.voices.get(name)
+        return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
 
     def position(self, job_id: str) -> int | None:
         """0 while running, 1 for the next job to run, 2, ...; None once finished (or unknown)."""

@@ -5,12 +5,13 @@ never imports torch, so the UI process can build jobs and read results without a
 """
 from __future__ import annotations
 
-import math
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
+
+from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.request import Request
 
 # Job states; the last three are terminal.
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
@@ -35,10 +36,9 @@ EVENT_TASK_FAILED = "task_failed"  # message says why
 # args: audio (file path), transcript, prepare_streaming -> audio_hash, model_id, duration_s, streaming_ready
 TASK_EXTRACT_PROMPT = "extract_prompt"
 
-MAX_TEXT_CHARS = 5000
 
 
-class EngineError(RuntimeError):
+class EngineError(CosyVoiceError, RuntimeError):
     """A problem a user can act on (full queue, unknown job, engine not started); safe to show."""
 
 
@@ -62,53 +62,17 @@ def new_job_id() -> str:
     return uuid.uuid4().hex
 
 
-@dataclass
+@dataclass(frozen=True)
 class Job:
-    """One synthesis request. The voice comes from ``prompt_audio`` (a file path, or mono samples
-    at ``prompt_sample_rate``) or from a saved ``voice`` name; ``prompt_text`` is the prompt's
-    transcript (zero-shot mode), ``instruct`` a style instruction (instruct mode)."""
+    """One submitted request and the id the engine follows it by. The request was validated where it was
+    built (``Request.build``); nothing below checks it again."""
 
-    text: str
-    prompt_audio: str | np.ndarray | None = None
-    prompt_sample_rate: int | None = None
-    prompt_text: str | None = None
-    instruct: str | None = None
-    voice: str | None = None
-    seed: int | None = None
-    speed: float = 1.0
-    stream: bool = False
+    request: Request
     job_id: str = field(default_factory=new_job_id)
 
     @property
-    def mode(self) -> str:
-        if self.instruct:
-            return "instruct"
-        return "zero_shot" if self.prompt_text else "cross_lingual"
-
-    def validate(self) -> None:
-        """Raise EngineError naming the bad field; cheap checks the UI can run before queueing."""
-        if not isinstance(self.text, str) or not self.text.strip():
-            raise EngineError("the text to speak is empty; type a sentence")
-        if len(self.text) > MAX_TEXT_CHARS:
-            raise EngineError(f"the text has {len(self.text)} characters; the limit is {MAX_TEXT_CHARS}")
-        if self.prompt_audio is not None and self.voice:
-            raise EngineError("give either prompt audio or a saved voice name, not both")
-        if isinstance(self.prompt_audio, (str, Path)):
-            if not Path(self.prompt_audio).is_file():
-                raise EngineError(f"prompt audio file {self.prompt_audio} does not exist")
-            self.prompt_audio = str(self.prompt_audio)
-        elif isinstance(self.prompt_audio, np.ndarray):
-            if not self.prompt_sample_rate or self.prompt_sample_rate <= 0:
-                raise EngineError("prompt audio given as samples needs prompt_sample_rate (e.g. 16000)")
-        elif self.prompt_audio is not None:
-            raise EngineError(f"prompt audio must be a file path or a numpy array, not {type(self.prompt_audio).__name__}")
-        if not (isinstance(self.speed, (int, float)) and math.isfinite(self.speed) and 0.25 <= self.speed <= 4.0):
-            raise EngineError(f"speed {self.speed!r} is out of range; use a value between 0.25 and 4")
-        if self.stream and self.speed != 1.0:
-            raise EngineError(f"speed {self.speed:g} cannot be used while streaming; turn streaming off or use "
-                              "speed 1.0")
-        if self.seed is not None and not (isinstance(self.seed, int) and 0 <= self.seed < 2**63):
-            raise EngineError(f"seed {self.seed!r} must be a non-negative integer")
+    def text(self) -> str:
+        return self.request.text
 
 
 @dataclass

@@ -51,9 +51,8 @@ class VoiceSaving:
         result = self.result(job_id, timeout=0)
         if not result.prompt_hash:
             raise EngineError("that job used no prompt voice, so there is nothing to save")
-        job = self.queue.get(job_id).job
-        path = job.prompt_audio if isinstance(job.prompt_audio, str) else None
-        samples = job.prompt_audio if path is None and job.prompt_audio is not None else None
+        request = self.queue.get(job_id).job.request
+        voice = request.voice
         return self.voices.save(name, audio_hash=result.prompt_hash, model_id=result.model,
-                                transcript=job.prompt_text, audio=path, audio_samples=samples,
-                                sample_rate=job.prompt_sample_rate, overwrite=overwrite)
+                                transcript=request.transcript, audio=voice.audio, audio_samples=voice.samples,
+                                sample_rate=voice.sample_rate, overwrite=overwrite)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cosyvoice_mac.config import ConfigError, read_yaml_config
+from cosyvoice_mac.errors import CosyVoiceError
 
 VERSIONS = ("cosyvoice3", "cosyvoice2")
 
@@ -41,7 +42,7 @@ def inference_files(version: str) -> list[str]:
     ]
 
 
-class ModelFolderError(FileNotFoundError):
+class ModelFolderError(CosyVoiceError, FileNotFoundError):
     """The folder is not a CosyVoice model folder, or lacks a file inference needs."""
 
 

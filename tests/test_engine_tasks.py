@@ -12,7 +12,7 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, jobs
-from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, wait_for_event, fake_request
+from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, submit_and_wait, fake_request
 from cosyvoice_mac.request import Request, Voice
 
 DEADLINE = 60.0
@@ -77,8 +77,7 @@ def test_bad_names_files_and_audio_are_refused_with_a_reason(engine, recording, 
 def test_a_task_runs_after_the_running_job_and_before_the_waiting_ones(engine, recording):
     heard = engine.subscribe()
     try:
-        running = engine.submit(fake_request(SLOW))
-        wait_for_event(engine, running, "progress", DEADLINE)
+        running, _ = submit_and_wait(engine, fake_request(SLOW), "progress", DEADLINE)
         waiting = engine.submit(fake_request("Next in line."))
         saved_at = {}
 

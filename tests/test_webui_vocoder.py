@@ -54,6 +54,6 @@ def test_engine_asked_for_core_ml_off_macos_keeps_torch_and_says_why(tmp_path, m
         status = engine.status()
         assert status["vocoder"] == "torch" and "macOS" in status["vocoder_reason"]
         job_id = engine.submit(Request.build("Hello.", Voice.recording(str(make_speech("Hello there, a test."))), seed=1))
-        assert engine.result(job_id, timeout=DEADLINE).audio.size > 0
+        assert engine.result(job_id, timeout=DEADLINE).samples().size > 0
     finally:
         engine.close()

@@ -1,4 +1,5 @@
-"""What travels between the UI process and the model worker: jobs, events, results, commands.
+"""What travels between the UI process and the model worker: jobs, results, tasks, commands (the events
+are in ``messages.py``).
 
 Everything here is plain picklable data (str, numbers, dicts, numpy arrays) and this module
 never imports torch, so the UI process can build jobs and read results without a model.
@@ -17,22 +18,6 @@ from cosyvoice_mac.request import Request
 QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
 TERMINAL = (DONE, FAILED, CANCELLED)
 
-# Event kinds about one job (job_id set).
-EVENT_QUEUED = "queued"  # data: position
-EVENT_POSITION = "position"  # data: position (1 = next to run)
-EVENT_STARTED = "started"  # data: device
-EVENT_PROGRESS = "progress"  # data: segment_index, segment_count, text, audio (streaming only)
-EVENT_RETRY = "retry"  # data: device, reason (the job starts again on the CPU)
-# Event kinds about the engine (job_id None).
-EVENT_LOADING = "loading"
-EVENT_READY = "ready"  # data: status of the new worker
-EVENT_LOAD_FAILED = "load_failed"
-EVENT_RESTARTING = "restarting"
-EVENT_WORKER_DIED = "worker_died"
-EVENT_DEVICE_FALLBACK = "device_fallback"  # data: device, reason
-# Replies to a Task (job_id None; data: task_id, and result or nothing).
-EVENT_TASK_DONE = "task_done"  # data: task_id, result (plain dict), status
-EVENT_TASK_FAILED = "task_failed"  # message says why
 # args: audio (file path), transcript, prepare_streaming -> audio_hash, model_id, duration_s, streaming_ready
 TASK_EXTRACT_PROMPT = "extract_prompt"
 
@@ -47,9 +32,9 @@ class QueueFull(EngineError):
 
 
 class JobFailed(EngineError):
-    """The job ended with an error; ``event`` is its terminal JobEvent."""
+    """The job ended with an error; ``event`` is its terminal event (messages.Failed or Cancelled)."""
 
-    def __init__(self, event: "JobEvent"):
+    def __init__(self, event):
         super().__init__(event.message)
         self.event = event
 
@@ -77,11 +62,13 @@ class Job:
 
 @dataclass
 class JobResult:
-    """A finished job: the audio (always returned, even when saving it failed) and its facts."""
+    """A finished job's facts and where its audio is: ``output_path`` (the WAV the page plays). The samples
+    cross the process boundary only when saving failed (``output_error`` says why): ``audio`` is then set,
+    so the user still gets the sound."""
 
     job_id: str
-    audio: np.ndarray  # (N,) float32
     sample_rate: int
+    duration_s: float
     text: str
     mode: str
     seed: int
@@ -96,37 +83,24 @@ class JobResult:
     timings: dict[str, float] = field(default_factory=dict)
     output_path: str | None = None
     sidecar_path: str | None = None
-    output_error: str | None = None  # why the files could not be written (audio still here)
+    output_error: str | None = None  # why the files could not be written (then ``audio`` holds the samples)
+    audio: np.ndarray | None = None  # (N,) float32, only when there is no output file
     notes: list[str] = field(default_factory=list)  # what the user should know (preview voice, fallbacks)
 
-    @property
-    def duration_s(self) -> float:
-        return len(self.audio) / self.sample_rate if self.sample_rate else 0.0
+    def samples(self) -> np.ndarray:
+        """The audio (N,) float32: the unsaved samples, else read back from the output WAV."""
+        if self.audio is not None:
+            return self.audio
+        import soundfile
 
-
-@dataclass
-class JobEvent:
-    """Something that happened to a job (``job_id``) or to the engine (``job_id`` None).
-
-    Terminal job events: ``done`` (``result`` set), ``failed`` and ``cancelled`` (``message``
-    says why, in words a user can act on)."""
-
-    kind: str
-    job_id: str | None = None
-    message: str = ""
-    data: dict = field(default_factory=dict)
-    result: JobResult | None = None
-
-    @property
-    def terminal(self) -> bool:
-        return self.job_id is not None and self.kind in TERMINAL
+        return soundfile.read(self.output_path, dtype="float32")[0]
 
 
 @dataclass
 class Task:
     """A short piece of work for the worker that is not a synthesis, such as preparing a prompt voice's
     features before any generation. ``kind`` is one of the TASK_ names; ``args`` plain data. The worker
-    runs it between jobs and answers with EVENT_TASK_DONE or EVENT_TASK_FAILED."""
+    runs it between jobs and answers with messages.TaskDone or messages.TaskFailed."""
 
     kind: str
     args: dict = field(default_factory=dict)
@@ -136,9 +110,11 @@ class Task:
 @dataclass
 class Command:
     """UI process -> worker. ``run`` carries a job and its sequence number (the cancel flag
-    compares against it); ``task`` carries a Task; ``stop`` asks the worker to exit after the current job."""
+    compares against it) and, for a saved voice, its library entry (the engine owns the library; the
+    worker never reads it); ``task`` carries a Task; ``stop`` asks the worker to exit after the current job."""
 
     kind: str  # "run" | "task" | "stop"
     job: Job | None = None
     seq: int = 0
     task: Task | None = None
+    voice_entry: dict | None = None

@@ -23,8 +23,11 @@ import torch
 from cosyvoice_mac import audio
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache, VoiceError, VoiceLibrary
-from cosyvoice_mac.engine.jobs import Job, JobEvent, JobResult
+from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
+from cosyvoice_mac.engine.jobs import Job, JobResult
+from cosyvoice_mac.engine.messages import (
+    Cancelled, DeviceFallback, Done, Failed, Progress, Retrying, Started, TaskDone, TaskError, WorkerStatus,
+)
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.pipeline.types import SynthesisError
@@ -106,7 +109,7 @@ class WorkerRuntime:
         self.config = config
         self.send = send
         self.cache = SpeakerCache(config.cache_dir, config.memory_cache_entries)
-        self.voices = VoiceLibrary(config.cache_dir)
+        self._voice_entry: dict | None = None  # the running job's saved voice, as the engine sent it
         self.factory = resolve_factory(config.pipeline_factory)
         self.pipeline = None
         self.home_device: torch.device | None = None
@@ -167,8 +170,7 @@ class WorkerRuntime:
         """Keep the (already moved) pipeline on the CPU for the rest of this worker's life."""
         self.fallback_reason = reason
         release_memory(self.home_device)
-        self.send(JobEvent(jobs.EVENT_DEVICE_FALLBACK, data={"device": "cpu", "reason": reason},
-                           message=f"the model now runs on the CPU: {reason}"))
+        self.send(DeviceFallback("cpu", reason, f"the model now runs on the CPU: {reason}"))
 
     # -- prompts -------------------------------------------------------------------------------
     def _prompt_from_audio(self, source, sample_rate, transcript):
@@ -206,10 +208,9 @@ class WorkerRuntime:
         if voice.kind != "saved":
             source = voice.audio if voice.kind == "audio" else voice.samples
             return self._prompt_from_audio(source, voice.sample_rate, transcript)
-        try:
-            entry = self.voices.get(voice.saved)
-        except VoiceError as error:
-            raise SynthesisError(str(error)) from error
+        entry = self._voice_entry
+        if entry is None:
+            raise SynthesisError(f"the saved voice {voice.saved!r} reached the model without its library entry")
         if entry["model_id"] == self.pipeline.model_id:
             prompt, source = self.cache.lookup(entry["model_id"], entry["audio_hash"])
             if prompt is not None:
@@ -220,13 +221,15 @@ class WorkerRuntime:
                              "no stored audio; upload its prompt audio again and save it under that name")
 
     # -- jobs ----------------------------------------------------------------------------------
-    def run(self, job: Job, should_stop) -> None:
-        """Run one job and send its events; never raises for a job's own failure."""
+    def run(self, job: Job, should_stop, voice_entry: dict | None = None) -> None:
+        """Run one job and send its events; never raises for a job's own failure. ``voice_entry`` is the
+        engine's library entry of the job's saved voice (the worker does not read the library itself)."""
         started = time.perf_counter()
-        self.send(JobEvent(jobs.EVENT_STARTED, job.job_id, data={"device": str(self.pipeline.device)}))
+        self.send(Started(job.job_id, str(self.pipeline.device)))
         if should_stop():  # cancelled while it was being handed over
-            return self._finish(JobEvent(jobs.CANCELLED, job.job_id, message="cancelled"))
+            return self._finish(Cancelled(job.job_id))
         request, fallback = job.request, None
+        self._voice_entry = voice_entry
         try:
             try:
                 outcome = self._attempt(job, should_stop)
@@ -238,18 +241,18 @@ class WorkerRuntime:
                 fallback = f"{self.pipeline.device} failed with {type(error).__name__}: {str(error)[:300]}"
                 outcome = self._retry_on_cpu(job, should_stop, fallback)
         except CosyVoiceError as error:
-            return self._finish(JobEvent(jobs.FAILED, job.job_id, message=str(error)))
+            return self._finish(Failed(job.job_id, str(error)))
         except Exception as error:
-            detail = traceback.format_exc(limit=8)
             message = f"synthesis failed: {type(error).__name__}: {error}"
-            return self._finish(JobEvent(jobs.FAILED, job.job_id, message=message, data={"traceback": detail}))
+            return self._finish(Failed(job.job_id, message, traceback.format_exc(limit=8)))
         if should_stop():
-            return self._finish(JobEvent(jobs.CANCELLED, job.job_id, message="cancelled"))
+            return self._finish(Cancelled(job.job_id))
         pieces = outcome.pieces
         audio = np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(0, np.float32)
         outcome.timings["total"] = time.perf_counter() - started
         result = JobResult(
-            job_id=job.job_id, audio=audio, sample_rate=self.pipeline.sample_rate, text=request.text,
+            job_id=job.job_id, audio=audio, sample_rate=self.pipeline.sample_rate,
+            duration_s=audio.size / self.pipeline.sample_rate, text=request.text,
             mode=request.mode, seed=request.seed, speed=request.speed, model=self.pipeline.model_id, device=outcome.device,
             fell_back_to_cpu=fallback is not None, fallback_reason=fallback,
             prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
@@ -258,8 +261,7 @@ class WorkerRuntime:
             notes=list(dict.fromkeys(note for piece in pieces for note in getattr(piece, "notes", ()))),
         )
         self._save(job, result)
-        self._finish(JobEvent(jobs.DONE, job.job_id, result=result,
-                              message="done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
+        self._finish(Done(job.job_id, result, "done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
 
     def run_task(self, task: jobs.Task) -> None:
         """Run one Task and answer it; never raises (a failure is the answer)."""
@@ -273,20 +275,18 @@ class WorkerRuntime:
             streaming_ready = bool(task.args.get("prepare_streaming")) and self.pipeline.prepare_streaming(speaker)
             result = {"audio_hash": speaker.audio_hash, "model_id": self.pipeline.model_id, "source": source,
                       "duration_s": float(speaker.duration_s), "streaming_ready": streaming_ready}
-            event = JobEvent(jobs.EVENT_TASK_DONE, data={"task_id": task.task_id, "result": result})
+            event = TaskDone(task_id=task.task_id, result=result)
         except CosyVoiceError as error:
-            event = JobEvent(jobs.EVENT_TASK_FAILED, message=str(error), data={"task_id": task.task_id})
+            event = TaskError(task_id=task.task_id, message=str(error))
         except Exception as error:  # the worker keeps serving jobs whatever one task does
-            event = JobEvent(jobs.EVENT_TASK_FAILED, message=f"{type(error).__name__}: {error}",
-                             data={"task_id": task.task_id, "traceback": traceback.format_exc(limit=8)})
+            event = TaskError(task_id=task.task_id, message=f"{type(error).__name__}: {error}",
+                              traceback=traceback.format_exc(limit=8))
         release_memory(self.pipeline.device, self.home_device)
-        event.data["status"] = self.status()
-        self.send(event)
+        self.send(replace(event, status=self.status()))
 
     def _retry_on_cpu(self, job, should_stop, reason):
         self.device_failures += 1
-        self.send(JobEvent(jobs.EVENT_RETRY, job.job_id, data={"device": "cpu", "reason": reason},
-                           message=f"retrying this job on the CPU because {reason}"))
+        self.send(Retrying(job.job_id, "cpu", reason, f"retrying this job on the CPU because {reason}"))
         self.pipeline.to(torch.device("cpu"))
         release_memory(self.home_device)
         try:
@@ -314,12 +314,9 @@ class WorkerRuntime:
             pieces.append(piece)
             for stage, seconds in piece.timings.items():
                 timings[stage] = timings.get(stage, 0.0) + seconds
-            data = {"segment_index": piece.segment_index, "segment_count": piece.segment_count,
-                    "text": piece.text, "duration_s": piece.duration_s, "is_final_chunk": piece.is_final_chunk,
-                    "mode": piece.mode}
-            if request.stream:
-                data["audio"], data["sample_rate"] = piece.audio, piece.sample_rate
-            self.send(JobEvent(jobs.EVENT_PROGRESS, job.job_id, data=data))
+            self.send(Progress(job.job_id, piece.segment_index, piece.segment_count, piece.text, piece.mode,
+                               piece.duration_s, piece.is_final_chunk, piece.audio if request.stream else None,
+                               piece.sample_rate if request.stream else None))
             if should_stop():
                 break
         timings["synthesis"] = time.perf_counter() - clock
@@ -339,31 +336,29 @@ class WorkerRuntime:
             result.output_error = str(error)
             return
         result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
+        result.audio = None  # the page plays the file: the samples need not cross the pipe
 
-    def _finish(self, event: JobEvent) -> None:
+    def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""
         self.jobs_run += 1
         release_memory(self.pipeline.device, self.home_device)
-        event.data["status"] = self.status()
-        self.send(event)
+        self.send(replace(event, status=self.status()))
 
-    def status(self) -> dict:
+    def status(self) -> WorkerStatus:
         pipeline = self.pipeline
         try:
             memory = device_policy.memory_report(pipeline.device)
         except Exception:  # the device cannot report: show the process's memory only
             memory = device_policy.memory_report("cpu")
-        return {
-            "model": pipeline.model_id, "version": pipeline.version,
-            "device": str(pipeline.device), "home_device": str(self.home_device),
-            "fell_back": self.fallback_reason is not None, "fallback_reason": self.fallback_reason,
-            "dtype": str(getattr(pipeline, "dtype", None)).replace("torch.", ""),
-            "sample_rate": pipeline.sample_rate,
-            "memory": {"rss_bytes": memory.process_rss_bytes, "device_allocated_bytes": memory.allocated_bytes,
-                       "device_driver_bytes": memory.driver_allocated_bytes},
-            "cache": self.cache.stats.as_dict(), "feature_extractions": self.feature_extractions,
-            "jobs_run": self.jobs_run,
-            "flow_prefix_builds": getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
-            "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason,
-        }
-
+        stats = self.cache.stats
+        return WorkerStatus(
+            model=pipeline.model_id, version=pipeline.version, device=str(pipeline.device),
+            home_device=str(self.home_device), dtype=str(pipeline.dtype).replace("torch.", ""),
+            sample_rate=pipeline.sample_rate, fell_back=self.fallback_reason is not None,
+            fallback_reason=self.fallback_reason, rss_bytes=memory.process_rss_bytes,
+            device_allocated_bytes=memory.allocated_bytes, device_driver_bytes=memory.driver_allocated_bytes,
+            cache_memory_hits=stats.memory_hits, cache_disk_hits=stats.disk_hits, cache_misses=stats.misses,
+            feature_extractions=self.feature_extractions, jobs_run=self.jobs_run,
+            flow_prefix_builds=getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
+            vocoder=self.vocoder, vocoder_reason=self.vocoder_reason,
+        )

@@ -15,6 +15,8 @@ import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, Job, QueueFull, VoiceError
 from cosyvoice_mac.engine import jobs as job_events
+from cosyvoice_mac.engine.jobqueue import Listener
+from cosyvoice_mac.engine.messages import Done, Progress, Queued, Retrying, Started
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MAX_SEED, MODES, Request, Voice
@@ -117,7 +119,7 @@ class Generation:
             return "status_queued", {"position": position}
         return ("status_started",)
 
-    def _follow(self, engine, job_id: str, subscriber: queue.Queue, out: "_Outputs"):
+    def _follow(self, engine, job_id: str, subscriber: Listener, out: "_Outputs"):
         """Yield status (and streamed audio) updates until the job's terminal event; return that event."""
         while True:
             try:
@@ -138,13 +140,13 @@ class Generation:
                 continue
             if event.terminal:
                 return event
-            if event.kind in (job_events.EVENT_QUEUED, job_events.EVENT_POSITION):
+            if isinstance(event, Queued):
                 yield out.status(*self._waiting_status(engine, job_id))
-            elif event.kind == job_events.EVENT_STARTED:
+            elif isinstance(event, Started):
                 yield out.status("status_started")
-            elif event.kind == job_events.EVENT_PROGRESS:
-                yield out.progress(event.data)
-            elif event.kind == job_events.EVENT_RETRY:
+            elif isinstance(event, Progress):
+                yield out.progress(event)
+            elif isinstance(event, Retrying):
                 if out.player is not None:
                     out.player.restart()  # the job starts again from its first sentence
                     out.first_audio_s = None
@@ -198,12 +200,12 @@ class _Outputs:
         self.session.last_status = (key, {**(values or {}), **more})
         return self._tuple(status=status_line(self.lang, *self.session.last_status))
 
-    def progress(self, data: dict) -> tuple:
+    def progress(self, event: Progress) -> tuple:
         """One sentence done, or (streaming) one more chunk to play."""
-        index, count = data.get("segment_index", 0) + 1, data.get("segment_count", 1)
-        if self.player is None or data.get("audio") is None:
-            return self.status("status_progress", index=index, count=count, text=data.get("text", ""))
-        self.player.add(data["audio"], int(data.get("sample_rate") or 24000))
+        index, count = event.segment_index + 1, event.segment_count
+        if self.player is None or event.audio is None:
+            return self.status("status_progress", index=index, count=count, text=event.text)
+        self.player.add(event.audio, event.sample_rate)
         if self.first_audio_s is None:
             self.first_audio_s = time.monotonic() - self.started
         return self.status("status_streaming", index=index, count=count, audio=self.player.seconds,
@@ -244,4 +246,4 @@ def _terminal_event(engine, job_id: str):
         result = engine.result(job_id, timeout=0)
     except job_events.JobFailed as error:
         return error.event
-    return job_events.JobEvent(job_events.DONE, job_id, result=result)
+    return Done(job_id, result)

@@ -185,29 +185,19 @@ def started(engine, timeout: float = ENGINE_DEADLINE_S):
     return engine
 
 
-def result_and_events(engine, job, timeout: float):
-    """Submit ``job`` and wait for it: (its result, every event of it heard meanwhile, in order)."""
-    heard = engine.subscribe()
-    try:
-        job_id = engine.submit(job)
-        result = engine.result(job_id, timeout=timeout)
-    finally:
-        engine.unsubscribe(heard)
-    events = []
-    while not heard.empty():
-        event = heard.get_nowait()
-        if event.job_id == job_id:
-            events.append(event)
-    return result, events
+def result_and_events(engine, request, timeout: float):
+    """Submit ``request`` and wait for it: (its result, every event of it heard meanwhile, in order)."""
+    with engine.subscribe() as heard:
+        job_id = engine.submit(request)
+        events = list(heard.of(job_id, timeout))
+    return engine.result(job_id, timeout=0), events
 
 
-def wait_for_event(engine, job_id: str, kinds, timeout: float = 30.0):
-    """The first event of ``job_id`` whose kind is in ``kinds``; AssertionError if it ends first."""
-    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    for event in engine.events(job_id, timeout=timeout):
-        if event.kind in kinds:
-            return event
-    raise AssertionError(f"job {job_id} ended without a {kinds} event")
+def submit_and_wait(engine, request, kinds, timeout: float = 30.0):
+    """Submit ``request``, then wait for its first event whose kind is in ``kinds``: (job id, that event)."""
+    with engine.subscribe() as heard:
+        job_id = engine.submit(request)
+        return job_id, heard.wait_for(job_id, kinds, timeout)
 
 
 def tone(seconds: float = 3.0, sample_rate: int = 24000, frequency: float = 150.0) -> np.ndarray:

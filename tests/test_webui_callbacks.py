@@ -302,3 +302,34 @@ def test_with_stream_on_a_new_prompt_is_prepared_in_the_background(callbacks, ma
     final = _run(callbacks, audio=fresh, text="The prepared voice speaks.", stream=True)[-1]
     assert final[STATUS].startswith("✅ Done")
     assert engine.status()["feature_extractions"] == extractions + 1  # the request found it ready
+
+
+def test_saves_from_the_engine_and_deletes_from_the_page_at_once_lose_nothing(callbacks):
+    """One owner of voices.json (the engine): the page's deletes and the engine's saves share its lock."""
+    engine, rounds = callbacks.host.engine, 60
+    digest = "a1b2c3d4" * 8
+    for index in range(rounds):
+        engine.voices.save(f"Old {index}", audio_hash=digest, model_id="fake")
+    start = threading.Barrier(2)
+
+    def delete_from_the_page():
+        start.wait()
+        for index in range(rounds):
+            assert "Deleted the voice" in callbacks.delete_voice("en", f"Old {index}")[0]
+
+    def save_in_the_engine():
+        start.wait()
+        for index in range(rounds):
+            engine.voices.save(f"New {index}", audio_hash=digest, model_id="fake")
+
+    threads = [threading.Thread(target=delete_from_the_page), threading.Thread(target=save_in_the_engine)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    names = {entry["name"] for entry in engine.voices.list()}
+    assert {f"New {index}" for index in range(rounds)} <= names  # no save lost to a concurrent delete
+    assert not {f"Old {index}" for index in range(rounds)} & names  # no delete undone by a concurrent save
+    assert {name for name, _ in callbacks.voice_choices("en")[1:]} == names  # the page reads the same library
+    for index in range(rounds):
+        engine.voices.delete(f"New {index}")

@@ -32,6 +32,7 @@ from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.versions import SPECS
 
 # Messages of errors that mean "this device cannot run this", not "this input is bad".
 DEVICE_ERROR = re.compile(
@@ -138,7 +139,7 @@ class WorkerRuntime:
         self.vocoder, self.vocoder_reason = "torch", None
         if self.config.vocoder != "coreml":
             return
-        if self.pipeline.version not in ("cosyvoice2", "cosyvoice3"):
+        if self.pipeline.version not in SPECS:
             self.vocoder_reason = "the preview voice has no neural vocoder"
             return
         from cosyvoice_mac.coreml.runtime import load_vocoder

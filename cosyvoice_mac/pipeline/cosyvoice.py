@@ -33,6 +33,7 @@ from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request
+from cosyvoice_mac.versions import spec_for
 
 STOP_CHECK_EVERY_TOKENS = 10
 
@@ -59,6 +60,7 @@ class CosyVoice(Synthesizes):
         low_memory: bool = False,
     ):
         self.version = version
+        self.spec = spec_for(version)  # what differs between the versions (versions.py)
         self.config = config
         self.networks = networks
         self.tokenizer = tokenizer
@@ -232,8 +234,8 @@ class CosyVoice(Synthesizes):
                 return
 
     def _noise(self, seed: int, index: int):
-        """CosyVoice2's vocoder excitation is random: seed it per sentence. CosyVoice3's is fixed."""
-        return GaussianSourceNoise(seed=seed + index) if self.version == "cosyvoice2" else None
+        """A random vocoder excitation (CosyVoice2's) is seeded per sentence; a fixed one (CosyVoice3's) is kept."""
+        return GaussianSourceNoise(seed=seed + index) if self.spec.random_vocoder_noise else None
 
     def _token_stream(self, segment, request, speaker, sampler) -> Iterator[int]:
         llm = self.networks.llm

@@ -6,11 +6,13 @@ else the preview voice (``webui.state.pick_model``: one rule for the page, the C
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cosyvoice_mac.errors import CosyVoiceError
 
-MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
+# The app's models/ folder; COSYVOICE_MODELS_DIR points elsewhere (as the page's --models-dir does).
+MODELS_DIR = Path(os.environ.get("COSYVOICE_MODELS_DIR") or Path(__file__).resolve().parents[1] / "models")
 PREVIEW = "preview"
 
 

@@ -11,6 +11,7 @@ from typing import Iterable
 
 import torch
 from torch import nn
+
 from cosyvoice_mac.errors import CosyVoiceError
 
 _WEIGHT_NORM_SUFFIXES = {

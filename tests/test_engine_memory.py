@@ -4,8 +4,8 @@ from __future__ import annotations
 import numpy as np
 
 from cosyvoice_mac.engine import Engine, WorkerConfig
-from tests.fakes.onnx_models import make_tiny_model_dir
 from cosyvoice_mac.request import Request, Voice
+from tests.fakes.onnx_models import make_tiny_model_dir
 
 JOBS = 100
 WARM_UP_JOBS = 10  # allocator pools, lazy imports and caches settle during the first few jobs

@@ -8,8 +8,8 @@ import pytest
 
 from cosyvoice_mac.engine import Engine, WorkerConfig
 from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL
-from tests.fakes.fake_pipeline import result_and_events
 from cosyvoice_mac.request import Request, Voice
+from tests.fakes.fake_pipeline import result_and_events
 
 DEADLINE = 180.0
 
@@ -41,7 +41,8 @@ def test_preview_streams_its_audio_and_a_voice_can_be_saved_first(engine, make_s
     saved = engine.save_voice_from_audio("Preview narrator", voice, None, timeout=DEADLINE)
     assert saved["model_id"] == engine.status()["model"]
     result, events = result_and_events(
-        engine, Request.build("First sentence here. And a second one.", engine.voice("Preview narrator"), stream=True, seed=2),
+        engine, Request.build("First sentence here. And a second one.", engine.voice("Preview narrator"), stream=True,
+                              seed=2),
         DEADLINE)
     chunks = [event.audio for event in events if event.kind == "progress"]
     assert chunks and result.cache_hit  # a short text is one segment, so maybe one chunk

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from cosyvoice_mac.engine import Engine, JobCancelled, JobFailed, WorkerConfig
+from cosyvoice_mac.request import Request, Voice
 from tests.fakes.fake_pipeline import WRAPPED_REAL_FACTORY, result_and_events, submit_and_wait
 from tests.fakes.onnx_models import make_tiny_model_dir
-from cosyvoice_mac.request import Request, Voice
 
 DEADLINE = 120.0
 LONG_TEXT = ("This sentence is long enough to keep the tiny model busy for a while, "
@@ -59,7 +59,8 @@ def test_ready_only_after_a_real_warm_up(engine):
 
 
 def test_cache_hit_on_the_second_request_and_after_restart(engine, voice):
-    job = Request.build("Hello there.", Voice.recording(voice, transcript="This is the voice I would like you to copy."))
+    job = Request.build("Hello there.",
+                        Voice.recording(voice, transcript="This is the voice I would like you to copy."))
     first = engine.result(engine.submit(job), timeout=DEADLINE)
     extractions = engine.status()["feature_extractions"]
     assert not first.cache_hit and extractions >= 1 and _audible(first.samples())
@@ -122,7 +123,8 @@ def test_device_error_is_retried_on_the_cpu(tmp_path, voice):
                      pipeline_kwargs={"home_device": "mps"})
     with _engine(config) as engine:
         assert engine.start(timeout=DEADLINE) and engine.status()["device"] == "mps"
-        retried = engine.result(engine.submit(Request.build("[device-error] Try me.", Voice.recording(voice))), DEADLINE)
+        request = Request.build("[device-error] Try me.", Voice.recording(voice))
+        retried = engine.result(engine.submit(request), DEADLINE)
         assert retried.fell_back_to_cpu and retried.device == "cpu" and "MPS device" in retried.fallback_reason
         assert _audible(retried.samples())
         after = engine.result(engine.submit(Request.build("Home again.", Voice.recording(voice))), DEADLINE)
@@ -137,13 +139,15 @@ def test_a_voice_saved_from_a_recording_is_ready_before_any_generation(engine, m
                                          timeout=DEADLINE)
     assert saved["model_id"] == engine.status()["model"]
     assert engine.status()["feature_extractions"] == extractions + 1
-    result = engine.result(engine.submit(Request.build("Spoken by the saved voice.", engine.voice("Real voice"))), DEADLINE)
+    request = Request.build("Spoken by the saved voice.", engine.voice("Real voice"))
+    result = engine.result(engine.submit(request), DEADLINE)
     assert result.cache_hit and result.prompt_hash == saved["audio_hash"] and result.mode == "zero_shot"
     assert engine.status()["feature_extractions"] == extractions + 1 and _audible(result.samples())
 
 
 def test_streaming_sends_playable_chunks_before_the_job_ends(engine, voice):
-    result, events = result_and_events(engine, Request.build(LONG_TEXT, Voice.recording(voice), seed=5, stream=True), DEADLINE)
+    request = Request.build(LONG_TEXT, Voice.recording(voice), seed=5, stream=True)
+    result, events = result_and_events(engine, request, DEADLINE)
     chunks = [event.audio for event in events if event.kind == "progress"]
     assert len(chunks) >= 2 and events[-1].kind == "done"
     assert all(event.sample_rate == 24000 for event in events if event.kind == "progress")
@@ -159,7 +163,8 @@ def test_a_voice_prepared_for_streaming_starts_without_building_its_flow_prefix(
     assert prepared["streaming_ready"] and prepared["model_id"] == after["model"]
     assert after["feature_extractions"] == before["feature_extractions"] + 1
     assert after["flow_prefix_builds"] == before["flow_prefix_builds"] + 1
-    result = engine.result(engine.submit(Request.build(LONG_TEXT, Voice.recording(recording), seed=5, stream=True)), DEADLINE)
+    request = Request.build(LONG_TEXT, Voice.recording(recording), seed=5, stream=True)
+    result = engine.result(engine.submit(request), DEADLINE)
     assert result.cache_hit and _audible(result.samples())
     assert engine.status()["flow_prefix_builds"] == after["flow_prefix_builds"]  # the request used the prepared one
     again = engine.prepare_voice(recording, streaming=True, timeout=DEADLINE)

@@ -12,8 +12,8 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, jobs
-from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, submit_and_wait, fake_request
-from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.request import Request
+from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started, submit_and_wait, tone
 
 DEADLINE = 60.0
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(8))  # 8 x 0.25 s
@@ -45,7 +45,8 @@ def test_a_voice_is_saved_from_a_recording_before_any_generation_and_reused(engi
     assert engine.status()["feature_extractions"] == extractions + 1  # done in the worker, now
     assert os.path.isfile(engine.voices.get("Aunt May")["audio_path"])  # a copy outlives the upload
 
-    result = engine.result(engine.submit(Request.build("Spoken by a saved voice.", engine.voice("Aunt May"))), timeout=DEADLINE)
+    request = Request.build("Spoken by a saved voice.", engine.voice("Aunt May"))
+    result = engine.result(engine.submit(request), timeout=DEADLINE)
     assert result.cache_hit and result.prompt_hash == saved["audio_hash"] and result.mode == "zero_shot"
     assert engine.status()["feature_extractions"] == extractions + 1
 

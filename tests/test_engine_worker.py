@@ -15,8 +15,8 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine import EngineError, Job, JobCancelled, JobFailed, QueueFull, VoiceError, read_wav_info
-from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, submit_and_wait, fake_request
 from cosyvoice_mac.request import Request, Voice
+from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started, submit_and_wait, tone
 
 DEADLINE = 60.0
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(12))  # 12 x 0.25 s, cancellable

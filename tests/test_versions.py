@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
 from cosyvoice_mac.errors import SynthesisError
+from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
 from cosyvoice_mac.versions import SPECS, spec_for
 from tests.fakes.onnx_models import make_tiny_model_dir
 

@@ -16,13 +16,19 @@ from types import SimpleNamespace
 import pytest
 
 from cosyvoice_mac.engine import Engine
+from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
 from cosyvoice_mac.webui.state import (
-    HistoryEntry, HostConfig, ModelHost, Session, Settings, find_models, is_inside,
+    HistoryEntry,
+    HostConfig,
+    ModelHost,
+    Session,
+    Settings,
+    find_models,
+    is_inside,
 )
 from tests.fakes.fake_pipeline import FAKE_FACTORY
-from cosyvoice_mac.request import Request, Voice
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
 TRANSCRIPT = "This is the voice I would like you to copy."

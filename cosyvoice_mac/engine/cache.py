@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.paths import user_cache_dir  # noqa: F401 (re-exported)
 from cosyvoice_mac.engine.outputs import atomic_write_bytes
+from cosyvoice_mac.paths import user_cache_dir  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from cosyvoice_mac.pipeline.types import SpeakerPrompt

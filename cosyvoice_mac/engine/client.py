@@ -14,7 +14,17 @@ from cosyvoice_mac.engine.cache import VoiceLibrary
 from cosyvoice_mac.engine.jobqueue import JobQueue, Listener
 from cosyvoice_mac.engine.jobs import Command, EngineError, Job, JobResult, Task
 from cosyvoice_mac.engine.messages import (
-    Cancelled, DeviceFallback, Event, Failed, LoadFailed, Ready, Restarting, Started, TaskDone, TaskError, WorkerDied,
+    Cancelled,
+    DeviceFallback,
+    Event,
+    Failed,
+    LoadFailed,
+    Ready,
+    Restarting,
+    Started,
+    TaskDone,
+    TaskError,
+    WorkerDied,
     WorkerStatus,
 )
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
@@ -46,7 +56,8 @@ class Engine(VoiceSaving):
     """Owns the model worker process, the job queue (at most ``max_queue`` waiting, one running) and the
     voice library (``voices``: the page and the worker go through the engine, so one lock guards it).
 
-    Listen with ``subscribe()`` (the one way). ``job_timeout_s`` cancels a job that runs longer; a job that ignores a cancel for
+    Listen with ``subscribe()`` (the one way). ``job_timeout_s`` cancels a job that runs longer; a job that
+    ignores a cancel for
     ``cancel_grace_s`` gets its worker restarted.
     """
 

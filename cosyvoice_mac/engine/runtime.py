@@ -26,7 +26,16 @@ from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.messages import (
-    Cancelled, DeviceFallback, Done, Failed, Progress, Retrying, Started, TaskDone, TaskError, WorkerStatus,
+    Cancelled,
+    DeviceFallback,
+    Done,
+    Failed,
+    Progress,
+    Retrying,
+    Started,
+    TaskDone,
+    TaskError,
+    WorkerStatus,
 )
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.errors import CosyVoiceError
@@ -249,12 +258,14 @@ class WorkerRuntime:
         if should_stop():
             return self._finish(Cancelled(job.job_id))
         pieces = outcome.pieces
-        audio = np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(0, np.float32)
+        audio = np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(
+            0, np.float32)
         outcome.timings["total"] = time.perf_counter() - started
         result = JobResult(
             job_id=job.job_id, audio=audio, sample_rate=self.pipeline.sample_rate,
             duration_s=audio.size / self.pipeline.sample_rate, text=request.text,
-            mode=request.mode, seed=request.seed, speed=request.speed, model=self.pipeline.model_id, device=outcome.device,
+            mode=request.mode, seed=request.seed, speed=request.speed, model=self.pipeline.model_id,
+            device=outcome.device,
             fell_back_to_cpu=fallback is not None, fallback_reason=fallback,
             prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
             cache_hit=outcome.cache_source in ("memory", "disk"), segment_count=len(pieces),

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from cosyvoice_mac.audio import DecodedPrompt
 from cosyvoice_mac.device import select_device, select_dtype
 from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
@@ -20,17 +21,21 @@ from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
-from cosyvoice_mac.audio import DecodedPrompt
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import Synthesizes
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import (
-    Networks, OnDemand, build_networks, model_identity, qwen_config_for, stage_dtypes,
+    Networks,
+    OnDemand,
+    build_networks,
+    model_identity,
+    qwen_config_for,
+    stage_dtypes,
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
-from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
+from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.versions import spec_for

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from cosyvoice_mac.config import ConfigError, read_yaml_config
 from cosyvoice_mac.errors import CosyVoiceError
-
 from cosyvoice_mac.versions import SPECS, VERSIONS  # noqa: F401 (VERSIONS re-exported)
 
 HUB_REPOS = {name: spec.hub_repo for name, spec in SPECS.items()}

@@ -19,7 +19,7 @@ from cosyvoice_mac.engine.jobqueue import Listener
 from cosyvoice_mac.engine.messages import Done, Progress, Queued, Retrying, Started
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
-from cosyvoice_mac.request import MAX_SEED, MODES, Request, Voice
+from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, history_choices, history_rows, status_line
 from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, ModelHost, Session, is_inside

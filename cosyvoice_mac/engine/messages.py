@@ -111,13 +111,8 @@ class Retrying(Event):
     message: str = ""
 
 
-@dataclass(frozen=True)
-class Done(Event):
-    kind: ClassVar[str] = DONE
-    job_id: str
-    result: JobResult
-    message: str = "done"
-    status: WorkerStatus | None = None
+class Ending(Event):
+    """The last event of a job: done, failed or cancelled."""
 
     @property
     def terminal(self) -> bool:
@@ -125,7 +120,15 @@ class Done(Event):
 
 
 @dataclass(frozen=True)
-class Failed(Event):
+class Done(Ending):
+    kind: ClassVar[str] = DONE
+    job_id: str
+    result: JobResult
+    message: str = "done"
+    status: WorkerStatus | None = None
+
+@dataclass(frozen=True)
+class Failed(Ending):
     """The job ended with an error; ``message`` says why in words a user can act on."""
 
     kind: ClassVar[str] = FAILED
@@ -134,58 +137,42 @@ class Failed(Event):
     traceback: str | None = None
     status: WorkerStatus | None = None
 
-    @property
-    def terminal(self) -> bool:
-        return True
-
-
 @dataclass(frozen=True)
-class Cancelled(Event):
+class Cancelled(Ending):
     kind: ClassVar[str] = CANCELLED
     job_id: str
     message: str = "cancelled"
     status: WorkerStatus | None = None
 
-    @property
-    def terminal(self) -> bool:
-        return True
-
-
 # -- about the engine -------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Loading(Event):
-    kind: ClassVar[str] = "loading"
+class Notice(Event):
+    """Something that happened to the engine, told in ``message``; each subclass names what."""
+
     job_id: ClassVar[None] = None
     message: str
 
 
+class Loading(Notice):
+    kind = "loading"
+
+
+class LoadFailed(Notice):
+    kind = "load_failed"
+
+
+class Restarting(Notice):
+    kind = "restarting"
+
+
+class WorkerDied(Notice):
+    kind = "worker_died"
+
+
 @dataclass(frozen=True)
-class Ready(Event):
+class Ready(Notice):
     kind: ClassVar[str] = "ready"
-    job_id: ClassVar[None] = None
-    message: str
     status: WorkerStatus
-
-
-@dataclass(frozen=True)
-class LoadFailed(Event):
-    kind: ClassVar[str] = "load_failed"
-    job_id: ClassVar[None] = None
-    message: str
-
-
-@dataclass(frozen=True)
-class Restarting(Event):
-    kind: ClassVar[str] = "restarting"
-    job_id: ClassVar[None] = None
-    message: str
-
-
-@dataclass(frozen=True)
-class WorkerDied(Event):
-    kind: ClassVar[str] = "worker_died"
-    job_id: ClassVar[None] = None
-    message: str
 
 
 @dataclass(frozen=True)

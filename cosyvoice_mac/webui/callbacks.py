@@ -176,7 +176,7 @@ class Callbacks:
     def generate(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
                  request: gr.Request) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
-        result. Yields (prompt_msg, counter, mode_msg, status, result, history, history_pick, session, player).
+        result. Yields GenerateOutputs (named fields).
         """
         yield from self.generation.run(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream,
                                        session, request)

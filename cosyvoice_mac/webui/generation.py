@@ -9,7 +9,7 @@ import queue
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import gradio as gr
 
@@ -30,6 +30,21 @@ POLL_S = 0.5
 LOADING_STATES = ("starting", "restarting")
 
 
+class GenerateOutputs(NamedTuple):
+    """One update of the Generate event, by name; the page wires its outputs in this order (``layout.py``
+    reads ``_fields``), so nothing matches them by position. None in a field means "leave it"."""
+
+    prompt_msg: object
+    counter: object
+    mode_msg: object
+    status: object
+    result: object
+    history: object
+    history_pick: object
+    session: object
+    player: object
+
+
 class Generation:
     """Owns each browser session's running job (so its Stop button can cancel it)."""
 
@@ -39,7 +54,7 @@ class Generation:
 
     def run(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
             page_request) -> Iterator[tuple]:
-        """Yields (prompt_msg, counter, mode_msg, status, result, history, history_pick, session, player)."""
+        """Yields GenerateOutputs."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
         request, problem = self.build_request(lang, audio, voice, transcript, text, mode, instruct, seed, speed,
@@ -190,11 +205,12 @@ class _Outputs:
         self.started = time.monotonic()
         self.first_audio_s: float | None = None
 
-    def _tuple(self, prompt=None, counter=None, mode=None, status=None, result=None, history=None, picks=None):
+    def _tuple(self, prompt=None, counter=None, mode=None, status=None, result=None, history=None,
+               picks=None) -> GenerateOutputs:
         skip = gr.skip()
         values = (prompt, counter, mode, status, result, history, picks)
         player = self.player.value if self.player is not None else skip
-        return tuple(skip if value is None else value for value in values) + (self.session, player)
+        return GenerateOutputs(*(skip if value is None else value for value in values), self.session, player)
 
     def status(self, key: str, values: dict | None = None, **more) -> tuple:
         self.session.last_status = (key, {**(values or {}), **more})
@@ -219,9 +235,9 @@ class _Outputs:
         slot = {"prompt": "prompt", "text": "counter", "mode": "mode"}[where]
         return self._tuple(status="", **{slot: message})
 
-    def last(self, values: tuple) -> tuple:
+    def last(self, values: GenerateOutputs) -> GenerateOutputs:
         """The run's final update: the player's value shrinks to the bare stream id (it plays on)."""
-        return values if self.player is None else values[:-1] + (self.player.stream_id,)
+        return values if self.player is None else values._replace(player=self.player.stream_id)
 
     def done(self, status: tuple[str, dict], playable, rows, picks) -> tuple:
         self.session.last_status = status

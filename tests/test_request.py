@@ -238,3 +238,13 @@ def _page_problem(prompt_wav, values: dict):
         "en", str(prompt_wav), None, "", values["--text"], mode, values.get("--instruct", ""),
         float(seed) if seed.lstrip("-").isdigit() else seed, float(values.get("--speed", 1.0)))
     return problem
+
+
+def test_both_backends_and_the_test_fake_satisfy_the_backend_protocol(model):
+    from cosyvoice_mac.pipeline.backend import Backend
+    from cosyvoice_mac.preview.backend import PreviewVoice
+    from tests.fakes.fake_pipeline import FakeCosyVoice
+
+    assert isinstance(model, Backend)
+    assert all(callable(getattr(cls, name, None)) for cls in (PreviewVoice, FakeCosyVoice)
+               for name in ("prepare_prompt", "prepare_streaming", "run", "to", "use_vocoder"))

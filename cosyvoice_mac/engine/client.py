@@ -31,7 +31,7 @@ from cosyvoice_mac.engine.qos import set_ui_thread_qos
 from cosyvoice_mac.engine.tasks import TaskBook
 from cosyvoice_mac.engine.voices import VoiceSaving
 from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
-from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.request import Request
 
 POLL_S = 0.05
 
@@ -159,12 +159,6 @@ class Engine(VoiceSaving):
                 raise EngineError(f"the model is not available: {self._last_error}. Fix the cause and restart")
             self.queue.add(job)
         return job.job_id
-
-    def voice(self, name: str) -> Voice:
-        """The saved voice ``name`` as a request's Voice, with the transcript it was saved with (so a request
-        built from it speaks zero-shot when it has one). VoiceError if there is none by that name."""
-        entry = self.voices.get(name)
-        return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
 
     def position(self, job_id: str) -> int | None:
         """0 while running, 1 for the next job to run, 2, ...; None once finished (or unknown)."""

@@ -1,4 +1,5 @@
-"""Naming prompt voices through the engine: from a finished job, or straight from a recording.
+"""The engine's voice library methods: a saved voice for a request, naming one from a finished job or
+straight from a recording.
 
 Mixed into :class:`cosyvoice_mac.engine.client.Engine`, which provides ``voices`` (a VoiceLibrary),
 ``result``, ``queue`` and ``run_task``. Nothing here imports torch: the worker extracts the features.
@@ -9,10 +10,17 @@ from pathlib import Path
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.request import Voice
 
 
 class VoiceSaving:
     """The engine's voice-saving methods (state lives on the engine)."""
+
+    def voice(self, name: str) -> Voice:
+        """The saved voice ``name`` as a request's Voice, with the transcript it was saved with (so a request
+        built from it speaks zero-shot when it has one). VoiceError if there is none by that name."""
+        entry = self.voices.get(name)
+        return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
 
     def save_voice_from_audio(self, name: str, audio_path: str | Path, transcript: str | None = None,
                               overwrite: bool = False, timeout: float | None = None) -> dict:

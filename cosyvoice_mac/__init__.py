@@ -12,3 +12,27 @@ __version__ = "0.1.0"
 _MPS_FALLBACK_PRESET = _os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK")
 _TORCH_IMPORTED_FIRST = "torch" in _sys.modules
 _os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
+
+
+def __getattr__(name):
+    # The front door; each name loads its module on first use, so ``import cosyvoice_mac`` stays light.
+    if name == "CosyVoice":
+        from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
+
+        return CosyVoice
+    if name == "load_model":
+        from cosyvoice_mac.load import load_model
+
+        return load_model
+    if name in ("Request", "Voice"):
+        from cosyvoice_mac import request
+
+        return getattr(request, name)
+    if name == "CosyVoiceError":
+        from cosyvoice_mac.errors import CosyVoiceError
+
+        return CosyVoiceError
+    raise AttributeError(f"module 'cosyvoice_mac' has no attribute {name!r}")
+
+
+__all__ = ["CosyVoice", "CosyVoiceError", "Request", "Voice", "load_model"]

@@ -29,6 +29,7 @@ import numpy as np
 import soundfile
 import torch
 
+from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.frontend.resample import resample
 
 TOKENIZER_SAMPLE_RATE = 16000  # the speech tokenizer's rate; hashes and trimming work at this rate
@@ -63,7 +64,7 @@ REASONS = (
 MAX_RESAMPLE_FILTER_TAPS = 4_000_000
 
 
-class AudioInputError(ValueError):
+class AudioInputError(InputError):
     """An audio file we cannot use as a voice prompt. ``reason`` is one of REASONS; ``str()`` is for the user."""
 
     def __init__(self, reason: str, message: str):
@@ -104,52 +105,95 @@ def load_audio(
     ``min_seconds`` applies to the speech kept (after trimming); ``max_seconds`` to the returned
     audio, including the 0.2 s tail that ``normalize`` appends. ``None`` turns a limit off.
     """
-    path = Path(path)
-    wave, source_rate = decode_audio(path)
-    if source_rate < MIN_SOURCE_SAMPLE_RATE:
-        raise AudioInputError(
-            "low_sample_rate",
-            f"{path.name} is sampled at {source_rate} Hz; a voice prompt needs at least {MIN_SOURCE_SAMPLE_RATE} Hz "
-            "(phone-quality audio lacks the high frequencies the model listens to). Record or export it at "
-            "16 kHz or higher.",
-        )
-    for rate in {TOKENIZER_SAMPLE_RATE, sample_rate}:
-        _check_resampleable(path, source_rate, rate)
-    wave_16k = resample(wave, source_rate, TOKENIZER_SAMPLE_RATE)
-    if wave_16k.abs().max().item() < SILENT_PEAK:
-        raise AudioInputError(
-            "silent",
-            f"{path.name} is silent (its loudest sample is below -60 dBFS). Check the microphone and record again.",
-        )
-    content_hash = audio_content_hash(wave_16k)
+    return decode_prompt(path).at(sample_rate, trim_silence=trim_silence, normalize=normalize,
+                                  min_seconds=min_seconds, max_seconds=max_seconds)
 
-    wave = wave_16k if sample_rate == TOKENIZER_SAMPLE_RATE else resample(wave, source_rate, sample_rate)
-    if trim_silence:
-        start_s, end_s = _speech_span(wave_16k)
-        wave = wave[:, round(start_s * sample_rate) : round(end_s * sample_rate)]
 
-    speech_seconds = wave.shape[-1] / sample_rate
-    tail = round(TAIL_SECONDS * sample_rate) if normalize else 0
-    trimmed_note = " after trimming silence" if trim_silence else ""
-    if min_seconds is not None and speech_seconds < min_seconds:
-        raise AudioInputError(
-            "too_short",
-            f"{path.name} holds only {speech_seconds:.1f} s of sound{trimmed_note}; a voice prompt needs at least "
-            f"{min_seconds:g} s (3-10 s of clear speech works best). Record a longer sample.",
-        )
-    if max_seconds is not None and (wave.shape[-1] + tail) / sample_rate > max_seconds:
-        limit = max_seconds - tail / sample_rate
-        raise AudioInputError(
-            "too_long",
-            f"{path.name} is {speech_seconds:.1f} s long{trimmed_note}; the model takes at most {limit:g} s of "
-            "prompt speech. Cut it to one clear sentence or a few (5-15 s is plenty).",
-        )
-    if normalize:
-        peak = wave.abs().max()
-        if peak > NORMALIZED_PEAK:
-            wave = wave / peak * NORMALIZED_PEAK
-        wave = torch.cat([wave, wave.new_zeros(1, tail)], dim=1)
-    return LoadedAudio(wave.contiguous(), sample_rate, content_hash, source_rate)
+class DecodedPrompt:
+    """One prompt recording, decoded once: every later step (the cache key, the 16 and 24 kHz loads, the
+    speech span) reads it from here instead of decoding the file again.
+
+    source: (1, N) float32 mono at ``source_rate``; wave_16k: the same at 16 kHz (hash and trimming).
+    """
+
+    def __init__(self, source: torch.Tensor, source_rate: int, name: str):
+        if source_rate < MIN_SOURCE_SAMPLE_RATE:
+            raise AudioInputError(
+                "low_sample_rate",
+                f"{name} is sampled at {source_rate} Hz; a voice prompt needs at least {MIN_SOURCE_SAMPLE_RATE} Hz "
+                "(phone-quality audio lacks the high frequencies the model listens to). Record or export it at "
+                "16 kHz or higher.",
+            )
+        _check_resampleable(name, source_rate, TOKENIZER_SAMPLE_RATE)
+        self.source, self.source_rate, self.name = source, source_rate, name
+        self.wave_16k = resample(source, source_rate, TOKENIZER_SAMPLE_RATE)
+        if self.wave_16k.abs().max().item() < SILENT_PEAK:
+            raise AudioInputError(
+                "silent",
+                f"{name} is silent (its loudest sample is below -60 dBFS). Check the microphone and record again.",
+            )
+        self.content_hash = audio_content_hash(self.wave_16k)
+        self._span: tuple[float, float] | None = None
+
+    @property
+    def speech_span(self) -> tuple[float, float]:
+        """Start and end (seconds) of the sound, found once on the 16 kHz wave."""
+        if self._span is None:
+            self._span = _speech_span(self.wave_16k)
+        return self._span
+
+    def at(self, sample_rate: int, *, trim_silence: bool = True, normalize: bool = True,
+           min_seconds: float | None = MIN_SECONDS, max_seconds: float | None = MAX_SECONDS) -> LoadedAudio:
+        """The prompt at ``sample_rate``, cleaned up and checked as ``load_audio`` documents."""
+        _check_resampleable(self.name, self.source_rate, sample_rate)
+        wave = self.wave_16k if sample_rate == TOKENIZER_SAMPLE_RATE else resample(
+            self.source, self.source_rate, sample_rate)
+        if trim_silence:
+            start_s, end_s = self.speech_span
+            wave = wave[:, round(start_s * sample_rate) : round(end_s * sample_rate)]
+        speech_seconds = wave.shape[-1] / sample_rate
+        tail = round(TAIL_SECONDS * sample_rate) if normalize else 0
+        trimmed_note = " after trimming silence" if trim_silence else ""
+        if min_seconds is not None and speech_seconds < min_seconds:
+            raise AudioInputError(
+                "too_short",
+                f"{self.name} holds only {speech_seconds:.1f} s of sound{trimmed_note}; a voice prompt needs at "
+                f"least {min_seconds:g} s (3-10 s of clear speech works best). Record a longer sample.",
+            )
+        if max_seconds is not None and (wave.shape[-1] + tail) / sample_rate > max_seconds:
+            limit = max_seconds - tail / sample_rate
+            raise AudioInputError(
+                "too_long",
+                f"{self.name} is {speech_seconds:.1f} s long{trimmed_note}; the model takes at most {limit:g} s of "
+                "prompt speech. Cut it to one clear sentence or a few (5-15 s is plenty).",
+            )
+        if normalize:
+            peak = wave.abs().max()
+            if peak > NORMALIZED_PEAK:
+                wave = wave / peak * NORMALIZED_PEAK
+            wave = torch.cat([wave, wave.new_zeros(1, tail)], dim=1)
+        return LoadedAudio(wave.contiguous(), sample_rate, self.content_hash, self.source_rate)
+
+
+def decode_prompt(prompt, sample_rate: int | None = None) -> DecodedPrompt:
+    """A prompt file (path), mono or (N, channels) samples at ``sample_rate``, or an already decoded prompt,
+    as a DecodedPrompt; AudioInputError when it cannot be a voice prompt."""
+    if isinstance(prompt, DecodedPrompt):
+        return prompt
+    if isinstance(prompt, np.ndarray):
+        if not sample_rate or sample_rate <= 0:
+            raise AudioInputError("not_audio", "prompt samples were given without their sample rate")
+        samples = np.asarray(prompt, dtype=np.float32)
+        samples = samples.reshape(-1, 1) if samples.ndim == 1 else samples  # (N, channels)
+        if samples.shape[0] == 0:
+            raise AudioInputError("empty", "the recording contains no audio samples. Record it again.")
+        if not np.isfinite(samples).all():
+            raise AudioInputError("not_audio", "the recording holds invalid samples (NaN or infinity).")
+        wave = torch.from_numpy(np.ascontiguousarray(samples.T)).mean(dim=0, keepdim=True)
+        return DecodedPrompt(wave, int(sample_rate), "the recording")
+    path = Path(prompt)
+    wave, rate = decode_audio(path)
+    return DecodedPrompt(wave, rate, path.name)
 
 
 def decode_audio(path: str | Path) -> tuple[torch.Tensor, int]:
@@ -260,12 +304,12 @@ def _decode_with_platform_decoder(path: Path, soundfile_error: Exception) -> tup
     return samples.reshape(-1, channels), rate
 
 
-def _check_resampleable(path: Path, source_rate: int, target_rate: int) -> None:
+def _check_resampleable(name: str, source_rate: int, target_rate: int) -> None:
     divisor = math.gcd(source_rate, target_rate)
     if (source_rate // divisor) * (target_rate // divisor) > MAX_RESAMPLE_FILTER_TAPS:
         raise AudioInputError(
             "odd_sample_rate",
-            f"{path.name} uses an unusual sample rate ({source_rate} Hz) that cannot be converted to "
+            f"{name} uses an unusual sample rate ({source_rate} Hz) that cannot be converted to "
             f"{target_rate} Hz efficiently. Export it at a standard rate such as 16000, 44100 or 48000 Hz.",
         )
 

@@ -12,13 +12,15 @@ from typing import Iterable
 import torch
 from torch import nn
 
+from cosyvoice_mac.errors import CosyVoiceError
+
 _WEIGHT_NORM_SUFFIXES = {
     ".parametrizations.weight.original0": ".parametrizations.weight.original1",
     ".weight_g": ".weight_v",
 }
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(CosyVoiceError, RuntimeError):
     """A checkpoint file is missing, unreadable or does not fit the model."""
 
 

@@ -8,11 +8,16 @@ from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.preview.labels import PREVIEW_LABEL
+from cosyvoice_mac.request import SPEED_RANGE
+
 
 def _add_synth(commands) -> None:
     synth = commands.add_parser("synth", help="speak text in the voice of a prompt recording")
-    source = synth.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", type=Path, help="model folder (e.g. models/Fun-CosyVoice3-0.5B)")
+    source = synth.add_mutually_exclusive_group()
+    source.add_argument("--model", help="model folder, a folder name under models/, or 'preview' (default: as the "
+                        "app picks: a CosyVoice3 folder in models/, else any model, else the preview voice)")
     source.add_argument(
         "--random-weights", choices=("cosyvoice3", "cosyvoice2"),
         help="build the full-size architecture with RANDOM weights (benchmarks only: the audio is noise)",
@@ -22,7 +27,8 @@ def _add_synth(commands) -> None:
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
     synth.add_argument("--instruct", help='instruction, e.g. "speak sadly" or "用四川话说" (instruct mode)')
     synth.add_argument("--seed", type=int, help="sampling seed (the same seed gives the same audio)")
-    synth.add_argument("--speed", type=float, default=1.0, help="0.5-2.0, 1.0 = natural")
+    synth.add_argument("--speed", type=float, default=1.0,
+                       help=f"{SPEED_RANGE[0]:g}-{SPEED_RANGE[1]:g}, 1.0 = natural")
     synth.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
     synth.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
     synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
@@ -34,16 +40,35 @@ def _add_synth(commands) -> None:
     synth.set_defaults(handler=_synth)
 
 
-def _synth(args) -> int:
-    from cosyvoice_mac.audio import write_wav
+def _request(args):
+    """The request the page would queue for these arguments, checked before any model loads: a flag given
+    asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction."""
+    from cosyvoice_mac.request import Request, Voice
+
+    mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
+    return Request.build(args.text, Voice.recording(args.prompt_wav, transcript=args.prompt_text), mode=mode,
+                         instruct=args.instruct, seed=args.seed, speed=args.speed, stream=args.stream)
+
+
+def _load(args):
+    from cosyvoice_mac.load import load_model
     from cosyvoice_mac.pipeline import CosyVoice
 
-    started = time.perf_counter()
-    if args.model is not None:
-        model = CosyVoice.from_pretrained(args.model, device=args.device, dtype=args.dtype)
-    else:
+    if args.random_weights is not None:
         print(f"warning: {args.random_weights} with RANDOM weights: the output is noise", file=sys.stderr)
-        model = CosyVoice.random_full_size(args.random_weights, device=args.device, dtype=args.dtype)
+        return CosyVoice.random_full_size(args.random_weights, device=args.device, dtype=args.dtype)
+    model = load_model(args.model, device=args.device, dtype=args.dtype)
+    if model.version == "preview":
+        print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
+    return model
+
+
+def _synth(args) -> int:
+    from cosyvoice_mac.audio import write_wav
+
+    request = _request(args)
+    started = time.perf_counter()
+    model = _load(args)
     print(f"loaded {model.model_id} on {model.device} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if args.vocoder == "coreml":
         from cosyvoice_mac.coreml.runtime import load_vocoder
@@ -54,10 +79,7 @@ def _synth(args) -> int:
               file=sys.stderr)
     pieces, tokens, seconds = [], 0, 0.0
     started = time.perf_counter()
-    for result in model.synthesize(
-        args.text, prompt_audio=args.prompt_wav, prompt_text=args.prompt_text, instruct=args.instruct,
-        seed=args.seed, speed=args.speed, stream=args.stream,
-    ):
+    for result in model.run(request):
         if not pieces and args.stream:
             print(f"first audio after {time.perf_counter() - started:.2f} s", file=sys.stderr)
         pieces.append(result.audio)
@@ -85,17 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from cosyvoice_mac.audio import AudioInputError
-    from cosyvoice_mac.checkpoint import CheckpointError
-    from cosyvoice_mac.config import ConfigError
-    from cosyvoice_mac.device import DeviceError
-    from cosyvoice_mac.pipeline.model_dir import ModelFolderError
-    from cosyvoice_mac.pipeline.types import SynthesisError
-
-    user_errors = (SynthesisError, AudioInputError, ModelFolderError, CheckpointError, ConfigError, DeviceError)
     try:
         return args.handler(args)
-    except user_errors as error:
+    except CosyVoiceError as error:  # ours: the message is written for the user
         print(f"error: {error}", file=sys.stderr)
         return 2
 

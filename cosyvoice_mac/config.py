@@ -17,8 +17,10 @@ from typing import Any
 
 import yaml
 
+from cosyvoice_mac.errors import CosyVoiceError
 
-class ConfigError(ValueError):
+
+class ConfigError(CosyVoiceError, ValueError):
     """A model config file that cannot be read or lacks a value we need."""
 
 

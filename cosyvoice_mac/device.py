@@ -15,6 +15,7 @@ import psutil
 import torch
 
 import cosyvoice_mac
+from cosyvoice_mac.errors import CosyVoiceError
 
 DEVICE_ENV = "COSYVOICE_DEVICE"
 DTYPE_ENV = "COSYVOICE_DTYPE"
@@ -32,7 +33,7 @@ _DTYPES = {
 }
 
 
-class DeviceError(RuntimeError):
+class DeviceError(CosyVoiceError, RuntimeError):
     """A requested device or dtype that this machine cannot provide; the message says what to use instead."""
 
 

@@ -11,42 +11,56 @@ import pytest
 from cosyvoice_mac.engine import jobs, qos
 from cosyvoice_mac.engine.jobqueue import JobQueue
 from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, QueueFull
+from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.request import MAX_TEXT_CHARS, Request, Voice
+from tests.fakes.fake_pipeline import fake_request, fake_voice
 
 
-@pytest.mark.parametrize("job, message", [
-    (Job(text="  "), "empty"),
-    (Job(text="x" * (jobs.MAX_TEXT_CHARS + 1)), "limit"),
-    (Job(text="hi", prompt_audio="/no/such/file.wav"), "does not exist"),
-    (Job(text="hi", prompt_audio=np.zeros(10, np.float32)), "prompt_sample_rate"),
-    (Job(text="hi", prompt_audio="/no/such.wav", voice="alice"), "not both"),
-    (Job(text="hi", speed=0), "speed"),
-    (Job(text="hi", speed=float("nan")), "speed"),
-    (Job(text="hi", seed=-1), "seed"),
-    (Job(text="hi", prompt_audio=[0.0, 1.0]), "numpy array"),
-    (Job(text="hi", speed=1.5, stream=True), "cannot be used while streaming"),
+def _job(text: str) -> Job:
+    return Job(fake_request(text))
+
+
+@pytest.mark.parametrize("build, code", [
+    (lambda voice: Request.build("  ", voice), "text_empty"),
+    (lambda voice: Request.build("x" * (MAX_TEXT_CHARS + 1), voice), "text_too_long"),
+    (lambda voice: Request.build("hi", Voice.recording("/no/such/file.wav")), "prompt_missing"),
+    (lambda voice: Request.build("hi", Voice(samples=np.zeros(10, np.float32))), "prompt_samples"),
+    (lambda voice: Request.build("hi", Voice(audio=voice.audio, saved="alice")), "voice_ambiguous"),
+    (lambda voice: Request.build("hi", None), "prompt_needed"),
+    (lambda voice: Request.build("hi", voice, speed=0), "speed_invalid"),
+    (lambda voice: Request.build("hi", voice, speed=float("nan")), "speed_invalid"),
+    (lambda voice: Request.build("hi", voice, seed=-1), "seed_invalid"),
+    (lambda voice: Request.build("hi", voice, seed=True), "seed_invalid"),
+    (lambda voice: Request.build("hi", Voice(samples=[0.0, 1.0], sample_rate=16000)), "prompt_samples"),
+    (lambda voice: Request.build("hi", voice, speed=1.5, stream=True), "speed_stream"),
+    (lambda voice: Request(text="hi", voice=voice, mode="whisper"), "mode_unknown"),
 ])
-def test_bad_jobs_are_refused_with_the_field_named(job, message):
-    with pytest.raises(EngineError, match=message):
-        job.validate()
+def test_bad_requests_are_refused_with_the_field_and_rule_named(build, code):
+    with pytest.raises(RequestError) as raised:
+        build(fake_voice())
+    assert raised.value.code == code and str(raised.value)
 
 
-def test_mode_follows_the_pipeline_rule():
-    assert Job(text="a", instruct="happy", prompt_text="b").mode == "instruct"
-    assert Job(text="a", prompt_text="b").mode == "zero_shot"
-    assert Job(text="a").mode == "cross_lingual"
+def test_the_mode_is_derived_once_from_the_stripped_strings():
+    voice = fake_voice(transcript="b")
+    assert Request.build("a", voice, instruct="happy").mode == "instruct"
+    assert Request.build("a", voice).mode == "zero_shot"
+    assert Request.build("a", fake_voice(transcript="  ")).mode == "cross_lingual"
+    assert Request.build("a", voice, instruct="   ").mode == "zero_shot"
 
 
 def test_queue_keeps_order_bound_and_positions():
     book = JobQueue(3, threading.RLock())
-    records = [book.add(Job(text=f"job {i}")) for i in range(3)]
+    heard = book.subscribe()
+    records = [book.add(_job(f"job {i}")) for i in range(3)]
     with pytest.raises(QueueFull, match="3 jobs waiting"):
-        book.add(Job(text="one too many"))
+        book.add(_job("one too many"))
     assert [book.position(r.job.job_id) for r in records] == [1, 2, 3]
 
     first = book.start_next()
     assert first is records[0] and book.start_next() is None  # one job runs at a time
     assert [book.position(r.job.job_id) for r in records] == [0, 1, 2]
-    book.add(Job(text="fits again"))  # the running job no longer counts against the bound
+    book.add(_job("fits again"))  # the running job no longer counts against the bound
 
     book.remove_waiting(records[1], "cancelled before it started")
     assert book.position(records[2].job.job_id) == 1
@@ -55,13 +69,14 @@ def test_queue_keeps_order_bound_and_positions():
 
     book.finish(first, jobs.DONE, "done")
     assert book.start_next() is records[2]
-    kinds = [event.kind for event in book.events(records[1].job.job_id, timeout=1)]
-    assert kinds == ["queued", "position", "cancelled"]
+    assert [event.kind for event in heard.of(records[1].job.job_id, timeout=1)] == ["queued", "queued", "cancelled"]
+    heard.close()
+    assert book.running.terminal is None and records[1].terminal.message == "cancelled before it started"
 
 
 def test_requeued_job_runs_first():
     book = JobQueue(4, threading.RLock())
-    a, b = book.add(Job(text="a")), book.add(Job(text="b"))
+    a, b = book.add(_job("a")), book.add(_job("b"))
     assert book.start_next() is a
     book.requeue_first(a)
     assert [book.position(r.job.job_id) for r in (a, b)] == [1, 2]
@@ -69,7 +84,7 @@ def test_requeued_job_runs_first():
 
 def test_unknown_job_and_duplicate_ids_are_refused():
     book = JobQueue(2, threading.RLock())
-    job = Job(text="a")
+    job = _job("a")
     book.add(job)
     with pytest.raises(EngineError, match="already submitted"):
         book.add(job)
@@ -79,12 +94,16 @@ def test_unknown_job_and_duplicate_ids_are_refused():
         book.result(job.job_id, timeout=0.01)
 
 
-def test_a_failing_listener_does_not_break_the_queue():
+def test_a_closed_listener_hears_nothing_more_and_finished_jobs_keep_only_their_end():
     book = JobQueue(2, threading.RLock())
-    book.add_callback(lambda event: 1 / 0)
-    heard = book.subscribe()
-    record = book.add(Job(text="a"))
-    assert heard.get(timeout=1).job_id == record.job.job_id
+    with book.subscribe() as heard:
+        record = book.add(_job("a"))
+        assert heard.get(timeout=1).job_id == record.job.job_id
+    book.add(_job("b"))
+    assert heard.empty() and not book._subscribers
+    book.start_next()
+    book.finish(record, jobs.DONE, "done")
+    assert not hasattr(record, "events") and record.terminal.kind == "done"
 
 
 def test_qos_is_a_quiet_no_op_off_macos():
@@ -127,7 +146,8 @@ class _Callable:
 
 
 def test_ui_side_of_the_engine_does_not_import_torch():
-    code = ("import sys, cosyvoice_mac.engine as e; e.Job(text='hi', stream=True).validate(); "
+    code = ("import sys, cosyvoice_mac.engine as e, cosyvoice_mac.request as r, cosyvoice_mac.engine.messages; "
+            "e.Job(r.Request.build('hi', r.Voice(saved='x'), stream=True)); "
             "e.TranscriberProcess().close(); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"

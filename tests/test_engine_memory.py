@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosyvoice_mac.engine import Engine, Job, WorkerConfig
+from cosyvoice_mac.engine import Engine, WorkerConfig
+from cosyvoice_mac.request import Request, Voice
 from tests.fakes.onnx_models import make_tiny_model_dir
 
 JOBS = 100
@@ -20,10 +21,10 @@ def test_memory_stays_flat_over_100_jobs(tmp_path, make_speech):
     rss, device_bytes = [], []
     with Engine(config, max_queue=JOBS, start_timeout_s=DEADLINE) as engine:
         assert engine.start(timeout=DEADLINE), engine.status()
-        job_ids = [engine.submit(Job(text="Hi.", prompt_audio=voice, seed=index)) for index in range(JOBS)]
+        job_ids = [engine.submit(Request.build("Hi.", Voice.recording(voice), seed=index)) for index in range(JOBS)]
         for job_id in job_ids:
             result = engine.result(job_id, timeout=DEADLINE)
-            assert result.audio.size > 0
+            assert result.samples().size > 0
             memory = engine.status()["memory"]  # measured by the worker after this job's clean-up
             rss.append(memory["rss_bytes"])
             device_bytes.append(memory["device_allocated_bytes"])

@@ -6,8 +6,9 @@ import json
 import numpy as np
 import pytest
 
-from cosyvoice_mac.engine import Engine, Job, WorkerConfig
+from cosyvoice_mac.engine import Engine, WorkerConfig
 from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL
+from cosyvoice_mac.request import Request, Voice
 from tests.fakes.fake_pipeline import result_and_events
 
 DEADLINE = 180.0
@@ -26,10 +27,10 @@ def engine(tmp_path_factory):
 
 def test_preview_job_writes_a_wav_labelled_as_preview(engine, make_speech):
     voice = str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
-    job_id = engine.submit(Job(text="Hello from the preview voice.", prompt_audio=voice, seed=1))
+    job_id = engine.submit(Request.build("Hello from the preview voice.", Voice.recording(voice), seed=1))
     result = engine.result(job_id, timeout=DEADLINE)
     assert engine.status()["version"] == "preview"
-    assert result.audio.size > 0 and np.isfinite(result.audio).all()
+    assert result.samples().size > 0 and np.isfinite(result.samples()).all()
     assert any(PREVIEW_LABEL in note for note in result.notes)
     sidecar = json.loads(open(result.sidecar_path).read())
     assert sidecar["version"] == "preview" and any(PREVIEW_LABEL in note for note in sidecar["notes"])
@@ -40,8 +41,9 @@ def test_preview_streams_its_audio_and_a_voice_can_be_saved_first(engine, make_s
     saved = engine.save_voice_from_audio("Preview narrator", voice, None, timeout=DEADLINE)
     assert saved["model_id"] == engine.status()["model"]
     result, events = result_and_events(
-        engine, Job(text="First sentence here. And a second one.", voice="Preview narrator", stream=True, seed=2),
+        engine, Request.build("First sentence here. And a second one.", engine.voice("Preview narrator"), stream=True,
+                              seed=2),
         DEADLINE)
-    chunks = [event.data["audio"] for event in events if event.kind == "progress"]
+    chunks = [event.audio for event in events if event.kind == "progress"]
     assert chunks and result.cache_hit  # a short text is one segment, so maybe one chunk
-    assert np.array_equal(np.concatenate(chunks), result.audio)
+    assert np.allclose(np.concatenate(chunks), result.samples(), atol=1e-4)

@@ -12,8 +12,9 @@ import signal
 import numpy as np
 import pytest
 
-from cosyvoice_mac.engine import Engine, Job, JobCancelled, JobFailed, WorkerConfig
-from tests.fakes.fake_pipeline import WRAPPED_REAL_FACTORY, result_and_events, wait_for_event
+from cosyvoice_mac.engine import Engine, JobCancelled, JobFailed, WorkerConfig
+from cosyvoice_mac.request import Request, Voice
+from tests.fakes.fake_pipeline import WRAPPED_REAL_FACTORY, result_and_events, submit_and_wait
 from tests.fakes.onnx_models import make_tiny_model_dir
 
 DEADLINE = 120.0
@@ -58,30 +59,31 @@ def test_ready_only_after_a_real_warm_up(engine):
 
 
 def test_cache_hit_on_the_second_request_and_after_restart(engine, voice):
-    job = Job(text="Hello there.", prompt_audio=voice, prompt_text="This is the voice I would like you to copy.")
+    job = Request.build("Hello there.",
+                        Voice.recording(voice, transcript="This is the voice I would like you to copy."))
     first = engine.result(engine.submit(job), timeout=DEADLINE)
     extractions = engine.status()["feature_extractions"]
-    assert not first.cache_hit and extractions >= 1 and _audible(first.audio)
+    assert not first.cache_hit and extractions >= 1 and _audible(first.samples())
     assert first.mode == "zero_shot" and first.sample_rate == 24000
 
-    second = engine.result(engine.submit(Job(text="Hello again.", prompt_audio=voice)), timeout=DEADLINE)
+    second = engine.result(engine.submit(Request.build("Hello again.", Voice.recording(voice))), timeout=DEADLINE)
     assert second.cache_hit and second.prompt_hash == first.prompt_hash and second.mode == "cross_lingual"
     assert engine.status()["feature_extractions"] == extractions  # feature extraction not called
     assert second.timings["prompt"] < first.timings["prompt"]
 
     assert engine.restart(timeout=DEADLINE)
-    third = engine.result(engine.submit(Job(text="After a restart.", prompt_audio=voice)), timeout=DEADLINE)
+    third = engine.result(engine.submit(Request.build("After a restart.", Voice.recording(voice))), timeout=DEADLINE)
     assert third.cache_hit and engine.status()["feature_extractions"] == 0
-    assert _audible(third.audio)
+    assert _audible(third.samples())
 
 
 def test_outputs_hold_the_real_result(engine, voice):
-    result = engine.result(engine.submit(Job(text="Save this.", prompt_audio=voice, seed=3)), timeout=DEADLINE)
+    result = engine.result(engine.submit(Request.build("Save this.", Voice.recording(voice), seed=3)), timeout=DEADLINE)
     sidecar = json.loads(open(result.sidecar_path, encoding="utf-8").read())
     assert sidecar["seed"] == 3 and sidecar["model"] == result.model and sidecar["device"] == "cpu"
     assert sidecar["version"] == "cosyvoice3" and sidecar["prompt_hash"] == result.prompt_hash
     assert {"llm", "flow", "vocoder", "total"} <= set(sidecar["timings"])
-    assert os.path.getsize(result.output_path) == 44 + 2 * result.audio.size + _info_size(result.output_path)
+    assert os.path.getsize(result.output_path) == 44 + 2 * result.samples().size + _info_size(result.output_path)
 
 
 def _info_size(path: str) -> int:
@@ -91,14 +93,13 @@ def _info_size(path: str) -> int:
 
 
 def test_same_seed_gives_the_same_audio(engine, voice):
-    runs = [engine.result(engine.submit(Job(text="Repeat me.", prompt_audio=voice, seed=11)), DEADLINE)
+    runs = [engine.result(engine.submit(Request.build("Repeat me.", Voice.recording(voice), seed=11)), DEADLINE)
             for _ in range(2)]
-    assert np.array_equal(runs[0].audio, runs[1].audio)
+    assert np.array_equal(runs[0].samples(), runs[1].samples())
 
 
 def test_cancel_a_running_real_job(engine, voice):
-    job_id = engine.submit(Job(text=LONG_TEXT, prompt_audio=voice))
-    wait_for_event(engine, job_id, "started", DEADLINE)
+    job_id, _ = submit_and_wait(engine, Request.build(LONG_TEXT, Voice.recording(voice)), "started", DEADLINE)
     engine.cancel(job_id)
     with pytest.raises(JobCancelled):
         engine.result(job_id, timeout=DEADLINE)
@@ -107,14 +108,13 @@ def test_cancel_a_running_real_job(engine, voice):
 
 def test_kill_9_loses_no_waiting_job(engine, voice):
     pid = engine.status()["worker_pid"]
-    running = engine.submit(Job(text=LONG_TEXT, prompt_audio=voice))
-    wait_for_event(engine, running, "started", DEADLINE)
-    waiting = [engine.submit(Job(text=f"Number {i}.", prompt_audio=voice)) for i in range(2)]
+    running, _ = submit_and_wait(engine, Request.build(LONG_TEXT, Voice.recording(voice)), "started", DEADLINE)
+    waiting = [engine.submit(Request.build(f"Number {i}.", Voice.recording(voice))) for i in range(2)]
     os.kill(pid, signal.SIGKILL)
     with pytest.raises(JobFailed, match="SIGKILL"):
         engine.result(running, timeout=DEADLINE)
     results = [engine.result(job_id, timeout=DEADLINE) for job_id in waiting]
-    assert all(_audible(result.audio) and result.cache_hit for result in results)
+    assert all(_audible(result.samples()) and result.cache_hit for result in results)
     assert engine.status()["worker_pid"] not in (None, pid)
 
 
@@ -123,10 +123,11 @@ def test_device_error_is_retried_on_the_cpu(tmp_path, voice):
                      pipeline_kwargs={"home_device": "mps"})
     with _engine(config) as engine:
         assert engine.start(timeout=DEADLINE) and engine.status()["device"] == "mps"
-        retried = engine.result(engine.submit(Job(text="[device-error] Try me.", prompt_audio=voice)), DEADLINE)
+        request = Request.build("[device-error] Try me.", Voice.recording(voice))
+        retried = engine.result(engine.submit(request), DEADLINE)
         assert retried.fell_back_to_cpu and retried.device == "cpu" and "MPS device" in retried.fallback_reason
-        assert _audible(retried.audio)
-        after = engine.result(engine.submit(Job(text="Home again.", prompt_audio=voice)), DEADLINE)
+        assert _audible(retried.samples())
+        after = engine.result(engine.submit(Request.build("Home again.", Voice.recording(voice))), DEADLINE)
         assert after.device == "mps" and not after.fell_back_to_cpu and engine.status()["fell_back"] is False
 
 
@@ -138,18 +139,20 @@ def test_a_voice_saved_from_a_recording_is_ready_before_any_generation(engine, m
                                          timeout=DEADLINE)
     assert saved["model_id"] == engine.status()["model"]
     assert engine.status()["feature_extractions"] == extractions + 1
-    result = engine.result(engine.submit(Job(text="Spoken by the saved voice.", voice="Real voice")), DEADLINE)
+    request = Request.build("Spoken by the saved voice.", engine.voice("Real voice"))
+    result = engine.result(engine.submit(request), DEADLINE)
     assert result.cache_hit and result.prompt_hash == saved["audio_hash"] and result.mode == "zero_shot"
-    assert engine.status()["feature_extractions"] == extractions + 1 and _audible(result.audio)
+    assert engine.status()["feature_extractions"] == extractions + 1 and _audible(result.samples())
 
 
 def test_streaming_sends_playable_chunks_before_the_job_ends(engine, voice):
-    result, events = result_and_events(engine, Job(text=LONG_TEXT, prompt_audio=voice, seed=5, stream=True), DEADLINE)
-    chunks = [event.data["audio"] for event in events if event.kind == "progress"]
+    request = Request.build(LONG_TEXT, Voice.recording(voice), seed=5, stream=True)
+    result, events = result_and_events(engine, request, DEADLINE)
+    chunks = [event.audio for event in events if event.kind == "progress"]
     assert len(chunks) >= 2 and events[-1].kind == "done"
-    assert all(event.data["sample_rate"] == 24000 for event in events if event.kind == "progress")
-    assert np.array_equal(np.concatenate(chunks), result.audio)  # the saved file holds what was streamed
-    assert os.path.isfile(result.output_path) and _audible(result.audio)
+    assert all(event.sample_rate == 24000 for event in events if event.kind == "progress")
+    assert np.allclose(np.concatenate(chunks), result.samples(), atol=1e-4)  # the saved file holds what was streamed
+    assert os.path.isfile(result.output_path) and _audible(result.samples())
 
 
 def test_a_voice_prepared_for_streaming_starts_without_building_its_flow_prefix(engine, make_speech):
@@ -160,8 +163,9 @@ def test_a_voice_prepared_for_streaming_starts_without_building_its_flow_prefix(
     assert prepared["streaming_ready"] and prepared["model_id"] == after["model"]
     assert after["feature_extractions"] == before["feature_extractions"] + 1
     assert after["flow_prefix_builds"] == before["flow_prefix_builds"] + 1
-    result = engine.result(engine.submit(Job(text=LONG_TEXT, prompt_audio=recording, seed=5, stream=True)), DEADLINE)
-    assert result.cache_hit and _audible(result.audio)
+    request = Request.build(LONG_TEXT, Voice.recording(recording), seed=5, stream=True)
+    result = engine.result(engine.submit(request), DEADLINE)
+    assert result.cache_hit and _audible(result.samples())
     assert engine.status()["flow_prefix_builds"] == after["flow_prefix_builds"]  # the request used the prepared one
     again = engine.prepare_voice(recording, streaming=True, timeout=DEADLINE)
     assert again["source"] in ("memory", "disk")

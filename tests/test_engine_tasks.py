@@ -11,8 +11,9 @@ import time
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import EngineError, Job, TaskFailed, VoiceError, jobs
-from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, wait_for_event
+from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, jobs
+from cosyvoice_mac.request import Request
+from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started, submit_and_wait, tone
 
 DEADLINE = 60.0
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(8))  # 8 x 0.25 s
@@ -44,7 +45,8 @@ def test_a_voice_is_saved_from_a_recording_before_any_generation_and_reused(engi
     assert engine.status()["feature_extractions"] == extractions + 1  # done in the worker, now
     assert os.path.isfile(engine.voices.get("Aunt May")["audio_path"])  # a copy outlives the upload
 
-    result = engine.result(engine.submit(Job(text="Spoken by a saved voice.", voice="Aunt May")), timeout=DEADLINE)
+    request = Request.build("Spoken by a saved voice.", engine.voice("Aunt May"))
+    result = engine.result(engine.submit(request), timeout=DEADLINE)
     assert result.cache_hit and result.prompt_hash == saved["audio_hash"] and result.mode == "zero_shot"
     assert engine.status()["feature_extractions"] == extractions + 1
 
@@ -70,15 +72,14 @@ def test_bad_names_files_and_audio_are_refused_with_a_reason(engine, recording, 
     assert "Notes" not in [voice["name"] for voice in engine.voices.list()]
     with pytest.raises(TaskFailed, match="unknown task"):
         engine.run_task("paint", {}, timeout=DEADLINE)
-    assert engine.result(engine.submit(Job(text="Still working.")), timeout=DEADLINE)
+    assert engine.result(engine.submit(fake_request("Still working.")), timeout=DEADLINE)
 
 
 def test_a_task_runs_after_the_running_job_and_before_the_waiting_ones(engine, recording):
     heard = engine.subscribe()
     try:
-        running = engine.submit(Job(text=SLOW))
-        wait_for_event(engine, running, "progress", DEADLINE)
-        waiting = engine.submit(Job(text="Next in line."))
+        running, _ = submit_and_wait(engine, fake_request(SLOW), "progress", DEADLINE)
+        waiting = engine.submit(fake_request("Next in line."))
         saved_at = {}
 
         def save():
@@ -107,7 +108,7 @@ def test_a_timed_out_task_is_forgotten_and_its_late_answer_dropped(tmp_path, rec
         with pytest.raises(TimeoutError, match="within 0.3 s"):
             slow_engine.save_voice_from_audio("Late", recording(170.0), timeout=0.3)
         assert "Late" not in [voice["name"] for voice in slow_engine.voices.list()]
-        assert slow_engine.result(slow_engine.submit(Job(text="After the late answer.")), timeout=DEADLINE)
+        assert slow_engine.result(slow_engine.submit(fake_request("After the late answer.")), timeout=DEADLINE)
         assert not slow_engine.tasks._tickets
 
 

@@ -14,8 +14,9 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import EngineError, Job, JobCancelled, JobFailed, QueueFull, read_wav_info
-from tests.fakes.fake_pipeline import fake_worker_config, quick_engine, started, tone, wait_for_event
+from cosyvoice_mac.engine import EngineError, Job, JobCancelled, JobFailed, QueueFull, VoiceError, read_wav_info
+from cosyvoice_mac.request import Request, Voice
+from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started, submit_and_wait, tone
 
 DEADLINE = 60.0
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(12))  # 12 x 0.25 s, cancellable
@@ -30,20 +31,21 @@ def engine(tmp_path_factory):
 
 def _started(engine, job: Job) -> str:
     """Submit ``job`` and return once the worker is inside it (a stuck job never shows progress)."""
-    job_id = engine.submit(job)
-    wait_for_event(engine, job_id, "started" if "[hang]" in job.text else "progress", DEADLINE)
+    job_id, _ = submit_and_wait(engine, job, "started" if "[hang]" in job.text else "progress", DEADLINE)
+    if "[hang]" in job.text:  # a stuck job sends nothing more: give the worker time to get past its start
+        time.sleep(0.5)
     return job_id
 
 
 def test_one_job_at_a_time_in_submission_order_and_a_bounded_queue(engine):
     heard = engine.subscribe()
     try:
-        running = _started(engine, Job(text=SLOW))
-        waiting = [engine.submit(Job(text=f"Job {i}.")) for i in range(engine.queue.max_waiting)]
+        running = _started(engine, fake_request(SLOW))
+        waiting = [engine.submit(fake_request(f"Job {i}.")) for i in range(engine.queue.max_waiting)]
         assert [engine.position(job_id) for job_id in [running, *waiting]] == list(range(len(waiting) + 1))
         assert engine.status()["queue_length"] == len(waiting)
         with pytest.raises(QueueFull, match="queue is full"):
-            engine.submit(Job(text="One too many."))
+            engine.submit(fake_request("One too many."))
         for job_id in [running, *waiting]:
             engine.result(job_id, timeout=DEADLINE)
         assert engine.position(running) is None
@@ -59,8 +61,8 @@ def test_one_job_at_a_time_in_submission_order_and_a_bounded_queue(engine):
 
 
 def test_cancel_a_waiting_job_and_a_running_one(engine):
-    running = _started(engine, Job(text=SLOW))
-    waiting = engine.submit(Job(text="Never runs."))
+    running = _started(engine, fake_request(SLOW))
+    waiting = engine.submit(fake_request("Never runs."))
     assert engine.cancel(waiting) is True
     with pytest.raises(JobCancelled, match="before it started"):
         engine.result(waiting, timeout=0)
@@ -71,13 +73,13 @@ def test_cancel_a_waiting_job_and_a_running_one(engine):
         engine.result(running, timeout=DEADLINE)
     assert time.monotonic() - started < 2.0  # stopped at the next sentence, not after all 12
     assert engine.cancel(running) is False
-    assert engine.result(engine.submit(Job(text="Still works.")), timeout=DEADLINE).segment_count == 1
+    assert engine.result(engine.submit(fake_request("Still works.")), timeout=DEADLINE).segment_count == 1
 
 
 def test_restart_cancels_the_running_job_and_overlapping_restarts_do_one(engine):
     before = engine.status()
-    running = _started(engine, Job(text=SLOW))
-    waiting = engine.submit(Job(text="After the restart."))
+    running = _started(engine, fake_request(SLOW))
+    waiting = engine.submit(fake_request("After the restart."))
     outcomes = []
     threads = [threading.Thread(target=lambda: outcomes.append(engine.restart(timeout=DEADLINE))) for _ in range(2)]
     for thread in threads:
@@ -95,8 +97,8 @@ def test_restart_cancels_the_running_job_and_overlapping_restarts_do_one(engine)
 
 def test_kill_9_fails_the_running_job_and_keeps_the_waiting_ones(engine):
     before = engine.status()
-    running = _started(engine, Job(text=SLOW))
-    waiting = [engine.submit(Job(text=f"Kept {i}.")) for i in range(3)]
+    running = _started(engine, fake_request(SLOW))
+    waiting = [engine.submit(fake_request(f"Kept {i}.")) for i in range(3)]
     os.kill(before["worker_pid"], signal.SIGKILL)
     with pytest.raises(JobFailed, match="SIGKILL") as failure:
         engine.result(running, timeout=DEADLINE)
@@ -109,27 +111,27 @@ def test_kill_9_fails_the_running_job_and_keeps_the_waiting_ones(engine):
 
 def test_a_stuck_job_that_ignores_cancel_gets_its_worker_restarted(engine):
     before = engine.status()
-    stuck = _started(engine, Job(text="[hang] Stuck here. Forever."))
+    stuck = _started(engine, fake_request("[hang] Stuck here. Forever."))
     engine.cancel(stuck)
     with pytest.raises(JobCancelled, match="did not stop within"):
         engine.result(stuck, timeout=DEADLINE)
-    assert engine.result(engine.submit(Job(text="Next.")), timeout=DEADLINE).segment_count == 1
+    assert engine.result(engine.submit(fake_request("Next.")), timeout=DEADLINE).segment_count == 1
     assert engine.status()["worker_pid"] != before["worker_pid"]
 
 
 def test_a_job_past_its_time_limit_is_stopped(engine):
     engine.job_timeout_s = 0.5
     try:
-        stuck = _started(engine, Job(text="[hang] Too long. Really."))
+        stuck = _started(engine, fake_request("[hang] Too long. Really."))
         with pytest.raises(JobFailed, match="longer than the limit of 0.5 s"):
             engine.result(stuck, timeout=DEADLINE)
     finally:
         engine.job_timeout_s = None
-    assert engine.result(engine.submit(Job(text="Fine.")), timeout=DEADLINE)
+    assert engine.result(engine.submit(fake_request("Fine.")), timeout=DEADLINE)
 
 
 def test_restart_forces_a_stuck_worker_down(engine):
-    stuck = _started(engine, Job(text="[hang] Stuck. Here."))
+    stuck = _started(engine, fake_request("[hang] Stuck. Here."))
     started = time.monotonic()
     assert engine.restart(timeout=DEADLINE) is True
     assert time.monotonic() - started < DEADLINE / 2
@@ -139,11 +141,11 @@ def test_restart_forces_a_stuck_worker_down(engine):
 
 def test_second_request_for_a_voice_skips_extraction_and_the_cache_survives_restart(engine, tmp_path):
     prompt = tone(3.0, frequency=171.0)
-    first = engine.result(engine.submit(Job(text="One.", prompt_audio=prompt, prompt_sample_rate=24000)), DEADLINE)
+    first = engine.result(engine.submit(Request.build("One.", Voice.from_samples(prompt, 24000))), DEADLINE)
     extractions = engine.status()["feature_extractions"]
     assert first.cache_hit is False and first.timings["prompt"] >= 0.3
 
-    second = engine.result(engine.submit(Job(text="Two.", prompt_audio=prompt, prompt_sample_rate=24000)), DEADLINE)
+    second = engine.result(engine.submit(Request.build("Two.", Voice.from_samples(prompt, 24000))), DEADLINE)
     assert second.cache_hit is True and second.prompt_hash == first.prompt_hash
     assert engine.status()["feature_extractions"] == extractions  # feature extraction not called
     assert second.timings["prompt"] < first.timings["prompt"]
@@ -151,15 +153,15 @@ def test_second_request_for_a_voice_skips_extraction_and_the_cache_survives_rest
     path = tmp_path / "same-voice.wav"
     soundfile.write(path, prompt, 24000, subtype="FLOAT")  # the same recording, uploaded as a file
     assert engine.restart(timeout=DEADLINE)
-    third = engine.result(engine.submit(Job(text="Three.", prompt_audio=str(path))), DEADLINE)
+    third = engine.result(engine.submit(Request.build("Three.", Voice.recording(str(path)))), DEADLINE)
     status = engine.status()
     assert third.cache_hit is True and third.prompt_hash == first.prompt_hash
     assert status["feature_extractions"] == 0 and status["cache"]["disk_hits"] == 1
 
 
 def test_results_are_saved_with_sidecar_and_info(engine):
-    job = Job(text="Saved words. Two sentences!", prompt_audio=tone(), prompt_sample_rate=24000,
-              prompt_text="the prompt", seed=42, speed=1.25)
+    job = Job(Request.build("Saved words. Two sentences!", Voice.from_samples(tone(), 24000, transcript="the prompt"),
+                            seed=42, speed=1.25))
     result = engine.result(engine.submit(job), timeout=DEADLINE)
     assert result.output_error is None
     assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{job.job_id[:8]}\.wav", os.path.basename(result.output_path))
@@ -170,7 +172,7 @@ def test_results_are_saved_with_sidecar_and_info(engine):
     assert set(sidecar["timings"]) >= {"prompt", "synthesis", "total"}
     assert json.loads(read_wav_info(result.output_path)["ICMT"]) == sidecar
     saved, rate = soundfile.read(result.output_path, dtype="float32")
-    assert rate == result.sample_rate and np.abs(saved - result.audio).max() < 1e-3
+    assert rate == result.sample_rate and np.abs(saved - result.samples()).max() < 1e-3
     assert result.segment_count == 2 and result.seed == 42
 
 
@@ -181,42 +183,49 @@ def test_unwritable_outputs_still_return_the_audio(tmp_path):
     config.outputs_dir = str(blocker / "outputs")
     with quick_engine(config) as engine:
         assert engine.start(timeout=DEADLINE)
-        result = engine.result(engine.submit(Job(text="Keep me.")), timeout=DEADLINE)
+        result = engine.result(engine.submit(fake_request("Keep me.")), timeout=DEADLINE)
     assert result.output_path is None and "could not save the result" in result.output_error
-    assert result.audio.size > 0 and np.abs(result.audio).max() > 0.1
+    assert result.samples().size > 0 and np.abs(result.samples()).max() > 0.1
 
 
 def test_named_voices_reuse_cached_features(engine, tmp_path):
     path = tmp_path / "voice.wav"
     soundfile.write(path, tone(3.0, frequency=133.0), 24000, subtype="PCM_16")
-    first_id = engine.submit(Job(text="Hello.", prompt_audio=str(path), prompt_text="hello there"))
+    first_id = engine.submit(Request.build("Hello.", Voice.recording(str(path), transcript="hello there")))
     first = engine.result(first_id, timeout=DEADLINE)
     name = f"Narrator {first_id[:6]}"
     saved = engine.save_voice(name, first_id)
     assert saved["audio_hash"] == first.prompt_hash and name in [v["name"] for v in engine.voices.list()]
 
     extractions = engine.status()["feature_extractions"]
-    again = engine.result(engine.submit(Job(text="Again.", voice=name)), timeout=DEADLINE)
+    again = engine.result(engine.submit(Request.build("Again.", engine.voice(name))), timeout=DEADLINE)
     assert again.cache_hit and again.prompt_hash == first.prompt_hash and again.mode == "zero_shot"
     assert engine.status()["feature_extractions"] == extractions
 
     shutil.rmtree(os.path.join(engine.config.cache_dir, "speakers"))  # the OS purged the cache folder
     assert engine.restart(timeout=DEADLINE)
-    rebuilt = engine.result(engine.submit(Job(text="Rebuilt.", voice=name)), timeout=DEADLINE)
+    rebuilt = engine.result(engine.submit(Request.build("Rebuilt.", engine.voice(name))), timeout=DEADLINE)
     assert not rebuilt.cache_hit and rebuilt.prompt_hash == first.prompt_hash  # from the voice's own audio copy
     assert engine.status()["feature_extractions"] == 1
 
     engine.voices.rename(name, name + " 2")
-    with pytest.raises(JobFailed, match="^there is no saved voice named"):
-        engine.result(engine.submit(Job(text="Gone.", voice=name)), timeout=DEADLINE)
+    with pytest.raises(VoiceError, match="^there is no saved voice named"):  # refused at submission
+        engine.voice(name)
+    renamed = Request.build("Gone.", engine.voice(name + " 2"))
+    engine.voices.delete(name + " 2")
+    engine.voices.save(name + " 2", audio_hash=first.prompt_hash, model_id=first.model)
+    engine.voices.delete(name + " 2")
+    with pytest.raises(VoiceError, match="^there is no saved voice named"):  # deleted after it was built
+        engine.submit(renamed)
+    engine.voices.save(name + " 2", audio_hash=first.prompt_hash, model_id=first.model)
     engine.voices.delete(name + " 2")
     assert name + " 2" not in [v["name"] for v in engine.voices.list()]
 
 
 def test_bad_input_fails_the_job_only(engine):
     with pytest.raises(JobFailed, match="unknown markup"):
-        engine.result(engine.submit(Job(text="[bad] markup")), timeout=DEADLINE)
-    assert engine.result(engine.submit(Job(text="Fine again.")), timeout=DEADLINE)
+        engine.result(engine.submit(fake_request("[bad] markup")), timeout=DEADLINE)
+    assert engine.result(engine.submit(fake_request("Fine again.")), timeout=DEADLINE)
 
 
 def test_device_error_retries_once_on_cpu_then_falls_back_for_good(tmp_path):
@@ -224,23 +233,22 @@ def test_device_error_retries_once_on_cpu_then_falls_back_for_good(tmp_path):
     with quick_engine(config) as engine:
         heard = engine.subscribe()
         assert engine.start(timeout=DEADLINE) and engine.status()["device"] == "mps"
-        first_id = engine.submit(Job(text="[device-error] Hello."))
-        retry = wait_for_event(engine, first_id, "retry", DEADLINE)
+        first_id, retry = submit_and_wait(engine, fake_request("[device-error] Hello."), "retry", DEADLINE)
         assert "MPS device" in retry.message
         first = engine.result(first_id, timeout=DEADLINE)
         assert first.fell_back_to_cpu and first.device == "cpu" and "MPS" in first.fallback_reason
-        assert "retried on the CPU" in list(engine.events(first_id, timeout=5))[-1].message
+        assert "retried on the CPU" in engine.queue.get(first_id).terminal.message
 
-        normal = engine.result(engine.submit(Job(text="Back home.")), timeout=DEADLINE)
+        normal = engine.result(engine.submit(fake_request("Back home.")), timeout=DEADLINE)
         assert normal.device == "mps" and not normal.fell_back_to_cpu
         assert engine.status()["fell_back"] is False
 
         for text in ("[device-error] Once.", "[device-error] Twice."):
-            assert engine.result(engine.submit(Job(text=text)), timeout=DEADLINE).fell_back_to_cpu
+            assert engine.result(engine.submit(fake_request(text)), timeout=DEADLINE).fell_back_to_cpu
         status = engine.status()
         assert status["device"] == "cpu" and status["fell_back"] is True
         assert "2 jobs in a row" in status["fallback_reason"]
-        later = engine.result(engine.submit(Job(text="Stays on the CPU.")), timeout=DEADLINE)
+        later = engine.result(engine.submit(fake_request("Stays on the CPU.")), timeout=DEADLINE)
         assert later.device == "cpu" and not later.fell_back_to_cpu
         kinds = []
         while not heard.empty():
@@ -254,7 +262,7 @@ def test_a_model_that_cannot_load_is_reported_and_refuses_jobs(tmp_path):
         status = engine.status()
         assert status["state"] == "error" and "llm.pt is missing" in status["last_error"]
         with pytest.raises(EngineError, match="not available"):
-            engine.submit(Job(text="Hello."))
+            engine.submit(fake_request("Hello."))
 
 
 def test_silent_warm_up_never_reports_ready(tmp_path):
@@ -273,7 +281,7 @@ def test_close_stops_the_worker_process(tmp_path):
         time.sleep(0.05)
     assert not _alive(pid)
     with pytest.raises(EngineError):
-        engine.submit(Job(text="Too late."))
+        engine.submit(fake_request("Too late."))
 
 
 def _alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.pipeline import CosyVoice, SynthesisError
 from cosyvoice_mac.pipeline.model_dir import ModelFolderError
 from tests.fakes.onnx_models import make_tiny_model_dir
@@ -99,16 +100,16 @@ def test_should_stop_ends_the_request(model, prompt_wav):
 @pytest.mark.parametrize(
     ("text", "kwargs", "message"),
     [
-        ("", {}, "no text"),
-        ("   ", {}, "no text"),
+        ("", {}, "empty"),
+        ("   ", {}, "empty"),
         ("?!... ,", {}, "nothing to speak"),
-        ("x" * 100_000, {}, "at most"),
+        ("x" * 100_000, {}, "the limit is 5,000"),
         ("Hello.", {"speed": 5.0}, "speed"),
         ("Hello.", {"speed": "fast"}, "speed"),
     ],
 )
 def test_bad_text_and_settings_give_clear_errors(model, prompt_wav, text, kwargs, message):
-    with pytest.raises(SynthesisError, match=message):
+    with pytest.raises(InputError, match=message):  # a RequestError, or the model's SynthesisError
         _speak(model, prompt_wav, text=text, **kwargs)
 
 
@@ -124,7 +125,7 @@ def test_prompt_over_30_seconds_is_refused(model, make_speech):
 
 
 def test_missing_prompt_is_refused(model):
-    with pytest.raises(SynthesisError, match="prompt voice"):
+    with pytest.raises(InputError, match="prompt voice"):
         list(model.synthesize("Hello."))
 
 

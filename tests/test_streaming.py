@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import os
-
 import threading
 import time
 
@@ -10,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from cosyvoice_mac.pipeline import CosyVoice, SynthesisError
+from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.pipeline import CosyVoice
 from tests.fakes.onnx_models import make_tiny_model_dir
 
 # The suite runs on the CPU in CI; COSYVOICE_TEST_DEVICE=cuda (or mps) runs it on an accelerator.
@@ -182,5 +182,5 @@ def test_stop_ends_the_stream_and_its_producer_thread(model, speaker):
 
 
 def test_speed_with_streaming_is_a_clear_error(model, speaker):
-    with pytest.raises(SynthesisError, match="speed"):
+    with pytest.raises(RequestError, match="speed 1.5 cannot be used while streaming"):
         model.synthesize(TEXT, speaker=speaker, stream=True, speed=1.5)

@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import Engine, JobEvent, JobResult, TranscriptionFailed, jobs
+from cosyvoice_mac.engine import Engine, JobResult, TranscriptionFailed
+from cosyvoice_mac.engine.messages import Done
 from cosyvoice_mac.frontend.asr import word_error_rate
 from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL, PREVIEW_NOTE
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
@@ -215,12 +216,12 @@ def test_a_preview_result_is_labelled_in_the_status_and_the_history(callbacks, t
     wav = outputs / "preview-result.wav"
     soundfile.write(wav, np.zeros(2400, np.float32), 24000)
     ignored = "the preview voice cannot follow instructions; the instruction was ignored"
-    result = JobResult(job_id="j1", audio=np.zeros(2400, np.float32), sample_rate=24000, text="Hi.", mode="instruct",
+    result = JobResult(job_id="j1", duration_s=0.1, sample_rate=24000, text="Hi.", mode="instruct",
                        seed=1, speed=1.0, model="preview-piper", device="cpu", output_path=str(wav),
                        notes=[PREVIEW_NOTE, ignored])
     session = Session()
-    job = SimpleNamespace(text="Hi.")
-    final = callbacks.generation._finish(_Outputs("en", session, None), JobEvent(jobs.DONE, "j1", result=result),
+    job = SimpleNamespace(request=SimpleNamespace(text="Hi."))
+    final = callbacks.generation._finish(_Outputs("en", session, None), Done("j1", result),
                                          job, None)
     assert PREVIEW_LABEL in final[STATUS] and f"`{DOWNLOAD_COMMAND}`" in final[STATUS]
     assert final[STATUS].count(PREVIEW_LABEL) == 1 and f"ℹ️ {ignored}" in final[STATUS]

@@ -15,11 +15,18 @@ from types import SimpleNamespace
 
 import pytest
 
-from cosyvoice_mac.engine import Engine, Job
+from cosyvoice_mac.engine import Engine
+from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
 from cosyvoice_mac.webui.state import (
-    HistoryEntry, HostConfig, ModelHost, Session, Settings, find_models, is_inside,
+    HistoryEntry,
+    HostConfig,
+    ModelHost,
+    Session,
+    Settings,
+    find_models,
+    is_inside,
 )
 from tests.fakes.fake_pipeline import FAKE_FACTORY
 
@@ -156,11 +163,11 @@ def test_stop_cancels_the_session_s_running_job(callbacks, prompt):
 
 def test_a_full_queue_says_busy(callbacks, prompt):
     engine = callbacks.host.engine
-    slow = [engine.submit(Job(text="[slow] " + " ".join(["Wait."] * 20), prompt_audio=prompt))]
+    slow = [engine.submit(Request.build("[slow] " + " ".join(["Wait."] * 20), Voice.recording(prompt)))]
     deadline = time.monotonic() + 60
     while engine.position(slow[0]) != 0 and time.monotonic() < deadline:  # running: the line is empty
         time.sleep(0.05)
-    slow.append(engine.submit(Job(text="[slow] Wait.", prompt_audio=prompt)))
+    slow.append(engine.submit(Request.build("[slow] Wait.", Voice.recording(prompt))))
     try:
         (outputs,) = _run(callbacks, audio=prompt)
         assert "Busy: the queue is full (at most 1 waiting)" in outputs[STATUS]
@@ -174,7 +181,7 @@ def test_a_full_queue_says_busy(callbacks, prompt):
 
 def test_a_waiting_job_shows_its_place_in_the_queue(callbacks, prompt):
     engine = callbacks.host.engine
-    blocker = engine.submit(Job(text="[slow] " + " ".join(["Wait."] * 8), prompt_audio=prompt))
+    blocker = engine.submit(Request.build("[slow] " + " ".join(["Wait."] * 8), Voice.recording(prompt)))
     deadline = time.monotonic() + 60
     while engine.position(blocker) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -301,3 +308,34 @@ def test_with_stream_on_a_new_prompt_is_prepared_in_the_background(callbacks, ma
     final = _run(callbacks, audio=fresh, text="The prepared voice speaks.", stream=True)[-1]
     assert final[STATUS].startswith("✅ Done")
     assert engine.status()["feature_extractions"] == extractions + 1  # the request found it ready
+
+
+def test_saves_from_the_engine_and_deletes_from_the_page_at_once_lose_nothing(callbacks):
+    """One owner of voices.json (the engine): the page's deletes and the engine's saves share its lock."""
+    engine, rounds = callbacks.host.engine, 60
+    digest = "a1b2c3d4" * 8
+    for index in range(rounds):
+        engine.voices.save(f"Old {index}", audio_hash=digest, model_id="fake")
+    start = threading.Barrier(2)
+
+    def delete_from_the_page():
+        start.wait()
+        for index in range(rounds):
+            assert "Deleted the voice" in callbacks.delete_voice("en", f"Old {index}")[0]
+
+    def save_in_the_engine():
+        start.wait()
+        for index in range(rounds):
+            engine.voices.save(f"New {index}", audio_hash=digest, model_id="fake")
+
+    threads = [threading.Thread(target=delete_from_the_page), threading.Thread(target=save_in_the_engine)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    names = {entry["name"] for entry in engine.voices.list()}
+    assert {f"New {index}" for index in range(rounds)} <= names  # no save lost to a concurrent delete
+    assert not {f"Old {index}" for index in range(rounds)} & names  # no delete undone by a concurrent save
+    assert {name for name, _ in callbacks.voice_choices("en")[1:]} == names  # the page reads the same library
+    for index in range(rounds):
+        engine.voices.delete(f"New {index}")

@@ -5,7 +5,8 @@ import sys
 
 import pytest
 
-from cosyvoice_mac.engine import Engine, Job, WorkerConfig
+from cosyvoice_mac.engine import Engine, WorkerConfig
+from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.render import render_status
 from cosyvoice_mac.webui.state import VOCODER_CHOICES, HostConfig, ModelHost
 from cosyvoice_mac.webui.strings import text as say
@@ -52,7 +53,8 @@ def test_engine_asked_for_core_ml_off_macos_keeps_torch_and_says_why(tmp_path, m
         assert engine.start(timeout=DEADLINE), engine.status()
         status = engine.status()
         assert status["vocoder"] == "torch" and "macOS" in status["vocoder_reason"]
-        job_id = engine.submit(Job(text="Hello.", prompt_audio=str(make_speech("Hello there, a test.")), seed=1))
-        assert engine.result(job_id, timeout=DEADLINE).audio.size > 0
+        voice = Voice.recording(make_speech("Hello there, a test."))
+        job_id = engine.submit(Request.build("Hello.", voice, seed=1))
+        assert engine.result(job_id, timeout=DEADLINE).samples().size > 0
     finally:
         engine.close()

@@ -9,19 +9,19 @@ from cosyvoice_mac.engine.jobs import (
     EngineError,
     Job,
     JobCancelled,
-    JobEvent,
     JobFailed,
     JobResult,
     QueueFull,
     Task,
 )
+from cosyvoice_mac.engine.messages import Event, WorkerStatus
 from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
 from cosyvoice_mac.engine.tasks import TaskFailed
 from cosyvoice_mac.engine.transcriber import TranscriberProcess, TranscriptionFailed
 from cosyvoice_mac.engine.worker import WorkerConfig
 
 __all__ = [
-    "Engine", "EngineError", "Job", "JobCancelled", "JobEvent", "JobFailed", "JobResult", "OutputWriteError",
+    "Engine", "EngineError", "Event", "Job", "JobCancelled", "JobFailed", "JobResult", "OutputWriteError",
     "QueueFull", "SpeakerCache", "Task", "TaskFailed", "TranscriberProcess", "TranscriptionFailed", "VoiceError",
-    "VoiceLibrary", "WorkerConfig", "read_wav_info", "user_cache_dir", "write_output",
+    "VoiceLibrary", "WorkerConfig", "WorkerStatus", "read_wav_info", "user_cache_dir", "write_output",
 ]

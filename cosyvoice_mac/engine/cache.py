@@ -18,7 +18,6 @@ import json
 import os
 import re
 import shutil
-import sys
 import threading
 import time
 from collections import OrderedDict
@@ -28,27 +27,15 @@ from typing import TYPE_CHECKING, Callable
 
 from cosyvoice_mac.engine.jobs import EngineError
 from cosyvoice_mac.engine.outputs import atomic_write_bytes
+from cosyvoice_mac.paths import user_cache_dir  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from cosyvoice_mac.pipeline.types import SpeakerPrompt
 
 CACHE_FORMAT = 1
-APP_NAME = "cosyvoice-mac"
 TENSOR_NAMES = ("speech_tokens", "mel", "embedding")
 _HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 MAX_VOICE_NAME = 64
-
-
-def user_cache_dir() -> Path:
-    """$COSYVOICE_CACHE_DIR, else ~/Library/Caches/cosyvoice-mac (macOS), else $XDG_CACHE_HOME
-    (or ~/.cache)/cosyvoice-mac."""
-    configured = os.environ.get("COSYVOICE_CACHE_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Caches" / APP_NAME
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base).expanduser() / APP_NAME
 
 
 def _model_key(model_id: str) -> str:

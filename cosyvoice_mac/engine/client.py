@@ -5,20 +5,33 @@ events, restarts it on request or when it dies, and stops jobs that overrun.
 """
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass, field, replace
-from typing import Callable, Iterator
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.cache import VoiceLibrary
-from cosyvoice_mac.engine.jobqueue import JobQueue
-from cosyvoice_mac.engine.jobs import Command, EngineError, Job, JobEvent, JobResult, Task
+from cosyvoice_mac.engine.jobqueue import JobQueue, Listener
+from cosyvoice_mac.engine.jobs import Command, EngineError, Job, JobResult, Task
+from cosyvoice_mac.engine.messages import (
+    Cancelled,
+    DeviceFallback,
+    Event,
+    Failed,
+    LoadFailed,
+    Ready,
+    Restarting,
+    Started,
+    TaskDone,
+    TaskError,
+    WorkerDied,
+    WorkerStatus,
+)
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
 from cosyvoice_mac.engine.tasks import TaskBook
 from cosyvoice_mac.engine.voices import VoiceSaving
 from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
+from cosyvoice_mac.request import Request
 
 POLL_S = 0.05
 
@@ -40,17 +53,17 @@ class _Restart:
 
 
 class Engine(VoiceSaving):
-    """Owns the model worker process and the job queue (at most ``max_queue`` waiting, one running).
+    """Owns the model worker process, the job queue (at most ``max_queue`` waiting, one running) and the
+    voice library (``voices``: the page and the worker go through the engine, so one lock guards it).
 
-    ``on_event`` callbacks run on the supervisor thread and must return quickly.
-    ``job_timeout_s`` cancels a job that runs longer; a job that ignores a cancel for
+    Listen with ``subscribe()`` (the one way). ``job_timeout_s`` cancels a job that runs longer; a job that
+    ignores a cancel for
     ``cancel_grace_s`` gets its worker restarted.
     """
 
     def __init__(self, config: WorkerConfig, *, max_queue: int = 16, start_timeout_s: float = 900.0,
                  stop_timeout_s: float = 10.0, cancel_grace_s: float = 10.0, job_timeout_s: float | None = None,
-                 max_load_failures: int = 3, context: str = "spawn", set_ui_qos: bool = True,
-                 on_event: Callable[[JobEvent], None] | None = None):
+                 max_load_failures: int = 3, context: str = "spawn", set_ui_qos: bool = True):
         self.config = config
         self.start_timeout_s, self.stop_timeout_s, self.cancel_grace_s = start_timeout_s, stop_timeout_s, cancel_grace_s
         self.job_timeout_s, self.max_load_failures, self.context = job_timeout_s, max_load_failures, context
@@ -58,11 +71,9 @@ class Engine(VoiceSaving):
         self._lock = threading.RLock()
         self.queue = JobQueue(max_queue, self._lock)
         self.tasks = TaskBook(self._lock)
-        if on_event:
-            self.queue.add_callback(on_event)
         self._worker: WorkerProcess | None = None
         self._state = "stopped"
-        self._worker_status: dict = {}
+        self._worker_status: WorkerStatus | None = None
         self._restart: _Restart | None = None
         self._load_failures = 0
         self._load_error: str | None = None
@@ -133,9 +144,14 @@ class Engine(VoiceSaving):
         self.close()
 
     # -- jobs ----------------------------------------------------------------------------------
-    def submit(self, job: Job) -> str:
-        """Queue ``job`` (validated first); its id. Raises QueueFull or EngineError."""
-        job.validate()
+    def submit(self, request: Request | Job) -> str:
+        """Queue a request (built, so checked, by ``Request.build``); its job id. Raises QueueFull, EngineError,
+        or VoiceError for a saved voice the library does not hold."""
+        job = request if isinstance(request, Job) else Job(request)
+        if not isinstance(job.request, Request):
+            raise EngineError(f"submit takes a Request, not {type(job.request).__name__}")
+        if job.request.voice.kind == "saved":
+            self.voices.get(job.request.voice.saved)
         with self._lock:
             if self._closing or self._supervisor is None:
                 raise EngineError("the engine is not running; call start() first")
@@ -163,25 +179,22 @@ class Engine(VoiceSaving):
                 return True
         return False
 
-    def events(self, job_id: str, timeout: float | None = None) -> Iterator[JobEvent]:
-        """This job's events in order, ending with its terminal one; TimeoutError past ``timeout`` s."""
-        return self.queue.events(job_id, timeout)
-
     def result(self, job_id: str, timeout: float | None = None) -> JobResult:
         """Wait for the job: its JobResult, or JobFailed / JobCancelled / TimeoutError."""
         return self.queue.result(job_id, timeout)
 
-    def subscribe(self) -> queue.Queue:
-        """A queue that receives every event (job and engine) from now on."""
+    def subscribe(self) -> Listener:
+        """A Listener that receives every event (job and engine) from now on; drain it, then close it
+        (or use it as a context manager around ``submit``)."""
         return self.queue.subscribe()
 
-    def unsubscribe(self, subscriber: queue.Queue) -> None:
+    def unsubscribe(self, subscriber: Listener) -> None:
         self.queue.unsubscribe(subscriber)
 
     def status(self) -> dict:
         """For the UI: state, model, version, device, fell_back, dtype, memory, queue length, cache."""
         with self._lock:
-            worker = dict(self._worker_status)
+            worker = self._worker_status.as_dict() if self._worker_status is not None else {}
             cache = worker.get("cache") or {}
             running = self.queue.running
             return {
@@ -263,7 +276,7 @@ class Engine(VoiceSaving):
             self.tasks.fail_all(f"the model could not start: {message}")
             if self._restart is not None:
                 self._restart.resolve(False, message)
-            self.queue.emit(JobEvent(jobs.EVENT_LOAD_FAILED, message=message))
+            self.queue.emit(LoadFailed(message))
 
     def _do_restart(self, ticket: _Restart) -> None:
         with self._lock:
@@ -274,7 +287,7 @@ class Engine(VoiceSaving):
                 self._state = "restarting"
             if old is not None:
                 self._restarts += 1
-                self.queue.emit(JobEvent(jobs.EVENT_RESTARTING, message=ticket.reason))
+                self.queue.emit(Restarting(ticket.reason))
             if running is not None:
                 if old is not None:
                     old.cancel(running.seq)  # lets the polite stop below succeed
@@ -285,39 +298,35 @@ class Engine(VoiceSaving):
         self._worker = None
         self._spawn()
 
-    def _on_worker_event(self, event: JobEvent) -> None:
+    def _on_worker_event(self, event: Event) -> None:
         with self._lock:
+            if getattr(event, "status", None) is not None:
+                self._worker_status = event.status
+            if isinstance(event, (TaskDone, TaskError)):
+                self.tasks.answer(event)
+                return
             if event.job_id is None:
-                if event.kind in (jobs.EVENT_TASK_DONE, jobs.EVENT_TASK_FAILED):
-                    if "status" in event.data:
-                        self._worker_status = dict(event.data.pop("status"))
-                    self.tasks.answer(event)
-                    return
-                if event.kind == jobs.EVENT_READY:
+                if isinstance(event, Ready):
                     self._state, self._load_failures, self._last_error = "ready", 0, None
-                    self._worker_status = dict(event.data)
                     if self._restart is not None:
                         self._restart.resolve(True, event.message)
-                elif event.kind == jobs.EVENT_LOAD_FAILED:
+                elif isinstance(event, LoadFailed):
                     self._load_error = event.message
-                elif event.kind == jobs.EVENT_DEVICE_FALLBACK:
+                elif isinstance(event, DeviceFallback):
                     self._device_override = "cpu"  # later workers start where this one ended up
                 self.queue.emit(event)
                 return
             record = self.queue.running
             if record is None or record.job.job_id != event.job_id:
                 return  # that job already ended here (cancelled by a restart or a timeout)
-            if event.kind == jobs.EVENT_STARTED:
+            if isinstance(event, Started):
                 record.acknowledged = True
             if not event.terminal:
                 self.queue.emit(event)
                 return
-            if "status" in event.data:
-                self._worker_status = dict(event.data.pop("status"))
-            kind, message = event.kind, event.message
-            if record.timed_out and kind == jobs.CANCELLED:
-                kind, message = jobs.FAILED, f"stopped: the job ran longer than the limit of {self.job_timeout_s:g} s"
-            self.queue.finish(record, kind, message, event.result, event.data)
+            if record.timed_out and isinstance(event, Cancelled):
+                event = Failed(event.job_id, f"stopped: the job ran longer than the limit of {self.job_timeout_s:g} s")
+            self.queue.end(record, event)
 
     def _on_worker_death(self, worker: WorkerProcess) -> None:
         worker.process.join(1.0)
@@ -335,7 +344,7 @@ class Engine(VoiceSaving):
                 if self._load_failures >= self.max_load_failures:
                     self._give_up(message)
                     return
-                self.queue.emit(JobEvent(jobs.EVENT_WORKER_DIED, message=f"{message}; trying again"))
+                self.queue.emit(WorkerDied(f"{message}; trying again"))
             else:
                 message = f"the model process {how}"
                 self._last_error, self._state = message, "restarting"
@@ -346,7 +355,7 @@ class Engine(VoiceSaving):
                                       "restarted it and kept the waiting jobs. Submit this job again to retry it.")
                 elif running is not None:  # the worker never started it: it runs first on the next one
                     self.queue.requeue_first(running)
-                self.queue.emit(JobEvent(jobs.EVENT_WORKER_DIED, message=f"{message}; restarting it"))
+                self.queue.emit(WorkerDied(f"{message}; restarting it"))
                 if self._restart is None or self._restart.done.is_set():
                     self._restart = _Restart(message, begun=True)
         time.sleep(min(2.0, 0.25 * self._load_failures))
@@ -387,8 +396,14 @@ class Engine(VoiceSaving):
             record = self.queue.start_next()
             if record is None:
                 return
+            voice = record.job.request.voice
             try:
-                self._worker.send(Command("run", record.job, record.seq))
+                entry = self.voices.get(voice.saved) if voice.kind == "saved" else None
+            except EngineError as error:  # deleted while the job waited
+                self.queue.finish(record, jobs.FAILED, str(error))
+                return
+            try:
+                self._worker.send(Command("run", record.job, record.seq, voice_entry=entry))
             except OSError:  # the worker died just now; the death handler puts the job back
                 pass
 

@@ -1,4 +1,9 @@
-"""The UI process's book of jobs: a bounded waiting line, the running job, finished jobs, listeners."""
+"""The UI process's book of jobs: a bounded waiting line, the running job, finished jobs, listeners.
+
+Listening has one form: ``subscribe()`` gives a Listener that receives every event from then on, and its
+owner drains and closes it. Nothing else buffers events: a finished job keeps only its terminal event
+(small: the result names the output file), for at most KEEP_FINISHED jobs.
+"""
 from __future__ import annotations
 
 import itertools
@@ -10,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, JobEvent, JobFailed, JobResult, QueueFull
+from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, JobFailed, JobResult, QueueFull
+from cosyvoice_mac.engine.messages import Event, Queued, ending
 
 KEEP_FINISHED = 500  # finished jobs remembered for result() / events()
 
@@ -22,9 +28,8 @@ class JobRecord:
     job: Job
     seq: int  # the worker's cancel flag compares against it
     state: str = jobs.QUEUED
-    events: queue.Queue = field(default_factory=queue.Queue)
     done: threading.Event = field(default_factory=threading.Event)
-    terminal: JobEvent | None = None
+    terminal: Event | None = None
     sent_at: float | None = None
     acknowledged: bool = False  # the worker said "started"
     cancel_requested_at: float | None = None
@@ -44,8 +49,7 @@ class JobQueue:
         self.running: JobRecord | None = None
         self._records: OrderedDict[str, JobRecord] = OrderedDict()
         self._seq = itertools.count(1)
-        self._subscribers: list[queue.Queue] = []
-        self._callbacks: list[Callable[[JobEvent], None]] = []
+        self._subscribers: list[Listener] = []
 
     def add(self, job: Job) -> JobRecord:
         with self.lock:
@@ -56,7 +60,7 @@ class JobQueue:
             record = JobRecord(job=job, seq=next(self._seq))
             self._records[job.job_id] = record
             self.pending.append(record)
-            self.emit(JobEvent(jobs.EVENT_QUEUED, job.job_id, data={"position": len(self.pending)}))
+            self.emit(Queued(job.job_id, len(self.pending)))
             return record
 
     def get(self, job_id: str) -> JobRecord:
@@ -106,16 +110,19 @@ class JobQueue:
             self.finish(record, jobs.CANCELLED, message)
             self._announce_positions()
 
-    def finish(self, record: JobRecord, kind: str, message: str, result: JobResult | None = None,
-               data: dict | None = None) -> None:
-        """End ``record`` with a terminal event (once; later calls are ignored)."""
+    def finish(self, record: JobRecord, kind: str, message: str, result: JobResult | None = None) -> None:
+        """End ``record`` with the terminal event the engine decided (once; later calls are ignored)."""
+        self.end(record, ending(kind, record.job.job_id, message, result))
+
+    def end(self, record: JobRecord, terminal: Event) -> None:
+        """End ``record`` with ``terminal`` (the worker's own, or one the engine made); once only."""
         with self.lock:
             if record.done.is_set():
                 return
             if self.running is record:
                 self.running = None
-            record.state = kind
-            record.terminal = JobEvent(kind, record.job.job_id, message=message, data=data or {}, result=result)
+            record.state = terminal.kind
+            record.terminal = terminal
             record.done.set()
             self.emit(record.terminal)
             finished = [key for key, value in self._records.items() if value.done.is_set()]
@@ -129,46 +136,21 @@ class JobQueue:
             self.pending.clear()
 
     # -- listening -----------------------------------------------------------------------------
-    def emit(self, event: JobEvent) -> None:
+    def emit(self, event: Event) -> None:
         with self.lock:
-            record = self._records.get(event.job_id) if event.job_id else None
-            if record is not None:
-                record.events.put(event)
             for subscriber in self._subscribers:
                 subscriber.put(event)
-            callbacks = list(self._callbacks)
-        for callback in callbacks:
-            try:
-                callback(event)
-            except Exception:  # a UI callback must never stop the engine
-                pass
 
-    def add_callback(self, callback: Callable[[JobEvent], None]) -> None:
-        self._callbacks.append(callback)
-
-    def subscribe(self) -> queue.Queue:
-        subscriber: queue.Queue = queue.Queue()
+    def subscribe(self) -> "Listener":
+        listener = Listener(self.unsubscribe)
         with self.lock:
-            self._subscribers.append(subscriber)
-        return subscriber
+            self._subscribers.append(listener)
+        return listener
 
-    def unsubscribe(self, subscriber: queue.Queue) -> None:
+    def unsubscribe(self, subscriber: "Listener") -> None:
         with self.lock:
             if subscriber in self._subscribers:
                 self._subscribers.remove(subscriber)
-
-    def events(self, job_id: str, timeout: float | None) -> Iterator[JobEvent]:
-        record = self.get(job_id)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                event = record.events.get(timeout=remaining)
-            except queue.Empty:
-                raise TimeoutError(f"job {job_id} did not finish within {timeout} s") from None
-            yield event
-            if event.terminal:
-                return
 
     def result(self, job_id: str, timeout: float | None) -> JobResult:
         record = self.get(job_id)
@@ -181,4 +163,47 @@ class JobQueue:
 
     def _announce_positions(self) -> None:
         for index, record in enumerate(self.pending):
-            self.emit(JobEvent(jobs.EVENT_POSITION, record.job.job_id, data={"position": index + 1}))
+            self.emit(Queued(record.job.job_id, index + 1))
+
+
+class Listener(queue.Queue):
+    """Every engine event from the moment it was made, in order, until ``close()``; its owner drains it.
+
+    Use it as a context manager around ``submit`` so no event of the job is missed.
+    """
+
+    def __init__(self, unsubscribe: Callable[["Listener"], None]):
+        super().__init__()
+        self._unsubscribe = unsubscribe
+
+    def close(self) -> None:
+        self._unsubscribe(self)
+
+    def __enter__(self) -> "Listener":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def of(self, job_id: str, timeout: float | None = None) -> Iterator[Event]:
+        """This job's events as they come, ending with its terminal one; TimeoutError past ``timeout`` s."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                event = self.get(timeout=remaining)
+            except queue.Empty:
+                raise TimeoutError(f"job {job_id} did not finish within {timeout} s") from None
+            if event.job_id != job_id:
+                continue
+            yield event
+            if event.terminal:
+                return
+
+    def wait_for(self, job_id: str, kinds, timeout: float | None = None) -> Event:
+        """The first event of ``job_id`` whose kind is in ``kinds``; EngineError if the job ends first."""
+        kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
+        for event in self.of(job_id, timeout):
+            if event.kind in kinds:
+                return event
+        raise EngineError(f"job {job_id} ended ({event.kind}: {event.message}) without a {'/'.join(kinds)} event")

@@ -8,7 +8,6 @@ import ctypes
 import gc
 import hashlib
 import importlib
-import random
 import re
 import sys
 import time
@@ -21,13 +20,29 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from cosyvoice_mac import audio
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache, VoiceError, VoiceLibrary
-from cosyvoice_mac.engine.jobs import Job, JobEvent, JobResult
+from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
+from cosyvoice_mac.engine.jobs import Job, JobResult
+from cosyvoice_mac.engine.messages import (
+    Cancelled,
+    DeviceFallback,
+    Done,
+    Failed,
+    Progress,
+    Retrying,
+    Started,
+    TaskDone,
+    TaskError,
+    WorkerStatus,
+)
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
+from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
+from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.versions import SPECS
 
 # Messages of errors that mean "this device cannot run this", not "this input is bad".
 DEVICE_ERROR = re.compile(
@@ -42,7 +57,7 @@ HASH_MEMO_ENTRIES = 256
 
 def is_device_error(error: BaseException) -> bool:
     """True for failures a CPU retry can fix: device out-of-memory, ops the device lacks, driver errors."""
-    if isinstance(error, SynthesisError):
+    if isinstance(error, CosyVoiceError):  # ours: bad input or a known problem, never the device
         return False
     if isinstance(error, torch.OutOfMemoryError):
         return True
@@ -58,26 +73,6 @@ def resolve_factory(path: str):
     for attribute in attribute_path.split("."):
         target = getattr(target, attribute)
     return target
-
-
-def prompt_content_hash(audio_input, sample_rate: int | None) -> str:
-    """The speaker-cache key of a prompt: audio.py's hash of its decoded mono 16 kHz samples
-    (before trimming), so the same recording in any container or upload maps to one entry."""
-    from cosyvoice_mac import audio
-    from cosyvoice_mac.frontend.resample import resample
-
-    try:
-        if isinstance(audio_input, np.ndarray):
-            samples = np.asarray(audio_input, dtype=np.float32)
-            if samples.ndim == 2:  # (N, channels), as microphones deliver it
-                samples = samples.mean(axis=1)
-            wave = torch.from_numpy(np.ascontiguousarray(samples.reshape(1, -1)))
-            rate = int(sample_rate)
-        else:
-            wave, rate = audio.decode_audio(audio_input)
-    except audio.AudioInputError as error:
-        raise SynthesisError(str(error)) from error
-    return audio.audio_content_hash(resample(wave, rate, audio.TOKENIZER_SAMPLE_RATE))
 
 
 def warmup_prompt(sample_rate: int = 24000, seconds: float = 4.0) -> np.ndarray:
@@ -125,7 +120,7 @@ class WorkerRuntime:
         self.config = config
         self.send = send
         self.cache = SpeakerCache(config.cache_dir, config.memory_cache_entries)
-        self.voices = VoiceLibrary(config.cache_dir)
+        self._voice_entry: dict | None = None  # the running job's saved voice, as the engine sent it
         self.factory = resolve_factory(config.pipeline_factory)
         self.pipeline = None
         self.home_device: torch.device | None = None
@@ -161,7 +156,7 @@ class WorkerRuntime:
         self.vocoder, self.vocoder_reason = "torch", None
         if self.config.vocoder != "coreml":
             return
-        if getattr(self.pipeline, "version", None) not in ("cosyvoice2", "cosyvoice3"):
+        if self.pipeline.version not in SPECS:
             self.vocoder_reason = "the preview voice has no neural vocoder"
             return
         from cosyvoice_mac.coreml.runtime import load_vocoder
@@ -176,10 +171,10 @@ class WorkerRuntime:
     def warm_up(self) -> None:
         """One short synthesis; raises RuntimeError unless it gives finite, non-silent audio."""
         rate = self.pipeline.sample_rate
-        speaker, _ = self._prompt_from_audio(warmup_prompt(rate), rate, transcript=None)
+        speaker, _ = self._prompt_from_audio(warmup_prompt(rate), rate, None)
         self.cache.stats, self.feature_extractions = CacheStats(), 0  # count user requests only
-        pieces = [result.audio for result in self.pipeline.synthesize(
-            self.config.warmup_text, speaker=speaker, seed=0)]
+        request = Request.build(self.config.warmup_text, Voice(prepared=speaker.audio_hash), seed=0)
+        pieces = [result.audio for result in self.pipeline.run(request, speaker)]
         audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
         if audio.size == 0 or not np.isfinite(audio).all():
             raise RuntimeError("the warm-up synthesis gave empty or non-finite audio; the model files "
@@ -193,97 +188,96 @@ class WorkerRuntime:
         """Keep the (already moved) pipeline on the CPU for the rest of this worker's life."""
         self.fallback_reason = reason
         release_memory(self.home_device)
-        self.send(JobEvent(jobs.EVENT_DEVICE_FALLBACK, data={"device": "cpu", "reason": reason},
-                           message=f"the model now runs on the CPU: {reason}"))
+        self.send(DeviceFallback("cpu", reason, f"the model now runs on the CPU: {reason}"))
 
     # -- prompts -------------------------------------------------------------------------------
-    def _content_hash(self, audio_input, sample_rate) -> str:
-        """prompt_content_hash, remembered by the input's exact bytes: decoding and resampling a
-        prompt costs a good part of a second, reading and hashing its bytes a millisecond."""
-        if isinstance(audio_input, np.ndarray):
-            raw = hashlib.sha256(np.ascontiguousarray(audio_input).tobytes())
-            raw.update(f"{audio_input.dtype}{audio_input.shape}{sample_rate}".encode())
+    def _prompt_from_audio(self, source, sample_rate, transcript):
+        """(SpeakerPrompt, cache source) of a recording (a path or samples), decoding it at most once.
+
+        The cache key is the hash of the decoded audio; it is remembered by the input's exact bytes, so a
+        recording this worker has seen costs a read and a SHA-256 (a millisecond), not a decode.
+        """
+        if isinstance(source, np.ndarray):
+            raw = hashlib.sha256(np.ascontiguousarray(source).tobytes())
+            raw.update(f"{source.dtype}{source.shape}{sample_rate}".encode())
+        elif Path(source).is_file():
+            raw = hashlib.sha256(Path(source).read_bytes())
         else:
-            raw = hashlib.sha256(Path(audio_input).read_bytes()) if Path(audio_input).is_file() else None
-        if raw is None:
-            return prompt_content_hash(audio_input, sample_rate)  # let it explain the missing file
+            raise SynthesisError(f"the prompt audio file {source} does not exist any more; upload it again")
         digest = raw.hexdigest()
+        decoded = None
         if digest not in self._hash_memo:
-            self._hash_memo[digest] = prompt_content_hash(audio_input, sample_rate)
+            decoded = audio.decode_prompt(source, sample_rate)
+            self._hash_memo[digest] = decoded.content_hash
             while len(self._hash_memo) > HASH_MEMO_ENTRIES:
                 self._hash_memo.popitem(last=False)
         self._hash_memo.move_to_end(digest)
-        return self._hash_memo[digest]
-
-    def _prompt_from_audio(self, audio_input, sample_rate, transcript):
-        """(SpeakerPrompt, cache source): features come from the cache unless this recording is new."""
-        key = self._content_hash(audio_input, sample_rate)
 
         def extract():
             self.feature_extractions += 1
-            return self.pipeline.prepare_prompt(audio_input, sample_rate=sample_rate, transcript=transcript)
+            return self.pipeline.prepare_prompt(decoded or audio.decode_prompt(source, sample_rate),
+                                                sample_rate=sample_rate, transcript=transcript)
 
-        return self.cache.get_or_extract(self.pipeline.model_id, key, extract, transcript)
+        return self.cache.get_or_extract(self.pipeline.model_id, self._hash_memo[digest], extract, transcript)
 
-    def _voice_entry(self, job: Job) -> dict | None:
-        if not job.voice:
-            return None
-        try:
-            return self.voices.get(job.voice)
-        except VoiceError as error:
-            raise SynthesisError(str(error)) from error
-
-    def _prompt_for(self, job: Job, voice: dict | None, transcript: str | None):
-        """(SpeakerPrompt or None, cache source) for the job's saved voice or prompt audio."""
-        if voice is not None:
-            if voice["model_id"] == self.pipeline.model_id:
-                prompt, source = self.cache.lookup(voice["model_id"], voice["audio_hash"])
-                if prompt is not None:
-                    return replace(prompt, transcript=transcript), source
-            if voice.get("audio_path"):
-                return self._prompt_from_audio(voice["audio_path"], None, transcript)
-            raise SynthesisError(f"the saved voice {job.voice!r} has no cached features for this model and "
-                                 "no stored audio; upload its prompt audio again and save it under that name")
-        if job.prompt_audio is not None:
-            return self._prompt_from_audio(job.prompt_audio, job.prompt_sample_rate, transcript)
-        return None, "none"
+    def _prompt_for(self, request: Request):
+        """(SpeakerPrompt, cache source) for the request's saved voice or recording."""
+        voice, transcript = request.voice, request.transcript
+        if voice.kind != "saved":
+            source = voice.audio if voice.kind == "audio" else voice.samples
+            return self._prompt_from_audio(source, voice.sample_rate, transcript)
+        entry = self._voice_entry
+        if entry is None:
+            raise SynthesisError(f"the saved voice {voice.saved!r} reached the model without its library entry")
+        if entry["model_id"] == self.pipeline.model_id:
+            prompt, source = self.cache.lookup(entry["model_id"], entry["audio_hash"])
+            if prompt is not None:
+                return replace(prompt, transcript=transcript), source
+        if entry.get("audio_path"):
+            return self._prompt_from_audio(entry["audio_path"], None, transcript)
+        raise SynthesisError(f"the saved voice {voice.saved!r} has no cached features for this model and "
+                             "no stored audio; upload its prompt audio again and save it under that name")
 
     # -- jobs ----------------------------------------------------------------------------------
-    def run(self, job: Job, should_stop) -> None:
-        """Run one job and send its events; never raises for a job's own failure."""
+    def run(self, job: Job, should_stop, voice_entry: dict | None = None) -> None:
+        """Run one job and send its events; never raises for a job's own failure. ``voice_entry`` is the
+        engine's library entry of the job's saved voice (the worker does not read the library itself)."""
         started = time.perf_counter()
-        self.send(JobEvent(jobs.EVENT_STARTED, job.job_id, data={"device": str(self.pipeline.device)}))
+        self.send(Started(job.job_id, str(self.pipeline.device)))
         if should_stop():  # cancelled while it was being handed over
-            return self._finish(JobEvent(jobs.CANCELLED, job.job_id, message="cancelled"))
-        seed = job.seed if job.seed is not None else random.randrange(2**31)
-        fallback = engine_note = None
+            return self._finish(Cancelled(job.job_id))
+        request, fallback, engine_note = job.request, None, None
+        self._voice_entry = voice_entry
         try:
             try:
-                outcome = self._attempt(job, seed, should_stop)
+                outcome = self._attempt(job, should_stop)
                 if self.pipeline.device == self.home_device:
                     self.device_failures = 0
             except Exception as error:
                 engine_note = mlx_failure(self.pipeline, error)
                 if engine_note is not None:  # MLX failed: PyTorch (MPS, then CPU) takes this and later jobs
-                    outcome = self._torch_takes_over(job, seed, should_stop, engine_note)
-                elif not is_device_error(error) or self.pipeline.device.type == "cpu":
-                    raise
-                fallback = f"{self.pipeline.device} failed with {type(error).__name__}: {str(error)[:300]}"
-                outcome = self._retry_on_cpu(job, seed, should_stop, fallback)
-        except SynthesisError as error:
-            return self._finish(JobEvent(jobs.FAILED, job.job_id, message=str(error)))
+                    outcome = self._torch_takes_over(job, should_stop, engine_note)
+                else:
+                    if not is_device_error(error) or self.pipeline.device.type == "cpu":
+                        raise
+                    fallback = f"{self.pipeline.device} failed with {type(error).__name__}: {str(error)[:300]}"
+                    outcome = self._retry_on_cpu(job, should_stop, fallback)
+        except CosyVoiceError as error:
+            return self._finish(Failed(job.job_id, str(error)))
         except Exception as error:
-            detail = traceback.format_exc(limit=8)
             message = f"synthesis failed: {type(error).__name__}: {error}"
-            return self._finish(JobEvent(jobs.FAILED, job.job_id, message=message, data={"traceback": detail}))
+            return self._finish(Failed(job.job_id, message, traceback.format_exc(limit=8)))
         if should_stop():
-            return self._finish(JobEvent(jobs.CANCELLED, job.job_id, message="cancelled"))
+            return self._finish(Cancelled(job.job_id))
         pieces = outcome.pieces
-        audio = np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(0, np.float32)
+        audio = np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(
+            0, np.float32)
         outcome.timings["total"] = time.perf_counter() - started
         result = JobResult(
-            job_id=job.job_id, audio=audio, sample_rate=self.pipeline.sample_rate, text=job.text, mode=outcome.mode,
-            seed=seed, speed=job.speed, model=self.pipeline.model_id, device=outcome.device,
+            job_id=job.job_id, audio=audio, sample_rate=self.pipeline.sample_rate,
+            duration_s=audio.size / self.pipeline.sample_rate, text=request.text,
+            mode=request.mode, seed=request.seed, speed=request.speed, model=self.pipeline.model_id,
+            device=outcome.device,
             fell_back_to_cpu=fallback is not None, fallback_reason=fallback,
             prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
             cache_hit=outcome.cache_source in ("memory", "disk"), segment_count=len(pieces),
@@ -293,8 +287,7 @@ class WorkerRuntime:
         if engine_note is not None:
             result.notes.append(engine_note)
         self._save(job, result)
-        self._finish(JobEvent(jobs.DONE, job.job_id, result=result,
-                              message="done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
+        self._finish(Done(job.job_id, result, "done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
 
     def run_task(self, task: jobs.Task) -> None:
         """Run one Task and answer it; never raises (a failure is the answer)."""
@@ -305,36 +298,31 @@ class WorkerRuntime:
             if not isinstance(audio_path, str) or not Path(audio_path).is_file():
                 raise SynthesisError(f"the prompt audio file {audio_path} does not exist; upload it again")
             speaker, source = self._prompt_from_audio(audio_path, None, task.args.get("transcript"))
-            streaming_ready = bool(task.args.get("prepare_streaming")) and hasattr(self.pipeline, "prepare_streaming")
-            if streaming_ready:
-                self.pipeline.prepare_streaming(speaker)
+            streaming_ready = bool(task.args.get("prepare_streaming")) and self.pipeline.prepare_streaming(speaker)
             result = {"audio_hash": speaker.audio_hash, "model_id": self.pipeline.model_id, "source": source,
                       "duration_s": float(speaker.duration_s), "streaming_ready": streaming_ready}
-            event = JobEvent(jobs.EVENT_TASK_DONE, data={"task_id": task.task_id, "result": result})
-        except SynthesisError as error:
-            event = JobEvent(jobs.EVENT_TASK_FAILED, message=str(error), data={"task_id": task.task_id})
+            event = TaskDone(task_id=task.task_id, result=result)
+        except CosyVoiceError as error:
+            event = TaskError(task_id=task.task_id, message=str(error))
         except Exception as error:  # the worker keeps serving jobs whatever one task does
-            event = JobEvent(jobs.EVENT_TASK_FAILED, message=f"{type(error).__name__}: {error}",
-                             data={"task_id": task.task_id, "traceback": traceback.format_exc(limit=8)})
+            event = TaskError(task_id=task.task_id, message=f"{type(error).__name__}: {error}",
+                              traceback=traceback.format_exc(limit=8))
         release_memory(self.pipeline.device, self.home_device)
-        event.data["status"] = self.status()
-        self.send(event)
+        self.send(replace(event, status=self.status()))
 
-    def _torch_takes_over(self, job, seed, should_stop, reason):
-        self.send(JobEvent(jobs.EVENT_RETRY, job.job_id, data={"engine": "torch", "reason": reason},
-                           message=f"retrying this job on PyTorch because {reason}"))
+    def _torch_takes_over(self, job, should_stop, reason):
+        self.send(Retrying(job.job_id, "torch", reason, f"retrying this job on PyTorch because {reason}"))
         self.pipeline.use_torch_engine(reason)
         self.home_device = torch.device(self.pipeline.device)
-        return self._attempt(job, seed, should_stop)
+        return self._attempt(job, should_stop)
 
-    def _retry_on_cpu(self, job, seed, should_stop, reason):
+    def _retry_on_cpu(self, job, should_stop, reason):
         self.device_failures += 1
-        self.send(JobEvent(jobs.EVENT_RETRY, job.job_id, data={"device": "cpu", "reason": reason},
-                           message=f"retrying this job on the CPU because {reason}"))
+        self.send(Retrying(job.job_id, "cpu", reason, f"retrying this job on the CPU because {reason}"))
         self.pipeline.to(torch.device("cpu"))
         release_memory(self.home_device)
         try:
-            return self._attempt(job, seed, should_stop)
+            return self._attempt(job, should_stop)
         finally:
             if self.device_failures >= DEVICE_FAILURES_BEFORE_CPU:
                 self._stay_on_cpu(f"{self.home_device} failed {self.device_failures} jobs in a row (last: {reason})")
@@ -345,42 +333,32 @@ class WorkerRuntime:
                     self.pipeline.to(torch.device("cpu"))
                     self._stay_on_cpu(f"moving back to {self.home_device} failed: {error}")
 
-    def _attempt(self, job: Job, seed: int, should_stop) -> "Attempt":
+    def _attempt(self, job: Job, should_stop) -> "Attempt":
         """One try of ``job`` on the current device."""
-        voice = self._voice_entry(job)
-        transcript = job.prompt_text
-        if voice is not None and transcript is None and not job.instruct:
-            transcript = voice.get("transcript")  # a saved voice with its words speaks zero-shot
-        mode = "instruct" if job.instruct else ("zero_shot" if transcript else "cross_lingual")
+        request = job.request
         timings: dict[str, float] = {}
         clock = time.perf_counter()
-        speaker, source = self._prompt_for(job, voice, transcript)
+        speaker, source = self._prompt_for(request)
         timings["prompt"] = time.perf_counter() - clock
         clock = time.perf_counter()
         pieces = []
-        for piece in self.pipeline.synthesize(job.text, prompt_text=transcript, instruct=job.instruct, seed=seed,
-                                              speed=job.speed, speaker=speaker, stream=job.stream,
-                                              should_stop=should_stop):
+        for piece in self.pipeline.run(request, speaker, should_stop):
             pieces.append(piece)
             for stage, seconds in piece.timings.items():
                 timings[stage] = timings.get(stage, 0.0) + seconds
-            data = {"segment_index": piece.segment_index, "segment_count": piece.segment_count,
-                    "text": piece.text, "duration_s": piece.duration_s, "is_final_chunk": piece.is_final_chunk}
-            if job.stream:
-                data["audio"], data["sample_rate"] = piece.audio, piece.sample_rate
-            self.send(JobEvent(jobs.EVENT_PROGRESS, job.job_id, data=data))
+            self.send(Progress(job.job_id, piece.segment_index, piece.segment_count, piece.text, piece.mode,
+                               piece.duration_s, piece.is_final_chunk, piece.audio if request.stream else None,
+                               piece.sample_rate if request.stream else None))
             if should_stop():
                 break
         timings["synthesis"] = time.perf_counter() - clock
-        return Attempt(pieces, speaker, source, timings, mode, str(self.pipeline.device))
+        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device))
 
     def _save(self, job: Job, result: JobResult) -> None:
         if not self.config.outputs_dir:
             return
-        facts = {"id": job.job_id, "text": job.text, "mode": result.mode, "instruct": job.instruct,
-                 "prompt_text": job.prompt_text, "voice": job.voice, "seed": result.seed, "speed": result.speed,
-                 "model": result.model, "version": getattr(self.pipeline, "version", None),
-                 **engine_status(self.pipeline),
+        facts = {"id": job.job_id, **job.request.facts(),
+                 "model": result.model, "version": self.pipeline.version, **engine_status(self.pipeline),
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
                  "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes}
@@ -390,32 +368,30 @@ class WorkerRuntime:
             result.output_error = str(error)
             return
         result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
+        result.audio = None  # the page plays the file: the samples need not cross the pipe
 
-    def _finish(self, event: JobEvent) -> None:
+    def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""
         self.jobs_run += 1
         release_memory(self.pipeline.device, self.home_device)
         release_engine_memory(self.pipeline)
-        event.data["status"] = self.status()
-        self.send(event)
+        self.send(replace(event, status=self.status()))
 
-    def status(self) -> dict:
+    def status(self) -> WorkerStatus:
         pipeline = self.pipeline
         try:
             memory = device_policy.memory_report(pipeline.device)
         except Exception:  # the device cannot report: show the process's memory only
             memory = device_policy.memory_report("cpu")
-        return {
-            "model": pipeline.model_id, "version": getattr(pipeline, "version", None),
-            "device": str(pipeline.device), "home_device": str(self.home_device),
-            "fell_back": self.fallback_reason is not None, "fallback_reason": self.fallback_reason,
-            "dtype": str(getattr(pipeline, "dtype", None)).replace("torch.", ""),
-            "sample_rate": pipeline.sample_rate,
-            "memory": {"rss_bytes": memory.process_rss_bytes, "device_allocated_bytes": memory.allocated_bytes,
-                       "device_driver_bytes": memory.driver_allocated_bytes},
-            "cache": self.cache.stats.as_dict(), "feature_extractions": self.feature_extractions,
-            "jobs_run": self.jobs_run,
-            "flow_prefix_builds": getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
-            "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason, **engine_status(pipeline),
-        }
-
+        stats = self.cache.stats
+        return WorkerStatus(
+            model=pipeline.model_id, version=pipeline.version, device=str(pipeline.device),
+            home_device=str(self.home_device), dtype=str(pipeline.dtype).replace("torch.", ""),
+            sample_rate=pipeline.sample_rate, fell_back=self.fallback_reason is not None,
+            fallback_reason=self.fallback_reason, rss_bytes=memory.process_rss_bytes,
+            device_allocated_bytes=memory.allocated_bytes, device_driver_bytes=memory.driver_allocated_bytes,
+            cache_memory_hits=stats.memory_hits, cache_disk_hits=stats.disk_hits, cache_misses=stats.misses,
+            feature_extractions=self.feature_extractions, jobs_run=self.jobs_run,
+            flow_prefix_builds=getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
+            vocoder=self.vocoder, vocoder_reason=self.vocoder_reason, **engine_status(pipeline),
+        )

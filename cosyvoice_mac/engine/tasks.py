@@ -1,7 +1,7 @@
 """The UI process's book of worker tasks: short requests that are not syntheses (see ``jobs.Task``).
 
 A task waits here until the supervisor can hand it to a ready worker; the worker runs it between jobs
-and answers with EVENT_TASK_DONE / EVENT_TASK_FAILED. A task sent to a worker that dies or restarts is
+and answers with messages.TaskDone / TaskError. A task sent to a worker that dies or restarts is
 failed (the caller may simply ask again); one not sent yet waits for the next worker.
 """
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 
-from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.jobs import EngineError, JobEvent, Task
+from cosyvoice_mac.engine.jobs import EngineError, Task
+from cosyvoice_mac.engine.messages import TaskDone, TaskError
 
 
 class TaskFailed(EngineError):
@@ -58,14 +58,14 @@ class TaskBook:
         with self.lock:
             ticket.sent = False
 
-    def answer(self, event: JobEvent) -> None:
+    def answer(self, event: TaskDone | TaskError) -> None:
         """Resolve the ticket a worker's reply names (a reply to a forgotten task is dropped)."""
         with self.lock:
-            ticket = self._tickets.pop(event.data.get("task_id"), None)
+            ticket = self._tickets.pop(event.task_id, None)
         if ticket is None:
             return
-        if event.kind == jobs.EVENT_TASK_DONE:
-            ticket.resolve(result=dict(event.data.get("result") or {}))
+        if isinstance(event, TaskDone):
+            ticket.resolve(result=dict(event.result or {}))
         else:
             ticket.resolve(error=event.message or "the task failed")
 

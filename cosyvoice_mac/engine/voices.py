@@ -1,4 +1,5 @@
-"""Naming prompt voices through the engine: from a finished job, or straight from a recording.
+"""The engine's voice library methods: a saved voice for a request, naming one from a finished job or
+straight from a recording.
 
 Mixed into :class:`cosyvoice_mac.engine.client.Engine`, which provides ``voices`` (a VoiceLibrary),
 ``result``, ``queue`` and ``run_task``. Nothing here imports torch: the worker extracts the features.
@@ -9,10 +10,17 @@ from pathlib import Path
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.request import Voice
 
 
 class VoiceSaving:
     """The engine's voice-saving methods (state lives on the engine)."""
+
+    def voice(self, name: str) -> Voice:
+        """The saved voice ``name`` as a request's Voice, with the transcript it was saved with (so a request
+        built from it speaks zero-shot when it has one). VoiceError if there is none by that name."""
+        entry = self.voices.get(name)
+        return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
 
     def save_voice_from_audio(self, name: str, audio_path: str | Path, transcript: str | None = None,
                               overwrite: bool = False, timeout: float | None = None) -> dict:
@@ -51,9 +59,8 @@ class VoiceSaving:
         result = self.result(job_id, timeout=0)
         if not result.prompt_hash:
             raise EngineError("that job used no prompt voice, so there is nothing to save")
-        job = self.queue.get(job_id).job
-        path = job.prompt_audio if isinstance(job.prompt_audio, str) else None
-        samples = job.prompt_audio if path is None and job.prompt_audio is not None else None
+        request = self.queue.get(job_id).job.request
+        voice = request.voice
         return self.voices.save(name, audio_hash=result.prompt_hash, model_id=result.model,
-                                transcript=job.prompt_text, audio=path, audio_samples=samples,
-                                sample_rate=job.prompt_sample_rate, overwrite=overwrite)
+                                transcript=request.transcript, audio=voice.audio, audio_samples=voice.samples,
+                                sample_rate=voice.sample_rate, overwrite=overwrite)

@@ -1,7 +1,7 @@
 """The model worker: a child process (spawn) that owns the pipeline and runs one job at a time.
 
-The UI side talks to it through ``WorkerProcess``: a command pipe in, an event pipe out (plain
-picklable JobEvents) and a shared integer that names the job to cancel. Only the child imports
+The UI side talks to it through ``WorkerProcess``: a command pipe in, an event pipe out (the typed
+events of ``messages.py``) and a shared integer that names the job to cancel. Only the child imports
 torch and the models (``runtime.py``); this module stays light so the UI process can import it.
 """
 from __future__ import annotations
@@ -12,7 +12,8 @@ import signal
 import time
 from dataclasses import dataclass, field
 
-from cosyvoice_mac.engine.jobs import EVENT_LOAD_FAILED, EVENT_LOADING, EVENT_READY, Command, JobEvent
+from cosyvoice_mac.engine.jobs import Command
+from cosyvoice_mac.engine.messages import Event, LoadFailed, Loading, Ready
 from cosyvoice_mac.engine.qos import set_worker_thread_qos
 
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
@@ -66,16 +67,17 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
     set_worker_thread_qos()
     send = events.send
     source = config.model_dir or f"the backend {config.pipeline_factory} (no model folder)"
-    send(JobEvent(EVENT_LOADING, message=f"loading the model from {source}"))
+    send(Loading(f"loading the model from {source}"))
     try:
         from cosyvoice_mac.engine.runtime import WorkerRuntime
 
         runtime = WorkerRuntime(config, send)
         runtime.load()
     except BaseException as error:  # report every load failure, then let the process end
-        send(JobEvent(EVENT_LOAD_FAILED, message=_describe_load_failure(error, config)))
+        send(LoadFailed(_describe_load_failure(error, config)))
         return
-    send(JobEvent(EVENT_READY, message=f"ready on {runtime.status()['device']}", data=runtime.status()))
+    status = runtime.status()
+    send(Ready(f"ready on {status.device}", status))
     while True:
         try:
             command: Command = commands.recv()
@@ -85,7 +87,7 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
             return
         if command.kind == "run":
             seq = command.seq
-            runtime.run(command.job, should_stop=lambda: cancel_seq.value == seq)
+            runtime.run(command.job, should_stop=lambda: cancel_seq.value == seq, voice_entry=command.voice_entry)
         elif command.kind == "task":
             runtime.run_task(command.task)
 
@@ -151,7 +153,7 @@ class WorkerProcess:
     def cancel(self, seq: int) -> None:
         self._cancel_seq.value = seq
 
-    def receive(self, timeout: float) -> list[JobEvent]:
+    def receive(self, timeout: float) -> list[Event]:
         """Events that arrived within ``timeout`` s. Raises EOFError when the worker is gone."""
         received = []
         if self.events.poll(timeout):

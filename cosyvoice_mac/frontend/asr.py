@@ -73,7 +73,7 @@ class ModelStore:
                  revision: str = "main", endpoint: str | None = None, allow_download: bool | None = None,
                  download: Callable[[str, Path, Progress | None], None] | None = None):
         if folder is None:
-            from cosyvoice_mac.engine.cache import user_cache_dir
+            from cosyvoice_mac.paths import user_cache_dir
 
             folder = user_cache_dir() / "asr"
         self.folder = Path(folder)

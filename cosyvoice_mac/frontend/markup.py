@@ -11,11 +11,20 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
+from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.special_tokens import (
-    ARPABET_PHONES, ENDOFPROMPT, EOS_TOKEN, PARALINGUISTIC_TOKENS, PINYIN_UNITS, QWEN_CHAT_TOKENS,
-    SPECIAL_TOKENS, SYSTEM_PROMPT, VERSIONS,
+    ARPABET_PHONES,
+    ENDOFPROMPT,
+    EOS_TOKEN,
+    PARALINGUISTIC_TOKENS,
+    PINYIN_UNITS,
+    QWEN_CHAT_TOKENS,
+    SPECIAL_TOKENS,
+    SYSTEM_PROMPT,
+    VERSIONS,
 )
-from cosyvoice_mac.pipeline.types import MODES, SynthesisError
+from cosyvoice_mac.request import MODES
+from cosyvoice_mac.versions import spec_for
 
 # ---------------------------------------------------------------------------------------------- markup
 
@@ -83,7 +92,7 @@ def validate_markup(text: str, version: str) -> None:
         if close and f"did you mean {close[0]} instead of {unit}" not in hints:
             hints.append(f"did you mean {close[0]} instead of {unit}")
     advice = (f"Known tags: {' '.join(_TAGS)}. ")
-    if version == "cosyvoice3":
+    if spec_for(version).pronunciation_markup:
         advice += ("Pronunciation markup: pinyin initials and tone-marked finals such as [h][ào] (the 176 units "
                    "in cosyvoice_mac.frontend.special_tokens.PINYIN_UNITS) and CMU ARPAbet phones such as "
                    "[M][AY0][N][UW1][T] (ARPABET_PHONES). ")
@@ -111,7 +120,7 @@ class LlmText:
 
 def system_prefix(version: str) -> str:
     """``"You are a helpful assistant.<|endofprompt|>"`` for CosyVoice3 (its LLM requires the marker), else ``""``."""
-    return SYSTEM_PROMPT + ENDOFPROMPT if version == "cosyvoice3" else ""
+    return spec_for(version).system_prefix
 
 
 def format_instruction(instruction: str, version: str) -> str:
@@ -123,7 +132,7 @@ def format_instruction(instruction: str, version: str) -> str:
         raise SynthesisError("instruct mode needs an instruction (e.g. 'Please speak very slowly.')")
     if ENDOFPROMPT in instruction:
         return instruction
-    if version == "cosyvoice3" and not instruction.startswith(SYSTEM_PROMPT):
+    if spec_for(version).system_prefix and not instruction.startswith(SYSTEM_PROMPT):
         instruction = f"{SYSTEM_PROMPT} {instruction}"
     return instruction + ENDOFPROMPT
 

@@ -7,8 +7,8 @@ import numpy as np
 import soundfile
 import torch
 
+from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.resample import resample
-from cosyvoice_mac.pipeline.types import SynthesisError
 
 MIN_PROMPT_SAMPLE_RATE = 16000
 MEL_FRAMES_PER_TOKEN = 2

@@ -12,9 +12,9 @@ import numpy as np
 import torch
 
 from cosyvoice_mac.checkpoint import CheckpointError
+from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.features import FBANK_FRAME_LENGTH, FBANK_N_MELS, kaldi_fbank
 from cosyvoice_mac.frontend.speech_tokenizer import open_cpu_session
-from cosyvoice_mac.pipeline.types import SynthesisError
 
 EMBEDDING_DIM = 192
 

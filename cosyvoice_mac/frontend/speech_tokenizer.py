@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.checkpoint import CheckpointError
+from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.features import WHISPER_HOP, WHISPER_N_MELS, whisper_log_mel
-from cosyvoice_mac.pipeline.types import SynthesisError
 
 SAMPLE_RATE = 16000
 MAX_PROMPT_SECONDS = 30.0

@@ -5,7 +5,6 @@ flow (CFM) -> 80-bin mel -> HiFT vocoder -> 24 kHz waveform, one sentence at a t
 """
 from __future__ import annotations
 
-import secrets
 import time
 from pathlib import Path
 from typing import Callable, Iterator
@@ -14,6 +13,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from cosyvoice_mac.audio import DecodedPrompt
 from cosyvoice_mac.device import select_device, select_dtype
 from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
@@ -23,21 +23,29 @@ from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.pipeline import prompts
+from cosyvoice_mac.pipeline.backend import Synthesizes
 from cosyvoice_mac.pipeline.engines import build_for_engine, torch_takes_over
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import (
-    Networks, OnDemand, model_identity,
+    Networks,
+    OnDemand,
+    build_networks,
+    model_identity,
+    qwen_config_for,
+    stage_dtypes,
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
-from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
+from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
+from cosyvoice_mac.request import Request
+from cosyvoice_mac.versions import spec_for
 
 STOP_CHECK_EVERY_TOKENS = 10
 
 
-class CosyVoice:
+class CosyVoice(Synthesizes):
     """One loaded model: owns the text frontend, the prompt encoder and the three networks.
 
     The networks are language-blind; this class is language- and mode-aware (zero-shot,
@@ -60,6 +68,7 @@ class CosyVoice:
         engine: EngineChoice = EngineChoice(TORCH),
     ):
         self.version = version
+        self.spec = spec_for(version)  # what differs between the versions (versions.py)
         self.config = config
         self.networks = networks
         self.tokenizer = tokenizer
@@ -172,53 +181,32 @@ class CosyVoice:
     # requests -------------------------------------------------------------------------------
     def prepare_prompt(
         self,
-        audio: str | Path | np.ndarray,
+        audio: str | Path | np.ndarray | DecodedPrompt,
         sample_rate: int | None = None,
         transcript: str | None = None,
     ) -> SpeakerPrompt:
-        """Features of a prompt voice (the expensive, cacheable part of a request)."""
+        """Features of a prompt voice (the expensive, cacheable part of a request); decodes it at most once."""
         return self.prompt_encoder.encode(audio, sample_rate=sample_rate, transcript=transcript)
 
-    def prepare_streaming(self, speaker: SpeakerPrompt) -> None:
+    def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
         """Compute the voice's share of streamed requests ahead of time (a few seconds on a CPU, once per voice)."""
         if speaker.model_id != self.model_id:
             raise SynthesisError("that voice was prepared for another model; upload its audio again")
         prepare_voice_for_streaming(self, speaker)
+        return True
 
-    def synthesize(
-        self,
-        text: str,
-        prompt_audio: str | Path | np.ndarray | None = None,
-        prompt_text: str | None = None,
-        instruct: str | None = None,
-        seed: int | None = None,
-        speed: float = 1.0,
-        *,
-        speaker: SpeakerPrompt | None = None,
-        stream: bool = False,
-        should_stop: Callable[[], bool] | None = None,
-        prompt_sample_rate: int | None = None,
-    ) -> Iterator[SynthesisResult]:
-        """Speak ``text`` in the prompt's voice; yield one result per sentence as it is done.
+    def run(self, request: Request, speaker: SpeakerPrompt | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Iterator[SynthesisResult]:
+        """Speak a valid ``request``, one result per sentence (per chunk when streaming) as it is done.
 
-        Mode: ``instruct`` given -> instruct; ``prompt_text`` given -> zero-shot; else cross-lingual.
-        Input errors raise :class:`SynthesisError` before any audio is produced.
+        Model-specific input errors (unknown markup, a prompt too short) raise before any audio.
         """
-        if stream and speed != 1.0:
-            raise SynthesisError("speed can only be changed without streaming; turn streaming off or use speed 1.0")
-        request = prompts.plan_request(
-            self, text, prompt_text=prompt_text, instruct=instruct, speed=speed,
-            has_prompt=speaker is not None or prompt_audio is not None,
-        )
+        plan = prompts.plan_request(self.version, self.normalizer, request)
         started = time.perf_counter()
-        if speaker is None:
-            speaker = self.prepare_prompt(prompt_audio, prompt_sample_rate, transcript=prompt_text)
-        elif speaker.model_id != self.model_id:
-            raise SynthesisError("that saved voice was prepared for another model; upload its audio again")
+        speaker = self._speaker_for(request, speaker)
         frontend_s = time.perf_counter() - started
-        seed = secrets.randbelow(2**31) if seed is None else int(seed)
-        run = self._run_streaming if stream else self._run
-        return run(request, speaker, seed, should_stop or (lambda: False), frontend_s)
+        run = self._run_streaming if request.stream else self._run
+        return run(plan, speaker, request.seed, should_stop or (lambda: False), frontend_s)
 
     def _run(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         sampler = self.networks.llm.make_sampler(seed=seed)
@@ -258,8 +246,8 @@ class CosyVoice:
                 return
 
     def _noise(self, seed: int, index: int):
-        """CosyVoice2's vocoder excitation is random: seed it per sentence. CosyVoice3's is fixed."""
-        return GaussianSourceNoise(seed=seed + index) if self.version == "cosyvoice2" else None
+        """A random vocoder excitation (CosyVoice2's) is seeded per sentence; a fixed one (CosyVoice3's) is kept."""
+        return GaussianSourceNoise(seed=seed + index) if self.spec.random_vocoder_noise else None
 
     def _token_stream(self, segment, request, speaker, sampler) -> Iterator[int]:
         llm = self.networks.llm

@@ -9,18 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cosyvoice_mac.config import ConfigError, read_yaml_config
+from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.versions import SPECS, VERSIONS  # noqa: F401 (VERSIONS re-exported)
 
-VERSIONS = ("cosyvoice3", "cosyvoice2")
-
-HUB_REPOS = {
-    "cosyvoice3": "FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
-    "cosyvoice2": "FunAudioLLM/CosyVoice2-0.5B",
-}
-
-SPEECH_TOKENIZER_FILES = {
-    "cosyvoice3": "speech_tokenizer_v3.onnx",
-    "cosyvoice2": "speech_tokenizer_v2.onnx",
-}
+HUB_REPOS = {name: spec.hub_repo for name, spec in SPECS.items()}
+SPEECH_TOKENIZER_FILES = {name: spec.speech_tokenizer_file for name, spec in SPECS.items()}
 
 BLANK_EN = "CosyVoice-BlankEN"
 
@@ -41,7 +34,7 @@ def inference_files(version: str) -> list[str]:
     ]
 
 
-class ModelFolderError(FileNotFoundError):
+class ModelFolderError(CosyVoiceError, FileNotFoundError):
     """The folder is not a CosyVoice model folder, or lacks a file inference needs."""
 
 

@@ -10,10 +10,7 @@ from dataclasses import dataclass
 
 from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
 from cosyvoice_mac.pipeline.types import SynthesisError
-
-MAX_TEXT_CHARACTERS = 10_000
-MAX_INSTRUCT_CHARACTERS = 500
-SPEED_RANGE = (0.5, 2.0)
+from cosyvoice_mac.request import Request
 
 
 @dataclass(frozen=True)
@@ -32,38 +29,21 @@ class RequestPlan:
     speed: float
 
 
-def plan_request(model, text, *, prompt_text, instruct, speed, has_prompt: bool) -> RequestPlan:
-    """Validate a request and build its LLM texts; SynthesisError names what to fix."""
-    if not has_prompt:
-        raise SynthesisError("a prompt voice is needed: upload or record 3-30 s of speech, or pick a saved voice")
-    if not isinstance(text, str) or not text.strip():
-        raise SynthesisError("there is no text to speak: type the text to synthesise")
-    if len(text) > MAX_TEXT_CHARACTERS:
-        raise SynthesisError(
-            f"the text has {len(text):,} characters; one request takes at most {MAX_TEXT_CHARACTERS:,}. "
-            "Split it into several requests."
-        )
-    try:
-        speed = float(speed)
-    except (TypeError, ValueError):
-        raise SynthesisError(f"speed must be a number, got {speed!r}") from None
-    if not SPEED_RANGE[0] <= speed <= SPEED_RANGE[1]:
-        raise SynthesisError(f"speed must be between {SPEED_RANGE[0]} and {SPEED_RANGE[1]}, got {speed}")
-    instruct = (instruct or "").strip()
-    prompt_text = (prompt_text or "").strip()
-    if len(instruct) > MAX_INSTRUCT_CHARACTERS:
-        raise SynthesisError(f"the instruction is longer than {MAX_INSTRUCT_CHARACTERS} characters; shorten it")
-    mode = "instruct" if instruct else "zero_shot" if prompt_text else "cross_lingual"
+def plan_request(version: str, normalizer, request: Request) -> RequestPlan:
+    """The LLM texts of a (valid) request for model ``version``, with ``normalizer`` splitting the sentences.
 
-    version = model.version
-    validate_markup(text, version)  # before normalisation, which could rewrite an unknown unit
-    sentences = model.normalizer.normalize(text, split=True)
+    The request's own rules were checked when it was built; what is left is what only the model's
+    text front end can tell: markup this version does not know, or text that normalises to nothing.
+    """
+    mode, transcript = request.mode, ""
+    validate_markup(request.text, version)  # before normalisation, which could rewrite an unknown unit
+    sentences = normalizer.normalize(request.text, split=True)
     if not sentences:
         raise SynthesisError("the text has nothing to speak (only punctuation or symbols)")
-    transcript = ""
     if mode == "zero_shot":
-        validate_markup(prompt_text, version)
-        transcript = "".join(model.normalizer.normalize(prompt_text, split=False))
+        validate_markup(request.transcript, version)
+        transcript = "".join(normalizer.normalize(request.transcript, split=False))
+    instruct = request.instruct or ""
     texts = [build_llm_text(mode, version, sentence, transcript, instruct) for sentence in sentences]
     segments = [Segment(llm.text, sentence) for llm, sentence in zip(texts, sentences)]
-    return RequestPlan(mode=mode, segments=segments, llm_prompt_text=texts[0].prompt_text, speed=speed)
+    return RequestPlan(mode=mode, segments=segments, llm_prompt_text=texts[0].prompt_text, speed=request.speed)

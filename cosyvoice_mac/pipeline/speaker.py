@@ -1,8 +1,6 @@
 """Prompt audio -> SpeakerPrompt: speech tokens, speaker vector and prompt mel (spec 4.3-4.7)."""
 from __future__ import annotations
 
-import contextlib
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -33,17 +31,17 @@ class PromptEncoder:
     @torch.inference_mode()
     def encode(
         self,
-        prompt: str | Path | np.ndarray,
+        prompt: str | Path | np.ndarray | audio.DecodedPrompt,
         sample_rate: int | None = None,
         transcript: str | None = None,
     ) -> SpeakerPrompt:
-        """Extract features of ``prompt`` (a file path, or mono samples at ``sample_rate``)."""
-        with as_audio_file(prompt, sample_rate) as path:
-            try:
-                clip16k = audio.load_audio(path, TOKENIZER_RATE)
-                clip24k = audio.load_audio(path, MODEL_RATE)
-            except audio.AudioInputError as error:
-                raise SynthesisError(str(error)) from error
+        """Extract features of ``prompt`` (a file path, mono samples at ``sample_rate``, or a prompt the
+        caller already decoded: it is decoded at most once, then read at 16 and 24 kHz)."""
+        try:
+            decoded = audio.decode_prompt(prompt, sample_rate)
+            clip16k, clip24k = decoded.at(TOKENIZER_RATE), decoded.at(MODEL_RATE)
+        except audio.AudioInputError as error:
+            raise SynthesisError(str(error)) from error
         wave16k, wave24k = clip16k.wave, clip24k.wave
         tokens = self.speech_tokenizer.tokens(wave16k)
         embedding = self.speaker_encoder.embedding(wave16k)
@@ -61,20 +59,3 @@ class PromptEncoder:
             transcript=transcript,
             duration_s=clip16k.seconds,
         )
-
-
-@contextlib.contextmanager
-def as_audio_file(prompt: str | Path | np.ndarray, sample_rate: int | None):
-    """Yield a path to the prompt; samples (a microphone take) are written to a temp WAV first."""
-    if isinstance(prompt, (str, Path)):
-        yield Path(prompt)
-        return
-    if sample_rate is None:
-        raise SynthesisError("prompt samples were given without their sample rate")
-    samples = np.asarray(prompt, dtype=np.float32)
-    if samples.ndim == 2:  # (N, channels) as microphones deliver it
-        samples = samples.mean(axis=1)
-    with tempfile.TemporaryDirectory(prefix="cosyvoice-prompt-") as folder:
-        path = Path(folder) / "prompt.wav"
-        audio.write_wav(path, samples, sample_rate, subtype="FLOAT")
-        yield path

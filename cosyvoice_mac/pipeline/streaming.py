@@ -231,7 +231,7 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     lookahead = flow.config.pre_lookahead_len
     plan = PromptPlan.for_request(model, speaker, first_hop)
     prompt = plan.prompt(speaker, device)
-    if model.version == "cosyvoice3":
+    if model.spec.stitcher == "causal":
         stitcher = CausalStitcher(lambda mel, finalize: hift.inference(mel, finalize=finalize, noise=noise)[0])
     else:
         stitcher = CrossfadeStitcher(lambda mel, cache_source: hift.inference(mel, cache_source=cache_source,

@@ -10,11 +10,8 @@ if TYPE_CHECKING:  # the UI process reads these types without loading torch
     import torch
 
 SAMPLE_RATE = 24000
-MODES = ("zero_shot", "cross_lingual", "instruct")
-
-
-class SynthesisError(ValueError):
-    """Bad input to synthesis (empty text, unknown markup, prompt too long, ...): safe to show a user."""
+from cosyvoice_mac.errors import SynthesisError  # noqa: E402,F401 (re-exported: the pipeline's input error)
+from cosyvoice_mac.request import MODES  # noqa: E402,F401
 
 
 @dataclass

@@ -11,11 +11,8 @@ cache never mixes them with CosyVoice features. Everything runs on the CPU.
 from __future__ import annotations
 
 import re
-import secrets
 import threading
 import time
-from pathlib import Path
-from types import SimpleNamespace
 from typing import Callable, Iterator
 
 import numpy as np
@@ -25,12 +22,13 @@ from cosyvoice_mac import audio
 from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
 from cosyvoice_mac.pipeline import prompts
-from cosyvoice_mac.pipeline.speaker import as_audio_file  # the CosyVoice path's temp-WAV helper
+from cosyvoice_mac.pipeline.backend import Synthesizes
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.preview import world_convert
 from cosyvoice_mac.preview.labels import PREVIEW_NOTE
 from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
 from cosyvoice_mac.preview.piper_tts import PiperSpeaker
+from cosyvoice_mac.request import Request
 
 CONVERSION_VERSION = 1  # part of model_id: bump when the statistics layout or the conversion changes
 TARGET_RMS = 0.1  # -20 dBFS over speech frames
@@ -47,7 +45,7 @@ def _count_tokens(text: str) -> int:
     return len(re.findall(r"\w+|[^\w\s]", text))
 
 
-class PreviewVoice:
+class PreviewVoice(Synthesizes):
     """Owns the base voices, their WORLD reference statistics and the text normaliser.
 
     Base voices (and their statistics) load on first use, so building this object is cheap and a
@@ -121,17 +119,16 @@ class PreviewVoice:
         return self.mandarin().speak(text, seed=seed, speed=speed, variant=key.split("-")[1])
 
     # requests -----------------------------------------------------------------------------------
-    def prepare_prompt(self, audio_input: str | Path | np.ndarray, sample_rate: int | None = None,
+    def prepare_prompt(self, audio_input, sample_rate: int | None = None,
                        transcript: str | None = None) -> SpeakerPrompt:
-        """WORLD statistics of a prompt voice (silence trimmed by Silero VAD first)."""
+        """WORLD statistics of a prompt voice (a path, samples or a DecodedPrompt; silence trimmed by Silero VAD)."""
         from cosyvoice_mac.frontend import vad
 
-        with as_audio_file(audio_input, sample_rate) as path:
-            try:
-                clip = audio.load_audio(path, world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False,
-                                        min_seconds=None, max_seconds=None)
-            except audio.AudioInputError as error:
-                raise SynthesisError(str(error)) from error
+        try:
+            clip = audio.decode_prompt(audio_input, sample_rate).at(
+                world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False, min_seconds=None, max_seconds=None)
+        except audio.AudioInputError as error:
+            raise SynthesisError(str(error)) from error
         samples = vad.trim_silence(clip.wave[0].numpy(), clip.sample_rate)
         seconds = len(samples) / clip.sample_rate
         if seconds < audio.MIN_SECONDS:
@@ -152,21 +149,20 @@ class PreviewVoice:
             audio_hash=clip.content_hash, model_id=self.model_id, transcript=transcript, duration_s=seconds,
         )
 
-    def synthesize(self, text: str, prompt_audio: str | Path | np.ndarray | None = None,
-                   prompt_text: str | None = None, instruct: str | None = None, seed: int | None = None,
-                   speed: float = 1.0, *, speaker: SpeakerPrompt | None = None, stream: bool = False,
-                   should_stop: Callable[[], bool] | None = None,
-                   prompt_sample_rate: int | None = None) -> Iterator[SynthesisResult]:
-        """Speak ``text`` in a voice moved toward the prompt's; yield one result per sentence.
+    def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
+        """Nothing to prepare: the preview voice streams whole sentences."""
+        return False
 
-        Input errors raise :class:`SynthesisError` before any audio is produced. ``stream`` yields the same
-        sentence-sized pieces. Instructions and markup are not understood here (a note says so).
+    def run(self, request: Request, speaker: SpeakerPrompt | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Iterator[SynthesisResult]:
+        """Speak a valid request in a voice moved toward the prompt's; one result per sentence.
+
+        Text is planned as for CosyVoice3 (same markup check, same messages), so a request that works here
+        works there. ``stream`` yields the same sentence-sized pieces. Instructions and markup are not
+        understood here (a note says so).
         """
-        # Checked as for CosyVoice3 (same limits, same messages), so a request that works here works there.
-        request = prompts.plan_request(SimpleNamespace(version="cosyvoice3", normalizer=self.normalizer), text,
-                                       prompt_text=prompt_text, instruct=instruct, speed=speed,
-                                       has_prompt=speaker is not None or prompt_audio is not None)
-        segments = [segment.display_text for segment in request.segments]
+        segments = [segment.display_text for segment in prompts.plan_request("cosyvoice3", self.normalizer,
+                                                                             request).segments]
         spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
         plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]
         if not plan:
@@ -179,18 +175,14 @@ class PreviewVoice:
         if any(_MARKUP.search(segment) for segment in segments):
             notes.append("the preview voice does not understand markup such as [breath]; it was left out")
         started = time.perf_counter()
-        if speaker is None:
-            speaker = self.prepare_prompt(prompt_audio, prompt_sample_rate, transcript=prompt_text)
-        elif speaker.model_id != self.model_id:
-            raise SynthesisError("that saved voice was prepared for another model; upload its audio again")
+        speaker = self._speaker_for(request, speaker)
         try:
             target = world_convert.VoiceStats.from_vector(speaker.embedding.detach().cpu().numpy())
         except world_convert.ConversionError as error:
             raise SynthesisError(str(error)) from error
-        seed = secrets.randbelow(2**31) if seed is None else int(seed)
         frontend_s = time.perf_counter() - started
-        return self._run(plan, target, seed, request.speed, request.mode, notes, should_stop or (lambda: False),
-                         frontend_s)
+        return self._run(plan, target, request.seed, request.speed, request.mode, notes,
+                         should_stop or (lambda: False), frontend_s)
 
     def _run(self, plan, target, seed, speed, mode, notes, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         for index, (segment, words) in enumerate(plan):

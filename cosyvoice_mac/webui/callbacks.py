@@ -15,10 +15,10 @@ from typing import Callable, Iterator
 
 import gradio as gr
 
-from cosyvoice_mac.engine import EngineError, VoiceError, VoiceLibrary
-from cosyvoice_mac.engine.jobs import MAX_TEXT_CHARS
-from cosyvoice_mac.webui.generation import MAX_SEED, MODES, Generation  # noqa: F401 (re-export)
-from cosyvoice_mac.webui.prompt_check import inspect_prompt
+from cosyvoice_mac.engine import EngineError, VoiceLibrary
+from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
+from cosyvoice_mac.webui.generation import Generation
+from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import VOCODER_CHOICES, ModelHost, Session, Settings, is_inside
 from cosyvoice_mac.webui.strings import text as say
@@ -30,34 +30,41 @@ UNTRANSCRIBABLE = ("not_audio", "no_decoder", "silent")
 
 
 class Callbacks:
-    """Owns nothing but references: the model host, the voice library, the generation runner."""
+    """Owns nothing but references: the model host and the generation runner. The voice library belongs to
+    the engine; the page reads and changes it only through ``host.engine.voices``."""
 
     def __init__(self, host: ModelHost, settings: Settings):
         self.host = host
         self.settings = settings
-        self.voices = VoiceLibrary(host.config.cache_dir)
-        self.generation = Generation(host, self.voices)
+        self.generation = Generation(host)
 
     # -- voice -----------------------------------------------------------------------------------
     def prompt_message(self, lang: str, audio: str | None) -> str:
         """The line under the prompt: its length, or what is wrong with it."""
         if not audio:
             return ""
-        return render_prompt_check(lang, inspect_prompt(audio))
+        return render_prompt_check(lang, checked_prompt(audio))
 
     def prompt_uploaded(self, lang: str, audio: str | None):
         """A new upload or recording replaces any saved voice that was picked; a file that is not audio
         at all is taken out again (the message stays), so the upload area is back for the next try."""
         if not audio:
             return "", "", gr.skip()
-        check = inspect_prompt(audio)
+        check = checked_prompt(audio)
         unusable = check.problem in ("not_audio", "no_decoder")
         return render_prompt_check(lang, check), "", None if unusable else gr.skip()
 
+    def _voices(self) -> VoiceLibrary:
+        """The engine's voice library; EngineError when no model (so no engine) is running."""
+        engine = self.host.engine
+        if engine is None:
+            raise EngineError("no model is running, so saved voices cannot be used; see the note at the top")
+        return engine.voices
+
     def voice_choices(self, lang: str) -> list[tuple[str, str]]:
         try:
-            names = [entry["name"] for entry in self.voices.list()]
-        except VoiceError:
+            names = [entry["name"] for entry in self._voices().list()]
+        except EngineError:  # VoiceError included: an unreadable list shows as none
             names = []
         return [(say(lang, "voices_none"), "")] + [(name, name) for name in names]
 
@@ -66,8 +73,8 @@ class Callbacks:
         if not name:
             return gr.skip(), "", gr.skip()
         try:
-            entry = self.voices.get(name)
-        except VoiceError as error:
+            entry = self._voices().get(name)
+        except EngineError as error:
             return gr.skip(), say(lang, "voice_error", message=error), gr.skip()
         return None, say(lang, "voice_in_use", name=name), entry.get("transcript") or transcript
 
@@ -81,7 +88,7 @@ class Callbacks:
         if not audio:
             yield say(lang, "voice_save_needs_audio"), gr.skip()
             return
-        check = inspect_prompt(audio)
+        check = checked_prompt(audio)
         if not check.ok:
             yield say(lang, PROMPT_PROBLEM_KEYS[check.problem], **check.details), gr.skip()
             return
@@ -106,15 +113,15 @@ class Callbacks:
         path = audio
         if not path and voice:
             try:
-                path = self.voices.get(voice).get("audio_path")
-            except VoiceError as error:
+                path = self._voices().get(voice).get("audio_path")
+            except EngineError as error:
                 yield gr.skip(), say(lang, "voice_error", message=error)
                 return
         if not path:
             yield gr.skip(), say(lang, "transcribe_needs_audio")
             return
         if audio:
-            check = inspect_prompt(audio)
+            check = checked_prompt(audio)
             if check.problem in UNTRANSCRIBABLE:
                 yield gr.skip(), render_prompt_check(lang, check)
                 return
@@ -142,8 +149,8 @@ class Callbacks:
         if not name:
             return say(lang, "voice_pick_to_delete"), gr.skip()
         try:
-            self.voices.delete(name)
-        except VoiceError as error:
+            self._voices().delete(name)
+        except EngineError as error:
             return say(lang, "voice_error", message=error), gr.skip()
         return say(lang, "voice_deleted", name=name), gr.update(choices=self.voice_choices(lang), value="")
 
@@ -169,7 +176,7 @@ class Callbacks:
     def generate(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
                  request: gr.Request) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
-        result. Yields (prompt_msg, counter, mode_msg, status, result, history, history_pick, session, player).
+        result. Yields GenerateOutputs (named fields).
         """
         yield from self.generation.run(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream,
                                        session, request)
@@ -182,7 +189,7 @@ class Callbacks:
         flow prefix), so the first streamed request with it starts as fast as later ones. Best effort:
         whatever is wrong with the prompt is reported by the request that uses it."""
         engine = self.host.engine
-        if not (stream and audio and engine is not None) or inspect_prompt(audio).problem:
+        if not (stream and audio and engine is not None) or checked_prompt(audio).problem:
             return None
 
         def prepare() -> None:

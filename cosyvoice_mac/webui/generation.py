@@ -6,43 +6,59 @@ Problems with the input come back as text for the Markdown next to the field, ne
 from __future__ import annotations
 
 import queue
-import random
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import gradio as gr
 
-from cosyvoice_mac.engine import EngineError, Job, QueueFull, VoiceError, VoiceLibrary
+from cosyvoice_mac.engine import EngineError, Job, QueueFull, VoiceError
 from cosyvoice_mac.engine import jobs as job_events
-from cosyvoice_mac.engine.jobs import MAX_TEXT_CHARS
+from cosyvoice_mac.engine.jobqueue import Listener
+from cosyvoice_mac.engine.messages import Done, Progress, Queued, Retrying, Started
+from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
-from cosyvoice_mac.webui.prompt_check import inspect_prompt
+from cosyvoice_mac.request import MODES, Request, Voice
+from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, history_choices, history_rows, status_line
 from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, ModelHost, Session, is_inside
 from cosyvoice_mac.webui.streaming import StreamBuffer
 from cosyvoice_mac.webui.strings import text as say
 
-MODES = ("zero_shot", "cross_lingual", "instruct")
-MAX_SEED = 2**31 - 1
 POLL_S = 0.5
 LOADING_STATES = ("starting", "restarting")
+
+
+class GenerateOutputs(NamedTuple):
+    """One update of the Generate event, by name; the page wires its outputs in this order (``layout.py``
+    reads ``_fields``), so nothing matches them by position. None in a field means "leave it"."""
+
+    prompt_msg: object
+    counter: object
+    mode_msg: object
+    status: object
+    result: object
+    history: object
+    history_pick: object
+    session: object
+    player: object
 
 
 class Generation:
     """Owns each browser session's running job (so its Stop button can cancel it)."""
 
-    def __init__(self, host: ModelHost, voices: VoiceLibrary):
+    def __init__(self, host: ModelHost):
         self.host = host
-        self.voices = voices
         self.active = ActiveJobs()
 
     def run(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
-            request) -> Iterator[tuple]:
-        """Yields (prompt_msg, counter, mode_msg, status, result, history, history_pick, session, player)."""
+            page_request) -> Iterator[tuple]:
+        """Yields GenerateOutputs."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
-        job, problem = self.build_job(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream)
+        request, problem = self.build_request(lang, audio, voice, transcript, text, mode, instruct, seed, speed,
+                                              stream)
         if problem is not None:
             yield out.problem(*problem)
             return
@@ -51,7 +67,8 @@ class Generation:
             yield out.status("status_no_model")
             return
         subscriber = engine.subscribe()
-        session_id = getattr(request, "session_hash", None) or job.job_id
+        job = Job(request)
+        session_id = getattr(page_request, "session_hash", None) or job.job_id
         try:
             try:
                 engine.submit(job)
@@ -78,48 +95,35 @@ class Generation:
             except EngineError:  # already finished and forgotten
                 pass
 
-    def build_job(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False):
-        """(Job, None) or (None, (where, strings key, values)) for the first problem found.
+    def build_request(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False):
+        """(Request, None) or (None, (where, strings key, values)) for the first problem found.
 
-        Streaming plays at speed 1.0 (the model cannot change the speed of audio it has already sent), so
-        the speed is ignored then; the page says so next to the toggle.
+        The rules are the request's own (``Request.build``); this only adds the page's quick look at the
+        prompt file and says where each problem shows. Streaming plays at speed 1.0 (the model cannot change
+        the speed of audio it has already sent), so the slider is ignored then; the page says so.
         """
         mode = mode if mode in MODES else "zero_shot"
-        voice = voice or None
-        if voice is not None:
+        if voice:
+            engine = self.host.engine if self.host is not None else None
+            if engine is None:
+                return None, ("status", "status_no_model", {})
             try:
-                self.voices.get(voice)
+                chosen = replace(engine.voice(voice), transcript=transcript)
             except VoiceError as error:
                 return None, ("prompt", "voice_error", {"message": str(error)})
-            audio = None
         elif not audio:
             return None, ("prompt", "prompt_needed", {})
         else:
-            check = inspect_prompt(audio)
+            check = checked_prompt(audio)
             if not check.ok:
                 return None, ("prompt", PROMPT_PROBLEM_KEYS[check.problem], check.details)
-        if not (text or "").strip():
-            return None, ("text", "text_empty", {})
-        if len(text) > MAX_TEXT_CHARS:
-            return None, ("text", "counter_over", {"count": len(text), "limit": MAX_TEXT_CHARS})
-        transcript = (transcript or "").strip()
-        instruct = (instruct or "").strip()
-        if mode == "zero_shot" and not transcript:
-            return None, ("prompt", "transcript_needed", {})
-        if mode == "instruct" and not instruct:
-            return None, ("mode", "instruct_needed", {})
-        if seed is not None and not _valid_seed(seed):
-            return None, ("status", "seed_invalid", {"limit": MAX_SEED})
-        job = Job(text=text, prompt_audio=audio, voice=voice,
-                  prompt_text=transcript if mode == "zero_shot" else None,
-                  instruct=instruct if mode == "instruct" else None,
-                  seed=int(seed) if seed is not None else random.randint(0, MAX_SEED),
-                  speed=1.0 if stream or speed is None else float(speed), stream=bool(stream))
+            chosen = Voice.recording(audio, transcript=transcript)
         try:
-            job.validate()
-        except EngineError as error:
-            return None, ("status", "status_invalid", {"message": str(error)})
-        return job, None
+            request = Request.build(text, chosen, mode=mode, instruct=instruct, seed=seed,
+                                    speed=1.0 if stream else speed, stream=bool(stream))
+        except RequestError as error:
+            return None, _problem(error)
+        return request, None
 
     @staticmethod
     def _waiting_status(engine, job_id: str) -> tuple:
@@ -130,7 +134,7 @@ class Generation:
             return "status_queued", {"position": position}
         return ("status_started",)
 
-    def _follow(self, engine, job_id: str, subscriber: queue.Queue, out: "_Outputs"):
+    def _follow(self, engine, job_id: str, subscriber: Listener, out: "_Outputs"):
         """Yield status (and streamed audio) updates until the job's terminal event; return that event."""
         while True:
             try:
@@ -151,13 +155,13 @@ class Generation:
                 continue
             if event.terminal:
                 return event
-            if event.kind in (job_events.EVENT_QUEUED, job_events.EVENT_POSITION):
+            if isinstance(event, Queued):
                 yield out.status(*self._waiting_status(engine, job_id))
-            elif event.kind == job_events.EVENT_STARTED:
+            elif isinstance(event, Started):
                 yield out.status("status_started")
-            elif event.kind == job_events.EVENT_PROGRESS:
-                yield out.progress(event.data)
-            elif event.kind == job_events.EVENT_RETRY:
+            elif isinstance(event, Progress):
+                yield out.progress(event)
+            elif isinstance(event, Retrying):
                 if out.player is not None:
                     out.player.restart()  # the job starts again from its first sentence
                     out.first_audio_s = None
@@ -176,7 +180,7 @@ class Generation:
         current = self.host.current
         seconds = result.timings.get("total", 0.0)
         if result.output_path and is_inside(result.output_path, self.host.config.outputs_dir):
-            session.add(HistoryEntry(path=result.output_path, text=job.text, mode=result.mode, voice=voice,
+            session.add(HistoryEntry(path=result.output_path, text=job.request.text, mode=result.mode, voice=voice,
                                      seed=result.seed, speed=result.speed, duration_s=result.duration_s,
                                      model=None if preview or current is None else current.name, preview=preview))
             status = ("status_done", {"duration": result.duration_s, "seconds": seconds, "seed": result.seed,
@@ -201,22 +205,23 @@ class _Outputs:
         self.started = time.monotonic()
         self.first_audio_s: float | None = None
 
-    def _tuple(self, prompt=None, counter=None, mode=None, status=None, result=None, history=None, picks=None):
+    def _tuple(self, prompt=None, counter=None, mode=None, status=None, result=None, history=None,
+               picks=None) -> GenerateOutputs:
         skip = gr.skip()
         values = (prompt, counter, mode, status, result, history, picks)
         player = self.player.value if self.player is not None else skip
-        return tuple(skip if value is None else value for value in values) + (self.session, player)
+        return GenerateOutputs(*(skip if value is None else value for value in values), self.session, player)
 
     def status(self, key: str, values: dict | None = None, **more) -> tuple:
         self.session.last_status = (key, {**(values or {}), **more})
         return self._tuple(status=status_line(self.lang, *self.session.last_status))
 
-    def progress(self, data: dict) -> tuple:
+    def progress(self, event: Progress) -> tuple:
         """One sentence done, or (streaming) one more chunk to play."""
-        index, count = data.get("segment_index", 0) + 1, data.get("segment_count", 1)
-        if self.player is None or data.get("audio") is None:
-            return self.status("status_progress", index=index, count=count, text=data.get("text", ""))
-        self.player.add(data["audio"], int(data.get("sample_rate") or 24000))
+        index, count = event.segment_index + 1, event.segment_count
+        if self.player is None or event.audio is None:
+            return self.status("status_progress", index=index, count=count, text=event.text)
+        self.player.add(event.audio, event.sample_rate)
         if self.first_audio_s is None:
             self.first_audio_s = time.monotonic() - self.started
         return self.status("status_streaming", index=index, count=count, audio=self.player.seconds,
@@ -230,9 +235,9 @@ class _Outputs:
         slot = {"prompt": "prompt", "text": "counter", "mode": "mode"}[where]
         return self._tuple(status="", **{slot: message})
 
-    def last(self, values: tuple) -> tuple:
+    def last(self, values: GenerateOutputs) -> GenerateOutputs:
         """The run's final update: the player's value shrinks to the bare stream id (it plays on)."""
-        return values if self.player is None else values[:-1] + (self.player.stream_id,)
+        return values if self.player is None else values._replace(player=self.player.stream_id)
 
     def done(self, status: tuple[str, dict], playable, rows, picks) -> tuple:
         self.session.last_status = status
@@ -240,11 +245,16 @@ class _Outputs:
                            picks=gr.update(choices=picks))
 
 
-def _valid_seed(seed) -> bool:
-    try:
-        return float(seed).is_integer() and 0 <= int(seed) <= MAX_SEED
-    except (TypeError, ValueError, OverflowError):
-        return False
+# Where each request rule's problem shows, and the page's own words for it where it has them.
+FIELD_SLOTS = {"text": "text", "voice": "prompt", "transcript": "prompt", "mode": "mode", "instruct": "mode"}
+PAGE_KEYS = {"text_empty": "text_empty", "text_too_long": "counter_over", "transcript_needed": "transcript_needed",
+             "instruct_needed": "instruct_needed", "seed_invalid": "seed_invalid", "prompt_needed": "prompt_needed"}
+
+
+def _problem(error: RequestError) -> tuple[str, str, dict]:
+    key = PAGE_KEYS.get(error.code)
+    values = dict(error.values) if key else {"message": str(error)}
+    return FIELD_SLOTS.get(error.field, "status"), key or "status_invalid", values
 
 
 def _terminal_event(engine, job_id: str):
@@ -252,4 +262,4 @@ def _terminal_event(engine, job_id: str):
         result = engine.result(job_id, timeout=0)
     except job_events.JobFailed as error:
         return error.event
-    return job_events.JobEvent(job_events.DONE, job_id, result=result)
+    return Done(job_id, result)

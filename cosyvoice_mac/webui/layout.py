@@ -13,6 +13,7 @@ import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
 from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
+from cosyvoice_mac.webui.generation import GenerateOutputs
 from cosyvoice_mac.webui.render import HISTORY_DATATYPES, history_rows, status_line
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS, STOP_JS
@@ -200,10 +201,13 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
         dice.click(callbacks.roll_seed, None, seed, **quiet)
 
+        generate_outputs = {"prompt_msg": prompt_msg, "counter": counter, "mode_msg": mode_msg, "status": status,
+                            "result": result, "history": history, "history_pick": history_pick, "session": session,
+                            "player": player}
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session],
-            [prompt_msg, counter, mode_msg, status, result, history, history_pick, session, player],
+            [generate_outputs[name] for name in GenerateOutputs._fields],
             concurrency_limit=host.config.max_queue + 1, concurrency_id="generate", show_progress="minimal",
             show_progress_on=[result],
         ).then(callbacks.status_panel, language, status_panel, show_progress="hidden")

@@ -6,6 +6,8 @@ worker's own checks stay the final word, this only saves the user a wait for an 
 """
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -131,3 +133,18 @@ def _decode_with_platform_decoder(path: Path) -> tuple[np.ndarray, int, float]:
     pcm = np.concatenate(chunks) if chunks else np.zeros(0, "<i2")
     pcm = pcm[: pcm.size - pcm.size % channels].reshape(-1, channels)
     return (pcm.astype(np.float32) / 32768.0).mean(axis=1), rate, seconds
+
+
+@functools.lru_cache(maxsize=64)
+def _checked(path: str, size: int, modified_ns: int) -> PromptCheck:
+    return inspect_prompt(path)
+
+
+def checked_prompt(path: str | Path) -> PromptCheck:
+    """``inspect_prompt``, remembered per file version: the upload's check answers Generate and Save too, so
+    the page decodes each prompt once (Gradio gives every upload its own path)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return inspect_prompt(path)  # it explains the missing file
+    return _checked(str(path), stat.st_size, stat.st_mtime_ns)

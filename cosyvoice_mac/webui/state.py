@@ -63,6 +63,14 @@ def find_models(models_dir: Path) -> list[ModelChoice]:
     return found
 
 
+def pick_model(models_dir: Path, preview: bool = True) -> ModelChoice | None:
+    """The app's rule, shared by the page, the CLI and ``load_model``: a CosyVoice3 folder under
+    ``models_dir``, else any model folder, else the preview voice (when ``preview``), else None."""
+    models = find_models(models_dir)
+    newest = [choice for choice in models if choice.version == "cosyvoice3"]
+    return (newest or models or ([PREVIEW_CHOICE] if preview else []) or [None])[0]
+
+
 @dataclass
 class HostConfig:
     """Where models, outputs and the cache live, and how the model worker runs."""
@@ -119,11 +127,9 @@ class ModelHost:
         return found
 
     def default_choice(self) -> ModelChoice | None:
-        """The preferred choice, else the newest CosyVoice folder, else the preview voice (else None)."""
-        models = self.models()
+        """The preferred choice, else what ``pick_model`` picks."""
         preferred = self.choice(self.config.preferred_model) if self.config.preferred_model else None
-        newest = [choice for choice in models if choice.version == "cosyvoice3"]
-        return preferred or (newest or models or self.choices() or [None])[0]
+        return preferred or pick_model(self.config.models_dir, preview=bool(self.config.preview))
 
     def start(self, name: str | None = None) -> ModelChoice | None:
         """Start the engine for ``name`` (default: ``default_choice()``) without waiting."""

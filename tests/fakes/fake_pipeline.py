@@ -18,13 +18,16 @@ device error on the first job whose text has ``[device-error]``, so the real CPU
 """
 from __future__ import annotations
 
+import os
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from cosyvoice_mac.pipeline.backend import Synthesizes
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
 MPS_ERROR = ("The operator 'aten::_fake_op' is not currently implemented for the MPS device. "
@@ -36,7 +39,7 @@ def _sentences(text: str) -> list[str]:
     return parts or [text]
 
 
-class FakeCosyVoice:
+class FakeCosyVoice(Synthesizes):
     """Owns nothing but its settings; every method honours the real pipeline's signature."""
 
     version = "cosyvoice3"
@@ -66,11 +69,17 @@ class FakeCosyVoice:
         self.moves.append(str(self.device))
         return self
 
+    def use_vocoder(self, vocoder=None) -> None:
+        pass
+
+    def prepare_streaming(self, speaker) -> bool:
+        return False
+
     def prepare_prompt(self, audio, sample_rate=None, transcript=None) -> SpeakerPrompt:
-        from cosyvoice_mac.engine.runtime import prompt_content_hash
+        from cosyvoice_mac.audio import decode_prompt
 
         time.sleep(self.extract_s)
-        digest = prompt_content_hash(audio, sample_rate)
+        digest = decode_prompt(audio, sample_rate).content_hash
         seed = int(digest[:8], 16)
         generator = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, 6561, (1, 50), generator=generator)
@@ -78,19 +87,16 @@ class FakeCosyVoice:
                              embedding=torch.randn(1, 192, generator=generator), audio_hash=digest,
                              model_id=self.model_id, transcript=transcript, duration_s=2.0)
 
-    def synthesize(self, text, prompt_audio=None, prompt_text=None, instruct=None, seed=None, speed=1.0, *,
-                   speaker=None, stream=False, should_stop=None, prompt_sample_rate=None):
-        if "[bad]" in text or not text.strip():
+    def run(self, request, speaker=None, should_stop=None):
+        text = request.text
+        if "[bad]" in text:
             raise SynthesisError("the text contains unknown markup [bad]; remove it")
-        if speaker is None and prompt_audio is not None:
-            speaker = self.prepare_prompt(prompt_audio, prompt_sample_rate, prompt_text)
-        if speaker is not None and speaker.model_id != self.model_id:
-            raise SynthesisError("that saved voice was prepared for another model; upload its audio again")
+        speaker = self._speaker_for(request, speaker)
         if "[device-error]" in text and self.device.type != "cpu":
             raise RuntimeError(MPS_ERROR)
-        return self._pieces(text, seed or 0, speed, speaker, stream, should_stop or (lambda: False))
+        return self._pieces(text, request.seed, request.speed, request.mode, speaker, should_stop or (lambda: False))
 
-    def _pieces(self, text, seed, speed, speaker, stream, should_stop):
+    def _pieces(self, text, seed, speed, mode, speaker, should_stop):
         sentences = _sentences(text)
         rng = np.random.default_rng(seed)
         mode_tag = 0 if speaker is None else int(speaker.audio_hash[:2], 16)
@@ -111,7 +117,7 @@ class FakeCosyVoice:
             yield SynthesisResult(audio=audio, sample_rate=SAMPLE_RATE, speech_token_count=length // 960,
                                   seconds=time.perf_counter() - started, text=sentence, segment_index=index,
                                   segment_count=len(sentences), timings={"llm": 0.001, "flow": 0.001},
-                                  seed=seed)
+                                  seed=seed, mode=mode)
 
 
 class DeviceErrorOnce:
@@ -140,11 +146,11 @@ class DeviceErrorOnce:
         self.device = torch.device(device)
         return self
 
-    def synthesize(self, text, *args, **kwargs):
-        if "[device-error]" in text and self.device.type != "cpu" and not self.failed:
+    def run(self, request, *args, **kwargs):
+        if "[device-error]" in request.text and self.device.type != "cpu" and not self.failed:
             self.failed = True
             raise RuntimeError(MPS_ERROR)
-        return self._real.synthesize(text.replace("[device-error]", ""), *args, **kwargs)
+        return self._real.run(replace(request, text=request.text.replace("[device-error]", "")), *args, **kwargs)
 
 
 # -- helpers for engine tests -----------------------------------------------------------------
@@ -179,31 +185,42 @@ def started(engine, timeout: float = ENGINE_DEADLINE_S):
     return engine
 
 
-def result_and_events(engine, job, timeout: float):
-    """Submit ``job`` and wait for it: (its result, every event of it heard meanwhile, in order)."""
-    heard = engine.subscribe()
-    try:
-        job_id = engine.submit(job)
-        result = engine.result(job_id, timeout=timeout)
-    finally:
-        engine.unsubscribe(heard)
-    events = []
-    while not heard.empty():
-        event = heard.get_nowait()
-        if event.job_id == job_id:
-            events.append(event)
-    return result, events
+def result_and_events(engine, request, timeout: float):
+    """Submit ``request`` and wait for it: (its result, every event of it heard meanwhile, in order)."""
+    with engine.subscribe() as heard:
+        job_id = engine.submit(request)
+        events = list(heard.of(job_id, timeout))
+    return engine.result(job_id, timeout=0), events
 
 
-def wait_for_event(engine, job_id: str, kinds, timeout: float = 30.0):
-    """The first event of ``job_id`` whose kind is in ``kinds``; AssertionError if it ends first."""
-    kinds = (kinds,) if isinstance(kinds, str) else tuple(kinds)
-    for event in engine.events(job_id, timeout=timeout):
-        if event.kind in kinds:
-            return event
-    raise AssertionError(f"job {job_id} ended without a {kinds} event")
+def submit_and_wait(engine, request, kinds, timeout: float = 30.0):
+    """Submit ``request``, then wait for its first event whose kind is in ``kinds``: (job id, that event)."""
+    with engine.subscribe() as heard:
+        job_id = engine.submit(request)
+        return job_id, heard.wait_for(job_id, kinds, timeout)
 
 
 def tone(seconds: float = 3.0, sample_rate: int = 24000, frequency: float = 150.0) -> np.ndarray:
     t = np.arange(int(seconds * sample_rate), dtype=np.float32) / sample_rate
     return (0.3 * np.sin(2 * np.pi * frequency * t)).astype(np.float32)
+
+
+def fake_voice(transcript: str | None = None):
+    """A recording (a 3 s tone in a temporary WAV) for requests to the fake pipeline, which only hashes it."""
+    import tempfile
+
+    import soundfile
+
+    from cosyvoice_mac.request import Voice
+
+    path = Path(tempfile.gettempdir()) / f"cosyvoice-fake-voice-{os.getpid()}.wav"
+    if not path.is_file():
+        soundfile.write(path, tone(), 24000)
+    return Voice.recording(path, transcript=transcript)
+
+
+def fake_request(text: str, **options):
+    """``Request.build(text, fake_voice(), **options)``: a valid request whose voice does not matter."""
+    from cosyvoice_mac.request import Request
+
+    return Request.build(text, options.pop("voice", None) or fake_voice(), **options)

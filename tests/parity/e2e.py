@@ -50,8 +50,10 @@ def check_text_ids(ctx: ParityContext) -> None:
     """Our frontend turns the strings into exactly the reference's ids (mode zero-shot)."""
     model, e2e, inputs = _model(ctx), ctx.vectors("e2e"), ctx.vectors("inputs")
     from cosyvoice_mac.pipeline.prompts import plan_request
+    from cosyvoice_mac.request import Request, Voice
 
-    plan = plan_request(model, E2E_TEXT, prompt_text=PROMPT_TRANSCRIPT, instruct=None, speed=1.0, has_prompt=True)
+    request = Request.build(E2E_TEXT, Voice(prepared="recorded", transcript=PROMPT_TRANSCRIPT), seed=0)
+    plan = plan_request(model.version, model.normalizer, request)
     assert [model.tokenizer.encode(s.llm_text) for s in plan.segments] == [e2e["text"][0].tolist()]
     assert model.tokenizer.encode(plan.llm_prompt_text) == inputs["prompt_text"][0].tolist()
 

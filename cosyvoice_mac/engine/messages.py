@@ -1,0 +1,221 @@
+"""The engine's messages: one frozen dataclass per event kind, and the worker's status.
+
+They cross the process boundary (worker -> engine) and reach listeners in the UI process; every field
+is named and typed here, so no reader depends on dict keys documented in comments. ``kind`` is each
+class's stable name (what ``isinstance`` says, as a string for logs and tests). Torch-free.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from cosyvoice_mac.engine.jobs import CANCELLED, DONE, FAILED, JobResult
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """What the worker reports about itself: the model, where it runs, its memory and its cache."""
+
+    model: str
+    version: str
+    device: str
+    home_device: str
+    dtype: str
+    sample_rate: int
+    fell_back: bool = False
+    fallback_reason: str | None = None
+    rss_bytes: int = 0
+    device_allocated_bytes: int | None = None
+    device_driver_bytes: int | None = None
+    cache_memory_hits: int = 0
+    cache_disk_hits: int = 0
+    cache_misses: int = 0
+    feature_extractions: int = 0
+    jobs_run: int = 0
+    flow_prefix_builds: int = 0
+    vocoder: str = "torch"
+    vocoder_reason: str | None = None
+    engine: str = "torch"  # "mlx" or "torch" (pipeline/engines.py)
+    engine_reason: str | None = None  # why not the engine asked for
+    mlx_memory: dict | None = None  # active/peak/cache bytes while MLX runs
+
+    def as_dict(self) -> dict:
+        """The status panel's view (memory and cache grouped as the panel shows them)."""
+        lookups = self.cache_memory_hits + self.cache_disk_hits + self.cache_misses
+        hits = self.cache_memory_hits + self.cache_disk_hits
+        plain = asdict(self)
+        for key in ("rss_bytes", "device_allocated_bytes", "device_driver_bytes", "cache_memory_hits",
+                    "cache_disk_hits", "cache_misses"):
+            plain.pop(key)
+        return {**plain,
+                "memory": {"rss_bytes": self.rss_bytes, "device_allocated_bytes": self.device_allocated_bytes,
+                           "device_driver_bytes": self.device_driver_bytes},
+                "cache": {"memory_hits": self.cache_memory_hits, "disk_hits": self.cache_disk_hits,
+                          "misses": self.cache_misses, "hit_rate": round(hits / lookups, 4) if lookups else 0.0}}
+
+
+class Event:
+    """Base of every message. ``job_id`` is None for events about the engine itself."""
+
+    kind: ClassVar[str] = ""
+
+    @property
+    def terminal(self) -> bool:
+        """True for the last event of a job (done, failed, cancelled)."""
+        return False
+
+
+# -- about one job ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Queued(Event):
+    """The job waits; ``position`` 1 runs next. Sent again whenever its place changes."""
+
+    kind: ClassVar[str] = "queued"
+    message: ClassVar[str] = ""
+    job_id: str
+    position: int
+
+
+@dataclass(frozen=True)
+class Started(Event):
+    kind: ClassVar[str] = "started"
+    message: ClassVar[str] = ""
+    job_id: str
+    device: str
+
+
+@dataclass(frozen=True)
+class Progress(Event):
+    """One sentence done, or (streaming) one more chunk; ``audio`` (N,) float32 only when streaming."""
+
+    kind: ClassVar[str] = "progress"
+    message: ClassVar[str] = ""
+    job_id: str
+    segment_index: int
+    segment_count: int
+    text: str
+    mode: str
+    duration_s: float
+    is_final_chunk: bool = True
+    audio: np.ndarray | None = None
+    sample_rate: int | None = None
+
+
+@dataclass(frozen=True)
+class Retrying(Event):
+    """The job starts again on the CPU because the device failed (``reason``)."""
+
+    kind: ClassVar[str] = "retry"
+    job_id: str
+    device: str
+    reason: str
+    message: str = ""
+
+
+class Ending(Event):
+    """The last event of a job: done, failed or cancelled."""
+
+    @property
+    def terminal(self) -> bool:
+        return True
+
+
+@dataclass(frozen=True)
+class Done(Ending):
+    kind: ClassVar[str] = DONE
+    job_id: str
+    result: JobResult
+    message: str = "done"
+    status: WorkerStatus | None = None
+
+@dataclass(frozen=True)
+class Failed(Ending):
+    """The job ended with an error; ``message`` says why in words a user can act on."""
+
+    kind: ClassVar[str] = FAILED
+    job_id: str
+    message: str
+    traceback: str | None = None
+    status: WorkerStatus | None = None
+
+@dataclass(frozen=True)
+class Cancelled(Ending):
+    kind: ClassVar[str] = CANCELLED
+    job_id: str
+    message: str = "cancelled"
+    status: WorkerStatus | None = None
+
+# -- about the engine -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Notice(Event):
+    """Something that happened to the engine, told in ``message``; each subclass names what."""
+
+    job_id: ClassVar[None] = None
+    message: str
+
+
+class Loading(Notice):
+    kind = "loading"
+
+
+class LoadFailed(Notice):
+    kind = "load_failed"
+
+
+class Restarting(Notice):
+    kind = "restarting"
+
+
+class WorkerDied(Notice):
+    kind = "worker_died"
+
+
+@dataclass(frozen=True)
+class Ready(Notice):
+    kind: ClassVar[str] = "ready"
+    status: WorkerStatus
+
+
+@dataclass(frozen=True)
+class DeviceFallback(Event):
+    """The worker now runs on ``device`` for good (its home device kept failing)."""
+
+    kind: ClassVar[str] = "device_fallback"
+    job_id: ClassVar[None] = None
+    device: str
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class TaskDone(Event):
+    kind: ClassVar[str] = "task_done"
+    job_id: ClassVar[None] = None
+    message: ClassVar[str] = ""
+    task_id: str
+    result: dict
+    status: WorkerStatus | None = None
+
+
+@dataclass(frozen=True)
+class TaskError(Event):
+    """The worker could not do the task (``tasks.TaskFailed`` is what the caller then raises)."""
+
+    kind: ClassVar[str] = "task_failed"
+    job_id: ClassVar[None] = None
+    task_id: str
+    message: str
+    traceback: str | None = None
+    status: WorkerStatus | None = None
+
+
+TERMINAL_KINDS = {DONE: Done, FAILED: Failed, CANCELLED: Cancelled}
+
+
+def ending(kind: str, job_id: str, message: str, result: JobResult | None = None) -> Event:
+    """The terminal event of ``kind`` the engine itself decides (a restart, a timeout, a cancel)."""
+    if kind == DONE:
+        return Done(job_id, result, message)
+    return TERMINAL_KINDS[kind](job_id, message)

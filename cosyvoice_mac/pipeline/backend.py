@@ -1,0 +1,103 @@
+"""What the worker needs from a voice backend, and the one ``synthesize`` both backends share.
+
+``CosyVoice`` and the preview voice satisfy :class:`Backend`; the worker calls nothing else, so it never
+probes a backend with ``getattr``/``hasattr``. ``synthesize(text, voice, ...)`` is the Python API: it
+builds a :class:`~cosyvoice_mac.request.Request` (the same rules as the page and the CLI) and runs it.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterator, Protocol, runtime_checkable
+
+import numpy as np
+
+from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError, SynthesisResult
+from cosyvoice_mac.request import Request, Voice
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """A loaded voice model as the worker sees it.
+
+    ``version`` names the model family ("cosyvoice3", "cosyvoice2", "preview"); ``model_id`` keys the speaker
+    cache; ``device`` is where it computes now.
+    """
+
+    version: str
+    model_id: str
+    sample_rate: int
+
+    def prepare_prompt(self, prompt, sample_rate: int | None = None,
+                       transcript: str | None = None) -> SpeakerPrompt:
+        """Features of a prompt (a path, samples, or an ``audio.DecodedPrompt``): the cacheable part."""
+
+    def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
+        """Compute the voice's share of streamed requests now; False when the backend has none."""
+
+    def run(self, request: Request, speaker: SpeakerPrompt | None = None,
+            should_stop: Callable[[], bool] | None = None) -> Iterator[SynthesisResult]:
+        """Speak a valid request; ``speaker`` None prepares the request's recording first."""
+
+    def to(self, device) -> "Backend":
+        """Move to ``device`` (the worker's CPU retry)."""
+
+    def use_vocoder(self, vocoder=None) -> None:
+        """Swap in another vocoder (Core ML); None restores the backend's own."""
+
+
+class Synthesizes:
+    """Mixed into a Backend: the keyword API over ``run``. Owns nothing."""
+
+    model_id: str
+
+    def synthesize(
+        self,
+        text: str,
+        voice: Voice | SpeakerPrompt | str | Path | np.ndarray | None = None,
+        *,
+        instruct: str | None = None,
+        seed: int | None = None,
+        speed: float = 1.0,
+        stream: bool = False,
+        mode: str | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        prompt_audio: str | Path | np.ndarray | None = None,
+        prompt_text: str | None = None,
+        prompt_sample_rate: int | None = None,
+        speaker: SpeakerPrompt | None = None,
+    ) -> Iterator[SynthesisResult]:
+        """Speak ``text`` in ``voice``; yield one result per sentence (or streamed chunk) as it is done.
+
+        ``voice`` is a :class:`Voice`, a prepared SpeakerPrompt (its transcript is honoured), or a prompt
+        file. ``prompt_audio`` / ``prompt_text`` / ``speaker`` say the same in keywords. The mode follows
+        the request rules: an instruction -> instruct, a transcript -> zero-shot, else cross-lingual.
+        Bad input raises a CosyVoiceError (RequestError, SynthesisError) before any audio is produced.
+        """
+        if isinstance(voice, SpeakerPrompt):
+            voice, speaker = None, voice
+        if voice is None and prompt_audio is not None:
+            voice = prompt_audio
+        if isinstance(voice, (str, Path)):
+            voice = Voice.recording(voice)
+        elif isinstance(voice, np.ndarray):
+            voice = Voice.from_samples(voice, prompt_sample_rate)
+        if voice is None and speaker is not None:
+            voice = Voice(prepared=speaker.audio_hash, transcript=speaker.transcript)
+        if voice is not None and prompt_text is not None:
+            voice = replace(voice, transcript=prompt_text)
+        request = Request.build(text, voice, mode=mode, instruct=instruct, seed=seed, speed=speed, stream=stream)
+        return self.run(request, speaker, should_stop)
+
+    def _speaker_for(self, request: Request, speaker: SpeakerPrompt | None) -> SpeakerPrompt:
+        """The prepared voice for ``request``: ``speaker`` when given (it must be this model's), else
+        the request's recording, decoded once and encoded."""
+        if speaker is None:
+            voice = request.voice
+            if voice.kind not in ("audio", "samples"):
+                raise SynthesisError("a saved voice is spoken through the engine, which keeps the voice library")
+            return self.prepare_prompt(voice.audio if voice.kind == "audio" else voice.samples,
+                                       sample_rate=voice.sample_rate, transcript=request.transcript)
+        if speaker.model_id != self.model_id:
+            raise SynthesisError("that voice was prepared for another model; upload its audio again")
+        return speaker

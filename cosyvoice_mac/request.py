@@ -1,0 +1,212 @@
+"""One synthesis request, checked once where it enters (page, CLI, API, Python), trusted everywhere below.
+
+``Request.build(text, voice, ...)`` is the door: it strips the strings, derives the mode once from the
+transcript and the instruction, picks the seed once (and records it), and checks every rule here, so the
+page, the engine, the worker, the pipeline and the preview voice all read the same numbers. A ``Request``
+built by hand is checked the same way (``__post_init__`` calls ``validate()``).
+
+Torch-free (numpy only): the page and the CLI build requests without loading a model.
+"""
+from __future__ import annotations
+
+import math
+import secrets
+import unicodedata
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from cosyvoice_mac.errors import RequestError
+
+MODES = ("zero_shot", "cross_lingual", "instruct")
+MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
+MAX_TRANSCRIPT_CHARS = 1000  # a 30 s prompt holds a few hundred characters
+MAX_INSTRUCT_CHARS = 500
+SPEED_RANGE = (0.5, 2.0)  # beyond this the mel stretch audibly breaks the voice
+MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
+ALLOWED_CONTROLS = "\t\n\r"
+
+
+@dataclass(frozen=True, eq=False)
+class Voice:
+    """Whose voice speaks: a prompt recording (a file, or mono samples with their rate) with its transcript,
+    a saved voice's name, or features already prepared in this process (``prepared`` = their audio hash).
+
+    ``transcript`` is what the recording says; given, the request speaks zero-shot.
+    """
+
+    audio: str | None = None
+    samples: np.ndarray | None = None  # (N,) or (N, channels) float
+    sample_rate: int | None = None
+    saved: str | None = None
+    prepared: str | None = None
+    transcript: str | None = None
+
+    @classmethod
+    def recording(cls, audio: str | Path, transcript: str | None = None) -> "Voice":
+        return cls(audio=str(audio), transcript=transcript)
+
+    @classmethod
+    def from_samples(cls, samples: np.ndarray, sample_rate: int, transcript: str | None = None) -> "Voice":
+        return cls(samples=samples, sample_rate=sample_rate, transcript=transcript)
+
+    @classmethod
+    def saved_voice(cls, name: str, transcript: str | None = None) -> "Voice":
+        return cls(saved=name, transcript=transcript)
+
+    @property
+    def kind(self) -> str:
+        """"audio", "samples", "saved" or "prepared"."""
+        given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]
+        return given[0] if len(given) == 1 else ""
+
+    def validate(self) -> None:
+        given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise RequestError("voice", "voice_ambiguous" if given else "prompt_needed",
+                               "give either prompt audio or a saved voice, not both" if given else
+                               "a prompt voice is needed: upload or record 3-30 s of speech, or pick a saved voice")
+        if self.audio is not None and not Path(self.audio).is_file():
+            raise RequestError("voice", "prompt_missing",
+                               f"the prompt audio file {self.audio} does not exist; upload it again")
+        if self.samples is not None:
+            if not isinstance(self.samples, np.ndarray) or self.samples.ndim not in (1, 2):
+                raise RequestError("voice", "prompt_samples", "prompt samples must be a numpy array (N,) or "
+                                   f"(N, channels), not {type(self.samples).__name__}")
+            if not isinstance(self.sample_rate, int) or self.sample_rate <= 0:
+                raise RequestError("voice", "prompt_samples",
+                                   "prompt samples need their sample rate (e.g. 16000)")
+        if self.saved is not None and (not isinstance(self.saved, str) or not self.saved.strip()):
+            raise RequestError("voice", "voice_error", "a saved voice is named by a non-empty string")
+        if self.transcript is not None:
+            _check_string("transcript", "the transcript", self.transcript, MAX_TRANSCRIPT_CHARS)
+
+    def describe(self) -> str | None:
+        """What the sidecar records: the saved voice's name, or None for a recording."""
+        return self.saved
+
+
+@dataclass(frozen=True, eq=False)
+class Request:
+    """A valid request: every field already stripped, decided and checked (see the module docstring).
+
+    ``mode`` is "zero_shot" (the voice's transcript is read with the text), "cross_lingual" (the text
+    only) or "instruct" (``instruct`` steers the style); ``seed`` is the one the audio was sampled with.
+    """
+
+    text: str
+    voice: Voice
+    mode: str
+    instruct: str | None = None
+    seed: int = 0
+    speed: float = 1.0
+    stream: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @classmethod
+    def build(cls, text: str, voice: Voice | None, *, mode: str | None = None, instruct: str | None = None,
+              seed: int | float | None = None, speed: float | None = 1.0, stream: bool = False) -> "Request":
+        """Normalise what a user typed into a valid Request; RequestError names the first problem.
+
+        ``mode`` None derives it: an instruction -> instruct, else a transcript -> zero-shot, else
+        cross-lingual. A mode asked for must be possible (zero-shot needs a transcript); what the mode does
+        not use (the transcript outside zero-shot, the instruction outside instruct) is dropped.
+        ``seed`` None picks one now. ``speed`` None means 1.0.
+        """
+        if voice is None:
+            raise RequestError("voice", "prompt_needed", "a prompt voice is needed: upload or record 3-30 s of "
+                               "speech, or pick a saved voice")
+        if not isinstance(voice, Voice):
+            raise RequestError("voice", "voice_error", f"the voice must be a Voice, not {type(voice).__name__}")
+        transcript = _stripped(voice.transcript)
+        instruct = _stripped(instruct)
+        if mode is None:
+            mode = "instruct" if instruct else "zero_shot" if transcript else "cross_lingual"
+        elif mode == "zero_shot" and not transcript:
+            raise RequestError("transcript", "transcript_needed", "zero-shot mode needs the prompt's transcript; "
+                               "type what the recording says, or pick cross-lingual mode")
+        elif mode == "instruct" and not instruct:
+            raise RequestError("mode", "instruct_needed", "instruct mode needs an instruction, e.g. 'speak sadly'")
+        voice = replace(voice, transcript=transcript if mode == "zero_shot" else None)
+        return cls(text=text, voice=voice, mode=mode, instruct=instruct if mode == "instruct" else None,
+                   seed=_seed(seed), speed=1.0 if speed is None else speed, stream=bool(stream))
+
+    def validate(self) -> None:
+        """Raise RequestError naming the field and the rule; the only place these rules are written."""
+        _check_string("text", "the text", self.text, MAX_TEXT_CHARS)
+        if not self.text.strip():
+            raise RequestError("text", "text_empty", "the text to speak is empty; type a sentence")
+        if not any(unicodedata.category(char)[0] in "LN" for char in self.text):
+            raise RequestError("text", "text_unspeakable", "the text has nothing to speak (only punctuation, "
+                               "symbols or emoji); type some words")
+        if not isinstance(self.voice, Voice):
+            raise RequestError("voice", "voice_error", f"the voice must be a Voice, not {type(self.voice).__name__}")
+        self.voice.validate()
+        if self.mode not in MODES:
+            raise RequestError("mode", "mode_unknown", f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
+        if self.mode == "zero_shot" and not _stripped(self.voice.transcript):
+            raise RequestError("transcript", "transcript_needed", "zero-shot mode needs the prompt's transcript")
+        if self.mode == "instruct" and not _stripped(self.instruct):
+            raise RequestError("mode", "instruct_needed", "instruct mode needs an instruction, e.g. 'speak sadly'")
+        if self.instruct is not None:
+            _check_string("instruct", "the instruction", self.instruct, MAX_INSTRUCT_CHARS)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise RequestError("seed", "seed_invalid", f"seed {self.seed!r} must be a whole number from 0 to "
+                               f"{MAX_SEED}", limit=MAX_SEED)
+        speed = self.speed
+        low, high = SPEED_RANGE
+        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed) \
+                or not low <= speed <= high:
+            raise RequestError("speed", "speed_invalid", f"speed {speed!r} is out of range; use a value from "
+                               f"{low:g} to {high:g}", low=low, high=high)
+        if self.stream and speed != 1.0:
+            raise RequestError("speed", "speed_stream", f"speed {speed:g} cannot be used while streaming; turn "
+                               "streaming off or use speed 1.0")
+
+    @property
+    def transcript(self) -> str | None:
+        """The prompt's transcript the LLM reads (zero-shot only)."""
+        return self.voice.transcript if self.mode == "zero_shot" else None
+
+    def facts(self) -> dict:
+        """What the sidecar records about the request (plain JSON values)."""
+        return {"text": self.text, "mode": self.mode, "instruct": self.instruct, "prompt_text": self.transcript,
+                "voice": self.voice.describe(), "seed": self.seed, "speed": self.speed, "stream": self.stream}
+
+
+def _stripped(value) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        return value  # validate() names the wrong type
+    return value.strip() or None
+
+
+def _seed(seed) -> int:
+    """The seed to record: a fresh one for None; a whole float (the page's number box) as int."""
+    if seed is None:
+        return secrets.randbelow(MAX_SEED + 1)
+    if isinstance(seed, float) and math.isfinite(seed) and seed.is_integer():
+        return int(seed)
+    if isinstance(seed, str):
+        try:
+            return int(seed.strip())
+        except ValueError:
+            pass
+    return seed  # validate() refuses what is not a whole number in range
+
+
+def _check_string(field: str, what: str, value, limit: int) -> None:
+    if not isinstance(value, str):
+        raise RequestError(field, f"{field}_invalid", f"{what} must be text, not {type(value).__name__}")
+    if len(value) > limit:
+        raise RequestError(field, f"{field}_too_long", f"{what} has {len(value):,} characters; the limit is "
+                           f"{limit:,}. Shorten it or split it into several requests.", count=len(value), limit=limit)
+    for position, char in enumerate(value):
+        if unicodedata.category(char) == "Cc" and char not in ALLOWED_CONTROLS:
+            raise RequestError(field, "control_character", f"{what} holds the control character U+{ord(char):04X} "
+                               f"at position {position + 1}; remove it (paste the text as plain text)",
+                               position=position + 1, code_point=f"U+{ord(char):04X}")

@@ -16,6 +16,7 @@ from cosyvoice_mac.engine import Engine, Job, WorkerConfig  # noqa: E402
 from cosyvoice_mac.mlx import choice  # noqa: E402
 from cosyvoice_mac.mlx.networks import MlxNetworks  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
+from cosyvoice_mac.request import Request, Voice  # noqa: E402
 from cosyvoice_mac.pipeline.loading import Networks  # noqa: E402
 from tests.fakes.mlx_pipeline import FAILING_MLX_FACTORY, MLX_FAILURE  # noqa: E402
 from tests.fakes.onnx_models import make_tiny_model_dir  # noqa: E402
@@ -92,8 +93,8 @@ def test_a_job_failing_on_mlx_is_finished_by_torch_with_the_reason_kept(tmp_path
     with Engine(_config(tmp_path), stop_timeout_s=5.0, start_timeout_s=DEADLINE) as engine:
         assert engine.start(timeout=DEADLINE), engine.status()
         assert engine.status()["engine"] == "mlx" and engine.status()["mlx_memory"]["peak_bytes"] > 0
-        result = engine.result(engine.submit(Job(text="Please read this sentence.", prompt_audio=voice)), DEADLINE)
-        assert result.audio.size > 0 and np.isfinite(result.audio).all()
+        result = engine.result(engine.submit(Job(Request.build("Please read this sentence.", Voice.recording(voice)))), DEADLINE)
+        assert result.samples().size > 0 and np.isfinite(result.samples()).all()
         reason = next(note for note in result.notes if "MLX engine failed" in note)
         assert MLX_FAILURE in reason
         status = engine.status()
@@ -101,8 +102,8 @@ def test_a_job_failing_on_mlx_is_finished_by_torch_with_the_reason_kept(tmp_path
         sidecar = json.loads(open(result.sidecar_path).read())
         assert sidecar["engine"] == "torch" and MLX_FAILURE in sidecar["engine_reason"]
         assert any(MLX_FAILURE in note for note in sidecar["notes"])
-        again = engine.result(engine.submit(Job(text="And this one.", prompt_audio=voice)), DEADLINE)
-        assert again.audio.size > 0 and not any("MLX" in note for note in again.notes)
+        again = engine.result(engine.submit(Job(Request.build("And this one.", Voice.recording(voice)))), DEADLINE)
+        assert again.samples().size > 0 and not any("MLX" in note for note in again.notes)
 
 
 def test_mlx_failing_its_warm_up_leaves_torch_running_the_model(tmp_path, voice):
@@ -111,8 +112,8 @@ def test_mlx_failing_its_warm_up_leaves_torch_running_the_model(tmp_path, voice)
         assert engine.start(timeout=DEADLINE), engine.status()
         status = engine.status()
         assert status["state"] == "ready" and status["engine"] == "torch" and MLX_FAILURE in status["engine_reason"]
-        result = engine.result(engine.submit(Job(text="Torch from the start.", prompt_audio=voice)), DEADLINE)
-        assert result.audio.size > 0
+        result = engine.result(engine.submit(Job(Request.build("Torch from the start.", Voice.recording(voice)))), DEADLINE)
+        assert result.samples().size > 0
 
 
 def test_bench_runs_the_mlx_engine_next_to_torch(tmp_path, capsys):

@@ -37,6 +37,7 @@ APP_NAME = "cosyvoice-mac"
 TENSOR_NAMES = ("speech_tokens", "mel", "embedding")
 _HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 MAX_VOICE_NAME = 64
+BIDI_CONTROLS = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 
 
 def user_cache_dir() -> Path:
@@ -279,8 +280,11 @@ class VoiceLibrary:
         if not isinstance(name, str) or not name.strip():
             raise VoiceError("a voice needs a name")
         name = name.strip()
-        if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 for char in name):
+        if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 or 0x7F <= ord(char) < 0xA0 for char in name):
             raise VoiceError(f"voice names are 1-{MAX_VOICE_NAME} printable characters; {name[:80]!r} is not")
+        if any(char in BIDI_CONTROLS for char in name):  # they reorder what is shown around the name
+            raise VoiceError(f"voice names cannot hold text-direction control characters (U+202A-U+202E, "
+                             f"U+2066-U+2069); {name[:80]!r} does")
         return name
 
     def _store_audio(self, audio_hash, audio, audio_samples, sample_rate) -> str | None:

@@ -163,9 +163,13 @@ class PreviewVoice:
         sentence-sized pieces. Instructions and markup are not understood here (a note says so).
         """
         # Checked as for CosyVoice3 (same limits, same messages), so a request that works here works there.
-        request = prompts.plan_request(SimpleNamespace(version="cosyvoice3", normalizer=self.normalizer), text,
-                                       prompt_text=prompt_text, instruct=instruct, speed=speed,
-                                       has_prompt=speaker is not None or prompt_audio is not None)
+        try:
+            request = prompts.plan_request(SimpleNamespace(version="cosyvoice3", normalizer=self.normalizer), text,
+                                           prompt_text=prompt_text, instruct=instruct, speed=speed,
+                                           has_prompt=speaker is not None or prompt_audio is not None)
+        except SynthesisError as error:  # say which voice refused it: this one, by CosyVoice3's rules
+            raise SynthesisError(str(error).replace(
+                "for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1)) from error
         segments = [segment.display_text for segment in request.segments]
         spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
         plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]

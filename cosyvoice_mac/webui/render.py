@@ -6,6 +6,7 @@ import time
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.prompt_check import PromptCheck
 from cosyvoice_mac.webui.state import PREVIEW, Session
+from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
 
 TEXT_IN_HISTORY = 60
@@ -52,7 +53,8 @@ def history_rows(lang: str, session: Session) -> dict:
         rows.append([time.strftime("%H:%M:%S", time.localtime(entry.created)), text,
                      say(lang, f"mode_short_{entry.mode}"), entry.voice or say(lang, "history_prompt_voice"),
                      entry.seed, f"{entry.speed:g}", f"{entry.duration_s:.1f}",
-                     say(lang, "history_preview", command=DOWNLOAD_COMMAND) if entry.preview else entry.model or "",
+                     say(lang, "history_preview", command=DOWNLOAD_COMMAND) if entry.preview
+                     else escape(entry.model or ""),  # a Markdown column
                      entry.file_name])
     return {"headers": headers, "data": rows}
 

@@ -1,6 +1,8 @@
 """Every word the page shows, in English and Chinese: two tables with the same keys.
 
-``text(lang, key, **values)`` formats one entry. Keys name the place (``prompt_audio_label``), not
+``text(lang, key, **values)`` formats one entry; it escapes every value that is not itself a formatted
+entry (a :class:`Markup`), because the page renders these strings as Markdown with HTML: a voice named
+``<img src=x onerror=...>`` or an error quoting ``<script>`` must show as those characters, not as markup. Keys name the place (``prompt_audio_label``), not
 the words, so a translation can change without touching the layout. Language names ("English",
 "中文") are shown in their own language and so live in ``LANGUAGES``, outside the tables.
 """
@@ -380,6 +382,20 @@ PRESET_LABELS_ZH: dict[str, str] = {
 }
 
 TABLES = {"en": EN, "zh": ZH}
+# Characters Markdown or HTML would read as markup; each becomes its numeric character reference, which
+# renders as the character itself.
+_MARKUP_CHARACTERS = {ord(char): f"&#{ord(char)};" for char in "&<>\\`*_[]|~#!"}
+
+
+class Markup(str):
+    """Text that is already Markdown of ours (an entry of the tables): ``text`` does not escape it again."""
+
+
+def escape(value: object) -> str:
+    """``value`` as text that Markdown and HTML show literally (numbers and Markup pass unchanged)."""
+    if isinstance(value, (Markup, int, float)):
+        return value
+    return str(value).translate(_MARKUP_CHARACTERS)
 
 
 def language(lang: str | None) -> str:
@@ -390,7 +406,7 @@ def language(lang: str | None) -> str:
 def text(lang: str | None, key: str, **values) -> str:
     """The entry ``key`` in ``lang`` (English when ``lang`` is unknown), formatted with ``values``."""
     entry = TABLES[language(lang)][key]
-    return entry.format(**values) if values else entry
+    return Markup(entry.format(**{name: escape(value) for name, value in values.items()}) if values else entry)
 
 
 def preset_label(lang: str | None, english_label: str) -> str:

@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.strings import EN
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         max_queue=args.max_queue, torch_threads=args.torch_threads, preferred_model=args.model,
         vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
     ))
+    library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
+    if library_problem:
+        print(f"Note: {library_problem}.", file=sys.stderr, flush=True)
     app = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the
     # server and exit 0.

@@ -212,7 +212,7 @@ class Callbacks:
 
     # -- model -----------------------------------------------------------------------------------
     def status_panel(self, lang: str) -> str:
-        return render_status(lang, {**self.host.status(), "voice_library_problem": self.voices.problem()})
+        return render_status(lang, {**self.host.status(), "library_problem": self.voices.problem()})
 
     def model_choices(self, lang: str) -> list[tuple[str, str]]:
         """The model menu: each model folder by name, then the preview voice (when installed)."""

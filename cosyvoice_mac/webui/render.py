@@ -105,8 +105,8 @@ def render_status(lang: str, status: dict) -> str:
                          lookups=hits + cache.get("misses", 0)))
     if status.get("last_error"):
         lines.append(say(lang, "status_error", message=status["last_error"]))
-    if status.get("voice_library_problem"):
-        lines.append(say(lang, "status_voices_problem", message=status["voice_library_problem"]))
+    if status.get("library_problem"):
+        lines.append(say(lang, "status_voices_problem", message=status["library_problem"]))
     return "  \n".join(lines)
 
 

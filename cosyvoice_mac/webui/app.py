@@ -58,6 +58,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="float32 (default), float16 or bfloat16")
     parser.add_argument("--max-queue", type=int, default=MAX_QUEUE,
                         help=f"requests that may wait for the model at once (default {MAX_QUEUE})")
+    parser.add_argument("--hang-timeout", type=float, default=30.0,
+                        help="seconds without a sign of life from the model process before it is killed and "
+                        "restarted (its running job fails with that reason; waiting jobs stay; default 30)")
     parser.add_argument("--torch-threads", type=int, default=None, help="CPU threads for the model worker")
     parser.add_argument("--vocoder", choices=("torch", "coreml"), default="torch",
                         help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)")
@@ -66,6 +69,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
+    if not args.hang_timeout > 0:
+        parser.error("--hang-timeout must be a positive number of seconds")
     return args
 
 
@@ -91,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     host = ModelHost(HostConfig(
         models_dir=args.models_dir.expanduser(), outputs_dir=outputs_dir,
         cache_dir=args.cache_dir.expanduser() if args.cache_dir else None, device=args.device, dtype=args.dtype,
-        max_queue=args.max_queue, torch_threads=args.torch_threads, preferred_model=args.model,
+        max_queue=args.max_queue, torch_threads=args.torch_threads, liveness_timeout_s=args.hang_timeout, preferred_model=args.model,
         vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
     ))
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside

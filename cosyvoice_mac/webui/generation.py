@@ -36,6 +36,7 @@ class Generation:
         self.host = host
         self.voices = voices
         self.active = ActiveJobs()
+        self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
     def run(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
             request) -> Iterator[tuple]:
@@ -67,12 +68,15 @@ class Generation:
         finally:
             engine.unsubscribe(subscriber)
             self.active.clear(session_id, job.job_id)
-        yield out.last(self._finish(out, terminal, job, voice))
+        owner_stopped = job.job_id in self._stopped
+        self._stopped.discard(job.job_id)
+        yield out.last(self._finish(out, terminal, job, voice, owner_stopped))
 
     def stop(self, request) -> None:
         job_id = self.active.get(getattr(request, "session_hash", None) or "")
         engine = self.host.engine
         if job_id and engine is not None:
+            self._stopped.add(job_id)
             try:
                 engine.cancel(job_id)
             except EngineError:  # already finished and forgotten
@@ -139,7 +143,10 @@ class Generation:
                 try:
                     engine.result(job_id, timeout=0)
                 except TimeoutError:
-                    if engine.status()["state"] in LOADING_STATES and engine.position(job_id):
+                    status = engine.status()
+                    if status["state"] == "unresponsive":
+                        yield out.status("status_not_answering", seconds=status.get("silent_s") or 0.0)
+                    elif status["state"] in LOADING_STATES and engine.position(job_id):
                         yield out.status("status_waiting_model")
                     continue
                 except EngineError:
@@ -163,9 +170,11 @@ class Generation:
                     out.first_audio_s = None
                 yield out.status("status_retry")
 
-    def _finish(self, out: "_Outputs", event, job: Job, voice: str | None) -> tuple:
-        if event.kind == job_events.CANCELLED:
-            return out.status("status_cancelled")
+    def _finish(self, out: "_Outputs", event, job: Job, voice: str | None, owner_stopped: bool = False) -> tuple:
+        if event.kind == job_events.CANCELLED:  # by this session's Stop, or by the engine, which says why
+            if owner_stopped:
+                return out.status("status_cancelled")
+            return out.status("status_interrupted", message=event.message or event.kind)
         if event.kind != job_events.DONE or event.result is None:
             return out.status("status_failed", message=event.message or event.kind)
         result = event.result

@@ -213,8 +213,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
 
         model_menu.input(callbacks.switch_model, [language, model_menu], [model_msg, status_panel],
                          concurrency_id="model", concurrency_limit=1)
-        restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="model",
-                      concurrency_limit=1)
+        # Presses at once share one restart (the engine coalesces them), so they must not wait in line.
+        restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="restart",
+                      concurrency_limit=None)
         vocoder_menu.input(callbacks.switch_vocoder, [language, vocoder_menu], [model_msg, status_panel],
                            concurrency_id="model", concurrency_limit=1)
         timer.tick(callbacks.status_panel, language, status_panel, **quiet)  # off the queue: never "busy"

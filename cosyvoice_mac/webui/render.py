@@ -110,7 +110,8 @@ def render_status(lang: str, status: dict) -> str:
     return "  \n".join(lines)
 
 
-_STATE_KEYS = {f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed")}
+_STATE_KEYS = {f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed",
+                                            "unresponsive")}
 
 
 def format_bytes(count: int | None, lang: str) -> str:

@@ -116,6 +116,9 @@ EN: dict[str, str] = {
     "status_done_unsaved": "✅ Done: {duration:.1f} s of audio, seed {seed}. ⚠️ Not saved: {error}",
     "status_failed": "⚠️ Generation failed: {message}",
     "status_cancelled": "⏹ Stopped.",
+    "status_interrupted": "⚠️ Not finished: {message}.",
+    "status_not_answering": "⚠️ The model is not answering (no sign of life for {seconds:.0f} s). If it stays "
+                            "silent it is restarted by itself; waiting jobs keep their place.",
     "status_busy": "⚠️ Busy: the queue is full (at most {waiting} waiting). Try again when one has finished.",
     "status_no_model": "⚠️ No model is loaded, so nothing can be generated. See the note at the top.",
     "status_model_error": "⚠️ The model is not available: {message}. Fix the cause, then press Restart model.",
@@ -179,6 +182,7 @@ EN: dict[str, str] = {
     "state_error": "failed to start",
     "state_stopped": "stopped",
     "state_closed": "shut down",
+    "state_unresponsive": "⚠️ the model is not answering (it is restarted if it stays silent)",
     "not_known": "not known yet",
     "not_applicable": "none",
 }
@@ -283,6 +287,9 @@ ZH: dict[str, str] = {
     "status_done_unsaved": "✅ 完成：{duration:.1f} 秒音频，种子 {seed}。⚠️ 未能保存：{error}",
     "status_failed": "⚠️ 生成失败：{message}",
     "status_cancelled": "⏹ 已停止。",
+    "status_interrupted": "⚠️ 未完成：{message}。",
+    "status_not_answering": "⚠️ 模型没有响应（已 {seconds:.0f} 秒没有动静）。如果一直没有响应，它会自动重启；"
+                            "等待中的任务保留原来的位置。",
     "status_busy": "⚠️ 忙碌中：队列已满（最多 {waiting} 个等待）。请等其中一个完成后再试。",
     "status_no_model": "⚠️ 没有加载模型，无法生成。请看页面顶部的说明。",
     "status_model_error": "⚠️ 模型不可用：{message}。排除原因后请点击“重启模型”。",
@@ -349,6 +356,7 @@ ZH: dict[str, str] = {
     "state_error": "启动失败",
     "state_stopped": "已停止",
     "state_closed": "已关闭",
+    "state_unresponsive": "⚠️ 模型没有响应（如果一直没有响应会自动重启）",
     "not_known": "暂不清楚",
     "not_applicable": "无",
 }

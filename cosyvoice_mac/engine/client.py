@@ -340,7 +340,7 @@ class Engine(VoiceSaving):
         if not beating or self._state != "ready":
             bound *= STARTUP_LIVENESS_FACTOR
         with self._lock:
-            self._silent_s = silent if silent > bound / 3 else 0.0
+            self._silent_s = silent if beating and silent > bound / 3 else 0.0  # a new process is only slow
         if silent <= bound:
             return False
         worker.process.kill()  # works on a stopped (SIGSTOP) process too

@@ -58,6 +58,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="float32 (default), float16 or bfloat16")
     parser.add_argument("--max-queue", type=int, default=MAX_QUEUE,
                         help=f"requests that may wait for the model at once (default {MAX_QUEUE})")
+    parser.add_argument("--allowed-origin", action="append", metavar="ORIGIN",
+                        default=[item for item in os.environ.get("COSYVOICE_ALLOWED_ORIGINS", "").split(",") if item],
+                        help="another web site (scheme://host:port) whose pages may send requests that change "
+                        "something here, such as uploads; repeat for more ('*' for any). By default only this "
+                        "app's own page may ($COSYVOICE_ALLOWED_ORIGINS, comma-separated, also works)")
     parser.add_argument("--hang-timeout", type=float, default=30.0,
                         help="seconds without a sign of life from the model process before it is killed and "
                         "restarted (its running job fails with that reason; waiting jobs stay; default 30)")
@@ -120,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 quiet=True,
                 prevent_thread_lock=True,
                 max_file_size=MAX_UPLOAD,
+                app_kwargs={"middleware": [_origin_guard(args)]},
                 allowed_paths=[str(outputs_dir)],
                 blocked_paths=[str(args.models_dir.expanduser().resolve())],
                 footer_links=["gradio"],
@@ -152,6 +158,14 @@ def main(argv: list[str] | None = None) -> int:
         host.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def _origin_guard(args: argparse.Namespace):
+    from starlette.middleware import Middleware
+
+    from cosyvoice_mac.webui.origin_guard import OriginGuard, OriginPolicy
+
+    return Middleware(OriginGuard, policy=OriginPolicy.for_server(args.host, args.allowed_origin))
 
 
 def _css() -> str:

@@ -1,6 +1,8 @@
 """The page under trouble: a damaged voice list, restarts pressed at once, a hung worker, a full queue."""
 from __future__ import annotations
 
+import re
+
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings
 
@@ -95,3 +97,23 @@ def test_only_the_owner_s_stop_reads_stopped(live, prompt):
     live.stop(SimpleNamespace(session_hash="owner"))
     thread.join(60)
     assert updates[-1][STATUS] == "⏹ Stopped."
+
+
+def test_a_request_over_the_queue_bound_gets_the_place_it_would_have_had_and_when_to_retry(live, prompt):
+    engine = live.host.engine
+    from cosyvoice_mac.engine import Job
+
+    engine.result(engine.submit(Job(text="One quick job to learn the running time.")), timeout=60)
+    thread, updates = _generate_in_background(live, prompt, "first")
+    waiting = [engine.submit(Job(text=SLOW)) for _ in range(live.host.config.max_queue)]
+    try:
+        refused = list(live.generate("en", prompt, "", "", "Hello.", "cross_lingual", "", 1, 1.0, False, Session(),
+                                     SimpleNamespace(session_hash="late")))
+        message = refused[-1][STATUS]
+        assert "number 3 in line" in message and "Nothing was queued" in message
+        assert re.search(r"try again in about \d+ s", message), message
+    finally:
+        for job_id in waiting:
+            engine.cancel(job_id)
+        live.stop(SimpleNamespace(session_hash="first"))
+        thread.join(60)

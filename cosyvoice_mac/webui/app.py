@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         host.start()  # loads in the worker process while the page starts
         app = build_app(host=host)
-        app.queue(max_size=args.max_queue * 2 + 4, api_open=False)
+        # Generate is not limited by Gradio (the engine's queue is the bound); this only backs up the other
+        # queued events (saving a voice, transcribing), so it is far above what Generate ever leaves waiting.
+        app.queue(max_size=max(64, args.max_queue * 4), api_open=False)
         try:
             app.launch(
                 server_name=args.host,

@@ -56,8 +56,12 @@ class Generation:
         try:
             try:
                 engine.submit(job)
-            except QueueFull:
-                yield out.status("status_busy", waiting=self.host.config.max_queue)
+            except QueueFull as full:
+                if full.retry_after_s is None:
+                    yield out.status("status_busy_unknown", waiting=self.host.config.max_queue, position=full.position)
+                else:
+                    yield out.status("status_busy", waiting=self.host.config.max_queue, position=full.position,
+                                     seconds=max(1, round(full.retry_after_s)))
                 return
             except EngineError as error:
                 yield out.status("status_model_error", message=str(error).rstrip("."))

@@ -204,7 +204,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session],
             [prompt_msg, counter, mode_msg, status, result, history, history_pick, session, player],
-            concurrency_limit=host.config.max_queue + 1, concurrency_id="generate", show_progress="minimal",
+            # Every request reaches the engine at once: its queue is the one bound, and it answers a request
+            # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).
+            concurrency_limit=None, concurrency_id="generate", show_progress="minimal",
             show_progress_on=[result],
         ).then(callbacks.status_panel, language, status_panel, show_progress="hidden")
         stop.click(callbacks.stop, None, None, **quiet)

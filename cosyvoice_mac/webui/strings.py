@@ -119,7 +119,10 @@ EN: dict[str, str] = {
     "status_interrupted": "⚠️ Not finished: {message}.",
     "status_not_answering": "⚠️ The model is not answering (no sign of life for {seconds:.0f} s). If it stays "
                             "silent it is restarted by itself; waiting jobs keep their place.",
-    "status_busy": "⚠️ Busy: the queue is full (at most {waiting} waiting). Try again when one has finished.",
+    "status_busy": "⚠️ Busy: {waiting} requests are already waiting, the most this app queues, so yours would be "
+                   "number {position} in line. Nothing was queued: try again in about {seconds} s.",
+    "status_busy_unknown": "⚠️ Busy: {waiting} requests are already waiting, the most this app queues, so yours would "
+                           "be number {position} in line. Nothing was queued: try again when one has finished.",
     "status_no_model": "⚠️ No model is loaded, so nothing can be generated. See the note at the top.",
     "status_model_error": "⚠️ The model is not available: {message}. Fix the cause, then press Restart model.",
     "status_timeout": "⚠️ No answer from the model for {seconds:g} s. Press Stop, then Restart model.",
@@ -290,7 +293,10 @@ ZH: dict[str, str] = {
     "status_interrupted": "⚠️ 未完成：{message}。",
     "status_not_answering": "⚠️ 模型没有响应（已 {seconds:.0f} 秒没有动静）。如果一直没有响应，它会自动重启；"
                             "等待中的任务保留原来的位置。",
-    "status_busy": "⚠️ 忙碌中：队列已满（最多 {waiting} 个等待）。请等其中一个完成后再试。",
+    "status_busy": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
+                   "本次没有加入队列：请在大约 {seconds} 秒后再试。",
+    "status_busy_unknown": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
+                           "本次没有加入队列：请等其中一个完成后再试。",
     "status_no_model": "⚠️ 没有加载模型，无法生成。请看页面顶部的说明。",
     "status_model_error": "⚠️ 模型不可用：{message}。排除原因后请点击“重启模型”。",
     "status_timeout": "⚠️ 模型 {seconds:g} 秒没有响应。请点击“停止”，再点击“重启模型”。",

@@ -113,3 +113,11 @@ def test_an_empty_file_is_called_empty_as_the_worker_calls_it(tmp_path):
     with pytest.raises(audio.AudioInputError) as worker_says:
         audio.decode_audio(path)
     assert str(worker_says.value) in render_prompt_check("en", check)
+
+
+def test_an_upload_that_is_gone_is_called_gone_not_not_audio(tmp_path):
+    check = inspect_prompt(tmp_path / "deleted-by-the-temp-bound.wav")
+    assert check.problem == "missing"
+    from cosyvoice_mac.webui.render import render_prompt_check
+
+    assert "no longer on the server" in render_prompt_check("en", check)

@@ -30,6 +30,7 @@ TITLE = EN["title"]
 NO_MODEL_MESSAGE = EN["no_model"]
 MAX_UPLOAD = "20mb"
 MAX_QUEUE = 8
+TEMP_MAX_AGE_S = 3600  # uploads and result copies in Gradio's folder: an hour covers any page still playing one
 TEMP_PREFIX = "cosyvoice-mac-ui-"
 
 
@@ -63,6 +64,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="another web site (scheme://host:port) whose pages may send requests that change "
                         "something here, such as uploads; repeat for more ('*' for any). By default only this "
                         "app's own page may ($COSYVOICE_ALLOWED_ORIGINS, comma-separated, also works)")
+    parser.add_argument("--temp-max-age", type=int, default=TEMP_MAX_AGE_S, metavar="SECONDS",
+                        help="delete uploads and copies of results from the page's temporary folder after this "
+                        f"long (default {TEMP_MAX_AGE_S}; the results in outputs/ are kept)")
     parser.add_argument("--hang-timeout", type=float, default=30.0,
                         help="seconds without a sign of life from the model process before it is killed and "
                         "restarted (its running job fails with that reason; waiting jobs stay; default 30)")
@@ -74,12 +78,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
+    if args.temp_max_age < 1:
+        parser.error("--temp-max-age must be at least 1 second")
     if not args.hang_timeout > 0:
         parser.error("--hang-timeout must be a positive number of seconds")
     return args
 
 
-def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = None, settings: Settings | None = None):
+def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = None, settings: Settings | None = None,
+              temp_max_age_s: int | None = None):
     """The Gradio page for the models in ``models_dir`` (or the given host); does not start a model."""
     from cosyvoice_mac.webui.callbacks import Callbacks
     from cosyvoice_mac.webui.features import detect_features
@@ -89,7 +96,7 @@ def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = No
         host = ModelHost(HostConfig(models_dir=Path(models_dir), outputs_dir=DEFAULT_OUTPUTS_DIR))
     settings = settings or Settings(host.config.cache_dir)
     callbacks = Callbacks(host, settings)
-    return build_page(callbacks, detect_features(), has_model=bool(host.models()))
+    return build_page(callbacks, detect_features(), has_model=bool(host.models()), temp_max_age_s=temp_max_age_s)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         host.start()  # loads in the worker process while the page starts
-        app = build_app(host=host)
+        app = build_app(host=host, temp_max_age_s=args.temp_max_age)
         # Generate is not limited by Gradio (the engine's queue is the bound); this only backs up the other
         # queued events (saving a voice, transcribing), so it is far above what Generate ever leaves waiting.
         app.queue(max_size=max(64, args.max_queue * 4), api_open=False)

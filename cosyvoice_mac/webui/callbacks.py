@@ -26,7 +26,7 @@ from cosyvoice_mac.webui.strings import text as say
 POLL_S = 0.5
 SAVE_VOICE_TIMEOUT_S = 900.0  # covers a model that is still loading when Save is pressed
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
-UNTRANSCRIBABLE = ("empty", "not_audio", "invalid_samples", "no_decoder", "silent")
+UNTRANSCRIBABLE = ("missing", "empty", "not_audio", "invalid_samples", "no_decoder", "silent")
 
 
 class Callbacks:
@@ -51,7 +51,7 @@ class Callbacks:
         if not audio:
             return "", "", gr.skip()
         check = inspect_prompt(audio)
-        unusable = check.problem in ("empty", "not_audio", "invalid_samples", "no_decoder")
+        unusable = check.problem in ("missing", "empty", "not_audio", "invalid_samples", "no_decoder")
         return render_prompt_check(lang, check), "", None if unusable else gr.skip()
 
     def voice_choices(self, lang: str) -> list[tuple[str, str]]:

@@ -23,7 +23,7 @@ TRIM_FRAME_SECONDS = 0.0275  # 440 samples at 16 kHz
 TRIM_HOP_SECONDS = 0.01375
 PLATFORM_DECODER_SUFFIXES = {".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"}
 
-PROBLEMS = ("empty", "not_audio", "invalid_samples", "no_decoder", "low_rate", "silent", "too_short", "too_long")
+PROBLEMS = ("missing", "empty", "not_audio", "invalid_samples", "no_decoder", "low_rate", "silent", "too_short", "too_long")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,8 @@ def inspect_prompt(path: str | Path) -> PromptCheck:
     try:
         if path.stat().st_size == 0:
             return PromptCheck(problem="empty", details=name)
+    except FileNotFoundError:  # e.g. an upload the temporary folder no longer keeps
+        return PromptCheck(problem="missing", details=name)
     except OSError:
         return PromptCheck(problem="not_audio", details=name)
     try:

@@ -14,7 +14,7 @@ HISTORY_COLUMNS = ("col_time", "col_text", "col_mode", "col_voice", "col_seed", 
                    "col_model", "col_file")
 HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "markdown", "str"]
 PROMPT_PROBLEM_KEYS = {
-    "empty": "prompt_empty", "not_audio": "prompt_not_audio", "invalid_samples": "prompt_invalid_samples",
+    "missing": "prompt_missing", "empty": "prompt_empty", "not_audio": "prompt_not_audio", "invalid_samples": "prompt_invalid_samples",
     "no_decoder": "prompt_no_decoder", "low_rate": "prompt_low_rate",
     "silent": "prompt_silent", "too_short": "prompt_too_short", "too_long": "prompt_too_long",
 }

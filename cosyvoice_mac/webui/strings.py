@@ -37,6 +37,7 @@ EN: dict[str, str] = {
                         "(3-10 s of clear speech works best). Record a longer sample.",
     "prompt_not_audio": "⚠️ {name} is not an audio file this app can read. Use WAV, MP3, FLAC or M4A.",
     "prompt_empty": "⚠️ {name} is an empty file (0 bytes). Record or export it again.",
+    "prompt_missing": "⚠️ {name} is no longer on the server (uploads are kept for a while only). Upload it again.",
     "prompt_invalid_samples": "⚠️ {name} holds invalid samples (NaN or infinity); export it again as WAV or FLAC.",
     "prompt_silent": "⚠️ The prompt is silent. Check the microphone and record again.",
     "prompt_low_rate": "⚠️ {name} is sampled at {rate} Hz; a voice prompt needs at least {limit} Hz. "
@@ -212,6 +213,7 @@ ZH: dict[str, str] = {
                         "请录一段更长的。",
     "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件。请使用 WAV、MP3、FLAC 或 M4A。",
     "prompt_empty": "⚠️ {name} 是一个空文件（0 字节）。请重新录制或导出。",
+    "prompt_missing": "⚠️ 服务器上已经没有 {name} 了（上传的文件只保留一段时间）。请重新上传。",
     "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
     "prompt_silent": "⚠️ 参考音频没有声音。请检查麦克风后重新录制。",
     "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹。"

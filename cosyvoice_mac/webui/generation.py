@@ -5,8 +5,11 @@ Problems with the input come back as text for the Markdown next to the field, ne
 """
 from __future__ import annotations
 
+import os
 import queue
 import random
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
@@ -53,6 +56,7 @@ class Generation:
             return
         subscriber = engine.subscribe()
         session_id = getattr(request, "session_hash", None) or job.job_id
+        held = _hold_prompt(job)
         try:
             try:
                 engine.submit(job)
@@ -72,6 +76,8 @@ class Generation:
         finally:
             engine.unsubscribe(subscriber)
             self.active.clear(session_id, job.job_id)
+            if held is not None:
+                held.unlink(missing_ok=True)
         owner_stopped = job.job_id in self._stopped
         self._stopped.discard(job.job_id)
         yield out.last(self._finish(out, terminal, job, voice, owner_stopped))
@@ -251,6 +257,22 @@ class _Outputs:
         self.session.last_status = status
         return self._tuple(status=status_line(self.lang, *status), result=playable, history=rows,
                            picks=gr.update(choices=picks))
+
+
+def _hold_prompt(job: Job) -> Path | None:
+    """Give the job its own copy of the uploaded prompt for as long as it waits and runs: Gradio's temporary
+    folder deletes uploads after a while (--temp-max-age), which must not take a queued job's voice away."""
+    if not isinstance(job.prompt_audio, str):
+        return None
+    folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "job-prompts"
+    held = folder / f"{job.job_id}{Path(job.prompt_audio).suffix.lower()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(job.prompt_audio, held)
+    except OSError:  # no room for a copy: the upload itself serves, as before
+        return None
+    job.prompt_audio = str(held)
+    return held
 
 
 def _valid_seed(seed) -> bool:

@@ -13,6 +13,9 @@ from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, JobEvent, JobFailed, JobResult, QueueFull
 
 KEEP_FINISHED = 500  # finished jobs remembered for result() / events()
+# Finished jobs that keep their audio in memory; older ones keep only their facts and saved file, so a long
+# session does not hold every result's samples (about 100 KB a sentence) in the page's process.
+KEEP_AUDIO = 8
 RECENT_RUNS = 20  # finished jobs whose running time estimates when a place frees up
 
 
@@ -140,6 +143,8 @@ class JobQueue:
             finished = [key for key, value in self._records.items() if value.done.is_set()]
             for key in finished[:max(0, len(finished) - KEEP_FINISHED)]:
                 del self._records[key]
+            for key in finished[max(0, len(finished) - KEEP_FINISHED):max(0, len(finished) - KEEP_AUDIO)]:
+                _drop_saved_audio(self._records[key])
 
     def fail_waiting(self, kind: str, message: str) -> None:
         with self.lock:
@@ -201,3 +206,10 @@ class JobQueue:
     def _announce_positions(self) -> None:
         for index, record in enumerate(self.pending):
             self.emit(JobEvent(jobs.EVENT_POSITION, record.job.job_id, data={"position": index + 1}))
+
+
+def _drop_saved_audio(record: JobRecord) -> None:
+    """Forget the samples of a finished job whose audio is in its output file (the file is the copy)."""
+    result = record.terminal.result if record.terminal is not None else None
+    if result is not None and result.output_path and result.audio.size:
+        result.audio = result.audio[:0]

@@ -20,6 +20,7 @@ from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.strings import EN
+from cosyvoice_mac.webui.temp_janitor import TempJanitor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODELS_DIR = REPO_ROOT / "models"
@@ -85,8 +86,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = None, settings: Settings | None = None,
-              temp_max_age_s: int | None = None):
+def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = None, settings: Settings | None = None):
     """The Gradio page for the models in ``models_dir`` (or the given host); does not start a model."""
     from cosyvoice_mac.webui.callbacks import Callbacks
     from cosyvoice_mac.webui.features import detect_features
@@ -96,7 +96,7 @@ def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = No
         host = ModelHost(HostConfig(models_dir=Path(models_dir), outputs_dir=DEFAULT_OUTPUTS_DIR))
     settings = settings or Settings(host.config.cache_dir)
     callbacks = Callbacks(host, settings)
-    return build_page(callbacks, detect_features(), has_model=bool(host.models()), temp_max_age_s=temp_max_age_s)
+    return build_page(callbacks, detect_features(), has_model=bool(host.models()))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -104,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # a local app phones no one
     temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
     os.environ["GRADIO_TEMP_DIR"] = str(temp_dir)  # before gradio is imported: it reads this once
+    janitor = TempJanitor(temp_dir, args.temp_max_age).start()
     outputs_dir = args.outputs_dir.expanduser().resolve()
     host = ModelHost(HostConfig(
         models_dir=args.models_dir.expanduser(), outputs_dir=outputs_dir,
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         host.start()  # loads in the worker process while the page starts
-        app = build_app(host=host, temp_max_age_s=args.temp_max_age)
+        app = build_app(host=host)
         # Generate is not limited by Gradio (the engine's queue is the bound); this only backs up the other
         # queued events (saving a voice, transcribing), so it is far above what Generate ever leaves waiting.
         app.queue(max_size=max(64, args.max_queue * 4), api_open=False)
@@ -165,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         if app is not None:
             app.close()
         host.close()
+        janitor.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
 

@@ -56,15 +56,12 @@ class LabelBook:
         return [gr.update(**self.render(lang, words)) for _, words in self.entries]
 
 
-def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool,
-               temp_max_age_s: int | None = None) -> gr.Blocks:
+def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool) -> gr.Blocks:
     """The whole page. ``has_model`` False shows the download command; Generate still works when the
     preview voice can stand in (it is then labelled as a preview everywhere), and is disabled otherwise.
 
     ``features`` (see features.py) switches optional controls on: the Transcribe button (``asr``) and the
     Stream toggle (``stream``); the vocoder menu (``vocoder_select``) has its place marked below.
-    ``temp_max_age_s`` bounds Gradio's temporary folder: uploads and copies of results older than that are
-    deleted (checked every quarter of it); None keeps them until the server stops.
     """
     book, host, lang = LabelBook(), callbacks.host, DEFAULT_LANGUAGE
     make = book.make
@@ -78,8 +75,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool,
         lines = [say(lang, "licence_cosyvoice")] + ([say(lang, "licence_preview")] if offers_preview else [])
         return "\n\n".join(lines)
 
-    delete_cache = (max(1, min(600, temp_max_age_s // 4)), temp_max_age_s) if temp_max_age_s else None
-    with gr.Blocks(title=say(lang, "title"), delete_cache=delete_cache) as page:
+    with gr.Blocks(title=say(lang, "title")) as page:
         session = gr.State(Session())
         with gr.Row(equal_height=True):
             with gr.Column(scale=4):

@@ -46,14 +46,14 @@ class FullDisk:
         folder.mkdir(parents=True, exist_ok=True)
         disk = cls(folder, flag)
         if sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("mount"):
-            result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(folder)],
+            result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
                                     capture_output=True, timeout=20)
             disk.mounted = result.returncode == 0
         return disk
 
     @property
     def kind(self) -> str:
-        return "tmpfs of 4 MiB" if self.mounted else "simulated ENOSPC"
+        return "tmpfs of 64 MiB" if self.mounted else "simulated ENOSPC"
 
     def fill(self) -> None:
         if not self.mounted:
@@ -63,7 +63,7 @@ class FullDisk:
         with open(self.filler, "wb") as handle:
             try:
                 while True:
-                    handle.write(b"\0" * 65536)
+                    handle.write(b"\0" * 2**20)
                     handle.flush()
             except OSError:
                 pass

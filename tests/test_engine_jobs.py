@@ -171,3 +171,28 @@ def test_a_full_queue_names_the_place_and_when_to_retry():
         line.add(Job(text="e"))
     assert known.value.retry_after_s == pytest.approx(12.0, abs=1.0)
     assert "try again in about 12 s" in str(known.value)
+
+
+def test_old_finished_jobs_forget_their_saved_audio_but_keep_their_facts():
+    import threading as _threading
+
+    import numpy as np
+
+    from cosyvoice_mac.engine import jobs as _jobs
+    from cosyvoice_mac.engine.jobqueue import KEEP_AUDIO, JobQueue
+    from cosyvoice_mac.engine.jobs import JobResult
+
+    line = JobQueue(4, _threading.RLock())
+    records = []
+    for index in range(KEEP_AUDIO + 3):
+        record = line.add(Job(text=f"job {index}"))
+        line.start_next()
+        result = JobResult(job_id=record.job.job_id, audio=np.ones(24000, np.float32), sample_rate=24000,
+                           text="t", mode="cross_lingual", seed=1, speed=1.0, model="m", device="cpu",
+                           output_path=f"/outputs/{index}.wav" if index else None)
+        line.finish(record, _jobs.DONE, "done", result)
+        records.append(record)
+    kept = [record.terminal.result.audio.size for record in records]
+    assert kept[0] == 24000  # never saved: its samples are the only copy
+    assert kept[1:3] == [0, 0] and all(size == 24000 for size in kept[-KEEP_AUDIO:])
+    assert line.result(records[1].job.job_id, 0).output_path == "/outputs/1.wav"

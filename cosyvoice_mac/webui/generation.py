@@ -5,10 +5,12 @@ Problems with the input come back as text for the Markdown next to the field, ne
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import queue
 import random
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -78,6 +80,7 @@ class Generation:
             self.active.clear(session_id, job.job_id)
             if held is not None:
                 held.unlink(missing_ok=True)
+            _return_freed_heap()
         owner_stopped = job.job_id in self._stopped
         self._stopped.discard(job.job_id)
         yield out.last(self._finish(out, terminal, job, voice, owner_stopped))
@@ -273,6 +276,16 @@ def _hold_prompt(job: Job) -> Path | None:
         return None
     job.prompt_audio = str(held)
     return held
+
+
+def _return_freed_heap() -> None:
+    """glibc keeps the heap pages each handler thread freed (prompt checks decode whole files); give them back,
+    so the page's process stays flat over a long session as the worker does."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
 
 
 def _valid_seed(seed) -> bool:

@@ -120,9 +120,9 @@ EN: dict[str, str] = {
     "status_interrupted": "⚠️ Not finished: {message}.",
     "status_not_answering": "⚠️ The model is not answering (no sign of life for {seconds:.0f} s). If it stays "
                             "silent it is restarted by itself; waiting jobs keep their place.",
-    "status_busy": "⚠️ Busy: {waiting} requests are already waiting, the most this app queues, so yours would be "
+    "status_busy": "⚠️ Busy: the queue is full ({waiting} waiting, the most this app keeps), so yours would be "
                    "number {position} in line. Nothing was queued: try again in about {seconds} s.",
-    "status_busy_unknown": "⚠️ Busy: {waiting} requests are already waiting, the most this app queues, so yours would "
+    "status_busy_unknown": "⚠️ Busy: the queue is full ({waiting} waiting, the most this app keeps), so yours would "
                            "be number {position} in line. Nothing was queued: try again when one has finished.",
     "status_no_model": "⚠️ No model is loaded, so nothing can be generated. See the note at the top.",
     "status_model_error": "⚠️ The model is not available: {message}. Fix the cause, then press Restart model.",

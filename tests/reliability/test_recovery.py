@@ -104,7 +104,7 @@ def test_ten_restart_presses_at_once_make_one_restart_and_a_job_meanwhile_is_not
 
     watcher = threading.Thread(target=watch)
     watcher.start()
-    job = _submit(client, speech, LONG_TEXT)
+    job = _submit(app.client(), speech, LONG_TEXT)  # a session of its own, as another visitor's
     _wait_running(app, client)
     started = time.monotonic()
     presses = [app.client().submit("en", api_name="/restart") for _ in range(10)]

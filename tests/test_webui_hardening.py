@@ -2,9 +2,17 @@
 from __future__ import annotations
 
 import re
+import threading
+import time
+from dataclasses import replace
+from types import SimpleNamespace
 
+import pytest
+
+from cosyvoice_mac.engine import Engine
 from cosyvoice_mac.webui.callbacks import Callbacks
-from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings
+from cosyvoice_mac.webui.state import HostConfig, ModelHost, Session, Settings
+from tests.fakes.fake_pipeline import FAKE_FACTORY
 
 
 def _idle_callbacks(tmp_path) -> Callbacks:
@@ -24,16 +32,8 @@ def test_a_damaged_voice_list_is_named_on_the_page(tmp_path):
 
 
 # -- a running fake engine ---------------------------------------------------------------------------
-import threading  # noqa: E402
-import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
-from types import SimpleNamespace  # noqa: E402
 
-import pytest  # noqa: E402
 
-from cosyvoice_mac.engine import Engine  # noqa: E402
-from cosyvoice_mac.webui.state import Session  # noqa: E402
-from tests.fakes.fake_pipeline import FAKE_FACTORY  # noqa: E402
 
 STATUS = 3
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(16))
@@ -104,7 +104,7 @@ def test_a_request_over_the_queue_bound_gets_the_place_it_would_have_had_and_whe
     from cosyvoice_mac.engine import Job
 
     engine.result(engine.submit(Job(text="One quick job to learn the running time.")), timeout=60)
-    thread, updates = _generate_in_background(live, prompt, "first")
+    thread, _ = _generate_in_background(live, prompt, "first")
     waiting = [engine.submit(Job(text=SLOW)) for _ in range(live.host.config.max_queue)]
     try:
         refused = list(live.generate("en", prompt, "", "", "Hello.", "cross_lingual", "", 1, 1.0, False, Session(),

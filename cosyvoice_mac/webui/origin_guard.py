@@ -31,7 +31,7 @@ class OriginPolicy:
     loopback_only: bool = True
 
     @classmethod
-    def for_server(cls, host: str, allowed_origins: list[str] | tuple[str, ...] = ()) -> "OriginPolicy":
+    def for_server(cls, host: str, allowed_origins: list[str] | tuple[str, ...] = ()) -> OriginPolicy:
         return cls(frozenset(_normalise(origin) or origin for origin in allowed_origins), is_loopback(host))
 
     def refusal(self, method: str, host: str | None, origin: str | None, referer: str | None,

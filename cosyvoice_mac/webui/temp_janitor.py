@@ -27,7 +27,7 @@ class TempJanitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self) -> "TempJanitor":
+    def start(self) -> TempJanitor:
         self._thread = threading.Thread(target=self._run, name="cosyvoice-temp-janitor", daemon=True)
         self._thread.start()
         return self

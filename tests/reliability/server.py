@@ -42,12 +42,12 @@ class FullDisk:
     filler: Path | None = None
 
     @classmethod
-    def prepare(cls, folder: Path, flag: Path) -> "FullDisk":
+    def prepare(cls, folder: Path, flag: Path) -> FullDisk:
         folder.mkdir(parents=True, exist_ok=True)
         disk = cls(folder, flag)
         if sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("mount"):
             result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
-                                    capture_output=True, timeout=20)
+                                    capture_output=True, timeout=20, check=False)
             disk.mounted = result.returncode == 0
         return disk
 
@@ -77,7 +77,7 @@ class FullDisk:
     def release(self) -> None:
         self.free()
         if self.mounted:
-            subprocess.run(["umount", "-l", str(self.folder)], capture_output=True, timeout=20)
+            subprocess.run(["umount", "-l", str(self.folder)], capture_output=True, timeout=20, check=False)
             self.mounted = False
 
 
@@ -107,7 +107,7 @@ class AppServer:
     def temp_root(self) -> Path:
         return self.root / "tmp"
 
-    def start(self, disk: FullDisk | None = None) -> "AppServer":
+    def start(self, disk: FullDisk | None = None) -> AppServer:
         self.temp_root.mkdir(parents=True, exist_ok=True)
         self.log_path = self.root / "server.log"
         env = {**os.environ, "TMPDIR": str(self.temp_root), "OMP_WAIT_POLICY": "PASSIVE",

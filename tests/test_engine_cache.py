@@ -163,5 +163,50 @@ def test_bad_voice_names_are_refused(tmp_path, name):
 def test_damaged_voice_list_says_which_file(tmp_path):
     (tmp_path / "voices").mkdir()
     (tmp_path / "voices" / "voices.json").write_text("{not json")
-    with pytest.raises(VoiceError, match="voices.json"):
-        VoiceLibrary(tmp_path).list()
+    assert VoiceLibrary(tmp_path).list() == []  # the page keeps working
+    assert "voices.json" in VoiceLibrary(tmp_path).problem()
+
+
+@pytest.mark.parametrize("damage", [b"{not json", b"\xff\xfe\x00garbage", b'{"voices": ["a list"]}', b"[]", b""])
+def test_a_damaged_voice_list_is_set_aside_and_the_last_good_copy_serves(tmp_path, damage):
+    library = VoiceLibrary(tmp_path)
+    library.save("alice", audio_hash="a" * 64, model_id=MODEL)
+    library.save("bob", audio_hash="b" * 64, model_id=MODEL)
+    assert library.problem() is None
+    library.index_path.write_bytes(damage)
+    fresh = VoiceLibrary(tmp_path)  # as at the next start
+    assert [entry["name"] for entry in fresh.list()] == ["alice", "bob"]
+    aside = list(library.folder.glob("voices.json.unreadable-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == damage  # kept, byte for byte
+    note = fresh.problem()
+    assert note and aside[0].name in note and "restored" in note
+    fresh.save("carol", audio_hash="c" * 64, model_id=MODEL)  # keeps working
+    assert [entry["name"] for entry in VoiceLibrary(tmp_path).list()] == ["alice", "bob", "carol"]
+    aside[0].unlink()
+    assert fresh.problem() is None
+
+
+def test_a_second_damage_never_overwrites_the_first_set_aside_file(tmp_path):
+    library = VoiceLibrary(tmp_path)
+    for damage in (b"{one", b"{two", b"{three"):
+        library.folder.mkdir(parents=True, exist_ok=True)
+        library.index_path.write_bytes(damage)
+        assert library.list() == []
+    kept = sorted(path.read_bytes() for path in library.folder.glob("voices.json.unreadable-*"))
+    assert kept == [b"{one", b"{three", b"{two"]
+    assert "starts empty" in library.problem()
+
+
+def test_the_voice_list_is_written_atomically_with_a_backup(tmp_path, monkeypatch):
+    library = VoiceLibrary(tmp_path)
+    library.save("alice", audio_hash="a" * 64, model_id=MODEL)
+    assert library.backup_path.read_bytes() == library.index_path.read_bytes()
+    import cosyvoice_mac.engine.cache as cache_module
+
+    def full_disk(path, data):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(cache_module, "atomic_write_bytes", full_disk)
+    with pytest.raises(OSError):
+        library.save("bob", audio_hash="b" * 64, model_id=MODEL)
+    assert [entry["name"] for entry in library.list()] == ["alice"]  # the old index is whole

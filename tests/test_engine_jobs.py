@@ -166,3 +166,28 @@ def test_device_errors_are_told_apart_from_other_failures(error, expected):
     from cosyvoice_mac.engine.runtime import is_device_error
 
     assert is_device_error(error) is expected
+
+
+def test_a_full_queue_names_the_place_and_when_to_retry():
+    import threading as _threading
+    import time as _time
+
+    from cosyvoice_mac.engine.jobqueue import JobQueue
+    from cosyvoice_mac.engine import jobs as _jobs
+
+    line = JobQueue(1, _threading.RLock())
+    first = line.add(_job("a"))
+    line.start_next()
+    line.add(_job("b"))
+    with pytest.raises(QueueFull) as unknown:
+        line.add(_job("c"))
+    assert unknown.value.position == 2 and unknown.value.retry_after_s is None
+    assert "number 2 in line" in str(unknown.value) and "when one has finished" in str(unknown.value)
+    first.sent_at = _time.monotonic() - 12.0  # it ran 12 s
+    line.finish(first, _jobs.DONE, "done")
+    line.start_next()  # "b" runs from now
+    line.add(_job("d"))
+    with pytest.raises(QueueFull) as known:
+        line.add(_job("e"))
+    assert known.value.retry_after_s == pytest.approx(12.0, abs=1.0)
+    assert "try again in about 12 s" in str(known.value)

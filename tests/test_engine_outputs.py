@@ -80,8 +80,9 @@ def test_read_only_folder_gives_a_clear_error(tmp_path, monkeypatch):
         return real_open(path, flags, mode, **kwargs)
 
     monkeypatch.setattr(outputs.os, "open", read_only)
-    with pytest.raises(OutputWriteError, match="read-only"):
+    with pytest.raises(OutputWriteError, match="read-only") as caught:
         write_output(tmp_path, "cafe0000", _tone(), 24000, FACTS, now=NOW)
+    assert "disk space" not in str(caught.value) and "writable disk" in str(caught.value)  # advice that fits
 
 
 def test_a_file_in_place_of_the_folder_is_explained(tmp_path):

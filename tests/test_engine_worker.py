@@ -290,3 +290,61 @@ def _alive(pid: int) -> bool:
     except ProcessLookupError:
         return False
     return True
+
+
+def test_a_stopped_worker_is_noticed_killed_and_replaced_keeping_the_queue(tmp_path):
+    """SIGSTOP mid-job: the status says so within the bound, the job fails saying why, the queue survives."""
+    engine = started(quick_engine(fake_worker_config(tmp_path, segment_s=0.25), liveness_timeout_s=1.5))
+    try:
+        before = engine.status()
+        running = _started(engine, Job(text=SLOW))
+        waiting = [engine.submit(Job(text=f"Kept {i}.")) for i in range(2)]
+        os.kill(before["worker_pid"], signal.SIGSTOP)
+        stopped_at = time.monotonic()
+        seen = set()
+        while time.monotonic() - stopped_at < 10 and engine.position(running) == 0:
+            seen.add(engine.status()["state"])
+            time.sleep(0.05)
+        assert "unresponsive" in seen
+        with pytest.raises(JobFailed, match="stopped answering") as failure:
+            engine.result(running, timeout=DEADLINE)
+        assert time.monotonic() - stopped_at < 5.0
+        assert "kept the waiting jobs" in str(failure.value)
+        assert [engine.result(job_id, timeout=DEADLINE).text for job_id in waiting] == ["Kept 0.", "Kept 1."]
+        after = engine.status()
+        assert after["worker_pid"] != before["worker_pid"] and after["state"] == "ready"
+    finally:
+        engine.close()
+
+
+def test_a_busy_worker_is_not_taken_for_a_stopped_one(tmp_path):
+    """A job that hangs inside the model keeps its heartbeat: only the job timeout or Stop end it."""
+    engine = started(quick_engine(fake_worker_config(tmp_path), liveness_timeout_s=1.0))
+    try:
+        pid = engine.status()["worker_pid"]
+        stuck = _started(engine, Job(text="[hang] Busy. Very busy."))
+        time.sleep(3.0)
+        assert engine.status()["state"] == "ready" and engine.status()["worker_pid"] == pid
+        engine.cancel(stuck)
+        with pytest.raises(JobCancelled):
+            engine.result(stuck, timeout=DEADLINE)
+    finally:
+        engine.close()
+
+
+def test_ten_restarts_at_once_are_one_and_a_job_that_never_began_runs_after_it(engine):
+    before = engine.status()
+    running = _started(engine, Job(text=SLOW))
+    outcomes = []
+    threads = [threading.Thread(target=lambda: outcomes.append(engine.restart(timeout=DEADLINE))) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    time.sleep(0.2)
+    queued_meanwhile = engine.submit(Job(text="Submitted during the restart."))
+    for thread in threads:
+        thread.join(DEADLINE)
+    assert outcomes == [True] * 10
+    assert engine.status()["restarts"] == before["restarts"] + 1
+    with pytest.raises(JobCancelled, match="nobody pressed Stop"):
+        engine.result(running, timeout=0)
+    assert engine.result(queued_meanwhile, timeout=DEADLINE).text == "Submitted during the restart."

@@ -170,7 +170,7 @@ def test_a_full_queue_says_busy(callbacks, prompt):
     slow.append(engine.submit(Request.build("[slow] Wait.", Voice.recording(prompt))))
     try:
         (outputs,) = _run(callbacks, audio=prompt)
-        assert "Busy: the queue is full (at most 1 waiting)" in outputs[STATUS]
+        assert "Busy: the queue is full (1 waiting" in outputs[STATUS] and "number 2 in line" in outputs[STATUS]
     finally:
         for job_id in slow:
             engine.cancel(job_id)

@@ -85,3 +85,39 @@ def test_the_ui_modules_do_not_import_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_a_wav_with_invalid_samples_is_named_like_the_worker_names_it(make_speech, tmp_path, bad):
+    """A float WAV holding NaN or infinity used to crash the check (``index -1 is out of bounds``)."""
+    speech, rate = soundfile.read(make_speech("Invalid samples in the middle.", seconds=3.0), dtype="float32")
+    speech[rate:rate + 10] = bad
+    path = tmp_path / "bad.wav"
+    soundfile.write(path, speech, rate, subtype="FLOAT")
+    check = inspect_prompt(path)
+    assert check.problem == "invalid_samples"
+    from cosyvoice_mac.webui.render import render_prompt_check
+
+    with pytest.raises(audio.AudioInputError) as worker_says:
+        audio.decode_audio(path)
+    assert str(worker_says.value) in render_prompt_check("en", check)  # one check, one message
+
+
+def test_an_empty_file_is_called_empty_as_the_worker_calls_it(tmp_path):
+    path = tmp_path / "nothing.wav"
+    path.write_bytes(b"")
+    check = inspect_prompt(path)
+    assert check.problem == "empty"
+    from cosyvoice_mac.webui.render import render_prompt_check
+
+    with pytest.raises(audio.AudioInputError) as worker_says:
+        audio.decode_audio(path)
+    assert str(worker_says.value) in render_prompt_check("en", check)
+
+
+def test_an_upload_that_is_gone_is_called_gone_not_not_audio(tmp_path):
+    check = inspect_prompt(tmp_path / "deleted-by-the-temp-bound.wav")
+    assert check.problem == "missing"
+    from cosyvoice_mac.webui.render import render_prompt_check
+
+    assert "no longer on the server" in render_prompt_check("en", check)

@@ -5,6 +5,8 @@ Layout under the user cache folder (``user_cache_dir()``)::
     speakers/v<FORMAT>/<model key>/<audio hash>.safetensors   tensors: speech_tokens, mel, embedding
     speakers/v<FORMAT>/<model key>/<audio hash>.json          facts; written last, so it marks a complete entry
     voices/voices.json                                        name -> audio hash, model id, transcript
+    voices/voices.json.bak                                    a copy of the index as last written
+    voices/voices.json.unreadable-<time>                      a damaged index, set aside (never overwritten)
     voices/<file>                                             a copy of each named voice's prompt audio
 
 A change of CACHE_FORMAT moves entries to a new folder and deletes the old ones, so stale features
@@ -36,6 +38,8 @@ CACHE_FORMAT = 1
 TENSOR_NAMES = ("speech_tokens", "mel", "embedding")
 _HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 MAX_VOICE_NAME = 64
+UNREADABLE_SUFFIX = ".unreadable-"
+BIDI_CONTROLS = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
 
 
 def _model_key(model_id: str) -> str:
@@ -201,6 +205,7 @@ class VoiceLibrary:
     def __init__(self, root: str | Path | None = None):
         self.folder = (Path(root) if root is not None else user_cache_dir()) / "voices"
         self.index_path = self.folder / "voices.json"
+        self.backup_path = self.folder / "voices.json.bak"  # the index as this library last wrote it
         self._lock = threading.Lock()
 
     def list(self) -> list[dict]:
@@ -266,8 +271,11 @@ class VoiceLibrary:
         if not isinstance(name, str) or not name.strip():
             raise VoiceError("a voice needs a name")
         name = name.strip()
-        if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 for char in name):
+        if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 or 0x7F <= ord(char) < 0xA0 for char in name):
             raise VoiceError(f"voice names are 1-{MAX_VOICE_NAME} printable characters; {name[:80]!r} is not")
+        if any(char in BIDI_CONTROLS for char in name):  # they reorder what is shown around the name
+            raise VoiceError(f"voice names cannot hold text-direction control characters (U+202A-U+202E, "
+                             f"U+2066-U+2069); {name[:80]!r} does")
         return name
 
     def _store_audio(self, audio_hash, audio, audio_samples, sample_rate) -> str | None:
@@ -290,16 +298,87 @@ class VoiceLibrary:
             return target
         return None
 
-    def _load(self) -> dict[str, dict]:
+    def problem(self) -> str | None:
+        """What the user must know about the voice list, or None: a damaged list that was set aside.
+
+        Read from the folder (the set-aside files), so every process sees it; it goes away when the user
+        deletes the set-aside file.
+        """
         try:
-            data = json.loads(self.index_path.read_text(encoding="utf-8"))
+            self._load()
+        except VoiceError as error:
+            return str(error)
+        aside = sorted(self.folder.glob(f"{self.index_path.name}{UNREADABLE_SUFFIX}*"))
+        if not aside:
+            return None
+        kept = (f"the voices as last saved were restored from {self.backup_path.name}" if self.backup_path.is_file()
+                else "there was no earlier copy, so the list starts empty")
+        return (f"the saved-voice list {self.index_path} could not be read, so it was set aside as "
+                f"{aside[-1].name} (never overwritten; voice names can be recovered from it by hand); {kept}. "
+                f"Delete {aside[-1]} to dismiss this note")
+
+    def _load(self) -> dict[str, dict]:
+        """The index's voices. A damaged index is set aside and the last good copy (if any) takes its place."""
+        try:
+            return self._parse(self.index_path)
         except FileNotFoundError:
             return {}
-        except (OSError, ValueError) as error:
+        except _Damaged:
+            pass
+        except OSError as error:
             raise VoiceError(f"the voice list {self.index_path} cannot be read ({error}); "
-                             "fix or delete that file") from error
-        return data.get("voices", {}) if isinstance(data, dict) else {}
+                             "check the folder's permissions") from error
+        self._set_aside()
+        try:
+            entries = self._parse(self.backup_path)
+        except (OSError, _Damaged):
+            return {}
+        try:
+            atomic_write_bytes(self.index_path, self.backup_path.read_bytes())
+        except OSError:  # a read-only folder: keep serving the copy
+            pass
+        return entries
+
+    @staticmethod
+    def _parse(path: Path) -> dict[str, dict]:
+        """Raises FileNotFoundError / OSError, or _Damaged when the file is not a voice list."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise _Damaged(str(error)) from error
+        voices = data.get("voices") if isinstance(data, dict) else None
+        if not isinstance(voices, dict) or not all(isinstance(entry, dict) and isinstance(entry.get("audio_hash"), str)
+                                                   for entry in voices.values()):
+            raise _Damaged("not a voice list")
+        return voices
+
+    def _set_aside(self) -> None:
+        """Rename the damaged index to a new ``voices.json.unreadable-<time>`` name, never over another file."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for attempt in range(100):
+            target = self.folder / f"{self.index_path.name}{UNREADABLE_SUFFIX}{stamp}{f'-{attempt}' if attempt else ''}"
+            try:
+                os.link(self.index_path, target)  # fails if the name is taken: nothing is overwritten
+            except FileExistsError:
+                continue
+            except FileNotFoundError:  # another process set it aside first
+                return
+            except OSError as error:
+                raise VoiceError(f"the voice list {self.index_path} is damaged and could not be set aside "
+                                 f"({error}); move it away by hand") from error
+            self.index_path.unlink(missing_ok=True)
+            return
 
     def _store(self, entries: dict[str, dict]) -> None:
-        payload = {"format": 1, "voices": entries}
-        atomic_write_bytes(self.index_path, json.dumps(payload, ensure_ascii=False, indent=1).encode("utf-8"))
+        """Write the index atomically, then the same bytes as the backup: the last good version, should
+        anything damage the index later."""
+        payload = json.dumps({"format": 1, "voices": entries}, ensure_ascii=False, indent=1).encode("utf-8")
+        atomic_write_bytes(self.index_path, payload)
+        try:
+            atomic_write_bytes(self.backup_path, payload)
+        except OSError:  # the index itself was written; the next change tries the backup again
+            pass
+
+
+class _Damaged(ValueError):
+    """A voice list file that exists but is not valid JSON of the expected shape."""

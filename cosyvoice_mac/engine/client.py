@@ -34,6 +34,11 @@ from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
 from cosyvoice_mac.request import Request
 
 POLL_S = 0.05
+# A worker whose heartbeat has not moved for ``liveness_timeout_s`` (this many times that while it starts
+# up, when imports and loading may hold it up) is killed and replaced; after a third of that the status
+# says "not answering". No job is dispatched to a worker silent for DISPATCH_SILENCE_S: the pipe could block.
+STARTUP_LIVENESS_FACTOR = 3.0
+DISPATCH_SILENCE_S = 2.0
 
 
 @dataclass
@@ -57,16 +62,20 @@ class Engine(VoiceSaving):
     voice library (``voices``: the page and the worker go through the engine, so one lock guards it).
 
     Listen with ``subscribe()`` (the one way). ``job_timeout_s`` cancels a job that runs longer; a job that
-    ignores a cancel for
-    ``cancel_grace_s`` gets its worker restarted.
+    ignores a cancel for ``cancel_grace_s`` gets its worker restarted; a worker whose heartbeat stops for
+    ``liveness_timeout_s`` (stopped, wedged, swapped out) is killed and replaced, its running job failed with
+    that reason.
     """
 
     def __init__(self, config: WorkerConfig, *, max_queue: int = 16, start_timeout_s: float = 900.0,
                  stop_timeout_s: float = 10.0, cancel_grace_s: float = 10.0, job_timeout_s: float | None = None,
-                 max_load_failures: int = 3, context: str = "spawn", set_ui_qos: bool = True):
+                 max_load_failures: int = 3, context: str = "spawn", set_ui_qos: bool = True,
+                 liveness_timeout_s: float = 30.0):
         self.config = config
         self.start_timeout_s, self.stop_timeout_s, self.cancel_grace_s = start_timeout_s, stop_timeout_s, cancel_grace_s
         self.job_timeout_s, self.max_load_failures, self.context = job_timeout_s, max_load_failures, context
+        self.liveness_timeout_s = liveness_timeout_s
+        self._silent_s = 0.0  # how long the worker has not answered, once that is worth saying
         self.voices = VoiceLibrary(config.cache_dir)
         self._lock = threading.RLock()
         self.queue = JobQueue(max_queue, self._lock)
@@ -197,8 +206,10 @@ class Engine(VoiceSaving):
             worker = self._worker_status.as_dict() if self._worker_status is not None else {}
             cache = worker.get("cache") or {}
             running = self.queue.running
+            not_answering = self._silent_s > 0 and self._state in ("ready", "starting", "restarting")
             return {
-                "state": self._state,
+                "state": "unresponsive" if not_answering else self._state,
+                "silent_s": round(self._silent_s, 1),
                 **{key: worker.get(key) for key in ("model", "version", "device", "fell_back", "fallback_reason",
                                                     "dtype", "memory", "jobs_run", "feature_extractions",
                                                     "flow_prefix_builds", "vocoder", "vocoder_reason",
@@ -256,6 +267,8 @@ class Engine(VoiceSaving):
         if gone or not worker.alive():
             self._on_worker_death(worker)
             return
+        if self._check_liveness(worker):
+            return
         self._check_overruns()
         self._dispatch()
 
@@ -288,10 +301,13 @@ class Engine(VoiceSaving):
             if old is not None:
                 self._restarts += 1
                 self.queue.emit(Restarting(ticket.reason))
-            if running is not None:
+            if running is not None and not running.acknowledged:
+                self.queue.requeue_first(running)  # the old worker never began it: the new one runs it first
+            elif running is not None:
                 if old is not None:
                     old.cancel(running.seq)  # lets the polite stop below succeed
-                self.queue.finish(running, jobs.CANCELLED, f"cancelled because the engine restarted ({ticket.reason})")
+                self.queue.finish(running, jobs.CANCELLED, f"cancelled because the engine restarted ({ticket.reason}) "
+                                  "before this job finished; nobody pressed Stop. Submit it again to run it")
             self.tasks.fail_sent(f"interrupted because the engine restarted ({ticket.reason}); try again")
         if old is not None:
             old.stop(self.stop_timeout_s)
@@ -328,12 +344,26 @@ class Engine(VoiceSaving):
                 event = Failed(event.job_id, f"stopped: the job ran longer than the limit of {self.job_timeout_s:g} s")
             self.queue.end(record, event)
 
-    def _on_worker_death(self, worker: WorkerProcess) -> None:
+    def _check_liveness(self, worker: WorkerProcess) -> bool:
+        """Kill and replace a worker whose heartbeat stopped (True when it did)."""
+        silent, beating = worker.silent_s()
+        bound = self.liveness_timeout_s
+        if not beating or self._state != "ready":
+            bound *= STARTUP_LIVENESS_FACTOR
+        with self._lock:
+            self._silent_s = silent if beating and silent > bound / 3 else 0.0  # a new process is only slow
+        if silent <= bound:
+            return False
+        worker.process.kill()  # works on a stopped (SIGSTOP) process too
+        self._on_worker_death(worker, f"stopped answering (no sign of life for {silent:.0f} s) and was killed")
+        return True
+
+    def _on_worker_death(self, worker: WorkerProcess, how: str | None = None) -> None:
         worker.process.join(1.0)
-        how = worker.exit_description()
+        how = how or worker.exit_description()
         worker.stop(0.0)
         with self._lock:
-            self._worker = None
+            self._worker, self._silent_s = None, 0.0
             self.tasks.fail_sent(f"the model process {how} during the task; try again")
             if self._closing:
                 return
@@ -385,7 +415,7 @@ class Engine(VoiceSaving):
 
     def _dispatch(self) -> None:
         with self._lock:
-            if self._state != "ready" or self._worker is None:
+            if self._state != "ready" or self._worker is None or self._worker.silent_s()[0] > DISPATCH_SILENCE_S:
                 return
             for ticket in self.tasks.take_unsent():
                 try:

@@ -19,6 +19,7 @@ from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, JobFailed,
 from cosyvoice_mac.engine.messages import Event, Queued, ending
 
 KEEP_FINISHED = 500  # finished jobs remembered for result() / events()
+RECENT_RUNS = 20  # finished jobs whose running time estimates when a place frees up
 
 
 @dataclass
@@ -50,18 +51,34 @@ class JobQueue:
         self._records: OrderedDict[str, JobRecord] = OrderedDict()
         self._seq = itertools.count(1)
         self._subscribers: list[Listener] = []
+        self._run_seconds: deque[float] = deque(maxlen=RECENT_RUNS)
 
     def add(self, job: Job) -> JobRecord:
         with self.lock:
             if job.job_id in self._records:
                 raise EngineError(f"job id {job.job_id} was already submitted")
             if len(self.pending) >= self.max_waiting:
-                raise QueueFull(f"the queue is full ({self.max_waiting} jobs waiting); wait for one to finish")
+                retry = self.retry_after_s()
+                position = len(self.pending) + 1
+                raise QueueFull(f"the queue is full ({self.max_waiting} jobs waiting, {1 if self.running else 0} "
+                                f"running), so this job would have been number {position} in line; try again "
+                                + (f"in about {retry:.0f} s" if retry is not None else "when one has finished"),
+                                position=position, retry_after_s=retry)
             record = JobRecord(job=job, seq=next(self._seq))
             self._records[job.job_id] = record
             self.pending.append(record)
             self.emit(Queued(job.job_id, len(self.pending)))
             return record
+
+    def retry_after_s(self) -> float | None:
+        """When the running job should end and free a place: the median of recent running times, less
+        what it ran already (at least 1 s); None before any job has finished."""
+        with self.lock:
+            if not self._run_seconds:
+                return None
+            typical = sorted(self._run_seconds)[len(self._run_seconds) // 2]
+            ran = time.monotonic() - self.running.sent_at if self.running and self.running.sent_at else 0.0
+            return max(1.0, typical - ran)
 
     def get(self, job_id: str) -> JobRecord:
         with self.lock:
@@ -121,6 +138,8 @@ class JobQueue:
                 return
             if self.running is record:
                 self.running = None
+            if terminal.kind == jobs.DONE and record.sent_at is not None:
+                self._run_seconds.append(time.monotonic() - record.sent_at)
             record.state = terminal.kind
             record.terminal = terminal
             record.done.set()

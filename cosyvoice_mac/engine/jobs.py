@@ -28,7 +28,12 @@ class EngineError(CosyVoiceError, RuntimeError):
 
 
 class QueueFull(EngineError):
-    """The job queue holds its maximum number of waiting jobs."""
+    """The job queue holds its maximum number of waiting jobs. ``position`` is the place the refused job
+    would have had (1 = next to run); ``retry_after_s`` when a place should free up, if known."""
+
+    def __init__(self, message: str, position: int = 0, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.position, self.retry_after_s = position, retry_after_s
 
 
 class JobFailed(EngineError):

@@ -20,13 +20,14 @@ SOFTWARE = "cosyvoice-mac"
 SHORT_ID_CHARS = 8
 TITLE_CHARS = 200
 
+# errno -> (what happened, what to do about it)
 _REASONS = {
-    errno.ENOSPC: "the disk is full",
-    errno.EDQUOT: "the disk quota is used up",
-    errno.EROFS: "the folder is on a read-only disk",
-    errno.EACCES: "permission denied",
-    errno.EPERM: "permission denied",
-    errno.ENOTDIR: "a file stands where the folder should be",
+    errno.ENOSPC: ("the disk is full", "Free some disk space or choose another outputs folder"),
+    errno.EDQUOT: ("the disk quota is used up", "Delete some of your files or choose another outputs folder"),
+    errno.EROFS: ("the folder is on a read-only disk", "Choose an outputs folder on a writable disk"),
+    errno.EACCES: ("permission denied", "Give yourself write permission on the folder or choose another one"),
+    errno.EPERM: ("permission denied", "Give yourself write permission on the folder or choose another one"),
+    errno.ENOTDIR: ("a file stands where the folder should be", "Move that file away or choose another folder"),
 }
 
 
@@ -167,10 +168,10 @@ def _remove_quietly(path: Path) -> None:
 
 
 def _explain(error: OSError, folder: Path) -> OutputWriteError:
-    reason = _REASONS.get(error.errno, error.strerror or str(error))
+    reason, advice = _REASONS.get(error.errno, (error.strerror or str(error), "Choose another outputs folder"))
     explained = OutputWriteError(
-        f"could not save the result in {folder}: {reason}. Free some disk space or choose another "
-        "outputs folder; the audio is still available to play and download."
+        f"could not save the result in {folder}: {reason}. {advice}; the audio is still available to play and "
+        "download."
     )
     explained.errno = error.errno
     return explained

@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from cosyvoice_mac.engine.qos import set_worker_thread_qos
 
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
 NO_JOB = -1
+HEARTBEAT_S = 0.5  # how often the worker's heartbeat thread counts up; the engine watches the count
 
 # Read by torch and its libraries when they load, so they are set before the worker starts (a user's
 # own value wins). Idle OpenMP threads sleep instead of spinning; ops MPS lacks run on the CPU; and
@@ -57,8 +59,14 @@ class WorkerConfig:
     compute_units: str = "ALL"  # Core ML: ALL, CPU_AND_GPU, CPU_AND_NE or CPU_ONLY
 
 
-def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
-    """Child process entry: load + warm up, report ready, then run commands until stop or EOF."""
+def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=None) -> None:
+    """Child process entry: load + warm up, report ready, then run commands until stop or EOF.
+
+    ``heartbeat`` (a shared integer) is counted up every HEARTBEAT_S by a thread of its own, so the engine
+    can tell a busy worker (the count moves) from a stopped or wedged one (it does not).
+    """
+    if heartbeat is not None:
+        threading.Thread(target=_beat, args=(heartbeat,), name="cosyvoice-heartbeat", daemon=True).start()
     # Ctrl-C in a terminal reaches the whole process group; the parent stops this worker itself, so the
     # worker ignores it instead of printing a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -92,6 +100,12 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq) -> None:
             runtime.run_task(command.task)
 
 
+def _beat(heartbeat) -> None:
+    while True:
+        heartbeat.value += 1
+        time.sleep(HEARTBEAT_S)
+
+
 def _describe_load_failure(error: BaseException, config: WorkerConfig) -> str:
     text = str(error) or type(error).__name__
     if config.model_dir is None:  # a backend that needs no model folder (the preview voice)
@@ -107,11 +121,12 @@ class WorkerProcess:
         command_reader, self._command_writer = context.Pipe(duplex=False)
         self.events, event_writer = context.Pipe(duplex=False)
         self._cancel_seq = context.Value("q", NO_JOB, lock=False)
+        self._heartbeat = context.Value("q", 0, lock=False)
         for name, value in WORKER_ENVIRONMENT.items():  # a spawned child starts with our environment
             os.environ.setdefault(name, value)
         self.process = context.Process(
             target=worker_main,
-            args=(config, command_reader, event_writer, self._cancel_seq),
+            args=(config, command_reader, event_writer, self._cancel_seq, self._heartbeat),
             name="cosyvoice-worker",
             daemon=True,
         )
@@ -120,6 +135,14 @@ class WorkerProcess:
         command_reader.close()
         event_writer.close()
         self.started_at = time.monotonic()
+        self._last_beat, self._heard_at = 0, self.started_at
+
+    def silent_s(self) -> tuple[float, bool]:
+        """(seconds since the heartbeat last moved, or since the start; whether it has ever beaten)."""
+        beat, now = self._heartbeat.value, time.monotonic()
+        if beat != self._last_beat:
+            self._last_beat, self._heard_at = beat, now
+        return now - self._heard_at, self._last_beat > 0
 
     @property
     def pid(self) -> int | None:

@@ -161,8 +161,12 @@ class PreviewVoice(Synthesizes):
         works there. ``stream`` yields the same sentence-sized pieces. Instructions and markup are not
         understood here (a note says so).
         """
-        segments = [segment.display_text for segment in prompts.plan_request("cosyvoice3", self.normalizer,
-                                                                             request).segments]
+        try:  # checked as for CosyVoice3 (same limits, same messages)
+            plan = prompts.plan_request("cosyvoice3", self.normalizer, request)
+        except SynthesisError as error:  # say which voice refused it: this one, by CosyVoice3's rules
+            raise SynthesisError(str(error).replace(
+                "for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1)) from error
+        segments = [segment.display_text for segment in plan.segments]
         spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
         plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]
         if not plan:

@@ -16,9 +16,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.strings import EN
+from cosyvoice_mac.webui.temp_janitor import TempJanitor
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_MODELS_DIR = REPO_ROOT / "models"
@@ -29,6 +31,7 @@ TITLE = EN["title"]
 NO_MODEL_MESSAGE = EN["no_model"]
 MAX_UPLOAD = "20mb"
 MAX_QUEUE = 8
+TEMP_MAX_AGE_S = 3600  # uploads and result copies in Gradio's folder: an hour covers any page still playing one
 TEMP_PREFIX = "cosyvoice-mac-ui-"
 
 
@@ -57,6 +60,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="float32 (default), float16 or bfloat16")
     parser.add_argument("--max-queue", type=int, default=MAX_QUEUE,
                         help=f"requests that may wait for the model at once (default {MAX_QUEUE})")
+    parser.add_argument("--allowed-origin", action="append", metavar="ORIGIN",
+                        default=[item for item in os.environ.get("COSYVOICE_ALLOWED_ORIGINS", "").split(",") if item],
+                        help="another web site (scheme://host:port) whose pages may send requests that change "
+                        "something here, such as uploads; repeat for more ('*' for any). By default only this "
+                        "app's own page may ($COSYVOICE_ALLOWED_ORIGINS, comma-separated, also works)")
+    parser.add_argument("--temp-max-age", type=int, default=TEMP_MAX_AGE_S, metavar="SECONDS",
+                        help="delete uploads and copies of results from the page's temporary folder after this "
+                        f"long (default {TEMP_MAX_AGE_S}; the results in outputs/ are kept)")
+    parser.add_argument("--hang-timeout", type=float, default=30.0,
+                        help="seconds without a sign of life from the model process before it is killed and "
+                        "restarted (its running job fails with that reason; waiting jobs stay; default 30)")
     parser.add_argument("--torch-threads", type=int, default=None, help="CPU threads for the model worker")
     parser.add_argument("--vocoder", choices=("torch", "coreml"), default="torch",
                         help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)")
@@ -65,6 +79,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
+    if args.temp_max_age < 1:
+        parser.error("--temp-max-age must be at least 1 second")
+    if not args.hang_timeout > 0:
+        parser.error("--hang-timeout must be a positive number of seconds")
     return args
 
 
@@ -86,13 +104,17 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # a local app phones no one
     temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
     os.environ["GRADIO_TEMP_DIR"] = str(temp_dir)  # before gradio is imported: it reads this once
+    janitor = TempJanitor(temp_dir, args.temp_max_age).start()
     outputs_dir = args.outputs_dir.expanduser().resolve()
     host = ModelHost(HostConfig(
         models_dir=args.models_dir.expanduser(), outputs_dir=outputs_dir,
         cache_dir=args.cache_dir.expanduser() if args.cache_dir else None, device=args.device, dtype=args.dtype,
-        max_queue=args.max_queue, torch_threads=args.torch_threads, preferred_model=args.model,
+        max_queue=args.max_queue, torch_threads=args.torch_threads, liveness_timeout_s=args.hang_timeout, preferred_model=args.model,
         vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
     ))
+    library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
+    if library_problem:
+        print(f"Note: {library_problem}.", file=sys.stderr, flush=True)
     app = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the
     # server and exit 0.
@@ -101,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         host.start()  # loads in the worker process while the page starts
         app = build_app(host=host)
-        app.queue(max_size=args.max_queue * 2 + 4, api_open=False)
+        # Generate is not limited by Gradio (the engine's queue is the bound); this only backs up the other
+        # queued events (saving a voice, transcribing), so it is far above what Generate ever leaves waiting.
+        app.queue(max_size=max(64, args.max_queue * 4), api_open=False)
         try:
             app.launch(
                 server_name=args.host,
@@ -111,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                 quiet=True,
                 prevent_thread_lock=True,
                 max_file_size=MAX_UPLOAD,
+                app_kwargs={"middleware": [_origin_guard(args)]},
                 allowed_paths=[str(outputs_dir)],
                 blocked_paths=[str(args.models_dir.expanduser().resolve())],
                 footer_links=["gradio"],
@@ -141,8 +166,17 @@ def main(argv: list[str] | None = None) -> int:
         if app is not None:
             app.close()
         host.close()
+        janitor.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def _origin_guard(args: argparse.Namespace):
+    from starlette.middleware import Middleware
+
+    from cosyvoice_mac.webui.origin_guard import OriginGuard, OriginPolicy
+
+    return Middleware(OriginGuard, policy=OriginPolicy.for_server(args.host, args.allowed_origin))
 
 
 def _css() -> str:

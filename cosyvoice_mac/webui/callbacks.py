@@ -26,7 +26,7 @@ from cosyvoice_mac.webui.strings import text as say
 POLL_S = 0.5
 SAVE_VOICE_TIMEOUT_S = 900.0  # covers a model that is still loading when Save is pressed
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
-UNTRANSCRIBABLE = ("not_audio", "no_decoder", "silent")
+UNTRANSCRIBABLE = ("missing", "empty", "not_audio", "invalid_samples", "no_decoder", "silent")
 
 
 class Callbacks:
@@ -51,7 +51,7 @@ class Callbacks:
         if not audio:
             return "", "", gr.skip()
         check = checked_prompt(audio)
-        unusable = check.problem in ("not_audio", "no_decoder")
+        unusable = check.problem in ("missing", "empty", "not_audio", "invalid_samples", "no_decoder")
         return render_prompt_check(lang, check), "", None if unusable else gr.skip()
 
     def _voices(self) -> VoiceLibrary:
@@ -219,7 +219,7 @@ class Callbacks:
 
     # -- model -----------------------------------------------------------------------------------
     def status_panel(self, lang: str) -> str:
-        return render_status(lang, self.host.status())
+        return render_status(lang, {**self.host.status(), "library_problem": self.voices.problem()})
 
     def model_choices(self, lang: str) -> list[tuple[str, str]]:
         """The model menu: each model folder by name, then the preview voice (when installed)."""

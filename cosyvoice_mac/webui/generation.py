@@ -5,7 +5,12 @@ Problems with the input come back as text for the Markdown next to the field, ne
 """
 from __future__ import annotations
 
+import ctypes
+import os
 import queue
+import shutil
+import sys
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -51,6 +56,7 @@ class Generation:
     def __init__(self, host: ModelHost):
         self.host = host
         self.active = ActiveJobs()
+        self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
     def run(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
             page_request) -> Iterator[tuple]:
@@ -69,11 +75,16 @@ class Generation:
         subscriber = engine.subscribe()
         job = Job(request)
         session_id = getattr(page_request, "session_hash", None) or job.job_id
+        held = _hold_prompt(job)
         try:
             try:
                 engine.submit(job)
-            except QueueFull:
-                yield out.status("status_busy", waiting=self.host.config.max_queue)
+            except QueueFull as full:
+                if full.retry_after_s is None:
+                    yield out.status("status_busy_unknown", waiting=self.host.config.max_queue, position=full.position)
+                else:
+                    yield out.status("status_busy", waiting=self.host.config.max_queue, position=full.position,
+                                     seconds=max(1, round(full.retry_after_s)))
                 return
             except EngineError as error:
                 yield out.status("status_model_error", message=str(error).rstrip("."))
@@ -84,12 +95,18 @@ class Generation:
         finally:
             engine.unsubscribe(subscriber)
             self.active.clear(session_id, job.job_id)
-        yield out.last(self._finish(out, terminal, job, voice))
+            if held is not None:
+                held.unlink(missing_ok=True)
+            _return_freed_heap()
+        owner_stopped = job.job_id in self._stopped
+        self._stopped.discard(job.job_id)
+        yield out.last(self._finish(out, terminal, job, voice, owner_stopped))
 
     def stop(self, request) -> None:
         job_id = self.active.get(getattr(request, "session_hash", None) or "")
         engine = self.host.engine
         if job_id and engine is not None:
+            self._stopped.add(job_id)
             try:
                 engine.cancel(job_id)
             except EngineError:  # already finished and forgotten
@@ -143,7 +160,10 @@ class Generation:
                 try:
                     engine.result(job_id, timeout=0)
                 except TimeoutError:
-                    if engine.status()["state"] in LOADING_STATES and engine.position(job_id):
+                    status = engine.status()
+                    if status["state"] == "unresponsive":
+                        yield out.status("status_not_answering", seconds=status.get("silent_s") or 0.0)
+                    elif status["state"] in LOADING_STATES and engine.position(job_id):
                         yield out.status("status_waiting_model")
                     continue
                 except EngineError:
@@ -167,9 +187,11 @@ class Generation:
                     out.first_audio_s = None
                 yield out.status("status_retry")
 
-    def _finish(self, out: "_Outputs", event, job: Job, voice: str | None) -> tuple:
-        if event.kind == job_events.CANCELLED:
-            return out.status("status_cancelled")
+    def _finish(self, out: "_Outputs", event, job: Job, voice: str | None, owner_stopped: bool = False) -> tuple:
+        if event.kind == job_events.CANCELLED:  # by this session's Stop, or by the engine, which says why
+            if owner_stopped:
+                return out.status("status_cancelled")
+            return out.status("status_interrupted", message=event.message or event.kind)
         if event.kind != job_events.DONE or event.result is None:
             return out.status("status_failed", message=event.message or event.kind)
         result = event.result
@@ -255,6 +277,33 @@ def _problem(error: RequestError) -> tuple[str, str, dict]:
     key = PAGE_KEYS.get(error.code)
     values = dict(error.values) if key else {"message": str(error)}
     return FIELD_SLOTS.get(error.field, "status"), key or "status_invalid", values
+
+
+def _hold_prompt(job: Job) -> Path | None:
+    """Give the job its own copy of the uploaded prompt for as long as it waits and runs: Gradio's temporary
+    folder deletes uploads after a while (--temp-max-age), which must not take a queued job's voice away."""
+    voice = job.request.voice
+    if voice.kind != "audio":
+        return None
+    folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "job-prompts"
+    held = folder / f"{job.job_id}{Path(voice.audio).suffix.lower()}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(voice.audio, held)
+    except OSError:  # no room for a copy: the upload itself serves, as before
+        return None
+    job.request = replace(job.request, voice=replace(voice, audio=str(held)))
+    return held
+
+
+def _return_freed_heap() -> None:
+    """glibc keeps the heap pages each handler thread freed (prompt checks decode whole files); give them back,
+    so the page's process stays flat over a long session as the worker does."""
+    if sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
 
 
 def _terminal_event(engine, job_id: str):

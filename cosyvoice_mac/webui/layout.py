@@ -208,7 +208,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session],
             [generate_outputs[name] for name in GenerateOutputs._fields],
-            concurrency_limit=host.config.max_queue + 1, concurrency_id="generate", show_progress="minimal",
+            # Every request reaches the engine at once: its queue is the one bound, and it answers a request
+            # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).
+            concurrency_limit=None, concurrency_id="generate", show_progress="minimal",
             show_progress_on=[result],
         ).then(callbacks.status_panel, language, status_panel, show_progress="hidden")
         stop.click(callbacks.stop, None, None, **quiet)
@@ -217,8 +219,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
 
         model_menu.input(callbacks.switch_model, [language, model_menu], [model_msg, status_panel],
                          concurrency_id="model", concurrency_limit=1)
-        restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="model",
-                      concurrency_limit=1)
+        # Presses at once share one restart (the engine coalesces them), so they must not wait in line.
+        restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="restart",
+                      concurrency_limit=None)
         vocoder_menu.input(callbacks.switch_vocoder, [language, vocoder_menu], [model_msg, status_panel],
                            concurrency_id="model", concurrency_limit=1)
         timer.tick(callbacks.status_panel, language, status_panel, **quiet)  # off the queue: never "busy"

@@ -25,7 +25,7 @@ TRIM_FRAME_SECONDS = 0.0275  # 440 samples at 16 kHz
 TRIM_HOP_SECONDS = 0.01375
 PLATFORM_DECODER_SUFFIXES = {".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"}
 
-PROBLEMS = ("not_audio", "no_decoder", "low_rate", "silent", "too_short", "too_long")
+PROBLEMS = ("missing", "empty", "not_audio", "invalid_samples", "no_decoder", "low_rate", "silent", "too_short", "too_long")
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,13 @@ def inspect_prompt(path: str | Path) -> PromptCheck:
     path = Path(path)
     name = {"name": path.name}
     try:
+        if path.stat().st_size == 0:
+            return PromptCheck(problem="empty", details=name)
+    except FileNotFoundError:  # e.g. an upload the temporary folder no longer keeps
+        return PromptCheck(problem="missing", details=name)
+    except OSError:
+        return PromptCheck(problem="not_audio", details=name)
+    try:
         samples, rate, seconds = _decode(path)
     except _NoDecoder:
         return PromptCheck(problem="no_decoder", details=name)
@@ -59,6 +66,8 @@ def inspect_prompt(path: str | Path) -> PromptCheck:
     if rate < MIN_SOURCE_SAMPLE_RATE:
         return PromptCheck(seconds=seconds, problem="low_rate",
                            details={**name, "rate": rate, "limit": MIN_SOURCE_SAMPLE_RATE})
+    if not np.isfinite(samples).all():  # the worker refuses these too (cosyvoice_mac.audio.decode_audio)
+        return PromptCheck(seconds=seconds, problem="invalid_samples", details=name)
     if samples.size == 0 or float(np.max(np.abs(samples))) < SILENT_PEAK:
         return PromptCheck(seconds=seconds, speech_seconds=0.0, problem="silent", details=name)
     speech = speech_seconds(samples, rate) if seconds <= MAX_FILE_SECONDS else seconds

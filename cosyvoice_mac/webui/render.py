@@ -6,6 +6,7 @@ import time
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.prompt_check import PromptCheck
 from cosyvoice_mac.webui.state import PREVIEW, Session
+from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
 
 TEXT_IN_HISTORY = 60
@@ -13,7 +14,8 @@ HISTORY_COLUMNS = ("col_time", "col_text", "col_mode", "col_voice", "col_seed", 
                    "col_model", "col_file")
 HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "markdown", "str"]
 PROMPT_PROBLEM_KEYS = {
-    "not_audio": "prompt_not_audio", "no_decoder": "prompt_no_decoder", "low_rate": "prompt_low_rate",
+    "missing": "prompt_missing", "empty": "prompt_empty", "not_audio": "prompt_not_audio", "invalid_samples": "prompt_invalid_samples",
+    "no_decoder": "prompt_no_decoder", "low_rate": "prompt_low_rate",
     "silent": "prompt_silent", "too_short": "prompt_too_short", "too_long": "prompt_too_long",
 }
 
@@ -51,7 +53,8 @@ def history_rows(lang: str, session: Session) -> dict:
         rows.append([time.strftime("%H:%M:%S", time.localtime(entry.created)), text,
                      say(lang, f"mode_short_{entry.mode}"), entry.voice or say(lang, "history_prompt_voice"),
                      entry.seed, f"{entry.speed:g}", f"{entry.duration_s:.1f}",
-                     say(lang, "history_preview", command=DOWNLOAD_COMMAND) if entry.preview else entry.model or "",
+                     say(lang, "history_preview", command=DOWNLOAD_COMMAND) if entry.preview
+                     else escape(entry.model or ""),  # a Markdown column
                      entry.file_name])
     return {"headers": headers, "data": rows}
 
@@ -107,10 +110,13 @@ def render_status(lang: str, status: dict) -> str:
                          lookups=hits + cache.get("misses", 0)))
     if status.get("last_error"):
         lines.append(say(lang, "status_error", message=status["last_error"]))
+    if status.get("library_problem"):
+        lines.append(say(lang, "status_voices_problem", message=status["library_problem"]))
     return "  \n".join(lines)
 
 
-_STATE_KEYS = {f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed")}
+_STATE_KEYS = {f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed",
+                                            "unresponsive")}
 
 
 def format_bytes(count: int | None, lang: str) -> str:

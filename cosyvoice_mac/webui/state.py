@@ -82,6 +82,7 @@ class HostConfig:
     dtype: str | None = None
     max_queue: int = 8
     job_timeout_s: float | None = 900.0
+    liveness_timeout_s: float = 30.0  # a worker silent this long is killed and replaced
     start_timeout_s: float = 900.0
     torch_threads: int | None = None
     preferred_model: str | None = None
@@ -143,7 +144,8 @@ class ModelHost:
             old.close()
         engine = self.engine_factory(self._worker_config(choice), max_queue=self.config.max_queue,
                                      start_timeout_s=self.config.start_timeout_s,
-                                     job_timeout_s=self.config.job_timeout_s)
+                                     job_timeout_s=self.config.job_timeout_s,
+                                     liveness_timeout_s=self.config.liveness_timeout_s)
         engine.start(wait=False)
         with self._lock:
             self.engine = engine
@@ -159,8 +161,9 @@ class ModelHost:
             return engine.start(wait=True, timeout=timeout)
         try:
             return engine.restart(timeout=timeout)
-        except EngineError:  # closed under us (a model switch): start afresh
-            self.start(self.current.name if self.current else None)
+        except EngineError:  # closed under us: by a model switch (wait for its engine), else start afresh
+            if self.engine is None or self.engine is engine:
+                self.start(self.current.name if self.current else None)
             return self.engine.start(wait=True, timeout=timeout)
 
     def status(self) -> dict:

@@ -1,6 +1,8 @@
 """Every word the page shows, in English and Chinese: two tables with the same keys.
 
-``text(lang, key, **values)`` formats one entry. Keys name the place (``prompt_audio_label``), not
+``text(lang, key, **values)`` formats one entry; it escapes every value that is not itself a formatted
+entry (a :class:`Markup`), because the page renders these strings as Markdown with HTML: a voice named
+``<img src=x onerror=...>`` or an error quoting ``<script>`` must show as those characters, not as markup. Keys name the place (``prompt_audio_label``), not
 the words, so a translation can change without touching the layout. Language names ("English",
 "中文") are shown in their own language and so live in ``LANGUAGES``, outside the tables.
 """
@@ -34,6 +36,9 @@ EN: dict[str, str] = {
     "prompt_too_short": "⚠️ The prompt holds only {speech:.1f} s of sound; it needs at least {limit:g} s "
                         "(3-10 s of clear speech works best). Record a longer sample.",
     "prompt_not_audio": "⚠️ {name} is not an audio file this app can read. Use WAV, MP3, FLAC or M4A.",
+    "prompt_empty": "⚠️ {name} is an empty file (0 bytes). Record or export it again.",
+    "prompt_missing": "⚠️ {name} is no longer on the server (uploads are kept for a while only). Upload it again.",
+    "prompt_invalid_samples": "⚠️ {name} holds invalid samples (NaN or infinity); export it again as WAV or FLAC.",
     "prompt_silent": "⚠️ The prompt is silent. Check the microphone and record again.",
     "prompt_low_rate": "⚠️ {name} is sampled at {rate} Hz; a voice prompt needs at least {limit} Hz. "
                        "Record or export it at 16 kHz or higher.",
@@ -112,7 +117,13 @@ EN: dict[str, str] = {
     "status_done_unsaved": "✅ Done: {duration:.1f} s of audio, seed {seed}. ⚠️ Not saved: {error}",
     "status_failed": "⚠️ Generation failed: {message}",
     "status_cancelled": "⏹ Stopped.",
-    "status_busy": "⚠️ Busy: the queue is full (at most {waiting} waiting). Try again when one has finished.",
+    "status_interrupted": "⚠️ Not finished: {message}.",
+    "status_not_answering": "⚠️ The model is not answering (no sign of life for {seconds:.0f} s). If it stays "
+                            "silent it is restarted by itself; waiting jobs keep their place.",
+    "status_busy": "⚠️ Busy: the queue is full ({waiting} waiting, the most this app keeps), so yours would be "
+                   "number {position} in line. Nothing was queued: try again in about {seconds} s.",
+    "status_busy_unknown": "⚠️ Busy: the queue is full ({waiting} waiting, the most this app keeps), so yours would "
+                           "be number {position} in line. Nothing was queued: try again when one has finished.",
     "status_no_model": "⚠️ No model is loaded, so nothing can be generated. See the note at the top.",
     "status_model_error": "⚠️ The model is not available: {message}. Fix the cause, then press Restart model.",
     "status_timeout": "⚠️ No answer from the model for {seconds:g} s. Press Stop, then Restart model.",
@@ -170,12 +181,14 @@ EN: dict[str, str] = {
     "status_queue": "**Queue:** {waiting} waiting, {running} running",
     "status_cache": "**Speaker cache hit rate:** {rate:.0%} ({hits} of {lookups})",
     "status_error": "**Last error:** {message}",
+    "status_voices_problem": "**Saved voices:** ⚠️ {message}.",
     "state_ready": "ready",
     "state_starting": "loading",
     "state_restarting": "restarting",
     "state_error": "failed to start",
     "state_stopped": "stopped",
     "state_closed": "shut down",
+    "state_unresponsive": "⚠️ the model is not answering (it is restarted if it stays silent)",
     "not_known": "not known yet",
     "not_applicable": "none",
 }
@@ -201,6 +214,9 @@ ZH: dict[str, str] = {
     "prompt_too_short": "⚠️ 参考音频只有 {speech:.1f} 秒声音，至少需要 {limit:g} 秒（3–10 秒清晰语音最好）。"
                         "请录一段更长的。",
     "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件。请使用 WAV、MP3、FLAC 或 M4A。",
+    "prompt_empty": "⚠️ {name} 是一个空文件（0 字节）。请重新录制或导出。",
+    "prompt_missing": "⚠️ 服务器上已经没有 {name} 了（上传的文件只保留一段时间）。请重新上传。",
+    "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
     "prompt_silent": "⚠️ 参考音频没有声音。请检查麦克风后重新录制。",
     "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹。"
                        "请以 16 千赫或更高的采样率录制或导出。",
@@ -278,7 +294,13 @@ ZH: dict[str, str] = {
     "status_done_unsaved": "✅ 完成：{duration:.1f} 秒音频，种子 {seed}。⚠️ 未能保存：{error}",
     "status_failed": "⚠️ 生成失败：{message}",
     "status_cancelled": "⏹ 已停止。",
-    "status_busy": "⚠️ 忙碌中：队列已满（最多 {waiting} 个等待）。请等其中一个完成后再试。",
+    "status_interrupted": "⚠️ 未完成：{message}。",
+    "status_not_answering": "⚠️ 模型没有响应（已 {seconds:.0f} 秒没有动静）。如果一直没有响应，它会自动重启；"
+                            "等待中的任务保留原来的位置。",
+    "status_busy": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
+                   "本次没有加入队列：请在大约 {seconds} 秒后再试。",
+    "status_busy_unknown": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
+                           "本次没有加入队列：请等其中一个完成后再试。",
     "status_no_model": "⚠️ 没有加载模型，无法生成。请看页面顶部的说明。",
     "status_model_error": "⚠️ 模型不可用：{message}。排除原因后请点击“重启模型”。",
     "status_timeout": "⚠️ 模型 {seconds:g} 秒没有响应。请点击“停止”，再点击“重启模型”。",
@@ -339,12 +361,14 @@ ZH: dict[str, str] = {
     "status_queue": "**队列：** {waiting} 个等待，{running} 个运行中",
     "status_cache": "**说话人缓存命中率：** {rate:.0%}（{lookups} 次中 {hits} 次）",
     "status_error": "**最近的错误：** {message}",
+    "status_voices_problem": "**已保存的声音：** ⚠️ {message}。",
     "state_ready": "就绪",
     "state_starting": "加载中",
     "state_restarting": "重启中",
     "state_error": "启动失败",
     "state_stopped": "已停止",
     "state_closed": "已关闭",
+    "state_unresponsive": "⚠️ 模型没有响应（如果一直没有响应会自动重启）",
     "not_known": "暂不清楚",
     "not_applicable": "无",
 }
@@ -380,6 +404,20 @@ PRESET_LABELS_ZH: dict[str, str] = {
 }
 
 TABLES = {"en": EN, "zh": ZH}
+# Characters Markdown or HTML would read as markup; each becomes its numeric character reference, which
+# renders as the character itself.
+_MARKUP_CHARACTERS = {ord(char): f"&#{ord(char)};" for char in "&<>\\`*_[]|~#!"}
+
+
+class Markup(str):
+    """Text that is already Markdown of ours (an entry of the tables): ``text`` does not escape it again."""
+
+
+def escape(value: object) -> str:
+    """``value`` as text that Markdown and HTML show literally (numbers and Markup pass unchanged)."""
+    if isinstance(value, (Markup, int, float)):
+        return value
+    return str(value).translate(_MARKUP_CHARACTERS)
 
 
 def language(lang: str | None) -> str:
@@ -390,7 +428,7 @@ def language(lang: str | None) -> str:
 def text(lang: str | None, key: str, **values) -> str:
     """The entry ``key`` in ``lang`` (English when ``lang`` is unknown), formatted with ``values``."""
     entry = TABLES[language(lang)][key]
-    return entry.format(**values) if values else entry
+    return Markup(entry.format(**{name: escape(value) for name, value in values.items()}) if values else entry)
 
 
 def preset_label(lang: str | None, english_label: str) -> str:

@@ -1,0 +1,119 @@
+"""The page under trouble: a damaged voice list, restarts pressed at once, a hung worker, a full queue."""
+from __future__ import annotations
+
+import re
+import threading
+import time
+from dataclasses import replace
+from types import SimpleNamespace
+
+import pytest
+
+from cosyvoice_mac.engine import Engine
+from cosyvoice_mac.webui.callbacks import Callbacks
+from cosyvoice_mac.webui.state import HostConfig, ModelHost, Session, Settings
+from tests.fakes.fake_pipeline import FAKE_FACTORY
+
+
+def _idle_callbacks(tmp_path) -> Callbacks:
+    host = ModelHost(HostConfig(models_dir=tmp_path / "models", outputs_dir=tmp_path / "outputs",
+                                cache_dir=tmp_path / "cache", preview=False))
+    return Callbacks(host, Settings(tmp_path / "cache"))
+
+
+def test_a_damaged_voice_list_is_named_on_the_page(tmp_path):
+    callbacks = _idle_callbacks(tmp_path)
+    callbacks.voices.save("alice", audio_hash="a" * 64, model_id="m")
+    callbacks.voices.index_path.write_text("{damaged")
+    assert [value for _, value in callbacks.voice_choices("en")] == ["", "alice"]  # restored, still listed
+    panel = callbacks.status_panel("en")
+    assert "Saved voices" in panel and "voices.json.unreadable-" in panel and "restored" in panel
+    assert "已保存的声音" in callbacks.status_panel("zh")
+
+
+# -- a running fake engine ---------------------------------------------------------------------------
+
+
+
+STATUS = 3
+SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(16))
+
+
+def _fake_engine(config, **options):
+    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.25},
+                   model_dir=config.model_dir or "preview-stand-in")
+    return Engine(fake, stop_timeout_s=2.0, cancel_grace_s=2.0, **options)
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory):
+    root = tmp_path_factory.mktemp("live")
+    (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
+    (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
+    host = ModelHost(HostConfig(models_dir=root / "models", outputs_dir=root / "outputs", cache_dir=root / "cache",
+                                max_queue=2, start_timeout_s=120, preview=False), engine_factory=_fake_engine)
+    host.start()
+    assert host.engine.start(wait=True, timeout=120), host.status()
+    yield Callbacks(host, Settings(root / "cache"))
+    host.close()
+
+
+def _generate_in_background(callbacks, prompt, session_id):
+    updates: list = []
+    request = SimpleNamespace(session_hash=session_id)
+
+    def run():
+        updates.extend(callbacks.generate("en", prompt, "", "", SLOW, "cross_lingual", "", 1, 1.0, False, Session(),
+                                          request))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while callbacks.host.engine.status()["running"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.6)  # inside the job (the worker said "started")
+    return thread, updates
+
+
+@pytest.fixture(scope="module")
+def prompt(make_speech) -> str:
+    return str(make_speech("This is the voice I would like you to copy.", seconds=4.0))
+
+
+def test_a_job_ended_by_someone_else_s_restart_says_why_not_stopped(live, prompt):
+    thread, updates = _generate_in_background(live, prompt, "owner")
+    assert list(live.restart("en"))[-1][0].startswith("✅")  # another session presses Restart
+    thread.join(60)
+    final = updates[-1][STATUS]
+    assert "Stopped." not in final
+    assert "Not finished" in final and "restarted" in final and "nobody pressed Stop" in final
+
+
+def test_only_the_owner_s_stop_reads_stopped(live, prompt):
+    thread, updates = _generate_in_background(live, prompt, "owner")
+    live.stop(SimpleNamespace(session_hash="someone-else"))  # another tab's Stop leaves this job alone
+    time.sleep(0.5)
+    assert live.host.engine.status()["running"] is not None
+    live.stop(SimpleNamespace(session_hash="owner"))
+    thread.join(60)
+    assert updates[-1][STATUS] == "⏹ Stopped."
+
+
+def test_a_request_over_the_queue_bound_gets_the_place_it_would_have_had_and_when_to_retry(live, prompt):
+    engine = live.host.engine
+    from cosyvoice_mac.engine import Job
+
+    engine.result(engine.submit(Job(text="One quick job to learn the running time.")), timeout=60)
+    thread, _ = _generate_in_background(live, prompt, "first")
+    waiting = [engine.submit(Job(text=SLOW)) for _ in range(live.host.config.max_queue)]
+    try:
+        refused = list(live.generate("en", prompt, "", "", "Hello.", "cross_lingual", "", 1, 1.0, False, Session(),
+                                     SimpleNamespace(session_hash="late")))
+        message = refused[-1][STATUS]
+        assert "number 3 in line" in message and "Nothing was queued" in message
+        assert re.search(r"try again in about \d+ s", message), message
+    finally:
+        for job_id in waiting:
+            engine.cancel(job_id)
+        live.stop(SimpleNamespace(session_hash="first"))
+        thread.join(60)

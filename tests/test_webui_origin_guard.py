@@ -1,0 +1,70 @@
+"""Cross-site requests are refused: a foreign page's form POST, a rebinding DNS name; the app's own page,
+allowed origins and non-browser clients pass."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from cosyvoice_mac.webui.origin_guard import OriginGuard, OriginPolicy
+
+OWN = "127.0.0.1:7860"
+LOCAL = OriginPolicy.for_server("127.0.0.1")
+
+
+@pytest.mark.parametrize("origin, referer", [
+    ("http://evil.example", None),
+    ("null", None),  # a sandboxed frame or a file:// page
+    ("http://127.0.0.1:7861", None),  # another local app is another origin
+    ("https://127.0.0.1:7860", None),
+    (None, "http://evil.example/attack.html"),
+    (None, "file:///home/me/page.html"),
+])
+def test_state_changing_requests_from_another_origin_are_refused(origin, referer):
+    why = LOCAL.refusal("POST", OWN, origin, referer)
+    assert why and "refused" in why and "--allowed-origin" in why
+
+
+@pytest.mark.parametrize("origin, referer", [
+    ("http://127.0.0.1:7860", None),
+    (None, "http://127.0.0.1:7860/?view=api"),
+    (None, None),  # curl, gradio_client: not a browser's cross-site request
+])
+def test_the_own_page_and_non_browser_clients_pass(origin, referer):
+    assert LOCAL.refusal("POST", OWN, origin, referer) is None
+
+
+def test_reading_is_not_refused_by_origin_but_configured_origins_may_write():
+    assert LOCAL.refusal("GET", OWN, "http://evil.example", None) is None
+    policy = OriginPolicy.for_server("127.0.0.1", ["HTTP://Studio.Example"])
+    assert policy.refusal("POST", OWN, "http://studio.example:80", None) is None
+    assert policy.refusal("POST", OWN, "http://other.example", None)
+    assert OriginPolicy.for_server("127.0.0.1", ["*"]).refusal("POST", OWN, "http://any.example", None) is None
+
+
+def test_a_rebinding_host_name_is_refused_on_a_loopback_server():
+    assert "listens on this computer only" in LOCAL.refusal("GET", "evil.example:7860", None, None)
+    assert LOCAL.refusal("GET", "localhost:7860", None, None) is None
+    assert LOCAL.refusal("GET", "[::1]:7860", None, None) is None
+    lan = OriginPolicy.for_server("0.0.0.0")
+    assert lan.refusal("POST", "192.168.1.5:7860", "http://192.168.1.5:7860", None) is None
+
+
+def test_the_middleware_answers_403_and_never_calls_the_app():
+    called = []
+
+    async def app(scope, receive, send):
+        called.append(scope["path"])
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "scheme": "http",
+             "headers": [(b"host", OWN.encode()), (b"origin", b"http://evil.example")]}
+    asyncio.run(OriginGuard(app, LOCAL)(scope, None, send))
+    assert called == [] and sent[0]["status"] == 403 and b"evil.example" in sent[1]["body"]
+    scope["headers"] = [(b"host", OWN.encode()), (b"origin", b"http://127.0.0.1:7860")]
+    asyncio.run(OriginGuard(app, LOCAL)(scope, None, send))
+    assert called == ["/gradio_api/upload"]

@@ -75,7 +75,7 @@ class Generation:
         subscriber = engine.subscribe()
         job = Job(request)
         session_id = getattr(page_request, "session_hash", None) or job.job_id
-        held = _hold_prompt(job)
+        job, held = _hold_prompt(job)
         try:
             try:
                 engine.submit(job)
@@ -279,21 +279,20 @@ def _problem(error: RequestError) -> tuple[str, str, dict]:
     return FIELD_SLOTS.get(error.field, "status"), key or "status_invalid", values
 
 
-def _hold_prompt(job: Job) -> Path | None:
+def _hold_prompt(job: Job) -> tuple[Job, Path | None]:
     """Give the job its own copy of the uploaded prompt for as long as it waits and runs: Gradio's temporary
     folder deletes uploads after a while (--temp-max-age), which must not take a queued job's voice away."""
     voice = job.request.voice
     if voice.kind != "audio":
-        return None
+        return job, None
     folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "job-prompts"
     held = folder / f"{job.job_id}{Path(voice.audio).suffix.lower()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(voice.audio, held)
     except OSError:  # no room for a copy: the upload itself serves, as before
-        return None
-    job.request = replace(job.request, voice=replace(voice, audio=str(held)))
-    return held
+        return job, None
+    return replace(job, request=replace(job.request, voice=replace(voice, audio=str(held)))), held
 
 
 def _return_freed_heap() -> None:

@@ -297,8 +297,8 @@ def test_a_stopped_worker_is_noticed_killed_and_replaced_keeping_the_queue(tmp_p
     engine = started(quick_engine(fake_worker_config(tmp_path, segment_s=0.25), liveness_timeout_s=1.5))
     try:
         before = engine.status()
-        running = _started(engine, Job(text=SLOW))
-        waiting = [engine.submit(Job(text=f"Kept {i}.")) for i in range(2)]
+        running = _started(engine, fake_request(SLOW))
+        waiting = [engine.submit(fake_request(f"Kept {i}.")) for i in range(2)]
         os.kill(before["worker_pid"], signal.SIGSTOP)
         stopped_at = time.monotonic()
         seen = set()
@@ -322,7 +322,7 @@ def test_a_busy_worker_is_not_taken_for_a_stopped_one(tmp_path):
     engine = started(quick_engine(fake_worker_config(tmp_path), liveness_timeout_s=1.0))
     try:
         pid = engine.status()["worker_pid"]
-        stuck = _started(engine, Job(text="[hang] Busy. Very busy."))
+        stuck = _started(engine, fake_request("[hang] Busy. Very busy."))
         time.sleep(3.0)
         assert engine.status()["state"] == "ready" and engine.status()["worker_pid"] == pid
         engine.cancel(stuck)
@@ -334,13 +334,13 @@ def test_a_busy_worker_is_not_taken_for_a_stopped_one(tmp_path):
 
 def test_ten_restarts_at_once_are_one_and_a_job_that_never_began_runs_after_it(engine):
     before = engine.status()
-    running = _started(engine, Job(text=SLOW))
+    running = _started(engine, fake_request(SLOW))
     outcomes = []
     threads = [threading.Thread(target=lambda: outcomes.append(engine.restart(timeout=DEADLINE))) for _ in range(10)]
     for thread in threads:
         thread.start()
     time.sleep(0.2)
-    queued_meanwhile = engine.submit(Job(text="Submitted during the restart."))
+    queued_meanwhile = engine.submit(fake_request("Submitted during the restart."))
     for thread in threads:
         thread.join(DEADLINE)
     assert outcomes == [True] * 10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import re
+from types import SimpleNamespace
 
 import pytest
 
@@ -33,6 +34,7 @@ def _shown(markdown: str) -> str:
 def callbacks(tmp_path):
     host = ModelHost(HostConfig(models_dir=tmp_path / "models", outputs_dir=tmp_path / "outputs",
                                 cache_dir=tmp_path / "cache", preview=False))
+    host.engine = SimpleNamespace(voices=VoiceLibrary(tmp_path / "cache"))  # the engine owns the library
     return Callbacks(host, Settings(tmp_path / "cache"))
 
 

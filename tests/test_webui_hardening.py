@@ -12,17 +12,11 @@ import pytest
 from cosyvoice_mac.engine import Engine
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Session, Settings
-from tests.fakes.fake_pipeline import FAKE_FACTORY
+from tests.fakes.fake_pipeline import FAKE_FACTORY, fake_request
 
 
-def _idle_callbacks(tmp_path) -> Callbacks:
-    host = ModelHost(HostConfig(models_dir=tmp_path / "models", outputs_dir=tmp_path / "outputs",
-                                cache_dir=tmp_path / "cache", preview=False))
-    return Callbacks(host, Settings(tmp_path / "cache"))
-
-
-def test_a_damaged_voice_list_is_named_on_the_page(tmp_path):
-    callbacks = _idle_callbacks(tmp_path)
+def test_a_damaged_voice_list_is_named_on_the_page(live):
+    callbacks = live
     callbacks.voices.save("alice", audio_hash="a" * 64, model_id="m")
     callbacks.voices.index_path.write_text("{damaged")
     assert [value for _, value in callbacks.voice_choices("en")] == ["", "alice"]  # restored, still listed
@@ -103,9 +97,9 @@ def test_a_request_over_the_queue_bound_gets_the_place_it_would_have_had_and_whe
     engine = live.host.engine
     from cosyvoice_mac.engine import Job
 
-    engine.result(engine.submit(Job(text="One quick job to learn the running time.")), timeout=60)
+    engine.result(engine.submit(fake_request("One quick job to learn the running time.")), timeout=60)
     thread, _ = _generate_in_background(live, prompt, "first")
-    waiting = [engine.submit(Job(text=SLOW)) for _ in range(live.host.config.max_queue)]
+    waiting = [engine.submit(fake_request(SLOW)) for _ in range(live.host.config.max_queue)]
     try:
         refused = list(live.generate("en", prompt, "", "", "Hello.", "cross_lingual", "", 1, 1.0, False, Session(),
                                      SimpleNamespace(session_hash="late")))

@@ -54,6 +54,11 @@ class Callbacks:
         unusable = check.problem in ("missing", "empty", "not_audio", "invalid_samples", "no_decoder")
         return render_prompt_check(lang, check), "", None if unusable else gr.skip()
 
+    @property
+    def voices(self) -> VoiceLibrary:
+        """The engine's voice library (see ``_voices``)."""
+        return self._voices()
+
     def _voices(self) -> VoiceLibrary:
         """The engine's voice library; EngineError when no model (so no engine) is running."""
         engine = self.host.engine
@@ -219,7 +224,9 @@ class Callbacks:
 
     # -- model -----------------------------------------------------------------------------------
     def status_panel(self, lang: str) -> str:
-        return render_status(lang, {**self.host.status(), "library_problem": self.voices.problem()})
+        engine = self.host.engine
+        problem = engine.voices.problem() if engine is not None else None
+        return render_status(lang, {**self.host.status(), "library_problem": problem})
 
     def model_choices(self, lang: str) -> list[tuple[str, str]]:
         """The model menu: each model folder by name, then the preview voice (when installed)."""

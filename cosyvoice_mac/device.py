@@ -20,6 +20,10 @@ DEVICE_ENV = "COSYVOICE_DEVICE"
 DTYPE_ENV = "COSYVOICE_DTYPE"
 MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
 
+# MPS convolutions before macOS 15.1 refuse an output dimension (or transposed-conv input dimension)
+# above this, the time axis included (torch's Convolution.mm guard; the CPU fallback does not catch it).
+MPS_CONV_LIMIT = 65536
+
 DEVICE_CHOICES = ("auto", "mps", "cuda", "cuda:N", "cpu")
 _DTYPES = {
     "float32": torch.float32,
@@ -49,6 +53,15 @@ def mps_fallback_enabled() -> bool:
     value = os.environ.get(MPS_FALLBACK_ENV, "")
     set_before_torch = not cosyvoice_mac._TORCH_IMPORTED_FIRST or cosyvoice_mac._MPS_FALLBACK_PRESET is not None
     return value not in ("", "0") and set_before_torch
+
+
+def conv_length_limit(device: torch.device) -> int | None:
+    """The longest conv axis model code may use on ``device``: MPS_CONV_LIMIT on MPS, unbounded elsewhere.
+
+    Kept on every macOS version: the windows cost a few percent, while hitting the limit would send the
+    whole job to the CPU retry.
+    """
+    return MPS_CONV_LIMIT if torch.device(device).type == "mps" else None
 
 
 def select_device(requested: str | None = None) -> torch.device:

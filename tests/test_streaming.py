@@ -124,6 +124,29 @@ def test_cosyvoice3_chunks_join_seamlessly(tmp_path, make_speech):
     assert np.abs(streamed - once).max() < 1e-4  # causal vocoder: re-running on more mel keeps the prefix
 
 
+def test_cosyvoice3_streaming_decodes_only_the_new_frames_and_their_context(tmp_path, make_speech, monkeypatch):
+    from cosyvoice_mac.models.vocoder.window import context_frames
+
+    model = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice3", tmp_path), device=TEST_DEVICE)
+    speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
+    hift, decoded = model.networks.hift, []
+    original = hift.decode
+
+    def recording_decode(mel, source, **kwargs):
+        decoded.append(mel.shape[-1])
+        return original(mel, source, **kwargs)
+
+    monkeypatch.setattr(hift, "decode", recording_decode)
+    chunks = list(model.synthesize(TEXT * 2, speaker=speaker, seed=3, stream=True))
+    counts = [0] + [c.speech_token_count for c in chunks]
+    left, _ = context_frames(hift)
+    lag = 2 * model.networks.flow.config.pre_lookahead_len + hift.streaming_lag  # held-back frames
+    assert len(decoded) == len(chunks) >= 4
+    for frames, before, after in zip(decoded, counts, counts[1:]):
+        assert frames <= 2 * (after - before) + lag + left  # never the whole sentence so far
+    assert decoded[-1] < 2 * counts[-1] - left  # the last call did not re-decode the start
+
+
 def test_first_chunk_arrives_while_the_llm_is_still_decoding(model, speaker, monkeypatch):
     llm = model.networks.llm
     original = llm.generate

@@ -95,18 +95,23 @@ class Chunk:
 
 
 class CausalStitcher:
-    """CosyVoice3: the causal vocoder re-runs on all mel so far and emits only the new samples."""
+    """CosyVoice3: the causal vocoder runs on the mel so far but decodes only from the first unsent frame.
 
-    def __init__(self, vocode: Callable[..., torch.Tensor]):
+    Every call emits a whole number of frames, so the next one starts at ``first_frame = emitted / 480``
+    and the vocoder decodes just the new frames plus its causal context: the work per chunk is bounded
+    instead of growing with the sentence (f0 and phase still cover all frames: they are cheap).
+    """
+
+    def __init__(self, vocode: Callable[..., torch.Tensor], samples_per_frame: int = 480):
         self.vocode = vocode
+        self.samples_per_frame = samples_per_frame
         self.mel: torch.Tensor | None = None
         self.emitted = 0
 
     def add(self, mel: torch.Tensor, final: bool) -> np.ndarray:
         self.mel = mel if self.mel is None else torch.cat([self.mel, mel], dim=2)
-        wave = self.vocode(self.mel, finalize=final)[0]
-        fresh = wave[self.emitted:]
-        self.emitted = wave.shape[0]
+        fresh = self.vocode(self.mel, finalize=final, first_frame=self.emitted // self.samples_per_frame)[0]
+        self.emitted += fresh.shape[0]
         return fresh.float().cpu().numpy()
 
 
@@ -224,7 +229,8 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     plan = PromptPlan.for_request(model, speaker, first_hop)
     prompt = plan.prompt(speaker, device)
     if model.version == "cosyvoice3":
-        stitcher = CausalStitcher(lambda mel, finalize: hift.inference(mel, finalize=finalize, noise=noise)[0])
+        stitcher = CausalStitcher(lambda mel, finalize, first_frame: hift.inference(
+            mel, finalize=finalize, noise=noise, first_frame=first_frame)[0], hift.config.samples_per_frame)
     else:
         stitcher = CrossfadeStitcher(lambda mel, cache_source: hift.inference(mel, cache_source=cache_source,
                                                                               noise=noise))

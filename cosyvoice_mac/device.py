@@ -64,6 +64,16 @@ def conv_length_limit(device: torch.device) -> int | None:
     return MPS_CONV_LIMIT if torch.device(device).type == "mps" else None
 
 
+SERIAL_DEVICE_ENV = "COSYVOICE_SERIAL_DEVICE"
+
+
+def serialize_device_work(device: torch.device) -> bool:
+    """Whether two threads of one request must take turns on ``device``: on MPS always (torch 2.8-2.14
+    can abort the process when two Python threads issue MPS work at once, pytorch issue 197805);
+    elsewhere only when ``COSYVOICE_SERIAL_DEVICE=1`` forces the MPS behaviour (to measure it here)."""
+    return torch.device(device).type == "mps" or os.environ.get(SERIAL_DEVICE_ENV, "") == "1"
+
+
 def select_device(requested: str | None = None) -> torch.device:
     """The device to run on: ``requested``, else ``$COSYVOICE_DEVICE``, else ``auto``.
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
+from cosyvoice_mac.device import serialize_device_work
 from cosyvoice_mac.models.flow.prefix import FlowPrefix
 
 FIRST_HOP_TOKENS = 10  # the first chunk completes the flow prompt's last attention chunk
@@ -37,13 +39,69 @@ V2_MEL_CACHE_FRAMES = 8
 V2_SOURCE_CACHE_SAMPLES = 8 * 480
 
 
-class TokenProducer:
-    """Owns the background thread that pulls speech tokens from the LLM as fast as it can (unless paused)."""
+class DeviceTurns:
+    """Owns whose turn it is to issue device work in one streamed request: the LLM thread or the chunk thread.
 
-    def __init__(self, tokens: Iterable[int]):
+    On MPS the two must never issue work at the same time (a SIGABRT, not an exception). Each LLM step
+    and each chunk (flow + vocoder) is one turn; a waiting chunk goes first, so the LLM finishes the
+    step in flight and then waits: the first audio is not held up by the LLM running ahead. Disabled
+    (CPU, CUDA) it costs nothing and both run freely.
+    """
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._state = threading.Condition()
+        self._busy = False
+        self._chunks_waiting = 0
+
+    @contextmanager
+    def llm_step(self) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        with self._state:
+            self._state.wait_for(lambda: not self._busy and not self._chunks_waiting)
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    @contextmanager
+    def chunk(self) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        with self._state:
+            self._chunks_waiting += 1
+            self._state.wait_for(lambda: not self._busy)
+            self._chunks_waiting -= 1
+            self._busy = True
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        with self._state:
+            self._busy = False
+            self._state.notify_all()
+
+
+_END = object()
+
+
+class TokenProducer:
+    """Owns the background thread that pulls speech tokens from the LLM as fast as it can (unless paused).
+
+    Each pull is one LLM step and takes a device turn from ``turns`` (MPS: never beside a chunk).
+    """
+
+    def __init__(self, tokens: Iterable[int], turns: DeviceTurns | None = None):
         self.tokens: list[int] = []
         self.finished = False
         self.error: BaseException | None = None
+        self._turns = turns or DeviceTurns(enabled=False)
         self._abandoned = False
         self._paused = False
         self._ready = threading.Condition()
@@ -52,7 +110,11 @@ class TokenProducer:
 
     def _run(self, tokens: Iterator[int]) -> None:
         try:
-            for token in tokens:
+            while True:
+                with self._turns.llm_step():
+                    token = next(tokens, _END)
+                if token is _END:
+                    return
                 with self._ready:
                     self._ready.wait_for(lambda: not self._paused or self._abandoned)
                     if self._abandoned:
@@ -234,10 +296,12 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     else:
         stitcher = CrossfadeStitcher(lambda mel, cache_source: hift.inference(mel, cache_source=cache_source,
                                                                               noise=noise))
-    producer = TokenProducer(tokens)
+    turns = DeviceTurns(enabled=serialize_device_work(device))
+    producer = TokenProducer(tokens, turns)
     offset, hops = 0, hop_schedule(plan.first_hop)
     try:
-        prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes
+        with turns.chunk():
+            prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes (if it may)
         for this_hop in hops:
             available = producer.wait_for(offset + this_hop + lookahead)
             if should_stop():
@@ -245,9 +309,10 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
             if available >= offset + this_hop + lookahead:
                 # On a CPU the LLM and the flow share the cores: the first chunk goes first.
                 producer.pause(offset == 0 and device.type == "cpu")
-                ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
-                mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)[:, :, 2 * offset:]
-                audio = stitcher.add(mel.float(), final=False)
+                with turns.chunk():
+                    ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
+                    mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)
+                    audio = stitcher.add(mel[:, :, 2 * offset:].float(), final=False)
                 producer.pause(False)
                 offset += this_hop
                 yield Chunk(audio, offset, is_final=False)
@@ -255,9 +320,11 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
             if available == 0:
                 yield Chunk(np.zeros(0, dtype=np.float32), 0, is_final=True)
                 return
-            ids = torch.tensor([producer.tokens[:available]], device=device)
-            mel = flow.inference(ids, *prompt, streaming=False, finalize=True)[:, :, 2 * offset:]
-            yield Chunk(stitcher.add(mel.float(), final=True), available, is_final=True)
+            with turns.chunk():
+                ids = torch.tensor([producer.tokens[:available]], device=device)
+                mel = flow.inference(ids, *prompt, streaming=False, finalize=True)[:, :, 2 * offset:]
+                audio = stitcher.add(mel.float(), final=True)
+            yield Chunk(audio, available, is_final=True)
             return
     finally:
         producer.abandon()

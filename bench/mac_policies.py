@@ -17,9 +17,12 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
+from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
 import torch  # noqa: E402
 

@@ -74,6 +74,61 @@ def serialize_device_work(device: torch.device) -> bool:
     return torch.device(device).type == "mps" or os.environ.get(SERIAL_DEVICE_ENV, "") == "1"
 
 
+LOW_MEMORY_ENV = "COSYVOICE_LOW_MEMORY"
+LOW_MEMORY_MAX_RAM_BYTES = 12 * 2**30  # 8 GB Macs (and 12 GB ones) get the low-memory mode by default
+# Fraction of Metal's recommended working set MPS may allocate (torch's default 1.7 lets allocations
+# grow past RAM into swap; 1.0 leaves the system about a third of RAM, and a job that needs more gets
+# an out-of-memory error, which the whole-job CPU retry handles).
+MPS_MEMORY_FRACTION = 1.0
+MPS_WATERMARK_ENV = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
+_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+@dataclass(frozen=True)
+class LowMemoryChoice:
+    """Whether the low-memory mode is on and why (the status panel and each sidecar show both)."""
+
+    enabled: bool
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"enabled": self.enabled, "reason": self.reason}
+
+
+def low_memory_choice(requested: bool | None = None, total_ram_bytes: int | None = None) -> LowMemoryChoice:
+    """``requested`` wins, then ``$COSYVOICE_LOW_MEMORY`` (1/0, on/off), else on at <= 12 GiB of RAM."""
+    if requested is not None:
+        return LowMemoryChoice(bool(requested), "asked for" if requested else "turned off")
+    value = os.environ.get(LOW_MEMORY_ENV, "").strip().lower()
+    if value in _ON or value in _OFF:
+        return LowMemoryChoice(value in _ON, f"{LOW_MEMORY_ENV}={value}")
+    if value not in ("", "auto"):
+        raise DeviceError(f"{LOW_MEMORY_ENV}={value!r} is not understood; use 1 (on), 0 (off) or auto.")
+    total = psutil.virtual_memory().total if total_ram_bytes is None else total_ram_bytes
+    enabled = total <= LOW_MEMORY_MAX_RAM_BYTES
+    relation = "<=" if enabled else ">"
+    return LowMemoryChoice(enabled, f"auto: {total / 2**30:.0f} GiB RAM {relation} 12 GiB")
+
+
+def limit_mps_memory(device: torch.device) -> float | None:
+    """On MPS, cap the allocator at MPS_MEMORY_FRACTION unless the user set torch's own variable; the cap or None."""
+    if torch.device(device).type != "mps" or os.environ.get(MPS_WATERMARK_ENV):
+        return None
+    torch.mps.set_per_process_memory_fraction(MPS_MEMORY_FRACTION)
+    return MPS_MEMORY_FRACTION
+
+
+def text_embedding_on_host(device: torch.device) -> bool:
+    """Keep the LLM's text-embedding table (0.55 GB, read once per sentence) in host memory: on MPS."""
+    return torch.device(device).type == "mps"
+
+
+def between_sentences(device: torch.device) -> None:
+    """Hand MPS's cached blocks back after each sentence (unified memory: the cache is the system's RAM)."""
+    if torch.device(device).type == "mps":
+        torch.mps.empty_cache()
+
+
 def select_device(requested: str | None = None) -> torch.device:
     """The device to run on: ``requested``, else ``$COSYVOICE_DEVICE``, else ``auto``.
 

@@ -14,7 +14,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.device import select_device, select_dtype
+from cosyvoice_mac.device import (
+    LowMemoryChoice, between_sentences, limit_mps_memory, low_memory_choice, select_device, select_dtype,
+)
 from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
 from cosyvoice_mac.frontend.text import TextNormalizer
@@ -54,7 +56,7 @@ class CosyVoice:
         dtype: torch.dtype,
         model_id: str,
         folder: ModelFolder | None,
-        low_memory: bool = False,
+        low_memory: bool | LowMemoryChoice = False,
     ):
         self.version = version
         self.config = config
@@ -69,7 +71,9 @@ class CosyVoice:
         self.sample_rate = SAMPLE_RATE
         self.vocoder = networks.hift  # may be swapped for another implementation (Core ML)
         self.vocoder_fallbacks = 0  # jobs whose swapped-in vocoder failed and the torch one finished
-        self.low_memory = low_memory
+        choice = low_memory if isinstance(low_memory, LowMemoryChoice) else low_memory_choice(bool(low_memory))
+        self.low_memory = choice.enabled
+        self.low_memory_choice = choice  # the status panel and the sidecars show it with its reason
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
 
     # construction ---------------------------------------------------------------------------
@@ -81,11 +85,14 @@ class CosyVoice:
         dtype: str | torch.dtype | None = None,
         *,
         random_weights: bool = False,
-        low_memory: bool = False,
+        low_memory: bool | None = None,
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
     ) -> "CosyVoice":
         """Load an official model folder unchanged (``random_weights`` only if asked for by name).
+
+        ``low_memory`` None picks the mode for this machine (on at <= 12 GiB of RAM, or as
+        ``$COSYVOICE_LOW_MEMORY`` says: :func:`cosyvoice_mac.device.low_memory_choice`).
 
         ``llm_dtype`` / ``flow_dtype`` override ``dtype`` per stage (on the CPU a 16-bit LLM keeps
         its weights in 16 bits and computes in float32). ``low_memory`` (8 GB Macs) halves the LLM
@@ -93,6 +100,9 @@ class CosyVoice:
         """
         folder = ModelFolder.open(model_dir)
         target, precision = _resolve(device, dtype)
+        memory_mode = low_memory_choice(low_memory)
+        low_memory = memory_mode.enabled
+        limit_mps_memory(target)
         llm_precision, flow_precision = stage_dtypes(
             target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
         networks = build_networks(
@@ -113,7 +123,7 @@ class CosyVoice:
         return cls(
             version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
             prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=folder,
-            low_memory=low_memory,
+            low_memory=memory_mode,
         )
 
     @classmethod
@@ -230,6 +240,7 @@ class CosyVoice:
                 segment_index=index, segment_count=len(request.segments), timings=timings,
                 seed=seed, mode=request.mode, notes=notes,
             )
+            between_sentences(self.device)
 
     def _run_streaming(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         """Like ``_run`` but yields chunks as the LLM decodes (``is_final_chunk`` ends a sentence)."""
@@ -247,6 +258,7 @@ class CosyVoice:
                     seed=seed, mode=request.mode,
                 )
                 started = time.perf_counter()
+            between_sentences(self.device)
             if should_stop():
                 return
 

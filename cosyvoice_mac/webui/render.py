@@ -88,6 +88,10 @@ def render_status(lang: str, status: dict) -> str:
         reason = status.get("vocoder_reason")
         lines.append(say(lang, "status_vocoder_torch_because", reason=reason) if reason
                      else say(lang, "status_vocoder", vocoder=status["vocoder"]))
+    low_memory = status.get("low_memory")
+    if low_memory:
+        lines.append(say(lang, "status_low_memory_on" if low_memory.get("enabled") else "status_low_memory_off",
+                         reason=low_memory.get("reason") or unknown))
     memory = status.get("memory") or {}
     if memory:
         lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),

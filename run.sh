@@ -39,11 +39,24 @@ find_python() {
   return 1
 }
 
+MIN_MACOS_MAJOR=14  # torch 2.13 and onnxruntime 1.32 publish macOS wheels for 14.0+; MPS needs 14 too
+
 check_platform() {
   if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" != arm64 ]; then
     say "this is an Intel Mac (or Python under Rosetta); PyTorch ships no builds for it any more."
     say "Use an Apple Silicon Mac with an arm64 Terminal, or Linux."
     exit 1
+  fi
+  if [ "$(uname -s)" = Darwin ]; then
+    local version major
+    version=$(sw_vers -productVersion 2>/dev/null || echo unknown)
+    major=${version%%.*}
+    if ! [ "$major" -ge "$MIN_MACOS_MAJOR" ] 2>/dev/null; then
+      say "this Mac runs macOS $version; CosyVoice for Mac needs macOS $MIN_MACOS_MAJOR (Sonoma) or newer:"
+      say "PyTorch 2.13 and onnxruntime 1.32 have no builds for older versions, and the GPU (MPS) path needs 14."
+      say "Update in System Settings > General > Software Update (any Apple Silicon Mac can run macOS 14), then run this again."
+      exit 1
+    fi
   fi
 }
 

@@ -9,6 +9,7 @@ torch is imported, so ops that MPS lacks run on the CPU.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import psutil
@@ -142,8 +143,14 @@ def select_device(requested: str | None = None) -> torch.device:
 
     if name == "auto":
         if mps_available():
-            name = "mps"
-        elif cuda_available():
+            if not mps_fallback_enabled():  # no op of ours needs the fallback (tests/test_mps_op_guard.py)
+                warnings.warn(
+                    f"torch was imported before cosyvoice_mac without {MPS_FALLBACK_ENV}=1, so an op MPS lacked "
+                    "would fail instead of running on the CPU; none of this app's ops needs it. Using MPS.",
+                    RuntimeWarning, stacklevel=2,
+                )
+            return torch.device("mps")
+        if cuda_available():
             name = "cuda"
         else:
             return torch.device("cpu")

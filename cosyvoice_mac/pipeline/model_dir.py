@@ -51,6 +51,12 @@ def detect_version(path: Path) -> str:
     if not path.is_dir():
         raise ModelFolderError(f"model folder {path} does not exist")
     found = [version for version in VERSIONS if (path / f"{version}.yaml").is_file()]
+    if (path / "cosyvoice.yaml").is_file() and not found and (path / SPEECH_TOKENIZER_FILES["cosyvoice2"]).is_file():
+        # CosyVoice2-0.5B's hub repo named its yaml cosyvoice.yaml before it became cosyvoice2.yaml.
+        raise ModelFolderError(
+            f"{path} is an old snapshot of CosyVoice2-0.5B (cosyvoice.yaml beside speech_tokenizer_v2.onnx), "
+            "whose yaml this app does not read; re-download with `bash run.sh download cosyvoice2`"
+        )
     if (path / "cosyvoice.yaml").is_file() and not found:
         raise ModelFolderError(
             f"{path} holds a CosyVoice-300M (v1) model, which this app does not run; "

@@ -18,7 +18,7 @@ PYTHON_CANDIDATES=(python3.11 python3.12 python3.10 python3)
 usage() {
   echo "usage: bash run.sh [--host HOST] [--port PORT] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
   echo "       bash run.sh bench [--devices cpu,cuda,mps] [--dtypes float32,float16/float32] [--tokens 250] [--runs 3]"
-  echo "       bash run.sh download cosyvoice3|cosyvoice2"
+  echo "       bash run.sh download cosyvoice3|cosyvoice2 [--rl: cosyvoice3's llm.rl.pt too, and use it]"
 }
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }

@@ -363,7 +363,7 @@ class WorkerRuntime:
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
                  "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes,
-                 "low_memory": _low_memory(self.pipeline)}
+                 "low_memory": _low_memory(self.pipeline), "llm_weights": getattr(self.pipeline, "llm_weights", None)}
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:
@@ -396,7 +396,7 @@ class WorkerRuntime:
             "jobs_run": self.jobs_run,
             "flow_prefix_builds": getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
             "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason,
-            "low_memory": _low_memory(pipeline),
+            "low_memory": _low_memory(pipeline), "llm_weights": getattr(pipeline, "llm_weights", None),
         }
 
 

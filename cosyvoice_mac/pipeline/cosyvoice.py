@@ -74,6 +74,7 @@ class CosyVoice:
         choice = low_memory if isinstance(low_memory, LowMemoryChoice) else low_memory_choice(bool(low_memory))
         self.low_memory = choice.enabled
         self.low_memory_choice = choice  # the status panel and the sidecars show it with its reason
+        self.llm_weights = folder.llm_file if folder is not None else None  # llm.pt, or llm.rl.pt when asked for
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
 
     # construction ---------------------------------------------------------------------------

@@ -153,7 +153,7 @@ def build_networks(
             _materialise_random(llm, llm_convert)
             _materialise_random(flow, flow_convert)
     if not random_weights:
-        _assign_checkpoint(llm, folder, "llm.pt", llm_convert, ignore=UNUSED_LLM_KEYS)
+        _assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
         _assign_checkpoint(flow, folder, "flow.pt", flow_convert)
         _load_small(hift, folder, "hift.pt")
     if llm_storage:
@@ -366,7 +366,7 @@ def model_identity(folder: ModelFolder | None, version: str, random_weights: boo
     if folder is None or random_weights:
         return f"{version}-random-weights"
     stats = []
-    for name in ("llm.pt", "flow.pt", "hift.pt", f"{version}.yaml"):
+    for name in (folder.llm_file, "flow.pt", "hift.pt", f"{version}.yaml"):
         path: Path = folder.path / name
         if path.exists():
             stat = path.stat()

@@ -165,6 +165,8 @@ EN: dict[str, str] = {
     "vocoder_progress": "⏳ Restarting with the new vocoder… {seconds:.0f} s",
     "status_fell_back": "**Device:** {device}, {dtype}, fell back to the CPU: {reason}",
     "status_memory": "**Memory:** process {rss}, device {device_memory}",
+    "status_llm_rl": "**LLM:** `{file}`, the reinforcement-tuned weights you downloaded with `--rl` "
+                     "(`COSYVOICE_LLM=base` uses `llm.pt`)",
     "status_low_memory_on": "**Low-memory mode:** on ({reason}; `COSYVOICE_LOW_MEMORY=0` turns it off)",
     "status_low_memory_off": "**Low-memory mode:** off ({reason}; `COSYVOICE_LOW_MEMORY=1` turns it on)",
     "status_queue": "**Queue:** {waiting} waiting, {running} running",
@@ -334,6 +336,7 @@ ZH: dict[str, str] = {
     "vocoder_progress": "⏳ 正在用新的声码器重启… {seconds:.0f} 秒",
     "status_fell_back": "**设备：** {device}，{dtype}，已退回处理器运行：{reason}",
     "status_memory": "**内存：** 进程 {rss}，设备 {device_memory}",
+    "status_llm_rl": "**语言模型：** `{file}`，即用 `--rl` 下载的强化学习权重（`COSYVOICE_LLM=base` 改用 `llm.pt`）",
     "status_low_memory_on": "**低内存模式：** 开启（{reason}；`COSYVOICE_LOW_MEMORY=0` 可关闭）",
     "status_low_memory_off": "**低内存模式：** 关闭（{reason}；`COSYVOICE_LOW_MEMORY=1` 可开启）",
     "status_queue": "**队列：** {waiting} 个等待，{running} 个运行中",

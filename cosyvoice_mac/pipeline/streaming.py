@@ -54,38 +54,30 @@ class DeviceTurns:
         self._busy = False
         self._chunks_waiting = 0
 
+    def llm_step(self):
+        """The context of one LLM step: waits while a chunk runs or waits."""
+        return self._turn(chunk=False)
+
+    def chunk(self):
+        """The context of one chunk's flow + vocoder work: waits only for the LLM step in flight."""
+        return self._turn(chunk=True)
+
     @contextmanager
-    def llm_step(self) -> Iterator[None]:
+    def _turn(self, chunk: bool) -> Iterator[None]:
         if not self.enabled:
             yield
             return
         with self._state:
-            self._state.wait_for(lambda: not self._busy and not self._chunks_waiting)
+            self._chunks_waiting += chunk
+            self._state.wait_for(lambda: not self._busy and (chunk or not self._chunks_waiting))
+            self._chunks_waiting -= chunk
             self._busy = True
         try:
             yield
         finally:
-            self._release()
-
-    @contextmanager
-    def chunk(self) -> Iterator[None]:
-        if not self.enabled:
-            yield
-            return
-        with self._state:
-            self._chunks_waiting += 1
-            self._state.wait_for(lambda: not self._busy)
-            self._chunks_waiting -= 1
-            self._busy = True
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        with self._state:
-            self._busy = False
-            self._state.notify_all()
+            with self._state:
+                self._busy = False
+                self._state.notify_all()
 
 
 _END = object()

@@ -18,7 +18,7 @@ PYTHON_CANDIDATES=(python3.11 python3.12 python3.10 python3)
 usage() {
   echo "usage: bash run.sh [--host HOST] [--port PORT] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
   echo "       bash run.sh bench [--devices cpu,cuda,mps] [--dtypes float32,float16/float32] [--tokens 250] [--runs 3]"
-  echo "       bash run.sh download cosyvoice3|cosyvoice2"
+  echo "       bash run.sh download cosyvoice3|cosyvoice2 [--rl: cosyvoice3's llm.rl.pt too, and use it]"
 }
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }
@@ -39,11 +39,24 @@ find_python() {
   return 1
 }
 
+MIN_MACOS_MAJOR=14  # torch 2.13 and onnxruntime 1.32 publish macOS wheels for 14.0+; MPS needs 14 too
+
 check_platform() {
   if [ "$(uname -s)" = Darwin ] && [ "$(uname -m)" != arm64 ]; then
     say "this is an Intel Mac (or Python under Rosetta); PyTorch ships no builds for it any more."
     say "Use an Apple Silicon Mac with an arm64 Terminal, or Linux."
     exit 1
+  fi
+  if [ "$(uname -s)" = Darwin ]; then
+    local version major
+    version=$(sw_vers -productVersion 2>/dev/null || echo unknown)
+    major=${version%%.*}
+    if ! [ "$major" -ge "$MIN_MACOS_MAJOR" ] 2>/dev/null; then
+      say "this Mac runs macOS $version; CosyVoice for Mac needs macOS $MIN_MACOS_MAJOR (Sonoma) or newer:"
+      say "PyTorch 2.13 and onnxruntime 1.32 have no builds for older versions, and the GPU (MPS) path needs 14."
+      say "Update in System Settings > General > Software Update (any Apple Silicon Mac can run macOS 14), then run this again."
+      exit 1
+    fi
   fi
 }
 

@@ -43,12 +43,13 @@ def stage_errors(ctx: ParityContext, device: torch.device) -> dict[str, float]:
     vectors = ctx.vectors("flow")
     prompt = [inputs[name].to(device) for name in ("prompt_speech_token", "prompt_feat", "embedding")]
     tokens = inputs["flow_tokens"].to(device)
+    chunk1 = ctx.case_params.stream_chunk1_tokens
     errors["flow_mel_nonstream"] = _error(flow.inference(tokens, *prompt), vectors["mel_nonstream"])
     errors["flow_mel_stream_chunk1"] = _error(
-        flow.inference(tokens[:, :28], *prompt, streaming=True, finalize=False), vectors["mel_stream_chunk1"])
-    prefix = flow.build_prefix(*prompt, tokens=50)
+        flow.inference(tokens[:, :chunk1], *prompt, streaming=True, finalize=False), vectors["mel_stream_chunk1"])
+    prefix = flow.build_prefix(*prompt, tokens=ctx.case_params.prompt_prefix_tokens)
     errors["flow_mel_stream_chunk1_cached_prefix"] = _error(
-        flow.inference(tokens[:, :28], *prompt, streaming=True, finalize=False, prefix=prefix),
+        flow.inference(tokens[:, :chunk1], *prompt, streaming=True, finalize=False, prefix=prefix),
         vectors["mel_stream_chunk1"])
 
     hift = load_hift(folder / f"{version}.yaml", folder / "hift.pt").to(device)

@@ -9,6 +9,7 @@ torch is imported, so ops that MPS lacks run on the CPU.
 from __future__ import annotations
 
 import os
+import warnings
 from dataclasses import dataclass
 
 import psutil
@@ -20,6 +21,10 @@ from cosyvoice_mac.errors import CosyVoiceError
 DEVICE_ENV = "COSYVOICE_DEVICE"
 DTYPE_ENV = "COSYVOICE_DTYPE"
 MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
+
+# MPS convolutions before macOS 15.1 refuse an output dimension (or transposed-conv input dimension)
+# above this, the time axis included (torch's Convolution.mm guard; the CPU fallback does not catch it).
+MPS_CONV_LIMIT = 65536
 
 DEVICE_CHOICES = ("auto", "mps", "cuda", "cuda:N", "cpu")
 _DTYPES = {
@@ -52,6 +57,80 @@ def mps_fallback_enabled() -> bool:
     return value not in ("", "0") and set_before_torch
 
 
+def conv_length_limit(device: torch.device) -> int | None:
+    """The longest conv axis model code may use on ``device``: MPS_CONV_LIMIT on MPS, unbounded elsewhere.
+
+    Kept on every macOS version: the windows cost a few percent, while hitting the limit would send the
+    whole job to the CPU retry.
+    """
+    return MPS_CONV_LIMIT if torch.device(device).type == "mps" else None
+
+
+SERIAL_DEVICE_ENV = "COSYVOICE_SERIAL_DEVICE"
+
+
+def serialize_device_work(device: torch.device) -> bool:
+    """Whether two threads of one request must take turns on ``device``: on MPS always (torch 2.8-2.14
+    can abort the process when two Python threads issue MPS work at once, pytorch issue 197805);
+    elsewhere only when ``COSYVOICE_SERIAL_DEVICE=1`` forces the MPS behaviour (to measure it here)."""
+    return torch.device(device).type == "mps" or os.environ.get(SERIAL_DEVICE_ENV, "") == "1"
+
+
+LOW_MEMORY_ENV = "COSYVOICE_LOW_MEMORY"
+LOW_MEMORY_MAX_RAM_BYTES = 12 * 2**30  # 8 GB Macs (and 12 GB ones) get the low-memory mode by default
+# Fraction of Metal's recommended working set MPS may allocate (torch's default 1.7 lets allocations
+# grow past RAM into swap; 1.0 leaves the system about a third of RAM, and a job that needs more gets
+# an out-of-memory error, which the whole-job CPU retry handles).
+MPS_MEMORY_FRACTION = 1.0
+MPS_WATERMARK_ENV = "PYTORCH_MPS_HIGH_WATERMARK_RATIO"
+_ON, _OFF = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+@dataclass(frozen=True)
+class LowMemoryChoice:
+    """Whether the low-memory mode is on and why (the status panel and each sidecar show both)."""
+
+    enabled: bool
+    reason: str
+
+    def as_dict(self) -> dict:
+        return {"enabled": self.enabled, "reason": self.reason}
+
+
+def low_memory_choice(requested: bool | None = None, total_ram_bytes: int | None = None) -> LowMemoryChoice:
+    """``requested`` wins, then ``$COSYVOICE_LOW_MEMORY`` (1/0, on/off), else on at <= 12 GiB of RAM."""
+    if requested is not None:
+        return LowMemoryChoice(bool(requested), "asked for" if requested else "turned off")
+    value = os.environ.get(LOW_MEMORY_ENV, "").strip().lower()
+    if value in _ON or value in _OFF:
+        return LowMemoryChoice(value in _ON, f"{LOW_MEMORY_ENV}={value}")
+    if value not in ("", "auto"):
+        raise DeviceError(f"{LOW_MEMORY_ENV}={value!r} is not understood; use 1 (on), 0 (off) or auto.")
+    total = psutil.virtual_memory().total if total_ram_bytes is None else total_ram_bytes
+    enabled = total <= LOW_MEMORY_MAX_RAM_BYTES
+    relation = "<=" if enabled else ">"
+    return LowMemoryChoice(enabled, f"auto: {total / 2**30:.0f} GiB RAM {relation} 12 GiB")
+
+
+def limit_mps_memory(device: torch.device) -> float | None:
+    """On MPS, cap the allocator at MPS_MEMORY_FRACTION unless the user set torch's own variable; the cap or None."""
+    if torch.device(device).type != "mps" or os.environ.get(MPS_WATERMARK_ENV):
+        return None
+    torch.mps.set_per_process_memory_fraction(MPS_MEMORY_FRACTION)
+    return MPS_MEMORY_FRACTION
+
+
+def text_embedding_on_host(device: torch.device) -> bool:
+    """Keep the LLM's text-embedding table (0.55 GB, read once per sentence) in host memory: on MPS."""
+    return torch.device(device).type == "mps"
+
+
+def between_sentences(device: torch.device) -> None:
+    """Hand MPS's cached blocks back after each sentence (unified memory: the cache is the system's RAM)."""
+    if torch.device(device).type == "mps":
+        torch.mps.empty_cache()
+
+
 def select_device(requested: str | None = None) -> torch.device:
     """The device to run on: ``requested``, else ``$COSYVOICE_DEVICE``, else ``auto``.
 
@@ -65,8 +144,14 @@ def select_device(requested: str | None = None) -> torch.device:
 
     if name == "auto":
         if mps_available():
-            name = "mps"
-        elif cuda_available():
+            if not mps_fallback_enabled():  # no op of ours needs the fallback (tests/test_mps_op_guard.py)
+                warnings.warn(
+                    f"torch was imported before cosyvoice_mac without {MPS_FALLBACK_ENV}=1, so an op MPS lacked "
+                    "would fail instead of running on the CPU; none of this app's ops needs it. Using MPS.",
+                    RuntimeWarning, stacklevel=2,
+                )
+            return torch.device("mps")
+        if cuda_available():
             name = "cuda"
         else:
             return torch.device("cpu")

@@ -137,3 +137,24 @@ def test_memory_report_and_empty_cache_use_the_cuda_counters(monkeypatch):
     assert report.allocated_bytes == 3 * 1024 * 1024 and report.driver_allocated_bytes is None
     empty_cache("cuda")
     assert calls == ["cuda"]
+
+
+def test_auto_warns_and_picks_mps_when_torch_came_first_without_the_fallback(machine, monkeypatch):
+    machine(mps=True)
+    monkeypatch.undo()
+    monkeypatch.setattr(device, "mps_available", lambda: True)
+    monkeypatch.setattr(cosyvoice_mac, "_TORCH_IMPORTED_FIRST", True)
+    monkeypatch.setattr(cosyvoice_mac, "_MPS_FALLBACK_PRESET", None)
+    with pytest.warns(RuntimeWarning, match="none of this app's ops needs it"):
+        assert select_device("auto") == torch.device("mps")
+
+
+def test_an_old_cosyvoice2_snapshot_is_named_with_its_fix(tmp_path):
+    from cosyvoice_mac.pipeline.model_dir import ModelFolderError, detect_version
+
+    (tmp_path / "cosyvoice.yaml").write_text("")
+    with pytest.raises(ModelFolderError, match="CosyVoice-300M"):
+        detect_version(tmp_path)  # a real v1 folder
+    (tmp_path / "speech_tokenizer_v2.onnx").write_bytes(b"")
+    with pytest.raises(ModelFolderError, match=r"old snapshot of CosyVoice2-0\.5B.*bash run.sh download cosyvoice2"):
+        detect_version(tmp_path)

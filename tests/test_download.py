@@ -291,3 +291,51 @@ def test_unknown_model_and_source_are_refused(tmp_path):
         download_model("cosyvoice1", tmp_path)
     with pytest.raises(DownloadError, match="unknown source"):
         download_model("cosyvoice3", tmp_path, source="ftp")
+
+
+def test_rl_fetches_llm_rl_pt_and_the_folder_then_prefers_it_only_because_it_was_asked(hub, tmp_path, monkeypatch):
+    from cosyvoice_mac.pipeline.model_dir import ModelFolder
+    from cosyvoice_mac.webui.render import render_status
+
+    def llm_file(path):  # the fake hub's yaml is not yaml: the folder without parsing it
+        return ModelFolder(path=path, version="cosyvoice3", config={}).llm_file
+
+    monkeypatch.delenv("COSYVOICE_LLM", raising=False)
+    plain = download_model("cosyvoice3", tmp_path / "plain", endpoint=hub.url)
+    assert not (plain / "llm.rl.pt").exists() and llm_file(plain) == "llm.pt"
+    folder = download_model("cosyvoice3", tmp_path / "rl", endpoint=hub.url, rl=True)
+    assert hub.downloaded().count("llm.rl.pt") == 1
+    assert (folder / "llm.rl.pt").read_bytes() == hub.files["llm.rl.pt"]
+    assert llm_file(folder) == "llm.rl.pt"
+    # A folder that merely holds the file (a full hub snapshot) keeps llm.pt: never silently.
+    (plain / "llm.rl.pt").write_bytes(hub.files["llm.rl.pt"])
+    assert llm_file(plain) == "llm.pt"
+    monkeypatch.setenv("COSYVOICE_LLM", "base")
+    assert llm_file(folder) == "llm.pt"
+    monkeypatch.setenv("COSYVOICE_LLM", "rl")
+    assert llm_file(plain) == "llm.rl.pt"
+    note = render_status("en", {"state": "ready", "llm_weights": "llm.rl.pt"})
+    assert "llm.rl.pt" in note and "--rl" in note and "COSYVOICE_LLM=base" in note
+
+
+def test_rl_is_refused_for_cosyvoice2(tmp_path):
+    with pytest.raises(DownloadError, match="--rl is for cosyvoice3"):
+        download_model("cosyvoice2", tmp_path, rl=True)
+
+
+def test_the_pipeline_loads_llm_rl_pt_when_it_is_the_choice(tmp_path, monkeypatch):
+    import torch
+
+    from cosyvoice_mac.pipeline import CosyVoice
+    from tests.fakes.onnx_models import make_tiny_model_dir
+
+    folder = make_tiny_model_dir("cosyvoice3", tmp_path)
+    state = torch.load(folder / "llm.pt", map_location="cpu", weights_only=True)
+    torch.save({key: value * 2 if value.is_floating_point() else value for key, value in state.items()},
+               folder / "llm.rl.pt")
+    monkeypatch.setenv("COSYVOICE_LLM", "rl")
+    rl = CosyVoice.from_pretrained(folder, device="cpu")
+    monkeypatch.setenv("COSYVOICE_LLM", "base")
+    base = CosyVoice.from_pretrained(folder, device="cpu")
+    assert (rl.llm_weights, base.llm_weights) == ("llm.rl.pt", "llm.pt") and rl.model_id != base.model_id
+    torch.testing.assert_close(rl.networks.llm.speech_embedding.weight, 2 * base.networks.llm.speech_embedding.weight)

@@ -134,3 +134,28 @@ def test_ci_fails_on_failed_tests_and_on_no_tests(tmp_path, suite_status, ci_sta
     assert result.returncode == ci_status
     if suite_status == 5:
         assert "collected no tests" in result.stdout
+
+
+def _fake_mac(tmp_path: Path, macos_version: str) -> dict:
+    """PATH with ``uname`` answering Darwin/arm64 and ``sw_vers`` answering ``macos_version``."""
+    bin_dir = tmp_path / "fake-bin"
+    bin_dir.mkdir()
+    (bin_dir / "uname").write_text('#!/usr/bin/env bash\n[ "${1:-}" = -m ] && echo arm64 || echo Darwin\n')
+    (bin_dir / "sw_vers").write_text(f'#!/usr/bin/env bash\necho {macos_version}\n')
+    for tool in ("uname", "sw_vers"):
+        (bin_dir / tool).chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+
+
+@pytest.mark.parametrize("version", ["13.6.1", "12.7", "unknown-text"])
+def test_macos_before_14_is_refused_with_what_to_do(project, tmp_path, version):
+    result = project.run("setup", env=_fake_mac(tmp_path, version))
+    assert result.returncode == 1
+    assert f"macOS {version}" in result.stderr and "macOS 14 (Sonoma) or newer" in result.stderr
+    assert "Software Update" in result.stderr and project.calls() == []  # nothing installed
+
+
+@pytest.mark.parametrize("version", ["14.0", "15.1.1", "26.2"])
+def test_macos_14_or_newer_passes_the_check(project, tmp_path, version):
+    result = project.run("setup", env=_fake_mac(tmp_path, version))
+    assert "Sonoma" not in result.stderr, result.stderr

@@ -124,6 +124,29 @@ def test_cosyvoice3_chunks_join_seamlessly(tmp_path, make_speech):
     assert np.abs(streamed - once).max() < 1e-4  # causal vocoder: re-running on more mel keeps the prefix
 
 
+def test_cosyvoice3_streaming_decodes_only_the_new_frames_and_their_context(tmp_path, make_speech, monkeypatch):
+    from cosyvoice_mac.models.vocoder.window import context_frames
+
+    model = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice3", tmp_path), device=TEST_DEVICE)
+    speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
+    hift, decoded = model.networks.hift, []
+    original = hift.decode
+
+    def recording_decode(mel, source, **kwargs):
+        decoded.append(mel.shape[-1])
+        return original(mel, source, **kwargs)
+
+    monkeypatch.setattr(hift, "decode", recording_decode)
+    chunks = list(model.synthesize(TEXT * 2, speaker=speaker, seed=3, stream=True))
+    counts = [0] + [c.speech_token_count for c in chunks]
+    left, _ = context_frames(hift)
+    lag = 2 * model.networks.flow.config.pre_lookahead_len + hift.streaming_lag  # held-back frames
+    assert len(decoded) == len(chunks) >= 4
+    for frames, before, after in zip(decoded, counts, counts[1:]):
+        assert frames <= 2 * (after - before) + lag + left  # never the whole sentence so far
+    assert decoded[-1] < 2 * counts[-1] - left  # the last call did not re-decode the start
+
+
 def test_first_chunk_arrives_while_the_llm_is_still_decoding(model, speaker, monkeypatch):
     llm = model.networks.llm
     original = llm.generate
@@ -169,6 +192,57 @@ def test_the_llm_is_held_while_the_first_chunk_is_made_on_a_cpu(model, speaker, 
     first_before, first_after = during[0]
     assert first_after - first_before <= 1  # at most the token that was in flight
     assert len(made) > first_after  # and it went on afterwards
+
+
+def _device_work_intervals(model, speaker, text: str) -> tuple[list[tuple], list[tuple]]:
+    """(LLM step intervals, flow/vocoder intervals) of one streamed request; each step is slowed a little."""
+    llm, flow, hift = model.networks.llm, model.networks.flow, model.networks.hift
+    steps: list[tuple[float, float]] = []
+    chunks: list[tuple[float, float]] = []
+    original_generate, original_flow, original_hift = llm.generate, flow.inference, hift.inference
+
+    def timed_generate(*args, **kwargs):
+        inner = original_generate(*args, **kwargs)
+        while True:
+            started = time.perf_counter()
+            time.sleep(0.002)  # the step's device work, long enough to be caught beside a chunk
+            token = next(inner, None)
+            steps.append((started, time.perf_counter()))
+            if token is None:
+                return
+            yield token
+
+    def timed(original):
+        def run(*args, **kwargs):
+            started = time.perf_counter()
+            time.sleep(0.02)
+            result = original(*args, **kwargs)
+            chunks.append((started, time.perf_counter()))
+            return result
+        return run
+
+    llm.generate, flow.inference, hift.inference = timed_generate, timed(original_flow), timed(original_hift)
+    try:
+        list(model.synthesize(text, speaker=speaker, seed=3, stream=True))
+    finally:
+        del llm.generate, flow.inference, hift.inference  # back to the class methods
+    return steps, chunks
+
+
+def _overlaps(steps, chunks) -> int:
+    return sum(1 for a, b in steps for c, d in chunks if a < d and c < b)
+
+
+def test_with_serialised_device_work_no_llm_step_runs_beside_a_chunk(model, speaker, monkeypatch):
+    """The MPS policy (forced on for the CPU): LLM steps and flow/vocoder calls never overlap in time."""
+    monkeypatch.setenv("COSYVOICE_SERIAL_DEVICE", "1")
+    steps, chunks = _device_work_intervals(model, speaker, TEXT)
+    assert len(chunks) >= 6 and len(steps) > 50
+    assert _overlaps(steps, chunks) == 0
+    # Without the policy the producer runs beside every chunk after the first (the test can see it).
+    monkeypatch.delenv("COSYVOICE_SERIAL_DEVICE")
+    steps, chunks = _device_work_intervals(model, speaker, TEXT)
+    assert _overlaps(steps, chunks) > 0
 
 
 def test_stop_ends_the_stream_and_its_producer_thread(model, speaker):

@@ -40,6 +40,8 @@ class WorkerStatus:
     engine: str = "torch"  # "mlx" or "torch" (pipeline/engines.py)
     engine_reason: str | None = None  # why not the engine asked for
     mlx_memory: dict | None = None  # active/peak/cache bytes while MLX runs
+    low_memory: dict | None = None  # low-memory mode: enabled, and why (device.LowMemoryChoice)
+    llm_weights: str | None = None  # llm.pt, or llm.rl.pt when asked for
 
     def as_dict(self) -> dict:
         """The status panel's view (memory and cache grouped as the panel shows them)."""

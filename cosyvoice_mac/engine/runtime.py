@@ -361,7 +361,8 @@ class WorkerRuntime:
                  "model": result.model, "version": self.pipeline.version, **engine_status(self.pipeline),
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
-                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes}
+                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes,
+                 "low_memory": _low_memory(self.pipeline), "llm_weights": getattr(self.pipeline, "llm_weights", None)}
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:
@@ -394,4 +395,11 @@ class WorkerRuntime:
             feature_extractions=self.feature_extractions, jobs_run=self.jobs_run,
             flow_prefix_builds=getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
             vocoder=self.vocoder, vocoder_reason=self.vocoder_reason, **engine_status(pipeline),
+            low_memory=_low_memory(pipeline), llm_weights=getattr(pipeline, "llm_weights", None),
         )
+
+
+def _low_memory(pipeline) -> dict | None:
+    """The pipeline's low-memory mode and why (None for a backend without one, e.g. the preview)."""
+    choice = getattr(pipeline, "low_memory_choice", None)
+    return choice.as_dict() if choice is not None else None

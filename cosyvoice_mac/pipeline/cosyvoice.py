@@ -14,7 +14,14 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.audio import DecodedPrompt
-from cosyvoice_mac.device import select_device, select_dtype
+from cosyvoice_mac.device import (
+    LowMemoryChoice,
+    between_sentences,
+    limit_mps_memory,
+    low_memory_choice,
+    select_device,
+    select_dtype,
+)
 from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
 from cosyvoice_mac.frontend.text import TextNormalizer
@@ -64,7 +71,7 @@ class CosyVoice(Synthesizes):
         dtype: torch.dtype,
         model_id: str,
         folder: ModelFolder | None,
-        low_memory: bool = False,
+        low_memory: bool | LowMemoryChoice = False,
         engine: EngineChoice = EngineChoice(TORCH),
     ):
         self.version = version
@@ -81,7 +88,10 @@ class CosyVoice(Synthesizes):
         self.sample_rate = SAMPLE_RATE
         self.vocoder = networks.hift  # may be swapped for another implementation (Core ML)
         self.vocoder_fallbacks = 0  # jobs whose swapped-in vocoder failed and the torch one finished
-        self.low_memory = low_memory
+        choice = low_memory if isinstance(low_memory, LowMemoryChoice) else low_memory_choice(bool(low_memory))
+        self.low_memory = choice.enabled
+        self.low_memory_choice = choice  # the status panel and the sidecars show it with its reason
+        self.llm_weights = folder.llm_file if folder is not None else None  # llm.pt, or llm.rl.pt when asked for
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
         self.engine = engine  # MLX or PyTorch, and why not the one asked for
 
@@ -94,12 +104,15 @@ class CosyVoice(Synthesizes):
         dtype: str | torch.dtype | None = None,
         *,
         random_weights: bool = False,
-        low_memory: bool = False,
+        low_memory: bool | None = None,
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
         engine: str | None = None,
     ) -> "CosyVoice":
         """Load an official model folder unchanged (``random_weights`` only if asked for by name).
+
+        ``low_memory`` None picks the mode for this machine (on at <= 12 GiB of RAM, or as
+        ``$COSYVOICE_LOW_MEMORY`` says: :func:`cosyvoice_mac.device.low_memory_choice`).
 
         ``llm_dtype`` / ``flow_dtype`` override ``dtype`` per stage (on the CPU a 16-bit LLM keeps
         its weights in 16 bits and computes in float32). ``low_memory`` (8 GB Macs) halves the LLM
@@ -108,10 +121,12 @@ class CosyVoice(Synthesizes):
         """
         folder = ModelFolder.open(model_dir)
         target, precision = _resolve(device, dtype)
+        memory_mode = low_memory_choice(low_memory)
+        limit_mps_memory(target)
         networks, target, choice = build_for_engine(
             engine, folder.version, folder.config, folder, device_request=device, device=target, dtype=precision,
             llm_dtype=_dtype_or_none(llm_dtype), flow_dtype=_dtype_or_none(flow_dtype),
-            random_weights=random_weights, low_memory=low_memory)
+            random_weights=random_weights, low_memory=memory_mode.enabled)
         model_id = model_identity(folder, folder.version, random_weights)
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
         tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
@@ -126,7 +141,7 @@ class CosyVoice(Synthesizes):
         return cls(
             version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
             prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=folder,
-            low_memory=low_memory, engine=choice,
+            low_memory=memory_mode, engine=choice,
         )
 
     @classmethod
@@ -225,6 +240,7 @@ class CosyVoice(Synthesizes):
                 segment_index=index, segment_count=len(request.segments), timings=timings,
                 seed=seed, mode=request.mode, notes=notes,
             )
+            between_sentences(self.device)
 
     def _run_streaming(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         """Like ``_run`` but yields chunks as the LLM decodes (``is_final_chunk`` ends a sentence)."""
@@ -242,6 +258,7 @@ class CosyVoice(Synthesizes):
                     seed=seed, mode=request.mode,
                 )
                 started = time.perf_counter()
+            between_sentences(self.device)
             if should_stop():
                 return
 

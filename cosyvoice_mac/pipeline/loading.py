@@ -22,9 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from cosyvoice_mac.checkpoint import CheckpointError, load_checkpoint, load_strict
+from cosyvoice_mac.device import text_embedding_on_host
 from cosyvoice_mac.models.flow import Flow, FlowConfig
 from cosyvoice_mac.models.flow.dit import RotaryEmbedding
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLM, SpeechLMConfig
@@ -142,21 +144,24 @@ def build_networks(
             llm = SpeechLM(SpeechLMConfig.from_yaml(config["llm"], qwen))
             flow = Flow(FlowConfig.from_yaml(config["flow"]))
         hift = HiFT(HiFTConfig.from_yaml(config["hift"]))
+        on_host = frozenset({id(llm.backbone.embed_tokens)} if text_embedding_on_host(device) else ())
         llm_convert = _converter(device, torch.float32 if llm_storage else llm_dtype, llm_storage,
-                                 halved_modules(llm) if llm_storage else set())
+                                 halved_modules(llm) if llm_storage else set(), on_host)
         flow_convert = _converter(device, flow_dtype, flow_storage,
                                   halved_modules(flow, FLOW_DTYPE_ANCHORS) if flow_storage else set())
         if random_weights:
             _materialise_random(llm, llm_convert)
             _materialise_random(flow, flow_convert)
     if not random_weights:
-        _assign_checkpoint(llm, folder, "llm.pt", llm_convert, ignore=UNUSED_LLM_KEYS)
+        _assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
         _assign_checkpoint(flow, folder, "flow.pt", flow_convert)
         _load_small(hift, folder, "hift.pt")
     if llm_storage:
         store_weights_in_half(llm, llm_storage)
     if flow_storage:
         store_weights_in_half(flow, flow_storage, compute=flow_dtype, keep=FLOW_DTYPE_ANCHORS)
+    if on_host:
+        llm.backbone.embed_tokens = HostTextEmbedding(llm.backbone.embed_tokens, device)
     networks = Networks(llm=llm.eval().requires_grad_(False), flow=flow.eval().requires_grad_(False),
                         hift=hift.eval().requires_grad_(False))
     hift.to(device=device)
@@ -164,18 +169,42 @@ def build_networks(
     return networks
 
 
+class HostTextEmbedding(nn.Module):
+    """Owns the LLM's text-embedding table in host memory while the rest of the LLM is on the device.
+
+    ``(1, L)`` ids -> ``(1, L, D)`` embeddings on the device. The table (151936 x 896: 0.55 GB in
+    float32) is read once per sentence for a few dozen rows, so on MPS it need not take unified
+    memory from the device's share. ``.to()`` moves only the zero-size ``anchor`` that says where
+    results go; the state-dict key stays ``embed_tokens.weight``.
+    """
+
+    def __init__(self, embedding: nn.Embedding, device: torch.device):
+        super().__init__()
+        self.weight = embedding.weight
+        self.register_buffer("anchor", torch.empty(0, device=device), persistent=False)
+
+    def _apply(self, fn, recurse=True):
+        self.anchor = fn(self.anchor)  # the table stays on the CPU
+        return self
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids.to(self.weight.device), self.weight).to(self.anchor.device)
+
+
 # per-tensor conversion ------------------------------------------------------------------------
 Converter = Callable[[nn.Module, str, torch.Tensor], torch.Tensor]
 
 
-def _converter(device: torch.device, compute: torch.dtype, storage: torch.dtype | None, halved: set[int]) -> Converter:
-    """Each tensor to ``device``: weights of ``halved`` modules in ``storage``, other floats in ``compute``."""
+def _converter(device: torch.device, compute: torch.dtype, storage: torch.dtype | None, halved: set[int],
+               on_host: frozenset[int] = frozenset()) -> Converter:
+    """Each tensor to ``device`` (``on_host`` modules': the CPU): ``halved`` weights in ``storage``, floats in ``compute``."""
 
     def convert(module: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        target = torch.device("cpu") if id(module) in on_host else device
         if isinstance(module, RotaryEmbedding) or not tensor.is_floating_point():  # RoPE frequencies stay fp32
-            return tensor.to(device=device)
+            return tensor.to(device=target)
         dtype = storage if name == "weight" and id(module) in halved else compute
-        return tensor.to(device=device, dtype=dtype)
+        return tensor.to(device=target, dtype=dtype)
 
     return convert
 
@@ -337,7 +366,7 @@ def model_identity(folder: ModelFolder | None, version: str, random_weights: boo
     if folder is None or random_weights:
         return f"{version}-random-weights"
     stats = []
-    for name in ("llm.pt", "flow.pt", "hift.pt", f"{version}.yaml"):
+    for name in (folder.llm_file, "flow.pt", "hift.pt", f"{version}.yaml"):
         path: Path = folder.path / name
         if path.exists():
             stat = path.stat()

@@ -5,6 +5,8 @@ The folder is used exactly as downloaded (``FunAudioLLM/Fun-CosyVoice3-0.5B-2512
 """
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,6 +18,9 @@ HUB_REPOS = {name: spec.hub_repo for name, spec in SPECS.items()}
 SPEECH_TOKENIZER_FILES = {name: spec.speech_tokenizer_file for name, spec in SPECS.items()}
 
 BLANK_EN = "CosyVoice-BlankEN"
+RL_LLM_FILE = "llm.rl.pt"  # CosyVoice3's reinforcement-tuned LLM, same keys as llm.pt (upstream: lower CER/WER)
+LLM_CHOICE_FILE = "cosyvoice-mac.json"  # written by `download --rl`: {"llm": "llm.rl.pt"}; ours, not upstream's
+LLM_ENV = "COSYVOICE_LLM"  # "rl" or "base": overrides the folder's choice
 
 
 def inference_files(version: str) -> list[str]:
@@ -44,6 +49,12 @@ def detect_version(path: Path) -> str:
     if not path.is_dir():
         raise ModelFolderError(f"model folder {path} does not exist")
     found = [version for version in VERSIONS if (path / f"{version}.yaml").is_file()]
+    if (path / "cosyvoice.yaml").is_file() and not found and (path / SPEECH_TOKENIZER_FILES["cosyvoice2"]).is_file():
+        # CosyVoice2-0.5B's hub repo named its yaml cosyvoice.yaml before it became cosyvoice2.yaml.
+        raise ModelFolderError(
+            f"{path} is an old snapshot of CosyVoice2-0.5B (cosyvoice.yaml beside speech_tokenizer_v2.onnx), "
+            "whose yaml this app does not read; re-download with `bash run.sh download cosyvoice2`"
+        )
     if (path / "cosyvoice.yaml").is_file() and not found:
         raise ModelFolderError(
             f"{path} holds a CosyVoice-300M (v1) model, which this app does not run; "
@@ -96,6 +107,29 @@ class ModelFolder:
                 f"repo {self.hub_repo} (bash run.sh download {self.version})"
             )
         return candidate
+
+    @property
+    def llm_file(self) -> str:
+        """``llm.pt``, or ``llm.rl.pt`` where the user asked for it: ``download --rl`` or ``COSYVOICE_LLM=rl``.
+
+        Never chosen because the file merely exists: a full hub snapshot holds it too.
+        """
+        asked = os.environ.get(LLM_ENV, "").strip().lower()
+        if asked not in ("", "rl", "base"):
+            raise ModelFolderError(f"{LLM_ENV}={asked!r} is not understood; use rl or base")
+        if not asked and self.has(LLM_CHOICE_FILE):
+            try:
+                asked = "rl" if json.loads((self.path / LLM_CHOICE_FILE).read_text()).get("llm") == RL_LLM_FILE else ""
+            except (OSError, ValueError, AttributeError) as error:
+                raise ModelFolderError(f"{self.path / LLM_CHOICE_FILE} is unreadable ({error}); delete it") from error
+        if asked == "rl":
+            if self.version != "cosyvoice3":
+                raise ModelFolderError(f"{RL_LLM_FILE} exists for Fun-CosyVoice3 only, not {self.version}")
+            if not self.has(RL_LLM_FILE):
+                raise ModelFolderError(f"{RL_LLM_FILE} was asked for but is not in {self.path}: "
+                                       "bash run.sh download cosyvoice3 --rl")
+            return RL_LLM_FILE
+        return "llm.pt"
 
     def has(self, relative: str) -> bool:
         return (self.path / relative).exists()

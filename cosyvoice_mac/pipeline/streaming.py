@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
+from cosyvoice_mac.device import serialize_device_work
 from cosyvoice_mac.models.flow.prefix import FlowPrefix
 
 FIRST_HOP_TOKENS = 10  # the first chunk completes the flow prompt's last attention chunk
@@ -37,15 +39,63 @@ V2_MEL_CACHE_FRAMES = 8
 V2_SOURCE_CACHE_SAMPLES = 8 * 480
 
 
-class TokenProducer:
-    """Owns the background thread that pulls speech tokens from the LLM as fast as it can (unless paused)."""
+class DeviceTurns:
+    """Owns whose turn it is to issue device work in one streamed request: the LLM thread or the chunk thread.
 
-    def __init__(self, tokens: Iterable[int], hold_after: int | None = None):
+    On MPS the two must never issue work at the same time (a SIGABRT, not an exception). Each LLM step
+    and each chunk (flow + vocoder) is one turn; a waiting chunk goes first, so the LLM finishes the
+    step in flight and then waits: the first audio is not held up by the LLM running ahead. Disabled
+    (CPU, CUDA) it costs nothing and both run freely.
+    """
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled
+        self._state = threading.Condition()
+        self._busy = False
+        self._chunks_waiting = 0
+
+    def llm_step(self):
+        """The context of one LLM step: waits while a chunk runs or waits."""
+        return self._turn(chunk=False)
+
+    def chunk(self):
+        """The context of one chunk's flow + vocoder work: waits only for the LLM step in flight."""
+        return self._turn(chunk=True)
+
+    @contextmanager
+    def _turn(self, chunk: bool) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        with self._state:
+            self._chunks_waiting += chunk
+            self._state.wait_for(lambda: not self._busy and (chunk or not self._chunks_waiting))
+            self._chunks_waiting -= chunk
+            self._busy = True
+        try:
+            yield
+        finally:
+            with self._state:
+                self._busy = False
+                self._state.notify_all()
+
+
+_END = object()
+
+
+class TokenProducer:
+    """Owns the background thread that pulls speech tokens from the LLM as fast as it can (unless paused).
+
+    Each pull is one LLM step and takes a device turn from ``turns`` (MPS: never beside a chunk).
+    """
+
+    def __init__(self, tokens: Iterable[int], turns: DeviceTurns | None = None, hold_after: int | None = None):
         """``hold_after``: stop once that many tokens exist, until :meth:`pause` (False) releases it."""
         self.tokens: list[int] = []
         self._hold_after = hold_after
         self.finished = False
         self.error: BaseException | None = None
+        self._turns = turns or DeviceTurns(enabled=False)
         self._abandoned = False
         self._paused = False
         self._ready = threading.Condition()
@@ -54,7 +104,11 @@ class TokenProducer:
 
     def _run(self, tokens: Iterator[int]) -> None:
         try:
-            for token in tokens:
+            while True:
+                with self._turns.llm_step():
+                    token = next(tokens, _END)
+                if token is _END:
+                    return
                 with self._ready:
                     self._ready.wait_for(lambda: not self._held() or self._abandoned)
                     if self._abandoned:
@@ -103,18 +157,23 @@ class Chunk:
 
 
 class CausalStitcher:
-    """CosyVoice3: the causal vocoder re-runs on all mel so far and emits only the new samples."""
+    """CosyVoice3: the causal vocoder runs on the mel so far but decodes only from the first unsent frame.
 
-    def __init__(self, vocode: Callable[..., torch.Tensor]):
+    Every call emits a whole number of frames, so the next one starts at ``first_frame = emitted / 480``
+    and the vocoder decodes just the new frames plus its causal context: the work per chunk is bounded
+    instead of growing with the sentence (f0 and phase still cover all frames: they are cheap).
+    """
+
+    def __init__(self, vocode: Callable[..., torch.Tensor], samples_per_frame: int = 480):
         self.vocode = vocode
+        self.samples_per_frame = samples_per_frame
         self.mel: torch.Tensor | None = None
         self.emitted = 0
 
     def add(self, mel: torch.Tensor, final: bool) -> np.ndarray:
         self.mel = mel if self.mel is None else torch.cat([self.mel, mel], dim=2)
-        wave = self.vocode(self.mel, finalize=final)[0]
-        fresh = wave[self.emitted:]
-        self.emitted = wave.shape[0]
+        fresh = self.vocode(self.mel, finalize=final, first_frame=self.emitted // self.samples_per_frame)[0]
+        self.emitted += fresh.shape[0]
         return fresh.float().cpu().numpy()
 
 
@@ -232,16 +291,19 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     plan = PromptPlan.for_request(model, speaker, first_hop)
     prompt = plan.prompt(speaker, device)
     if model.spec.stitcher == "causal":
-        stitcher = CausalStitcher(lambda mel, finalize: hift.inference(mel, finalize=finalize, noise=noise)[0])
+        stitcher = CausalStitcher(lambda mel, finalize, first_frame: hift.inference(
+            mel, finalize=finalize, noise=noise, first_frame=first_frame)[0], hift.config.samples_per_frame)
     else:
         stitcher = CrossfadeStitcher(lambda mel, cache_source: hift.inference(mel, cache_source=cache_source,
                                                                               noise=noise))
+    turns = DeviceTurns(enabled=serialize_device_work(device))
     # On CUDA the LLM's graphs would queue ahead of every kernel of the voice's prefix and of the
     # first chunk on the one stream: it stops once the first chunk's tokens exist, until that chunk is made.
-    producer = TokenProducer(tokens, hold_after=plan.first_hop + lookahead if device.type == "cuda" else None)
+    producer = TokenProducer(tokens, turns, hold_after=plan.first_hop + lookahead if device.type == "cuda" else None)
     offset, hops = 0, hop_schedule(plan.first_hop)
     try:
-        prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes
+        with turns.chunk():
+            prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes (if it may)
         for this_hop in hops:
             available = producer.wait_for(offset + this_hop + lookahead)
             if should_stop():
@@ -249,9 +311,10 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
             if available >= offset + this_hop + lookahead:
                 # On a CPU the LLM and the flow share the cores, on CUDA one stream: the first chunk goes first.
                 producer.pause(offset == 0 and device.type in ("cpu", "cuda"))
-                ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
-                mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)[:, :, 2 * offset:]
-                audio = stitcher.add(mel.float(), final=False)
+                with turns.chunk():
+                    ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
+                    mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)
+                    audio = stitcher.add(mel[:, :, 2 * offset:].float(), final=False)
                 producer.pause(False)
                 offset += this_hop
                 yield Chunk(audio, offset, is_final=False)
@@ -259,9 +322,11 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
             if available == 0:
                 yield Chunk(np.zeros(0, dtype=np.float32), 0, is_final=True)
                 return
-            ids = torch.tensor([producer.tokens[:available]], device=device)
-            mel = flow.inference(ids, *prompt, streaming=False, finalize=True)[:, :, 2 * offset:]
-            yield Chunk(stitcher.add(mel.float(), final=True), available, is_final=True)
+            with turns.chunk():
+                ids = torch.tensor([producer.tokens[:available]], device=device)
+                mel = flow.inference(ids, *prompt, streaming=False, finalize=True)[:, :, 2 * offset:]
+                audio = stitcher.add(mel.float(), final=True)
+            yield Chunk(audio, available, is_final=True)
             return
     finally:
         producer.abandon()

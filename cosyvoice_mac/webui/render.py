@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import time
 
+from cosyvoice_mac.pipeline.model_dir import RL_LLM_FILE
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.prompt_check import PromptCheck
 from cosyvoice_mac.webui.state import PREVIEW, Session
@@ -96,6 +97,12 @@ def render_status(lang: str, status: dict) -> str:
         reason = status.get("vocoder_reason")
         lines.append(say(lang, "status_vocoder_torch_because", reason=reason) if reason
                      else say(lang, "status_vocoder", vocoder=status["vocoder"]))
+    if status.get("llm_weights") == RL_LLM_FILE:
+        lines.append(say(lang, "status_llm_rl", file=RL_LLM_FILE))
+    low_memory = status.get("low_memory")
+    if low_memory:
+        lines.append(say(lang, "status_low_memory_on" if low_memory.get("enabled") else "status_low_memory_off",
+                         reason=low_memory.get("reason") or unknown))
     memory = status.get("memory") or {}
     if memory:
         lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),

@@ -32,6 +32,57 @@ TOLERANCE = {
 }
 
 
+class ManifestError(AssertionError):
+    """The manifest lacks, or contradicts itself on, a case parameter the checks need."""
+
+
+@dataclass(frozen=True)
+class CaseParams:
+    """One version's ``case_params`` block of the manifest: the request the reference made the vectors with.
+
+    Read from the manifest only, never restated in the checks. The first streaming hop of the
+    reference completes the prompt to whole ``token_hop_len`` chunks; ``__post_init__`` checks the
+    manifest's stored figures against that rule, so a changed manifest cannot silently disagree.
+    """
+
+    e2e_text: str
+    prompt_transcript: str
+    e2e_seed: int
+    ras_seed: int
+    prompt_speech_tokens: int
+    token_hop_len: int
+    pre_lookahead_len: int
+    prompt_token_pad: int
+    first_stream_hop_tokens: int
+    stream_chunk1_tokens: int
+    instruct_prefix: str
+
+    @classmethod
+    def from_manifest(cls, manifest: dict, version: str) -> "CaseParams":
+        block = manifest.get("case_params", {}).get(version)
+        if block is None:
+            raise ManifestError(f"manifest.json has no case_params for {version}: regenerate the parity vectors")
+        missing = [name for name in cls.__dataclass_fields__ if name not in block]
+        if missing:
+            raise ManifestError(f"manifest case_params.{version} lacks {', '.join(missing)}")
+        return cls(**{name: block[name] for name in cls.__dataclass_fields__})
+
+    def __post_init__(self):
+        hop, prompt = self.token_hop_len, self.prompt_speech_tokens
+        expected_pad = -(-prompt // hop) * hop - prompt
+        if self.prompt_token_pad != expected_pad:
+            raise ManifestError(f"prompt_token_pad {self.prompt_token_pad} != ceil(P/hop)*hop - P = {expected_pad}")
+        if self.first_stream_hop_tokens != hop + self.prompt_token_pad:
+            raise ManifestError(f"first_stream_hop_tokens {self.first_stream_hop_tokens} != token_hop_len + pad")
+        if self.stream_chunk1_tokens != self.first_stream_hop_tokens + self.pre_lookahead_len:
+            raise ManifestError(f"stream_chunk1_tokens {self.stream_chunk1_tokens} != first hop + look-ahead")
+
+    @property
+    def prompt_prefix_tokens(self) -> int:
+        """Whole prompt chunks before the first hop's chunk: what a cached flow prefix may hold."""
+        return (self.prompt_speech_tokens + self.prompt_token_pad) - self.token_hop_len
+
+
 @dataclass
 class ParityContext:
     """One model version's golden vectors: ``root`` is the parity dir, ``version`` e.g. 'cosyvoice3'."""
@@ -47,6 +98,10 @@ class ParityContext:
     @cached_property
     def manifest(self) -> dict:
         return json.loads((self.root / "manifest.json").read_text())
+
+    @cached_property
+    def case_params(self) -> CaseParams:
+        return CaseParams.from_manifest(self.manifest, self.version)
 
     def vectors(self, name: str) -> dict[str, torch.Tensor]:
         """``vectors/<name>.safetensors`` of this version (e.g. 'inputs', 'llm', 'flow', 'hift', 'e2e')."""

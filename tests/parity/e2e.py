@@ -20,9 +20,6 @@ from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.parity.common import ParityContext, assert_close
 from tests.parity.llm import _ReplayDraws
 
-E2E_TEXT = "Hello world."
-PROMPT_TRANSCRIPT = "Hello there, this is a short prompt for testing."
-
 _MODELS: dict[str, CosyVoice] = {}
 
 
@@ -42,20 +39,22 @@ def _speaker(ctx: ParityContext, model: CosyVoice) -> SpeakerPrompt:
     return SpeakerPrompt(
         speech_tokens=inputs["prompt_speech_token"].long(), mel=inputs["prompt_feat"],
         embedding=inputs["embedding"], audio_hash="recorded", model_id=model.model_id,
-        transcript=PROMPT_TRANSCRIPT,
+        transcript=ctx.case_params.prompt_transcript,
     )
 
 
 def check_text_ids(ctx: ParityContext) -> None:
     """Our frontend turns the strings into exactly the reference's ids (mode zero-shot)."""
-    model, e2e, inputs = _model(ctx), ctx.vectors("e2e"), ctx.vectors("inputs")
+    model, e2e, inputs, params = _model(ctx), ctx.vectors("e2e"), ctx.vectors("inputs"), ctx.case_params
     from cosyvoice_mac.pipeline.prompts import plan_request
     from cosyvoice_mac.request import Request, Voice
 
-    request = Request.build(E2E_TEXT, Voice(prepared="recorded", transcript=PROMPT_TRANSCRIPT), seed=0)
+    request = Request.build(params.e2e_text, Voice(prepared="recorded", transcript=params.prompt_transcript), seed=0)
     plan = plan_request(model.version, model.normalizer, request)
     assert [model.tokenizer.encode(s.llm_text) for s in plan.segments] == [e2e["text"][0].tolist()]
     assert model.tokenizer.encode(plan.llm_prompt_text) == inputs["prompt_text"][0].tolist()
+    assert plan.llm_prompt_text == params.instruct_prefix + params.prompt_transcript
+    assert inputs["prompt_speech_token"].shape[1] == params.prompt_speech_tokens
 
 
 def check_synthesize(ctx: ParityContext) -> None:
@@ -72,7 +71,9 @@ def check_synthesize(ctx: ParityContext) -> None:
             pipeline_module.GaussianSourceNoise = lambda seed: RecordedSourceNoise(e2e["rand1_randn_like"])
         else:
             model.networks.hift.default_noise = RecordedSourceNoise(ctx.vectors("hift")["fixed_sine_waves_prefix"])
-        results = list(model.synthesize(E2E_TEXT, prompt_text=PROMPT_TRANSCRIPT, speaker=_speaker(ctx, model), seed=0))
+        params = ctx.case_params
+        results = list(model.synthesize(params.e2e_text, prompt_text=params.prompt_transcript,
+                                        speaker=_speaker(ctx, model), seed=params.e2e_seed))
     finally:
         llm.make_sampler, pipeline_module.GaussianSourceNoise = original_sampler, original_noise
         model.networks.hift.default_noise = original_default

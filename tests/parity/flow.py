@@ -15,7 +15,6 @@ from cosyvoice_mac.models.flow.cfm import NOISE_FRAMES
 from tests.parity.common import ParityContext, assert_close
 
 _FLOWS: dict[str, Flow] = {}
-FIRST_CHUNK_TOKENS = 28  # 25-token hop (prompt of 75 tokens needs no padding) + 3 look-ahead
 
 
 def _flow(ctx: ParityContext) -> Flow:
@@ -74,7 +73,7 @@ def check_mel_nonstream(ctx: ParityContext) -> None:
 
 
 def check_mel_stream_chunk1(ctx: ParityContext) -> None:
-    tokens = ctx.vectors("inputs")["flow_tokens"][:, :FIRST_CHUNK_TOKENS]
+    tokens = ctx.vectors("inputs")["flow_tokens"][:, :ctx.case_params.stream_chunk1_tokens]
     mel = _run(ctx, tokens, streaming=True, finalize=False)
     assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "first streaming chunk mel")
 
@@ -84,20 +83,27 @@ def check_mel_stream_chunk1_cached_prefix(ctx: ParityContext) -> None:
     inputs = ctx.vectors("inputs")
     flow = _flow(ctx)
     prompt = (inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"])
-    prefix = flow.build_prefix(*prompt, tokens=50)
-    mel = flow.inference(inputs["flow_tokens"][:, :FIRST_CHUNK_TOKENS], *prompt, streaming=True, finalize=False,
-                         prefix=prefix)
+    params = ctx.case_params
+    prefix = flow.build_prefix(*prompt, tokens=params.prompt_prefix_tokens)
+    mel = flow.inference(inputs["flow_tokens"][:, :params.stream_chunk1_tokens], *prompt, streaming=True,
+                         finalize=False, prefix=prefix)
     assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "first streaming chunk mel, cached prefix")
 
 
 def check_mel_stream_final(ctx: ParityContext) -> None:
     expected = ctx.vectors("flow")["mel_stream_final"]
     mel = _run(ctx, ctx.vectors("inputs")["flow_tokens"], streaming=False, finalize=True)
-    offset = 2 * (FIRST_CHUNK_TOKENS - 3)
+    offset = _flow(ctx).config.token_mel_ratio * ctx.case_params.first_stream_hop_tokens
     assert_close(mel[:, :, offset:], expected, "mel", "final streaming chunk mel (frames after the first chunk)")
 
 
+def check_case_params_match_the_model(ctx: ParityContext) -> None:
+    """The manifest's look-ahead is the flow's own (the chunk sizes above are derived from it)."""
+    assert _flow(ctx).config.pre_lookahead_len == ctx.case_params.pre_lookahead_len
+
+
 _CASES = {
+    "case_params": check_case_params_match_the_model,
     "noise_z": check_noise_z,
     "est_out_step1": check_est_out_step1,
     "est_inputs_step1": check_est_inputs_step1,
@@ -108,5 +114,6 @@ _CASES = {
 }
 CASES_BY_VERSION = {
     "cosyvoice3": _CASES,
-    "cosyvoice2": {"noise_z": check_noise_z, "est_inputs_step1": check_est_inputs_step1},
+    "cosyvoice2": {"noise_z": check_noise_z, "est_inputs_step1": check_est_inputs_step1,
+                   "case_params": check_case_params_match_the_model},
 }

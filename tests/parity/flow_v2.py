@@ -14,8 +14,6 @@ from cosyvoice_mac.models.flow.unet import CausalConditionalDecoder, UNetConfig
 from tests.parity.common import ParityContext, assert_close
 
 ESTIMATOR_PREFIX = "decoder.estimator."
-FIRST_HOP_TOKENS = 25  # CosyVoice2Model.tts: first streaming hop with a 75-token prompt
-LOOKAHEAD_TOKENS = 3
 
 
 @functools.lru_cache(maxsize=2)
@@ -66,7 +64,7 @@ def check_mel_nonstream(ctx: ParityContext) -> None:
 
 
 def check_mel_stream_chunk1(ctx: ParityContext) -> None:
-    tokens = ctx.vectors("inputs")["flow_tokens"][:, : FIRST_HOP_TOKENS + LOOKAHEAD_TOKENS]
+    tokens = ctx.vectors("inputs")["flow_tokens"][:, : ctx.case_params.stream_chunk1_tokens]
     mel = _flow(ctx.model_dir).inference(tokens, **_inputs(ctx), streaming=True, finalize=False)
     assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "cosyvoice2 flow, first streaming chunk")
 
@@ -75,8 +73,8 @@ def check_mel_stream_chunk1_cached_prefix(ctx: ParityContext) -> None:
     """The first chunk again, with the prompt's first two chunks taken from a cached flow prefix."""
     flow = _flow(ctx.model_dir)
     prompt = _inputs(ctx)
-    prefix = flow.build_prefix(*prompt.values(), tokens=50)
-    tokens = ctx.vectors("inputs")["flow_tokens"][:, : FIRST_HOP_TOKENS + LOOKAHEAD_TOKENS]
+    prefix = flow.build_prefix(*prompt.values(), tokens=ctx.case_params.prompt_prefix_tokens)
+    tokens = ctx.vectors("inputs")["flow_tokens"][:, : ctx.case_params.stream_chunk1_tokens]
     mel = flow.inference(tokens, **prompt, streaming=True, finalize=False, prefix=prefix)
     assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "cosyvoice2 first streaming chunk, cached prefix")
 
@@ -86,7 +84,7 @@ def check_mel_stream_final(ctx: ParityContext) -> None:
     tokens = ctx.vectors("inputs")["flow_tokens"]
     flow = _flow(ctx.model_dir)
     mel = flow.inference(tokens, **_inputs(ctx), streaming=False, finalize=True)
-    new_frames = mel[:, :, flow.config.token_mel_ratio * FIRST_HOP_TOKENS :]
+    new_frames = mel[:, :, flow.config.token_mel_ratio * ctx.case_params.first_stream_hop_tokens :]
     assert_close(new_frames, ctx.vectors("flow")["mel_stream_final"], "mel", "cosyvoice2 flow, final streaming chunk")
 
 

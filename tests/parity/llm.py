@@ -128,7 +128,7 @@ def check_ras_seed4321_replay(ctx: ParityContext) -> None:
 
 
 def check_ras_seed4321_own_generator(ctx: ParityContext) -> None:
-    """Our sampler's own generator seeded 4321 draws exactly what the reference's global RNG drew.
+    """Our sampler's own generator seeded with ``ras_seed`` draws exactly what the reference's global RNG drew.
 
     Only meaningful with the reference's torch version (multinomial's algorithm is not a stable API).
     """
@@ -136,7 +136,7 @@ def check_ras_seed4321_own_generator(ctx: ParityContext) -> None:
     if reference_torch.split("+")[0] != torch.__version__.split("+")[0]:
         pytest.skip(f"torch {torch.__version__} differs from the reference's {reference_torch}")
     model, vectors = _model(ctx), ctx.vectors("llm")
-    tokens = list(model.generate(*_prompt(ctx), model.make_sampler(seed=4321)))
+    tokens = list(model.generate(*_prompt(ctx), model.make_sampler(seed=ctx.case_params.ras_seed)))
     expected = vectors["ras_seed4321_tokens"].tolist()[:-1]
     assert tokens == expected, f"seeded RAS tokens differ first at {_first_difference(tokens, expected)}"
 

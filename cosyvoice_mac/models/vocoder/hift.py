@@ -24,10 +24,12 @@ from torch import nn
 
 from ...checkpoint import load_checkpoint, load_strict
 from ...config import ConfigError, read_yaml_config, tag_name
+from ...device import conv_length_limit
 from .f0 import F0Predictor
 from .layers import CausalUpsample, PaddedConv1d, ResBlock, causal_padding
 from .source import FixedUniformSourceNoise, GaussianSourceNoise, HarmonicSource, SourceNoise
 from .stft import ConvSTFT
+from .window import plan_windows
 
 _GENERATORS = {"HiFTGenerator": False, "CausalHiFTGenerator": True}  # class name -> causal
 _F0_PREDICTORS = {"ConvRNNF0Predictor": False, "CausalConvRNNF0Predictor": True}
@@ -194,6 +196,8 @@ class HiFT(nn.Module):
         self.default_noise: SourceNoise = FixedUniformSourceNoise() if causal else GaussianSourceNoise(
             harmonics=config.nb_harmonics + 1
         )
+        # "auto": the device's limit (MPS: 65536); an int forces windows (tests on the CPU); None: one shot.
+        self.conv_limit: int | None | str = "auto"
 
     @property
     def decoder_lookahead(self) -> int:
@@ -213,11 +217,15 @@ class HiFT(nn.Module):
         finalize: bool = True,
         cache_source: torch.Tensor | None = None,
         noise: SourceNoise | None = None,
+        first_frame: int = 0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """mel ``(1, 80, T)`` (natural-log mel, 50 Hz) -> ``(wav (1, N), source (1, 1, N_src))``, float32.
 
         ``N = 480 T`` (CosyVoice3 ``finalize=False``: ``480 (T - 8)``, source ``480 (T - 3)``).
         ``cache_source (1, 1, n)`` (CosyVoice2 streaming) replaces the first n source samples.
+        ``first_frame`` k returns only the audio (and source) from sample ``480 k`` on, computing only
+        the decoder windows it needs (CosyVoice3 streaming: no re-vocoding of what was already sent).
+        Under a conv length limit (:attr:`conv_limit`) the decoder runs in bounded windows.
         Tensors come back on the module's device.
         """
         parameter = self.conv_pre.weight
@@ -225,11 +233,33 @@ class HiFT(nn.Module):
             raise ValueError(f"HiFT runs in float32 (Snake and phase need it), not {parameter.dtype}: call .float()")
         mel = self._checked_mel(mel, finalize).to(parameter.device, parameter.dtype)
         f0 = self.f0_predictor(mel, finalize=finalize)
-        source = self.m_source(f0, noise if noise is not None else self.default_noise)
+        frames = f0.shape[-1]  # CosyVoice3 streaming: the f0 look-ahead frames are context only
+        output_frames = frames - self.decoder_lookahead - 1 if not finalize else frames
+        if not 0 <= first_frame <= output_frames:
+            raise ValueError(f"first_frame must be in 0..{output_frames} for this call, got {first_frame}")
+        windows = plan_windows(frames, output_frames, first_frame, self.active_conv_limit(), self)
+        source_start = windows[0].start
+        source = self.m_source(f0, noise if noise is not None else self.default_noise, first_frame=source_start)
         if cache_source is not None and cache_source.shape[-1]:
+            if source_start:
+                raise ValueError("cache_source is for whole calls (CosyVoice2 streaming), not with first_frame")
             source[:, :, : cache_source.shape[-1]] = self._checked_cache(cache_source, source)
-        decoder_mel = mel[:, :, : f0.shape[-1]]  # CosyVoice3 streaming: the f0 look-ahead frames are context only
-        return self.decode(decoder_mel, source, finalize=finalize), source
+        step = self.config.samples_per_frame
+        pieces = []
+        for window in windows:
+            last = window.stop == frames
+            wave = self.decode(mel[:, :, window.start:window.stop],
+                               source[:, :, (window.start - source_start) * step:(window.stop - source_start) * step],
+                               finalize=finalize if last else True)
+            pieces.append(wave[:, (window.keep_start - window.start) * step:(window.keep_stop - window.start) * step])
+        wave = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
+        return wave, source[:, :, (first_frame - source_start) * step:]
+
+    def active_conv_limit(self) -> int | None:
+        """The longest conv time axis allowed now: :attr:`conv_limit`, or the device's policy when "auto"."""
+        if self.conv_limit == "auto":
+            return conv_length_limit(self.conv_pre.weight.device)
+        return self.conv_limit
 
     def decode(self, mel: torch.Tensor, source: torch.Tensor, *, finalize: bool = True) -> torch.Tensor:
         """mel ``(1, 80, T)`` + source ``(1, 1, 480 T)`` -> waveform ``(1, 480 T)``.

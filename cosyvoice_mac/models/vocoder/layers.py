@@ -62,18 +62,39 @@ class CausalUpsample(nn.Conv1d):
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int):
         super().__init__(in_channels, out_channels, kernel_size)
         self.upsample_rate = stride
+        self._kernel: torch.Tensor | None = None
+        self._kernel_key: tuple | None = None
+        # Loading a checkpoint copies into the weight in place: rebuild the kernel then, not per call.
+        self.register_load_state_dict_post_hook(_refresh_after_load)
 
     def transposed_kernel(self) -> torch.Tensor:
         """``[in, out, k + stride - 1]``: ``sum_{j - stride < i <= j} w[i]`` at tap j (time-reversed)."""
         u = self.upsample_rate
-        reversed_taps = self.weight.flip(-1).transpose(0, 1)  # [in, out, k]
+        reversed_taps = self.weight.detach().flip(-1).transpose(0, 1)  # [in, out, k]
         padded = F.pad(reversed_taps, (u - 1, u - 1))
-        return padded.unfold(-1, u, 1).sum(-1)  # [in, out, k + u - 1]
+        return padded.unfold(-1, u, 1).sum(-1).contiguous()  # [in, out, k + u - 1]
+
+    def refresh_kernel(self) -> torch.Tensor:
+        """The precomputed kernel, rebuilt only when the weight changed (load, ``.to()``, in-place edit)."""
+        weight = self.weight
+        version = 0 if weight.is_inference() else weight._version  # inference tensors keep no version
+        key = (weight.data_ptr(), version, weight.device, weight.dtype)
+        # An inference-mode tensor cannot enter autograd: rebuild once if one is needed outside that mode.
+        stale_mode = self._kernel is not None and self._kernel.is_inference() and not torch.is_inference_mode_enabled()
+        if self._kernel is None or key != self._kernel_key or stale_mode:
+            with torch.no_grad():
+                self._kernel = self.transposed_kernel()
+            self._kernel_key = key
+        return self._kernel
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = F.conv_transpose1d(x, self.transposed_kernel(), self.bias, stride=self.upsample_rate)
+        out = F.conv_transpose1d(x, self.refresh_kernel(), self.bias, stride=self.upsample_rate)
         # Output m of the transposed conv is causal output m; the last k - 1 are past the input's end.
         return out[..., : x.shape[-1] * self.upsample_rate]
+
+
+def _refresh_after_load(module: CausalUpsample, _incompatible_keys) -> None:
+    module.refresh_kernel()
 
 
 class Snake(nn.Module):

@@ -155,22 +155,27 @@ class HarmonicSource(nn.Module):
         phase = torch.cumsum(cycles_per_sample, dim=1) * 2 * math.pi
         return phase.transpose(1, 2) * self.samples_per_frame
 
-    def forward(self, f0: torch.Tensor, noise: SourceNoise) -> torch.Tensor:
-        """f0 ``(1, T)`` in Hz -> source ``(1, 1, T * samples_per_frame)`` on the module's device."""
+    def forward(self, f0: torch.Tensor, noise: SourceNoise, first_frame: int = 0) -> torch.Tensor:
+        """f0 ``(1, T)`` in Hz -> source ``(1, 1, (T - first_frame) * samples_per_frame)`` on the module's device.
+
+        The phase is integrated from frame 0 and the noise drawn for the whole call either way, so the
+        samples from ``first_frame`` on equal those of a whole call; only they are computed (CosyVoice3).
+        """
         if noise.harmonics != self.harmonics:
             raise ValueError(f"source noise has {noise.harmonics} harmonics, the vocoder uses {self.harmonics}")
-        device, frames = self.l_linear.weight.device, f0.shape[-1]
-        step = self.samples_per_frame
+        device, step = self.l_linear.weight.device, self.samples_per_frame
         phase = self.frame_phase(f0).to(device)
+        unit_noise = noise.take(f0.shape[-1] * step)
         if self.nearest_phase:
-            phase = phase.repeat_interleave(step, dim=-1)
-        else:
-            phase = F.interpolate(phase, scale_factor=float(step), mode="linear")
+            phase = phase[:, :, first_frame:].repeat_interleave(step, dim=-1)
+        else:  # linear interpolation reads neighbouring frames: interpolate all, then keep the tail
+            phase = F.interpolate(phase, scale_factor=float(step), mode="linear")[:, :, first_frame * step:]
+        f0, frames = f0[:, first_frame:], f0.shape[-1] - first_frame
         excitation = phase.sin_().mul_(self.sine_amp).unflatten(-1, (frames, step))  # (1, H, T, step)
 
         voiced = (f0.to(device, torch.float32) > self.voiced_threshold)[:, None, :, None]  # (1, 1, T, 1)
         noise_amp = torch.where(voiced, self.noise_std, self.sine_amp / 3).to(torch.float32)
-        unit_noise = noise.take(frames * step).to(device).unflatten(-1, (frames, step))
+        unit_noise = unit_noise[:, :, first_frame * step:].to(device).unflatten(-1, (frames, step))
         excitation.mul_(voiced).addcmul_(unit_noise, noise_amp)  # sines on voiced frames + noise
         # Upstream's layout (1, L, H) over the same memory; a GEMM, far faster than a 1x1 conv here.
         merged = self.l_linear(excitation.flatten(2).transpose(1, 2))

@@ -1,0 +1,138 @@
+"""Every aten op a synthesis runs has an MPS kernel in this torch (no silent per-op CPU fallback on a Mac).
+
+The tiny models synthesise on the CPU along the MPS code path (conv windows, serialised device
+turns, float32 f0: what MPS gets), both versions, streaming and not, under a ``TorchDispatchMode``.
+Each recorded op is looked up in torch's own ``torchgen/packaged/ATen/native/native_functions.yaml``:
+it passes with an ``MPS`` dispatch entry (following ``structured_delegate``) or a CompositeExplicit
+kernel; a CompositeImplicit op is decomposed while recording and its parts are checked instead.
+No op is exempt: the CPU-side work on a Mac (phase integral, noise draws) uses ops that have MPS
+kernels anyway, so every recorded op is checked. The LLM thread of a streamed request is not recorded (dispatch modes are
+per-thread); its ops are those of the non-streamed runs.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import torch
+import torchgen
+import yaml
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from cosyvoice_mac.device import MPS_CONV_LIMIT
+from cosyvoice_mac.models.vocoder.f0 import F0Predictor
+from cosyvoice_mac.pipeline import CosyVoice
+from tests.fakes.onnx_models import make_tiny_model_dir
+
+NATIVE_FUNCTIONS = Path(torchgen.__file__).parent / "packaged" / "ATen" / "native" / "native_functions.yaml"
+TEXT = "Hello world, this is a test."
+PROMPT_TEXT = "Hello there, this is a short prompt for testing."
+
+# CompositeImplicit ops whose decomposition picks its kernel by device: on the CPU SDPA becomes
+# _scaled_dot_product_flash_attention_for_cpu, on MPS this op; judge them by the MPS choice.
+MPS_CHOICE = {"scaled_dot_product_attention.default": "_scaled_dot_product_attention_math_for_mps"}
+
+
+@lru_cache(maxsize=1)
+def native_functions() -> dict[str, dict]:
+    """``name.overload`` (``name`` for the default overload) -> its yaml entry."""
+    entries = yaml.load(NATIVE_FUNCTIONS.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return {entry["func"].split("(", 1)[0]: entry for entry in entries if "func" in entry}
+
+
+def _dispatch_keys(entry: dict) -> set[str]:
+    return {key.strip() for keys in entry.get("dispatch", {}) for key in keys.split(",")}
+
+
+def mps_verdict(op_name: str) -> str:
+    """'mps', 'composite-explicit', 'composite-implicit' or 'missing' for ``name.overload``."""
+    if op_name in MPS_CHOICE:
+        return mps_verdict(MPS_CHOICE[op_name])
+    table = native_functions()
+    entry = table.get(op_name) or table.get(op_name.removesuffix(".default"))
+    if entry is None:
+        return "missing"
+    keys = _dispatch_keys(entry)
+    if "MPS" in keys:
+        return "mps"
+    if any(key.startswith("CompositeExplicitAutograd") for key in keys):
+        return "composite-explicit"
+    if "structured_delegate" in entry:
+        return mps_verdict(entry["structured_delegate"])
+    if not keys or "CompositeImplicitAutograd" in keys:
+        return "composite-implicit"
+    return "missing"
+
+
+class OpRecorder(TorchDispatchMode):
+    """Records every aten op by ``name.overload``; CompositeImplicit ops are decomposed and recorded too."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = f"{func.overloadpacket.__name__}.{func._overloadname}"
+        self.ops.add(name)
+        if mps_verdict(name) == "composite-implicit":
+            with self:
+                result = func.decompose(*args, **kwargs)
+            if result is not NotImplemented:
+                return result
+        return func(*args, **kwargs)
+
+
+def test_the_lookup_follows_the_yaml():
+    assert mps_verdict("convolution.default") == "composite-explicit"
+    assert mps_verdict("add.Tensor") == "mps"  # structured_delegate: add.out, which lists MPS
+    assert mps_verdict("conv1d.default") == "composite-implicit"
+    assert mps_verdict("_fft_r2c.default") == "mps"
+    assert mps_verdict("_cudnn_rnn.default") == "missing"
+    assert mps_verdict("_scaled_dot_product_flash_attention_for_cpu.default") == "missing"
+    assert mps_verdict("scaled_dot_product_attention.default") == "mps"  # by its MPS choice
+
+
+@pytest.fixture(scope="module")
+def recorded_ops(tmp_path_factory, make_speech) -> dict[str, set[str]]:
+    prompt = make_speech(PROMPT_TEXT, seconds=3.0)
+    found: dict[str, set[str]] = {}
+    patch = pytest.MonkeyPatch()
+    patch.setenv("COSYVOICE_SERIAL_DEVICE", "1")
+    patch.setattr(F0Predictor, "compute_dtype", lambda self, device: torch.float32)  # MPS has no float64
+    try:
+        for version in ("cosyvoice2", "cosyvoice3"):
+            model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path_factory.mktemp(version)), device="cpu")
+            model.networks.hift.conv_limit = MPS_CONV_LIMIT
+            speaker = model.prepare_prompt(prompt, transcript=PROMPT_TEXT)
+            for stream in (False, True):
+                with OpRecorder() as recorder:
+                    list(model.synthesize(TEXT, speaker=speaker, prompt_text=PROMPT_TEXT, seed=1, stream=stream))
+                found[f"{version} stream={stream}"] = recorder.ops
+    finally:
+        patch.undo()
+    return found
+
+
+def ops_without_mps(ops: set[str]) -> list[str]:
+    return sorted(op for op in ops if mps_verdict(op) == "missing")
+
+
+def test_an_op_without_an_mps_kernel_is_named():
+    """What a new op in the pipeline would do: torch.take and torch.mode have CPU/CUDA kernels only."""
+    with OpRecorder() as recorder, torch.inference_mode():
+        values = torch.arange(12.0).reshape(3, 4)
+        torch.take(values, torch.tensor([0, 5])).add_(1)
+        torch.mode(values, dim=1)
+    assert ops_without_mps(recorder.ops) == ["mode.default", "take.default"]
+
+
+def test_every_op_of_a_synthesis_has_an_mps_kernel(recorded_ops):
+    problems = {}
+    for run, ops in recorded_ops.items():
+        assert len(ops) > 30, f"{run}: too few ops recorded ({len(ops)}): is the recorder on?"
+        lacking = ops_without_mps(ops)
+        if lacking:
+            problems[run] = lacking
+    assert not problems, f"ops without an MPS kernel in torch {torch.__version__}: {problems}"

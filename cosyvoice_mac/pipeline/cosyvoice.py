@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.device import select_device, select_dtype
+from cosyvoice_mac.device import select_device
 from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
 from cosyvoice_mac.frontend.text import TextNormalizer
@@ -24,9 +24,10 @@ from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import (
-    Networks, OnDemand, build_networks, model_identity, qwen_config_for, stage_dtypes,
+    Networks, OnDemand, build_networks, model_identity, qwen_config_for,
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
+from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, plan_precision
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
 from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
@@ -51,7 +52,7 @@ class CosyVoice:
         tokenizer,
         prompt_encoder: PromptEncoder,
         device: torch.device,
-        dtype: torch.dtype,
+        plan: PrecisionPlan,
         model_id: str,
         folder: ModelFolder | None,
         low_memory: bool = False,
@@ -63,7 +64,8 @@ class CosyVoice:
         self.normalizer = TextNormalizer(lambda text: len(tokenizer.encode(text)))
         self.prompt_encoder = prompt_encoder
         self.device = device
-        self.dtype = dtype
+        self.precision = plan  # what each stage runs in, and why
+        self.dtype = plan.llm_dtype  # the global dtype means the LLM's
         self.model_id = model_id
         self.folder = folder
         self.sample_rate = SAMPLE_RATE
@@ -84,20 +86,26 @@ class CosyVoice:
         low_memory: bool = False,
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
+        precision: str | None = None,
+        reprobe: bool = False,
     ) -> "CosyVoice":
         """Load an official model folder unchanged (``random_weights`` only if asked for by name).
 
-        ``llm_dtype`` / ``flow_dtype`` override ``dtype`` per stage (on the CPU a 16-bit LLM keeps
-        its weights in 16 bits and computes in float32). ``low_memory`` (8 GB Macs) halves the LLM
-        unless a dtype is given and loads the ONNX frontends only while a new prompt is encoded.
+        ``dtype`` (else ``$COSYVOICE_DTYPE``) is the LLM's dtype; ``llm_dtype`` / ``flow_dtype`` name
+        a stage's ("int8": weight-only int8 LLM). A stage not named runs in what ``precision``
+        picks: ``auto`` measures this machine once (``reprobe`` again) and takes the fastest dtype
+        the quality gate allows; ``float32`` runs it in float32 (see ``precision_plan``).
+        ``low_memory`` (8 GB Macs) halves the LLM unless named and loads the ONNX frontends only
+        while a new prompt is encoded.
         """
         folder = ModelFolder.open(model_dir)
-        target, precision = _resolve(device, dtype)
-        llm_precision, flow_precision = stage_dtypes(
-            target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
+        target = _device(device)
+        qwen = qwen_config_for(folder)
+        plan = plan_precision(target, folder.version, folder.config, qwen, precision=precision, dtype=dtype,
+                              llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=low_memory, reprobe=reprobe)
         networks = build_networks(
-            folder.config, qwen_config_for(folder), folder=folder, device=target,
-            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=random_weights, low_memory=low_memory,
+            folder.config, qwen, folder=folder, device=target,
+            llm_dtype=plan.llm_dtype, flow_dtype=plan.flow_dtype, random_weights=random_weights, low_memory=low_memory,
         )
         model_id = model_identity(folder, folder.version, random_weights)
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
@@ -112,7 +120,7 @@ class CosyVoice:
         )
         return cls(
             version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
-            prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=folder,
+            prompt_encoder=prompt_encoder, device=target, plan=plan, model_id=model_id, folder=folder,
             low_memory=low_memory,
         )
 
@@ -127,18 +135,22 @@ class CosyVoice:
         low_memory: bool = False,
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
+        precision: str | None = None,
+        reprobe: bool = False,
     ) -> "CosyVoice":
         """The released architecture at full size with RANDOM weights and stand-in frontends.
 
         For benchmarks and memory checks only: its speech is noise. Never chosen implicitly.
+        Dtypes as for :meth:`from_pretrained`.
         """
         config = official_config(version)
-        target, precision = _resolve(device, dtype)
-        llm_precision, flow_precision = stage_dtypes(
-            target, precision, _dtype_or_none(llm_dtype), _dtype_or_none(flow_dtype), low_memory)
+        target = _device(device)
+        qwen = qwen_config_for(None)
+        plan = plan_precision(target, version, config, qwen, precision=precision, dtype=dtype,
+                              llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=low_memory, reprobe=reprobe)
         networks = build_networks(
-            config, qwen_config_for(None), folder=None, device=target,
-            llm_dtype=llm_precision, flow_dtype=flow_precision, random_weights=True, seed=seed, low_memory=low_memory,
+            config, qwen, folder=None, device=target,
+            llm_dtype=plan.llm_dtype, flow_dtype=plan.flow_dtype, random_weights=True, seed=seed, low_memory=low_memory,
         )
         model_id = model_identity(None, version, True)
         prompt_encoder = PromptEncoder(
@@ -147,7 +159,7 @@ class CosyVoice:
         )
         return cls(
             version=version, config=config, networks=networks, tokenizer=ByteStandInTokenizer(),
-            prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=None,
+            prompt_encoder=prompt_encoder, device=target, plan=plan, model_id=model_id, folder=None,
             low_memory=low_memory,
         )
 
@@ -322,14 +334,8 @@ def _fmax(config: dict):
     return config.get("feat_extractor", {}).get("fmax")
 
 
-def _dtype_or_none(dtype) -> torch.dtype | None:
-    return dtype if dtype is None or isinstance(dtype, torch.dtype) else select_dtype(dtype)
-
-
-def _resolve(device, dtype) -> tuple[torch.device, torch.dtype]:
-    target = device if isinstance(device, torch.device) else select_device(device)
-    precision = dtype if isinstance(dtype, torch.dtype) else select_dtype(dtype)
-    return target, precision
+def _device(device) -> torch.device:
+    return device if isinstance(device, torch.device) else select_device(device)
 
 
 def _synchronize(device: torch.device) -> None:

@@ -116,3 +116,93 @@ def store_weights_in_half(
             else:
                 setattr(parent, name, HalfStoredEmbedding(weight.to(storage), compute))
     return saved
+
+
+# weight-only int8 -----------------------------------------------------------------------------
+INT8 = "int8"  # the LLM's weight-only int8 choice (not a torch dtype: activations stay floating point)
+INT8_ACTIVATIONS = torch.bfloat16  # the fused kernel's fast input on x86 (fp32/fp16 inputs measured 6-7x slower)
+_FUSED_INT8: dict[str, bool] = {}  # device type -> whether ATen's int8 weight kernel runs there
+FUSED_INT8_K_MULTIPLE = 32  # torch 2.13's CPU kernel returns nan/inf (or crashes) for other inner sizes
+
+
+def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight (N, K)`` -> (int8 ``(N, K)``, float32 scale ``(N,)``): symmetric, one scale per output row."""
+    wide = weight.float()
+    scale = wide.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+    quantized = torch.round(wide / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    return quantized, scale
+
+
+def fused_int8_runs_on(device: torch.device) -> bool:
+    """Whether ``aten._weight_int8pack_mm`` runs on ``device``'s type (CPU and MPS have it; checked once)."""
+    if device.type not in _FUSED_INT8:
+        try:
+            row = torch.ones(1, 32, device=device, dtype=INT8_ACTIVATIONS)
+            torch.ops.aten._weight_int8pack_mm(row, torch.ones(8, 32, device=device, dtype=torch.int8),
+                                               torch.ones(8, device=device, dtype=INT8_ACTIVATIONS))
+            _FUSED_INT8[device.type] = True
+        except (RuntimeError, NotImplementedError):
+            _FUSED_INT8[device.type] = False
+    return _FUSED_INT8[device.type]
+
+
+class Int8WeightLinear(nn.Module):
+    """Owns a linear layer's weight as int8 with one scale per output channel, and its bias.
+
+    ``forward(x (..., K)) -> (..., N)`` in ``x``'s dtype. A single row (one decoding step) runs
+    ATen's fused int8 matrix-vector kernel where the device has one, reading 1 byte a weight (a
+    quarter of float32); many rows (the prefill) widen the weight to ``x``'s dtype for that product.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        quantized, scale = quantize_per_channel(weight)
+        self.register_buffer("qweight", quantized)
+        self.register_buffer("scale", scale)
+        self.register_buffer("kernel_scale", scale.to(INT8_ACTIVATIONS))
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.fused = self.in_features % FUSED_INT8_K_MULTIPLE == 0
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight ``(N, K)`` widened to ``dtype`` (one temporary copy)."""
+        return self.qweight.to(dtype) * self.scale[:, None].to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() == self.in_features and self.fused and fused_int8_runs_on(x.device):
+            row = x.reshape(1, -1).to(INT8_ACTIVATIONS)
+            out = torch.ops.aten._weight_int8pack_mm(row, self.qweight, self.kernel_scale)
+            out = out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        else:
+            out = F.linear(x, self.dequantized(x.dtype))
+        return out if self.bias is None else out + self.bias.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, stored=int8 per-channel"
+
+
+def store_weights_in_int8(module: nn.Module, compute: torch.dtype = torch.float32, keep: tuple[str, ...] = ()) -> int:
+    """Swap every ``nn.Linear`` of ``module`` (whatever its name or shape) for an :class:`Int8WeightLinear`.
+
+    The big text embedding is stored in fp16 (a lookup reads one row, so int8 would buy no speed).
+    Weights already rounded to 16 bits are quantised from those values. Returns the bytes saved.
+    """
+    chosen = halved_modules(module, keep)
+    saved = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if id(child) not in chosen:
+                continue
+            weight = child.weight.detach()
+            if isinstance(child, nn.Linear):
+                bias = None if child.bias is None else child.bias.detach().to(compute)
+                replacement = Int8WeightLinear(weight, bias)
+            else:
+                replacement = HalfStoredEmbedding(weight.to(torch.float16), compute)
+            saved += _tensor_bytes(child) - _tensor_bytes(replacement)
+            setattr(parent, name, replacement)
+    return saved
+
+
+def _tensor_bytes(module: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))

@@ -27,7 +27,7 @@ from cosyvoice_mac.pipeline.loading import (
     Networks, OnDemand, build_networks, model_identity, qwen_config_for,
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
-from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, plan_precision
+from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, StagePick, plan_precision
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
 from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
@@ -256,7 +256,7 @@ class CosyVoice:
                     audio=chunk.audio, sample_rate=self.sample_rate, speech_token_count=chunk.tokens_so_far,
                     seconds=time.perf_counter() - started, text=segment.display_text, segment_index=index,
                     segment_count=len(request.segments), is_final_chunk=chunk.is_final, timings=timings,
-                    seed=seed, mode=request.mode,
+                    seed=seed, mode=request.mode, notes=chunk.notes,
                 )
                 started = time.perf_counter()
             if should_stop():
@@ -296,14 +296,18 @@ class CosyVoice:
     def _tokens_to_wave(self, tokens, speaker, speed, timings, noise, notes) -> np.ndarray:
         """Flow then vocoder; ``noise`` seeds CosyVoice2's random excitation (v3's is fixed)."""
         started = time.perf_counter()
-        flow = self.networks.flow
-        device = next(flow.parameters()).device
-        mel = flow.inference(
-            torch.tensor([tokens], dtype=torch.long, device=device),
-            speaker.speech_tokens.to(device),
-            speaker.mel.to(device),
-            speaker.embedding.to(device),
-        )
+
+        def flow_mel() -> torch.Tensor:
+            flow = self.networks.flow
+            device = next(flow.parameters()).device
+            return flow.inference(torch.tensor([tokens], dtype=torch.long, device=device),
+                                  speaker.speech_tokens.to(device), speaker.mel.to(device),
+                                  speaker.embedding.to(device))
+
+        mel = flow_mel()
+        if not bool(torch.isfinite(mel).all()) and self.redo_flow_in_float32(notes):
+            mel = flow_mel()
+        device = mel.device
         if speed != 1.0:
             mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
         _synchronize(device)
@@ -314,6 +318,22 @@ class CosyVoice:
         timings["vocoder"] = time.perf_counter() - started
         return samples
 
+
+    def redo_flow_in_float32(self, notes: list[str]) -> bool:
+        """After a non-finite mel: widen a reduced-precision flow to float32 for good and say so in ``notes``.
+
+        Returns False when the flow already runs in float32 (nothing to redo with).
+        """
+        was = self.precision.flow.choice
+        if was == "float32":
+            return False
+        self.networks.flow.float()
+        self.flow_prefixes.clear()  # the voices' prefixes were computed in the old dtype
+        self.precision.flow = StagePick("flow", "float32", "redo", f"flow float32: the {was} flow gave a "
+                                        "non-finite mel, so it runs in float32 until the model is reloaded")
+        notes.append(f"the {was} flow gave a non-finite mel; this job was redone with a float32 flow "
+                     "(which the model keeps until it is reloaded)")
+        return True
 
     def _vocode(self, mel: torch.Tensor, noise, notes: list[str]) -> torch.Tensor:
         """Run the active vocoder; if a swapped-in one fails, the torch vocoder finishes the job."""

@@ -362,7 +362,8 @@ class WorkerRuntime:
                  "model": result.model, "version": getattr(self.pipeline, "version", None),
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
-                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes}
+                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes,
+                 "precision": precision_facts(self.pipeline)}
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:
@@ -395,5 +396,11 @@ class WorkerRuntime:
             "jobs_run": self.jobs_run,
             "flow_prefix_builds": getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
             "vocoder": self.vocoder, "vocoder_reason": self.vocoder_reason,
+            "precision": precision_facts(pipeline),
         }
 
+
+def precision_facts(pipeline) -> dict | None:
+    """What each stage runs in and why (``PrecisionPlan.as_dict``), for the status panel and the sidecar."""
+    plan = getattr(pipeline, "precision", None)
+    return plan.as_dict() if hasattr(plan, "as_dict") else None

@@ -62,8 +62,9 @@ class Networks:
                 for name in ("llm", "flow", "hift")}
 
     def parameter_bytes(self) -> dict[str, int]:
-        return {name: sum(p.numel() * p.element_size() for p in getattr(self, name).parameters())
-                for name in ("llm", "flow", "hift")}
+        """Bytes of each network's parameters and buffers (int8 weights and their scales are buffers)."""
+        return {name: sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+                for name, module in (("llm", self.llm), ("flow", self.flow), ("hift", self.hift))}
 
 
 def qwen_config_for(folder: ModelFolder | None) -> Qwen2Config:

@@ -88,6 +88,10 @@ def render_status(lang: str, status: dict) -> str:
         reason = status.get("vocoder_reason")
         lines.append(say(lang, "status_vocoder_torch_because", reason=reason) if reason
                      else say(lang, "status_vocoder", vocoder=status["vocoder"]))
+    precision = status.get("precision") or {}
+    reasons = [precision[stage]["reason"] for stage in ("llm", "flow", "vocoder") if stage in precision]
+    if reasons:
+        lines.append(say(lang, "status_precision", reasons="; ".join(reasons)))
     memory = status.get("memory") or {}
     if memory:
         lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),

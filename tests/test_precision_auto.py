@@ -243,3 +243,25 @@ def test_int8_keeps_odd_inner_sizes_off_the_fused_kernel():
     layer = Int8WeightLinear(linear.weight.detach(), linear.bias.detach())
     row = torch.randn(1, 36)
     assert not layer.fused and torch.allclose(layer(row), linear(row), atol=2e-2)
+
+
+# what the user sees -------------------------------------------------------------------------------
+def test_the_status_panel_and_the_sidecar_say_what_each_stage_runs_in(tiny_dir, tmp_path):
+    from cosyvoice_mac.engine import Engine, Job, WorkerConfig
+    from cosyvoice_mac.webui.render import render_status
+    from tests.fakes.fake_pipeline import tone
+
+    config = WorkerConfig(model_dir=str(tiny_dir), device="cpu", dtype="float16", outputs_dir=str(tmp_path / "out"),
+                          cache_dir=str(tmp_path / "cache"),
+                          pipeline_kwargs={"precision": "float32", "flow_dtype": "bfloat16"})
+    with Engine(config, start_timeout_s=120.0) as engine:
+        assert engine.start(timeout=120.0), engine.status()
+        result = engine.result(engine.submit(Job(text="Hello.", prompt_audio=tone(), prompt_sample_rate=24000)),
+                               timeout=120.0)
+        status = engine.status()
+    sidecar = json.loads(open(result.sidecar_path, encoding="utf-8").read())
+    for facts in (sidecar["precision"], status["precision"]):
+        assert facts["llm"] == {"dtype": "float16", "source": "explicit", "reason": "llm float16: asked for"}
+        assert facts["flow"]["dtype"] == "bfloat16" and facts["vocoder"]["dtype"] == "float32"
+    panel = render_status("en", status)
+    assert "**Precision:** llm float16: asked for; flow bfloat16: asked for; vocoder float32" in panel

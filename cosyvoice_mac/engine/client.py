@@ -179,7 +179,7 @@ class Engine(VoiceSaving):
         self.queue.unsubscribe(subscriber)
 
     def status(self) -> dict:
-        """For the UI: state, model, version, device, fell_back, dtype, memory, queue length, cache."""
+        """For the UI: state, model, version, device, fell_back, dtype, precision, memory, queue length, cache."""
         with self._lock:
             worker = dict(self._worker_status)
             cache = worker.get("cache") or {}
@@ -188,7 +188,8 @@ class Engine(VoiceSaving):
                 "state": self._state,
                 **{key: worker.get(key) for key in ("model", "version", "device", "fell_back", "fallback_reason",
                                                     "dtype", "memory", "jobs_run", "feature_extractions",
-                                                    "flow_prefix_builds", "vocoder", "vocoder_reason")},
+                                                    "flow_prefix_builds", "vocoder", "vocoder_reason",
+                                                    "precision")},
                 "queue_length": len(self.queue.pending),
                 "running": running.job.job_id if running else None,
                 "cache": cache,

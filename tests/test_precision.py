@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from cosyvoice_mac.pipeline import gate
 from cosyvoice_mac.pipeline.loading import build_networks, qwen_config_for
 from cosyvoice_mac.pipeline.model_dir import ModelFolder
 from cosyvoice_mac.pipeline.precision import (
@@ -21,9 +22,9 @@ from cosyvoice_mac.pipeline.precision import (
 from tests.parity.common import ParityContext, parity_dir
 
 VERSIONS = ("cosyvoice3", "cosyvoice2")
-TOP_K = 25
-MIN_TOP_K_AGREEMENT = 0.95
-MAX_MEL_RELATIVE_ERROR = 1e-2
+TOP_K = gate.TOP_K  # the gate's criteria, written once in cosyvoice_mac/pipeline/gate.py
+MIN_TOP_K_AGREEMENT = gate.MIN_TOP_K_AGREEMENT
+MAX_MEL_RELATIVE_ERROR = gate.MAX_RELATIVE_ERROR
 
 
 def _context(version: str) -> ParityContext:

@@ -172,8 +172,8 @@ def test_a_non_finite_mel_is_redone_with_a_float32_flow(tiny_dir, monkeypatch):
         assert audio.size and np.isfinite(audio).all()
         notes = [note for r in results for note in r.notes]
         if not stream:  # the first job found it; the model keeps the float32 flow afterwards
-            assert notes == ["the float16 flow gave a non-finite mel; this job was redone with a float32 flow "
-                             "(which the model keeps until it is reloaded)"]
+            assert notes == [("the float16 flow gave a non-finite mel; this job was redone with a float32 flow "
+                              "(which the model keeps until it is reloaded)")]
         else:
             assert notes == []
     assert next(flow.decoder.estimator.parameters()).dtype == torch.float32
@@ -259,7 +259,8 @@ def test_the_status_panel_and_the_sidecar_say_what_each_stage_runs_in(tiny_dir, 
         result = engine.result(engine.submit(Job(text="Hello.", prompt_audio=tone(), prompt_sample_rate=24000)),
                                timeout=120.0)
         status = engine.status()
-    sidecar = json.loads(open(result.sidecar_path, encoding="utf-8").read())
+    with open(result.sidecar_path, encoding="utf-8") as handle:
+        sidecar = json.load(handle)
     for facts in (sidecar["precision"], status["precision"]):
         assert facts["llm"] == {"dtype": "float16", "source": "explicit", "reason": "llm float16: asked for"}
         assert facts["flow"]["dtype"] == "bfloat16" and facts["vocoder"]["dtype"] == "float32"

@@ -15,57 +15,28 @@ import torch
 from cosyvoice_mac.models.flow import Flow, FlowConfig
 from cosyvoice_mac.pipeline import gate
 from cosyvoice_mac.pipeline.fullsize import official_config
-from cosyvoice_mac.pipeline.loading import build_networks, qwen_config_for
-from cosyvoice_mac.pipeline.model_dir import ModelFolder
 from cosyvoice_mac.pipeline.precision import INT8
-from tests.parity.common import ParityContext, parity_dir
+from tests.test_precision import (
+    _context,
+    _forced_decoding_logp,
+    _networks,
+    _relative_error,
+    _top_k_agreement,
+)
 
 VERSIONS = ("cosyvoice3", "cosyvoice2")
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _context(version: str) -> ParityContext:
-    root = parity_dir()
-    if not (root / f"{version}_tiny").is_dir():
-        pytest.skip(f"no tiny {version} model under {root}")
-    return ParityContext(root=root, version=version)
-
-
-def _networks(ctx: ParityContext, **dtypes):
-    folder = ModelFolder.open(ctx.model_dir)
-    return build_networks(folder.config, qwen_config_for(folder), folder=folder, device=torch.device("cpu"), **dtypes)
-
-
-def _top_k_sets(scores: torch.Tensor) -> torch.Tensor:
-    return scores.float().topk(gate.TOP_K, dim=-1).indices.sort(dim=-1).values
-
-
-def _agreeing_steps(actual: torch.Tensor, expected: torch.Tensor) -> int:
-    return int((_top_k_sets(actual) == _top_k_sets(expected)).all(dim=-1).sum())
-
-
-def _relative_error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return ((actual.float() - expected.float()).norm() / expected.float().norm()).item()
 
 
 def llm_agreement(version: str, choice: str) -> float:
     """Share of recorded steps (teacher-forced and forced decoding) whose top-25 sets equal the reference's."""
     ctx = _context(version)
     llm = _networks(ctx, llm_dtype=gate.as_dtype(choice)).llm
-    vectors, inputs = ctx.vectors("llm"), ctx.vectors("inputs")
+    vectors = ctx.vectors("llm")
     teacher_forced = llm.teacher_forced_logits(vectors["lm_input_embeds"])[0]
-    llm._masked_before_min_len = (llm.config.speech_token_size,)  # the reference's mask (spec 5.4)
-    forced = inputs["forced_speech_tokens"][0].tolist()
-    seen: list[torch.Tensor] = []
-
-    def force(logp, history, ignore_ids):
-        return forced[len(history)] if len(history) < len(forced) else llm.eos
-
-    list(llm.generate(inputs["text"], inputs["prompt_text"], inputs["prompt_speech_token"], force,
-                      on_step=lambda step, logp: seen.append(logp.clone())))
-    decoded = torch.stack(seen)
-    agreeing = (_agreeing_steps(teacher_forced, vectors["logits_teacher_forced"][0])
-                + _agreeing_steps(decoded, vectors["incremental_logp_forced"]))
+    decoded = _forced_decoding_logp(llm, ctx)
+    agreeing = (_top_k_agreement(teacher_forced, vectors["logits_teacher_forced"][0]) * teacher_forced.shape[0]
+                + _top_k_agreement(decoded, vectors["incremental_logp_forced"]) * decoded.shape[0])
     return agreeing / (teacher_forced.shape[0] + decoded.shape[0])
 
 

@@ -102,6 +102,13 @@ def store_weights_in_half(
     """
     if storage not in HALF_DTYPES:
         raise ValueError(f"weights can be stored as float16 or bfloat16, not {storage}")
+    return _swap_layers(module, keep, lambda weight, bias: HalfStoredLinear(weight.to(storage), bias), storage, compute)
+
+
+def _swap_layers(module: nn.Module, keep: tuple[str, ...], make_linear, table_storage: torch.dtype,
+                 compute: torch.dtype) -> int:
+    """Replace each layer :func:`halved_modules` chooses: linears by ``make_linear(weight, bias)``, the big
+    embedding by a ``table_storage`` one. Returns the bytes saved."""
     chosen = halved_modules(module, keep)
     saved = 0
     for parent in list(module.modules()):
@@ -109,12 +116,13 @@ def store_weights_in_half(
             if id(child) not in chosen:
                 continue
             weight = child.weight.detach()
-            saved += weight.numel() * (weight.element_size() - torch.finfo(storage).bits // 8)
             if isinstance(child, nn.Linear):
                 bias = None if child.bias is None else child.bias.detach().to(compute)
-                setattr(parent, name, HalfStoredLinear(weight.to(storage), bias))
+                replacement = make_linear(weight, bias)
             else:
-                setattr(parent, name, HalfStoredEmbedding(weight.to(storage), compute))
+                replacement = HalfStoredEmbedding(weight.to(table_storage), compute)
+            saved += _tensor_bytes(child) - _tensor_bytes(replacement)
+            setattr(parent, name, replacement)
     return saved
 
 
@@ -187,21 +195,7 @@ def store_weights_in_int8(module: nn.Module, compute: torch.dtype = torch.float3
     The big text embedding is stored in fp16 (a lookup reads one row, so int8 would buy no speed).
     Weights already rounded to 16 bits are quantised from those values. Returns the bytes saved.
     """
-    chosen = halved_modules(module, keep)
-    saved = 0
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if id(child) not in chosen:
-                continue
-            weight = child.weight.detach()
-            if isinstance(child, nn.Linear):
-                bias = None if child.bias is None else child.bias.detach().to(compute)
-                replacement = Int8WeightLinear(weight, bias)
-            else:
-                replacement = HalfStoredEmbedding(weight.to(torch.float16), compute)
-            saved += _tensor_bytes(child) - _tensor_bytes(replacement)
-            setattr(parent, name, replacement)
-    return saved
+    return _swap_layers(module, keep, Int8WeightLinear, torch.float16, compute)
 
 
 def _tensor_bytes(module: nn.Module) -> int:

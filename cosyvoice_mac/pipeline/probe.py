@@ -29,7 +29,11 @@ import torch
 from torch import nn
 
 from cosyvoice_mac.pipeline.gate import CANDIDATES, as_dtype
-from cosyvoice_mac.pipeline.precision import INT8, store_weights_in_half, store_weights_in_int8
+from cosyvoice_mac.pipeline.precision import (
+    INT8,
+    store_weights_in_half,
+    store_weights_in_int8,
+)
 
 PROBE_FORMAT = 1  # bump when what is timed changes: older cached timings are then ignored
 CACHE_FILE = "precision-probe.json"
@@ -104,7 +108,9 @@ def timed_shapes(config: dict, qwen) -> dict:
 
 
 def default_cache_path() -> Path:
-    from cosyvoice_mac.engine.cache import user_cache_dir  # the one rule for the user cache folder
+    from cosyvoice_mac.engine.cache import (
+        user_cache_dir,  # the one rule for the user cache folder
+    )
 
     return user_cache_dir() / CACHE_FILE
 
@@ -185,7 +191,8 @@ def _time_llm_candidates(device: torch.device, qwen) -> dict[str, float | str]:
         try:
             stored, dtype = stored_like_the_llm(layers, choice, device)
             rows = [torch.randn(1, inner, device=device, dtype=dtype) for inner, _ in shapes]
-            timings[choice] = best_seconds(device, lambda: [layer(row) for layer, row in zip(stored, rows)])
+            timings[choice] = best_seconds(
+                device, lambda stored=stored, rows=rows: [layer(row) for layer, row in zip(stored, rows)])
         except (RuntimeError, TypeError, NotImplementedError) as error:
             timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
         del layers
@@ -223,16 +230,17 @@ def _time_flow_candidates(device: torch.device, flow_node: dict) -> dict[str, fl
     timings: dict[str, float | str] = {}
     for choice in CANDIDATES["flow"]:
         dtype = as_dtype(choice)
+        if isinstance(screen[choice], str):
+            timings[choice] = f"does not run here ({screen[choice]})"
+            continue
         try:
-            if isinstance(screen[choice], str):
-                raise RuntimeError(screen[choice])
             ratio = screen[choice] / screen["float32"] if isinstance(screen["float32"], float) else 1.0
             if choice != "float32" and ratio > GIVE_UP_FACTOR and isinstance(timings.get("float32"), float):
                 timings[choice] = timings["float32"] * ratio
                 continue
             model = estimator.to(device=device, dtype=dtype)
             inputs = estimator_inputs(device, dtype, FLOW_FRAMES)
-            timings[choice] = best_seconds(device, lambda: model(**inputs), FLOW_REPEATS)
+            timings[choice] = best_seconds(device, lambda model=model, inputs=inputs: model(**inputs), FLOW_REPEATS)
         except (RuntimeError, TypeError, NotImplementedError) as error:
             timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
     return timings

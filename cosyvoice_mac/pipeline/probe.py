@@ -35,7 +35,7 @@ from cosyvoice_mac.pipeline.precision import (
     store_weights_in_int8,
 )
 
-PROBE_FORMAT = 1  # bump when what is timed changes: older cached timings are then ignored
+PROBE_FORMAT = 2  # bump when what is timed changes: older cached timings are then ignored
 CACHE_FILE = "precision-probe.json"
 LLM_LAYERS = 4
 FLOW_FRAMES = 2 * (80 + 125)  # a 3 s prompt and a 5 s sentence, 2 mel frames a token
@@ -52,17 +52,23 @@ def synchronize(device: torch.device) -> None:
         torch.mps.synchronize()
 
 
-def best_seconds(device: torch.device, function, repeats: int = REPEATS) -> float:
-    """The fastest of ``repeats`` calls of ``function`` after one warm-up call."""
+def best_seconds(device: torch.device, function, repeats: int = REPEATS, clock=time.perf_counter) -> float:
+    """The fastest of ``repeats`` calls of ``function`` after one warm-up call, by ``clock``."""
     function()
     best = float("inf")
     for _ in range(repeats):
         synchronize(device)
-        started = time.perf_counter()
+        started = clock()
         function()
         synchronize(device)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, clock() - started)
     return best
+
+
+def probe_clock(device: torch.device):
+    """On the CPU this process's CPU time: what a candidate costs, even while other programs share the cores
+    (wall time then measures them too). Elsewhere wall time, after the device has finished."""
+    return time.process_time if device.type == "cpu" else time.perf_counter
 
 
 # machine key ----------------------------------------------------------------------------------
@@ -192,7 +198,8 @@ def _time_llm_candidates(device: torch.device, qwen) -> dict[str, float | str]:
             stored, dtype = stored_like_the_llm(layers, choice, device)
             rows = [torch.randn(1, inner, device=device, dtype=dtype) for inner, _ in shapes]
             timings[choice] = best_seconds(
-                device, lambda stored=stored, rows=rows: [layer(row) for layer, row in zip(stored, rows)])
+                device, lambda stored=stored, rows=rows: [layer(row) for layer, row in zip(stored, rows)],
+                clock=probe_clock(device))
         except (RuntimeError, TypeError, NotImplementedError) as error:
             timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
         del layers
@@ -240,7 +247,8 @@ def _time_flow_candidates(device: torch.device, flow_node: dict) -> dict[str, fl
                 continue
             model = estimator.to(device=device, dtype=dtype)
             inputs = estimator_inputs(device, dtype, FLOW_FRAMES)
-            timings[choice] = best_seconds(device, lambda model=model, inputs=inputs: model(**inputs), FLOW_REPEATS)
+            timings[choice] = best_seconds(device, lambda model=model, inputs=inputs: model(**inputs), FLOW_REPEATS,
+                                           clock=probe_clock(device))
         except (RuntimeError, TypeError, NotImplementedError) as error:
             timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
     return timings
@@ -250,6 +258,6 @@ def _product_seconds(device: torch.device, dtype: torch.dtype, rows: int, shape:
     try:
         weight = torch.randn(*shape).to(device=device, dtype=dtype)
         x = torch.randn(rows, shape[1]).to(device=device, dtype=dtype)
-        return best_seconds(device, lambda: torch.nn.functional.linear(x, weight), 2)
+        return best_seconds(device, lambda: torch.nn.functional.linear(x, weight), 2, clock=probe_clock(device))
     except (RuntimeError, TypeError, NotImplementedError) as error:
         return f"{type(error).__name__}: {str(error)[:120]}"

@@ -53,7 +53,8 @@ def matmul_rate(device: torch.device, dtype: torch.dtype, rows: int) -> float:
 def llm_bytes_per_token(llm: nn.Module, positions: int) -> int:
     """Bytes one decoding step reads: every parameter except the embedding tables, plus the KV cache."""
     embedding_ids = {id(p) for m in llm.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    embedding_ids |= {id(p) for m in llm.modules() if type(m).__name__ == "HalfStoredEmbedding" for p in m.parameters()}
+    tables = [m for m in llm.modules() if type(m).__name__ in ("HalfStoredEmbedding", "Int8Embedding")]
+    embedding_ids |= {id(t) for m in tables for t in (*m.parameters(), *m.buffers())}
     tensors = [*llm.parameters(), *llm.buffers()]  # int8 weights and their scales are buffers
     weights = sum(t.numel() * t.element_size() for t in tensors if id(t) not in embedding_ids)
     qwen = llm.config.qwen

@@ -13,7 +13,7 @@ from cosyvoice_mac.device import DeviceError
 from cosyvoice_mac.pipeline import CosyVoice, probe
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import qwen_config_for
-from cosyvoice_mac.pipeline.precision import Int8WeightLinear, store_weights_in_int8
+from cosyvoice_mac.pipeline.precision import Int8Embedding, Int8WeightLinear, store_weights_in_int8
 from cosyvoice_mac.pipeline.precision_plan import auto_pick, plan_precision
 from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.parity.common import parity_dir
@@ -223,14 +223,14 @@ def test_int8_replaces_every_linear_whatever_its_name_and_matches_float32():
     before = sum(p.numel() * p.element_size() for p in model.parameters())
     saved = store_weights_in_int8(model)
     assert not any(isinstance(m, nn.Linear) for m in model.modules())
-    assert sum(isinstance(m, Int8WeightLinear) for m in model.modules()) == 3
+    assert sum(isinstance(m, Int8WeightLinear) for m in model.modules()) == 3 and isinstance(model.embed, Int8Embedding)
     after = sum(t.numel() * t.element_size() for t in (*model.parameters(), *model.buffers()))
     assert before - after == saved
     int8 = [m for m in model.modules() if isinstance(m, Int8WeightLinear)]
     weights = sum(m.in_features * m.out_features for m in int8)
     assert all(m.qweight.dtype == torch.int8 for m in int8)
     assert sum(m.qweight.numel() + 4 * m.scale.numel() for m in int8) < 0.3 * 4 * weights  # a quarter of fp32
-    assert model.embed.weight.dtype == torch.float16  # the lookup table: 16 bits (a lookup reads one row)
+    assert model.embed.qweight.dtype == torch.int8 and model.embed.qweight.shape == (100_000, 64)
     for rows in (ids, ids[:, :1]):  # the prefill (widened weight) and one step (the fused kernel: K = 64, 128)
         out = model(rows)
         want = expected[:, : rows.shape[1]]

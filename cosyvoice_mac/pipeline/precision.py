@@ -102,13 +102,13 @@ def store_weights_in_half(
     """
     if storage not in HALF_DTYPES:
         raise ValueError(f"weights can be stored as float16 or bfloat16, not {storage}")
-    return _swap_layers(module, keep, lambda weight, bias: HalfStoredLinear(weight.to(storage), bias), storage, compute)
+    return _swap_layers(module, keep, lambda weight, bias: HalfStoredLinear(weight.to(storage), bias),
+                        lambda table: HalfStoredEmbedding(table.to(storage), compute), compute)
 
 
-def _swap_layers(module: nn.Module, keep: tuple[str, ...], make_linear, table_storage: torch.dtype,
-                 compute: torch.dtype) -> int:
+def _swap_layers(module: nn.Module, keep: tuple[str, ...], make_linear, make_table, compute: torch.dtype) -> int:
     """Replace each layer :func:`halved_modules` chooses: linears by ``make_linear(weight, bias)``, the big
-    embedding by a ``table_storage`` one. Returns the bytes saved."""
+    embedding by ``make_table(weight)``. Returns the bytes saved."""
     chosen = halved_modules(module, keep)
     saved = 0
     for parent in list(module.modules()):
@@ -120,7 +120,7 @@ def _swap_layers(module: nn.Module, keep: tuple[str, ...], make_linear, table_st
                 bias = None if child.bias is None else child.bias.detach().to(compute)
                 replacement = make_linear(weight, bias)
             else:
-                replacement = HalfStoredEmbedding(weight.to(table_storage), compute)
+                replacement = make_table(weight)
             saved += _tensor_bytes(child) - _tensor_bytes(replacement)
             setattr(parent, name, replacement)
     return saved
@@ -192,10 +192,28 @@ class Int8WeightLinear(nn.Module):
 def store_weights_in_int8(module: nn.Module, compute: torch.dtype = torch.float32, keep: tuple[str, ...] = ()) -> int:
     """Swap every ``nn.Linear`` of ``module`` (whatever its name or shape) for an :class:`Int8WeightLinear`.
 
-    The big text embedding is stored in fp16 (a lookup reads one row, so int8 would buy no speed).
+    The big text embedding becomes an :class:`Int8Embedding` (memory only: a lookup reads one row).
     Weights already rounded to 16 bits are quantised from those values. Returns the bytes saved.
     """
-    return _swap_layers(module, keep, Int8WeightLinear, torch.float16, compute)
+    return _swap_layers(module, keep, Int8WeightLinear, lambda table: Int8Embedding(table, compute), compute)
+
+
+class Int8Embedding(nn.Module):
+    """Owns an embedding table as int8 with one scale per row; lookups come back in ``compute_dtype``.
+
+    ``forward(ids (...)) -> (..., D)``. The Qwen2 text table: 272 MB in fp16, 136 MB here.
+    """
+
+    def __init__(self, weight: torch.Tensor, compute_dtype: torch.dtype):
+        super().__init__()
+        quantized, scale = quantize_per_channel(weight)
+        self.register_buffer("qweight", quantized)
+        self.register_buffer("scale", scale)
+        self.compute_dtype = compute_dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = F.embedding(ids, self.qweight).to(self.compute_dtype)
+        return rows * F.embedding(ids, self.scale[:, None]).to(self.compute_dtype)
 
 
 def _tensor_bytes(module: nn.Module) -> int:

@@ -13,7 +13,11 @@ from cosyvoice_mac.device import DeviceError
 from cosyvoice_mac.pipeline import CosyVoice, probe
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import qwen_config_for
-from cosyvoice_mac.pipeline.precision import Int8Embedding, Int8WeightLinear, store_weights_in_int8
+from cosyvoice_mac.pipeline.precision import (
+    Int8Embedding,
+    Int8WeightLinear,
+    store_weights_in_int8,
+)
 from cosyvoice_mac.pipeline.precision_plan import auto_pick, plan_precision
 from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.parity.common import parity_dir

@@ -133,11 +133,18 @@ _FUSED_INT8: dict[str, bool] = {}  # device type -> whether ATen's int8 weight k
 FUSED_INT8_K_MULTIPLE = 32  # torch 2.13's CPU kernel returns nan/inf (or crashes) for other inner sizes
 
 
+QUANTIZE_ROWS = 4096  # rows widened at a time: the 151 936-row text table never exists in float32 at once
+
+
 def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``weight (N, K)`` -> (int8 ``(N, K)``, float32 scale ``(N,)``): symmetric, one scale per output row."""
-    wide = weight.float()
-    scale = wide.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
-    quantized = torch.round(wide / scale[:, None]).clamp(-127, 127).to(torch.int8)
+    quantized = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], QUANTIZE_ROWS):
+        rows = weight[start:start + QUANTIZE_ROWS].float()
+        row_scale = rows.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+        quantized[start:start + QUANTIZE_ROWS] = torch.round(rows / row_scale[:, None]).clamp(-127, 127)
+        scale[start:start + QUANTIZE_ROWS] = row_scale
     return quantized, scale
 
 

@@ -122,8 +122,11 @@ def build_networks(
     flow_storage = LOW_MEMORY_FLOW_STORAGE if low_memory and flow_dtype not in HALF_DTYPES else None
 
     def finish_llm() -> None:  # before the flow is built, so the wide LLM and the flow never coexist
-        if int8:
-            store_weights_in_int8(llm)
+        if int8:  # innermost parents first, handing freed pages back after each: the 16-bit copy never piles up
+            for parent in reversed(list(llm.modules())):
+                if any(isinstance(child, (nn.Linear, nn.Embedding)) for child in parent.children()):
+                    store_weights_in_int8(parent)
+                    _return_freed_heap()
         elif llm_storage:
             store_weights_in_half(llm, llm_storage)
         _return_freed_heap()

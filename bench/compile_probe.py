@@ -17,7 +17,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cosyvoice_mac.bench_floors import best_seconds, synchronize  # noqa: E402
+from cosyvoice_mac.pipeline.probe import best_seconds, synchronize  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
 
 

@@ -38,6 +38,11 @@ import torch
 from cosyvoice_mac.bench_decode import decode_report
 from cosyvoice_mac.bench_floors import floors, machine_rates
 from cosyvoice_mac.device import empty_cache, select_device, select_dtype
+from cosyvoice_mac.pipeline.fullsize import official_config
+from cosyvoice_mac.pipeline.gate import parse_choice
+from cosyvoice_mac.pipeline.loading import qwen_config_for
+from cosyvoice_mac.pipeline.model_dir import ModelFolder
+from cosyvoice_mac.pipeline.precision_plan import plan_precision
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize
 from cosyvoice_mac.pipeline.engines import engine_status, network_dtypes
 from cosyvoice_mac.pipeline.streaming import stream_segment
@@ -46,7 +51,11 @@ PROMPT_SECONDS = 3.0
 TOKEN_RATE = 25  # speech tokens per second of audio
 PROMPT_TOKENS = 80  # what the stand-in tokenizer makes of the 3 s prompt (the floors use the real count)
 STAGES = ("frontend", "llm", "flow", "vocoder")
-DEFAULT_DTYPES = {"cpu": "float32,float16/float32", "cuda": "float32,bfloat16,float16", "mps": "float32,float16/float32,float16"}
+# ``auto`` first (the default everywhere), then float32 and the single configurations it chooses among
+DEFAULT_DTYPES = {"cpu": "auto,float32,float16/float32,float32/bfloat16,float16/bfloat16",
+                  "cuda": "auto,float32,bfloat16/float32,float32/bfloat16,bfloat16,float16/float32",
+                  "mps": "auto,float32,float16/float32,float32/bfloat16,float16"}
+AUTO = "auto"
 TEXT = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps over the dog."
 REFERENCE_TEXT_IDS = 32  # the reference timing's request: 9 text + 23 prompt-text tokens
 
@@ -161,21 +170,23 @@ def peak_device_mb(device: torch.device) -> float | None:
     return None  # MLX reports its own peak: report["mlx_memory"]
 
 
-def parse_dtypes(spec: str) -> tuple[str, str]:
-    """``float16`` -> (float16, float16); ``float16/float32`` -> (LLM float16, flow float32)."""
+def parse_dtypes(spec: str) -> tuple[str | None, str | None]:
+    """``float16`` -> (float16, float16); ``float16/float32`` -> (LLM float16, flow float32) (``int8``: LLM
+    only); ``auto`` -> (None, None): each stage what ``precision="auto"`` picks."""
+    if spec == AUTO:
+        return None, None
     llm, _, flow = spec.partition("/")
-    for name in (llm, flow or llm):
-        select_dtype(name)  # raises a clear error for unknown names
+    parse_choice(llm, "llm"), parse_choice(flow or llm, "flow")  # raise a clear error for unknown names
     return llm, flow or llm
 
 
 def load_model(version: str, device: torch.device, dtype_spec: str, low_memory: bool, model_dir: str | None,
-               engine: str = "torch"):
+               engine: str = "torch", reprobe: bool = False):
     llm_dtype, flow_dtype = parse_dtypes(dtype_spec)
     if low_memory and "/" not in dtype_spec:
         llm_dtype = None  # low-memory mode picks the LLM's 16-bit dtype for the device
-    common = {"device": device, "dtype": flow_dtype, "llm_dtype": llm_dtype, "flow_dtype": flow_dtype,
-              "low_memory": low_memory, "engine": engine}
+    common = {"device": device, "llm_dtype": llm_dtype, "flow_dtype": flow_dtype, "low_memory": low_memory,
+              "precision": AUTO if dtype_spec == AUTO else "float32", "reprobe": reprobe, "engine": engine}
     if model_dir:
         return CosyVoice.from_pretrained(model_dir, **common)
     return CosyVoice.random_full_size(version, **common)
@@ -206,6 +217,9 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
     report = {
         "version": model.version, "model": model_dir or "random full-size weights", "device": str(device),
         "dtype": dtype_name, **network_dtypes(model), **engine_status(model),
+        **({"llm_dtype": model.precision.llm.choice, "flow_dtype": model.precision.flow.choice}
+           if engine == "torch" else {}),
+        "precision": model.precision.as_dict(),
         "low_memory": low_memory, "runs": runs, "tokens": tokens,
         "load_s": load_s, "load_cpu_s": load_cpu_s, "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_loaded,
         "peak_rss_after_load_mb": peak_after_load, "median": median, "all_runs": results,
@@ -237,7 +251,9 @@ def bench_isolated(args: argparse.Namespace, device: str, dtype: str, engine: st
     command += ["--no-decode-profile"] * (not args.decode_profile)
     if args.floors and engine == "torch":  # probed here, so the child's peak memory never includes the probes
         device_type = select_device(device)
-        rates = machine_rates(device_type, select_dtype(parse_dtypes(dtype)[1]), 2 * (PROMPT_TOKENS + args.tokens))
+        flow_dtype = parse_dtypes(dtype)[1]
+        flow_dtype = planned_auto_flow_dtype(args, device_type) if flow_dtype is None else select_dtype(flow_dtype)
+        rates = machine_rates(device_type, flow_dtype, 2 * (PROMPT_TOKENS + args.tokens))
         empty_cache(device_type)  # hand the probes' device memory back before the child starts
         command += ["--rates", json.dumps(rates)]
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False)
@@ -245,6 +261,21 @@ def bench_isolated(args: argparse.Namespace, device: str, dtype: str, engine: st
         return {"device": device, "dtype": dtype, "engine": engine,
                 "error": f"exit status {done.returncode} (see stderr above)"}
     return json.loads(done.stdout)["benchmarks"][0]
+
+
+def planned_auto_flow_dtype(args: argparse.Namespace, device: torch.device) -> torch.dtype:
+    """The flow dtype ``auto`` picks here (probing now, so the child finds the timings cached)."""
+    if args.model:
+        folder = ModelFolder.open(args.model)
+        config, qwen, version = folder.config, qwen_config_for(folder), folder.version
+    else:
+        config, qwen, version = official_config(args.version), qwen_config_for(None), args.version
+    started = time.perf_counter()
+    plan = plan_precision(device, version, config, qwen, precision=AUTO, low_memory=args.low_memory,
+                          reprobe=args.reprobe)
+    probe = "cached" if plan.from_cache else f"probed in {time.perf_counter() - started:.1f} s"
+    print(f"auto on {device} ({probe}): {plan.summary()}", file=sys.stderr, flush=True)
+    return plan.flow_dtype
 
 
 def available_devices() -> list[str]:
@@ -275,12 +306,12 @@ def _ratio(floor: dict | None, stage: str) -> str:
 
 
 def table(reports: list[dict]) -> str:
-    lines = [(f"{'device':7} {'llm/flow dtype':17} {'mem':3} {'front':>6} {'llm':>7} {'flow':>7} {'voc':>6} {'e2e':>7} "
+    lines = [(f"{'device':7} {'llm/flow dtype':22} {'mem':3} {'front':>6} {'llm':>7} {'flow':>7} {'voc':>6} {'e2e':>7} "
               f"{'RTF':>5} {'tok/s':>6} {'1st':>6} {'1st new':>7} {'RSS MB':>7} {'dev MB':>7} {'llm/fl':>5} {'flow/fl':>7} {'load':>5} "
               f"{'ops/tok':>7} {'kern/tok':>8}")]
     for r in reports:
         if "error" in r:
-            lines.append(f"{r['device']:7} {r['dtype']:17} failed: {r['error']}")
+            lines.append(f"{r['device']:7} {r['dtype']:22} failed: {r['error']}")
             continue
         m = r["median"]
         first = f"{m['first_audio_s']:6.2f}" if m.get("first_audio_s") else "     -"
@@ -288,7 +319,8 @@ def table(reports: list[dict]) -> str:
         device_mb = f"{r['peak_device_mb']:7.0f}" if r.get("peak_device_mb") else "      -"
         finite = "" if m["mel_finite"] and m["wave_finite"] else "  NaN!"
         lines.append(
-            f"{'mlx' if r.get('engine') == 'mlx' else r['device']:7} {r['llm_dtype'] + '/' + r['flow_dtype']:17} {'low' if r['low_memory'] else '':3} "
+            f"{'mlx' if r.get('engine') == 'mlx' else r['device']:7} "
+            f"{('auto ' if r['dtype'] == AUTO else '') + r['llm_dtype'] + '/' + r['flow_dtype']:22} {'low' if r['low_memory'] else '':3} "
             f"{m['frontend_s']:6.2f} {m['llm_s']:7.2f} {m['flow_s']:7.2f} {m['vocoder_s']:6.2f} {m['end_to_end_s']:7.2f} "
             f"{m['rtf']:5.2f} {m['llm_tokens_per_s']:6.1f} {first} {first_new} {r['peak_rss_mb']:7.0f} {device_mb} "
             f"{_ratio(r.get('floors'), 'llm'):>5} {_ratio(r.get('floors'), 'flow'):>7} {r['load_average_start']:5.1f} "
@@ -306,8 +338,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac.bench", description=__doc__.split("\n")[0])
     parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
     parser.add_argument("--devices", default="all", help="comma list of cpu, cuda, mps, auto; all: every device here")
-    parser.add_argument("--dtypes", default="auto",
-                        help="comma list; each float32|float16|bfloat16 or LLM/FLOW such as float16/float32")
+    parser.add_argument("--dtypes", default="default",
+                        help="comma list; each auto (what precision='auto' picks), float32|float16|bfloat16, or "
+                        "LLM/FLOW such as float16/bfloat16 (int8: the LLM's weight-only int8); default: auto, "
+                        "float32 and the single configurations auto chooses among")
+    parser.add_argument("--reprobe", action="store_true", help="measure the precision probe again for auto")
     parser.add_argument("--engine", default="torch", help="comma list of torch, mlx (each runs every device/dtype)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=250, help="speech tokens to decode (25 = 1 s)")
@@ -328,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     reports = []
     for device in available_devices() if args.devices == "all" else args.devices.split(","):
         device_type = select_device(device).type
-        dtypes = DEFAULT_DTYPES.get(device_type, "float32") if args.dtypes == "auto" else args.dtypes
+        dtypes = DEFAULT_DTYPES.get(device_type, "auto,float32") if args.dtypes == "default" else args.dtypes
         for dtype, engine in [(d, e) for d in dtypes.split(",") for e in args.engine.split(",")]:
             parse_dtypes(dtype)
             if args.in_process:

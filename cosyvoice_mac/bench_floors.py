@@ -12,12 +12,12 @@ stays meaningful when other processes share the cores (wall time then does not).
 """
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from cosyvoice_mac.pipeline.probe import best_seconds, estimator_inputs
 
 BANDWIDTH_BYTES = 512 * 2**20
 MATMUL_DIM = 1024
@@ -34,30 +34,11 @@ def _attention_flops(query_shape, key_shape, value_shape, *args, out_shape=None,
 _EXTRA_FLOPS = {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _attention_flops}
 
 
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
-
-
-def best_seconds(device: torch.device, function, repeats: int = REPEATS) -> float:
-    function()
-    best = float("inf")
-    for _ in range(repeats):
-        synchronize(device)
-        started = time.perf_counter()
-        function()
-        synchronize(device)
-        best = min(best, time.perf_counter() - started)
-    return best
-
-
 @torch.inference_mode()
 def memory_bandwidth(device: torch.device) -> float:
     """Bytes per second this process reads from memory (best of a few sums of a 512 MiB tensor)."""
     data = torch.ones(BANDWIDTH_BYTES // 4, device=device)
-    return BANDWIDTH_BYTES / best_seconds(device, lambda: data.sum())
+    return BANDWIDTH_BYTES / best_seconds(device, lambda: data.sum(), REPEATS)
 
 
 @torch.inference_mode()
@@ -66,14 +47,16 @@ def matmul_rate(device: torch.device, dtype: torch.dtype, rows: int) -> float:
     generator = torch.Generator().manual_seed(0)
     a = torch.randn(rows, MATMUL_DIM, generator=generator).to(device=device, dtype=dtype)
     w = torch.randn(2 * MATMUL_DIM, MATMUL_DIM, generator=generator).to(device=device, dtype=dtype)
-    return 2 * rows * MATMUL_DIM * 2 * MATMUL_DIM / best_seconds(device, lambda: F.linear(a, w))
+    return 2 * rows * MATMUL_DIM * 2 * MATMUL_DIM / best_seconds(device, lambda: F.linear(a, w), REPEATS)
 
 
 def llm_bytes_per_token(llm: nn.Module, positions: int) -> int:
     """Bytes one decoding step reads: every parameter except the embedding tables, plus the KV cache."""
     embedding_ids = {id(p) for m in llm.modules() if isinstance(m, nn.Embedding) for p in m.parameters()}
-    embedding_ids |= {id(p) for m in llm.modules() if type(m).__name__ == "HalfStoredEmbedding" for p in m.parameters()}
-    weights = sum(p.numel() * p.element_size() for p in llm.parameters() if id(p) not in embedding_ids)
+    tables = [m for m in llm.modules() if type(m).__name__ in ("HalfStoredEmbedding", "Int8Embedding")]
+    embedding_ids |= {id(t) for m in tables for t in (*m.parameters(), *m.buffers())}
+    tensors = [*llm.parameters(), *llm.buffers()]  # int8 weights and their scales are buffers
+    weights = sum(t.numel() * t.element_size() for t in tensors if id(t) not in embedding_ids)
     qwen = llm.config.qwen
     element = llm.backbone.norm.weight.element_size()
     cache = 2 * qwen.num_hidden_layers * qwen.num_key_value_heads * qwen.head_dim * positions * element
@@ -83,12 +66,9 @@ def llm_bytes_per_token(llm: nn.Module, positions: int) -> int:
 @torch.inference_mode()
 def flow_flops(flow: nn.Module, frames: int) -> int:
     """FLOPs of one whole flow inference over ``frames`` mel frames (all Euler steps, CFG batch 2)."""
-    weight = next(flow.parameters())
-    zeros = torch.zeros(2, 80, frames, device=weight.device)
+    weight = next(flow.decoder.estimator.parameters())  # inputs in the estimator's dtype (bf16 flows too)
     with FlopCounterMode(display=False, custom_mapping=_EXTRA_FLOPS) as counter:
-        flow.decoder.estimator(zeros, torch.ones(2, 1, frames, device=weight.device), zeros,
-                               torch.full((2,), 0.5, device=weight.device), torch.zeros(2, 80, device=weight.device),
-                               zeros, streaming=False)
+        flow.decoder.estimator(**estimator_inputs(weight.device, weight.dtype, frames))
     return counter.get_total_flops() * flow.decoder.config.n_timesteps
 
 

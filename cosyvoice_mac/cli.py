@@ -30,7 +30,7 @@ def _add_synth(commands) -> None:
     synth.add_argument("--speed", type=float, default=1.0,
                        help=f"{SPEED_RANGE[0]:g}-{SPEED_RANGE[1]:g}, 1.0 = natural")
     synth.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
-    synth.add_argument("--dtype", default=None, help="float32 (default), float16 or bfloat16")
+    add_precision_arguments(synth)
     synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
     synth.add_argument("--vocoder", choices=("torch", "coreml"), default="torch",
                        help="coreml: run the vocoder with Core ML (macOS; converted on first use)")
@@ -38,6 +38,23 @@ def _add_synth(commands) -> None:
                        help="where Core ML may run the vocoder")
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
     synth.set_defaults(handler=_synth)
+
+
+def add_precision_arguments(parser) -> None:
+    """--precision, --dtype (the LLM's), --llm-dtype, --flow-dtype, --reprobe: the CLI's and the app's."""
+    parser.add_argument("--precision", choices=("auto", "float32"), default=None,
+                        help="auto (default): each stage not named runs in the fastest dtype the quality gate "
+                        "allows here, measured once per machine; float32: every stage not named in float32")
+    parser.add_argument("--dtype", default=None, help="the LLM's dtype (as $COSYVOICE_DTYPE): float32, float16, "
+                        "bfloat16 or int8; the flow keeps its own (see --flow-dtype)")
+    parser.add_argument("--llm-dtype", default=None, help="the LLM's dtype (wins over --dtype)")
+    parser.add_argument("--flow-dtype", default=None, help="the flow's dtype: float32, float16 or bfloat16")
+    parser.add_argument("--reprobe", action="store_true", help="measure this machine's precision timings again")
+
+
+def precision_kwargs(args) -> dict:
+    return {"precision": args.precision, "dtype": args.dtype, "llm_dtype": args.llm_dtype,
+            "flow_dtype": args.flow_dtype, "reprobe": args.reprobe}
 
 
 def _request(args):
@@ -56,8 +73,9 @@ def _load(args):
 
     if args.random_weights is not None:
         print(f"warning: {args.random_weights} with RANDOM weights: the output is noise", file=sys.stderr)
-        return CosyVoice.random_full_size(args.random_weights, device=args.device, dtype=args.dtype)
-    model = load_model(args.model, device=args.device, dtype=args.dtype)
+        return CosyVoice.random_full_size(args.random_weights, device=args.device, **precision_kwargs(args))
+    options = precision_kwargs(args)
+    model = load_model(args.model, device=args.device, dtype=options.pop("dtype"), **options)
     if model.version == "preview":
         print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
     return model
@@ -70,6 +88,8 @@ def _synth(args) -> int:
     started = time.perf_counter()
     model = _load(args)
     print(f"loaded {model.model_id} on {model.device} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+    if getattr(model, "precision", None) is not None:  # the preview voice has no stages to choose for
+        print(f"precision: {model.precision.summary()}", file=sys.stderr)
     if args.vocoder == "coreml":
         from cosyvoice_mac.coreml.runtime import load_vocoder
 

@@ -15,6 +15,8 @@ from pathlib import Path
 
 # Before torch loads OpenMP: idle worker threads sleep instead of spinning on a shared machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Exact float32 unless a test asks for precision="auto" (it injects its timings): parity stays bit-for-bit.
+os.environ.setdefault("COSYVOICE_PRECISION", "float32")
 
 import cosyvoice_mac  # noqa: E402,F401  (before torch: it sets PYTORCH_ENABLE_MPS_FALLBACK)
 import numpy as np  # noqa: E402

@@ -66,6 +66,26 @@ def test_bench_without_floors_skips_them(tiny_dir, capsys):
     assert "floors" not in report
 
 
+@pytest.mark.parametrize("version", ("cosyvoice2", "cosyvoice3"))
+def test_every_candidate_benches_with_its_floors_and_auto_reports_its_pick(version, tmp_path, capsys, monkeypatch):
+    """bf16 U-Nets used to die in the floor count (fp32 zeros fed to bf16 weights); int8 LLMs bench too."""
+    tiny_dir = make_tiny_model_dir(version, tmp_path / "model")
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr("cosyvoice_mac.pipeline.probe.cached_timings", lambda *a, **k: (
+        {"llm": {"float32": 1.0, "float16": 0.5}, "flow": {"float32": 2.0, "bfloat16": 1.0}}, True))
+    status = bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--in-process", "--tokens", "4", "--runs", "1",
+                         "--no-stream", "--dtypes", "bfloat16/bfloat16,float16/float16,int8/float32,auto"])
+    assert status == 0
+    reports = json.loads(capsys.readouterr().out)["benchmarks"]
+    assert [(r["llm_dtype"], r["flow_dtype"]) for r in reports] == [
+        ("bfloat16", "bfloat16"), ("float16", "float16"), ("int8", "float32"), ("float16", "bfloat16")]
+    for report in reports:
+        assert report["floors"]["flow"]["flops"] > 0 and report["median"]["mel_finite"]
+    assert reports[3]["precision"]["flow"]["reason"] == "flow bfloat16: 2.0x faster than float32 here, within the gate"
+    int8_bytes, fp16_bytes = reports[2]["parameter_bytes"]["llm"], reports[1]["parameter_bytes"]["llm"]
+    assert int8_bytes < fp16_bytes and reports[2]["floors"]["llm"]["bytes_per_token"] < reports[1]["floors"]["llm"]["bytes_per_token"]
+
+
 def test_bench_rejects_an_unknown_dtype():
     with pytest.raises(Exception, match="not supported"):
         bench.parse_dtypes("float8/float32")

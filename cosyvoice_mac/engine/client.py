@@ -201,7 +201,7 @@ class Engine(VoiceSaving):
         self.queue.unsubscribe(subscriber)
 
     def status(self) -> dict:
-        """For the UI: state, model, version, device, fell_back, dtype, memory, queue length, cache."""
+        """For the UI: state, model, version, device, fell_back, dtype, precision, memory, queue length, cache."""
         with self._lock:
             worker = self._worker_status.as_dict() if self._worker_status is not None else {}
             cache = worker.get("cache") or {}
@@ -213,7 +213,8 @@ class Engine(VoiceSaving):
                 **{key: worker.get(key) for key in ("model", "version", "device", "fell_back", "fallback_reason",
                                                     "dtype", "memory", "jobs_run", "feature_extractions",
                                                     "flow_prefix_builds", "vocoder", "vocoder_reason",
-                                                    "engine", "engine_reason", "mlx_memory")},
+                                                    "engine", "engine_reason", "mlx_memory", "precision",
+                                                    "low_memory", "llm_weights")},
                 "queue_length": len(self.queue.pending),
                 "running": running.job.job_id if running else None,
                 "cache": cache,

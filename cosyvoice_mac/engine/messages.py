@@ -42,6 +42,7 @@ class WorkerStatus:
     mlx_memory: dict | None = None  # active/peak/cache bytes while MLX runs
     low_memory: dict | None = None  # low-memory mode: enabled, and why (device.LowMemoryChoice)
     llm_weights: str | None = None  # llm.pt, or llm.rl.pt when asked for
+    precision: dict | None = None  # what each stage runs in and why (pipeline.precision_plan)
 
     def as_dict(self) -> dict:
         """The status panel's view (memory and cache grouped as the panel shows them)."""

@@ -362,7 +362,8 @@ class WorkerRuntime:
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
                  "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes,
-                 "low_memory": _low_memory(self.pipeline), "llm_weights": getattr(self.pipeline, "llm_weights", None)}
+                 "low_memory": _low_memory(self.pipeline), "llm_weights": getattr(self.pipeline, "llm_weights", None),
+                 "precision": precision_facts(self.pipeline)}
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:
@@ -396,6 +397,7 @@ class WorkerRuntime:
             flow_prefix_builds=getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
             vocoder=self.vocoder, vocoder_reason=self.vocoder_reason, **engine_status(pipeline),
             low_memory=_low_memory(pipeline), llm_weights=getattr(pipeline, "llm_weights", None),
+            precision=precision_facts(pipeline),
         )
 
 
@@ -403,3 +405,9 @@ def _low_memory(pipeline) -> dict | None:
     """The pipeline's low-memory mode and why (None for a backend without one, e.g. the preview)."""
     choice = getattr(pipeline, "low_memory_choice", None)
     return choice.as_dict() if choice is not None else None
+
+
+def precision_facts(pipeline) -> dict | None:
+    """What each stage runs in and why (``PrecisionPlan.as_dict``), for the status panel and the sidecar."""
+    plan = getattr(pipeline, "precision", None)
+    return plan.as_dict() if hasattr(plan, "as_dict") else None

@@ -20,7 +20,6 @@ from cosyvoice_mac.device import (
     limit_mps_memory,
     low_memory_choice,
     select_device,
-    select_dtype,
 )
 from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
@@ -36,12 +35,11 @@ from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import (
     Networks,
     OnDemand,
-    build_networks,
     model_identity,
     qwen_config_for,
-    stage_dtypes,
 )
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
+from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, StagePick, plan_precision
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
 from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
@@ -68,7 +66,7 @@ class CosyVoice(Synthesizes):
         tokenizer,
         prompt_encoder: PromptEncoder,
         device: torch.device,
-        dtype: torch.dtype,
+        plan: PrecisionPlan,
         model_id: str,
         folder: ModelFolder | None,
         low_memory: bool | LowMemoryChoice = False,
@@ -82,7 +80,8 @@ class CosyVoice(Synthesizes):
         self.normalizer = TextNormalizer(lambda text: len(tokenizer.encode(text)))
         self.prompt_encoder = prompt_encoder
         self.device = device
-        self.dtype = dtype
+        self.precision = plan  # what each stage runs in, and why
+        self.dtype = plan.llm_dtype  # the global dtype means the LLM's
         self.model_id = model_id
         self.folder = folder
         self.sample_rate = SAMPLE_RATE
@@ -108,24 +107,32 @@ class CosyVoice(Synthesizes):
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
         engine: str | None = None,
+        precision: str | None = None,
+        reprobe: bool = False,
     ) -> "CosyVoice":
         """Load an official model folder unchanged (``random_weights`` only if asked for by name).
 
+        ``dtype`` (else ``$COSYVOICE_DTYPE``) is the LLM's dtype; ``llm_dtype`` / ``flow_dtype`` name
+        a stage's ("int8": weight-only int8 LLM). A stage not named runs in what ``precision``
+        picks: ``auto`` measures this machine once (``reprobe`` again) and takes the fastest dtype
+        the quality gate allows; ``float32`` runs it in float32 (see ``precision_plan``).
         ``low_memory`` None picks the mode for this machine (on at <= 12 GiB of RAM, or as
-        ``$COSYVOICE_LOW_MEMORY`` says: :func:`cosyvoice_mac.device.low_memory_choice`).
-
-        ``llm_dtype`` / ``flow_dtype`` override ``dtype`` per stage (on the CPU a 16-bit LLM keeps
-        its weights in 16 bits and computes in float32). ``low_memory`` (8 GB Macs) halves the LLM
-        unless a dtype is given and loads the ONNX frontends only while a new prompt is encoded.
+        ``$COSYVOICE_LOW_MEMORY`` says: :func:`cosyvoice_mac.device.low_memory_choice`); on, it halves
+        the LLM unless named and loads the ONNX frontends only while a new prompt is encoded.
         ``engine`` ('auto', 'mlx', 'torch'; None reads ``$COSYVOICE_ENGINE``): see ``cosyvoice_mac.mlx.choice``.
         """
         folder = ModelFolder.open(model_dir)
-        target, precision = _resolve(device, dtype)
+        target = _device(device)
         memory_mode = low_memory_choice(low_memory)
         limit_mps_memory(target)
-        networks, target, choice = build_for_engine(
-            engine, folder.version, folder.config, folder, device_request=device, device=target, dtype=precision,
-            llm_dtype=_dtype_or_none(llm_dtype), flow_dtype=_dtype_or_none(flow_dtype),
+        qwen = qwen_config_for(folder)
+
+        def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
+            return plan_precision(on, folder.version, folder.config, qwen, precision=forced or precision, dtype=dtype,
+                                  llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=memory_mode.enabled,
+                                  reprobe=reprobe)
+        networks, target, choice, plan = build_for_engine(
+            engine, folder.version, folder.config, folder, device_request=device, device=target, plan_for=plan_for,
             random_weights=random_weights, low_memory=memory_mode.enabled)
         model_id = model_identity(folder, folder.version, random_weights)
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
@@ -140,7 +147,7 @@ class CosyVoice(Synthesizes):
         )
         return cls(
             version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
-            prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=folder,
+            prompt_encoder=prompt_encoder, device=target, plan=plan, model_id=model_id, folder=folder,
             low_memory=memory_mode, engine=choice,
         )
 
@@ -156,17 +163,24 @@ class CosyVoice(Synthesizes):
         llm_dtype: str | torch.dtype | None = None,
         flow_dtype: str | torch.dtype | None = None,
         engine: str | None = None,
+        precision: str | None = None,
+        reprobe: bool = False,
     ) -> "CosyVoice":
         """The released architecture at full size with RANDOM weights and stand-in frontends.
 
         For benchmarks and memory checks only: its speech is noise. Never chosen implicitly.
+        Dtypes as for :meth:`from_pretrained`.
         """
         config = official_config(version)
-        target, precision = _resolve(device, dtype)
-        networks, target, choice = build_for_engine(
-            engine, version, config, None, device_request=device, device=target, dtype=precision,
-            llm_dtype=_dtype_or_none(llm_dtype), flow_dtype=_dtype_or_none(flow_dtype), random_weights=True,
-            seed=seed, low_memory=low_memory)
+        target = _device(device)
+        qwen = qwen_config_for(None)
+
+        def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
+            return plan_precision(on, version, config, qwen, precision=forced or precision, dtype=dtype,
+                                  llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=low_memory, reprobe=reprobe)
+        networks, target, choice, plan = build_for_engine(
+            engine, version, config, None, device_request=device, device=target, plan_for=plan_for,
+            random_weights=True, seed=seed, low_memory=low_memory)
         model_id = model_identity(None, version, True)
         prompt_encoder = PromptEncoder(
             RandomSpeechTokenizer(seed=seed), RandomSpeakerEncoder(seed=seed),
@@ -174,7 +188,7 @@ class CosyVoice(Synthesizes):
         )
         return cls(
             version=version, config=config, networks=networks, tokenizer=ByteStandInTokenizer(),
-            prompt_encoder=prompt_encoder, device=target, dtype=precision, model_id=model_id, folder=None,
+            prompt_encoder=prompt_encoder, device=target, plan=plan, model_id=model_id, folder=None,
             low_memory=low_memory, engine=choice,
         )
 
@@ -255,7 +269,7 @@ class CosyVoice(Synthesizes):
                     audio=chunk.audio, sample_rate=self.sample_rate, speech_token_count=chunk.tokens_so_far,
                     seconds=time.perf_counter() - started, text=segment.display_text, segment_index=index,
                     segment_count=len(request.segments), is_final_chunk=chunk.is_final, timings=timings,
-                    seed=seed, mode=request.mode,
+                    seed=seed, mode=request.mode, notes=chunk.notes,
                 )
                 started = time.perf_counter()
             between_sentences(self.device)
@@ -296,14 +310,18 @@ class CosyVoice(Synthesizes):
     def _tokens_to_wave(self, tokens, speaker, speed, timings, noise, notes) -> np.ndarray:
         """Flow then vocoder; ``noise`` seeds CosyVoice2's random excitation (v3's is fixed)."""
         started = time.perf_counter()
-        flow = self.networks.flow
-        device = next(flow.parameters()).device
-        mel = flow.inference(
-            torch.tensor([tokens], dtype=torch.long, device=device),
-            speaker.speech_tokens.to(device),
-            speaker.mel.to(device),
-            speaker.embedding.to(device),
-        )
+
+        def flow_mel() -> torch.Tensor:
+            flow = self.networks.flow
+            device = next(flow.parameters()).device
+            return flow.inference(torch.tensor([tokens], dtype=torch.long, device=device),
+                                  speaker.speech_tokens.to(device), speaker.mel.to(device),
+                                  speaker.embedding.to(device))
+
+        mel = flow_mel()
+        if not bool(torch.isfinite(mel).all()) and self.redo_flow_in_float32(notes):
+            mel = flow_mel()
+        device = mel.device
         if speed != 1.0:
             mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
         _synchronize(device)
@@ -314,6 +332,22 @@ class CosyVoice(Synthesizes):
         timings["vocoder"] = time.perf_counter() - started
         return samples
 
+
+    def redo_flow_in_float32(self, notes: list[str]) -> bool:
+        """After a non-finite mel: widen a reduced-precision flow to float32 for good and say so in ``notes``.
+
+        Returns False when the flow already runs in float32 (nothing to redo with).
+        """
+        was = self.precision.flow.choice
+        if was == "float32":
+            return False
+        self.networks.flow.float()
+        self.flow_prefixes.clear()  # the voices' prefixes were computed in the old dtype
+        self.precision.flow = StagePick("flow", "float32", "redo", f"flow float32: the {was} flow gave a "
+                                        "non-finite mel, so it runs in float32 until the model is reloaded")
+        notes.append(f"the {was} flow gave a non-finite mel; this job was redone with a float32 flow "
+                     "(which the model keeps until it is reloaded)")
+        return True
 
     def _vocode(self, mel: torch.Tensor, noise, notes: list[str]) -> torch.Tensor:
         """Run the active vocoder; if a swapped-in one fails, the torch vocoder finishes the job."""
@@ -334,14 +368,8 @@ def _fmax(config: dict):
     return config.get("feat_extractor", {}).get("fmax")
 
 
-def _dtype_or_none(dtype) -> torch.dtype | None:
-    return dtype if dtype is None or isinstance(dtype, torch.dtype) else select_dtype(dtype)
-
-
-def _resolve(device, dtype) -> tuple[torch.device, torch.dtype]:
-    target = device if isinstance(device, torch.device) else select_device(device)
-    precision = dtype if isinstance(dtype, torch.dtype) else select_dtype(dtype)
-    return target, precision
+def _device(device) -> torch.device:
+    return device if isinstance(device, torch.device) else select_device(device)
 
 
 def _synchronize(device: torch.device) -> None:

@@ -13,14 +13,16 @@ import torch
 
 from cosyvoice_mac.device import select_device
 from cosyvoice_mac.mlx.choice import MLX, TORCH, EngineChoice, choose_engine
-from cosyvoice_mac.pipeline.loading import build_networks, qwen_config_for, stage_dtypes
+from cosyvoice_mac.pipeline.loading import build_networks, qwen_config_for
 from cosyvoice_mac.pipeline.model_dir import ModelFolder
 
 
 def build_for_engine(engine: str | None, version: str, config: dict, folder: ModelFolder | None, *,
-                     device_request, device: torch.device, dtype: torch.dtype, llm_dtype, flow_dtype,
-                     random_weights: bool, seed: int = 0, low_memory: bool = False):
-    """``(networks, pipeline device, EngineChoice)`` for ``engine`` ('auto' | 'mlx' | 'torch' | None = env)."""
+                     device_request, device: torch.device, plan_for, random_weights: bool, seed: int = 0,
+                     low_memory: bool = False):
+    """``(networks, pipeline device, EngineChoice, PrecisionPlan)`` for ``engine`` ('auto' | 'mlx' | 'torch' |
+    None = env). ``plan_for(device, precision)`` gives the per-stage dtypes (precision None: as asked); the
+    MLX engine keeps its own precision (``COSYVOICE_MLX_LLM``), so its plan is float32, never probed."""
     policy = device_request.type if isinstance(device_request, torch.device) else device_request
     choice = choose_engine(engine, version, policy)
     if choice.engine == MLX:
@@ -28,23 +30,27 @@ def build_for_engine(engine: str | None, version: str, config: dict, folder: Mod
 
         networks = build_mlx_networks(config, qwen_config_for(folder), folder=folder, random_weights=random_weights,
                                       seed=seed, low_memory=low_memory)
-        return networks, torch.device("cpu"), choice
-    llm_precision, flow_precision = stage_dtypes(device, dtype, llm_dtype, flow_dtype, low_memory)
-    networks = build_networks(config, qwen_config_for(folder), folder=folder, device=device, llm_dtype=llm_precision,
-                              flow_dtype=flow_precision, random_weights=random_weights, seed=seed,
+        return networks, torch.device("cpu"), choice, plan_for(torch.device("cpu"), "float32")
+    plan = plan_for(device, None)
+    networks = build_networks(config, qwen_config_for(folder), folder=folder, device=device, llm_dtype=plan.llm_dtype,
+                              flow_dtype=plan.flow_dtype, random_weights=random_weights, seed=seed,
                               low_memory=low_memory)
-    return networks, device, choice
+    return networks, device, choice, plan
 
 
 def torch_takes_over(model, reason: str) -> None:
     """Swap ``model``'s MLX networks for PyTorch ones on the default device policy; keep ``reason``."""
     model.networks = None  # drop the MLX arrays before the PyTorch weights load
     gc.collect()
+    from cosyvoice_mac.pipeline.precision_plan import plan_precision
+
     device = select_device("auto")
-    llm_precision, flow_precision = stage_dtypes(device, model.dtype, None, None, model.low_memory)
-    model.networks = build_networks(model.config, qwen_config_for(model.folder), folder=model.folder, device=device,
-                                    llm_dtype=llm_precision, flow_dtype=flow_precision,
+    qwen = qwen_config_for(model.folder)
+    plan = plan_precision(device, model.version, model.config, qwen, low_memory=model.low_memory)
+    model.networks = build_networks(model.config, qwen, folder=model.folder, device=device,
+                                    llm_dtype=plan.llm_dtype, flow_dtype=plan.flow_dtype,
                                     random_weights=model.folder is None, low_memory=model.low_memory)
+    model.precision, model.dtype = plan, plan.llm_dtype
     model.vocoder = model.networks.hift
     model.device = device
     model.flow_prefixes.clear()

@@ -36,8 +36,10 @@ from cosyvoice_mac.pipeline.fullsize import QWEN2_0_5B
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, ModelFolder
 from cosyvoice_mac.pipeline.precision import (
     HALF_DTYPES,
+    INT8,
     halved_modules,
     store_weights_in_half,
+    store_weights_in_int8,
 )
 
 UNUSED_LLM_KEYS = ("llm.model.lm_head.weight",)  # tied to embed_tokens, never used for speech
@@ -62,8 +64,9 @@ class Networks:
                 for name in ("llm", "flow", "hift")}
 
     def parameter_bytes(self) -> dict[str, int]:
-        return {name: sum(p.numel() * p.element_size() for p in getattr(self, name).parameters())
-                for name in ("llm", "flow", "hift")}
+        """Bytes of each network's parameters and buffers (int8 weights and their scales are buffers)."""
+        return {name: sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+                for name, module in (("llm", self.llm), ("flow", self.flow), ("hift", self.hift))}
 
 
 def qwen_config_for(folder: ModelFolder | None) -> Qwen2Config:
@@ -73,34 +76,13 @@ def qwen_config_for(folder: ModelFolder | None) -> Qwen2Config:
     return Qwen2Config.from_json(folder.file(f"{BLANK_EN}/config.json"))
 
 
-def llm_weights_only_in_half(device: torch.device, llm_dtype: torch.dtype) -> bool:
+def llm_weights_only_in_half(device: torch.device, llm_dtype: torch.dtype | str) -> bool:
     """True when a 16-bit ``llm_dtype`` means 16-bit *storage* with float32 arithmetic.
 
     That is the CPU's case: its 16-bit matrix products are slow (no bf16/fp16 matrix units on
     most x86 chips), but reading half the bytes per token is what decoding is limited by.
     """
     return device.type == "cpu" and llm_dtype in HALF_DTYPES
-
-
-LOW_MEMORY_LLM_DTYPES = {"cpu": torch.float16, "mps": torch.float16, "cuda": torch.float16}  # bf16 fails top-25 parity
-
-
-def stage_dtypes(
-    device: torch.device,
-    precision: torch.dtype,
-    llm_dtype: torch.dtype | None = None,
-    flow_dtype: torch.dtype | None = None,
-    low_memory: bool = False,
-) -> tuple[torch.dtype, torch.dtype]:
-    """(LLM dtype, flow dtype): explicit ones win; low-memory mode halves a float32 LLM; else ``precision``.
-
-    The flow is never halved implicitly: on the CPU 16-bit arithmetic is slow, and fp16 flows have
-    produced NaN on GPUs (its float32 weights are 1.3 GB, the LLM's 2 GB).
-    """
-    if llm_dtype is None:
-        llm_dtype = LOW_MEMORY_LLM_DTYPES.get(device.type, precision) if low_memory and precision == torch.float32 \
-            else precision
-    return llm_dtype, precision if flow_dtype is None else flow_dtype
 
 
 # Flow layers whose weight dtype the flow code reads as its compute dtype: they stay unhalved.
@@ -119,7 +101,7 @@ def build_networks(
     *,
     folder: ModelFolder | None,
     device: torch.device,
-    llm_dtype: torch.dtype = torch.float32,
+    llm_dtype: torch.dtype | str = torch.float32,
     flow_dtype: torch.dtype = torch.float32,
     random_weights: bool = False,
     seed: int = 0,
@@ -131,13 +113,26 @@ def build_networks(
     random initialisation (benchmarks); it never stands in for a missing checkpoint.
     On the CPU a 16-bit ``llm_dtype`` stores the LLM's matrices in 16 bits and computes in
     float32 (:func:`llm_weights_only_in_half`); elsewhere it is the LLM's compute dtype.
+    ``llm_dtype="int8"`` stores the LLM's linear layers as weight-only int8 (float32 arithmetic).
     ``low_memory`` also stores the flow's matrices in fp16 (computing in ``flow_dtype``): 0.67 GB
     less for CosyVoice3, for a few per cent more flow time.
     """
     if not random_weights and folder is None:
         raise ValueError("a model folder is needed unless random_weights=True is asked for")
-    llm_storage = llm_dtype if llm_weights_only_in_half(device, llm_dtype) else None
+    int8 = llm_dtype == INT8
+    llm_storage = torch.float16 if int8 else llm_dtype if llm_weights_only_in_half(device, llm_dtype) else None
     flow_storage = LOW_MEMORY_FLOW_STORAGE if low_memory and flow_dtype not in HALF_DTYPES else None
+
+    def finish_llm() -> None:  # before the flow is built, so the wide LLM and the flow never coexist
+        if int8:  # innermost parents first, handing freed pages back after each: the 16-bit copy never piles up
+            for parent in reversed(list(llm.modules())):
+                if any(isinstance(child, (nn.Linear, nn.Embedding)) for child in parent.children()):
+                    store_weights_in_int8(parent)
+                    _return_freed_heap()
+        elif llm_storage:
+            store_weights_in_half(llm, llm_storage)
+        _return_freed_heap()
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         with torch.device("meta"):
@@ -151,13 +146,13 @@ def build_networks(
                                   halved_modules(flow, FLOW_DTYPE_ANCHORS) if flow_storage else set())
         if random_weights:
             _materialise_random(llm, llm_convert)
+            finish_llm()
             _materialise_random(flow, flow_convert)
     if not random_weights:
         _assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
+        finish_llm()
         _assign_checkpoint(flow, folder, "flow.pt", flow_convert)
         _load_small(hift, folder, "hift.pt")
-    if llm_storage:
-        store_weights_in_half(llm, llm_storage)
     if flow_storage:
         store_weights_in_half(flow, flow_storage, compute=flow_dtype, keep=FLOW_DTYPE_ANCHORS)
     if on_host:

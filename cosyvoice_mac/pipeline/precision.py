@@ -102,6 +102,13 @@ def store_weights_in_half(
     """
     if storage not in HALF_DTYPES:
         raise ValueError(f"weights can be stored as float16 or bfloat16, not {storage}")
+    return _swap_layers(module, keep, lambda weight, bias: HalfStoredLinear(weight.to(storage), bias),
+                        lambda table: HalfStoredEmbedding(table.to(storage), compute), compute)
+
+
+def _swap_layers(module: nn.Module, keep: tuple[str, ...], make_linear, make_table, compute: torch.dtype) -> int:
+    """Replace each layer :func:`halved_modules` chooses: linears by ``make_linear(weight, bias)``, the big
+    embedding by ``make_table(weight)``. Returns the bytes saved."""
     chosen = halved_modules(module, keep)
     saved = 0
     for parent in list(module.modules()):
@@ -109,10 +116,112 @@ def store_weights_in_half(
             if id(child) not in chosen:
                 continue
             weight = child.weight.detach()
-            saved += weight.numel() * (weight.element_size() - torch.finfo(storage).bits // 8)
             if isinstance(child, nn.Linear):
                 bias = None if child.bias is None else child.bias.detach().to(compute)
-                setattr(parent, name, HalfStoredLinear(weight.to(storage), bias))
+                replacement = make_linear(weight, bias)
             else:
-                setattr(parent, name, HalfStoredEmbedding(weight.to(storage), compute))
+                replacement = make_table(weight)
+            saved += _tensor_bytes(child) - _tensor_bytes(replacement)
+            setattr(parent, name, replacement)
     return saved
+
+
+# weight-only int8 -----------------------------------------------------------------------------
+INT8 = "int8"  # the LLM's weight-only int8 choice (not a torch dtype: activations stay floating point)
+INT8_ACTIVATIONS = torch.bfloat16  # the fused kernel's fast input on x86 (fp32/fp16 inputs measured 6-7x slower)
+_FUSED_INT8: dict[str, bool] = {}  # device type -> whether ATen's int8 weight kernel runs there
+FUSED_INT8_K_MULTIPLE = 32  # torch 2.13's CPU kernel returns nan/inf (or crashes) for other inner sizes
+
+
+QUANTIZE_ROWS = 4096  # rows widened at a time: the 151 936-row text table never exists in float32 at once
+
+
+def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``weight (N, K)`` -> (int8 ``(N, K)``, float32 scale ``(N,)``): symmetric, one scale per output row."""
+    quantized = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], QUANTIZE_ROWS):
+        rows = weight[start:start + QUANTIZE_ROWS].float()
+        row_scale = rows.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
+        quantized[start:start + QUANTIZE_ROWS] = torch.round(rows / row_scale[:, None]).clamp(-127, 127)
+        scale[start:start + QUANTIZE_ROWS] = row_scale
+    return quantized, scale
+
+
+def fused_int8_runs_on(device: torch.device) -> bool:
+    """Whether ``aten._weight_int8pack_mm`` runs on ``device``'s type (CPU and MPS have it; checked once)."""
+    if device.type not in _FUSED_INT8:
+        try:
+            row = torch.ones(1, 32, device=device, dtype=INT8_ACTIVATIONS)
+            torch.ops.aten._weight_int8pack_mm(row, torch.ones(8, 32, device=device, dtype=torch.int8),
+                                               torch.ones(8, device=device, dtype=INT8_ACTIVATIONS))
+            _FUSED_INT8[device.type] = True
+        except (RuntimeError, NotImplementedError):
+            _FUSED_INT8[device.type] = False
+    return _FUSED_INT8[device.type]
+
+
+class Int8WeightLinear(nn.Module):
+    """Owns a linear layer's weight as int8 with one scale per output channel, and its bias.
+
+    ``forward(x (..., K)) -> (..., N)`` in ``x``'s dtype. A single row (one decoding step) runs
+    ATen's fused int8 matrix-vector kernel where the device has one, reading 1 byte a weight (a
+    quarter of float32); many rows (the prefill) widen the weight to ``x``'s dtype for that product.
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None):
+        super().__init__()
+        quantized, scale = quantize_per_channel(weight)
+        self.register_buffer("qweight", quantized)
+        self.register_buffer("scale", scale)
+        self.register_buffer("kernel_scale", scale.to(INT8_ACTIVATIONS))
+        self.bias = None if bias is None else nn.Parameter(bias, requires_grad=False)
+        self.in_features, self.out_features = weight.shape[1], weight.shape[0]
+        self.fused = self.in_features % FUSED_INT8_K_MULTIPLE == 0
+
+    def dequantized(self, dtype: torch.dtype) -> torch.Tensor:
+        """The weight ``(N, K)`` widened to ``dtype`` (one temporary copy)."""
+        return self.qweight.to(dtype) * self.scale[:, None].to(dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() == self.in_features and self.fused and fused_int8_runs_on(x.device):
+            row = x.reshape(1, -1).to(INT8_ACTIVATIONS)
+            out = torch.ops.aten._weight_int8pack_mm(row, self.qweight, self.kernel_scale)
+            out = out.to(x.dtype).reshape(*x.shape[:-1], self.out_features)
+        else:
+            out = F.linear(x, self.dequantized(x.dtype))
+        return out if self.bias is None else out + self.bias.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return f"in={self.in_features}, out={self.out_features}, stored=int8 per-channel"
+
+
+def store_weights_in_int8(module: nn.Module, compute: torch.dtype = torch.float32, keep: tuple[str, ...] = ()) -> int:
+    """Swap every ``nn.Linear`` of ``module`` (whatever its name or shape) for an :class:`Int8WeightLinear`.
+
+    The big text embedding becomes an :class:`Int8Embedding` (memory only: a lookup reads one row).
+    Weights already rounded to 16 bits are quantised from those values. Returns the bytes saved.
+    """
+    return _swap_layers(module, keep, Int8WeightLinear, lambda table: Int8Embedding(table, compute), compute)
+
+
+class Int8Embedding(nn.Module):
+    """Owns an embedding table as int8 with one scale per row; lookups come back in ``compute_dtype``.
+
+    ``forward(ids (...)) -> (..., D)``. The Qwen2 text table: 272 MB in fp16, 136 MB here.
+    """
+
+    def __init__(self, weight: torch.Tensor, compute_dtype: torch.dtype):
+        super().__init__()
+        quantized, scale = quantize_per_channel(weight)
+        self.register_buffer("qweight", quantized)
+        self.register_buffer("scale", scale)
+        self.compute_dtype = compute_dtype
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        rows = F.embedding(ids, self.qweight).to(self.compute_dtype)
+        return rows * F.embedding(ids, self.scale[:, None]).to(self.compute_dtype)
+
+
+def _tensor_bytes(module: nn.Module) -> int:
+    return sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))

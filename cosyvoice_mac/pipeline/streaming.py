@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import threading
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
 import numpy as np
@@ -154,6 +154,7 @@ class Chunk:
     audio: np.ndarray  # (n,) float32 at 24 kHz
     tokens_so_far: int
     is_final: bool
+    notes: list[str] = field(default_factory=list)  # e.g. this chunk's flow was redone in float32
 
 
 class CausalStitcher:
@@ -301,6 +302,18 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     # first chunk on the one stream: it stops once the first chunk's tokens exist, until that chunk is made.
     producer = TokenProducer(tokens, turns, hold_after=plan.first_hop + lookahead if device.type == "cuda" else None)
     offset, hops = 0, hop_schedule(plan.first_hop)
+
+    def finite_mel(ids: torch.Tensor, notes: list[str], finalize: bool) -> torch.Tensor:
+        """The chunk's mel; a non-finite one is redone once the model has widened its flow to float32."""
+        nonlocal prefix
+        mel = model.networks.flow.inference(ids, *prompt, streaming=not finalize, finalize=finalize,
+                                            prefix=None if finalize else prefix)
+        if not bool(torch.isfinite(mel).all()) and model.redo_flow_in_float32(notes):
+            prefix = model.flow_prefixes.get(model.networks.flow, speaker, plan, prompt)
+            mel = model.networks.flow.inference(ids, *prompt, streaming=not finalize, finalize=finalize,
+                                                prefix=None if finalize else prefix)
+        return mel[:, :, 2 * offset:]
+
     try:
         with turns.chunk():
             prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes (if it may)
@@ -311,22 +324,22 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
             if available >= offset + this_hop + lookahead:
                 # On a CPU the LLM and the flow share the cores, on CUDA one stream: the first chunk goes first.
                 producer.pause(offset == 0 and device.type in ("cpu", "cuda"))
+                ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
+                notes: list[str] = []
                 with turns.chunk():
-                    ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
-                    mel = flow.inference(ids, *prompt, streaming=True, finalize=False, prefix=prefix)
-                    audio = stitcher.add(mel[:, :, 2 * offset:].float(), final=False)
+                    audio = stitcher.add(finite_mel(ids, notes, finalize=False).float(), final=False)
                 producer.pause(False)
                 offset += this_hop
-                yield Chunk(audio, offset, is_final=False)
+                yield Chunk(audio, offset, is_final=False, notes=notes)
                 continue
             if available == 0:
                 yield Chunk(np.zeros(0, dtype=np.float32), 0, is_final=True)
                 return
+            ids = torch.tensor([producer.tokens[:available]], device=device)
+            notes = []
             with turns.chunk():
-                ids = torch.tensor([producer.tokens[:available]], device=device)
-                mel = flow.inference(ids, *prompt, streaming=False, finalize=True)[:, :, 2 * offset:]
-                audio = stitcher.add(mel.float(), final=True)
-            yield Chunk(audio, available, is_final=True)
+                audio = stitcher.add(finite_mel(ids, notes, finalize=True).float(), final=True)
+            yield Chunk(audio, available, is_final=True, notes=notes)
             return
     finally:
         producer.abandon()

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from cosyvoice_mac.engine import VoiceLibrary
+from cosyvoice_mac.cli import add_precision_arguments, precision_kwargs
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.strings import EN
@@ -56,8 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         "model, else the preview voice)")
     parser.add_argument("--device", default=os.environ.get("COSYVOICE_DEVICE") or "auto",
                         help="auto (mps, cuda, cpu), mps, cuda, cuda:N or cpu (default $COSYVOICE_DEVICE or auto)")
-    parser.add_argument("--dtype", default=os.environ.get("COSYVOICE_DTYPE") or None,
-                        help="float32 (default), float16 or bfloat16")
+    add_precision_arguments(parser)
     parser.add_argument("--max-queue", type=int, default=MAX_QUEUE,
                         help=f"requests that may wait for the model at once (default {MAX_QUEUE})")
     parser.add_argument("--allowed-origin", action="append", metavar="ORIGIN",
@@ -111,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         cache_dir=args.cache_dir.expanduser() if args.cache_dir else None, device=args.device, dtype=args.dtype,
         max_queue=args.max_queue, torch_threads=args.torch_threads, liveness_timeout_s=args.hang_timeout, preferred_model=args.model,
         vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
+        precision={key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value},
     ))
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
     if library_problem:

@@ -103,6 +103,10 @@ def render_status(lang: str, status: dict) -> str:
     if low_memory:
         lines.append(say(lang, "status_low_memory_on" if low_memory.get("enabled") else "status_low_memory_off",
                          reason=low_memory.get("reason") or unknown))
+    precision = status.get("precision") or {}
+    reasons = [precision[stage]["reason"] for stage in ("llm", "flow", "vocoder") if stage in precision]
+    if reasons:
+        lines.append(say(lang, "status_precision", reasons="; ".join(reasons)))
     memory = status.get("memory") or {}
     if memory:
         lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),

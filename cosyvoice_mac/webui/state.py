@@ -88,6 +88,7 @@ class HostConfig:
     preferred_model: str | None = None
     preview: bool | None = None  # offer the preview voice; None: when its packages are installed
     vocoder: str = "torch"  # "torch" or "coreml:<compute units>" (see VOCODER_CHOICES)
+    precision: dict = field(default_factory=dict)  # precision, llm_dtype, flow_dtype, reprobe (CosyVoice models only)
 
 
 VOCODER_CHOICES = ("torch", "coreml:ALL", "coreml:CPU_AND_GPU", "coreml:CPU_AND_NE")
@@ -184,7 +185,7 @@ class ModelHost:
     def _worker_config(self, choice: ModelChoice) -> WorkerConfig:
         config = self.config
         backend = {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY} if choice.is_preview else {
-            "model_dir": str(choice.path)}
+            "model_dir": str(choice.path), "pipeline_kwargs": dict(config.precision)}
         kind, _, units = config.vocoder.partition(":")
         return WorkerConfig(**backend, device=config.device, dtype=config.dtype, outputs_dir=str(config.outputs_dir),
                             cache_dir=str(config.cache_dir) if config.cache_dir else None,

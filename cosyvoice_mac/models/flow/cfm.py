@@ -108,7 +108,7 @@ class ConditionalFlowMatching(nn.Module):
         pair = lambda z: torch.cat([z, z]).to(dtype)  # noqa: E731
         conditioned_only = lambda z: torch.cat([z, torch.zeros_like(z)]).to(dtype)  # noqa: E731
         out = self.estimator(
-            pair(x), pair(mask), conditioned_only(mu), t.reshape(1).expand(2 * batch).to(dtype),
+            pair(x), pair(mask), conditioned_only(mu), t.reshape(1).expand(2 * batch).float(),
             conditioned_only(spks), conditioned_only(cond), streaming=streaming, state=state,
         ).float()
         return (1.0 + rate) * out[:batch] - rate * out[batch:]
@@ -121,7 +121,7 @@ class ConditionalFlowMatching(nn.Module):
             states = (StepState(), StepState())
         else:
             states = (state.branch(0), state.branch(1))
-        x, mask, time = x.to(dtype), mask.to(dtype), t.reshape(1).to(dtype)
+        x, mask, time = x.to(dtype), mask.to(dtype), t.reshape(1).float()
 
         def branch(index: int):
             features = (mu, spks, cond) if index == 0 else tuple(torch.zeros_like(z) for z in (mu, spks, cond))

@@ -1,0 +1,263 @@
+"""The precision probe: how long each stage's dominant operation takes here, in each candidate dtype.
+
+Which dtype is fastest depends on the processor (bf16 matrix units, fp16 conversions, memory
+bandwidth), so it is measured, once per machine, in a few seconds:
+
+* LLM: one decoding step's matrix-vector products over ``LLM_LAYERS`` layers at the Qwen2
+  config's real shapes (q/k/v, o, gate/up, down; the bytes are the same however they are fused),
+  stored as each candidate stores them (:mod:`cosyvoice_mac.pipeline.precision`). More than one
+  layer, so the weights do not fit in the CPU caches, as in the real model.
+* Flow: one estimator call (classifier-free batch of two) over ``FLOW_FRAMES`` mel frames, with the
+  real block widths and one repeated block instead of all of them.
+
+The timings are cached in ``<user cache>/precision-probe.json`` under a key made of the device,
+the torch version, the CPU's flags and the model version; ``reprobe`` measures again.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from cosyvoice_mac.pipeline.gate import CANDIDATES, as_dtype
+from cosyvoice_mac.pipeline.precision import (
+    INT8,
+    store_weights_in_half,
+    store_weights_in_int8,
+)
+
+PROBE_FORMAT = 2  # bump when what is timed changes: older cached timings are then ignored
+CACHE_FILE = "precision-probe.json"
+LLM_LAYERS = 4
+FLOW_FRAMES = 2 * (80 + 125)  # a 3 s prompt and a 5 s sentence, 2 mel frames a token
+REPEATS = 5
+FLOW_REPEATS = 1  # after the warm-up call: a whole block call is long enough to time once
+GIVE_UP_FACTOR = 3.0  # a candidate this much slower than float32 after one call is not timed further
+Timings = dict[str, dict[str, float | str]]  # stage -> choice -> seconds, or why it could not run
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
+def best_seconds(device: torch.device, function, repeats: int = REPEATS, clock=time.perf_counter) -> float:
+    """The fastest of ``repeats`` calls of ``function`` after one warm-up call, by ``clock``."""
+    function()
+    best = float("inf")
+    for _ in range(repeats):
+        synchronize(device)
+        started = clock()
+        function()
+        synchronize(device)
+        best = min(best, clock() - started)
+    return best
+
+
+def probe_clock(device: torch.device):
+    """On the CPU this process's CPU time: what a candidate costs, even while other programs share the cores
+    (wall time then measures them too). Elsewhere wall time, after the device has finished."""
+    return time.process_time if device.type == "cpu" else time.perf_counter
+
+
+# machine key ----------------------------------------------------------------------------------
+def cpu_flags() -> str:
+    """The CPU's feature flags (Linux ``/proc/cpuinfo``, macOS ``sysctl``), or the processor name."""
+    if sys.platform == "linux":
+        try:
+            with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+                for line in cpuinfo:
+                    if line.startswith(("flags", "Features")):
+                        return " ".join(sorted(line.split(":", 1)[1].split()))
+        except OSError:
+            pass
+    if sys.platform == "darwin":
+        try:
+            done = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
+                                  timeout=5, check=False)
+            return done.stdout.strip() or platform.processor()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        major, minor = torch.cuda.get_device_capability(device)
+        return f"cuda {torch.cuda.get_device_name(device)} sm{major}{minor}"
+    return f"{device.type} {platform.machine()}"
+
+
+def cache_key(device: torch.device, version: str, shapes: dict, flags: str | None = None) -> str:
+    """Device, torch version, CPU flags, and the model version with a digest of the ``shapes`` timed."""
+    flags = cpu_flags() if flags is None else flags
+    shape_digest = hashlib.sha256(json.dumps(shapes, sort_keys=True, default=str).encode()).hexdigest()[:8]
+    parts = [f"format {PROBE_FORMAT}", device_name(device), f"torch {torch.__version__}",
+             f"cpu flags {hashlib.sha256(flags.encode()).hexdigest()[:16]}", f"{version} {shape_digest}"]
+    return " | ".join(parts)
+
+
+def timed_shapes(config: dict, qwen) -> dict:
+    """What the probe's shapes depend on: the LLM's layer sizes and the flow estimator's config."""
+    return {"llm": llm_step_shapes(qwen), "flow": config["flow"]["decoder"]["estimator"]}
+
+
+def default_cache_path() -> Path:
+    from cosyvoice_mac.engine.cache import (
+        user_cache_dir,  # the one rule for the user cache folder
+    )
+
+    return user_cache_dir() / CACHE_FILE
+
+
+def read_cache(path: Path) -> dict:
+    try:
+        entries = json.loads(path.read_text(encoding="utf-8"))
+        return entries if isinstance(entries, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def write_cache(path: Path, key: str, timings: Timings, seconds: float) -> None:
+    """Add this machine's timings to the cache file (atomically; a failure only costs a probe next time)."""
+    entries = read_cache(path)
+    entries[key] = {"timings": timings, "probe_s": round(seconds, 2), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(json.dumps(entries, indent=1), encoding="utf-8")
+        partial.replace(path)
+    except OSError:
+        pass
+
+
+def cached_timings(device: torch.device, version: str, config: dict, qwen, *, reprobe: bool = False,
+                   cache_path: Path | None = None) -> tuple[Timings, bool]:
+    """(timings, whether they came from the cache): probe on a machine's first use or when asked."""
+    path = cache_path or default_cache_path()
+    key = cache_key(device, version, timed_shapes(config, qwen))
+    entry = None if reprobe else read_cache(path).get(key)
+    if isinstance(entry, dict) and isinstance(entry.get("timings"), dict):
+        return entry["timings"], True
+    started = time.perf_counter()
+    timings = probe(device, config, qwen)
+    write_cache(path, key, timings, time.perf_counter() - started)
+    return timings, False
+
+
+# timing -----------------------------------------------------------------------------------------
+def probe(device: torch.device, config: dict, qwen) -> Timings:
+    """Seconds of each stage's dominant operation in each candidate (or why a candidate cannot run)."""
+    with torch.inference_mode(), torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return {"llm": _time_llm_candidates(device, qwen), "flow": _time_flow_candidates(device, config["flow"])}
+
+
+def llm_step_shapes(qwen) -> list[tuple[int, int]]:
+    """(in, out) of one Qwen2 layer's matrix products at decoding."""
+    attention = qwen.num_attention_heads * qwen.head_dim
+    qkv = attention + 2 * qwen.num_key_value_heads * qwen.head_dim
+    hidden, inner = qwen.hidden_size, qwen.intermediate_size
+    return [(hidden, qkv), (attention, hidden), (hidden, 2 * inner), (inner, hidden)]
+
+
+def stored_like_the_llm(layers: nn.Module, choice: str, device: torch.device) -> tuple[nn.Module, torch.dtype]:
+    """``layers`` (float32 ``nn.Linear``s) stored as the LLM stores them in ``choice``; returns (module, input dtype)."""
+    from cosyvoice_mac.pipeline.loading import llm_weights_only_in_half
+
+    dtype = as_dtype(choice)
+    if dtype == INT8:
+        store_weights_in_int8(layers)
+        return layers.to(device), torch.float32
+    if llm_weights_only_in_half(device, dtype):
+        store_weights_in_half(layers, dtype)
+        return layers.to(device), torch.float32
+    return layers.to(device=device, dtype=dtype), dtype
+
+
+def _time_llm_candidates(device: torch.device, qwen) -> dict[str, float | str]:
+    shapes = llm_step_shapes(qwen) * LLM_LAYERS
+    weights = [torch.randn(out, inner) * inner ** -0.5 for inner, out in shapes]
+    timings: dict[str, float | str] = {}
+    for choice in CANDIDATES["llm"]:
+        layers = nn.ModuleList(nn.Linear(inner, out, bias=False) for inner, out in shapes)
+        for layer, weight in zip(layers, weights):
+            layer.weight = nn.Parameter(weight, requires_grad=False)
+        try:
+            stored, dtype = stored_like_the_llm(layers, choice, device)
+            rows = [torch.randn(1, inner, device=device, dtype=dtype) for inner, _ in shapes]
+            timings[choice] = best_seconds(
+                device, lambda stored=stored, rows=rows: [layer(row) for layer, row in zip(stored, rows)],
+                clock=probe_clock(device))
+        except (RuntimeError, TypeError, NotImplementedError) as error:
+            timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
+        del layers
+    return timings
+
+
+def one_block_estimator(flow_node: dict) -> nn.Module:
+    """The flow's estimator at its real widths with one repeated block (random weights)."""
+    from cosyvoice_mac.models.flow import FlowConfig
+    from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
+
+    estimator = FlowConfig.from_yaml(flow_node).estimator
+    if isinstance(estimator, DiTConfig):
+        return DiT(dataclasses.replace(estimator, depth=1))
+    from cosyvoice_mac.models.flow.unet import CausalConditionalDecoder
+
+    return CausalConditionalDecoder(dataclasses.replace(estimator, num_mid_blocks=1))
+
+
+def estimator_inputs(device: torch.device, dtype: torch.dtype, frames: int, batch: int = 2) -> dict:
+    """Keyword inputs of one estimator call: ``x, mu, cond (B, 80, T)``, ``mask (B, 1, T)``, ``t (B,)`` float32."""
+    zeros = torch.zeros(batch, 80, frames, device=device, dtype=dtype)
+    return {"x": zeros, "mask": torch.ones(batch, 1, frames, device=device, dtype=dtype), "mu": zeros,
+            "t": torch.full((batch,), 0.5, device=device), "spks": torch.zeros(batch, 80, device=device, dtype=dtype),
+            "cond": zeros, "streaming": False}
+
+
+def _time_flow_candidates(device: torch.device, flow_node: dict) -> dict[str, float | str]:
+    """One estimator call per candidate; a candidate whose matrix product alone is ``GIVE_UP_FACTOR``
+    times slower than float32's is not run whole (fp16 on most CPUs: ~15x), its time is scaled."""
+    estimator = one_block_estimator(flow_node).eval()
+    biggest = max((m for m in estimator.modules() if isinstance(m, nn.Linear)), key=lambda m: m.weight.numel())
+    screen = {choice: _product_seconds(device, as_dtype(choice), 2 * FLOW_FRAMES, biggest.weight.shape)
+              for choice in CANDIDATES["flow"]}
+    timings: dict[str, float | str] = {}
+    for choice in CANDIDATES["flow"]:
+        dtype = as_dtype(choice)
+        if isinstance(screen[choice], str):
+            timings[choice] = f"does not run here ({screen[choice]})"
+            continue
+        try:
+            ratio = screen[choice] / screen["float32"] if isinstance(screen["float32"], float) else 1.0
+            if choice != "float32" and ratio > GIVE_UP_FACTOR and isinstance(timings.get("float32"), float):
+                timings[choice] = timings["float32"] * ratio
+                continue
+            model = estimator.to(device=device, dtype=dtype)
+            inputs = estimator_inputs(device, dtype, FLOW_FRAMES)
+            timings[choice] = best_seconds(device, lambda model=model, inputs=inputs: model(**inputs), FLOW_REPEATS,
+                                           clock=probe_clock(device))
+        except (RuntimeError, TypeError, NotImplementedError) as error:
+            timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
+    return timings
+
+
+def _product_seconds(device: torch.device, dtype: torch.dtype, rows: int, shape: torch.Size) -> float | str:
+    try:
+        weight = torch.randn(*shape).to(device=device, dtype=dtype)
+        x = torch.randn(rows, shape[1]).to(device=device, dtype=dtype)
+        return best_seconds(device, lambda: torch.nn.functional.linear(x, weight), 2, clock=probe_clock(device))
+    except (RuntimeError, TypeError, NotImplementedError) as error:
+        return f"{type(error).__name__}: {str(error)[:120]}"

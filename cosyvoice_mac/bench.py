@@ -216,9 +216,9 @@ def bench(version: str, device_name: str, dtype_name: str, runs: int, tokens: in
     median["wave_finite"] = all(r["wave_finite"] for r in results)
     report = {
         "version": model.version, "model": model_dir or "random full-size weights", "device": str(device),
-        "dtype": dtype_name, **network_dtypes(model), **engine_status(model),
+        "dtype": dtype_name, **engine_status(model),
         **({"llm_dtype": model.precision.llm.choice, "flow_dtype": model.precision.flow.choice}
-           if engine == "torch" else {}),
+           if engine == "torch" else network_dtypes(model)),  # int8 modules hold buffers, not parameters
         "precision": model.precision.as_dict(),
         "low_memory": low_memory, "runs": runs, "tokens": tokens,
         "load_s": load_s, "load_cpu_s": load_cpu_s, "rss_before_load_mb": rss_before, "rss_after_load_mb": rss_loaded,

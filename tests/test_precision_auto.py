@@ -6,6 +6,8 @@ import json
 
 import numpy as np
 import pytest
+
+from cosyvoice_mac.request import Request, Voice
 import torch
 from torch import nn
 
@@ -260,7 +262,7 @@ def test_the_status_panel_and_the_sidecar_say_what_each_stage_runs_in(tiny_dir, 
                           pipeline_kwargs={"precision": "float32", "flow_dtype": "bfloat16"})
     with Engine(config, start_timeout_s=120.0) as engine:
         assert engine.start(timeout=120.0), engine.status()
-        result = engine.result(engine.submit(Job(text="Hello.", prompt_audio=tone(), prompt_sample_rate=24000)),
+        result = engine.result(engine.submit(Job(Request.build("Hello.", Voice.from_samples(tone(), 24000)))),
                                timeout=120.0)
         status = engine.status()
     with open(result.sidecar_path, encoding="utf-8") as handle:

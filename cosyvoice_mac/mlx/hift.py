@@ -118,10 +118,12 @@ class MlxHiFT(nn.Module):
         return self.conv_pre.pad_right
 
     def inference(self, mel: torch.Tensor, *, finalize: bool = True, cache_source: torch.Tensor | None = None,
-                  noise: SourceNoise | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                  noise: SourceNoise | None = None, first_frame: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
         """mel ``(1, 80, T)`` -> ``(wav (1, N), source (1, 1, N_src))`` float32 CPU tensors, as the PyTorch HiFT.
 
-        ``N = 480 T`` (``finalize=False``: ``480 (T - 8)``, source ``480 (T - 3)``).
+        ``N = 480 T`` (``finalize=False``: ``480 (T - 8)``, source ``480 (T - 3)``). ``first_frame`` k returns
+        the audio from sample ``480 k`` on, as the PyTorch HiFT does (here by slicing the whole call: MLX has
+        no conv length limit to work around).
         """
         if cache_source is not None:
             raise ValueError("cache_source is for the CosyVoice2 vocoder; CosyVoice3 streams with finalize=False")
@@ -130,7 +132,8 @@ class MlxHiFT(nn.Module):
         f0 = self.f0_predictor(frames, finalize=finalize)
         source = self.m_source(f0, noise if noise is not None else self.default_noise)
         wav = self.decode(frames[:, : f0.shape[-1]], source, finalize=finalize)
-        return to_torch(wav), to_torch(source[:, None, :])
+        start = first_frame * self.config.samples_per_frame
+        return to_torch(wav)[:, start:], to_torch(source[:, None, :])[..., start:]
 
     def f0(self, mel: torch.Tensor, *, finalize: bool = True) -> torch.Tensor:
         """mel ``(1, 80, T)`` -> f0 ``(1, T')`` Hz as a float32 torch tensor."""

@@ -201,9 +201,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
         dice.click(callbacks.roll_seed, None, seed, **quiet)
 
-        generate_outputs = {"prompt_msg": prompt_msg, "counter": counter, "mode_msg": mode_msg, "status": status,
-                            "result": result, "history": history, "history_pick": history_pick, "session": session,
-                            "player": player}
+        generate_outputs = dict(prompt_msg=prompt_msg, counter=counter, mode_msg=mode_msg, status=status,
+                                result=result, history=history, history_pick=history_pick, session=session,
+                                player=player)
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session],

@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_synth(commands)
     __import__("cosyvoice_mac.coreml.cli", fromlist=["add_coreml"]).add_coreml(commands)
+    __import__("cosyvoice_mac.longform.cli", fromlist=["add_longform"]).add_longform(commands)
     return parser
 
 
@@ -90,9 +91,12 @@ def main(argv: list[str] | None = None) -> int:
     from cosyvoice_mac.config import ConfigError
     from cosyvoice_mac.device import DeviceError
     from cosyvoice_mac.pipeline.model_dir import ModelFolderError
+    from cosyvoice_mac.engine.jobs import EngineError
+    from cosyvoice_mac.longform import LongformError
     from cosyvoice_mac.pipeline.types import SynthesisError
 
-    user_errors = (SynthesisError, AudioInputError, ModelFolderError, CheckpointError, ConfigError, DeviceError)
+    user_errors = (SynthesisError, AudioInputError, ModelFolderError, CheckpointError, ConfigError, DeviceError,
+                   LongformError, EngineError)
     try:
         return args.handler(args)
     except user_errors as error:

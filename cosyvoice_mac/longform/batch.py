@@ -7,6 +7,8 @@ post-processing); a re-run skips the lines whose file is there with the same has
 """
 from __future__ import annotations
 
+from cosyvoice_mac.longform import LongformError
+
 import csv
 import hashlib
 import io
@@ -22,7 +24,7 @@ _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,79}")
 MANIFEST = "batch.json"
 
 
-class BatchError(ValueError):
+class BatchError(LongformError):
     """A batch file that cannot be used; the message names the line."""
 
 

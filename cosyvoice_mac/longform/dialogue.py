@@ -7,6 +7,8 @@ before any audio is made, and each message names the line number.
 """
 from __future__ import annotations
 
+from cosyvoice_mac.longform import LongformError
+
 import re
 from dataclasses import dataclass
 
@@ -19,7 +21,7 @@ _NAME_TAG = re.compile(r"\s*([^\s:\[\]{}][^:\[\]{}]{0,31}?)\s*[:：]\s*(.*)", re
 _INSTRUCTION = re.compile(r"\{([^{}]*)\}\s*(.*)", re.DOTALL)
 
 
-class ScriptError(ValueError):
+class ScriptError(LongformError):
     """A script that cannot be spoken; the message names the line."""
 
 

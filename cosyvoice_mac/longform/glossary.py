@@ -12,6 +12,8 @@ Torch-free: the page and the API edit the glossary; the worker applies it.
 """
 from __future__ import annotations
 
+from cosyvoice_mac.longform import LongformError
+
 import csv
 import io
 import json
@@ -30,7 +32,7 @@ MAX_FIELD = 200
 _LETTER = r"[^\W_\u4e00-\u9fff]"  # a word character that is not Han: Latin words end where Han begins
 
 
-class GlossaryError(ValueError):
+class GlossaryError(LongformError):
     """An entry or a CSV file that cannot be used; the message names the row."""
 
 

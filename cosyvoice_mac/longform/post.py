@@ -5,6 +5,8 @@ would clip is lowered so the peak stays at -1 dBFS, and the result says so.
 """
 from __future__ import annotations
 
+from cosyvoice_mac.longform import LongformError
+
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,7 +17,7 @@ PEAK_CEILING = 10 ** (-1.0 / 20)  # -1 dBFS
 _MIN_LOUDNESS_S = 0.4  # BS.1770 gates 400 ms blocks: shorter audio has no integrated loudness
 
 
-class PostError(ValueError):
+class PostError(LongformError):
     """Post-processing settings that cannot be used."""
 
 

@@ -7,6 +7,8 @@ Every cue that did not fit is reported with how much it overran and how late the
 """
 from __future__ import annotations
 
+from cosyvoice_mac.longform import LongformError
+
 import re
 from dataclasses import dataclass
 
@@ -18,7 +20,7 @@ SPEED_LIMIT_RANGE = (1.0, 2.0)  # the model's own speed range ends at 2.0
 _MARKUP = re.compile(r"<[^<>]{1,40}>|\{\\[^{}]{0,40}\}")  # <i>, </font>, {\an8}
 
 
-class SubtitleError(ValueError):
+class SubtitleError(LongformError):
     """A subtitle file that cannot be dubbed; the message names the cue."""
 
 

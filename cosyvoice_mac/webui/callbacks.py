@@ -17,6 +17,9 @@ import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, VoiceError, VoiceLibrary
 from cosyvoice_mac.engine.jobs import MAX_TEXT_CHARS
+from cosyvoice_mac.engine.cache import user_cache_dir
+from cosyvoice_mac.longform.glossary import GlossaryStore
+from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.generation import MAX_SEED, MODES, Generation  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
@@ -37,6 +40,8 @@ class Callbacks:
         self.settings = settings
         self.voices = VoiceLibrary(host.config.cache_dir)
         self.generation = Generation(host, self.voices)
+        self.longform = LongformCallbacks(host, self.voices, GlossaryStore(
+            (host.config.cache_dir or user_cache_dir()) / "glossary.json"))
 
     # -- voice -----------------------------------------------------------------------------------
     def prompt_message(self, lang: str, audio: str | None) -> str:

@@ -47,7 +47,7 @@ def _request(session="s1"):
 
 def test_a_dialogue_reports_progress_after_every_line_and_writes_its_files(callbacks):
     script = "Anna: Hello Bob.\n[S2] Hi Anna.\nAnna: Bye now.\n"
-    updates = list(callbacks.longform.dialogue("en", script, [["S2", "Bob"]], 0.3, True, False, None, _request()))
+    updates = list(callbacks.longform.dialogue("en", script, [["S2", "Bob"]], 0.3, True, False, False, -16, _request()))
     bars = [u[PROGRESS] for u in updates if isinstance(u[PROGRESS], str) and "<progress" in u[PROGRESS]]
     assert any('value="1" max="3"' in bar for bar in bars) and 'value="3" max="3"' in bars[-1]
     final = updates[-1]
@@ -62,7 +62,7 @@ def test_a_dialogue_reports_progress_after_every_line_and_writes_its_files(callb
 def test_stop_keeps_the_finished_lines(callbacks):
     script = "\n".join(f"Anna: Line number {n}. It is slow." for n in range(1, 9)) + "\n"
     updates, stopper = [], None
-    for update in callbacks.longform.dialogue("en", script, [], 0.1, False, False, None, _request("s2")):
+    for update in callbacks.longform.dialogue("en", script, [], 0.1, False, False, False, -16, _request("s2")):
         updates.append(update)
         if stopper is None and 'value="2"' in str(update[PROGRESS]):
             stopper = threading.Thread(target=callbacks.longform.stop, args=(_request("s2"),))
@@ -74,10 +74,10 @@ def test_stop_keeps_the_finished_lines(callbacks):
 
 
 def test_bad_input_is_a_message_and_user_text_is_escaped(callbacks):
-    final = list(callbacks.longform.dialogue("en", "<img src=x onerror=alert(1)>\n", [], 0.3, False, False, None,
+    final = list(callbacks.longform.dialogue("en", "<img src=x onerror=alert(1)>\n", [], 0.3, False, False, False, -16,
                                              _request()))[-1]
     assert "line 1 has no speaker tag" in final[MESSAGE] and "<img" not in final[MESSAGE]
-    final = list(callbacks.longform.dialogue("en", "Zed: hi\n", [], 0.3, False, False, None, _request()))[-1]
+    final = list(callbacks.longform.dialogue("en", "Zed: hi\n", [], 0.3, False, False, False, -16, _request()))[-1]
     assert "speaker &#x27;Zed&#x27; has no voice" in final[MESSAGE] and final[AUDIO] is None
 
 

@@ -46,7 +46,7 @@ class LongformCallbacks:
         self._lock = threading.Lock()
 
     # -- the three jobs ----------------------------------------------------------------------------
-    def dialogue(self, lang, script, cast_rows, pause, per_line, trim, loudness, request: gr.Request):
+    def dialogue(self, lang, script, cast_rows, pause, per_line, trim, level, target, request: gr.Request):
         if not (script or "").strip():
             yield self._message(lang, "lf_need_input", what=say(lang, "lf_script_label").split(":")[0])
             return
@@ -55,11 +55,11 @@ class LongformCallbacks:
 
         def job(speak, on_progress, should_stop):
             return run_dialogue(script, cast, known, speak, self._stem("dialogue"), pause_s=float(pause),
-                                per_line_files=bool(per_line), post=_post(trim, loudness), on_progress=on_progress,
+                                per_line_files=bool(per_line), post=_post(trim, level, target), on_progress=on_progress,
                                 should_stop=should_stop)
         yield from self._run(lang, job, "lines", request)
 
-    def dub(self, lang, srt_file, voice, speed_limit, trim, loudness, request: gr.Request):
+    def dub(self, lang, srt_file, voice, speed_limit, trim, level, target, request: gr.Request):
         if not srt_file:
             yield self._message(lang, "lf_need_input", what=".srt")
             return
@@ -67,10 +67,10 @@ class LongformCallbacks:
 
         def job(speak, on_progress, should_stop):
             return run_dub(data, voice or None, speak, self._stem("dub"), speed_limit=float(speed_limit),
-                           post=_post(trim, loudness), on_progress=on_progress, should_stop=should_stop)
+                           post=_post(trim, level, target), on_progress=on_progress, should_stop=should_stop)
         yield from self._run(lang, job, "cues", request, default_voice=voice or None)
 
-    def batch(self, lang, lines_file, voice, name, trim, loudness, request: gr.Request):
+    def batch(self, lang, lines_file, voice, name, trim, level, target, request: gr.Request):
         if not lines_file:
             yield self._message(lang, "lf_need_input", what=".txt / .csv")
             return
@@ -83,7 +83,7 @@ class LongformCallbacks:
             settings = {"model": self.host.current.name if self.host.current else None,
                         "glossary": [entry.key for entry in speak.glossary]}
             return run_batch(data, kind, folder, speak, voice=voice or None, settings=settings,
-                             post=_post(trim, loudness), on_progress=on_progress, should_stop=should_stop)
+                             post=_post(trim, level, target), on_progress=on_progress, should_stop=should_stop)
         yield from self._run(lang, job, "lines", request, default_voice=voice or None)
 
     def stop(self, request: gr.Request) -> None:
@@ -189,8 +189,8 @@ class LongformCallbacks:
         return self._outputs() / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{threading.get_ident() % 10000:04d}"
 
 
-def _post(trim, loudness) -> PostSettings:
-    return PostSettings(trim=bool(trim), loudness_lufs=None if loudness in (None, "") else float(loudness))
+def _post(trim, level, target) -> PostSettings:
+    return PostSettings(trim=bool(trim), loudness_lufs=float(target) if level else None)
 
 
 def _rows(table) -> list[list]:
@@ -213,8 +213,9 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
     with make(gr.Accordion, {"label": "longform_heading"}, open=False, elem_id="cv-longform"):
         with gr.Row():
             trim = make(gr.Checkbox, {"label": "lf_trim_label"}, value=False, elem_id="cv-lf-trim")
-            loudness = make(gr.Number, {"label": "lf_loudness_label"}, value=None, minimum=-40, maximum=-5,
-                            elem_id="cv-lf-loudness")
+            level = make(gr.Checkbox, {"label": "lf_level_label"}, value=False, elem_id="cv-lf-level")
+            target = make(gr.Slider, {"label": "lf_loudness_label"}, minimum=-40, maximum=-5, step=0.5, value=-16,
+                          elem_id="cv-lf-loudness")
         with gr.Tabs():
             with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
                 script = make(gr.Textbox, {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
@@ -262,10 +263,13 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
 
     outputs = [progress, message, audio, files]
     busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")
-    dialogue_start.click(longform.dialogue, [language, script, cast, pause, per_line, trim, loudness], outputs, **busy)
-    dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, trim, loudness], outputs, **busy)
-    batch_start.click(longform.batch, [language, lines_file, batch_voice, batch_name, trim, loudness], outputs,
+    dialogue_start.click(longform.dialogue, [language, script, cast, pause, per_line, trim, level, target], outputs, **busy)
+    dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, trim, level, target], outputs, **busy)
+    batch_start.click(longform.batch, [language, lines_file, batch_voice, batch_name, trim, level, target], outputs,
                       **busy)
     stop.click(longform.stop, None, None, queue=False, show_progress="hidden")
+    for menu in (dub_voice, batch_voice):  # voices saved since the page loaded appear when the menu opens
+        menu.focus(lambda lang: gr.update(choices=callbacks.voice_choices(lang)), language, menu, queue=False,
+                   show_progress="hidden")
     save.click(longform.save_glossary, [language, table], [table, glossary_msg], queue=False)
     upload.upload(longform.import_glossary, [language, upload], [table, glossary_msg], queue=False)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder, Ticket
+from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder
 from cosyvoice_mac.api.errors import ApiError, bad_request
 
 STREAM_FORMATS = ("audio", "sse")

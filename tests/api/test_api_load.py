@@ -37,16 +37,15 @@ def test_a_flood_gets_429s_with_retry_after_and_every_accepted_request_finishes_
         assert answer.json()["error"]["code"] == "queue_full"
     for index, text, answer in accepted:
         samples = np.frombuffer(answer.content, dtype="<i2").astype(np.float32) / 32768.0
-        assert len(samples) / 24000 == float(answer.headers["x-cosyvoice-duration"]) or abs(
-            len(samples) / 24000 - float(answer.headers["x-cosyvoice-duration"])) < 1e-3
+        assert abs(len(samples) / 24000 - float(answer.headers["x-cosyvoice-duration"])) < 1e-3
         assert np.sqrt(np.mean(samples**2)) > 0.01, f"request {index} came back silent"
         sidecar = sidecar_for(api_app, answer.headers["x-cosyvoice-job-id"])
         assert sidecar is not None and sidecar["text"] == text and sidecar["seed"] == index
         saved = (api_app.outputs / sidecar["file"]).read_bytes()
         assert saved.endswith(answer.content)  # the file holds exactly the samples this client got
     # The refused ones left no trace, and a request after the flood is served at once.
-    retry = httpx.post(api_app.url + "v1/audio/speech", timeout=300,
-                       json={"model": "tts-1", "voice": "preview", "input": "After the flood.", "response_format": "pcm"})
+    after = {"model": "tts-1", "voice": "preview", "input": "After the flood.", "response_format": "pcm"}
+    retry = httpx.post(api_app.url + "v1/audio/speech", json=after, timeout=300)
     assert retry.status_code == 200
 
 

@@ -78,10 +78,10 @@ class EngineLink:
                            "preview voice", code="model_unavailable", headers={"Retry-After": "30"})
         return engine
 
-    def check_ready(self) -> None:
-        """503 while the model loads or after it failed to start."""
+    def check_ready(self, wait_for_model: bool = False) -> None:
+        """503 while the model loads (unless the caller will wait for it) or after it failed to start."""
         state = self.host.status().get("state")
-        if state in LOADING_STATES:
+        if state in LOADING_STATES and not wait_for_model:
             raise ApiError(503, "the model is loading; try again in a few seconds", code="model_loading",
                            headers={"Retry-After": "5"})
         if state in ("error", "stopped", "closed"):
@@ -177,10 +177,11 @@ class EngineLink:
         return {"id": voice_id(name), "object": "audio.voice.deleted", "deleted": True, "name": name}
 
     # -- jobs --------------------------------------------------------------------------------------
-    def submit(self, order: SpeechOrder) -> Ticket:
-        """Queue the order as a job: 400 naming the failed contract check, 429 when the queue is full."""
+    def submit(self, order: SpeechOrder, wait_for_model: bool = False) -> Ticket:
+        """Queue the order as a job: 400 naming the failed contract check, 429 when the queue is full, 503
+        while the model loads (with ``wait_for_model`` the job waits in the queue instead)."""
         engine = self._engine()
-        self.check_ready()
+        self.check_ready(wait_for_model)
         job = Job(text=order.text, voice=order.voice, instruct=order.instructions or None,
                   prompt_text=order.prompt_text or None, seed=order.seed, speed=order.speed, stream=order.stream,
                   interface=order.interface)
@@ -226,8 +227,9 @@ class EngineLink:
                 self.cancel(ticket.job_id)
 
     def run(self, order: SpeechOrder, timeout: float | None = None) -> JobResult:
-        """Submit and wait (blocking: for callers on a worker thread, such as Gradio's)."""
-        ticket = self.submit(order)
+        """Submit and wait, for the model too if it is loading (blocking: for callers on a worker thread,
+        such as Gradio's)."""
+        ticket = self.submit(order, wait_for_model=True)
         engine = self._engine()
         try:
             result = engine.result(ticket.job_id, timeout=timeout)

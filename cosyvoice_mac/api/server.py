@@ -14,9 +14,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import ApiError, install_error_handlers
+from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
 from cosyvoice_mac.api.routes import build_router
 
 API_PREFIX = "/v1"
+GRADIO_CALL_PREFIX = "/gradio_api/call/"
 MAX_SPEECH_BODY_BYTES = 1 << 20  # a speech request is JSON text: 1 MB holds far more than the text limit
 START_TIMEOUT_S = 60.0
 
@@ -58,6 +60,23 @@ class BodyLimit:
         await self.app(scope, limited_receive, send)
 
 
+class PublicGradioCalls:
+    """ASGI middleware: Gradio's REST route ``/gradio_api/call/<name>`` answers only the public endpoints.
+    (The page itself triggers its events through the queue, by index, never through this route.)"""
+
+    def __init__(self, app, public: tuple[str, ...]):
+        self.app, self.public = app, public
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith(GRADIO_CALL_PREFIX):
+            name = scope["path"][len(GRADIO_CALL_PREFIX):].split("/", 1)[0]
+            if name not in self.public:
+                response = ApiError(404, f"there is no public endpoint {name!r}; see /gradio_api/info",
+                                    code="not_found").response()
+                return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
 def _too_large_message(limit: int) -> str:
     return f"the request body is larger than the limit of {limit / (1 << 20):g} MB"
 
@@ -69,6 +88,7 @@ def build_server_app(page, link: EngineLink, settings: ApiSettings, **gradio_opt
     app = FastAPI(title="CosyVoice for Mac", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app, API_PREFIX)
     app.add_middleware(BodyLimit, upload_limit_bytes=settings.upload_limit_bytes)
+    app.add_middleware(PublicGradioCalls, public=PUBLIC_ENDPOINTS)
     app.include_router(build_router(link, settings.access, settings.upload_limit_bytes))
     return gr.mount_gradio_app(app, page, path="", **gradio_options)
 

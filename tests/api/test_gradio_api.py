@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import soundfile
@@ -32,6 +33,16 @@ def test_internal_page_events_cannot_be_called(client):
     for index in (0, 5, 12):  # nor by their position: the client knows no unnamed endpoint
         with pytest.raises(Exception):
             client.predict("en", "", fn_index=index)
+
+
+def test_gradio_rest_calls_reach_only_the_public_endpoints(api_app):
+    refused = httpx.post(api_app.url + "gradio_api/call/counter", json={"data": ["en", "abc"]}, timeout=30)
+    assert refused.status_code == 404 and "no public endpoint 'counter'" in refused.text
+    started = httpx.post(api_app.url + "gradio_api/call/synthesize", timeout=30,
+                         json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0]})
+    assert started.status_code == 200
+    events = httpx.get(api_app.url + f"gradio_api/call/synthesize/{started.json()['event_id']}", timeout=300).text
+    assert "event: complete" in events and ".wav" in events
 
 
 def test_synthesize_by_name_returns_the_wav_and_its_facts(client, api_app):

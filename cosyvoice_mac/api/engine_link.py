@@ -29,9 +29,12 @@ OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # "whatever mod
 LOADING_STATES = ("starting", "restarting")
 POLL_S = 0.02
 VOICE_TASK_TIMEOUT_S = 900.0
-# Which request field each contract check is about (the first word that names it in the engine's message).
-CHECK_FIELDS = (("speed", "speed", "invalid_speed"), ("seed", "seed", "invalid_seed"),
-                ("text", "input", "invalid_input"), ("prompt", "voice", "invalid_voice"))
+# The contract's field names -> this API's body fields.
+PARAMS = {"text": "input", "voice": "voice", "transcript": "prompt_text", "instruct": "instructions",
+          "mode": "instructions", "seed": "seed", "speed": "speed"}
+# Today's engine names a failed check only in words: (word, contract field, code), first match wins.
+CHECK_WORDS = (("speed", "speed", "invalid_speed"), ("seed", "seed", "invalid_seed"),
+               ("text", "text", "invalid_input"), ("prompt", "voice", "invalid_voice"))
 
 
 @dataclass(frozen=True)
@@ -194,7 +197,7 @@ class EngineLink:
                            headers={"Retry-After": str(self.retry_after_s())}) from error
         except EngineError as error:
             engine.unsubscribe(feed)
-            raise _contract_error(str(error)) from error
+            raise _contract_error(error) from error
         return Ticket(job.job_id, feed)
 
     def retry_after_s(self) -> int:
@@ -277,9 +280,23 @@ def _describe_voice(entry: dict) -> dict:
             "transcript": entry.get("transcript"), "model": entry.get("model_id")}
 
 
-def _contract_error(message: str) -> ApiError:
-    lowered = message.lower()
-    for word, param, code in CHECK_FIELDS:
-        if word in lowered.split(" ")[:4] or lowered.startswith(f"the {word}"):
-            return bad_request(message, code, param)
-    return bad_request(message, "invalid_request")
+def samples_of(result: JobResult) -> tuple[np.ndarray, int]:
+    """A finished job's (N,) float32 samples and rate: from the result, else from its saved WAV."""
+    if getattr(result, "audio", None) is not None:
+        return np.asarray(result.audio, dtype=np.float32), result.sample_rate
+    import soundfile
+
+    samples, rate = soundfile.read(result.output_path, dtype="float32")
+    return samples, rate
+
+
+def _contract_error(error: Exception) -> ApiError:
+    """A 400 naming the failed check: by the error's own ``field`` and ``code`` where it carries them."""
+    message = str(error)
+    field, code = getattr(error, "field", None), getattr(error, "code", None)
+    if field is None:
+        lowered = message.lower()
+        field, code = next(((name, rule) for word, name, rule in CHECK_WORDS
+                            if word in lowered.split(" ")[:4] or lowered.startswith(f"the {word}")),
+                           (None, "invalid_request"))
+    return bad_request(message, code or "invalid_request", PARAMS.get(field, field))

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder
+from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request
 
 STREAM_FORMATS = ("audio", "sse")
@@ -63,7 +63,7 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
         if not order.stream:
             result = await _last(pieces, request)
             headers.update(_result_headers(result))
-            encoded = audio_formats.encode(result.audio, result.sample_rate, response_format)
+            encoded = audio_formats.encode(*samples_of(result), response_format)
             return Response(encoded, media_type=audio_formats.media_type(response_format), headers=headers)
         first = await _next(pieces, request)  # an early failure still gets its own status
         if stream_format == "sse":

@@ -11,7 +11,7 @@ import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 LOG = logging.getLogger("cosyvoice_mac.api")
@@ -67,6 +67,8 @@ def install_error_handlers(app: FastAPI, prefix: str) -> None:
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception):
         LOG.exception("unexpected error answering %s %s", request.method, request.url.path)
+        if not request.url.path.startswith(prefix):
+            return PlainTextResponse("Internal Server Error", status_code=500)
         return ApiError(500, f"the server failed on this request ({type(error).__name__}); the server log has "
                         "the details", code="internal_error").response()
 

@@ -39,6 +39,7 @@ def test_bound_beyond_loopback_without_a_key_the_api_is_off_and_the_page_says_so
         assert "the `/v1` API is off" in config
     finally:
         stop_app(app)
+    assert app.process.returncode == 0  # Ctrl-C closes the server, the worker and the temporary folder
     assert "API: " in app.log.read_text() and "is OFF" in app.log.read_text()
 
 

@@ -57,7 +57,7 @@ class Ticket:
     """One submitted job and the event feed that follows it."""
 
     job_id: str
-    feed: queue.Queue
+    feed: queue.Queue | None
 
 
 def voice_id(name: str) -> str:
@@ -180,23 +180,24 @@ class EngineLink:
         return {"id": voice_id(name), "object": "audio.voice.deleted", "deleted": True, "name": name}
 
     # -- jobs --------------------------------------------------------------------------------------
-    def submit(self, order: SpeechOrder, wait_for_model: bool = False) -> Ticket:
+    def submit(self, order: SpeechOrder, wait_for_model: bool = False, listen: bool = True) -> Ticket:
         """Queue the order as a job: 400 naming the failed contract check, 429 when the queue is full, 503
-        while the model loads (with ``wait_for_model`` the job waits in the queue instead)."""
+        while the model loads (with ``wait_for_model`` the job waits in the queue instead). ``listen``
+        gives the ticket an event feed for :meth:`follow` (opened before the job exists, so none is missed)."""
         engine = self._engine()
         self.check_ready(wait_for_model)
         job = Job(text=order.text, voice=order.voice, instruct=order.instructions or None,
                   prompt_text=order.prompt_text or None, seed=order.seed, speed=order.speed, stream=order.stream,
                   interface=order.interface)
-        feed = engine.subscribe()
+        feed = engine.subscribe() if listen else None
         try:
             engine.submit(job)
-        except QueueFull as error:
-            engine.unsubscribe(feed)
-            raise ApiError(429, f"{error}; retry after the time in the Retry-After header", code="queue_full",
-                           headers={"Retry-After": str(self.retry_after_s())}) from error
         except EngineError as error:
-            engine.unsubscribe(feed)
+            if feed is not None:
+                engine.unsubscribe(feed)
+            if isinstance(error, QueueFull):
+                raise ApiError(429, f"{error}; retry after the time in the Retry-After header", code="queue_full",
+                               headers={"Retry-After": str(self.retry_after_s())}) from error
             raise _contract_error(error) from error
         return Ticket(job.job_id, feed)
 
@@ -232,18 +233,15 @@ class EngineLink:
     def run(self, order: SpeechOrder, timeout: float | None = None) -> JobResult:
         """Submit and wait, for the model too if it is loading (blocking: for callers on a worker thread,
         such as Gradio's)."""
-        ticket = self.submit(order, wait_for_model=True)
-        engine = self._engine()
+        ticket = self.submit(order, wait_for_model=True, listen=False)
         try:
-            result = engine.result(ticket.job_id, timeout=timeout)
+            result = self._engine().result(ticket.job_id, timeout=timeout)
         except engine_jobs.JobFailed as failure:
             return self._outcome(failure.event)
         except TimeoutError:
             self.cancel(ticket.job_id)
             raise ApiError(503, f"the job did not finish within {timeout:g} s; it was cancelled",
                            code="timeout") from None
-        finally:
-            engine.unsubscribe(ticket.feed)
         return self._outcome(engine_jobs.JobEvent(engine_jobs.DONE, ticket.job_id, result=result))
 
     def cancel(self, job_id: str) -> None:

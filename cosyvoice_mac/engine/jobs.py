@@ -77,6 +77,7 @@ class Job:
     seed: int | None = None
     speed: float = 1.0
     stream: bool = False
+    interface: str | None = None  # who asked: "page", "api", "gradio_api" or "cli" (kept in the sidecar)
     job_id: str = field(default_factory=new_job_id)
 
     @property

@@ -238,6 +238,8 @@ class WorkerRuntime:
                                  "no stored audio; upload its prompt audio again and save it under that name")
         if job.prompt_audio is not None:
             return self._prompt_from_audio(job.prompt_audio, job.prompt_sample_rate, transcript)
+        if hasattr(self.pipeline, "stock_speaker"):  # a backend with a voice of its own (the preview)
+            return self.pipeline.stock_speaker(), "stock"
         return None, "none"
 
     # -- jobs ----------------------------------------------------------------------------------
@@ -362,7 +364,8 @@ class WorkerRuntime:
                  "model": result.model, "version": getattr(self.pipeline, "version", None),
                  "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
-                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes}
+                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes,
+                 "interface": job.interface}
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:

@@ -152,6 +152,15 @@ class PreviewVoice:
             audio_hash=clip.content_hash, model_id=self.model_id, transcript=transcript, duration_s=seconds,
         )
 
+    def stock_speaker(self) -> SpeakerPrompt:
+        """The English base voice itself as the target: a request with no prompt recording (the engine's
+        built-in preview voice) speaks Piper's voice, converted toward its own statistics."""
+        stats = self._base_model("en").stats
+        vector = torch.from_numpy(stats.to_vector())[None]
+        return SpeakerPrompt(speech_tokens=torch.zeros(1, 0, dtype=torch.long), mel=torch.zeros(1, 0, 80),
+                             embedding=vector, audio_hash=f"stock-v{CONVERSION_VERSION}", model_id=self.model_id,
+                             transcript=None, duration_s=0.0)
+
     def synthesize(self, text: str, prompt_audio: str | Path | np.ndarray | None = None,
                    prompt_text: str | None = None, instruct: str | None = None, seed: int | None = None,
                    speed: float = 1.0, *, speaker: SpeakerPrompt | None = None, stream: bool = False,

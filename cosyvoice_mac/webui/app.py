@@ -28,6 +28,7 @@ DEFAULT_PORT = 7860
 TITLE = EN["title"]
 NO_MODEL_MESSAGE = EN["no_model"]
 MAX_UPLOAD = "20mb"
+MAX_UPLOAD_BYTES = 20 << 20
 MAX_QUEUE = 8
 TEMP_PREFIX = "cosyvoice-mac-ui-"
 
@@ -62,6 +63,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)")
     parser.add_argument("--compute-units", choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE"), default="ALL",
                         help="where Core ML may run the vocoder")
+    parser.add_argument("--api-key", default=None,
+                        help="key the /v1 API asks for (Authorization: Bearer KEY); default $COSYVOICE_API_KEY. "
+                        "Required when --host is not this computer (127.0.0.1 / localhost)")
     args = parser.parse_args(argv)
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
@@ -93,23 +97,21 @@ def main(argv: list[str] | None = None) -> int:
         max_queue=args.max_queue, torch_threads=args.torch_threads, preferred_model=args.model,
         vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
     ))
-    app = None
+    server = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the
     # server and exit 0.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         host.start()  # loads in the worker process while the page starts
-        app = build_app(host=host)
-        app.queue(max_size=args.max_queue * 2 + 4, api_open=False)
+        from cosyvoice_mac.api import serve_page
+
         try:
-            app.launch(
-                server_name=args.host,
-                server_port=args.port,
+            server = serve_page(
+                build_app(host=host), host, bind_host=args.host, port=args.port, api_key=args.api_key,
+                max_queue=args.max_queue, upload_limit_bytes=MAX_UPLOAD_BYTES,
                 ssr_mode=False,
                 show_error=True,
-                quiet=True,
-                prevent_thread_lock=True,
                 max_file_size=MAX_UPLOAD,
                 allowed_paths=[str(outputs_dir)],
                 blocked_paths=[str(args.models_dir.expanduser().resolve())],
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        print(f"{TITLE} is running at {app.local_url}  (Ctrl-C to stop)", flush=True)
+        print(f"{TITLE} is running at {server.url}  (Ctrl-C to stop)", flush=True)
+        print(f"OpenAI-compatible API: {server.url}v1/audio/speech" + _api_access_note(args), flush=True)
         if not host.models():
             print(f"No model installed yet in {args.models_dir}. Get one with: {DOWNLOAD_COMMAND}", flush=True)
             if host.current is not None and host.current.is_preview:
@@ -138,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C while the server shuts down would only print a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if app is not None:
-            app.close()
+        if server is not None:
+            server.close()
         host.close()
         shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
@@ -160,6 +163,15 @@ def _title_js() -> str:
             " document.addEventListener('change', () => { const picked = document.querySelector("
             "'#cv-language input:checked'); if (picked && titles[picked.value]) document.title = titles[picked.value];"
             " }); }")
+
+
+def _api_access_note(args: argparse.Namespace) -> str:
+    from cosyvoice_mac.api import ApiAccess
+
+    access = ApiAccess.from_settings(args.host, args.api_key)
+    if access.refuses_all:
+        return f" is OFF: {args.host} is reachable from other machines; start with --api-key KEY to turn it on"
+    return " (send Authorization: Bearer <key>)" if access.key_required else ""
 
 
 def _raise_keyboard_interrupt(signum, frame):

@@ -114,7 +114,7 @@ class Generation:
                   prompt_text=transcript if mode == "zero_shot" else None,
                   instruct=instruct if mode == "instruct" else None,
                   seed=int(seed) if seed is not None else random.randint(0, MAX_SEED),
-                  speed=1.0 if stream or speed is None else float(speed), stream=bool(stream))
+                  speed=1.0 if stream or speed is None else float(speed), stream=bool(stream), interface="page")
         try:
             job.validate()
         except EngineError as error:

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from fastapi import FastAPI
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -15,7 +16,10 @@ from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import ApiError, install_error_handlers
 from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
+from cosyvoice_mac.api.longform_routes import build_longform_router
 from cosyvoice_mac.api.routes import build_router
+from cosyvoice_mac.engine.cache import user_cache_dir
+from cosyvoice_mac.longform.glossary import GlossaryStore
 
 API_PREFIX = "/v1"
 GRADIO_CALL_PREFIX = "/gradio_api/call/"
@@ -90,6 +94,9 @@ def build_server_app(page, link: EngineLink, settings: ApiSettings, **gradio_opt
     app.add_middleware(BodyLimit, upload_limit_bytes=settings.upload_limit_bytes)
     app.add_middleware(PublicGradioCalls, public=PUBLIC_ENDPOINTS)
     app.include_router(build_router(link, settings.access, settings.upload_limit_bytes))
+    config = link.host.config
+    glossary = GlossaryStore(Path(config.cache_dir or user_cache_dir()) / "glossary.json")
+    app.include_router(build_longform_router(link, settings.access, Path(config.outputs_dir), glossary))
     return gr.mount_gradio_app(app, page, path="", **gradio_options)
 
 

@@ -122,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
     _add_synth(commands)
     __import__("cosyvoice_mac.coreml.cli", fromlist=["add_coreml"]).add_coreml(commands)
+    __import__("cosyvoice_mac.longform.cli", fromlist=["add_longform"]).add_longform(commands)
     return parser
 
 

@@ -41,6 +41,7 @@ class Voice:
     sample_rate: int | None = None
     saved: str | None = None
     prepared: str | None = None
+    stock: bool = False  # the backend's own voice (the preview voice has one; CosyVoice has none)
     transcript: str | None = None
 
     @classmethod
@@ -55,14 +56,23 @@ class Voice:
     def saved_voice(cls, name: str, transcript: str | None = None) -> "Voice":
         return cls(saved=name, transcript=transcript)
 
+    @classmethod
+    def builtin(cls) -> "Voice":
+        """The backend's own voice, for clients that name no recording (the preview voice's speaker)."""
+        return cls(stock=True)
+
+    def _sources(self) -> list[str]:
+        given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]
+        return given + ["stock"] * bool(self.stock)
+
     @property
     def kind(self) -> str:
-        """"audio", "samples", "saved" or "prepared"."""
-        given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]
+        """"audio", "samples", "saved", "prepared" or "stock"."""
+        given = self._sources()
         return given[0] if len(given) == 1 else ""
 
     def validate(self) -> None:
-        given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]
+        given = self._sources()
         if len(given) != 1:
             raise RequestError("voice", "voice_ambiguous" if given else "prompt_needed",
                                "give either prompt audio or a saved voice, not both" if given else

@@ -59,6 +59,7 @@ class Job:
 
     request: Request
     job_id: str = field(default_factory=new_job_id)
+    interface: str | None = None  # who asked: "page", "api", "gradio_api" or "cli" (kept in the sidecar)
 
     @property
     def text(self) -> str:

@@ -223,6 +223,11 @@ class WorkerRuntime:
     def _prompt_for(self, request: Request):
         """(SpeakerPrompt, cache source) for the request's saved voice or recording."""
         voice, transcript = request.voice, request.transcript
+        if voice.kind == "stock":  # the backend's own voice (the preview voice's Piper speaker)
+            if not hasattr(self.pipeline, "stock_speaker"):
+                raise SynthesisError("this model has no voice of its own: upload or record a prompt, or pick a "
+                                     "saved voice")
+            return self.pipeline.stock_speaker(), "stock"
         if voice.kind != "saved":
             source = voice.audio if voice.kind == "audio" else voice.samples
             return self._prompt_from_audio(source, voice.sample_rate, transcript)
@@ -363,7 +368,7 @@ class WorkerRuntime:
                  "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
                  "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes,
                  "low_memory": _low_memory(self.pipeline), "llm_weights": getattr(self.pipeline, "llm_weights", None),
-                 "precision": precision_facts(self.pipeline)}
+                 "precision": precision_facts(self.pipeline), "interface": job.interface}
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:

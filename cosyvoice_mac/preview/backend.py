@@ -153,6 +153,15 @@ class PreviewVoice(Synthesizes):
         """Nothing to prepare: the preview voice streams whole sentences."""
         return False
 
+    def stock_speaker(self) -> SpeakerPrompt:
+        """The English base voice itself as the target: a request with no prompt recording (the engine's
+        built-in preview voice) speaks Piper's voice, converted toward its own statistics."""
+        stats = self._base_model("en").stats
+        vector = torch.from_numpy(stats.to_vector())[None]
+        return SpeakerPrompt(speech_tokens=torch.zeros(1, 0, dtype=torch.long), mel=torch.zeros(1, 0, 80),
+                             embedding=vector, audio_hash=f"stock-v{CONVERSION_VERSION}", model_id=self.model_id,
+                             transcript=None, duration_s=0.0)
+
     def run(self, request: Request, speaker: SpeakerPrompt | None = None,
             should_stop: Callable[[], bool] | None = None) -> Iterator[SynthesisResult]:
         """Speak a valid request in a voice moved toward the prompt's; one result per sentence.

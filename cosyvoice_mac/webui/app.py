@@ -31,6 +31,7 @@ DEFAULT_PORT = 7860
 TITLE = EN["title"]
 NO_MODEL_MESSAGE = EN["no_model"]
 MAX_UPLOAD = "20mb"
+MAX_UPLOAD_BYTES = 20 << 20
 MAX_QUEUE = 8
 TEMP_MAX_AGE_S = 3600  # uploads and result copies in Gradio's folder: an hour covers any page still playing one
 TEMP_PREFIX = "cosyvoice-mac-ui-"
@@ -76,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)")
     parser.add_argument("--compute-units", choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE"), default="ALL",
                         help="where Core ML may run the vocoder")
+    parser.add_argument("--api-key", default=None,
+                        help="key the /v1 API asks for (Authorization: Bearer KEY); default $COSYVOICE_API_KEY. "
+                        "Required when --host is not this computer (127.0.0.1 / localhost)")
     args = parser.parse_args(argv)
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
@@ -116,27 +120,23 @@ def main(argv: list[str] | None = None) -> int:
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
     if library_problem:
         print(f"Note: {library_problem}.", file=sys.stderr, flush=True)
-    app = None
+    server = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the
     # server and exit 0.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _raise_keyboard_interrupt)
     try:
         host.start()  # loads in the worker process while the page starts
-        app = build_app(host=host)
-        # Generate is not limited by Gradio (the engine's queue is the bound); this only backs up the other
-        # queued events (saving a voice, transcribing), so it is far above what Generate ever leaves waiting.
-        app.queue(max_size=max(64, args.max_queue * 4), api_open=False)
+        from cosyvoice_mac.api import serve_page
+
         try:
-            app.launch(
-                server_name=args.host,
-                server_port=args.port,
+            server = serve_page(
+                build_app(host=host), host, bind_host=args.host, port=args.port, api_key=args.api_key,
+                max_queue=args.max_queue, upload_limit_bytes=MAX_UPLOAD_BYTES,
                 ssr_mode=False,
                 show_error=True,
-                quiet=True,
-                prevent_thread_lock=True,
                 max_file_size=MAX_UPLOAD,
-                app_kwargs={"middleware": [_origin_guard(args)]},
+                origin_policy=_origin_policy(args),
                 allowed_paths=[str(outputs_dir)],
                 blocked_paths=[str(args.models_dir.expanduser().resolve())],
                 footer_links=["gradio"],
@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
-        print(f"{TITLE} is running at {app.local_url}  (Ctrl-C to stop)", flush=True)
+        print(f"{TITLE} is running at {server.url}  (Ctrl-C to stop)", flush=True)
+        print(f"OpenAI-compatible API: {server.url}v1/audio/speech" + _api_access_note(args), flush=True)
         if not host.models():
             print(f"No model installed yet in {args.models_dir}. Get one with: {DOWNLOAD_COMMAND}", flush=True)
             if host.current is not None and host.current.is_preview:
@@ -164,20 +165,18 @@ def main(argv: list[str] | None = None) -> int:
         # A second Ctrl-C while the server shuts down would only print a traceback.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        if app is not None:
-            app.close()
+        if server is not None:
+            server.close()
         host.close()
         janitor.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
 
 
-def _origin_guard(args: argparse.Namespace):
-    from starlette.middleware import Middleware
+def _origin_policy(args: argparse.Namespace):
+    from cosyvoice_mac.webui.origin_guard import OriginPolicy
 
-    from cosyvoice_mac.webui.origin_guard import OriginGuard, OriginPolicy
-
-    return Middleware(OriginGuard, policy=OriginPolicy.for_server(args.host, args.allowed_origin))
+    return OriginPolicy.for_server(args.host, args.allowed_origin)
 
 
 def _css() -> str:
@@ -195,6 +194,15 @@ def _title_js() -> str:
             " document.addEventListener('change', () => { const picked = document.querySelector("
             "'#cv-language input:checked'); if (picked && titles[picked.value]) document.title = titles[picked.value];"
             " }); }")
+
+
+def _api_access_note(args: argparse.Namespace) -> str:
+    from cosyvoice_mac.api import ApiAccess
+
+    access = ApiAccess.from_settings(args.host, args.api_key)
+    if access.refuses_all:
+        return f" is OFF: {args.host} is reachable from other machines; start with --api-key KEY to turn it on"
+    return " (send Authorization: Bearer <key>)" if access.key_required else ""
 
 
 def _raise_keyboard_interrupt(signum, frame):

@@ -19,6 +19,9 @@ from cosyvoice_mac.engine import EngineError, VoiceLibrary
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.prompt_check import checked_prompt
+from cosyvoice_mac.engine.cache import user_cache_dir
+from cosyvoice_mac.longform.glossary import GlossaryStore
+from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import VOCODER_CHOICES, ModelHost, Session, Settings, is_inside
 from cosyvoice_mac.webui.strings import text as say
@@ -37,6 +40,7 @@ class Callbacks:
         self.host = host
         self.settings = settings
         self.generation = Generation(host)
+        self.longform = LongformCallbacks(host, GlossaryStore((host.config.cache_dir or user_cache_dir()) / "glossary.json"))
 
     # -- voice -----------------------------------------------------------------------------------
     def prompt_message(self, lang: str, audio: str | None) -> str:

@@ -73,7 +73,7 @@ class Generation:
             yield out.status("status_no_model")
             return
         subscriber = engine.subscribe()
-        job = Job(request)
+        job = Job(request, interface="page")
         session_id = getattr(page_request, "session_hash", None) or job.job_id
         job, held = _hold_prompt(job)
         try:

@@ -14,6 +14,7 @@ import gradio as gr
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
 from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
 from cosyvoice_mac.webui.generation import GenerateOutputs
+from cosyvoice_mac.webui.longform import build_longform_section
 from cosyvoice_mac.webui.render import HISTORY_DATATYPES, history_rows, status_line
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS, STOP_JS
@@ -171,6 +172,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         history = make(gr.Dataframe, {"label": "history_label"}, value=history_rows(lang, Session()),
                        interactive=False, wrap=True, column_widths=HISTORY_COLUMN_WIDTHS, datatype=HISTORY_DATATYPES,
                        elem_id="cv-history")
+        build_longform_section(make, callbacks, callbacks.longform, language)
         timer = gr.Timer(2.0)
 
         # -- wiring ----------------------------------------------------------------------------------

@@ -9,6 +9,8 @@ the words, so a translation can change without touching the layout. Language nam
 from __future__ import annotations
 
 from cosyvoice_mac.preview.labels import COSYVOICE_LICENSE_NOTE, LICENSE_NOTE, PREVIEW_LABEL
+from cosyvoice_mac.webui.strings_longform import EN as LONGFORM_EN
+from cosyvoice_mac.webui.strings_longform import ZH as LONGFORM_ZH
 
 LANGUAGES = (("English", "en"), ("中文", "zh"))
 DEFAULT_LANGUAGE = "en"
@@ -412,6 +414,8 @@ PRESET_LABELS_ZH: dict[str, str] = {
     "Robot style": "机器人风格",
 }
 
+EN.update(LONGFORM_EN)
+ZH.update(LONGFORM_ZH)
 TABLES = {"en": EN, "zh": ZH}
 # Characters Markdown or HTML would read as markup; each becomes its numeric character reference, which
 # renders as the character itself.

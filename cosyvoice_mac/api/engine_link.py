@@ -1,0 +1,300 @@
+"""The APIs' one link to the engine and to the request contract: every engine name they use is here.
+
+Both public interfaces (the OpenAI-compatible HTTP API and the page's Gradio ``/synthesize``) build
+their jobs, find voices and models, submit, follow and cancel through :class:`EngineLink`, so a change
+of the engine's contract is a change of this module only. Errors come out as :class:`ApiError` with
+the HTTP status the client should see.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import math
+import queue
+from dataclasses import dataclass
+from typing import AsyncIterator
+
+import numpy as np
+
+from cosyvoice_mac.api.errors import ApiError, bad_request
+from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull, TaskFailed, VoiceError
+from cosyvoice_mac.engine import jobs as engine_jobs
+from cosyvoice_mac.preview.labels import PREVIEW_LABEL
+from cosyvoice_mac.webui.prompt_check import inspect_prompt
+from cosyvoice_mac.webui.render import render_prompt_check
+from cosyvoice_mac.webui.state import PREVIEW, ModelHost
+
+PREVIEW_VOICE = "preview"  # the preview backend's own stock voice: needs no prompt recording
+OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # "whatever model is loaded"
+LOADING_STATES = ("starting", "restarting")
+POLL_S = 0.02
+VOICE_TASK_TIMEOUT_S = 900.0
+# The contract's field names -> this API's body fields.
+PARAMS = {"text": "input", "voice": "voice", "transcript": "prompt_text", "instruct": "instructions",
+          "mode": "instructions", "seed": "seed", "speed": "speed"}
+# Today's engine names a failed check only in words: (word, contract field, code), first match wins.
+CHECK_WORDS = (("speed", "speed", "invalid_speed"), ("seed", "seed", "invalid_seed"),
+               ("text", "text", "invalid_input"), ("prompt", "voice", "invalid_voice"))
+
+
+@dataclass(frozen=True)
+class SpeechOrder:
+    """What a client asked for, already checked for shape: the text, a voice reference (None: the
+    preview voice), the optional style instruction and transcript, seed, speed, streaming."""
+
+    text: str
+    voice: str | None
+    instructions: str | None = None
+    prompt_text: str | None = None
+    seed: int | None = None
+    speed: float = 1.0
+    stream: bool = False
+    interface: str = "api"
+
+
+@dataclass
+class Ticket:
+    """One submitted job and the event feed that follows it."""
+
+    job_id: str
+    feed: queue.Queue | None
+
+
+def voice_id(name: str) -> str:
+    """A stable id for a saved voice's name (names may hold spaces and any script; ids do not)."""
+    return "voice_" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+
+
+class EngineLink:
+    """Owns nothing but the running estimate of a job's duration (for ``Retry-After``); the model host
+    owns the engine, the engine owns the queue and the voice library."""
+
+    def __init__(self, host: ModelHost):
+        self.host = host
+        self._job_seconds = 5.0
+
+    # -- state -------------------------------------------------------------------------------------
+    def _engine(self):
+        engine = self.host.engine
+        if engine is None:
+            raise ApiError(503, "no model is running; install one (bash run.sh download cosyvoice3) or start the "
+                           "preview voice", code="model_unavailable", headers={"Retry-After": "30"})
+        return engine
+
+    def check_ready(self, wait_for_model: bool = False) -> None:
+        """503 while the model loads (unless the caller will wait for it) or after it failed to start."""
+        state = self.host.status().get("state")
+        if state in LOADING_STATES and not wait_for_model:
+            raise ApiError(503, "the model is loading; try again in a few seconds", code="model_loading",
+                           headers={"Retry-After": "5"})
+        if state in ("error", "stopped", "closed"):
+            reason = self.host.status().get("last_error") or "it is not running"
+            raise ApiError(503, f"the model is not available: {reason}", code="model_unavailable",
+                           headers={"Retry-After": "30"})
+
+    @property
+    def uses_preview(self) -> bool:
+        current = self.host.current
+        return current is not None and current.is_preview
+
+    # -- models ------------------------------------------------------------------------------------
+    def models(self) -> list[dict]:
+        current = self.host.current
+        listed = []
+        for choice in self.host.choices():
+            folder = choice.path
+            created = int(folder.stat().st_mtime) if folder is not None and folder.exists() else 0
+            listed.append({"id": PREVIEW if choice.is_preview else choice.name, "object": "model",
+                           "created": created, "owned_by": "cosyvoice-mac", "version": choice.version,
+                           "loaded": current is not None and choice.name == current.name,
+                           "preview": choice.is_preview,
+                           **({"label": PREVIEW_LABEL} if choice.is_preview else {})})
+        return listed
+
+    def check_model(self, model: str) -> None:
+        """404 for a name we do not know; 409 for an installed model that is not the loaded one."""
+        if model in OPENAI_MODEL_ALIASES:
+            return
+        known = {entry["id"]: entry for entry in self.models()}
+        if model not in known:
+            names = ", ".join(list(known) + list(OPENAI_MODEL_ALIASES))
+            raise ApiError(404, f"there is no model {model!r}; known: {names}", code="model_not_found",
+                           param="model")
+        if not known[model]["loaded"]:
+            loaded = next((name for name, entry in known.items() if entry["loaded"]), "none")
+            raise ApiError(409, f"model {model!r} is installed but not loaded (the loaded one is {loaded!r}); "
+                           "switch it on the page, or ask for the loaded one", code="model_not_loaded",
+                           param="model")
+
+    # -- voices ------------------------------------------------------------------------------------
+    def voices(self) -> list[dict]:
+        try:
+            entries = self.host.engine.voices.list() if self.host.engine else []
+        except VoiceError as error:
+            raise ApiError(500, str(error), code="voice_library_unreadable") from error
+        listed = [_describe_voice(entry) for entry in entries]
+        if self.uses_preview:
+            listed.insert(0, {"id": PREVIEW_VOICE, "object": "audio.voice", "name": PREVIEW_VOICE, "created_at": 0,
+                              "type": "builtin", "preview": True, "label": PREVIEW_LABEL, "transcript": None})
+        return listed
+
+    def find_voice(self, reference: str) -> str | None:
+        """The library name for a voice id or name (None: the preview voice); 404 when there is none."""
+        if reference == PREVIEW_VOICE and self.uses_preview:
+            return None
+        for entry in self.voices():
+            if entry["id"] != PREVIEW_VOICE and reference in (entry["id"], entry["name"]):
+                return entry["name"]
+        known = ", ".join(entry["name"] for entry in self.voices()) or "none saved yet"
+        raise ApiError(404, f"there is no voice {reference!r} (known: {known}); create one with POST /v1/voices",
+                       code="voice_not_found", param="voice")
+
+    def create_voice(self, name: str, audio_path: str, transcript: str | None) -> dict:
+        """Save a recording as a named voice (the worker prepares its features). Blocking."""
+        engine = self._engine()
+        self.check_ready()
+        check = inspect_prompt(audio_path)
+        if not check.ok:
+            message = render_prompt_check("en", check).lstrip("⚠️ ").replace("**", "")
+            raise bad_request(message, f"audio_{check.problem}", "audio")
+        try:
+            entry = engine.save_voice_from_audio(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
+        except VoiceError as error:
+            raise bad_request(str(error), "invalid_voice_name", "name") from error
+        except TaskFailed as error:
+            raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
+        except EngineError as error:
+            status = 409 if "already exists" in str(error) else 400
+            raise ApiError(status, str(error), code="voice_exists" if status == 409 else "invalid_voice",
+                           param="name") from error
+        return _describe_voice(entry)
+
+    def delete_voice(self, reference: str) -> dict:
+        name = self.find_voice(reference)
+        if name is None:
+            raise bad_request("the preview voice is built in and cannot be deleted", "builtin_voice", "voice_id")
+        try:
+            self._engine().voices.delete(name)
+        except VoiceError as error:
+            raise ApiError(404, str(error), code="voice_not_found") from error
+        return {"id": voice_id(name), "object": "audio.voice.deleted", "deleted": True, "name": name}
+
+    # -- jobs --------------------------------------------------------------------------------------
+    def submit(self, order: SpeechOrder, wait_for_model: bool = False, listen: bool = True) -> Ticket:
+        """Queue the order as a job: 400 naming the failed contract check, 429 when the queue is full, 503
+        while the model loads (with ``wait_for_model`` the job waits in the queue instead). ``listen``
+        gives the ticket an event feed for :meth:`follow` (opened before the job exists, so none is missed)."""
+        engine = self._engine()
+        self.check_ready(wait_for_model)
+        job = Job(text=order.text, voice=order.voice, instruct=order.instructions or None,
+                  prompt_text=order.prompt_text or None, seed=order.seed, speed=order.speed, stream=order.stream,
+                  interface=order.interface)
+        feed = engine.subscribe() if listen else None
+        try:
+            engine.submit(job)
+        except EngineError as error:
+            if feed is not None:
+                engine.unsubscribe(feed)
+            if isinstance(error, QueueFull):
+                raise ApiError(429, f"{error}; retry after the time in the Retry-After header", code="queue_full",
+                               headers={"Retry-After": str(self.retry_after_s())}) from error
+            raise _contract_error(error) from error
+        return Ticket(job.job_id, feed)
+
+    def retry_after_s(self) -> int:
+        """Seconds until a place in the queue is likely to free: about one job's duration."""
+        return max(1, math.ceil(self._job_seconds))
+
+    async def follow(self, ticket: Ticket) -> AsyncIterator[tuple[np.ndarray, int] | JobResult]:
+        """Yield (samples, sample rate) for each streamed piece, then the JobResult. Raises ApiError when
+        the job fails or is cancelled. Leaving the loop early (a client went away) cancels the job."""
+        finished = False
+        try:
+            while True:
+                try:
+                    event = ticket.feed.get_nowait()
+                except queue.Empty:
+                    await asyncio.sleep(POLL_S)
+                    continue
+                if event.job_id != ticket.job_id:
+                    continue
+                if event.kind == engine_jobs.EVENT_PROGRESS and event.data.get("audio") is not None:
+                    yield np.asarray(event.data["audio"], dtype=np.float32), int(event.data["sample_rate"])
+                elif event.terminal:
+                    finished = True
+                    yield self._outcome(event)
+                    return
+        finally:
+            if self.host.engine is not None:
+                self.host.engine.unsubscribe(ticket.feed)
+            if not finished:
+                self.cancel(ticket.job_id)
+
+    def run(self, order: SpeechOrder, timeout: float | None = None) -> JobResult:
+        """Submit and wait, for the model too if it is loading (blocking: for callers on a worker thread,
+        such as Gradio's)."""
+        ticket = self.submit(order, wait_for_model=True, listen=False)
+        try:
+            result = self._engine().result(ticket.job_id, timeout=timeout)
+        except engine_jobs.JobFailed as failure:
+            return self._outcome(failure.event)
+        except TimeoutError:
+            self.cancel(ticket.job_id)
+            raise ApiError(503, f"the job did not finish within {timeout:g} s; it was cancelled",
+                           code="timeout") from None
+        return self._outcome(engine_jobs.JobEvent(engine_jobs.DONE, ticket.job_id, result=result))
+
+    def cancel(self, job_id: str) -> None:
+        engine = self.host.engine
+        if engine is not None:
+            try:
+                engine.cancel(job_id)
+            except EngineError:  # already finished and forgotten
+                pass
+
+    def is_running(self, job_id: str) -> bool:
+        """True while the job waits or runs (tests and the stream use it)."""
+        engine = self.host.engine
+        return engine is not None and engine.position(job_id) is not None
+
+    def _outcome(self, event) -> JobResult:
+        if event.kind == engine_jobs.DONE and event.result is not None:
+            seconds = event.result.timings.get("total")
+            if seconds:
+                self._job_seconds = 0.7 * self._job_seconds + 0.3 * float(seconds)
+            return event.result
+        if event.kind == engine_jobs.CANCELLED:
+            raise ApiError(503, f"the job was cancelled: {event.message}", code="cancelled",
+                           headers={"Retry-After": "5"})
+        if "traceback" in event.data:  # the model crashed: the message, never the traceback
+            raise ApiError(500, event.message, code="synthesis_failed")
+        raise bad_request(f"the model refused this request: {event.message}", "synthesis_refused", "input")
+
+
+def _describe_voice(entry: dict) -> dict:
+    """A library entry in the shape of OpenAI's voice object, plus our own facts."""
+    return {"id": voice_id(entry["name"]), "object": "audio.voice", "name": entry["name"],
+            "created_at": int(entry.get("created") or 0), "type": "audio_sample", "preview": False,
+            "transcript": entry.get("transcript"), "model": entry.get("model_id")}
+
+
+def samples_of(result: JobResult) -> tuple[np.ndarray, int]:
+    """A finished job's (N,) float32 samples and rate: from the result, else from its saved WAV."""
+    if getattr(result, "audio", None) is not None:
+        return np.asarray(result.audio, dtype=np.float32), result.sample_rate
+    import soundfile
+
+    samples, rate = soundfile.read(result.output_path, dtype="float32")
+    return samples, rate
+
+
+def _contract_error(error: Exception) -> ApiError:
+    """A 400 naming the failed check: by the error's own ``field`` and ``code`` where it carries them."""
+    message = str(error)
+    field, code = getattr(error, "field", None), getattr(error, "code", None)
+    if field is None:
+        lowered = message.lower()
+        field, code = next(((name, rule) for word, name, rule in CHECK_WORDS
+                            if word in lowered.split(" ")[:4] or lowered.startswith(f"the {word}")),
+                           (None, "invalid_request"))
+    return bad_request(message, code or "invalid_request", PARAMS.get(field, field))

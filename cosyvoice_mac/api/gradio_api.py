@@ -1,0 +1,87 @@
+"""The page's Gradio API: one documented ``/synthesize`` endpoint and ``/voices``; every other event is
+the page's own business and hidden from ``view_api()`` and from the Gradio clients.
+
+``gradio_client`` users call ``client.predict(text=..., voice=..., api_name="/synthesize")`` and get the
+saved WAV (downloaded by the client) and the job's facts; the job goes through the same engine queue
+as the page's Generate button and the HTTP API.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+
+from cosyvoice_mac.api.auth import ApiAccess
+from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder
+from cosyvoice_mac.api.errors import ApiError
+
+PUBLIC_ENDPOINTS = ("synthesize", "voices")
+SYNTHESIZE_TIMEOUT_S = 1800.0
+
+
+def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, concurrency: int) -> None:
+    """Add the public endpoints (and, when the API needs a key, a line saying so) to ``page``; hide the rest."""
+
+    def synthesize(text: str, voice: str, instructions: str, prompt_text: str, seed: float,
+                   speed: float) -> tuple[str, dict]:
+        """Speak a text in a saved voice; the WAV is saved in outputs/ like the page's results.
+
+        Args:
+            text: the text to speak (markup such as [breath] and [h][ào] works as on the page)
+            voice: a saved voice's name or id; "preview" for the built-in preview voice when no model is installed
+            instructions: a style instruction (instruct mode); empty for none
+            prompt_text: what the saved voice's recording says (zero-shot mode); empty to use the saved transcript
+            seed: the same seed and text give the same audio; -1 picks one at random
+            speed: 0.25 to 4, 1 is normal
+        Returns:
+            the WAV file, and its facts: file name, seed, duration_s, sample_rate, mode, model, notes, job_id
+        """
+        try:
+            order = SpeechOrder(text=text or "", voice=link.find_voice((voice or "").strip()),
+                                instructions=instructions or None, prompt_text=prompt_text or None,
+                                seed=_whole(seed), speed=1.0 if speed is None else float(speed),
+                                interface="gradio_api")
+            result = link.run(order, timeout=SYNTHESIZE_TIMEOUT_S)
+        except ApiError as error:
+            raise gr.Error(error.message, print_exception=False) from None
+        if not result.output_path:
+            raise gr.Error(f"the audio was made but not saved: {result.output_error}", print_exception=False)
+        facts = {"file": Path(result.output_path).name, "seed": result.seed, "duration_s": round(result.duration_s, 3),
+                 "sample_rate": result.sample_rate, "mode": result.mode, "model": result.model,
+                 "notes": list(result.notes), "job_id": result.job_id}
+        return result.output_path, facts
+
+    def voices() -> list[dict]:
+        """The saved voices (id, name, transcript) and, when the preview voice speaks, "preview"."""
+        return link.voices()
+
+    with page:
+        if access.key_required:
+            gr.Markdown(_key_notice(access), elem_id="cv-api-notice")
+        with gr.Column(visible=False):
+            inputs = [gr.Textbox(label="text"), gr.Textbox(label="voice", value=""),
+                      gr.Textbox(label="instructions", value=""), gr.Textbox(label="prompt_text", value=""),
+                      gr.Number(label="seed", value=-1, precision=0), gr.Number(label="speed", value=1.0)]
+            outputs = [gr.File(label="audio"), gr.JSON(label="metadata")]
+            trigger = gr.Button()
+        trigger.click(synthesize, inputs, outputs, api_name="synthesize", api_visibility="public",
+                      concurrency_id="api-synthesize", concurrency_limit=concurrency)
+        gr.api(voices, api_name="voices", api_visibility="public", queue=False)
+    for function in page.fns.values():
+        if function.api_name not in PUBLIC_ENDPOINTS:
+            function.api_visibility = "private"
+
+
+def _key_notice(access: ApiAccess) -> str:
+    if access.refuses_all:
+        return (f"**API:** this page listens on `{access.bind_host}` without an API key, so the `/v1` API is off. "
+                "Restart with `--api-key KEY` (or set `COSYVOICE_API_KEY`) to turn it on.")
+    return "**API:** `/v1` requests need the header `Authorization: Bearer <your API key>`."
+
+
+def _whole(value: float | None) -> int | None:
+    if value is None or value == -1:
+        return None
+    if not float(value).is_integer():
+        raise ApiError(400, f"seed {value!r} must be a whole number", code="invalid_seed", param="seed")
+    return int(value)

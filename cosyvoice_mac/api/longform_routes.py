@@ -1,0 +1,203 @@
+"""Long-form work over HTTP: ``/v1/longform/{dialogue,dub,batch}``, ``/v1/glossary`` and result downloads.
+
+A job's whole input is checked before the response starts (a bad line is a 400 naming it). The answer is
+a stream of server-sent events: ``progress`` after every line (done, total, seconds left), then ``done``
+with the result's files (download them from ``/v1/longform/files/{name}``) or ``error``. A client that
+disconnects stops the job between lines; what was finished is kept, labelled partial.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from pathlib import Path
+from typing import AsyncIterator
+
+from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.responses import FileResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+from cosyvoice_mac.api.auth import ApiAccess
+from cosyvoice_mac.api.engine_link import EngineLink
+from cosyvoice_mac.api.errors import ApiError, bad_request
+from cosyvoice_mac.longform import LongformError, batch, dialogue, subtitles
+from cosyvoice_mac.longform.glossary import GlossaryEntry, GlossaryStore, check_entries
+from cosyvoice_mac.longform.post import PostSettings
+from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
+from cosyvoice_mac.longform.speakers import EngineSpeak
+
+MAX_UPLOAD_BYTES = 2 << 20  # a script, subtitle or batch file is text
+_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
+
+
+class PostBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    trim: bool = False
+    loudness_lufs: float | None = None
+
+
+class DialogueBody(PostBody):
+    script: str
+    cast: dict[str, str] = Field(default_factory=dict, description="speaker tag -> saved voice name")
+    pause_s: float = 0.4
+    per_line_files: bool = False
+    seed: int | None = None
+
+
+class GlossaryRow(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    replacement: str
+    language: str = "all"
+
+
+class GlossaryBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    entries: list[GlossaryRow]
+
+
+def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path, glossary: GlossaryStore) -> APIRouter:
+    router = APIRouter(prefix="/v1", dependencies=[Depends(access.check)])
+    folder = Path(outputs_dir) / "longform"
+
+    def speak(default_voice=None) -> EngineSpeak:
+        link.check_ready()
+        return EngineSpeak(link._engine(), _entries(glossary), default_voice, interface="api")
+
+    @router.post("/longform/dialogue")
+    async def longform_dialogue(body: DialogueBody, request: Request):
+        lines = _checked(lambda: dialogue.parse_script(body.script), "script")
+        known = [entry["name"] for entry in link.voices() if not entry.get("preview")]
+        _checked(lambda: dialogue.check_cast(lines, body.cast, known), "cast")
+        post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
+        speaker = speak()
+        return _stream(request, speaker, lambda on_progress, should_stop: run_dialogue(
+            body.script, body.cast, known, speaker, _stem(folder, "dialogue"), pause_s=body.pause_s, seed=body.seed,
+            per_line_files=body.per_line_files, post=post, on_progress=on_progress, should_stop=should_stop))
+
+    @router.post("/longform/dub")
+    async def longform_dub(request: Request, subtitles_file: UploadFile = File(..., alias="file"),
+                           voice: str = Form(...), speed_limit: float = Form(1.5), seed: int | None = Form(None),
+                           loudness_lufs: float | None = Form(None)):
+        data = await _read(subtitles_file)
+        _checked(lambda: subtitles.parse_srt(data), "file")
+        _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
+        post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
+        name = link.find_voice(voice)
+        speaker = speak(name)
+        return _stream(request, speaker, lambda on_progress, should_stop: run_dub(
+            data, name, speaker, _stem(folder, "dub"), speed_limit=speed_limit, seed=seed, post=post,
+            on_progress=on_progress, should_stop=should_stop))
+
+    @router.post("/longform/batch")
+    async def longform_batch(request: Request, lines_file: UploadFile = File(..., alias="file"),
+                             voice: str | None = Form(None), name: str = Form(...), seed: int | None = Form(None),
+                             trim: bool = Form(False), loudness_lufs: float | None = Form(None)):
+        if not _FILE_NAME.fullmatch(name) or ".." in name:
+            raise bad_request("the batch name may use letters, digits, '.', '_' and '-' only", "bad_name", "name")
+        data, kind = await _read(lines_file), Path(lines_file.filename or "").suffix.lower().lstrip(".")
+        _checked(lambda: batch.parse_batch(data, kind), "file")
+        post = _checked(lambda: PostSettings(trim, loudness_lufs), "loudness_lufs")
+        default = link.find_voice(voice) if voice else None
+        speaker = speak(default)
+        settings = {"model": link.host.current.name if link.host.current else None,
+                    "glossary": [entry.key for entry in speaker.glossary]}
+        return _stream(request, speaker, lambda on_progress, should_stop: run_batch(
+            data, kind, folder / "batches" / name, speaker, voice=default, settings=settings, seed=seed, post=post,
+            on_progress=on_progress, should_stop=should_stop))
+
+    @router.get("/longform/files/{name}")
+    async def longform_file(name: str):
+        candidates = (folder / name, folder / "batches" / name) if _FILE_NAME.fullmatch(name) else ()
+        matches = [path for path in candidates if path.is_file()]
+        if not matches:
+            raise ApiError(404, f"there is no long-form result named {name!r}", code="file_not_found", param="name")
+        return FileResponse(matches[0])
+
+    @router.get("/glossary")
+    async def get_glossary():
+        return {"object": "list", "data": [entry.__dict__ for entry in _entries(glossary)]}
+
+    @router.put("/glossary")
+    async def put_glossary(body: GlossaryBody):
+        entries = _checked(lambda: check_entries([GlossaryEntry(r.key, r.replacement, r.language)
+                                                  for r in body.entries]), "entries")
+        saved = glossary.replace(entries)
+        return {"object": "list", "data": [entry.__dict__ for entry in saved]}
+
+    return router
+
+
+def _entries(glossary: GlossaryStore):
+    try:
+        return glossary.entries()
+    except LongformError as error:
+        raise ApiError(500, str(error), code="glossary_unreadable") from error
+
+
+def _checked(check, param: str):
+    try:
+        return check()
+    except LongformError as error:
+        raise bad_request(str(error), "invalid_longform_input", param) from None
+
+
+async def _read(upload: UploadFile) -> bytes:
+    data = await upload.read(MAX_UPLOAD_BYTES + 1)
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise ApiError(413, f"the file is larger than {MAX_UPLOAD_BYTES >> 20} MB", code="too_large", param="file")
+    return data
+
+
+def _stem(folder: Path, kind: str) -> Path:
+    return folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{threading.get_ident() % 10000:04d}"
+
+
+def _stream(request: Request, speaker: EngineSpeak, job) -> StreamingResponse:
+    """Run ``job(on_progress, should_stop)`` on a thread; stream its progress and outcome as SSE."""
+    return StreamingResponse(_events(request, speaker, job), media_type="text/event-stream")
+
+
+async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[bytes]:
+    loop, updates, stop, outcome = asyncio.get_running_loop(), asyncio.Queue(), threading.Event(), {}
+
+    def work():
+        try:
+            outcome["result"] = job(lambda p: loop.call_soon_threadsafe(updates.put_nowait, p), stop.is_set)
+        except Exception as error:  # noqa: BLE001 - travels to the client as an error event
+            outcome["error"] = error
+        loop.call_soon_threadsafe(updates.put_nowait, None)
+
+    thread = threading.Thread(target=work, name="cosyvoice-api-longform", daemon=True)
+    thread.start()
+    try:
+        while True:
+            try:
+                progress = await asyncio.wait_for(updates.get(), timeout=0.5)
+            except asyncio.TimeoutError:
+                if await request.is_disconnected():
+                    raise asyncio.CancelledError
+                continue
+            if progress is None:
+                break
+            yield _event("progress", {"done": progress.done, "total": progress.total,
+                                      "elapsed_s": round(progress.elapsed_s, 2),
+                                      "left_s": None if progress.left_s is None else round(progress.left_s, 1)})
+    finally:
+        if thread.is_alive():  # the client went away: stop between lines, cancel the line in flight
+            stop.set()
+            speaker.stop()
+    if "error" in outcome:
+        error = outcome["error"]
+        message = str(error) if isinstance(error, LongformError) else f"{type(error).__name__}: {error}"
+        yield _event("error", {"message": message})
+        return
+    result = outcome["result"]
+    yield _event("done", {"kind": result.kind, "done": result.done, "total": result.total, "partial": result.stopped,
+                          "files": [Path(path).name for path in result.files], "report": result.report})
+
+
+def _event(kind: str, data: dict) -> bytes:
+    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, ensure_ascii=False)}\n\n".encode("utf-8")

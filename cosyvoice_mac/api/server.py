@@ -1,0 +1,144 @@
+"""One server for the page and the APIs: a FastAPI app with ``/v1`` first and the Gradio page mounted at
+the root, run by uvicorn on one port, in one process, in front of one engine and its one queue.
+"""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from fastapi import FastAPI
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cosyvoice_mac.api.auth import ApiAccess
+from cosyvoice_mac.api.engine_link import EngineLink
+from cosyvoice_mac.api.errors import ApiError, install_error_handlers
+from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
+from cosyvoice_mac.api.longform_routes import build_longform_router
+from cosyvoice_mac.api.routes import build_router
+from cosyvoice_mac.engine.cache import user_cache_dir
+from cosyvoice_mac.longform.glossary import GlossaryStore
+
+API_PREFIX = "/v1"
+GRADIO_CALL_PREFIX = "/gradio_api/call/"
+MAX_SPEECH_BODY_BYTES = 1 << 20  # a speech request is JSON text: 1 MB holds far more than the text limit
+START_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """How the API is exposed: who may use it and how large an upload may be."""
+
+    access: ApiAccess
+    upload_limit_bytes: int = 20 << 20
+
+
+class BodyLimit:
+    """ASGI middleware: refuses a ``/v1`` body over its limit with a 413, by its declared length at once,
+    else as soon as the bytes received pass the limit (chunked uploads)."""
+
+    def __init__(self, app, upload_limit_bytes: int):
+        self.app, self.upload_limit_bytes = app, upload_limit_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
+            return await self.app(scope, receive, send)
+        limit = MAX_SPEECH_BODY_BYTES if scope["path"].endswith("/speech") else self.upload_limit_bytes
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            response = ApiError(413, _too_large_message(limit), code="too_large").response()
+            return await response(scope, receive, send)
+        received = 0
+
+        async def limited_receive():
+            nonlocal received
+            message = await receive()
+            if message.get("type") == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    raise StarletteHTTPException(413, _too_large_message(limit))
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+
+class PublicGradioCalls:
+    """ASGI middleware: Gradio's REST route ``/gradio_api/call/<name>`` answers only the public endpoints.
+    (The page itself triggers its events through the queue, by index, never through this route.)"""
+
+    def __init__(self, app, public: tuple[str, ...]):
+        self.app, self.public = app, public
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and scope["path"].startswith(GRADIO_CALL_PREFIX):
+            name = scope["path"][len(GRADIO_CALL_PREFIX):].split("/", 1)[0]
+            if name not in self.public:
+                response = ApiError(404, f"there is no public endpoint {name!r}; see /gradio_api/info",
+                                    code="not_found").response()
+                return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+def _too_large_message(limit: int) -> str:
+    return f"the request body is larger than the limit of {limit / (1 << 20):g} MB"
+
+
+def build_server_app(page, link: EngineLink, settings: ApiSettings, origin_policy=None, **gradio_options) -> FastAPI:
+    """The combined app: ``/v1`` routes, then the page (``gradio_options`` go to ``gr.mount_gradio_app``)."""
+    import gradio as gr
+
+    app = FastAPI(title="CosyVoice for Mac", docs_url=None, redoc_url=None, openapi_url=None)
+    install_error_handlers(app, API_PREFIX)
+    app.add_middleware(BodyLimit, upload_limit_bytes=settings.upload_limit_bytes)
+    app.add_middleware(PublicGradioCalls, public=PUBLIC_ENDPOINTS)
+    if origin_policy is not None:  # outermost: a cross-site request is refused before anything reads it
+        from cosyvoice_mac.webui.origin_guard import OriginGuard
+
+        app.add_middleware(OriginGuard, policy=origin_policy)
+    app.include_router(build_router(link, settings.access, settings.upload_limit_bytes))
+    config = link.host.config
+    glossary = GlossaryStore(Path(config.cache_dir or user_cache_dir()) / "glossary.json")
+    app.include_router(build_longform_router(link, settings.access, Path(config.outputs_dir), glossary))
+    return gr.mount_gradio_app(app, page, path="", **gradio_options)
+
+
+class RunningServer:
+    """Owns the listening socket and the uvicorn server thread. Raises OSError when the address is taken
+    or not this machine's (before anything else starts)."""
+
+    def __init__(self, app: FastAPI, host: str, port: int):
+        import uvicorn
+
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self.socket.bind((host.strip("[]"), port))
+            self.socket.listen(128)
+        except OSError:
+            self.socket.close()
+            raise
+        self.host, self.port = host, self.socket.getsockname()[1]
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
+                                                    timeout_graceful_shutdown=5))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]},
+                                       name="cosyvoice-server", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        if not self.server.started:
+            self.close()
+            raise OSError(f"the server did not start on {host}:{port}")
+
+    @property
+    def url(self) -> str:
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{shown}:{self.port}/"
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10.0)
+        self.socket.close()

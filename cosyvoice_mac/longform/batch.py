@@ -1,0 +1,143 @@
+"""Batches: many lines from a file, one WAV each, in a folder of outputs/ that a re-run resumes.
+
+Input is a .txt (one text per non-blank line) or a .csv with a header naming its columns: ``text`` (required),
+``voice``, ``instruct``, ``file`` (a file name without folders). The folder's ``batch.json`` records, per
+file, a hash of everything that decides its audio (text, voice, instruction, seed, speed, model, glossary,
+post-processing); a re-run skips the lines whose file is there with the same hash and makes the rest.
+"""
+from __future__ import annotations
+
+from cosyvoice_mac.longform import LongformError
+
+import csv
+import hashlib
+import io
+import json
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+MAX_ITEMS = 1000
+CSV_COLUMNS = ("text", "voice", "instruct", "file")
+_SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,79}")
+MANIFEST = "batch.json"
+
+
+class BatchError(LongformError):
+    """A batch file that cannot be used; the message names the line."""
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One line of a batch: its line number in the file, the text, optional voice/instruction, its WAV name."""
+
+    number: int
+    text: str
+    file: str
+    voice: str | None = None
+    instruct: str | None = None
+
+
+def parse_batch(data: str | bytes, kind: str) -> list[BatchItem]:
+    """Items of a ``kind`` ("txt" or "csv") batch file; BatchError naming the line for bad rows."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise BatchError(f"the batch file is not UTF-8 text (byte {error.start})") from None
+    if kind == "txt":
+        items = [BatchItem(number, line.strip(), f"{index:04d}.wav")
+                 for index, (number, line) in enumerate(
+                     ((n, line) for n, line in enumerate(data.splitlines(), start=1) if line.strip()), start=1)]
+    elif kind == "csv":
+        items = _parse_csv(data)
+    else:
+        raise BatchError(f"a batch is a .txt or .csv file, not .{kind}")
+    if not items:
+        raise BatchError("the batch file has no lines to speak")
+    if len(items) > MAX_ITEMS:
+        raise BatchError(f"the batch has {len(items)} lines; at most {MAX_ITEMS} are made in one go")
+    seen = {}
+    for item in items:
+        if item.file in seen:
+            raise BatchError(f"line {item.number}: the file name {item.file!r} is already used on line {seen[item.file]}")
+        seen[item.file] = item.number
+    return items
+
+
+def _parse_csv(data: str) -> list[BatchItem]:
+    rows = list(csv.reader(io.StringIO(data)))
+    numbered = [(number, row) for number, row in enumerate(rows, start=1) if any(cell.strip() for cell in row)]
+    if not numbered:
+        return []
+    header_line, header = numbered[0]
+    columns = [cell.strip().lower() for cell in header]
+    if "text" not in columns:
+        raise BatchError(f"line {header_line}: the first row must name the columns ({', '.join(CSV_COLUMNS)}); "
+                         "'text' is required")
+    unknown = [c for c in columns if c not in CSV_COLUMNS]
+    if unknown:
+        raise BatchError(f"line {header_line}: unknown column(s) {', '.join(unknown)}; use {', '.join(CSV_COLUMNS)}")
+    items = []
+    for index, (number, row) in enumerate(numbered[1:], start=1):
+        if len(row) > len(columns):
+            raise BatchError(f"line {number}: {len(row)} values for {len(columns)} columns (quote text with commas)")
+        cells = {name: (row[i].strip() if i < len(row) else "") for i, name in enumerate(columns)}
+        if not cells["text"]:
+            raise BatchError(f"line {number}: the text is empty")
+        file = cells.get("file") or f"{index:04d}"
+        if not file.lower().endswith(".wav"):
+            file += ".wav"
+        if not _SAFE_NAME.fullmatch(file) or ".." in file:
+            raise BatchError(f"line {number}: the file name {file!r} may use letters, digits, spaces, '.', '_' "
+                             "and '-' only (no folders)")
+        items.append(BatchItem(number, cells["text"], file, cells.get("voice") or None, cells.get("instruct") or None))
+    return items
+
+
+def settings_key(item: BatchItem, settings: dict) -> str:
+    """A hash of everything that decides ``item``'s audio (``settings``: JSON-able shared choices)."""
+    payload = json.dumps({"text": item.text, "voice": item.voice, "instruct": item.instruct, **settings},
+                         sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(payload.encode()).hexdigest()[:20]
+
+
+class BatchFolder:
+    """Owns one batch's folder: which files are done with which settings, and the zip of the results."""
+
+    def __init__(self, folder: str | Path):
+        self.folder = Path(folder)
+        self.manifest_path = self.folder / MANIFEST
+
+    def done(self) -> dict[str, str]:
+        """file name -> settings key of every finished file still present."""
+        try:
+            recorded = json.loads(self.manifest_path.read_text(encoding="utf-8")).get("files", {})
+        except (OSError, ValueError, AttributeError):
+            return {}
+        return {name: key for name, key in recorded.items() if (self.folder / name).is_file()}
+
+    def is_done(self, item: BatchItem, key: str) -> bool:
+        return self.done().get(item.file) == key
+
+    def record(self, item: BatchItem, key: str) -> None:
+        """Mark ``item`` finished (after its WAV is written), atomically."""
+        recorded = self.done()
+        recorded[item.file] = key
+        self.folder.mkdir(parents=True, exist_ok=True)
+        temporary = self.manifest_path.with_name(f".{MANIFEST}.tmp")
+        temporary.write_text(json.dumps({"files": recorded}, indent=1), encoding="utf-8")
+        temporary.replace(self.manifest_path)
+
+    def zip(self, items: list[BatchItem]) -> Path:
+        """A zip of the finished WAVs of ``items`` (and their sidecars) beside the folder."""
+        target = self.folder.with_suffix(".zip")
+        temporary = target.with_name(f".{target.name}.tmp")
+        with zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+            for item in items:
+                for path in (self.folder / item.file, (self.folder / item.file).with_suffix(".json")):
+                    if path.is_file():
+                        archive.write(path, arcname=f"{self.folder.name}/{path.name}")
+        temporary.replace(target)
+        return target

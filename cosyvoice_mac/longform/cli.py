@@ -1,0 +1,222 @@
+"""Command line for long work: ``dialogue``, ``dub``, ``batch`` and ``glossary`` (see ``--help`` of each).
+
+Lines are spoken by a model in this process with saved voices from the voice library (save one on the page,
+or with ``python -m cosyvoice_mac voices add``); a tqdm bar shows progress and Ctrl-C keeps what is done.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform.post import PostSettings
+
+
+def add_longform(commands) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--model", type=Path, help="model folder (default: as the app picks: a CosyVoice3 folder "
+                                                   "in models/, else any model, else the preview voice)")
+    common.add_argument("--models-dir", type=Path, default=Path("models"), help=argparse.SUPPRESS)
+    common.add_argument("--device", default="auto")
+    common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
+    common.add_argument("--trim", action="store_true", help="trim leading and trailing silence of every line")
+    common.add_argument("--loudness", type=float, metavar="LUFS", help="normalise loudness, e.g. -16 or -23")
+    common.add_argument("--no-glossary", action="store_true", help="do not apply the pronunciation glossary")
+
+    dialogue = commands.add_parser("dialogue", parents=[common], help="speak a script of several voices")
+    dialogue.add_argument("script", type=Path, help="text file: '[S1] text' or 'Name: text' per line")
+    dialogue.add_argument("--cast", action="append", default=[], metavar="TAG=VOICE",
+                          help="map a speaker tag to a saved voice (a tag that is a voice's name needs none)")
+    dialogue.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines")
+    dialogue.add_argument("--per-line", action="store_true", help="also write one WAV per line")
+    dialogue.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.timing.json")
+    dialogue.set_defaults(handler=_dialogue)
+
+    dub = commands.add_parser("dub", parents=[common], help="dub an .srt subtitle file on its timeline")
+    dub.add_argument("subtitles", type=Path)
+    dub.add_argument("--voice", required=True, help="saved voice that speaks every cue")
+    dub.add_argument("--speed-limit", type=float, default=1.5, help="speed a cue up at most this much (1-2)")
+    dub.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.report.json")
+    dub.set_defaults(handler=_dub)
+
+    batch = commands.add_parser("batch", parents=[common], help="one WAV per line of a .txt or .csv")
+    batch.add_argument("lines", type=Path)
+    batch.add_argument("--voice", help="saved voice for lines that name none")
+    batch.add_argument("--out-dir", type=Path, required=True, help="folder for the WAVs (a re-run resumes it)")
+    batch.set_defaults(handler=_batch)
+
+    voices = commands.add_parser("voices", help="list saved voices, or save a recording as a voice")
+    voices.add_argument("action", choices=("list", "add"))
+    voices.add_argument("name", nargs="?", help="name of the voice to add")
+    voices.add_argument("--audio", type=Path, help="3-30 s recording of the voice (for add)")
+    voices.add_argument("--transcript", help="what the recording says (zero-shot mode)")
+    voices.set_defaults(handler=_voices)
+
+    glossary = commands.add_parser("glossary", help="list, import or export the pronunciation glossary")
+    glossary.add_argument("action", choices=("list", "import", "export"))
+    glossary.add_argument("file", type=Path, nargs="?", help="CSV (key,replacement,language) to import or export")
+    glossary.set_defaults(handler=_glossary)
+
+
+def _store():
+    from cosyvoice_mac.engine.cache import user_cache_dir
+    from cosyvoice_mac.longform.glossary import GlossaryStore
+
+    return GlossaryStore(user_cache_dir() / "glossary.json")
+
+
+def _glossary(args) -> int:
+    from cosyvoice_mac.longform.glossary import entries_from_csv, entries_to_csv
+
+    store = _store()
+    if args.action == "list":
+        for entry in store.entries():
+            print(f"{entry.language}\t{entry.key}\t{entry.replacement}")
+        return 0
+    if args.file is None:
+        raise LongformError(f"glossary {args.action} needs a CSV file")
+    if args.action == "import":
+        entries = store.replace(entries_from_csv(_read_bytes(args.file)))
+        print(f"imported {len(entries)} entries")
+    else:
+        args.file.write_text(entries_to_csv(store.entries()), encoding="utf-8")
+        print(f"wrote {args.file}")
+    return 0
+
+
+def _voices(args) -> int:
+    from cosyvoice_mac.audio import load_audio
+    from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.engine.runtime import prompt_content_hash
+
+    library = VoiceLibrary()
+    if args.action == "list":
+        for entry in library.list():
+            print(f"{entry['name']}\t{entry.get('transcript') or '(no transcript)'}")
+        return 0
+    if not args.name or args.audio is None:
+        raise LongformError("voices add needs a NAME and --audio FILE")
+    _read_bytes(args.audio)
+    load_audio(args.audio, 16000)  # refuses what is not usable speech audio, with the reason
+    entry = library.save(args.name, audio_hash=prompt_content_hash(str(args.audio), None), model_id="recording",
+                         transcript=(args.transcript or "").strip() or None, audio=args.audio)
+    print(f"saved voice {entry['name']!r}")
+    return 0
+
+
+def _read_bytes(path: Path) -> bytes:
+    if not path.is_file():
+        raise LongformError(f"{path} does not exist")
+    return path.read_bytes()
+
+
+def _speaker(args, default_voice=None):
+    from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.longform.speakers import PipelineSpeak
+
+    model = _load_model(args)
+    glossary = () if args.no_glossary else _store().entries()
+    return PipelineSpeak(model, VoiceLibrary(), glossary, default_voice)
+
+
+def _load_model(args):
+    from cosyvoice_mac.webui.state import find_models
+
+    path = args.model
+    if path is None:
+        found = find_models(args.models_dir)
+        path = next((c.path for c in found if c.version == "cosyvoice3"), found[0].path if found else None)
+    if path is None:
+        from cosyvoice_mac.preview.backend import PreviewVoice
+
+        print("note: no model in models/: using the preview voice (an approximate match)", file=sys.stderr)
+        return PreviewVoice.from_pretrained(None, device=args.device)
+    from cosyvoice_mac.pipeline import CosyVoice
+
+    return CosyVoice.from_pretrained(path, device=args.device)
+
+
+class _Bar:
+    """A tqdm bar fed by the runner's progress reports."""
+
+    def __init__(self, total_label: str):
+        from tqdm import tqdm
+
+        self.bar, self.label = None, total_label
+        self._tqdm = tqdm
+
+    def __call__(self, progress) -> None:
+        if self.bar is None:
+            self.bar = self._tqdm(total=progress.total, unit=progress.label, file=sys.stderr)
+        self.bar.update(progress.done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _run(job, label: str) -> int:
+    bar = _Bar(label)
+    stop = {"asked": False}
+    try:
+        result = job(bar, lambda: stop["asked"])
+    except KeyboardInterrupt:
+        print("\nstopped", file=sys.stderr)
+        return 130
+    finally:
+        bar.close()
+    files = ", ".join(str(path) for path in result.files)
+    print(f"{result.done}/{result.total} {label} done{' (stopped: partial)' if result.stopped else ''}: {files}")
+    for misfit in result.report if result.kind == "dub" else ():
+        print(f"cue {misfit['cue']}: {misfit['overrun']:.2f} s too long, starts {misfit['late']:.2f} s late",
+              file=sys.stderr)
+    return 0
+
+
+def _post(args) -> PostSettings:
+    return PostSettings(trim=args.trim, loudness_lufs=args.loudness)
+
+
+def _dialogue(args) -> int:
+    from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.longform import dialogue
+    from cosyvoice_mac.longform.runner import run_dialogue
+
+    script = _read_bytes(args.script).decode("utf-8-sig")
+    cast = dict(pair.split("=", 1) for pair in args.cast if "=" in pair)
+    if len(cast) != len(args.cast):
+        raise LongformError("--cast takes TAG=VOICE, e.g. --cast S1=Anna")
+    known = [entry["name"] for entry in VoiceLibrary().list()]
+    dialogue.check_cast(dialogue.parse_script(script), cast, known)  # before the model loads
+    speak = _speaker(args)
+    return _run(lambda bar, stop: run_dialogue(script, cast, known, speak, args.out, pause_s=args.pause,
+                                               seed=args.seed, per_line_files=args.per_line, post=_post(args),
+                                               on_progress=bar, should_stop=stop), "lines")
+
+
+def _dub(args) -> int:
+    from cosyvoice_mac.longform import subtitles
+    from cosyvoice_mac.longform.runner import run_dub
+
+    data = _read_bytes(args.subtitles)
+    subtitles.parse_srt(data)
+    subtitles.check_speed_limit(args.speed_limit)
+    speak = _speaker(args, args.voice)
+    return _run(lambda bar, stop: run_dub(data, args.voice, speak, args.out, speed_limit=args.speed_limit,
+                                          seed=args.seed, post=_post(args), on_progress=bar, should_stop=stop),
+                "cues")
+
+
+def _batch(args) -> int:
+    from cosyvoice_mac.longform import batch
+    from cosyvoice_mac.longform.runner import run_batch
+
+    data = _read_bytes(args.lines)
+    kind = args.lines.suffix.lower().lstrip(".")
+    batch.parse_batch(data, kind)
+    speak = _speaker(args, args.voice)
+    settings = {"model": str(args.model), "glossary": [e.key for e in speak.glossary]}
+    return _run(lambda bar, stop: run_batch(data, kind, args.out_dir, speak, voice=args.voice, settings=settings,
+                                            seed=args.seed, post=_post(args), on_progress=bar, should_stop=stop),
+                "lines")

@@ -1,0 +1,186 @@
+"""Pronunciation glossary: words fixed once instead of in every request.
+
+An entry maps a word or phrase to replacement text or CosyVoice3 markup (``[h][ào]``,
+``[M][AY0][N][UW1][T]``) for one language ("en", "zh") or for both ("all"). Entries are applied to the raw
+text before normalisation, longest key first, each text position at most once:
+
+* a key that starts or ends with a letter or digit of an alphabetic script matches only as a whole word
+  there (``read`` does not change ``bread``), and matching ignores case;
+* a key in Chinese matches anywhere (Chinese has no spaces between words) and exactly.
+
+Torch-free: the page and the API edit the glossary; the worker applies it.
+"""
+from __future__ import annotations
+
+from cosyvoice_mac.longform import LongformError
+
+import csv
+import io
+import json
+import re
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from cosyvoice_mac.frontend.markup import find_unknown_markup
+from cosyvoice_mac.frontend.text import detect_language
+
+LANGUAGES = ("all", "en", "zh")
+CSV_COLUMNS = ("key", "replacement", "language")
+MAX_ENTRIES = 2000
+MAX_FIELD = 200
+_LETTER = r"[^\W_\u4e00-\u9fff]"  # a word character that is not Han: Latin words end where Han begins
+
+
+class GlossaryError(LongformError):
+    """An entry or a CSV file that cannot be used; the message names the row."""
+
+
+@dataclass(frozen=True)
+class GlossaryEntry:
+    """One fix: ``key`` (as the user types it in texts) -> ``replacement`` for ``language``."""
+
+    key: str
+    replacement: str
+    language: str = "all"
+
+
+@dataclass(frozen=True)
+class GlossaryResult:
+    """The text after the glossary, and each entry that changed it with how often it matched."""
+
+    text: str
+    applied: tuple[tuple[GlossaryEntry, int], ...]
+
+    def describe(self) -> list[dict]:
+        """For sidecars: ``[{"key", "replacement", "language", "count"}, ...]``."""
+        return [{**asdict(entry), "count": count} for entry, count in self.applied]
+
+
+def check_entry(entry: GlossaryEntry, row: int) -> GlossaryEntry:
+    """The entry with blanks stripped, or GlossaryError naming ``row`` (1-based) and what is wrong."""
+    key, replacement = entry.key.strip(), entry.replacement.strip()
+    language = (entry.language or "all").strip().lower()
+    if not key:
+        raise GlossaryError(f"row {row}: the word or phrase is empty; type the text the entry should replace")
+    if not replacement:
+        raise GlossaryError(f"row {row} ({key!r}): the replacement is empty; type what to say instead")
+    if len(key) > MAX_FIELD or len(replacement) > MAX_FIELD:
+        raise GlossaryError(f"row {row} ({key[:24]!r}): keep each field under {MAX_FIELD} characters")
+    if language not in LANGUAGES:
+        raise GlossaryError(f"row {row} ({key!r}): language {language!r} is not one of {', '.join(LANGUAGES)}")
+    if any(ord(c) < 32 or 0x7F <= ord(c) < 0xA0 for c in key + replacement):
+        raise GlossaryError(f"row {row} ({key!r}): control characters are not allowed")
+    unknown = find_unknown_markup(replacement, "cosyvoice3")
+    if unknown:
+        units = ", ".join(unit for _, unit in unknown[:6])
+        raise GlossaryError(f"row {row} ({key!r}): the replacement has markup CosyVoice3 does not know: {units}")
+    return GlossaryEntry(key, replacement, language)
+
+
+def check_entries(entries) -> tuple[GlossaryEntry, ...]:
+    """Every entry checked (rows numbered from 1); a key may appear once per language."""
+    checked, seen = [], {}
+    if len(entries) > MAX_ENTRIES:
+        raise GlossaryError(f"the glossary holds at most {MAX_ENTRIES} entries ({len(entries)} given)")
+    for row, entry in enumerate(entries, start=1):
+        entry = check_entry(entry, row)
+        identity = (_fold(entry.key), entry.language)
+        if identity in seen:
+            raise GlossaryError(f"row {row} ({entry.key!r}): the same word is already in row {seen[identity]}")
+        seen[identity] = row
+        checked.append(entry)
+    return tuple(checked)
+
+
+def apply_glossary(text: str, entries, language: str | None = None) -> GlossaryResult:
+    """``text`` with every matching entry for ``language`` (default: detected from the text) replaced."""
+    language = language or detect_language(text)
+    usable = sorted((e for e in entries if e.language in ("all", language)), key=lambda e: (-len(e.key), e.language == "all"))
+    if not usable or not text:
+        return GlossaryResult(text, ())
+    by_key = {}
+    for entry in usable:
+        by_key.setdefault(_fold(entry.key), entry)  # a language-specific entry beats "all" at equal length
+    pattern = re.compile("|".join(_pattern(e.key) for e in usable), re.IGNORECASE)
+    counts: dict[GlossaryEntry, int] = {}
+
+    def replace(match: re.Match) -> str:
+        entry = by_key[_fold(match.group())]
+        counts[entry] = counts.get(entry, 0) + 1
+        return entry.replacement
+
+    changed = pattern.sub(replace, text)
+    order = {entry: index for index, entry in enumerate(entries)}
+    return GlossaryResult(changed, tuple(sorted(counts.items(), key=lambda item: order.get(item[0], 0))))
+
+
+def entries_from_csv(data: str | bytes) -> tuple[GlossaryEntry, ...]:
+    """Parse ``key,replacement[,language]`` rows (a header row with those names is optional)."""
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as error:
+            raise GlossaryError(f"the glossary file is not UTF-8 text (byte {error.start})") from None
+    rows = [row for row in csv.reader(io.StringIO(data)) if any(cell.strip() for cell in row)]
+    if rows and [cell.strip().lower() for cell in rows[0][:2]] == list(CSV_COLUMNS[:2]):
+        rows = rows[1:]
+    entries = []
+    for row, cells in enumerate(rows, start=1):
+        if len(cells) not in (2, 3):
+            raise GlossaryError(f"row {row}: expected 2 or 3 columns (key, replacement, language), got {len(cells)}")
+        entries.append(GlossaryEntry(cells[0], cells[1], cells[2] if len(cells) == 3 else "all"))
+    return check_entries(entries)
+
+
+def entries_to_csv(entries) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for entry in entries:
+        writer.writerow((entry.key, entry.replacement, entry.language))
+    return out.getvalue()
+
+
+class GlossaryStore:
+    """Owns the persistent glossary (``glossary.json`` in the user cache folder): read, replace, export."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._lock = threading.Lock()
+
+    def entries(self) -> tuple[GlossaryEntry, ...]:
+        if not self.path.is_file():
+            return ()
+        try:
+            rows = json.loads(self.path.read_text(encoding="utf-8"))["entries"]
+            return check_entries([GlossaryEntry(r["key"], r["replacement"], r.get("language", "all")) for r in rows])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise GlossaryError(f"the glossary file {self.path} cannot be read ({error}); "
+                                "import a CSV to replace it") from None
+
+    def replace(self, entries) -> tuple[GlossaryEntry, ...]:
+        """Check and store ``entries`` (the whole glossary), atomically; nothing is stored on an error."""
+        checked = check_entries(list(entries))
+        payload = json.dumps({"entries": [asdict(e) for e in checked]}, ensure_ascii=False, indent=1)
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            temporary = self.path.with_name(f".{self.path.name}.tmp")
+            temporary.write_text(payload, encoding="utf-8")
+            temporary.replace(self.path)
+        return checked
+
+
+def _fold(key: str) -> str:
+    return key.casefold()
+
+
+def _pattern(key: str) -> str:
+    """A regex for ``key``: whole-word edges where the key starts/ends with a word character that is not Han."""
+    start = rf"(?<!{_LETTER})" if _wordish(key[0]) else ""
+    end = rf"(?!{_LETTER})" if _wordish(key[-1]) else ""
+    return start + re.escape(key) + end
+
+
+def _wordish(char: str) -> bool:
+    return (char.isalnum() or char == "_") and not ("\u4e00" <= char <= "\u9fff")

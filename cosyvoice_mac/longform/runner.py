@@ -1,0 +1,207 @@
+"""Long work as a sequence of ordinary requests: dialogue, subtitle dubbing and batches.
+
+Each job here checks all of its input before the first request (so a bad line costs no time), then asks a
+``Speak`` callable for one line at a time (the page and the API pass one that goes through the engine's
+queue, the CLI one that runs a pipeline in-process), reports progress after every line, stops between lines
+when asked, and writes only whole files: what was finished before a Stop is kept and labelled as partial.
+"""
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Protocol
+
+import numpy as np
+
+from cosyvoice_mac.engine.outputs import atomic_write_bytes, encode_wav
+from cosyvoice_mac.longform import batch as batches
+from cosyvoice_mac.longform import dialogue, subtitles
+from cosyvoice_mac.longform.post import PostSettings, post_process, trim_silence
+
+
+@dataclass(frozen=True)
+class LineRequest:
+    """One line to speak: text in a saved voice (None: the job's default voice), instruction, speed, seed."""
+
+    text: str
+    voice: str | None = None
+    instruct: str | None = None
+    speed: float = 1.0
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Spoken:
+    """A spoken line: (T,) float32 audio at ``sample_rate`` and the facts of the request (for sidecars)."""
+
+    audio: np.ndarray
+    sample_rate: int
+    facts: dict = field(default_factory=dict)
+
+
+class Speak(Protocol):
+    def __call__(self, line: LineRequest) -> Spoken: ...
+
+
+@dataclass(frozen=True)
+class Progress:
+    """After each line: how many are done of how many, seconds so far and an estimate of what is left."""
+
+    done: int
+    total: int
+    elapsed_s: float
+    label: str
+
+    @property
+    def left_s(self) -> float | None:
+        return self.elapsed_s / self.done * (self.total - self.done) if self.done else None
+
+    def describe(self) -> str:
+        left = f", about {self.left_s:.0f} s left" if self.left_s is not None and self.done < self.total else ""
+        return f"{self.done}/{self.total} {self.label}{left}"
+
+
+@dataclass(frozen=True)
+class LongformResult:
+    """What a job left in outputs/: the main WAV (or folder), its companion files, and whether it was stopped."""
+
+    kind: str
+    audio_path: Path | None
+    files: tuple[Path, ...]
+    done: int
+    total: int
+    stopped: bool
+    report: list[dict] = field(default_factory=list)
+
+
+OnProgress = Callable[[Progress], None]
+ShouldStop = Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
+
+
+class _Tracker:
+    def __init__(self, total: int, label: str, on_progress: OnProgress | None):
+        self.total, self.label, self.on_progress, self.started = total, label, on_progress, time.monotonic()
+
+    def report(self, done: int) -> None:
+        if self.on_progress is not None:
+            self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
+
+
+def _write(path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list[Path]:
+    """A WAV and its JSON sidecar, each written whole."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sidecar = {"file": path.name, "sample_rate": sample_rate, "duration_s": round(len(audio) / sample_rate, 3), **facts}
+    atomic_write_bytes(path, encode_wav(audio, sample_rate, {"ICMT": json.dumps(sidecar, ensure_ascii=False)}))
+    atomic_write_bytes(path.with_suffix(".json"), json.dumps(sidecar, ensure_ascii=False, indent=2).encode())
+    return [path, path.with_suffix(".json")]
+
+
+def run_dialogue(script: str, cast: dict[str, str], known_voices, speak: Speak, out_stem: Path, *,
+                 pause_s: float = 0.4, seed: int | None = None, per_line_files: bool = False,
+                 post: PostSettings = PostSettings(), on_progress: OnProgress | None = None,
+                 should_stop: ShouldStop = _never) -> LongformResult:
+    """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json`` (+ per-line WAVs)."""
+    lines = dialogue.parse_script(script)
+    voices = dialogue.check_cast(lines, cast, known_voices)
+    dialogue.join_lines([], [], voices, 1, pause_s)  # checks the pause before any work
+    tracker, waves, files, rate, stopped = _Tracker(len(lines), "lines", on_progress), [], [], None, False
+    for index, line in enumerate(lines):
+        if should_stop():
+            stopped = True
+            break
+        spoken = speak(LineRequest(line.text, voices[line.speaker], line.instruct,
+                                   seed=None if seed is None else seed + index))
+        wave, _ = post_process(spoken.audio, spoken.sample_rate, post)
+        rate = spoken.sample_rate
+        waves.append(wave)
+        if per_line_files:
+            name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
+            files += _write(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
+        tracker.report(index + 1)
+    if not waves:
+        return LongformResult("dialogue", None, tuple(files), 0, len(lines), stopped)
+    audio, timings = dialogue.join_lines(waves, lines[:len(waves)], voices, rate, pause_s)
+    report = [t.as_dict() for t in timings]
+    facts = {"kind": "dialogue", "lines": len(waves), "of_lines": len(lines), "partial": stopped,
+             "pause_s": pause_s, "cast": voices, "post": post.__dict__}
+    wav = out_stem.with_suffix(".wav")
+    files = _write(wav, audio, rate, facts) + files
+    timing_path = out_stem.with_suffix(".timing.json")
+    atomic_write_bytes(timing_path, json.dumps({"lines": report, "partial": stopped}, ensure_ascii=False,
+                                               indent=1).encode())
+    return LongformResult("dialogue", wav, tuple(files + [timing_path]), len(waves), len(lines), stopped, report)
+
+
+def run_dub(srt_data: str | bytes, voice: str | None, speak: Speak, out_stem: Path, *, speed_limit: float = 1.5,
+            seed: int | None = None, post: PostSettings = PostSettings(), on_progress: OnProgress | None = None,
+            should_stop: ShouldStop = _never) -> LongformResult:
+    """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits."""
+    cues = subtitles.parse_srt(srt_data)
+    limit = subtitles.check_speed_limit(speed_limit)
+    tracker, waves, speeds, rate, stopped = _Tracker(len(cues), "cues", on_progress), [], [], None, False
+    for index, cue in enumerate(cues):
+        if should_stop():
+            stopped = True
+            break
+        line_seed = None if seed is None else seed + index
+        spoken = speak(LineRequest(cue.text, voice, seed=line_seed))
+        rate, speed = spoken.sample_rate, 1.0
+        wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
+        faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
+        if faster is not None:
+            spoken = speak(LineRequest(cue.text, voice, speed=faster, seed=line_seed))
+            wave, speed = trim_silence(spoken.audio, rate, keep_s=0.0), faster
+        wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
+        waves.append(wave)
+        speeds.append(speed)
+        tracker.report(index + 1)
+    if not waves:
+        return LongformResult("dub", None, (), 0, len(cues), stopped)
+    placed = subtitles.place(cues[:len(waves)], [len(w) / rate for w in waves], speeds)
+    audio = subtitles.render_timeline(placed, waves, rate)
+    report = subtitles.misfit_report(placed)
+    facts = {"kind": "dub", "cues": len(waves), "of_cues": len(cues), "partial": stopped, "voice": voice,
+             "speed_limit": limit, "misfits": len(report)}
+    wav = out_stem.with_suffix(".wav")
+    files = _write(wav, audio, rate, facts)
+    report_path = out_stem.with_suffix(".report.json")
+    atomic_write_bytes(report_path, json.dumps({"cues": [p.as_dict() for p in placed], "misfits": report,
+                                                "partial": stopped}, ensure_ascii=False, indent=1).encode())
+    return LongformResult("dub", wav, tuple(files + [report_path]), len(waves), len(cues), stopped, report)
+
+
+def run_batch(data: str | bytes, kind: str, folder: Path, speak: Speak, *, voice: str | None = None,
+              settings: dict | None = None, seed: int | None = None, post: PostSettings = PostSettings(),
+              on_progress: OnProgress | None = None, should_stop: ShouldStop = _never) -> LongformResult:
+    """One WAV per line in ``folder``; lines already made with the same settings are skipped; a zip at the end."""
+    items = batches.parse_batch(data, kind)
+    store = batches.BatchFolder(folder)
+    shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
+    tracker, made, skipped, stopped = _Tracker(len(items), "lines", on_progress), 0, 0, False
+    for index, item in enumerate(items):
+        key = batches.settings_key(item, shared)
+        if store.is_done(item, key):
+            skipped += 1
+            tracker.report(index + 1)
+            continue
+        if should_stop():
+            stopped = True
+            break
+        spoken = speak(LineRequest(item.text, item.voice or voice, item.instruct,
+                                   seed=None if seed is None else seed + index))
+        wave, notes = post_process(spoken.audio, spoken.sample_rate, post)
+        _write(folder / item.file, wave, spoken.sample_rate,
+               {"kind": "batch", "line": item.number, "text": item.text, "voice": item.voice or voice,
+                "instruct": item.instruct, "post_notes": notes, **spoken.facts})
+        store.record(item, key)
+        made += 1
+        tracker.report(index + 1)
+    archive = store.zip(items)
+    report = [{"made": made, "skipped": skipped}]
+    return LongformResult("batch", None, (folder, archive), made + skipped, len(items), stopped, report)

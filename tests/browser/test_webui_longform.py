@@ -1,0 +1,64 @@
+"""Long-form work through the page: a dialogue whose progress bar moves and whose Stop keeps the finished
+lines, and an .srt dubbed on its timeline."""
+from __future__ import annotations
+
+import re
+import time
+
+from playwright.sync_api import expect
+
+from tests.browser.helpers import GENERATE_S, audio_duration, audio_source, fill, upload_prompt, wait_until_ready
+
+TRANSCRIPT = "This is the voice I would like you to copy, please."
+SRT = ("1\n00:00:00,500 --> 00:00:02,500\nHello there.\n\n2\n00:00:03,000 --> 00:00:05,000\nGood to see you.\n\n"
+       "3\n00:00:05,500 --> 00:00:07,500\nGoodbye.\n")
+
+
+def _save_voice(page, prompt_wav, name):
+    upload_prompt(page, prompt_wav)
+    fill(page, "cv-transcript", TRANSCRIPT)
+    fill(page, "cv-voice-name", name)
+    page.click("#cv-save-voice")
+    expect(page.locator("#cv-voice-msg")).to_contain_text(f"Saved the voice “{name}”", timeout=GENERATE_S * 1000)
+
+
+def test_a_dialogue_shows_progress_and_stop_keeps_the_finished_lines(page, app, prompt_wav):
+    wait_until_ready(page)
+    _save_voice(page, prompt_wav, "Host")
+    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    script = "\n".join(f"Host: This is line number {n} of the show." for n in range(1, 9))
+    fill(page, "cv-lf-script", script)
+    page.click("#cv-lf-dialogue-start")
+    bar = page.locator("#cv-lf-progress")
+    seen = set()
+    deadline = time.monotonic() + GENERATE_S * 2
+    while time.monotonic() < deadline and not {1, 2} <= seen:
+        if bar.count():
+            seen.add(int(bar.get_attribute("value") or 0))
+        time.sleep(0.2)
+    assert {1, 2} <= seen, f"the progress bar showed {sorted(seen)}"
+    expect(page.locator("#cv-lf-progress-text")).to_contain_text(re.compile(r"of 8 lines done"))
+    page.click("#cv-lf-stop")
+    message = page.locator("#cv-lf-msg")
+    expect(message).to_contain_text("Stopped", timeout=GENERATE_S * 1000)
+    done = int(re.search(r"the (\d+) finished", message.inner_text()).group(1))
+    assert 2 <= done < 8
+    assert audio_source(page, "cv-lf-audio") and audio_duration(page, "cv-lf-audio") > 0.1
+    timings = list((app.outputs / "longform").glob("*-dialogue-*.timing.json"))
+    assert len(timings) == 1 and timings[0].read_text().count('"line"') == done
+
+
+def test_a_subtitle_file_is_dubbed_through_the_page(page, app, prompt_wav, tmp_path):
+    wait_until_ready(page)
+    _save_voice(page, prompt_wav, "Dubber")
+    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    page.get_by_role("tab", name="Subtitles").click()
+    srt = tmp_path / "scene.srt"
+    srt.write_text(SRT)
+    page.locator("#cv-lf-srt input[type=file]").set_input_files(str(srt))
+    page.locator("#cv-lf-dub-voice input").click()
+    page.get_by_role("option", name="Dubber").click()
+    page.click("#cv-lf-dub-start")
+    expect(page.locator("#cv-lf-msg")).to_contain_text("Done: 3 of 3 cues", timeout=GENERATE_S * 3 * 1000)
+    assert audio_duration(page, "cv-lf-audio") >= 7.4  # the audio spans the subtitle timeline
+    assert "Traceback" not in page.content()

@@ -1,0 +1,282 @@
+"""Long-form work: glossary, dialogue scripts, subtitle dubbing, batches, post-processing.
+
+The jobs run against a ``Speak`` that makes real speech with espeak-ng (duration follows the text and the
+speed), so timing, fitting, resuming and loudness are checked on speech, not on tones.
+"""
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+import soundfile
+
+from cosyvoice_mac.frontend.text import TextNormalizer
+from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
+from cosyvoice_mac.longform import batch, dialogue, subtitles
+from cosyvoice_mac.longform.glossary import (
+    GlossaryEntry, GlossaryError, GlossaryStore, apply_glossary, entries_from_csv, entries_to_csv,
+)
+from cosyvoice_mac.longform.post import PostSettings, PostError, loudness, post_process, trim_silence
+from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
+from tests.parity.common import parity_dir
+
+BLANK_EN = parity_dir() / "cosyvoice3_tiny" / "CosyVoice-BlankEN"
+RATE = 22050
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return SpeechTextTokenizer.from_dir(BLANK_EN, "cosyvoice3")
+
+
+class EspeakSpeak:
+    """Speaks each line with espeak-ng (faster for speed > 1) and remembers every request."""
+
+    def __init__(self, make_speech, stop_after: int | None = None):
+        self.make_speech, self.requests, self.stop_after = make_speech, [], stop_after
+
+    def __call__(self, line: LineRequest) -> Spoken:
+        self.requests.append(line)
+        audio, rate = soundfile.read(self.make_speech(line.text), dtype="float32")
+        if line.speed != 1.0:  # crude but monotonic: speech gets shorter as speed rises
+            audio = np.interp(np.arange(0, len(audio), line.speed), np.arange(len(audio)), audio).astype(np.float32)
+        return Spoken(audio, rate, {"voice": line.voice})
+
+    def should_stop(self) -> bool:
+        return self.stop_after is not None and len(self.requests) >= self.stop_after
+
+
+# -------------------------------------------------------------------------------------------- glossary
+
+def _ids(tokenizer, text):
+    normalizer = TextNormalizer(lambda t: len(tokenizer.encode(t)))
+    return tokenizer.encode("".join(normalizer.normalize(text, split=False)))
+
+
+def _changed_span(before: list[int], after: list[int]) -> tuple[list[int], list[int]]:
+    """The ids that differ between two encodings once their common prefix and suffix are set aside."""
+    prefix = 0
+    while prefix < min(len(before), len(after)) and before[prefix] == after[prefix]:
+        prefix += 1
+    suffix = 0
+    while suffix < min(len(before), len(after)) - prefix and before[-1 - suffix] == after[-1 - suffix]:
+        suffix += 1
+    return before[prefix:len(before) - suffix], after[prefix:len(after) - suffix]
+
+
+def test_english_glossary_changes_the_ids_only_where_the_word_is(tokenizer):
+    entries = [GlossaryEntry("minute", "[M][AY0][N][UW1][T]", "en")]
+    text = "Wait a minute, the minutes said read the menu."
+    result = apply_glossary(text, entries)
+    assert result.text == "Wait a [M][AY0][N][UW1][T], the minutes said read the menu."
+    assert result.describe() == [{"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en",
+                                  "count": 1}]
+    old, new = _changed_span(_ids(tokenizer, text), _ids(tokenizer, result.text))
+    assert tokenizer.decode(old).strip() == "minute"
+    assert [i for i in new if tokenizer.decode([i]).strip()] == tokenizer.encode("[M][AY0][N][UW1][T]")
+
+
+def test_chinese_glossary_matches_inside_words_longest_first(tokenizer):
+    entries = [GlossaryEntry("好", "[h][ǎo]", "zh"), GlossaryEntry("爱好", "爱[h][ào]", "zh"),
+               GlossaryEntry("hobby", "pastime", "en")]
+    result = apply_glossary("我的爱好很好。hobby", entries)
+    assert result.text == "我的爱[h][ào]很[h][ǎo]。hobby"  # the English entry is not for Chinese text
+    old, new = _changed_span(_ids(tokenizer, "我的爱好很好。hobby"), _ids(tokenizer, result.text))
+    assert tokenizer.decode(old) == "好很好"
+    assert new == tokenizer.encode("[h][ào]很[h][ǎo]")
+
+
+def test_a_latin_key_between_han_characters_still_matches():
+    assert apply_glossary("用AI说话", [GlossaryEntry("AI", "A I")]).text == "用A I说话"
+    assert apply_glossary("AIR is here", [GlossaryEntry("AI", "A I")]).text == "AIR is here"
+
+
+@pytest.mark.parametrize("rows, message", [
+    ("key,replacement\n,x\n", "row 1: the word or phrase is empty"),
+    ("a,b\nword,[zz][qq]\n", "row 2 ('word'): the replacement has markup CosyVoice3 does not know: [zz], [qq]"),
+    ("a,b,fr\n", "row 1 ('a'): language 'fr' is not one of"),
+    ("a,b\nA,c\n", "row 2 ('A'): the same word is already in row 1"),
+    ("a\n", "row 1: expected 2 or 3 columns"),
+])
+def test_bad_glossary_rows_are_refused_with_their_row(rows, message):
+    with pytest.raises(GlossaryError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
+                       .replace(")", r"\)")):
+        entries_from_csv(rows)
+
+
+def test_glossary_round_trips_through_csv_and_the_store(tmp_path):
+    entries = entries_from_csv("key,replacement,language\n好,[h][ǎo],zh\n\"St., Louis\",Saint Louis,en\n")
+    store = GlossaryStore(tmp_path / "glossary.json")
+    assert store.replace(entries) == entries and store.entries() == entries
+    assert entries_from_csv(entries_to_csv(store.entries())) == entries
+    with pytest.raises(GlossaryError):
+        store.replace([GlossaryEntry("", "x")])
+    assert store.entries() == entries  # a refused edit changes nothing
+
+
+# -------------------------------------------------------------------------------------------- dialogue
+
+def test_script_errors_name_their_line():
+    with pytest.raises(dialogue.ScriptError, match="line 3 has no speaker tag"):
+        dialogue.parse_script("[S1] Hi.\n\njust words\n")
+    with pytest.raises(dialogue.ScriptError, match=r"line 2 \(Bob\) has a speaker tag but nothing to say"):
+        dialogue.parse_script("Anna: Hi.\nBob:   \n")
+    lines = dialogue.parse_script("Anna: Hi.\n[S2] {speak softly} Hello there.\n")
+    with pytest.raises(dialogue.ScriptError, match="line 2: speaker 'S2' has no voice"):
+        dialogue.check_cast(lines, {}, ["Anna"])
+    with pytest.raises(dialogue.ScriptError, match="line 2: speaker 'S2' is mapped to 'Zed'"):
+        dialogue.check_cast(lines, {"S2": "Zed"}, ["Anna"])
+    assert lines[1] == dialogue.DialogueLine(2, "S2", "Hello there.", "speak softly")
+
+
+def test_three_speaker_dialogue_timing_matches_the_audio(make_speech, tmp_path):
+    speak = EspeakSpeak(make_speech)
+    script = "[S1] Good morning.\nBob: {cheerful} Morning to you!\n[S3] Shall we start?\n[S1] Yes.\n"
+    seen = []
+    result = run_dialogue(script, {"S1": "Anna", "S3": "Cleo"}, ["Anna", "Bob", "Cleo"], speak, tmp_path / "talk",
+                          pause_s=0.5, per_line_files=True, on_progress=seen.append)
+    audio, rate = soundfile.read(result.audio_path, dtype="float32")
+    timing = json.loads((tmp_path / "talk.timing.json").read_text())["lines"]
+    assert [t["line"] for t in timing] == [1, 2, 3, 4] and [t["voice"] for t in timing] == ["Anna", "Bob", "Cleo",
+                                                                                           "Anna"]
+    assert [r.instruct for r in speak.requests] == [None, "cheerful", None, None]
+    for previous, current in zip(timing, timing[1:]):
+        assert current["start"] - previous["end"] == pytest.approx(0.5, abs=0.002)
+        gap = audio[int(previous["end"] * rate) + 10:int(current["start"] * rate) - 10]
+        assert np.max(np.abs(gap)) < 1e-3  # the pause is silence
+    assert timing[-1]["end"] == pytest.approx(len(audio) / rate, abs=0.002)
+    assert len(list(tmp_path.glob("talk-0*.wav"))) == 4 and [p.done for p in seen] == [1, 2, 3, 4]
+
+
+def test_stopping_a_dialogue_keeps_the_finished_lines_labelled_partial(make_speech, tmp_path):
+    speak = EspeakSpeak(make_speech, stop_after=2)
+    result = run_dialogue("[S1] One.\n[S2] Two.\n[S1] Three.\n", {"S1": "A", "S2": "B"}, ["A", "B"], speak,
+                          tmp_path / "cut", should_stop=speak.should_stop)
+    assert result.stopped and result.done == 2
+    assert json.loads(result.audio_path.with_suffix(".json").read_text())["partial"] is True
+
+
+def test_a_bad_script_writes_nothing(make_speech, tmp_path):
+    with pytest.raises(dialogue.ScriptError):
+        run_dialogue("[S1] fine\nno tag here\n", {"S1": "A"}, ["A"], EspeakSpeak(make_speech), tmp_path / "x")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------------------- subtitles
+
+SRT = """1
+00:00:00,500 --> 00:00:02,500
+Hello there.
+
+2
+00:00:03,000 --> 00:00:04,200
+<i>This line is a bit long for its slot.</i>
+
+3
+00:00:05,000 --> 00:00:07,000
+Number three.
+
+4
+00:00:07,500 --> 00:00:09,500
+And four.
+
+5
+00:00:10,000 --> 00:00:12,000
+Goodbye.
+"""
+
+
+def test_five_cues_start_on_time_and_never_run_into_the_next(make_speech, tmp_path):
+    speak = EspeakSpeak(make_speech)
+    result = run_dub(SRT, "Anna", speak, tmp_path / "dub", speed_limit=2.0)
+    audio, rate = soundfile.read(result.audio_path, dtype="float32")
+    report = json.loads((tmp_path / "dub.report.json").read_text())
+    cues = subtitles.parse_srt(SRT)
+    envelope = np.convolve(np.abs(audio) > 0.02, np.ones(64), "same") > 0
+    for index, cue in enumerate(cues):
+        next_start = cues[index + 1].start if index + 1 < len(cues) else len(audio) / rate
+        window = envelope[int(cue.start * rate) - int(0.3 * rate):int(next_start * rate)]
+        onset = cue.start - 0.3 + np.argmax(window) / rate
+        assert abs(onset - cue.start) < 0.05, f"cue {cue.number} starts at {onset:.3f} s"
+        if index + 1 < len(cues):  # silent just before the next cue: this one ended in time
+            assert np.max(np.abs(audio[int((next_start - 0.02) * rate):int((next_start - 0.002) * rate)])) < 1e-3
+    sped = [r for r in speak.requests if r.speed > 1.0]
+    assert [r.text for r in sped] == ["This line is a bit long for its slot."]  # made again, faster
+    assert report["misfits"] == [] and [c["speed"] > 1 for c in report["cues"]] == [False, True, False, False, False]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("1\n00:00:01,000 --> 00:00:02,000\nA\n\n2\n00:00:0x,000 --> 00:00:04,000\nB\n", "cue 2: the block is not"),
+    ("1\n00:00:01,000 --> 00:00:03,000\nA\n\n2\n00:00:02,000 --> 00:00:04,000\nB\n", "cue 2 starts at 00:00:02,000"),
+    ("7\n00:00:05,000 --> 00:00:04,000\nA\n", "cue 7: it ends"),
+    ("", "no cues"),
+])
+def test_malformed_subtitles_name_the_cue(text, message):
+    with pytest.raises(subtitles.SubtitleError, match=message):
+        subtitles.parse_srt(text)
+
+
+def test_a_cue_that_cannot_fit_pushes_the_next_one_and_is_reported():
+    cues = subtitles.parse_srt("1\n00:00:00,000 --> 00:00:01,000\nA\n\n2\n00:00:01,200 --> 00:00:02,000\nB\n")
+    placed = subtitles.place(cues, [1.5, 0.5], [2.0, 1.0])
+    assert placed[1].start == pytest.approx(1.5)  # never cut: the second cue waits
+    assert [m["cue"] for m in subtitles.misfit_report(placed)] == [1, 2]
+
+
+# --------------------------------------------------------------------------------------------- batches
+
+def test_an_interrupted_batch_of_twenty_resumes_with_the_rest(make_speech, tmp_path):
+    lines = "\n".join(f"Sentence number {n}." for n in range(1, 21)) + "\n"
+    first = EspeakSpeak(make_speech, stop_after=7)
+    result = run_batch(lines, "txt", tmp_path / "batch", first, voice="Anna", should_stop=first.should_stop)
+    assert result.stopped and len(first.requests) == 7
+    again = EspeakSpeak(make_speech)
+    result = run_batch(lines, "txt", tmp_path / "batch", again, voice="Anna")
+    assert len(again.requests) == 13 and again.requests[0].text == "Sentence number 8."
+    assert not result.stopped and result.report == [{"made": 13, "skipped": 7}]
+    names = zipfile.ZipFile(tmp_path / "batch.zip").namelist()
+    assert len([n for n in names if n.endswith(".wav")]) == 20
+    changed = EspeakSpeak(make_speech)  # other settings: everything is made again
+    run_batch(lines, "txt", tmp_path / "batch", changed, voice="Bob")
+    assert len(changed.requests) == 20
+
+
+def test_csv_batches_take_voice_instruction_and_file_name():
+    items = batch.parse_batch('text,voice,instruct,file\n"Hi, you.",Anna,,greeting\nBye.,,speak sadly,\n', "csv")
+    assert items == [batch.BatchItem(2, "Hi, you.", "greeting.wav", "Anna", None),
+                     batch.BatchItem(3, "Bye.", "0002.wav", None, "speak sadly")]
+    with pytest.raises(batch.BatchError, match="line 2: the file name '../x.wav'"):
+        batch.parse_batch("text,file\nHi,../x\n", "csv")
+    with pytest.raises(batch.BatchError, match="line 3: the text is empty"):
+        batch.parse_batch("text,voice\nHi,A\n,B\n", "csv")
+    with pytest.raises(batch.BatchError, match="unknown column"):
+        batch.parse_batch("text,colour\nHi,red\n", "csv")
+
+
+# ------------------------------------------------------------------------------------- post-processing
+
+@pytest.mark.parametrize("target", [-20.0, -23.0, -30.0])
+def test_loudness_lands_within_half_a_unit_of_the_target(make_speech, target):
+    audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."),
+                                 dtype="float32")
+    out, notes = post_process(audio * 0.3, rate, PostSettings(loudness_lufs=target))
+    assert abs(loudness(out, rate) - target) < 0.5 and "LUFS" in notes[0]
+    assert np.max(np.abs(out)) <= 10 ** (-1 / 20) + 1e-6
+
+
+def test_a_target_that_would_clip_is_held_below_the_ceiling_and_says_so(make_speech):
+    audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."),
+                                 dtype="float32")
+    out, notes = post_process(audio, rate, PostSettings(loudness_lufs=-5.0))
+    assert np.max(np.abs(out)) == pytest.approx(10 ** (-1 / 20), rel=1e-4) and "so it does not clip" in notes[0]
+
+
+def test_trim_removes_only_the_silent_edges(make_speech):
+    speech, rate = soundfile.read(make_speech("Trim me."), dtype="float32")
+    padded = np.concatenate([np.zeros(rate), speech, np.zeros(rate)]).astype(np.float32)
+    trimmed = trim_silence(padded, rate)
+    assert len(trimmed) < len(speech) + 0.2 * rate and np.sum(trimmed ** 2) == pytest.approx(np.sum(speech ** 2), 1e-3)
+    with pytest.raises(PostError, match="-40 to -5 LUFS"):
+        PostSettings(loudness_lufs=0)

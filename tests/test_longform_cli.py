@@ -1,0 +1,83 @@
+"""The long-form commands end to end on the preview voice (no CosyVoice weights are needed)."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import soundfile
+
+from cosyvoice_mac.cli import main
+from cosyvoice_mac.webui.features import preview_available
+
+pytestmark = pytest.mark.skipif(not preview_available(), reason="the preview voice's packages are not installed")
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory, make_speech):
+    """A cache folder with two saved voices, made through the CLI."""
+    folder = tmp_path_factory.mktemp("longform-cli")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COSYVOICE_CACHE_DIR", str(folder / "cache"))
+        for name, sentence in (("Anna", "The quick brown fox jumps over the lazy dog."),
+                               ("Bob", "A journey of a thousand miles begins with one step.")):
+            assert main(["voices", "add", name, "--audio", str(make_speech(sentence, seconds=5.0)),
+                         "--transcript", sentence]) == 0
+    return folder
+
+
+@pytest.fixture
+def cli(home, monkeypatch, capsys):
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(home / "cache"))
+    monkeypatch.chdir(home)
+
+    def run(*args):
+        extra = ["--models-dir", str(home / "no-models")] if args[0] in ("dialogue", "dub", "batch") else []
+        code = main([*args, *extra])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
+def test_dialogue_and_a_resumed_batch_from_the_command_line(cli, home):
+    (home / "talk.txt").write_text("Anna: Hello Bob.\n[S2] {cheerfully} Hi Anna, how are you?\nAnna: Fine.\n")
+    code, out, err = cli("dialogue", "talk.txt", "--cast", "S2=Bob", "--pause", "0.3", "--out", "talk", "--seed", "1")
+    assert code == 0 and "3/3 lines done" in out, err
+    timing = json.loads((home / "talk.timing.json").read_text())["lines"]
+    audio, rate = soundfile.read(home / "talk.wav")
+    assert [t["voice"] for t in timing] == ["Anna", "Bob", "Anna"]
+    assert timing[-1]["end"] == pytest.approx(len(audio) / rate, abs=0.01)
+    (home / "lines.txt").write_text("One line.\nAnother line.\n")
+    assert cli("batch", "lines.txt", "--voice", "Anna", "--out-dir", "out", "--trim")[0] == 0
+    code, out, _ = cli("batch", "lines.txt", "--voice", "Anna", "--out-dir", "out", "--trim")
+    assert "2/2 lines done" in out and sorted(p.name for p in (home / "out").glob("*.wav")) == ["0001.wav", "0002.wav"]
+
+
+@pytest.mark.parametrize("args, files, message", [
+    (("dialogue", "bad.txt", "--out", "x"), {"bad.txt": "Anna: hi\nno tag\n"}, "error: line 2 has no speaker tag"),
+    (("dialogue", "bad.txt", "--out", "x"), {"bad.txt": "Zed: hi\n"}, "error: line 1: speaker 'Zed' has no voice"),
+    (("dub", "bad.srt", "--voice", "Anna", "--out", "x"),
+     {"bad.srt": "1\n00:00:02,000 --> 00:00:01,000\nA\n"}, "error: cue 1: it ends"),
+    (("dub", "ok.srt", "--voice", "Anna", "--out", "x", "--speed-limit", "3"),
+     {"ok.srt": "1\n00:00:01,000 --> 00:00:02,000\nA\n"}, "error: the speed-up limit must be 1-2"),
+    (("batch", "bad.csv", "--out-dir", "o"), {"bad.csv": "text,file\nhi,../up\n"}, "error: line 2: the file name"),
+    (("batch", "bad.pdf", "--out-dir", "o"), {"bad.pdf": "x"}, "error: a batch is a .txt or .csv file"),
+    (("glossary", "import", "g.csv"), {"g.csv": "key,replacement\nword,[zz][qq]\n"}, "error: row 1 ('word')"),
+    (("dub", "missing.srt", "--voice", "Anna", "--out", "x"), {}, "error: missing.srt does not exist"),
+    (("voices", "add", "Carl", "--audio", "notes.txt"), {"notes.txt": "not audio"}, "error: "),
+])
+def test_bad_long_form_input_is_one_line_and_writes_nothing(cli, home, args, files, message):
+    for name, text in files.items():
+        (home / name).write_text(text)
+    before = sorted(p.name for p in home.rglob("*"))
+    code, _, err = cli(*args)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert sorted(p.name for p in home.rglob("*")) == before
+
+
+def test_the_glossary_round_trips_through_the_command_line(cli, home):
+    (home / "g.csv").write_text("key,replacement,language\nminute,[M][AY0][N][UW1][T],en\n")
+    assert cli("glossary", "import", "g.csv")[0] == 0
+    assert "minute" in cli("glossary", "list")[1]
+    assert cli("glossary", "export", "out.csv")[0] == 0
+    assert (home / "out.csv").read_text() == (home / "g.csv").read_text()

@@ -1,0 +1,92 @@
+"""The page's long-form callbacks through a real engine (fake pipeline): progress, Stop, glossary, errors."""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import soundfile
+
+from cosyvoice_mac.engine import Engine
+from cosyvoice_mac.webui.callbacks import Callbacks
+from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings
+from tests.fakes.fake_pipeline import FAKE_FACTORY
+
+PROGRESS, MESSAGE, AUDIO, FILES = range(4)
+
+
+def _fake_engine(config, **options):
+    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.3},
+                   model_dir=config.model_dir or "preview-stand-in")
+    return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
+
+
+@pytest.fixture(scope="module")
+def callbacks(tmp_path_factory, make_speech):
+    root = tmp_path_factory.mktemp("ui-longform")
+    (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
+    (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
+    host = ModelHost(HostConfig(models_dir=root / "models", outputs_dir=root / "outputs", cache_dir=root / "cache",
+                                max_queue=4, start_timeout_s=120, preview=False), engine_factory=_fake_engine)
+    host.start()
+    assert host.engine.start(wait=True, timeout=120), host.status()
+    page = Callbacks(host, Settings(root / "cache"))
+    for name in ("Anna", "Bob"):
+        host.engine.save_voice_from_audio(name, make_speech(f"My name is {name} and this is my voice.", seconds=4.0),
+                                          transcript=f"My name is {name} and this is my voice.", timeout=60)
+    yield page
+    host.close()
+
+
+def _request(session="s1"):
+    return SimpleNamespace(session_hash=session)
+
+
+def test_a_dialogue_reports_progress_after_every_line_and_writes_its_files(callbacks):
+    script = "Anna: Hello Bob.\n[S2] Hi Anna.\nAnna: Bye now.\n"
+    updates = list(callbacks.longform.dialogue("en", script, [["S2", "Bob"]], 0.3, True, False, False, -16, _request()))
+    bars = [u[PROGRESS] for u in updates if isinstance(u[PROGRESS], str) and "<progress" in u[PROGRESS]]
+    assert any('value="1" max="3"' in bar for bar in bars) and 'value="3" max="3"' in bars[-1]
+    final = updates[-1]
+    assert "Done: 3 of 3 lines" in final[MESSAGE]
+    audio, rate = soundfile.read(final[AUDIO])
+    timing = json.loads(Path(final[AUDIO]).with_suffix(".timing.json").read_text())["lines"]
+    assert [t["voice"] for t in timing] == ["Anna", "Bob", "Anna"] and timing[-1]["end"] * rate == pytest.approx(
+        len(audio), abs=rate * 0.01)
+    assert sum(name.endswith(".wav") for name in final[FILES]) == 4  # the whole and one per line
+
+
+def test_stop_keeps_the_finished_lines(callbacks):
+    script = "\n".join(f"Anna: Line number {n}. It is slow." for n in range(1, 9)) + "\n"
+    updates, stopper = [], None
+    for update in callbacks.longform.dialogue("en", script, [], 0.1, False, False, False, -16, _request("s2")):
+        updates.append(update)
+        if stopper is None and 'value="2"' in str(update[PROGRESS]):
+            stopper = threading.Thread(target=callbacks.longform.stop, args=(_request("s2"),))
+            stopper.start()
+    final = updates[-1]
+    assert "Stopped" in final[MESSAGE] and "of 8" in final[MESSAGE]
+    sidecar = json.loads(Path(final[AUDIO]).with_suffix(".json").read_text())
+    assert sidecar["partial"] is True and 2 <= sidecar["lines"] < 8
+
+
+def test_bad_input_is_a_message_and_user_text_is_escaped(callbacks):
+    final = list(callbacks.longform.dialogue("en", "<img src=x onerror=alert(1)>\n", [], 0.3, False, False, False, -16,
+                                             _request()))[-1]
+    assert "line 1 has no speaker tag" in final[MESSAGE] and "<img" not in final[MESSAGE]
+    final = list(callbacks.longform.dialogue("en", "Zed: hi\n", [], 0.3, False, False, False, -16, _request()))[-1]
+    assert "speaker &#x27;Zed&#x27; has no voice" in final[MESSAGE] and final[AUDIO] is None
+
+
+def test_the_glossary_table_saves_refuses_bad_rows_and_imports_csv(callbacks, tmp_path):
+    rows, message = callbacks.longform.save_glossary("en", [["minute", "[M][AY0][N][UW1][T]", "en"], ["", "", ""]])
+    assert rows == [["minute", "[M][AY0][N][UW1][T]", "en"]] and "Saved 1" in message
+    skipped, message = callbacks.longform.save_glossary("en", [["word", "[zz][qq]", "all"]])
+    assert "row 1 (&#x27;word&#x27;)" in message and callbacks.longform.glossary_rows() == rows
+    csv = tmp_path / "g.csv"
+    csv.write_text("key,replacement,language\n好,[h][ǎo],zh\n")
+    rows, message = callbacks.longform.import_glossary("en", str(csv))
+    assert rows == [["好", "[h][ǎo]", "zh"]]

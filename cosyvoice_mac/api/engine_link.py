@@ -19,6 +19,9 @@ import numpy as np
 from cosyvoice_mac.api.errors import ApiError, bad_request
 from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull, TaskFailed, VoiceError
 from cosyvoice_mac.engine import jobs as engine_jobs
+from cosyvoice_mac.engine.messages import Cancelled, Done, Failed, Progress
+from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import render_prompt_check
@@ -32,9 +35,6 @@ VOICE_TASK_TIMEOUT_S = 900.0
 # The contract's field names -> this API's body fields.
 PARAMS = {"text": "input", "voice": "voice", "transcript": "prompt_text", "instruct": "instructions",
           "mode": "instructions", "seed": "seed", "speed": "speed"}
-# Today's engine names a failed check only in words: (word, contract field, code), first match wins.
-CHECK_WORDS = (("speed", "speed", "invalid_speed"), ("seed", "seed", "invalid_seed"),
-               ("text", "text", "invalid_input"), ("prompt", "voice", "invalid_voice"))
 
 
 @dataclass(frozen=True)
@@ -186,9 +186,17 @@ class EngineLink:
         gives the ticket an event feed for :meth:`follow` (opened before the job exists, so none is missed)."""
         engine = self._engine()
         self.check_ready(wait_for_model)
-        job = Job(text=order.text, voice=order.voice, instruct=order.instructions or None,
-                  prompt_text=order.prompt_text or None, seed=order.seed, speed=order.speed, stream=order.stream,
-                  interface=order.interface)
+        try:
+            voice = Voice.builtin() if order.voice is None else engine.voice(order.voice)
+            if order.prompt_text:  # the client's own transcript of the saved recording
+                voice = Voice.saved_voice(voice.saved, transcript=order.prompt_text)
+            request = Request.build(order.text, voice, instruct=order.instructions or None, seed=order.seed,
+                                    speed=order.speed, stream=order.stream)
+        except RequestError as error:
+            raise _contract_error(error) from error
+        except VoiceError as error:
+            raise ApiError(404, str(error), code="voice_not_found", param="voice") from error
+        job = Job(request, interface=order.interface)
         feed = engine.subscribe() if listen else None
         try:
             engine.submit(job)
@@ -218,8 +226,8 @@ class EngineLink:
                     continue
                 if event.job_id != ticket.job_id:
                     continue
-                if event.kind == engine_jobs.EVENT_PROGRESS and event.data.get("audio") is not None:
-                    yield np.asarray(event.data["audio"], dtype=np.float32), int(event.data["sample_rate"])
+                if isinstance(event, Progress) and event.audio is not None:
+                    yield np.asarray(event.audio, dtype=np.float32), int(event.sample_rate)
                 elif event.terminal:
                     finished = True
                     yield self._outcome(event)
@@ -242,7 +250,7 @@ class EngineLink:
             self.cancel(ticket.job_id)
             raise ApiError(503, f"the job did not finish within {timeout:g} s; it was cancelled",
                            code="timeout") from None
-        return self._outcome(engine_jobs.JobEvent(engine_jobs.DONE, ticket.job_id, result=result))
+        return self._outcome(Done(ticket.job_id, result))
 
     def cancel(self, job_id: str) -> None:
         engine = self.host.engine
@@ -258,15 +266,15 @@ class EngineLink:
         return engine is not None and engine.position(job_id) is not None
 
     def _outcome(self, event) -> JobResult:
-        if event.kind == engine_jobs.DONE and event.result is not None:
+        if isinstance(event, Done):
             seconds = event.result.timings.get("total")
             if seconds:
                 self._job_seconds = 0.7 * self._job_seconds + 0.3 * float(seconds)
             return event.result
-        if event.kind == engine_jobs.CANCELLED:
+        if isinstance(event, Cancelled):
             raise ApiError(503, f"the job was cancelled: {event.message}", code="cancelled",
                            headers={"Retry-After": "5"})
-        if "traceback" in event.data:  # the model crashed: the message, never the traceback
+        if isinstance(event, Failed) and event.traceback:  # the model crashed: the message, never the traceback
             raise ApiError(500, event.message, code="synthesis_failed")
         raise bad_request(f"the model refused this request: {event.message}", "synthesis_refused", "input")
 
@@ -289,12 +297,6 @@ def samples_of(result: JobResult) -> tuple[np.ndarray, int]:
 
 
 def _contract_error(error: Exception) -> ApiError:
-    """A 400 naming the failed check: by the error's own ``field`` and ``code`` where it carries them."""
-    message = str(error)
+    """A 400 naming the failed check by the error's own ``field`` and ``code`` (RequestError carries them)."""
     field, code = getattr(error, "field", None), getattr(error, "code", None)
-    if field is None:
-        lowered = message.lower()
-        field, code = next(((name, rule) for word, name, rule in CHECK_WORDS
-                            if word in lowered.split(" ")[:4] or lowered.startswith(f"the {word}")),
-                           (None, "invalid_request"))
-    return bad_request(message, code or "invalid_request", PARAMS.get(field, field))
+    return bad_request(str(error), code or "invalid_request", PARAMS.get(field, field))

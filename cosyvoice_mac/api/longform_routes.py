@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import ApiError, bad_request
+from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.longform import LongformError, batch, dialogue, subtitles
 from cosyvoice_mac.longform.glossary import GlossaryEntry, GlossaryStore, check_entries
 from cosyvoice_mac.longform.post import PostSettings
@@ -191,7 +192,7 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
             speaker.stop()
     if "error" in outcome:
         error = outcome["error"]
-        message = str(error) if isinstance(error, LongformError) else f"{type(error).__name__}: {error}"
+        message = str(error) if isinstance(error, CosyVoiceError) else f"{type(error).__name__}: {error}"
         yield _event("error", {"message": message})
         return
     result = outcome["result"]

@@ -3,6 +3,8 @@ batches and post-processing. Each job checks its whole input first, then runs it
 through a ``Speak`` (the engine's queue or an in-process model)."""
 from __future__ import annotations
 
+from cosyvoice_mac.errors import InputError
 
-class LongformError(ValueError):
+
+class LongformError(InputError):
     """Input to a long job that cannot be used; the message names the line, row or cue."""

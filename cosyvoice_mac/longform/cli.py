@@ -121,20 +121,15 @@ def _speaker(args, default_voice=None):
 
 
 def _load_model(args):
-    from cosyvoice_mac.webui.state import find_models
+    """The model the app would pick (``--model`` names one; else CosyVoice3, any model, the preview voice)."""
+    from cosyvoice_mac.load import load_model
 
-    path = args.model
-    if path is None:
-        found = find_models(args.models_dir)
-        path = next((c.path for c in found if c.version == "cosyvoice3"), found[0].path if found else None)
-    if path is None:
-        from cosyvoice_mac.preview.backend import PreviewVoice
+    model = load_model(args.model, device=args.device, models_dir=args.models_dir)
+    if model.version == "preview":
+        from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 
-        print("note: no model in models/: using the preview voice (an approximate match)", file=sys.stderr)
-        return PreviewVoice.from_pretrained(None, device=args.device)
-    from cosyvoice_mac.pipeline import CosyVoice
-
-    return CosyVoice.from_pretrained(path, device=args.device)
+        print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
+    return model
 
 
 class _Bar:

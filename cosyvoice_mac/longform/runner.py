@@ -93,6 +93,16 @@ class _Tracker:
             self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
 
 
+def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop) -> Spoken | None:
+    """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines)."""
+    try:
+        return speak(line)
+    except Exception:
+        if should_stop():
+            return None
+        raise
+
+
 def _write(path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list[Path]:
     """A WAV and its JSON sidecar, each written whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -115,8 +125,11 @@ def run_dialogue(script: str, cast: dict[str, str], known_voices, speak: Speak, 
         if should_stop():
             stopped = True
             break
-        spoken = speak(LineRequest(line.text, voices[line.speaker], line.instruct,
-                                   seed=None if seed is None else seed + index))
+        spoken = _spoken(speak, LineRequest(line.text, voices[line.speaker], line.instruct,
+                                            seed=None if seed is None else seed + index), should_stop)
+        if spoken is None:
+            stopped = True
+            break
         wave, _ = post_process(spoken.audio, spoken.sample_rate, post)
         rate = spoken.sample_rate
         waves.append(wave)
@@ -150,12 +163,18 @@ def run_dub(srt_data: str | bytes, voice: str | None, speak: Speak, out_stem: Pa
             stopped = True
             break
         line_seed = None if seed is None else seed + index
-        spoken = speak(LineRequest(cue.text, voice, seed=line_seed))
+        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed), should_stop)
+        if spoken is None:
+            stopped = True
+            break
         rate, speed = spoken.sample_rate, 1.0
         wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
-            spoken = speak(LineRequest(cue.text, voice, speed=faster, seed=line_seed))
+            spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop)
+            if spoken is None:
+                stopped = True
+                break
             wave, speed = trim_silence(spoken.audio, rate, keep_s=0.0), faster
         wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
         waves.append(wave)
@@ -193,8 +212,11 @@ def run_batch(data: str | bytes, kind: str, folder: Path, speak: Speak, *, voice
         if should_stop():
             stopped = True
             break
-        spoken = speak(LineRequest(item.text, item.voice or voice, item.instruct,
-                                   seed=None if seed is None else seed + index))
+        spoken = _spoken(speak, LineRequest(item.text, item.voice or voice, item.instruct,
+                                            seed=None if seed is None else seed + index), should_stop)
+        if spoken is None:
+            stopped = True
+            break
         wave, notes = post_process(spoken.audio, spoken.sample_rate, post)
         _write(folder / item.file, wave, spoken.sample_rate,
                {"kind": "batch", "line": item.number, "text": item.text, "voice": item.voice or voice,

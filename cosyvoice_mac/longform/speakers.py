@@ -23,16 +23,18 @@ class EngineSpeak:
 
     def __call__(self, line: LineRequest) -> Spoken:
         from cosyvoice_mac.engine.jobs import Job
+        from cosyvoice_mac.request import Request, Voice
 
         glossed = apply_glossary(line.text, self.glossary)
-        job = Job(text=glossed.text, voice=line.voice or self.default_voice, instruct=line.instruct,
-                  seed=line.seed, speed=line.speed)
-        self.current_job = self.engine.submit(job)
+        name = line.voice or self.default_voice
+        voice = self.engine.voice(name) if name else Voice.builtin()
+        request = Request.build(glossed.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
+        self.current_job = self.engine.submit(Job(request, interface=self.interface))
         try:
             result = self.engine.result(self.current_job, timeout=self.timeout_s)
         finally:
             self.current_job = None
-        return Spoken(np.asarray(result.audio, dtype=np.float32), result.sample_rate,
+        return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate,
                       {"seed": result.seed, "model": result.model, "glossary": glossed.describe(),
                        "line_output": result.output_path, "interface": self.interface})
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import gradio as gr
 
+from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.longform.glossary import GlossaryEntry, GlossaryStore, entries_from_csv
 from cosyvoice_mac.longform.post import PostSettings
@@ -138,7 +139,7 @@ class LongformCallbacks:
         def work():
             try:
                 outcome["result"] = job(speak, updates.put, stop.is_set)
-            except LongformError as error:
+            except CosyVoiceError as error:  # ours (a bad line, a full queue, a refused request): user-safe
                 outcome["error"] = str(error)
             except Exception as error:  # noqa: BLE001 - the page must keep working; the message says what broke
                 outcome["error"] = f"{type(error).__name__}: {error}"

@@ -86,9 +86,8 @@ def _glossary(args) -> int:
 
 
 def _voices(args) -> int:
-    from cosyvoice_mac.audio import load_audio
+    from cosyvoice_mac.audio import decode_prompt
     from cosyvoice_mac.engine.cache import VoiceLibrary
-    from cosyvoice_mac.engine.runtime import prompt_content_hash
 
     library = VoiceLibrary()
     if args.action == "list":
@@ -98,8 +97,8 @@ def _voices(args) -> int:
     if not args.name or args.audio is None:
         raise LongformError("voices add needs a NAME and --audio FILE")
     _read_bytes(args.audio)
-    load_audio(args.audio, 16000)  # refuses what is not usable speech audio, with the reason
-    entry = library.save(args.name, audio_hash=prompt_content_hash(str(args.audio), None), model_id="recording",
+    decoded = decode_prompt(str(args.audio))  # refuses what is not usable speech audio, with the reason
+    entry = library.save(args.name, audio_hash=decoded.content_hash, model_id="recording",
                          transcript=(args.transcript or "").strip() or None, audio=args.audio)
     print(f"saved voice {entry['name']!r}")
     return 0

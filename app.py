@@ -1,4 +1,5 @@
 """Start the CosyVoice for Mac web UI: ``python app.py [--host HOST] [--port PORT]`` (``bash run.sh`` does this)."""
+
 import sys
 
 from cosyvoice_mac.webui.app import main

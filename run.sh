@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 VENV=.venv
 STAMP="$VENV/.setup-stamp"
-SETUP_REVISION=2  # bump when the set-up steps below change in a way that needs a re-install
+SETUP_REVISION=3  # bump when the set-up steps below change in a way that needs a re-install
 TORCH_REQUIREMENT="torch==2.13.0"  # the build every result of ours was checked with
 PYTHON_CANDIDATES=(python3.11 python3.12 python3.10 python3)
 
@@ -93,7 +93,7 @@ setup() {
   # torch first, pinned, so nothing that depends on it can pull in another build. On Linux x86_64
   # pip's find-links can serve the CPU build; on macOS arm64 the PyPI wheel includes MPS.
   "${pip[@]}" "$TORCH_REQUIREMENT"
-  "${pip[@]}" -e ".[test,preview,coreml]" "$TORCH_REQUIREMENT"
+  "${pip[@]}" -e ".[test,preview,coreml,lint]" "$TORCH_REQUIREMENT"
   "${pip[@]}" --no-deps "resemblyzer==0.1.4"  # test-only; see pyproject.toml
   echo "$wanted" >"$STAMP"
   say "set-up done"
@@ -138,6 +138,13 @@ case "$verb" in
     ensure_test_tools
     export OMP_WAIT_POLICY=PASSIVE
     export COSYVOICE_ASR_DOWNLOAD="${COSYVOICE_ASR_DOWNLOAD:-0}"  # tests never reach for the hub
+    if [ $# -eq 0 ]; then  # the whole suite: the tree must pass the linter and the formatter first
+      say "ruff: lint and format check"
+      "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check --quiet . || {
+        say "ruff found problems (above); fix them, or run: $VENV/bin/ruff check --fix . && $VENV/bin/ruff format ."
+        exit 1
+      }
+    fi
     exec "$VENV/bin/python" -m pytest -v "$@"
     ;;
   setup)

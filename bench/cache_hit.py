@@ -18,6 +18,7 @@ Without ``--model`` the networks are full size with random weights and the speec
 speaker encoder are the pipeline's stand-ins (``CosyVoice.random_full_size``), because the official
 ONNX files are not shipped; with ``--model DIR`` an official folder, ONNX files included, is used.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -65,8 +66,13 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     load_before = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
-    load_s, pipeline = timed(lambda: CosyVoice.from_pretrained(args.model, device=args.device) if args.model
-                             else CosyVoice.random_full_size(args.version, device=args.device))
+    load_s, pipeline = timed(
+        lambda: (
+            CosyVoice.from_pretrained(args.model, device=args.device)
+            if args.model
+            else CosyVoice.random_full_size(args.version, device=args.device)
+        )
+    )
     if args.prompt or PARITY_PROMPT.is_file():
         prompt, rate, source = str(args.prompt or PARITY_PROMPT), None, str(args.prompt or PARITY_PROMPT)
     else:
@@ -75,6 +81,7 @@ def main() -> None:
     model_id = pipeline.model_id
 
     with tempfile.TemporaryDirectory(prefix="cache-bench-") as root:
+
         def miss():
             cache = SpeakerCache(Path(root) / f"miss-{time.perf_counter_ns()}")
             return cache.get_or_extract(model_id, key, lambda: pipeline.prepare_prompt(prompt, rate))
@@ -89,8 +96,12 @@ def main() -> None:
 
     report = {
         "model": args.model or f"{args.version} full size, random weights, stand-in prompt encoders",
-        "device": str(pipeline.device), "threads": args.threads, "repeats": args.repeats,
-        "load_before": load_before, "prompt": source, "prompt_tokens": int(speaker.speech_tokens.shape[1]),
+        "device": str(pipeline.device),
+        "threads": args.threads,
+        "repeats": args.repeats,
+        "load_before": load_before,
+        "prompt": source,
+        "prompt_tokens": int(speaker.speech_tokens.shape[1]),
         "load": round(load_s, 3),
         "content_hash": round(hash_s, 4),
         "extract": round(extract, 4),

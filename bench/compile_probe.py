@@ -5,6 +5,7 @@
 Full-size random weights. Prints JSON: compile seconds, eager and compiled seconds per call
 (best of ``--runs`` after a warm-up) and the largest difference between the two outputs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,8 +18,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cosyvoice_mac.pipeline.probe import best_seconds, synchronize  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
+from cosyvoice_mac.pipeline.probe import best_seconds, synchronize  # noqa: E402
 
 
 @torch.inference_mode()
@@ -33,8 +34,14 @@ def probe(name: str, module, inputs: tuple, device: torch.device, runs: int, **k
     compiled_s = best_seconds(device, lambda: compiled(*inputs, **kwargs), runs)
     first = lambda value: value[0] if isinstance(value, tuple) else value  # noqa: E731
     difference = (first(out).float() - first(eager).float()).abs().max().item()
-    return {"part": name, "eager_s": eager_s, "compiled_s": compiled_s, "compile_s": compile_s,
-            "speedup": eager_s / compiled_s, "max_abs_difference": difference}
+    return {
+        "part": name,
+        "eager_s": eager_s,
+        "compiled_s": compiled_s,
+        "compile_s": compile_s,
+        "speedup": eager_s / compiled_s,
+        "max_abs_difference": difference,
+    }
 
 
 def main() -> int:
@@ -50,18 +57,36 @@ def main() -> int:
     generator = torch.Generator().manual_seed(0)
     draw = lambda *shape: torch.randn(*shape, generator=generator).to(device)  # noqa: E731
     estimator = model.networks.flow.decoder.estimator
-    estimator_inputs = (draw(2, 80, frames), torch.ones(2, 1, frames, device=device), draw(2, 80, frames),
-                        torch.full((2,), 0.3, device=device), draw(2, 80), draw(2, 80, frames))
-    parts = [("flow estimator (one Euler step, CFG batch 2)", estimator, estimator_inputs),
-             ("vocoder", model.networks.hift.inference, (draw(1, 80, 2 * args.tokens),))]
+    estimator_inputs = (
+        draw(2, 80, frames),
+        torch.ones(2, 1, frames, device=device),
+        draw(2, 80, frames),
+        torch.full((2,), 0.3, device=device),
+        draw(2, 80),
+        draw(2, 80, frames),
+    )
+    parts = [
+        ("flow estimator (one Euler step, CFG batch 2)", estimator, estimator_inputs),
+        ("vocoder", model.networks.hift.inference, (draw(1, 80, 2 * args.tokens),)),
+    ]
     results = []
     for name, module, inputs in parts:
         try:
             results.append(probe(name, module, inputs, device, args.runs))
         except Exception as error:  # a compiler failure is a result too
             results.append({"part": name, "error": f"{type(error).__name__}: {str(error)[:300]}"})
-    print(json.dumps({"device": str(device), "version": args.version, "frames": frames, "torch": torch.__version__,
-                      "results": results}, indent=1))
+    print(
+        json.dumps(
+            {
+                "device": str(device),
+                "version": args.version,
+                "frames": frames,
+                "torch": torch.__version__,
+                "results": results,
+            },
+            indent=1,
+        )
+    )
     return 0
 
 

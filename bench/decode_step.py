@@ -13,6 +13,7 @@ by op (``cosyvoice_mac.opcount``), wall and CPU ms per token (sampler included),
 profiler's kernels, GPU-busy and wall ms per token. On CPU ``float16`` means fp16-stored weights
 computed in fp32 (the CPU default). JSON on stdout, a table on stderr.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -83,13 +84,23 @@ def child(args: argparse.Namespace) -> dict:
     if runner is not None:
         runner.options.cuda_graphs = args.mode == "graphs"
     embeds = prompt_embeddings(lm)
-    result = {"tree": args.tree, "case": args.case, "device": args.device, "dtype": args.dtype, "mode": args.mode,
-              "runner_mode": getattr(runner, "mode", "eager (no runner)"), "torch": torch.__version__,
-              "threads": torch.get_num_threads()}
+    result = {
+        "tree": args.tree,
+        "case": args.case,
+        "device": args.device,
+        "dtype": args.dtype,
+        "mode": args.mode,
+        "runner_mode": getattr(runner, "mode", "eager (no runner)"),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
     result["time"] = bench_decode.seconds_per_token(lm, embeds, steps=args.tokens, repeats=args.repeats)
     ops = bench_decode.dispatch_ops_per_token(lm, embeds)
-    result["ops"] = {"total": ops["total"], "per_layer_work_by_op": ops.get("per_layer_work_by_op"),
-                     "scopes": {k: v for k, v in ops.items() if k not in ("total", "per_layer_work_by_op")}}
+    result["ops"] = {
+        "total": ops["total"],
+        "per_layer_work_by_op": ops.get("per_layer_work_by_op"),
+        "scopes": {k: v for k, v in ops.items() if k not in ("total", "per_layer_work_by_op")},
+    }
     if device.type == "cuda":
         result["cuda"] = bench_decode.cuda_kernels_per_token(lm, embeds, steps=min(args.tokens, 60))
         result["graph_error"] = getattr(runner, "graph_error", None)
@@ -97,9 +108,27 @@ def child(args: argparse.Namespace) -> dict:
 
 
 def run_child(args: argparse.Namespace, tree: str, dtype: str, mode: str) -> dict:
-    command = [sys.executable, __file__, "--child", "--tree", tree, "--case", args.case, "--device", args.device,
-               "--dtype", dtype, "--mode", mode, "--tokens", str(args.tokens), "--repeats", str(args.repeats),
-               "--version", args.version] + (["--threads", str(args.threads)] if args.threads else [])
+    command = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--tree",
+        tree,
+        "--case",
+        args.case,
+        "--device",
+        args.device,
+        "--dtype",
+        dtype,
+        "--mode",
+        mode,
+        "--tokens",
+        str(args.tokens),
+        "--repeats",
+        str(args.repeats),
+        "--version",
+        args.version,
+    ] + (["--threads", str(args.threads)] if args.threads else [])
     env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
     env.pop("PYTHONPATH", None) if args.isolate else None
     done = subprocess.run(command, stdout=subprocess.PIPE, text=True, check=False, env=env)
@@ -109,8 +138,10 @@ def run_child(args: argparse.Namespace, tree: str, dtype: str, mode: str) -> dic
 
 
 def table(results: list[dict]) -> str:
-    lines = [f"{'tree':10} {'dtype':9} {'mode':7} {'ops/tok':>7} {'views':>6} {'ms/tok':>7} {'cpu ms':>7} {'best':>6} "
-             f"{'kern/tok':>8} {'busy ms':>7} {'prof ms':>7}"]
+    lines = [
+        f"{'tree':10} {'dtype':9} {'mode':7} {'ops/tok':>7} {'views':>6} {'ms/tok':>7} {'cpu ms':>7} {'best':>6} "
+        f"{'kern/tok':>8} {'busy ms':>7} {'prof ms':>7}"
+    ]
     for r in results:
         name = "baseline" if r["tree"] != str(HERE) else "this"
         if "error" in r:
@@ -121,7 +152,8 @@ def table(results: list[dict]) -> str:
             f"{name:10} {r['dtype']:9} {r['mode']:7} {r['ops']['total']['work']:7.1f} {r['ops']['total']['view']:6.1f} "
             f"{r['time']['wall_ms']:7.3f} {r['time']['cpu_ms']:7.3f} {r['time']['cpu_ms_best']:6.3f} "
             f"{cuda.get('kernels_per_token', 0):8.1f} "
-            f"{cuda.get('gpu_busy_ms_per_token', 0):7.3f} {cuda.get('wall_ms_per_token', 0):7.3f}")
+            f"{cuda.get('gpu_busy_ms_per_token', 0):7.3f} {cuda.get('wall_ms_per_token', 0):7.3f}"
+        )
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ Full-size random weights, the pipeline bench's request (3 s prompt, 32 text ids,
 before). The flow's and the vocoder's calls are timed (synchronised) while the first chunk is made;
 the LLM's share is the time until the first chunk's tokens exist. Medians of ``--runs``; JSON on stdout.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,15 @@ def main() -> int:
         vocoder_calls.clear()
         first = bench.time_to_first_audio(model, text_ids, speaker, 250)
         flow, vocoder = sum(flow_calls), sum(vocoder_calls)
-        runs.append({"first_audio_s": first, "flow_s": flow, "vocoder_s": vocoder,
-                     "llm_and_rest_s": first - flow - vocoder, "flow_calls": len(flow_calls)})
+        runs.append(
+            {
+                "first_audio_s": first,
+                "flow_s": flow,
+                "vocoder_s": vocoder,
+                "llm_and_rest_s": first - flow - vocoder,
+                "flow_calls": len(flow_calls),
+            }
+        )
     median = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     print(json.dumps({"device": str(device), "dtype": args.dtype, "median": median, "runs": runs}, indent=1))
     return 0

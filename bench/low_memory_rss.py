@@ -9,6 +9,7 @@ demand as the app does. One new voice is encoded, then one sentence of ``--token
 synthesised offline and one streamed. Prints JSON: RSS after load, peak RSS (``ru_maxrss``) after each
 step, and whether an ONNX session stayed loaded.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -38,8 +39,11 @@ from cosyvoice_mac.pipeline.speaker import PromptEncoder  # noqa: E402
 from cosyvoice_mac.pipeline.streaming import stream_segment  # noqa: E402
 from tests.fakes.onnx_models import write_fake_campplus, write_fake_speech_tokenizer  # noqa: E402
 
-REAL_SIZES = {"speech_tokenizer_v3.onnx": 969_000_000, "speech_tokenizer_v2.onnx": 496_000_000,
-              "campplus.onnx": 28_300_000}
+REAL_SIZES = {
+    "speech_tokenizer_v3.onnx": 969_000_000,
+    "speech_tokenizer_v2.onnx": 496_000_000,
+    "campplus.onnx": 28_300_000,
+}
 
 
 def add_ballast(path: Path, total_bytes: int) -> Path:
@@ -52,18 +56,24 @@ def add_ballast(path: Path, total_bytes: int) -> Path:
         node.output[:] = [raw if name == output.name else name for name in node.output]
     rows = max(1, (total_bytes - path.stat().st_size) // 4)
     table = np.random.default_rng(0).standard_normal(rows).astype(np.float32)
-    graph.initializer.extend([numpy_helper.from_array(table, "ballast"),
-                              numpy_helper.from_array(np.array([-1], dtype=np.int64), "flat_shape"),
-                              numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero")])
-    graph.node.extend([
-        helper.make_node("Cast", [raw], ["ballast_float"], to=TensorProto.FLOAT),
-        helper.make_node("Reshape", ["ballast_float", "flat_shape"], ["ballast_flat"]),
-        helper.make_node("ArgMax", ["ballast_flat"], ["ballast_index"], axis=0, keepdims=1),
-        helper.make_node("Gather", ["ballast", "ballast_index"], ["ballast_row"]),
-        helper.make_node("Mul", ["ballast_row", "zero"], ["ballast_zero"]),
-        helper.make_node("Cast", ["ballast_zero"], ["ballast_cast"], to=output.type.tensor_type.elem_type),
-        helper.make_node("Add", [raw, "ballast_cast"], [output.name]),
-    ])
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(table, "ballast"),
+            numpy_helper.from_array(np.array([-1], dtype=np.int64), "flat_shape"),
+            numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("Cast", [raw], ["ballast_float"], to=TensorProto.FLOAT),
+            helper.make_node("Reshape", ["ballast_float", "flat_shape"], ["ballast_flat"]),
+            helper.make_node("ArgMax", ["ballast_flat"], ["ballast_index"], axis=0, keepdims=1),
+            helper.make_node("Gather", ["ballast", "ballast_index"], ["ballast_row"]),
+            helper.make_node("Mul", ["ballast_row", "zero"], ["ballast_zero"]),
+            helper.make_node("Cast", ["ballast_zero"], ["ballast_cast"], to=output.type.tensor_type.elem_type),
+            helper.make_node("Add", [raw, "ballast_cast"], [output.name]),
+        ]
+    )
     onnx.save(model, str(path))
     return path
 
@@ -82,36 +92,56 @@ def main() -> None:
     tokenizer_name = f"speech_tokenizer_v{args.version[-1]}.onnx"
     tokenizer_path = add_ballast(write_fake_speech_tokenizer(folder / tokenizer_name), REAL_SIZES[tokenizer_name])
     campplus_path = add_ballast(write_fake_campplus(folder / "campplus.onnx"), REAL_SIZES["campplus.onnx"])
-    report = {"version": args.version, "onnx_bytes": {p.name: p.stat().st_size for p in (tokenizer_path, campplus_path)},
-              "rss_before_load_mb": psutil.Process().memory_info().rss / 2**20}
+    report = {
+        "version": args.version,
+        "onnx_bytes": {p.name: p.stat().st_size for p in (tokenizer_path, campplus_path)},
+        "rss_before_load_mb": psutil.Process().memory_info().rss / 2**20,
+    }
 
     model = CosyVoice.random_full_size(args.version, device="cpu", low_memory=True)
     model.prompt_encoder = PromptEncoder(  # the real wrappers, loaded only while a new voice is encoded
         OnDemand(lambda: SpeechTokenizer(tokenizer_path), keep_loaded=False),
         OnDemand(lambda: SpeakerEncoder(campplus_path), keep_loaded=False),
-        fmax=model.prompt_encoder.fmax, model_id=model.model_id,
+        fmax=model.prompt_encoder.fmax,
+        model_id=model.model_id,
     )
-    report.update(low_memory=model.low_memory, llm_dtype=str(next(model.networks.llm.llm_decoder.parameters()).dtype),
-                  rss_after_load_mb=psutil.Process().memory_info().rss / 2**20, peak_after_load_mb=peak_rss_mb())
+    report.update(
+        low_memory=model.low_memory,
+        llm_dtype=str(next(model.networks.llm.llm_decoder.parameters()).dtype),
+        rss_after_load_mb=psutil.Process().memory_info().rss / 2**20,
+        peak_after_load_mb=peak_rss_mb(),
+    )
 
     started = time.perf_counter()
     speaker = model.prepare_prompt(synthetic_prompt(), sample_rate=24000)
     encoder = model.prompt_encoder
-    report.update(prompt_s=time.perf_counter() - started, peak_after_new_voice_mb=peak_rss_mb(),
-                  onnx_loaded_after_prompt=encoder.speech_tokenizer.loaded or encoder.speaker_encoder.loaded)
+    report.update(
+        prompt_s=time.perf_counter() - started,
+        peak_after_new_voice_mb=peak_rss_mb(),
+        onnx_loaded_after_prompt=encoder.speech_tokenizer.loaded or encoder.speaker_encoder.loaded,
+    )
 
     text_ids = torch.tensor([model.tokenizer.encode(TEXT)])[:, :REFERENCE_TEXT_IDS]
     with torch.inference_mode():
         started = time.perf_counter()
         tokens = list(forced_token_stream(model, text_ids, speaker, args.tokens))
         wave = model._tokens_to_wave(tokens, speaker, 1.0, {}, model._noise(0, 0), [])
-        report.update(offline_s=time.perf_counter() - started, audio_s=len(wave) / 24000,
-                      peak_after_offline_mb=peak_rss_mb())
+        report.update(
+            offline_s=time.perf_counter() - started, audio_s=len(wave) / 24000, peak_after_offline_mb=peak_rss_mb()
+        )
         started = time.perf_counter()
-        chunks = list(stream_segment(model, forced_token_stream(model, text_ids, speaker, args.tokens), speaker,
-                                     model._noise(0, 0), lambda: False))
-        report.update(streamed_s=time.perf_counter() - started, streamed_chunks=len(chunks),
-                      peak_after_streaming_mb=peak_rss_mb())
+        chunks = list(
+            stream_segment(
+                model,
+                forced_token_stream(model, text_ids, speaker, args.tokens),
+                speaker,
+                model._noise(0, 0),
+                lambda: False,
+            )
+        )
+        report.update(
+            streamed_s=time.perf_counter() - started, streamed_chunks=len(chunks), peak_after_streaming_mb=peak_rss_mb()
+        )
     report["rss_end_mb"] = psutil.Process().memory_info().rss / 2**20
     report["target_mb"] = 3 * 1024
     print(json.dumps(report, indent=1))

@@ -11,6 +11,7 @@
 
 Prints one JSON object: per case the median and all runs, and on/off ratios.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -27,7 +28,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 import torch  # noqa: E402
 
 from cosyvoice_mac.bench import (  # noqa: E402
-    REFERENCE_TEXT_IDS, TEXT, forced_token_stream, synthetic_prompt, time_to_first_audio,
+    REFERENCE_TEXT_IDS,
+    TEXT,
+    forced_token_stream,
+    synthetic_prompt,
+    time_to_first_audio,
 )
 from cosyvoice_mac.device import MPS_CONV_LIMIT, SERIAL_DEVICE_ENV, select_device  # noqa: E402
 from cosyvoice_mac.models.vocoder.window import plan_windows  # noqa: E402
@@ -80,9 +85,15 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=1000, help="mel frames for the vocoder case (50 = 1 s)")
     args = parser.parse_args()
     model = CosyVoice.random_full_size(args.version, device=select_device(args.device))
-    report = {"version": args.version, "device": str(model.device), "threads": torch.get_num_threads(),
-              "load_before": os.getloadavg()[0], "first_audio": first_audio(model, args.runs, args.tokens),
-              "vocoder": vocoder(model, args.runs, args.frames), "load_after": os.getloadavg()[0]}
+    report = {
+        "version": args.version,
+        "device": str(model.device),
+        "threads": torch.get_num_threads(),
+        "load_before": os.getloadavg()[0],
+        "first_audio": first_audio(model, args.runs, args.tokens),
+        "vocoder": vocoder(model, args.runs, args.frames),
+        "load_after": os.getloadavg()[0],
+    }
     print(json.dumps(report, indent=1))
 
 

@@ -10,6 +10,7 @@ and each precision's logits are compared with fp32's. Random weights are not tra
 gate must be run on the released model (docs/mac-checklist.md). Memory: parameter bytes and MLX's peak.
 Prints one JSON document.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,10 @@ def golden_requests(root: Path) -> list[tuple[torch.Tensor, torch.Tensor, torch.
     inputs = load_file(str(root / "cosyvoice3_tiny" / "vectors" / "inputs.safetensors"))
     e2e = load_file(str(root / "cosyvoice3_tiny" / "vectors" / "e2e.safetensors"))
     speech = torch.cat([inputs["prompt_speech_token"], inputs["forced_speech_tokens"]], dim=1)
-    return [(inputs["text"], inputs["prompt_text"], speech),
-            (e2e["text"], inputs["prompt_text"], torch.cat([inputs["prompt_speech_token"], e2e["speech_tokens"]], 1))]
+    return [
+        (inputs["text"], inputs["prompt_text"], speech),
+        (e2e["text"], inputs["prompt_text"], torch.cat([inputs["prompt_speech_token"], e2e["speech_tokens"]], 1)),
+    ]
 
 
 def logits_of(llm: MlxSpeechLM, requests) -> list[torch.Tensor]:
@@ -81,13 +84,21 @@ def main(argv: list[str] | None = None) -> int:
     tiny_skipped = len(quantize_llm(tiny, 8))
     del tiny
 
-    report = {"model": "full-size CosyVoice3 LLM, seeded random weights", "mlx": mx.__version__,
-              "device": str(mx.default_device()), "requests": [int(r[2].shape[1]) for r in requests],
-              "tiny_quantizable_layers": tiny_layers - tiny_skipped, "tiny_layers": tiny_layers, "precisions": {}}
+    report = {
+        "model": "full-size CosyVoice3 LLM, seeded random weights",
+        "mlx": mx.__version__,
+        "device": str(mx.default_device()),
+        "requests": [int(r[2].shape[1]) for r in requests],
+        "tiny_quantizable_layers": tiny_layers - tiny_skipped,
+        "tiny_layers": tiny_layers,
+        "precisions": {},
+    }
     mx.reset_peak_memory()
     reference_llm = full_size_llm(args.seed)
-    report["precisions"]["fp32"] = {"parameter_bytes": parameter_bytes(reference_llm),
-                                    "peak_bytes": mx.get_peak_memory()}
+    report["precisions"]["fp32"] = {
+        "parameter_bytes": parameter_bytes(reference_llm),
+        "peak_bytes": mx.get_peak_memory(),
+    }
     reference = logits_of(reference_llm, requests)
     del reference_llm
     for precision in args.precisions.split(","):
@@ -98,9 +109,12 @@ def main(argv: list[str] | None = None) -> int:
         candidate = logits_of(llm, requests)
         agreements = [top_k_agreement(r, c) for r, c in zip(reference, candidate)]
         report["precisions"][precision] = {
-            "parameter_bytes": parameter_bytes(llm), "peak_bytes": mx.get_peak_memory(),
-            "top25_mean": min(a["mean"] for a in agreements), "top25_worst": min(a["worst"] for a in agreements),
-            "top1_same": min(a["top1_same"] for a in agreements), "per_request": agreements,
+            "parameter_bytes": parameter_bytes(llm),
+            "peak_bytes": mx.get_peak_memory(),
+            "top25_mean": min(a["mean"] for a in agreements),
+            "top25_worst": min(a["worst"] for a in agreements),
+            "top1_same": min(a["top1_same"] for a in agreements),
+            "per_request": agreements,
         }
         del llm
     document = json.dumps(report, indent=1)

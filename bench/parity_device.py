@@ -5,6 +5,7 @@
 The CI parity suite runs on the CPU; this runs the same comparisons with the models on ``--device``
 and prints the max abs error of each (JSON), with the manifest tolerance beside it.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -37,7 +38,8 @@ def stage_errors(ctx: ParityContext, device: torch.device) -> dict[str, float]:
     llm = load_speech_lm(folder, config["llm"], mask_all_stop_ids_before_min_len=False).to(device)
     vectors = ctx.vectors("llm")
     errors["llm_logits_teacher_forced"] = _error(
-        llm.teacher_forced_logits(vectors["lm_input_embeds"].to(device)), vectors["logits_teacher_forced"])
+        llm.teacher_forced_logits(vectors["lm_input_embeds"].to(device)), vectors["logits_teacher_forced"]
+    )
 
     flow = Flow.from_checkpoint(FlowConfig.from_yaml(config["flow"]), folder / "flow.pt").to(device)
     vectors = ctx.vectors("flow")
@@ -46,11 +48,13 @@ def stage_errors(ctx: ParityContext, device: torch.device) -> dict[str, float]:
     chunk1 = ctx.case_params.stream_chunk1_tokens
     errors["flow_mel_nonstream"] = _error(flow.inference(tokens, *prompt), vectors["mel_nonstream"])
     errors["flow_mel_stream_chunk1"] = _error(
-        flow.inference(tokens[:, :chunk1], *prompt, streaming=True, finalize=False), vectors["mel_stream_chunk1"])
+        flow.inference(tokens[:, :chunk1], *prompt, streaming=True, finalize=False), vectors["mel_stream_chunk1"]
+    )
     prefix = flow.build_prefix(*prompt, tokens=ctx.case_params.prompt_prefix_tokens)
     errors["flow_mel_stream_chunk1_cached_prefix"] = _error(
         flow.inference(tokens[:, :chunk1], *prompt, streaming=True, finalize=False, prefix=prefix),
-        vectors["mel_stream_chunk1"])
+        vectors["mel_stream_chunk1"],
+    )
 
     hift = load_hift(folder / f"{version}.yaml", folder / "hift.pt").to(device)
     vectors = ctx.vectors("hift")
@@ -75,16 +79,24 @@ def e2e_result(ctx: ParityContext, device: torch.device) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--device", default="cuda")
-    parser.add_argument("--tf32", action="store_true",
-                        help="keep CUDA's TF32 matmuls/convs (the default for speed); off = strict fp32 parity")
+    parser.add_argument(
+        "--tf32",
+        action="store_true",
+        help="keep CUDA's TF32 matmuls/convs (the default for speed); off = strict fp32 parity",
+    )
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
         torch.backends.cudnn.allow_tf32 = args.tf32
     root = parity_dir()
-    report = {"device": str(device), "torch": torch.__version__, "tf32": args.tf32, "tolerance": TOLERANCE,
-              "versions": {}}
+    report = {
+        "device": str(device),
+        "torch": torch.__version__,
+        "tf32": args.tf32,
+        "tolerance": TOLERANCE,
+        "versions": {},
+    }
     for version in versions_in_manifest(root):
         ctx = ParityContext(root, version)
         results: dict = stage_errors(ctx, device)

@@ -17,6 +17,7 @@ cases interleaved round-robin so that load changes hit all of them alike:
 Without ``--model`` a full-size vocoder with random weights is used (speed does not depend on the
 weight values). Check the load average (``load_before``) before comparing numbers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,10 @@ def run_interleaved(cases: dict, repeats: int) -> dict:
             started = time.perf_counter()
             function()
             runs[name].append(time.perf_counter() - started)
-    return {name: {"min": round(min(values), 3), "median": round(statistics.median(values), 3)}
-            for name, values in runs.items()}
+    return {
+        name: {"min": round(min(values), 3), "median": round(statistics.median(values), 3)}
+        for name, values in runs.items()
+    }
 
 
 def _with_stft(hift, stft, function):
@@ -101,8 +104,12 @@ def main(argv: list[str] | None = None) -> int:
     mel = torch.randn(1, 80, args.frames, generator=torch.Generator().manual_seed(0)) * 2 - 5
     noise = lambda: GaussianSourceNoise(seed=1) if version == "cosyvoice2" else None  # noqa: E731
     results: dict = {
-        "version": version, "frames": args.frames, "audio_s": args.frames / 50, "threads": args.threads,
-        "torch": torch.__version__, "load_before": os.getloadavg()[0],
+        "version": version,
+        "frames": args.frames,
+        "audio_s": args.frames / 50,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "load_before": os.getloadavg()[0],
     }
     split = torch_split_vocoder(hift)
     f0 = split.f0_function(mel.numpy())[0]
@@ -128,11 +135,15 @@ def main(argv: list[str] | None = None) -> int:
     cases["stft_only_conv"] = lambda: conv_stft.istft(conv_stft.stft(signal))
     cases["stft_only_fft"] = lambda: fft_stft.istft(fft_stft.stft(signal))
     cases["stft_only_polyphase"] = lambda: F.conv1d(
-        F.conv1d(torch.from_numpy(pad_polyphase(source)), stft_kernel), istft_kernel, padding=3)
+        F.conv1d(torch.from_numpy(pad_polyphase(source)), stft_kernel), istft_kernel, padding=3
+    )
     with torch.inference_mode():
         results["seconds"] = run_interleaved(cases, args.repeats)
-    results["rtf_min"] = {name: round(value["min"] / results["audio_s"], 3)
-                          for name, value in results["seconds"].items() if not name.startswith("stft_only")}
+    results["rtf_min"] = {
+        name: round(value["min"] / results["audio_s"], 3)
+        for name, value in results["seconds"].items()
+        if not name.startswith("stft_only")
+    }
     results["load_after"] = os.getloadavg()[0]
     print(json.dumps(results, indent=2))
     return 0

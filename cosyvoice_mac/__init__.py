@@ -1,4 +1,5 @@
 """CosyVoice for Mac: local voice cloning with CosyVoice2 / Fun-CosyVoice3 in clean PyTorch."""
+
 from __future__ import annotations
 
 import os as _os

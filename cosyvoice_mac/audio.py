@@ -15,6 +15,7 @@ Content hash: SHA-256 of the decoded, mono, 16 kHz samples BEFORE trimming and n
 int16. It depends only on the recording: a WAV and a FLAC of the same PCM hash the same, and changing the
 clean-up options does not change it. (Lossy re-encodings such as MP3 are different recordings.)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -105,8 +106,9 @@ def load_audio(
     ``min_seconds`` applies to the speech kept (after trimming); ``max_seconds`` to the returned
     audio, including the 0.2 s tail that ``normalize`` appends. ``None`` turns a limit off.
     """
-    return decode_prompt(path).at(sample_rate, trim_silence=trim_silence, normalize=normalize,
-                                  min_seconds=min_seconds, max_seconds=max_seconds)
+    return decode_prompt(path).at(
+        sample_rate, trim_silence=trim_silence, normalize=normalize, min_seconds=min_seconds, max_seconds=max_seconds
+    )
 
 
 class DecodedPrompt:
@@ -142,12 +144,22 @@ class DecodedPrompt:
             self._span = _speech_span(self.wave_16k)
         return self._span
 
-    def at(self, sample_rate: int, *, trim_silence: bool = True, normalize: bool = True,
-           min_seconds: float | None = MIN_SECONDS, max_seconds: float | None = MAX_SECONDS) -> LoadedAudio:
+    def at(
+        self,
+        sample_rate: int,
+        *,
+        trim_silence: bool = True,
+        normalize: bool = True,
+        min_seconds: float | None = MIN_SECONDS,
+        max_seconds: float | None = MAX_SECONDS,
+    ) -> LoadedAudio:
         """The prompt at ``sample_rate``, cleaned up and checked as ``load_audio`` documents."""
         _check_resampleable(self.name, self.source_rate, sample_rate)
-        wave = self.wave_16k if sample_rate == TOKENIZER_SAMPLE_RATE else resample(
-            self.source, self.source_rate, sample_rate)
+        wave = (
+            self.wave_16k
+            if sample_rate == TOKENIZER_SAMPLE_RATE
+            else resample(self.source, self.source_rate, sample_rate)
+        )
         if trim_silence:
             start_s, end_s = self.speech_span
             wave = wave[:, round(start_s * sample_rate) : round(end_s * sample_rate)]
@@ -257,7 +269,8 @@ def _check_readable(path: Path) -> None:
         raise AudioInputError("unreadable", f"{path} is a folder, not an audio file. Pick a file inside it.") from None
     except OSError as error:
         raise AudioInputError(
-            "unreadable", f"{path} cannot be read ({error.strerror or error}). Check its permissions or copy it locally."
+            "unreadable",
+            f"{path} cannot be read ({error.strerror or error}). Check its permissions or copy it locally.",
         ) from error
     if not first_byte:
         raise AudioInputError("empty", f"{path.name} is an empty file (0 bytes). Record or export it again.")

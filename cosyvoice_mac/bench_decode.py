@@ -4,6 +4,7 @@ Used by ``cosyvoice_mac.bench`` (a ``decode`` block per configuration) and ``ben
 (the lean-step benchmark, which also runs these on an older tree for before/after figures, so
 only the speech LM's long-standing public methods are used here).
 """
+
 from __future__ import annotations
 
 import json
@@ -54,8 +55,13 @@ def seconds_per_token(lm, embeds: torch.Tensor, steps: int = 100, repeats: int =
         synchronize(device)
         wall.append((time.perf_counter() - started) / steps)
         cpu.append((time.process_time() - started_cpu) / steps)
-    return {"wall_ms": 1e3 * statistics.median(wall[1:]), "cpu_ms": 1e3 * statistics.median(cpu[1:]),
-            "cpu_ms_best": 1e3 * min(cpu[1:]), "wall_ms_runs": [1e3 * w for w in wall[1:]], "steps": steps}
+    return {
+        "wall_ms": 1e3 * statistics.median(wall[1:]),
+        "cpu_ms": 1e3 * statistics.median(cpu[1:]),
+        "cpu_ms_best": 1e3 * min(cpu[1:]),
+        "wall_ms_runs": [1e3 * w for w in wall[1:]],
+        "steps": steps,
+    }
 
 
 def dispatch_ops_per_token(lm, embeds: torch.Tensor | None = None, steps: int = 20) -> dict:
@@ -91,10 +97,14 @@ def cuda_kernels_per_token(lm, embeds: torch.Tensor, steps: int = 60) -> dict:
             events = json.load(handle).get("traceEvents", [])
     device_events = [e for e in events if e.get("cat") in KERNEL_CATEGORIES and "dur" in e]
     kernels = sum(1 for e in device_events if e["cat"] == "kernel")
-    return {"kernels_per_token": kernels / steps, "device_ops_per_token": len(device_events) / steps,
-            "gpu_busy_ms_per_token": _union_us(device_events) / 1e3 / steps,
-            "wall_ms_per_token": 1e3 * wall / steps, "steps": steps,
-            "graph_launches_per_token": sum(1 for e in events if e.get("name") == "cudaGraphLaunch") / steps}
+    return {
+        "kernels_per_token": kernels / steps,
+        "device_ops_per_token": len(device_events) / steps,
+        "gpu_busy_ms_per_token": _union_us(device_events) / 1e3 / steps,
+        "wall_ms_per_token": 1e3 * wall / steps,
+        "steps": steps,
+        "graph_launches_per_token": sum(1 for e in events if e.get("name") == "cudaGraphLaunch") / steps,
+    }
 
 
 def _union_us(events: list[dict]) -> float:

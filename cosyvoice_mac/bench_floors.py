@@ -10,6 +10,7 @@
 ``cpu_x_floor`` compares the stage's CPU seconds with ``floor x threads`` core-seconds, which
 stays meaningful when other processes share the cores (wall time then does not).
 """
+
 from __future__ import annotations
 
 import torch
@@ -107,10 +108,18 @@ def floors(model, tokens: int, median: dict, rates: dict | None = None) -> dict:
     return {
         "memory_bandwidth_gb_s": bandwidth / 1e9,
         "matmul_gflop_s": rate / 1e9,
-        "llm": {"floor_s": llm_floor, "bytes_per_token": per_token, "x_floor": median["llm_s"] / llm_floor,
-                "cpu_x_floor": cpu_ratio("llm", llm_floor),
-                "how": "tokens x bytes read per token / memory bandwidth"},
-        "flow": {"floor_s": flow_floor, "flops": flops, "x_floor": median["flow_s"] / flow_floor,
-                 "cpu_x_floor": cpu_ratio("flow", flow_floor),
-                 "how": f"counted FLOPs ({frames} frames, CFG batch 2, all steps) / matmul rate in {flow_dtype}"},
+        "llm": {
+            "floor_s": llm_floor,
+            "bytes_per_token": per_token,
+            "x_floor": median["llm_s"] / llm_floor,
+            "cpu_x_floor": cpu_ratio("llm", llm_floor),
+            "how": "tokens x bytes read per token / memory bandwidth",
+        },
+        "flow": {
+            "floor_s": flow_floor,
+            "flops": flops,
+            "x_floor": median["flow_s"] / flow_floor,
+            "cpu_x_floor": cpu_ratio("flow", flow_floor),
+            "how": f"counted FLOPs ({frames} frames, CFG batch 2, all steps) / matmul rate in {flow_dtype}",
+        },
     }

@@ -4,6 +4,7 @@ Checkpoints are read with ``torch.load(weights_only=True)`` (no pickled code run
 mapped where the file allows it, and weight-norm parametrisations are folded into plain
 ``weight`` tensors, so our modules are ordinary convolutions (MPS has had no weight-norm kernel).
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -101,8 +102,7 @@ def load_strict(
     for key in sorted(given):
         if tuple(shapes[key].shape) != tuple(state[key].shape):
             raise CheckpointError(
-                f"{source}: {key} has shape {tuple(state[key].shape)}, "
-                f"the config expects {tuple(shapes[key].shape)}"
+                f"{source}: {key} has shape {tuple(state[key].shape)}, the config expects {tuple(shapes[key].shape)}"
             )
     module.load_state_dict({key: state[key] for key in given}, strict=False, assign=False)
 

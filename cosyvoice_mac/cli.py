@@ -1,4 +1,5 @@
 """Command line: ``python -m cosyvoice_mac synth --model DIR --prompt-wav F --text T --out F.wav``."""
+
 from __future__ import annotations
 
 import argparse
@@ -16,10 +17,14 @@ from cosyvoice_mac.request import SPEED_RANGE
 def _add_synth(commands) -> None:
     synth = commands.add_parser("synth", help="speak text in the voice of a prompt recording")
     source = synth.add_mutually_exclusive_group()
-    source.add_argument("--model", help="model folder, a folder name under models/, or 'preview' (default: as the "
-                        "app picks: a CosyVoice3 folder in models/, else any model, else the preview voice)")
     source.add_argument(
-        "--random-weights", choices=("cosyvoice3", "cosyvoice2"),
+        "--model",
+        help="model folder, a folder name under models/, or 'preview' (default: as the "
+        "app picks: a CosyVoice3 folder in models/, else any model, else the preview voice)",
+    )
+    source.add_argument(
+        "--random-weights",
+        choices=("cosyvoice3", "cosyvoice2"),
         help="build the full-size architecture with RANDOM weights (benchmarks only: the audio is noise)",
     )
     synth.add_argument("--prompt-wav", type=Path, required=True, help="3-30 s of speech in the target voice")
@@ -27,34 +32,54 @@ def _add_synth(commands) -> None:
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
     synth.add_argument("--instruct", help='instruction, e.g. "speak sadly" or "用四川话说" (instruct mode)')
     synth.add_argument("--seed", type=int, help="sampling seed (the same seed gives the same audio)")
-    synth.add_argument("--speed", type=float, default=1.0,
-                       help=f"{SPEED_RANGE[0]:g}-{SPEED_RANGE[1]:g}, 1.0 = natural")
+    synth.add_argument("--speed", type=float, default=1.0, help=f"{SPEED_RANGE[0]:g}-{SPEED_RANGE[1]:g}, 1.0 = natural")
     synth.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
     add_precision_arguments(synth)
     synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
-    synth.add_argument("--vocoder", choices=("torch", "coreml"), default="torch",
-                       help="coreml: run the vocoder with Core ML (macOS; converted on first use)")
-    synth.add_argument("--compute-units", default="ALL", choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE", "CPU_ONLY"),
-                       help="where Core ML may run the vocoder")
+    synth.add_argument(
+        "--vocoder",
+        choices=("torch", "coreml"),
+        default="torch",
+        help="coreml: run the vocoder with Core ML (macOS; converted on first use)",
+    )
+    synth.add_argument(
+        "--compute-units",
+        default="ALL",
+        choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE", "CPU_ONLY"),
+        help="where Core ML may run the vocoder",
+    )
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
     synth.set_defaults(handler=_synth)
 
 
 def add_precision_arguments(parser) -> None:
     """--precision, --dtype (the LLM's), --llm-dtype, --flow-dtype, --reprobe: the CLI's and the app's."""
-    parser.add_argument("--precision", choices=("auto", "float32"), default=None,
-                        help="auto (default): each stage not named runs in the fastest dtype the quality gate "
-                        "allows here, measured once per machine; float32: every stage not named in float32")
-    parser.add_argument("--dtype", default=None, help="the LLM's dtype (as $COSYVOICE_DTYPE): float32, float16, "
-                        "bfloat16 or int8; the flow keeps its own (see --flow-dtype)")
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "float32"),
+        default=None,
+        help="auto (default): each stage not named runs in the fastest dtype the quality gate "
+        "allows here, measured once per machine; float32: every stage not named in float32",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        help="the LLM's dtype (as $COSYVOICE_DTYPE): float32, float16, "
+        "bfloat16 or int8; the flow keeps its own (see --flow-dtype)",
+    )
     parser.add_argument("--llm-dtype", default=None, help="the LLM's dtype (wins over --dtype)")
     parser.add_argument("--flow-dtype", default=None, help="the flow's dtype: float32, float16 or bfloat16")
     parser.add_argument("--reprobe", action="store_true", help="measure this machine's precision timings again")
 
 
 def precision_kwargs(args) -> dict:
-    return {"precision": args.precision, "dtype": args.dtype, "llm_dtype": args.llm_dtype,
-            "flow_dtype": args.flow_dtype, "reprobe": args.reprobe}
+    return {
+        "precision": args.precision,
+        "dtype": args.dtype,
+        "llm_dtype": args.llm_dtype,
+        "flow_dtype": args.flow_dtype,
+        "reprobe": args.reprobe,
+    }
 
 
 def _request(args):
@@ -63,8 +88,15 @@ def _request(args):
     from cosyvoice_mac.request import Request, Voice
 
     mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
-    return Request.build(args.text, Voice.recording(args.prompt_wav, transcript=args.prompt_text), mode=mode,
-                         instruct=args.instruct, seed=args.seed, speed=args.speed, stream=args.stream)
+    return Request.build(
+        args.text,
+        Voice.recording(args.prompt_wav, transcript=args.prompt_text),
+        mode=mode,
+        instruct=args.instruct,
+        seed=args.seed,
+        speed=args.speed,
+        stream=args.stream,
+    )
 
 
 def _load(args):
@@ -95,8 +127,10 @@ def _synth(args) -> int:
 
         vocoder, reason = load_vocoder("coreml", model, args.compute_units)
         model.use_vocoder(vocoder)
-        print(f"vocoder: {'Core ML (' + args.compute_units + ')' if vocoder else 'torch, because ' + reason}",
-              file=sys.stderr)
+        print(
+            f"vocoder: {'Core ML (' + args.compute_units + ')' if vocoder else 'torch, because ' + reason}",
+            file=sys.stderr,
+        )
     pieces, tokens, seconds = [], 0, 0.0
     started = time.perf_counter()
     for result in model.run(request):
@@ -106,8 +140,10 @@ def _synth(args) -> int:
         seconds += result.seconds
         if result.is_final_chunk:
             tokens += result.speech_token_count
-            print(f"[{result.segment_index + 1}/{result.segment_count}] seed {result.seed}: {result.text}",
-                  file=sys.stderr)
+            print(
+                f"[{result.segment_index + 1}/{result.segment_count}] seed {result.seed}: {result.text}",
+                file=sys.stderr,
+            )
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
     audio = np.concatenate(pieces)

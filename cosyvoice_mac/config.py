@@ -7,6 +7,7 @@ the tag (``"new:cosyvoice.flow.flow.CausalMaskedDiffWithDiT"``); sequences under
 ``{"_tag": ..., "args": [...]}``. ``!ref <name>`` references are resolved against the document,
 including the small arithmetic upstream uses (``!ref <chunk_size> * <token_mel_ratio>``).
 """
+
 from __future__ import annotations
 
 import ast

@@ -6,6 +6,7 @@ defaults: ``COSYVOICE_DEVICE`` (auto, mps, cuda, cuda:N, cpu) and ``COSYVOICE_DT
 float16, bfloat16). ``PYTORCH_ENABLE_MPS_FALLBACK=1`` is set by ``cosyvoice_mac/__init__.py`` before
 torch is imported, so ops that MPS lacks run on the CPU.
 """
+
 from __future__ import annotations
 
 import os
@@ -148,7 +149,8 @@ def select_device(requested: str | None = None) -> torch.device:
                 warnings.warn(
                     f"torch was imported before cosyvoice_mac without {MPS_FALLBACK_ENV}=1, so an op MPS lacked "
                     "would fail instead of running on the CPU; none of this app's ops needs it. Using MPS.",
-                    RuntimeWarning, stacklevel=2,
+                    RuntimeWarning,
+                    stacklevel=2,
                 )
             return torch.device("mps")
         if cuda_available():
@@ -178,7 +180,9 @@ def select_device(requested: str | None = None) -> torch.device:
         count = torch.cuda.device_count() if cuda_available() else 0
         if index >= count:
             have = f"{count} CUDA device(s)" if count else "no CUDA device (or this torch build lacks CUDA)"
-            raise DeviceError(f"{where} asks for CUDA device {index}, but this machine has {have}. Use 'auto' or 'cpu'.")
+            raise DeviceError(
+                f"{where} asks for CUDA device {index}, but this machine has {have}. Use 'auto' or 'cpu'."
+            )
         return torch.device("cuda", index)
     raise DeviceError(f"{where} is not a device name; choose one of {', '.join(DEVICE_CHOICES)}.")
 
@@ -189,8 +193,7 @@ def select_dtype(requested: str | None = None) -> torch.dtype:
     dtype = _DTYPES.get(text.strip().lower())
     if dtype is None:
         raise DeviceError(
-            f"dtype {text!r} is not supported; choose float32, float16 or bfloat16 "
-            f"(float64 does not run on MPS)."
+            f"dtype {text!r} is not supported; choose float32, float16 or bfloat16 (float64 does not run on MPS)."
         )
     return dtype
 

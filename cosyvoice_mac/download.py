@@ -5,6 +5,7 @@ the hub cannot be reached and the ``modelscope`` package is installed. Every fil
 against the hub's own metadata afterwards, so a cut-off download is caught here, not at load time.
 Running the command again resumes: finished files are skipped, half-finished ones continue.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,9 @@ class HubModel:
 
 
 MODELS = {
-    "cosyvoice3": HubModel("cosyvoice3", "Fun-CosyVoice3-0.5B", HUB_REPOS["cosyvoice3"],
-                           "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"),
+    "cosyvoice3": HubModel(
+        "cosyvoice3", "Fun-CosyVoice3-0.5B", HUB_REPOS["cosyvoice3"], "FunAudioLLM/Fun-CosyVoice3-0.5B-2512"
+    ),
     "cosyvoice2": HubModel("cosyvoice2", "CosyVoice2-0.5B", HUB_REPOS["cosyvoice2"], "iic/CosyVoice2-0.5B"),
 }
 
@@ -49,8 +51,15 @@ class HubUnreachable(DownloadError):
     """No answer from the hub at all (offline, DNS, firewall, HF_HUB_OFFLINE=1)."""
 
 
-def download_model(version: str, models_dir: str | Path = DEFAULT_MODELS_DIR, *, source: str = "auto",
-                   endpoint: str | None = None, revision: str | None = None, rl: bool = False) -> Path:
+def download_model(
+    version: str,
+    models_dir: str | Path = DEFAULT_MODELS_DIR,
+    *,
+    source: str = "auto",
+    endpoint: str | None = None,
+    revision: str | None = None,
+    rl: bool = False,
+) -> Path:
     """Fetch ``version``'s inference files into ``models_dir/<folder>``; the folder's path.
 
     ``rl`` (CosyVoice3) also fetches ``llm.rl.pt`` and records in the folder that the app should use it.
@@ -72,8 +81,9 @@ def download_model(version: str, models_dir: str | Path = DEFAULT_MODELS_DIR, *,
     return folder
 
 
-def _fetch(model: HubModel, files: list[str], destination: Path, source: str, endpoint: str | None,
-           revision: str | None) -> Path:
+def _fetch(
+    model: HubModel, files: list[str], destination: Path, source: str, endpoint: str | None, revision: str | None
+) -> Path:
     if source in ("auto", "huggingface"):
         try:
             return _from_huggingface(model, files, destination, endpoint, revision)
@@ -82,8 +92,9 @@ def _fetch(model: HubModel, files: list[str], destination: Path, source: str, en
                 raise
             print(f"{error}\nTrying ModelScope instead.", file=sys.stderr)
     if not modelscope_installed():
-        raise DownloadError("ModelScope is not installed; install it (pip install modelscope) or use "
-                            "--source huggingface")
+        raise DownloadError(
+            "ModelScope is not installed; install it (pip install modelscope) or use --source huggingface"
+        )
     return _from_modelscope(model, files, destination, revision)
 
 
@@ -101,12 +112,15 @@ def verify_sizes(destination: Path, expected: dict[str, int]) -> None:
         elif size is not None and path.stat().st_size != size:
             problems.append(f"{name} has {path.stat().st_size:,} bytes, the hub says {size:,}")
     if problems:
-        raise DownloadError(f"the download into {destination} is incomplete: {'; '.join(problems)}. "
-                            "Run the same command again to resume it.")
+        raise DownloadError(
+            f"the download into {destination} is incomplete: {'; '.join(problems)}. "
+            "Run the same command again to resume it."
+        )
 
 
-def _from_huggingface(model: HubModel, files: list[str], destination: Path, endpoint: str | None,
-                      revision: str | None) -> Path:
+def _from_huggingface(
+    model: HubModel, files: list[str], destination: Path, endpoint: str | None, revision: str | None
+) -> Path:
     from huggingface_hub import HfApi, snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
@@ -115,33 +129,53 @@ def _from_huggingface(model: HubModel, files: list[str], destination: Path, endp
     try:
         listed = api.get_paths_info(model.huggingface, files, revision=revision)
     except (RepositoryNotFoundError, RevisionNotFoundError) as error:
-        raise DownloadError(f"{address} has no model {model.huggingface}"
-                            f"{f' at revision {revision}' if revision else ''}: {_first_line(error)}") from error
+        raise DownloadError(
+            f"{address} has no model {model.huggingface}"
+            f"{f' at revision {revision}' if revision else ''}: {_first_line(error)}"
+        ) from error
     except HfHubHTTPError as error:
-        raise DownloadError(f"{address} refused the file list of {model.huggingface}: {_first_line(error)}. "
-                            "Try again later.") from error
+        raise DownloadError(
+            f"{address} refused the file list of {model.huggingface}: {_first_line(error)}. Try again later."
+        ) from error
     except _connection_errors() as error:
         raise _unreachable(address, error) from error
-    expected = {entry.path: (entry.lfs.size if entry.lfs is not None else entry.size)
-                for entry in listed if hasattr(entry, "size")}
+    expected = {
+        entry.path: (entry.lfs.size if entry.lfs is not None else entry.size)
+        for entry in listed
+        if hasattr(entry, "size")
+    }
     absent = [name for name in files if name not in expected]
     if absent:
         raise DownloadError(f"{model.huggingface} on {address} lacks {', '.join(absent)}; is it the right repo?")
     _check_free_space(destination, expected)
-    print(f"Downloading {len(files)} files ({sum(expected.values()) / 1e9:.2f} GB) of {model.huggingface} "
-          f"into {destination}", file=sys.stderr)
+    print(
+        f"Downloading {len(files)} files ({sum(expected.values()) / 1e9:.2f} GB) of {model.huggingface} "
+        f"into {destination}",
+        file=sys.stderr,
+    )
     try:
-        snapshot_download(model.huggingface, revision=revision, local_dir=destination, allow_patterns=files,
-                          endpoint=endpoint, etag_timeout=METADATA_TIMEOUT_S, max_workers=DOWNLOAD_WORKERS)
+        snapshot_download(
+            model.huggingface,
+            revision=revision,
+            local_dir=destination,
+            allow_patterns=files,
+            endpoint=endpoint,
+            etag_timeout=METADATA_TIMEOUT_S,
+            max_workers=DOWNLOAD_WORKERS,
+        )
     except _connection_errors() as error:
-        raise DownloadError(f"the connection to {address} broke off: {_first_line(error)}. Run the same command "
-                            "again to resume.") from error
+        raise DownloadError(
+            f"the connection to {address} broke off: {_first_line(error)}. Run the same command again to resume."
+        ) from error
     except OSError as error:
-        raise DownloadError(f"could not write into {destination}: {error}. Fix that (disk space, permissions) "
-                            "and run the same command again to resume.") from error
+        raise DownloadError(
+            f"could not write into {destination}: {error}. Fix that (disk space, permissions) "
+            "and run the same command again to resume."
+        ) from error
     except HfHubHTTPError as error:
-        raise DownloadError(f"{address} stopped the download: {_first_line(error)}. Run the same command again "
-                            "to resume.") from error
+        raise DownloadError(
+            f"{address} stopped the download: {_first_line(error)}. Run the same command again to resume."
+        ) from error
     verify_sizes(destination, expected)
     return destination
 
@@ -149,8 +183,7 @@ def _from_huggingface(model: HubModel, files: list[str], destination: Path, endp
 def _from_modelscope(model: HubModel, files: list[str], destination: Path, revision: str | None) -> Path:
     from modelscope.hub.snapshot_download import snapshot_download
 
-    print(f"Downloading {len(files)} files of {model.modelscope} from ModelScope into {destination}",
-          file=sys.stderr)
+    print(f"Downloading {len(files)} files of {model.modelscope} from ModelScope into {destination}", file=sys.stderr)
     try:
         snapshot_download(model.modelscope, revision=revision, local_dir=str(destination), allow_patterns=files)
     except Exception as error:  # modelscope raises many kinds; all mean "not downloaded"
@@ -180,8 +213,10 @@ def _check_free_space(destination: Path, expected: dict[str, int]) -> None:
         probe = probe.parent
     free = shutil.disk_usage(probe).free
     if needed > free:
-        raise DownloadError(f"the download needs {needed / 1e9:.1f} GB more but {probe} has only "
-                            f"{free / 1e9:.1f} GB free; free some space and run the command again")
+        raise DownloadError(
+            f"the download needs {needed / 1e9:.1f} GB more but {probe} has only "
+            f"{free / 1e9:.1f} GB free; free some space and run the command again"
+        )
 
 
 def _present_bytes(path: Path, size: int) -> int:
@@ -193,8 +228,11 @@ def _connection_errors() -> tuple[type[BaseException], ...]:
     from huggingface_hub.utils import OfflineModeIsEnabled
 
     errors: list[type[BaseException]] = [OfflineModeIsEnabled]
-    for module_name, names in (("httpx2", ("TransportError",)), ("httpx", ("TransportError",)),
-                               ("requests", ("ConnectionError", "Timeout"))):
+    for module_name, names in (
+        ("httpx2", ("TransportError",)),
+        ("httpx", ("TransportError",)),
+        ("requests", ("ConnectionError", "Timeout")),
+    ):
         if importlib.util.find_spec(module_name) is not None:
             module = importlib.import_module(module_name if module_name != "requests" else "requests.exceptions")
             errors.extend(getattr(module, name) for name in names)
@@ -206,8 +244,10 @@ def _unreachable(address: str, error: BaseException) -> HubUnreachable:
         why = "HF_HUB_OFFLINE is set, so huggingface_hub will not go online"
     else:
         why = f"no connection ({_first_line(error)})"
-    return HubUnreachable(f"cannot reach {address}: {why}. Check the internet connection (or HF_ENDPOINT) and run "
-                          "the command again; a model folder copied by hand into models/ works too.")
+    return HubUnreachable(
+        f"cannot reach {address}: {why}. Check the internet connection (or HF_ENDPOINT) and run "
+        "the command again; a model folder copied by hand into models/ works too."
+    )
 
 
 def _first_line(error: BaseException) -> str:
@@ -216,16 +256,28 @@ def _first_line(error: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bash run.sh download", description=(
-        "Download a CosyVoice model into models/: only the files inference needs. Run it again to resume."))
+    parser = argparse.ArgumentParser(
+        prog="bash run.sh download",
+        description=(
+            "Download a CosyVoice model into models/: only the files inference needs. Run it again to resume."
+        ),
+    )
     parser.add_argument("model", choices=VERSIONS, help="cosyvoice3 (Fun-CosyVoice3-0.5B) or cosyvoice2")
     parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="default: models/")
-    parser.add_argument("--source", choices=SOURCES, default="auto",
-                        help="auto: Hugging Face, then ModelScope if installed and the hub is unreachable")
+    parser.add_argument(
+        "--source",
+        choices=SOURCES,
+        default="auto",
+        help="auto: Hugging Face, then ModelScope if installed and the hub is unreachable",
+    )
     parser.add_argument("--revision", default=None, help="a branch, tag or commit of the hub repo (default main)")
-    parser.add_argument("--rl", action="store_true", help=f"cosyvoice3: also fetch {RL_LLM_FILE} (2 GB, the "
-                        "reinforcement-tuned LLM upstream reports better: zh CER 0.81 vs 1.21, en WER 1.68 vs 2.24) "
-                        "and use it")
+    parser.add_argument(
+        "--rl",
+        action="store_true",
+        help=f"cosyvoice3: also fetch {RL_LLM_FILE} (2 GB, the "
+        "reinforcement-tuned LLM upstream reports better: zh CER 0.81 vs 1.21, en WER 1.68 vs 2.24) "
+        "and use it",
+    )
     args = parser.parse_args(argv)
     try:
         folder = download_model(args.model, args.models_dir, source=args.source, revision=args.revision, rl=args.rl)

@@ -4,6 +4,7 @@ type, never by reading their text. Anything that is not a CosyVoiceError is a bu
 
 Torch-free: the page and the CLI import this before any model code.
 """
+
 from __future__ import annotations
 
 

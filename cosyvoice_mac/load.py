@@ -4,6 +4,7 @@
 "preview" is the offline preview voice; no argument picks a CosyVoice3 folder, else any model folder,
 else the preview voice (``webui.state.pick_model``: one rule for the page, the CLI and Python).
 """
+
 from __future__ import annotations
 
 import os
@@ -29,8 +30,10 @@ def resolve_model(name: str | Path | None = None, models_dir: str | Path = MODEL
     if name is None:
         choice = pick_model(Path(models_dir), preview=preview_available())
         if choice is None:
-            raise NoModelError(f"no model folder in {models_dir} and no preview voice; download one with "
-                               "`bash run.sh download cosyvoice3`")
+            raise NoModelError(
+                f"no model folder in {models_dir} and no preview voice; download one with "
+                "`bash run.sh download cosyvoice3`"
+            )
         return choice.path
     if str(name) == PREVIEW:
         return None
@@ -40,8 +43,14 @@ def resolve_model(name: str | Path | None = None, models_dir: str | Path = MODEL
     return path
 
 
-def load_model(name: str | Path | None = None, device: str = "auto", dtype: str | None = None, *,
-               models_dir: str | Path = MODELS_DIR, **options):
+def load_model(
+    name: str | Path | None = None,
+    device: str = "auto",
+    dtype: str | None = None,
+    *,
+    models_dir: str | Path = MODELS_DIR,
+    **options,
+):
     """A loaded backend (``CosyVoice``, or ``PreviewVoice`` for the preview voice) ready to ``synthesize``."""
     folder = resolve_model(name, models_dir)
     if folder is None:

@@ -8,6 +8,7 @@ into *work* (an operation that reads or writes tensor data: a kernel on a GPU) a
 plus *allocations* (``empty``: no kernel). Module hooks attribute each operation to a scope
 ("layer", "norm", "head", "sampler" ...), so a report can say which layer costs what.
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,11 +22,23 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 WORK, VIEW, ALLOCATION = "work", "view", "allocation"
 # Aliasing or metadata-only operations that the schema does not mark as views.
-_METADATA = {"aten.detach", "aten.alias", "aten.lift_fresh", "aten.sym_size", "aten.sym_stride",
-             "aten.sym_numel", "aten.sym_storage_offset", "aten.is_same_size", "aten._reshape_alias",
-             "prim.device", "prim.layout", "aten.dim", "aten.size", "aten.stride"}
-_ALLOCATIONS = {"aten.empty", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided",
-                "aten.empty_like"}
+_METADATA = {
+    "aten.detach",
+    "aten.alias",
+    "aten.lift_fresh",
+    "aten.sym_size",
+    "aten.sym_stride",
+    "aten.sym_numel",
+    "aten.sym_storage_offset",
+    "aten.is_same_size",
+    "aten._reshape_alias",
+    "prim.device",
+    "prim.layout",
+    "aten.dim",
+    "aten.size",
+    "aten.stride",
+}
+_ALLOCATIONS = {"aten.empty", "aten.empty_strided", "aten.new_empty", "aten.new_empty_strided", "aten.empty_like"}
 
 
 def op_kind(func) -> str:
@@ -103,7 +116,9 @@ class OpCounter(TorchDispatchMode):
         out = {}
         for name in sorted(self.counts):
             kinds = self.counts[name]
-            out[name] = {kind: sum(kinds.get(kind, Counter()).values()) / divide_by for kind in (WORK, VIEW, ALLOCATION)}
+            out[name] = {
+                kind: sum(kinds.get(kind, Counter()).values()) / divide_by for kind in (WORK, VIEW, ALLOCATION)
+            }
             out[name]["work_by_op"] = {op: n / divide_by for op, n in sorted(kinds.get(WORK, Counter()).items())}
         out["total"] = {kind: self.total(kind) / divide_by for kind in (WORK, VIEW, ALLOCATION)}
         return out
@@ -117,9 +132,17 @@ def tiny_full_depth_qwen(**overrides):
     """
     from cosyvoice_mac.models.llm import Qwen2Config
 
-    sizes = dict(hidden_size=56, intermediate_size=112, num_hidden_layers=24, num_attention_heads=14,
-                 num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6, vocab_size=1000,
-                 max_position_embeddings=4096)
+    sizes = dict(
+        hidden_size=56,
+        intermediate_size=112,
+        num_hidden_layers=24,
+        num_attention_heads=14,
+        num_key_value_heads=2,
+        rms_norm_eps=1e-6,
+        rope_theta=1e6,
+        vocab_size=1000,
+        max_position_embeddings=4096,
+    )
     return Qwen2Config(**{**sizes, **overrides})
 
 
@@ -148,8 +171,15 @@ def prompt_embeddings(model, prompt_speech: int = 80, text: int = 32) -> torch.T
         ids[0, -1] = ENDOFPROMPT_ID
     elif model.config.version == "cosyvoice3":  # a vocabulary too small for <|endofprompt|>: embed directly
         device = model.speech_embedding.weight.device
-        return torch.cat((model._special(model.sos), model.backbone.embed_tokens(ids.to(device)),
-                          model._special(model.task_id), model.speech_embedding(speech.to(device))), dim=1)
+        return torch.cat(
+            (
+                model._special(model.sos),
+                model.backbone.embed_tokens(ids.to(device)),
+                model._special(model.task_id),
+                model.speech_embedding(speech.to(device)),
+            ),
+            dim=1,
+        )
     return model.build_prompt_embeddings(ids, ids[:, :0], speech)
 
 

@@ -1,4 +1,5 @@
 """Where the app keeps its per-user files (speaker cache, saved voices, recogniser models). Torch-free."""
+
 from __future__ import annotations
 
 import os

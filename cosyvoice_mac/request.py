@@ -7,6 +7,7 @@ built by hand is checked the same way (``__post_init__`` calls ``validate()``).
 
 Torch-free (numpy only): the page and the CLI build requests without loading a model.
 """
+
 from __future__ import annotations
 
 import math
@@ -67,26 +68,33 @@ class Voice:
 
     @property
     def kind(self) -> str:
-        """"audio", "samples", "saved", "prepared" or "stock"."""
+        """ "audio", "samples", "saved", "prepared" or "stock"."""
         given = self._sources()
         return given[0] if len(given) == 1 else ""
 
     def validate(self) -> None:
         given = self._sources()
         if len(given) != 1:
-            raise RequestError("voice", "voice_ambiguous" if given else "prompt_needed",
-                               "give either prompt audio or a saved voice, not both" if given else
-                               "a prompt voice is needed: upload or record 3-30 s of speech, or pick a saved voice")
+            raise RequestError(
+                "voice",
+                "voice_ambiguous" if given else "prompt_needed",
+                "give either prompt audio or a saved voice, not both"
+                if given
+                else "a prompt voice is needed: upload or record 3-30 s of speech, or pick a saved voice",
+            )
         if self.audio is not None and not Path(self.audio).is_file():
-            raise RequestError("voice", "prompt_missing",
-                               f"the prompt audio file {self.audio} does not exist; upload it again")
+            raise RequestError(
+                "voice", "prompt_missing", f"the prompt audio file {self.audio} does not exist; upload it again"
+            )
         if self.samples is not None:
             if not isinstance(self.samples, np.ndarray) or self.samples.ndim not in (1, 2):
-                raise RequestError("voice", "prompt_samples", "prompt samples must be a numpy array (N,) or "
-                                   f"(N, channels), not {type(self.samples).__name__}")
+                raise RequestError(
+                    "voice",
+                    "prompt_samples",
+                    f"prompt samples must be a numpy array (N,) or (N, channels), not {type(self.samples).__name__}",
+                )
             if not isinstance(self.sample_rate, int) or self.sample_rate <= 0:
-                raise RequestError("voice", "prompt_samples",
-                                   "prompt samples need their sample rate (e.g. 16000)")
+                raise RequestError("voice", "prompt_samples", "prompt samples need their sample rate (e.g. 16000)")
         if self.saved is not None and (not isinstance(self.saved, str) or not self.saved.strip()):
             raise RequestError("voice", "voice_error", "a saved voice is named by a non-empty string")
         if self.transcript is not None:
@@ -117,8 +125,17 @@ class Request:
         self.validate()
 
     @classmethod
-    def build(cls, text: str, voice: Voice | None, *, mode: str | None = None, instruct: str | None = None,
-              seed: int | float | None = None, speed: float | None = 1.0, stream: bool = False) -> "Request":
+    def build(
+        cls,
+        text: str,
+        voice: Voice | None,
+        *,
+        mode: str | None = None,
+        instruct: str | None = None,
+        seed: int | float | None = None,
+        speed: float | None = 1.0,
+        stream: bool = False,
+    ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
         ``mode`` None derives it: an instruction -> instruct, else a transcript -> zero-shot, else
@@ -127,8 +144,11 @@ class Request:
         ``seed`` None picks one now. ``speed`` None means 1.0.
         """
         if voice is None:
-            raise RequestError("voice", "prompt_needed", "a prompt voice is needed: upload or record 3-30 s of "
-                               "speech, or pick a saved voice")
+            raise RequestError(
+                "voice",
+                "prompt_needed",
+                "a prompt voice is needed: upload or record 3-30 s of speech, or pick a saved voice",
+            )
         if not isinstance(voice, Voice):
             raise RequestError("voice", "voice_error", f"the voice must be a Voice, not {type(voice).__name__}")
         transcript = _stripped(voice.transcript)
@@ -136,13 +156,24 @@ class Request:
         if mode is None:
             mode = "instruct" if instruct else "zero_shot" if transcript else "cross_lingual"
         elif mode == "zero_shot" and not transcript:
-            raise RequestError("transcript", "transcript_needed", "zero-shot mode needs the prompt's transcript; "
-                               "type what the recording says, or pick cross-lingual mode")
+            raise RequestError(
+                "transcript",
+                "transcript_needed",
+                "zero-shot mode needs the prompt's transcript; "
+                "type what the recording says, or pick cross-lingual mode",
+            )
         elif mode == "instruct" and not instruct:
             raise RequestError("mode", "instruct_needed", "instruct mode needs an instruction, e.g. 'speak sadly'")
         voice = replace(voice, transcript=transcript if mode == "zero_shot" else None)
-        return cls(text=text, voice=voice, mode=mode, instruct=instruct if mode == "instruct" else None,
-                   seed=_seed(seed), speed=1.0 if speed is None else speed, stream=bool(stream))
+        return cls(
+            text=text,
+            voice=voice,
+            mode=mode,
+            instruct=instruct if mode == "instruct" else None,
+            seed=_seed(seed),
+            speed=1.0 if speed is None else speed,
+            stream=bool(stream),
+        )
 
     def validate(self) -> None:
         """Raise RequestError naming the field and the rule; the only place these rules are written."""
@@ -150,8 +181,11 @@ class Request:
         if not self.text.strip():
             raise RequestError("text", "text_empty", "the text to speak is empty; type a sentence")
         if not any(unicodedata.category(char)[0] in "LN" for char in self.text):
-            raise RequestError("text", "text_unspeakable", "the text has nothing to speak (only punctuation, "
-                               "symbols or emoji); type some words")
+            raise RequestError(
+                "text",
+                "text_unspeakable",
+                "the text has nothing to speak (only punctuation, symbols or emoji); type some words",
+            )
         if not isinstance(self.voice, Voice):
             raise RequestError("voice", "voice_error", f"the voice must be a Voice, not {type(self.voice).__name__}")
         self.voice.validate()
@@ -164,17 +198,33 @@ class Request:
         if self.instruct is not None:
             _check_string("instruct", "the instruction", self.instruct, MAX_INSTRUCT_CHARS)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
-            raise RequestError("seed", "seed_invalid", f"seed {self.seed!r} must be a whole number from 0 to "
-                               f"{MAX_SEED}", limit=MAX_SEED)
+            raise RequestError(
+                "seed",
+                "seed_invalid",
+                f"seed {self.seed!r} must be a whole number from 0 to {MAX_SEED}",
+                limit=MAX_SEED,
+            )
         speed = self.speed
         low, high = SPEED_RANGE
-        if isinstance(speed, bool) or not isinstance(speed, (int, float)) or not math.isfinite(speed) \
-                or not low <= speed <= high:
-            raise RequestError("speed", "speed_invalid", f"speed {speed!r} is out of range; use a value from "
-                               f"{low:g} to {high:g}", low=low, high=high)
+        if (
+            isinstance(speed, bool)
+            or not isinstance(speed, (int, float))
+            or not math.isfinite(speed)
+            or not low <= speed <= high
+        ):
+            raise RequestError(
+                "speed",
+                "speed_invalid",
+                f"speed {speed!r} is out of range; use a value from {low:g} to {high:g}",
+                low=low,
+                high=high,
+            )
         if self.stream and speed != 1.0:
-            raise RequestError("speed", "speed_stream", f"speed {speed:g} cannot be used while streaming; turn "
-                               "streaming off or use speed 1.0")
+            raise RequestError(
+                "speed",
+                "speed_stream",
+                f"speed {speed:g} cannot be used while streaming; turn streaming off or use speed 1.0",
+            )
 
     @property
     def transcript(self) -> str | None:
@@ -183,8 +233,16 @@ class Request:
 
     def facts(self) -> dict:
         """What the sidecar records about the request (plain JSON values)."""
-        return {"text": self.text, "mode": self.mode, "instruct": self.instruct, "prompt_text": self.transcript,
-                "voice": self.voice.describe(), "seed": self.seed, "speed": self.speed, "stream": self.stream}
+        return {
+            "text": self.text,
+            "mode": self.mode,
+            "instruct": self.instruct,
+            "prompt_text": self.transcript,
+            "voice": self.voice.describe(),
+            "seed": self.seed,
+            "speed": self.speed,
+            "stream": self.stream,
+        }
 
 
 def _stripped(value) -> str | None:
@@ -213,10 +271,21 @@ def _check_string(field: str, what: str, value, limit: int) -> None:
     if not isinstance(value, str):
         raise RequestError(field, f"{field}_invalid", f"{what} must be text, not {type(value).__name__}")
     if len(value) > limit:
-        raise RequestError(field, f"{field}_too_long", f"{what} has {len(value):,} characters; the limit is "
-                           f"{limit:,}. Shorten it or split it into several requests.", count=len(value), limit=limit)
+        raise RequestError(
+            field,
+            f"{field}_too_long",
+            f"{what} has {len(value):,} characters; the limit is "
+            f"{limit:,}. Shorten it or split it into several requests.",
+            count=len(value),
+            limit=limit,
+        )
     for position, char in enumerate(value):
         if unicodedata.category(char) == "Cc" and char not in ALLOWED_CONTROLS:
-            raise RequestError(field, "control_character", f"{what} holds the control character U+{ord(char):04X} "
-                               f"at position {position + 1}; remove it (paste the text as plain text)",
-                               position=position + 1, code_point=f"U+{ord(char):04X}")
+            raise RequestError(
+                field,
+                "control_character",
+                f"{what} holds the control character U+{ord(char):04X} "
+                f"at position {position + 1}; remove it (paste the text as plain text)",
+                position=position + 1,
+                code_point=f"U+{ord(char):04X}",
+            )

@@ -19,6 +19,7 @@ the speech-token count (6561 for both released models); ids at or above ``S`` ar
 
 Torch-free: the page and the CLI may read it.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,17 +65,34 @@ class VersionSpec:
 
 
 COSYVOICE2 = VersionSpec(
-    name="cosyvoice2", hub_repo="FunAudioLLM/CosyVoice2-0.5B", speech_tokenizer_file="speech_tokenizer_v2.onnx",
-    extra_speech_ids=3, specials_in_llm_embedding=True, stop_on_every_special=False, silent_ids=(),
-    flow_front="conformer", stitcher="crossfade", random_vocoder_noise=True, system_prefix="",
-    needs_endofprompt=False, pronunciation_markup=False,
+    name="cosyvoice2",
+    hub_repo="FunAudioLLM/CosyVoice2-0.5B",
+    speech_tokenizer_file="speech_tokenizer_v2.onnx",
+    extra_speech_ids=3,
+    specials_in_llm_embedding=True,
+    stop_on_every_special=False,
+    silent_ids=(),
+    flow_front="conformer",
+    stitcher="crossfade",
+    random_vocoder_noise=True,
+    system_prefix="",
+    needs_endofprompt=False,
+    pronunciation_markup=False,
 )
 COSYVOICE3 = VersionSpec(
-    name="cosyvoice3", hub_repo="FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
-    speech_tokenizer_file="speech_tokenizer_v3.onnx", extra_speech_ids=200, specials_in_llm_embedding=False,
-    stop_on_every_special=True, silent_ids=COSYVOICE3_SILENT_TOKENS, flow_front="pre_lookahead",
-    stitcher="causal", random_vocoder_noise=False, system_prefix=SYSTEM_PROMPT + ENDOFPROMPT,
-    needs_endofprompt=True, pronunciation_markup=True,
+    name="cosyvoice3",
+    hub_repo="FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
+    speech_tokenizer_file="speech_tokenizer_v3.onnx",
+    extra_speech_ids=200,
+    specials_in_llm_embedding=False,
+    stop_on_every_special=True,
+    silent_ids=COSYVOICE3_SILENT_TOKENS,
+    flow_front="pre_lookahead",
+    stitcher="causal",
+    random_vocoder_noise=False,
+    system_prefix=SYSTEM_PROMPT + ENDOFPROMPT,
+    needs_endofprompt=True,
+    pronunciation_markup=True,
 )
 SPECS = {spec.name: spec for spec in (COSYVOICE3, COSYVOICE2)}
 VERSIONS = tuple(SPECS)  # newest first

@@ -4,6 +4,7 @@ Tests use speech, not sine waves: silence trimming, loudness and the speech mode
 differently on tones. ``make_speech`` synthesises a sentence with espeak-ng (``bash run.sh test``
 installs it on Debian/Ubuntu; ``brew install espeak-ng`` on macOS).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -18,12 +19,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Exact float32 unless a test asks for precision="auto" (it injects its timings): parity stays bit-for-bit.
 os.environ.setdefault("COSYVOICE_PRECISION", "float32")
 
-import cosyvoice_mac  # noqa: E402,F401  (before torch: it sets PYTORCH_ENABLE_MPS_FALLBACK)
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import soundfile  # noqa: E402
 import torch  # noqa: E402
 from scipy.signal import resample_poly  # noqa: E402
+
+import cosyvoice_mac  # noqa: E402,F401  (before torch: it sets PYTORCH_ENABLE_MPS_FALLBACK)
 
 ESPEAK_RATE = 22050  # espeak-ng writes 16-bit mono WAV at this rate
 

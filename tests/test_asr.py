@@ -2,6 +2,7 @@
 
 The network is never used: downloads go to a fake downloader or to a fake Hub served on 127.0.0.1.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -35,6 +36,7 @@ def spoken(make_speech):
 
 # -- word error rate ---------------------------------------------------------------------------------
 
+
 def test_word_error_rate_counts_edits_per_reference_word():
     assert asr.word_error_rate("The cat sat.", "the cat sat") == 0.0
     assert asr.word_error_rate("the cat sat on the mat", "the cat sat on mat") == pytest.approx(1 / 6)
@@ -44,10 +46,11 @@ def test_word_error_rate_counts_edits_per_reference_word():
 
 # -- VAD ---------------------------------------------------------------------------------------------
 
+
 def test_vad_finds_speech_inside_silence(spoken):
     samples, rate = soundfile.read(spoken, dtype="float32")
     noise = np.random.default_rng(0).normal(0, 1e-3, 2 * rate).astype(np.float32)
-    padded = np.concatenate([noise, samples, noise[: rate]])
+    padded = np.concatenate([noise, samples, noise[:rate]])
     detector = vad.shared_detector()
     assert detector.probabilities(padded, rate).shape == (-(-len(padded) // vad.WINDOW),)
     found = detector.segments(padded, rate)
@@ -64,6 +67,7 @@ def test_vad_leaves_audio_without_speech_alone():
 
 
 # -- transcription with the bundled tiny.en ------------------------------------------------------------
+
 
 def test_bundled_english_model_transcribes_a_file(offline_transcriber, spoken):
     text = offline_transcriber.transcribe(spoken)
@@ -95,6 +99,7 @@ def test_chinese_without_the_multilingual_model_says_what_to_do(offline_transcri
 
 
 # -- choosing and downloading the multilingual model ------------------------------------------------------
+
 
 def _copy_bundled_model(folder):
     """Stand-in for a downloaded multilingual model: the bundled tiny.en files (CTranslate2 format)."""
@@ -180,11 +185,16 @@ class _FakeHub:
         self.requests.append((handler.command, path))
         headers, status = {"Content-Type": "application/json"}, 200
         if path.startswith("/api/models/org/whisper/revision/"):
-            body = json.dumps({"id": "org/whisper", "sha": self.COMMIT,
-                               "siblings": [{"rfilename": name} for name in self.files]}).encode()
+            body = json.dumps(
+                {"id": "org/whisper", "sha": self.COMMIT, "siblings": [{"rfilename": name} for name in self.files]}
+            ).encode()
         elif path.startswith("/api/models/org/whisper/tree/"):
-            body = json.dumps([{"type": "file", "path": name, "size": len(data),
-                                "oid": hashlib.sha1(data).hexdigest()} for name, data in self.files.items()]).encode()
+            body = json.dumps(
+                [
+                    {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
+                    for name, data in self.files.items()
+                ]
+            ).encode()
         elif path.startswith("/org/whisper/resolve/") and path.rsplit("/", 1)[-1] in self.files:
             body = self.files[path.rsplit("/", 1)[-1]]
             headers = {"X-Repo-Commit": self.COMMIT, "ETag": f'"{hashlib.sha1(body).hexdigest()}"'}
@@ -204,8 +214,14 @@ class _FakeHub:
 
 
 def test_hub_download_fetches_only_model_files_with_byte_progress(tmp_path):
-    files = {"config.json": b'{"a": 1}', "model.bin": bytes(range(256)) * 2000, "tokenizer.json": b"{}",
-             "vocabulary.txt": b"a\nb\n", "README.md": b"not needed", "onnx/encoder.onnx": b"not needed"}
+    files = {
+        "config.json": b'{"a": 1}',
+        "model.bin": bytes(range(256)) * 2000,
+        "tokenizer.json": b"{}",
+        "vocabulary.txt": b"a\nb\n",
+        "README.md": b"not needed",
+        "onnx/encoder.onnx": b"not needed",
+    }
     hub = _FakeHub(files)
     reports = []
     try:

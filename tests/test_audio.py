@@ -1,4 +1,5 @@
 """Loading voice prompts: containers, resampling, trimming, normalising, hashing, errors, atomic writes."""
+
 from __future__ import annotations
 
 import os
@@ -16,7 +17,9 @@ from cosyvoice_mac import audio
 from cosyvoice_mac.audio import AudioInputError, LoadedAudio, load_audio, write_wav
 
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it runs away."
-PROPERTY_SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+PROPERTY_SETTINGS = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,5 @@
 """The benchmark (on the tiny model, a few tokens), weight loading and the low-memory mode."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,21 @@ from cosyvoice_mac.pipeline.loading import OnDemand, build_networks, qwen_config
 from cosyvoice_mac.pipeline.model_dir import ModelFolder
 from tests.fakes.onnx_models import make_tiny_model_dir
 
-STAGE_FIELDS = ("frontend_s", "llm_s", "flow_s", "vocoder_s", "frontend_cpu_s", "llm_cpu_s", "flow_cpu_s",
-                "vocoder_cpu_s", "end_to_end_s", "rtf", "llm_tokens_per_s", "first_audio_s", "audio_s")
+STAGE_FIELDS = (
+    "frontend_s",
+    "llm_s",
+    "flow_s",
+    "vocoder_s",
+    "frontend_cpu_s",
+    "llm_cpu_s",
+    "flow_cpu_s",
+    "vocoder_cpu_s",
+    "end_to_end_s",
+    "rtf",
+    "llm_tokens_per_s",
+    "first_audio_s",
+    "audio_s",
+)
 
 
 @pytest.fixture(scope="module")
@@ -26,8 +40,23 @@ def tiny_dir(tmp_path_factory):
 
 def test_bench_reports_every_stage_floor_and_memory(tiny_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    status = bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--dtypes", "float32,float16/float32",
-                         "--tokens", "6", "--runs", "2", "--in-process", "--json", str(out)])
+    status = bench.main(
+        [
+            "--model",
+            str(tiny_dir),
+            "--devices",
+            "cpu",
+            "--dtypes",
+            "float32,float16/float32",
+            "--tokens",
+            "6",
+            "--runs",
+            "2",
+            "--in-process",
+            "--json",
+            str(out),
+        ]
+    )
     assert status == 0
     captured = capsys.readouterr()
     assert json.loads(captured.out) == json.loads(out.read_text())
@@ -50,8 +79,22 @@ def test_bench_reports_every_stage_floor_and_memory(tiny_dir, tmp_path, capsys):
 
 
 def test_bench_runs_each_configuration_in_its_own_process(tiny_dir, tmp_path, capsys):
-    status = bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--dtypes", "float32", "--tokens", "4",
-                         "--runs", "1", "--no-stream", "--low-memory"])
+    status = bench.main(
+        [
+            "--model",
+            str(tiny_dir),
+            "--devices",
+            "cpu",
+            "--dtypes",
+            "float32",
+            "--tokens",
+            "4",
+            "--runs",
+            "1",
+            "--no-stream",
+            "--low-memory",
+        ]
+    )
     assert status == 0
     (report,) = json.loads(capsys.readouterr().out)["benchmarks"]
     assert report["low_memory"] and report["llm_dtype"] == "float16" and report["median"]["first_audio_s"] is None
@@ -60,8 +103,26 @@ def test_bench_runs_each_configuration_in_its_own_process(tiny_dir, tmp_path, ca
 
 
 def test_bench_without_floors_skips_them(tiny_dir, capsys):
-    assert bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--dtypes", "float32", "--tokens", "3",
-                       "--runs", "1", "--no-floors", "--no-stream", "--in-process"]) == 0
+    assert (
+        bench.main(
+            [
+                "--model",
+                str(tiny_dir),
+                "--devices",
+                "cpu",
+                "--dtypes",
+                "float32",
+                "--tokens",
+                "3",
+                "--runs",
+                "1",
+                "--no-floors",
+                "--no-stream",
+                "--in-process",
+            ]
+        )
+        == 0
+    )
     (report,) = json.loads(capsys.readouterr().out)["benchmarks"]
     assert "floors" not in report
 
@@ -71,19 +132,42 @@ def test_every_candidate_benches_with_its_floors_and_auto_reports_its_pick(versi
     """bf16 U-Nets used to die in the floor count (fp32 zeros fed to bf16 weights); int8 LLMs bench too."""
     tiny_dir = make_tiny_model_dir(version, tmp_path / "model")
     monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr("cosyvoice_mac.pipeline.probe.cached_timings", lambda *a, **k: (
-        {"llm": {"float32": 1.0, "float16": 0.5}, "flow": {"float32": 2.0, "bfloat16": 1.0}}, True))
-    status = bench.main(["--model", str(tiny_dir), "--devices", "cpu", "--in-process", "--tokens", "4", "--runs", "1",
-                         "--no-stream", "--dtypes", "bfloat16/bfloat16,float16/float16,int8/float32,auto"])
+    monkeypatch.setattr(
+        "cosyvoice_mac.pipeline.probe.cached_timings",
+        lambda *a, **k: ({"llm": {"float32": 1.0, "float16": 0.5}, "flow": {"float32": 2.0, "bfloat16": 1.0}}, True),
+    )
+    status = bench.main(
+        [
+            "--model",
+            str(tiny_dir),
+            "--devices",
+            "cpu",
+            "--in-process",
+            "--tokens",
+            "4",
+            "--runs",
+            "1",
+            "--no-stream",
+            "--dtypes",
+            "bfloat16/bfloat16,float16/float16,int8/float32,auto",
+        ]
+    )
     assert status == 0
     reports = json.loads(capsys.readouterr().out)["benchmarks"]
     assert [(r["llm_dtype"], r["flow_dtype"]) for r in reports] == [
-        ("bfloat16", "bfloat16"), ("float16", "float16"), ("int8", "float32"), ("float16", "bfloat16")]
+        ("bfloat16", "bfloat16"),
+        ("float16", "float16"),
+        ("int8", "float32"),
+        ("float16", "bfloat16"),
+    ]
     for report in reports:
         assert report["floors"]["flow"]["flops"] > 0 and report["median"]["mel_finite"]
     assert reports[3]["precision"]["flow"]["reason"] == "flow bfloat16: 2.0x faster than float32 here, within the gate"
     int8_bytes, fp16_bytes = reports[2]["parameter_bytes"]["llm"], reports[1]["parameter_bytes"]["llm"]
-    assert int8_bytes < fp16_bytes and reports[2]["floors"]["llm"]["bytes_per_token"] < reports[1]["floors"]["llm"]["bytes_per_token"]
+    assert (
+        int8_bytes < fp16_bytes
+        and reports[2]["floors"]["llm"]["bytes_per_token"] < reports[1]["floors"]["llm"]["bytes_per_token"]
+    )
 
 
 def test_bench_rejects_an_unknown_dtype():
@@ -95,10 +179,12 @@ def test_loading_real_weights_runs_no_random_initialisation(monkeypatch, tmp_pat
     folder = ModelFolder.open(make_tiny_model_dir("cosyvoice3", tmp_path))
     initialised = []  # linear layers whose random initialisation touched real memory
     original = nn.Linear.reset_parameters
-    monkeypatch.setattr(nn.Linear, "reset_parameters",
-                        lambda self: (original(self), self.weight.is_meta or initialised.append(self)))
-    networks = build_networks(folder.config, qwen_config_for(folder), folder=folder, device=torch.device("cpu"),
-                              llm_dtype=torch.float16)
+    monkeypatch.setattr(
+        nn.Linear, "reset_parameters", lambda self: (original(self), self.weight.is_meta or initialised.append(self))
+    )
+    networks = build_networks(
+        folder.config, qwen_config_for(folder), folder=folder, device=torch.device("cpu"), llm_dtype=torch.float16
+    )
     hift_layers = {id(module) for module in networks.hift.modules()}
     assert initialised and all(id(layer) in hift_layers for layer in initialised)  # LLM and flow: meta only
     state = load_checkpoint(folder.path / "llm.pt")
@@ -111,8 +197,9 @@ def test_loading_real_weights_runs_no_random_initialisation(monkeypatch, tmp_pat
 
 def test_random_weights_are_seeded_and_complete(tmp_path):
     folder = ModelFolder.open(make_tiny_model_dir("cosyvoice2", tmp_path))
-    build = lambda seed: build_networks(folder.config, qwen_config_for(folder), folder=None,
-                                        device=torch.device("cpu"), random_weights=True, seed=seed)
+    build = lambda seed: build_networks(
+        folder.config, qwen_config_for(folder), folder=None, device=torch.device("cpu"), random_weights=True, seed=seed
+    )
     first, again, other = (build(seed).flow.state_dict() for seed in (0, 0, 1))
     assert all(not t.is_meta and torch.isfinite(t).all() for t in first.values())
     assert all(torch.equal(first[key], again[key]) for key in first)
@@ -159,4 +246,3 @@ def test_on_demand_builds_once_per_use_when_not_kept():
     assert released.size == 3
     with pytest.raises(AttributeError):
         released._private  # noqa: B018
-

@@ -1,4 +1,5 @@
 """The command line, end to end on tiny model folders of both versions."""
+
 from __future__ import annotations
 
 import os
@@ -16,17 +17,34 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "cosyvoice_mac", *args], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "cosyvoice_mac", *args], capture_output=True, text=True, timeout=300, env=env, cwd=REPO
+    )
 
 
 @pytest.mark.parametrize("version", ["cosyvoice3", "cosyvoice2"])
-@pytest.mark.parametrize("mode", [[], ["--prompt-text", "Hello there, this is a test."], ["--instruct", "Speak slowly."]])
+@pytest.mark.parametrize(
+    "mode", [[], ["--prompt-text", "Hello there, this is a test."], ["--instruct", "Speak slowly."]]
+)
 def test_synth_writes_a_24khz_wav(tmp_path, make_speech, version, mode):
     model = make_tiny_model_dir(version, tmp_path / version)
     out = tmp_path / "out.wav"
-    done = _cli("synth", "--model", str(model), "--prompt-wav", str(make_speech("Hello there, this is a test.")),
-                "--text", "Hello world.", "--seed", "1", "--device", "cpu", "--out", str(out), *mode)
+    done = _cli(
+        "synth",
+        "--model",
+        str(model),
+        "--prompt-wav",
+        str(make_speech("Hello there, this is a test.")),
+        "--text",
+        "Hello world.",
+        "--seed",
+        "1",
+        "--device",
+        "cpu",
+        "--out",
+        str(out),
+        *mode,
+    )
     assert done.returncode == 0, done.stderr
     samples, rate = soundfile.read(out)
     assert rate == 24000 and len(samples) > 0
@@ -37,15 +55,35 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, make_speech):
     model = make_tiny_model_dir("cosyvoice3", tmp_path / "m")
     not_audio = tmp_path / "notes.wav"
     not_audio.write_text("this is not audio")
-    done = _cli("synth", "--model", str(model), "--prompt-wav", str(not_audio), "--text", "Hi.",
-                "--device", "cpu", "--out", str(tmp_path / "o.wav"))
+    done = _cli(
+        "synth",
+        "--model",
+        str(model),
+        "--prompt-wav",
+        str(not_audio),
+        "--text",
+        "Hi.",
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "o.wav"),
+    )
     assert done.returncode == 2
     assert "error: notes.wav is not an audio file" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_missing_model_folder_says_how_to_download(tmp_path, make_speech):
-    done = _cli("synth", "--model", str(tmp_path), "--prompt-wav", str(make_speech("Hello.")), "--text", "Hi.",
-                "--out", str(tmp_path / "o.wav"))
+    done = _cli(
+        "synth",
+        "--model",
+        str(tmp_path),
+        "--prompt-wav",
+        str(make_speech("Hello.")),
+        "--text",
+        "Hi.",
+        "--out",
+        str(tmp_path / "o.wav"),
+    )
     assert done.returncode == 2 and "bash run.sh download cosyvoice3" in done.stderr
 
 
@@ -53,9 +91,24 @@ def test_stream_and_coreml_flags_work_or_explain(tmp_path, make_speech):
     """--stream reports the first audio; --vocoder coreml off macOS says why and uses torch."""
     model = make_tiny_model_dir("cosyvoice3", tmp_path / "m")
     out = tmp_path / "s.wav"
-    done = _cli("synth", "--model", str(model), "--prompt-wav", str(make_speech("Hello there, this is a test.")),
-                "--text", "The quick brown fox jumps over the lazy dog, twice over.", "--seed", "2",
-                "--device", "cpu", "--stream", "--vocoder", "coreml", "--out", str(out))
+    done = _cli(
+        "synth",
+        "--model",
+        str(model),
+        "--prompt-wav",
+        str(make_speech("Hello there, this is a test.")),
+        "--text",
+        "The quick brown fox jumps over the lazy dog, twice over.",
+        "--seed",
+        "2",
+        "--device",
+        "cpu",
+        "--stream",
+        "--vocoder",
+        "coreml",
+        "--out",
+        str(out),
+    )
     assert done.returncode == 0, done.stderr
     assert "first audio after" in done.stderr
     if sys.platform != "darwin":

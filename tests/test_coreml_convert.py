@@ -5,6 +5,7 @@ fp32 packages must equal the torch graphs to >= 100 dB, fp16 ones to >= 45 dB (f
 Full-size random-weight vocoders are converted once per session (CosyVoice3: all three packages;
 CosyVoice2: f0 and the flexible decoder), the tiny parity models in fp32.
 """
+
 from __future__ import annotations
 
 import json
@@ -41,8 +42,23 @@ FP32_SNR_DB, FP16_SNR_DB = 100.0, 45.0
 FORBIDDEN_OP = re.compile(r"random|cumsum|complex|stft|fft", re.IGNORECASE)
 ALLOWED_OPS = {
     "f0": {"const", "cast", "conv", "pad", "elu", "linear", "transpose", "squeeze", "abs"},
-    "decoder": {"const", "cast", "conv", "conv_transpose", "pad", "add", "mul", "real_div", "sin", "cos",
-                "exp", "clip", "leaky_relu", "slice_by_index", "concat"},
+    "decoder": {
+        "const",
+        "cast",
+        "conv",
+        "conv_transpose",
+        "pad",
+        "add",
+        "mul",
+        "real_div",
+        "sin",
+        "cos",
+        "exp",
+        "clip",
+        "leaky_relu",
+        "slice_by_index",
+        "concat",
+    },
 }
 FULL = [("cosyvoice3", True), ("cosyvoice2", False)]  # (version, with the chunked decoder)
 
@@ -185,10 +201,22 @@ def test_cli_converts_a_model_folder_and_then_reuses_it(capsys):
     folder, manifest = converted("cosyvoice2", "tiny", "fp32", chunk_frames=64)  # through the command line
     assert manifest["fingerprint"].startswith("hift.pt:") and manifest["precision"] == "fp32"
     assert {entry["file"] for entry in manifest["packages"].values()} == {
-        "hift_f0-v1-fp32-macOS14.mlpackage", "hift_decoder-v1-fp32-macOS14-flex.mlpackage",
-        "hift_decoder-v1-fp32-macOS14-chunk64.mlpackage"}
-    arguments = ["coreml", "convert", "--model", str(tiny_dir("cosyvoice2")), "--out", str(folder),
-                 "--precision", "fp32", "--chunk-frames", "64"]
+        "hift_f0-v1-fp32-macOS14.mlpackage",
+        "hift_decoder-v1-fp32-macOS14-flex.mlpackage",
+        "hift_decoder-v1-fp32-macOS14-chunk64.mlpackage",
+    }
+    arguments = [
+        "coreml",
+        "convert",
+        "--model",
+        str(tiny_dir("cosyvoice2")),
+        "--out",
+        str(folder),
+        "--precision",
+        "fp32",
+        "--chunk-frames",
+        "64",
+    ]
     capsys.readouterr()
     assert coreml_cli(arguments) == 0
     captured = capsys.readouterr()
@@ -204,8 +232,13 @@ def test_cli_reports_a_bad_model_folder(tmp_path, capsys):
 
 def test_conversion_rejects_bad_options(tmp_path):
     with pytest.raises(ValueError, match="precision"):
-        convert_hift(tiny_hift("cosyvoice2"), tmp_path, fingerprint="x", config_node={},
-                     options=ConversionOptions(precision="int8"))
+        convert_hift(
+            tiny_hift("cosyvoice2"),
+            tmp_path,
+            fingerprint="x",
+            config_node={},
+            options=ConversionOptions(precision="int8"),
+        )
     with pytest.raises(ValueError, match="target"):
         ConversionOptions(target="macOS12").validate()
 

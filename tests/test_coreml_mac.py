@@ -4,6 +4,7 @@ Run on a Mac with ``python -m pytest -q -m mac tests/test_coreml_mac.py -rs``. T
 converted from speech-like random full-size vocoders (and from ``models/<folder>`` when a real model
 is there); each prediction is compared with the torch graphs they were converted from.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

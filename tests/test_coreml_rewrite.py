@@ -2,6 +2,7 @@
 
 No coremltools needed: these check that what gets converted computes what HiFT computes.
 """
+
 from __future__ import annotations
 
 import math
@@ -236,12 +237,19 @@ def golden_calls(version: str):
     hift = ctx.vectors("hift")
     v2 = version == "cosyvoice2"
     fixed = None if v2 else RecordedSourceNoise(hift["fixed_sine_waves_prefix"])
-    yield "callA", hift["mel_in"], {"noise": RecordedSourceNoise(hift["callA_rand1_randn_like"]) if v2 else fixed}, (
-        hift["callA_wave"], hift["callA_source"])
+    yield (
+        "callA",
+        hift["mel_in"],
+        {"noise": RecordedSourceNoise(hift["callA_rand1_randn_like"]) if v2 else fixed},
+        (hift["callA_wave"], hift["callA_source"]),
+    )
     if v2:  # CosyVoice3's callB is a finalize=False (streaming) call, which the split vocoder does not run
-        yield "callB", hift["callB_mel_in"], {
-            "noise": RecordedSourceNoise(hift["callB_rand1_randn_like"]), "cache_source": hift["callB_cache_source"]
-        }, (hift["callB_wave"], hift["callB_source"])
+        yield (
+            "callB",
+            hift["callB_mel_in"],
+            {"noise": RecordedSourceNoise(hift["callB_rand1_randn_like"]), "cache_source": hift["callB_cache_source"]},
+            (hift["callB_wave"], hift["callB_source"]),
+        )
     e2e = ctx.vectors("e2e")
     noise = RecordedSourceNoise(e2e["rand1_randn_like"]) if v2 else fixed
     yield "e2e", e2e["mel"], {"noise": noise}, (e2e["tts_speech"], None)

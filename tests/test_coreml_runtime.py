@@ -3,6 +3,7 @@
 On Linux the saved packages run through the numpy MIL interpreter (``model_factory``), so the whole
 runtime path (host source, polyphase I/O, chunking, envelope) is checked against the golden vectors.
 """
+
 from __future__ import annotations
 
 import json
@@ -21,6 +22,7 @@ from cosyvoice_mac.models.vocoder import GaussianSourceNoise
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 from tests.coreml.models import snr_db, speechlike_mel, tiny_dir, tiny_hift
 from tests.parity.common import assert_close
+
 
 def _has_coremltools() -> bool:
     try:
@@ -43,8 +45,15 @@ def interpreted(version: str, compute_units: str = "ALL") -> CoreMLVocoder:
     from tests.coreml.models import interpreter_factory
 
     folder, _ = tiny_fp32(version)
-    vocoder, reason = load_vocoder("coreml", tiny_dir(version), compute_units, precision="fp32", out_dir=folder,
-                                   convert=False, model_factory=interpreter_factory)
+    vocoder, reason = load_vocoder(
+        "coreml",
+        tiny_dir(version),
+        compute_units,
+        precision="fp32",
+        out_dir=folder,
+        convert=False,
+        model_factory=interpreter_factory,
+    )
     assert vocoder is not None, reason
     return vocoder
 
@@ -236,8 +245,8 @@ def test_runtime_failure_is_finished_by_torch_in_the_pipeline():
 
 
 def test_bad_graph_outputs_raise_so_that_torch_takes_over():
-    from cosyvoice_mac.coreml.split import Decoder, SplitVocoder
     from cosyvoice_mac.coreml.host import HostSource
+    from cosyvoice_mac.coreml.split import Decoder, SplitVocoder
 
     hift = tiny_hift("cosyvoice2")
     f0 = lambda mel: np.full((1, mel.shape[2]), 100.0, np.float32)  # noqa: E731

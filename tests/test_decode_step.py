@@ -1,5 +1,6 @@
 """The lean decoding step: its operation budget, fused weights under official keys, the bucketed
 (graph-shaped) step, and on CUDA the graphs themselves (``COSYVOICE_TEST_DEVICE=cuda``)."""
+
 from __future__ import annotations
 
 import os
@@ -61,8 +62,9 @@ def _unfused_logits(lm: SpeechLM, embeds: torch.Tensor) -> torch.Tensor:
     for i in range(config.num_hidden_layers):
         p = f"llm.model.model.layers.{i}."
         h = norm(x, p + "input_layernorm.weight")
-        q, k, v = (F.linear(h, state[p + f"self_attn.{n}_proj.weight"], state[p + f"self_attn.{n}_proj.bias"])
-                   for n in "qkv")
+        q, k, v = (
+            F.linear(h, state[p + f"self_attn.{n}_proj.weight"], state[p + f"self_attn.{n}_proj.bias"]) for n in "qkv"
+        )
         q = rope(q.view(length, heads, head_dim).transpose(0, 1))
         k = rope(k.view(length, kv_heads, head_dim).transpose(0, 1)).repeat_interleave(heads // kv_heads, 0)
         v = v.view(length, kv_heads, head_dim).transpose(0, 1).repeat_interleave(heads // kv_heads, 0)
@@ -86,8 +88,13 @@ def test_fused_logits_match_the_unfused_official_weights(tiny):
 def test_state_dict_has_the_official_keys_and_round_trips(tiny):
     state = tiny.state_dict()
     layer = "llm.model.model.layers.3."
-    for key in ("self_attn.q_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
-                "mlp.gate_proj.weight", "mlp.up_proj.weight"):
+    for key in (
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.bias",
+        "self_attn.v_proj.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+    ):
         assert layer + key in state
     assert not any("qkv_proj" in key or "gate_up_proj" in key for key in state)
     fused = tiny.backbone.layers[3].self_attn.qkv_proj.weight
@@ -167,6 +174,7 @@ def test_eager_step_allocates_no_growing_tensors(tiny):
 
 
 # --- CUDA graphs (COSYVOICE_TEST_DEVICE=cuda) -----------------------------------------------------
+
 
 @cuda_only
 def test_cuda_graph_decoding_matches_eager_and_captures_once_per_bucket():

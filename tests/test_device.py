@@ -1,4 +1,5 @@
 """The device policy: what ``auto`` picks, refusing missing devices, env overrides, memory reports."""
+
 from __future__ import annotations
 
 import os
@@ -90,7 +91,10 @@ def _import_report(code: str, **env: str) -> str:
 
 
 def test_importing_the_package_enables_the_mps_fallback_before_torch_loads():
-    report = "import os, cosyvoice_mac.device as d; print(os.environ.get('PYTORCH_ENABLE_MPS_FALLBACK'), d.mps_fallback_enabled())"
+    report = (
+        "import os, cosyvoice_mac.device as d; "
+        "print(os.environ.get('PYTORCH_ENABLE_MPS_FALLBACK'), d.mps_fallback_enabled())"
+    )
     assert _import_report(report) == "1 True"
     assert _import_report("import torch; " + report) == "1 False"  # too late: torch read it already
     assert _import_report(report, PYTORCH_ENABLE_MPS_FALLBACK="0") == "0 False"  # the user's choice stands

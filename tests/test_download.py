@@ -5,6 +5,7 @@ HEAD/GET/Range) for one repo that holds the inference files plus files inference
 the tests see exactly which files were fetched, that a broken download resumes, and that a size
 that disagrees with the hub's metadata is caught.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -47,14 +48,24 @@ class FakeHub:
     def downloaded(self) -> list[str]:
         """Files whose body was requested (GET on resolve)."""
         prefix = f"/{self.repo}/resolve/"
-        return sorted({urllib.parse.unquote(path[len(prefix):]).split("/", 1)[1] for method, path, _ in self.requests
-                       if method == "GET" and path.startswith(prefix)})
+        return sorted(
+            {
+                urllib.parse.unquote(path[len(prefix) :]).split("/", 1)[1]
+                for method, path, _ in self.requests
+                if method == "GET" and path.startswith(prefix)
+            }
+        )
 
     def entry(self, path: str) -> dict:
         data = self.files[path]
         size = self.lie_about_size.get(path, len(data))
-        return {"type": "file", "path": path, "size": size, "oid": hashlib.sha1(data).hexdigest(),
-                "lfs": {"size": size, "oid": hashlib.sha256(data).hexdigest(), "pointerSize": 130}}
+        return {
+            "type": "file",
+            "path": path,
+            "size": size,
+            "oid": hashlib.sha1(data).hexdigest(),
+            "lfs": {"size": size, "oid": hashlib.sha256(data).hexdigest(), "pointerSize": 130},
+        }
 
     def _handler(self):
         hub = self
@@ -71,8 +82,11 @@ class FakeHub:
                 self._log("POST")
                 if f"/api/models/{hub.repo}/paths-info/" not in self.path:
                     return self._send(404, b'{"error": "not found"}')
-                form = urllib.parse.parse_qs(body) if "json" not in (self.headers.get("Content-Type") or "") \
+                form = (
+                    urllib.parse.parse_qs(body)
+                    if "json" not in (self.headers.get("Content-Type") or "")
                     else json.loads(body)
+                )
                 paths = form.get("paths", [])
                 self._json([hub.entry(p) for p in paths if p in hub.files])
 
@@ -83,8 +97,9 @@ class FakeHub:
                 path = urllib.parse.urlparse(self.path).path
                 if path.startswith(f"/api/models/{hub.repo}/revision/"):
                     self._log("GET")
-                    return self._json({"id": hub.repo, "sha": COMMIT,
-                                       "siblings": [{"rfilename": name} for name in hub.files]})
+                    return self._json(
+                        {"id": hub.repo, "sha": COMMIT, "siblings": [{"rfilename": name} for name in hub.files]}
+                    )
                 if path.startswith(f"/api/models/{hub.repo}/tree/"):
                     self._log("GET")
                     folders = sorted({name.rsplit("/", 1)[0] for name in hub.files if "/" in name})
@@ -98,12 +113,15 @@ class FakeHub:
                 path = urllib.parse.unquote(urllib.parse.urlparse(self.path).path)
                 if not path.startswith(prefix):
                     return self._send(404, b"", head=head)
-                name = path[len(prefix):].split("/", 1)[1]
+                name = path[len(prefix) :].split("/", 1)[1]
                 if name not in hub.files:
                     return self._send(404, b"", head=head, extra={"X-Error-Code": "EntryNotFound"})
                 data = hub.files[name]
-                headers = {"X-Repo-Commit": COMMIT, "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
-                           "Accept-Ranges": "bytes"}
+                headers = {
+                    "X-Repo-Commit": COMMIT,
+                    "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+                    "Accept-Ranges": "bytes",
+                }
                 start = 0
                 ranged = self.headers.get("Range")
                 if ranged and not head:
@@ -127,8 +145,11 @@ class FakeHub:
                 hub.requests.append((method, urllib.parse.urlparse(self.path).path, self.headers.get("Range")))
 
             def _json(self, payload):
-                self._send(200, json.dumps(payload).encode(), extra={"Content-Type": "application/json",
-                                                                     "X-Repo-Commit": COMMIT})
+                self._send(
+                    200,
+                    json.dumps(payload).encode(),
+                    extra={"Content-Type": "application/json", "X-Repo-Commit": COMMIT},
+                )
 
             def _send(self, status, body: bytes, head=False, extra=None):
                 self.send_response(status)
@@ -188,8 +209,9 @@ def test_fetches_exactly_the_inference_files_into_the_model_folder(hub, tmp_path
     # The folder is what the app looks for.
     from cosyvoice_mac.webui.state import find_models
 
-    assert [(choice.name, choice.version) for choice in find_models(tmp_path / "models")] == \
-        [("Fun-CosyVoice3-0.5B", "cosyvoice3")]
+    assert [(choice.name, choice.version) for choice in find_models(tmp_path / "models")] == [
+        ("Fun-CosyVoice3-0.5B", "cosyvoice3")
+    ]
 
 
 def test_a_cut_download_resumes_where_it_stopped_and_a_finished_one_is_not_fetched_again(hub, tmp_path):
@@ -258,11 +280,29 @@ def test_offline_fails_fast_with_a_clear_message(tmp_path):
 
 
 def test_the_command_line_says_what_to_do_offline_and_exits_1(tmp_path):
-    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}", "HF_HOME": str(tmp_path / "hf"),
-           "PYTHONPATH": str(REPO_ROOT)}
-    result = subprocess.run([sys.executable, "-m", "cosyvoice_mac.download", "cosyvoice3", "--models-dir",
-                             str(tmp_path), "--source", "huggingface"],
-                            capture_output=True, text=True, timeout=120, env=env, cwd=REPO_ROOT)
+    env = {
+        **os.environ,
+        "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+        "HF_HOME": str(tmp_path / "hf"),
+        "PYTHONPATH": str(REPO_ROOT),
+    }
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosyvoice_mac.download",
+            "cosyvoice3",
+            "--models-dir",
+            str(tmp_path),
+            "--source",
+            "huggingface",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=REPO_ROOT,
+    )
     assert result.returncode == 1, result.stderr
     assert "download failed: cannot reach http://127.0.0.1" in result.stderr
     assert "Traceback" not in result.stderr
@@ -278,8 +318,13 @@ def test_run_sh_download_verb_sets_up_then_runs_the_downloader(tmp_path):
     python.parent.mkdir(parents=True)
     python.write_text('#!/usr/bin/env bash\necho "$*" >>"$(dirname "$0")/../../calls.log"\n')
     python.chmod(0o755)
-    result = subprocess.run(["bash", "run.sh", "download", "cosyvoice2", "--source", "huggingface"], cwd=tmp_path,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        ["bash", "run.sh", "download", "cosyvoice2", "--source", "huggingface"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     calls = (tmp_path / "calls.log").read_text().splitlines()
     assert calls[-1] == "-m cosyvoice_mac.download cosyvoice2 --source huggingface"
@@ -331,8 +376,9 @@ def test_the_pipeline_loads_llm_rl_pt_when_it_is_the_choice(tmp_path, monkeypatc
 
     folder = make_tiny_model_dir("cosyvoice3", tmp_path)
     state = torch.load(folder / "llm.pt", map_location="cpu", weights_only=True)
-    torch.save({key: value * 2 if value.is_floating_point() else value for key, value in state.items()},
-               folder / "llm.rl.pt")
+    torch.save(
+        {key: value * 2 if value.is_floating_point() else value for key, value in state.items()}, folder / "llm.rl.pt"
+    )
     monkeypatch.setenv("COSYVOICE_LLM", "rl")
     rl = CosyVoice.from_pretrained(folder, device="cpu")
     monkeypatch.setenv("COSYVOICE_LLM", "base")

@@ -1,4 +1,5 @@
 """Speaker cache (memory LRU over disk, versioned) and named voices."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,10 @@ def _prompt(audio_hash: str, model_id: str = MODEL, transcript: str | None = "he
         speech_tokens=torch.randint(0, 6561, (1, frames), generator=generator),
         mel=torch.randn(1, 2 * frames, 80, generator=generator),
         embedding=torch.randn(1, 192, generator=generator),
-        audio_hash=audio_hash, model_id=model_id, transcript=transcript, duration_s=1.5,
+        audio_hash=audio_hash,
+        model_id=model_id,
+        transcript=transcript,
+        duration_s=1.5,
     )
 
 
@@ -132,8 +136,9 @@ def test_named_voices_save_list_rename_delete(tmp_path):
     source = tmp_path / "me.wav"
     source.write_bytes(b"RIFF....")
     voices.save("Narrator", audio_hash="a" * 64, model_id=MODEL, transcript="hi", audio=source)
-    voices.save("alice", audio_hash="b" * 64, model_id=MODEL,
-                audio_samples=np.zeros(1600, np.float32), sample_rate=16000)
+    voices.save(
+        "alice", audio_hash="b" * 64, model_id=MODEL, audio_samples=np.zeros(1600, np.float32), sample_rate=16000
+    )
     assert [v["name"] for v in voices.list()] == ["alice", "Narrator"]
     narrator = voices.get("Narrator")
     assert narrator["transcript"] == "hi" and (tmp_path / "voices" / narrator["audio_file"]).read_bytes() == b"RIFF...."

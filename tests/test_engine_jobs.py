@@ -1,4 +1,5 @@
 """Jobs, the job queue (order, bound, positions, cancel) and thread QoS, without a worker process."""
+
 from __future__ import annotations
 
 import subprocess
@@ -20,21 +21,24 @@ def _job(text: str) -> Job:
     return Job(fake_request(text))
 
 
-@pytest.mark.parametrize("build, code", [
-    (lambda voice: Request.build("  ", voice), "text_empty"),
-    (lambda voice: Request.build("x" * (MAX_TEXT_CHARS + 1), voice), "text_too_long"),
-    (lambda voice: Request.build("hi", Voice.recording("/no/such/file.wav")), "prompt_missing"),
-    (lambda voice: Request.build("hi", Voice(samples=np.zeros(10, np.float32))), "prompt_samples"),
-    (lambda voice: Request.build("hi", Voice(audio=voice.audio, saved="alice")), "voice_ambiguous"),
-    (lambda voice: Request.build("hi", None), "prompt_needed"),
-    (lambda voice: Request.build("hi", voice, speed=0), "speed_invalid"),
-    (lambda voice: Request.build("hi", voice, speed=float("nan")), "speed_invalid"),
-    (lambda voice: Request.build("hi", voice, seed=-1), "seed_invalid"),
-    (lambda voice: Request.build("hi", voice, seed=True), "seed_invalid"),
-    (lambda voice: Request.build("hi", Voice(samples=[0.0, 1.0], sample_rate=16000)), "prompt_samples"),
-    (lambda voice: Request.build("hi", voice, speed=1.5, stream=True), "speed_stream"),
-    (lambda voice: Request(text="hi", voice=voice, mode="whisper"), "mode_unknown"),
-])
+@pytest.mark.parametrize(
+    "build, code",
+    [
+        (lambda voice: Request.build("  ", voice), "text_empty"),
+        (lambda voice: Request.build("x" * (MAX_TEXT_CHARS + 1), voice), "text_too_long"),
+        (lambda voice: Request.build("hi", Voice.recording("/no/such/file.wav")), "prompt_missing"),
+        (lambda voice: Request.build("hi", Voice(samples=np.zeros(10, np.float32))), "prompt_samples"),
+        (lambda voice: Request.build("hi", Voice(audio=voice.audio, saved="alice")), "voice_ambiguous"),
+        (lambda voice: Request.build("hi", None), "prompt_needed"),
+        (lambda voice: Request.build("hi", voice, speed=0), "speed_invalid"),
+        (lambda voice: Request.build("hi", voice, speed=float("nan")), "speed_invalid"),
+        (lambda voice: Request.build("hi", voice, seed=-1), "seed_invalid"),
+        (lambda voice: Request.build("hi", voice, seed=True), "seed_invalid"),
+        (lambda voice: Request.build("hi", Voice(samples=[0.0, 1.0], sample_rate=16000)), "prompt_samples"),
+        (lambda voice: Request.build("hi", voice, speed=1.5, stream=True), "speed_stream"),
+        (lambda voice: Request(text="hi", voice=voice, mode="whisper"), "mode_unknown"),
+    ],
+)
 def test_bad_requests_are_refused_with_the_field_and_rule_named(build, code):
     with pytest.raises(RequestError) as raised:
         build(fake_voice())
@@ -146,22 +150,27 @@ class _Callable:
 
 
 def test_ui_side_of_the_engine_does_not_import_torch():
-    code = ("import sys, cosyvoice_mac.engine as e, cosyvoice_mac.request as r, cosyvoice_mac.engine.messages; "
-            "e.Job(r.Request.build('hi', r.Voice(saved='x'), stream=True)); "
-            "e.TranscriberProcess().close(); print('torch' in sys.modules)")
+    code = (
+        "import sys, cosyvoice_mac.engine as e, cosyvoice_mac.request as r, cosyvoice_mac.engine.messages; "
+        "e.Job(r.Request.build('hi', r.Voice(saved='x'), stream=True)); "
+        "e.TranscriberProcess().close(); print('torch' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("error, expected", [
-    (RuntimeError("The operator 'aten::foo' is not currently implemented for the MPS device."), True),
-    (RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB)"), True),
-    (TypeError("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64."), True),
-    (RuntimeError("CUDA error: device-side assert triggered"), True),
-    (RuntimeError("shape mismatch between timestamps and tokens"), False),
-    (ValueError("MPS is mentioned but this is bad input"), False),
-    (KeyError("mps"), False),
-])
+@pytest.mark.parametrize(
+    "error, expected",
+    [
+        (RuntimeError("The operator 'aten::foo' is not currently implemented for the MPS device."), True),
+        (RuntimeError("MPS backend out of memory (MPS allocated: 17.00 GB)"), True),
+        (TypeError("Cannot convert a MPS Tensor to float64 dtype as the MPS framework doesn't support float64."), True),
+        (RuntimeError("CUDA error: device-side assert triggered"), True),
+        (RuntimeError("shape mismatch between timestamps and tokens"), False),
+        (ValueError("MPS is mentioned but this is bad input"), False),
+        (KeyError("mps"), False),
+    ],
+)
 def test_device_errors_are_told_apart_from_other_failures(error, expected):
     from cosyvoice_mac.engine.runtime import is_device_error
 
@@ -172,8 +181,8 @@ def test_a_full_queue_names_the_place_and_when_to_retry():
     import threading as _threading
     import time as _time
 
-    from cosyvoice_mac.engine.jobqueue import JobQueue
     from cosyvoice_mac.engine import jobs as _jobs
+    from cosyvoice_mac.engine.jobqueue import JobQueue
 
     line = JobQueue(1, _threading.RLock())
     first = line.add(_job("a"))

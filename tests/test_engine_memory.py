@@ -1,4 +1,5 @@
 """Memory hygiene: over 100 consecutive real jobs the worker's RSS and device memory stay flat."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -15,8 +16,13 @@ DEADLINE = 120.0
 
 def test_memory_stays_flat_over_100_jobs(tmp_path, make_speech):
     model_dir = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
-    config = WorkerConfig(model_dir=str(model_dir), device="cpu", outputs_dir=str(tmp_path / "outputs"),
-                          cache_dir=str(tmp_path / "cache"), torch_threads=1)
+    config = WorkerConfig(
+        model_dir=str(model_dir),
+        device="cpu",
+        outputs_dir=str(tmp_path / "outputs"),
+        cache_dir=str(tmp_path / "cache"),
+        torch_threads=1,
+    )
     voice = str(make_speech("A steady voice for a long run of jobs.", seconds=3.0))
     rss, device_bytes = [], []
     with Engine(config, max_queue=JOBS, start_timeout_s=DEADLINE) as engine:

@@ -1,4 +1,5 @@
 """Saved results: names, atomic writes, the JSON sidecar, the WAV INFO chunk, and clear errors."""
+
 from __future__ import annotations
 
 import errno
@@ -14,8 +15,17 @@ import soundfile
 from cosyvoice_mac.engine import outputs
 from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
 
-FACTS = {"text": "Hello there, 你好.", "mode": "zero_shot", "instruct": None, "seed": 7, "speed": 1.0,
-         "model": "tiny-model", "device": "cpu", "prompt_hash": "ab" * 32, "timings": {"llm": 0.5, "total": 1.0}}
+FACTS = {
+    "text": "Hello there, 你好.",
+    "mode": "zero_shot",
+    "instruct": None,
+    "seed": 7,
+    "speed": 1.0,
+    "model": "tiny-model",
+    "device": "cpu",
+    "prompt_hash": "ab" * 32,
+    "timings": {"llm": 0.5, "total": 1.0},
+}
 NOW = time.mktime((2025, 3, 4, 5, 6, 7, 0, 0, -1))
 
 

@@ -1,4 +1,5 @@
 """The engine running the offline preview backend: outputs are real speech and say they are a preview."""
+
 from __future__ import annotations
 
 import json
@@ -17,8 +18,14 @@ DEADLINE = 180.0
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
     root = tmp_path_factory.mktemp("preview-engine")
-    config = WorkerConfig(model_dir=None, device="cpu", pipeline_factory=PIPELINE_FACTORY,
-                          outputs_dir=str(root / "outputs"), cache_dir=str(root / "cache"), torch_threads=1)
+    config = WorkerConfig(
+        model_dir=None,
+        device="cpu",
+        pipeline_factory=PIPELINE_FACTORY,
+        outputs_dir=str(root / "outputs"),
+        cache_dir=str(root / "cache"),
+        torch_threads=1,
+    )
     engine = Engine(config, stop_timeout_s=5.0, start_timeout_s=DEADLINE)
     assert engine.start(timeout=DEADLINE), engine.status()
     yield engine
@@ -41,9 +48,10 @@ def test_preview_streams_its_audio_and_a_voice_can_be_saved_first(engine, make_s
     saved = engine.save_voice_from_audio("Preview narrator", voice, None, timeout=DEADLINE)
     assert saved["model_id"] == engine.status()["model"]
     result, events = result_and_events(
-        engine, Request.build("First sentence here. And a second one.", engine.voice("Preview narrator"), stream=True,
-                              seed=2),
-        DEADLINE)
+        engine,
+        Request.build("First sentence here. And a second one.", engine.voice("Preview narrator"), stream=True, seed=2),
+        DEADLINE,
+    )
     chunks = [event.audio for event in events if event.kind == "progress"]
     assert chunks and result.cache_hit  # a short text is one segment, so maybe one chunk
     assert np.allclose(np.concatenate(chunks), result.samples(), atol=1e-4)

@@ -3,6 +3,7 @@
 The weights are random (so the audio is noise), but every step is the real one: model loading,
 warm-up, ONNX feature extraction, LLM, flow, vocoder, the speaker cache and the outputs.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,14 +19,21 @@ from tests.fakes.fake_pipeline import WRAPPED_REAL_FACTORY, result_and_events, s
 from tests.fakes.onnx_models import make_tiny_model_dir
 
 DEADLINE = 120.0
-LONG_TEXT = ("This sentence is long enough to keep the tiny model busy for a while, "
-             "and then it goes on a little further so that there is time to interrupt it.")
+LONG_TEXT = (
+    "This sentence is long enough to keep the tiny model busy for a while, "
+    "and then it goes on a little further so that there is time to interrupt it."
+)
 
 
 def _config(tmp_path, version="cosyvoice3", **changes) -> WorkerConfig:
     model_dir = make_tiny_model_dir(version, tmp_path / f"{version}_model")
-    options = dict(model_dir=str(model_dir), device="cpu", outputs_dir=str(tmp_path / "outputs"),
-                   cache_dir=str(tmp_path / "cache"), torch_threads=1)
+    options = dict(
+        model_dir=str(model_dir),
+        device="cpu",
+        outputs_dir=str(tmp_path / "outputs"),
+        cache_dir=str(tmp_path / "cache"),
+        torch_threads=1,
+    )
     return WorkerConfig(**{**options, **changes})
 
 
@@ -47,7 +55,7 @@ def voice(make_speech):
 
 
 def _audible(audio: np.ndarray) -> bool:
-    return audio.size > 0 and bool(np.isfinite(audio).all()) and float(np.sqrt(np.mean(audio ** 2))) > 1e-4
+    return audio.size > 0 and bool(np.isfinite(audio).all()) and float(np.sqrt(np.mean(audio**2))) > 1e-4
 
 
 def test_ready_only_after_a_real_warm_up(engine):
@@ -59,8 +67,9 @@ def test_ready_only_after_a_real_warm_up(engine):
 
 
 def test_cache_hit_on_the_second_request_and_after_restart(engine, voice):
-    job = Request.build("Hello there.",
-                        Voice.recording(voice, transcript="This is the voice I would like you to copy."))
+    job = Request.build(
+        "Hello there.", Voice.recording(voice, transcript="This is the voice I would like you to copy.")
+    )
     first = engine.result(engine.submit(job), timeout=DEADLINE)
     extractions = engine.status()["feature_extractions"]
     assert not first.cache_hit and extractions >= 1 and _audible(first.samples())
@@ -89,12 +98,14 @@ def test_outputs_hold_the_real_result(engine, voice):
 def _info_size(path: str) -> int:
     data = open(path, "rb").read()
     start = data.index(b"LIST")
-    return 8 + int.from_bytes(data[start + 4:start + 8], "little") + (data[start + 4] % 2)
+    return 8 + int.from_bytes(data[start + 4 : start + 8], "little") + (data[start + 4] % 2)
 
 
 def test_same_seed_gives_the_same_audio(engine, voice):
-    runs = [engine.result(engine.submit(Request.build("Repeat me.", Voice.recording(voice), seed=11)), DEADLINE)
-            for _ in range(2)]
+    runs = [
+        engine.result(engine.submit(Request.build("Repeat me.", Voice.recording(voice), seed=11)), DEADLINE)
+        for _ in range(2)
+    ]
     assert np.array_equal(runs[0].samples(), runs[1].samples())
 
 
@@ -119,8 +130,9 @@ def test_kill_9_loses_no_waiting_job(engine, voice):
 
 
 def test_device_error_is_retried_on_the_cpu(tmp_path, voice):
-    config = _config(tmp_path, pipeline_factory=WRAPPED_REAL_FACTORY, device="auto",
-                     pipeline_kwargs={"home_device": "mps"})
+    config = _config(
+        tmp_path, pipeline_factory=WRAPPED_REAL_FACTORY, device="auto", pipeline_kwargs={"home_device": "mps"}
+    )
     with _engine(config) as engine:
         assert engine.start(timeout=DEADLINE) and engine.status()["device"] == "mps"
         request = Request.build("[device-error] Try me.", Voice.recording(voice))
@@ -131,12 +143,12 @@ def test_device_error_is_retried_on_the_cpu(tmp_path, voice):
         assert after.device == "mps" and not after.fell_back_to_cpu and engine.status()["fell_back"] is False
 
 
-
 def test_a_voice_saved_from_a_recording_is_ready_before_any_generation(engine, make_speech):
     recording = str(make_speech("A different speaker saves this voice for later.", seconds=3.5))
     extractions = engine.status()["feature_extractions"]
-    saved = engine.save_voice_from_audio("Real voice", recording, "A different speaker saves this voice.",
-                                         timeout=DEADLINE)
+    saved = engine.save_voice_from_audio(
+        "Real voice", recording, "A different speaker saves this voice.", timeout=DEADLINE
+    )
     assert saved["model_id"] == engine.status()["model"]
     assert engine.status()["feature_extractions"] == extractions + 1
     request = Request.build("Spoken by the saved voice.", engine.voice("Real voice"))
@@ -170,4 +182,3 @@ def test_a_voice_prepared_for_streaming_starts_without_building_its_flow_prefix(
     again = engine.prepare_voice(recording, streaming=True, timeout=DEADLINE)
     assert again["source"] in ("memory", "disk")
     assert engine.status()["flow_prefix_builds"] == after["flow_prefix_builds"]
-

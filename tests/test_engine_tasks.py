@@ -1,6 +1,7 @@
 """Worker tasks: saving a voice straight from a recording (features extracted in the worker, before any
 generation), tasks between jobs, and tasks that meet a dead, restarting, loading or closing worker.
 The worker is a real process around the fake pipeline; every wait has a deadline."""
+
 from __future__ import annotations
 
 import os

@@ -1,5 +1,6 @@
 """Prompt transcription in its own process: the words come back, the parent never loads torch, and a
 recogniser that fails, dies, hangs or idles is handled without hanging the caller."""
+
 from __future__ import annotations
 
 import json

@@ -4,6 +4,7 @@ Streamed chunks reach listeners and are gone once they are drained; a finished j
 terminal event, whose result names the WAV instead of carrying the samples (issue 15: a per-job event
 buffer nobody read kept every chunk, and every result's samples, for 500 finished jobs).
 """
+
 from __future__ import annotations
 
 import gc

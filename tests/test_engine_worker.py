@@ -1,5 +1,6 @@
 """The engine with a real worker process around the fake pipeline: queue, cancel, restart, crashes,
 device fallback, speaker cache, outputs and named voices. Every wait has a deadline."""
+
 from __future__ import annotations
 
 import json
@@ -57,7 +58,7 @@ def test_one_job_at_a_time_in_submission_order_and_a_bounded_queue(engine):
         if event.kind in ("started", "done"):
             order.append((event.kind, event.job_id))
     expected = [(kind, job_id) for job_id in [running, *waiting] for kind in ("started", "done")]
-    assert order[-len(expected):] == expected  # each job starts only after the previous one is done
+    assert order[-len(expected) :] == expected  # each job starts only after the previous one is done
 
 
 def test_cancel_a_waiting_job_and_a_running_one(engine):
@@ -160,14 +161,28 @@ def test_second_request_for_a_voice_skips_extraction_and_the_cache_survives_rest
 
 
 def test_results_are_saved_with_sidecar_and_info(engine):
-    job = Job(Request.build("Saved words. Two sentences!", Voice.from_samples(tone(), 24000, transcript="the prompt"),
-                            seed=42, speed=1.25))
+    job = Job(
+        Request.build(
+            "Saved words. Two sentences!",
+            Voice.from_samples(tone(), 24000, transcript="the prompt"),
+            seed=42,
+            speed=1.25,
+        )
+    )
     result = engine.result(engine.submit(job), timeout=DEADLINE)
     assert result.output_error is None
     assert re.fullmatch(rf"\d{{8}}-\d{{6}}-{job.job_id[:8]}\.wav", os.path.basename(result.output_path))
     sidecar = json.loads(open(result.sidecar_path, encoding="utf-8").read())
-    expected = {"text": job.text, "mode": "zero_shot", "instruct": None, "seed": 42, "speed": 1.25,
-                "model": result.model, "device": "cpu", "prompt_hash": result.prompt_hash}
+    expected = {
+        "text": job.text,
+        "mode": "zero_shot",
+        "instruct": None,
+        "seed": 42,
+        "speed": 1.25,
+        "model": result.model,
+        "device": "cpu",
+        "prompt_hash": result.prompt_hash,
+    }
     assert {key: sidecar[key] for key in expected} == expected
     assert set(sidecar["timings"]) >= {"prompt", "synthesis", "total"}
     assert json.loads(read_wav_info(result.output_path)["ICMT"]) == sidecar

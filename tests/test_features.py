@@ -1,4 +1,5 @@
 """Behaviour of the prompt-audio frontend that the golden vectors do not cover."""
+
 from __future__ import annotations
 
 import math
@@ -268,7 +269,15 @@ def test_make_tiny_model_dir_has_the_official_layout(tmp_path, version, prompt16
     model_dir = make_tiny_model_dir(version, tmp_path / version)
     names = {path.name for path in model_dir.iterdir()}
     tokenizer_file = f"speech_tokenizer_v{version[-1]}.onnx"
-    assert {f"{version}.yaml", "llm.pt", "flow.pt", "hift.pt", "CosyVoice-BlankEN", "campplus.onnx", tokenizer_file} <= names
+    assert {
+        f"{version}.yaml",
+        "llm.pt",
+        "flow.pt",
+        "hift.pt",
+        "CosyVoice-BlankEN",
+        "campplus.onnx",
+        tokenizer_file,
+    } <= names
     assert "vectors" not in names
     assert (model_dir / "CosyVoice-BlankEN" / "tokenizer.json").is_file()
     tokens = SpeechTokenizer(model_dir / tokenizer_file, vocab_size=512).tokens(prompt16k)

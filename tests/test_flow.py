@@ -1,5 +1,6 @@
 """Behaviour of the flow wrapper that the golden vectors do not cover: shapes, bad input, limits,
 determinism, streaming prefix stability, dtypes and devices. Uses the tiny v3 config with random weights."""
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ A cached prefix must change nothing but the time taken: every check compares aga
 chunk-causal call made from scratch. The reference's own first streaming chunk, computed through
 a cached prefix, is checked in tests/parity/flow*.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -42,9 +43,11 @@ def _prompt(model, prompt_tokens: int, seed: int = 1):
     generator = torch.Generator().manual_seed(seed)
     vocab = model.networks.flow.config.vocab_size
     device = model.device
-    return (torch.randint(0, vocab, (1, prompt_tokens), generator=generator).to(device),
-            torch.randn(1, 2 * prompt_tokens, 80, generator=generator).to(device),
-            torch.randn(1, 192, generator=generator).to(device))
+    return (
+        torch.randint(0, vocab, (1, prompt_tokens), generator=generator).to(device),
+        torch.randn(1, 2 * prompt_tokens, 80, generator=generator).to(device),
+        torch.randn(1, 192, generator=generator).to(device),
+    )
 
 
 class _EstimatorCalls:
@@ -55,7 +58,8 @@ class _EstimatorCalls:
 
     def __enter__(self):
         self.handle = self.estimator.register_forward_pre_hook(
-            lambda module, args: self.shapes.append((args[0].shape[0], args[0].shape[-1])))
+            lambda module, args: self.shapes.append((args[0].shape[0], args[0].shape[-1]))
+        )
         return self
 
     def __exit__(self, *exc):

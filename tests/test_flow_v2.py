@@ -1,4 +1,5 @@
 """Behaviour of the CosyVoice2 flow parts: conformer encoder, U-Net estimator, chunk masks, configs."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,7 +31,11 @@ def _random(*shape: int, seed: int = 0) -> torch.Tensor:
 def encoder() -> UpsampleConformerEncoder:
     torch.manual_seed(0)
     config = ConformerConfig(
-        input_size=WIDTH, output_size=WIDTH, attention_heads=2, linear_units=32, num_blocks=2,
+        input_size=WIDTH,
+        output_size=WIDTH,
+        attention_heads=2,
+        linear_units=32,
+        num_blocks=2,
         static_chunk_size=TOKEN_CHUNK,
     )
     model = UpsampleConformerEncoder(config).eval()
@@ -45,8 +50,14 @@ def encoder() -> UpsampleConformerEncoder:
 def estimator() -> CausalConditionalDecoder:
     torch.manual_seed(0)
     config = UNetConfig(
-        in_channels=320, out_channels=80, channels=16, attention_head_dim=8, num_heads=2, n_blocks=1,
-        num_mid_blocks=1, static_chunk_size=FRAME_CHUNK,
+        in_channels=320,
+        out_channels=80,
+        channels=16,
+        attention_head_dim=8,
+        num_heads=2,
+        n_blocks=1,
+        num_mid_blocks=1,
+        static_chunk_size=FRAME_CHUNK,
     )
     return CausalConditionalDecoder(config).eval()
 
@@ -217,14 +228,34 @@ def test_bfloat16_runs_stay_finite(encoder, estimator):
 # --- configs and checkpoint keys ------------------------------------------------------------
 
 OFFICIAL_ENCODER = dict(
-    output_size=512, attention_heads=8, linear_units=2048, num_blocks=6, dropout_rate=0.1,
-    positional_dropout_rate=0.1, attention_dropout_rate=0.1, normalize_before=True, input_layer="linear",
-    pos_enc_layer_type="rel_pos_espnet", selfattention_layer_type="rel_selfattn", input_size=512,
-    use_cnn_module=False, macaron_style=False, static_chunk_size=25,
+    output_size=512,
+    attention_heads=8,
+    linear_units=2048,
+    num_blocks=6,
+    dropout_rate=0.1,
+    positional_dropout_rate=0.1,
+    attention_dropout_rate=0.1,
+    normalize_before=True,
+    input_layer="linear",
+    pos_enc_layer_type="rel_pos_espnet",
+    selfattention_layer_type="rel_selfattn",
+    input_size=512,
+    use_cnn_module=False,
+    macaron_style=False,
+    static_chunk_size=25,
 )
 OFFICIAL_ESTIMATOR = dict(
-    in_channels=320, out_channels=80, channels=[256], dropout=0.0, attention_head_dim=64, n_blocks=4,
-    num_mid_blocks=12, num_heads=8, act_fn="gelu", static_chunk_size=50, num_decoding_left_chunks=-1,
+    in_channels=320,
+    out_channels=80,
+    channels=[256],
+    dropout=0.0,
+    attention_head_dim=64,
+    n_blocks=4,
+    num_mid_blocks=12,
+    num_heads=8,
+    act_fn="gelu",
+    static_chunk_size=50,
+    num_decoding_left_chunks=-1,
 )
 
 
@@ -232,11 +263,18 @@ def test_configs_read_the_official_sizes_and_ignore_unknown_keys():
     encoder = ConformerConfig.from_yaml({**OFFICIAL_ENCODER, "_tag": "new:x.UpsampleConformerEncoder", "extra": 1})
     assert (encoder.input_size, encoder.output_size, encoder.attention_heads) == (512, 512, 8)
     assert (encoder.linear_units, encoder.num_blocks, encoder.num_up_blocks, encoder.static_chunk_size) == (
-        2048, 6, 4, 25,
+        2048,
+        6,
+        4,
+        25,
     )
     unet = UNetConfig.from_yaml({**OFFICIAL_ESTIMATOR, "extra": 1})
     assert (unet.channels, unet.n_blocks, unet.num_mid_blocks, unet.num_heads, unet.attention_head_dim) == (
-        256, 4, 12, 8, 64,
+        256,
+        4,
+        12,
+        8,
+        64,
     )
     assert unet.static_chunk_size == 50
 
@@ -270,6 +308,10 @@ def test_tiny_checkpoint_keys_and_shapes_match_both_modules():
     def under(prefix: str) -> dict[str, torch.Tensor]:
         return {key.removeprefix(prefix): value for key, value in state.items() if key.startswith(prefix)}
 
-    load_strict(UpsampleConformerEncoder(ConformerConfig.from_yaml(flow_node["encoder"])), under("encoder."), source="flow.pt")
+    load_strict(
+        UpsampleConformerEncoder(ConformerConfig.from_yaml(flow_node["encoder"])), under("encoder."), source="flow.pt"
+    )
     estimator_node = flow_node["decoder"]["estimator"]
-    load_strict(CausalConditionalDecoder(UNetConfig.from_yaml(estimator_node)), under("decoder.estimator."), source="flow.pt")
+    load_strict(
+        CausalConditionalDecoder(UNetConfig.from_yaml(estimator_node)), under("decoder.estimator."), source="flow.pt"
+    )

@@ -1,4 +1,5 @@
 """The package's front door: the README's Python example runs as printed, and load_model picks like the app."""
+
 from __future__ import annotations
 
 import os
@@ -26,10 +27,15 @@ def test_the_readme_python_example_runs_as_printed(tmp_path, make_speech):
     assert len([line for line in code.splitlines() if line.strip()]) <= 5
     make_tiny_model_dir("cosyvoice3", tmp_path / "models" / "Fun-CosyVoice3-0.5B")
     shutil.copy(make_speech("what I say in me dot wav", seconds=3.0), tmp_path / "me.wav")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_WAIT_POLICY": "PASSIVE",
-           "COSYVOICE_MODELS_DIR": str(tmp_path / "models")}
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "COSYVOICE_MODELS_DIR": str(tmp_path / "models"),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stderr
     text, seconds, seed = done.stdout.split()[-3:]
     assert float(seconds) > 0 and seed == "1" and "Python" in done.stdout
@@ -59,20 +65,50 @@ def test_load_model_names_a_folder_a_name_under_models_or_the_preview(tmp_path):
 
 
 def test_the_front_door_names_stay_light():
-    code = ("import sys, cosyvoice_mac as c; c.Request, c.Voice, c.CosyVoiceError, c.load_model; "
-            "print('torch' in sys.modules)")
-    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    code = (
+        "import sys, cosyvoice_mac as c; c.Request, c.Voice, c.CosyVoiceError, c.load_model; "
+        "print('torch' in sys.modules)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     assert done.stdout.strip() == "False", done.stderr
 
 
 def test_the_cli_picks_the_model_like_the_app_without_model(tmp_path, make_speech):
     make_tiny_model_dir("cosyvoice2", tmp_path / "models" / "CosyVoice2-0.5B")
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_WAIT_POLICY": "PASSIVE",
-           "COSYVOICE_MODELS_DIR": str(tmp_path / "models")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "COSYVOICE_MODELS_DIR": str(tmp_path / "models"),
+    }
     out = tmp_path / "out.wav"
-    done = subprocess.run([sys.executable, "-m", "cosyvoice_mac", "synth", "--prompt-wav",
-                           str(make_speech("Hello there, this is a test.")), "--text", "Hello.", "--device", "cpu",
-                           "--out", str(out)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cosyvoice_mac",
+            "synth",
+            "--prompt-wav",
+            str(make_speech("Hello there, this is a test.")),
+            "--text",
+            "Hello.",
+            "--device",
+            "cpu",
+            "--out",
+            str(out),
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     assert "loaded cosyvoice2" in done.stderr.lower() and out.is_file()

@@ -1,4 +1,5 @@
 """Behaviour of the HiFT vocoder that the parity vectors do not cover."""
+
 from __future__ import annotations
 
 import hashlib

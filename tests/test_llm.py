@@ -1,4 +1,5 @@
 """Behaviour of the speech LM that the golden vectors do not cover (inputs, masking, cache, dtype, device)."""
+
 from __future__ import annotations
 
 import json
@@ -63,6 +64,7 @@ def _stop_eager(model: SpeechLM, seen_ignores: list):
 
 # --- configs -------------------------------------------------------------------------------------
 
+
 def test_qwen_config_from_tiny_json():
     config = Qwen2Config.from_json(TINY["cosyvoice3"] / "CosyVoice-BlankEN" / "config.json")
     assert (config.hidden_size, config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (8, 2, 1, 4)
@@ -99,6 +101,7 @@ def test_state_dict_keys_are_llm_pt_keys_without_lm_head(models):
 
 
 # --- ids and inputs ------------------------------------------------------------------------------
+
 
 def test_special_ids(models):
     v2, v3 = models["cosyvoice2", False], models["cosyvoice3", False]
@@ -141,6 +144,7 @@ def test_empty_prompts_are_allowed(models):
 
 # --- stop-id masking -----------------------------------------------------------------------------
 
+
 def test_fixed_mode_never_stops_before_min_len(models):
     model = models["cosyvoice3", True]
     text, prompt_text, speech = _prompt(text_len=4)
@@ -170,6 +174,7 @@ def test_ras_sampler_never_returns_ignored_ids_even_on_fallback():
 
 
 # --- sampler mechanics ---------------------------------------------------------------------------
+
 
 def test_nucleus_size_and_repetition_fallback():
     calls = []
@@ -202,6 +207,7 @@ def test_seeded_sampler_is_reproducible_and_leaves_input_untouched():
 
 # --- cache, dtype, device ------------------------------------------------------------------------
 
+
 def test_kv_cache_is_written_in_place_and_matches_full_forward(models):
     model = models["cosyvoice2", True]
     embeds = model.build_prompt_embeddings(*_prompt(version="cosyvoice2"))
@@ -216,7 +222,7 @@ def test_kv_cache_is_written_in_place_and_matches_full_forward(models):
     assert cache.length == embeds.shape[1] + len(forced) == cache.capacity
     with torch.inference_mode():
         full = torch.cat((embeds, model.speech_embedding(torch.tensor([forced]))), dim=1)
-    reference = model.teacher_forced_logits(full)[0, embeds.shape[1] - 1:].log_softmax(-1)
+    reference = model.teacher_forced_logits(full)[0, embeds.shape[1] - 1 :].log_softmax(-1)
     torch.testing.assert_close(torch.stack(steps), reference, atol=1e-5, rtol=0)
     with pytest.raises(ValueError, match="capacity"):
         decoder.feed(1)
@@ -262,6 +268,7 @@ def test_model_follows_the_device_of_its_parameters():
 
 
 # --- v3 post-filter ------------------------------------------------------------------------------
+
 
 def test_silent_run_filter_keeps_at_most_five_in_a_row():
     silent = {1, 55}

@@ -3,6 +3,7 @@
 The jobs run against a ``Speak`` that makes real speech with espeak-ng (duration follows the text and the
 speed), so timing, fitting, resuming and loudness are checked on speech, not on tones.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,9 +17,14 @@ from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.longform import batch, dialogue, subtitles
 from cosyvoice_mac.longform.glossary import (
-    GlossaryEntry, GlossaryError, GlossaryStore, apply_glossary, entries_from_csv, entries_to_csv,
+    GlossaryEntry,
+    GlossaryError,
+    GlossaryStore,
+    apply_glossary,
+    entries_from_csv,
+    entries_to_csv,
 )
-from cosyvoice_mac.longform.post import PostSettings, PostError, loudness, post_process, trim_silence
+from cosyvoice_mac.longform.post import PostError, PostSettings, loudness, post_process, trim_silence
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
 from tests.parity.common import parity_dir
 
@@ -50,6 +56,7 @@ class EspeakSpeak:
 
 # -------------------------------------------------------------------------------------------- glossary
 
+
 def _ids(tokenizer, text):
     normalizer = TextNormalizer(lambda t: len(tokenizer.encode(t)))
     return tokenizer.encode("".join(normalizer.normalize(text, split=False)))
@@ -63,7 +70,7 @@ def _changed_span(before: list[int], after: list[int]) -> tuple[list[int], list[
     suffix = 0
     while suffix < min(len(before), len(after)) - prefix and before[-1 - suffix] == after[-1 - suffix]:
         suffix += 1
-    return before[prefix:len(before) - suffix], after[prefix:len(after) - suffix]
+    return before[prefix : len(before) - suffix], after[prefix : len(after) - suffix]
 
 
 def test_english_glossary_changes_the_ids_only_where_the_word_is(tokenizer):
@@ -71,16 +78,18 @@ def test_english_glossary_changes_the_ids_only_where_the_word_is(tokenizer):
     text = "Wait a minute, the minutes said read the menu."
     result = apply_glossary(text, entries)
     assert result.text == "Wait a [M][AY0][N][UW1][T], the minutes said read the menu."
-    assert result.describe() == [{"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en",
-                                  "count": 1}]
+    assert result.describe() == [{"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en", "count": 1}]
     old, new = _changed_span(_ids(tokenizer, text), _ids(tokenizer, result.text))
     assert tokenizer.decode(old).strip() == "minute"
     assert [i for i in new if tokenizer.decode([i]).strip()] == tokenizer.encode("[M][AY0][N][UW1][T]")
 
 
 def test_chinese_glossary_matches_inside_words_longest_first(tokenizer):
-    entries = [GlossaryEntry("好", "[h][ǎo]", "zh"), GlossaryEntry("爱好", "爱[h][ào]", "zh"),
-               GlossaryEntry("hobby", "pastime", "en")]
+    entries = [
+        GlossaryEntry("好", "[h][ǎo]", "zh"),
+        GlossaryEntry("爱好", "爱[h][ào]", "zh"),
+        GlossaryEntry("hobby", "pastime", "en"),
+    ]
     result = apply_glossary("我的爱好很好。hobby", entries)
     assert result.text == "我的爱[h][ào]很[h][ǎo]。hobby"  # the English entry is not for Chinese text
     old, new = _changed_span(_ids(tokenizer, "我的爱好很好。hobby"), _ids(tokenizer, result.text))
@@ -93,21 +102,25 @@ def test_a_latin_key_between_han_characters_still_matches():
     assert apply_glossary("AIR is here", [GlossaryEntry("AI", "A I")]).text == "AIR is here"
 
 
-@pytest.mark.parametrize("rows, message", [
-    ("key,replacement\n,x\n", "row 1: the word or phrase is empty"),
-    ("a,b\nword,[zz][qq]\n", "row 2 ('word'): the replacement has markup CosyVoice3 does not know: [zz], [qq]"),
-    ("a,b,fr\n", "row 1 ('a'): language 'fr' is not one of"),
-    ("a,b\nA,c\n", "row 2 ('A'): the same word is already in row 1"),
-    ("a\n", "row 1: expected 2 or 3 columns"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        ("key,replacement\n,x\n", "row 1: the word or phrase is empty"),
+        ("a,b\nword,[zz][qq]\n", "row 2 ('word'): the replacement has markup CosyVoice3 does not know: [zz], [qq]"),
+        ("a,b,fr\n", "row 1 ('a'): language 'fr' is not one of"),
+        ("a,b\nA,c\n", "row 2 ('A'): the same word is already in row 1"),
+        ("a\n", "row 1: expected 2 or 3 columns"),
+    ],
+)
 def test_bad_glossary_rows_are_refused_with_their_row(rows, message):
-    with pytest.raises(GlossaryError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(")
-                       .replace(")", r"\)")):
+    with pytest.raises(
+        GlossaryError, match=message.replace("[", r"\[").replace("]", r"\]").replace("(", r"\(").replace(")", r"\)")
+    ):
         entries_from_csv(rows)
 
 
 def test_glossary_round_trips_through_csv_and_the_store(tmp_path):
-    entries = entries_from_csv("key,replacement,language\n好,[h][ǎo],zh\n\"St., Louis\",Saint Louis,en\n")
+    entries = entries_from_csv('key,replacement,language\n好,[h][ǎo],zh\n"St., Louis",Saint Louis,en\n')
     store = GlossaryStore(tmp_path / "glossary.json")
     assert store.replace(entries) == entries and store.entries() == entries
     assert entries_from_csv(entries_to_csv(store.entries())) == entries
@@ -117,6 +130,7 @@ def test_glossary_round_trips_through_csv_and_the_store(tmp_path):
 
 
 # -------------------------------------------------------------------------------------------- dialogue
+
 
 def test_script_errors_name_their_line():
     with pytest.raises(dialogue.ScriptError, match="line 3 has no speaker tag"):
@@ -135,16 +149,28 @@ def test_three_speaker_dialogue_timing_matches_the_audio(make_speech, tmp_path):
     speak = EspeakSpeak(make_speech)
     script = "[S1] Good morning.\nBob: {cheerful} Morning to you!\n[S3] Shall we start?\n[S1] Yes.\n"
     seen = []
-    result = run_dialogue(script, {"S1": "Anna", "S3": "Cleo"}, ["Anna", "Bob", "Cleo"], speak, tmp_path / "talk",
-                          pause_s=0.5, per_line_files=True, on_progress=seen.append)
+    result = run_dialogue(
+        script,
+        {"S1": "Anna", "S3": "Cleo"},
+        ["Anna", "Bob", "Cleo"],
+        speak,
+        tmp_path / "talk",
+        pause_s=0.5,
+        per_line_files=True,
+        on_progress=seen.append,
+    )
     audio, rate = soundfile.read(result.audio_path, dtype="float32")
     timing = json.loads((tmp_path / "talk.timing.json").read_text())["lines"]
-    assert [t["line"] for t in timing] == [1, 2, 3, 4] and [t["voice"] for t in timing] == ["Anna", "Bob", "Cleo",
-                                                                                           "Anna"]
+    assert [t["line"] for t in timing] == [1, 2, 3, 4] and [t["voice"] for t in timing] == [
+        "Anna",
+        "Bob",
+        "Cleo",
+        "Anna",
+    ]
     assert [r.instruct for r in speak.requests] == [None, "cheerful", None, None]
     for previous, current in zip(timing, timing[1:]):
         assert current["start"] - previous["end"] == pytest.approx(0.5, abs=0.002)
-        gap = audio[int(previous["end"] * rate) + 10:int(current["start"] * rate) - 10]
+        gap = audio[int(previous["end"] * rate) + 10 : int(current["start"] * rate) - 10]
         assert np.max(np.abs(gap)) < 1e-3  # the pause is silence
     assert timing[-1]["end"] == pytest.approx(len(audio) / rate, abs=0.002)
     assert len(list(tmp_path.glob("talk-0*.wav"))) == 4 and [p.done for p in seen] == [1, 2, 3, 4]
@@ -152,8 +178,14 @@ def test_three_speaker_dialogue_timing_matches_the_audio(make_speech, tmp_path):
 
 def test_stopping_a_dialogue_keeps_the_finished_lines_labelled_partial(make_speech, tmp_path):
     speak = EspeakSpeak(make_speech, stop_after=2)
-    result = run_dialogue("[S1] One.\n[S2] Two.\n[S1] Three.\n", {"S1": "A", "S2": "B"}, ["A", "B"], speak,
-                          tmp_path / "cut", should_stop=speak.should_stop)
+    result = run_dialogue(
+        "[S1] One.\n[S2] Two.\n[S1] Three.\n",
+        {"S1": "A", "S2": "B"},
+        ["A", "B"],
+        speak,
+        tmp_path / "cut",
+        should_stop=speak.should_stop,
+    )
     assert result.stopped and result.done == 2
     assert json.loads(result.audio_path.with_suffix(".json").read_text())["partial"] is True
 
@@ -197,22 +229,28 @@ def test_five_cues_start_on_time_and_never_run_into_the_next(make_speech, tmp_pa
     envelope = np.convolve(np.abs(audio) > 0.02, np.ones(64), "same") > 0
     for index, cue in enumerate(cues):
         next_start = cues[index + 1].start if index + 1 < len(cues) else len(audio) / rate
-        window = envelope[int(cue.start * rate) - int(0.3 * rate):int(next_start * rate)]
+        window = envelope[int(cue.start * rate) - int(0.3 * rate) : int(next_start * rate)]
         onset = cue.start - 0.3 + np.argmax(window) / rate
         assert abs(onset - cue.start) < 0.05, f"cue {cue.number} starts at {onset:.3f} s"
         if index + 1 < len(cues):  # silent just before the next cue: this one ended in time
-            assert np.max(np.abs(audio[int((next_start - 0.02) * rate):int((next_start - 0.002) * rate)])) < 1e-3
+            assert np.max(np.abs(audio[int((next_start - 0.02) * rate) : int((next_start - 0.002) * rate)])) < 1e-3
     sped = [r for r in speak.requests if r.speed > 1.0]
     assert [r.text for r in sped] == ["This line is a bit long for its slot."]  # made again, faster
     assert report["misfits"] == [] and [c["speed"] > 1 for c in report["cues"]] == [False, True, False, False, False]
 
 
-@pytest.mark.parametrize("text, message", [
-    ("1\n00:00:01,000 --> 00:00:02,000\nA\n\n2\n00:00:0x,000 --> 00:00:04,000\nB\n", "cue 2: the block is not"),
-    ("1\n00:00:01,000 --> 00:00:03,000\nA\n\n2\n00:00:02,000 --> 00:00:04,000\nB\n", "cue 2 starts at 00:00:02,000"),
-    ("7\n00:00:05,000 --> 00:00:04,000\nA\n", "cue 7: it ends"),
-    ("", "no cues"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("1\n00:00:01,000 --> 00:00:02,000\nA\n\n2\n00:00:0x,000 --> 00:00:04,000\nB\n", "cue 2: the block is not"),
+        (
+            "1\n00:00:01,000 --> 00:00:03,000\nA\n\n2\n00:00:02,000 --> 00:00:04,000\nB\n",
+            "cue 2 starts at 00:00:02,000",
+        ),
+        ("7\n00:00:05,000 --> 00:00:04,000\nA\n", "cue 7: it ends"),
+        ("", "no cues"),
+    ],
+)
 def test_malformed_subtitles_name_the_cue(text, message):
     with pytest.raises(subtitles.SubtitleError, match=message):
         subtitles.parse_srt(text)
@@ -226,6 +264,7 @@ def test_a_cue_that_cannot_fit_pushes_the_next_one_and_is_reported():
 
 
 # --------------------------------------------------------------------------------------------- batches
+
 
 def test_an_interrupted_batch_of_twenty_resumes_with_the_rest(make_speech, tmp_path):
     lines = "\n".join(f"Sentence number {n}." for n in range(1, 21)) + "\n"
@@ -245,8 +284,10 @@ def test_an_interrupted_batch_of_twenty_resumes_with_the_rest(make_speech, tmp_p
 
 def test_csv_batches_take_voice_instruction_and_file_name():
     items = batch.parse_batch('text,voice,instruct,file\n"Hi, you.",Anna,,greeting\nBye.,,speak sadly,\n', "csv")
-    assert items == [batch.BatchItem(2, "Hi, you.", "greeting.wav", "Anna", None),
-                     batch.BatchItem(3, "Bye.", "0002.wav", None, "speak sadly")]
+    assert items == [
+        batch.BatchItem(2, "Hi, you.", "greeting.wav", "Anna", None),
+        batch.BatchItem(3, "Bye.", "0002.wav", None, "speak sadly"),
+    ]
     with pytest.raises(batch.BatchError, match="line 2: the file name '../x.wav'"):
         batch.parse_batch("text,file\nHi,../x\n", "csv")
     with pytest.raises(batch.BatchError, match="line 3: the text is empty"):
@@ -257,18 +298,17 @@ def test_csv_batches_take_voice_instruction_and_file_name():
 
 # ------------------------------------------------------------------------------------- post-processing
 
+
 @pytest.mark.parametrize("target", [-20.0, -23.0, -30.0])
 def test_loudness_lands_within_half_a_unit_of_the_target(make_speech, target):
-    audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."),
-                                 dtype="float32")
+    audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."), dtype="float32")
     out, notes = post_process(audio * 0.3, rate, PostSettings(loudness_lufs=target))
     assert abs(loudness(out, rate) - target) < 0.5 and "LUFS" in notes[0]
     assert np.max(np.abs(out)) <= 10 ** (-1 / 20) + 1e-6
 
 
 def test_a_target_that_would_clip_is_held_below_the_ceiling_and_says_so(make_speech):
-    audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."),
-                                 dtype="float32")
+    audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."), dtype="float32")
     out, notes = post_process(audio, rate, PostSettings(loudness_lufs=-5.0))
     assert np.max(np.abs(out)) == pytest.approx(10 ** (-1 / 20), rel=1e-4) and "so it does not clip" in notes[0]
 
@@ -277,6 +317,6 @@ def test_trim_removes_only_the_silent_edges(make_speech):
     speech, rate = soundfile.read(make_speech("Trim me."), dtype="float32")
     padded = np.concatenate([np.zeros(rate), speech, np.zeros(rate)]).astype(np.float32)
     trimmed = trim_silence(padded, rate)
-    assert len(trimmed) < len(speech) + 0.2 * rate and np.sum(trimmed ** 2) == pytest.approx(np.sum(speech ** 2), 1e-3)
+    assert len(trimmed) < len(speech) + 0.2 * rate and np.sum(trimmed**2) == pytest.approx(np.sum(speech**2), 1e-3)
     with pytest.raises(PostError, match="-40 to -5 LUFS"):
         PostSettings(loudness_lufs=0)

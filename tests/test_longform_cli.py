@@ -1,4 +1,5 @@
 """The long-form commands end to end on the preview voice (no CosyVoice weights are needed)."""
+
 from __future__ import annotations
 
 import json
@@ -18,10 +19,24 @@ def home(tmp_path_factory, make_speech):
     folder = tmp_path_factory.mktemp("longform-cli")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COSYVOICE_CACHE_DIR", str(folder / "cache"))
-        for name, sentence in (("Anna", "The quick brown fox jumps over the lazy dog."),
-                               ("Bob", "A journey of a thousand miles begins with one step.")):
-            assert main(["voices", "add", name, "--audio", str(make_speech(sentence, seconds=5.0)),
-                         "--transcript", sentence]) == 0
+        for name, sentence in (
+            ("Anna", "The quick brown fox jumps over the lazy dog."),
+            ("Bob", "A journey of a thousand miles begins with one step."),
+        ):
+            assert (
+                main(
+                    [
+                        "voices",
+                        "add",
+                        name,
+                        "--audio",
+                        str(make_speech(sentence, seconds=5.0)),
+                        "--transcript",
+                        sentence,
+                    ]
+                )
+                == 0
+            )
     return folder
 
 
@@ -53,19 +68,28 @@ def test_dialogue_and_a_resumed_batch_from_the_command_line(cli, home):
     assert "2/2 lines done" in out and sorted(p.name for p in (home / "out").glob("*.wav")) == ["0001.wav", "0002.wav"]
 
 
-@pytest.mark.parametrize("args, files, message", [
-    (("dialogue", "bad.txt", "--out", "x"), {"bad.txt": "Anna: hi\nno tag\n"}, "error: line 2 has no speaker tag"),
-    (("dialogue", "bad.txt", "--out", "x"), {"bad.txt": "Zed: hi\n"}, "error: line 1: speaker 'Zed' has no voice"),
-    (("dub", "bad.srt", "--voice", "Anna", "--out", "x"),
-     {"bad.srt": "1\n00:00:02,000 --> 00:00:01,000\nA\n"}, "error: cue 1: it ends"),
-    (("dub", "ok.srt", "--voice", "Anna", "--out", "x", "--speed-limit", "3"),
-     {"ok.srt": "1\n00:00:01,000 --> 00:00:02,000\nA\n"}, "error: the speed-up limit must be 1-2"),
-    (("batch", "bad.csv", "--out-dir", "o"), {"bad.csv": "text,file\nhi,../up\n"}, "error: line 2: the file name"),
-    (("batch", "bad.pdf", "--out-dir", "o"), {"bad.pdf": "x"}, "error: a batch is a .txt or .csv file"),
-    (("glossary", "import", "g.csv"), {"g.csv": "key,replacement\nword,[zz][qq]\n"}, "error: row 1 ('word')"),
-    (("dub", "missing.srt", "--voice", "Anna", "--out", "x"), {}, "error: missing.srt does not exist"),
-    (("voices", "add", "Carl", "--audio", "notes.txt"), {"notes.txt": "not audio"}, "error: "),
-])
+@pytest.mark.parametrize(
+    "args, files, message",
+    [
+        (("dialogue", "bad.txt", "--out", "x"), {"bad.txt": "Anna: hi\nno tag\n"}, "error: line 2 has no speaker tag"),
+        (("dialogue", "bad.txt", "--out", "x"), {"bad.txt": "Zed: hi\n"}, "error: line 1: speaker 'Zed' has no voice"),
+        (
+            ("dub", "bad.srt", "--voice", "Anna", "--out", "x"),
+            {"bad.srt": "1\n00:00:02,000 --> 00:00:01,000\nA\n"},
+            "error: cue 1: it ends",
+        ),
+        (
+            ("dub", "ok.srt", "--voice", "Anna", "--out", "x", "--speed-limit", "3"),
+            {"ok.srt": "1\n00:00:01,000 --> 00:00:02,000\nA\n"},
+            "error: the speed-up limit must be 1-2",
+        ),
+        (("batch", "bad.csv", "--out-dir", "o"), {"bad.csv": "text,file\nhi,../up\n"}, "error: line 2: the file name"),
+        (("batch", "bad.pdf", "--out-dir", "o"), {"bad.pdf": "x"}, "error: a batch is a .txt or .csv file"),
+        (("glossary", "import", "g.csv"), {"g.csv": "key,replacement\nword,[zz][qq]\n"}, "error: row 1 ('word')"),
+        (("dub", "missing.srt", "--voice", "Anna", "--out", "x"), {}, "error: missing.srt does not exist"),
+        (("voices", "add", "Carl", "--audio", "notes.txt"), {"notes.txt": "not audio"}, "error: "),
+    ],
+)
 def test_bad_long_form_input_is_one_line_and_writes_nothing(cli, home, args, files, message):
     for name, text in files.items():
         (home / name).write_text(text)

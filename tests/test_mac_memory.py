@@ -1,5 +1,6 @@
 """What an 8 GB Mac gets: the low-memory mode by default, a bounded MPS allocator, the text-embedding
 table in host memory, and the MPS cache emptied between sentences (each checked here on Linux)."""
+
 from __future__ import annotations
 
 import pytest
@@ -8,8 +9,7 @@ import torch
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.device import DeviceError, low_memory_choice
 from cosyvoice_mac.engine.runtime import _low_memory
-from cosyvoice_mac.pipeline import CosyVoice
-from cosyvoice_mac.pipeline import loading
+from cosyvoice_mac.pipeline import CosyVoice, loading
 from cosyvoice_mac.pipeline.loading import HostTextEmbedding
 from cosyvoice_mac.webui.render import render_status
 from tests.fakes.onnx_models import make_tiny_model_dir
@@ -24,7 +24,9 @@ def no_memory_override(monkeypatch):
 
 
 def test_low_memory_is_automatic_at_12_gib_or_less_and_overridable_both_ways(monkeypatch):
-    assert low_memory_choice(total_ram_bytes=8 * GIB) == device_policy.LowMemoryChoice(True, "auto: 8 GiB RAM <= 12 GiB")
+    assert low_memory_choice(total_ram_bytes=8 * GIB) == device_policy.LowMemoryChoice(
+        True, "auto: 8 GiB RAM <= 12 GiB"
+    )
     assert low_memory_choice(total_ram_bytes=12 * GIB).enabled
     assert not low_memory_choice(total_ram_bytes=16 * GIB).enabled
     monkeypatch.setenv("COSYVOICE_LOW_MEMORY", "0")

@@ -1,4 +1,5 @@
 """Converting the official checkpoints to MLX once: layouts, key names and the safetensors cache."""
+
 from __future__ import annotations
 
 import shutil

@@ -2,6 +2,7 @@
 
 The pipelines are real tiny CosyVoice3/CosyVoice2 folders; MLX runs on its CPU backend here.
 """
+
 from __future__ import annotations
 
 import json
@@ -16,8 +17,8 @@ from cosyvoice_mac.engine import Engine, Job, WorkerConfig  # noqa: E402
 from cosyvoice_mac.mlx import choice  # noqa: E402
 from cosyvoice_mac.mlx.networks import MlxNetworks  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
-from cosyvoice_mac.request import Request, Voice  # noqa: E402
 from cosyvoice_mac.pipeline.loading import Networks  # noqa: E402
+from cosyvoice_mac.request import Request, Voice  # noqa: E402
 from tests.fakes.mlx_pipeline import FAILING_MLX_FACTORY, MLX_FAILURE  # noqa: E402
 from tests.fakes.onnx_models import make_tiny_model_dir  # noqa: E402
 
@@ -67,9 +68,14 @@ def test_mlx_asked_for_where_it_cannot_run_says_why(monkeypatch):
     assert v2.engine == "torch" and "U-Net flow has no MLX port" in v2.reason
 
 
-@pytest.mark.parametrize(("version", "engine", "networks"), [
-    ("cosyvoice3", "mlx", MlxNetworks), ("cosyvoice3", "torch", Networks), ("cosyvoice2", "mlx", Networks),
-])
+@pytest.mark.parametrize(
+    ("version", "engine", "networks"),
+    [
+        ("cosyvoice3", "mlx", MlxNetworks),
+        ("cosyvoice3", "torch", Networks),
+        ("cosyvoice2", "mlx", Networks),
+    ],
+)
 def test_from_pretrained_builds_the_chosen_engine(tmp_path, version, engine, networks):
     model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path / version), device="cpu", engine=engine)
     assert isinstance(model.networks, networks)
@@ -79,8 +85,14 @@ def test_from_pretrained_builds_the_chosen_engine(tmp_path, version, engine, net
 
 def _config(tmp_path, **changes) -> WorkerConfig:
     model_dir = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
-    options = dict(model_dir=str(model_dir), device="cpu", outputs_dir=str(tmp_path / "outputs"),
-                   cache_dir=str(tmp_path / "cache"), torch_threads=1, pipeline_factory=FAILING_MLX_FACTORY)
+    options = dict(
+        model_dir=str(model_dir),
+        device="cpu",
+        outputs_dir=str(tmp_path / "outputs"),
+        cache_dir=str(tmp_path / "cache"),
+        torch_threads=1,
+        pipeline_factory=FAILING_MLX_FACTORY,
+    )
     return WorkerConfig(**{**options, **changes})
 
 
@@ -93,7 +105,9 @@ def test_a_job_failing_on_mlx_is_finished_by_torch_with_the_reason_kept(tmp_path
     with Engine(_config(tmp_path), stop_timeout_s=5.0, start_timeout_s=DEADLINE) as engine:
         assert engine.start(timeout=DEADLINE), engine.status()
         assert engine.status()["engine"] == "mlx" and engine.status()["mlx_memory"]["peak_bytes"] > 0
-        result = engine.result(engine.submit(Job(Request.build("Please read this sentence.", Voice.recording(voice)))), DEADLINE)
+        result = engine.result(
+            engine.submit(Job(Request.build("Please read this sentence.", Voice.recording(voice)))), DEADLINE
+        )
         assert result.samples().size > 0 and np.isfinite(result.samples()).all()
         reason = next(note for note in result.notes if "MLX engine failed" in note)
         assert MLX_FAILURE in reason
@@ -112,7 +126,9 @@ def test_mlx_failing_its_warm_up_leaves_torch_running_the_model(tmp_path, voice)
         assert engine.start(timeout=DEADLINE), engine.status()
         status = engine.status()
         assert status["state"] == "ready" and status["engine"] == "torch" and MLX_FAILURE in status["engine_reason"]
-        result = engine.result(engine.submit(Job(Request.build("Torch from the start.", Voice.recording(voice)))), DEADLINE)
+        result = engine.result(
+            engine.submit(Job(Request.build("Torch from the start.", Voice.recording(voice)))), DEADLINE
+        )
         assert result.samples().size > 0
 
 
@@ -120,8 +136,24 @@ def test_bench_runs_the_mlx_engine_next_to_torch(tmp_path, capsys):
     from cosyvoice_mac import bench
 
     model_dir = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
-    status = bench.main(["--model", str(model_dir), "--devices", "cpu", "--dtypes", "float32", "--engine", "mlx,torch",
-                         "--tokens", "6", "--runs", "1", "--in-process", "--no-floors"])
+    status = bench.main(
+        [
+            "--model",
+            str(model_dir),
+            "--devices",
+            "cpu",
+            "--dtypes",
+            "float32",
+            "--engine",
+            "mlx,torch",
+            "--tokens",
+            "6",
+            "--runs",
+            "1",
+            "--in-process",
+            "--no-floors",
+        ]
+    )
     assert status == 0
     captured = capsys.readouterr()
     reports = json.loads(captured.out)["benchmarks"]
@@ -142,6 +174,7 @@ def test_the_status_panel_names_the_engine_and_why(lang):
     shown = render_status(lang, {"state": "ready", "device": "cpu", "dtype": "float32", "engine": "mlx"})
     assert "MLX" in shown and "PyTorch" not in shown
     reason = "the MLX engine failed (RuntimeError: boom); PyTorch runs this model now"
-    shown = render_status(lang, {"state": "ready", "device": "mps", "dtype": "float32", "engine": "torch",
-                                 "engine_reason": reason})
+    shown = render_status(
+        lang, {"state": "ready", "device": "mps", "dtype": "float32", "engine": "torch", "engine_reason": reason}
+    )
     assert "PyTorch" in shown and reason in shown

@@ -3,6 +3,7 @@
 A small Qwen2 (64 wide, so MLX can group 64 weights per scale) with seeded random weights stands in for
 the full-size LLM, which ``bench/mlx_quantization.py`` measures on the golden-vector requests.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -21,9 +22,17 @@ from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM  # noqa: E402
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLMConfig  # noqa: E402
 from cosyvoice_mac.models.llm.speech_lm import ENDOFPROMPT_ID  # noqa: E402
 
-SMALL_QWEN = dict(hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=4,
-                  num_key_value_heads=2, rms_norm_eps=1e-6, rope_theta=1e6, vocab_size=151936,
-                  max_position_embeddings=4096)
+SMALL_QWEN = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    rms_norm_eps=1e-6,
+    rope_theta=1e6,
+    vocab_size=151936,
+    max_position_embeddings=4096,
+)
 SPEECH_TOKENS = 512
 
 
@@ -37,7 +46,9 @@ def small_llm(seed: int = 0) -> MlxSpeechLM:
 def request():
     generator = torch.Generator().manual_seed(7)
     text = torch.randint(0, 151000, (1, 12), generator=generator)
-    prompt_text = torch.cat([torch.randint(0, 151000, (1, 8), generator=generator), torch.tensor([[ENDOFPROMPT_ID]])], 1)
+    prompt_text = torch.cat(
+        [torch.randint(0, 151000, (1, 8), generator=generator), torch.tensor([[ENDOFPROMPT_ID]])], 1
+    )
     speech = torch.randint(0, SPEECH_TOKENS, (1, 60), generator=generator)
     return text, prompt_text, speech
 

@@ -6,9 +6,10 @@ Each recorded op is looked up in torch's own ``torchgen/packaged/ATen/native/nat
 it passes with an ``MPS`` dispatch entry (following ``structured_delegate``) or a CompositeExplicit
 kernel; a CompositeImplicit op is decomposed while recording and its parts are checked instead.
 No op is exempt: the CPU-side work on a Mac (phase integral, noise draws) uses ops that have MPS
-kernels anyway, so every recorded op is checked. The LLM thread of a streamed request is not recorded (dispatch modes are
-per-thread); its ops are those of the non-streamed runs.
+kernels anyway, so every recorded op is checked. The LLM thread of a streamed request is not recorded
+(dispatch modes are per-thread); its ops are those of the non-streamed runs.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache
@@ -103,7 +104,9 @@ def recorded_ops(tmp_path_factory, make_speech) -> dict[str, set[str]]:
     patch.setattr(F0Predictor, "compute_dtype", lambda self, device: torch.float32)  # MPS has no float64
     try:
         for version in ("cosyvoice2", "cosyvoice3"):
-            model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path_factory.mktemp(version)), device="cpu")
+            model = CosyVoice.from_pretrained(
+                make_tiny_model_dir(version, tmp_path_factory.mktemp(version)), device="cpu"
+            )
             model.networks.hift.conv_limit = MPS_CONV_LIMIT
             speaker = model.prepare_prompt(prompt, transcript=PROMPT_TEXT)
             for stream in (False, True):

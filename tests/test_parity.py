@@ -4,6 +4,7 @@ The folder comes from ``COSYVOICE_PARITY_DIR`` (default ``../shared/parity``). C
 live in ``tests/parity/<component>.py`` as ``CASES = {name: check(ctx)}`` (every version) and
 ``CASES_BY_VERSION = {version: {name: check(ctx)}}`` (cases that exist for one version only).
 """
+
 from __future__ import annotations
 
 import importlib

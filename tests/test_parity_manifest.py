@@ -1,4 +1,5 @@
 """The parity harness takes every case parameter from ``manifest.json`` ``case_params``, none from code."""
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,11 @@ def test_no_parity_file_restates_a_case_parameter():
     for block in MANIFEST["case_params"].values():
         literals |= {block["e2e_text"], block["prompt_transcript"]} | ({block["instruct_prefix"]} - {""})
     seeds = {str(block[key]) for block in MANIFEST["case_params"].values() for key in ("e2e_seed", "ras_seed")}
-    files = [*sorted((REPO_ROOT / "tests" / "parity").glob("*.py")), REPO_ROOT / "tests" / "test_parity.py",
-             REPO_ROOT / "bench" / "parity_device.py"]
+    files = [
+        *sorted((REPO_ROOT / "tests" / "parity").glob("*.py")),
+        REPO_ROOT / "tests" / "test_parity.py",
+        REPO_ROOT / "bench" / "parity_device.py",
+    ]
     for path in files:
         text = path.read_text()
         assert not [literal for literal in literals if literal in text], path.name

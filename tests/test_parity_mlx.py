@@ -8,6 +8,7 @@ MLX-CPU tolerance: the manifest's own. Measured maxima on this machine (2 cores,
 4e-6, mel 4e-6, waveform 3e-5, f0 2e-4 Hz (within rtol 1e-5 + 1e-3 Hz), so no looser MLX tolerance is
 needed (the issue would allow one down to 1e-4 relative).
 """
+
 from __future__ import annotations
 
 import pytest
@@ -31,8 +32,8 @@ from cosyvoice_mac.models.llm import drop_long_silent_runs  # noqa: E402
 from cosyvoice_mac.models.vocoder import RecordedSourceNoise  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice, SpeakerPrompt  # noqa: E402
 from tests.fakes.onnx_models import make_tiny_model_dir  # noqa: E402
-from tests.parity.common import ParityContext, assert_close, parity_dir, versions_in_manifest  # noqa: E402
 from tests.parity import llm as parity_llm  # noqa: E402
+from tests.parity.common import ParityContext, assert_close, parity_dir, versions_in_manifest  # noqa: E402
 from tests.parity.llm import _first_difference, _prompt, _ReplayDraws  # noqa: E402
 
 ROOT = parity_dir()
@@ -57,8 +58,9 @@ def _cached(ctx: ParityContext, stage: str, build):
 
 def _llm(ctx: ParityContext) -> MlxSpeechLM:
     config = read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml", overrides={"qwen_pretrain_path": ""})
-    return _cached(ctx, "llm", lambda: load_mlx_speech_lm(ctx.model_dir, config["llm"],
-                                                          mask_all_stop_ids_before_min_len=False))
+    return _cached(
+        ctx, "llm", lambda: load_mlx_speech_lm(ctx.model_dir, config["llm"], mask_all_stop_ids_before_min_len=False)
+    )
 
 
 def _flow(ctx: ParityContext) -> MlxFlow:
@@ -106,7 +108,8 @@ def llm_ras_same_seed_as_torch(ctx):
     torch_model = parity_llm._model(ctx)
     torch_tokens = list(torch_model.generate(*_prompt(ctx), torch_model.make_sampler(seed=seed)))
     assert mlx_tokens == torch_tokens, f"seed {seed}: MLX and torch differ first at " + _first_difference(
-        mlx_tokens, torch_tokens)
+        mlx_tokens, torch_tokens
+    )
     reference_torch = ctx.manifest.get("environment", {}).get("torch", "").split("+")[0]
     if reference_torch == torch.__version__.split("+")[0]:  # multinomial's algorithm is not a stable API
         expected = ctx.vectors("llm")["ras_seed4321_tokens"].tolist()[:-1]
@@ -115,8 +118,9 @@ def llm_ras_same_seed_as_torch(ctx):
 
 def _flow_run(ctx, tokens: torch.Tensor, **flags) -> torch.Tensor:
     inputs = ctx.vectors("inputs")
-    return _flow(ctx).inference(tokens, inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"],
-                                **flags)
+    return _flow(ctx).inference(
+        tokens, inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"], **flags
+    )
 
 
 def _first_chunk_tokens(ctx) -> torch.Tensor:
@@ -128,10 +132,20 @@ def flow_est_out_step1(ctx):
     v = ctx.vectors("flow")
     assert bool((v["est_mask_in"] == 1).all()), "the MLX DiT runs unpadded frames only"
     last = lambda name: mx.array(v[name].numpy()).transpose(0, 2, 1)  # noqa: E731
-    out = _flow(ctx).decoder.estimator(last("est_x_in"), last("est_mu_in"), mx.array(v["est_t_in"].numpy()),
-                                       mx.array(v["est_spks_in"].numpy()), last("est_cond_in"), streaming=False)
-    assert_close(torch.from_numpy(np.array(out.transpose(0, 2, 1))), v["est_out_step1"], "flow",
-                 "estimator output, first Euler step")
+    out = _flow(ctx).decoder.estimator(
+        last("est_x_in"),
+        last("est_mu_in"),
+        mx.array(v["est_t_in"].numpy()),
+        mx.array(v["est_spks_in"].numpy()),
+        last("est_cond_in"),
+        streaming=False,
+    )
+    assert_close(
+        torch.from_numpy(np.array(out.transpose(0, 2, 1))),
+        v["est_out_step1"],
+        "flow",
+        "estimator output, first Euler step",
+    )
 
 
 def flow_mel_nonstream(ctx):
@@ -198,8 +212,9 @@ def e2e_chain(ctx):
     with _mlx_llm_in_torch_checks():
         model, tokens, _ = parity_llm._replay(ctx, e2e["multinomial"], text=e2e["text"])
     kept = drop_long_silent_runs(tokens, model.silent_ids)
-    mel = _flow(ctx).inference(torch.tensor([kept]), inputs["prompt_speech_token"], inputs["prompt_feat"],
-                               inputs["embedding"])
+    mel = _flow(ctx).inference(
+        torch.tensor([kept]), inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"]
+    )
     assert_close(mel, e2e["mel"], "mel", "e2e mel")
     wave, _ = _hift(ctx).inference(mel, noise=_fixed_noise(ctx))
     assert_close(wave, e2e["tts_speech"], "waveform", "e2e tts_speech")
@@ -207,6 +222,7 @@ def e2e_chain(ctx):
 
 def _pipeline(ctx, engine: str):
     """A tiny model folder loaded through ``CosyVoice.from_pretrained(engine=...)``, in the reference's EOS mode."""
+
     def build():
         folder = make_tiny_model_dir(ctx.version, Path(tempfile.mkdtemp(prefix=f"mlx-e2e-{ctx.version}-")))
         model = CosyVoice.from_pretrained(folder, device="cpu", engine=engine)
@@ -220,9 +236,14 @@ def _pipeline(ctx, engine: str):
 
 def _speaker(ctx, model) -> SpeakerPrompt:
     inputs = ctx.vectors("inputs")
-    return SpeakerPrompt(speech_tokens=inputs["prompt_speech_token"].long(), mel=inputs["prompt_feat"],
-                         embedding=inputs["embedding"], audio_hash="recorded", model_id=model.model_id,
-                         transcript=_params(ctx)["prompt_transcript"])
+    return SpeakerPrompt(
+        speech_tokens=inputs["prompt_speech_token"].long(),
+        mel=inputs["prompt_feat"],
+        embedding=inputs["embedding"],
+        audio_hash="recorded",
+        model_id=model.model_id,
+        transcript=_params(ctx)["prompt_transcript"],
+    )
 
 
 def e2e_synthesize(ctx):
@@ -236,8 +257,11 @@ def e2e_synthesize(ctx):
     llm.make_sampler = lambda seed=None: replay
     hift.default_noise = _fixed_noise(ctx)
     try:
-        results = list(model.synthesize(params["e2e_text"], prompt_text=params["prompt_transcript"],
-                                        speaker=_speaker(ctx, model), seed=0))
+        results = list(
+            model.synthesize(
+                params["e2e_text"], prompt_text=params["prompt_transcript"], speaker=_speaker(ctx, model), seed=0
+            )
+        )
     finally:
         del llm.make_sampler
         hift.default_noise = original_noise
@@ -253,8 +277,15 @@ def e2e_stream_same_as_torch(ctx):
     outputs = {}
     for engine in ("mlx", "torch"):
         model = _pipeline(ctx, engine)
-        chunks = list(model.synthesize(params["e2e_text"], prompt_text=params["prompt_transcript"],
-                                       speaker=_speaker(ctx, model), seed=int(params["e2e_seed"]), stream=True))
+        chunks = list(
+            model.synthesize(
+                params["e2e_text"],
+                prompt_text=params["prompt_transcript"],
+                speaker=_speaker(ctx, model),
+                seed=int(params["e2e_seed"]),
+                stream=True,
+            )
+        )
         outputs[engine] = [torch.from_numpy(chunk.audio) for chunk in chunks]
     assert [c.numel() for c in outputs["mlx"]] == [c.numel() for c in outputs["torch"]], "chunk sizes differ"
     for index, (ours, theirs) in enumerate(zip(outputs["mlx"], outputs["torch"])):

@@ -3,6 +3,7 @@
 Covers the three modes, determinism by seed, speed, sentence splitting, and that bad input
 gives our clear error (never a crash or a hang).
 """
+
 from __future__ import annotations
 
 import os

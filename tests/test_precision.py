@@ -6,6 +6,7 @@ Measured on these vectors (see bench/README.md): fp16 LLM weights pass (98.6 % /
 LLM weights do not (87 %). The verdicts that ``auto`` reads are in ``cosyvoice_mac/pipeline/gate.py``,
 re-measured by tests/test_precision_gate.py.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -60,8 +61,15 @@ def _forced_decoding_logp(llm, ctx: ParityContext) -> torch.Tensor:
     def force(logp, history, ignore_ids):
         return forced[len(history)] if len(history) < len(forced) else llm.eos
 
-    tokens = list(llm.generate(inputs["text"], inputs["prompt_text"], inputs["prompt_speech_token"], force,
-                               on_step=lambda step, logp: seen.append(logp.clone())))
+    tokens = list(
+        llm.generate(
+            inputs["text"],
+            inputs["prompt_text"],
+            inputs["prompt_speech_token"],
+            force,
+            on_step=lambda step, logp: seen.append(logp.clone()),
+        )
+    )
     assert tokens == forced
     return torch.stack(seen)
 
@@ -76,8 +84,10 @@ def test_fp16_llm_weights_keep_the_top25_candidates(version):
     assert teacher_forced.dtype == torch.float32  # 16-bit storage, float32 arithmetic
     decoded = _forced_decoding_logp(llm, ctx)
     steps = teacher_forced.shape[0] + decoded.shape[0]
-    agreeing = (_top_k_agreement(teacher_forced, vectors["logits_teacher_forced"][0]) * teacher_forced.shape[0]
-                + _top_k_agreement(decoded, vectors["incremental_logp_forced"]) * decoded.shape[0])
+    agreeing = (
+        _top_k_agreement(teacher_forced, vectors["logits_teacher_forced"][0]) * teacher_forced.shape[0]
+        + _top_k_agreement(decoded, vectors["incremental_logp_forced"]) * decoded.shape[0]
+    )
     assert agreeing / steps >= MIN_TOP_K_AGREEMENT, f"top-25 sets agree on {agreeing / steps:.1%} of {steps} steps"
 
 
@@ -86,7 +96,9 @@ def test_fp16_flow_mel_is_within_one_percent(version):
     ctx = _context(version)
     flow = _networks(ctx, flow_dtype=torch.float16).flow
     inputs = ctx.vectors("inputs")
-    mel = flow.inference(inputs["flow_tokens"], inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"])
+    mel = flow.inference(
+        inputs["flow_tokens"], inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"]
+    )
     assert torch.isfinite(mel).all()
     error = _relative_error(mel, ctx.vectors("flow")["mel_nonstream"])
     assert error < MAX_MEL_RELATIVE_ERROR, f"fp16 flow mel relative error {error:.2e}"
@@ -101,7 +113,9 @@ def test_low_memory_flow_stores_fp16_weights_and_computes_in_float32(version):
     assert flow.spk_embed_affine_layer.weight.dtype == torch.float32  # the dtype the flow code computes in
     assert next(flow.decoder.estimator.parameters()).dtype == torch.float32
     inputs = ctx.vectors("inputs")
-    mel = flow.inference(inputs["flow_tokens"], inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"])
+    mel = flow.inference(
+        inputs["flow_tokens"], inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"]
+    )
     error = _relative_error(mel, ctx.vectors("flow")["mel_nonstream"])
     assert mel.dtype == torch.float32 and error < MAX_MEL_RELATIVE_ERROR, f"relative error {error:.2e}"
 

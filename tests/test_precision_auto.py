@@ -1,13 +1,12 @@
 """precision="auto": the choice logic on injected timings (so it is tested on any CPU), the probe's
 cache and its key, explicit dtypes winning, the non-finite-mel redo, and the weight-only int8 module."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
-
-from cosyvoice_mac.request import Request, Voice
 import torch
 from torch import nn
 
@@ -21,15 +20,20 @@ from cosyvoice_mac.pipeline.precision import (
     store_weights_in_int8,
 )
 from cosyvoice_mac.pipeline.precision_plan import auto_pick, plan_precision
+from cosyvoice_mac.request import Request, Voice
 from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.parity.common import parity_dir
 
 CPU, MPS = torch.device("cpu"), torch.device("mps")
 # shaped like the issue's measurements: a Xeon with AMX (bf16 flow 2.5x, 16-bit LLM slower) and an AVX2-only EPYC
-AMX = {"llm": {"float32": 1.0, "float16": 1.2, "bfloat16": 0.9, "int8": 1.4},
-       "flow": {"float32": 2.5, "float16": 30.0, "bfloat16": 1.0}}
-AVX2 = {"llm": {"float32": 1.0, "float16": 0.5, "bfloat16": 0.45, "int8": "does not run here (RuntimeError: ...)"},
-        "flow": {"float32": 1.0, "float16": 12.0, "bfloat16": 9.0}}
+AMX = {
+    "llm": {"float32": 1.0, "float16": 1.2, "bfloat16": 0.9, "int8": 1.4},
+    "flow": {"float32": 2.5, "float16": 30.0, "bfloat16": 1.0},
+}
+AVX2 = {
+    "llm": {"float32": 1.0, "float16": 0.5, "bfloat16": 0.45, "int8": "does not run here (RuntimeError: ...)"},
+    "flow": {"float32": 1.0, "float16": 12.0, "bfloat16": 9.0},
+}
 
 
 def _plan(device=CPU, timings=None, **kwargs):
@@ -155,8 +159,11 @@ def test_the_model_loads_what_auto_picked_and_reports_why(tiny_dir, monkeypatch)
     assert next(model.networks.flow.decoder.estimator.parameters()).dtype == torch.bfloat16
     assert model.networks.llm.llm_decoder.weight.dtype == torch.float32
     facts = model.precision.as_dict()
-    assert facts["flow"] == {"dtype": "bfloat16", "source": "auto",
-                             "reason": "flow bfloat16: 2.5x faster than float32 here, within the gate"}
+    assert facts["flow"] == {
+        "dtype": "bfloat16",
+        "source": "auto",
+        "reason": "flow bfloat16: 2.5x faster than float32 here, within the gate",
+    }
     assert facts["probe_cached"] is True and facts["timings"] == AMX
 
 
@@ -172,14 +179,19 @@ def test_a_non_finite_mel_is_redone_with_a_float32_flow(tiny_dir, monkeypatch):
     monkeypatch.setattr(flow, "inference", overflowing)
     prompt = np.random.default_rng(0).standard_normal(24000 * 3).astype(np.float32) * 0.1
     for stream in (False, True):
-        results = list(model.synthesize("Hello there.", prompt_audio=prompt, prompt_sample_rate=24000, seed=0,
-                                        stream=stream))
+        results = list(
+            model.synthesize("Hello there.", prompt_audio=prompt, prompt_sample_rate=24000, seed=0, stream=stream)
+        )
         audio = np.concatenate([r.audio for r in results])
         assert audio.size and np.isfinite(audio).all()
         notes = [note for r in results for note in r.notes]
         if not stream:  # the first job found it; the model keeps the float32 flow afterwards
-            assert notes == [("the float16 flow gave a non-finite mel; this job was redone with a float32 flow "
-                              "(which the model keeps until it is reloaded)")]
+            assert notes == [
+                (
+                    "the float16 flow gave a non-finite mel; this job was redone with a float32 flow "
+                    "(which the model keeps until it is reloaded)"
+                )
+            ]
         else:
             assert notes == []
     assert next(flow.decoder.estimator.parameters()).dtype == torch.float32
@@ -190,8 +202,14 @@ def test_a_non_finite_streamed_chunk_is_redone_too(tiny_dir, monkeypatch):
     model = CosyVoice.from_pretrained(tiny_dir, device="cpu", precision="float32", flow_dtype="bfloat16")
     flow = model.networks.flow
     honest = flow.inference
-    monkeypatch.setattr(flow, "inference", lambda *a, **k: honest(*a, **k) * (
-        float("nan") if next(flow.decoder.estimator.parameters()).dtype == torch.bfloat16 else 1.0))
+    monkeypatch.setattr(
+        flow,
+        "inference",
+        lambda *a, **k: (
+            honest(*a, **k)
+            * (float("nan") if next(flow.decoder.estimator.parameters()).dtype == torch.bfloat16 else 1.0)
+        ),
+    )
     prompt = np.random.default_rng(1).standard_normal(24000 * 3).astype(np.float32) * 0.1
     results = list(model.synthesize("Hello there.", prompt_audio=prompt, prompt_sample_rate=24000, seed=0, stream=True))
     assert np.isfinite(np.concatenate([r.audio for r in results])).all()
@@ -257,13 +275,19 @@ def test_the_status_panel_and_the_sidecar_say_what_each_stage_runs_in(tiny_dir, 
     from cosyvoice_mac.webui.render import render_status
     from tests.fakes.fake_pipeline import tone
 
-    config = WorkerConfig(model_dir=str(tiny_dir), device="cpu", dtype="float16", outputs_dir=str(tmp_path / "out"),
-                          cache_dir=str(tmp_path / "cache"),
-                          pipeline_kwargs={"precision": "float32", "flow_dtype": "bfloat16"})
+    config = WorkerConfig(
+        model_dir=str(tiny_dir),
+        device="cpu",
+        dtype="float16",
+        outputs_dir=str(tmp_path / "out"),
+        cache_dir=str(tmp_path / "cache"),
+        pipeline_kwargs={"precision": "float32", "flow_dtype": "bfloat16"},
+    )
     with Engine(config, start_timeout_s=120.0) as engine:
         assert engine.start(timeout=120.0), engine.status()
-        result = engine.result(engine.submit(Job(Request.build("Hello.", Voice.from_samples(tone(), 24000)))),
-                               timeout=120.0)
+        result = engine.result(
+            engine.submit(Job(Request.build("Hello.", Voice.from_samples(tone(), 24000)))), timeout=120.0
+        )
         status = engine.status()
     with open(result.sidecar_path, encoding="utf-8") as handle:
         sidecar = json.load(handle)

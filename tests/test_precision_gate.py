@@ -4,6 +4,7 @@ LLM rows: top-25 candidate sets against the fp32 reference on every recorded ste
 and decoded) of every golden vector. Flow rows: finite mel within 1e-2 of fp32 on every golden
 vector and on a full-size random-weight run. Vocoder rows: HiFT refuses 16-bit mels.
 """
+
 from __future__ import annotations
 
 import ast
@@ -35,8 +36,10 @@ def llm_agreement(version: str, choice: str) -> float:
     vectors = ctx.vectors("llm")
     teacher_forced = llm.teacher_forced_logits(vectors["lm_input_embeds"])[0]
     decoded = _forced_decoding_logp(llm, ctx)
-    agreeing = (_top_k_agreement(teacher_forced, vectors["logits_teacher_forced"][0]) * teacher_forced.shape[0]
-                + _top_k_agreement(decoded, vectors["incremental_logp_forced"]) * decoded.shape[0])
+    agreeing = (
+        _top_k_agreement(teacher_forced, vectors["logits_teacher_forced"][0]) * teacher_forced.shape[0]
+        + _top_k_agreement(decoded, vectors["incremental_logp_forced"]) * decoded.shape[0]
+    )
     return agreeing / (teacher_forced.shape[0] + decoded.shape[0])
 
 
@@ -45,8 +48,9 @@ def golden_mel_error(version: str, choice: str) -> float:
     ctx = _context(version)
     flow = _networks(ctx, flow_dtype=gate.as_dtype(choice)).flow
     inputs = ctx.vectors("inputs")
-    mel = flow.inference(inputs["flow_tokens"], inputs["prompt_speech_token"], inputs["prompt_feat"],
-                         inputs["embedding"])
+    mel = flow.inference(
+        inputs["flow_tokens"], inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"]
+    )
     return _relative_error(mel, ctx.vectors("flow")["mel_nonstream"]) if torch.isfinite(mel).all() else float("inf")
 
 
@@ -75,9 +79,12 @@ def test_flow_rows_hold_at_full_size(version):
     flow = Flow(FlowConfig.from_yaml(official_config(version)["flow"])).eval()
     generator = torch.Generator().manual_seed(0)
     prompt_tokens, tokens = 10, 10  # short: fp16 arithmetic is ~15x slower than fp32 on most CPUs
-    inputs = (torch.randint(0, flow.config.vocab_size, (1, tokens), generator=generator),
-              torch.randint(0, flow.config.vocab_size, (1, prompt_tokens), generator=generator),
-              torch.randn(1, 2 * prompt_tokens, 80, generator=generator), torch.randn(1, 192, generator=generator))
+    inputs = (
+        torch.randint(0, flow.config.vocab_size, (1, tokens), generator=generator),
+        torch.randint(0, flow.config.vocab_size, (1, prompt_tokens), generator=generator),
+        torch.randn(1, 2 * prompt_tokens, 80, generator=generator),
+        torch.randn(1, 192, generator=generator),
+    )
     with torch.inference_mode():
         reference = flow.inference(*inputs)
         assert torch.isfinite(reference).all()
@@ -88,7 +95,9 @@ def test_flow_rows_hold_at_full_size(version):
             flow.float()
             assert torch.isfinite(mel).all(), f"full-size {version} flow in {row.choice}: non-finite mel"
             error = _relative_error(mel, reference)
-            assert error < gate.MAX_RELATIVE_ERROR, f"full-size {version} flow in {row.choice}: relative error {error:.2e}"
+            assert error < gate.MAX_RELATIVE_ERROR, (
+                f"full-size {version} flow in {row.choice}: relative error {error:.2e}"
+            )
 
 
 @pytest.mark.parametrize("row", _rows("vocoder"), ids=lambda row: row.choice)

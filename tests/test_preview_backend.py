@@ -1,4 +1,5 @@
 """The preview engine (cosyvoice_mac/preview/backend.py): CosyVoice's interface, errors, seeds, cache, Mandarin."""
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -91,8 +92,9 @@ def test_vad_trims_silence_around_the_prompt(voice, high_prompt, high_speaker, t
 
 
 def test_result_is_24khz_speech_labelled_as_preview(voice, high_speaker):
-    results = _speak(voice, "Hello there. The weather is fine today, and the birds are singing.",
-                     speaker=high_speaker, seed=3)
+    results = _speak(
+        voice, "Hello there. The weather is fine today, and the birds are singing.", speaker=high_speaker, seed=3
+    )
     first = results[0]
     assert first.sample_rate == 24000 and first.audio.dtype == np.float32
     assert 1.0 < sum(r.duration_s for r in results) < 10.0
@@ -125,19 +127,23 @@ def test_seed_reproduces_and_speed_shortens(voice, high_speaker):
 def test_sentences_stream_one_by_one_and_stop_on_request(voice, high_speaker):
     long_text = " ".join(f"This is sentence number {n}, which is long enough to stand on its own." for n in range(8))
     results = []
-    for result in voice.synthesize(long_text, speaker=high_speaker, seed=0, stream=True,
-                                   should_stop=lambda: len(results) >= 1):
+    for result in voice.synthesize(
+        long_text, speaker=high_speaker, seed=0, stream=True, should_stop=lambda: len(results) >= 1
+    ):
         results.append(result)
     assert len(results) == 1 and results[0].segment_count > 1
 
 
-@pytest.mark.parametrize("kwargs, message", [
-    ({"text": "Hello there."}, "prompt voice is needed"),
-    ({"text": "   ", "with_prompt": True}, "text to speak is empty"),
-    ({"text": "Hello.", "with_prompt": True, "speed": 3.0}, "speed 3.0 is out of range"),
-    ({"text": "[breath] [laughter]", "with_prompt": True}, "nothing to speak"),
-    ({"text": "Hello <|en|> there.", "with_prompt": True}, "Unknown markup"),
-])
+@pytest.mark.parametrize(
+    "kwargs, message",
+    [
+        ({"text": "Hello there."}, "prompt voice is needed"),
+        ({"text": "   ", "with_prompt": True}, "text to speak is empty"),
+        ({"text": "Hello.", "with_prompt": True, "speed": 3.0}, "speed 3.0 is out of range"),
+        ({"text": "[breath] [laughter]", "with_prompt": True}, "nothing to speak"),
+        ({"text": "Hello <|en|> there.", "with_prompt": True}, "Unknown markup"),
+    ],
+)
 def test_bad_requests_raise_before_any_audio(voice, high_speaker, kwargs, message):
     kwargs = dict(kwargs)
     text = kwargs.pop("text")

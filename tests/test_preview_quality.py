@@ -4,6 +4,7 @@ prompt than the stock Piper voice does (resemblyzer speaker embeddings, bundled 
 Prompt voices come from Debian's synthesisers: flite's recorded-speaker voices when flite is installed
 (``apt-get install flite``), espeak-ng variants otherwise and in addition.
 """
+
 from __future__ import annotations
 
 import shutil

@@ -1,4 +1,5 @@
 """WORLD conversion (cosyvoice_mac/preview/world_convert.py) and the seeded Piper graph, on real speech."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -10,6 +10,7 @@ through the multilingual Whisper when it is in the ASR cache (else its words are
 output's CAM++ speaker vector (the folder's campplus.onnx) must be closer to the prompt's than to
 another voice's, and above ``MIN_SIMILARITY``.
 """
+
 from __future__ import annotations
 
 import os
@@ -26,8 +27,10 @@ from cosyvoice_mac.pipeline.model_dir import ModelFolder, ModelFolderError
 
 REAL_DIR = os.environ.get("COSYVOICE_REAL_MODEL_DIR", "")
 PROMPT_TEXT = "Hello there, this is a short prompt for testing the voice."
-SENTENCES = {"en": "The weather is lovely today, so we are going for a walk in the park.",
-             "zh": "今天天气很好，我们去公园散步吧。"}
+SENTENCES = {
+    "en": "The weather is lovely today, so we are going for a walk in the park.",
+    "zh": "今天天气很好，我们去公园散步吧。",
+}
 MODES = {"zero_shot": {"prompt_text": PROMPT_TEXT}, "cross_lingual": {}, "instruct": {"instruct": "Speak calmly."}}
 MAX_EN_WER = 0.10
 MAX_ZH_CER = 0.20

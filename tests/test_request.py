@@ -5,6 +5,7 @@ zero-shot while the pipeline spoke cross-lingual; limits that differed between p
 a prepared voice whose transcript was ignored; a new prompt decoded five times per request; a CLI that
 let through what the page refused (issue 16 items 6 and 10).
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,13 @@ def runtime(tiny_folder, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("runtime")
     sent: list = []
-    config = WorkerConfig(model_dir=str(tiny_folder), device="cpu", outputs_dir=str(root / "outputs"),
-                          cache_dir=str(root / "cache"), warmup_text="Hi.")
+    config = WorkerConfig(
+        model_dir=str(tiny_folder),
+        device="cpu",
+        outputs_dir=str(root / "outputs"),
+        cache_dir=str(root / "cache"),
+        warmup_text="Hi.",
+    )
     worker = WorkerRuntime(config, sent.append)
     worker.load()
     worker.sent = sent
@@ -69,8 +75,9 @@ def _run(runtime, request: Request):
 
 # -- the mode ---------------------------------------------------------------------------------------
 @pytest.mark.parametrize("transcript", ["   ", "\n\t", ""])
-def test_a_blank_transcript_is_cross_lingual_in_the_result_the_sidecar_and_the_pipeline(runtime, prompt_wav,
-                                                                                         transcript):
+def test_a_blank_transcript_is_cross_lingual_in_the_result_the_sidecar_and_the_pipeline(
+    runtime, prompt_wav, transcript
+):
     request = Request.build("Hello world.", Voice.recording(prompt_wav, transcript=transcript), seed=3)
     assert request.mode == "cross_lingual" and request.transcript is None
     result, progress = _run(runtime, request)
@@ -103,8 +110,9 @@ def test_a_mode_asked_for_must_be_possible_and_drops_what_it_does_not_use(prompt
     with pytest.raises(RequestError) as raised:
         Request.build("Hi.", Voice.recording(prompt_wav), mode="instruct", instruct="")
     assert raised.value.code == "instruct_needed"
-    crossed = Request.build("Hi.", Voice.recording(prompt_wav, transcript=TRANSCRIPT), mode="cross_lingual",
-                            instruct="sadly")
+    crossed = Request.build(
+        "Hi.", Voice.recording(prompt_wav, transcript=TRANSCRIPT), mode="cross_lingual", instruct="sadly"
+    )
     assert crossed.transcript is None and crossed.instruct is None
     assert Request.build("Hi.", Voice.recording(prompt_wav, transcript=TRANSCRIPT), instruct=" x ").mode == "instruct"
 
@@ -134,12 +142,12 @@ def test_page_engine_and_pipeline_draw_the_same_lines(model, prompt_wav, changes
 
     values = {"text": "Hello world.", "speed": 1.0, "seed": 1, **changes}
     page = Generation(host=None)
-    built, problem = page.build_request("en", str(prompt_wav), None, "", values["text"], "cross_lingual", "",
-                                        values["seed"], values["speed"])
+    built, problem = page.build_request(
+        "en", str(prompt_wav), None, "", values["text"], "cross_lingual", "", values["seed"], values["speed"]
+    )
     assert (problem is None) == accepted, problem
     try:
-        request = Request.build(values["text"], Voice.recording(prompt_wav), seed=values["seed"],
-                                speed=values["speed"])
+        request = Request.build(values["text"], Voice.recording(prompt_wav), seed=values["seed"], speed=values["speed"])
     except RequestError:
         request = None
     assert (request is not None) == accepted
@@ -195,33 +203,46 @@ def test_the_page_decodes_a_prompt_once_for_its_upload_check_and_generate(make_s
     monkeypatch.setattr(prompt_check, "_decode", lambda path: reads.append(str(path)) or real(path))
     upload = str(make_speech("The page checks this upload once.", seconds=3.0))
     assert prompt_check.checked_prompt(upload).ok  # on upload
-    _, problem = Generation(host=None).build_request(
-        "en", upload, None, "", "Hello.", "cross_lingual", "", 1, 1.0)
+    _, problem = Generation(host=None).build_request("en", upload, None, "", "Hello.", "cross_lingual", "", 1, 1.0)
     assert problem is None and len(reads) == 1
 
 
 # -- the CLI uses the same check (issue 16 items 6 and 10) -------------------------------------------
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "cosyvoice_mac", *args], capture_output=True, text=True,
-                          timeout=300, env=env, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "cosyvoice_mac", *args], capture_output=True, text=True, timeout=300, env=env, cwd=REPO
+    )
 
 
-@pytest.mark.parametrize(("args", "words"), [
-    (["--seed", str(2**70)], f"from 0 to {MAX_SEED}"),
-    (["--seed", "-1"], f"from 0 to {MAX_SEED}"),
-    (["--instruct", ""], "instruct mode needs an instruction"),
-    (["--text", "😀🎉✨"], "nothing to speak"),
-    (["--text", "Hi\x01there."], "control character U+0001"),
-    (["--speed", "3"], "out of range"),
-])
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--seed", str(2**70)], f"from 0 to {MAX_SEED}"),
+        (["--seed", "-1"], f"from 0 to {MAX_SEED}"),
+        (["--instruct", ""], "instruct mode needs an instruction"),
+        (["--text", "😀🎉✨"], "nothing to speak"),
+        (["--text", "Hi\x01there."], "control character U+0001"),
+        (["--speed", "3"], "out of range"),
+    ],
+)
 def test_the_cli_answers_bad_requests_like_the_page_before_loading_a_model(tmp_path, prompt_wav, args, words):
     base = {"--text": "Hello.", "--seed": "1"}
     for flag, value in zip(args[::2], args[1::2]):
         base[flag] = value
     flat = [item for pair in base.items() for item in pair]
-    done = _cli("synth", "--random-weights", "cosyvoice3", "--prompt-wav", str(prompt_wav), "--device", "cpu",
-                "--out", str(tmp_path / "o.wav"), *flat)
+    done = _cli(
+        "synth",
+        "--random-weights",
+        "cosyvoice3",
+        "--prompt-wav",
+        str(prompt_wav),
+        "--device",
+        "cpu",
+        "--out",
+        str(tmp_path / "o.wav"),
+        *flat,
+    )
     assert done.returncode == 2, done.stderr
     assert words in done.stderr and "Traceback" not in done.stderr
     assert "loaded" not in done.stderr  # refused before any model was built
@@ -235,8 +256,16 @@ def _page_problem(prompt_wav, values: dict):
     seed = values["--seed"]
     mode = "instruct" if "--instruct" in values else "cross_lingual"
     _, problem = Generation(host=None).build_request(
-        "en", str(prompt_wav), None, "", values["--text"], mode, values.get("--instruct", ""),
-        float(seed) if seed.lstrip("-").isdigit() else seed, float(values.get("--speed", 1.0)))
+        "en",
+        str(prompt_wav),
+        None,
+        "",
+        values["--text"],
+        mode,
+        values.get("--instruct", ""),
+        float(seed) if seed.lstrip("-").isdigit() else seed,
+        float(values.get("--speed", 1.0)),
+    )
     return problem
 
 
@@ -246,5 +275,8 @@ def test_both_backends_and_the_test_fake_satisfy_the_backend_protocol(model):
     from tests.fakes.fake_pipeline import FakeCosyVoice
 
     assert isinstance(model, Backend)
-    assert all(callable(getattr(cls, name, None)) for cls in (PreviewVoice, FakeCosyVoice)
-               for name in ("prepare_prompt", "prepare_streaming", "run", "to", "use_vocoder"))
+    assert all(
+        callable(getattr(cls, name, None))
+        for cls in (PreviewVoice, FakeCosyVoice)
+        for name in ("prepare_prompt", "prepare_streaming", "run", "to", "use_vocoder")
+    )

@@ -3,6 +3,7 @@
 Each test copies the script into a temporary project whose ``.venv/bin/python`` is a stand-in that
 logs ``pip`` and ``pytest`` calls, so no test installs anything.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,7 +30,9 @@ exec "%s" "$@"
 
 
 def _run(command: list[str], cwd: Path, env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-    return subprocess.run(command, cwd=cwd, env=env or dict(os.environ), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        command, cwd=cwd, env=env or dict(os.environ), capture_output=True, text=True, timeout=timeout
+    )
 
 
 @dataclass
@@ -141,7 +144,7 @@ def _fake_mac(tmp_path: Path, macos_version: str) -> dict:
     bin_dir = tmp_path / "fake-bin"
     bin_dir.mkdir()
     (bin_dir / "uname").write_text('#!/usr/bin/env bash\n[ "${1:-}" = -m ] && echo arm64 || echo Darwin\n')
-    (bin_dir / "sw_vers").write_text(f'#!/usr/bin/env bash\necho {macos_version}\n')
+    (bin_dir / "sw_vers").write_text(f"#!/usr/bin/env bash\necho {macos_version}\n")
     for tool in ("uname", "sw_vers"):
         (bin_dir / tool).chmod(0o755)
     return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}

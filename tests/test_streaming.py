@@ -1,4 +1,5 @@
 """Streaming synthesis on tiny random-weight models: schedule, stitching, first audio before the end."""
+
 from __future__ import annotations
 
 import os
@@ -90,7 +91,9 @@ def test_prompt_plan_is_cut_at_its_start(model, speaker):
 
     plan = PromptPlan.for_prompt(speaker.speech_tokens.shape[1])
     tokens, mel, embedding = plan.prompt(speaker, torch.device("cpu"))
-    assert torch.equal(tokens, speaker.speech_tokens[:, plan.cut:]) and torch.equal(mel, speaker.mel[:, 2 * plan.cut:])
+    assert torch.equal(tokens, speaker.speech_tokens[:, plan.cut :]) and torch.equal(
+        mel, speaker.mel[:, 2 * plan.cut :]
+    )
     assert torch.equal(embedding, speaker.embedding)
 
 
@@ -103,7 +106,7 @@ def test_last_chunk_is_the_full_attention_mel_of_all_tokens(model, speaker):
         streamed = recorder.calls
         recorder.calls = []
         list(model.synthesize(TEXT, speaker=speaker, seed=3))
-        (offline_tokens, _, _), = recorder.calls
+        ((offline_tokens, _, _),) = recorder.calls
     assert [kwargs["streaming"] for _, kwargs, _ in streamed] == [True] * (len(chunks) - 1) + [False]
     final_tokens, _, final_mel = streamed[-1]
     assert torch.equal(final_tokens, offline_tokens)  # same seed: the stream decodes the same tokens
@@ -118,7 +121,7 @@ def test_cosyvoice3_chunks_join_seamlessly(tmp_path, make_speech):
     with _RecordFlow(model.networks.flow) as recorder:
         chunks = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
     offsets = [0] + [c.speech_token_count for c in chunks[:-1]]
-    mel = torch.cat([m[:, :, 2 * off:] for (_, _, m), off in zip(recorder.calls, offsets)], dim=2)
+    mel = torch.cat([m[:, :, 2 * off :] for (_, _, m), off in zip(recorder.calls, offsets)], dim=2)
     once = model.networks.hift.inference(mel.float())[0][0].cpu().numpy()
     streamed = np.concatenate([c.audio for c in chunks])
     assert np.abs(streamed - once).max() < 1e-4  # causal vocoder: re-running on more mel keeps the prefix
@@ -219,6 +222,7 @@ def _device_work_intervals(model, speaker, text: str) -> tuple[list[tuple], list
             result = original(*args, **kwargs)
             chunks.append((started, time.perf_counter()))
             return result
+
         return run
 
     llm.generate, flow.inference, hift.inference = timed_generate, timed(original_flow), timed(original_hift)

@@ -1,4 +1,5 @@
 """Behaviour of the text frontend beyond the golden vectors: markup, ids, errors, long input, mode strings."""
+
 from __future__ import annotations
 
 import re
@@ -11,11 +12,19 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cosyvoice_mac.config import ConfigError
-from cosyvoice_mac.frontend.special_tokens import (
-    ARPABET_PHONES, INSTRUCTIONS, PINYIN_UNITS, SPECIAL_TOKENS, SYSTEM_PROMPT,
-)
 from cosyvoice_mac.frontend.markup import (
-    LlmText, build_llm_text, find_unknown_markup, format_instruction, validate_markup,
+    LlmText,
+    build_llm_text,
+    find_unknown_markup,
+    format_instruction,
+    validate_markup,
+)
+from cosyvoice_mac.frontend.special_tokens import (
+    ARPABET_PHONES,
+    INSTRUCTIONS,
+    PINYIN_UNITS,
+    SPECIAL_TOKENS,
+    SYSTEM_PROMPT,
 )
 from cosyvoice_mac.frontend.text import TextNormalizer, contains_chinese, detect_language, is_only_punctuation
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
@@ -44,20 +53,31 @@ def normalizer(v3):
 
 # ------------------------------------------------------------------------------------------- tokenizer
 
+
 def test_v3_pinyin_and_arpabet_markup_become_their_special_ids(v3):
     assert v3.encode("[h][ào]") == [151763, 151854]
     assert v3.encode("[M][AY0][N][UW1][T]") == [151718, 151685, 151719, 151741, 151733]
     ids = v3.encode("对报道[j][ǐ]予")
-    assert ids[ids.index(151797):ids.index(151797) + 2] == [151797, 151913]
+    assert ids[ids.index(151797) : ids.index(151797) + 2] == [151797, 151913]
 
 
 def test_special_token_id_layout_matches_upstream_order(v2, v3):
     assert len(SPECIAL_TOKENS["cosyvoice2"]) == 19 and len(ARPABET_PHONES) == 84 and len(PINYIN_UNITS) == 176
     for tokenizer in (v2, v3):
         assert tokenizer.encode("<|endofprompt|>[breath]<strong></strong>[mn]") == [
-            151646, 151647, 151648, 151649, 151662]
+            151646,
+            151647,
+            151648,
+            151649,
+            151662,
+        ]
     assert [v3.token_to_id(t) for t in ("<|endofsystem|>", "[AA]", "[ZH]", "[a]", "[ǜ]")] == [
-        151663, 151664, 151747, 151748, 151923]
+        151663,
+        151664,
+        151747,
+        151748,
+        151923,
+    ]
     assert len(v2) == 151663 and len(v3) == 151924
     assert v2.endofprompt_id == v3.endofprompt_id == 151646
 
@@ -88,8 +108,12 @@ def test_decomposed_pinyin_still_matches(v3):
 
 def test_vocab_merges_folder_gives_identical_ids(tmp_path, v2, v3):
     folder = write_vocab_merges_folder(BLANK_EN / "tokenizer.json", tmp_path / "CosyVoice-BlankEN")
-    texts = ["Hello world, it's 2024!\n\nNew  line\ttab", "收到好友从远方寄来的生日礼物。", "émoji 😀 ÅΩ",
-             "You are a helpful assistant.<|endofprompt|>[h][ào] [M][AY0] <|im_start|>x<|im_end|><|endoftext|>"]
+    texts = [
+        "Hello world, it's 2024!\n\nNew  line\ttab",
+        "收到好友从远方寄来的生日礼物。",
+        "émoji 😀 ÅΩ",
+        "You are a helpful assistant.<|endofprompt|>[h][ào] [M][AY0] <|im_start|>x<|im_end|><|endoftext|>",
+    ]
     for version, reference in (("cosyvoice2", v2), ("cosyvoice3", v3)):
         rebuilt = SpeechTextTokenizer.from_dir(folder, version)
         assert len(rebuilt) == len(reference)
@@ -113,6 +137,7 @@ def test_tokenizer_folder_errors(tmp_path):
 
 # ------------------------------------------------------------------------------------------ markup
 
+
 def test_unknown_markup_is_reported_with_positions_and_sources():
     with pytest.raises(SynthesisError) as error:
         validate_markup("Hi [zz][qq] there", "cosyvoice3")
@@ -120,15 +145,27 @@ def test_unknown_markup_is_reported_with_positions_and_sources():
     assert "[zz] at character 3" in message and "[qq] at character 7" in message
     assert "PINYIN_UNITS" in message and "[breath]" in message
     assert find_unknown_markup("[laugh] ok <em>x</em> <|zh|>", "cosyvoice3") == [
-        (0, "[laugh]"), (11, "<em>"), (16, "</em>"), (22, "<|zh|>")]
+        (0, "[laugh]"),
+        (11, "<em>"),
+        (16, "</em>"),
+        (22, "<|zh|>"),
+    ]
     with pytest.raises(SynthesisError, match=r"did you mean \[laughter\]"):
         validate_markup("so funny [laugh]", "cosyvoice2")
 
 
-@pytest.mark.parametrize("prose", [
-    "See [1] and [2][3].", "[citation needed]", "[Editor's note: fine]", "option [B] or [NOTE]", "(a) [?] [...]",
-    "x < y > z", "He said [laughter] and <strong>this</strong> <laughter>ha</laughter>.",
-])
+@pytest.mark.parametrize(
+    "prose",
+    [
+        "See [1] and [2][3].",
+        "[citation needed]",
+        "[Editor's note: fine]",
+        "option [B] or [NOTE]",
+        "(a) [?] [...]",
+        "x < y > z",
+        "He said [laughter] and <strong>this</strong> <laughter>ha</laughter>.",
+    ],
+)
 def test_prose_brackets_and_known_tags_are_accepted(prose):
     validate_markup(prose, "cosyvoice2")
     validate_markup(prose, "cosyvoice3")
@@ -144,6 +181,7 @@ def test_reserved_and_version_specific_pipe_tags():
 
 # ------------------------------------------------------------------------------------- normalisation
 
+
 @pytest.mark.parametrize("text", ["", "   \n\t", "!!!", "……", "?!.", "«»"])
 def test_nothing_to_say_gives_no_segments(normalizer, text):
     assert normalizer.normalize(text) == []
@@ -158,9 +196,11 @@ def test_language_detection():
 
 def test_markup_survives_normalisation(normalizer):
     assert normalizer.normalize("I mean a [M][AY0][N][UW1][T] thing, 3 of them.") == [
-        "I mean a [M][AY0][N][UW1][T] thing, three of them."]
+        "I mean a [M][AY0][N][UW1][T] thing, three of them."
+    ]
     assert normalizer.normalize("高管对报道[j][ǐ]予好评，[breath]价格是123元") == [
-        "高管对报道[j][ǐ]予好评，[breath]价格是一百二十三元。"]
+        "高管对报道[j][ǐ]予好评，[breath]价格是一百二十三元。"
+    ]
     assert normalizer.normalize("[mn]1st [quick_breath]2nd", split=False) == ["[mn]first [quick_breath]second"]
 
 
@@ -209,10 +249,12 @@ def test_normalisation_needs_no_network(normalizer, monkeypatch):
 
 # ---------------------------------------------------------------------------------- mode formatting
 
+
 def test_llm_text_per_mode_and_version(v3):
     prefix = "You are a helpful assistant.<|endofprompt|>"
     assert build_llm_text("zero_shot", "cosyvoice3", "Hi.", prompt_transcript="Hello.") == (
-        build_llm_text("zero_shot", "cosyvoice3", "Hi.", prompt_transcript=prefix + "Hello."))
+        build_llm_text("zero_shot", "cosyvoice3", "Hi.", prompt_transcript=prefix + "Hello.")
+    )
     assert build_llm_text("zero_shot", "cosyvoice3", "Hi.", "Hello.").prompt_text == prefix + "Hello."
     assert build_llm_text("zero_shot", "cosyvoice2", "Hi.", "Hello.").prompt_text == "Hello."
     assert build_llm_text("cross_lingual", "cosyvoice3", "Hi.").text == prefix + "Hi."
@@ -221,7 +263,8 @@ def test_llm_text_per_mode_and_version(v3):
     instruct = build_llm_text("instruct", "cosyvoice3", "好。", instruction="请用广东话表达。")
     assert instruct.prompt_text == "You are a helpful assistant. 请用广东话表达。<|endofprompt|>"
     assert build_llm_text("instruct", "cosyvoice2", "好。", instruction="用四川话说这句话").prompt_text == (
-        "用四川话说这句话<|endofprompt|>")
+        "用四川话说这句话<|endofprompt|>"
+    )
     for mode in ("zero_shot", "cross_lingual", "instruct"):
         parts = build_llm_text(mode, "cosyvoice3", "Hi.", "Hello.", "Speak slowly.")
         assert 151646 in v3.encode(parts.prompt_text + parts.text)
@@ -230,19 +273,24 @@ def test_llm_text_per_mode_and_version(v3):
 def test_instruction_presets_format_like_training():
     assert len(INSTRUCTIONS) == 26
     assert format_instruction(INSTRUCTIONS[0].text, "cosyvoice3") == (
-        "You are a helpful assistant. 请用广东话表达。<|endofprompt|>")
+        "You are a helpful assistant. 请用广东话表达。<|endofprompt|>"
+    )
     assert format_instruction(f"{SYSTEM_PROMPT} Say it loudly.", "cosyvoice3") == (
-        f"{SYSTEM_PROMPT} Say it loudly.<|endofprompt|>")
+        f"{SYSTEM_PROMPT} Say it loudly.<|endofprompt|>"
+    )
     assert len({p.label for p in INSTRUCTIONS}) == len({p.text for p in INSTRUCTIONS}) == 26
 
 
-@pytest.mark.parametrize(("args", "match"), [
-    (("zero_shot", "cosyvoice3", "Hi."), "transcript"),
-    (("instruct", "cosyvoice3", "Hi.", "", "  "), "instruction"),
-    (("cross_lingual", "cosyvoice3", "  "), "empty"),
-    (("sing", "cosyvoice3", "Hi."), "unknown mode"),
-    (("zero_shot", "cosyvoice1", "Hi.", "Hello."), "unknown model version"),
-])
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (("zero_shot", "cosyvoice3", "Hi."), "transcript"),
+        (("instruct", "cosyvoice3", "Hi.", "", "  "), "instruction"),
+        (("cross_lingual", "cosyvoice3", "  "), "empty"),
+        (("sing", "cosyvoice3", "Hi."), "unknown mode"),
+        (("zero_shot", "cosyvoice1", "Hi.", "Hello."), "unknown model version"),
+    ],
+)
 def test_llm_text_errors(args, match):
     with pytest.raises(SynthesisError, match=match):
         build_llm_text(*args)

@@ -1,5 +1,6 @@
 """versions.py is the one table of what differs between CosyVoice2 and CosyVoice3: the loaded networks and
 the text front end must behave exactly as their row says (so a reader can trust that one screen)."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,9 @@ from tests.fakes.onnx_models import make_tiny_model_dir
 def model(request, tmp_path_factory):
     from cosyvoice_mac.pipeline import CosyVoice
 
-    return CosyVoice.from_pretrained(make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param)),
-                                     device="cpu")
+    return CosyVoice.from_pretrained(
+        make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param)), device="cpu"
+    )
 
 
 def test_the_speech_lm_uses_the_ids_its_row_names(model):

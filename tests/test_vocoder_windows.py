@@ -4,6 +4,7 @@ The policy is on for MPS by default (``conv_limit="auto"``); here it is forced o
 setting ``conv_limit``, so the same code path runs. Windowed output equals the one-shot output to
 float rounding for both vocoders (the context comes from the layers' reach, no cross-fade).
 """
+
 from __future__ import annotations
 
 import math
@@ -112,7 +113,7 @@ def test_causal_streaming_call_in_windows_and_from_a_first_frame_equals_one_shot
     torch.testing.assert_close(windowed, one_shot, atol=FLOAT_TOLERANCE, rtol=0)
     tail, tail_source = hift.inference(mel, finalize=False, first_frame=200)
     assert tail_source.shape == (1, 1, STEP * (300 - 3 - 200))
-    torch.testing.assert_close(tail, one_shot[:, STEP * 200:], atol=FLOAT_TOLERANCE, rtol=0)
+    torch.testing.assert_close(tail, one_shot[:, STEP * 200 :], atol=FLOAT_TOLERANCE, rtol=0)
 
 
 def test_a_first_frame_decodes_only_its_context():
@@ -166,7 +167,8 @@ def _speaker(model) -> SpeakerPrompt:
         speech_tokens=torch.zeros(1, frames // 2, dtype=torch.long),
         mel=torch.randn(1, frames, 80, generator=torch.Generator().manual_seed(1)) - 4.0,
         embedding=torch.randn(1, 192, generator=torch.Generator().manual_seed(2)),
-        audio_hash="test", model_id=model.model_id,
+        audio_hash="test",
+        model_id=model.model_id,
     )
 
 

@@ -1,6 +1,7 @@
 """The page's later additions, called directly: streaming, prompt transcription, saving a voice from the
 recording, and the preview voice standing in for a missing model. The engine is a real worker process
 around the fake pipeline (tones); transcription uses the real recogniser process once."""
+
 from __future__ import annotations
 
 import re
@@ -56,8 +57,16 @@ def callbacks(tmp_path_factory, factory):
     root = tmp_path_factory.mktemp("ui-additions")
     (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
     (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
-    host = ModelHost(HostConfig(models_dir=root / "models", outputs_dir=root / "outputs", cache_dir=root / "cache",
-                                start_timeout_s=120, preview=True), engine_factory=factory)
+    host = ModelHost(
+        HostConfig(
+            models_dir=root / "models",
+            outputs_dir=root / "outputs",
+            cache_dir=root / "cache",
+            start_timeout_s=120,
+            preview=True,
+        ),
+        engine_factory=factory,
+    )
     assert host.start().name == "Fun-CosyVoice3-0.5B"  # a model folder wins over the preview voice
     assert host.engine.start(wait=True, timeout=120), host.status()
     yield Callbacks(host, Settings(root / "cache"))
@@ -70,8 +79,22 @@ def prompt(make_speech) -> str:
 
 
 def _run(callbacks, *, audio, text="One sentence. Two sentences. Three.", speed=1.0, stream=False, lang="en"):
-    return list(callbacks.generate(lang, audio, "", "", text, "cross_lingual", "", 3, speed, stream, Session(),
-                                   SimpleNamespace(session_hash="streamer")))
+    return list(
+        callbacks.generate(
+            lang,
+            audio,
+            "",
+            "",
+            text,
+            "cross_lingual",
+            "",
+            3,
+            speed,
+            stream,
+            Session(),
+            SimpleNamespace(session_hash="streamer"),
+        )
+    )
 
 
 # -- streaming ----------------------------------------------------------------------------------------
@@ -87,8 +110,9 @@ def test_streaming_sends_each_chunk_before_the_result_and_still_saves_the_file(c
 
     final = steps[-1]
     assert final[STATUS].startswith("✅ Done")
-    first, elapsed = map(float, re.search(r"first audio after ([\d.]+) s, finished after ([\d.]+) s",
-                                          final[STATUS]).groups())
+    first, elapsed = map(
+        float, re.search(r"first audio after ([\d.]+) s, finished after ([\d.]+) s", final[STATUS]).groups()
+    )
     assert first <= elapsed
     stream_id, chunks = decode_value(players[-2])
     assert stream_id and len(chunks) == 3 and {rate for rate, _ in chunks} == {24000}
@@ -136,6 +160,7 @@ class _StubTranscriber:
         if self.download:
             progress(3 << 20, 480 << 20, "downloading")
             import time
+
             time.sleep(1.2)  # long enough for the page to show the download once
         if isinstance(self.answer, Exception):
             raise self.answer
@@ -216,13 +241,22 @@ def test_a_preview_result_is_labelled_in_the_status_and_the_history(callbacks, t
     wav = outputs / "preview-result.wav"
     soundfile.write(wav, np.zeros(2400, np.float32), 24000)
     ignored = "the preview voice cannot follow instructions; the instruction was ignored"
-    result = JobResult(job_id="j1", duration_s=0.1, sample_rate=24000, text="Hi.", mode="instruct",
-                       seed=1, speed=1.0, model="preview-piper", device="cpu", output_path=str(wav),
-                       notes=[PREVIEW_NOTE, ignored])
+    result = JobResult(
+        job_id="j1",
+        duration_s=0.1,
+        sample_rate=24000,
+        text="Hi.",
+        mode="instruct",
+        seed=1,
+        speed=1.0,
+        model="preview-piper",
+        device="cpu",
+        output_path=str(wav),
+        notes=[PREVIEW_NOTE, ignored],
+    )
     session = Session()
     job = SimpleNamespace(request=SimpleNamespace(text="Hi."))
-    final = callbacks.generation._finish(_Outputs("en", session, None), Done("j1", result),
-                                         job, None)
+    final = callbacks.generation._finish(_Outputs("en", session, None), Done("j1", result), job, None)
     assert PREVIEW_LABEL in final[STATUS] and f"`{DOWNLOAD_COMMAND}`" in final[STATUS]
     assert final[STATUS].count(PREVIEW_LABEL) == 1 and f"ℹ️ {ignored}" in final[STATUS]
     row = final[HISTORY]["data"][0]
@@ -238,8 +272,10 @@ def test_the_status_panel_names_the_backend_s_licence():
 
 
 def test_the_page_builds_without_torch_in_the_ui_process(tmp_path):
-    code = ("import sys\nfrom cosyvoice_mac.webui.app import build_app\n"
-            f"build_app(models_dir={str(tmp_path)!r})\nprint('torch' in sys.modules, 'piper' in sys.modules)\n")
+    code = (
+        "import sys\nfrom cosyvoice_mac.webui.app import build_app\n"
+        f"build_app(models_dir={str(tmp_path)!r})\nprint('torch' in sys.modules, 'piper' in sys.modules)\n"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False False"  # nor the preview voice's Piper

@@ -5,6 +5,7 @@ Output tuples of ``generate`` are (prompt_msg, counter, mode_msg, status, result
 player). Streaming, transcription, saving voices from a recording and the preview voice have their own
 file, tests/test_webui_additions.py.
 """
+
 from __future__ import annotations
 
 import threading
@@ -40,8 +41,12 @@ def _is_skip(value) -> bool:
 
 def _fake_engine(config, **options):
     """The host's engine with the fake pipeline in place of its backend (the preview voice has no folder)."""
-    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.4},
-                   model_dir=config.model_dir or "preview-stand-in")
+    fake = replace(
+        config,
+        pipeline_factory=FAKE_FACTORY,
+        pipeline_kwargs={"segment_s": 0.4},
+        model_dir=config.model_dir or "preview-stand-in",
+    )
     return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
 
 
@@ -55,8 +60,17 @@ def _models(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def callbacks(tmp_path_factory):
     root = tmp_path_factory.mktemp("ui")
-    host = ModelHost(HostConfig(models_dir=_models(root), outputs_dir=root / "outputs", cache_dir=root / "cache",
-                                max_queue=1, start_timeout_s=120, preview=True), engine_factory=_fake_engine)
+    host = ModelHost(
+        HostConfig(
+            models_dir=_models(root),
+            outputs_dir=root / "outputs",
+            cache_dir=root / "cache",
+            max_queue=1,
+            start_timeout_s=120,
+            preview=True,
+        ),
+        engine_factory=_fake_engine,
+    )
     assert host.start().name == "Fun-CosyVoice3-0.5B"  # the newest version is preferred
     assert host.engine.start(wait=True, timeout=120), host.status()
     yield Callbacks(host, Settings(root / "cache"))
@@ -68,12 +82,27 @@ def prompt(make_speech) -> str:
     return str(make_speech("This is the voice I would like you to copy.", seconds=4.0))
 
 
-def _run(callbacks, *, audio=None, voice="", transcript=TRANSCRIPT, text="Hello there. How are you?",
-         mode="zero_shot", instruct="", seed=7, speed=1.0, stream=False, session=None, lang="en", session_id="s1"):
+def _run(
+    callbacks,
+    *,
+    audio=None,
+    voice="",
+    transcript=TRANSCRIPT,
+    text="Hello there. How are you?",
+    mode="zero_shot",
+    instruct="",
+    seed=7,
+    speed=1.0,
+    stream=False,
+    session=None,
+    lang="en",
+    session_id="s1",
+):
     request = SimpleNamespace(session_hash=session_id)
     session = session or Session()
-    return list(callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream,
-                                   session, request))
+    return list(
+        callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request)
+    )
 
 
 def _outputs(callbacks) -> set[str]:
@@ -81,16 +110,19 @@ def _outputs(callbacks) -> set[str]:
     return {path.name for path in folder.glob("*.wav")} if folder.is_dir() else set()
 
 
-@pytest.mark.parametrize("changes, slot, words", [
-    ({"audio": None}, PROMPT, "Upload or record a prompt voice"),
-    ({"text": "   "}, COUNTER, "There is no text to speak"),
-    ({"text": "x" * 5001}, COUNTER, "5001 / 5000 characters"),
-    ({"transcript": ""}, PROMPT, "Zero-shot mode needs the transcript"),
-    ({"mode": "instruct", "instruct": " "}, MODE, "Instruct mode needs an instruction"),
-    ({"seed": -3}, STATUS, "The seed must be a whole number"),
-    ({"seed": 2.5}, STATUS, "The seed must be a whole number"),
-    ({"voice": "nobody"}, PROMPT, "there is no saved voice named 'nobody'"),
-])
+@pytest.mark.parametrize(
+    "changes, slot, words",
+    [
+        ({"audio": None}, PROMPT, "Upload or record a prompt voice"),
+        ({"text": "   "}, COUNTER, "There is no text to speak"),
+        ({"text": "x" * 5001}, COUNTER, "5001 / 5000 characters"),
+        ({"transcript": ""}, PROMPT, "Zero-shot mode needs the transcript"),
+        ({"mode": "instruct", "instruct": " "}, MODE, "Instruct mode needs an instruction"),
+        ({"seed": -3}, STATUS, "The seed must be a whole number"),
+        ({"seed": 2.5}, STATUS, "The seed must be a whole number"),
+        ({"voice": "nobody"}, PROMPT, "there is no saved voice named 'nobody'"),
+    ],
+)
 def test_bad_input_is_answered_in_the_field_s_message_and_nothing_is_queued(callbacks, prompt, changes, slot, words):
     before = _outputs(callbacks)
     options = {"audio": prompt, **changes}
@@ -132,8 +164,9 @@ def test_the_history_replays_only_this_session_s_own_outputs(callbacks, tmp_path
     outside = tmp_path / "secret.wav"
     outside.write_bytes(b"RIFF")
     session = Session()
-    session.add(HistoryEntry(path=str(outside), text="x", mode="zero_shot", voice=None, seed=1, speed=1.0,
-                             duration_s=1.0))
+    session.add(
+        HistoryEntry(path=str(outside), text="x", mode="zero_shot", voice=None, seed=1, speed=1.0, duration_s=1.0)
+    )
     assert callbacks.history_picked("secret.wav", session) is None  # not in outputs/
     assert callbacks.history_picked("../../etc/passwd", session) is None
     assert callbacks.history_picked(None, "not a session") is None
@@ -145,8 +178,9 @@ def test_stop_cancels_the_session_s_running_job(callbacks, prompt):
 
     def run():
         request = SimpleNamespace(session_hash="stopper")
-        for step in callbacks.generate("en", prompt, "", "", text, "cross_lingual", "", 1, 1.0, False, Session(),
-                                       request):
+        for step in callbacks.generate(
+            "en", prompt, "", "", text, "cross_lingual", "", 1, 1.0, False, Session(), request
+        ):
             steps.append(step)
         done.set()
 
@@ -186,8 +220,22 @@ def test_a_waiting_job_shows_its_place_in_the_queue(callbacks, prompt):
     while engine.position(blocker) != 0 and time.monotonic() < deadline:
         time.sleep(0.05)
     try:
-        steps = iter(callbacks.generate("en", prompt, "", "", "Me next.", "cross_lingual", "", 1, 1.0, False,
-                                        Session(), SimpleNamespace(session_hash="waiter")))
+        steps = iter(
+            callbacks.generate(
+                "en",
+                prompt,
+                "",
+                "",
+                "Me next.",
+                "cross_lingual",
+                "",
+                1,
+                1.0,
+                False,
+                Session(),
+                SimpleNamespace(session_hash="waiter"),
+            )
+        )
         first = next(steps)
         assert first[STATUS] == "⏳ In the queue: position 1."
         statuses = [step[STATUS] for step in steps if not _is_skip(step[STATUS])]
@@ -245,10 +293,21 @@ def test_only_listed_models_can_be_switched_to(callbacks):
 
 
 def test_status_panel_in_both_languages():
-    status = {"state": "ready", "folder": "Fun-CosyVoice3-0.5B", "model": "m-1", "version": "cosyvoice3",
-              "device": "mps", "dtype": "float32", "fell_back": True, "fallback_reason": "out of memory",
-              "memory": {"rss_bytes": 3 << 30, "device_allocated_bytes": 0}, "queue_length": 2, "running": "j",
-              "cache": {"memory_hits": 3, "disk_hits": 0, "misses": 1}, "cache_hit_rate": 0.75}
+    status = {
+        "state": "ready",
+        "folder": "Fun-CosyVoice3-0.5B",
+        "model": "m-1",
+        "version": "cosyvoice3",
+        "device": "mps",
+        "dtype": "float32",
+        "fell_back": True,
+        "fallback_reason": "out of memory",
+        "memory": {"rss_bytes": 3 << 30, "device_allocated_bytes": 0},
+        "queue_length": 2,
+        "running": "j",
+        "cache": {"memory_hits": 3, "disk_hits": 0, "misses": 1},
+        "cache_hit_rate": 0.75,
+    }
     english = render_status("en", status)
     assert "**State:** ready" in english and "fell back to the CPU: out of memory" in english
     assert "process 3.0 GB" in english and "2 waiting, 1 running" in english and "75% (3 of 4)" in english
@@ -273,7 +332,9 @@ def test_model_folders_are_found_by_their_yaml(tmp_path):
     (root / "CosyVoice-300M" / "cosyvoice.yaml").write_text("")
     (root / "notes.txt").write_text("")
     assert [(m.name, m.version) for m in find_models(root)] == [
-        ("CosyVoice2-0.5B", "cosyvoice2"), ("Fun-CosyVoice3-0.5B", "cosyvoice3")]
+        ("CosyVoice2-0.5B", "cosyvoice2"),
+        ("Fun-CosyVoice3-0.5B", "cosyvoice3"),
+    ]
     assert find_models(tmp_path / "absent") == []
 
 

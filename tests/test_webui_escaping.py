@@ -1,5 +1,6 @@
 """User strings reach the page as text, never as markup: names, file names and error messages are escaped,
 and voice names cannot carry text-direction controls."""
+
 from __future__ import annotations
 
 import html
@@ -32,8 +33,14 @@ def _shown(markdown: str) -> str:
 
 @pytest.fixture
 def callbacks(tmp_path):
-    host = ModelHost(HostConfig(models_dir=tmp_path / "models", outputs_dir=tmp_path / "outputs",
-                                cache_dir=tmp_path / "cache", preview=False))
+    host = ModelHost(
+        HostConfig(
+            models_dir=tmp_path / "models",
+            outputs_dir=tmp_path / "outputs",
+            cache_dir=tmp_path / "cache",
+            preview=False,
+        )
+    )
     host.engine = SimpleNamespace(voices=VoiceLibrary(tmp_path / "cache"))  # the engine owns the library
     return Callbacks(host, Settings(tmp_path / "cache"))
 
@@ -55,15 +62,31 @@ def test_markup_errors_keep_their_tag_names():
 
 
 def test_status_panel_and_history_escape_what_came_from_outside():
-    status = {"state": "error", "last_error": "could not read </div><script>x</script>", "folder": "<b>m</b>",
-              "folder_version": "cosyvoice3", "version": "cosyvoice3", "model": "[link](http://x)"}
+    status = {
+        "state": "error",
+        "last_error": "could not read </div><script>x</script>",
+        "folder": "<b>m</b>",
+        "folder_version": "cosyvoice3",
+        "version": "cosyvoice3",
+        "model": "[link](http://x)",
+    }
     panel = render_status("en", status)
     shown = _shown(panel)
     assert "could not read </div><script>x</script>" in shown and "<b>m</b>" in shown
     assert "](http" not in panel  # no Markdown link
     session = Session()
-    session.add(HistoryEntry(path="/o/a.wav", text="t", mode="zero_shot", voice=None, seed=1, speed=1.0,
-                             duration_s=1.0, model="<i>folder</i>"))
+    session.add(
+        HistoryEntry(
+            path="/o/a.wav",
+            text="t",
+            mode="zero_shot",
+            voice=None,
+            seed=1,
+            speed=1.0,
+            duration_s=1.0,
+            model="<i>folder</i>",
+        )
+    )
     model_cell = history_rows("en", session)["data"][0][7]
     assert _shown(model_cell) == "<i>folder</i>"
 
@@ -75,8 +98,9 @@ def test_our_own_markdown_is_left_alone():
     assert "**Licence:**" in preview
 
 
-@pytest.mark.parametrize("control", ["\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067",
-                                     "\u2068", "\u2069"])
+@pytest.mark.parametrize(
+    "control", ["\u202a", "\u202b", "\u202c", "\u202d", "\u202e", "\u2066", "\u2067", "\u2068", "\u2069"]
+)
 def test_voice_names_with_bidi_controls_are_refused(tmp_path, control):
     library = VoiceLibrary(tmp_path)
     with pytest.raises(VoiceError, match="text-direction"):

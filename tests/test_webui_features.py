@@ -1,4 +1,5 @@
 """Optional controls are offered only when what they need is really installed."""
+
 from __future__ import annotations
 
 import importlib

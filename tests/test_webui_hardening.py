@@ -1,4 +1,5 @@
 """The page under trouble: a damaged voice list, restarts pressed at once, a hung worker, a full queue."""
+
 from __future__ import annotations
 
 import re
@@ -28,14 +29,17 @@ def test_a_damaged_voice_list_is_named_on_the_page(live):
 # -- a running fake engine ---------------------------------------------------------------------------
 
 
-
 STATUS = 3
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(16))
 
 
 def _fake_engine(config, **options):
-    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.25},
-                   model_dir=config.model_dir or "preview-stand-in")
+    fake = replace(
+        config,
+        pipeline_factory=FAKE_FACTORY,
+        pipeline_kwargs={"segment_s": 0.25},
+        model_dir=config.model_dir or "preview-stand-in",
+    )
     return Engine(fake, stop_timeout_s=2.0, cancel_grace_s=2.0, **options)
 
 
@@ -44,8 +48,17 @@ def live(tmp_path_factory):
     root = tmp_path_factory.mktemp("live")
     (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
     (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
-    host = ModelHost(HostConfig(models_dir=root / "models", outputs_dir=root / "outputs", cache_dir=root / "cache",
-                                max_queue=2, start_timeout_s=120, preview=False), engine_factory=_fake_engine)
+    host = ModelHost(
+        HostConfig(
+            models_dir=root / "models",
+            outputs_dir=root / "outputs",
+            cache_dir=root / "cache",
+            max_queue=2,
+            start_timeout_s=120,
+            preview=False,
+        ),
+        engine_factory=_fake_engine,
+    )
     host.start()
     assert host.engine.start(wait=True, timeout=120), host.status()
     yield Callbacks(host, Settings(root / "cache"))
@@ -57,8 +70,9 @@ def _generate_in_background(callbacks, prompt, session_id):
     request = SimpleNamespace(session_hash=session_id)
 
     def run():
-        updates.extend(callbacks.generate("en", prompt, "", "", SLOW, "cross_lingual", "", 1, 1.0, False, Session(),
-                                          request))
+        updates.extend(
+            callbacks.generate("en", prompt, "", "", SLOW, "cross_lingual", "", 1, 1.0, False, Session(), request)
+        )
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -95,14 +109,27 @@ def test_only_the_owner_s_stop_reads_stopped(live, prompt):
 
 def test_a_request_over_the_queue_bound_gets_the_place_it_would_have_had_and_when_to_retry(live, prompt):
     engine = live.host.engine
-    from cosyvoice_mac.engine import Job
 
     engine.result(engine.submit(fake_request("One quick job to learn the running time.")), timeout=60)
     thread, _ = _generate_in_background(live, prompt, "first")
     waiting = [engine.submit(fake_request(SLOW)) for _ in range(live.host.config.max_queue)]
     try:
-        refused = list(live.generate("en", prompt, "", "", "Hello.", "cross_lingual", "", 1, 1.0, False, Session(),
-                                     SimpleNamespace(session_hash="late")))
+        refused = list(
+            live.generate(
+                "en",
+                prompt,
+                "",
+                "",
+                "Hello.",
+                "cross_lingual",
+                "",
+                1,
+                1.0,
+                False,
+                Session(),
+                SimpleNamespace(session_hash="late"),
+            )
+        )
         message = refused[-1][STATUS]
         assert "number 3 in line" in message and "Nothing was queued" in message
         assert re.search(r"try again in about \d+ s", message), message

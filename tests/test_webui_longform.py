@@ -1,4 +1,5 @@
 """The page's long-form callbacks through a real engine (fake pipeline): progress, Stop, glossary, errors."""
+
 from __future__ import annotations
 
 import json
@@ -19,8 +20,12 @@ PROGRESS, MESSAGE, AUDIO, FILES = range(4)
 
 
 def _fake_engine(config, **options):
-    fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"segment_s": 0.3},
-                   model_dir=config.model_dir or "preview-stand-in")
+    fake = replace(
+        config,
+        pipeline_factory=FAKE_FACTORY,
+        pipeline_kwargs={"segment_s": 0.3},
+        model_dir=config.model_dir or "preview-stand-in",
+    )
     return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
 
 
@@ -29,14 +34,27 @@ def callbacks(tmp_path_factory, make_speech):
     root = tmp_path_factory.mktemp("ui-longform")
     (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
     (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
-    host = ModelHost(HostConfig(models_dir=root / "models", outputs_dir=root / "outputs", cache_dir=root / "cache",
-                                max_queue=4, start_timeout_s=120, preview=False), engine_factory=_fake_engine)
+    host = ModelHost(
+        HostConfig(
+            models_dir=root / "models",
+            outputs_dir=root / "outputs",
+            cache_dir=root / "cache",
+            max_queue=4,
+            start_timeout_s=120,
+            preview=False,
+        ),
+        engine_factory=_fake_engine,
+    )
     host.start()
     assert host.engine.start(wait=True, timeout=120), host.status()
     page = Callbacks(host, Settings(root / "cache"))
     for name in ("Anna", "Bob"):
-        host.engine.save_voice_from_audio(name, make_speech(f"My name is {name} and this is my voice.", seconds=4.0),
-                                          transcript=f"My name is {name} and this is my voice.", timeout=60)
+        host.engine.save_voice_from_audio(
+            name,
+            make_speech(f"My name is {name} and this is my voice.", seconds=4.0),
+            transcript=f"My name is {name} and this is my voice.",
+            timeout=60,
+        )
     yield page
     host.close()
 
@@ -55,7 +73,8 @@ def test_a_dialogue_reports_progress_after_every_line_and_writes_its_files(callb
     audio, rate = soundfile.read(final[AUDIO])
     timing = json.loads(Path(final[AUDIO]).with_suffix(".timing.json").read_text())["lines"]
     assert [t["voice"] for t in timing] == ["Anna", "Bob", "Anna"] and timing[-1]["end"] * rate == pytest.approx(
-        len(audio), abs=rate * 0.01)
+        len(audio), abs=rate * 0.01
+    )
     assert sum(name.endswith(".wav") for name in final[FILES]) == 4  # the whole and one per line
 
 
@@ -74,8 +93,11 @@ def test_stop_keeps_the_finished_lines(callbacks):
 
 
 def test_bad_input_is_a_message_and_user_text_is_escaped(callbacks):
-    final = list(callbacks.longform.dialogue("en", "<img src=x onerror=alert(1)>\n", [], 0.3, False, False, False, -16,
-                                             _request()))[-1]
+    final = list(
+        callbacks.longform.dialogue(
+            "en", "<img src=x onerror=alert(1)>\n", [], 0.3, False, False, False, -16, _request()
+        )
+    )[-1]
     assert "line 1 has no speaker tag" in final[MESSAGE] and "<img" not in final[MESSAGE]
     final = list(callbacks.longform.dialogue("en", "Zed: hi\n", [], 0.3, False, False, False, -16, _request()))[-1]
     assert "speaker &#x27;Zed&#x27; has no voice" in final[MESSAGE] and final[AUDIO] is None

@@ -1,5 +1,6 @@
 """Cross-site requests are refused: a foreign page's form POST, a rebinding DNS name; the app's own page,
 allowed origins and non-browser clients pass."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,24 +13,30 @@ OWN = "127.0.0.1:7860"
 LOCAL = OriginPolicy.for_server("127.0.0.1")
 
 
-@pytest.mark.parametrize("origin, referer", [
-    ("http://evil.example", None),
-    ("null", None),  # a sandboxed frame or a file:// page
-    ("http://127.0.0.1:7861", None),  # another local app is another origin
-    ("https://127.0.0.1:7860", None),
-    (None, "http://evil.example/attack.html"),
-    (None, "file:///home/me/page.html"),
-])
+@pytest.mark.parametrize(
+    "origin, referer",
+    [
+        ("http://evil.example", None),
+        ("null", None),  # a sandboxed frame or a file:// page
+        ("http://127.0.0.1:7861", None),  # another local app is another origin
+        ("https://127.0.0.1:7860", None),
+        (None, "http://evil.example/attack.html"),
+        (None, "file:///home/me/page.html"),
+    ],
+)
 def test_state_changing_requests_from_another_origin_are_refused(origin, referer):
     why = LOCAL.refusal("POST", OWN, origin, referer)
     assert why and "refused" in why and "--allowed-origin" in why
 
 
-@pytest.mark.parametrize("origin, referer", [
-    ("http://127.0.0.1:7860", None),
-    (None, "http://127.0.0.1:7860/?view=api"),
-    (None, None),  # curl, gradio_client: not a browser's cross-site request
-])
+@pytest.mark.parametrize(
+    "origin, referer",
+    [
+        ("http://127.0.0.1:7860", None),
+        (None, "http://127.0.0.1:7860/?view=api"),
+        (None, None),  # curl, gradio_client: not a browser's cross-site request
+    ],
+)
 def test_the_own_page_and_non_browser_clients_pass(origin, referer):
     assert LOCAL.refusal("POST", OWN, origin, referer) is None
 
@@ -61,8 +68,13 @@ def test_the_middleware_answers_403_and_never_calls_the_app():
     async def send(message):
         sent.append(message)
 
-    scope = {"type": "http", "method": "POST", "path": "/gradio_api/upload", "scheme": "http",
-             "headers": [(b"host", OWN.encode()), (b"origin", b"http://evil.example")]}
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/gradio_api/upload",
+        "scheme": "http",
+        "headers": [(b"host", OWN.encode()), (b"origin", b"http://evil.example")],
+    }
     asyncio.run(OriginGuard(app, LOCAL)(scope, None, send))
     assert called == [] and sent[0]["status"] == 403 and b"evil.example" in sent[1]["body"]
     scope["headers"] = [(b"host", OWN.encode()), (b"origin", b"http://127.0.0.1:7860")]

@@ -1,4 +1,5 @@
 """The page's quick look at a prompt: length, silence, not-audio, limits, without torch in the UI process."""
+
 from __future__ import annotations
 
 import subprocess
@@ -14,8 +15,15 @@ from cosyvoice_mac.webui.prompt_check import inspect_prompt
 
 
 def test_the_limits_are_the_worker_s_limits():
-    for name in ("MIN_SECONDS", "MAX_SECONDS", "TAIL_SECONDS", "MIN_SOURCE_SAMPLE_RATE", "MAX_FILE_SECONDS",
-                 "SILENT_PEAK", "TRIM_TOP_DB"):
+    for name in (
+        "MIN_SECONDS",
+        "MAX_SECONDS",
+        "TAIL_SECONDS",
+        "MIN_SOURCE_SAMPLE_RATE",
+        "MAX_FILE_SECONDS",
+        "SILENT_PEAK",
+        "TRIM_TOP_DB",
+    ):
         assert getattr(prompt_check, name) == getattr(audio, name), name
     assert prompt_check.TRIM_FRAME_SECONDS * audio.TOKENIZER_SAMPLE_RATE == audio.TRIM_FRAME_LENGTH
     assert prompt_check.TRIM_HOP_SECONDS * audio.TOKENIZER_SAMPLE_RATE == audio.TRIM_HOP_LENGTH
@@ -79,9 +87,11 @@ def test_an_m4a_without_a_decoder_is_explained(tmp_path, monkeypatch):
 
 
 def test_the_ui_modules_do_not_import_torch():
-    code = ("import sys; import cosyvoice_mac.webui.callbacks, cosyvoice_mac.webui.layout, cosyvoice_mac.webui.app; "
-            "from cosyvoice_mac.webui.features import detect_features; detect_features(); "
-            "print('torch' in sys.modules)")
+    code = (
+        "import sys; import cosyvoice_mac.webui.callbacks, cosyvoice_mac.webui.layout, cosyvoice_mac.webui.app; "
+        "from cosyvoice_mac.webui.features import detect_features; detect_features(); "
+        "print('torch' in sys.modules)"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"
@@ -91,7 +101,7 @@ def test_the_ui_modules_do_not_import_torch():
 def test_a_wav_with_invalid_samples_is_named_like_the_worker_names_it(make_speech, tmp_path, bad):
     """A float WAV holding NaN or infinity used to crash the check (``index -1 is out of bounds``)."""
     speech, rate = soundfile.read(make_speech("Invalid samples in the middle.", seconds=3.0), dtype="float32")
-    speech[rate:rate + 10] = bad
+    speech[rate : rate + 10] = bad
     path = tmp_path / "bad.wav"
     soundfile.write(path, speech, rate, subtype="FLOAT")
     check = inspect_prompt(path)

@@ -1,5 +1,6 @@
 """`bash run.sh` serves the page on 127.0.0.1 only, says how to get a model when none is installed, and stops
 cleanly on Ctrl-C, leaving no temporary folder behind."""
+
 from __future__ import annotations
 
 import os
@@ -47,8 +48,18 @@ def test_app_serves_the_page_on_localhost_and_exits_cleanly_on_ctrl_c(tmp_path):
     temp_root = tmp_path / "tmp"
     temp_root.mkdir()
     server = subprocess.Popen(
-        ["bash", "run.sh", "--port", str(port), "--models-dir", str(tmp_path / "models"),
-         "--outputs-dir", str(tmp_path / "outputs"), "--cache-dir", str(tmp_path / "cache")],
+        [
+            "bash",
+            "run.sh",
+            "--port",
+            str(port),
+            "--models-dir",
+            str(tmp_path / "models"),
+            "--outputs-dir",
+            str(tmp_path / "outputs"),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+        ],
         cwd=REPO_ROOT,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,

@@ -1,4 +1,5 @@
 """The interface's two languages: the same keys, no English left in the Chinese table, every key used exists."""
+
 from __future__ import annotations
 
 import re
@@ -12,8 +13,24 @@ from cosyvoice_mac.webui import strings
 
 WEBUI = Path(strings.__file__).parent
 # Names and codes that stay as they are in Chinese text: product and format names, units, commands.
-KEPT_IN_CHINESE = {"CosyVoice", "CosyVoice3", "Mac", "WAV", "MP3", "FLAC", "M4A", "ffmpeg", "Linux", "GB",
-                   "Core", "ML", "PyTorch", "GPU", "CPU", "macOS"}  # product names stay as they are
+KEPT_IN_CHINESE = {
+    "CosyVoice",
+    "CosyVoice3",
+    "Mac",
+    "WAV",
+    "MP3",
+    "FLAC",
+    "M4A",
+    "ffmpeg",
+    "Linux",
+    "GB",
+    "Core",
+    "ML",
+    "PyTorch",
+    "GPU",
+    "CPU",
+    "macOS",
+}  # product names stay as they are
 
 
 def _placeholders(entry: str) -> set[str]:

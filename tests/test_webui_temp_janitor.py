@@ -1,5 +1,6 @@
 """Gradio's temporary folder is bounded by age: old uploads and result copies go, recent ones and the copies
 queued jobs hold stay."""
+
 from __future__ import annotations
 
 import os

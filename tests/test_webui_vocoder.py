@@ -1,4 +1,5 @@
 """The vocoder menu: torch or Core ML with compute units; off macOS the worker says why torch stays."""
+
 from __future__ import annotations
 
 import sys
@@ -28,8 +29,9 @@ def test_menu_offers_torch_and_each_compute_unit_in_both_languages(tmp_path):
 
 
 def test_worker_config_carries_the_choice(tmp_path):
-    host = ModelHost(HostConfig(models_dir=tmp_path, outputs_dir=tmp_path / "out", preview=False,
-                                vocoder="coreml:CPU_AND_NE"))
+    host = ModelHost(
+        HostConfig(models_dir=tmp_path, outputs_dir=tmp_path / "out", preview=False, vocoder="coreml:CPU_AND_NE")
+    )
     choice = type("Choice", (), {"is_preview": False, "path": tmp_path, "name": "m"})()
     config = host._worker_config(choice)
     assert (config.vocoder, config.compute_units) == ("coreml", "CPU_AND_NE")
@@ -46,8 +48,15 @@ def test_status_panel_names_the_vocoder_or_why_not(tmp_path):
 @pytest.mark.skipif(sys.platform == "darwin", reason="on macOS Core ML may really load; covered by the mac tests")
 def test_engine_asked_for_core_ml_off_macos_keeps_torch_and_says_why(tmp_path, make_speech):
     model = make_tiny_model_dir("cosyvoice3", tmp_path / "m")
-    config = WorkerConfig(model_dir=str(model), device="cpu", outputs_dir=str(tmp_path / "out"),
-                          cache_dir=str(tmp_path / "cache"), torch_threads=1, vocoder="coreml", compute_units="ALL")
+    config = WorkerConfig(
+        model_dir=str(model),
+        device="cpu",
+        outputs_dir=str(tmp_path / "out"),
+        cache_dir=str(tmp_path / "cache"),
+        torch_threads=1,
+        vocoder="coreml",
+        compute_units="ALL",
+    )
     engine = Engine(config, stop_timeout_s=5.0, start_timeout_s=DEADLINE)
     try:
         assert engine.start(timeout=DEADLINE), engine.status()

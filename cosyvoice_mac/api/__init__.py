@@ -3,18 +3,37 @@
 Both are served by the page's own server (:func:`serve_page`): one process, one engine, one queue.
 ``engine_link`` is the only module here that knows the engine and the request contract.
 """
+
 from __future__ import annotations
 
 from cosyvoice_mac.api.auth import KEY_VARIABLE, ApiAccess, is_loopback
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.server import ApiSettings, RunningServer, build_server_app
 
-__all__ = ["KEY_VARIABLE", "ApiAccess", "ApiSettings", "EngineLink", "RunningServer", "build_server_app",
-           "is_loopback", "serve_page"]
+__all__ = [
+    "KEY_VARIABLE",
+    "ApiAccess",
+    "ApiSettings",
+    "EngineLink",
+    "RunningServer",
+    "build_server_app",
+    "is_loopback",
+    "serve_page",
+]
 
 
-def serve_page(page, model_host, *, bind_host: str, port: int, api_key: str | None, max_queue: int,
-               upload_limit_bytes: int, origin_policy=None, **gradio_options) -> RunningServer:
+def serve_page(
+    page,
+    model_host,
+    *,
+    bind_host: str,
+    port: int,
+    api_key: str | None,
+    max_queue: int,
+    upload_limit_bytes: int,
+    origin_policy=None,
+    **gradio_options,
+) -> RunningServer:
     """Add the public Gradio endpoints to ``page``, queue it, mount it with ``/v1`` and start serving.
 
     ``origin_policy`` (webui.origin_guard) refuses cross-site requests to the page and ``/v1`` alike.
@@ -29,6 +48,7 @@ def serve_page(page, model_host, *, bind_host: str, port: int, api_key: str | No
     # Generate is not limited by Gradio (the engine's queue is the bound); this only backs up the other
     # queued events (saving a voice, transcribing), so it is far above what Generate ever leaves waiting.
     page.queue(max_size=max(64, max_queue * 4), api_open=False)
-    app = build_server_app(page, link, ApiSettings(access, upload_limit_bytes), origin_policy=origin_policy,
-                           **gradio_options)
+    app = build_server_app(
+        page, link, ApiSettings(access, upload_limit_bytes), origin_policy=origin_policy, **gradio_options
+    )
     return RunningServer(app, bind_host, port)

@@ -5,6 +5,7 @@ FLAC). Streams are sent as the model makes them: ``pcm`` is raw 16-bit little-en
 sends it; ``wav`` is the same samples behind a header whose sizes say "unknown length" (0xFFFFFFFF),
 which players and decoders read as a stream.
 """
+
 from __future__ import annotations
 
 import io
@@ -51,8 +52,16 @@ def pcm16(samples: np.ndarray) -> bytes:
 def streaming_wav_header(sample_rate: int) -> bytes:
     """A mono 16-bit WAV header for a stream of unknown length."""
     fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
-    return (b"RIFF" + struct.pack("<I", UNKNOWN_SIZE) + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
-            + b"data" + struct.pack("<I", UNKNOWN_SIZE))
+    return (
+        b"RIFF"
+        + struct.pack("<I", UNKNOWN_SIZE)
+        + b"WAVE"
+        + b"fmt "
+        + struct.pack("<I", len(fmt))
+        + fmt
+        + b"data"
+        + struct.pack("<I", UNKNOWN_SIZE)
+    )
 
 
 def _clean(samples: np.ndarray) -> np.ndarray:

@@ -5,6 +5,7 @@ Bound to a loopback address, the API is open unless a key was set. Bound to any 
 without one configured, every ``/v1`` request is refused with the reason, so a server opened to the
 network never serves the model to anyone who finds the port.
 """
+
 from __future__ import annotations
 
 import hmac
@@ -54,12 +55,16 @@ class ApiAccess:
         if not self.key_required:
             return
         if self.refuses_all:
-            raise ApiError(403, f"this server listens on {self.bind_host}, beyond this computer, and has no API key, "
-                           f"so the API is off; restart it with --api-key KEY (or set {KEY_VARIABLE})",
-                           code="api_key_not_configured")
+            raise ApiError(
+                403,
+                f"this server listens on {self.bind_host}, beyond this computer, and has no API key, "
+                f"so the API is off; restart it with --api-key KEY (or set {KEY_VARIABLE})",
+                code="api_key_not_configured",
+            )
         scheme, _, given = request.headers.get("authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not given:
-            raise ApiError(401, "this API needs a key: send the header 'Authorization: Bearer <key>'",
-                           code="missing_api_key")
+            raise ApiError(
+                401, "this API needs a key: send the header 'Authorization: Bearer <key>'", code="missing_api_key"
+            )
         if not hmac.compare_digest(given.strip().encode("utf-8"), self.api_key.encode("utf-8")):
             raise ApiError(401, "the API key is not the one this server was started with", code="invalid_api_key")

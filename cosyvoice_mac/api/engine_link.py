@@ -5,6 +5,7 @@ their jobs, find voices and models, submit, follow and cancel through :class:`En
 of the engine's contract is a change of this module only. Errors come out as :class:`ApiError` with
 the HTTP status the client should see.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -21,8 +22,8 @@ from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull, TaskFai
 from cosyvoice_mac.engine import jobs as engine_jobs
 from cosyvoice_mac.engine.messages import Cancelled, Done, Failed, Progress
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
+from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import render_prompt_check
 from cosyvoice_mac.webui.state import PREVIEW, ModelHost
@@ -33,8 +34,15 @@ LOADING_STATES = ("starting", "restarting")
 POLL_S = 0.02
 VOICE_TASK_TIMEOUT_S = 900.0
 # The contract's field names -> this API's body fields.
-PARAMS = {"text": "input", "voice": "voice", "transcript": "prompt_text", "instruct": "instructions",
-          "mode": "instructions", "seed": "seed", "speed": "speed"}
+PARAMS = {
+    "text": "input",
+    "voice": "voice",
+    "transcript": "prompt_text",
+    "instruct": "instructions",
+    "mode": "instructions",
+    "seed": "seed",
+    "speed": "speed",
+}
 
 
 @dataclass(frozen=True)
@@ -77,20 +85,29 @@ class EngineLink:
     def _engine(self):
         engine = self.host.engine
         if engine is None:
-            raise ApiError(503, "no model is running; install one (bash run.sh download cosyvoice3) or start the "
-                           "preview voice", code="model_unavailable", headers={"Retry-After": "30"})
+            raise ApiError(
+                503,
+                "no model is running; install one (bash run.sh download cosyvoice3) or start the preview voice",
+                code="model_unavailable",
+                headers={"Retry-After": "30"},
+            )
         return engine
 
     def check_ready(self, wait_for_model: bool = False) -> None:
         """503 while the model loads (unless the caller will wait for it) or after it failed to start."""
         state = self.host.status().get("state")
         if state in LOADING_STATES and not wait_for_model:
-            raise ApiError(503, "the model is loading; try again in a few seconds", code="model_loading",
-                           headers={"Retry-After": "5"})
+            raise ApiError(
+                503,
+                "the model is loading; try again in a few seconds",
+                code="model_loading",
+                headers={"Retry-After": "5"},
+            )
         if state in ("error", "stopped", "closed"):
             reason = self.host.status().get("last_error") or "it is not running"
-            raise ApiError(503, f"the model is not available: {reason}", code="model_unavailable",
-                           headers={"Retry-After": "30"})
+            raise ApiError(
+                503, f"the model is not available: {reason}", code="model_unavailable", headers={"Retry-After": "30"}
+            )
 
     @property
     def uses_preview(self) -> bool:
@@ -104,11 +121,18 @@ class EngineLink:
         for choice in self.host.choices():
             folder = choice.path
             created = int(folder.stat().st_mtime) if folder is not None and folder.exists() else 0
-            listed.append({"id": PREVIEW if choice.is_preview else choice.name, "object": "model",
-                           "created": created, "owned_by": "cosyvoice-mac", "version": choice.version,
-                           "loaded": current is not None and choice.name == current.name,
-                           "preview": choice.is_preview,
-                           **({"label": PREVIEW_LABEL} if choice.is_preview else {})})
+            listed.append(
+                {
+                    "id": PREVIEW if choice.is_preview else choice.name,
+                    "object": "model",
+                    "created": created,
+                    "owned_by": "cosyvoice-mac",
+                    "version": choice.version,
+                    "loaded": current is not None and choice.name == current.name,
+                    "preview": choice.is_preview,
+                    **({"label": PREVIEW_LABEL} if choice.is_preview else {}),
+                }
+            )
         return listed
 
     def check_model(self, model: str) -> None:
@@ -118,13 +142,16 @@ class EngineLink:
         known = {entry["id"]: entry for entry in self.models()}
         if model not in known:
             names = ", ".join(list(known) + list(OPENAI_MODEL_ALIASES))
-            raise ApiError(404, f"there is no model {model!r}; known: {names}", code="model_not_found",
-                           param="model")
+            raise ApiError(404, f"there is no model {model!r}; known: {names}", code="model_not_found", param="model")
         if not known[model]["loaded"]:
             loaded = next((name for name, entry in known.items() if entry["loaded"]), "none")
-            raise ApiError(409, f"model {model!r} is installed but not loaded (the loaded one is {loaded!r}); "
-                           "switch it on the page, or ask for the loaded one", code="model_not_loaded",
-                           param="model")
+            raise ApiError(
+                409,
+                f"model {model!r} is installed but not loaded (the loaded one is {loaded!r}); "
+                "switch it on the page, or ask for the loaded one",
+                code="model_not_loaded",
+                param="model",
+            )
 
     # -- voices ------------------------------------------------------------------------------------
     def voices(self) -> list[dict]:
@@ -134,8 +161,19 @@ class EngineLink:
             raise ApiError(500, str(error), code="voice_library_unreadable") from error
         listed = [_describe_voice(entry) for entry in entries]
         if self.uses_preview:
-            listed.insert(0, {"id": PREVIEW_VOICE, "object": "audio.voice", "name": PREVIEW_VOICE, "created_at": 0,
-                              "type": "builtin", "preview": True, "label": PREVIEW_LABEL, "transcript": None})
+            listed.insert(
+                0,
+                {
+                    "id": PREVIEW_VOICE,
+                    "object": "audio.voice",
+                    "name": PREVIEW_VOICE,
+                    "created_at": 0,
+                    "type": "builtin",
+                    "preview": True,
+                    "label": PREVIEW_LABEL,
+                    "transcript": None,
+                },
+            )
         return listed
 
     def find_voice(self, reference: str) -> str | None:
@@ -146,8 +184,12 @@ class EngineLink:
             if entry["id"] != PREVIEW_VOICE and reference in (entry["id"], entry["name"]):
                 return entry["name"]
         known = ", ".join(entry["name"] for entry in self.voices()) or "none saved yet"
-        raise ApiError(404, f"there is no voice {reference!r} (known: {known}); create one with POST /v1/voices",
-                       code="voice_not_found", param="voice")
+        raise ApiError(
+            404,
+            f"there is no voice {reference!r} (known: {known}); create one with POST /v1/voices",
+            code="voice_not_found",
+            param="voice",
+        )
 
     def create_voice(self, name: str, audio_path: str, transcript: str | None) -> dict:
         """Save a recording as a named voice (the worker prepares its features). Blocking."""
@@ -165,8 +207,9 @@ class EngineLink:
             raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
         except EngineError as error:
             status = 409 if "already exists" in str(error) else 400
-            raise ApiError(status, str(error), code="voice_exists" if status == 409 else "invalid_voice",
-                           param="name") from error
+            raise ApiError(
+                status, str(error), code="voice_exists" if status == 409 else "invalid_voice", param="name"
+            ) from error
         return _describe_voice(entry)
 
     def delete_voice(self, reference: str) -> dict:
@@ -190,8 +233,14 @@ class EngineLink:
             voice = Voice.builtin() if order.voice is None else engine.voice(order.voice)
             if order.prompt_text:  # the client's own transcript of the saved recording
                 voice = Voice.saved_voice(voice.saved, transcript=order.prompt_text)
-            request = Request.build(order.text, voice, instruct=order.instructions or None, seed=order.seed,
-                                    speed=order.speed, stream=order.stream)
+            request = Request.build(
+                order.text,
+                voice,
+                instruct=order.instructions or None,
+                seed=order.seed,
+                speed=order.speed,
+                stream=order.stream,
+            )
         except RequestError as error:
             raise _contract_error(error) from error
         except VoiceError as error:
@@ -204,8 +253,12 @@ class EngineLink:
             if feed is not None:
                 engine.unsubscribe(feed)
             if isinstance(error, QueueFull):
-                raise ApiError(429, f"{error}; retry after the time in the Retry-After header", code="queue_full",
-                               headers={"Retry-After": str(self.retry_after_s())}) from error
+                raise ApiError(
+                    429,
+                    f"{error}; retry after the time in the Retry-After header",
+                    code="queue_full",
+                    headers={"Retry-After": str(self.retry_after_s())},
+                ) from error
             raise _contract_error(error) from error
         return Ticket(job.job_id, feed)
 
@@ -248,8 +301,9 @@ class EngineLink:
             return self._outcome(failure.event)
         except TimeoutError:
             self.cancel(ticket.job_id)
-            raise ApiError(503, f"the job did not finish within {timeout:g} s; it was cancelled",
-                           code="timeout") from None
+            raise ApiError(
+                503, f"the job did not finish within {timeout:g} s; it was cancelled", code="timeout"
+            ) from None
         return self._outcome(Done(ticket.job_id, result))
 
     def cancel(self, job_id: str) -> None:
@@ -272,8 +326,9 @@ class EngineLink:
                 self._job_seconds = 0.7 * self._job_seconds + 0.3 * float(seconds)
             return event.result
         if isinstance(event, Cancelled):
-            raise ApiError(503, f"the job was cancelled: {event.message}", code="cancelled",
-                           headers={"Retry-After": "5"})
+            raise ApiError(
+                503, f"the job was cancelled: {event.message}", code="cancelled", headers={"Retry-After": "5"}
+            )
         if isinstance(event, Failed) and event.traceback:  # the model crashed: the message, never the traceback
             raise ApiError(500, event.message, code="synthesis_failed")
         raise bad_request(f"the model refused this request: {event.message}", "synthesis_refused", "input")
@@ -281,9 +336,16 @@ class EngineLink:
 
 def _describe_voice(entry: dict) -> dict:
     """A library entry in the shape of OpenAI's voice object, plus our own facts."""
-    return {"id": voice_id(entry["name"]), "object": "audio.voice", "name": entry["name"],
-            "created_at": int(entry.get("created") or 0), "type": "audio_sample", "preview": False,
-            "transcript": entry.get("transcript"), "model": entry.get("model_id")}
+    return {
+        "id": voice_id(entry["name"]),
+        "object": "audio.voice",
+        "name": entry["name"],
+        "created_at": int(entry.get("created") or 0),
+        "type": "audio_sample",
+        "preview": False,
+        "transcript": entry.get("transcript"),
+        "model": entry.get("model_id"),
+    }
 
 
 def samples_of(result: JobResult) -> tuple[np.ndarray, int]:

@@ -5,6 +5,7 @@ Every failure a client can cause or meet becomes an :class:`ApiError`; the handl
 that JSON. A client never sees a traceback: an unexpected exception is logged here and answered with a
 500 that says so.
 """
+
 from __future__ import annotations
 
 import logging
@@ -17,9 +18,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 LOG = logging.getLogger("cosyvoice_mac.api")
 
 # OpenAI's error types, by status.
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               405: "invalid_request_error", 409: "invalid_request_error", 413: "invalid_request_error",
-               429: "rate_limit_error", 503: "server_error", 500: "server_error"}
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    409: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_error",
+    500: "server_error",
+}
 
 HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
@@ -28,15 +37,22 @@ class ApiError(Exception):
     """A request that cannot be served, with the status, the check that failed (``code``), the body
     field it concerns (``param``) and any headers the answer needs (``Retry-After``)."""
 
-    def __init__(self, status: int, message: str, *, code: str, param: str | None = None,
-                 headers: dict[str, str] | None = None):
+    def __init__(
+        self, status: int, message: str, *, code: str, param: str | None = None, headers: dict[str, str] | None = None
+    ):
         super().__init__(message)
         self.status, self.message, self.code, self.param = status, message, code, param
         self.headers = dict(headers or {})
 
     def body(self) -> dict:
-        return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
-                          "param": self.param, "code": self.code}}
+        return {
+            "error": {
+                "message": self.message,
+                "type": ERROR_TYPES.get(self.status, "invalid_request_error"),
+                "param": self.param,
+                "code": self.code,
+            }
+        }
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
@@ -69,8 +85,11 @@ def install_error_handlers(app: FastAPI, prefix: str) -> None:
         LOG.exception("unexpected error answering %s %s", request.method, request.url.path)
         if not request.url.path.startswith(prefix):
             return PlainTextResponse("Internal Server Error", status_code=500)
-        return ApiError(500, f"the server failed on this request ({type(error).__name__}); the server log has "
-                        "the details", code="internal_error").response()
+        return ApiError(
+            500,
+            f"the server failed on this request ({type(error).__name__}); the server log has the details",
+            code="internal_error",
+        ).response()
 
 
 def _describe_validation(error: RequestValidationError) -> ApiError:
@@ -85,8 +104,11 @@ def _describe_validation(error: RequestValidationError) -> ApiError:
     if kind == "missing":
         return bad_request(f"'{param}' is required", "missing_field", param)
     if kind == "extra_forbidden":
-        return bad_request(f"'{param}' is not a parameter of this endpoint (no request may name a server-side "
-                           "file or setting)", "unknown_parameter", param)
+        return bad_request(
+            f"'{param}' is not a parameter of this endpoint (no request may name a server-side file or setting)",
+            "unknown_parameter",
+            param,
+        )
     if kind in ("json_invalid", "model_attributes_type"):
         return bad_request("the request body must be a JSON object", "invalid_json")
     return bad_request(f"'{param}': {first.get('msg', 'invalid value')}", "invalid_value", param)

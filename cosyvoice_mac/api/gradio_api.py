@@ -5,6 +5,7 @@ the page's own business and hidden from ``view_api()`` and from the Gradio clien
 saved WAV (downloaded by the client) and the job's facts; the job goes through the same engine queue
 as the page's Generate button and the HTTP API.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,9 @@ SYNTHESIZE_TIMEOUT_S = 1800.0
 def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, concurrency: int) -> None:
     """Add the public endpoints (and, when the API needs a key, a line saying so) to ``page``; hide the rest."""
 
-    def synthesize(text: str, voice: str, instructions: str, prompt_text: str, seed: float,
-                   speed: float) -> tuple[str, dict]:
+    def synthesize(
+        text: str, voice: str, instructions: str, prompt_text: str, seed: float, speed: float
+    ) -> tuple[str, dict]:
         """Speak a text in a saved voice; the WAV is saved in outputs/ like the page's results.
 
         Args:
@@ -37,18 +39,30 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
             the WAV file, and its facts: file name, seed, duration_s, sample_rate, mode, model, notes, job_id
         """
         try:
-            order = SpeechOrder(text=text or "", voice=link.find_voice((voice or "").strip()),
-                                instructions=instructions or None, prompt_text=prompt_text or None,
-                                seed=_whole(seed), speed=1.0 if speed is None else float(speed),
-                                interface="gradio_api")
+            order = SpeechOrder(
+                text=text or "",
+                voice=link.find_voice((voice or "").strip()),
+                instructions=instructions or None,
+                prompt_text=prompt_text or None,
+                seed=_whole(seed),
+                speed=1.0 if speed is None else float(speed),
+                interface="gradio_api",
+            )
             result = link.run(order, timeout=SYNTHESIZE_TIMEOUT_S)
         except ApiError as error:
             raise gr.Error(error.message, print_exception=False) from None
         if not result.output_path:
             raise gr.Error(f"the audio was made but not saved: {result.output_error}", print_exception=False)
-        facts = {"file": Path(result.output_path).name, "seed": result.seed, "duration_s": round(result.duration_s, 3),
-                 "sample_rate": result.sample_rate, "mode": result.mode, "model": result.model,
-                 "notes": list(result.notes), "job_id": result.job_id}
+        facts = {
+            "file": Path(result.output_path).name,
+            "seed": result.seed,
+            "duration_s": round(result.duration_s, 3),
+            "sample_rate": result.sample_rate,
+            "mode": result.mode,
+            "model": result.model,
+            "notes": list(result.notes),
+            "job_id": result.job_id,
+        }
         return result.output_path, facts
 
     def voices() -> list[dict]:
@@ -59,13 +73,25 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         if access.key_required:
             gr.Markdown(_key_notice(access), elem_id="cv-api-notice")
         with gr.Column(visible=False):
-            inputs = [gr.Textbox(label="text"), gr.Textbox(label="voice", value=""),
-                      gr.Textbox(label="instructions", value=""), gr.Textbox(label="prompt_text", value=""),
-                      gr.Number(label="seed", value=-1, precision=0), gr.Number(label="speed", value=1.0)]
+            inputs = [
+                gr.Textbox(label="text"),
+                gr.Textbox(label="voice", value=""),
+                gr.Textbox(label="instructions", value=""),
+                gr.Textbox(label="prompt_text", value=""),
+                gr.Number(label="seed", value=-1, precision=0),
+                gr.Number(label="speed", value=1.0),
+            ]
             outputs = [gr.File(label="audio"), gr.JSON(label="metadata")]
             trigger = gr.Button()
-        trigger.click(synthesize, inputs, outputs, api_name="synthesize", api_visibility="public",
-                      concurrency_id="api-synthesize", concurrency_limit=concurrency)
+        trigger.click(
+            synthesize,
+            inputs,
+            outputs,
+            api_name="synthesize",
+            api_visibility="public",
+            concurrency_id="api-synthesize",
+            concurrency_limit=concurrency,
+        )
         gr.api(voices, api_name="voices", api_visibility="public", queue=False)
     for function in page.fns.values():
         if function.api_name not in PUBLIC_ENDPOINTS:
@@ -74,8 +100,10 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
 
 def _key_notice(access: ApiAccess) -> str:
     if access.refuses_all:
-        return (f"**API:** this page listens on `{access.bind_host}` without an API key, so the `/v1` API is off. "
-                "Restart with `--api-key KEY` (or set `COSYVOICE_API_KEY`) to turn it on.")
+        return (
+            f"**API:** this page listens on `{access.bind_host}` without an API key, so the `/v1` API is off. "
+            "Restart with `--api-key KEY` (or set `COSYVOICE_API_KEY`) to turn it on."
+        )
     return "**API:** `/v1` requests need the header `Authorization: Bearer <your API key>`."
 
 

@@ -5,6 +5,7 @@ a stream of server-sent events: ``progress`` after every line (done, total, seco
 with the result's files (download them from ``/v1/longform/files/{name}``) or ``error``. A client that
 disconnects stops the job between lines; what was finished is kept, labelled partial.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -74,28 +75,65 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
         _checked(lambda: dialogue.check_cast(lines, body.cast, known), "cast")
         post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
         speaker = speak()
-        return _stream(request, speaker, lambda on_progress, should_stop: run_dialogue(
-            body.script, body.cast, known, speaker, _stem(folder, "dialogue"), pause_s=body.pause_s, seed=body.seed,
-            per_line_files=body.per_line_files, post=post, on_progress=on_progress, should_stop=should_stop))
+        return _stream(
+            request,
+            speaker,
+            lambda on_progress, should_stop: run_dialogue(
+                body.script,
+                body.cast,
+                known,
+                speaker,
+                _stem(folder, "dialogue"),
+                pause_s=body.pause_s,
+                seed=body.seed,
+                per_line_files=body.per_line_files,
+                post=post,
+                on_progress=on_progress,
+                should_stop=should_stop,
+            ),
+        )
 
     @router.post("/longform/dub")
-    async def longform_dub(request: Request, subtitles_file: UploadFile = File(..., alias="file"),
-                           voice: str = Form(...), speed_limit: float = Form(1.5), seed: int | None = Form(None),
-                           loudness_lufs: float | None = Form(None)):
+    async def longform_dub(
+        request: Request,
+        subtitles_file: UploadFile = File(..., alias="file"),
+        voice: str = Form(...),
+        speed_limit: float = Form(1.5),
+        seed: int | None = Form(None),
+        loudness_lufs: float | None = Form(None),
+    ):
         data = await _read(subtitles_file)
         _checked(lambda: subtitles.parse_srt(data), "file")
         _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
         post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
         name = link.find_voice(voice)
         speaker = speak(name)
-        return _stream(request, speaker, lambda on_progress, should_stop: run_dub(
-            data, name, speaker, _stem(folder, "dub"), speed_limit=speed_limit, seed=seed, post=post,
-            on_progress=on_progress, should_stop=should_stop))
+        return _stream(
+            request,
+            speaker,
+            lambda on_progress, should_stop: run_dub(
+                data,
+                name,
+                speaker,
+                _stem(folder, "dub"),
+                speed_limit=speed_limit,
+                seed=seed,
+                post=post,
+                on_progress=on_progress,
+                should_stop=should_stop,
+            ),
+        )
 
     @router.post("/longform/batch")
-    async def longform_batch(request: Request, lines_file: UploadFile = File(..., alias="file"),
-                             voice: str | None = Form(None), name: str = Form(...), seed: int | None = Form(None),
-                             trim: bool = Form(False), loudness_lufs: float | None = Form(None)):
+    async def longform_batch(
+        request: Request,
+        lines_file: UploadFile = File(..., alias="file"),
+        voice: str | None = Form(None),
+        name: str = Form(...),
+        seed: int | None = Form(None),
+        trim: bool = Form(False),
+        loudness_lufs: float | None = Form(None),
+    ):
         if not _FILE_NAME.fullmatch(name) or ".." in name:
             raise bad_request("the batch name may use letters, digits, '.', '_' and '-' only", "bad_name", "name")
         data, kind = await _read(lines_file), Path(lines_file.filename or "").suffix.lower().lstrip(".")
@@ -103,11 +141,26 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
         post = _checked(lambda: PostSettings(trim, loudness_lufs), "loudness_lufs")
         default = link.find_voice(voice) if voice else None
         speaker = speak(default)
-        settings = {"model": link.host.current.name if link.host.current else None,
-                    "glossary": [entry.key for entry in speaker.glossary]}
-        return _stream(request, speaker, lambda on_progress, should_stop: run_batch(
-            data, kind, folder / "batches" / name, speaker, voice=default, settings=settings, seed=seed, post=post,
-            on_progress=on_progress, should_stop=should_stop))
+        settings = {
+            "model": link.host.current.name if link.host.current else None,
+            "glossary": [entry.key for entry in speaker.glossary],
+        }
+        return _stream(
+            request,
+            speaker,
+            lambda on_progress, should_stop: run_batch(
+                data,
+                kind,
+                folder / "batches" / name,
+                speaker,
+                voice=default,
+                settings=settings,
+                seed=seed,
+                post=post,
+                on_progress=on_progress,
+                should_stop=should_stop,
+            ),
+        )
 
     @router.get("/longform/files/{name}")
     async def longform_file(name: str):
@@ -123,8 +176,9 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
 
     @router.put("/glossary")
     async def put_glossary(body: GlossaryBody):
-        entries = _checked(lambda: check_entries([GlossaryEntry(r.key, r.replacement, r.language)
-                                                  for r in body.entries]), "entries")
+        entries = _checked(
+            lambda: check_entries([GlossaryEntry(r.key, r.replacement, r.language) for r in body.entries]), "entries"
+        )
         saved = glossary.replace(entries)
         return {"object": "list", "data": [entry.__dict__ for entry in saved]}
 
@@ -183,9 +237,15 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
                 continue
             if progress is None:
                 break
-            yield _event("progress", {"done": progress.done, "total": progress.total,
-                                      "elapsed_s": round(progress.elapsed_s, 2),
-                                      "left_s": None if progress.left_s is None else round(progress.left_s, 1)})
+            yield _event(
+                "progress",
+                {
+                    "done": progress.done,
+                    "total": progress.total,
+                    "elapsed_s": round(progress.elapsed_s, 2),
+                    "left_s": None if progress.left_s is None else round(progress.left_s, 1),
+                },
+            )
     finally:
         if thread.is_alive():  # the client went away: stop between lines, cancel the line in flight
             stop.set()
@@ -196,8 +256,17 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
         yield _event("error", {"message": message})
         return
     result = outcome["result"]
-    yield _event("done", {"kind": result.kind, "done": result.done, "total": result.total, "partial": result.stopped,
-                          "files": [Path(path).name for path in result.files], "report": result.report})
+    yield _event(
+        "done",
+        {
+            "kind": result.kind,
+            "done": result.done,
+            "total": result.total,
+            "partial": result.stopped,
+            "files": [Path(path).name for path in result.files],
+            "report": result.report,
+        },
+    )
 
 
 def _event(kind: str, data: dict) -> bytes:

@@ -4,6 +4,7 @@ Request bodies are checked for shape here (unknown fields are refused, so no req
 server-side file or setting); everything about the engine and the request contract goes through
 :class:`~cosyvoice_mac.api.engine_link.EngineLink`.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -67,10 +68,14 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
             return Response(encoded, media_type=audio_formats.media_type(response_format), headers=headers)
         first = await _next(pieces, request)  # an early failure still gets its own status
         if stream_format == "sse":
-            return StreamingResponse(_sse(first, pieces, response_format, len(order.text)),
-                                     media_type="text/event-stream", headers=headers)
-        return StreamingResponse(_chunks(first, pieces, response_format),
-                                 media_type=audio_formats.media_type(response_format), headers=headers)
+            return StreamingResponse(
+                _sse(first, pieces, response_format, len(order.text)), media_type="text/event-stream", headers=headers
+            )
+        return StreamingResponse(
+            _chunks(first, pieces, response_format),
+            media_type=audio_formats.media_type(response_format),
+            headers=headers,
+        )
 
     @router.get("/voices")
     @router.get("/audio/voices", include_in_schema=False)
@@ -79,9 +84,13 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
 
     @router.post("/voices")
     @router.post("/audio/voices", include_in_schema=False)
-    async def create_voice(name: str = Form(...), transcript: str | None = Form(None),
-                           audio: UploadFile | None = File(None), audio_sample: UploadFile | None = File(None),
-                           consent: str | None = Form(None)):
+    async def create_voice(
+        name: str = Form(...),
+        transcript: str | None = Form(None),
+        audio: UploadFile | None = File(None),
+        audio_sample: UploadFile | None = File(None),
+        consent: str | None = Form(None),
+    ):
         upload = audio or audio_sample
         if upload is None:
             raise bad_request("send the recording as the multipart file field 'audio'", "missing_field", "audio")
@@ -111,8 +120,10 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
     @router.get("/models/{model_id}")
     async def get_model(model_id: str):
         link.check_model(model_id)
-        return next((entry for entry in link.models() if entry["id"] == model_id),
-                    {"id": model_id, "object": "model", "owned_by": "cosyvoice-mac", "alias": True})
+        return next(
+            (entry for entry in link.models() if entry["id"] == model_id),
+            {"id": model_id, "object": "model", "owned_by": "cosyvoice-mac", "alias": True},
+        )
 
     return router
 
@@ -120,20 +131,36 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
 def _order(link: EngineLink, body: SpeechBody) -> tuple[SpeechOrder, str, str]:
     """The body's choices checked against what this server offers (the contract checks come at submit)."""
     if body.response_format not in audio_formats.FORMATS:
-        raise bad_request(f"response_format {body.response_format!r} is not supported; use one of "
-                          f"{', '.join(audio_formats.FORMATS)}", "unsupported_response_format", "response_format")
+        raise bad_request(
+            f"response_format {body.response_format!r} is not supported; use one of {', '.join(audio_formats.FORMATS)}",
+            "unsupported_response_format",
+            "response_format",
+        )
     if body.stream_format not in STREAM_FORMATS:
-        raise bad_request(f"stream_format {body.stream_format!r} is not supported; use one of "
-                          f"{', '.join(STREAM_FORMATS)}", "unsupported_stream_format", "stream_format")
+        raise bad_request(
+            f"stream_format {body.stream_format!r} is not supported; use one of {', '.join(STREAM_FORMATS)}",
+            "unsupported_stream_format",
+            "stream_format",
+        )
     stream = body.stream or body.stream_format == "sse"
     if stream and body.response_format not in audio_formats.STREAMABLE:
-        raise bad_request(f"streaming sends {' or '.join(audio_formats.STREAMABLE)} (audio that can be played "
-                          f"before it is complete); {body.response_format} comes whole: leave stream off",
-                          "unsupported_stream_response_format", "response_format")
+        raise bad_request(
+            f"streaming sends {' or '.join(audio_formats.STREAMABLE)} (audio that can be played "
+            f"before it is complete); {body.response_format} comes whole: leave stream off",
+            "unsupported_stream_response_format",
+            "response_format",
+        )
     link.check_model(body.model)
     reference = body.voice.id if isinstance(body.voice, VoiceReference) else body.voice
-    order = SpeechOrder(text=body.input, voice=link.find_voice(reference), instructions=body.instructions,
-                        prompt_text=body.prompt_text, seed=body.seed, speed=body.speed, stream=stream)
+    order = SpeechOrder(
+        text=body.input,
+        voice=link.find_voice(reference),
+        instructions=body.instructions,
+        prompt_text=body.prompt_text,
+        seed=body.seed,
+        speed=body.speed,
+        stream=stream,
+    )
     return order, body.response_format, body.stream_format
 
 
@@ -186,8 +213,12 @@ async def _sse(first, pieces: AsyncIterator, response_format: str, characters: i
     except ApiError as error:  # the status line is long gone: the failure travels as an event
         yield _event({"type": "error", **error.body()})
         return
-    yield _event({"type": "speech.audio.done",
-                  "usage": {"input_tokens": characters, "output_tokens": 0, "total_tokens": characters}})
+    yield _event(
+        {
+            "type": "speech.audio.done",
+            "usage": {"input_tokens": characters, "output_tokens": 0, "total_tokens": characters},
+        }
+    )
 
 
 def _event(data: dict) -> bytes:
@@ -195,8 +226,11 @@ def _event(data: dict) -> bytes:
 
 
 def _result_headers(result) -> dict[str, str]:
-    headers = {"x-cosyvoice-seed": str(result.seed), "x-cosyvoice-sample-rate": str(result.sample_rate),
-               "x-cosyvoice-duration": f"{result.duration_s:.3f}"}
+    headers = {
+        "x-cosyvoice-seed": str(result.seed),
+        "x-cosyvoice-sample-rate": str(result.sample_rate),
+        "x-cosyvoice-duration": f"{result.duration_s:.3f}",
+    }
     if result.output_path:
         headers["x-cosyvoice-file"] = Path(result.output_path).name
     return headers

@@ -1,6 +1,7 @@
 """One server for the page and the APIs: a FastAPI app with ``/v1`` first and the Gradio page mounted at
 the root, run by uvicorn on one port, in one process, in front of one engine and its one queue.
 """
+
 from __future__ import annotations
 
 import socket
@@ -73,10 +74,11 @@ class PublicGradioCalls:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and scope["path"].startswith(GRADIO_CALL_PREFIX):
-            name = scope["path"][len(GRADIO_CALL_PREFIX):].split("/", 1)[0]
+            name = scope["path"][len(GRADIO_CALL_PREFIX) :].split("/", 1)[0]
             if name not in self.public:
-                response = ApiError(404, f"there is no public endpoint {name!r}; see /gradio_api/info",
-                                    code="not_found").response()
+                response = ApiError(
+                    404, f"there is no public endpoint {name!r}; see /gradio_api/info", code="not_found"
+                ).response()
                 return await response(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -121,10 +123,12 @@ class RunningServer:
             self.socket.close()
             raise
         self.host, self.port = host, self.socket.getsockname()[1]
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on",
-                                                    timeout_graceful_shutdown=5))
-        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]},
-                                       name="cosyvoice-server", daemon=True)
+        self.server = uvicorn.Server(
+            uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+        )
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self.socket]}, name="cosyvoice-server", daemon=True
+        )
         self.thread.start()
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.server.started and self.thread.is_alive() and time.monotonic() < deadline:

@@ -1,4 +1,5 @@
 """``python -m cosyvoice_mac coreml convert``: write the Core ML vocoder packages for a model folder."""
+
 from __future__ import annotations
 
 import argparse
@@ -13,24 +14,43 @@ def add_coreml(commands) -> None:
     coreml = commands.add_parser("coreml", help="Core ML vocoder for Apple GPUs and the Neural Engine")
     actions = coreml.add_subparsers(dest="coreml_command", required=True)
     convert = actions.add_parser(
-        "convert", help="convert the model's HiFT vocoder to .mlpackage files (works on Linux too)",
+        "convert",
+        help="convert the model's HiFT vocoder to .mlpackage files (works on Linux too)",
         description="Writes hift_f0 (fp32) and hift_decoder (flexible length and fixed chunks) packages "
-                    "beside the model in coreml/ (or in the cache folder if the model folder is read-only). "
-                    "Current packages are kept; a changed hift.pt or config is converted again.",
+        "beside the model in coreml/ (or in the cache folder if the model folder is read-only). "
+        "Current packages are kept; a changed hift.pt or config is converted again.",
     )
     source = convert.add_mutually_exclusive_group(required=True)
     source.add_argument("--model", type=Path, help="model folder (e.g. models/Fun-CosyVoice3-0.5B)")
-    source.add_argument("--random-weights", choices=("cosyvoice3", "cosyvoice2"),
-                        help="full-size vocoder with RANDOM weights (tests and benchmarks only)")
-    convert.add_argument("--precision", choices=("fp16", "fp32"), default="fp16",
-                         help="decoder precision (the f0 network is always fp32); default fp16")
-    convert.add_argument("--target", choices=("macOS13", "macOS14", "macOS15"), default="macOS14",
-                         help="minimum macOS the packages run on; default macOS14")
-    convert.add_argument("--shapes", choices=("both", "flexible", "chunked"), default="both",
-                         help="flexible length (GPU/CPU), fixed chunks (Neural Engine) or both; default both")
-    convert.add_argument("--chunk-frames", type=int, default=128,
-                         help="mel frames per fixed chunk (default 128; above 136 it passes the Neural Engine's "
-                              "reported width limit)")
+    source.add_argument(
+        "--random-weights",
+        choices=("cosyvoice3", "cosyvoice2"),
+        help="full-size vocoder with RANDOM weights (tests and benchmarks only)",
+    )
+    convert.add_argument(
+        "--precision",
+        choices=("fp16", "fp32"),
+        default="fp16",
+        help="decoder precision (the f0 network is always fp32); default fp16",
+    )
+    convert.add_argument(
+        "--target",
+        choices=("macOS13", "macOS14", "macOS15"),
+        default="macOS14",
+        help="minimum macOS the packages run on; default macOS14",
+    )
+    convert.add_argument(
+        "--shapes",
+        choices=("both", "flexible", "chunked"),
+        default="both",
+        help="flexible length (GPU/CPU), fixed chunks (Neural Engine) or both; default both",
+    )
+    convert.add_argument(
+        "--chunk-frames",
+        type=int,
+        default=128,
+        help="mel frames per fixed chunk (default 128; above 136 it passes the Neural Engine's reported width limit)",
+    )
     convert.add_argument("--out", type=Path, help="output folder (default: <model>/coreml or the cache folder)")
     convert.add_argument("--force", action="store_true", help="convert even if current packages exist")
     convert.set_defaults(handler=_convert)
@@ -40,8 +60,11 @@ def _convert(args) -> int:
     from .convert import ConversionOptions, CoreMLConversionError
 
     options = ConversionOptions(
-        precision=args.precision, target=args.target, flexible=args.shapes in ("both", "flexible"),
-        chunked=args.shapes in ("both", "chunked"), chunk_frames=args.chunk_frames,
+        precision=args.precision,
+        target=args.target,
+        flexible=args.shapes in ("both", "flexible"),
+        chunked=args.shapes in ("both", "chunked"),
+        chunk_frames=args.chunk_frames,
     )
     started = time.perf_counter()
     log = lambda message: print(message, file=sys.stderr)  # noqa: E731

@@ -12,6 +12,7 @@ the user cache folder when the model folder is read-only):
 needs (the vocoder config, the source's ``l_linear``). A changed checkpoint, config or format
 version makes the packages stale, and the runtime converts again.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -168,8 +169,11 @@ def stale_reason(manifest: dict | None, fingerprint: str, options: ConversionOpt
         return f"package format {manifest.get('format_version')} != {FORMAT_VERSION}"
     if manifest.get("fingerprint") != fingerprint:
         return "the checkpoint or its config changed since conversion"
-    wanted = {"f0"} | ({"decoder_flexible"} if options.flexible else set()) | (
-        {"decoder_chunked"} if options.chunked else set())
+    wanted = (
+        {"f0"}
+        | ({"decoder_flexible"} if options.flexible else set())
+        | ({"decoder_chunked"} if options.chunked else set())
+    )
     packages = manifest.get("packages", {})
     for key in sorted(wanted):
         entry = packages.get(key)
@@ -209,8 +213,13 @@ def convert_hift(
         chunk = options.chunk_frames or CHUNK_FRAMES
         if chunk - left - right < 1:
             raise ValueError(f"a {chunk}-frame chunk leaves no frames beside its {left} + {right} context frames")
-        jobs.append(("decoder_chunked", f"hift_decoder-{tag}-chunk{chunk}.mlpackage",
-                     {"frames": chunk, "context": [left, right]}))
+        jobs.append(
+            (
+                "decoder_chunked",
+                f"hift_decoder-{tag}-chunk{chunk}.mlpackage",
+                {"frames": chunk, "context": [left, right]},
+            )
+        )
     packages, timings = {}, {}
     with tempfile.TemporaryDirectory(dir=out_dir, prefix=".converting-") as scratch:
         for key, file_name, extra in jobs:
@@ -219,8 +228,9 @@ def convert_hift(
                 model = convert_f0(ct, f0_graph, options.target)
             else:
                 frames = extra.get("frames")
-                model = convert_decoder(ct, decoder_graph, options.precision, options.target,
-                                        frames=frames, max_frames=options.max_frames)
+                model = convert_decoder(
+                    ct, decoder_graph, options.precision, options.target, frames=frames, max_frames=options.max_frames
+                )
             _describe(model, key, fingerprint, options, extra)
             model.save(str(Path(scratch) / file_name))
             timings[key] = round(time.perf_counter() - started, 2)
@@ -254,8 +264,12 @@ def convert_hift(
 
 
 def convert_model_dir(
-    model_dir: Path, out_dir: Path | None = None, options: ConversionOptions = ConversionOptions(), *,
-    force: bool = False, log=print,
+    model_dir: Path,
+    out_dir: Path | None = None,
+    options: ConversionOptions = ConversionOptions(),
+    *,
+    force: bool = False,
+    log=print,
 ) -> tuple[Path, dict]:
     """Convert a model folder's vocoder unless current packages exist; returns (folder, manifest)."""
     options.validate()
@@ -279,8 +293,11 @@ def convert_f0(ct, graph: F0Graph, target: str):
         convert_to="mlprogram",
         minimum_deployment_target=getattr(ct.target, target),
         compute_precision=ct.precision.FLOAT32,
-        inputs=[ct.TensorType(INPUT_MEL, shape=(1, mel.shape[1], ct.RangeDim(1, F0_MAX_FRAMES, TRACE_FRAMES)),
-                              dtype=np.float32)],
+        inputs=[
+            ct.TensorType(
+                INPUT_MEL, shape=(1, mel.shape[1], ct.RangeDim(1, F0_MAX_FRAMES, TRACE_FRAMES)), dtype=np.float32
+            )
+        ],
         outputs=[ct.TensorType(OUTPUT_F0, dtype=np.float32)],
     )
 
@@ -310,15 +327,20 @@ def convert_decoder(ct, graph: DecoderGraph, precision: str, target: str, *, fra
         mel_shape, source_shape = tuple(mel.shape), tuple(source.shape)
     else:
         mel_shape = (1, config.in_channels, ct.RangeDim(1, max_frames, TRACE_FRAMES))
-        source_shape = (1, POLYPHASE, ct.RangeDim(per_frame + extra, per_frame * max_frames + extra,
-                                                  per_frame * TRACE_FRAMES + extra))
+        source_shape = (
+            1,
+            POLYPHASE,
+            ct.RangeDim(per_frame + extra, per_frame * max_frames + extra, per_frame * TRACE_FRAMES + extra),
+        )
     return ct.convert(
         traced,
         convert_to="mlprogram",
         minimum_deployment_target=getattr(ct.target, target),
         compute_precision=ct.precision.FLOAT16 if precision == "fp16" else ct.precision.FLOAT32,
-        inputs=[ct.TensorType(INPUT_MEL, shape=mel_shape, dtype=np.float32),
-                ct.TensorType(INPUT_SOURCE, shape=source_shape, dtype=np.float32)],
+        inputs=[
+            ct.TensorType(INPUT_MEL, shape=mel_shape, dtype=np.float32),
+            ct.TensorType(INPUT_SOURCE, shape=source_shape, dtype=np.float32),
+        ],
         outputs=[ct.TensorType(OUTPUT_WAVE, dtype=np.float32)],
     )
 
@@ -334,9 +356,13 @@ def _describe(model, key: str, fingerprint: str, options: ConversionOptions, ext
     }[key]
     model.version = f"{FORMAT_VERSION}"
     metadata = {
-        "format_version": str(FORMAT_VERSION), "fingerprint": fingerprint, "role": key,
-        "precision": "fp32" if key == "f0" else options.precision, "target": options.target,
-        "cosyvoice_mac": __version__, **{name: json.dumps(value) for name, value in extra.items()},
+        "format_version": str(FORMAT_VERSION),
+        "fingerprint": fingerprint,
+        "role": key,
+        "precision": "fp32" if key == "f0" else options.precision,
+        "target": options.target,
+        "cosyvoice_mac": __version__,
+        **{name: json.dumps(value) for name, value in extra.items()},
     }
     model.user_defined_metadata.update(metadata)
 
@@ -346,22 +372,28 @@ def hift_config_node(config: HiFTConfig) -> dict:
     causal = config.causal
     return {
         "_tag": "new:cosyvoice.hifigan.generator." + ("CausalHiFTGenerator" if causal else "HiFTGenerator"),
-        "in_channels": config.in_channels, "base_channels": config.base_channels,
-        "nb_harmonics": config.nb_harmonics, "sampling_rate": config.sampling_rate,
-        "nsf_alpha": config.nsf_alpha, "nsf_sigma": config.nsf_sigma,
+        "in_channels": config.in_channels,
+        "base_channels": config.base_channels,
+        "nb_harmonics": config.nb_harmonics,
+        "sampling_rate": config.sampling_rate,
+        "nsf_alpha": config.nsf_alpha,
+        "nsf_sigma": config.nsf_sigma,
         "nsf_voiced_threshold": config.nsf_voiced_threshold,
-        "upsample_rates": list(config.upsample_rates), "upsample_kernel_sizes": list(config.upsample_kernel_sizes),
+        "upsample_rates": list(config.upsample_rates),
+        "upsample_kernel_sizes": list(config.upsample_kernel_sizes),
         "istft_params": {"n_fft": config.n_fft, "hop_len": config.hop_len},
         "resblock_kernel_sizes": list(config.resblock_kernel_sizes),
         "resblock_dilation_sizes": [list(d) for d in config.resblock_dilation_sizes],
         "source_resblock_kernel_sizes": list(config.source_resblock_kernel_sizes),
         "source_resblock_dilation_sizes": [list(d) for d in config.source_resblock_dilation_sizes],
-        "lrelu_slope": config.lrelu_slope, "audio_limit": config.audio_limit,
+        "lrelu_slope": config.lrelu_slope,
+        "audio_limit": config.audio_limit,
         "conv_pre_look_right": config.conv_pre_look_right,
         "f0_predictor": {
             "_tag": "new:cosyvoice.hifigan.f0_predictor."
-                    + ("CausalConvRNNF0Predictor" if causal else "ConvRNNF0Predictor"),
-            "num_class": config.f0_num_class, "in_channels": config.f0_in_channels,
+            + ("CausalConvRNNF0Predictor" if causal else "ConvRNNF0Predictor"),
+            "num_class": config.f0_num_class,
+            "in_channels": config.f0_in_channels,
             "cond_channels": config.f0_cond_channels,
         },
     }

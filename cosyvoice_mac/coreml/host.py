@@ -5,6 +5,7 @@ rad), which float32 cannot hold (the reference's own float32 phase is only 54 dB
 its noise must stay seedable and replayable. The phase is kept in float64 cycles, wrapped per
 frame: after 300 s it is still within 3e-9 cycles of exact. Everything here is numpy on the CPU.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -151,10 +152,10 @@ def istft_envelope(samples: int, n_fft: int = 16, hop: int = POLYPHASE) -> np.nd
     taps = n_fft // hop
     envelope = np.zeros((frames + taps - 1, hop))  # row m, column p: sample hop m + p
     for tap in range(taps):
-        envelope[tap: tap + frames] += squared[tap * hop: tap * hop + hop]
+        envelope[tap : tap + frames] += squared[tap * hop : tap * hop + hop]
     envelope = envelope.reshape(-1)
     half = n_fft // 2
-    return envelope[half: half + samples].astype(np.float32)
+    return envelope[half : half + samples].astype(np.float32)
 
 
 def finish_waveform(overlap_added: np.ndarray, audio_limit: float, n_fft: int = 16) -> np.ndarray:

@@ -17,6 +17,7 @@ already folded at load), fold each Snake's ``1 / (alpha + 1e-9)`` into a constan
 CosyVoice3's nearest + causal-conv upsampling as one transposed conv with a summed kernel (fixed
 length trims, no shape arithmetic), and clip before ``exp`` so that fp16 cannot overflow.
 """
+
 from __future__ import annotations
 
 import copy

@@ -10,6 +10,7 @@ Compute units: ``ALL`` and ``CPU_AND_GPU`` run the flexible-length decoder; ``CP
 fixed-size chunked decoder (the Neural Engine runs fixed shapes only) and the flexible one for mels
 shorter than a chunk. The f0 graph is float32 and so never runs on the Neural Engine.
 """
+
 from __future__ import annotations
 
 import platform
@@ -68,8 +69,13 @@ def coreml_model_factory(path: Path, compute_units: str):
 class CoreMLVocoder(SplitVocoder):
     """The split vocoder whose graphs are Core ML models; owns the loaded models."""
 
-    def __init__(self, folder: Path, manifest: dict, compute_units: str = "ALL",
-                 model_factory: ModelFactory = coreml_model_factory):
+    def __init__(
+        self,
+        folder: Path,
+        manifest: dict,
+        compute_units: str = "ALL",
+        model_factory: ModelFactory = coreml_model_factory,
+    ):
         if compute_units not in COMPUTE_UNITS:
             raise ValueError(f"compute units must be one of {', '.join(COMPUTE_UNITS)}, got {compute_units!r}")
         folder = Path(folder)
@@ -93,8 +99,12 @@ class CoreMLVocoder(SplitVocoder):
         if flexible is None and chunked is None:
             raise ValueError(f"{folder} has no decoder package for compute units {compute_units}")
         super().__init__(
-            config, HostSource.from_dict(manifest["host_source"]), _f0_with(f0_model),
-            flexible=flexible, chunked=chunked, name=f"coreml-{compute_units}",
+            config,
+            HostSource.from_dict(manifest["host_source"]),
+            _f0_with(f0_model),
+            flexible=flexible,
+            chunked=chunked,
+            name=f"coreml-{compute_units}",
         )
         self.folder = folder
         self.compute_units = compute_units
@@ -161,8 +171,7 @@ def load_vocoder(
     return vocoder, f"Core ML vocoder ({precision}, {compute_units}) loaded from {folder}"
 
 
-def _packages_for(model_dir, hift, options: ConversionOptions, out_dir, convert: bool, log
-                  ) -> tuple[Path, dict | None]:
+def _packages_for(model_dir, hift, options: ConversionOptions, out_dir, convert: bool, log) -> tuple[Path, dict | None]:
     """Find current packages for a folder or a HiFT, converting them if allowed: (folder, manifest or None)."""
     if model_dir is not None:
         if convert:
@@ -181,8 +190,9 @@ def _packages_for(model_dir, hift, options: ConversionOptions, out_dir, convert:
         return folder, None
     log(f"converting the in-memory vocoder to Core ML ({reason}) into {folder}")
     node = conversion.hift_config_node(hift.config)
-    return folder, conversion.convert_hift(hift, folder, fingerprint=fingerprint, config_node=node,
-                                           options=options, log=log)
+    return folder, conversion.convert_hift(
+        hift, folder, fingerprint=fingerprint, config_node=node, options=options, log=log
+    )
 
 
 def _model_parts(model):

@@ -5,6 +5,7 @@ so the same code runs Core ML models (:mod:`.runtime`), the torch rewrite (:func
 and, in tests, a numpy interpreter of the saved packages. It has the interface the pipeline swaps in:
 ``inference(mel (1, 80, T), noise=SourceNoise | None) -> (wave (1, 480 T), source (1, 1, 480 T))``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -80,8 +81,9 @@ class SplitVocoder:
             raise NotImplementedError("the split vocoder decodes whole utterances only (finalize=True)")
         mel = to_numpy_mel(mel)
         if mel.shape[1] != self.config.in_channels or mel.shape[2] < 1:
-            raise ValueError(f"the vocoder takes a mel of shape (1, {self.config.in_channels}, T >= 1), "
-                             f"got {tuple(mel.shape)}")
+            raise ValueError(
+                f"the vocoder takes a mel of shape (1, {self.config.in_channels}, T >= 1), got {tuple(mel.shape)}"
+            )
         if cache_source is not None and self.config.causal:
             raise ValueError("cache_source is for the CosyVoice2 vocoder; CosyVoice3 streams with finalize=False")
         f0 = np.asarray(self.f0_function(mel), dtype=np.float32).reshape(-1)
@@ -124,11 +126,17 @@ class SplitVocoder:
         for index, chunk in enumerate(plan):
             rows = slice(chunk.start * rows_per_frame, (chunk.start + chunk.size) * rows_per_frame + 2 * half_rows)
             window = polyphase[:, :, rows]
-            out = self._checked(decoder.run(np.ascontiguousarray(mel[:, :, chunk.start: chunk.start + chunk.size]),
-                                            np.ascontiguousarray(window)), window)
+            out = self._checked(
+                decoder.run(
+                    np.ascontiguousarray(mel[:, :, chunk.start : chunk.start + chunk.size]),
+                    np.ascontiguousarray(window),
+                ),
+                window,
+            )
             first = (chunk.keep_from - chunk.start) * rows_per_frame + (0 if index == 0 else half_rows)
-            last = (chunk.keep_to - chunk.start) * rows_per_frame + (2 * half_rows if index == len(plan) - 1
-                                                                     else half_rows)
+            last = (chunk.keep_to - chunk.start) * rows_per_frame + (
+                2 * half_rows if index == len(plan) - 1 else half_rows
+            )
             pieces.append(out[:, :, first:last])
             self.last_plan.append((chunk.size, chunk.start))
         return interleave(np.concatenate(pieces, axis=2))
@@ -166,6 +174,12 @@ def torch_split_vocoder(hift: HiFT, *, chunk_frames: int | None = None) -> Split
         return decoder_graph(torch.from_numpy(mel), torch.from_numpy(polyphase)).numpy()
 
     if chunk_frames:
-        return SplitVocoder(hift.config, HostSource.from_hift(hift), f0, flexible=Decoder(decode),
-                            chunked=Decoder(decode, frames=chunk_frames), name="torch-split-chunked")
+        return SplitVocoder(
+            hift.config,
+            HostSource.from_hift(hift),
+            f0,
+            flexible=Decoder(decode),
+            chunked=Decoder(decode, frames=chunk_frames),
+            name="torch-split-chunked",
+        )
     return SplitVocoder(hift.config, HostSource.from_hift(hift), f0, flexible=Decoder(decode), name="torch-split")

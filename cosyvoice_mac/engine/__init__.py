@@ -3,6 +3,7 @@
 The UI process uses :class:`Engine` (no torch import); the worker process owns the pipeline,
 the speaker cache and the device. See ``client.py`` for the API and ``worker.py`` for the process.
 """
+
 from cosyvoice_mac.engine.cache import SpeakerCache, VoiceError, VoiceLibrary, user_cache_dir
 from cosyvoice_mac.engine.client import Engine
 from cosyvoice_mac.engine.jobs import (
@@ -21,7 +22,25 @@ from cosyvoice_mac.engine.transcriber import TranscriberProcess, TranscriptionFa
 from cosyvoice_mac.engine.worker import WorkerConfig
 
 __all__ = [
-    "Engine", "EngineError", "Event", "Job", "JobCancelled", "JobFailed", "JobResult", "OutputWriteError",
-    "QueueFull", "SpeakerCache", "Task", "TaskFailed", "TranscriberProcess", "TranscriptionFailed", "VoiceError",
-    "VoiceLibrary", "WorkerConfig", "WorkerStatus", "read_wav_info", "user_cache_dir", "write_output",
+    "Engine",
+    "EngineError",
+    "Event",
+    "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobResult",
+    "OutputWriteError",
+    "QueueFull",
+    "SpeakerCache",
+    "Task",
+    "TaskFailed",
+    "TranscriberProcess",
+    "TranscriptionFailed",
+    "VoiceError",
+    "VoiceLibrary",
+    "WorkerConfig",
+    "WorkerStatus",
+    "read_wav_info",
+    "user_cache_dir",
+    "write_output",
 ]

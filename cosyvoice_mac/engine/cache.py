@@ -13,6 +13,7 @@ A change of CACHE_FORMAT moves entries to a new folder and deletes the old ones,
 are never read. torch is imported only by the methods that handle tensors: the UI process can use
 VoiceLibrary without it.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -65,8 +66,12 @@ class CacheStats:
         return (self.memory_hits + self.disk_hits) / lookups if lookups else 0.0
 
     def as_dict(self) -> dict:
-        return {"memory_hits": self.memory_hits, "disk_hits": self.disk_hits,
-                "misses": self.misses, "hit_rate": round(self.hit_rate, 4)}
+        return {
+            "memory_hits": self.memory_hits,
+            "disk_hits": self.disk_hits,
+            "misses": self.misses,
+            "hit_rate": round(self.hit_rate, 4),
+        }
 
 
 class SpeakerCache:
@@ -104,7 +109,10 @@ class SpeakerCache:
         return prompt, "disk"
 
     def get_or_extract(
-        self, model_id: str, audio_hash: str, extract: Callable[[], SpeakerPrompt],
+        self,
+        model_id: str,
+        audio_hash: str,
+        extract: Callable[[], SpeakerPrompt],
         transcript: str | None = None,
     ) -> tuple[SpeakerPrompt, str]:
         """The cached prompt for (model_id, audio_hash), or ``extract()``'s, stored for next time.
@@ -121,8 +129,9 @@ class SpeakerCache:
 
     def put(self, prompt: SpeakerPrompt) -> bool:
         """Keep ``prompt`` (its tensors moved to the CPU) in memory and on disk; False if the disk refused."""
-        prompt = replace(prompt, **{name: getattr(prompt, name).detach().to("cpu").contiguous()
-                                    for name in TENSOR_NAMES})
+        prompt = replace(
+            prompt, **{name: getattr(prompt, name).detach().to("cpu").contiguous() for name in TENSOR_NAMES}
+        )
         self._remember(prompt)
         try:
             self._write(prompt)
@@ -150,9 +159,15 @@ class SpeakerCache:
 
         tensor_path, facts_path = self.paths(prompt.model_id, prompt.audio_hash)
         tensor_path.parent.mkdir(parents=True, exist_ok=True)
-        facts = {"format": CACHE_FORMAT, "model_id": prompt.model_id, "audio_hash": prompt.audio_hash,
-                 "transcript": prompt.transcript, "duration_s": prompt.duration_s, "created": time.time(),
-                 "shapes": {name: list(getattr(prompt, name).shape) for name in TENSOR_NAMES}}
+        facts = {
+            "format": CACHE_FORMAT,
+            "model_id": prompt.model_id,
+            "audio_hash": prompt.audio_hash,
+            "transcript": prompt.transcript,
+            "duration_s": prompt.duration_s,
+            "created": time.time(),
+            "shapes": {name: list(getattr(prompt, name).shape) for name in TENSOR_NAMES},
+        }
         metadata = {"format": str(CACHE_FORMAT), "model_id": prompt.model_id, "audio_hash": prompt.audio_hash}
         tensors = {name: getattr(prompt, name) for name in TENSOR_NAMES}
         atomic_write_bytes(tensor_path, save(tensors, metadata=metadata))
@@ -175,15 +190,22 @@ class SpeakerCache:
             if any(facts.get(key) != value for key, value in expected.items()):
                 raise ValueError("entry facts do not match its key")
             if set(tensors) != set(TENSOR_NAMES) or any(
-                    list(tensors[name].shape) != facts["shapes"][name] for name in TENSOR_NAMES):
+                list(tensors[name].shape) != facts["shapes"][name] for name in TENSOR_NAMES
+            ):
                 raise ValueError("entry tensors do not match their facts")
         except (OSError, ValueError, KeyError, TypeError, SafetensorError):
             for path in (facts_path, tensor_path):  # unreadable or half-written: extract again
                 path.unlink(missing_ok=True)
             return None
-        return SpeakerPrompt(speech_tokens=tensors["speech_tokens"], mel=tensors["mel"],
-                             embedding=tensors["embedding"], audio_hash=audio_hash, model_id=model_id,
-                             transcript=facts.get("transcript"), duration_s=float(facts.get("duration_s", 0.0)))
+        return SpeakerPrompt(
+            speech_tokens=tensors["speech_tokens"],
+            mel=tensors["mel"],
+            embedding=tensors["embedding"],
+            audio_hash=audio_hash,
+            model_id=model_id,
+            transcript=facts.get("transcript"),
+            duration_s=float(facts.get("duration_s", 0.0)),
+        )
 
     def _drop_old_formats(self) -> None:
         parent = self.folder.parent
@@ -222,9 +244,18 @@ class VoiceLibrary:
             entry["audio_path"] = str(self.folder / entry["audio_file"])
         return entry
 
-    def save(self, name: str, *, audio_hash: str, model_id: str, transcript: str | None = None,
-             audio: str | Path | None = None, audio_samples=None, sample_rate: int | None = None,
-             overwrite: bool = False) -> dict:
+    def save(
+        self,
+        name: str,
+        *,
+        audio_hash: str,
+        model_id: str,
+        transcript: str | None = None,
+        audio: str | Path | None = None,
+        audio_samples=None,
+        sample_rate: int | None = None,
+        overwrite: bool = False,
+    ) -> dict:
         """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy."""
         name = self.check_name(name)
         _check_hash(audio_hash)
@@ -234,8 +265,14 @@ class VoiceLibrary:
                 raise VoiceError(f"a voice named {name!r} already exists; pick another name or overwrite it")
             self.folder.mkdir(parents=True, exist_ok=True)
             audio_file = self._store_audio(audio_hash, audio, audio_samples, sample_rate)
-            entry = {"name": name, "audio_hash": audio_hash, "model_id": model_id, "transcript": transcript,
-                     "created": time.time(), "audio_file": audio_file}
+            entry = {
+                "name": name,
+                "audio_hash": audio_hash,
+                "model_id": model_id,
+                "transcript": transcript,
+                "created": time.time(),
+                "audio_file": audio_file,
+            }
             entries[name] = entry
             self._store(entries)
         return dict(entry)
@@ -274,8 +311,10 @@ class VoiceLibrary:
         if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 or 0x7F <= ord(char) < 0xA0 for char in name):
             raise VoiceError(f"voice names are 1-{MAX_VOICE_NAME} printable characters; {name[:80]!r} is not")
         if any(char in BIDI_CONTROLS for char in name):  # they reorder what is shown around the name
-            raise VoiceError(f"voice names cannot hold text-direction control characters (U+202A-U+202E, "
-                             f"U+2066-U+2069); {name[:80]!r} does")
+            raise VoiceError(
+                f"voice names cannot hold text-direction control characters (U+202A-U+202E, "
+                f"U+2066-U+2069); {name[:80]!r} does"
+            )
         return name
 
     def _store_audio(self, audio_hash, audio, audio_samples, sample_rate) -> str | None:
@@ -311,11 +350,16 @@ class VoiceLibrary:
         aside = sorted(self.folder.glob(f"{self.index_path.name}{UNREADABLE_SUFFIX}*"))
         if not aside:
             return None
-        kept = (f"the voices as last saved were restored from {self.backup_path.name}" if self.backup_path.is_file()
-                else "there was no earlier copy, so the list starts empty")
-        return (f"the saved-voice list {self.index_path} could not be read, so it was set aside as "
-                f"{aside[-1].name} (never overwritten; voice names can be recovered from it by hand); {kept}. "
-                f"Delete {aside[-1]} to dismiss this note")
+        kept = (
+            f"the voices as last saved were restored from {self.backup_path.name}"
+            if self.backup_path.is_file()
+            else "there was no earlier copy, so the list starts empty"
+        )
+        return (
+            f"the saved-voice list {self.index_path} could not be read, so it was set aside as "
+            f"{aside[-1].name} (never overwritten; voice names can be recovered from it by hand); {kept}. "
+            f"Delete {aside[-1]} to dismiss this note"
+        )
 
     def _load(self) -> dict[str, dict]:
         """The index's voices. A damaged index is set aside and the last good copy (if any) takes its place."""
@@ -326,8 +370,9 @@ class VoiceLibrary:
         except _Damaged:
             pass
         except OSError as error:
-            raise VoiceError(f"the voice list {self.index_path} cannot be read ({error}); "
-                             "check the folder's permissions") from error
+            raise VoiceError(
+                f"the voice list {self.index_path} cannot be read ({error}); check the folder's permissions"
+            ) from error
         self._set_aside()
         try:
             entries = self._parse(self.backup_path)
@@ -347,8 +392,9 @@ class VoiceLibrary:
         except (ValueError, UnicodeDecodeError) as error:
             raise _Damaged(str(error)) from error
         voices = data.get("voices") if isinstance(data, dict) else None
-        if not isinstance(voices, dict) or not all(isinstance(entry, dict) and isinstance(entry.get("audio_hash"), str)
-                                                   for entry in voices.values()):
+        if not isinstance(voices, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("audio_hash"), str) for entry in voices.values()
+        ):
             raise _Damaged("not a voice list")
         return voices
 
@@ -364,8 +410,10 @@ class VoiceLibrary:
             except FileNotFoundError:  # another process set it aside first
                 return
             except OSError as error:
-                raise VoiceError(f"the voice list {self.index_path} is damaged and could not be set aside "
-                                 f"({error}); move it away by hand") from error
+                raise VoiceError(
+                    f"the voice list {self.index_path} is damaged and could not be set aside "
+                    f"({error}); move it away by hand"
+                ) from error
             self.index_path.unlink(missing_ok=True)
             return
 

@@ -3,6 +3,7 @@
 Nothing here imports torch. A supervisor thread feeds the worker one job at a time, relays its
 events, restarts it on request or when it dies, and stops jobs that overrun.
 """
+
 from __future__ import annotations
 
 import threading
@@ -67,10 +68,20 @@ class Engine(VoiceSaving):
     that reason.
     """
 
-    def __init__(self, config: WorkerConfig, *, max_queue: int = 16, start_timeout_s: float = 900.0,
-                 stop_timeout_s: float = 10.0, cancel_grace_s: float = 10.0, job_timeout_s: float | None = None,
-                 max_load_failures: int = 3, context: str = "spawn", set_ui_qos: bool = True,
-                 liveness_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        config: WorkerConfig,
+        *,
+        max_queue: int = 16,
+        start_timeout_s: float = 900.0,
+        stop_timeout_s: float = 10.0,
+        cancel_grace_s: float = 10.0,
+        job_timeout_s: float | None = None,
+        max_load_failures: int = 3,
+        context: str = "spawn",
+        set_ui_qos: bool = True,
+        liveness_timeout_s: float = 30.0,
+    ):
         self.config = config
         self.start_timeout_s, self.stop_timeout_s, self.cancel_grace_s = start_timeout_s, stop_timeout_s, cancel_grace_s
         self.job_timeout_s, self.max_load_failures, self.context = job_timeout_s, max_load_failures, context
@@ -107,8 +118,9 @@ class Engine(VoiceSaving):
             ticket = self._restart
         return self._await(ticket, timeout) if wait else self._state == "ready"
 
-    def restart(self, timeout: float | None = None, reason: str = "restart requested",
-                device: str | None = None) -> bool:
+    def restart(
+        self, timeout: float | None = None, reason: str = "restart requested", device: str | None = None
+    ) -> bool:
         """Stop the worker (cancelling a running job), start a new one, wait until it is ready.
 
         Overlapping calls share one restart. ``device`` replaces the device for new workers.
@@ -210,11 +222,29 @@ class Engine(VoiceSaving):
             return {
                 "state": "unresponsive" if not_answering else self._state,
                 "silent_s": round(self._silent_s, 1),
-                **{key: worker.get(key) for key in ("model", "version", "device", "fell_back", "fallback_reason",
-                                                    "dtype", "memory", "jobs_run", "feature_extractions",
-                                                    "flow_prefix_builds", "vocoder", "vocoder_reason",
-                                                    "engine", "engine_reason", "mlx_memory", "precision",
-                                                    "low_memory", "llm_weights")},
+                **{
+                    key: worker.get(key)
+                    for key in (
+                        "model",
+                        "version",
+                        "device",
+                        "fell_back",
+                        "fallback_reason",
+                        "dtype",
+                        "memory",
+                        "jobs_run",
+                        "feature_extractions",
+                        "flow_prefix_builds",
+                        "vocoder",
+                        "vocoder_reason",
+                        "engine",
+                        "engine_reason",
+                        "mlx_memory",
+                        "precision",
+                        "low_memory",
+                        "llm_weights",
+                    )
+                },
                 "queue_length": len(self.queue.pending),
                 "running": running.job.job_id if running else None,
                 "cache": cache,
@@ -307,8 +337,12 @@ class Engine(VoiceSaving):
             elif running is not None:
                 if old is not None:
                     old.cancel(running.seq)  # lets the polite stop below succeed
-                self.queue.finish(running, jobs.CANCELLED, f"cancelled because the engine restarted ({ticket.reason}) "
-                                  "before this job finished; nobody pressed Stop. Submit it again to run it")
+                self.queue.finish(
+                    running,
+                    jobs.CANCELLED,
+                    f"cancelled because the engine restarted ({ticket.reason}) "
+                    "before this job finished; nobody pressed Stop. Submit it again to run it",
+                )
             self.tasks.fail_sent(f"interrupted because the engine restarted ({ticket.reason}); try again")
         if old is not None:
             old.stop(self.stop_timeout_s)
@@ -382,8 +416,12 @@ class Engine(VoiceSaving):
                 self._restarts += 1
                 running = self.queue.running
                 if running is not None and running.acknowledged:
-                    self.queue.finish(running, jobs.FAILED, f"{message} while running this job; the engine "
-                                      "restarted it and kept the waiting jobs. Submit this job again to retry it.")
+                    self.queue.finish(
+                        running,
+                        jobs.FAILED,
+                        f"{message} while running this job; the engine "
+                        "restarted it and kept the waiting jobs. Submit this job again to retry it.",
+                    )
                 elif running is not None:  # the worker never started it: it runs first on the next one
                     self.queue.requeue_first(running)
                 self.queue.emit(WorkerDied(f"{message}; restarting it"))
@@ -397,17 +435,23 @@ class Engine(VoiceSaving):
             record, now = self.queue.running, time.monotonic()
             if record is None:
                 return
-            if (self.job_timeout_s and record.acknowledged and record.cancel_requested_at is None
-                    and now - record.sent_at > self.job_timeout_s):
+            if (
+                self.job_timeout_s
+                and record.acknowledged
+                and record.cancel_requested_at is None
+                and now - record.sent_at > self.job_timeout_s
+            ):
                 record.timed_out, record.cancel_requested_at = True, now
                 self._worker.cancel(record.seq)
                 return
             if record.cancel_requested_at is None or now - record.cancel_requested_at <= self.cancel_grace_s:
                 return
             why = f"ran longer than the limit of {self.job_timeout_s:g} s" if record.timed_out else "was cancelled"
-            self.queue.finish(record, jobs.FAILED if record.timed_out else jobs.CANCELLED,
-                              f"the job {why} and did not stop within {self.cancel_grace_s:g} s, "
-                              "so the model process was restarted")
+            self.queue.finish(
+                record,
+                jobs.FAILED if record.timed_out else jobs.CANCELLED,
+                f"the job {why} and did not stop within {self.cancel_grace_s:g} s, so the model process was restarted",
+            )
             if self._restart is None or self._restart.done.is_set():
                 self._restart = _Restart(f"job {record.job.job_id} did not stop")
             ticket = self._restart

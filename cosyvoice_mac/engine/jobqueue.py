@@ -4,6 +4,7 @@ Listening has one form: ``subscribe()`` gives a Listener that receives every eve
 owner drains and closes it. Nothing else buffers events: a finished job keeps only its terminal event
 (small: the result names the output file), for at most KEEP_FINISHED jobs.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -60,10 +61,13 @@ class JobQueue:
             if len(self.pending) >= self.max_waiting:
                 retry = self.retry_after_s()
                 position = len(self.pending) + 1
-                raise QueueFull(f"the queue is full ({self.max_waiting} jobs waiting, {1 if self.running else 0} "
-                                f"running), so this job would have been number {position} in line; try again "
-                                + (f"in about {retry:.0f} s" if retry is not None else "when one has finished"),
-                                position=position, retry_after_s=retry)
+                raise QueueFull(
+                    f"the queue is full ({self.max_waiting} jobs waiting, {1 if self.running else 0} "
+                    f"running), so this job would have been number {position} in line; try again "
+                    + (f"in about {retry:.0f} s" if retry is not None else "when one has finished"),
+                    position=position,
+                    retry_after_s=retry,
+                )
             record = JobRecord(job=job, seq=next(self._seq))
             self._records[job.job_id] = record
             self.pending.append(record)
@@ -145,7 +149,7 @@ class JobQueue:
             record.done.set()
             self.emit(record.terminal)
             finished = [key for key, value in self._records.items() if value.done.is_set()]
-            for key in finished[:max(0, len(finished) - KEEP_FINISHED)]:
+            for key in finished[: max(0, len(finished) - KEEP_FINISHED)]:
                 del self._records[key]
 
     def fail_waiting(self, kind: str, message: str) -> None:

@@ -4,6 +4,7 @@ are in ``messages.py``).
 Everything here is plain picklable data (str, numbers, dicts, numpy arrays) and this module
 never imports torch, so the UI process can build jobs and read results without a model.
 """
+
 from __future__ import annotations
 
 import uuid
@@ -20,7 +21,6 @@ TERMINAL = (DONE, FAILED, CANCELLED)
 
 # args: audio (file path), transcript, prepare_streaming -> audio_hash, model_id, duration_s, streaming_ready
 TASK_EXTRACT_PROMPT = "extract_prompt"
-
 
 
 class EngineError(CosyVoiceError, RuntimeError):

@@ -4,6 +4,7 @@ They cross the process boundary (worker -> engine) and reach listeners in the UI
 is named and typed here, so no reader depends on dict keys documented in comments. ``kind`` is each
 class's stable name (what ``isinstance`` says, as a string for logs and tests). Torch-free.
 """
+
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
@@ -49,14 +50,29 @@ class WorkerStatus:
         lookups = self.cache_memory_hits + self.cache_disk_hits + self.cache_misses
         hits = self.cache_memory_hits + self.cache_disk_hits
         plain = asdict(self)
-        for key in ("rss_bytes", "device_allocated_bytes", "device_driver_bytes", "cache_memory_hits",
-                    "cache_disk_hits", "cache_misses"):
+        for key in (
+            "rss_bytes",
+            "device_allocated_bytes",
+            "device_driver_bytes",
+            "cache_memory_hits",
+            "cache_disk_hits",
+            "cache_misses",
+        ):
             plain.pop(key)
-        return {**plain,
-                "memory": {"rss_bytes": self.rss_bytes, "device_allocated_bytes": self.device_allocated_bytes,
-                           "device_driver_bytes": self.device_driver_bytes},
-                "cache": {"memory_hits": self.cache_memory_hits, "disk_hits": self.cache_disk_hits,
-                          "misses": self.cache_misses, "hit_rate": round(hits / lookups, 4) if lookups else 0.0}}
+        return {
+            **plain,
+            "memory": {
+                "rss_bytes": self.rss_bytes,
+                "device_allocated_bytes": self.device_allocated_bytes,
+                "device_driver_bytes": self.device_driver_bytes,
+            },
+            "cache": {
+                "memory_hits": self.cache_memory_hits,
+                "disk_hits": self.cache_disk_hits,
+                "misses": self.cache_misses,
+                "hit_rate": round(hits / lookups, 4) if lookups else 0.0,
+            },
+        }
 
 
 class Event:
@@ -133,6 +149,7 @@ class Done(Ending):
     message: str = "done"
     status: WorkerStatus | None = None
 
+
 @dataclass(frozen=True)
 class Failed(Ending):
     """The job ended with an error; ``message`` says why in words a user can act on."""
@@ -143,12 +160,14 @@ class Failed(Ending):
     traceback: str | None = None
     status: WorkerStatus | None = None
 
+
 @dataclass(frozen=True)
 class Cancelled(Ending):
     kind: ClassVar[str] = CANCELLED
     job_id: str
     message: str = "cancelled"
     status: WorkerStatus | None = None
+
 
 # -- about the engine -------------------------------------------------------------------------------
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ Both files are written atomically (temporary file in the same folder, fsync, ren
 the job are also stored in the WAV's LIST/INFO chunk (ICMT holds them as JSON), and a name is
 claimed with O_EXCL so two jobs finishing in the same second never overwrite each other.
 """
+
 from __future__ import annotations
 
 import errno
@@ -51,8 +52,9 @@ def encode_wav(audio: np.ndarray, sample_rate: int, info: dict[str, str] | None 
     fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
     chunks = [_chunk(b"fmt ", fmt)]
     if info:
-        body = b"INFO" + b"".join(_chunk(key.encode("ascii"), value.encode("utf-8") + b"\0")
-                                  for key, value in info.items())
+        body = b"INFO" + b"".join(
+            _chunk(key.encode("ascii"), value.encode("utf-8") + b"\0") for key, value in info.items()
+        )
         chunks.append(_chunk(b"LIST", body))
     chunks.append(_chunk(b"data", pcm))
     payload = b"WAVE" + b"".join(chunks)
@@ -73,13 +75,13 @@ def read_wav_info(path: str | Path) -> dict[str, str]:
     info: dict[str, str] = {}
     offset = 12
     while offset + 8 <= len(data):
-        chunk_id, size = data[offset:offset + 4], struct.unpack("<I", data[offset + 4:offset + 8])[0]
-        body = data[offset + 8:offset + 8 + size]
+        chunk_id, size = data[offset : offset + 4], struct.unpack("<I", data[offset + 4 : offset + 8])[0]
+        body = data[offset + 8 : offset + 8 + size]
         if chunk_id == b"LIST" and body[:4] == b"INFO":
             inner = 4
             while inner + 8 <= len(body):
-                key, length = body[inner:inner + 4], struct.unpack("<I", body[inner + 4:inner + 8])[0]
-                info[key.decode("ascii")] = body[inner + 8:inner + 8 + length].rstrip(b"\0").decode("utf-8")
+                key, length = body[inner : inner + 4], struct.unpack("<I", body[inner + 4 : inner + 8])[0]
+                info[key.decode("ascii")] = body[inner + 8 : inner + 8 + length].rstrip(b"\0").decode("utf-8")
                 inner += 8 + length + (length % 2)
         offset += 8 + size + (size % 2)
     return info
@@ -110,8 +112,13 @@ def write_output(
     except OSError as error:
         raise _explain(error, folder) from error
     created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
-    sidecar = {"file": wav_path.name, "created": created, "sample_rate": sample_rate,
-               "duration_s": round(len(audio) / sample_rate, 3), **facts}
+    sidecar = {
+        "file": wav_path.name,
+        "created": created,
+        "sample_rate": sample_rate,
+        "duration_s": round(len(audio) / sample_rate, 3),
+        **facts,
+    }
     info = {
         "INAM": str(facts.get("text", ""))[:TITLE_CHARS],
         "ISFT": f"{SOFTWARE} ({facts.get('model', 'unknown model')})",
@@ -121,8 +128,9 @@ def write_output(
     sidecar_path = wav_path.with_suffix(".json")
     try:
         atomic_write_bytes(wav_path, encode_wav(audio, sample_rate, info))
-        atomic_write_bytes(sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2,
-                                                    sort_keys=True).encode("utf-8"))
+        atomic_write_bytes(
+            sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2, sort_keys=True).encode("utf-8")
+        )
     except OSError as error:
         for leftover in (wav_path, sidecar_path):
             _remove_quietly(leftover)
@@ -170,8 +178,7 @@ def _remove_quietly(path: Path) -> None:
 def _explain(error: OSError, folder: Path) -> OutputWriteError:
     reason, advice = _REASONS.get(error.errno, (error.strerror or str(error), "Choose another outputs folder"))
     explained = OutputWriteError(
-        f"could not save the result in {folder}: {reason}. {advice}; the audio is still available to play and "
-        "download."
+        f"could not save the result in {folder}: {reason}. {advice}; the audio is still available to play and download."
     )
     explained.errno = error.errno
     return explained

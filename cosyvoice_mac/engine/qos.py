@@ -3,6 +3,7 @@
 On macOS the calling thread's class is set with ``pthread_set_qos_class_self_np`` (libSystem);
 elsewhere every call is a no-op that returns False.
 """
+
 from __future__ import annotations
 
 import ctypes

@@ -2,6 +2,7 @@
 
 Imported only by the worker (it imports torch and the models).
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -136,9 +137,13 @@ class WorkerRuntime:
     # -- loading -------------------------------------------------------------------------------
     def load(self, device: str | None = None) -> None:
         """Build the pipeline on ``device`` (default: the configured policy) and warm it up."""
-        self.pipeline = self.factory(self.config.model_dir, device=device or self.config.device,
-                                     dtype=self.config.dtype, random_weights=self.config.random_weights,
-                                     **self.config.pipeline_kwargs)
+        self.pipeline = self.factory(
+            self.config.model_dir,
+            device=device or self.config.device,
+            dtype=self.config.dtype,
+            random_weights=self.config.random_weights,
+            **self.config.pipeline_kwargs,
+        )
         if self.home_device is None:
             self.home_device = torch.device(self.pipeline.device)
         self._choose_vocoder()
@@ -177,8 +182,10 @@ class WorkerRuntime:
         pieces = [result.audio for result in self.pipeline.run(request, speaker)]
         audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
         if audio.size == 0 or not np.isfinite(audio).all():
-            raise RuntimeError("the warm-up synthesis gave empty or non-finite audio; the model files "
-                               "may be damaged or the device is misbehaving (try device 'cpu')")
+            raise RuntimeError(
+                "the warm-up synthesis gave empty or non-finite audio; the model files "
+                "may be damaged or the device is misbehaving (try device 'cpu')"
+            )
         rms = float(np.sqrt(np.mean(np.square(audio))))
         if rms < MIN_WARMUP_RMS:
             raise RuntimeError(f"the warm-up synthesis was silent (RMS {rms:.2e}); the model files may be damaged")
@@ -215,8 +222,9 @@ class WorkerRuntime:
 
         def extract():
             self.feature_extractions += 1
-            return self.pipeline.prepare_prompt(decoded or audio.decode_prompt(source, sample_rate),
-                                                sample_rate=sample_rate, transcript=transcript)
+            return self.pipeline.prepare_prompt(
+                decoded or audio.decode_prompt(source, sample_rate), sample_rate=sample_rate, transcript=transcript
+            )
 
         return self.cache.get_or_extract(self.pipeline.model_id, self._hash_memo[digest], extract, transcript)
 
@@ -225,8 +233,9 @@ class WorkerRuntime:
         voice, transcript = request.voice, request.transcript
         if voice.kind == "stock":  # the backend's own voice (the preview voice's Piper speaker)
             if not hasattr(self.pipeline, "stock_speaker"):
-                raise SynthesisError("this model has no voice of its own: upload or record a prompt, or pick a "
-                                     "saved voice")
+                raise SynthesisError(
+                    "this model has no voice of its own: upload or record a prompt, or pick a saved voice"
+                )
             return self.pipeline.stock_speaker(), "stock"
         if voice.kind != "saved":
             source = voice.audio if voice.kind == "audio" else voice.samples
@@ -240,8 +249,10 @@ class WorkerRuntime:
                 return replace(prompt, transcript=transcript), source
         if entry.get("audio_path"):
             return self._prompt_from_audio(entry["audio_path"], None, transcript)
-        raise SynthesisError(f"the saved voice {voice.saved!r} has no cached features for this model and "
-                             "no stored audio; upload its prompt audio again and save it under that name")
+        raise SynthesisError(
+            f"the saved voice {voice.saved!r} has no cached features for this model and "
+            "no stored audio; upload its prompt audio again and save it under that name"
+        )
 
     # -- jobs ----------------------------------------------------------------------------------
     def run(self, job: Job, should_stop, voice_entry: dict | None = None) -> None:
@@ -275,17 +286,26 @@ class WorkerRuntime:
         if should_stop():
             return self._finish(Cancelled(job.job_id))
         pieces = outcome.pieces
-        audio = np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(
-            0, np.float32)
+        audio = (
+            np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(0, np.float32)
+        )
         outcome.timings["total"] = time.perf_counter() - started
         result = JobResult(
-            job_id=job.job_id, audio=audio, sample_rate=self.pipeline.sample_rate,
-            duration_s=audio.size / self.pipeline.sample_rate, text=request.text,
-            mode=request.mode, seed=request.seed, speed=request.speed, model=self.pipeline.model_id,
+            job_id=job.job_id,
+            audio=audio,
+            sample_rate=self.pipeline.sample_rate,
+            duration_s=audio.size / self.pipeline.sample_rate,
+            text=request.text,
+            mode=request.mode,
+            seed=request.seed,
+            speed=request.speed,
+            model=self.pipeline.model_id,
             device=outcome.device,
-            fell_back_to_cpu=fallback is not None, fallback_reason=fallback,
+            fell_back_to_cpu=fallback is not None,
+            fallback_reason=fallback,
             prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
-            cache_hit=outcome.cache_source in ("memory", "disk"), segment_count=len(pieces),
+            cache_hit=outcome.cache_source in ("memory", "disk"),
+            segment_count=len(pieces),
             timings={key: round(value, 4) for key, value in outcome.timings.items()},
             notes=list(dict.fromkeys(note for piece in pieces for note in getattr(piece, "notes", ()))),
         )
@@ -304,14 +324,22 @@ class WorkerRuntime:
                 raise SynthesisError(f"the prompt audio file {audio_path} does not exist; upload it again")
             speaker, source = self._prompt_from_audio(audio_path, None, task.args.get("transcript"))
             streaming_ready = bool(task.args.get("prepare_streaming")) and self.pipeline.prepare_streaming(speaker)
-            result = {"audio_hash": speaker.audio_hash, "model_id": self.pipeline.model_id, "source": source,
-                      "duration_s": float(speaker.duration_s), "streaming_ready": streaming_ready}
+            result = {
+                "audio_hash": speaker.audio_hash,
+                "model_id": self.pipeline.model_id,
+                "source": source,
+                "duration_s": float(speaker.duration_s),
+                "streaming_ready": streaming_ready,
+            }
             event = TaskDone(task_id=task.task_id, result=result)
         except CosyVoiceError as error:
             event = TaskError(task_id=task.task_id, message=str(error))
         except Exception as error:  # the worker keeps serving jobs whatever one task does
-            event = TaskError(task_id=task.task_id, message=f"{type(error).__name__}: {error}",
-                              traceback=traceback.format_exc(limit=8))
+            event = TaskError(
+                task_id=task.task_id,
+                message=f"{type(error).__name__}: {error}",
+                traceback=traceback.format_exc(limit=8),
+            )
         release_memory(self.pipeline.device, self.home_device)
         self.send(replace(event, status=self.status()))
 
@@ -351,9 +379,19 @@ class WorkerRuntime:
             pieces.append(piece)
             for stage, seconds in piece.timings.items():
                 timings[stage] = timings.get(stage, 0.0) + seconds
-            self.send(Progress(job.job_id, piece.segment_index, piece.segment_count, piece.text, piece.mode,
-                               piece.duration_s, piece.is_final_chunk, piece.audio if request.stream else None,
-                               piece.sample_rate if request.stream else None))
+            self.send(
+                Progress(
+                    job.job_id,
+                    piece.segment_index,
+                    piece.segment_count,
+                    piece.text,
+                    piece.mode,
+                    piece.duration_s,
+                    piece.is_final_chunk,
+                    piece.audio if request.stream else None,
+                    piece.sample_rate if request.stream else None,
+                )
+            )
             if should_stop():
                 break
         timings["synthesis"] = time.perf_counter() - clock
@@ -362,13 +400,24 @@ class WorkerRuntime:
     def _save(self, job: Job, result: JobResult) -> None:
         if not self.config.outputs_dir:
             return
-        facts = {"id": job.job_id, **job.request.facts(),
-                 "model": result.model, "version": self.pipeline.version, **engine_status(self.pipeline),
-                 "device": result.device, "fell_back_to_cpu": result.fell_back_to_cpu,
-                 "fallback_reason": result.fallback_reason, "prompt_hash": result.prompt_hash,
-                 "cache_hit": result.cache_hit, "timings": result.timings, "notes": result.notes,
-                 "low_memory": _low_memory(self.pipeline), "llm_weights": getattr(self.pipeline, "llm_weights", None),
-                 "precision": precision_facts(self.pipeline), "interface": job.interface}
+        facts = {
+            "id": job.job_id,
+            **job.request.facts(),
+            "model": result.model,
+            "version": self.pipeline.version,
+            **engine_status(self.pipeline),
+            "device": result.device,
+            "fell_back_to_cpu": result.fell_back_to_cpu,
+            "fallback_reason": result.fallback_reason,
+            "prompt_hash": result.prompt_hash,
+            "cache_hit": result.cache_hit,
+            "timings": result.timings,
+            "notes": result.notes,
+            "low_memory": _low_memory(self.pipeline),
+            "llm_weights": getattr(self.pipeline, "llm_weights", None),
+            "precision": precision_facts(self.pipeline),
+            "interface": job.interface,
+        }
         try:
             files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
         except OutputWriteError as error:
@@ -392,16 +441,28 @@ class WorkerRuntime:
             memory = device_policy.memory_report("cpu")
         stats = self.cache.stats
         return WorkerStatus(
-            model=pipeline.model_id, version=pipeline.version, device=str(pipeline.device),
-            home_device=str(self.home_device), dtype=str(pipeline.dtype).replace("torch.", ""),
-            sample_rate=pipeline.sample_rate, fell_back=self.fallback_reason is not None,
-            fallback_reason=self.fallback_reason, rss_bytes=memory.process_rss_bytes,
-            device_allocated_bytes=memory.allocated_bytes, device_driver_bytes=memory.driver_allocated_bytes,
-            cache_memory_hits=stats.memory_hits, cache_disk_hits=stats.disk_hits, cache_misses=stats.misses,
-            feature_extractions=self.feature_extractions, jobs_run=self.jobs_run,
+            model=pipeline.model_id,
+            version=pipeline.version,
+            device=str(pipeline.device),
+            home_device=str(self.home_device),
+            dtype=str(pipeline.dtype).replace("torch.", ""),
+            sample_rate=pipeline.sample_rate,
+            fell_back=self.fallback_reason is not None,
+            fallback_reason=self.fallback_reason,
+            rss_bytes=memory.process_rss_bytes,
+            device_allocated_bytes=memory.allocated_bytes,
+            device_driver_bytes=memory.driver_allocated_bytes,
+            cache_memory_hits=stats.memory_hits,
+            cache_disk_hits=stats.disk_hits,
+            cache_misses=stats.misses,
+            feature_extractions=self.feature_extractions,
+            jobs_run=self.jobs_run,
             flow_prefix_builds=getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
-            vocoder=self.vocoder, vocoder_reason=self.vocoder_reason, **engine_status(pipeline),
-            low_memory=_low_memory(pipeline), llm_weights=getattr(pipeline, "llm_weights", None),
+            vocoder=self.vocoder,
+            vocoder_reason=self.vocoder_reason,
+            **engine_status(pipeline),
+            low_memory=_low_memory(pipeline),
+            llm_weights=getattr(pipeline, "llm_weights", None),
             precision=precision_facts(pipeline),
         )
 

@@ -4,6 +4,7 @@ A task waits here until the supervisor can hand it to a ready worker; the worker
 and answers with messages.TaskDone / TaskError. A task sent to a worker that dies or restarts is
 failed (the caller may simply ask again); one not sent yet waits for the next worker.
 """
+
 from __future__ import annotations
 
 import threading

@@ -5,6 +5,7 @@ imports, and a transcription should not wait behind a long synthesis in the mode
 asks :class:`TranscriberProcess`, which starts a small process on first use, keeps it (and the loaded
 Whisper model) for the next request, and ends it after ``idle_s`` seconds without one.
 """
+
 from __future__ import annotations
 
 import multiprocessing
@@ -82,8 +83,7 @@ class TranscriberProcess:
         process = self._process
         return process.pid if process is not None and process.is_alive() else None
 
-    def transcribe(self, audio_path: str | Path, language: str | None = None,
-                   progress: Progress | None = None) -> str:
+    def transcribe(self, audio_path: str | Path, language: str | None = None, progress: Progress | None = None) -> str:
         """The words spoken in ``audio_path`` (language None: detect, or English with the bundled model).
 
         Raises TranscriptionFailed with a message for the user. ``progress`` runs in this thread.
@@ -121,8 +121,10 @@ class TranscriberProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._stop()
-                raise TranscriptionFailed(f"the speech recogniser gave no answer for {self.silence_s:g} s, so it "
-                                          "was stopped; try again, or type the transcript")
+                raise TranscriptionFailed(
+                    f"the speech recogniser gave no answer for {self.silence_s:g} s, so it "
+                    "was stopped; try again, or type the transcript"
+                )
             try:
                 if not self._replies.poll(min(POLL_S, remaining)):
                     if not self._process.is_alive():
@@ -148,8 +150,9 @@ class TranscriberProcess:
         self._stop()
         request_reader, self._requests = self._context.Pipe(duplex=False)
         self._replies, reply_writer = self._context.Pipe(duplex=False)
-        self._process = self._context.Process(target=self.child_main, args=(request_reader, reply_writer),
-                                              name="cosyvoice-transcriber", daemon=True)
+        self._process = self._context.Process(
+            target=self.child_main, args=(request_reader, reply_writer), name="cosyvoice-transcriber", daemon=True
+        )
         self._process.start()
         request_reader.close()  # a dead child then reads as EOF instead of a hang
         reply_writer.close()
@@ -158,8 +161,9 @@ class TranscriberProcess:
         code = self._process.exitcode if self._process is not None else None
         self._stop()
         how = f"exit code {code}" if code is not None and code >= 0 else "it was killed"
-        raise TranscriptionFailed(f"the speech recogniser stopped unexpectedly ({how}); try again, or type "
-                                  "the transcript")
+        raise TranscriptionFailed(
+            f"the speech recogniser stopped unexpectedly ({how}); try again, or type the transcript"
+        )
 
     def _stop(self) -> None:
         process, self._process = self._process, None

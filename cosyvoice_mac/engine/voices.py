@@ -4,6 +4,7 @@ straight from a recording.
 Mixed into :class:`cosyvoice_mac.engine.client.Engine`, which provides ``voices`` (a VoiceLibrary),
 ``result``, ``queue`` and ``run_task``. Nothing here imports torch: the worker extracts the features.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -22,8 +23,14 @@ class VoiceSaving:
         entry = self.voices.get(name)
         return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
 
-    def save_voice_from_audio(self, name: str, audio_path: str | Path, transcript: str | None = None,
-                              overwrite: bool = False, timeout: float | None = None) -> dict:
+    def save_voice_from_audio(
+        self,
+        name: str,
+        audio_path: str | Path,
+        transcript: str | None = None,
+        overwrite: bool = False,
+        timeout: float | None = None,
+    ) -> dict:
         """Name a prompt recording: the worker extracts (or finds cached) its features for the loaded model,
         the library keeps the name, the transcript and a copy of the audio. No generation is needed first.
 
@@ -37,10 +44,17 @@ class VoiceSaving:
         if not audio_path.is_file():
             raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
         transcript = (transcript or "").strip() or None
-        features = self.run_task(jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "transcript": transcript},
-                                 timeout)
-        return self.voices.save(name, audio_hash=features["audio_hash"], model_id=features["model_id"],
-                                transcript=transcript, audio=audio_path, overwrite=overwrite)
+        features = self.run_task(
+            jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "transcript": transcript}, timeout
+        )
+        return self.voices.save(
+            name,
+            audio_hash=features["audio_hash"],
+            model_id=features["model_id"],
+            transcript=transcript,
+            audio=audio_path,
+            overwrite=overwrite,
+        )
 
     def prepare_voice(self, audio_path: str | Path, streaming: bool = True, timeout: float | None = None) -> dict:
         """Have the worker extract (or find cached) a recording's features now and, for ``streaming``,
@@ -51,8 +65,9 @@ class VoiceSaving:
         audio_path = Path(audio_path)
         if not audio_path.is_file():
             raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
-        return self.run_task(jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "prepare_streaming": streaming},
-                             timeout)
+        return self.run_task(
+            jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "prepare_streaming": streaming}, timeout
+        )
 
     def save_voice(self, name: str, job_id: str, overwrite: bool = False) -> dict:
         """Name the prompt voice a finished job used (its cached features and a copy of its audio)."""
@@ -61,6 +76,13 @@ class VoiceSaving:
             raise EngineError("that job used no prompt voice, so there is nothing to save")
         request = self.queue.get(job_id).job.request
         voice = request.voice
-        return self.voices.save(name, audio_hash=result.prompt_hash, model_id=result.model,
-                                transcript=request.transcript, audio=voice.audio, audio_samples=voice.samples,
-                                sample_rate=voice.sample_rate, overwrite=overwrite)
+        return self.voices.save(
+            name,
+            audio_hash=result.prompt_hash,
+            model_id=result.model,
+            transcript=request.transcript,
+            audio=voice.audio,
+            audio_samples=voice.samples,
+            sample_rate=voice.sample_rate,
+            overwrite=overwrite,
+        )

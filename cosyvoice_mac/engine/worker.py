@@ -4,6 +4,7 @@ The UI side talks to it through ``WorkerProcess``: a command pipe in, an event p
 events of ``messages.py``) and a shared integer that names the job to cancel. Only the child imports
 torch and the models (``runtime.py``); this module stays light so the UI process can import it.
 """
+
 from __future__ import annotations
 
 import multiprocessing

@@ -10,6 +10,7 @@ If the download cannot happen (offline, ``HF_HUB_OFFLINE=1``, ``COSYVOICE_ASR_DO
 back to tiny.en and other languages get an error that says what to do. Silero VAD trims the recording
 first. The result is a suggestion: the UI puts it in an editable field.
 """
+
 from __future__ import annotations
 
 import os
@@ -69,9 +70,15 @@ class ModelStore:
     huggingface_hub); a failed download is not retried in this process, so an offline machine pays once.
     """
 
-    def __init__(self, folder: str | Path | None = None, repo_id: str = MULTILINGUAL_REPO,
-                 revision: str = "main", endpoint: str | None = None, allow_download: bool | None = None,
-                 download: Callable[[str, Path, Progress | None], None] | None = None):
+    def __init__(
+        self,
+        folder: str | Path | None = None,
+        repo_id: str = MULTILINGUAL_REPO,
+        revision: str = "main",
+        endpoint: str | None = None,
+        allow_download: bool | None = None,
+        download: Callable[[str, Path, Progress | None], None] | None = None,
+    ):
         if folder is None:
             from cosyvoice_mac.paths import user_cache_dir
 
@@ -129,8 +136,14 @@ class ModelStore:
     def _download_from_hub(self, repo_id: str, folder: Path, progress: Progress | None) -> None:
         from huggingface_hub import snapshot_download
 
-        snapshot_download(repo_id, revision=self.revision, local_dir=folder, allow_patterns=MODEL_FILES,
-                          endpoint=self.endpoint, tqdm_class=_progress_bar_class(progress, repo_id))
+        snapshot_download(
+            repo_id,
+            revision=self.revision,
+            local_dir=folder,
+            allow_patterns=MODEL_FILES,
+            endpoint=self.endpoint,
+            tqdm_class=_progress_bar_class(progress, repo_id),
+        )
 
 
 def _progress_bar_class(progress: Progress | None, repo_id: str):
@@ -165,8 +178,13 @@ class Transcriber:
         self._models: dict[Path, object] = {}
         self._lock = threading.Lock()
 
-    def transcribe(self, audio: str | Path | np.ndarray, sample_rate: int | None = None,
-                   language: str | None = None, progress: Progress | None = None) -> str:
+    def transcribe(
+        self,
+        audio: str | Path | np.ndarray,
+        sample_rate: int | None = None,
+        language: str | None = None,
+        progress: Progress | None = None,
+    ) -> str:
         """The words spoken in ``audio`` (a file, or mono samples at ``sample_rate``)."""
         samples = load_for_asr(audio, sample_rate)
         model_info = self.store.choose(language, progress)
@@ -177,8 +195,9 @@ class Transcriber:
             language = "en"
         with self._lock:
             model = self._load(model_info)
-            segments, _ = model.transcribe(samples, language=language, beam_size=5, vad_filter=False,
-                                           condition_on_previous_text=False)
+            segments, _ = model.transcribe(
+                samples, language=language, beam_size=5, vad_filter=False, condition_on_previous_text=False
+            )
             text = " ".join(segment.text.strip() for segment in segments)
         return re.sub(r"\s+", " ", text).strip()
 
@@ -188,8 +207,9 @@ class Transcriber:
                 from faster_whisper import WhisperModel
             except ImportError as error:
                 raise TranscriptionError(f"faster-whisper is not installed; run: {INSTALL_HINT}") from error
-            self._models[model_info.path] = WhisperModel(str(model_info.path), device="cpu", compute_type="int8",
-                                                         cpu_threads=self.threads)
+            self._models[model_info.path] = WhisperModel(
+                str(model_info.path), device="cpu", compute_type="int8", cpu_threads=self.threads
+            )
         return self._models[model_info.path]
 
 
@@ -220,15 +240,19 @@ def load_for_asr(audio: str | Path | np.ndarray, sample_rate: int | None = None)
     span = vad.shared_detector().speech_span(samples, ASR_RATE)
     if span is None:
         raise TranscriptionError("no speech was found in the recording; record someone speaking and try again")
-    return np.ascontiguousarray(samples[round(span[0] * ASR_RATE):round(span[1] * ASR_RATE)], dtype=np.float32)
+    return np.ascontiguousarray(samples[round(span[0] * ASR_RATE) : round(span[1] * ASR_RATE)], dtype=np.float32)
 
 
 _default: Transcriber | None = None
 _default_lock = threading.Lock()
 
 
-def transcribe(audio: str | Path | np.ndarray, sample_rate: int | None = None, language: str | None = None,
-               progress: Progress | None = None) -> str:
+def transcribe(
+    audio: str | Path | np.ndarray,
+    sample_rate: int | None = None,
+    language: str | None = None,
+    progress: Progress | None = None,
+) -> str:
     """Transcribe with a process-wide :class:`Transcriber` (models load once)."""
     global _default
     with _default_lock:
@@ -239,6 +263,7 @@ def transcribe(audio: str | Path | np.ndarray, sample_rate: int | None = None, l
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
     """Word-level Levenshtein distance / reference length, ignoring case and punctuation."""
+
     def words(text: str) -> list[str]:
         return re.sub(r"[^\w' ]+", " ", text.lower()).split()
 

@@ -10,6 +10,7 @@
 They run once per prompt, so they always run on the CPU (inputs on another device are copied
 there) with ``torch.stft`` / ``torch.fft``; outputs are float32 CPU tensors.
 """
+
 from __future__ import annotations
 
 import math
@@ -83,6 +84,7 @@ def _kaldi_mel_banks(n_mels: int) -> torch.Tensor:
 
     Built in float32 like torchaudio's ``get_mel_banks``; the Nyquist column is zero.
     """
+
     def mel_scale(freq):
         return 1127.0 * torch.log(1.0 + freq / 700.0)
 
@@ -153,9 +155,7 @@ class PromptMelConfig:
         if config.center:
             raise ConfigError("feat_extractor.center: true is not supported (both official models use false)")
         if config.win_size != config.n_fft:
-            raise ConfigError(
-                f"feat_extractor.win_size ({config.win_size}) must equal n_fft ({config.n_fft})"
-            )
+            raise ConfigError(f"feat_extractor.win_size ({config.win_size}) must equal n_fft ({config.n_fft})")
         return config
 
 
@@ -181,7 +181,10 @@ def mel_spectrogram(wave: torch.Tensor, config: PromptMelConfig) -> torch.Tensor
     )
     magnitude = torch.sqrt(spectrum.real.pow(2) + spectrum.imag.pow(2) + 1e-9)
     filters = _slaney_mel_filters(
-        config.sampling_rate, config.n_fft, config.num_mels, float(config.fmin),
+        config.sampling_rate,
+        config.n_fft,
+        config.num_mels,
+        float(config.fmin),
         None if config.fmax is None else float(config.fmax),
     )
     return torch.log(torch.clamp(filters @ magnitude, min=1e-5))

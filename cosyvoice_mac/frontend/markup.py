@@ -4,6 +4,7 @@
 ``[zz][qq]`` would otherwise reach the LLM as plain characters); ``build_llm_text`` places the
 CosyVoice3 system prefix and the instruction for each mode.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -41,9 +42,12 @@ _TAGS = tuple(t for t in PARALINGUISTIC_TOKENS if t != ENDOFPROMPT)
 
 
 def _single_group_is_markup(content: str) -> bool:
-    return ((content in _PHONETIC and len(content) >= 2) or _TAG_LIKE.fullmatch(content) is not None
-            or _ARPABET_WITH_STRESS.fullmatch(content) is not None
-            or (any(c in _TONE_MARKS for c in content) and content.isalpha()))
+    return (
+        (content in _PHONETIC and len(content) >= 2)
+        or _TAG_LIKE.fullmatch(content) is not None
+        or _ARPABET_WITH_STRESS.fullmatch(content) is not None
+        or (any(c in _TONE_MARKS for c in content) and content.isalpha())
+    )
 
 
 def find_unknown_markup(text: str, version: str) -> list[tuple[int, str]]:
@@ -91,24 +95,30 @@ def validate_markup(text: str, version: str) -> None:
         close = difflib.get_close_matches(unit, [t for t in _TAGS if t[0] == unit[0]], n=1, cutoff=0.75)
         if close and f"did you mean {close[0]} instead of {unit}" not in hints:
             hints.append(f"did you mean {close[0]} instead of {unit}")
-    advice = (f"Known tags: {' '.join(_TAGS)}. ")
+    advice = f"Known tags: {' '.join(_TAGS)}. "
     if spec_for(version).pronunciation_markup:
-        advice += ("Pronunciation markup: pinyin initials and tone-marked finals such as [h][ào] (the 176 units "
-                   "in cosyvoice_mac.frontend.special_tokens.PINYIN_UNITS) and CMU ARPAbet phones such as "
-                   "[M][AY0][N][UW1][T] (ARPABET_PHONES). ")
+        advice += (
+            "Pronunciation markup: pinyin initials and tone-marked finals such as [h][ào] (the 176 units "
+            "in cosyvoice_mac.frontend.special_tokens.PINYIN_UNITS) and CMU ARPAbet phones such as "
+            "[M][AY0][N][UW1][T] (ARPABET_PHONES). "
+        )
     elif any(u[1:-1] in _PHONETIC or _ARPABET_WITH_STRESS.fullmatch(u[1:-1]) for _, u in unknown):
         advice += "Pinyin / ARPAbet pronunciation markup such as [h][ào] or [AY0] needs a CosyVoice3 model. "
     if any(u.startswith("<|") for _, u in unknown):
-        advice += ("<|...|> tags other than <|endofprompt|> (language tags like <|en|> included) are not used "
-                   "by CosyVoice2/3: remove them. ")
+        advice += (
+            "<|...|> tags other than <|endofprompt|> (language tags like <|en|> included) are not used "
+            "by CosyVoice2/3: remove them. "
+        )
     raise SynthesisError(
         f"Unknown markup in the text for {version}: {listed}{more}. "
         + (("; ".join(hints) + ". ") if hints else "")
-        + advice + "To keep brackets as plain text, use parentheses instead."
+        + advice
+        + "To keep brackets as plain text, use parentheses instead."
     )
 
 
 # ------------------------------------------------------------------------------------------ mode formatting
+
 
 @dataclass(frozen=True)
 class LlmText:
@@ -137,8 +147,9 @@ def format_instruction(instruction: str, version: str) -> str:
     return instruction + ENDOFPROMPT
 
 
-def build_llm_text(mode: str, version: str, segment: str, prompt_transcript: str = "",
-                   instruction: str = "") -> LlmText:
+def build_llm_text(
+    mode: str, version: str, segment: str, prompt_transcript: str = "", instruction: str = ""
+) -> LlmText:
     """Where each mode puts the text (spec 8.1) and, for CosyVoice3, the system prefix (spec 4.2).
 
     zero_shot: prompt = [v3 prefix] + transcript of the prompt audio; cross_lingual: text = [v3 prefix] +

@@ -1,4 +1,5 @@
 """Prompt audio loading and the 1:2 alignment of prompt speech tokens and prompt mel frames."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -10,6 +10,7 @@ the same polyphase filter: the rates are reduced by their gcd to ``orig``/``new`
 Only the default method (``sinc_interp_hann``, width 6, rolloff 0.99) is implemented; the kernel
 is built in float64 on the CPU (as ``transforms.Resample`` does) and applied in the wave's dtype.
 """
+
 from __future__ import annotations
 
 import math

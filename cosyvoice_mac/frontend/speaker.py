@@ -4,6 +4,7 @@
 mean-normalised Kaldi fbank ``(1, T, 80)`` of the 16 kHz prompt in [-1, 1] scale and returns the
 raw (not L2-normalised) embedding; the flow normalises it later. The LLMs do not use it.
 """
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -6,6 +6,7 @@ The two versions share this interface but their codes are not interchangeable. L
 run them with onnxruntime on the CPU (they run once per prompt) and address the inputs by
 position, because the exported names are not part of any contract.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -84,9 +85,7 @@ class SpeechTokenizer:
         self._session = open_cpu_session(self.path, intra_op_threads, "speech tokenizer")
         inputs = self._session.get_inputs()
         if len(inputs) != 2:
-            raise CheckpointError(
-                f"{self.path} has {len(inputs)} inputs; a speech tokenizer takes (log-mel, length)"
-            )
+            raise CheckpointError(f"{self.path} has {len(inputs)} inputs; a speech tokenizer takes (log-mel, length)")
         self._mel_input, self._length_input = inputs[0].name, inputs[1].name
 
     @torch.inference_mode()

@@ -19,6 +19,7 @@ Speed: wetext costs about 0.05 ms per English character (0.1 ms for Chinese with
 Chinese without digits), so a 100 000-character English text takes 5-10 s to normalise in full;
 :meth:`TextNormalizer.iter_segments` yields the first segment after its first chunk (tens of ms).
 """
+
 from __future__ import annotations
 
 import logging
@@ -79,8 +80,9 @@ class TextNormalizer:
     tokens included), e.g. ``lambda s: len(tokenizer.encode(s))``.
     """
 
-    def __init__(self, count_tokens: Callable[[str], int], token_max_n: int = 80, token_min_n: int = 60,
-                 merge_len: int = 20):
+    def __init__(
+        self, count_tokens: Callable[[str], int], token_max_n: int = 80, token_min_n: int = 60, merge_len: int = 20
+    ):
         self.count_tokens = count_tokens
         self.token_max_n, self.token_min_n, self.merge_len = token_max_n, token_min_n, merge_len
         self._zh = self._en = self._inflect = None
@@ -140,7 +142,7 @@ class TextNormalizer:
 
     def _wetext_keep_edges(self, lang: str, chunk: str) -> str:
         core = chunk.strip()
-        lead, trail = chunk[: len(chunk) - len(chunk.lstrip())], chunk[len(chunk.rstrip()):]
+        lead, trail = chunk[: len(chunk) - len(chunk.lstrip())], chunk[len(chunk.rstrip()) :]
         if not core:
             return chunk if lang == "zh" else " " * bool(chunk)
         if lang == "en":  # wetext en maps a lone newline/tab to a space
@@ -158,8 +160,9 @@ class TextNormalizer:
             if _PLACEHOLDERS.search(text):  # retry on the prose between the special tokens
                 parts = re.split(f"({_PLACEHOLDERS.pattern})", text)
                 return "".join(p if _PLACEHOLDERS.fullmatch(p) else self._wetext_keep_edges(lang, p) for p in parts)
-            logger.warning("text normalisation failed (%s: %s); using the text as typed: %.60r",
-                           type(error).__name__, error, text)
+            logger.warning(
+                "text normalisation failed (%s: %s); using the text as typed: %.60r", type(error).__name__, error, text
+            )
             return text
         return _WETEXT_ESCAPE.sub(r"\1", out)
 
@@ -206,8 +209,10 @@ class TextNormalizer:
         """Greedy merge to token_min_n..token_max_n; a short tail joins the previous segment (held back)."""
         held, current = None, ""
         for piece in pieces:
-            if (self.measure(current + piece, lang) > self.token_max_n
-                    and self.measure(current, lang) > self.token_min_n):
+            if (
+                self.measure(current + piece, lang) > self.token_max_n
+                and self.measure(current, lang) > self.token_min_n
+            ):
                 if held is not None:
                     yield held
                 held, current = current, ""
@@ -235,7 +240,7 @@ class TextNormalizer:
                 if self.measure(word, lang) <= limit:
                     out.append(word)
                 else:
-                    out.extend(word[i:i + window] for i in range(0, len(word), window))
+                    out.extend(word[i : i + window] for i in range(0, len(word), window))
         return out
 
 
@@ -263,7 +268,7 @@ def _cut_after_terminators(text: str, lang: str, final: bool) -> tuple[list[str]
         if text[i] not in terminators:
             continue
         if i > start:  # like upstream, a terminator right after another one is dropped
-            pieces.append(text[start:i + 1])
+            pieces.append(text[start : i + 1])
         if i + 1 < len(text) and text[i + 1] in CLOSING_QUOTES:
             if pieces:
                 pieces[-1] += text[i + 1]
@@ -275,6 +280,7 @@ def _cut_after_terminators(text: str, lang: str, final: bool) -> tuple[list[str]
 
 def _remove_blanks(text: str) -> str:
     """Drop spaces except those between two ASCII non-space characters (upstream ``replace_blank``)."""
+
     def ascii_word_char(i: int) -> bool:
         return 0 <= i < len(text) and text[i].isascii() and text[i] != " "
 
@@ -298,7 +304,7 @@ def _sentence_chunks(text: str) -> list[str]:
 
 def _soft_cut(text: str, limit: int) -> int:
     """Cut position <= limit after the last space/comma in the second half, else between two non-digits."""
-    window = text[limit // 2:limit]
+    window = text[limit // 2 : limit]
     for separators in (" \t", "，,、"):
         best = max(window.rfind(s) for s in separators)
         if best >= 0:

@@ -12,6 +12,7 @@ Two folder layouts are supported:
   The fast tokenizer is then built the way transformers converts a slow ``Qwen2Tokenizer``: NFC normaliser,
   the Qwen2 split regex (isolated) then byte-level mapping, BPE without unk/dropout, byte-level decoder.
 """
+
 from __future__ import annotations
 
 import json
@@ -66,14 +67,17 @@ def _build_from_vocab_and_merges(folder: Path) -> Tokenizer:
     # them, so BPE never produces them); ``tokenizers`` would otherwise renumber them.
     for token_id, content in base_added:
         vocab.setdefault(content, token_id)
-    bpe = models.BPE(vocab=vocab, merges=_read_merges(merges_path), dropout=None, unk_token=None,
-                     fuse_unk=False, byte_fallback=False)
+    bpe = models.BPE(
+        vocab=vocab, merges=_read_merges(merges_path), dropout=None, unk_token=None, fuse_unk=False, byte_fallback=False
+    )
     tokenizer = Tokenizer(bpe)
     tokenizer.normalizer = normalizers.NFC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(QWEN2_SPLIT_PATTERN), behavior="isolated", invert=False),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens([_special(content) for _, content in base_added])
     return tokenizer

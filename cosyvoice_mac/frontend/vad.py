@@ -7,6 +7,7 @@ Segments follow Silero's own rules in simplified form: speech starts where the p
 ``threshold`` and ends after ``min_silence_s`` below ``threshold - 0.15``; segments shorter than
 ``min_speech_s`` are dropped.
 """
+
 from __future__ import annotations
 
 import threading
@@ -56,8 +57,9 @@ class SpeechDetector:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
-        self.session = onnxruntime.InferenceSession(str(model_path or bundled_model_path()), sess_options=options,
-                                                    providers=["CPUExecutionProvider"])
+        self.session = onnxruntime.InferenceSession(
+            str(model_path or bundled_model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+        )
         self._lock = threading.Lock()
 
     def probabilities(self, samples: np.ndarray, sample_rate: int) -> np.ndarray:
@@ -65,19 +67,25 @@ class SpeechDetector:
         wave = _to_16k(samples, sample_rate)
         windows = -(-len(wave) // WINDOW)
         padded = np.zeros(windows * WINDOW + CONTEXT, dtype=np.float32)
-        padded[CONTEXT:CONTEXT + len(wave)] = wave
+        padded[CONTEXT : CONTEXT + len(wave)] = wave
         state = np.zeros(STATE_SHAPE, dtype=np.float32)
         rate = np.array(VAD_RATE, dtype=np.int64)
         result = np.empty(windows, dtype=np.float32)
         with self._lock:
             for index in range(windows):
-                chunk = padded[index * WINDOW:(index + 1) * WINDOW + CONTEXT][None, :]
+                chunk = padded[index * WINDOW : (index + 1) * WINDOW + CONTEXT][None, :]
                 output, state = self.session.run(None, {"input": chunk, "state": state, "sr": rate})
                 result[index] = float(np.asarray(output).reshape(-1)[0])
         return result
 
-    def segments(self, samples: np.ndarray, sample_rate: int, threshold: float = 0.5,
-                 min_speech_s: float = 0.1, min_silence_s: float = 0.3) -> list[SpeechSegment]:
+    def segments(
+        self,
+        samples: np.ndarray,
+        sample_rate: int,
+        threshold: float = 0.5,
+        min_speech_s: float = 0.1,
+        min_silence_s: float = 0.3,
+    ) -> list[SpeechSegment]:
         """Speech segments (seconds from the start) of mono ``samples``."""
         window_s = WINDOW / VAD_RATE
         found, start, quiet_since = [], None, None
@@ -95,8 +103,11 @@ class SpeechDetector:
         if start is not None:
             found.append((start, quiet_since if quiet_since is not None else index + 1))
         duration = len(samples) / sample_rate
-        return [SpeechSegment(begin * window_s, min(end * window_s, duration)) for begin, end in found
-                if (end - begin) * window_s >= min_speech_s]
+        return [
+            SpeechSegment(begin * window_s, min(end * window_s, duration))
+            for begin, end in found
+            if (end - begin) * window_s >= min_speech_s
+        ]
 
     def speech_span(self, samples: np.ndarray, sample_rate: int, pad_s: float = 0.1) -> tuple[float, float] | None:
         """(start, end) seconds from the first speech to the last, widened by ``pad_s``; None if no speech."""
@@ -112,7 +123,7 @@ class SpeechDetector:
         span = self.speech_span(samples, sample_rate, pad_s)
         if span is None:
             return samples
-        return samples[round(span[0] * sample_rate):round(span[1] * sample_rate)]
+        return samples[round(span[0] * sample_rate) : round(span[1] * sample_rate)]
 
 
 _shared: SpeechDetector | None = None

@@ -5,9 +5,8 @@ Input is a .txt (one text per non-blank line) or a .csv with a header naming its
 file, a hash of everything that decides its audio (text, voice, instruction, seed, speed, model, glossary,
 post-processing); a re-run skips the lines whose file is there with the same hash and makes the rest.
 """
-from __future__ import annotations
 
-from cosyvoice_mac.longform import LongformError
+from __future__ import annotations
 
 import csv
 import hashlib
@@ -17,6 +16,8 @@ import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from cosyvoice_mac.longform import LongformError
 
 MAX_ITEMS = 1000
 CSV_COLUMNS = ("text", "voice", "instruct", "file")
@@ -47,9 +48,12 @@ def parse_batch(data: str | bytes, kind: str) -> list[BatchItem]:
         except UnicodeDecodeError as error:
             raise BatchError(f"the batch file is not UTF-8 text (byte {error.start})") from None
     if kind == "txt":
-        items = [BatchItem(number, line.strip(), f"{index:04d}.wav")
-                 for index, (number, line) in enumerate(
-                     ((n, line) for n, line in enumerate(data.splitlines(), start=1) if line.strip()), start=1)]
+        items = [
+            BatchItem(number, line.strip(), f"{index:04d}.wav")
+            for index, (number, line) in enumerate(
+                ((n, line) for n, line in enumerate(data.splitlines(), start=1) if line.strip()), start=1
+            )
+        ]
     elif kind == "csv":
         items = _parse_csv(data)
     else:
@@ -61,7 +65,9 @@ def parse_batch(data: str | bytes, kind: str) -> list[BatchItem]:
     seen = {}
     for item in items:
         if item.file in seen:
-            raise BatchError(f"line {item.number}: the file name {item.file!r} is already used on line {seen[item.file]}")
+            raise BatchError(
+                f"line {item.number}: the file name {item.file!r} is already used on line {seen[item.file]}"
+            )
         seen[item.file] = item.number
     return items
 
@@ -74,8 +80,9 @@ def _parse_csv(data: str) -> list[BatchItem]:
     header_line, header = numbered[0]
     columns = [cell.strip().lower() for cell in header]
     if "text" not in columns:
-        raise BatchError(f"line {header_line}: the first row must name the columns ({', '.join(CSV_COLUMNS)}); "
-                         "'text' is required")
+        raise BatchError(
+            f"line {header_line}: the first row must name the columns ({', '.join(CSV_COLUMNS)}); 'text' is required"
+        )
     unknown = [c for c in columns if c not in CSV_COLUMNS]
     if unknown:
         raise BatchError(f"line {header_line}: unknown column(s) {', '.join(unknown)}; use {', '.join(CSV_COLUMNS)}")
@@ -90,16 +97,21 @@ def _parse_csv(data: str) -> list[BatchItem]:
         if not file.lower().endswith(".wav"):
             file += ".wav"
         if not _SAFE_NAME.fullmatch(file) or ".." in file:
-            raise BatchError(f"line {number}: the file name {file!r} may use letters, digits, spaces, '.', '_' "
-                             "and '-' only (no folders)")
+            raise BatchError(
+                f"line {number}: the file name {file!r} may use letters, digits, spaces, '.', '_' "
+                "and '-' only (no folders)"
+            )
         items.append(BatchItem(number, cells["text"], file, cells.get("voice") or None, cells.get("instruct") or None))
     return items
 
 
 def settings_key(item: BatchItem, settings: dict) -> str:
     """A hash of everything that decides ``item``'s audio (``settings``: JSON-able shared choices)."""
-    payload = json.dumps({"text": item.text, "voice": item.voice, "instruct": item.instruct, **settings},
-                         sort_keys=True, ensure_ascii=False)
+    payload = json.dumps(
+        {"text": item.text, "voice": item.voice, "instruct": item.instruct, **settings},
+        sort_keys=True,
+        ensure_ascii=False,
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:20]
 
 

@@ -3,6 +3,7 @@
 Lines are spoken by a model in this process with saved voices from the voice library (save one on the page,
 or with ``python -m cosyvoice_mac voices add``); a tqdm bar shows progress and Ctrl-C keeps what is done.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,8 +16,12 @@ from cosyvoice_mac.longform.post import PostSettings
 
 def add_longform(commands) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--model", type=Path, help="model folder (default: as the app picks: a CosyVoice3 folder "
-                                                   "in models/, else any model, else the preview voice)")
+    common.add_argument(
+        "--model",
+        type=Path,
+        help="model folder (default: as the app picks: a CosyVoice3 folder "
+        "in models/, else any model, else the preview voice)",
+    )
     common.add_argument("--models-dir", type=Path, default=Path("models"), help=argparse.SUPPRESS)
     common.add_argument("--device", default="auto")
     common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
@@ -26,8 +31,13 @@ def add_longform(commands) -> None:
 
     dialogue = commands.add_parser("dialogue", parents=[common], help="speak a script of several voices")
     dialogue.add_argument("script", type=Path, help="text file: '[S1] text' or 'Name: text' per line")
-    dialogue.add_argument("--cast", action="append", default=[], metavar="TAG=VOICE",
-                          help="map a speaker tag to a saved voice (a tag that is a voice's name needs none)")
+    dialogue.add_argument(
+        "--cast",
+        action="append",
+        default=[],
+        metavar="TAG=VOICE",
+        help="map a speaker tag to a saved voice (a tag that is a voice's name needs none)",
+    )
     dialogue.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines")
     dialogue.add_argument("--per-line", action="store_true", help="also write one WAV per line")
     dialogue.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.timing.json")
@@ -98,8 +108,13 @@ def _voices(args) -> int:
         raise LongformError("voices add needs a NAME and --audio FILE")
     _read_bytes(args.audio)
     decoded = decode_prompt(str(args.audio))  # refuses what is not usable speech audio, with the reason
-    entry = library.save(args.name, audio_hash=decoded.content_hash, model_id="recording",
-                         transcript=(args.transcript or "").strip() or None, audio=args.audio)
+    entry = library.save(
+        args.name,
+        audio_hash=decoded.content_hash,
+        model_id="recording",
+        transcript=(args.transcript or "").strip() or None,
+        audio=args.audio,
+    )
     print(f"saved voice {entry['name']!r}")
     return 0
 
@@ -163,8 +178,10 @@ def _run(job, label: str) -> int:
     files = ", ".join(str(path) for path in result.files)
     print(f"{result.done}/{result.total} {label} done{' (stopped: partial)' if result.stopped else ''}: {files}")
     for misfit in result.report if result.kind == "dub" else ():
-        print(f"cue {misfit['cue']}: {misfit['overrun']:.2f} s too long, starts {misfit['late']:.2f} s late",
-              file=sys.stderr)
+        print(
+            f"cue {misfit['cue']}: {misfit['overrun']:.2f} s too long, starts {misfit['late']:.2f} s late",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -184,9 +201,22 @@ def _dialogue(args) -> int:
     known = [entry["name"] for entry in VoiceLibrary().list()]
     dialogue.check_cast(dialogue.parse_script(script), cast, known)  # before the model loads
     speak = _speaker(args)
-    return _run(lambda bar, stop: run_dialogue(script, cast, known, speak, args.out, pause_s=args.pause,
-                                               seed=args.seed, per_line_files=args.per_line, post=_post(args),
-                                               on_progress=bar, should_stop=stop), "lines")
+    return _run(
+        lambda bar, stop: run_dialogue(
+            script,
+            cast,
+            known,
+            speak,
+            args.out,
+            pause_s=args.pause,
+            seed=args.seed,
+            per_line_files=args.per_line,
+            post=_post(args),
+            on_progress=bar,
+            should_stop=stop,
+        ),
+        "lines",
+    )
 
 
 def _dub(args) -> int:
@@ -197,9 +227,20 @@ def _dub(args) -> int:
     subtitles.parse_srt(data)
     subtitles.check_speed_limit(args.speed_limit)
     speak = _speaker(args, args.voice)
-    return _run(lambda bar, stop: run_dub(data, args.voice, speak, args.out, speed_limit=args.speed_limit,
-                                          seed=args.seed, post=_post(args), on_progress=bar, should_stop=stop),
-                "cues")
+    return _run(
+        lambda bar, stop: run_dub(
+            data,
+            args.voice,
+            speak,
+            args.out,
+            speed_limit=args.speed_limit,
+            seed=args.seed,
+            post=_post(args),
+            on_progress=bar,
+            should_stop=stop,
+        ),
+        "cues",
+    )
 
 
 def _batch(args) -> int:
@@ -211,6 +252,18 @@ def _batch(args) -> int:
     batch.parse_batch(data, kind)
     speak = _speaker(args, args.voice)
     settings = {"model": str(args.model), "glossary": [e.key for e in speak.glossary]}
-    return _run(lambda bar, stop: run_batch(data, kind, args.out_dir, speak, voice=args.voice, settings=settings,
-                                            seed=args.seed, post=_post(args), on_progress=bar, should_stop=stop),
-                "lines")
+    return _run(
+        lambda bar, stop: run_batch(
+            data,
+            kind,
+            args.out_dir,
+            speak,
+            voice=args.voice,
+            settings=settings,
+            seed=args.seed,
+            post=_post(args),
+            on_progress=bar,
+            should_stop=stop,
+        ),
+        "lines",
+    )

@@ -5,14 +5,15 @@ instruction for that line follows the tag in braces: ``Anna: {speak softly} Good
 skipped. Every problem (an untagged line, a tag with no text, a speaker that maps to no voice) is found
 before any audio is made, and each message names the line number.
 """
-from __future__ import annotations
 
-from cosyvoice_mac.longform import LongformError
+from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
 import numpy as np
+
+from cosyvoice_mac.longform import LongformError
 
 MAX_LINES = 500
 MAX_PAUSE_S = 10.0
@@ -47,8 +48,14 @@ class LineTiming:
     end: float
 
     def as_dict(self) -> dict:
-        return {"line": self.number, "speaker": self.speaker, "voice": self.voice, "text": self.text,
-                "start": round(self.start, 3), "end": round(self.end, 3)}
+        return {
+            "line": self.number,
+            "speaker": self.speaker,
+            "voice": self.voice,
+            "text": self.text,
+            "start": round(self.start, 3),
+            "end": round(self.end, 3),
+        }
 
 
 def parse_script(script: str) -> list[DialogueLine]:
@@ -59,8 +66,10 @@ def parse_script(script: str) -> list[DialogueLine]:
             continue
         match = _BRACKET_TAG.fullmatch(raw) or _NAME_TAG.fullmatch(raw)
         if match is None:
-            raise ScriptError(f"line {number} has no speaker tag: start it with [S1] or a name and a colon "
-                              f"(\"Anna: ...\"); it reads {raw.strip()[:40]!r}")
+            raise ScriptError(
+                f"line {number} has no speaker tag: start it with [S1] or a name and a colon "
+                f'("Anna: ..."); it reads {raw.strip()[:40]!r}'
+            )
         speaker, rest = match.group(1).strip(), match.group(2).strip()
         instruct = None
         braced = _INSTRUCTION.fullmatch(rest)
@@ -70,7 +79,7 @@ def parse_script(script: str) -> list[DialogueLine]:
             raise ScriptError(f"line {number} ({speaker}) has a speaker tag but nothing to say")
         lines.append(DialogueLine(number, speaker, rest, instruct))
     if not lines:
-        raise ScriptError("the script is empty: write one line per turn, each starting with [S1] or \"Name:\"")
+        raise ScriptError('the script is empty: write one line per turn, each starting with [S1] or "Name:"')
     if len(lines) > MAX_LINES:
         raise ScriptError(f"the script has {len(lines)} lines; at most {MAX_LINES} are spoken in one go")
     return lines
@@ -93,16 +102,19 @@ def check_cast(lines: list[DialogueLine], cast: dict[str, str], known_voices) ->
         voice = (cast.get(speaker) or "").strip() or (speaker if speaker in known else "")
         first = next(line.number for line in lines if line.speaker == speaker)
         if not voice:
-            raise ScriptError(f"line {first}: speaker {speaker!r} has no voice; map it to a saved voice "
-                              f"(saved: {', '.join(sorted(known)) or 'none yet'})")
+            raise ScriptError(
+                f"line {first}: speaker {speaker!r} has no voice; map it to a saved voice "
+                f"(saved: {', '.join(sorted(known)) or 'none yet'})"
+            )
         if voice not in known:
             raise ScriptError(f"line {first}: speaker {speaker!r} is mapped to {voice!r}, which is not a saved voice")
         resolved[speaker] = voice
     return resolved
 
 
-def join_lines(waves: list[np.ndarray], lines: list[DialogueLine], cast: dict[str, str], sample_rate: int,
-               pause_s: float) -> tuple[np.ndarray, list[LineTiming]]:
+def join_lines(
+    waves: list[np.ndarray], lines: list[DialogueLine], cast: dict[str, str], sample_rate: int, pause_s: float
+) -> tuple[np.ndarray, list[LineTiming]]:
     """One waveform: the lines' audio in order with ``pause_s`` of silence between them, and each line's span.
 
     waves: one (T_i,) float32 array per line; returns ((sum T_i + pauses,), timings).
@@ -116,7 +128,15 @@ def join_lines(waves: list[np.ndarray], lines: list[DialogueLine], cast: dict[st
             pieces.append(gap)
             cursor += gap.size
         pieces.append(np.asarray(wave, dtype=np.float32))
-        timings.append(LineTiming(line.number, line.speaker, cast[line.speaker], line.text,
-                                  cursor / sample_rate, (cursor + len(wave)) / sample_rate))
+        timings.append(
+            LineTiming(
+                line.number,
+                line.speaker,
+                cast[line.speaker],
+                line.text,
+                cursor / sample_rate,
+                (cursor + len(wave)) / sample_rate,
+            )
+        )
         cursor += len(wave)
     return (np.concatenate(pieces) if pieces else np.zeros(0, np.float32)), timings

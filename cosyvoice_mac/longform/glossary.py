@@ -10,9 +10,8 @@ text before normalisation, longest key first, each text position at most once:
 
 Torch-free: the page and the API edit the glossary; the worker applies it.
 """
-from __future__ import annotations
 
-from cosyvoice_mac.longform import LongformError
+from __future__ import annotations
 
 import csv
 import io
@@ -24,6 +23,7 @@ from pathlib import Path
 
 from cosyvoice_mac.frontend.markup import find_unknown_markup
 from cosyvoice_mac.frontend.text import detect_language
+from cosyvoice_mac.longform import LongformError
 
 LANGUAGES = ("all", "en", "zh")
 CSV_COLUMNS = ("key", "replacement", "language")
@@ -96,7 +96,9 @@ def check_entries(entries) -> tuple[GlossaryEntry, ...]:
 def apply_glossary(text: str, entries, language: str | None = None) -> GlossaryResult:
     """``text`` with every matching entry for ``language`` (default: detected from the text) replaced."""
     language = language or detect_language(text)
-    usable = sorted((e for e in entries if e.language in ("all", language)), key=lambda e: (-len(e.key), e.language == "all"))
+    usable = sorted(
+        (e for e in entries if e.language in ("all", language)), key=lambda e: (-len(e.key), e.language == "all")
+    )
     if not usable or not text:
         return GlossaryResult(text, ())
     by_key = {}
@@ -156,8 +158,9 @@ class GlossaryStore:
             rows = json.loads(self.path.read_text(encoding="utf-8"))["entries"]
             return check_entries([GlossaryEntry(r["key"], r["replacement"], r.get("language", "all")) for r in rows])
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise GlossaryError(f"the glossary file {self.path} cannot be read ({error}); "
-                                "import a CSV to replace it") from None
+            raise GlossaryError(
+                f"the glossary file {self.path} cannot be read ({error}); import a CSV to replace it"
+            ) from None
 
     def replace(self, entries) -> tuple[GlossaryEntry, ...]:
         """Check and store ``entries`` (the whole glossary), atomically; nothing is stored on an error."""

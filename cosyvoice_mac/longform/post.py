@@ -3,13 +3,14 @@
 Loudness is measured and set with pyloudnorm (ITU-R BS.1770 integrated loudness, in LUFS); a gain that
 would clip is lowered so the peak stays at -1 dBFS, and the result says so.
 """
-from __future__ import annotations
 
-from cosyvoice_mac.longform import LongformError
+from __future__ import annotations
 
 from dataclasses import dataclass
 
 import numpy as np
+
+from cosyvoice_mac.longform import LongformError
 
 LUFS_RANGE = (-40.0, -5.0)
 TRIM_TOP_DB = 40.0  # quieter than the loudest frame by this much counts as silence
@@ -30,8 +31,10 @@ class PostSettings:
 
     def __post_init__(self):
         if self.loudness_lufs is not None and not LUFS_RANGE[0] <= self.loudness_lufs <= LUFS_RANGE[1]:
-            raise PostError(f"the loudness target must be {LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS "
-                            f"(got {self.loudness_lufs:g}); -16 suits speech on the web, -23 broadcast")
+            raise PostError(
+                f"the loudness target must be {LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS "
+                f"(got {self.loudness_lufs:g}); -16 suits speech on the web, -23 broadcast"
+            )
 
     @property
     def active(self) -> bool:
@@ -46,7 +49,7 @@ def trim_silence(wave: np.ndarray, sample_rate: int, keep_s: float = 0.02) -> np
         return wave
     _, (start, end) = librosa.effects.trim(wave, top_db=TRIM_TOP_DB, frame_length=512, hop_length=128)
     keep = int(keep_s * sample_rate)
-    return wave[max(0, start - keep): min(wave.size, end + keep)]
+    return wave[max(0, start - keep) : min(wave.size, end + keep)]
 
 
 def loudness(wave: np.ndarray, sample_rate: int) -> float | None:

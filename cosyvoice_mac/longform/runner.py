@@ -5,6 +5,7 @@ Each job here checks all of its input before the first request (so a bad line co
 queue, the CLI one that runs a pipeline in-process), reports progress after every line, stops between lines
 when asked, and writes only whole files: what was finished before a Stop is kept and labelled as partial.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,10 +113,20 @@ def _write(path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list
     return [path, path.with_suffix(".json")]
 
 
-def run_dialogue(script: str, cast: dict[str, str], known_voices, speak: Speak, out_stem: Path, *,
-                 pause_s: float = 0.4, seed: int | None = None, per_line_files: bool = False,
-                 post: PostSettings = PostSettings(), on_progress: OnProgress | None = None,
-                 should_stop: ShouldStop = _never) -> LongformResult:
+def run_dialogue(
+    script: str,
+    cast: dict[str, str],
+    known_voices,
+    speak: Speak,
+    out_stem: Path,
+    *,
+    pause_s: float = 0.4,
+    seed: int | None = None,
+    per_line_files: bool = False,
+    post: PostSettings = PostSettings(),
+    on_progress: OnProgress | None = None,
+    should_stop: ShouldStop = _never,
+) -> LongformResult:
     """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json`` (+ per-line WAVs)."""
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
@@ -125,8 +136,11 @@ def run_dialogue(script: str, cast: dict[str, str], known_voices, speak: Speak, 
         if should_stop():
             stopped = True
             break
-        spoken = _spoken(speak, LineRequest(line.text, voices[line.speaker], line.instruct,
-                                            seed=None if seed is None else seed + index), should_stop)
+        spoken = _spoken(
+            speak,
+            LineRequest(line.text, voices[line.speaker], line.instruct, seed=None if seed is None else seed + index),
+            should_stop,
+        )
         if spoken is None:
             stopped = True
             break
@@ -139,21 +153,38 @@ def run_dialogue(script: str, cast: dict[str, str], known_voices, speak: Speak, 
         tracker.report(index + 1)
     if not waves:
         return LongformResult("dialogue", None, tuple(files), 0, len(lines), stopped)
-    audio, timings = dialogue.join_lines(waves, lines[:len(waves)], voices, rate, pause_s)
+    audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
     report = [t.as_dict() for t in timings]
-    facts = {"kind": "dialogue", "lines": len(waves), "of_lines": len(lines), "partial": stopped,
-             "pause_s": pause_s, "cast": voices, "post": post.__dict__}
+    facts = {
+        "kind": "dialogue",
+        "lines": len(waves),
+        "of_lines": len(lines),
+        "partial": stopped,
+        "pause_s": pause_s,
+        "cast": voices,
+        "post": post.__dict__,
+    }
     wav = out_stem.with_suffix(".wav")
     files = _write(wav, audio, rate, facts) + files
     timing_path = out_stem.with_suffix(".timing.json")
-    atomic_write_bytes(timing_path, json.dumps({"lines": report, "partial": stopped}, ensure_ascii=False,
-                                               indent=1).encode())
+    atomic_write_bytes(
+        timing_path, json.dumps({"lines": report, "partial": stopped}, ensure_ascii=False, indent=1).encode()
+    )
     return LongformResult("dialogue", wav, tuple(files + [timing_path]), len(waves), len(lines), stopped, report)
 
 
-def run_dub(srt_data: str | bytes, voice: str | None, speak: Speak, out_stem: Path, *, speed_limit: float = 1.5,
-            seed: int | None = None, post: PostSettings = PostSettings(), on_progress: OnProgress | None = None,
-            should_stop: ShouldStop = _never) -> LongformResult:
+def run_dub(
+    srt_data: str | bytes,
+    voice: str | None,
+    speak: Speak,
+    out_stem: Path,
+    *,
+    speed_limit: float = 1.5,
+    seed: int | None = None,
+    post: PostSettings = PostSettings(),
+    on_progress: OnProgress | None = None,
+    should_stop: ShouldStop = _never,
+) -> LongformResult:
     """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits."""
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
@@ -182,22 +213,43 @@ def run_dub(srt_data: str | bytes, voice: str | None, speak: Speak, out_stem: Pa
         tracker.report(index + 1)
     if not waves:
         return LongformResult("dub", None, (), 0, len(cues), stopped)
-    placed = subtitles.place(cues[:len(waves)], [len(w) / rate for w in waves], speeds)
+    placed = subtitles.place(cues[: len(waves)], [len(w) / rate for w in waves], speeds)
     audio = subtitles.render_timeline(placed, waves, rate)
     report = subtitles.misfit_report(placed)
-    facts = {"kind": "dub", "cues": len(waves), "of_cues": len(cues), "partial": stopped, "voice": voice,
-             "speed_limit": limit, "misfits": len(report)}
+    facts = {
+        "kind": "dub",
+        "cues": len(waves),
+        "of_cues": len(cues),
+        "partial": stopped,
+        "voice": voice,
+        "speed_limit": limit,
+        "misfits": len(report),
+    }
     wav = out_stem.with_suffix(".wav")
     files = _write(wav, audio, rate, facts)
     report_path = out_stem.with_suffix(".report.json")
-    atomic_write_bytes(report_path, json.dumps({"cues": [p.as_dict() for p in placed], "misfits": report,
-                                                "partial": stopped}, ensure_ascii=False, indent=1).encode())
+    atomic_write_bytes(
+        report_path,
+        json.dumps(
+            {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}, ensure_ascii=False, indent=1
+        ).encode(),
+    )
     return LongformResult("dub", wav, tuple(files + [report_path]), len(waves), len(cues), stopped, report)
 
 
-def run_batch(data: str | bytes, kind: str, folder: Path, speak: Speak, *, voice: str | None = None,
-              settings: dict | None = None, seed: int | None = None, post: PostSettings = PostSettings(),
-              on_progress: OnProgress | None = None, should_stop: ShouldStop = _never) -> LongformResult:
+def run_batch(
+    data: str | bytes,
+    kind: str,
+    folder: Path,
+    speak: Speak,
+    *,
+    voice: str | None = None,
+    settings: dict | None = None,
+    seed: int | None = None,
+    post: PostSettings = PostSettings(),
+    on_progress: OnProgress | None = None,
+    should_stop: ShouldStop = _never,
+) -> LongformResult:
     """One WAV per line in ``folder``; lines already made with the same settings are skipped; a zip at the end."""
     items = batches.parse_batch(data, kind)
     store = batches.BatchFolder(folder)
@@ -212,15 +264,29 @@ def run_batch(data: str | bytes, kind: str, folder: Path, speak: Speak, *, voice
         if should_stop():
             stopped = True
             break
-        spoken = _spoken(speak, LineRequest(item.text, item.voice or voice, item.instruct,
-                                            seed=None if seed is None else seed + index), should_stop)
+        spoken = _spoken(
+            speak,
+            LineRequest(item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index),
+            should_stop,
+        )
         if spoken is None:
             stopped = True
             break
         wave, notes = post_process(spoken.audio, spoken.sample_rate, post)
-        _write(folder / item.file, wave, spoken.sample_rate,
-               {"kind": "batch", "line": item.number, "text": item.text, "voice": item.voice or voice,
-                "instruct": item.instruct, "post_notes": notes, **spoken.facts})
+        _write(
+            folder / item.file,
+            wave,
+            spoken.sample_rate,
+            {
+                "kind": "batch",
+                "line": item.number,
+                "text": item.text,
+                "voice": item.voice or voice,
+                "instruct": item.instruct,
+                "post_notes": notes,
+                **spoken.facts,
+            },
+        )
         store.record(item, key)
         made += 1
         tracker.report(index + 1)

@@ -3,6 +3,7 @@
 Both resolve a saved voice by name through the voice library and apply the pronunciation glossary to each
 line's text before it is sent, recording the entries that matched in the line's facts.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,14 @@ class EngineSpeak:
     """Sends each line as an ordinary job to ``engine`` (same queue, cancel and outputs/ as any request)
     and waits for it; ``stop`` cancels the line in flight."""
 
-    def __init__(self, engine, glossary: tuple[GlossaryEntry, ...] = (), default_voice: str | None = None,
-                 interface: str = "page", timeout_s: float | None = 900.0):
+    def __init__(
+        self,
+        engine,
+        glossary: tuple[GlossaryEntry, ...] = (),
+        default_voice: str | None = None,
+        interface: str = "page",
+        timeout_s: float | None = 900.0,
+    ):
         self.engine, self.glossary, self.default_voice = engine, glossary, default_voice
         self.interface, self.timeout_s, self.current_job = interface, timeout_s, None
 
@@ -34,9 +41,17 @@ class EngineSpeak:
             result = self.engine.result(self.current_job, timeout=self.timeout_s)
         finally:
             self.current_job = None
-        return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate,
-                      {"seed": result.seed, "model": result.model, "glossary": glossed.describe(),
-                       "line_output": result.output_path, "interface": self.interface})
+        return Spoken(
+            np.asarray(result.samples(), dtype=np.float32),
+            result.sample_rate,
+            {
+                "seed": result.seed,
+                "model": result.model,
+                "glossary": glossed.describe(),
+                "line_output": result.output_path,
+                "interface": self.interface,
+            },
+        )
 
     def stop(self) -> None:
         if self.current_job is not None:
@@ -59,12 +74,24 @@ class PipelineSpeak:
             raise LongformError(f"the saved voice {name!r} has no recording stored; save it again from its audio")
         glossed = apply_glossary(line.text, self.glossary)
         pieces, seed = [], None
-        for result in self.model.synthesize(glossed.text, prompt_audio=entry["audio_path"],
-                                            prompt_text=entry.get("transcript"), instruct=line.instruct,
-                                            seed=line.seed, speed=line.speed):
+        for result in self.model.synthesize(
+            glossed.text,
+            prompt_audio=entry["audio_path"],
+            prompt_text=entry.get("transcript"),
+            instruct=line.instruct,
+            seed=line.seed,
+            speed=line.speed,
+        ):
             pieces.append(result.audio)
             seed = result.seed
         audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
-        return Spoken(audio, self.model.sample_rate,
-                      {"seed": seed, "model": getattr(self.model, "model_id", "model"), "glossary": glossed.describe(),
-                       "interface": "cli"})
+        return Spoken(
+            audio,
+            self.model.sample_rate,
+            {
+                "seed": seed,
+                "model": getattr(self.model, "model_id", "model"),
+                "glossary": glossed.describe(),
+                "interface": "cli",
+            },
+        )

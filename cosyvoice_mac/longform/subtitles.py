@@ -5,15 +5,16 @@ made again faster, up to the user's limit; what still does not fit is never cut:
 before the next cue, and where it would overlap the next cue, that cue and the ones after it start later.
 Every cue that did not fit is reported with how much it overran and how late the next one starts.
 """
-from __future__ import annotations
 
-from cosyvoice_mac.longform import LongformError
+from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
 import numpy as np
 import srt
+
+from cosyvoice_mac.longform import LongformError
 
 MAX_CUES = 2000
 SPEED_LIMIT_RANGE = (1.0, 2.0)  # the model's own speed range ends at 2.0
@@ -53,10 +54,17 @@ class PlacedCue:
         return max(0.0, self.start + self.duration - self.cue.end)
 
     def as_dict(self) -> dict:
-        return {"cue": self.cue.number, "text": self.cue.text, "cue_start": self.cue.start,
-                "cue_end": self.cue.end, "start": round(self.start, 3), "end": round(self.start + self.duration, 3),
-                "speed": round(self.speed, 3), "overrun": round(self.overrun, 3),
-                "late": round(self.start - self.cue.start, 3)}
+        return {
+            "cue": self.cue.number,
+            "text": self.cue.text,
+            "cue_start": self.cue.start,
+            "cue_end": self.cue.end,
+            "start": round(self.start, 3),
+            "end": round(self.start + self.duration, 3),
+            "speed": round(self.speed, 3),
+            "overrun": round(self.overrun, 3),
+            "late": round(self.start - self.cue.start, 3),
+        }
 
 
 def parse_srt(data: str | bytes) -> list[Cue]:
@@ -70,8 +78,10 @@ def parse_srt(data: str | bytes) -> list[Cue]:
     try:
         parsed = list(srt.parse(data))
     except srt.SRTParseError as error:
-        raise SubtitleError(f"cue {_cue_at(data, error)}: the block is not a valid subtitle (expected a number, "
-                            "then 'HH:MM:SS,mmm --> HH:MM:SS,mmm', then the text)") from None
+        raise SubtitleError(
+            f"cue {_cue_at(data, error)}: the block is not a valid subtitle (expected a number, "
+            "then 'HH:MM:SS,mmm --> HH:MM:SS,mmm', then the text)"
+        ) from None
     cues, previous = [], None
     for position, item in enumerate(parsed, start=1):
         number = item.index if item.index is not None else position
@@ -79,8 +89,10 @@ def parse_srt(data: str | bytes) -> list[Cue]:
         if end <= start:
             raise SubtitleError(f"cue {number}: it ends ({_clock(end)}) before it starts ({_clock(start)})")
         if previous is not None and start < previous.end - 1e-6:
-            raise SubtitleError(f"cue {number} starts at {_clock(start)}, before cue {previous.number} ends "
-                                f"({_clock(previous.end)}); overlapping cues cannot be dubbed with one voice")
+            raise SubtitleError(
+                f"cue {number} starts at {_clock(start)}, before cue {previous.number} ends "
+                f"({_clock(previous.end)}); overlapping cues cannot be dubbed with one voice"
+            )
         text = " ".join(_MARKUP.sub("", item.content).split())
         cue = Cue(number, start, end, text)
         if text:
@@ -125,7 +137,7 @@ def render_timeline(placed: list[PlacedCue], waves: list[np.ndarray], sample_rat
     out = np.zeros(int(np.ceil(end * sample_rate)) + 1, dtype=np.float32)
     for item, wave in zip(placed, waves):
         offset = int(round(item.start * sample_rate))
-        out[offset:offset + len(wave)] += np.asarray(wave, dtype=np.float32)
+        out[offset : offset + len(wave)] += np.asarray(wave, dtype=np.float32)
     return out
 
 
@@ -142,7 +154,7 @@ def _clock(seconds: float) -> str:
 
 def _cue_at(data: str, error: srt.SRTParseError) -> str:
     """The number of the block where parsing stopped (its index line, else its position)."""
-    unmatched = getattr(error, "unmatched_content", "") or data[getattr(error, "actual_start", 0):]
+    unmatched = getattr(error, "unmatched_content", "") or data[getattr(error, "actual_start", 0) :]
     first = unmatched.strip().splitlines()[0].strip() if unmatched.strip() else ""
     if first.isdigit():
         return first

@@ -5,6 +5,7 @@ modules read the same official ``llm.pt`` / ``flow.pt`` / ``hift.pt`` and the sa
 the PyTorch models and keep their call contracts (PyTorch tensors in and out, the same samplers), so
 the pipeline can run either. Import :mod:`cosyvoice_mac.mlx.engine` only after :func:`mlx_available`.
 """
+
 from __future__ import annotations
 
 import importlib.util

@@ -6,6 +6,7 @@ suite's CPU backend, not the fast path). ``mlx`` asks for it by name (``COSYVOIC
 cannot run (no mlx, or CosyVoice2, whose U-Net flow has no MLX port) PyTorch runs and the reason is
 kept, for the status panel. ``torch`` always means PyTorch.
 """
+
 from __future__ import annotations
 
 import os
@@ -58,8 +59,10 @@ def choose_engine(requested: str | None, version: str, device: str | None = None
             return EngineChoice(MLX)
         return EngineChoice(TORCH)
     if version != "cosyvoice3":
-        return EngineChoice(TORCH, "the MLX engine runs CosyVoice3; CosyVoice2's U-Net flow has no MLX port yet, "
-                                   "so PyTorch runs this model")
+        return EngineChoice(
+            TORCH,
+            "the MLX engine runs CosyVoice3; CosyVoice2's U-Net flow has no MLX port yet, so PyTorch runs this model",
+        )
     if not mlx_available():
         hint = "pip install mlx (macOS 14+ on Apple Silicon)" if is_apple_silicon() else "pip install 'mlx[cpu]'"
         return EngineChoice(TORCH, f"MLX was asked for but the mlx package is not installed ({hint}); PyTorch runs")

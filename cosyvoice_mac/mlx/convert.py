@@ -8,6 +8,7 @@ Key names are then mapped onto the MLX modules by each model's ``(pattern, repla
 With a ``cache_dir`` the converted arrays are saved as ``<sha256 of the source file>-<dtype>.safetensors``
 and read from there next time, so a changed checkpoint can never be served from a stale cache.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -50,8 +51,9 @@ def to_mlx(tensor: torch.Tensor, dtype: mx.Dtype | None = None) -> mx.array:
     return array.astype(dtype) if dtype is not None and array.dtype == mx.float32 else array
 
 
-def convert_state(state: dict[str, torch.Tensor], key_map: KeyMap = (), dtype: mx.Dtype | None = None,
-                  drop: Iterable[str] = ()) -> dict[str, mx.array]:
+def convert_state(
+    state: dict[str, torch.Tensor], key_map: KeyMap = (), dtype: mx.Dtype | None = None, drop: Iterable[str] = ()
+) -> dict[str, mx.array]:
     """A PyTorch state dict -> MLX arrays under MLX module names (3-D conv weights transposed)."""
     rules = [(re.compile(pattern), replacement) for pattern, replacement in key_map]
     dropped = set(drop)
@@ -68,8 +70,14 @@ def convert_state(state: dict[str, torch.Tensor], key_map: KeyMap = (), dtype: m
     return converted
 
 
-def load_converted(path: str | Path, key_map: KeyMap = (), *, dtype: mx.Dtype | None = None, drop: Iterable[str] = (),
-                   cache_dir: Path | None = None) -> dict[str, mx.array]:
+def load_converted(
+    path: str | Path,
+    key_map: KeyMap = (),
+    *,
+    dtype: mx.Dtype | None = None,
+    drop: Iterable[str] = (),
+    cache_dir: Path | None = None,
+) -> dict[str, mx.array]:
     """Read checkpoint ``path`` as MLX arrays, through the safetensors cache in ``cache_dir`` when given."""
     path = Path(path)
     cached: Path | None = None

@@ -5,6 +5,7 @@ returns the PyTorch model's ``(B, 80, T)``. Only fully valid frames are supporte
 the mask is chunk-causal when streaming and absent otherwise. With a :class:`PrefixStep` the call either
 records the layer tensors of a prompt prefix or computes the frames that follow it.
 """
+
 from __future__ import annotations
 
 import math
@@ -49,14 +50,16 @@ class PrefixStep:
         if self.recording:
             self.tensors[name + ".k"], self.tensors[name + ".v"] = keys, values
             return keys, values
-        return (mx.concatenate([self.tensors[name + ".k"], keys], axis=2),
-                mx.concatenate([self.tensors[name + ".v"], values], axis=2))
+        return (
+            mx.concatenate([self.tensors[name + ".k"], keys], axis=2),
+            mx.concatenate([self.tensors[name + ".v"], values], axis=2),
+        )
 
     def left_padded(self, name: str, x: mx.array, frames: int) -> mx.array:
         """``x (B, T, C)`` with ``frames`` frames of left context: zeros at the start, else the prefix's."""
         if self.recording:
             padded = mx.pad(x, [(0, 0), (frames, 0), (0, 0)])
-            self.tensors[name + ".tail"] = padded[:, padded.shape[1] - frames:]
+            self.tensors[name + ".tail"] = padded[:, padded.shape[1] - frames :]
             return padded
         return mx.concatenate([self.tensors[name + ".tail"], x], axis=1)
 
@@ -167,7 +170,7 @@ class Attention(nn.Module):
         v = split(self.to_v(x))
         if state is not None:
             k, v = state.keys_and_values(self.name, k, v)
-        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.dim_head ** -0.5, mask=mask)
+        out = mx.fast.scaled_dot_product_attention(q, k, v, scale=self.dim_head**-0.5, mask=mask)
         return self.to_out(out.transpose(0, 2, 1, 3).reshape(batch, length, -1))
 
 
@@ -245,8 +248,16 @@ class DiT(nn.Module):
         allowed = allowed.numpy()
         return None if prefix_frames and allowed.all() else mx.array(np.ascontiguousarray(allowed))
 
-    def __call__(self, x: mx.array, mu: mx.array, t: mx.array, spks: mx.array, cond: mx.array,
-                 streaming: bool = False, state: PrefixStep | None = None) -> mx.array:
+    def __call__(
+        self,
+        x: mx.array,
+        mu: mx.array,
+        t: mx.array,
+        spks: mx.array,
+        cond: mx.array,
+        streaming: bool = False,
+        state: PrefixStep | None = None,
+    ) -> mx.array:
         """``x, mu, cond (B, T, 80)``, ``t (B,)``, ``spks (B, 80)`` -> velocity ``(B, T, 80)`` (channels last).
 
         ``state`` (streaming only): record this call as a prefix, or continue after a recorded one.

@@ -10,6 +10,7 @@ stays on PyTorch.
 Inputs are PyTorch tensors as for :class:`cosyvoice_mac.models.flow.Flow`; the mel comes back as a
 CPU float32 tensor ``(1, 80, T)``.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -68,12 +69,25 @@ class FlowMatching(nn.Module):
         rate = self.config.inference_cfg_rate
         pair = lambda z: mx.concatenate([z, z])  # noqa: E731
         conditioned_only = lambda z: mx.concatenate([z, mx.zeros_like(z)])  # noqa: E731
-        out = self.estimator(pair(x), conditioned_only(mu), mx.broadcast_to(t, (2,)), conditioned_only(spks),
-                             conditioned_only(cond), streaming, state).astype(mx.float32)
+        out = self.estimator(
+            pair(x),
+            conditioned_only(mu),
+            mx.broadcast_to(t, (2,)),
+            conditioned_only(spks),
+            conditioned_only(cond),
+            streaming,
+            state,
+        ).astype(mx.float32)
         return (1.0 + rate) * out[:1] - rate * out[1:]
 
-    def __call__(self, mu: mx.array, spks: mx.array, cond: mx.array, streaming: bool = False,
-                 states: list[PrefixStep] | None = None) -> mx.array:
+    def __call__(
+        self,
+        mu: mx.array,
+        spks: mx.array,
+        cond: mx.array,
+        streaming: bool = False,
+        states: list[PrefixStep] | None = None,
+    ) -> mx.array:
         """``mu, cond (1, T, 80)``, ``spks (1, 80)`` -> mel ``(1, T, 80)`` float32.
 
         ``states`` (one per Euler step, streaming only): record a prefix, or make the frames after one.
@@ -114,16 +128,19 @@ class MlxFlow(nn.Module):
         self.input_embedding = nn.Embedding(config.vocab_size, config.input_size)
         self.spk_embed_affine_layer = nn.Linear(config.spk_embed_dim, config.output_size)
         self.pre_lookahead_layer = PreLookaheadLayer(
-            config.input_size, config.lookahead_channels, config.pre_lookahead_len)
+            config.input_size, config.lookahead_channels, config.pre_lookahead_len
+        )
         self.decoder = FlowMatching(DiT(config.estimator), config.cfm)
 
     @classmethod
-    def from_checkpoint(cls, config: FlowConfig, path: str | Path, *, dtype: mx.Dtype | None = None,
-                        cache_dir: Path | None = None) -> "MlxFlow":
+    def from_checkpoint(
+        cls, config: FlowConfig, path: str | Path, *, dtype: mx.Dtype | None = None, cache_dir: Path | None = None
+    ) -> "MlxFlow":
         flow = cls(config)
         weights = load_converted(path, KEY_MAP, dtype=dtype, cache_dir=cache_dir)
         weights["decoder.estimator.rotary_embed.inv_freq"] = weights["decoder.estimator.rotary_embed.inv_freq"].astype(
-            mx.float32)  # angles up to 15 000 rad need float32 frequencies
+            mx.float32
+        )  # angles up to 15 000 rad need float32 frequencies
         flow.load_weights(list(weights.items()), strict=True)
         mx.eval(flow.parameters())
         return flow
@@ -141,9 +158,17 @@ class MlxFlow(nn.Module):
         features = self.pre_lookahead_layer(embedded, context)
         return speaker, mx.repeat(features, self.config.token_mel_ratio, axis=1)
 
-    def inference(self, tokens: torch.Tensor, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor,
-                  embedding: torch.Tensor, *, streaming: bool = False, finalize: bool = True,
-                  prefix: FlowPrefix | None = None) -> torch.Tensor:
+    def inference(
+        self,
+        tokens: torch.Tensor,
+        prompt_tokens: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        *,
+        streaming: bool = False,
+        finalize: bool = True,
+        prefix: FlowPrefix | None = None,
+    ) -> torch.Tensor:
         """Speech tokens -> log-mel of the generated part, ``(1, 80, T - F)`` float32 CPU tensor.
 
         Shapes and flags as :meth:`cosyvoice_mac.models.flow.Flow.inference`; ``prefix`` comes from
@@ -158,12 +183,18 @@ class MlxFlow(nn.Module):
         cond = torch.zeros(1, frames, self.config.output_size)
         cond[:, :prompt_frames] = prompt_feat.float().cpu()
         start = 0 if prefix is None else prefix.frames
-        mel = self.decoder(mu[:, start:], speaker, to_mlx(cond[:, start:]).astype(mu.dtype), streaming,
-                           None if prefix is None else prefix.steps)
-        return to_torch(mel[:, prompt_frames - start:].transpose(0, 2, 1))
+        mel = self.decoder(
+            mu[:, start:],
+            speaker,
+            to_mlx(cond[:, start:]).astype(mu.dtype),
+            streaming,
+            None if prefix is None else prefix.steps,
+        )
+        return to_torch(mel[:, prompt_frames - start :].transpose(0, 2, 1))
 
-    def build_prefix(self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor,
-                     tokens: int) -> FlowPrefix:
+    def build_prefix(
+        self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, tokens: int
+    ) -> FlowPrefix:
         """Run the sampler over the first ``tokens`` prompt tokens once and keep every step's layer tensors."""
         frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, tokens)
         speaker, mu = self._conditioning(embedding, prompt_tokens.cpu(), finalize=False)
@@ -171,8 +202,13 @@ class MlxFlow(nn.Module):
         steps = [PrefixStep() for _ in range(self.config.cfm.n_timesteps)]
         self.decoder(mu[:, :frames], speaker, cond, True, steps)
         mx.eval([step.tensors for step in steps])  # usable from any thread's stream
-        return FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
-                          embedding=embedding.clone())
+        return FlowPrefix(
+            tokens=tokens,
+            frames=frames,
+            steps=steps,
+            prompt_tokens=prompt_tokens[:, :tokens].clone(),
+            embedding=embedding.clone(),
+        )
 
 
 def load_mlx_flow(config: FlowConfig, path: str | Path, **kwargs) -> MlxFlow:

@@ -8,6 +8,7 @@ source noise are the PyTorch module's own CPU code (``HarmonicSource.frame_phase
 
 ``inference`` takes and returns PyTorch CPU tensors like :meth:`cosyvoice_mac.models.vocoder.HiFT.inference`.
 """
+
 from __future__ import annotations
 
 import math
@@ -46,9 +47,14 @@ class Source(nn.Module):
         super().__init__()
         self.l_linear = nn.Linear(config.nb_harmonics + 1, 1)
         self._phase = HarmonicSource(  # the PyTorch module: its CPU float32 phase integral is the rule
-            sampling_rate=config.sampling_rate, samples_per_frame=config.samples_per_frame,
-            harmonics=config.nb_harmonics + 1, sine_amp=config.nsf_alpha, noise_std=config.nsf_sigma,
-            voiced_threshold=config.nsf_voiced_threshold, nearest_phase=True)
+            sampling_rate=config.sampling_rate,
+            samples_per_frame=config.samples_per_frame,
+            harmonics=config.nb_harmonics + 1,
+            sine_amp=config.nsf_alpha,
+            noise_std=config.nsf_sigma,
+            voiced_threshold=config.nsf_voiced_threshold,
+            nearest_phase=True,
+        )
 
     def __call__(self, f0: mx.array, noise: SourceNoise) -> mx.array:
         rules = self._phase
@@ -81,13 +87,16 @@ class MlxHiFT(nn.Module):
         self.f0_predictor = F0Predictor(config.f0_in_channels, config.f0_cond_channels, causal=True)
         self.m_source = Source(config)
         pre_kernel = config.conv_pre_look_right + 1
-        self.conv_pre = PaddedConv1d(config.in_channels, config.base_channels, pre_kernel,
-                                     padding=(0, causal_padding(pre_kernel)))
+        self.conv_pre = PaddedConv1d(
+            config.in_channels, config.base_channels, pre_kernel, padding=(0, causal_padding(pre_kernel))
+        )
         channels = [config.base_channels // 2**i for i in range(stages + 1)]
-        self.ups = [CausalUpsample(channels[i], channels[i + 1], kernel, rate)
-                    for i, (rate, kernel) in enumerate(zip(config.upsample_rates, config.upsample_kernel_sizes))]
+        self.ups = [
+            CausalUpsample(channels[i], channels[i + 1], kernel, rate)
+            for i, (rate, kernel) in enumerate(zip(config.upsample_rates, config.upsample_kernel_sizes))
+        ]
         self.source_downs, self.source_resblocks = [], []
-        downsample_rates = [math.prod(config.upsample_rates[i + 1:]) for i in range(stages)]
+        downsample_rates = [math.prod(config.upsample_rates[i + 1 :]) for i in range(stages)]
         for i, (rate, kernel, dilations) in enumerate(
             zip(downsample_rates, config.source_resblock_kernel_sizes, config.source_resblock_dilation_sizes)
         ):
@@ -97,9 +106,11 @@ class MlxHiFT(nn.Module):
                 down = PaddedConv1d(bins2, channels[i + 1], 2 * rate, stride=rate, padding=(rate - 1, 0))
             self.source_downs.append(down)
             self.source_resblocks.append(ResBlock(channels[i + 1], kernel, list(dilations), causal=True))
-        self.resblocks = [ResBlock(channels[i + 1], kernel, list(dilations), causal=True)
-                          for i in range(stages)
-                          for kernel, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes)]
+        self.resblocks = [
+            ResBlock(channels[i + 1], kernel, list(dilations), causal=True)
+            for i in range(stages)
+            for kernel, dilations in zip(config.resblock_kernel_sizes, config.resblock_dilation_sizes)
+        ]
         self.conv_post = PaddedConv1d(channels[-1], bins2, 7, padding=(causal_padding(7), 0))
         self.stft = ConvSTFT(config.n_fft, config.hop_len)
         self.default_noise: SourceNoise = FixedUniformSourceNoise()
@@ -117,8 +128,15 @@ class MlxHiFT(nn.Module):
     def decoder_lookahead(self) -> int:
         return self.conv_pre.pad_right
 
-    def inference(self, mel: torch.Tensor, *, finalize: bool = True, cache_source: torch.Tensor | None = None,
-                  noise: SourceNoise | None = None, first_frame: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    def inference(
+        self,
+        mel: torch.Tensor,
+        *,
+        finalize: bool = True,
+        cache_source: torch.Tensor | None = None,
+        noise: SourceNoise | None = None,
+        first_frame: int = 0,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """mel ``(1, 80, T)`` -> ``(wav (1, N), source (1, 1, N_src))`` float32 CPU tensors, as the PyTorch HiFT.
 
         ``N = 480 T`` (``finalize=False``: ``480 (T - 8)``, source ``480 (T - 3)``). ``first_frame`` k returns

@@ -3,6 +3,7 @@
 One-sided padded convs, the causal upsampler as its equivalent transposed convolution, Snake,
 the residual block, the f0 predictor and the real-arithmetic STFT pair with the PyTorch module's kernels.
 """
+
 from __future__ import annotations
 
 import mlx.core as mx
@@ -22,7 +23,7 @@ def reflect_pad_time(x: mx.array, left: int, right: int) -> mx.array:
     parts = [x[:, left:0:-1]] if left else []
     parts.append(x)
     if right:
-        parts.append(x[:, -2:-2 - right:-1])
+        parts.append(x[:, -2 : -2 - right : -1])
     return mx.concatenate(parts, axis=1) if len(parts) > 1 else x
 
 
@@ -32,8 +33,16 @@ class PaddedConv1d(nn.Module):
     ``pad_right=False`` skips the right padding (the caller passes real look-ahead frames instead).
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, *, padding=(0, 0), stride: int = 1,
-                 dilation: int = 1):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        *,
+        padding=(0, 0),
+        stride: int = 1,
+        dilation: int = 1,
+    ):
         super().__init__()
         self.weight = mx.zeros((out_channels, kernel_size, in_channels))
         self.bias = mx.zeros((out_channels,))
@@ -66,7 +75,7 @@ class CausalUpsample(nn.Module):
         taps = self.weight.shape[1]
         reversed_taps = self.weight[:, ::-1]  # (out, k, in)
         padded = pad_time(reversed_taps, self.stride - 1, self.stride - 1)
-        boxes = [padded[:, j:j + self.stride].sum(axis=1) for j in range(taps + self.stride - 1)]
+        boxes = [padded[:, j : j + self.stride].sum(axis=1) for j in range(taps + self.stride - 1)]
         self._transposed = mx.stack(boxes, axis=1)
 
     def __call__(self, x: mx.array) -> mx.array:
@@ -130,8 +139,9 @@ class F0Predictor(nn.Module):
                 padding = (0, causal_padding(kernel))
             else:
                 padding = (causal_padding(kernel), 0)
-            self.condnet.append(PaddedConv1d(in_channels if index == 0 else cond_channels, cond_channels, kernel,
-                                             padding=padding))
+            self.condnet.append(
+                PaddedConv1d(in_channels if index == 0 else cond_channels, cond_channels, kernel, padding=padding)
+            )
         self.classifier = nn.Linear(cond_channels, 1)
 
     @property

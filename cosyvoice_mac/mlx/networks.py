@@ -5,6 +5,7 @@ pipeline runs it unchanged: each network takes and returns PyTorch CPU tensors. 
 quantized to 8 or 4 bits (``mlx.nn.quantize``, group size 64) or stored in 16 bits; flow and vocoder
 stay float32.
 """
+
 from __future__ import annotations
 
 import os
@@ -120,15 +121,23 @@ def randomize(module: nn.Module, seed: int) -> None:
             return mx.zeros_like(array) if path.endswith("bias") else mx.ones_like(array)
         key[0], draw = mx.random.split(key[0])
         fan_in = int(np.prod(array.shape[1:]))
-        return mx.random.normal(array.shape, dtype=array.dtype, key=draw) * (fan_in ** -0.5)
+        return mx.random.normal(array.shape, dtype=array.dtype, key=draw) * (fan_in**-0.5)
 
     module.update(tree_map_with_path(value, module.parameters()))
     mx.eval(module.parameters())
 
 
-def build_mlx_networks(config: dict, qwen: Qwen2Config, *, folder=None, random_weights: bool = False, seed: int = 0,
-                       precision: str | None = None, low_memory: bool = False,
-                       cache_dir: Path | None | str = "default") -> MlxNetworks:
+def build_mlx_networks(
+    config: dict,
+    qwen: Qwen2Config,
+    *,
+    folder=None,
+    random_weights: bool = False,
+    seed: int = 0,
+    precision: str | None = None,
+    low_memory: bool = False,
+    cache_dir: Path | None | str = "default",
+) -> MlxNetworks:
     """MLX networks from plain-data ``config`` and ``folder``'s checkpoints (or seeded random weights)."""
     if not random_weights and folder is None:
         raise ValueError("a model folder is needed unless random_weights=True is asked for")
@@ -144,5 +153,4 @@ def build_mlx_networks(config: dict, qwen: Qwen2Config, *, folder=None, random_w
         flow = MlxFlow.from_checkpoint(flow_config, folder.file("flow.pt"), cache_dir=cache)
         hift = MlxHiFT.from_checkpoint(hift_config, folder.file("hift.pt"), cache_dir=cache)
     chosen = llm_precision(precision, low_memory)
-    return MlxNetworks(llm=apply_llm_precision(llm, chosen), flow=PipelineFlow(flow), hift=hift,
-                       llm_precision=chosen)
+    return MlxNetworks(llm=apply_llm_precision(llm, chosen), flow=PipelineFlow(flow), hift=hift, llm_precision=chosen)

@@ -4,6 +4,7 @@ Same numerics as the PyTorch model: RMSNorm with float32 statistics, NeoX rotate
 (``mx.fast.rope``, ``traditional=False``), grouped-query attention (``mx.fast.scaled_dot_product_attention``
 takes the 2 KV heads as they are), SiLU-gated MLP. The config is the same :class:`Qwen2Config`.
 """
+
 from __future__ import annotations
 
 import mlx.core as mx
@@ -69,7 +70,10 @@ class Attention(nn.Module):
     def __init__(self, config: Qwen2Config):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = (
-            config.num_attention_heads, config.num_key_value_heads, config.head_dim)
+            config.num_attention_heads,
+            config.num_key_value_heads,
+            config.head_dim,
+        )
         self.rope_theta = config.rope_theta
         self.q_proj = nn.Linear(config.hidden_size, self.heads * self.head_dim, bias=True)
         self.k_proj = nn.Linear(config.hidden_size, self.kv_heads * self.head_dim, bias=True)
@@ -98,8 +102,7 @@ class Attention(nn.Module):
             mask = "causal"
         else:  # a chunk after cached positions: query i (absolute start+i) sees keys 0..start+i
             mask = mx.arange(total)[None, :] <= mx.arange(start, start + steps)[:, None]
-        attended = mx.fast.scaled_dot_product_attention(
-            queries, keys, values, scale=self.head_dim ** -0.5, mask=mask)
+        attended = mx.fast.scaled_dot_product_attention(queries, keys, values, scale=self.head_dim**-0.5, mask=mask)
         return self.o_proj(attended.transpose(0, 2, 1, 3).reshape(batch, steps, -1))
 
 

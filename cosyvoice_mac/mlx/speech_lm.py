@@ -9,6 +9,7 @@ The id rules (SOS/TASK/EOS rows, stop set, min_len mask, length limits, silent i
 not re-written here: they are read from a PyTorch :class:`SpeechLM` built on the ``meta`` device,
 which has the rules and no weights.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -60,8 +61,9 @@ class MlxSpeechLM(nn.Module):
         self.precision = "fp32"
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, config: SpeechLMConfig, *, dtype: mx.Dtype | None = None,
-                        cache_dir: Path | None = None) -> "MlxSpeechLM":
+    def from_checkpoint(
+        cls, path: str | Path, config: SpeechLMConfig, *, dtype: mx.Dtype | None = None, cache_dir: Path | None = None
+    ) -> "MlxSpeechLM":
         """Build from ``llm.pt`` (converted once; cached as safetensors in ``cache_dir`` if given)."""
         model = cls(config)
         weights = load_converted(path, KEY_MAP, dtype=dtype, drop=UNUSED_KEYS, cache_dir=cache_dir)
@@ -90,8 +92,9 @@ class MlxSpeechLM(nn.Module):
         table = self.llm_embedding if self.config.version == "cosyvoice2" else self.speech_embedding
         return table(mx.array([[row]]))
 
-    def build_prompt_embeddings(self, text_ids: torch.Tensor, prompt_text_ids: torch.Tensor,
-                                prompt_speech_ids: torch.Tensor) -> mx.array:
+    def build_prompt_embeddings(
+        self, text_ids: torch.Tensor, prompt_text_ids: torch.Tensor, prompt_speech_ids: torch.Tensor
+    ) -> mx.array:
         """(1, Lt), (1, Lp), (1, Ls) integer ids -> ``(1, 1 + Lp + Lt + 1 + Ls, D)`` input embeddings.
 
         The PyTorch rules check the ids (ranges, empty text, <|endofprompt|>) and raise
@@ -118,8 +121,15 @@ class MlxSpeechLM(nn.Module):
     def start_decoding(self, prompt_embeds: mx.array, max_new_tokens: int) -> SpeechDecoder:
         return SpeechDecoder(self, prompt_embeds, max_new_tokens)
 
-    def generate(self, text_ids: torch.Tensor, prompt_text_ids: torch.Tensor, prompt_speech_ids: torch.Tensor,
-                 sampler: Sampler, *, on_step: Callable[[int, torch.Tensor], None] | None = None) -> Iterator[int]:
+    def generate(
+        self,
+        text_ids: torch.Tensor,
+        prompt_text_ids: torch.Tensor,
+        prompt_speech_ids: torch.Tensor,
+        sampler: Sampler,
+        *,
+        on_step: Callable[[int, torch.Tensor], None] | None = None,
+    ) -> Iterator[int]:
         """Yield speech ids as they are decoded (the stop id is not yielded); inputs are checked now.
 
         ``on_step(step, logp)`` sees the ``(V,)`` CPU log-probs handed to ``sampler`` (masked ids -inf).
@@ -135,8 +145,14 @@ class MlxSpeechLM(nn.Module):
     _masked_before_min_len = property(lambda self: self._rules.masked_before_min_len)
 
 
-def load_mlx_speech_lm(model_dir: str | Path, llm_node: dict, *, dtype: mx.Dtype | None = None,
-                       mask_all_stop_ids_before_min_len: bool = True, cache_dir: Path | None = None) -> MlxSpeechLM:
+def load_mlx_speech_lm(
+    model_dir: str | Path,
+    llm_node: dict,
+    *,
+    dtype: mx.Dtype | None = None,
+    mask_all_stop_ids_before_min_len: bool = True,
+    cache_dir: Path | None = None,
+) -> MlxSpeechLM:
     """``<model_dir>/llm.pt`` + ``CosyVoice-BlankEN/config.json`` + the yaml ``llm:`` node -> MlxSpeechLM."""
     model_dir = Path(model_dir)
     qwen = Qwen2Config.from_json(model_dir / "CosyVoice-BlankEN" / "config.json")

@@ -1,4 +1,5 @@
 """The text-to-speech pipeline: model folder -> CosyVoice -> typed results."""
+
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
 

@@ -4,6 +4,7 @@
 probes a backend with ``getattr``/``hasattr``. ``synthesize(text, voice, ...)`` is the Python API: it
 builds a :class:`~cosyvoice_mac.request.Request` (the same rules as the page and the CLI) and runs it.
 """
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -28,15 +29,15 @@ class Backend(Protocol):
     model_id: str
     sample_rate: int
 
-    def prepare_prompt(self, prompt, sample_rate: int | None = None,
-                       transcript: str | None = None) -> SpeakerPrompt:
+    def prepare_prompt(self, prompt, sample_rate: int | None = None, transcript: str | None = None) -> SpeakerPrompt:
         """Features of a prompt (a path, samples, or an ``audio.DecodedPrompt``): the cacheable part."""
 
     def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
         """Compute the voice's share of streamed requests now; False when the backend has none."""
 
-    def run(self, request: Request, speaker: SpeakerPrompt | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Iterator[SynthesisResult]:
+    def run(
+        self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[SynthesisResult]:
         """Speak a valid request; ``speaker`` None prepares the request's recording first."""
 
     def to(self, device) -> "Backend":
@@ -96,8 +97,11 @@ class Synthesizes:
             voice = request.voice
             if voice.kind not in ("audio", "samples"):
                 raise SynthesisError("a saved voice is spoken through the engine, which keeps the voice library")
-            return self.prepare_prompt(voice.audio if voice.kind == "audio" else voice.samples,
-                                       sample_rate=voice.sample_rate, transcript=request.transcript)
+            return self.prepare_prompt(
+                voice.audio if voice.kind == "audio" else voice.samples,
+                sample_rate=voice.sample_rate,
+                transcript=request.transcript,
+            )
         if speaker.model_id != self.model_id:
             raise SynthesisError("that voice was prepared for another model; upload its audio again")
         return speaker

@@ -3,6 +3,7 @@
 text -> normalise and split into sentences -> Qwen2 BPE ids -> speech LM -> speech tokens ->
 flow (CFM) -> 80-bin mel -> HiFT vocoder -> 24 kHz waveform, one sentence at a time.
 """
+
 from __future__ import annotations
 
 import time
@@ -25,9 +26,9 @@ from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
+from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
-from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import Synthesizes
 from cosyvoice_mac.pipeline.engines import build_for_engine, torch_takes_over
@@ -128,12 +129,30 @@ class CosyVoice(Synthesizes):
         qwen = qwen_config_for(folder)
 
         def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
-            return plan_precision(on, folder.version, folder.config, qwen, precision=forced or precision, dtype=dtype,
-                                  llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=memory_mode.enabled,
-                                  reprobe=reprobe)
+            return plan_precision(
+                on,
+                folder.version,
+                folder.config,
+                qwen,
+                precision=forced or precision,
+                dtype=dtype,
+                llm_dtype=llm_dtype,
+                flow_dtype=flow_dtype,
+                low_memory=memory_mode.enabled,
+                reprobe=reprobe,
+            )
+
         networks, target, choice, plan = build_for_engine(
-            engine, folder.version, folder.config, folder, device_request=device, device=target, plan_for=plan_for,
-            random_weights=random_weights, low_memory=memory_mode.enabled)
+            engine,
+            folder.version,
+            folder.config,
+            folder,
+            device_request=device,
+            device=target,
+            plan_for=plan_for,
+            random_weights=random_weights,
+            low_memory=memory_mode.enabled,
+        )
         model_id = model_identity(folder, folder.version, random_weights)
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
         tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
@@ -142,13 +161,19 @@ class CosyVoice(Synthesizes):
         speaker_encoder = OnDemand(lambda: SpeakerEncoder(campplus_path), keep_loaded=not low_memory)
         if not low_memory:  # load now, so a broken file is reported when the model loads
             speech_tokenizer.get(), speaker_encoder.get()
-        prompt_encoder = PromptEncoder(
-            speech_tokenizer, speaker_encoder, fmax=_fmax(folder.config), model_id=model_id
-        )
+        prompt_encoder = PromptEncoder(speech_tokenizer, speaker_encoder, fmax=_fmax(folder.config), model_id=model_id)
         return cls(
-            version=folder.version, config=folder.config, networks=networks, tokenizer=tokenizer,
-            prompt_encoder=prompt_encoder, device=target, plan=plan, model_id=model_id, folder=folder,
-            low_memory=memory_mode, engine=choice,
+            version=folder.version,
+            config=folder.config,
+            networks=networks,
+            tokenizer=tokenizer,
+            prompt_encoder=prompt_encoder,
+            device=target,
+            plan=plan,
+            model_id=model_id,
+            folder=folder,
+            low_memory=memory_mode,
+            engine=choice,
         )
 
     @classmethod
@@ -176,20 +201,50 @@ class CosyVoice(Synthesizes):
         qwen = qwen_config_for(None)
 
         def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
-            return plan_precision(on, version, config, qwen, precision=forced or precision, dtype=dtype,
-                                  llm_dtype=llm_dtype, flow_dtype=flow_dtype, low_memory=low_memory, reprobe=reprobe)
+            return plan_precision(
+                on,
+                version,
+                config,
+                qwen,
+                precision=forced or precision,
+                dtype=dtype,
+                llm_dtype=llm_dtype,
+                flow_dtype=flow_dtype,
+                low_memory=low_memory,
+                reprobe=reprobe,
+            )
+
         networks, target, choice, plan = build_for_engine(
-            engine, version, config, None, device_request=device, device=target, plan_for=plan_for,
-            random_weights=True, seed=seed, low_memory=low_memory)
+            engine,
+            version,
+            config,
+            None,
+            device_request=device,
+            device=target,
+            plan_for=plan_for,
+            random_weights=True,
+            seed=seed,
+            low_memory=low_memory,
+        )
         model_id = model_identity(None, version, True)
         prompt_encoder = PromptEncoder(
-            RandomSpeechTokenizer(seed=seed), RandomSpeakerEncoder(seed=seed),
-            fmax=_fmax(config), model_id=model_id,
+            RandomSpeechTokenizer(seed=seed),
+            RandomSpeakerEncoder(seed=seed),
+            fmax=_fmax(config),
+            model_id=model_id,
         )
         return cls(
-            version=version, config=config, networks=networks, tokenizer=ByteStandInTokenizer(),
-            prompt_encoder=prompt_encoder, device=target, plan=plan, model_id=model_id, folder=None,
-            low_memory=low_memory, engine=choice,
+            version=version,
+            config=config,
+            networks=networks,
+            tokenizer=ByteStandInTokenizer(),
+            prompt_encoder=prompt_encoder,
+            device=target,
+            plan=plan,
+            model_id=model_id,
+            folder=None,
+            low_memory=low_memory,
+            engine=choice,
         )
 
     def use_vocoder(self, vocoder=None) -> None:
@@ -224,8 +279,9 @@ class CosyVoice(Synthesizes):
         prepare_voice_for_streaming(self, speaker)
         return True
 
-    def run(self, request: Request, speaker: SpeakerPrompt | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Iterator[SynthesisResult]:
+    def run(
+        self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[SynthesisResult]:
         """Speak a valid ``request``, one result per sentence (per chunk when streaming) as it is done.
 
         Model-specific input errors (unknown markup, a prompt too short) raise before any audio.
@@ -249,10 +305,17 @@ class CosyVoice(Synthesizes):
                 return
             wave = self._tokens_to_wave(tokens, speaker, request.speed, timings, self._noise(seed, index), notes)
             yield SynthesisResult(
-                audio=wave, sample_rate=self.sample_rate, speech_token_count=len(tokens),
-                seconds=time.perf_counter() - started + timings["frontend"], text=segment.display_text,
-                segment_index=index, segment_count=len(request.segments), timings=timings,
-                seed=seed, mode=request.mode, notes=notes,
+                audio=wave,
+                sample_rate=self.sample_rate,
+                speech_token_count=len(tokens),
+                seconds=time.perf_counter() - started + timings["frontend"],
+                text=segment.display_text,
+                segment_index=index,
+                segment_count=len(request.segments),
+                timings=timings,
+                seed=seed,
+                mode=request.mode,
+                notes=notes,
             )
             between_sentences(self.device)
 
@@ -266,10 +329,18 @@ class CosyVoice(Synthesizes):
             for chunk in chunks:
                 timings = {"frontend": frontend_s if index == 0 else 0.0, "first_chunk": time.perf_counter() - started}
                 yield SynthesisResult(
-                    audio=chunk.audio, sample_rate=self.sample_rate, speech_token_count=chunk.tokens_so_far,
-                    seconds=time.perf_counter() - started, text=segment.display_text, segment_index=index,
-                    segment_count=len(request.segments), is_final_chunk=chunk.is_final, timings=timings,
-                    seed=seed, mode=request.mode, notes=chunk.notes,
+                    audio=chunk.audio,
+                    sample_rate=self.sample_rate,
+                    speech_token_count=chunk.tokens_so_far,
+                    seconds=time.perf_counter() - started,
+                    text=segment.display_text,
+                    segment_index=index,
+                    segment_count=len(request.segments),
+                    is_final_chunk=chunk.is_final,
+                    timings=timings,
+                    seed=seed,
+                    mode=request.mode,
+                    notes=chunk.notes,
                 )
                 started = time.perf_counter()
             between_sentences(self.device)
@@ -314,9 +385,12 @@ class CosyVoice(Synthesizes):
         def flow_mel() -> torch.Tensor:
             flow = self.networks.flow
             device = next(flow.parameters()).device
-            return flow.inference(torch.tensor([tokens], dtype=torch.long, device=device),
-                                  speaker.speech_tokens.to(device), speaker.mel.to(device),
-                                  speaker.embedding.to(device))
+            return flow.inference(
+                torch.tensor([tokens], dtype=torch.long, device=device),
+                speaker.speech_tokens.to(device),
+                speaker.mel.to(device),
+                speaker.embedding.to(device),
+            )
 
         mel = flow_mel()
         if not bool(torch.isfinite(mel).all()) and self.redo_flow_in_float32(notes):
@@ -332,7 +406,6 @@ class CosyVoice(Synthesizes):
         timings["vocoder"] = time.perf_counter() - started
         return samples
 
-
     def redo_flow_in_float32(self, notes: list[str]) -> bool:
         """After a non-finite mel: widen a reduced-precision flow to float32 for good and say so in ``notes``.
 
@@ -343,10 +416,16 @@ class CosyVoice(Synthesizes):
             return False
         self.networks.flow.float()
         self.flow_prefixes.clear()  # the voices' prefixes were computed in the old dtype
-        self.precision.flow = StagePick("flow", "float32", "redo", f"flow float32: the {was} flow gave a "
-                                        "non-finite mel, so it runs in float32 until the model is reloaded")
-        notes.append(f"the {was} flow gave a non-finite mel; this job was redone with a float32 flow "
-                     "(which the model keeps until it is reloaded)")
+        self.precision.flow = StagePick(
+            "flow",
+            "float32",
+            "redo",
+            f"flow float32: the {was} flow gave a non-finite mel, so it runs in float32 until the model is reloaded",
+        )
+        notes.append(
+            f"the {was} flow gave a non-finite mel; this job was redone with a float32 flow "
+            "(which the model keeps until it is reloaded)"
+        )
         return True
 
     def _vocode(self, mel: torch.Tensor, noise, notes: list[str]) -> torch.Tensor:
@@ -378,5 +457,3 @@ def _synchronize(device: torch.device) -> None:
         torch.cuda.synchronize(device)
     elif device.type == "mps":
         torch.mps.synchronize()
-
-

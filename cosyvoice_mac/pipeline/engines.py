@@ -5,6 +5,7 @@ tensors, so a pipeline on MLX reports the CPU as its PyTorch device; when MLX fa
 networks are built in their place on the usual device policy (MPS, then CUDA, then CPU) and the
 MLX ones are dropped, so the two never hold memory at once for longer than the switch.
 """
+
 from __future__ import annotations
 
 import gc
@@ -17,9 +18,19 @@ from cosyvoice_mac.pipeline.loading import build_networks, qwen_config_for
 from cosyvoice_mac.pipeline.model_dir import ModelFolder
 
 
-def build_for_engine(engine: str | None, version: str, config: dict, folder: ModelFolder | None, *,
-                     device_request, device: torch.device, plan_for, random_weights: bool, seed: int = 0,
-                     low_memory: bool = False):
+def build_for_engine(
+    engine: str | None,
+    version: str,
+    config: dict,
+    folder: ModelFolder | None,
+    *,
+    device_request,
+    device: torch.device,
+    plan_for,
+    random_weights: bool,
+    seed: int = 0,
+    low_memory: bool = False,
+):
     """``(networks, pipeline device, EngineChoice, PrecisionPlan)`` for ``engine`` ('auto' | 'mlx' | 'torch' |
     None = env). ``plan_for(device, precision)`` gives the per-stage dtypes (precision None: as asked); the
     MLX engine keeps its own precision (``COSYVOICE_MLX_LLM``), so its plan is float32, never probed."""
@@ -28,13 +39,27 @@ def build_for_engine(engine: str | None, version: str, config: dict, folder: Mod
     if choice.engine == MLX:
         from cosyvoice_mac.mlx.networks import build_mlx_networks
 
-        networks = build_mlx_networks(config, qwen_config_for(folder), folder=folder, random_weights=random_weights,
-                                      seed=seed, low_memory=low_memory)
+        networks = build_mlx_networks(
+            config,
+            qwen_config_for(folder),
+            folder=folder,
+            random_weights=random_weights,
+            seed=seed,
+            low_memory=low_memory,
+        )
         return networks, torch.device("cpu"), choice, plan_for(torch.device("cpu"), "float32")
     plan = plan_for(device, None)
-    networks = build_networks(config, qwen_config_for(folder), folder=folder, device=device, llm_dtype=plan.llm_dtype,
-                              flow_dtype=plan.flow_dtype, random_weights=random_weights, seed=seed,
-                              low_memory=low_memory)
+    networks = build_networks(
+        config,
+        qwen_config_for(folder),
+        folder=folder,
+        device=device,
+        llm_dtype=plan.llm_dtype,
+        flow_dtype=plan.flow_dtype,
+        random_weights=random_weights,
+        seed=seed,
+        low_memory=low_memory,
+    )
     return networks, device, choice, plan
 
 
@@ -47,9 +72,16 @@ def torch_takes_over(model, reason: str) -> None:
     device = select_device("auto")
     qwen = qwen_config_for(model.folder)
     plan = plan_precision(device, model.version, model.config, qwen, low_memory=model.low_memory)
-    model.networks = build_networks(model.config, qwen, folder=model.folder, device=device,
-                                    llm_dtype=plan.llm_dtype, flow_dtype=plan.flow_dtype,
-                                    random_weights=model.folder is None, low_memory=model.low_memory)
+    model.networks = build_networks(
+        model.config,
+        qwen,
+        folder=model.folder,
+        device=device,
+        llm_dtype=plan.llm_dtype,
+        flow_dtype=plan.flow_dtype,
+        random_weights=model.folder is None,
+        low_memory=model.low_memory,
+    )
     model.precision, model.dtype = plan, plan.llm_dtype
     model.vocoder = model.networks.hift
     model.device = device
@@ -65,8 +97,12 @@ def engine_status(model) -> dict:
     if choice.engine == MLX:
         import mlx.core as mx
 
-        status["mlx_memory"] = {"active_bytes": mx.get_active_memory(), "peak_bytes": mx.get_peak_memory(),
-                                "cache_bytes": mx.get_cache_memory(), "device": str(mx.default_device())}
+        status["mlx_memory"] = {
+            "active_bytes": mx.get_active_memory(),
+            "peak_bytes": mx.get_peak_memory(),
+            "cache_bytes": mx.get_cache_memory(),
+            "device": str(mx.default_device()),
+        }
     return status
 
 

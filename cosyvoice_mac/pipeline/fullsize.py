@@ -4,6 +4,7 @@ Used by benchmarks (compute does not depend on weight values) and never chosen s
 callers ask for random weights by name. The values are the released configs' (spec section 2),
 written in the same plain-data form that :func:`cosyvoice_mac.config.read_yaml_config` returns.
 """
+
 from __future__ import annotations
 
 import copy
@@ -36,8 +37,13 @@ _CFM = {
     "spk_emb_dim": 80,
     "cfm_params": {
         "_tag": "new:omegaconf.DictConfig",
-        "content": {"sigma_min": 1e-06, "solver": "euler", "t_scheduler": "cosine",
-                    "training_cfg_rate": 0.2, "inference_cfg_rate": 0.7},
+        "content": {
+            "sigma_min": 1e-06,
+            "solver": "euler",
+            "t_scheduler": "cosine",
+            "training_cfg_rate": 0.2,
+            "inference_cfg_rate": 0.7,
+        },
     },
 }
 
@@ -74,8 +80,14 @@ def _hift(tag: str, f0_tag: str, extra: dict) -> dict:
 def _feat_extractor(fmax):
     return {
         "_tag": "name:matcha.utils.audio.mel_spectrogram",
-        "n_fft": 1920, "num_mels": 80, "sampling_rate": 24000, "hop_size": 480,
-        "win_size": 1920, "fmin": 0, "fmax": fmax, "center": False,
+        "n_fft": 1920,
+        "num_mels": 80,
+        "sampling_rate": 24000,
+        "hop_size": 480,
+        "win_size": 1920,
+        "fmin": 0,
+        "fmax": fmax,
+        "center": False,
     }
 
 
@@ -113,22 +125,35 @@ _COSYVOICE3 = {
         **_FLOW_COMMON,
         "pre_lookahead_layer": {
             "_tag": "new:cosyvoice.transformer.upsample_encoder.PreLookaheadLayer",
-            "in_channels": 80, "channels": 1024, "pre_lookahead_len": 3,
+            "in_channels": 80,
+            "channels": 1024,
+            "pre_lookahead_len": 3,
         },
         "decoder": {
             **_CFM,
             "estimator": {
                 "_tag": "new:cosyvoice.flow.DiT.dit.DiT",
-                "dim": 1024, "depth": 22, "heads": 16, "dim_head": 64, "ff_mult": 2,
-                "mel_dim": 80, "mu_dim": 80, "spk_dim": 80, "out_channels": 80,
-                "static_chunk_size": 50, "num_decoding_left_chunks": -1,
+                "dim": 1024,
+                "depth": 22,
+                "heads": 16,
+                "dim_head": 64,
+                "ff_mult": 2,
+                "mel_dim": 80,
+                "mu_dim": 80,
+                "spk_dim": 80,
+                "out_channels": 80,
+                "static_chunk_size": 50,
+                "num_decoding_left_chunks": -1,
             },
         },
     },
     "hift": _hift("CausalHiFTGenerator", "CausalConvRNNF0Predictor", {"conv_pre_look_right": 4}),
     "feat_extractor": _feat_extractor(None),
-    "get_tokenizer": {"_tag": "name:cosyvoice.tokenizer.tokenizer.get_qwen_tokenizer",
-                      "skip_special_tokens": True, "version": "cosyvoice3"},
+    "get_tokenizer": {
+        "_tag": "name:cosyvoice.tokenizer.tokenizer.get_qwen_tokenizer",
+        "skip_special_tokens": True,
+        "version": "cosyvoice3",
+    },
 }
 
 _COSYVOICE2 = {
@@ -140,26 +165,43 @@ _COSYVOICE2 = {
         **_FLOW_COMMON,
         "encoder": {
             "_tag": "new:cosyvoice.transformer.upsample_encoder.UpsampleConformerEncoder",
-            "output_size": 512, "attention_heads": 8, "linear_units": 2048, "num_blocks": 6,
-            "dropout_rate": 0.1, "positional_dropout_rate": 0.1, "attention_dropout_rate": 0.1,
-            "normalize_before": True, "input_layer": "linear", "pos_enc_layer_type": "rel_pos_espnet",
-            "selfattention_layer_type": "rel_selfattn", "input_size": 512, "use_cnn_module": False,
-            "macaron_style": False, "static_chunk_size": 25,
+            "output_size": 512,
+            "attention_heads": 8,
+            "linear_units": 2048,
+            "num_blocks": 6,
+            "dropout_rate": 0.1,
+            "positional_dropout_rate": 0.1,
+            "attention_dropout_rate": 0.1,
+            "normalize_before": True,
+            "input_layer": "linear",
+            "pos_enc_layer_type": "rel_pos_espnet",
+            "selfattention_layer_type": "rel_selfattn",
+            "input_size": 512,
+            "use_cnn_module": False,
+            "macaron_style": False,
+            "static_chunk_size": 25,
         },
         "decoder": {
             **_CFM,
             "estimator": {
                 "_tag": "new:cosyvoice.flow.decoder.CausalConditionalDecoder",
-                "in_channels": 320, "out_channels": 80, "channels": [256], "dropout": 0.0,
-                "attention_head_dim": 64, "n_blocks": 4, "num_mid_blocks": 12, "num_heads": 8,
-                "act_fn": "gelu", "static_chunk_size": 50, "num_decoding_left_chunks": -1,
+                "in_channels": 320,
+                "out_channels": 80,
+                "channels": [256],
+                "dropout": 0.0,
+                "attention_head_dim": 64,
+                "n_blocks": 4,
+                "num_mid_blocks": 12,
+                "num_heads": 8,
+                "act_fn": "gelu",
+                "static_chunk_size": 50,
+                "num_decoding_left_chunks": -1,
             },
         },
     },
     "hift": _hift("HiFTGenerator", "ConvRNNF0Predictor", {}),
     "feat_extractor": _feat_extractor(8000),
-    "get_tokenizer": {"_tag": "name:cosyvoice.tokenizer.tokenizer.get_qwen_tokenizer",
-                      "skip_special_tokens": True},
+    "get_tokenizer": {"_tag": "name:cosyvoice.tokenizer.tokenizer.get_qwen_tokenizer", "skip_special_tokens": True},
 }
 
 _CONFIGS = {"cosyvoice3": _COSYVOICE3, "cosyvoice2": _COSYVOICE2}

@@ -13,6 +13,7 @@ This table is the one place the verdicts live. Each row names the test that just
 ``devices`` narrows a passing row to the device types where it may be picked by ``auto``; an
 explicit choice (``--llm-dtype``, ``--flow-dtype``) is never refused by the gate.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -45,24 +46,59 @@ class GateRow:
 
 GATE: tuple[GateRow, ...] = (
     GateRow("llm", "float32", True, "the reference precision (parity)", "tests/test_parity.py"),
-    GateRow("llm", "float16", True, "top-25 sets agree on 98.7 % (v3) / 98.6 % (v2) of steps",
-            f"{GATE_TESTS}::test_llm_row_matches_its_measurement"),
-    GateRow("llm", "bfloat16", False, "top-25 sets agree on 86.5 % (v3) / 86.5 % (v2) of steps",
-            f"{GATE_TESTS}::test_llm_row_matches_its_measurement"),
-    GateRow("llm", INT8, False,
-            "per-channel int8 (weights and text table): top-25 sets agree on 57 % (v3) / 75 % (v2) of steps",
-            f"{GATE_TESTS}::test_llm_row_matches_its_measurement"),
+    GateRow(
+        "llm",
+        "float16",
+        True,
+        "top-25 sets agree on 98.7 % (v3) / 98.6 % (v2) of steps",
+        f"{GATE_TESTS}::test_llm_row_matches_its_measurement",
+    ),
+    GateRow(
+        "llm",
+        "bfloat16",
+        False,
+        "top-25 sets agree on 86.5 % (v3) / 86.5 % (v2) of steps",
+        f"{GATE_TESTS}::test_llm_row_matches_its_measurement",
+    ),
+    GateRow(
+        "llm",
+        INT8,
+        False,
+        "per-channel int8 (weights and text table): top-25 sets agree on 57 % (v3) / 75 % (v2) of steps",
+        f"{GATE_TESTS}::test_llm_row_matches_its_measurement",
+    ),
     GateRow("flow", "float32", True, "the reference precision (parity)", "tests/test_parity.py"),
-    GateRow("flow", "float16", True, "mel within 4.8e-4 (v3) / 6.5e-4 (v2) of float32; finite at full size",
-            f"{GATE_TESTS}::test_flow_row_matches_its_measurement", devices=("cpu",),
-            why_not_here="fp16 DiTs give NaN on GPUs for upstream users; name it with --flow-dtype to try"),
-    GateRow("flow", "bfloat16", True, "mel within 3.9e-3 (v3) / 6.1e-3 (v2) of float32; finite at full size",
-            f"{GATE_TESTS}::test_flow_row_matches_its_measurement"),
+    GateRow(
+        "flow",
+        "float16",
+        True,
+        "mel within 4.8e-4 (v3) / 6.5e-4 (v2) of float32; finite at full size",
+        f"{GATE_TESTS}::test_flow_row_matches_its_measurement",
+        devices=("cpu",),
+        why_not_here="fp16 DiTs give NaN on GPUs for upstream users; name it with --flow-dtype to try",
+    ),
+    GateRow(
+        "flow",
+        "bfloat16",
+        True,
+        "mel within 3.9e-3 (v3) / 6.1e-3 (v2) of float32; finite at full size",
+        f"{GATE_TESTS}::test_flow_row_matches_its_measurement",
+    ),
     GateRow("vocoder", "float32", True, "the reference precision (parity)", "tests/test_parity.py"),
-    GateRow("vocoder", "float16", False, "HiFT refuses 16-bit mels (Snake and phase need float32)",
-            f"{GATE_TESTS}::test_vocoder_runs_only_in_float32"),
-    GateRow("vocoder", "bfloat16", False, "HiFT refuses 16-bit mels (Snake and phase need float32)",
-            f"{GATE_TESTS}::test_vocoder_runs_only_in_float32"),
+    GateRow(
+        "vocoder",
+        "float16",
+        False,
+        "HiFT refuses 16-bit mels (Snake and phase need float32)",
+        f"{GATE_TESTS}::test_vocoder_runs_only_in_float32",
+    ),
+    GateRow(
+        "vocoder",
+        "bfloat16",
+        False,
+        "HiFT refuses 16-bit mels (Snake and phase need float32)",
+        f"{GATE_TESTS}::test_vocoder_runs_only_in_float32",
+    ),
 )
 
 CANDIDATES = {stage: tuple(row.choice for row in GATE if row.stage == stage) for stage in STAGES}

@@ -9,6 +9,7 @@ so two full copies of a network never exist at once. With random weights (benchm
 module is materialised, initialised by its own ``reset_parameters()`` and converted in turn.
 HiFT (83 MB, with non-persistent STFT buffers) is built the ordinary way.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -60,13 +61,14 @@ class Networks:
         return self
 
     def parameter_count(self) -> dict[str, int]:
-        return {name: sum(p.numel() for p in getattr(self, name).parameters())
-                for name in ("llm", "flow", "hift")}
+        return {name: sum(p.numel() for p in getattr(self, name).parameters()) for name in ("llm", "flow", "hift")}
 
     def parameter_bytes(self) -> dict[str, int]:
         """Bytes of each network's parameters and buffers (int8 weights and their scales are buffers)."""
-        return {name: sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
-                for name, module in (("llm", self.llm), ("flow", self.flow), ("hift", self.hift))}
+        return {
+            name: sum(t.numel() * t.element_size() for t in (*module.parameters(), *module.buffers()))
+            for name, module in (("llm", self.llm), ("flow", self.flow), ("hift", self.hift))
+        }
 
 
 def qwen_config_for(folder: ModelFolder | None) -> Qwen2Config:
@@ -140,10 +142,16 @@ def build_networks(
             flow = Flow(FlowConfig.from_yaml(config["flow"]))
         hift = HiFT(HiFTConfig.from_yaml(config["hift"]))
         on_host = frozenset({id(llm.backbone.embed_tokens)} if text_embedding_on_host(device) else ())
-        llm_convert = _converter(device, torch.float32 if llm_storage else llm_dtype, llm_storage,
-                                 halved_modules(llm) if llm_storage else set(), on_host)
-        flow_convert = _converter(device, flow_dtype, flow_storage,
-                                  halved_modules(flow, FLOW_DTYPE_ANCHORS) if flow_storage else set())
+        llm_convert = _converter(
+            device,
+            torch.float32 if llm_storage else llm_dtype,
+            llm_storage,
+            halved_modules(llm) if llm_storage else set(),
+            on_host,
+        )
+        flow_convert = _converter(
+            device, flow_dtype, flow_storage, halved_modules(flow, FLOW_DTYPE_ANCHORS) if flow_storage else set()
+        )
         if random_weights:
             _materialise_random(llm, llm_convert)
             finish_llm()
@@ -157,8 +165,11 @@ def build_networks(
         store_weights_in_half(flow, flow_storage, compute=flow_dtype, keep=FLOW_DTYPE_ANCHORS)
     if on_host:
         llm.backbone.embed_tokens = HostTextEmbedding(llm.backbone.embed_tokens, device)
-    networks = Networks(llm=llm.eval().requires_grad_(False), flow=flow.eval().requires_grad_(False),
-                        hift=hift.eval().requires_grad_(False))
+    networks = Networks(
+        llm=llm.eval().requires_grad_(False),
+        flow=flow.eval().requires_grad_(False),
+        hift=hift.eval().requires_grad_(False),
+    )
     hift.to(device=device)
     _return_freed_heap()
     return networks
@@ -190,9 +201,15 @@ class HostTextEmbedding(nn.Module):
 Converter = Callable[[nn.Module, str, torch.Tensor], torch.Tensor]
 
 
-def _converter(device: torch.device, compute: torch.dtype, storage: torch.dtype | None, halved: set[int],
-               on_host: frozenset[int] = frozenset()) -> Converter:
-    """Each tensor to ``device`` (``on_host`` modules': the CPU): ``halved`` weights in ``storage``, floats in ``compute``."""
+def _converter(
+    device: torch.device,
+    compute: torch.dtype,
+    storage: torch.dtype | None,
+    halved: set[int],
+    on_host: frozenset[int] = frozenset(),
+) -> Converter:
+    """Each tensor to ``device`` (``on_host`` modules': the CPU): ``halved`` weights in ``storage``, floats in
+    ``compute``."""
 
     def convert(module: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
         target = torch.device("cpu") if id(module) in on_host else device

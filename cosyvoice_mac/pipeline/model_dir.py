@@ -3,6 +3,7 @@
 The folder is used exactly as downloaded (``FunAudioLLM/Fun-CosyVoice3-0.5B-2512`` or
 ``FunAudioLLM/CosyVoice2-0.5B``); nothing in it is rewritten or executed.
 """
+
 from __future__ import annotations
 
 import json
@@ -83,9 +84,7 @@ class ModelFolder:
         path = Path(path).expanduser().resolve()
         version = detect_version(path)
         try:
-            config = read_yaml_config(
-                path / f"{version}.yaml", overrides={"qwen_pretrain_path": str(path / BLANK_EN)}
-            )
+            config = read_yaml_config(path / f"{version}.yaml", overrides={"qwen_pretrain_path": str(path / BLANK_EN)})
         except ConfigError as error:
             raise ModelFolderError(str(error)) from error
         return cls(path=path, version=version, config=config)
@@ -126,8 +125,9 @@ class ModelFolder:
             if self.version != "cosyvoice3":
                 raise ModelFolderError(f"{RL_LLM_FILE} exists for Fun-CosyVoice3 only, not {self.version}")
             if not self.has(RL_LLM_FILE):
-                raise ModelFolderError(f"{RL_LLM_FILE} was asked for but is not in {self.path}: "
-                                       "bash run.sh download cosyvoice3 --rl")
+                raise ModelFolderError(
+                    f"{RL_LLM_FILE} was asked for but is not in {self.path}: bash run.sh download cosyvoice3 --rl"
+                )
             return RL_LLM_FILE
         return "llm.pt"
 

@@ -11,6 +11,7 @@ ATen's 16-bit matrix-vector product straight from the stored weight; a many-row 
 prefill) widens the weight for that one product, which costs little next to the product itself.
 State-dict keys are unchanged (``weight``, ``bias``). Measured alternatives are in bench/README.md.
 """
+
 from __future__ import annotations
 
 import torch
@@ -86,7 +87,9 @@ def halved_modules(module: nn.Module, keep: tuple[str, ...] = ()) -> set[int]:
     for name, child in module.named_modules():
         if any(name == prefix or name.startswith(prefix + ".") for prefix in keep):
             continue
-        if isinstance(child, nn.Linear) or (isinstance(child, nn.Embedding) and child.num_embeddings >= BIG_EMBEDDING_ROWS):
+        if isinstance(child, nn.Linear) or (
+            isinstance(child, nn.Embedding) and child.num_embeddings >= BIG_EMBEDDING_ROWS
+        ):
             chosen.add(id(child))
     return chosen
 
@@ -102,8 +105,13 @@ def store_weights_in_half(
     """
     if storage not in HALF_DTYPES:
         raise ValueError(f"weights can be stored as float16 or bfloat16, not {storage}")
-    return _swap_layers(module, keep, lambda weight, bias: HalfStoredLinear(weight.to(storage), bias),
-                        lambda table: HalfStoredEmbedding(table.to(storage), compute), compute)
+    return _swap_layers(
+        module,
+        keep,
+        lambda weight, bias: HalfStoredLinear(weight.to(storage), bias),
+        lambda table: HalfStoredEmbedding(table.to(storage), compute),
+        compute,
+    )
 
 
 def _swap_layers(module: nn.Module, keep: tuple[str, ...], make_linear, make_table, compute: torch.dtype) -> int:
@@ -141,10 +149,10 @@ def quantize_per_channel(weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     quantized = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
     scale = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
     for start in range(0, weight.shape[0], QUANTIZE_ROWS):
-        rows = weight[start:start + QUANTIZE_ROWS].float()
+        rows = weight[start : start + QUANTIZE_ROWS].float()
         row_scale = rows.abs().amax(dim=1).clamp(min=torch.finfo(torch.float32).tiny) / 127.0
-        quantized[start:start + QUANTIZE_ROWS] = torch.round(rows / row_scale[:, None]).clamp(-127, 127)
-        scale[start:start + QUANTIZE_ROWS] = row_scale
+        quantized[start : start + QUANTIZE_ROWS] = torch.round(rows / row_scale[:, None]).clamp(-127, 127)
+        scale[start : start + QUANTIZE_ROWS] = row_scale
     return quantized, scale
 
 
@@ -153,8 +161,11 @@ def fused_int8_runs_on(device: torch.device) -> bool:
     if device.type not in _FUSED_INT8:
         try:
             row = torch.ones(1, 32, device=device, dtype=INT8_ACTIVATIONS)
-            torch.ops.aten._weight_int8pack_mm(row, torch.ones(8, 32, device=device, dtype=torch.int8),
-                                               torch.ones(8, device=device, dtype=INT8_ACTIVATIONS))
+            torch.ops.aten._weight_int8pack_mm(
+                row,
+                torch.ones(8, 32, device=device, dtype=torch.int8),
+                torch.ones(8, device=device, dtype=INT8_ACTIVATIONS),
+            )
             _FUSED_INT8[device.type] = True
         except (RuntimeError, NotImplementedError):
             _FUSED_INT8[device.type] = False

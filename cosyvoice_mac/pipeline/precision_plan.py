@@ -12,6 +12,7 @@
   ``$COSYVOICE_PRECISION`` sets the default (the test suite runs in float32 unless a test asks).
 * Low-memory mode (LLM not named): the smallest LLM weights the gate allows (fp16 today).
 """
+
 from __future__ import annotations
 
 import os
@@ -68,9 +69,15 @@ class PrecisionPlan:
 
     def as_dict(self) -> dict:
         """For the status panel, the sidecar and the benchmark."""
-        return {"precision": self.precision, "probe_cached": self.from_cache, "timings": self.timings,
-                **{pick.stage: {"dtype": pick.choice, "source": pick.source, "reason": pick.reason}
-                   for pick in self.picks()}}
+        return {
+            "precision": self.precision,
+            "probe_cached": self.from_cache,
+            "timings": self.timings,
+            **{
+                pick.stage: {"dtype": pick.choice, "source": pick.source, "reason": pick.reason}
+                for pick in self.picks()
+            },
+        }
 
 
 def auto_pick(stage: str, timings: dict, device_type: str) -> StagePick:
@@ -87,9 +94,15 @@ def auto_pick(stage: str, timings: dict, device_type: str) -> StagePick:
     best = min(allowed, key=measured.get)
     if best != "float32" and (base is None or base / measured[best] < MIN_GAIN):
         best = "float32"
-    faster = [f"{c} {base / measured[c]:.1f}x, {gate.refusal(stage, c, device_type)}" for c in candidates
-              if c in measured and base and c != best and not gate.allowed(stage, c, device_type)
-              and measured[c] < measured[best]]
+    faster = [
+        f"{c} {base / measured[c]:.1f}x, {gate.refusal(stage, c, device_type)}"
+        for c in candidates
+        if c in measured
+        and base
+        and c != best
+        and not gate.allowed(stage, c, device_type)
+        and measured[c] < measured[best]
+    ]
     if best == "float32":
         reason = f"{stage} float32: no candidate the gate allows is {MIN_GAIN:.2f}x faster here"
     elif base:
@@ -121,7 +134,9 @@ def plan_precision(
     precision = (precision or os.environ.get(PRECISION_ENV) or "auto").strip().lower()
     if precision not in PRECISIONS:
         raise DeviceError(f"precision {precision!r} is not known; choose one of {', '.join(PRECISIONS)}")
-    named_llm = llm_dtype if llm_dtype is not None else dtype if dtype is not None else os.environ.get(DTYPE_ENV) or None
+    named_llm = (
+        llm_dtype if llm_dtype is not None else dtype if dtype is not None else os.environ.get(DTYPE_ENV) or None
+    )
     explicit = {"llm": named_llm, "flow": flow_dtype}
     picks: dict[str, StagePick] = {}
     for stage, value in explicit.items():
@@ -138,8 +153,9 @@ def plan_precision(
     timings = timings or {}
     if "llm" not in picks and low_memory:
         order = tuple(c for c in LOW_MEMORY_LLM_ORDER if gate.allowed("llm", c, device.type))
-        picks["llm"] = StagePick("llm", order[0], "low-memory",
-                                 f"llm {order[0]}: low-memory mode, the smallest LLM weights the gate allows")
+        picks["llm"] = StagePick(
+            "llm", order[0], "low-memory", f"llm {order[0]}: low-memory mode, the smallest LLM weights the gate allows"
+        )
     for stage in ("llm", "flow"):
         if stage in picks:
             continue
@@ -147,5 +163,11 @@ def plan_precision(
             picks[stage] = auto_pick(stage, timings.get(stage, {}), device.type)
         else:
             picks[stage] = StagePick(stage, "float32", "fixed", f"{stage} float32: precision float32 asked for")
-    return PrecisionPlan(llm=picks["llm"], flow=picks["flow"], vocoder=picks["vocoder"], precision=precision,
-                         timings=timings, from_cache=from_cache)
+    return PrecisionPlan(
+        llm=picks["llm"],
+        flow=picks["flow"],
+        vocoder=picks["vocoder"],
+        precision=precision,
+        timings=timings,
+        from_cache=from_cache,
+    )

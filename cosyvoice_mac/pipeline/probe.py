@@ -13,6 +13,7 @@ bandwidth), so it is measured, once per machine, in a few seconds:
 The timings are cached in ``<user cache>/precision-probe.json`` under a key made of the device,
 the torch version, the CPU's flags and the model version; ``reprobe`` measures again.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -84,8 +85,9 @@ def cpu_flags() -> str:
             pass
     if sys.platform == "darwin":
         try:
-            done = subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True,
-                                  timeout=5, check=False)
+            done = subprocess.run(
+                ["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True, text=True, timeout=5, check=False
+            )
             return done.stdout.strip() or platform.processor()
         except (OSError, subprocess.SubprocessError):
             pass
@@ -103,8 +105,13 @@ def cache_key(device: torch.device, version: str, shapes: dict, flags: str | Non
     """Device, torch version, CPU flags, and the model version with a digest of the ``shapes`` timed."""
     flags = cpu_flags() if flags is None else flags
     shape_digest = hashlib.sha256(json.dumps(shapes, sort_keys=True, default=str).encode()).hexdigest()[:8]
-    parts = [f"format {PROBE_FORMAT}", device_name(device), f"torch {torch.__version__}",
-             f"cpu flags {hashlib.sha256(flags.encode()).hexdigest()[:16]}", f"{version} {shape_digest}"]
+    parts = [
+        f"format {PROBE_FORMAT}",
+        device_name(device),
+        f"torch {torch.__version__}",
+        f"cpu flags {hashlib.sha256(flags.encode()).hexdigest()[:16]}",
+        f"{version} {shape_digest}",
+    ]
     return " | ".join(parts)
 
 
@@ -142,8 +149,9 @@ def write_cache(path: Path, key: str, timings: Timings, seconds: float) -> None:
         pass
 
 
-def cached_timings(device: torch.device, version: str, config: dict, qwen, *, reprobe: bool = False,
-                   cache_path: Path | None = None) -> tuple[Timings, bool]:
+def cached_timings(
+    device: torch.device, version: str, config: dict, qwen, *, reprobe: bool = False, cache_path: Path | None = None
+) -> tuple[Timings, bool]:
     """(timings, whether they came from the cache): probe on a machine's first use or when asked."""
     path = cache_path or default_cache_path()
     key = cache_key(device, version, timed_shapes(config, qwen))
@@ -173,7 +181,8 @@ def llm_step_shapes(qwen) -> list[tuple[int, int]]:
 
 
 def stored_like_the_llm(layers: nn.Module, choice: str, device: torch.device) -> tuple[nn.Module, torch.dtype]:
-    """``layers`` (float32 ``nn.Linear``s) stored as the LLM stores them in ``choice``; returns (module, input dtype)."""
+    """``layers`` (float32 ``nn.Linear``s) stored as the LLM stores them in ``choice``; returns
+    (module, input dtype)."""
     from cosyvoice_mac.pipeline.loading import llm_weights_only_in_half
 
     dtype = as_dtype(choice)
@@ -188,7 +197,7 @@ def stored_like_the_llm(layers: nn.Module, choice: str, device: torch.device) ->
 
 def _time_llm_candidates(device: torch.device, qwen) -> dict[str, float | str]:
     shapes = llm_step_shapes(qwen) * LLM_LAYERS
-    weights = [torch.randn(out, inner) * inner ** -0.5 for inner, out in shapes]
+    weights = [torch.randn(out, inner) * inner**-0.5 for inner, out in shapes]
     timings: dict[str, float | str] = {}
     for choice in CANDIDATES["llm"]:
         layers = nn.ModuleList(nn.Linear(inner, out, bias=False) for inner, out in shapes)
@@ -198,8 +207,10 @@ def _time_llm_candidates(device: torch.device, qwen) -> dict[str, float | str]:
             stored, dtype = stored_like_the_llm(layers, choice, device)
             rows = [torch.randn(1, inner, device=device, dtype=dtype) for inner, _ in shapes]
             timings[choice] = best_seconds(
-                device, lambda stored=stored, rows=rows: [layer(row) for layer, row in zip(stored, rows)],
-                clock=probe_clock(device))
+                device,
+                lambda stored=stored, rows=rows: [layer(row) for layer, row in zip(stored, rows)],
+                clock=probe_clock(device),
+            )
         except (RuntimeError, TypeError, NotImplementedError) as error:
             timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
         del layers
@@ -222,9 +233,15 @@ def one_block_estimator(flow_node: dict) -> nn.Module:
 def estimator_inputs(device: torch.device, dtype: torch.dtype, frames: int, batch: int = 2) -> dict:
     """Keyword inputs of one estimator call: ``x, mu, cond (B, 80, T)``, ``mask (B, 1, T)``, ``t (B,)`` float32."""
     zeros = torch.zeros(batch, 80, frames, device=device, dtype=dtype)
-    return {"x": zeros, "mask": torch.ones(batch, 1, frames, device=device, dtype=dtype), "mu": zeros,
-            "t": torch.full((batch,), 0.5, device=device), "spks": torch.zeros(batch, 80, device=device, dtype=dtype),
-            "cond": zeros, "streaming": False}
+    return {
+        "x": zeros,
+        "mask": torch.ones(batch, 1, frames, device=device, dtype=dtype),
+        "mu": zeros,
+        "t": torch.full((batch,), 0.5, device=device),
+        "spks": torch.zeros(batch, 80, device=device, dtype=dtype),
+        "cond": zeros,
+        "streaming": False,
+    }
 
 
 def _time_flow_candidates(device: torch.device, flow_node: dict) -> dict[str, float | str]:
@@ -232,8 +249,10 @@ def _time_flow_candidates(device: torch.device, flow_node: dict) -> dict[str, fl
     times slower than float32's is not run whole (fp16 on most CPUs: ~15x), its time is scaled."""
     estimator = one_block_estimator(flow_node).eval()
     biggest = max((m for m in estimator.modules() if isinstance(m, nn.Linear)), key=lambda m: m.weight.numel())
-    screen = {choice: _product_seconds(device, as_dtype(choice), 2 * FLOW_FRAMES, biggest.weight.shape)
-              for choice in CANDIDATES["flow"]}
+    screen = {
+        choice: _product_seconds(device, as_dtype(choice), 2 * FLOW_FRAMES, biggest.weight.shape)
+        for choice in CANDIDATES["flow"]
+    }
     timings: dict[str, float | str] = {}
     for choice in CANDIDATES["flow"]:
         dtype = as_dtype(choice)
@@ -247,8 +266,9 @@ def _time_flow_candidates(device: torch.device, flow_node: dict) -> dict[str, fl
                 continue
             model = estimator.to(device=device, dtype=dtype)
             inputs = estimator_inputs(device, dtype, FLOW_FRAMES)
-            timings[choice] = best_seconds(device, lambda model=model, inputs=inputs: model(**inputs), FLOW_REPEATS,
-                                           clock=probe_clock(device))
+            timings[choice] = best_seconds(
+                device, lambda model=model, inputs=inputs: model(**inputs), FLOW_REPEATS, clock=probe_clock(device)
+            )
         except (RuntimeError, TypeError, NotImplementedError) as error:
             timings[choice] = f"does not run here ({type(error).__name__}: {str(error)[:120]})"
     return timings

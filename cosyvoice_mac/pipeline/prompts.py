@@ -4,6 +4,7 @@ Every mode feeds the flow the prompt's tokens and mel; they differ in what the L
 zero-shot: transcript + text, with the prompt's speech tokens; cross-lingual: the text only;
 instruct: the instruction as the "prompt text", no prompt speech tokens.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,4 +1,5 @@
 """Prompt audio -> SpeakerPrompt: speech tokens, speaker vector and prompt mel (spec 4.3-4.7)."""
+
 from __future__ import annotations
 
 from pathlib import Path

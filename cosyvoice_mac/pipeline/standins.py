@@ -3,6 +3,7 @@
 A random-weight model has no tokenizer files; its speech is noise whatever the ids, so any
 deterministic text -> ids map with the real special tokens does the job. Never used for a real model.
 """
+
 from __future__ import annotations
 
 import re

@@ -15,6 +15,7 @@ instead of 25 + 3 or more. The prompt's whole chunks before that are the voice's
 prompt's length. The prefix holds at most ``MAX_PREFIX_TOKENS`` (longer prompts lose their start
 in streaming only: the cache costs ~4.6 MB (v2) / 3.6 MB (v3) per frame in fp32).
 """
+
 from __future__ import annotations
 
 import math
@@ -216,8 +217,13 @@ class PromptPlan:
     prefix_tokens: int
 
     @classmethod
-    def for_prompt(cls, prompt_tokens: int, first_hop: int = FIRST_HOP_TOKENS, lookahead: int = 3,
-                   max_prefix: int = MAX_PREFIX_TOKENS) -> "PromptPlan":
+    def for_prompt(
+        cls,
+        prompt_tokens: int,
+        first_hop: int = FIRST_HOP_TOKENS,
+        lookahead: int = 3,
+        max_prefix: int = MAX_PREFIX_TOKENS,
+    ) -> "PromptPlan":
         chunk = FLOW_CHUNK_TOKENS
         if not 1 <= first_hop <= chunk - lookahead:
             raise ValueError(f"the first hop must be 1..{chunk - lookahead} tokens, got {first_hop}")
@@ -231,12 +237,16 @@ class PromptPlan:
     @classmethod
     def for_request(cls, model, speaker, first_hop: int = FIRST_HOP_TOKENS) -> "PromptPlan":
         """The plan for ``speaker``'s prompt on ``model`` (its look-ahead; a smaller prefix in low-memory mode)."""
-        return cls.for_prompt(speaker.speech_tokens.shape[1], first_hop, model.networks.flow.config.pre_lookahead_len,
-                              LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS)
+        return cls.for_prompt(
+            speaker.speech_tokens.shape[1],
+            first_hop,
+            model.networks.flow.config.pre_lookahead_len,
+            LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS,
+        )
 
     def prompt(self, speaker, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """The flow's prompt for this plan: (tokens (1, P - cut), mel (1, 2 (P - cut), 80), embedding) on ``device``."""
-        tokens, mel = speaker.speech_tokens[:, self.cut:], speaker.mel[:, 2 * self.cut:]
+        tokens, mel = speaker.speech_tokens[:, self.cut :], speaker.mel[:, 2 * self.cut :]
         return tokens.to(device), mel.to(device), speaker.embedding.to(device)
 
 
@@ -283,8 +293,9 @@ def prepare_voice_for_streaming(model, speaker) -> None:
     model.flow_prefixes.get(flow, speaker, plan, plan.prompt(speaker, next(flow.parameters()).device))
 
 
-def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Callable[[], bool],
-                   first_hop: int = FIRST_HOP_TOKENS) -> Iterator[Chunk]:
+def stream_segment(
+    model, tokens: Iterable[int], speaker, noise, should_stop: Callable[[], bool], first_hop: int = FIRST_HOP_TOKENS
+) -> Iterator[Chunk]:
     """Yield audio chunks of one sentence as its speech tokens arrive from ``tokens``."""
     flow, hift = model.networks.flow, model.networks.hift
     device = next(flow.parameters()).device
@@ -292,11 +303,16 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     plan = PromptPlan.for_request(model, speaker, first_hop)
     prompt = plan.prompt(speaker, device)
     if model.spec.stitcher == "causal":
-        stitcher = CausalStitcher(lambda mel, finalize, first_frame: hift.inference(
-            mel, finalize=finalize, noise=noise, first_frame=first_frame)[0], hift.config.samples_per_frame)
+        stitcher = CausalStitcher(
+            lambda mel, finalize, first_frame: hift.inference(
+                mel, finalize=finalize, noise=noise, first_frame=first_frame
+            )[0],
+            hift.config.samples_per_frame,
+        )
     else:
-        stitcher = CrossfadeStitcher(lambda mel, cache_source: hift.inference(mel, cache_source=cache_source,
-                                                                              noise=noise))
+        stitcher = CrossfadeStitcher(
+            lambda mel, cache_source: hift.inference(mel, cache_source=cache_source, noise=noise)
+        )
     turns = DeviceTurns(enabled=serialize_device_work(device))
     # On CUDA the LLM's graphs would queue ahead of every kernel of the voice's prefix and of the
     # first chunk on the one stream: it stops once the first chunk's tokens exist, until that chunk is made.
@@ -306,13 +322,15 @@ def stream_segment(model, tokens: Iterable[int], speaker, noise, should_stop: Ca
     def finite_mel(ids: torch.Tensor, notes: list[str], finalize: bool) -> torch.Tensor:
         """The chunk's mel; a non-finite one is redone once the model has widened its flow to float32."""
         nonlocal prefix
-        mel = model.networks.flow.inference(ids, *prompt, streaming=not finalize, finalize=finalize,
-                                            prefix=None if finalize else prefix)
+        mel = model.networks.flow.inference(
+            ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
+        )
         if not bool(torch.isfinite(mel).all()) and model.redo_flow_in_float32(notes):
             prefix = model.flow_prefixes.get(model.networks.flow, speaker, plan, prompt)
-            mel = model.networks.flow.inference(ids, *prompt, streaming=not finalize, finalize=finalize,
-                                                prefix=None if finalize else prefix)
-        return mel[:, :, 2 * offset:]
+            mel = model.networks.flow.inference(
+                ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
+            )
+        return mel[:, :, 2 * offset :]
 
     try:
         with turns.chunk():

@@ -1,4 +1,5 @@
 """Typed values that cross the pipeline's public boundary (engine, UI and CLI use these)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

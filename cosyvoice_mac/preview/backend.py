@@ -8,6 +8,7 @@ WORLD statistics, ``VoiceStats.to_vector()``, as ``SpeakerPrompt.embedding`` (1,
 ``speech_tokens`` (1, 0) and ``mel`` (1, 0, 80) are empty. ``model_id`` names the statistics layout, so the
 cache never mixes them with CosyVoice features. Everything runs on the CPU.
 """
+
 from __future__ import annotations
 
 import re
@@ -34,8 +35,10 @@ CONVERSION_VERSION = 1  # part of model_id: bump when the statistics layout or t
 TARGET_RMS = 0.1  # -20 dBFS over speech frames
 MAX_PEAK = 0.95
 HIGH_VOICE_HZ = 165.0  # prompts above this median pitch get espeak's female Mandarin variant
-ENGLISH_REFERENCE = ("The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
-                     "It is easy to tell the depth of a well.")
+ENGLISH_REFERENCE = (
+    "The birch canoe slid on the smooth planks. Glue the sheet to the dark blue background. "
+    "It is easy to tell the depth of a well."
+)
 MANDARIN_REFERENCE = "今天天气很好，我们一起去公园散步吧。他的声音听起来非常温和。请把窗户打开。"
 _MARKUP = re.compile("|".join(re.escape(t) for t in sorted(ALL_SPECIAL_TOKENS, key=len, reverse=True)))
 
@@ -67,8 +70,15 @@ class PreviewVoice(Synthesizes):
         self.vocoder_fallbacks = 0
 
     @classmethod
-    def from_pretrained(cls, model_dir=None, device: str | torch.device | None = "auto", dtype=None, *,
-                        random_weights: bool = False, **_unused) -> "PreviewVoice":
+    def from_pretrained(
+        cls,
+        model_dir=None,
+        device: str | torch.device | None = "auto",
+        dtype=None,
+        *,
+        random_weights: bool = False,
+        **_unused,
+    ) -> "PreviewVoice":
         """Same signature as ``CosyVoice.from_pretrained``: needs no model folder and always runs on the CPU."""
         voice = cls()
         voice.english  # fail now, with the install command, if Piper is missing
@@ -107,8 +117,9 @@ class PreviewVoice(Synthesizes):
             model = self._base_models.get(key)
         if model is None:
             spoken = self._speak(key, ENGLISH_REFERENCE if key == "en" else MANDARIN_REFERENCE, seed=0, speed=1.0)
-            model = world_convert.BaseVoiceModel(world_convert.analyse(spoken.samples, spoken.sample_rate),
-                                                 spoken.sample_rate)
+            model = world_convert.BaseVoiceModel(
+                world_convert.analyse(spoken.samples, spoken.sample_rate), spoken.sample_rate
+            )
             with self._lock:
                 self._base_models[key] = model
         return model
@@ -119,34 +130,41 @@ class PreviewVoice(Synthesizes):
         return self.mandarin().speak(text, seed=seed, speed=speed, variant=key.split("-")[1])
 
     # requests -----------------------------------------------------------------------------------
-    def prepare_prompt(self, audio_input, sample_rate: int | None = None,
-                       transcript: str | None = None) -> SpeakerPrompt:
+    def prepare_prompt(
+        self, audio_input, sample_rate: int | None = None, transcript: str | None = None
+    ) -> SpeakerPrompt:
         """WORLD statistics of a prompt voice (a path, samples or a DecodedPrompt; silence trimmed by Silero VAD)."""
         from cosyvoice_mac.frontend import vad
 
         try:
             clip = audio.decode_prompt(audio_input, sample_rate).at(
-                world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False, min_seconds=None, max_seconds=None)
+                world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False, min_seconds=None, max_seconds=None
+            )
         except audio.AudioInputError as error:
             raise SynthesisError(str(error)) from error
         samples = vad.trim_silence(clip.wave[0].numpy(), clip.sample_rate)
         seconds = len(samples) / clip.sample_rate
         if seconds < audio.MIN_SECONDS:
-            raise SynthesisError(f"the prompt holds only {seconds:.1f} s of speech; record at least "
-                                 f"{audio.MIN_SECONDS:g} s (3-10 s of clear speech works best)")
+            raise SynthesisError(
+                f"the prompt holds only {seconds:.1f} s of speech; record at least "
+                f"{audio.MIN_SECONDS:g} s (3-10 s of clear speech works best)"
+            )
         if seconds > audio.MAX_SECONDS:
-            raise SynthesisError(f"the prompt holds {seconds:.1f} s of speech; use at most {audio.MAX_SECONDS:g} s "
-                                 "(5-15 s is plenty)")
+            raise SynthesisError(
+                f"the prompt holds {seconds:.1f} s of speech; use at most {audio.MAX_SECONDS:g} s (5-15 s is plenty)"
+            )
         try:
-            stats = world_convert.voice_stats(world_convert.analyse(samples, clip.sample_rate),
-                                              clip.source_sample_rate)
+            stats = world_convert.voice_stats(world_convert.analyse(samples, clip.sample_rate), clip.source_sample_rate)
         except world_convert.ConversionError as error:
             raise SynthesisError(f"no voice to copy in the prompt ({error}); record someone speaking") from error
         return SpeakerPrompt(
             speech_tokens=torch.zeros(1, 0, dtype=torch.long),
             mel=torch.zeros(1, 0, 80),  # no prompt tokens, so no aligned mel either
             embedding=torch.from_numpy(stats.to_vector())[None],
-            audio_hash=clip.content_hash, model_id=self.model_id, transcript=transcript, duration_s=seconds,
+            audio_hash=clip.content_hash,
+            model_id=self.model_id,
+            transcript=transcript,
+            duration_s=seconds,
         )
 
     def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
@@ -158,12 +176,19 @@ class PreviewVoice(Synthesizes):
         built-in preview voice) speaks Piper's voice, converted toward its own statistics."""
         stats = self._base_model("en").stats
         vector = torch.from_numpy(stats.to_vector())[None]
-        return SpeakerPrompt(speech_tokens=torch.zeros(1, 0, dtype=torch.long), mel=torch.zeros(1, 0, 80),
-                             embedding=vector, audio_hash=f"stock-v{CONVERSION_VERSION}", model_id=self.model_id,
-                             transcript=None, duration_s=0.0)
+        return SpeakerPrompt(
+            speech_tokens=torch.zeros(1, 0, dtype=torch.long),
+            mel=torch.zeros(1, 0, 80),
+            embedding=vector,
+            audio_hash=f"stock-v{CONVERSION_VERSION}",
+            model_id=self.model_id,
+            transcript=None,
+            duration_s=0.0,
+        )
 
-    def run(self, request: Request, speaker: SpeakerPrompt | None = None,
-            should_stop: Callable[[], bool] | None = None) -> Iterator[SynthesisResult]:
+    def run(
+        self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
+    ) -> Iterator[SynthesisResult]:
         """Speak a valid request in a voice moved toward the prompt's; one result per sentence.
 
         Text is planned as for CosyVoice3 (same markup check, same messages), so a request that works here
@@ -173,8 +198,9 @@ class PreviewVoice(Synthesizes):
         try:  # checked as for CosyVoice3 (same limits, same messages)
             plan = prompts.plan_request("cosyvoice3", self.normalizer, request)
         except SynthesisError as error:  # say which voice refused it: this one, by CosyVoice3's rules
-            raise SynthesisError(str(error).replace(
-                "for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1)) from error
+            raise SynthesisError(
+                str(error).replace("for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1)
+            ) from error
         segments = [segment.display_text for segment in plan.segments]
         spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
         plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]
@@ -194,8 +220,9 @@ class PreviewVoice(Synthesizes):
         except world_convert.ConversionError as error:
             raise SynthesisError(str(error)) from error
         frontend_s = time.perf_counter() - started
-        return self._run(plan, target, request.seed, request.speed, request.mode, notes,
-                         should_stop or (lambda: False), frontend_s)
+        return self._run(
+            plan, target, request.seed, request.speed, request.mode, notes, should_stop or (lambda: False), frontend_s
+        )
 
     def _run(self, plan, target, seed, speed, mode, notes, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         for index, (segment, words) in enumerate(plan):
@@ -218,9 +245,16 @@ class PreviewVoice(Synthesizes):
             wave = _loudness(base.convert(frames, target, base.estimate_warp(target)))
             timings["convert"] = time.perf_counter() - clock
             yield SynthesisResult(
-                audio=wave, sample_rate=self.sample_rate, speech_token_count=0,
-                seconds=time.perf_counter() - started + timings["frontend"], text=segment,
-                segment_index=index, segment_count=len(plan), seed=seed, mode=mode, timings=timings,
+                audio=wave,
+                sample_rate=self.sample_rate,
+                speech_token_count=0,
+                seconds=time.perf_counter() - started + timings["frontend"],
+                text=segment,
+                segment_index=index,
+                segment_count=len(plan),
+                seed=seed,
+                mode=mode,
+                timings=timings,
                 notes=list(notes),
             )
 

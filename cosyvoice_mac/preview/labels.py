@@ -2,6 +2,7 @@
 
 Plain strings only (no torch, no Piper import), so the UI process can show them cheaply.
 """
+
 from __future__ import annotations
 
 PREVIEW_LABEL = "Preview voice: approximate match. Download CosyVoice3 for real cloning"
@@ -9,8 +10,7 @@ DOWNLOAD_COMMAND = "bash run.sh download cosyvoice3"
 PREVIEW_EXPLANATION = (
     "No CosyVoice model is installed, so a stock voice (Piper for English, espeak-ng for Chinese) speaks the "
     "text and a WORLD vocoder moves its pitch, spectral envelope and formants toward the prompt voice. "
-    "Rhythm, accent and style are not copied. For real voice cloning, download CosyVoice3 (4-5 GB): "
-    + DOWNLOAD_COMMAND
+    "Rhythm, accent and style are not copied. For real voice cloning, download CosyVoice3 (4-5 GB): " + DOWNLOAD_COMMAND
 )
 PREVIEW_NOTE = f"{PREVIEW_LABEL} ({DOWNLOAD_COMMAND})"
 

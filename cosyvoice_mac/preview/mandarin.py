@@ -4,6 +4,7 @@ espeak-ng's ``cmn-latn-pinyin`` voice reads (Debian's espeak-ng 1.51 misreads Ha
 It is a formant synthesiser: robotic, but intelligible and fully offline. espeak-ng is a system
 program (GPL-3.0-or-later) run as a subprocess; without it Chinese text gets a clear error.
 """
+
 from __future__ import annotations
 
 import io
@@ -19,10 +20,29 @@ ESPEAK_VOICE = "cmn-latn-pinyin"
 VARIANTS = {"low": "", "high": "+f2"}  # espeak's default male voice, and a female variant
 DEFAULT_WORDS_PER_MINUTE = 175
 ESPEAK_TIMEOUT_S = 120
-INSTALL_HINT = ("install espeak-ng (macOS: brew install espeak-ng; Debian/Ubuntu: sudo apt-get install espeak-ng), "
-                "or download CosyVoice3 for real Chinese speech (bash run.sh download cosyvoice3)")
-_PUNCTUATION = str.maketrans({"，": ",", "、": ",", "；": ";", "：": ":", "。": ".", "！": "!", "？": "?",
-                              "“": '"', "”": '"', "‘": "'", "’": "'", "（": "(", "）": ")", "《": " ", "》": " "})
+INSTALL_HINT = (
+    "install espeak-ng (macOS: brew install espeak-ng; Debian/Ubuntu: sudo apt-get install espeak-ng), "
+    "or download CosyVoice3 for real Chinese speech (bash run.sh download cosyvoice3)"
+)
+_PUNCTUATION = str.maketrans(
+    {
+        "，": ",",
+        "、": ",",
+        "；": ";",
+        "：": ":",
+        "。": ".",
+        "！": "!",
+        "？": "?",
+        "“": '"',
+        "”": '"',
+        "‘": "'",
+        "’": "'",
+        "（": "(",
+        "）": ")",
+        "《": " ",
+        "》": " ",
+    }
+)
 
 
 class MandarinUnavailable(RuntimeError):
@@ -34,8 +54,9 @@ def to_pinyin(text: str) -> str:
     try:
         from pypinyin import Style, lazy_pinyin
     except ImportError as error:
-        raise MandarinUnavailable(f"Chinese text needs pypinyin (pip install pypinyin==0.55.0), or {INSTALL_HINT}"
-                                  ) from error
+        raise MandarinUnavailable(
+            f"Chinese text needs pypinyin (pip install pypinyin==0.55.0), or {INSTALL_HINT}"
+        ) from error
     syllables = lazy_pinyin(text.translate(_PUNCTUATION), style=Style.TONE3, neutral_tone_with_five=True)
     return " ".join(part.strip() for part in syllables if part.strip())
 
@@ -48,8 +69,9 @@ class MandarinSpeaker:
         if executable is None:
             raise MandarinUnavailable(f"Chinese text in the preview voice needs espeak-ng: {INSTALL_HINT}")
         try:
-            listing = subprocess.run([executable, "--voices=cmn"], capture_output=True, text=True,
-                                     timeout=ESPEAK_TIMEOUT_S, check=True).stdout
+            listing = subprocess.run(
+                [executable, "--voices=cmn"], capture_output=True, text=True, timeout=ESPEAK_TIMEOUT_S, check=True
+            ).stdout
         except (OSError, subprocess.SubprocessError) as error:
             raise MandarinUnavailable(f"{executable} does not run ({error}); {INSTALL_HINT}") from error
         if ESPEAK_VOICE not in listing.lower():
@@ -60,11 +82,19 @@ class MandarinSpeaker:
     def speak(self, text: str, seed: int = 0, speed: float = 1.0, variant: str = "low") -> SpokenAudio:
         """Speech for Chinese ``text``; espeak-ng is deterministic, so ``seed`` changes nothing."""
         pinyin = to_pinyin(text)
-        command = [self.executable, "-v", ESPEAK_VOICE + VARIANTS[variant],
-                   "-s", str(round(DEFAULT_WORDS_PER_MINUTE * speed)), "--stdout", "--stdin"]
+        command = [
+            self.executable,
+            "-v",
+            ESPEAK_VOICE + VARIANTS[variant],
+            "-s",
+            str(round(DEFAULT_WORDS_PER_MINUTE * speed)),
+            "--stdout",
+            "--stdin",
+        ]
         try:
-            result = subprocess.run(command, input=pinyin.encode("utf-8"), capture_output=True,
-                                    timeout=ESPEAK_TIMEOUT_S, check=True)
+            result = subprocess.run(
+                command, input=pinyin.encode("utf-8"), capture_output=True, timeout=ESPEAK_TIMEOUT_S, check=True
+            )
             samples, rate = soundfile.read(io.BytesIO(result.stdout), dtype="float32")
         except (OSError, subprocess.SubprocessError, RuntimeError) as error:
             raise MandarinUnavailable(f"espeak-ng failed to speak {text[:40]!r}: {error}") from error

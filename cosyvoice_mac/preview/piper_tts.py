@@ -7,6 +7,7 @@ as an input, generated from the request's seed, so a (text, seed, speed) triple 
 
 Piper (``piper-tts``) is GPL-3.0-or-later; it is an optional extra of this package (``[preview]``).
 """
+
 from __future__ import annotations
 
 import json
@@ -65,11 +66,13 @@ def seeded_noise_graph(model_path: str | Path) -> tuple[bytes, list[str]]:
         bank, like, prefix = f"noise_bank_{index}", node.input[0], f"/seeded_noise_{index}"
         bank_names.append(bank)
         graph.input.append(helper.make_tensor_value_info(bank, TensorProto.FLOAT, [NOISE_BANK_SIZE]))
-        graph.initializer.extend([
-            helper.make_tensor(f"{prefix}/zero", TensorProto.INT64, [], [0]),
-            helper.make_tensor(f"{prefix}/one", TensorProto.INT64, [], [1]),
-            helper.make_tensor(f"{prefix}/bank_size", TensorProto.INT64, [], [NOISE_BANK_SIZE]),
-        ])
+        graph.initializer.extend(
+            [
+                helper.make_tensor(f"{prefix}/zero", TensorProto.INT64, [], [0]),
+                helper.make_tensor(f"{prefix}/one", TensorProto.INT64, [], [1]),
+                helper.make_tensor(f"{prefix}/bank_size", TensorProto.INT64, [], [NOISE_BANK_SIZE]),
+            ]
+        )
         rebuilt += [
             helper.make_node("Size", [like], [f"{prefix}/count"]),
             helper.make_node("Range", [f"{prefix}/zero", f"{prefix}/count", f"{prefix}/one"], [f"{prefix}/index"]),
@@ -89,8 +92,9 @@ class PiperSpeaker:
     ``speak`` is thread-safe (one synthesis at a time); audio is Piper's raw output, not peak-normalised.
     """
 
-    def __init__(self, model_path: str | Path | None = None, config_path: str | Path | None = None,
-                 threads: int | None = None):
+    def __init__(
+        self, model_path: str | Path | None = None, config_path: str | Path | None = None, threads: int | None = None
+    ):
         try:
             import onnxruntime
             from piper import PiperVoice
@@ -124,8 +128,9 @@ class PiperSpeaker:
                 feeds = {
                     "input": np.asarray([ids], dtype=np.int64),
                     "input_lengths": np.asarray([len(ids)], dtype=np.int64),
-                    "scales": np.asarray([config.noise_scale, config.length_scale / speed, config.noise_w_scale],
-                                         dtype=np.float32),
+                    "scales": np.asarray(
+                        [config.noise_scale, config.length_scale / speed, config.noise_w_scale], dtype=np.float32
+                    ),
                 }
                 for name in self.bank_names:
                     feeds[name] = rng.standard_normal(NOISE_BANK_SIZE, dtype=np.float32)

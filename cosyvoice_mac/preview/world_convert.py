@@ -13,6 +13,7 @@ powers are mapped from the base voice's statistics to the prompt's, and it is re
 Prosody, accent and speaking style are not transferred: this is an approximation, and is labelled so.
 All arrays here are numpy on the CPU (pyworld works in float64).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,12 +29,12 @@ F0_FLOOR, F0_CEIL = 60.0, 600.0
 ENVELOPE_F0_FLOOR = 71.0  # CheapTrick's default: gives a 1024-point FFT at 24 kHz (513 bins)
 BAND_COUNT = 40
 BAND_FMIN, BAND_FMAX = 50.0, ANALYSIS_RATE / 2
-SPEECH_RANGE = np.log(10.0 ** 4.5)  # frames within 45 dB of the loud end count as speech
+SPEECH_RANGE = np.log(10.0**4.5)  # frames within 45 dB of the loud end count as speech
 WARP_GRID = np.round(np.arange(0.85, 1.2501, 0.025), 3)
 WARP_FIT_HZ = (200.0, 5000.0)  # where formants dominate the long-term spectrum
 STD_RATIO_RANGE = (0.5, 2.0)
 Z_CLIP = 2.5  # band powers further than this many deviations from the mean are shifted, not stretched
-MAX_GAIN = np.log(10.0 ** 3.0)  # at most 30 dB of envelope change per band
+MAX_GAIN = np.log(10.0**3.0)  # at most 30 dB of envelope change per band
 BASE_FRAME_STRIDE = 3  # statistics of the base voice need every third frame only
 MIN_VOICED_FRAMES = 20  # 0.1 s of voicing: less than that is not a voice to copy
 STATS_VECTOR_SIZE = 4 + 2 * BAND_COUNT
@@ -71,10 +72,18 @@ class VoiceStats:
     def from_vector(cls, vector) -> "VoiceStats":
         values = np.asarray(vector, dtype=np.float64).reshape(-1)
         if values.shape[0] != STATS_VECTOR_SIZE or not np.isfinite(values).all():
-            raise ConversionError(f"voice statistics must be {STATS_VECTOR_SIZE} finite numbers, "
-                                  f"got {values.shape[0]}; prepare the prompt again")
-        return cls(float(values[0]), float(values[1]), values[4:4 + BAND_COUNT].copy(),
-                   values[4 + BAND_COUNT:].copy(), int(round(values[2])), float(values[3]))
+            raise ConversionError(
+                f"voice statistics must be {STATS_VECTOR_SIZE} finite numbers, "
+                f"got {values.shape[0]}; prepare the prompt again"
+            )
+        return cls(
+            float(values[0]),
+            float(values[1]),
+            values[4 : 4 + BAND_COUNT].copy(),
+            values[4 + BAND_COUNT :].copy(),
+            int(round(values[2])),
+            float(values[3]),
+        )
 
 
 @dataclass(frozen=True)
@@ -99,8 +108,7 @@ def analyse(samples: np.ndarray, sample_rate: int, *, accurate_f0: bool = False)
     wave = _resample(samples, sample_rate, ANALYSIS_RATE)
     wave_f0 = _resample(samples, sample_rate, F0_RATE)
     if accurate_f0:
-        f0, times = pyworld.harvest(wave_f0, F0_RATE, f0_floor=F0_FLOOR, f0_ceil=F0_CEIL,
-                                    frame_period=FRAME_PERIOD_MS)
+        f0, times = pyworld.harvest(wave_f0, F0_RATE, f0_floor=F0_FLOOR, f0_ceil=F0_CEIL, frame_period=FRAME_PERIOD_MS)
     else:
         f0, times = pyworld.dio(wave_f0, F0_RATE, f0_floor=F0_FLOOR, f0_ceil=F0_CEIL, frame_period=FRAME_PERIOD_MS)
         f0 = pyworld.stonemask(wave_f0, f0, times, F0_RATE)
@@ -122,8 +130,10 @@ def voice_stats(frames: WorldFrames, source_sample_rate: int = ANALYSIS_RATE) ->
     bands = band_powers(frames.envelope)[speech_frames(frames.envelope)]
     bandwidth = 0.45 * min(source_sample_rate, ANALYSIS_RATE)
     return VoiceStats(
-        log_f0_mean=float(median), log_f0_std=float(max((high - low) / 2, 0.03)),
-        band_mean=bands.mean(axis=0), band_std=np.maximum(bands.std(axis=0), 0.1),
+        log_f0_mean=float(median),
+        log_f0_std=float(max((high - low) / 2, 0.03)),
+        band_mean=bands.mean(axis=0),
+        band_std=np.maximum(bands.std(axis=0), 0.1),
         valid_bands=int(max(1, (band_centres() <= bandwidth).sum())),
         voiced_seconds=float(voiced.sum() * FRAME_PERIOD_MS / 1000),
     )
@@ -137,20 +147,24 @@ class BaseVoiceModel:
     """
 
     def __init__(self, frames: WorldFrames, source_sample_rate: int = ANALYSIS_RATE):
-        frames = WorldFrames(*(values[::BASE_FRAME_STRIDE] for values in (frames.f0, frames.envelope,
-                                                                            frames.aperiodicity)))
-        self.warped_stats = {float(alpha): voice_stats(_warped(frames, float(alpha)), source_sample_rate)
-                             for alpha in WARP_GRID}
+        frames = WorldFrames(
+            *(values[::BASE_FRAME_STRIDE] for values in (frames.f0, frames.envelope, frames.aperiodicity))
+        )
+        self.warped_stats = {
+            float(alpha): voice_stats(_warped(frames, float(alpha)), source_sample_rate) for alpha in WARP_GRID
+        }
         self.stats = self.warped_stats[1.0]
 
     def estimate_warp(self, target: VoiceStats) -> float:
         """The grid alpha whose warped long-term spectrum best matches the target's shape."""
         centres = band_centres()
         usable = (centres >= WARP_FIT_HZ[0]) & (centres <= WARP_FIT_HZ[1])
-        usable[target.valid_bands:] = False
+        usable[target.valid_bands :] = False
         goal = _shape(target.band_mean[usable], centres[usable])
-        errors = {alpha: np.mean((_shape(stats.band_mean[usable], centres[usable]) - goal) ** 2)
-                  for alpha, stats in self.warped_stats.items()}
+        errors = {
+            alpha: np.mean((_shape(stats.band_mean[usable], centres[usable]) - goal) ** 2)
+            for alpha, stats in self.warped_stats.items()
+        }
         return float(min(errors, key=errors.get))
 
     def convert(self, frames: WorldFrames, target: VoiceStats, alpha: float) -> np.ndarray:
@@ -181,7 +195,7 @@ def _band_gains(bands: np.ndarray, source: VoiceStats, target: VoiceStats) -> np
     deviation = np.clip(bands - source.band_mean, -Z_CLIP * source.band_std, Z_CLIP * source.band_std)
     gains = (target.band_mean - source.band_mean) + (ratio - 1.0) * deviation
     valid = min(source.valid_bands, target.valid_bands)
-    gains[:, valid:] = gains[:, valid - 1:valid]
+    gains[:, valid:] = gains[:, valid - 1 : valid]
     return np.clip(gains, -MAX_GAIN, MAX_GAIN)
 
 
@@ -214,8 +228,9 @@ def _band_weights(bins: int) -> np.ndarray:
     if key not in _CACHE:
         import librosa
 
-        weights = librosa.filters.mel(sr=ANALYSIS_RATE, n_fft=2 * (bins - 1), n_mels=BAND_COUNT,
-                                      fmin=BAND_FMIN, fmax=BAND_FMAX, norm=None)
+        weights = librosa.filters.mel(
+            sr=ANALYSIS_RATE, n_fft=2 * (bins - 1), n_mels=BAND_COUNT, fmin=BAND_FMIN, fmax=BAND_FMAX, norm=None
+        )
         _CACHE[key] = weights / np.maximum(weights.sum(axis=1, keepdims=True), 1e-12)
     return _CACHE[key]
 

@@ -4,6 +4,7 @@ It binds 127.0.0.1 unless the user passes another ``--host``; Ctrl-C (or SIGTERM
 stops the worker, removes Gradio's temporary folder and exits 0. Gradio is imported only after
 GRADIO_TEMP_DIR points at a folder this process owns, so uploads never land anywhere else.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -16,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.cli import add_precision_arguments, precision_kwargs
+from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
 from cosyvoice_mac.webui.strings import EN
@@ -49,37 +50,80 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="folder holding model folders (default models/)"
     )
-    parser.add_argument("--outputs-dir", type=Path, default=DEFAULT_OUTPUTS_DIR,
-                        help="where generated audio is saved (default outputs/)")
-    parser.add_argument("--cache-dir", type=Path, default=None,
-                        help="speaker cache and saved voices (default: $COSYVOICE_CACHE_DIR or the user cache folder)")
-    parser.add_argument("--model", default=None, help="model folder name under --models-dir to load first, or "
-                        "'preview' for the preview voice (default: a CosyVoice3 model if there is one, else any "
-                        "model, else the preview voice)")
-    parser.add_argument("--device", default=os.environ.get("COSYVOICE_DEVICE") or "auto",
-                        help="auto (mps, cuda, cpu), mps, cuda, cuda:N or cpu (default $COSYVOICE_DEVICE or auto)")
+    parser.add_argument(
+        "--outputs-dir",
+        type=Path,
+        default=DEFAULT_OUTPUTS_DIR,
+        help="where generated audio is saved (default outputs/)",
+    )
+    parser.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        help="speaker cache and saved voices (default: $COSYVOICE_CACHE_DIR or the user cache folder)",
+    )
+    parser.add_argument(
+        "--model",
+        default=None,
+        help="model folder name under --models-dir to load first, or "
+        "'preview' for the preview voice (default: a CosyVoice3 model if there is one, else any "
+        "model, else the preview voice)",
+    )
+    parser.add_argument(
+        "--device",
+        default=os.environ.get("COSYVOICE_DEVICE") or "auto",
+        help="auto (mps, cuda, cpu), mps, cuda, cuda:N or cpu (default $COSYVOICE_DEVICE or auto)",
+    )
     add_precision_arguments(parser)
-    parser.add_argument("--max-queue", type=int, default=MAX_QUEUE,
-                        help=f"requests that may wait for the model at once (default {MAX_QUEUE})")
-    parser.add_argument("--allowed-origin", action="append", metavar="ORIGIN",
-                        default=[item for item in os.environ.get("COSYVOICE_ALLOWED_ORIGINS", "").split(",") if item],
-                        help="another web site (scheme://host:port) whose pages may send requests that change "
-                        "something here, such as uploads; repeat for more ('*' for any). By default only this "
-                        "app's own page may ($COSYVOICE_ALLOWED_ORIGINS, comma-separated, also works)")
-    parser.add_argument("--temp-max-age", type=int, default=TEMP_MAX_AGE_S, metavar="SECONDS",
-                        help="delete uploads and copies of results from the page's temporary folder after this "
-                        f"long (default {TEMP_MAX_AGE_S}; the results in outputs/ are kept)")
-    parser.add_argument("--hang-timeout", type=float, default=30.0,
-                        help="seconds without a sign of life from the model process before it is killed and "
-                        "restarted (its running job fails with that reason; waiting jobs stay; default 30)")
+    parser.add_argument(
+        "--max-queue",
+        type=int,
+        default=MAX_QUEUE,
+        help=f"requests that may wait for the model at once (default {MAX_QUEUE})",
+    )
+    parser.add_argument(
+        "--allowed-origin",
+        action="append",
+        metavar="ORIGIN",
+        default=[item for item in os.environ.get("COSYVOICE_ALLOWED_ORIGINS", "").split(",") if item],
+        help="another web site (scheme://host:port) whose pages may send requests that change "
+        "something here, such as uploads; repeat for more ('*' for any). By default only this "
+        "app's own page may ($COSYVOICE_ALLOWED_ORIGINS, comma-separated, also works)",
+    )
+    parser.add_argument(
+        "--temp-max-age",
+        type=int,
+        default=TEMP_MAX_AGE_S,
+        metavar="SECONDS",
+        help="delete uploads and copies of results from the page's temporary folder after this "
+        f"long (default {TEMP_MAX_AGE_S}; the results in outputs/ are kept)",
+    )
+    parser.add_argument(
+        "--hang-timeout",
+        type=float,
+        default=30.0,
+        help="seconds without a sign of life from the model process before it is killed and "
+        "restarted (its running job fails with that reason; waiting jobs stay; default 30)",
+    )
     parser.add_argument("--torch-threads", type=int, default=None, help="CPU threads for the model worker")
-    parser.add_argument("--vocoder", choices=("torch", "coreml"), default="torch",
-                        help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)")
-    parser.add_argument("--compute-units", choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE"), default="ALL",
-                        help="where Core ML may run the vocoder")
-    parser.add_argument("--api-key", default=None,
-                        help="key the /v1 API asks for (Authorization: Bearer KEY); default $COSYVOICE_API_KEY. "
-                        "Required when --host is not this computer (127.0.0.1 / localhost)")
+    parser.add_argument(
+        "--vocoder",
+        choices=("torch", "coreml"),
+        default="torch",
+        help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)",
+    )
+    parser.add_argument(
+        "--compute-units",
+        choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE"),
+        default="ALL",
+        help="where Core ML may run the vocoder",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="key the /v1 API asks for (Authorization: Bearer KEY); default $COSYVOICE_API_KEY. "
+        "Required when --host is not this computer (127.0.0.1 / localhost)",
+    )
     args = parser.parse_args(argv)
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
@@ -110,13 +154,21 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GRADIO_TEMP_DIR"] = str(temp_dir)  # before gradio is imported: it reads this once
     janitor = TempJanitor(temp_dir, args.temp_max_age).start()
     outputs_dir = args.outputs_dir.expanduser().resolve()
-    host = ModelHost(HostConfig(
-        models_dir=args.models_dir.expanduser(), outputs_dir=outputs_dir,
-        cache_dir=args.cache_dir.expanduser() if args.cache_dir else None, device=args.device, dtype=args.dtype,
-        max_queue=args.max_queue, torch_threads=args.torch_threads, liveness_timeout_s=args.hang_timeout, preferred_model=args.model,
-        vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
-        precision={key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value},
-    ))
+    host = ModelHost(
+        HostConfig(
+            models_dir=args.models_dir.expanduser(),
+            outputs_dir=outputs_dir,
+            cache_dir=args.cache_dir.expanduser() if args.cache_dir else None,
+            device=args.device,
+            dtype=args.dtype,
+            max_queue=args.max_queue,
+            torch_threads=args.torch_threads,
+            liveness_timeout_s=args.hang_timeout,
+            preferred_model=args.model,
+            vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
+            precision={key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value},
+        )
+    )
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
     if library_problem:
         print(f"Note: {library_problem}.", file=sys.stderr, flush=True)
@@ -131,8 +183,13 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             server = serve_page(
-                build_app(host=host), host, bind_host=args.host, port=args.port, api_key=args.api_key,
-                max_queue=args.max_queue, upload_limit_bytes=MAX_UPLOAD_BYTES,
+                build_app(host=host),
+                host,
+                bind_host=args.host,
+                port=args.port,
+                api_key=args.api_key,
+                max_queue=args.max_queue,
+                upload_limit_bytes=MAX_UPLOAD_BYTES,
                 ssr_mode=False,
                 show_error=True,
                 max_file_size=MAX_UPLOAD,
@@ -190,10 +247,12 @@ def _title_js() -> str:
     from cosyvoice_mac.webui.strings import ZH
 
     titles = json.dumps({"en": EN["title"], "zh": ZH["title"]}, ensure_ascii=False)
-    return ("() => { const titles = " + titles + ";"
-            " document.addEventListener('change', () => { const picked = document.querySelector("
-            "'#cv-language input:checked'); if (picked && titles[picked.value]) document.title = titles[picked.value];"
-            " }); }")
+    return (
+        "() => { const titles = " + titles + ";"
+        " document.addEventListener('change', () => { const picked = document.querySelector("
+        "'#cv-language input:checked'); if (picked && titles[picked.value]) document.title = titles[picked.value];"
+        " }); }"
+    )
 
 
 def _api_access_note(args: argparse.Namespace) -> str:

@@ -5,6 +5,7 @@ listed, history files must be this session's own outputs, and no text the user t
 Messages are rendered in the page's language; problems with input come back as text for the Markdown
 next to the field, never as an exception.
 """
+
 from __future__ import annotations
 
 import random
@@ -16,12 +17,12 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, VoiceLibrary
-from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
-from cosyvoice_mac.webui.generation import Generation
-from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.engine.cache import user_cache_dir
 from cosyvoice_mac.longform.glossary import GlossaryStore
+from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
+from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.longform import LongformCallbacks
+from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import VOCODER_CHOICES, ModelHost, Session, Settings, is_inside
 from cosyvoice_mac.webui.strings import text as say
@@ -40,7 +41,9 @@ class Callbacks:
         self.host = host
         self.settings = settings
         self.generation = Generation(host)
-        self.longform = LongformCallbacks(host, GlossaryStore((host.config.cache_dir or user_cache_dir()) / "glossary.json"))
+        self.longform = LongformCallbacks(
+            host, GlossaryStore((host.config.cache_dir or user_cache_dir()) / "glossary.json")
+        )
 
     # -- voice -----------------------------------------------------------------------------------
     def prompt_message(self, lang: str, audio: str | None) -> str:
@@ -141,12 +144,18 @@ class Callbacks:
 
         def message(seconds: float) -> str:
             if download.get("total"):
-                return say(lang, "transcribe_download", done=format_bytes(download["done"], lang),
-                           total=format_bytes(download["total"], lang))
+                return say(
+                    lang,
+                    "transcribe_download",
+                    done=format_bytes(download["done"], lang),
+                    total=format_bytes(download["total"], lang),
+                )
             return say(lang, "transcribe_progress", seconds=seconds)
 
-        outcome = yield from _in_background(lambda: self.host.transcriber.transcribe(path, progress=progress),
-                                            lambda seconds: (gr.skip(), message(seconds)))
+        outcome = yield from _in_background(
+            lambda: self.host.transcriber.transcribe(path, progress=progress),
+            lambda seconds: (gr.skip(), message(seconds)),
+        )
         if "error" in outcome:
             yield gr.skip(), say(lang, "transcribe_failed", message=outcome["error"])
         elif not (outcome["value"] or "").strip():
@@ -174,21 +183,39 @@ class Callbacks:
     def mode_changed(mode: str):
         """Show the transcript (and its Transcribe button) for zero-shot, the instruction fields for instruct,
         neither for cross-lingual."""
-        return (gr.update(visible=mode == "zero_shot"), gr.update(visible=mode == "instruct"),
-                gr.update(visible=mode == "instruct"), "")
+        return (
+            gr.update(visible=mode == "zero_shot"),
+            gr.update(visible=mode == "instruct"),
+            gr.update(visible=mode == "instruct"),
+            "",
+        )
 
     @staticmethod
     def roll_seed() -> int:
         return random.randint(0, MAX_SEED)
 
     # -- generate --------------------------------------------------------------------------------
-    def generate(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
-                 request: gr.Request) -> Iterator[tuple]:
+    def generate(
+        self,
+        lang,
+        audio,
+        voice,
+        transcript,
+        text,
+        mode,
+        instruct,
+        seed,
+        speed,
+        stream,
+        session: Session,
+        request: gr.Request,
+    ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
         result. Yields GenerateOutputs (named fields).
         """
-        yield from self.generation.run(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream,
-                                       session, request)
+        yield from self.generation.run(
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request
+        )
 
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)
@@ -234,8 +261,10 @@ class Callbacks:
 
     def model_choices(self, lang: str) -> list[tuple[str, str]]:
         """The model menu: each model folder by name, then the preview voice (when installed)."""
-        return [(say(lang, "preview_choice") if choice.is_preview else choice.name, choice.name)
-                for choice in self.host.choices()]
+        return [
+            (say(lang, "preview_choice") if choice.is_preview else choice.name, choice.name)
+            for choice in self.host.choices()
+        ]
 
     def restart(self, lang: str) -> Iterator[tuple[str, str]]:
         """Restart the worker and report progress until it is ready (or failed)."""
@@ -255,8 +284,12 @@ class Callbacks:
         yield from self._while_loading(lang, switch, "switch_progress", {"name": choice.name})
 
     def vocoder_choices(self, lang: str) -> list[tuple[str, str]]:
-        labels = {"torch": "vocoder_torch", "coreml:ALL": "vocoder_coreml_all",
-                  "coreml:CPU_AND_GPU": "vocoder_coreml_cpu_and_gpu", "coreml:CPU_AND_NE": "vocoder_coreml_cpu_and_ne"}
+        labels = {
+            "torch": "vocoder_torch",
+            "coreml:ALL": "vocoder_coreml_all",
+            "coreml:CPU_AND_GPU": "vocoder_coreml_cpu_and_gpu",
+            "coreml:CPU_AND_NE": "vocoder_coreml_cpu_and_ne",
+        }
         return [(say(lang, labels[value]), value) for value in VOCODER_CHOICES]
 
     def switch_vocoder(self, lang: str, value: str) -> Iterator[tuple[str, str]]:
@@ -268,7 +301,8 @@ class Callbacks:
 
     def _while_loading(self, lang, work, progress_key: str, values: dict):
         outcome = yield from _in_background(
-            work, lambda seconds: (say(lang, progress_key, seconds=seconds, **values), self.status_panel(lang)))
+            work, lambda seconds: (say(lang, progress_key, seconds=seconds, **values), self.status_panel(lang))
+        )
         status = self.host.status()
         if outcome.get("value"):
             message = say(lang, "restart_done", seconds=outcome["seconds"])
@@ -287,8 +321,13 @@ class Callbacks:
         the model folders now in models/."""
         current = self.host.current.name if self.host.current else None
         models = gr.update(choices=self.model_choices(lang), value=current)
-        return (gr.update(choices=self.voice_choices(lang)), self.status_panel(lang),
-                gr.update(visible=not self.settings.notice_acknowledged), self.roll_seed(), models)
+        return (
+            gr.update(choices=self.voice_choices(lang)),
+            self.status_panel(lang),
+            gr.update(visible=not self.settings.notice_acknowledged),
+            self.roll_seed(),
+            models,
+        )
 
 
 def _in_background(work: Callable[[], object], tick: Callable[[float], tuple]):

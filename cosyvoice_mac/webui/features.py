@@ -14,6 +14,7 @@ missing optional part leaves no broken button behind. The flags, and where their
   offered: where Core ML cannot run (not macOS, coremltools missing) the worker keeps torch and the status
   panel says why.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -25,8 +26,7 @@ PREVIEW_MODULES = ("piper", "pyworld")
 
 def detect_features() -> dict[str, bool]:
     """Which optional controls the page may show."""
-    return {"asr": asr_available(), "stream": True, "preview_backend": preview_available(),
-            "vocoder_select": True}
+    return {"asr": asr_available(), "stream": True, "preview_backend": preview_available(), "vocoder_select": True}
 
 
 def asr_available() -> bool:

@@ -3,6 +3,7 @@ to the page's player when asked), then show the saved result and add it to the s
 
 Problems with the input come back as text for the Markdown next to the field, never as an exception.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -58,13 +59,13 @@ class Generation:
         self.active = ActiveJobs()
         self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
-    def run(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session,
-            page_request) -> Iterator[tuple]:
+    def run(
+        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session, page_request
+    ) -> Iterator[tuple]:
         """Yields GenerateOutputs."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
-        request, problem = self.build_request(lang, audio, voice, transcript, text, mode, instruct, seed, speed,
-                                              stream)
+        request, problem = self.build_request(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream)
         if problem is not None:
             yield out.problem(*problem)
             return
@@ -83,8 +84,12 @@ class Generation:
                 if full.retry_after_s is None:
                     yield out.status("status_busy_unknown", waiting=self.host.config.max_queue, position=full.position)
                 else:
-                    yield out.status("status_busy", waiting=self.host.config.max_queue, position=full.position,
-                                     seconds=max(1, round(full.retry_after_s)))
+                    yield out.status(
+                        "status_busy",
+                        waiting=self.host.config.max_queue,
+                        position=full.position,
+                        seconds=max(1, round(full.retry_after_s)),
+                    )
                 return
             except EngineError as error:
                 yield out.status("status_model_error", message=str(error).rstrip("."))
@@ -136,8 +141,15 @@ class Generation:
                 return None, ("prompt", PROMPT_PROBLEM_KEYS[check.problem], check.details)
             chosen = Voice.recording(audio, transcript=transcript)
         try:
-            request = Request.build(text, chosen, mode=mode, instruct=instruct, seed=seed,
-                                    speed=1.0 if stream else speed, stream=bool(stream))
+            request = Request.build(
+                text,
+                chosen,
+                mode=mode,
+                instruct=instruct,
+                seed=seed,
+                speed=1.0 if stream else speed,
+                stream=bool(stream),
+            )
         except RequestError as error:
             return None, _problem(error)
         return request, None
@@ -202,15 +214,34 @@ class Generation:
         current = self.host.current
         seconds = result.timings.get("total", 0.0)
         if result.output_path and is_inside(result.output_path, self.host.config.outputs_dir):
-            session.add(HistoryEntry(path=result.output_path, text=job.request.text, mode=result.mode, voice=voice,
-                                     seed=result.seed, speed=result.speed, duration_s=result.duration_s,
-                                     model=None if preview or current is None else current.name, preview=preview))
-            status = ("status_done", {"duration": result.duration_s, "seconds": seconds, "seed": result.seed,
-                                      "file": Path(result.output_path).name})
+            session.add(
+                HistoryEntry(
+                    path=result.output_path,
+                    text=job.request.text,
+                    mode=result.mode,
+                    voice=voice,
+                    seed=result.seed,
+                    speed=result.speed,
+                    duration_s=result.duration_s,
+                    model=None if preview or current is None else current.name,
+                    preview=preview,
+                )
+            )
+            status = (
+                "status_done",
+                {
+                    "duration": result.duration_s,
+                    "seconds": seconds,
+                    "seed": result.seed,
+                    "file": Path(result.output_path).name,
+                },
+            )
             playable = result.output_path
         else:
-            status = ("status_done_unsaved", {"duration": result.duration_s, "seed": result.seed,
-                                              "error": result.output_error or "?"})
+            status = (
+                "status_done_unsaved",
+                {"duration": result.duration_s, "seed": result.seed, "error": result.output_error or "?"},
+            )
             playable = (result.sample_rate, result.audio)
         status[1].update(notes="; ".join(notes), preview=preview)
         if out.first_audio_s is not None:
@@ -227,8 +258,9 @@ class _Outputs:
         self.started = time.monotonic()
         self.first_audio_s: float | None = None
 
-    def _tuple(self, prompt=None, counter=None, mode=None, status=None, result=None, history=None,
-               picks=None) -> GenerateOutputs:
+    def _tuple(
+        self, prompt=None, counter=None, mode=None, status=None, result=None, history=None, picks=None
+    ) -> GenerateOutputs:
         skip = gr.skip()
         values = (prompt, counter, mode, status, result, history, picks)
         player = self.player.value if self.player is not None else skip
@@ -246,8 +278,9 @@ class _Outputs:
         self.player.add(event.audio, event.sample_rate)
         if self.first_audio_s is None:
             self.first_audio_s = time.monotonic() - self.started
-        return self.status("status_streaming", index=index, count=count, audio=self.player.seconds,
-                           first=self.first_audio_s)
+        return self.status(
+            "status_streaming", index=index, count=count, audio=self.player.seconds, first=self.first_audio_s
+        )
 
     def problem(self, where: str, key: str, values: dict) -> tuple:
         message = say(self.lang, key, **values)
@@ -263,14 +296,21 @@ class _Outputs:
 
     def done(self, status: tuple[str, dict], playable, rows, picks) -> tuple:
         self.session.last_status = status
-        return self._tuple(status=status_line(self.lang, *status), result=playable, history=rows,
-                           picks=gr.update(choices=picks))
+        return self._tuple(
+            status=status_line(self.lang, *status), result=playable, history=rows, picks=gr.update(choices=picks)
+        )
 
 
 # Where each request rule's problem shows, and the page's own words for it where it has them.
 FIELD_SLOTS = {"text": "text", "voice": "prompt", "transcript": "prompt", "mode": "mode", "instruct": "mode"}
-PAGE_KEYS = {"text_empty": "text_empty", "text_too_long": "counter_over", "transcript_needed": "transcript_needed",
-             "instruct_needed": "instruct_needed", "seed_invalid": "seed_invalid", "prompt_needed": "prompt_needed"}
+PAGE_KEYS = {
+    "text_empty": "text_empty",
+    "text_too_long": "counter_over",
+    "transcript_needed": "transcript_needed",
+    "instruct_needed": "instruct_needed",
+    "seed_invalid": "seed_invalid",
+    "prompt_needed": "prompt_needed",
+}
 
 
 def _problem(error: RequestError) -> tuple[str, str, dict]:

@@ -4,6 +4,7 @@ Every control whose words depend on the language is registered in a :class:`Labe
 language switch re-labels all of them at once (and Gradio's own built-in words follow through its
 locale). Element ids (``elem_id``) are the browser tests' handles; keep them stable.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -81,10 +82,19 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         session = gr.State(Session())
         with gr.Row(equal_height=True):
             with gr.Column(scale=4):
-                make(gr.Markdown, {"value": lambda lang: f"# {say(lang, 'title')}\n{say(lang, 'subtitle')}"},
-                     elem_id="cv-title")
-            language = make(gr.Radio, {"label": "language_label"}, choices=list(LANGUAGES), value=lang, scale=1,
-                            elem_id="cv-language")
+                make(
+                    gr.Markdown,
+                    {"value": lambda lang: f"# {say(lang, 'title')}\n{say(lang, 'subtitle')}"},
+                    elem_id="cv-title",
+                )
+            language = make(
+                gr.Radio,
+                {"label": "language_label"},
+                choices=list(LANGUAGES),
+                value=lang,
+                scale=1,
+                elem_id="cv-language",
+            )
         with gr.Group(visible=not callbacks.settings.notice_acknowledged, elem_classes="cv-notice") as notice:
             make(gr.Markdown, {"value": "notice"}, elem_id="cv-notice")
             notice_ok = make(gr.Button, {"value": "notice_ok"}, size="sm", elem_id="cv-notice-ok")
@@ -93,85 +103,171 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         with gr.Row():
             with gr.Column(scale=3):
                 make(gr.Markdown, {"value": "section_voice"})
-                voices = make(gr.Dropdown, {"choices": callbacks.voice_choices, "label": "voices_label",
-                                            "info": "voices_info"}, value="", elem_id="cv-voices")
-                prompt_audio = make(gr.Audio, {"label": "prompt_audio_label"}, sources=["upload", "microphone"],
-                                    type="filepath", buttons=["download"], elem_id="cv-prompt-audio")
+                voices = make(
+                    gr.Dropdown,
+                    {"choices": callbacks.voice_choices, "label": "voices_label", "info": "voices_info"},
+                    value="",
+                    elem_id="cv-voices",
+                )
+                prompt_audio = make(
+                    gr.Audio,
+                    {"label": "prompt_audio_label"},
+                    sources=["upload", "microphone"],
+                    type="filepath",
+                    buttons=["download"],
+                    elem_id="cv-prompt-audio",
+                )
                 prompt_msg = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
                 with gr.Row(equal_height=False, elem_id="cv-transcript-row") as transcript_row:
-                    transcript = make(gr.Textbox, {"label": "transcript_label",
-                                                   "placeholder": "transcript_placeholder"},
-                                      lines=2, scale=5, elem_id="cv-transcript")
+                    transcript = make(
+                        gr.Textbox,
+                        {"label": "transcript_label", "placeholder": "transcript_placeholder"},
+                        lines=2,
+                        scale=5,
+                        elem_id="cv-transcript",
+                    )
                     transcribe = None
                     if features.get("asr"):
-                        transcribe = make(gr.Button, {"value": "transcribe"}, size="sm", scale=1, min_width=110,
-                                          elem_id="cv-transcribe")
+                        transcribe = make(
+                            gr.Button,
+                            {"value": "transcribe"},
+                            size="sm",
+                            scale=1,
+                            min_width=110,
+                            elem_id="cv-transcribe",
+                        )
                 transcript_msg = gr.Markdown(elem_id="cv-transcript-msg", elem_classes="cv-message")
                 with gr.Row():
-                    voice_name = make(gr.Textbox, {"label": "voice_name_label",
-                                                   "placeholder": "voice_name_placeholder"},
-                                      scale=3, elem_id="cv-voice-name")
+                    voice_name = make(
+                        gr.Textbox,
+                        {"label": "voice_name_label", "placeholder": "voice_name_placeholder"},
+                        scale=3,
+                        elem_id="cv-voice-name",
+                    )
                     with gr.Column(scale=1, min_width=120):
                         save_voice = make(gr.Button, {"value": "save_voice"}, size="sm", elem_id="cv-save-voice")
-                        delete_voice = make(gr.Button, {"value": "delete_voice"}, size="sm",
-                                            elem_id="cv-delete-voice")
+                        delete_voice = make(gr.Button, {"value": "delete_voice"}, size="sm", elem_id="cv-delete-voice")
                 voice_msg = gr.Markdown(elem_id="cv-voice-msg", elem_classes="cv-message")
 
                 make(gr.Markdown, {"value": "section_text"})
-                text = make(gr.Textbox, {"label": "text_label", "placeholder": "text_placeholder"}, lines=4,
-                            elem_id="cv-text")
+                text = make(
+                    gr.Textbox, {"label": "text_label", "placeholder": "text_placeholder"}, lines=4, elem_id="cv-text"
+                )
                 counter = gr.Markdown(callbacks.counter(lang, ""), elem_id="cv-counter", elem_classes="cv-message")
                 make(gr.Markdown, {"value": "markup_help"}, elem_id="cv-markup-help")
-                mode = make(gr.Radio, {"choices": _mode_choices, "label": "mode_label"}, value="zero_shot",
-                            elem_id="cv-mode")
+                mode = make(
+                    gr.Radio, {"choices": _mode_choices, "label": "mode_label"}, value="zero_shot", elem_id="cv-mode"
+                )
                 with gr.Row():
-                    preset = make(gr.Dropdown, {"choices": _preset_choices, "label": "preset_label",
-                                                "info": "preset_info"}, value=None, visible=False, elem_id="cv-preset")
-                    instruct = make(gr.Textbox, {"label": "instruct_label", "placeholder": "instruct_placeholder"},
-                                    visible=False, elem_id="cv-instruct")
+                    preset = make(
+                        gr.Dropdown,
+                        {"choices": _preset_choices, "label": "preset_label", "info": "preset_info"},
+                        value=None,
+                        visible=False,
+                        elem_id="cv-preset",
+                    )
+                    instruct = make(
+                        gr.Textbox,
+                        {"label": "instruct_label", "placeholder": "instruct_placeholder"},
+                        visible=False,
+                        elem_id="cv-instruct",
+                    )
                 mode_msg = gr.Markdown(elem_id="cv-mode-msg", elem_classes="cv-message")
                 with gr.Row(equal_height=True):
-                    seed = make(gr.Number, {"label": "seed_label", "info": "seed_info"}, value=0, precision=0,
-                                minimum=0, maximum=MAX_SEED, scale=3, elem_id="cv-seed")
+                    seed = make(
+                        gr.Number,
+                        {"label": "seed_label", "info": "seed_info"},
+                        value=0,
+                        precision=0,
+                        minimum=0,
+                        maximum=MAX_SEED,
+                        scale=3,
+                        elem_id="cv-seed",
+                    )
                     dice = gr.Button(DICE, scale=0, elem_id="cv-dice")
-                    speed = make(gr.Slider, {"label": "speed_label"}, minimum=0.5, maximum=2.0, step=0.05, value=1.0,
-                                 scale=3, elem_id="cv-speed")
-                stream = make(gr.Checkbox, {"label": "stream_label", "info": "stream_info"}, value=False,
-                              visible=bool(features.get("stream")), elem_id="cv-stream")
-                stream_note = make(gr.Markdown, {"value": "stream_speed_note"}, visible=False,
-                                   elem_id="cv-stream-note", elem_classes="cv-message")
+                    speed = make(
+                        gr.Slider,
+                        {"label": "speed_label"},
+                        minimum=0.5,
+                        maximum=2.0,
+                        step=0.05,
+                        value=1.0,
+                        scale=3,
+                        elem_id="cv-speed",
+                    )
+                stream = make(
+                    gr.Checkbox,
+                    {"label": "stream_label", "info": "stream_info"},
+                    value=False,
+                    visible=bool(features.get("stream")),
+                    elem_id="cv-stream",
+                )
+                stream_note = make(
+                    gr.Markdown,
+                    {"value": "stream_speed_note"},
+                    visible=False,
+                    elem_id="cv-stream-note",
+                    elem_classes="cv-message",
+                )
                 with gr.Row():
-                    generate = make(gr.Button, {"value": "generate"}, variant="primary", interactive=can_generate,
-                                    elem_id="cv-generate")
+                    generate = make(
+                        gr.Button,
+                        {"value": "generate"},
+                        variant="primary",
+                        interactive=can_generate,
+                        elem_id="cv-generate",
+                    )
                     stop = make(gr.Button, {"value": "stop"}, variant="secondary", elem_id="cv-stop")
                 status = gr.Markdown(elem_id="cv-status", elem_classes="cv-message")
                 player = gr.HTML("", html_template=PLAYER_HTML, js_on_load=PLAYER_JS, elem_id="cv-stream-player")
-                result = make(gr.Audio, {"label": "result_label"}, interactive=False, buttons=["download"],
-                              elem_id="cv-result")
+                result = make(
+                    gr.Audio, {"label": "result_label"}, interactive=False, buttons=["download"], elem_id="cv-result"
+                )
 
             with gr.Column(scale=2):
                 make(gr.Markdown, {"value": "section_model"})
-                model_menu = make(gr.Dropdown, {"label": "model_label", "info": "model_info",
-                                                "choices": callbacks.model_choices},
-                                  value=host.current.name if host.current else None, interactive=can_generate,
-                                  elem_id="cv-model")
-                vocoder_menu = make(gr.Dropdown, {"label": "vocoder_label", "info": "vocoder_info",
-                                                  "choices": callbacks.vocoder_choices},
-                                    value=host.config.vocoder, interactive=can_generate,
-                                    visible=features["vocoder_select"], elem_id="cv-vocoder")
-                restart = make(gr.Button, {"value": "restart"}, size="sm", interactive=can_generate,
-                               elem_id="cv-restart")
+                model_menu = make(
+                    gr.Dropdown,
+                    {"label": "model_label", "info": "model_info", "choices": callbacks.model_choices},
+                    value=host.current.name if host.current else None,
+                    interactive=can_generate,
+                    elem_id="cv-model",
+                )
+                vocoder_menu = make(
+                    gr.Dropdown,
+                    {"label": "vocoder_label", "info": "vocoder_info", "choices": callbacks.vocoder_choices},
+                    value=host.config.vocoder,
+                    interactive=can_generate,
+                    visible=features["vocoder_select"],
+                    elem_id="cv-vocoder",
+                )
+                restart = make(
+                    gr.Button, {"value": "restart"}, size="sm", interactive=can_generate, elem_id="cv-restart"
+                )
                 model_msg = gr.Markdown(elem_id="cv-model-msg", elem_classes="cv-message")
                 status_panel = gr.Markdown(callbacks.status_panel(lang), elem_id="cv-status-panel")
                 with make(gr.Accordion, {"label": "licence_heading"}, open=False, elem_id="cv-licences"):
                     make(gr.Markdown, {"value": licence_words}, elem_id="cv-licence-text")
-                history_pick = make(gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None,
-                                    elem_id="cv-history-pick")
-                history_audio = make(gr.Audio, {"label": "history_audio_label"}, interactive=False,
-                                     buttons=["download"], elem_id="cv-history-audio")
-        history = make(gr.Dataframe, {"label": "history_label"}, value=history_rows(lang, Session()),
-                       interactive=False, wrap=True, column_widths=HISTORY_COLUMN_WIDTHS, datatype=HISTORY_DATATYPES,
-                       elem_id="cv-history")
+                history_pick = make(
+                    gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None, elem_id="cv-history-pick"
+                )
+                history_audio = make(
+                    gr.Audio,
+                    {"label": "history_audio_label"},
+                    interactive=False,
+                    buttons=["download"],
+                    elem_id="cv-history-audio",
+                )
+        history = make(
+            gr.Dataframe,
+            {"label": "history_label"},
+            value=history_rows(lang, Session()),
+            interactive=False,
+            wrap=True,
+            column_widths=HISTORY_COLUMN_WIDTHS,
+            datatype=HISTORY_DATATYPES,
+            elem_id="cv-history",
+        )
         build_longform_section(make, callbacks, callbacks.longform, language)
         timer = gr.Timer(2.0)
 
@@ -180,19 +276,33 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
 
         def prepare(audio, stream_on) -> None:  # the page waits for nothing: the worker prepares in the background
             callbacks.prepare_for_streaming(audio, stream_on)
-        prompt_audio.upload(callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio],
-                            **quiet).then(prepare, [prompt_audio, stream], None, **quiet)
-        prompt_audio.stop_recording(callbacks.prompt_uploaded, [language, prompt_audio],
-                                    [prompt_msg, voices, prompt_audio]).then(
-            prepare, [prompt_audio, stream], None, **quiet)
+
+        prompt_audio.upload(
+            callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio], **quiet
+        ).then(prepare, [prompt_audio, stream], None, **quiet)
+        prompt_audio.stop_recording(
+            callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio]
+        ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
-        voices.input(callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript],
-                     **quiet)
-        save_voice.click(callbacks.save_voice, [language, voice_name, prompt_audio, transcript], [voice_msg, voices],
-                         concurrency_id="voice", concurrency_limit=2)
+        voices.input(
+            callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript], **quiet
+        )
+        save_voice.click(
+            callbacks.save_voice,
+            [language, voice_name, prompt_audio, transcript],
+            [voice_msg, voices],
+            concurrency_id="voice",
+            concurrency_limit=2,
+        )
         if transcribe is not None:
-            transcribe.click(callbacks.transcribe, [language, prompt_audio, voices], [transcript, transcript_msg],
-                             concurrency_id="asr", concurrency_limit=1, show_progress="hidden")
+            transcribe.click(
+                callbacks.transcribe,
+                [language, prompt_audio, voices],
+                [transcript, transcript_msg],
+                concurrency_id="asr",
+                concurrency_limit=1,
+                show_progress="hidden",
+            )
         transcript.input(lambda: "", None, transcript_msg, **quiet)
         delete_voice.click(callbacks.delete_voice, [language, voices], [voice_msg, voices])
         text.change(callbacks.counter, [language, text], counter, trigger_mode="always_last", **quiet)
@@ -203,29 +313,50 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
         dice.click(callbacks.roll_seed, None, seed, **quiet)
 
-        generate_outputs = dict(prompt_msg=prompt_msg, counter=counter, mode_msg=mode_msg, status=status,
-                                result=result, history=history, history_pick=history_pick, session=session,
-                                player=player)
+        generate_outputs = dict(
+            prompt_msg=prompt_msg,
+            counter=counter,
+            mode_msg=mode_msg,
+            status=status,
+            result=result,
+            history=history,
+            history_pick=history_pick,
+            session=session,
+            player=player,
+        )
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session],
             [generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).
-            concurrency_limit=None, concurrency_id="generate", show_progress="minimal",
+            concurrency_limit=None,
+            concurrency_id="generate",
+            show_progress="minimal",
             show_progress_on=[result],
         ).then(callbacks.status_panel, language, status_panel, show_progress="hidden")
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
         history_pick.input(callbacks.history_picked, [history_pick, session], history_audio)
 
-        model_menu.input(callbacks.switch_model, [language, model_menu], [model_msg, status_panel],
-                         concurrency_id="model", concurrency_limit=1)
+        model_menu.input(
+            callbacks.switch_model,
+            [language, model_menu],
+            [model_msg, status_panel],
+            concurrency_id="model",
+            concurrency_limit=1,
+        )
         # Presses at once share one restart (the engine coalesces them), so they must not wait in line.
-        restart.click(callbacks.restart, language, [model_msg, status_panel], concurrency_id="restart",
-                      concurrency_limit=None)
-        vocoder_menu.input(callbacks.switch_vocoder, [language, vocoder_menu], [model_msg, status_panel],
-                           concurrency_id="model", concurrency_limit=1)
+        restart.click(
+            callbacks.restart, language, [model_msg, status_panel], concurrency_id="restart", concurrency_limit=None
+        )
+        vocoder_menu.input(
+            callbacks.switch_vocoder,
+            [language, vocoder_menu],
+            [model_msg, status_panel],
+            concurrency_id="model",
+            concurrency_limit=1,
+        )
         timer.tick(callbacks.status_panel, language, status_panel, **quiet)  # off the queue: never "busy"
         notice_ok.click(callbacks.acknowledge_notice, None, notice, **quiet)
         page.load(callbacks.on_load, language, [voices, status_panel, notice, seed, model_menu], **quiet)
@@ -235,12 +366,14 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             lambda lang, words, audio, voice, session: _dynamic_words(callbacks, lang, words, audio, voice, session),
             [language, text, prompt_audio, voices, session],
             [counter, prompt_msg, status, status_panel, history, voice_msg, mode_msg, model_msg, transcript_msg],
-            **quiet)
+            **quiet,
+        )
         language.change(None, language, None, js=gradio_locale_js())
         # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
         remounted = [prompt_audio, result, history_audio]
         language.change(lambda: [gr.update(visible=False)] * len(remounted), None, remounted, **quiet).then(
-            lambda: [gr.update(visible=True)] * len(remounted), None, remounted, **quiet)
+            lambda: [gr.update(visible=True)] * len(remounted), None, remounted, **quiet
+        )
     return page
 
 
@@ -252,8 +385,17 @@ def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> 
     else:
         prompt = callbacks.prompt_message(lang, audio)
     status = status_line(lang, *session.last_status) if session.last_status else ""
-    return (callbacks.counter(lang, words), prompt, status, callbacks.status_panel(lang),
-            history_rows(lang, session), "", "", "", "")
+    return (
+        callbacks.counter(lang, words),
+        prompt,
+        status,
+        callbacks.status_panel(lang),
+        history_rows(lang, session),
+        "",
+        "",
+        "",
+        "",
+    )
 
 
 def _mode_choices(lang: str) -> list[tuple[str, str]]:

@@ -5,6 +5,7 @@ ordinary jobs (the same queue as Generate), and the callback yields a progress b
 Stop (per browser session) ends the job between lines and cancels the line in flight; what was finished
 stays. Results land in ``outputs/longform/``.
 """
+
 from __future__ import annotations
 
 import html
@@ -33,8 +34,10 @@ def progress_html(lang: str, progress: Progress | None, what: str) -> str:
     words = say(lang, "lf_progress", done=done, total=total or "?", what=say(lang, what))
     if progress is not None and progress.left_s is not None and done < total:
         words += say(lang, "lf_left", seconds=f"{progress.left_s:.0f}")
-    return (f'<div id="cv-lf-progress-box"><progress id="cv-lf-progress" value="{done}" max="{max(total, 1)}">'
-            f'</progress> <span id="cv-lf-progress-text">{html.escape(words)}</span></div>')
+    return (
+        f'<div id="cv-lf-progress-box"><progress id="cv-lf-progress" value="{done}" max="{max(total, 1)}">'
+        f'</progress> <span id="cv-lf-progress-text">{html.escape(words)}</span></div>'
+    )
 
 
 class LongformCallbacks:
@@ -56,9 +59,19 @@ class LongformCallbacks:
         known = [entry["name"] for entry in engine.voices.list()] if engine is not None else []
 
         def job(speak, on_progress, should_stop):
-            return run_dialogue(script, cast, known, speak, self._stem("dialogue"), pause_s=float(pause),
-                                per_line_files=bool(per_line), post=_post(trim, level, target), on_progress=on_progress,
-                                should_stop=should_stop)
+            return run_dialogue(
+                script,
+                cast,
+                known,
+                speak,
+                self._stem("dialogue"),
+                pause_s=float(pause),
+                per_line_files=bool(per_line),
+                post=_post(trim, level, target),
+                on_progress=on_progress,
+                should_stop=should_stop,
+            )
+
         yield from self._run(lang, job, "lines", request)
 
     def dub(self, lang, srt_file, voice, speed_limit, trim, level, target, request: gr.Request):
@@ -68,8 +81,17 @@ class LongformCallbacks:
         data = Path(srt_file).read_bytes()
 
         def job(speak, on_progress, should_stop):
-            return run_dub(data, voice or None, speak, self._stem("dub"), speed_limit=float(speed_limit),
-                           post=_post(trim, level, target), on_progress=on_progress, should_stop=should_stop)
+            return run_dub(
+                data,
+                voice or None,
+                speak,
+                self._stem("dub"),
+                speed_limit=float(speed_limit),
+                post=_post(trim, level, target),
+                on_progress=on_progress,
+                should_stop=should_stop,
+            )
+
         yield from self._run(lang, job, "cues", request, default_voice=voice or None)
 
     def batch(self, lang, lines_file, voice, name, trim, level, target, request: gr.Request):
@@ -82,10 +104,22 @@ class LongformCallbacks:
         folder = self._outputs() / "batches" / folder_name
 
         def job(speak, on_progress, should_stop):
-            settings = {"model": self.host.current.name if self.host.current else None,
-                        "glossary": [entry.key for entry in speak.glossary]}
-            return run_batch(data, kind, folder, speak, voice=voice or None, settings=settings,
-                             post=_post(trim, level, target), on_progress=on_progress, should_stop=should_stop)
+            settings = {
+                "model": self.host.current.name if self.host.current else None,
+                "glossary": [entry.key for entry in speak.glossary],
+            }
+            return run_batch(
+                data,
+                kind,
+                folder,
+                speak,
+                voice=voice or None,
+                settings=settings,
+                post=_post(trim, level, target),
+                on_progress=on_progress,
+                should_stop=should_stop,
+            )
+
         yield from self._run(lang, job, "lines", request, default_voice=voice or None)
 
     def stop(self, request: gr.Request) -> None:
@@ -103,8 +137,11 @@ class LongformCallbacks:
             return [["", "", "all"]]
 
     def save_glossary(self, lang, rows):
-        entries = [GlossaryEntry(str(r[0] or ""), str(r[1] or ""), str(r[2] or "all")) for r in _rows(rows)
-                   if any(str(cell or "").strip() for cell in r)]
+        entries = [
+            GlossaryEntry(str(r[0] or ""), str(r[1] or ""), str(r[2] or "all"))
+            for r in _rows(rows)
+            if any(str(cell or "").strip() for cell in r)
+        ]
         try:
             saved = self.glossary.replace(entries)
         except LongformError as error:
@@ -166,8 +203,12 @@ class LongformCallbacks:
 
     def _finished(self, lang, outcome, last, what):
         if "error" in outcome:
-            return progress_html(lang, last, what), html.escape(say(lang, "lf_failed", message=outcome["error"])), \
-                None, None
+            return (
+                progress_html(lang, last, what),
+                html.escape(say(lang, "lf_failed", message=outcome["error"])),
+                None,
+                None,
+            )
         result = outcome["result"]
         key = "lf_stopped" if result.stopped else "lf_done"
         message = say(lang, key, done=result.done, total=result.total, what=say(lang, what))
@@ -216,62 +257,131 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
         with gr.Row():
             trim = make(gr.Checkbox, {"label": "lf_trim_label"}, value=False, elem_id="cv-lf-trim")
             level = make(gr.Checkbox, {"label": "lf_level_label"}, value=False, elem_id="cv-lf-level")
-            target = make(gr.Slider, {"label": "lf_loudness_label"}, minimum=-40, maximum=-5, step=0.5, value=-16,
-                          elem_id="cv-lf-loudness")
+            target = make(
+                gr.Slider,
+                {"label": "lf_loudness_label"},
+                minimum=-40,
+                maximum=-5,
+                step=0.5,
+                value=-16,
+                elem_id="cv-lf-loudness",
+            )
         with gr.Tabs():
             with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
-                script = make(gr.Textbox, {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
-                              lines=6, elem_id="cv-lf-script")
-                cast = make(gr.Dataframe, {"label": "lf_cast_label"}, headers=["speaker", "voice"],
-                            value=[["", ""]], column_count=(2, "fixed"), interactive=True, elem_id="cv-lf-cast")
+                script = make(
+                    gr.Textbox,
+                    {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
+                    lines=6,
+                    elem_id="cv-lf-script",
+                )
+                cast = make(
+                    gr.Dataframe,
+                    {"label": "lf_cast_label"},
+                    headers=["speaker", "voice"],
+                    value=[["", ""]],
+                    column_count=(2, "fixed"),
+                    interactive=True,
+                    elem_id="cv-lf-cast",
+                )
                 with gr.Row():
-                    pause = make(gr.Slider, {"label": "lf_pause_label"}, minimum=0, maximum=3, step=0.05, value=0.4,
-                                 elem_id="cv-lf-pause")
+                    pause = make(
+                        gr.Slider,
+                        {"label": "lf_pause_label"},
+                        minimum=0,
+                        maximum=3,
+                        step=0.05,
+                        value=0.4,
+                        elem_id="cv-lf-pause",
+                    )
                     per_line = make(gr.Checkbox, {"label": "lf_per_line_label"}, value=False, elem_id="cv-lf-per-line")
-                dialogue_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dialogue-start")
+                dialogue_start = make(
+                    gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dialogue-start"
+                )
             with make(gr.Tab, {"label": "lf_tab_subtitles"}, elem_id="cv-lf-tab-subtitles"):
-                srt_file = make(gr.File, {"label": "lf_srt_label"}, file_types=[".srt"], type="filepath",
-                                elem_id="cv-lf-srt")
+                srt_file = make(
+                    gr.File, {"label": "lf_srt_label"}, file_types=[".srt"], type="filepath", elem_id="cv-lf-srt"
+                )
                 with gr.Row():
-                    dub_voice = make(gr.Dropdown, {"label": "lf_voice_label", "choices": callbacks.voice_choices},
-                                     value="", elem_id="cv-lf-dub-voice")
-                    speed_limit = make(gr.Slider, {"label": "lf_speed_limit_label"}, minimum=1.0, maximum=2.0,
-                                       step=0.05, value=1.5, elem_id="cv-lf-speed-limit")
+                    dub_voice = make(
+                        gr.Dropdown,
+                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
+                        value="",
+                        elem_id="cv-lf-dub-voice",
+                    )
+                    speed_limit = make(
+                        gr.Slider,
+                        {"label": "lf_speed_limit_label"},
+                        minimum=1.0,
+                        maximum=2.0,
+                        step=0.05,
+                        value=1.5,
+                        elem_id="cv-lf-speed-limit",
+                    )
                 dub_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dub-start")
             with make(gr.Tab, {"label": "lf_tab_batch"}, elem_id="cv-lf-tab-batch"):
-                lines_file = make(gr.File, {"label": "lf_batch_label"}, file_types=[".txt", ".csv"], type="filepath",
-                                  elem_id="cv-lf-lines")
+                lines_file = make(
+                    gr.File,
+                    {"label": "lf_batch_label"},
+                    file_types=[".txt", ".csv"],
+                    type="filepath",
+                    elem_id="cv-lf-lines",
+                )
                 with gr.Row():
-                    batch_voice = make(gr.Dropdown, {"label": "lf_voice_label", "choices": callbacks.voice_choices},
-                                       value="", elem_id="cv-lf-batch-voice")
+                    batch_voice = make(
+                        gr.Dropdown,
+                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
+                        value="",
+                        elem_id="cv-lf-batch-voice",
+                    )
                     batch_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-batch-name")
                 batch_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-batch-start")
             with make(gr.Tab, {"label": "lf_tab_glossary"}, elem_id="cv-lf-tab-glossary"):
-                table = make(gr.Dataframe, {"label": "lf_glossary_table_label"}, headers=GLOSSARY_HEADERS,
-                             value=longform.glossary_rows, column_count=(3, "fixed"), interactive=True,
-                             elem_id="cv-lf-glossary")
+                table = make(
+                    gr.Dataframe,
+                    {"label": "lf_glossary_table_label"},
+                    headers=GLOSSARY_HEADERS,
+                    value=longform.glossary_rows,
+                    column_count=(3, "fixed"),
+                    interactive=True,
+                    elem_id="cv-lf-glossary",
+                )
                 with gr.Row():
                     save = make(gr.Button, {"value": "lf_glossary_save"}, elem_id="cv-lf-glossary-save")
-                    upload = make(gr.File, {"label": "lf_glossary_import_label"}, file_types=[".csv"],
-                                  type="filepath", elem_id="cv-lf-glossary-import")
+                    upload = make(
+                        gr.File,
+                        {"label": "lf_glossary_import_label"},
+                        file_types=[".csv"],
+                        type="filepath",
+                        elem_id="cv-lf-glossary-import",
+                    )
                 glossary_msg = gr.Markdown(elem_id="cv-lf-glossary-msg", elem_classes="cv-message")
         stop = make(gr.Button, {"value": "lf_stop"}, variant="secondary", elem_id="cv-lf-stop")
         progress = gr.HTML("", elem_id="cv-lf-progress-html")
         message = gr.Markdown(elem_id="cv-lf-msg", elem_classes="cv-message")
-        audio = make(gr.Audio, {"label": "lf_audio_label"}, interactive=False, buttons=["download"],
-                     elem_id="cv-lf-audio")
-        files = make(gr.File, {"label": "lf_files_label"}, file_count="multiple", interactive=False,
-                     elem_id="cv-lf-files")
+        audio = make(
+            gr.Audio, {"label": "lf_audio_label"}, interactive=False, buttons=["download"], elem_id="cv-lf-audio"
+        )
+        files = make(
+            gr.File, {"label": "lf_files_label"}, file_count="multiple", interactive=False, elem_id="cv-lf-files"
+        )
 
     outputs = [progress, message, audio, files]
     busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")
-    dialogue_start.click(longform.dialogue, [language, script, cast, pause, per_line, trim, level, target], outputs, **busy)
+    dialogue_start.click(
+        longform.dialogue, [language, script, cast, pause, per_line, trim, level, target], outputs, **busy
+    )
     dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, trim, level, target], outputs, **busy)
-    batch_start.click(longform.batch, [language, lines_file, batch_voice, batch_name, trim, level, target], outputs,
-                      **busy)
+    batch_start.click(
+        longform.batch, [language, lines_file, batch_voice, batch_name, trim, level, target], outputs, **busy
+    )
     stop.click(longform.stop, None, None, queue=False, show_progress="hidden")
     for menu in (dub_voice, batch_voice):  # voices saved since the page loaded appear when the menu opens
-        menu.focus(lambda lang: gr.update(choices=callbacks.voice_choices(lang)), language, menu, queue=False,
-                   show_progress="hidden")
+        menu.focus(
+            lambda lang: gr.update(choices=callbacks.voice_choices(lang)),
+            language,
+            menu,
+            queue=False,
+            show_progress="hidden",
+        )
     save.click(longform.save_glossary, [language, table], [table, glossary_msg], queue=False)
     upload.upload(longform.import_glossary, [language, upload], [table, glossary_msg], queue=False)

@@ -9,6 +9,7 @@ neither header is not a browser's cross-site request (curl, ``gradio_client``, t
 When the server listens on a loopback address, a request whose ``Host`` is not a loopback name is refused as
 well, whatever its method: that is how a rebinding DNS name would reach it and read the page's files.
 """
+
 from __future__ import annotations
 
 import ipaddress
@@ -34,12 +35,15 @@ class OriginPolicy:
     def for_server(cls, host: str, allowed_origins: list[str] | tuple[str, ...] = ()) -> OriginPolicy:
         return cls(frozenset(_normalise(origin) or origin for origin in allowed_origins), is_loopback(host))
 
-    def refusal(self, method: str, host: str | None, origin: str | None, referer: str | None,
-                scheme: str = "http") -> str | None:
+    def refusal(
+        self, method: str, host: str | None, origin: str | None, referer: str | None, scheme: str = "http"
+    ) -> str | None:
         """Why this request is refused, or None when it may pass."""
         if self.loopback_only and not is_loopback(_hostname(host)):
-            return (f"refused: this app listens on this computer only, and the request named the host {host!r}. "
-                    "Open it as http://127.0.0.1 or http://localhost")
+            return (
+                f"refused: this app listens on this computer only, and the request named the host {host!r}. "
+                "Open it as http://127.0.0.1 or http://localhost"
+            )
         if method.upper() in SAFE_METHODS:
             return None
         source = origin if origin is not None else _origin_of(referer)
@@ -49,9 +53,11 @@ class OriginPolicy:
             return None
         if host and _normalise(source) == _normalise(f"{scheme}://{host}"):
             return None
-        return (f"refused: this request came from the web page at {source}, not from this app's own page, so it "
-                "may not change anything here. If you trust that site, start the app with --allowed-origin "
-                f"{source}")
+        return (
+            f"refused: this request came from the web page at {source}, not from this app's own page, so it "
+            "may not change anything here. If you trust that site, start the app with --allowed-origin "
+            f"{source}"
+        )
 
 
 class OriginGuard:
@@ -66,16 +72,28 @@ class OriginGuard:
             return await self.app(scope, receive, send)
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         method = scope.get("method", "GET")
-        why = self.policy.refusal(method, headers.get("host"), headers.get("origin"), headers.get("referer"),
-                                  scope.get("scheme", "http").replace("ws", "http"))
+        why = self.policy.refusal(
+            method,
+            headers.get("host"),
+            headers.get("origin"),
+            headers.get("referer"),
+            scope.get("scheme", "http").replace("ws", "http"),
+        )
         if why is None:
             return await self.app(scope, receive, send)
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
         body = why.encode("utf-8")
-        await send({"type": "http.response.start", "status": 403,
-                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                                (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 403,
+                "headers": [
+                    (b"content-type", b"text/plain; charset=utf-8"),
+                    (b"content-length", str(len(body)).encode()),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 

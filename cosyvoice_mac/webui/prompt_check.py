@@ -4,6 +4,7 @@ It runs in the UI process, so it uses soundfile (and audioread for containers li
 and numpy only, never torch. The numbers mirror ``cosyvoice_mac.audio`` (a test keeps them equal); the
 worker's own checks stay the final word, this only saves the user a wait for an answer we can give now.
 """
+
 from __future__ import annotations
 
 import functools
@@ -25,7 +26,17 @@ TRIM_FRAME_SECONDS = 0.0275  # 440 samples at 16 kHz
 TRIM_HOP_SECONDS = 0.01375
 PLATFORM_DECODER_SUFFIXES = {".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"}
 
-PROBLEMS = ("missing", "empty", "not_audio", "invalid_samples", "no_decoder", "low_rate", "silent", "too_short", "too_long")
+PROBLEMS = (
+    "missing",
+    "empty",
+    "not_audio",
+    "invalid_samples",
+    "no_decoder",
+    "low_rate",
+    "silent",
+    "too_short",
+    "too_long",
+)
 
 
 @dataclass(frozen=True)
@@ -64,8 +75,9 @@ def inspect_prompt(path: str | Path) -> PromptCheck:
     except _NotAudio:
         return PromptCheck(problem="not_audio", details=name)
     if rate < MIN_SOURCE_SAMPLE_RATE:
-        return PromptCheck(seconds=seconds, problem="low_rate",
-                           details={**name, "rate": rate, "limit": MIN_SOURCE_SAMPLE_RATE})
+        return PromptCheck(
+            seconds=seconds, problem="low_rate", details={**name, "rate": rate, "limit": MIN_SOURCE_SAMPLE_RATE}
+        )
     if not np.isfinite(samples).all():  # the worker refuses these too (cosyvoice_mac.audio.decode_audio)
         return PromptCheck(seconds=seconds, problem="invalid_samples", details=name)
     if samples.size == 0 or float(np.max(np.abs(samples))) < SILENT_PEAK:

@@ -1,4 +1,5 @@
 """Text and tables the page shows, built from plain data in the page's language (no gradio, no engine)."""
+
 from __future__ import annotations
 
 import time
@@ -11,13 +12,28 @@ from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
 
 TEXT_IN_HISTORY = 60
-HISTORY_COLUMNS = ("col_time", "col_text", "col_mode", "col_voice", "col_seed", "col_speed", "col_duration",
-                   "col_model", "col_file")
+HISTORY_COLUMNS = (
+    "col_time",
+    "col_text",
+    "col_mode",
+    "col_voice",
+    "col_seed",
+    "col_speed",
+    "col_duration",
+    "col_model",
+    "col_file",
+)
 HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "markdown", "str"]
 PROMPT_PROBLEM_KEYS = {
-    "missing": "prompt_missing", "empty": "prompt_empty", "not_audio": "prompt_not_audio", "invalid_samples": "prompt_invalid_samples",
-    "no_decoder": "prompt_no_decoder", "low_rate": "prompt_low_rate",
-    "silent": "prompt_silent", "too_short": "prompt_too_short", "too_long": "prompt_too_long",
+    "missing": "prompt_missing",
+    "empty": "prompt_empty",
+    "not_audio": "prompt_not_audio",
+    "invalid_samples": "prompt_invalid_samples",
+    "no_decoder": "prompt_no_decoder",
+    "low_rate": "prompt_low_rate",
+    "silent": "prompt_silent",
+    "too_short": "prompt_too_short",
+    "too_long": "prompt_too_long",
 }
 
 
@@ -50,19 +66,30 @@ def history_rows(lang: str, session: Session) -> dict:
     headers = [say(lang, key) for key in HISTORY_COLUMNS]
     rows = []
     for entry in session.history:
-        text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[:TEXT_IN_HISTORY - 1] + "…"
-        rows.append([time.strftime("%H:%M:%S", time.localtime(entry.created)), text,
-                     say(lang, f"mode_short_{entry.mode}"), entry.voice or say(lang, "history_prompt_voice"),
-                     entry.seed, f"{entry.speed:g}", f"{entry.duration_s:.1f}",
-                     say(lang, "history_preview", command=DOWNLOAD_COMMAND) if entry.preview
-                     else escape(entry.model or ""),  # a Markdown column
-                     entry.file_name])
+        text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[: TEXT_IN_HISTORY - 1] + "…"
+        rows.append(
+            [
+                time.strftime("%H:%M:%S", time.localtime(entry.created)),
+                text,
+                say(lang, f"mode_short_{entry.mode}"),
+                entry.voice or say(lang, "history_prompt_voice"),
+                entry.seed,
+                f"{entry.speed:g}",
+                f"{entry.duration_s:.1f}",
+                say(lang, "history_preview", command=DOWNLOAD_COMMAND)
+                if entry.preview
+                else escape(entry.model or ""),  # a Markdown column
+                entry.file_name,
+            ]
+        )
     return {"headers": headers, "data": rows}
 
 
 def history_choices(session: Session) -> list[tuple[str, str]]:
-    return [(f"{time.strftime('%H:%M:%S', time.localtime(entry.created))}  {entry.file_name}", entry.file_name)
-            for entry in session.history]
+    return [
+        (f"{time.strftime('%H:%M:%S', time.localtime(entry.created))}  {entry.file_name}", entry.file_name)
+        for entry in session.history
+    ]
 
 
 def render_status(lang: str, status: dict) -> str:
@@ -74,9 +101,15 @@ def render_status(lang: str, status: dict) -> str:
     if preview:
         lines.append(say(lang, "status_model_preview", label=say(lang, "preview_label"), command=DOWNLOAD_COMMAND))
     elif status.get("folder"):
-        lines.append(say(lang, "status_model", name=status["folder"],
-                         version=status.get("version") or status.get("folder_version"),
-                         model_id=status.get("model") or unknown))
+        lines.append(
+            say(
+                lang,
+                "status_model",
+                name=status["folder"],
+                version=status.get("version") or status.get("folder_version"),
+                model_id=status.get("model") or unknown,
+            )
+        )
     if status.get("folder"):
         licence = say(lang, "licence_preview" if preview else "licence_cosyvoice")
         lines.append(say(lang, "status_licence", licence=licence))
@@ -91,34 +124,59 @@ def render_status(lang: str, status: dict) -> str:
     if status.get("engine"):
         engine = {"mlx": "MLX", "torch": "PyTorch"}.get(status["engine"], status["engine"])
         reason = status.get("engine_reason")
-        lines.append(say(lang, "status_engine_because", engine=engine, reason=reason) if reason
-                     else say(lang, "status_engine", engine=engine))
+        lines.append(
+            say(lang, "status_engine_because", engine=engine, reason=reason)
+            if reason
+            else say(lang, "status_engine", engine=engine)
+        )
     if status.get("vocoder"):
         reason = status.get("vocoder_reason")
-        lines.append(say(lang, "status_vocoder_torch_because", reason=reason) if reason
-                     else say(lang, "status_vocoder", vocoder=status["vocoder"]))
+        lines.append(
+            say(lang, "status_vocoder_torch_because", reason=reason)
+            if reason
+            else say(lang, "status_vocoder", vocoder=status["vocoder"])
+        )
     if status.get("llm_weights") == RL_LLM_FILE:
         lines.append(say(lang, "status_llm_rl", file=RL_LLM_FILE))
     low_memory = status.get("low_memory")
     if low_memory:
-        lines.append(say(lang, "status_low_memory_on" if low_memory.get("enabled") else "status_low_memory_off",
-                         reason=low_memory.get("reason") or unknown))
+        lines.append(
+            say(
+                lang,
+                "status_low_memory_on" if low_memory.get("enabled") else "status_low_memory_off",
+                reason=low_memory.get("reason") or unknown,
+            )
+        )
     precision = status.get("precision") or {}
     reasons = [precision[stage]["reason"] for stage in ("llm", "flow", "vocoder") if stage in precision]
     if reasons:
         lines.append(say(lang, "status_precision", reasons="; ".join(reasons)))
     memory = status.get("memory") or {}
     if memory:
-        lines.append(say(lang, "status_memory", rss=format_bytes(memory.get("rss_bytes"), lang),
-                         device_memory=format_bytes(memory.get("device_allocated_bytes"), lang)))
+        lines.append(
+            say(
+                lang,
+                "status_memory",
+                rss=format_bytes(memory.get("rss_bytes"), lang),
+                device_memory=format_bytes(memory.get("device_allocated_bytes"), lang),
+            )
+        )
     if "queue_length" in status:
-        lines.append(say(lang, "status_queue", waiting=status["queue_length"],
-                         running=1 if status.get("running") else 0))
+        lines.append(
+            say(lang, "status_queue", waiting=status["queue_length"], running=1 if status.get("running") else 0)
+        )
     cache = status.get("cache") or {}
     if cache:
         hits = cache.get("memory_hits", 0) + cache.get("disk_hits", 0)
-        lines.append(say(lang, "status_cache", rate=status.get("cache_hit_rate") or 0.0, hits=hits,
-                         lookups=hits + cache.get("misses", 0)))
+        lines.append(
+            say(
+                lang,
+                "status_cache",
+                rate=status.get("cache_hit_rate") or 0.0,
+                hits=hits,
+                lookups=hits + cache.get("misses", 0),
+            )
+        )
     if status.get("last_error"):
         lines.append(say(lang, "status_error", message=status["last_error"]))
     if status.get("library_problem"):
@@ -126,8 +184,9 @@ def render_status(lang: str, status: dict) -> str:
     return "  \n".join(lines)
 
 
-_STATE_KEYS = {f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed",
-                                            "unresponsive")}
+_STATE_KEYS = {
+    f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed", "unresponsive")
+}
 
 
 def format_bytes(count: int | None, lang: str) -> str:

@@ -3,6 +3,7 @@
 Nothing here imports gradio or torch: the engine runs the model in its own process, and these
 classes can be driven directly by tests.
 """
+
 from __future__ import annotations
 
 import json
@@ -99,8 +100,12 @@ class ModelHost:
     switching, restarting and closing it) and the prompt transcriber. Every visitor shares them; the
     engine's queue keeps their jobs in order."""
 
-    def __init__(self, config: HostConfig, engine_factory: Callable[..., Engine] = Engine,
-                 transcriber: TranscriberProcess | None = None):
+    def __init__(
+        self,
+        config: HostConfig,
+        engine_factory: Callable[..., Engine] = Engine,
+        transcriber: TranscriberProcess | None = None,
+    ):
         self.config = config
         self.engine_factory = engine_factory
         self.engine: Engine | None = None
@@ -143,10 +148,13 @@ class ModelHost:
             self.current = choice
         if old is not None:
             old.close()
-        engine = self.engine_factory(self._worker_config(choice), max_queue=self.config.max_queue,
-                                     start_timeout_s=self.config.start_timeout_s,
-                                     job_timeout_s=self.config.job_timeout_s,
-                                     liveness_timeout_s=self.config.liveness_timeout_s)
+        engine = self.engine_factory(
+            self._worker_config(choice),
+            max_queue=self.config.max_queue,
+            start_timeout_s=self.config.start_timeout_s,
+            job_timeout_s=self.config.job_timeout_s,
+            liveness_timeout_s=self.config.liveness_timeout_s,
+        )
         engine.start(wait=False)
         with self._lock:
             self.engine = engine
@@ -184,12 +192,22 @@ class ModelHost:
 
     def _worker_config(self, choice: ModelChoice) -> WorkerConfig:
         config = self.config
-        backend = {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY} if choice.is_preview else {
-            "model_dir": str(choice.path), "pipeline_kwargs": dict(config.precision)}
+        backend = (
+            {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY}
+            if choice.is_preview
+            else {"model_dir": str(choice.path), "pipeline_kwargs": dict(config.precision)}
+        )
         kind, _, units = config.vocoder.partition(":")
-        return WorkerConfig(**backend, device=config.device, dtype=config.dtype, outputs_dir=str(config.outputs_dir),
-                            cache_dir=str(config.cache_dir) if config.cache_dir else None,
-                            torch_threads=config.torch_threads, vocoder=kind, compute_units=units or "ALL")
+        return WorkerConfig(
+            **backend,
+            device=config.device,
+            dtype=config.dtype,
+            outputs_dir=str(config.outputs_dir),
+            cache_dir=str(config.cache_dir) if config.cache_dir else None,
+            torch_threads=config.torch_threads,
+            vocoder=kind,
+            compute_units=units or "ALL",
+        )
 
     def set_vocoder(self, value: str) -> bool:
         """Run the current model with another vocoder (a VOCODER_CHOICES value); True once it is ready."""

@@ -16,6 +16,7 @@ AudioContext, which it unlocks on the user's first click or key press (browsers 
 one). It keeps counts on the player element (``data-chunks``, ``data-first-chunk-ms``, ``data-state``)
 for tests and for anyone debugging, and shows no words of its own: the status line speaks for it.
 """
+
 from __future__ import annotations
 
 import base64

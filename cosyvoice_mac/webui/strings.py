@@ -2,10 +2,12 @@
 
 ``text(lang, key, **values)`` formats one entry; it escapes every value that is not itself a formatted
 entry (a :class:`Markup`), because the page renders these strings as Markdown with HTML: a voice named
-``<img src=x onerror=...>`` or an error quoting ``<script>`` must show as those characters, not as markup. Keys name the place (``prompt_audio_label``), not
+``<img src=x onerror=...>`` or an error quoting ``<script>`` must show as those characters, not as markup.
+Keys name the place (``prompt_audio_label``), not
 the words, so a translation can change without touching the layout. Language names ("English",
 "中文") are shown in their own language and so live in ``LANGUAGES``, outside the tables.
 """
+
 from __future__ import annotations
 
 from cosyvoice_mac.preview.labels import COSYVOICE_LICENSE_NOTE, LICENSE_NOTE, PREVIEW_LABEL
@@ -21,31 +23,31 @@ EN: dict[str, str] = {
     "subtitle": "Clone a voice from a few seconds of speech and make it say anything, on this computer.",
     "language_label": "Interface language",
     "notice": "**Only clone voices you have the right to use.** Ask the speaker first and never pass the "
-              "result off as their real voice. Every file this app writes names, in its metadata, the software, "
-              "model and settings that made it.",
+    "result off as their real voice. Every file this app writes names, in its metadata, the software, "
+    "model and settings that made it.",
     "notice_ok": "I understand",
     "no_model": "**No model installed yet.** Download one (about 5 GB) with:\n\n"
-                "`bash run.sh download cosyvoice3`\n\n"
-                "(or `bash run.sh download cosyvoice2`), then restart the app.",
+    "`bash run.sh download cosyvoice3`\n\n"
+    "(or `bash run.sh download cosyvoice2`), then restart the app.",
     "no_model_preview": "Meanwhile the **preview voice** speaks: an approximate match of the prompt voice, "
-                        "not real cloning.",
+    "not real cloning.",
     # voice
     "section_voice": "### 1. Voice",
     "prompt_audio_label": "Prompt audio: 3-30 s of clear speech (WAV, MP3, FLAC or M4A; upload or record)",
     "prompt_duration": "Prompt: {seconds:.1f} s ({speech:.1f} s of speech).",
     "prompt_too_long": "⚠️ The prompt has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
-                       "Cut it to one clear sentence or a few (5-15 s is plenty).",
+    "Cut it to one clear sentence or a few (5-15 s is plenty).",
     "prompt_too_short": "⚠️ The prompt holds only {speech:.1f} s of sound; it needs at least {limit:g} s "
-                        "(3-10 s of clear speech works best). Record a longer sample.",
+    "(3-10 s of clear speech works best). Record a longer sample.",
     "prompt_not_audio": "⚠️ {name} is not an audio file this app can read. Use WAV, MP3, FLAC or M4A.",
     "prompt_empty": "⚠️ {name} is an empty file (0 bytes). Record or export it again.",
     "prompt_missing": "⚠️ {name} is no longer on the server (uploads are kept for a while only). Upload it again.",
     "prompt_invalid_samples": "⚠️ {name} holds invalid samples (NaN or infinity); export it again as WAV or FLAC.",
     "prompt_silent": "⚠️ The prompt is silent. Check the microphone and record again.",
     "prompt_low_rate": "⚠️ {name} is sampled at {rate} Hz; a voice prompt needs at least {limit} Hz. "
-                       "Record or export it at 16 kHz or higher.",
+    "Record or export it at 16 kHz or higher.",
     "prompt_no_decoder": "⚠️ {name} needs a system audio decoder (ffmpeg on Linux) that is not installed. "
-                         "Install ffmpeg, or convert the file to WAV or FLAC.",
+    "Install ffmpeg, or convert the file to WAV or FLAC.",
     "prompt_needed": "⚠️ Upload or record a prompt voice, or pick a saved voice.",
     "transcript_label": "Transcript of the prompt audio",
     "transcript_placeholder": "Type exactly what the prompt recording says",
@@ -57,7 +59,7 @@ EN: dict[str, str] = {
     "transcribe_needs_audio": "⚠️ Upload or record a prompt first, then transcribe it.",
     "transcribe_failed": "⚠️ {message}",
     "transcript_needed": "⚠️ Zero-shot mode needs the transcript of the prompt audio. Type what the "
-                         "recording says, or choose cross-lingual mode.",
+    "recording says, or choose cross-lingual mode.",
     "voices_label": "Saved voice",
     "voices_info": "Pick a saved voice instead of uploading a prompt.",
     "voices_none": "(none: use the prompt audio)",
@@ -82,7 +84,7 @@ EN: dict[str, str] = {
     "counter_over": "⚠️ {count} / {limit} characters: too long, split the text into several requests.",
     "text_empty": "⚠️ There is no text to speak: type a sentence.",
     "markup_help": "Pronunciation markup (CosyVoice3): pinyin `[h][ào]`, English phones "
-                   "`[M][AY0][N][UW1][T]`; sounds `[breath]` `[laughter]`; emphasis `<strong>…</strong>`.",
+    "`[M][AY0][N][UW1][T]`; sounds `[breath]` `[laughter]`; emphasis `<strong>…</strong>`.",
     "mode_label": "Mode",
     "mode_short_zero_shot": "zero-shot",
     "mode_short_cross_lingual": "cross-lingual",
@@ -113,7 +115,7 @@ EN: dict[str, str] = {
     "status_progress": "⏳ Sentence {index} of {count}: {text}",
     "status_retry": "⏳ The device failed; retrying on the CPU…",
     "status_streaming": "🔊 Streaming sentence {index} of {count}: {audio:.1f} s of audio so far; first audio "
-                        "after {first:.1f} s.",
+    "after {first:.1f} s.",
     "status_stream_summary": "🔊 Streamed: first audio after {first:.1f} s, finished after {elapsed:.1f} s.",
     "status_done": "✅ Done: {duration:.1f} s of audio in {seconds:.1f} s, seed {seed}. Saved as {file}.",
     "status_done_unsaved": "✅ Done: {duration:.1f} s of audio, seed {seed}. ⚠️ Not saved: {error}",
@@ -121,11 +123,11 @@ EN: dict[str, str] = {
     "status_cancelled": "⏹ Stopped.",
     "status_interrupted": "⚠️ Not finished: {message}.",
     "status_not_answering": "⚠️ The model is not answering (no sign of life for {seconds:.0f} s). If it stays "
-                            "silent it is restarted by itself; waiting jobs keep their place.",
+    "silent it is restarted by itself; waiting jobs keep their place.",
     "status_busy": "⚠️ Busy: the queue is full ({waiting} waiting, the most this app keeps), so yours would be "
-                   "number {position} in line. Nothing was queued: try again in about {seconds} s.",
+    "number {position} in line. Nothing was queued: try again in about {seconds} s.",
     "status_busy_unknown": "⚠️ Busy: the queue is full ({waiting} waiting, the most this app keeps), so yours would "
-                           "be number {position} in line. Nothing was queued: try again when one has finished.",
+    "be number {position} in line. Nothing was queued: try again when one has finished.",
     "status_no_model": "⚠️ No model is loaded, so nothing can be generated. See the note at the top.",
     "status_model_error": "⚠️ The model is not available: {message}. Fix the cause, then press Restart model.",
     "status_timeout": "⚠️ No answer from the model for {seconds:g} s. Press Stop, then Restart model.",
@@ -182,7 +184,7 @@ EN: dict[str, str] = {
     "status_fell_back": "**Device:** {device}, {dtype}, fell back to the CPU: {reason}",
     "status_memory": "**Memory:** process {rss}, device {device_memory}",
     "status_llm_rl": "**LLM:** `{file}`, the reinforcement-tuned weights you downloaded with `--rl` "
-                     "(`COSYVOICE_LLM=base` uses `llm.pt`)",
+    "(`COSYVOICE_LLM=base` uses `llm.pt`)",
     "status_low_memory_on": "**Low-memory mode:** on ({reason}; `COSYVOICE_LOW_MEMORY=0` turns it off)",
     "status_low_memory_off": "**Low-memory mode:** off ({reason}; `COSYVOICE_LOW_MEMORY=1` turns it on)",
     "status_queue": "**Queue:** {waiting} waiting, {running} running",
@@ -206,29 +208,29 @@ ZH: dict[str, str] = {
     "subtitle": "用几秒钟的录音克隆一个声音，让它说任何话，全部在这台电脑上完成。",
     "language_label": "界面语言",
     "notice": "**只克隆你有权使用的声音。** 请先征得说话人同意，不要把结果冒充为其本人的声音。"
-              "本应用写出的每个文件都会在元数据中记录生成它的软件、模型和设置。",
+    "本应用写出的每个文件都会在元数据中记录生成它的软件、模型和设置。",
     "notice_ok": "我已了解",
     "no_model": "**尚未安装模型。** 用下面的命令下载一个（约 5 GB）：\n\n"
-                "`bash run.sh download cosyvoice3`\n\n"
-                "（或 `bash run.sh download cosyvoice2`），然后重新启动本应用。",
+    "`bash run.sh download cosyvoice3`\n\n"
+    "（或 `bash run.sh download cosyvoice2`），然后重新启动本应用。",
     "no_model_preview": "在此之前由**预览声音**朗读：它只是近似参考音频的声音，并不是真正的克隆。",
     # voice
     "section_voice": "### 1. 声音",
     "prompt_audio_label": "参考音频：3–30 秒清晰的语音（WAV、MP3、FLAC 或 M4A；上传或录音）",
     "prompt_duration": "参考音频：{seconds:.1f} 秒（语音 {speech:.1f} 秒）。",
     "prompt_too_long": "⚠️ 参考音频含 {speech:.1f} 秒语音，模型最多接受 {limit:g} 秒。"
-                       "请剪成一两句清晰的话（5–15 秒就足够）。",
+    "请剪成一两句清晰的话（5–15 秒就足够）。",
     "prompt_too_short": "⚠️ 参考音频只有 {speech:.1f} 秒声音，至少需要 {limit:g} 秒（3–10 秒清晰语音最好）。"
-                        "请录一段更长的。",
+    "请录一段更长的。",
     "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件。请使用 WAV、MP3、FLAC 或 M4A。",
     "prompt_empty": "⚠️ {name} 是一个空文件（0 字节）。请重新录制或导出。",
     "prompt_missing": "⚠️ 服务器上已经没有 {name} 了（上传的文件只保留一段时间）。请重新上传。",
     "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
     "prompt_silent": "⚠️ 参考音频没有声音。请检查麦克风后重新录制。",
     "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹。"
-                       "请以 16 千赫或更高的采样率录制或导出。",
+    "请以 16 千赫或更高的采样率录制或导出。",
     "prompt_no_decoder": "⚠️ {name} 需要系统音频解码器（在 Linux 上是 ffmpeg），但它没有安装。"
-                         "请安装 ffmpeg，或把文件转换为 WAV 或 FLAC。",
+    "请安装 ffmpeg，或把文件转换为 WAV 或 FLAC。",
     "prompt_needed": "⚠️ 请上传或录制参考音频，或选择一个已保存的声音。",
     "transcript_label": "参考音频的文字内容",
     "transcript_placeholder": "逐字输入参考录音里说的话",
@@ -264,7 +266,7 @@ ZH: dict[str, str] = {
     "counter_over": "⚠️ {count} / {limit} 个字符：太长了，请把文本拆成几次生成。",
     "text_empty": "⚠️ 没有要朗读的文本：请输入一句话。",
     "markup_help": "发音标注（仅 CosyVoice3）：拼音 `[h][ào]`，英语音素 `[M][AY0][N][UW1][T]`；"
-                   "声音事件 `[breath]` `[laughter]`；重读 `<strong>…</strong>`。",
+    "声音事件 `[breath]` `[laughter]`；重读 `<strong>…</strong>`。",
     "mode_label": "模式",
     "mode_short_zero_shot": "零样本",
     "mode_short_cross_lingual": "跨语种",
@@ -295,7 +297,7 @@ ZH: dict[str, str] = {
     "status_progress": "⏳ 第 {index} 句，共 {count} 句：{text}",
     "status_retry": "⏳ 设备出错，正在改用处理器重试…",
     "status_streaming": "🔊 正在播放第 {index} 句，共 {count} 句：已生成 {audio:.1f} 秒音频；"
-                        "首段音频用时 {first:.1f} 秒。",
+    "首段音频用时 {first:.1f} 秒。",
     "status_stream_summary": "🔊 边生成边播放：首段音频用时 {first:.1f} 秒，全部完成用时 {elapsed:.1f} 秒。",
     "status_done": "✅ 完成：{duration:.1f} 秒音频，用时 {seconds:.1f} 秒，种子 {seed}。已保存为 {file}。",
     "status_done_unsaved": "✅ 完成：{duration:.1f} 秒音频，种子 {seed}。⚠️ 未能保存：{error}",
@@ -303,11 +305,11 @@ ZH: dict[str, str] = {
     "status_cancelled": "⏹ 已停止。",
     "status_interrupted": "⚠️ 未完成：{message}。",
     "status_not_answering": "⚠️ 模型没有响应（已 {seconds:.0f} 秒没有动静）。如果一直没有响应，它会自动重启；"
-                            "等待中的任务保留原来的位置。",
+    "等待中的任务保留原来的位置。",
     "status_busy": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
-                   "本次没有加入队列：请在大约 {seconds} 秒后再试。",
+    "本次没有加入队列：请在大约 {seconds} 秒后再试。",
     "status_busy_unknown": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
-                           "本次没有加入队列：请等其中一个完成后再试。",
+    "本次没有加入队列：请等其中一个完成后再试。",
     "status_no_model": "⚠️ 没有加载模型，无法生成。请看页面顶部的说明。",
     "status_model_error": "⚠️ 模型不可用：{message}。排除原因后请点击“重启模型”。",
     "status_timeout": "⚠️ 模型 {seconds:g} 秒没有响应。请点击“停止”，再点击“重启模型”。",
@@ -339,9 +341,9 @@ ZH: dict[str, str] = {
     "licence_heading": "许可证",
     "licence_cosyvoice": "`CosyVoice2` / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
     "licence_preview": "预览声音：`Piper TTS`（`piper-tts`，`GPL-3.0-or-later`）和 `en_US-joe-medium` 声音"
-                       "（`CC0`），`WORLD` 声码器（`pyworld`，`MIT`）；中文在安装了 `espeak-ng`"
-                       "（`GPL-3.0-or-later`）时由它朗读。`Piper` 是本软件包的可选组件（`[preview]`），"
-                       "核心部分仍采用 `Apache-2.0` 许可证。",
+    "（`CC0`），`WORLD` 声码器（`pyworld`，`MIT`）；中文在安装了 `espeak-ng`"
+    "（`GPL-3.0-or-later`）时由它朗读。`Piper` 是本软件包的可选组件（`[preview]`），"
+    "核心部分仍采用 `Apache-2.0` 许可证。",
     "restart": "重启模型",
     "restart_progress": "⏳ 正在重启模型… {seconds:.0f} 秒",
     "switch_progress": "⏳ 正在加载 {name}… {seconds:.0f} 秒",

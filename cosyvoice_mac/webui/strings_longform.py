@@ -1,4 +1,5 @@
 """The long-form section's words, in English and Chinese (merged into the page's two tables)."""
+
 from __future__ import annotations
 
 EN: dict[str, str] = {
@@ -7,7 +8,8 @@ EN: dict[str, str] = {
     "lf_tab_subtitles": "Subtitles",
     "lf_tab_batch": "Batch",
     "lf_tab_glossary": "Glossary",
-    "lf_script_label": "Script: one line per turn, '[S1] text' or 'Name: text'; an instruction in curly brackets may follow the tag",
+    "lf_script_label": "Script: one line per turn, '[S1] text' or 'Name: text'; "
+    "an instruction in curly brackets may follow the tag",
     "lf_script_placeholder": "Anna: Good morning!\n[S2] Morning, Anna.",
     "lf_cast_label": "Cast: speaker tag -> saved voice (a tag that is a voice's name needs no row)",
     "lf_pause_label": "Pause between lines (s)",

@@ -7,6 +7,7 @@ Age counts from the last time Gradio wrote or handed out a file (it touches a co
 player showing a recent result keeps working; ``job-prompts/`` holds the copies queued jobs own and is left to
 them.
 """
+
 from __future__ import annotations
 
 import os

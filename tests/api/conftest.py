@@ -4,6 +4,7 @@ real clients (the ``openai`` package, ``gradio_client``, ``curl``, ``httpx``).
 One app serves the module's tests; ``ready_app`` waits until its model answers, so no test sees a 503
 from a model that is still loading.
 """
+
 from __future__ import annotations
 
 import time

@@ -1,5 +1,6 @@
 """The API under load and under clients that leave: a flood against a queue of 8 gets 429s with
 Retry-After and loses nothing; a client that disconnects frees its job."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +17,7 @@ FLOOD = 50
 async def _flood(url: str) -> list[tuple[int, str, httpx.Response]]:
     limits = httpx.Limits(max_connections=FLOOD, max_keepalive_connections=FLOOD)
     async with httpx.AsyncClient(timeout=600, limits=limits) as client:
+
         async def one(index: int):
             text = f"Request number {index} of the flood."
             body = {"model": "tts-1", "voice": "preview", "input": text, "response_format": "pcm", "seed": index}
@@ -69,8 +71,11 @@ def test_a_client_that_gives_up_waiting_frees_its_job(api_app):
 
 def _assert_cancelled(api_app, job_id: str | None, text: str | None = None) -> None:
     """A later job finishing means the earlier one ended (jobs run in order); a cancelled job saves nothing."""
-    later = httpx.post(api_app.url + "v1/audio/speech", timeout=300,
-                       json={"model": "tts-1", "voice": "preview", "input": "Next please.", "response_format": "pcm"})
+    later = httpx.post(
+        api_app.url + "v1/audio/speech",
+        timeout=300,
+        json={"model": "tts-1", "voice": "preview", "input": "Next please.", "response_format": "pcm"},
+    )
     assert later.status_code == 200
     if job_id is not None:
         assert sidecar_for(api_app, job_id) is None, "the job ran to the end after its client had left"

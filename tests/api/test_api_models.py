@@ -1,5 +1,6 @@
 """/v1 in front of a CosyVoice model folder (the test stand-in pipeline): models are listed by folder, an
 installed but unloaded one is a 409, and while the model loads speech requests get a 503 with Retry-After."""
+
 from __future__ import annotations
 
 from dataclasses import replace
@@ -27,13 +28,23 @@ def loading_server(tmp_path_factory):
     def slow_engine(config, **options):  # loads for longer than the tests take
         return Engine(replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs={"load_s": 120}), **options)
 
-    host = ModelHost(HostConfig(models_dir=root / "models", outputs_dir=root / "outputs", cache_dir=root / "cache",
-                                device="cpu", preview=False, preferred_model=LOADED), engine_factory=slow_engine)
+    host = ModelHost(
+        HostConfig(
+            models_dir=root / "models",
+            outputs_dir=root / "outputs",
+            cache_dir=root / "cache",
+            device="cpu",
+            preview=False,
+            preferred_model=LOADED,
+        ),
+        engine_factory=slow_engine,
+    )
     host.start()
     with gr.Blocks() as page:
         gr.Markdown("page")
-    server = serve_page(page, host, bind_host="127.0.0.1", port=0, api_key=None, max_queue=2,
-                        upload_limit_bytes=1 << 20)
+    server = serve_page(
+        page, host, bind_host="127.0.0.1", port=0, api_key=None, max_queue=2, upload_limit_bytes=1 << 20
+    )
     yield server
     server.close()
     host.close()
@@ -49,8 +60,11 @@ def test_models_are_the_installed_folders_with_the_loaded_one_marked(loading_ser
 
 
 def test_speech_while_the_model_loads_is_a_503_with_retry_after(loading_server):
-    answer = httpx.post(loading_server.url + "v1/audio/speech", timeout=30,
-                        json={"model": LOADED, "voice": "Ada", "input": "Hello.", "response_format": "wav"})
+    answer = httpx.post(
+        loading_server.url + "v1/audio/speech",
+        timeout=30,
+        json={"model": LOADED, "voice": "Ada", "input": "Hello.", "response_format": "wav"},
+    )
     assert answer.status_code == 503 and int(answer.headers["retry-after"]) >= 1
     assert answer.json()["error"]["code"] == "model_loading"
 
@@ -62,6 +76,7 @@ def test_an_installed_model_that_is_not_loaded_is_a_409_and_an_unknown_one_a_404
     assert LOADED in other.json()["error"]["message"]
     unknown = httpx.post(loading_server.url + "v1/audio/speech", json={**body, "model": "tts-9"}, timeout=30)
     assert unknown.status_code == 404 and unknown.json()["error"]["param"] == "model"
-    preview = httpx.post(loading_server.url + "v1/audio/speech", json={**body, "voice": "preview", "model": LOADED},
-                         timeout=30)
+    preview = httpx.post(
+        loading_server.url + "v1/audio/speech", json={**body, "voice": "preview", "model": LOADED}, timeout=30
+    )
     assert preview.status_code == 404  # the preview voice only stands in while no model is installed

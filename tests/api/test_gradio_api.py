@@ -1,5 +1,6 @@
 """The page's Gradio API through ``gradio_client``: only /synthesize and /voices are public, and
 /synthesize speaks through the same queue, saving the same outputs (its sidecar says who asked)."""
+
 from __future__ import annotations
 
 import json
@@ -38,16 +39,18 @@ def test_internal_page_events_cannot_be_called(client):
 def test_gradio_rest_calls_reach_only_the_public_endpoints(api_app):
     refused = httpx.post(api_app.url + "gradio_api/call/counter", json={"data": ["en", "abc"]}, timeout=30)
     assert refused.status_code == 404 and "no public endpoint 'counter'" in refused.text
-    started = httpx.post(api_app.url + "gradio_api/call/synthesize", timeout=30,
-                         json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0]})
+    started = httpx.post(
+        api_app.url + "gradio_api/call/synthesize",
+        timeout=30,
+        json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0]},
+    )
     assert started.status_code == 200
     events = httpx.get(api_app.url + f"gradio_api/call/synthesize/{started.json()['event_id']}", timeout=300).text
     assert "event: complete" in events and ".wav" in events
 
 
 def test_synthesize_by_name_returns_the_wav_and_its_facts(client, api_app):
-    path, facts = client.predict(text="Hello from the Gradio client.", voice="preview", seed=5,
-                                 api_name="/synthesize")
+    path, facts = client.predict(text="Hello from the Gradio client.", voice="preview", seed=5, api_name="/synthesize")
     samples, rate = soundfile.read(path, dtype="float32")
     assert rate == facts["sample_rate"] == 24000
     assert len(samples) / rate == pytest.approx(facts["duration_s"], abs=0.01)

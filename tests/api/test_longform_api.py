@@ -1,4 +1,5 @@
 """Long-form work through the HTTP API (preview voice): progress events, files, bad input named, glossary."""
+
 from __future__ import annotations
 
 import io
@@ -10,16 +11,22 @@ import soundfile
 
 
 def _events(answer: httpx.Response) -> list[dict]:
-    return [json.loads(line[len("data: "):]) for line in answer.text.splitlines() if line.startswith("data: ")]
+    return [json.loads(line[len("data: ") :]) for line in answer.text.splitlines() if line.startswith("data: ")]
 
 
 @pytest.fixture(scope="module")
 def voices(api_app, make_speech):
-    for name, sentence in (("Anna", "The quick brown fox jumps over the lazy dog."),
-                           ("Bob", "A journey of a thousand miles begins with one step.")):
+    for name, sentence in (
+        ("Anna", "The quick brown fox jumps over the lazy dog."),
+        ("Bob", "A journey of a thousand miles begins with one step."),
+    ):
         with open(make_speech(sentence, seconds=4.0), "rb") as audio:
-            answer = httpx.post(api_app.url + "v1/voices", data={"name": name, "transcript": sentence},
-                                files={"audio": ("voice.wav", audio, "audio/wav")}, timeout=300)
+            answer = httpx.post(
+                api_app.url + "v1/voices",
+                data={"name": name, "transcript": sentence},
+                files={"audio": ("voice.wav", audio, "audio/wav")},
+                timeout=300,
+            )
         assert answer.status_code in (201, 409), answer.text
     return api_app
 
@@ -43,8 +50,12 @@ def test_a_dialogue_streams_progress_then_its_files(voices):
 
 def test_a_subtitle_file_is_dubbed(voices):
     srt = "1\n00:00:00,500 --> 00:00:02,500\nHello there.\n\n2\n00:00:03,000 --> 00:00:05,000\nGoodbye now.\n"
-    answer = httpx.post(voices.url + "v1/longform/dub", data={"voice": "Anna", "speed_limit": "1.5"},
-                        files={"file": ("scene.srt", srt.encode(), "text/plain")}, timeout=600)
+    answer = httpx.post(
+        voices.url + "v1/longform/dub",
+        data={"voice": "Anna", "speed_limit": "1.5"},
+        files={"file": ("scene.srt", srt.encode(), "text/plain")},
+        timeout=600,
+    )
     done = _events(answer)[-1]
     assert done["type"] == "done" and done["done"] == 2, done
     wav = next(name for name in done["files"] if name.endswith(".wav"))
@@ -52,17 +63,28 @@ def test_a_subtitle_file_is_dubbed(voices):
     assert info.duration >= 4.9
 
 
-@pytest.mark.parametrize("path, kwargs, status, words", [
-    ("v1/longform/dialogue", {"json": {"script": "Anna: hi\nno tag here"}}, 400, "line 2 has no speaker tag"),
-    ("v1/longform/dialogue", {"json": {"script": "Zed: hi"}}, 400, "speaker 'Zed' has no voice"),
-    ("v1/longform/dialogue", {"json": {"script": "Anna: hi", "output": "/etc/passwd"}}, 400, "output"),
-    ("v1/longform/dub", {"data": {"voice": "Anna"}, "files": {"file": ("x.srt", b"1\n00:00:02,000 --> 00:00:01,000\nA\n")}},
-     400, "cue 1: it ends"),
-    ("v1/longform/dub", {"data": {"voice": "Nobody"}, "files": {"file": ("x.srt", b"1\n00:00:01,000 --> 00:00:02,000\nA\n")}},
-     404, "there is no voice 'Nobody'"),
-    ("v1/longform/batch", {"data": {"name": "../up"}, "files": {"file": ("x.txt", b"hi\n")}}, 400, "batch name"),
-    ("v1/longform/files/..%2F..%2Fetc%2Fpasswd", {}, 404, ""),
-])
+@pytest.mark.parametrize(
+    "path, kwargs, status, words",
+    [
+        ("v1/longform/dialogue", {"json": {"script": "Anna: hi\nno tag here"}}, 400, "line 2 has no speaker tag"),
+        ("v1/longform/dialogue", {"json": {"script": "Zed: hi"}}, 400, "speaker 'Zed' has no voice"),
+        ("v1/longform/dialogue", {"json": {"script": "Anna: hi", "output": "/etc/passwd"}}, 400, "output"),
+        (
+            "v1/longform/dub",
+            {"data": {"voice": "Anna"}, "files": {"file": ("x.srt", b"1\n00:00:02,000 --> 00:00:01,000\nA\n")}},
+            400,
+            "cue 1: it ends",
+        ),
+        (
+            "v1/longform/dub",
+            {"data": {"voice": "Nobody"}, "files": {"file": ("x.srt", b"1\n00:00:01,000 --> 00:00:02,000\nA\n")}},
+            404,
+            "there is no voice 'Nobody'",
+        ),
+        ("v1/longform/batch", {"data": {"name": "../up"}, "files": {"file": ("x.txt", b"hi\n")}}, 400, "batch name"),
+        ("v1/longform/files/..%2F..%2Fetc%2Fpasswd", {}, 404, ""),
+    ],
+)
 def test_bad_long_form_requests_are_named_errors(voices, path, kwargs, status, words):
     method = httpx.get if path.startswith("v1/longform/files") else httpx.post
     answer = method(voices.url + path, timeout=60, **kwargs)
@@ -75,9 +97,12 @@ def test_bad_long_form_requests_are_named_errors(voices, path, kwargs, status, w
 def test_the_glossary_is_read_and_replaced_whole(voices):
     bad = httpx.put(voices.url + "v1/glossary", json={"entries": [{"key": "x", "replacement": "[zz][qq]"}]})
     assert bad.status_code == 400 and "row 1 ('x')" in bad.json()["error"]["message"]
-    good = httpx.put(voices.url + "v1/glossary",
-                     json={"entries": [{"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en"}]})
+    good = httpx.put(
+        voices.url + "v1/glossary",
+        json={"entries": [{"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en"}]},
+    )
     assert good.status_code == 200
     assert httpx.get(voices.url + "v1/glossary").json()["data"] == [
-        {"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en"}]
+        {"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en"}
+    ]
     httpx.put(voices.url + "v1/glossary", json={"entries": []})

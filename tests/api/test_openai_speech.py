@@ -1,5 +1,6 @@
 """``POST /v1/audio/speech`` through the official ``openai`` package: every format decodes to speech, the
 stream starts before the job ends, and bad requests get OpenAI's error shape with the right status."""
+
 from __future__ import annotations
 
 import base64
@@ -41,8 +42,7 @@ def _decode(data: bytes, response_format: str) -> tuple[np.ndarray, int]:
 
 @pytest.mark.parametrize("response_format", ["wav", "flac", "mp3", "opus", "pcm"])
 def test_each_format_decodes_to_speech_of_the_right_length(client, api_app, response_format):
-    response = client.audio.speech.create(model="tts-1", voice="preview", input=TEXT,
-                                          response_format=response_format)
+    response = client.audio.speech.create(model="tts-1", voice="preview", input=TEXT, response_format=response_format)
     samples, rate = _decode(response.content, response_format)
     expected_s = float(response.response.headers["x-cosyvoice-duration"])
     assert rate in (SAMPLE_RATE, 48000)  # Opus decoders always give 48 kHz
@@ -56,8 +56,9 @@ def test_each_format_decodes_to_speech_of_the_right_length(client, api_app, resp
 
 def test_the_same_seed_gives_the_same_audio_and_speed_changes_the_length(client):
     def speak(**extra):
-        return client.audio.speech.create(model="tts-1", voice="preview", input=TEXT, response_format="pcm",
-                                          **extra).content
+        return client.audio.speech.create(
+            model="tts-1", voice="preview", input=TEXT, response_format="pcm", **extra
+        ).content
 
     first, again = speak(extra_body={"seed": 7}), speak(extra_body={"seed": 7})
     fast = speak(extra_body={"seed": 7}, speed=1.5)
@@ -67,8 +68,8 @@ def test_the_same_seed_gives_the_same_audio_and_speed_changes_the_length(client)
 
 def test_streamed_audio_arrives_before_the_job_ends(client, api_app):
     with client.audio.speech.with_streaming_response.create(
-            model="tts-1", voice="preview", input=LONG_TEXT, response_format="wav",
-            extra_body={"stream": True}) as response:
+        model="tts-1", voice="preview", input=LONG_TEXT, response_format="wav", extra_body={"stream": True}
+    ) as response:
         job_id = response.headers["x-cosyvoice-job-id"]
         chunks = response.iter_bytes()
         first = next(chunks)
@@ -85,8 +86,7 @@ def test_streamed_audio_arrives_before_the_job_ends(client, api_app):
 
 
 def test_sse_stream_sends_base64_deltas_then_done(api_app):
-    body = {"model": "tts-1", "voice": "preview", "input": LONG_TEXT, "response_format": "pcm",
-            "stream_format": "sse"}
+    body = {"model": "tts-1", "voice": "preview", "input": LONG_TEXT, "response_format": "pcm", "stream_format": "sse"}
     events = []
     with httpx.stream("POST", api_app.url + "v1/audio/speech", json=body, timeout=300) as response:
         assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
@@ -119,8 +119,9 @@ def test_unknown_model_is_a_404(client):
 
 
 def test_unsupported_format_is_a_400_listing_the_supported_ones(client):
-    error = _error_of(lambda: client.audio.speech.create(model="tts-1", voice="preview", input=TEXT,
-                                                         response_format="aac"))
+    error = _error_of(
+        lambda: client.audio.speech.create(model="tts-1", voice="preview", input=TEXT, response_format="aac")
+    )
     assert error.status_code == 400 and error.body["param"] == "response_format"
     for name in ("wav", "flac", "mp3", "opus", "pcm"):
         assert name in error.body["message"]
@@ -133,16 +134,29 @@ def test_too_long_a_text_is_a_400_naming_the_check(client):
     assert "5000" in error.body["message"]
 
 
-@pytest.mark.parametrize("body, status, param", [
-    ({"model": "tts-1", "voice": "preview", "input": "Hi", "prompt_audio": "/etc/passwd"}, 400, "prompt_audio"),
-    ({"model": "tts-1", "voice": "/etc/passwd", "input": "Hi"}, 404, "voice"),
-    ({"model": "tts-1", "voice": "preview", "input": "Hi", "speed": 9}, 400, "speed"),
-    ({"model": "tts-1", "voice": "preview", "input": "Hi", "speed": 1.5, "stream": True,
-      "response_format": "pcm"}, 400, "speed"),
-    ({"model": "tts-1", "voice": "preview", "input": "Hi", "stream": True}, 400, "response_format"),
-    ({"model": "tts-1", "voice": "preview", "input": "   "}, 400, "input"),
-    ({"model": "tts-1", "voice": "preview"}, 400, "input"),
-])
+@pytest.mark.parametrize(
+    "body, status, param",
+    [
+        ({"model": "tts-1", "voice": "preview", "input": "Hi", "prompt_audio": "/etc/passwd"}, 400, "prompt_audio"),
+        ({"model": "tts-1", "voice": "/etc/passwd", "input": "Hi"}, 404, "voice"),
+        ({"model": "tts-1", "voice": "preview", "input": "Hi", "speed": 9}, 400, "speed"),
+        (
+            {
+                "model": "tts-1",
+                "voice": "preview",
+                "input": "Hi",
+                "speed": 1.5,
+                "stream": True,
+                "response_format": "pcm",
+            },
+            400,
+            "speed",
+        ),
+        ({"model": "tts-1", "voice": "preview", "input": "Hi", "stream": True}, 400, "response_format"),
+        ({"model": "tts-1", "voice": "preview", "input": "   "}, 400, "input"),
+        ({"model": "tts-1", "voice": "preview"}, 400, "input"),
+    ],
+)
 def test_bad_bodies_get_the_openai_error_shape(api_app, body, status, param):
     answer = httpx.post(api_app.url + "v1/audio/speech", json=body, timeout=60)
     assert answer.status_code == status, answer.text
@@ -152,15 +166,32 @@ def test_bad_bodies_get_the_openai_error_shape(api_app, body, status, param):
 
 
 def test_a_body_over_the_limit_is_a_413(api_app):
-    answer = httpx.post(api_app.url + "v1/audio/speech", content=b"{" + b" " * (2 << 20) + b"}",
-                        headers={"content-type": "application/json"}, timeout=60)
+    answer = httpx.post(
+        api_app.url + "v1/audio/speech",
+        content=b"{" + b" " * (2 << 20) + b"}",
+        headers={"content-type": "application/json"},
+        timeout=60,
+    )
     assert answer.status_code == 413 and answer.json()["error"]["code"] == "too_large"
 
 
 def test_curl_gets_a_wav(api_app, tmp_path):
     target = tmp_path / "speech.wav"
-    subprocess.run(["curl", "-sS", "--fail", api_app.url + "v1/audio/speech", "-H", "Content-Type: application/json",
-                    "-d", json.dumps({"model": "tts-1", "input": TEXT, "voice": "preview", "response_format": "wav"}),
-                    "-o", str(target)], check=True, timeout=300)
+    subprocess.run(
+        [
+            "curl",
+            "-sS",
+            "--fail",
+            api_app.url + "v1/audio/speech",
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            json.dumps({"model": "tts-1", "input": TEXT, "voice": "preview", "response_format": "wav"}),
+            "-o",
+            str(target),
+        ],
+        check=True,
+        timeout=300,
+    )
     info = soundfile.info(target)
     assert info.samplerate == SAMPLE_RATE and info.duration > 1.5

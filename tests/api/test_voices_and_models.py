@@ -1,4 +1,5 @@
 """``/v1/voices`` (created with curl's multipart upload, used by name and by id, deleted) and ``/v1/models``."""
+
 from __future__ import annotations
 
 import io
@@ -46,12 +47,15 @@ def test_a_voice_made_with_curl_speaks_and_is_deleted(api_app, make_speech):
     assert any(voice["id"] == created["id"] and voice["transcript"] for voice in listed)
 
     client = openai.OpenAI(base_url=api_app.url + "v1", api_key="x", max_retries=0, timeout=300)
-    by_name = client.audio.speech.create(model="tts-1", voice="Ada Lovelace", input="Good morning.",
-                                         response_format="wav", extra_body={"seed": 3})
-    by_id = client.audio.speech.create(model="tts-1", voice={"id": created["id"]}, input="Good morning.",
-                                       response_format="wav", extra_body={"seed": 3})
-    stock = client.audio.speech.create(model="tts-1", voice="preview", input="Good morning.",
-                                       response_format="wav", extra_body={"seed": 3})
+    by_name = client.audio.speech.create(
+        model="tts-1", voice="Ada Lovelace", input="Good morning.", response_format="wav", extra_body={"seed": 3}
+    )
+    by_id = client.audio.speech.create(
+        model="tts-1", voice={"id": created["id"]}, input="Good morning.", response_format="wav", extra_body={"seed": 3}
+    )
+    stock = client.audio.speech.create(
+        model="tts-1", voice="preview", input="Good morning.", response_format="wav", extra_body={"seed": 3}
+    )
     samples, rate = soundfile.read(io.BytesIO(by_name.content), dtype="float32")
     assert rate == 24000 and np.sqrt(np.mean(samples**2)) > 0.01
     assert by_name.content[44:] == by_id.content[44:]  # same voice, same seed: same samples

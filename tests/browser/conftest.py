@@ -7,6 +7,7 @@ app with no model folder at all (the preview voice stands in), started only by t
 A failing test leaves a full-page screenshot in ``$COSYVOICE_SCREENSHOT_DIR`` (default:
 ``<tmp>/cosyvoice-browser-screens``). The speech recogniser never reaches for the network here.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,23 +30,28 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 STARTUP_S = 240  # gradio import + model warm-up on two busy cores
 BROWSER_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking"]
 BROWSER_CANDIDATES = (
-    "/usr/bin/chromium", "/usr/bin/chromium-browser", "/usr/bin/google-chrome",
+    "/usr/bin/chromium",
+    "/usr/bin/chromium-browser",
+    "/usr/bin/google-chrome",
     "/Applications/Google Chrome.app/Contents/MacOS/Google Chrome",
     "/Applications/Chromium.app/Contents/MacOS/Chromium",
 )
 MODEL_NAME = "Fun-CosyVoice3-0.5B"
-SCREENSHOT_DIR = Path(os.environ.get("COSYVOICE_SCREENSHOT_DIR")
-                      or Path(tempfile.gettempdir()) / "cosyvoice-browser-screens")
+SCREENSHOT_DIR = Path(
+    os.environ.get("COSYVOICE_SCREENSHOT_DIR") or Path(tempfile.gettempdir()) / "cosyvoice-browser-screens"
+)
 
 
 def browser_executable() -> str:
     configured = os.environ.get("COSYVOICE_BROWSER")
-    for candidate in ((configured,) if configured else BROWSER_CANDIDATES):
+    for candidate in (configured,) if configured else BROWSER_CANDIDATES:
         if candidate and Path(candidate).is_file():
             return candidate
-    pytest.fail("no Chromium or Chrome found for the browser tests. Install it (Debian/Ubuntu: sudo apt-get "
-                "install chromium; macOS: Google Chrome) or point COSYVOICE_BROWSER at one; bash run.sh test "
-                "installs it on Debian/Ubuntu.")
+    pytest.fail(
+        "no Chromium or Chrome found for the browser tests. Install it (Debian/Ubuntu: sudo apt-get "
+        "install chromium; macOS: Google Chrome) or point COSYVOICE_BROWSER at one; bash run.sh test "
+        "installs it on Debian/Ubuntu."
+    )
 
 
 def free_port() -> int:
@@ -77,13 +83,34 @@ class RunningApp:
 def start_app(root: Path, models_dir: Path, extra: tuple[str, ...] = ()) -> RunningApp:
     port = free_port()
     log = open(root / "app.log", "w")
-    env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONUNBUFFERED": "1",
-           "COSYVOICE_ASR_DOWNLOAD": os.environ.get("COSYVOICE_ASR_DOWNLOAD", "0")}
+    env = {
+        **os.environ,
+        "OMP_WAIT_POLICY": "PASSIVE",
+        "PYTHONUNBUFFERED": "1",
+        "COSYVOICE_ASR_DOWNLOAD": os.environ.get("COSYVOICE_ASR_DOWNLOAD", "0"),
+    }
     process = subprocess.Popen(
-        [sys.executable, "app.py", "--port", str(port), "--models-dir", str(models_dir),
-         "--outputs-dir", str(root / "outputs"), "--cache-dir", str(root / "cache"), "--device", "cpu",
-         "--torch-threads", "1", *extra],
-        cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, env=env,
+        [
+            sys.executable,
+            "app.py",
+            "--port",
+            str(port),
+            "--models-dir",
+            str(models_dir),
+            "--outputs-dir",
+            str(root / "outputs"),
+            "--cache-dir",
+            str(root / "cache"),
+            "--device",
+            "cpu",
+            "--torch-threads",
+            "1",
+            *extra,
+        ],
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
     )
     app = RunningApp(f"http://127.0.0.1:{port}/", process, root)
     deadline = time.monotonic() + STARTUP_S
@@ -114,8 +141,7 @@ def browser():
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=browser_executable(), args=BROWSER_ARGS,
-                                              timeout=60_000)
+        chromium = playwright.chromium.launch(executable_path=browser_executable(), args=BROWSER_ARGS, timeout=60_000)
         yield chromium
         chromium.close()
 

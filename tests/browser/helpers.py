@@ -1,4 +1,5 @@
 """What a user does on the page, as Playwright steps with deadlines (a hung step fails, never hangs)."""
+
 from __future__ import annotations
 
 import os
@@ -55,4 +56,6 @@ def audio_duration(page: Page, element_id: str, timeout_s: float = 30) -> float:
     return player.evaluate(
         "(audio, ms) => audio.readyState >= 1 ? audio.duration : new Promise(done => {"
         " audio.addEventListener('loadedmetadata', () => done(audio.duration), {once: true});"
-        " setTimeout(() => done(audio.duration || 0), ms); })", timeout_s * 1000)
+        " setTimeout(() => done(audio.duration || 0), ms); })",
+        timeout_s * 1000,
+    )

@@ -1,5 +1,6 @@
 """Click through the page the way a user does: clone a voice, keep it, restart the model, make mistakes,
 switch the language. Each test opens its own session on the one app the module starts."""
+
 from __future__ import annotations
 
 import re
@@ -10,7 +11,15 @@ from pathlib import Path
 from playwright.sync_api import expect
 
 from tests.browser.helpers import (
-    FINISHED, GENERATE_S, audio_duration, audio_source, fill, generate, screens_dir, upload_prompt, wait_until_ready,
+    FINISHED,
+    GENERATE_S,
+    audio_duration,
+    audio_source,
+    fill,
+    generate,
+    screens_dir,
+    upload_prompt,
+    wait_until_ready,
 )
 
 TRANSCRIPT = "This is the voice I would like you to copy, please."
@@ -169,7 +178,13 @@ def test_only_app_outputs_are_served_and_big_uploads_are_refused(app):
 
 def _upload_status(app, payload: bytes) -> int:
     boundary = "cosyvoice-test-boundary"
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"upload.wav\"\r\n"
-            "Content-Type: audio/wav\r\n\r\n").encode() + payload + f"\r\n--{boundary}--\r\n".encode()
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="upload.wav"\r\n'
+            "Content-Type: audio/wav\r\n\r\n"
+        ).encode()
+        + payload
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     headers = {"Content-Type": f"multipart/form-data; boundary={boundary}"}
     return _http_status(f"{app.url}gradio_api/upload", body, headers)

@@ -1,5 +1,6 @@
 """Long-form work through the page: a dialogue whose progress bar moves and whose Stop keeps the finished
 lines, and an .srt dubbed on its timeline."""
+
 from __future__ import annotations
 
 import re
@@ -10,8 +11,10 @@ from playwright.sync_api import expect
 from tests.browser.helpers import GENERATE_S, audio_duration, audio_source, fill, upload_prompt, wait_until_ready
 
 TRANSCRIPT = "This is the voice I would like you to copy, please."
-SRT = ("1\n00:00:00,500 --> 00:00:02,500\nHello there.\n\n2\n00:00:03,000 --> 00:00:05,000\nGood to see you.\n\n"
-       "3\n00:00:05,500 --> 00:00:07,500\nGoodbye.\n")
+SRT = (
+    "1\n00:00:00,500 --> 00:00:02,500\nHello there.\n\n2\n00:00:03,000 --> 00:00:05,000\nGood to see you.\n\n"
+    "3\n00:00:05,500 --> 00:00:07,500\nGoodbye.\n"
+)
 
 
 def _save_voice(page, prompt_wav, name):

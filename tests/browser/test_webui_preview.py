@@ -1,5 +1,6 @@
 """No model folder at all: the page says how to download one, and the preview voice generates meanwhile,
 labelled as a preview wherever its results appear."""
+
 from __future__ import annotations
 
 from playwright.sync_api import expect

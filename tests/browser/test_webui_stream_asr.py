@@ -3,6 +3,7 @@
 The streaming test compares times on the browser's own clock: when the player received its first chunk
 (and started it on the AudioContext) against when the status line first said "Done".
 """
+
 from __future__ import annotations
 
 import re
@@ -13,8 +14,7 @@ from cosyvoice_mac.frontend.asr import word_error_rate
 from tests.browser.helpers import FINISHED, GENERATE_S, audio_source, fill, upload_prompt, wait_until_ready
 
 SENTENCE = "This is the voice I would like you to copy, please."
-LONG_TEXT = " ".join(f"This is sentence number {n}, spoken while the rest is still being made."
-                     for n in range(1, 9))
+LONG_TEXT = " ".join(f"This is sentence number {n}, spoken while the rest is still being made." for n in range(1, 9))
 
 # Notes, on the browser's clock, when the status line first shows a finished job.
 WATCH_FOR_DONE = """() => {

@@ -10,6 +10,7 @@ fp16 accumulators are not modelled): the real numbers come from the ``mac`` test
 Only the op types that the vocoder graphs use are implemented; anything else raises
 :class:`UnsupportedOp` naming the op, so a new op in a converted graph cannot pass unnoticed.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -99,8 +100,7 @@ def _conv(op, x, weight, bias=None, strides=None, pad_type=None, pad=None, dilat
     dilation = int(np.asarray(dilations).reshape(-1)[0]) if dilations is not None else 1
     kernel = weight.shape[-1]
     span = dilation * (kernel - 1) + 1
-    left, right = _conv_padding(op, str(pad_type) if pad_type is not None else "valid", pad, x.shape[-1],
-                                span, stride)
+    left, right = _conv_padding(op, str(pad_type) if pad_type is not None else "valid", pad, x.shape[-1], span, stride)
     x = np.pad(x, ((0, 0), (0, 0), (left, right)))
     batch, channels, length = x.shape
     out_length = (length - span) // stride + 1
@@ -125,8 +125,9 @@ def _conv_padding(op, pad_type, pad, length, span, stride):
     raise UnsupportedOp(f"conv {op.name}: pad_type {pad_type}")
 
 
-def _conv_transpose(op, x, weight, bias=None, pad=None, output_shape=None, pad_type=None, strides=None,
-                    dilations=None, groups=None):
+def _conv_transpose(
+    op, x, weight, bias=None, pad=None, output_shape=None, pad_type=None, strides=None, dilations=None, groups=None
+):
     x, weight = _f32(x), _f32(weight)
     if x.ndim != 3 or (groups is not None and int(_scalar(groups)) != 1):
         raise UnsupportedOp(f"conv_transpose {op.name}: only 1-D, groups 1")
@@ -140,11 +141,11 @@ def _conv_transpose(op, x, weight, bias=None, pad=None, output_shape=None, pad_t
     products = np.einsum("bcl,cok->bokl", x, weight, optimize=True)
     for tap in range(kernel):
         start = tap * dilation
-        out[:, :, start: start + (length - 1) * stride + 1: stride] += products[:, :, tap]
+        out[:, :, start : start + (length - 1) * stride + 1 : stride] += products[:, :, tap]
     mode = str(pad_type) if pad_type is not None else "valid"
     if mode == "custom":
         left, right = (int(v) for v in np.asarray(pad).reshape(-1)[:2])
-        out = out[:, :, left: full - right]
+        out = out[:, :, left : full - right]
     elif mode != "valid":
         raise UnsupportedOp(f"conv_transpose {op.name}: pad_type {mode}")
     if output_shape is not None:
@@ -256,6 +257,7 @@ _OPS = {
     "reshape": lambda op, x, shape: np.reshape(x, tuple(int(s) for s in np.asarray(shape).reshape(-1))),
     "fill_like": lambda op, ref_tensor, value=0.0: np.full(np.shape(ref_tensor), _scalar(value), np.float32),
     "upsample_nearest_neighbor": lambda op, x, scale_factor_height=1, scale_factor_width=1: np.repeat(
-        np.repeat(x, int(_scalar(scale_factor_height)), axis=-2), int(_scalar(scale_factor_width)), axis=-1),
+        np.repeat(x, int(_scalar(scale_factor_height)), axis=-2), int(_scalar(scale_factor_width)), axis=-1
+    ),
 }
 SUPPORTED_OPS = frozenset(_OPS)

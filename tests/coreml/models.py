@@ -5,6 +5,7 @@ signals look like speech (../shared/research/coreml.md 5.5): Snake alphas U(0.5,
 60 +- 60 Hz (a mix of voiced and unvoiced frames), log-magnitudes around -2 +- 1.5. Default
 initialisation instead gives near-constant f0 and magnitudes that sit on the exp clamp.
 """
+
 from __future__ import annotations
 
 import atexit
@@ -122,8 +123,9 @@ def _cleanup() -> None:
 
 
 @lru_cache(maxsize=None)
-def converted(version: str, size: str, precision: str, chunked: bool = True, chunk_frames: int = 128
-              ) -> tuple[Path, dict]:
+def converted(
+    version: str, size: str, precision: str, chunked: bool = True, chunk_frames: int = 128
+) -> tuple[Path, dict]:
     """Convert once per session: (folder, manifest).
 
     ``size`` 'tiny' converts the parity model folder through the command line (so its fingerprint is
@@ -136,14 +138,31 @@ def converted(version: str, size: str, precision: str, chunked: bool = True, chu
     if size == "tiny":
         from cosyvoice_mac.coreml.cli import main
 
-        arguments = ["coreml", "convert", "--model", str(tiny_dir(version)), "--out", str(folder),
-                     "--precision", precision, "--shapes", "both" if chunked else "flexible",
-                     "--chunk-frames", str(chunk_frames)]
+        arguments = [
+            "coreml",
+            "convert",
+            "--model",
+            str(tiny_dir(version)),
+            "--out",
+            str(folder),
+            "--precision",
+            precision,
+            "--shapes",
+            "both" if chunked else "flexible",
+            "--chunk-frames",
+            str(chunk_frames),
+        ]
         assert main(arguments) == 0, f"coreml convert {' '.join(arguments)} failed"
         return folder, read_manifest(folder, options)
     hift = speechlike_hift(version)
-    return folder, convert_hift(hift, folder, fingerprint=hift_fingerprint(hift), config_node=full_node(version),
-                                options=options, log=lambda message: None)
+    return folder, convert_hift(
+        hift,
+        folder,
+        fingerprint=hift_fingerprint(hift),
+        config_node=full_node(version),
+        options=options,
+        log=lambda message: None,
+    )
 
 
 @lru_cache(maxsize=None)

@@ -16,6 +16,7 @@ raises while loading; ``silent`` makes every synthesis silent (a broken model).
 ``DeviceErrorOnce`` wraps the REAL pipeline instead: it claims ``home_device`` and raises one
 device error on the first job whose text has ``[device-error]``, so the real CPU retry runs.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,10 @@ import torch
 from cosyvoice_mac.pipeline.backend import Synthesizes
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
-MPS_ERROR = ("The operator 'aten::_fake_op' is not currently implemented for the MPS device. "
-             "As a temporary fix, you can set PYTORCH_ENABLE_MPS_FALLBACK=1")
+MPS_ERROR = (
+    "The operator 'aten::_fake_op' is not currently implemented for the MPS device. "
+    "As a temporary fix, you can set PYTORCH_ENABLE_MPS_FALLBACK=1"
+)
 
 
 def _sentences(text: str) -> list[str]:
@@ -45,8 +48,17 @@ class FakeCosyVoice(Synthesizes):
     version = "cosyvoice3"
     sample_rate = SAMPLE_RATE
 
-    def __init__(self, model_dir, device: torch.device, dtype, *, extract_s=0.0, segment_s=0.2,
-                 silent=False, segment_samples=2400):
+    def __init__(
+        self,
+        model_dir,
+        device: torch.device,
+        dtype,
+        *,
+        extract_s=0.0,
+        segment_s=0.2,
+        silent=False,
+        segment_samples=2400,
+    ):
         self.model_dir = str(model_dir)
         self.model_id = f"fake-{Path(model_dir).name}"
         self.device = device
@@ -56,8 +68,18 @@ class FakeCosyVoice(Synthesizes):
         self.moves: list[str] = []
 
     @classmethod
-    def from_pretrained(cls, model_dir, device="auto", dtype=None, random_weights=False, *,
-                        home_device="cpu", load_s=0.0, fail_load=False, **settings) -> "FakeCosyVoice":
+    def from_pretrained(
+        cls,
+        model_dir,
+        device="auto",
+        dtype=None,
+        random_weights=False,
+        *,
+        home_device="cpu",
+        load_s=0.0,
+        fail_load=False,
+        **settings,
+    ) -> "FakeCosyVoice":
         if fail_load:
             raise FileNotFoundError(f"{model_dir}/llm.pt is missing (fake load failure)")
         time.sleep(load_s)
@@ -83,9 +105,15 @@ class FakeCosyVoice(Synthesizes):
         seed = int(digest[:8], 16)
         generator = torch.Generator().manual_seed(seed)
         tokens = torch.randint(0, 6561, (1, 50), generator=generator)
-        return SpeakerPrompt(speech_tokens=tokens, mel=torch.randn(1, 100, 80, generator=generator),
-                             embedding=torch.randn(1, 192, generator=generator), audio_hash=digest,
-                             model_id=self.model_id, transcript=transcript, duration_s=2.0)
+        return SpeakerPrompt(
+            speech_tokens=tokens,
+            mel=torch.randn(1, 100, 80, generator=generator),
+            embedding=torch.randn(1, 192, generator=generator),
+            audio_hash=digest,
+            model_id=self.model_id,
+            transcript=transcript,
+            duration_s=2.0,
+        )
 
     def run(self, request, speaker=None, should_stop=None):
         text = request.text
@@ -114,10 +142,18 @@ class FakeCosyVoice(Synthesizes):
             audio = (audio + 0.01 * rng.standard_normal(length)).astype(np.float32)
             if self.silent:
                 audio = np.zeros(length, np.float32)
-            yield SynthesisResult(audio=audio, sample_rate=SAMPLE_RATE, speech_token_count=length // 960,
-                                  seconds=time.perf_counter() - started, text=sentence, segment_index=index,
-                                  segment_count=len(sentences), timings={"llm": 0.001, "flow": 0.001},
-                                  seed=seed, mode=mode)
+            yield SynthesisResult(
+                audio=audio,
+                sample_rate=SAMPLE_RATE,
+                speech_token_count=length // 960,
+                seconds=time.perf_counter() - started,
+                text=sentence,
+                segment_index=index,
+                segment_count=len(sentences),
+                timings={"llm": 0.001, "flow": 0.001},
+                seed=seed,
+                mode=mode,
+            )
 
 
 class DeviceErrorOnce:
@@ -132,8 +168,9 @@ class DeviceErrorOnce:
         self.failed = False
 
     @classmethod
-    def from_pretrained(cls, model_dir, device="auto", dtype=None, random_weights=False, *,
-                        home_device="mps") -> "DeviceErrorOnce":
+    def from_pretrained(
+        cls, model_dir, device="auto", dtype=None, random_weights=False, *, home_device="mps"
+    ) -> "DeviceErrorOnce":
         from cosyvoice_mac.pipeline import CosyVoice
 
         real = CosyVoice.from_pretrained(model_dir, device="cpu", dtype=dtype, random_weights=random_weights)
@@ -164,8 +201,13 @@ def fake_worker_config(tmp_path, **pipeline_kwargs):
 
     model_dir = Path(tmp_path) / "fake-model"
     model_dir.mkdir(parents=True, exist_ok=True)
-    return WorkerConfig(model_dir=str(model_dir), pipeline_factory=FAKE_FACTORY, pipeline_kwargs=pipeline_kwargs,
-                        outputs_dir=str(Path(tmp_path) / "outputs"), cache_dir=str(Path(tmp_path) / "cache"))
+    return WorkerConfig(
+        model_dir=str(model_dir),
+        pipeline_factory=FAKE_FACTORY,
+        pipeline_kwargs=pipeline_kwargs,
+        outputs_dir=str(Path(tmp_path) / "outputs"),
+        cache_dir=str(Path(tmp_path) / "cache"),
+    )
 
 
 ENGINE_DEADLINE_S = 60.0
@@ -175,8 +217,9 @@ def quick_engine(config, **options):
     """An Engine with short stop and cancel waits, for a worker that answers fast (the fake one)."""
     from cosyvoice_mac.engine import Engine
 
-    return Engine(config, **{"stop_timeout_s": 1.0, "cancel_grace_s": 1.0, "start_timeout_s": ENGINE_DEADLINE_S,
-                             **options})
+    return Engine(
+        config, **{"stop_timeout_s": 1.0, "cancel_grace_s": 1.0, "start_timeout_s": ENGINE_DEADLINE_S, **options}
+    )
 
 
 def started(engine, timeout: float = ENGINE_DEADLINE_S):

@@ -1,4 +1,5 @@
 """Real tiny CosyVoice3 pipelines on the MLX engine whose MLX flow fails on purpose (takeover tests)."""
+
 from __future__ import annotations
 
 MLX_FAILURE = "[metal::malloc] simulated MLX failure"
@@ -9,8 +10,9 @@ def failing_mlx_flow(model_dir, device="auto", dtype=None, random_weights=False,
     (1: the warm-up already fails; 2: the warm-up passes and the first job fails)."""
     from cosyvoice_mac.pipeline import CosyVoice
 
-    model = CosyVoice.from_pretrained(model_dir, device=device, dtype=dtype, random_weights=random_weights,
-                                      engine="mlx")
+    model = CosyVoice.from_pretrained(
+        model_dir, device=device, dtype=dtype, random_weights=random_weights, engine="mlx"
+    )
     flow = model.networks.flow
     working, calls = flow.inference, []
 

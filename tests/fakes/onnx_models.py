@@ -7,6 +7,7 @@ exactly as with the official files; the weights are seeded random, so the output
   int32 tokens ``(1, T // 4)`` in ``[0, vocab_size)``; the length input really trims the output.
 * CAM++: input float32 ``(1, T, 80)`` -> float32 ``(1, 192)``.
 """
+
 from __future__ import annotations
 
 import shutil

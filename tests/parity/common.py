@@ -1,4 +1,5 @@
 """Shared helpers for parity checks: where the vectors are, how to read them, what tolerance."""
+
 from __future__ import annotations
 
 import json

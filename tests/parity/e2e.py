@@ -5,6 +5,7 @@ the recorded ones (the reference's ONNX models were stand-ins too). The referenc
 replayed: its multinomial draws (sampler) and, for CosyVoice2, its vocoder noise; CosyVoice3's fixed
 vocoder buffers are the tiny build's. The LLM runs in the reference-compatible EOS-mask mode.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -37,8 +38,11 @@ def _model(ctx: ParityContext) -> CosyVoice:
 def _speaker(ctx: ParityContext, model: CosyVoice) -> SpeakerPrompt:
     inputs = ctx.vectors("inputs")
     return SpeakerPrompt(
-        speech_tokens=inputs["prompt_speech_token"].long(), mel=inputs["prompt_feat"],
-        embedding=inputs["embedding"], audio_hash="recorded", model_id=model.model_id,
+        speech_tokens=inputs["prompt_speech_token"].long(),
+        mel=inputs["prompt_feat"],
+        embedding=inputs["embedding"],
+        audio_hash="recorded",
+        model_id=model.model_id,
         transcript=ctx.case_params.prompt_transcript,
     )
 
@@ -72,8 +76,14 @@ def check_synthesize(ctx: ParityContext) -> None:
         else:
             model.networks.hift.default_noise = RecordedSourceNoise(ctx.vectors("hift")["fixed_sine_waves_prefix"])
         params = ctx.case_params
-        results = list(model.synthesize(params.e2e_text, prompt_text=params.prompt_transcript,
-                                        speaker=_speaker(ctx, model), seed=params.e2e_seed))
+        results = list(
+            model.synthesize(
+                params.e2e_text,
+                prompt_text=params.prompt_transcript,
+                speaker=_speaker(ctx, model),
+                seed=params.e2e_seed,
+            )
+        )
     finally:
         llm.make_sampler, pipeline_module.GaussianSourceNoise = original_sampler, original_noise
         model.networks.hift.default_noise = original_default

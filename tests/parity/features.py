@@ -4,6 +4,7 @@ Loading/resampling cases start from the file; each feature case starts from the 
 16/24 kHz waveform, so a failure points at one step. The prompt mel's ``fmax`` is read from each
 version's yaml (8000 for CosyVoice2, null for CosyVoice3).
 """
+
 from __future__ import annotations
 
 from cosyvoice_mac.config import read_yaml_config

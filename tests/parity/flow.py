@@ -3,6 +3,7 @@
 Every case is version-agnostic. For CosyVoice2, ``flow_v2.py`` checks the U-Net and the mels; here
 only the fixed noise and the wrapper's first estimator call (which covers encoder + ``encoder_proj``).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,7 +44,12 @@ def check_est_out_step1(ctx: ParityContext) -> None:
     v = ctx.vectors("flow")
     with torch.inference_mode():
         out = _flow(ctx).decoder.estimator(
-            v["est_x_in"], v["est_mask_in"], v["est_mu_in"], v["est_t_in"], v["est_spks_in"], v["est_cond_in"],
+            v["est_x_in"],
+            v["est_mask_in"],
+            v["est_mu_in"],
+            v["est_t_in"],
+            v["est_spks_in"],
+            v["est_cond_in"],
             streaming=False,
         )
     assert_close(out, v["est_out_step1"], "flow", "estimator output, first Euler step")
@@ -73,7 +79,7 @@ def check_mel_nonstream(ctx: ParityContext) -> None:
 
 
 def check_mel_stream_chunk1(ctx: ParityContext) -> None:
-    tokens = ctx.vectors("inputs")["flow_tokens"][:, :ctx.case_params.stream_chunk1_tokens]
+    tokens = ctx.vectors("inputs")["flow_tokens"][:, : ctx.case_params.stream_chunk1_tokens]
     mel = _run(ctx, tokens, streaming=True, finalize=False)
     assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "first streaming chunk mel")
 
@@ -85,8 +91,9 @@ def check_mel_stream_chunk1_cached_prefix(ctx: ParityContext) -> None:
     prompt = (inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"])
     params = ctx.case_params
     prefix = flow.build_prefix(*prompt, tokens=params.prompt_prefix_tokens)
-    mel = flow.inference(inputs["flow_tokens"][:, :params.stream_chunk1_tokens], *prompt, streaming=True,
-                         finalize=False, prefix=prefix)
+    mel = flow.inference(
+        inputs["flow_tokens"][:, : params.stream_chunk1_tokens], *prompt, streaming=True, finalize=False, prefix=prefix
+    )
     assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "first streaming chunk mel, cached prefix")
 
 
@@ -114,6 +121,9 @@ _CASES = {
 }
 CASES_BY_VERSION = {
     "cosyvoice3": _CASES,
-    "cosyvoice2": {"noise_z": check_noise_z, "est_inputs_step1": check_est_inputs_step1,
-                   "case_params": check_case_params_match_the_model},
+    "cosyvoice2": {
+        "noise_z": check_noise_z,
+        "est_inputs_step1": check_est_inputs_step1,
+        "case_params": check_case_params_match_the_model,
+    },
 }

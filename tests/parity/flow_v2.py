@@ -1,5 +1,6 @@
 """CosyVoice2 flow parity: the U-Net estimator alone, then the whole flow (conformer encoder + CFM)
 non-streaming and streaming, against ``cosyvoice2_tiny/vectors/flow.safetensors``."""
+
 from __future__ import annotations
 
 import functools
@@ -76,7 +77,9 @@ def check_mel_stream_chunk1_cached_prefix(ctx: ParityContext) -> None:
     prefix = flow.build_prefix(*prompt.values(), tokens=ctx.case_params.prompt_prefix_tokens)
     tokens = ctx.vectors("inputs")["flow_tokens"][:, : ctx.case_params.stream_chunk1_tokens]
     mel = flow.inference(tokens, **prompt, streaming=True, finalize=False, prefix=prefix)
-    assert_close(mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "cosyvoice2 first streaming chunk, cached prefix")
+    assert_close(
+        mel, ctx.vectors("flow")["mel_stream_chunk1"], "mel", "cosyvoice2 first streaming chunk, cached prefix"
+    )
 
 
 def check_mel_stream_final(ctx: ParityContext) -> None:

@@ -5,6 +5,7 @@ CosyVoice3 uses fixed buffers: the tiny build's prefix (``fixed_sine_waves_prefi
 other recorded draws (initial phase ``rand0``, the unused noise branch ``rand2`` / ``fixed_uv``) have no
 effect on any output upstream, so they are not fed.
 """
+
 from __future__ import annotations
 
 from functools import lru_cache

@@ -5,6 +5,7 @@ that is what produced the vectors. Sampling is checked by replaying the recorded
 draws ``(n_candidates, index)``: our sampler must offer the same number of candidates at every
 draw and, fed the recorded indices, must emit the same tokens.
 """
+
 from __future__ import annotations
 
 import pytest

@@ -4,6 +4,7 @@ Normalisation cases are version-independent; the manifest measured English lengt
 they run once (under cosyvoice3) counting tokens with the cosyvoice3 tiny tokenizer. Tokenizer cases run for
 the tokenizer.json folder and for a vocab.json + merges.txt folder derived from it (the real BlankEN layout).
 """
+
 from __future__ import annotations
 
 import json

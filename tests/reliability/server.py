@@ -1,5 +1,6 @@
 """The app under test: ``python app.py`` in a subprocess on a free loopback port, with the preview voice (no
 model download), its own outputs, cache and temporary folders, and a way to fill its outputs disk."""
+
 from __future__ import annotations
 
 import os
@@ -46,8 +47,12 @@ class FullDisk:
         folder.mkdir(parents=True, exist_ok=True)
         disk = cls(folder, flag)
         if sys.platform.startswith("linux") and os.geteuid() == 0 and shutil.which("mount"):
-            result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
-                                    capture_output=True, timeout=20, check=False)
+            result = subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(folder)],
+                capture_output=True,
+                timeout=20,
+                check=False,
+            )
             disk.mounted = result.returncode == 0
         return disk
 
@@ -110,17 +115,47 @@ class AppServer:
     def start(self, disk: FullDisk | None = None) -> AppServer:
         self.temp_root.mkdir(parents=True, exist_ok=True)
         self.log_path = self.root / "server.log"
-        env = {**os.environ, "TMPDIR": str(self.temp_root), "OMP_WAIT_POLICY": "PASSIVE",
-               "GRADIO_ANALYTICS_ENABLED": "False", "NO_PROXY": "127.0.0.1,localhost",
-               "PYTHONPATH": os.pathsep.join([str(INJECT), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])}
+        env = {
+            **os.environ,
+            "TMPDIR": str(self.temp_root),
+            "OMP_WAIT_POLICY": "PASSIVE",
+            "GRADIO_ANALYTICS_ENABLED": "False",
+            "NO_PROXY": "127.0.0.1,localhost",
+            "PYTHONPATH": os.pathsep.join([str(INJECT), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+        }
         if disk is not None and not disk.mounted:
             env.update(COSYVOICE_TEST_FULL_DISK_FLAG=str(disk.flag), COSYVOICE_TEST_FULL_DISK_DIR=str(disk.folder))
-        command = [sys.executable, "app.py", "--port", str(self.port), "--model", "preview",
-                   "--models-dir", str(self.root / "models"), "--outputs-dir", str(self.outputs),
-                   "--cache-dir", str(self.cache), "--max-queue", str(MAX_QUEUE), "--torch-threads", "1",
-                   "--hang-timeout", str(HANG_TIMEOUT_S), "--temp-max-age", str(TEMP_MAX_AGE_S), *self.extra_args]
-        self.process = subprocess.Popen(command, cwd=REPO_ROOT, env=env, stdout=self.log_path.open("w"),
-                                        stderr=subprocess.STDOUT, start_new_session=True)
+        command = [
+            sys.executable,
+            "app.py",
+            "--port",
+            str(self.port),
+            "--model",
+            "preview",
+            "--models-dir",
+            str(self.root / "models"),
+            "--outputs-dir",
+            str(self.outputs),
+            "--cache-dir",
+            str(self.cache),
+            "--max-queue",
+            str(MAX_QUEUE),
+            "--torch-threads",
+            "1",
+            "--hang-timeout",
+            str(HANG_TIMEOUT_S),
+            "--temp-max-age",
+            str(TEMP_MAX_AGE_S),
+            *self.extra_args,
+        ]
+        self.process = subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            stdout=self.log_path.open("w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + STARTUP_S
         while time.monotonic() < deadline:
             if self.process.poll() is not None:

@@ -1,6 +1,7 @@
 """From outside, over raw HTTP: nothing outside outputs/ and the page's temporary folder can be read, uploads
 stay in the temporary folder, another site's page cannot change anything, and the server listens on
 loopback only."""
+
 from __future__ import annotations
 
 import os
@@ -30,8 +31,14 @@ def _request(app, path: str, method: str = "GET", headers: dict | None = None, b
 
 def _upload_body(name: str, content: bytes) -> tuple[bytes, dict]:
     boundary = uuid.uuid4().hex
-    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"{name}\"\r\n"
-            f"Content-Type: application/octet-stream\r\n\r\n").encode() + content + f"\r\n--{boundary}--\r\n".encode()
+    body = (
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="{name}"\r\n'
+            f"Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + content
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
     return body, {"Content-Type": f"multipart/form-data; boundary={boundary}"}
 
 
@@ -50,8 +57,12 @@ def secrets(app, tmp_path_factory):
     (app.cache / "secret.txt").write_text(SECRET)
     (app.root / "models").mkdir(exist_ok=True)
     (app.root / "models" / "secret.txt").write_text(SECRET)
-    return {"outside": outside, "link": link, "cache": app.cache / "secret.txt",
-            "models": app.root / "models" / "secret.txt"}
+    return {
+        "outside": outside,
+        "link": link,
+        "cache": app.cache / "secret.txt",
+        "models": app.root / "models" / "secret.txt",
+    }
 
 
 def _file_paths(app, secrets) -> list[str]:
@@ -59,9 +70,16 @@ def _file_paths(app, secrets) -> list[str]:
     for target in (secrets["outside"], secrets["cache"], secrets["models"], secrets["link"], Path("/etc/passwd")):
         paths += [str(target), urllib.parse.quote(str(target)), urllib.parse.quote(str(target), safe="")]
     traversal = f"{app.outputs}/../cache/secret.txt"
-    paths += [traversal, traversal.replace("..", "%2e%2e"), traversal.replace("/", "%2f"),
-              f"{app.temp_root}/../cache/secret.txt", f"{app.outputs}/%2e%2e/%2e%2e/{secrets['outside'].name}",
-              "../" * 12 + "etc/passwd", "~/.ssh/id_rsa", f"{app.outputs}/..%5c..%5ccache%5csecret.txt"]
+    paths += [
+        traversal,
+        traversal.replace("..", "%2e%2e"),
+        traversal.replace("/", "%2f"),
+        f"{app.temp_root}/../cache/secret.txt",
+        f"{app.outputs}/%2e%2e/%2e%2e/{secrets['outside'].name}",
+        "../" * 12 + "etc/passwd",
+        "~/.ssh/id_rsa",
+        f"{app.outputs}/..%5c..%5ccache%5csecret.txt",
+    ]
     return paths
 
 
@@ -76,8 +94,9 @@ def test_nothing_outside_outputs_and_the_temp_folder_can_be_read(app, secrets):
 
 
 def test_a_result_in_outputs_is_served(app, client, speech):
-    answer = app.call(client, "/generate", "en", handle_file(speech), "", "", "Serve me.", "cross_lingual", "", 3,
-                      1.0, False)
+    answer = app.call(
+        client, "/generate", "en", handle_file(speech), "", "", "Serve me.", "cross_lingual", "", 3, 1.0, False
+    )
     name = answer[3].split("Saved as ")[1].split(".wav")[0] + ".wav"
     status, body = _request(app, "/gradio_api/file=" + str(app.outputs / name))
     assert status == 200 and body[:4] == b"RIFF"
@@ -95,25 +114,35 @@ def test_an_upload_cannot_name_its_way_out_of_the_temp_folder(app, name):
             assert Path(stored).resolve().is_relative_to(app.temp_root.resolve()), stored
 
 
-@pytest.mark.parametrize("headers", [
-    {"Origin": "http://evil.example"},
-    {"Origin": "null"},
-    {"Referer": "http://evil.example/attack.html"},
-    {"Origin": "http://127.0.0.1:1"},
-], ids=["foreign_origin", "null_origin", "foreign_referer", "other_local_port"])
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"Origin": "http://evil.example"},
+        {"Origin": "null"},
+        {"Referer": "http://evil.example/attack.html"},
+        {"Origin": "http://127.0.0.1:1"},
+    ],
+    ids=["foreign_origin", "null_origin", "foreign_referer", "other_local_port"],
+)
 def test_another_site_s_page_cannot_upload_or_queue(app, headers):
     before = _temp_files(app)
     body, form = _upload_body("pushed.bin", os.urandom(4096))
     status, answer = _request(app, "/gradio_api/upload", "POST", {**form, **headers}, body)
     assert status == 403 and b"refused" in answer, (status, answer)
     assert _temp_files(app) == before  # nothing stored
-    status, _ = _request(app, "/gradio_api/queue/join", "POST", {"Content-Type": "application/json", **headers},
-                         b'{"data": ["en"], "fn_index": 0, "session_hash": "x"}')
+    status, _ = _request(
+        app,
+        "/gradio_api/queue/join",
+        "POST",
+        {"Content-Type": "application/json", **headers},
+        b'{"data": ["en"], "fn_index": 0, "session_hash": "x"}',
+    )
     assert status == 403
 
 
-@pytest.mark.parametrize("headers", [{}, {"Origin": "{own}"}, {"Referer": "{own}?view=api"}],
-                         ids=["no_origin", "own_origin", "own_referer"])
+@pytest.mark.parametrize(
+    "headers", [{}, {"Origin": "{own}"}, {"Referer": "{own}?view=api"}], ids=["no_origin", "own_origin", "own_referer"]
+)
 def test_the_own_page_and_non_browser_clients_may_upload(app, headers):
     own = app.url.rstrip("/")
     headers = {key: value.format(own=own) for key, value in headers.items()}
@@ -129,6 +158,9 @@ def test_a_rebinding_host_name_is_refused(app):
 
 
 def test_the_server_listens_on_loopback_only(app):
-    listening = [conn.laddr for conn in psutil.Process(app.process.pid).net_connections(kind="inet")
-                 if conn.status == psutil.CONN_LISTEN]
+    listening = [
+        conn.laddr
+        for conn in psutil.Process(app.process.pid).net_connections(kind="inet")
+        if conn.status == psutil.CONN_LISTEN
+    ]
     assert listening and all(address.ip in ("127.0.0.1", "::1") for address in listening), listening

@@ -1,5 +1,6 @@
 """The bad-input matrix, from outside: every kind gets a clear, specific message (no traceback, no raw
 exception name), quickly, and leaves nothing in outputs/ — through the page's API and through the CLI."""
+
 from __future__ import annotations
 
 import os
@@ -39,7 +40,7 @@ def files(tmp_path_factory, speech):
     folder = tmp_path_factory.mktemp("bad-files")
     voice, rate = soundfile.read(speech, dtype="float32")
     nan, inf = voice.copy(), voice.copy()
-    nan[rate:rate + 20], inf[rate:rate + 20] = np.nan, np.inf
+    nan[rate : rate + 20], inf[rate : rate + 20] = np.nan, np.inf
     long_voice = np.tile(voice, 11)[: rate * 40]
     header_only = Path(speech).read_bytes()[:44]
     png = b"\x89PNG\r\n\x1a\n" + os.urandom(2000)
@@ -57,7 +58,9 @@ def files(tmp_path_factory, speech):
         "random_mp3": _write(folder, "noise.mp3", raw=os.urandom(4096)),
         "png_as_wav": _write(folder, "picture.wav", raw=png),
         "one_frame": _write(folder, "one.wav", voice[:1], rate),
-        "bad_rate_header": _write(folder, "zero-rate.wav", raw=header_only[:24] + struct.pack("<I", 0) + header_only[28:]),
+        "bad_rate_header": _write(
+            folder, "zero-rate.wav", raw=header_only[:24] + struct.pack("<I", 0) + header_only[28:]
+        ),
     }
 
 
@@ -89,9 +92,30 @@ GENERATE_CASES = [
     ("png_as_wav", "png_as_wav", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "not an audio"),
     ("one_frame_wav", "one_frame", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "⚠️"),
     ("zero_rate_header", "bad_rate_header", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "⚠️"),
-    ("script_tag", "speech", "<script>alert(1)</script> Hello.", "cross_lingual", "", "", 1, 1.0, STATUS,
-     "&#60;script&#62;"),
-    ("language_tag", "speech", "<|en|>Hello there.", "cross_lingual", "", "", 1, 1.0, STATUS, "&#60;&#124;en&#124;&#62;"),
+    (
+        "script_tag",
+        "speech",
+        "<script>alert(1)</script> Hello.",
+        "cross_lingual",
+        "",
+        "",
+        1,
+        1.0,
+        STATUS,
+        "&#60;script&#62;",
+    ),
+    (
+        "language_tag",
+        "speech",
+        "<|en|>Hello there.",
+        "cross_lingual",
+        "",
+        "",
+        1,
+        1.0,
+        STATUS,
+        "&#60;&#124;en&#124;&#62;",
+    ),
     ("only_punctuation", "speech", "!!! ??? ...", "cross_lingual", "", "", 1, 1.0, STATUS, "nothing to speak"),
     ("only_emoji", "speech", "😀😀😀", "cross_lingual", "", "", 1, 1.0, STATUS, "nothing to speak"),
 ]
@@ -108,8 +132,20 @@ def test_generate_refuses_bad_input_clearly(app, client, files, case):
     started = time.monotonic()
     try:
         voice = "Nobody" if name == "unknown_saved_voice" else ""
-        answer = app.call(client, "/generate", "en", handle_file(files[audio]) if audio else None, voice, transcript,
-                          text, mode, instruct, seed, speed, False)
+        answer = app.call(
+            client,
+            "/generate",
+            "en",
+            handle_file(files[audio]) if audio else None,
+            voice,
+            transcript,
+            text,
+            mode,
+            instruct,
+            seed,
+            speed,
+            False,
+        )
     except AppError as refusal:
         assert where == GRADIO and words in str(refusal), (name, refusal)
         message = "⚠️ " + str(refusal)
@@ -124,21 +160,27 @@ def test_generate_refuses_bad_input_clearly(app, client, files, case):
 
 
 def test_an_unknown_language_is_refused_by_the_language_menu(app, client):
-    for endpoint, args in (("/generate", ("xx", None, "", "", "", "cross_lingual", "", 1, 1.0, False)),
-                           ("/counter", ("<script>", "abc"))):
+    for endpoint, args in (
+        ("/generate", ("xx", None, "", "", "", "cross_lingual", "", 1, 1.0, False)),
+        ("/counter", ("<script>", "abc")),
+    ):
         with pytest.raises(AppError, match="not in the list of choices"):
             app.call(client, endpoint, *args)
 
 
-@pytest.mark.parametrize("name, audio, words", [
-    ("", "speech", "Type a name"),
-    ("x" * 65, "speech", "printable characters"),
-    ("evil\u202egnp.exe", "speech", "text-direction"),
-    ("tab\there", "speech", "printable"),
-    ("Fine name", None, "Upload or record the prompt audio"),
-    ("Fine name", "nan", "invalid samples"),
-    ("Fine name", "zero_bytes", "empty file"),
-], ids=["empty_name", "name_too_long", "bidi_name", "control_in_name", "no_audio", "nan_audio", "empty_audio"])
+@pytest.mark.parametrize(
+    "name, audio, words",
+    [
+        ("", "speech", "Type a name"),
+        ("x" * 65, "speech", "printable characters"),
+        ("evil\u202egnp.exe", "speech", "text-direction"),
+        ("tab\there", "speech", "printable"),
+        ("Fine name", None, "Upload or record the prompt audio"),
+        ("Fine name", "nan", "invalid samples"),
+        ("Fine name", "zero_bytes", "empty file"),
+    ],
+    ids=["empty_name", "name_too_long", "bidi_name", "control_in_name", "no_audio", "nan_audio", "empty_audio"],
+)
 def test_save_voice_refuses_bad_input_clearly(app, client, files, name, audio, words):
     message = app.call(client, "/save_voice", "en", name, handle_file(files[audio]) if audio else None, "")[0]
     assert words in message and message.startswith("⚠️") and not RAW_ERROR.search(message), message
@@ -156,15 +198,25 @@ def test_a_voice_named_like_html_is_saved_and_shown_as_text(app, client, files):
     assert "<img" not in deleted[0]
 
 
-@pytest.mark.parametrize("endpoint, args, check", [
-    ("/delete_voice", ("en", "Nobody"), lambda out: "no saved voice named" in out[0]),
-    ("/delete_voice", ("en", ""), lambda out: "Pick a saved voice" in out[0]),
-    ("/voice_picked", ("en", "../../etc/passwd", ""), lambda out: "no saved voice named" in out[1]),
-    ("/history_picked", ("../../../etc/passwd",), lambda out: out is None),
-    ("/switch_model", ("en", "/etc"), lambda out: "State" in out[1]),
-    ("/switch_vocoder", ("en", "bogus"), lambda out: "State" in out[1]),
-], ids=["delete_unknown", "delete_nothing", "pick_traversal", "history_traversal", "switch_unknown_model",
-        "switch_unknown_vocoder"])
+@pytest.mark.parametrize(
+    "endpoint, args, check",
+    [
+        ("/delete_voice", ("en", "Nobody"), lambda out: "no saved voice named" in out[0]),
+        ("/delete_voice", ("en", ""), lambda out: "Pick a saved voice" in out[0]),
+        ("/voice_picked", ("en", "../../etc/passwd", ""), lambda out: "no saved voice named" in out[1]),
+        ("/history_picked", ("../../../etc/passwd",), lambda out: out is None),
+        ("/switch_model", ("en", "/etc"), lambda out: "State" in out[1]),
+        ("/switch_vocoder", ("en", "bogus"), lambda out: "State" in out[1]),
+    ],
+    ids=[
+        "delete_unknown",
+        "delete_nothing",
+        "pick_traversal",
+        "history_traversal",
+        "switch_unknown_model",
+        "switch_unknown_vocoder",
+    ],
+)
 def test_other_controls_refuse_values_they_never_offered(app, client, endpoint, args, check):
     try:
         answer = app.call(client, endpoint, *args)
@@ -188,39 +240,126 @@ def _model_folders(root: Path) -> dict[str, str]:
     (both / "cosyvoice3.yaml").write_text("a: 1\n")
     (broken / "cosyvoice3.yaml").write_text("{{{ not: yaml ::\n")
     (root / "file.txt").write_text("x")
-    return {"empty": str(empty), "both": str(both), "broken": str(broken), "file": str(root / "file.txt"),
-            "missing": str(root / "no-such-folder")}
+    return {
+        "empty": str(empty),
+        "both": str(both),
+        "broken": str(broken),
+        "file": str(root / "file.txt"),
+        "missing": str(root / "no-such-folder"),
+    }
 
 
 CLI_CASES = [
     ("no_arguments", [], "usage"),
     ("unknown_command", ["fly"], "invalid choice"),
     ("no_text", ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--out", "o.wav"], "--text"),
-    ("speed_not_a_number", ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--text", "Hi",
-                            "--out", "o.wav", "--speed", "fast"], "invalid float"),
-    ("seed_not_a_number", ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--text", "Hi",
-                           "--out", "o.wav", "--seed", "x"], "invalid int"),
-    ("unknown_vocoder", ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--text", "Hi",
-                         "--out", "o.wav", "--vocoder", "metal"], "invalid choice"),
-    ("unknown_compute_units", ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--text", "Hi",
-                               "--out", "o.wav", "--compute-units", "GPU"], "invalid choice"),
-    ("model_and_random_weights", ["synth", "--model", "{missing}", "--random-weights", "cosyvoice3",
-                                  "--prompt-wav", "{speech}", "--text", "Hi", "--out", "o.wav"], "not allowed"),
-    ("missing_model_folder", ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--text", "Hi",
-                              "--out", "o.wav"], "error:"),
-    ("model_is_a_file", ["synth", "--model", "{file}", "--prompt-wav", "{speech}", "--text", "Hi",
-                         "--out", "o.wav"], "error:"),
-    ("empty_model_folder", ["synth", "--model", "{empty}", "--prompt-wav", "{speech}", "--text", "Hi",
-                            "--out", "o.wav"], "download"),
-    ("two_model_configs", ["synth", "--model", "{both}", "--prompt-wav", "{speech}", "--text", "Hi",
-                           "--out", "o.wav"], "keep one"),
+    (
+        "speed_not_a_number",
+        [
+            "synth",
+            "--model",
+            "{missing}",
+            "--prompt-wav",
+            "{speech}",
+            "--text",
+            "Hi",
+            "--out",
+            "o.wav",
+            "--speed",
+            "fast",
+        ],
+        "invalid float",
+    ),
+    (
+        "seed_not_a_number",
+        ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--text", "Hi", "--out", "o.wav", "--seed", "x"],
+        "invalid int",
+    ),
+    (
+        "unknown_vocoder",
+        [
+            "synth",
+            "--model",
+            "{missing}",
+            "--prompt-wav",
+            "{speech}",
+            "--text",
+            "Hi",
+            "--out",
+            "o.wav",
+            "--vocoder",
+            "metal",
+        ],
+        "invalid choice",
+    ),
+    (
+        "unknown_compute_units",
+        [
+            "synth",
+            "--model",
+            "{missing}",
+            "--prompt-wav",
+            "{speech}",
+            "--text",
+            "Hi",
+            "--out",
+            "o.wav",
+            "--compute-units",
+            "GPU",
+        ],
+        "invalid choice",
+    ),
+    (
+        "model_and_random_weights",
+        [
+            "synth",
+            "--model",
+            "{missing}",
+            "--random-weights",
+            "cosyvoice3",
+            "--prompt-wav",
+            "{speech}",
+            "--text",
+            "Hi",
+            "--out",
+            "o.wav",
+        ],
+        "not allowed",
+    ),
+    (
+        "missing_model_folder",
+        ["synth", "--model", "{missing}", "--prompt-wav", "{speech}", "--text", "Hi", "--out", "o.wav"],
+        "error:",
+    ),
+    (
+        "model_is_a_file",
+        ["synth", "--model", "{file}", "--prompt-wav", "{speech}", "--text", "Hi", "--out", "o.wav"],
+        "error:",
+    ),
+    (
+        "empty_model_folder",
+        ["synth", "--model", "{empty}", "--prompt-wav", "{speech}", "--text", "Hi", "--out", "o.wav"],
+        "download",
+    ),
+    (
+        "two_model_configs",
+        ["synth", "--model", "{both}", "--prompt-wav", "{speech}", "--text", "Hi", "--out", "o.wav"],
+        "keep one",
+    ),
 ]
 
 
 def _cli(arguments: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO_ROOT)}
-    return subprocess.run([sys.executable, "-m", "cosyvoice_mac", *arguments], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=JOB_S, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cosyvoice_mac", *arguments],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=JOB_S,
+        check=False,
+    )
 
 
 def test_the_cli_refuses_bad_input_clearly(tmp_path, speech):

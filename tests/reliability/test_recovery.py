@@ -1,5 +1,6 @@
 """Kill -9 and SIGSTOP of the worker, ten Restart presses at once (after the speaker cache was damaged), a voice library
 damaged before the start and a full outputs disk: each time the page says what happened and keeps working."""
+
 from __future__ import annotations
 
 import os
@@ -18,13 +19,13 @@ LONG_TEXT = " ".join(f"This is sentence number {i} of a long request." for i in 
 
 
 def _generate(app, client, prompt, text, seed=1):
-    return app.call(client, "/generate", "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0,
-                    False)
+    return app.call(client, "/generate", "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False)
 
 
 def _submit(client, prompt, text, seed=1):
-    return client.submit("en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False,
-                         api_name="/generate")
+    return client.submit(
+        "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False, api_name="/generate"
+    )
 
 
 def _wait_running(app, client, timeout=JOB_S):
@@ -116,8 +117,9 @@ def test_ten_restart_presses_at_once_make_one_restart_and_a_job_meanwhile_is_not
     assert all(answer[0].startswith("✅ The model is ready") for answer in answers), answers
     assert len(workers) == 2, workers  # the old worker and one new one: not eleven
     assert elapsed < 45, elapsed
-    assert "Stopped." not in outcome and ("Not finished" in outcome and "restarted" in outcome
-                                          or outcome.startswith("✅ Done")), outcome
+    assert "Stopped." not in outcome and (
+        "Not finished" in outcome and "restarted" in outcome or outcome.startswith("✅ Done")
+    ), outcome
     assert _generate(app, client, speech, "Read the damaged cache.")[STATUS].startswith("✅ Done")
 
 

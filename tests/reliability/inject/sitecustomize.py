@@ -1,5 +1,6 @@
 """Loaded by the app under test (its PYTHONPATH starts here) when no small tmpfs can be mounted: while the
 flag file exists, flushing a file inside the outputs folder fails with ENOSPC, as on a full disk."""
+
 import errno
 import os
 import sys

@@ -349,13 +349,8 @@ def _describe_voice(entry: dict) -> dict:
 
 
 def samples_of(result: JobResult) -> tuple[np.ndarray, int]:
-    """A finished job's (N,) float32 samples and rate: from the result, else from its saved WAV."""
-    if getattr(result, "audio", None) is not None:
-        return np.asarray(result.audio, dtype=np.float32), result.sample_rate
-    import soundfile
-
-    samples, rate = soundfile.read(result.output_path, dtype="float32")
-    return samples, rate
+    """A finished job's (N,) float32 samples and rate (read back from its saved WAV when not kept)."""
+    return np.asarray(result.samples(), dtype=np.float32), result.sample_rate
 
 
 def _contract_error(error: Exception) -> ApiError:

@@ -99,7 +99,10 @@ class JobResult:
             return self.audio
         import soundfile
 
-        return soundfile.read(self.output_path, dtype="float32")[0]
+        # Our WAVs hold round(x * 32767) (outputs.encode_wav): dividing by the same scale gives back samples
+        # that encode to exactly the saved bytes again (soundfile's float read divides by 32768).
+        pcm = soundfile.read(self.output_path, dtype="int16")[0]
+        return (pcm.astype(np.float32) / 32767.0).reshape(-1)
 
 
 @dataclass

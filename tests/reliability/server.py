@@ -121,6 +121,8 @@ class AppServer:
             "OMP_WAIT_POLICY": "PASSIVE",
             "GRADIO_ANALYTICS_ENABLED": "False",
             "NO_PROXY": "127.0.0.1,localhost",
+            # The page's events stay callable (undocumented) so gradio_client can press its buttons here.
+            "COSYVOICE_UNDOCUMENTED_EVENTS": "1",
             "PYTHONPATH": os.pathsep.join([str(INJECT), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
         }
         if disk is not None and not disk.mounted:

@@ -9,7 +9,6 @@ as the page's Generate button and the HTTP API.
 from __future__ import annotations
 
 import os
-
 from pathlib import Path
 
 import gradio as gr

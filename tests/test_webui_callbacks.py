@@ -10,13 +10,11 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from cosyvoice_mac.engine import Engine
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
@@ -29,7 +27,7 @@ from cosyvoice_mac.webui.state import (
     find_models,
     is_inside,
 )
-from tests.fakes.fake_pipeline import FAKE_FACTORY
+from tests.fakes.fake_pipeline import fake_engine_factory
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
 TRANSCRIPT = "This is the voice I would like you to copy."
@@ -39,15 +37,7 @@ def _is_skip(value) -> bool:
     return isinstance(value, dict) and value == {"__type__": "update"}
 
 
-def _fake_engine(config, **options):
-    """The host's engine with the fake pipeline in place of its backend (the preview voice has no folder)."""
-    fake = replace(
-        config,
-        pipeline_factory=FAKE_FACTORY,
-        pipeline_kwargs={"segment_s": 0.4},
-        model_dir=config.model_dir or "preview-stand-in",
-    )
-    return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
+_fake_engine = fake_engine_factory(segment_s=0.4)  # the preview voice has no folder: the fake stands in
 
 
 def _models(root: Path) -> Path:

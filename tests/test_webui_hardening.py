@@ -5,15 +5,13 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
 
-from cosyvoice_mac.engine import Engine
 from cosyvoice_mac.webui.callbacks import Callbacks
-from cosyvoice_mac.webui.state import HostConfig, ModelHost, Session, Settings
-from tests.fakes.fake_pipeline import FAKE_FACTORY, fake_request
+from cosyvoice_mac.webui.state import Session, Settings
+from tests.fakes.fake_pipeline import fake_request, started_fake_host
 
 
 def test_a_damaged_voice_list_is_named_on_the_page(live):
@@ -33,34 +31,10 @@ STATUS = 3
 SLOW = "[slow] " + " ".join(f"Sentence {i}." for i in range(16))
 
 
-def _fake_engine(config, **options):
-    fake = replace(
-        config,
-        pipeline_factory=FAKE_FACTORY,
-        pipeline_kwargs={"segment_s": 0.25},
-        model_dir=config.model_dir or "preview-stand-in",
-    )
-    return Engine(fake, stop_timeout_s=2.0, cancel_grace_s=2.0, **options)
-
-
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     root = tmp_path_factory.mktemp("live")
-    (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
-    (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
-    host = ModelHost(
-        HostConfig(
-            models_dir=root / "models",
-            outputs_dir=root / "outputs",
-            cache_dir=root / "cache",
-            max_queue=2,
-            start_timeout_s=120,
-            preview=False,
-        ),
-        engine_factory=_fake_engine,
-    )
-    host.start()
-    assert host.engine.start(wait=True, timeout=120), host.status()
+    host = started_fake_host(root, max_queue=2, segment_s=0.25, stop_s=2.0)
     yield Callbacks(host, Settings(root / "cache"))
     host.close()
 

@@ -4,49 +4,23 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import Engine
 from cosyvoice_mac.webui.callbacks import Callbacks
-from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings
-from tests.fakes.fake_pipeline import FAKE_FACTORY
+from cosyvoice_mac.webui.state import Settings
+from tests.fakes.fake_pipeline import started_fake_host
 
 PROGRESS, MESSAGE, AUDIO, FILES = range(4)
-
-
-def _fake_engine(config, **options):
-    fake = replace(
-        config,
-        pipeline_factory=FAKE_FACTORY,
-        pipeline_kwargs={"segment_s": 0.3},
-        model_dir=config.model_dir or "preview-stand-in",
-    )
-    return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
 
 
 @pytest.fixture(scope="module")
 def callbacks(tmp_path_factory, make_speech):
     root = tmp_path_factory.mktemp("ui-longform")
-    (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
-    (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
-    host = ModelHost(
-        HostConfig(
-            models_dir=root / "models",
-            outputs_dir=root / "outputs",
-            cache_dir=root / "cache",
-            max_queue=4,
-            start_timeout_s=120,
-            preview=False,
-        ),
-        engine_factory=_fake_engine,
-    )
-    host.start()
-    assert host.engine.start(wait=True, timeout=120), host.status()
+    host = started_fake_host(root, max_queue=4, segment_s=0.3, stop_s=5.0)
     page = Callbacks(host, Settings(root / "cache"))
     for name in ("Anna", "Bob"):
         host.engine.save_voice_from_audio(

@@ -267,3 +267,44 @@ def fake_request(text: str, **options):
     from cosyvoice_mac.request import Request
 
     return Request.build(text, options.pop("voice", None) or fake_voice(), **options)
+
+
+def fake_engine_factory(segment_s: float = 0.3, stop_s: float = 5.0):
+    """A ModelHost ``engine_factory``: the host's engine with FakeCosyVoice as its backend (the preview voice,
+    which has no folder, included)."""
+    from dataclasses import replace
+
+    from cosyvoice_mac.engine import Engine
+
+    def make(config, **options):
+        fake = replace(
+            config,
+            pipeline_factory=FAKE_FACTORY,
+            pipeline_kwargs={"segment_s": segment_s},
+            model_dir=config.model_dir or "preview-stand-in",
+        )
+        return Engine(fake, stop_timeout_s=stop_s, cancel_grace_s=stop_s, **options)
+
+    return make
+
+
+def started_fake_host(root: Path, *, max_queue: int, segment_s: float = 0.3, stop_s: float = 5.0):
+    """A ModelHost over one CosyVoice3 model folder (a yaml only) running FakeCosyVoice, started and ready."""
+    from cosyvoice_mac.webui.state import HostConfig, ModelHost
+
+    (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
+    (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
+    host = ModelHost(
+        HostConfig(
+            models_dir=root / "models",
+            outputs_dir=root / "outputs",
+            cache_dir=root / "cache",
+            max_queue=max_queue,
+            start_timeout_s=120,
+            preview=False,
+        ),
+        engine_factory=fake_engine_factory(segment_s, stop_s),
+    )
+    host.start()
+    assert host.engine.start(wait=True, timeout=120), host.status()
+    return host

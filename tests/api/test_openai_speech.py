@@ -131,7 +131,7 @@ def test_too_long_a_text_is_a_400_naming_the_check(client):
     error = _error_of(lambda: client.audio.speech.create(model="tts-1", voice="preview", input="word " * 1200))
     assert error.status_code == 400
     assert error.body["code"] == "text_too_long" and error.body["param"] == "input"
-    assert "5000" in error.body["message"]
+    assert "5,000" in error.body["message"]
 
 
 @pytest.mark.parametrize(

@@ -116,8 +116,8 @@ GENERATE_CASES = [
         STATUS,
         "&#60;&#124;en&#124;&#62;",
     ),
-    ("only_punctuation", "speech", "!!! ??? ...", "cross_lingual", "", "", 1, 1.0, STATUS, "nothing to speak"),
-    ("only_emoji", "speech", "😀😀😀", "cross_lingual", "", "", 1, 1.0, STATUS, "nothing to speak"),
+    ("only_punctuation", "speech", "!!! ??? ...", "cross_lingual", "", "", 1, 1.0, COUNTER, "nothing to speak"),
+    ("only_emoji", "speech", "😀😀😀", "cross_lingual", "", "", 1, 1.0, COUNTER, "nothing to speak"),
 ]
 
 

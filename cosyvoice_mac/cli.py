@@ -99,6 +99,18 @@ def _request(args):
     )
 
 
+def _glossed(request):
+    """The request with the user's pronunciation glossary applied (as the app's worker does), said on stderr."""
+    from cosyvoice_mac.longform.glossary import RequestGlossary, glossary_store
+
+    request, hits, note = RequestGlossary(glossary_store()).apply(request)
+    for hit in hits:
+        print(f"glossary: {hit['key']} -> {hit['replacement']} ({hit['count']}x)", file=sys.stderr)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    return request
+
+
 def _load(args):
     from cosyvoice_mac.load import load_model
     from cosyvoice_mac.pipeline import CosyVoice
@@ -116,7 +128,7 @@ def _load(args):
 def _synth(args) -> int:
     from cosyvoice_mac.audio import write_wav
 
-    request = _request(args)
+    request = _glossed(_request(args))
     started = time.perf_counter()
     model = _load(args)
     print(f"loaded {model.model_id} on {model.device} in {time.perf_counter() - started:.1f} s", file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -320,3 +321,43 @@ def test_trim_removes_only_the_silent_edges(make_speech):
     assert len(trimmed) < len(speech) + 0.2 * rate and np.sum(trimmed**2) == pytest.approx(np.sum(speech**2), 1e-3)
     with pytest.raises(PostError, match="-40 to -5 LUFS"):
         PostSettings(loudness_lufs=0)
+
+
+# ------------------------------------------------------------------------------- every request, in the worker
+
+
+def test_the_worker_speaks_every_request_with_the_glossary_and_the_sidecar_says_which_entries(tmp_path):
+    from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started
+
+    config = fake_worker_config(tmp_path)
+    GlossaryStore(Path(config.cache_dir) / "glossary.json").replace(
+        [GlossaryEntry("minute", "[M][AY0][N][UW1][T]", "en")]
+    )
+    engine = started(quick_engine(config))
+    try:
+        with engine.subscribe() as heard:
+            job_id = engine.submit(fake_request("Wait a minute. No minutes here."))
+            spoken = [event.text for event in heard.of(job_id, timeout=60) if event.kind == "progress"]
+        result = engine.result(job_id, timeout=0)
+        sidecar = json.loads(Path(result.sidecar_path).read_text())
+    finally:
+        engine.close()
+    assert "Wait a [M][AY0][N][UW1][T]." in spoken and "No minutes here." in spoken
+    assert sidecar["text"] == "Wait a minute. No minutes here."  # the sidecar keeps what the user typed
+    assert sidecar["glossary"] == [
+        {"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en", "count": 1}
+    ]
+
+
+def test_an_unreadable_glossary_is_skipped_with_a_note(tmp_path):
+    from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started
+
+    config = fake_worker_config(tmp_path)
+    (Path(config.cache_dir)).mkdir(parents=True, exist_ok=True)
+    (Path(config.cache_dir) / "glossary.json").write_text("{broken")
+    engine = started(quick_engine(config))
+    try:
+        result = engine.result(engine.submit(fake_request("Still spoken.")), timeout=60)
+    finally:
+        engine.close()
+    assert result.output_path and any("glossary was not applied" in note for note in result.notes)

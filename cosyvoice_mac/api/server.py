@@ -19,8 +19,7 @@ from cosyvoice_mac.api.errors import ApiError, install_error_handlers
 from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
 from cosyvoice_mac.api.longform_routes import build_longform_router
 from cosyvoice_mac.api.routes import build_router
-from cosyvoice_mac.engine.cache import user_cache_dir
-from cosyvoice_mac.longform.glossary import GlossaryStore
+from cosyvoice_mac.longform.glossary import glossary_store
 
 API_PREFIX = "/v1"
 GRADIO_CALL_PREFIX = "/gradio_api/call/"
@@ -101,7 +100,7 @@ def build_server_app(page, link: EngineLink, settings: ApiSettings, origin_polic
         app.add_middleware(OriginGuard, policy=origin_policy)
     app.include_router(build_router(link, settings.access, settings.upload_limit_bytes))
     config = link.host.config
-    glossary = GlossaryStore(Path(config.cache_dir or user_cache_dir()) / "glossary.json")
+    glossary = glossary_store(config.cache_dir)
     app.include_router(build_longform_router(link, settings.access, Path(config.outputs_dir), glossary))
     return gr.mount_gradio_app(app, page, path="", **gradio_options)
 

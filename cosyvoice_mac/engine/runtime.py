@@ -40,6 +40,7 @@ from cosyvoice_mac.engine.messages import (
 )
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.longform.glossary import RequestGlossary, glossary_store
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request, Voice
@@ -121,6 +122,8 @@ class WorkerRuntime:
         self.config = config
         self.send = send
         self.cache = SpeakerCache(config.cache_dir, config.memory_cache_entries)
+        self.glossary = RequestGlossary(glossary_store(config.cache_dir))
+        self._glossary_hits: list[dict] = []  # the running job's glossary entries that matched (for its sidecar)
         self._voice_entry: dict | None = None  # the running job's saved voice, as the engine sent it
         self.factory = resolve_factory(config.pipeline_factory)
         self.pipeline = None
@@ -368,7 +371,7 @@ class WorkerRuntime:
 
     def _attempt(self, job: Job, should_stop) -> "Attempt":
         """One try of ``job`` on the current device."""
-        request = job.request
+        request, self._glossary_hits, note = self.glossary.apply(job.request)
         timings: dict[str, float] = {}
         clock = time.perf_counter()
         speaker, source = self._prompt_for(request)
@@ -395,6 +398,8 @@ class WorkerRuntime:
             if should_stop():
                 break
         timings["synthesis"] = time.perf_counter() - clock
+        if note and pieces:
+            pieces[-1] = replace(pieces[-1], notes=[*pieces[-1].notes, note])
         return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device))
 
     def _save(self, job: Job, result: JobResult) -> None:
@@ -403,6 +408,7 @@ class WorkerRuntime:
         facts = {
             "id": job.job_id,
             **job.request.facts(),
+            "glossary": self._glossary_hits,  # the entries that changed what was spoken (text keeps the original)
             "model": result.model,
             "version": self.pipeline.version,
             **engine_status(self.pipeline),

@@ -70,10 +70,9 @@ def add_longform(commands) -> None:
 
 
 def _store():
-    from cosyvoice_mac.engine.cache import user_cache_dir
-    from cosyvoice_mac.longform.glossary import GlossaryStore
+    from cosyvoice_mac.longform.glossary import glossary_store
 
-    return GlossaryStore(user_cache_dir() / "glossary.json")
+    return glossary_store()
 
 
 def _glossary(args) -> int:

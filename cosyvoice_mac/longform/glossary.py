@@ -187,3 +187,35 @@ def _pattern(key: str) -> str:
 
 def _wordish(char: str) -> bool:
     return (char.isalnum() or char == "_") and not ("\u4e00" <= char <= "\u9fff")
+
+
+GLOSSARY_FILE = "glossary.json"
+
+
+def glossary_store(cache_dir: str | Path | None = None) -> GlossaryStore:
+    """The user's one glossary: ``glossary.json`` in the cache folder (``--cache-dir``, else the user's)."""
+    from cosyvoice_mac.engine.cache import user_cache_dir
+
+    return GlossaryStore(Path(cache_dir or user_cache_dir()) / GLOSSARY_FILE)
+
+
+class RequestGlossary:
+    """Owns, in the model worker, the reading of the user's glossary for each request: every job's text
+    (page, API, long form) is spoken with it applied, and its sidecar lists the entries that matched."""
+
+    def __init__(self, store: GlossaryStore):
+        self.store = store
+
+    def apply(self, request):
+        """(the request to speak, the entries that matched as sidecar facts, a note or None). A glossary that
+        cannot be read is skipped with a note: the request itself is fine."""
+        from dataclasses import replace
+
+        try:
+            entries = self.store.entries()
+        except GlossaryError as error:
+            return request, [], f"the pronunciation glossary was not applied: {error}"
+        result = apply_glossary(request.text, entries)
+        if not result.applied:
+            return request, [], None
+        return replace(request, text=result.text), result.describe(), None

@@ -1,7 +1,7 @@
 """Where a long job's lines are spoken: through the engine's queue (page, API) or a model in this process (CLI).
 
-Both resolve a saved voice by name through the voice library and apply the pronunciation glossary to each
-line's text before it is sent, recording the entries that matched in the line's facts.
+Both resolve a saved voice by name through the voice library. The pronunciation glossary is applied where the
+text is spoken: by the model worker for every engine job, by ``PipelineSpeak`` itself in the CLI.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from cosyvoice_mac.longform.runner import LineRequest, Spoken
 
 class EngineSpeak:
     """Sends each line as an ordinary job to ``engine`` (same queue, cancel and outputs/ as any request)
-    and waits for it; ``stop`` cancels the line in flight."""
+    and waits for it; ``stop`` cancels the line in flight. The worker applies the glossary to every job (each
+    line's sidecar lists the entries that matched); ``glossary`` here only keys a batch's resume."""
 
     def __init__(
         self,
@@ -32,10 +33,9 @@ class EngineSpeak:
         from cosyvoice_mac.engine.jobs import Job
         from cosyvoice_mac.request import Request, Voice
 
-        glossed = apply_glossary(line.text, self.glossary)
         name = line.voice or self.default_voice
         voice = self.engine.voice(name) if name else Voice.builtin()
-        request = Request.build(glossed.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
+        request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
         self.current_job = self.engine.submit(Job(request, interface=self.interface))
         try:
             result = self.engine.result(self.current_job, timeout=self.timeout_s)
@@ -47,7 +47,6 @@ class EngineSpeak:
             {
                 "seed": result.seed,
                 "model": result.model,
-                "glossary": glossed.describe(),
                 "line_output": result.output_path,
                 "interface": self.interface,
             },

@@ -17,8 +17,7 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, VoiceLibrary
-from cosyvoice_mac.engine.cache import user_cache_dir
-from cosyvoice_mac.longform.glossary import GlossaryStore
+from cosyvoice_mac.longform.glossary import glossary_store
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.longform import LongformCallbacks
@@ -41,9 +40,7 @@ class Callbacks:
         self.host = host
         self.settings = settings
         self.generation = Generation(host)
-        self.longform = LongformCallbacks(
-            host, GlossaryStore((host.config.cache_dir or user_cache_dir()) / "glossary.json")
-        )
+        self.longform = LongformCallbacks(host, glossary_store(host.config.cache_dir))
 
     # -- voice -----------------------------------------------------------------------------------
     def prompt_message(self, lang: str, audio: str | None) -> str:

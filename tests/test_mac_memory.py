@@ -65,7 +65,7 @@ def test_an_8_gb_machine_loads_in_low_memory_mode_and_never_holds_both_onnx_sess
     assert both_loaded == [False, False] and not tokenizer.loaded and not speaker.loaded
     # The status panel and every sidecar carry the choice and its reason.
     status = {"state": "ready", "low_memory": _low_memory(model)}
-    assert "Low-memory mode:** on (auto: 8 GiB RAM <= 12 GiB" in render_status("en", status)
+    assert "Low-memory mode:** on (auto: 8 GiB RAM &#60;= 12 GiB" in render_status("en", status)  # escaped
     assert "低内存模式" in render_status("zh", status)
 
 

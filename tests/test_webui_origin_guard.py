@@ -4,6 +4,7 @@ allowed origins and non-browser clients pass."""
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -57,6 +58,24 @@ def test_a_rebinding_host_name_is_refused_on_a_loopback_server():
     assert lan.refusal("POST", "192.168.1.5:7860", "http://192.168.1.5:7860", None) is None
 
 
+def _run(coroutine) -> None:
+    """Run ``coroutine`` on a loop of its own thread: the browser tests' Playwright keeps a loop running on
+    the main thread for the whole session, and asyncio.run refuses to start beside it."""
+    failure = []
+
+    def target():
+        try:
+            asyncio.run(coroutine)
+        except BaseException as error:  # noqa: BLE001 - re-raised on the test's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=target)
+    thread.start()
+    thread.join(30)
+    if failure:
+        raise failure[0]
+
+
 def test_the_middleware_answers_403_and_never_calls_the_app():
     called = []
 
@@ -75,8 +94,8 @@ def test_the_middleware_answers_403_and_never_calls_the_app():
         "scheme": "http",
         "headers": [(b"host", OWN.encode()), (b"origin", b"http://evil.example")],
     }
-    asyncio.run(OriginGuard(app, LOCAL)(scope, None, send))
+    _run(OriginGuard(app, LOCAL)(scope, None, send))
     assert called == [] and sent[0]["status"] == 403 and b"evil.example" in sent[1]["body"]
     scope["headers"] = [(b"host", OWN.encode()), (b"origin", b"http://127.0.0.1:7860")]
-    asyncio.run(OriginGuard(app, LOCAL)(scope, None, send))
+    _run(OriginGuard(app, LOCAL)(scope, None, send))
     assert called == ["/gradio_api/upload"]

@@ -31,7 +31,7 @@ from cosyvoice_mac.engine.messages import (
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
 from cosyvoice_mac.engine.tasks import TaskBook
 from cosyvoice_mac.engine.voices import VoiceSaving
-from cosyvoice_mac.engine.worker import WorkerConfig, WorkerProcess
+from cosyvoice_mac.engine.worker import HEARTBEAT_S, WorkerConfig, WorkerProcess
 from cosyvoice_mac.request import Request
 
 POLL_S = 0.05
@@ -386,7 +386,10 @@ class Engine(VoiceSaving):
         if not beating or self._state != "ready":
             bound *= STARTUP_LIVENESS_FACTOR
         with self._lock:
-            self._silent_s = silent if beating and silent > bound / 3 else 0.0  # a new process is only slow
+            # "Not answering" after a third of the bound, but never within two heartbeats: a gap that short is
+            # only the beat's own period (and a busy machine's scheduling), not a worker in trouble.
+            warn_after = max(bound / 3, 2 * HEARTBEAT_S)
+            self._silent_s = silent if beating and silent > warn_after else 0.0  # a new process is only slow
         if silent <= bound:
             return False
         worker.process.kill()  # works on a stopped (SIGSTOP) process too

@@ -125,6 +125,7 @@ class CosyVoice(Synthesizes):
         folder = ModelFolder.open(model_dir)
         target = _device(device)
         memory_mode = low_memory_choice(low_memory)
+        low_memory = memory_mode.enabled  # None ("pick for this machine") is decided here, once
         limit_mps_memory(target)
         qwen = qwen_config_for(folder)
 

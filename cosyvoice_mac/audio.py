@@ -32,22 +32,20 @@ import torch
 
 from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.frontend.resample import resample
-
-TOKENIZER_SAMPLE_RATE = 16000  # the speech tokenizer's rate; hashes and trimming work at this rate
-MIN_SOURCE_SAMPLE_RATE = 16000  # the prompt features need the band up to 8 kHz
-MIN_SECONDS = 1.0
-MAX_SECONDS = 30.0  # the speech tokenizer refuses longer prompts
-MAX_FILE_SECONDS = 600.0  # longer files are refused before decoding, to bound memory
-SILENT_PEAK = 1e-3  # -60 dBFS: nothing a microphone picked up on purpose
-
-TRIM_TOP_DB = 60
-TRIM_FRAME_LENGTH = 440  # samples at 16 kHz (27.5 ms)
-TRIM_HOP_LENGTH = 220
-NORMALIZED_PEAK = 0.8
-TAIL_SECONDS = 0.2
-
-# Containers libsndfile cannot read; only a platform decoder (Core Audio, ffmpeg, GStreamer) can.
-PLATFORM_DECODER_SUFFIXES = {".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"}
+from cosyvoice_mac.prompt_limits import (
+    MAX_FILE_SECONDS,
+    MAX_SECONDS,
+    MIN_SECONDS,
+    MIN_SOURCE_SAMPLE_RATE,
+    NORMALIZED_PEAK,
+    PLATFORM_DECODER_SUFFIXES,
+    SILENT_PEAK,
+    TAIL_SECONDS,
+    TOKENIZER_SAMPLE_RATE,
+    TRIM_FRAME_LENGTH,
+    TRIM_HOP_LENGTH,
+    TRIM_TOP_DB,
+)
 
 REASONS = (
     "not_audio",

@@ -1,8 +1,8 @@
 """A quick look at an uploaded or recorded prompt before any work is queued: is it audio, how long, how loud.
 
 It runs in the UI process, so it uses soundfile (and audioread for containers libsndfile cannot read)
-and numpy only, never torch. The numbers mirror ``cosyvoice_mac.audio`` (a test keeps them equal); the
-worker's own checks stay the final word, this only saves the user a wait for an answer we can give now.
+and numpy only, never torch. The numbers are the worker's own (``cosyvoice_mac.prompt_limits``); the
+worker's checks stay the final word, this only saves the user a wait for an answer we can give now.
 """
 
 from __future__ import annotations
@@ -15,16 +15,22 @@ from pathlib import Path
 import numpy as np
 import soundfile
 
-MIN_SECONDS = 1.0  # cosyvoice_mac.audio.MIN_SECONDS
-MAX_SECONDS = 30.0  # cosyvoice_mac.audio.MAX_SECONDS
-TAIL_SECONDS = 0.2  # cosyvoice_mac.audio.TAIL_SECONDS: appended after trimming, counts toward the limit
-MIN_SOURCE_SAMPLE_RATE = 16000  # cosyvoice_mac.audio.MIN_SOURCE_SAMPLE_RATE
-MAX_FILE_SECONDS = 600.0  # cosyvoice_mac.audio.MAX_FILE_SECONDS: longer files are not decoded at all
-SILENT_PEAK = 1e-3  # cosyvoice_mac.audio.SILENT_PEAK
-TRIM_TOP_DB = 60.0  # cosyvoice_mac.audio.TRIM_TOP_DB
-TRIM_FRAME_SECONDS = 0.0275  # 440 samples at 16 kHz
-TRIM_HOP_SECONDS = 0.01375
-PLATFORM_DECODER_SUFFIXES = {".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"}
+from cosyvoice_mac.prompt_limits import (
+    MAX_FILE_SECONDS,
+    MAX_SECONDS,
+    MIN_SECONDS,
+    MIN_SOURCE_SAMPLE_RATE,
+    PLATFORM_DECODER_SUFFIXES,
+    SILENT_PEAK,
+    TAIL_SECONDS,
+    TOKENIZER_SAMPLE_RATE,
+    TRIM_FRAME_LENGTH,
+    TRIM_HOP_LENGTH,
+    TRIM_TOP_DB,
+)
+
+TRIM_FRAME_SECONDS = TRIM_FRAME_LENGTH / TOKENIZER_SAMPLE_RATE  # the worker's frames, at any rate
+TRIM_HOP_SECONDS = TRIM_HOP_LENGTH / TOKENIZER_SAMPLE_RATE
 
 PROBLEMS = (
     "missing",

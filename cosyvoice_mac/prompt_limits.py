@@ -1,0 +1,22 @@
+"""What a voice prompt must be, in one torch-free place: the worker (``cosyvoice_mac.audio``) enforces
+these limits and the page (``webui.prompt_check``) answers early with the same numbers.
+"""
+
+from __future__ import annotations
+
+TOKENIZER_SAMPLE_RATE = 16000  # the speech tokenizer's rate; hashes and trimming work at this rate
+MIN_SOURCE_SAMPLE_RATE = 16000  # the prompt features need the band up to 8 kHz
+MIN_SECONDS = 1.0
+MAX_SECONDS = 30.0  # the speech tokenizer refuses longer prompts
+MAX_FILE_SECONDS = 600.0  # longer files are refused before decoding, to bound memory
+SILENT_PEAK = 1e-3  # -60 dBFS: nothing a microphone picked up on purpose
+
+# Silence trimming, as upstream's webui ``postprocess``: librosa.effects.trim on the 16 kHz signal.
+TRIM_TOP_DB = 60
+TRIM_FRAME_LENGTH = 440  # samples at 16 kHz (27.5 ms)
+TRIM_HOP_LENGTH = 220
+NORMALIZED_PEAK = 0.8
+TAIL_SECONDS = 0.2  # silence appended after trimming; it counts toward MAX_SECONDS
+
+# Containers libsndfile cannot read; only a platform decoder (Core Audio, ffmpeg, GStreamer) can.
+PLATFORM_DECODER_SUFFIXES = frozenset({".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"})

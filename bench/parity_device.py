@@ -32,7 +32,7 @@ from tests.parity.common import TOLERANCE, ParityContext, parity_dir, versions_i
 
 
 def _error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return (actual.detach().float().cpu() - expected.float()).abs().max().item()
+    return (actual.detach().float().cpu() - expected.float().cpu()).abs().max().item()
 
 
 @torch.inference_mode()

@@ -55,6 +55,18 @@ def cuda_graphs_wanted() -> bool:
     return env_flag(CUDA_GRAPHS_ENV, True)
 
 
+def try_cuda_capture(capture, device: torch.device):
+    """``(capture(), None)``, or ``(None, why)`` when the CUDA graph capture it runs fails (an operation that
+    syncs with the host, say): the stream current before it is made current again, as a failed capture can
+    leave its side stream current."""
+    stream = torch.cuda.current_stream(device)
+    try:
+        return capture(), None
+    except Exception as error:  # noqa: BLE001 (any capture failure means: run eagerly)
+        torch.cuda.set_stream(stream)
+        return None, f"{type(error).__name__}: {error}"
+
+
 def mps_available() -> bool:
     return torch.backends.mps.is_available()
 

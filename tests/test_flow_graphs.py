@@ -17,6 +17,7 @@ from cosyvoice_mac.bench import synthetic_prompt
 from cosyvoice_mac.models.flow.masks import chunk_causal_mask, new_rows_see_every_key
 from cosyvoice_mac.pipeline import CosyVoice
 from tests.fakes.onnx_models import make_tiny_model_dir
+from tests.test_flow_prefix import strict_fp32  # noqa: F401 (autouse: CUDA compares in real fp32)
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
 cuda_only = pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")
@@ -35,14 +36,6 @@ def test_the_host_side_mask_rule_equals_the_mask(chunk):
 def model(request, tmp_path_factory) -> CosyVoice:
     folder = make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param))
     return CosyVoice.from_pretrained(folder, device=TEST_DEVICE)
-
-
-@pytest.fixture(autouse=True)
-def strict_fp32():
-    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-    yield
-    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _draws(model, prompt_tokens: int, new_tokens: int, seed: int):

@@ -199,9 +199,36 @@ def test_the_llm_probe_times_every_layer_at_full_depth(monkeypatch):
     timed.clear()
     monkeypatch.setattr(probe, "at_full_depth", lambda device: True)
     timings = probe._time_llm_candidates(CPU, small)
-    assert set(timed) == {4 * 3} and len(timed) == len(probe.CANDIDATES["llm"])
+    assert set(timed) == {4 * 3} and len(timed) >= len(probe.CANDIDATES["llm"])  # a GPU: in turns
     assert all(isinstance(value, float) and value > 0 for value in timings.values()), timings
     assert probe.llm_step(CPU, [], [])[1] == 1  # the CPU runs the products eagerly, once per timing
+
+
+def test_gpu_candidates_take_turns_and_their_best_turn_counts(monkeypatch):
+    monkeypatch.setattr(probe, "best_seconds", lambda device, function, repeats, clock: function())
+    made: list[str] = []
+    turns = {"float32": [2.0, 1.0], "float16": [1.5, 1.6], "int8": [9.0, 9.0]}  # float32's first turn: a cold clock
+
+    def maker(choice):
+        if choice == "bfloat16":
+            return lambda: (_ for _ in ()).throw(RuntimeError("no bf16 kernel"))
+        seconds = iter(turns[choice])
+        return lambda: made.append(choice) or ((lambda: next(seconds)), 1)
+
+    candidates = {choice: maker(choice) for choice in ("float32", "float16", "bfloat16", "int8")}
+    assert probe.timed_in_turn(CPU, candidates) == {
+        "float32": 2.0,
+        "float16": 1.5,
+        "bfloat16": "does not run here (RuntimeError: no bf16 kernel)",
+        "int8": 9.0,
+    }  # a CPU: one turn each
+    made.clear()
+    monkeypatch.setattr(probe, "at_full_depth", lambda device: True)
+    candidates = {choice: maker(choice) for choice in ("float32", "float16", "bfloat16", "int8")}
+    timings = probe.timed_in_turn(CPU, candidates)
+    assert made == ["float32", "float16", "int8", "float32", "float16"]  # round-robin; int8 (> 3x) gave up
+    assert timings["float32"] == 1.0 and timings["float16"] == 1.5 and timings["int8"] == 9.0
+    assert _plan(torch.device("cuda"), {"llm": timings, "flow": {}}, precision="auto").llm.choice == "float32"
 
 
 # through the model -------------------------------------------------------------------------------

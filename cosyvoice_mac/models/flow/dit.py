@@ -102,7 +102,8 @@ class CausalConvPositionEmbedding(nn.Module):
             padded = causal_left_pad(conv, h, CONV_POS_KERNEL - 1, state)
             # cuDNN takes an FFT algorithm for this fp32 grouped k=31 conv on CUDA: ~13 ms a call on an H200,
             # 3/4 of the first streamed chunk's GPU time (bench/flow_kernels.py); as matrix products, well under 1 ms.
-            h = mish(grouped_conv1d_as_matmul(padded, conv) if padded.device.type == "cuda" else conv(padded))
+            as_products = padded.device.type == "cuda" and padded.dtype == torch.float32
+            h = mish(grouped_conv1d_as_matmul(padded, conv) if as_products else conv(padded))
         return h.transpose(1, 2)
 
 

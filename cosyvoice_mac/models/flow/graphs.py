@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from cosyvoice_mac.device import cuda_graphs_wanted
+from cosyvoice_mac.device import cuda_graphs_wanted, try_cuda_capture
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +85,12 @@ class PrefixGraphs:
 
     def _capture(self, decoder, mu, mask, spks, cond, states) -> SamplerGraph | None:
         self.graphs.pop(mu.shape[-1], None)
-        stream = torch.cuda.current_stream(mu.device)
         started = time.perf_counter()
-        try:
-            graph = SamplerGraph(decoder, decoder.start_noise(mu, states), mu, mask, spks, cond, states)
-        except Exception as error:  # noqa: BLE001 (any capture failure means: run eagerly)
-            torch.cuda.set_stream(stream)  # a failed capture can leave its side stream current
-            self.error = f"CUDA graph capture of the flow failed ({type(error).__name__}: {error}); running eagerly"
+        graph, why = try_cuda_capture(
+            lambda: SamplerGraph(decoder, decoder.start_noise(mu, states), mu, mask, spks, cond, states), mu.device
+        )
+        if graph is None:
+            self.error = f"CUDA graph capture of the flow failed ({why}); running eagerly"
             log.warning(self.error)
             self.graphs.clear()
             return None

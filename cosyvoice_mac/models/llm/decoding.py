@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.device import cuda_graphs_wanted, env_flag
+from cosyvoice_mac.device import cuda_graphs_wanted, env_flag, try_cuda_capture
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
 
 if TYPE_CHECKING:
@@ -160,12 +160,9 @@ class DecodeRunner:
             graph.replay()
             return self._logp
         logp = self._bucketed_step(cache, span)  # this token's real step, and the capture's warm-up
-        stream = torch.cuda.current_stream(self.device)
-        try:
-            self._capture(cache, span)
-        except Exception as error:  # noqa: BLE001 (any capture failure means: run eagerly)
-            torch.cuda.set_stream(stream)  # a failed capture can leave its side stream current
-            self.graph_error = f"CUDA graph capture failed ({type(error).__name__}: {error}); decoding eagerly"
+        captured, why = try_cuda_capture(lambda: self._capture(cache, span) or True, self.device)
+        if not captured:
+            self.graph_error = f"CUDA graph capture failed ({why}); decoding eagerly"
             log.warning(self.graph_error)
             self._graphs.clear()
         return logp

@@ -26,12 +26,13 @@ from cosyvoice_mac.config import read_yaml_config  # noqa: E402
 from cosyvoice_mac.models.flow import Flow, FlowConfig  # noqa: E402
 from cosyvoice_mac.models.llm import load_speech_lm  # noqa: E402
 from cosyvoice_mac.models.vocoder import RecordedSourceNoise, load_hift  # noqa: E402
+from cosyvoice_mac.pipeline.streaming import PromptPlan  # noqa: E402
 from tests.parity import e2e  # noqa: E402
 from tests.parity.common import TOLERANCE, ParityContext, parity_dir, versions_in_manifest  # noqa: E402
 
 
 def _error(actual: torch.Tensor, expected: torch.Tensor) -> float:
-    return (actual.detach().float().cpu() - expected.float()).abs().max().item()
+    return (actual.detach().float().cpu() - expected.float().cpu()).abs().max().item()
 
 
 @torch.inference_mode()
@@ -60,6 +61,7 @@ def stage_errors(ctx: ParityContext, device: torch.device) -> dict[str, float]:
         flow.inference(tokens[:, :chunk1], *prompt, streaming=True, finalize=False, prefix=prefix),
         vectors["mel_stream_chunk1"],
     )
+    errors.update(first_chunk_graph_errors(flow, prompt, tokens))
 
     hift = load_hift(folder / f"{version}.yaml", folder / "hift.pt").to(device)
     vectors = ctx.vectors("hift")
@@ -67,6 +69,28 @@ def stage_errors(ctx: ParityContext, device: torch.device) -> dict[str, float]:
     wave, _ = hift.inference(vectors["mel_in"].to(device), noise=RecordedSourceNoise(noise))
     errors["hift_wave"] = _error(wave, vectors["callA_wave"])
     return errors
+
+
+def first_chunk_graph_errors(flow, prompt, tokens) -> dict:
+    """The pipeline's first streamed chunk (prompt cut to its plan, cached prefix, first hop of 10) eagerly
+    without a prefix, through the prefix, and as the CUDA graph (captured, then replayed): max abs differences."""
+    plan = PromptPlan.for_prompt(prompt[0].shape[1], lookahead=flow.config.pre_lookahead_len)
+    cut = [prompt[0][:, plan.cut :], prompt[1][:, 2 * plan.cut :], prompt[2]]
+    first = tokens[:, : plan.first_hop + flow.config.pre_lookahead_len]
+    os.environ["COSYVOICE_CUDA_GRAPHS"] = "0"
+    full = flow.inference(first, *cut, streaming=True, finalize=False)
+    prefix = flow.build_prefix(*cut, tokens=plan.prefix_tokens)
+    eager = flow.inference(first, *cut, streaming=True, finalize=False, prefix=prefix)
+    os.environ["COSYVOICE_CUDA_GRAPHS"] = "1"
+    captured = flow.inference(first, *cut, streaming=True, finalize=False, prefix=prefix)
+    replayed = flow.inference(first, *cut, streaming=True, finalize=False, prefix=prefix)
+    return {
+        "first_chunk_prefix_vs_full": _error(eager, full),
+        "first_chunk_graph_captured_vs_eager": _error(captured, eager),
+        "first_chunk_graph_replayed_vs_eager": _error(replayed, eager),
+        "first_chunk_graph_captures": prefix.graphs.captures,
+        "first_chunk_graph_error": prefix.graphs.error,
+    }
 
 
 def e2e_result(ctx: ParityContext, device: torch.device) -> str:

@@ -77,17 +77,32 @@ def dispatch_ops_per_token(lm, embeds: torch.Tensor | None = None, steps: int = 
 @torch.inference_mode()
 def cuda_kernels_per_token(lm, embeds: torch.Tensor, steps: int = 60) -> dict:
     """``torch.profiler`` over ``steps`` decoding steps: kernels, GPU-busy and wall time per token."""
-    from torch.profiler import ProfilerActivity, profile
-
     device = _device(lm)
     embeds = embeds.to(device=device, dtype=lm.speech_embedding.weight.dtype)
     warm = lm.start_decoding(embeds, steps + 1)
     _forced_steps(lm, warm, steps)  # every length bucket captured before the profile
     decoder = lm.start_decoding(embeds, steps + 1)
+    profiled = cuda_profile(device, lambda: _forced_steps(lm, decoder, steps))
+    return {
+        "kernels_per_token": profiled["kernels"] / steps,
+        "device_ops_per_token": profiled["device_ops"] / steps,
+        "gpu_busy_ms_per_token": profiled["gpu_busy_ms"] / steps,
+        "wall_ms_per_token": profiled["wall_ms"] / steps,
+        "steps": steps,
+        "graph_launches_per_token": profiled["graph_launches"] / steps,
+    }
+
+
+def cuda_profile(device: torch.device, function, kernel_events: list | None = None) -> dict:
+    """``torch.profiler`` over one call of ``function``: CUDA kernels (and copies, sets) it ran, the
+    milliseconds the GPU was busy with them, the wall milliseconds, and the graph launches.
+    ``kernel_events`` (a list) receives the trace's kernel events (name, ``dur`` in microseconds)."""
+    from torch.profiler import ProfilerActivity, profile
+
     synchronize(device)
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         started = time.perf_counter()
-        _forced_steps(lm, decoder, steps)
+        function()
         synchronize(device)
         wall = time.perf_counter() - started
     with tempfile.TemporaryDirectory() as folder:
@@ -96,14 +111,14 @@ def cuda_kernels_per_token(lm, embeds: torch.Tensor, steps: int = 60) -> dict:
         with open(path, encoding="utf-8") as handle:
             events = json.load(handle).get("traceEvents", [])
     device_events = [e for e in events if e.get("cat") in KERNEL_CATEGORIES and "dur" in e]
-    kernels = sum(1 for e in device_events if e["cat"] == "kernel")
+    if kernel_events is not None:
+        kernel_events.extend(e for e in device_events if e["cat"] == "kernel")
     return {
-        "kernels_per_token": kernels / steps,
-        "device_ops_per_token": len(device_events) / steps,
-        "gpu_busy_ms_per_token": _union_us(device_events) / 1e3 / steps,
-        "wall_ms_per_token": 1e3 * wall / steps,
-        "steps": steps,
-        "graph_launches_per_token": sum(1 for e in events if e.get("name") == "cudaGraphLaunch") / steps,
+        "kernels": sum(1 for e in device_events if e["cat"] == "kernel"),
+        "device_ops": len(device_events),
+        "gpu_busy_ms": _union_us(device_events) / 1e3,
+        "wall_ms": 1e3 * wall,
+        "graph_launches": sum(1 for e in events if e.get("name") == "cudaGraphLaunch"),
     }
 
 

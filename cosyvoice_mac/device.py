@@ -22,6 +22,7 @@ from cosyvoice_mac.errors import CosyVoiceError
 DEVICE_ENV = "COSYVOICE_DEVICE"
 DTYPE_ENV = "COSYVOICE_DTYPE"
 MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
+CUDA_GRAPHS_ENV = "COSYVOICE_CUDA_GRAPHS"
 
 # MPS convolutions before macOS 15.1 refuse an output dimension (or transposed-conv input dimension)
 # above this, the time axis included (torch's Convolution.mm guard; the CPU fallback does not catch it).
@@ -41,6 +42,29 @@ _DTYPES = {
 
 class DeviceError(CosyVoiceError, RuntimeError):
     """A requested device or dtype that this machine cannot provide; the message says what to use instead."""
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """A yes/no setting from the environment: unset gives ``default``; 0, false, no, off or empty mean no."""
+    value = os.environ.get(name)
+    return default if value is None else value.strip().lower() not in ("0", "false", "no", "off", "")
+
+
+def cuda_graphs_wanted() -> bool:
+    """Whether CUDA graphs may replay the LLM steps and the first streamed flow chunk (``COSYVOICE_CUDA_GRAPHS``)."""
+    return env_flag(CUDA_GRAPHS_ENV, True)
+
+
+def try_cuda_capture(capture, device: torch.device):
+    """``(capture(), None)``, or ``(None, why)`` when the CUDA graph capture it runs fails (an operation that
+    syncs with the host, say): the stream current before it is made current again, as a failed capture can
+    leave its side stream current."""
+    stream = torch.cuda.current_stream(device)
+    try:
+        return capture(), None
+    except Exception as error:  # noqa: BLE001 (any capture failure means: run eagerly)
+        torch.cuda.set_stream(stream)
+        return None, f"{type(error).__name__}: {error}"
 
 
 def mps_available() -> bool:

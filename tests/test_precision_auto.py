@@ -3,6 +3,7 @@ cache and its key, explicit dtypes winning, the non-finite-mel redo, and the wei
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -143,6 +144,91 @@ def test_the_probe_times_every_candidate_at_real_shapes(monkeypatch):
         assert set(timings[stage]) == set(probe.CANDIDATES[stage])
         assert all(isinstance(value, float) and value > 0 for value in timings[stage].values()), timings
     assert probe.llm_step_shapes(qwen_config_for(None))[0] == (896, 896 + 2 * 128)  # q, k, v of Qwen2-0.5B
+
+
+# shaped like the H200 (torch 2.11): at real depth the graph-replayed fp16 step reads half the bytes,
+# and the whole bf16 flow is launch-bound but still 1.3x faster (0.20 vs 0.26 s); one block showed < 1.05x
+H200 = {
+    "llm": {"float32": 1.0e-3, "float16": 0.55e-3, "bfloat16": 0.54e-3, "int8": 4.0e-3},
+    "flow": {"float32": 26e-3, "float16": 19e-3, "bfloat16": 20e-3},
+}
+
+
+def test_auto_on_a_gpu_takes_the_fastest_gated_pair_by_the_full_depth_timings():
+    plan = _plan(torch.device("cuda"), H200, precision="auto")
+    assert (plan.llm.choice, plan.flow.choice) == ("float16", "bfloat16")
+    assert (
+        plan.flow.reason == "flow bfloat16: 1.3x faster than float32 here, within the gate (faster but refused: "
+        "float16 1.4x, not on cuda (fp16 DiTs give NaN on GPUs for upstream users; name it with --flow-dtype to try))"
+    )
+    assert "bfloat16 1.9x, outside the gate" in plan.llm.reason  # faster still, but it fails top-25 parity
+    one_block = {**H200, "flow": {"float32": 2.0e-3, "float16": 1.95e-3, "bfloat16": 1.97e-3}}
+    assert _plan(torch.device("cuda"), one_block, precision="auto").flow.choice == "float32"  # the old probe's view
+
+
+def test_the_probe_runs_at_full_depth_only_on_gpus(monkeypatch):
+    assert [probe.at_full_depth(torch.device(kind)) for kind in ("cpu", "cuda", "mps")] == [False, True, True]
+    node = official_config("cosyvoice3")["flow"]
+    node["decoder"]["estimator"].update(dim=64, depth=3, heads=2, dim_head=32)
+    assert len(probe.probe_estimator(node, CPU).transformer_blocks) == 1
+    monkeypatch.setattr(probe, "at_full_depth", lambda device: True)
+    assert len(probe.probe_estimator(node, CPU).transformer_blocks) == 3
+    node = official_config("cosyvoice2")["flow"]
+    node["decoder"]["estimator"].update(channels=[32], num_mid_blocks=3, n_blocks=1, num_heads=2, attention_head_dim=16)
+    assert len(probe.probe_estimator(node, CPU).mid_blocks) == 3
+
+
+def test_the_llm_probe_times_every_layer_at_full_depth(monkeypatch):
+    small = dataclasses.replace(
+        qwen_config_for(None),
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+    )
+    timed: list[int] = []
+    original = probe.llm_step
+    monkeypatch.setattr(
+        probe, "llm_step", lambda device, layers, rows: timed.append(len(rows)) or original(device, layers, rows)
+    )
+    monkeypatch.setattr(probe, "REPEATS", 1)
+    probe._time_llm_candidates(CPU, small)
+    assert set(timed) == {4 * probe.LLM_LAYERS}
+    timed.clear()
+    monkeypatch.setattr(probe, "at_full_depth", lambda device: True)
+    timings = probe._time_llm_candidates(CPU, small)
+    assert set(timed) == {4 * 3} and len(timed) >= len(probe.CANDIDATES["llm"])  # a GPU: in turns
+    assert all(isinstance(value, float) and value > 0 for value in timings.values()), timings
+    assert probe.llm_step(CPU, [], [])[1] == 1  # the CPU runs the products eagerly, once per timing
+
+
+def test_gpu_candidates_take_turns_and_their_best_turn_counts(monkeypatch):
+    monkeypatch.setattr(probe, "best_seconds", lambda device, function, repeats, clock: function())
+    made: list[str] = []
+    turns = {"float32": [2.0, 1.0], "float16": [1.5, 1.6], "int8": [9.0, 9.0]}  # float32's first turn: a cold clock
+
+    def maker(choice):
+        if choice == "bfloat16":
+            return lambda: (_ for _ in ()).throw(RuntimeError("no bf16 kernel"))
+        seconds = iter(turns[choice])
+        return lambda: made.append(choice) or ((lambda: next(seconds)), 1)
+
+    candidates = {choice: maker(choice) for choice in ("float32", "float16", "bfloat16", "int8")}
+    assert probe.timed_in_turn(CPU, candidates) == {
+        "float32": 2.0,
+        "float16": 1.5,
+        "bfloat16": "does not run here (RuntimeError: no bf16 kernel)",
+        "int8": 9.0,
+    }  # a CPU: one turn each
+    made.clear()
+    monkeypatch.setattr(probe, "at_full_depth", lambda device: True)
+    candidates = {choice: maker(choice) for choice in ("float32", "float16", "bfloat16", "int8")}
+    timings = probe.timed_in_turn(CPU, candidates)
+    assert made == ["float32", "float16", "int8", "float32", "float16"]  # round-robin; int8 (> 3x) gave up
+    assert timings["float32"] == 1.0 and timings["float16"] == 1.5 and timings["int8"] == 9.0
+    assert _plan(torch.device("cuda"), {"llm": timings, "flow": {}}, precision="auto").llm.choice == "float32"
 
 
 # through the model -------------------------------------------------------------------------------

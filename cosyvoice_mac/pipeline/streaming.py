@@ -287,10 +287,15 @@ class FlowPrefixCache:
 
 
 def prepare_voice_for_streaming(model, speaker) -> None:
-    """Build (or keep) the voice's flow prefix now, so its first streamed request starts as fast as later ones."""
+    """Build (or keep) the voice's flow prefix now, so its first streamed request starts as fast as later ones
+    (on CUDA the prefix's first-chunk graph too: a first chunk of placeholder tokens captures it)."""
     flow = model.networks.flow
     plan = PromptPlan.for_request(model, speaker)
-    model.flow_prefixes.get(flow, speaker, plan, plan.prompt(speaker, next(flow.parameters()).device))
+    prompt = plan.prompt(speaker, next(flow.parameters()).device)
+    prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)
+    if prefix is not None and prefix.graphs.wanted(prompt[0].device) and not prefix.graphs.graphs:
+        placeholder = torch.zeros(1, plan.first_hop + flow.config.pre_lookahead_len, dtype=torch.long)
+        flow.inference(placeholder.to(prompt[0].device), *prompt, streaming=True, finalize=False, prefix=prefix)
 
 
 def stream_segment(

@@ -148,11 +148,22 @@ class ConditionalFlowMatching(nn.Module):
         ``states`` (one per Euler step, streaming only): record these frames as a cached prefix, or,
         if already recorded, make the ``T`` frames that follow the prefix (noise taken from there on).
         """
+        return self.solve(self.start_noise(mu, states), mu, mask, spks, cond, streaming, states)
+
+    def start_noise(self, mu: torch.Tensor, states: list[StepState] | None = None) -> torch.Tensor:
+        """The fixed start noise ``(B, 80, T)`` for ``mu``'s frames (after a recorded prefix: from where it ends)."""
+        start = states[0].frames if states and not states[0].recording else 0
+        return fixed_start_noise(mu.shape[2], mu.device, start=start).expand(mu.shape[0], -1, -1)
+
+    def solve(self, x, mu, mask, spks, cond, streaming: bool, states: list[StepState] | None) -> torch.Tensor:
+        """The Euler steps from start noise ``x (B, 80, T)``; the other arguments as :meth:`forward`.
+
+        With recorded ``states`` it only reads device tensors and never waits for the device, so a
+        CUDA graph can capture it (``graphs.py``).
+        """
         if states is not None and (len(states) != self.config.n_timesteps or not streaming):
             raise ValueError(f"a cached prefix needs streaming=True and {self.config.n_timesteps} step states")
-        start = 0 if states is None or states[0].recording else states[0].frames
         grid = self.time_grid(mu.device)
-        x = fixed_start_noise(mu.shape[2], mu.device, start=start).expand(mu.shape[0], -1, -1)
         # Upstream advances t by accumulating dt (t += dt; dt = grid[k+1] - t); kept for parity.
         t, dt = grid[0], grid[1] - grid[0]
         for step in range(1, len(grid)):

@@ -5,6 +5,7 @@ mel ``cond`` and the speaker vector. Upstream: ``cosyvoice/flow/DiT/{dit,modules
 DiT) with x-transformers 2.11 rotary embeddings. Module and parameter names follow the official
 ``flow.pt`` keys under ``decoder.estimator.``.
 """
+
 from __future__ import annotations
 
 import math
@@ -15,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvoice_mac.config import ConfigError, require
-from cosyvoice_mac.models.flow.masks import chunk_causal_mask
+from cosyvoice_mac.models.flow.masks import chunk_causal_mask, new_rows_see_every_key
 from cosyvoice_mac.models.flow.prefix import StepState, causal_left_pad
 
 TIME_FREQ_DIM = 256  # sinusoid width of the time embedding (upstream default, not in yaml)
@@ -97,9 +98,27 @@ class CausalConvPositionEmbedding(nn.Module):
 
     def forward(self, x: torch.Tensor, state: StepState | None = None) -> torch.Tensor:
         h = x.transpose(1, 2)
-        h = self.conv1(causal_left_pad(self.conv1, h, CONV_POS_KERNEL - 1, state))
-        h = self.conv2(causal_left_pad(self.conv2, h, CONV_POS_KERNEL - 1, state))
+        for conv, mish in (self.conv1, self.conv2):
+            padded = causal_left_pad(conv, h, CONV_POS_KERNEL - 1, state)
+            # cuDNN takes an FFT algorithm for this fp32 grouped k=31 conv on CUDA: ~13 ms a call on an H200,
+            # 3/4 of the first streamed chunk's GPU time (bench/flow_kernels.py); as matrix products, well under 1 ms.
+            as_products = padded.device.type == "cuda" and padded.dtype == torch.float32
+            h = mish(grouped_conv1d_as_matmul(padded, conv) if as_products else conv(padded))
         return h.transpose(1, 2)
+
+
+def grouped_conv1d_as_matmul(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
+    """``conv(x)`` for a grouped, unpadded, stride-1 ``conv``, computed as one batched matrix product over
+    its input windows. ``x (B, C, L)`` -> ``(B, C_out, L - k + 1)``."""
+    batch, channels, length = x.shape
+    groups, kernel = conv.groups, conv.kernel_size[0]
+    frames, group_in = length - kernel + 1, channels // groups
+    windows = x.unfold(2, kernel, 1).unflatten(1, (groups, group_in))  # (B, G, C/G, T, k)
+    windows = windows.permute(0, 1, 3, 2, 4).reshape(batch, groups, frames, group_in * kernel)
+    weight = conv.weight.reshape(groups, -1, group_in * kernel)  # (G, C_out/G, C/G k)
+    out = torch.matmul(windows, weight.transpose(1, 2))  # (B, G, T, C_out/G)
+    out = out.permute(0, 1, 3, 2).reshape(batch, -1, frames)
+    return out if conv.bias is None else out + conv.bias[:, None]
 
 
 class InputEmbedding(nn.Module):
@@ -111,8 +130,9 @@ class InputEmbedding(nn.Module):
         self.spk_dim = spk_dim
         self.conv_pos_embed = CausalConvPositionEmbedding(dim)
 
-    def forward(self, x: torch.Tensor, cond: torch.Tensor, mu: torch.Tensor, spks: torch.Tensor,
-                state: StepState | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, cond: torch.Tensor, mu: torch.Tensor, spks: torch.Tensor, state: StepState | None = None
+    ) -> torch.Tensor:
         """``x, cond, mu (B, T, 80)``, ``spks (B, S)`` -> ``(B, T, dim)``."""
         parts = [x, cond, mu]
         if self.spk_dim > 0:
@@ -183,8 +203,9 @@ class Attention(nn.Module):
         self.to_v = nn.Linear(dim, inner)
         self.to_out = nn.ModuleList([nn.Linear(inner, dim)])
 
-    def forward(self, x: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks,
-                state: StepState | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks, state: StepState | None = None
+    ) -> torch.Tensor:
         """``x (B, T, D)``, ``angles (T, R)`` -> ``(B, T, D)``; with a prefix ``state`` the keys include its frames."""
         batch, length, _ = x.shape
         q = RotaryEmbedding.rotate_(self.to_q(x), angles)
@@ -243,8 +264,14 @@ class DiTBlock(nn.Module):
         self.attn = Attention(dim, heads, dim_head)
         self.ff = FeedForward(dim, ff_mult)
 
-    def forward(self, x: torch.Tensor, temb: torch.Tensor, angles: torch.Tensor, masks: AttentionMasks,
-                state: StepState | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        temb: torch.Tensor,
+        angles: torch.Tensor,
+        masks: AttentionMasks,
+        state: StepState | None = None,
+    ):
         """``x (B, T, D)``, ``temb (B, D)`` -> ``(B, T, D)``."""
         shift_attn, scale_attn, gate_attn, shift_ff, scale_ff, gate_ff = self.attn_norm.modulation(temb)
         # addcmul: one pass over the activations instead of two (x + g * y, shift + norm(x) * (1 + scale))
@@ -282,12 +309,11 @@ class DiT(nn.Module):
         if streaming and self.config.static_chunk_size > 0:
             allowed = chunk_causal_mask(prefix_frames + length, self.config.static_chunk_size, mask.device)
             allowed = allowed[prefix_frames:]
-        valid = mask.bool()
-        if prefix_frames:
-            if not bool(valid.all()):
-                raise ValueError("a cached prefix needs every new frame valid (no padding)")
+        if prefix_frames:  # every new frame is valid (Flow.inference): no device sync, so graphs can capture this
             # One new chunk sees everything: no mask lets SDPA take its faster unmasked path.
-            return AttentionMasks(None if allowed is None or bool(allowed.all()) else allowed, None)
+            sees_all = allowed is None or new_rows_see_every_key(prefix_frames, length, self.config.static_chunk_size)
+            return AttentionMasks(None if sees_all else allowed, None)
+        valid = mask.bool()
         if bool(valid.all()):
             return AttentionMasks(allowed, None)
         keys = valid.unsqueeze(1)  # (B, 1, 1, T)

@@ -184,9 +184,12 @@ class Flow(nn.Module):
         cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
         cond[:, :prompt_frames] = prompt_feat.to(device=device, dtype=mu.dtype)
         start = 0 if prefix is None else prefix.frames
-        mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)
-        mel = self.decoder(mu[:, start:].transpose(1, 2).contiguous(), mask, speaker, cond[:, start:].transpose(1, 2),
-                           streaming, None if prefix is None else prefix.steps)
+        mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)  # every frame valid (a prefix needs it)
+        mu, cond = mu[:, start:].transpose(1, 2).contiguous(), cond[:, start:].transpose(1, 2)
+        if prefix is not None and prefix.graphs.applies(self.decoder, mu):  # the first streamed chunk on CUDA
+            mel = prefix.graphs.sample(self.decoder, mu, mask, speaker, cond, prefix.steps)
+        else:
+            mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
         return mel[:, :, prompt_frames - start:].float()
 
     @torch.inference_mode()

@@ -18,3 +18,12 @@ def chunk_causal_mask(length: int, chunk_size: int, device: torch.device) -> tor
     positions = torch.arange(length, device=device)
     chunk_end = (torch.div(positions, chunk_size, rounding_mode="floor") + 1) * chunk_size
     return positions.unsqueeze(0) < chunk_end.unsqueeze(1)
+
+
+def new_rows_see_every_key(prefix_frames: int, length: int, chunk_size: int) -> bool:
+    """Whether every one of ``length`` new frames after ``prefix_frames`` cached ones may attend every key.
+
+    The same answer as ``chunk_causal_mask(prefix + length, chunk)[prefix:].all()``, from the sizes
+    alone (no device sync, so a CUDA graph can capture the caller): the first new frame sees least.
+    """
+    return (prefix_frames // chunk_size + 1) * chunk_size >= prefix_frames + length

@@ -19,6 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from cosyvoice_mac.models.flow.graphs import PrefixGraphs
+
 
 @dataclass
 class StepState:
@@ -70,13 +72,15 @@ def causal_left_pad(owner: nn.Module, x: torch.Tensor, frames: int, state: StepS
 @dataclass
 class FlowPrefix:
     """Owns the cached first ``tokens`` prompt tokens (``frames`` mel frames) of one voice: one
-    :class:`StepState` per Euler step, plus the prompt it was made from (to refuse another voice's)."""
+    :class:`StepState` per Euler step, the prompt it was made from (to refuse another voice's), and
+    on CUDA the graphs of the chunk that follows it (they read its tensors, so they go with it)."""
 
     tokens: int
     frames: int
     steps: list[StepState]
     prompt_tokens: torch.Tensor  # (1, tokens) the ids it covers
     embedding: torch.Tensor  # (1, 192) the raw speaker vector it was made with
+    graphs: PrefixGraphs = field(default_factory=PrefixGraphs)
 
     def matches(self, prompt_tokens: torch.Tensor, embedding: torch.Tensor) -> bool:
         """True if this prefix was made from the start of ``prompt_tokens`` with ``embedding``."""

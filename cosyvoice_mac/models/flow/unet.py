@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvoice_mac.config import ConfigError
-from cosyvoice_mac.models.flow.masks import chunk_causal_mask
+from cosyvoice_mac.models.flow.masks import chunk_causal_mask, new_rows_see_every_key
 from cosyvoice_mac.models.flow.prefix import StepState, causal_left_pad
 
 TIME_SCALE = 1000  # t in [0, 1] is stretched to [0, 1000] before the sinusoid
@@ -247,12 +247,11 @@ class CausalConditionalDecoder(nn.Module):
         if not streaming:
             return keys
         chunked = chunk_causal_mask(prefix_frames + mask.shape[-1], self.config.static_chunk_size, mask.device)
-        if prefix_frames:
-            if not bool(keys.all()):
-                raise ValueError("a cached prefix needs every new frame valid (no padding)")
-            rows = chunked[prefix_frames:]
+        if prefix_frames:  # every new frame is valid (Flow.inference): no device sync, so graphs can capture this
             # One new chunk sees everything: no mask lets SDPA take its faster unmasked path.
-            return None if bool(rows.all()) else rows.expand(mask.shape[0], 1, -1, -1)
+            if new_rows_see_every_key(prefix_frames, mask.shape[-1], self.config.static_chunk_size):
+                return None
+            return chunked[prefix_frames:].expand(mask.shape[0], 1, -1, -1)
         return keys & chunked
 
     @staticmethod

@@ -8,10 +8,10 @@ cache per model and reuses it across requests, and re-captures when the cache, t
 the weights move. Where capture is impossible the step runs eagerly (see :class:`DecodeRunner`).
 ``torch.compile`` of the same bucketed step is behind a flag (meant for MPS; off by default).
 """
+
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
+from cosyvoice_mac.device import cuda_graphs_wanted, env_flag, try_cuda_capture
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
 
 if TYPE_CHECKING:
@@ -28,20 +29,15 @@ log = logging.getLogger(__name__)
 CACHE_GRANULE = 1024  # a reused cache grows in these steps, so most requests fit the one already there
 
 
-def _flag(name: str, default: bool) -> bool:
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() not in ("0", "false", "no", "off", "")
-
-
 @dataclass
 class DecodeOptions:
     """How a speech LM runs its decoding steps (defaults from ``COSYVOICE_CUDA_GRAPHS`` and
     ``COSYVOICE_COMPILE_DECODE``, so a run can switch them without code)."""
 
     # on CUDA: capture the step per length bucket, replay it per token
-    cuda_graphs: bool = field(default_factory=lambda: _flag("COSYVOICE_CUDA_GRAPHS", True))
+    cuda_graphs: bool = field(default_factory=cuda_graphs_wanted)
     # torch.compile the bucketed step (any device; meant for MPS, where it is not measured yet): off by default
-    compile: bool = field(default_factory=lambda: _flag("COSYVOICE_COMPILE_DECODE", False))
+    compile: bool = field(default_factory=lambda: env_flag("COSYVOICE_COMPILE_DECODE", False))
     bucket: int = 128  # cache slots per length bucket; a multiple of 16 keeps the attention mask aligned
 
 
@@ -164,12 +160,9 @@ class DecodeRunner:
             graph.replay()
             return self._logp
         logp = self._bucketed_step(cache, span)  # this token's real step, and the capture's warm-up
-        stream = torch.cuda.current_stream(self.device)
-        try:
-            self._capture(cache, span)
-        except Exception as error:  # noqa: BLE001 (any capture failure means: run eagerly)
-            torch.cuda.set_stream(stream)  # a failed capture can leave its side stream current
-            self.graph_error = f"CUDA graph capture failed ({type(error).__name__}: {error}); decoding eagerly"
+        captured, why = try_cuda_capture(lambda: self._capture(cache, span) or True, self.device)
+        if not captured:
+            self.graph_error = f"CUDA graph capture failed ({why}); decoding eagerly"
             log.warning(self.graph_error)
             self._graphs.clear()
         return logp

@@ -1,0 +1,152 @@
+"""CUDA graphs of the flow's first streamed chunk (``models/flow/graphs.py``).
+
+A graph must change nothing but the time: every CUDA check compares the replayed mel with the
+eager one (``COSYVOICE_TEST_DEVICE=cuda``; the device tool runs them). What needs no GPU (the
+host-side mask rule that made the sampler capturable, when a call is a graph) runs everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+import cosyvoice_mac.models.flow.graphs as graphs
+from cosyvoice_mac.bench import synthetic_prompt
+from cosyvoice_mac.models.flow.masks import chunk_causal_mask, new_rows_see_every_key
+from cosyvoice_mac.pipeline import CosyVoice
+from tests.fakes.onnx_models import make_tiny_model_dir
+from tests.test_flow_prefix import strict_fp32  # noqa: F401 (autouse: CUDA compares in real fp32)
+
+TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
+cuda_only = pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")
+PROMPT, PREFIX, FIRST_CHUNK = 65, 50, 13  # 15 prompt tokens after the prefix + the first hop of 10 (+ 3 look-ahead)
+
+
+@pytest.mark.parametrize("chunk", [4, 50])
+def test_the_host_side_mask_rule_equals_the_mask(chunk):
+    for prefix in range(0, 3 * chunk + 1, chunk):
+        for length in range(1, 3 * chunk):
+            expected = bool(chunk_causal_mask(prefix + length, chunk, torch.device("cpu"))[prefix:].all())
+            assert new_rows_see_every_key(prefix, length, chunk) == expected, (prefix, length)
+
+
+@pytest.fixture(scope="module", params=("cosyvoice3", "cosyvoice2"))
+def model(request, tmp_path_factory) -> CosyVoice:
+    folder = make_tiny_model_dir(request.param, tmp_path_factory.mktemp(request.param))
+    return CosyVoice.from_pretrained(folder, device=TEST_DEVICE)
+
+
+def _draws(model, prompt_tokens: int, new_tokens: int, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+    vocab = model.networks.flow.config.vocab_size
+    prompt = (
+        torch.randint(0, vocab, (1, prompt_tokens), generator=generator),
+        torch.randn(1, 2 * prompt_tokens, 80, generator=generator),
+        torch.randn(1, 192, generator=generator),
+    )
+    tokens = torch.randint(0, vocab, (1, new_tokens), generator=generator)
+    return [t.to(model.device) for t in prompt], tokens.to(model.device)
+
+
+@pytest.mark.skipif(TEST_DEVICE == "cuda", reason="the CPU's case")
+def test_a_cpu_call_is_never_a_graph(model):
+    prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
+    flow = model.networks.flow
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert prefix.graphs.captures == 0 and not prefix.graphs.graphs and prefix.graphs.error is None
+
+
+@cuda_only
+def test_the_first_chunk_replays_a_graph_with_the_eager_mel(model, monkeypatch):
+    flow = model.networks.flow
+    prompt, _ = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    for seed in (2, 3, 4):  # capture, then replays with other tokens: the graph's inputs are copied in
+        tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=seed)[1]
+        monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "0")
+        eager = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+        monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "1")
+        replayed = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+        torch.testing.assert_close(replayed, eager, atol=1e-5, rtol=1e-5)
+    assert prefix.graphs.captures == 1 and list(prefix.graphs.graphs) == [50] and prefix.graphs.error is None
+    longer = _draws(model, PROMPT, FIRST_CHUNK + 25, seed=5)[1]  # the second chunk: a one-off shape, eager
+    flow.inference(longer, *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert prefix.graphs.captures == 1
+
+
+@cuda_only
+def test_moved_weights_are_captured_again(model):
+    flow = model.networks.flow
+    prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    before = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    weight = next(flow.decoder.parameters())
+    weight.data = weight.data.clone()  # same values, another address: the old graph would read freed memory
+    after = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert prefix.graphs.captures == 2
+    torch.testing.assert_close(after, before, atol=1e-5, rtol=1e-5)
+
+
+@cuda_only
+def test_a_failed_capture_runs_the_chunk_eagerly_and_stays_eager(model, monkeypatch):
+    flow = model.networks.flow
+    prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "0")
+    eager = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "1")
+
+    def host_sync(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(graphs, "SamplerGraph", host_sync)
+    fallback = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    torch.testing.assert_close(fallback, eager, atol=1e-5, rtol=1e-5)
+    assert "capture of the flow failed" in prefix.graphs.error and prefix.graphs.captures == 0
+    monkeypatch.undo()
+    flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert prefix.graphs.captures == 0  # no second try for this prefix
+
+
+@cuda_only
+def test_streamed_audio_is_the_same_with_and_without_flow_graphs(model, monkeypatch):
+    speaker = model.prepare_prompt(synthetic_prompt(3.0), sample_rate=24000)  # no espeak-ng on the GPU machine
+    text = "The quick brown fox jumps over the lazy dog."
+    monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "0")  # read per call by the flow (the LLM keeps its own setting)
+    model.flow_prefixes.clear()
+    eager = [chunk.audio for chunk in model.synthesize(text, speaker=speaker, seed=3, stream=True)]
+    monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "1")
+    model.flow_prefixes.clear()
+    for _ in range(2):  # a new voice (captured in place), then a voice used before (replayed)
+        replayed = [chunk.audio for chunk in model.synthesize(text, speaker=speaker, seed=3, stream=True)]
+        assert len(replayed) == len(eager)
+        for a, b in zip(replayed, eager):
+            torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), atol=1e-4, rtol=0)
+    assert next(iter(model.flow_prefixes._entries.values())).graphs.captures == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_grouped_conv_as_matrix_products_equals_the_conv(dtype):
+    from cosyvoice_mac.models.flow.dit import grouped_conv1d_as_matmul
+
+    torch.manual_seed(0)
+    conv = torch.nn.Conv1d(64, 64, 31, groups=16).to(dtype)
+    x = torch.randn(2, 64, 80).to(dtype)
+    tolerance = {"atol": 1e-5, "rtol": 1e-5} if dtype == torch.float32 else {"atol": 3e-2, "rtol": 2e-2}
+    torch.testing.assert_close(grouped_conv1d_as_matmul(x, conv), conv(x), **tolerance)
+    conv.bias = None
+    torch.testing.assert_close(grouped_conv1d_as_matmul(x, conv), conv(x), **tolerance)
+
+
+@cuda_only
+def test_preparing_a_voice_for_streaming_captures_its_first_chunk_graph(model):
+    speaker = model.prepare_prompt(synthetic_prompt(3.0), sample_rate=24000)
+    model.flow_prefixes.clear()
+    assert model.prepare_streaming(speaker)
+    prefix = next(iter(model.flow_prefixes._entries.values()))
+    assert prefix.graphs.captures == 1 and prefix.graphs.error is None
+    list(model.synthesize("The quick brown fox jumps over the lazy dog.", speaker=speaker, seed=3, stream=True))
+    assert prefix.graphs.captures == 1  # the request replayed it

@@ -175,6 +175,8 @@ EN: dict[str, str] = {
     "status_vocoder": "**Vocoder:** {vocoder}",
     "status_engine": "**Engine:** {engine}",
     "status_engine_because": "**Engine:** {engine} ({reason})",
+    "status_engine_set": "**Engine:** {engine} (setting: {setting})",
+    "status_engine_set_because": "**Engine:** {engine} (setting: {setting}; {reason})",
     "status_precision": "**Precision:** {reasons}",
     "status_vocoder_torch_because": "**Vocoder:** PyTorch (Core ML is not used: {reason})",
     "vocoder_label": "Vocoder",
@@ -184,6 +186,16 @@ EN: dict[str, str] = {
     "vocoder_coreml_cpu_and_gpu": "Core ML: CPU and GPU",
     "vocoder_coreml_cpu_and_ne": "Core ML: CPU and Neural Engine",
     "vocoder_progress": "⏳ Restarting with the new vocoder… {seconds:.0f} s",
+    "engine_label": "Engine",
+    "engine_info": "What runs a CosyVoice3 model: MLX (Apple's framework, the fast path on Apple Silicon) or "
+    "PyTorch. A change restarts the model (a job running now is cancelled; waiting ones keep their place) and "
+    "is remembered",
+    "engine_auto": "Auto (MLX for CosyVoice3 on Apple Silicon, else PyTorch)",
+    "engine_mlx": "MLX",
+    "engine_torch": "PyTorch",
+    "engine_setting_auto": "Auto",
+    "engine_progress": "⏳ Restarting on the chosen engine… {seconds:.0f} s",
+    "engine_saved_preview": "The engine choice is saved; it applies to CosyVoice models (the preview voice has none).",
     "status_fell_back": "**Device:** {device}, {dtype}, fell back to the CPU: {reason}",
     "status_memory": "**Memory:** process {rss}, device {device_memory}",
     "status_llm_rl": "**LLM:** `{file}`, the reinforcement-tuned weights you downloaded with `--rl` "

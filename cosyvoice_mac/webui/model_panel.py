@@ -40,21 +40,16 @@ def build_model_panel(
         interactive=can_generate,
         elem_id="cv-model",
     )
-    vocoder_menu = make(
-        gr.Dropdown,
-        {"label": "vocoder_label", "info": "vocoder_info", "choices": callbacks.vocoder_choices},
-        value=host.config.vocoder,
-        interactive=can_generate,
-        visible=features["vocoder_select"],
-        elem_id="cv-vocoder",
+
+    def restarting_menu(name: str, choices, value: str, **fixed) -> gr.Dropdown:
+        """A menu whose change restarts the model with the new choice (``<name>_label`` / ``<name>_info``)."""
+        words = {"label": f"{name}_label", "info": f"{name}_info", "choices": choices}
+        return make(gr.Dropdown, words, value=value, interactive=can_generate, elem_id=f"cv-{name}", **fixed)
+
+    vocoder_menu = restarting_menu(
+        "vocoder", callbacks.vocoder_choices, host.config.vocoder, visible=features["vocoder_select"]
     )
-    engine_menu = make(
-        gr.Dropdown,
-        {"label": "engine_label", "info": "engine_info", "choices": callbacks.engine_choices},
-        value=host.config.engine,
-        interactive=can_generate,
-        elem_id="cv-engine",
-    )
+    engine_menu = restarting_menu("engine", callbacks.engine_choices, host.config.engine)
     restart = make(gr.Button, {"value": "restart"}, size="sm", interactive=can_generate, elem_id="cv-restart")
     model_msg = gr.Markdown(elem_id="cv-model-msg", elem_classes="cv-message")
     status_panel = gr.Markdown(callbacks.status_panel(lang), elem_id="cv-status-panel")

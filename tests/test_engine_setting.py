@@ -34,11 +34,13 @@ MODEL = "Fun-CosyVoice3-0.5B"
 needs_mlx = pytest.mark.skipif(not mlx_available(), reason="needs mlx (Linux: pip install 'mlx[cpu]')")
 
 
-def _host(root: Path, factory=None, real_model: bool = False, engine: str = "auto") -> ModelHost:
-    """A started host over one CosyVoice3 folder (a real tiny one, or a yaml for the fake pipeline)."""
+def _host(
+    root: Path, factory=None, real_model: bool = False, engine: str = "auto", version: str = "cosyvoice3"
+) -> ModelHost:
+    """A started host over one model folder (a real tiny one, or a CosyVoice3 yaml for the fake pipeline)."""
     folder = root / "models" / MODEL
     if real_model:
-        make_tiny_model_dir("cosyvoice3", folder)
+        make_tiny_model_dir(version, folder)
     else:
         folder.mkdir(parents=True)
         (folder / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
@@ -222,6 +224,17 @@ def test_mlx_chosen_where_it_cannot_import_says_why_and_torch_runs(tmp_path, voi
         done = host.engine.result(host.engine.submit(Request.build("Still spoken.", voice, seed=3)), DEADLINE)
         sidecar = _sidecar(done)
         assert done.samples().size > 0 and sidecar["engine"] == "torch" and sidecar["engine_reason"] == reason
+    finally:
+        host.close()
+
+
+def test_mlx_chosen_for_cosyvoice2_says_its_flow_runs_on_pytorch(tmp_path, voice):
+    host = _host(tmp_path, real_model=True, engine="mlx", version="cosyvoice2")
+    try:
+        status = host.status()
+        assert (status["engine"], status["engine_reason"]) == ("torch", NOT_ON_MLX)
+        panel = Callbacks(host, Settings(tmp_path / "cache")).status_panel("en")
+        assert f"**Engine:** PyTorch (setting: MLX; {NOT_ON_MLX})" in panel
     finally:
         host.close()
 

@@ -62,9 +62,9 @@ def _host(
     return host
 
 
-def _fake_engine(config, segment_s: float = 0.05, **options):
+def _fake_engine(config, segment_s: float = 0.05, load_s: float = 0.0, **options):
     """The host's engine around the fake pipeline; the host's pipeline kwargs (the engine choice) pass on."""
-    kwargs = {**config.pipeline_kwargs, "segment_s": segment_s}
+    kwargs = {**config.pipeline_kwargs, "segment_s": segment_s, "load_s": load_s}
     fake = replace(config, pipeline_factory=FAKE_FACTORY, pipeline_kwargs=kwargs)
     return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
 
@@ -180,6 +180,23 @@ def test_jobs_waiting_during_the_switch_keep_their_place_and_run_on_the_new_engi
         assert _sidecar(engine.result(waiting, DEADLINE))["engine"] == "mlx"
         with pytest.raises(JobCancelled, match="the engine setting changed to mlx"):
             engine.result(running, DEADLINE)
+    finally:
+        host.close()
+
+
+@needs_mlx
+def test_a_change_while_the_model_still_loads_is_not_lost(tmp_path):
+    (tmp_path / "models" / MODEL).mkdir(parents=True)
+    (tmp_path / "models" / MODEL / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")
+    config = HostConfig(
+        models_dir=tmp_path / "models", outputs_dir=tmp_path / "outputs", cache_dir=tmp_path / "cache", preview=False
+    )
+    host = ModelHost(config, engine_factory=lambda config, **options: _fake_engine(config, load_s=3.0, **options))
+    try:
+        host.start()  # loading (with Auto) for 3 s; the menu changes meanwhile
+        assert host.status()["state"] == "starting"
+        assert host.set_engine("mlx")
+        assert host.status()["engine"] == "mlx"
     finally:
         host.close()
 

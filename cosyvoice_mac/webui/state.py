@@ -239,6 +239,7 @@ class ModelHost:
             return self.restart()
         engine.config = self._worker_config(current)  # what the engine spawns its next worker with
         try:
+            engine.start(wait=True)  # a (re)start under way may have spawned with the old choice: let it end
             return engine.restart(reason=f"the engine setting changed to {value}")
         except EngineError:  # closed under us by a model switch: that start already has the new choice
             return self.restart()

@@ -10,7 +10,7 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -237,7 +237,8 @@ class ModelHost:
             return engine is not None and engine.status().get("state") == "ready"
         if engine is None:
             return self.restart()
-        engine.config = self._worker_config(current)  # what the engine spawns its next worker with
+        # The engine spawns its next worker with this; only the engine choice in it changes.
+        engine.config = replace(engine.config, pipeline_kwargs={**engine.config.pipeline_kwargs, "engine": value})
         try:
             engine.start(wait=True)  # a (re)start under way may have spawned with the old choice: let it end
             return engine.restart(reason=f"the engine setting changed to {value}")

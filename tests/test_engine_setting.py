@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -194,6 +195,9 @@ def test_a_change_while_the_model_still_loads_is_not_lost(tmp_path):
     host = ModelHost(config, engine_factory=lambda config, **options: _fake_engine(config, load_s=3.0, **options))
     try:
         host.start()  # loading (with Auto) for 3 s; the menu changes meanwhile
+        deadline = time.monotonic() + DEADLINE
+        while host.status().get("worker_pid") is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the worker is spawned (with Auto) and loading
         assert host.status()["state"] == "starting"
         assert host.set_engine("mlx")
         assert host.status()["engine"] == "mlx"

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import SPEED_RANGE
 
@@ -35,6 +36,12 @@ def _add_synth(commands) -> None:
     synth.add_argument("--speed", type=float, default=1.0, help=f"{SPEED_RANGE[0]:g}-{SPEED_RANGE[1]:g}, 1.0 = natural")
     synth.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
     add_precision_arguments(synth)
+    synth.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE, else auto)",
+    )
     synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
     synth.add_argument(
         "--vocoder",
@@ -117,9 +124,11 @@ def _load(args):
 
     if args.random_weights is not None:
         print(f"warning: {args.random_weights} with RANDOM weights: the output is noise", file=sys.stderr)
-        return CosyVoice.random_full_size(args.random_weights, device=args.device, **precision_kwargs(args))
+        return CosyVoice.random_full_size(
+            args.random_weights, device=args.device, engine=args.engine, **precision_kwargs(args)
+        )
     options = precision_kwargs(args)
-    model = load_model(args.model, device=args.device, dtype=options.pop("dtype"), **options)
+    model = load_model(args.model, device=args.device, dtype=options.pop("dtype"), engine=args.engine, **options)
     if model.version == "preview":
         print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
     return model
@@ -134,6 +143,11 @@ def _synth(args) -> int:
     print(f"loaded {model.model_id} on {model.device} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
     if getattr(model, "precision", None) is not None:  # the preview voice has no stages to choose for
         print(f"precision: {model.precision.summary()}", file=sys.stderr)
+    if getattr(model, "engine", None) is not None:
+        print(
+            f"engine: {model.engine.engine}" + (f" ({model.engine.reason})" if model.engine.reason else ""),
+            file=sys.stderr,
+        )
     if args.vocoder == "coreml":
         from cosyvoice_mac.coreml.runtime import load_vocoder
 

@@ -34,12 +34,15 @@ def apple_silicon(monkeypatch):
 
 def test_auto_picks_mlx_for_cosyvoice3_on_apple_silicon_only(apple_silicon, monkeypatch):
     monkeypatch.delenv(choice.ENGINE_ENV, raising=False)
-    assert choice.choose_engine(None, "cosyvoice3") == choice.EngineChoice("mlx")
+    picked = choice.choose_engine(None, "cosyvoice3")
+    assert picked.engine == "mlx" and "Auto" in picked.reason and "Apple Silicon" in picked.reason
     assert choice.choose_engine("auto", "cosyvoice3", "mps").engine == "mlx"
-    assert choice.choose_engine("auto", "cosyvoice3", "cpu").engine == "torch"  # an explicit CPU stays PyTorch
-    assert choice.choose_engine("auto", "cosyvoice2") == choice.EngineChoice("torch")
+    on_cpu = choice.choose_engine("auto", "cosyvoice3", "cpu")  # an explicit CPU stays PyTorch, and says so
+    assert on_cpu.engine == "torch" and "the device is set to cpu" in on_cpu.reason
+    assert choice.choose_engine("auto", "cosyvoice2") == choice.EngineChoice("torch", choice.NOT_ON_MLX)
     monkeypatch.setattr(choice, "is_apple_silicon", lambda: False)
-    assert choice.choose_engine("auto", "cosyvoice3").engine == "torch"
+    elsewhere = choice.choose_engine("auto", "cosyvoice3")
+    assert elsewhere.engine == "torch" and "Apple Silicon Macs only" in elsewhere.reason
 
 
 def test_a_cpu_device_policy_keeps_auto_on_torch(apple_silicon, monkeypatch):
@@ -62,10 +65,28 @@ def test_the_environment_and_the_argument_choose_explicitly(apple_silicon, monke
 def test_mlx_asked_for_where_it_cannot_run_says_why(monkeypatch):
     monkeypatch.setattr(choice, "mlx_available", lambda: False)
     missing = choice.choose_engine("mlx", "cosyvoice3")
-    assert missing.engine == "torch" and "mlx package is not installed" in missing.reason
+    assert missing.engine == "torch" and "not available on this machine" in missing.reason
+    assert "mlx package is not installed" in missing.reason
     monkeypatch.setattr(choice, "mlx_available", lambda: True)
     v2 = choice.choose_engine("mlx", "cosyvoice2")
     assert v2.engine == "torch" and "U-Net flow has no MLX port" in v2.reason
+
+
+def test_mlx_that_is_installed_but_does_not_import_says_why(monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def broken(name, *args, **kwargs):
+        if name == "mlx.core" or name.startswith("mlx"):
+            raise ImportError("libmlx.dylib: incompatible macOS version")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(choice, "mlx_available", lambda: True)
+    monkeypatch.setattr(builtins, "__import__", broken)
+    picked = choice.choose_engine("mlx", "cosyvoice3")
+    assert picked.engine == "torch" and "not available on this machine" in picked.reason
+    assert "mlx does not import (ImportError: libmlx.dylib: incompatible macOS version)" in picked.reason
 
 
 @pytest.mark.parametrize(

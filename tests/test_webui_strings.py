@@ -30,6 +30,8 @@ KEPT_IN_CHINESE = {
     "GPU",
     "CPU",
     "macOS",
+    "MLX",
+    "Apple",
 }  # product names stay as they are
 
 

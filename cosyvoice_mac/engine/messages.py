@@ -39,7 +39,7 @@ class WorkerStatus:
     vocoder: str = "torch"
     vocoder_reason: str | None = None
     engine: str = "torch"  # "mlx" or "torch" (pipeline/engines.py)
-    engine_reason: str | None = None  # why not the engine asked for
+    engine_reason: str | None = None  # why this engine: what auto went by, or why the one asked for cannot run
     mlx_memory: dict | None = None  # active/peak/cache bytes while MLX runs
     low_memory: dict | None = None  # low-memory mode: enabled, and why (device.LowMemoryChoice)
     llm_weights: str | None = None  # llm.pt, or llm.rl.pt when asked for

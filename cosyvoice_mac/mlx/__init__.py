@@ -9,6 +9,11 @@ the pipeline can run either. Import :mod:`cosyvoice_mac.mlx.engine` only after :
 from __future__ import annotations
 
 import importlib.util
+import os
+
+ENGINE_ENV = "COSYVOICE_ENGINE"
+ENGINES = ("auto", "mlx", "torch")
+ENGINE_HELP = "what runs CosyVoice3: auto (MLX on Apple Silicon, else PyTorch), mlx or torch"  # --engine's help
 
 
 def mlx_available() -> bool:
@@ -17,3 +22,19 @@ def mlx_available() -> bool:
         return importlib.util.find_spec("mlx.core") is not None
     except (ImportError, ValueError):
         return False
+
+
+def requested_engine(requested: str | None = None) -> str:
+    """``requested``, else ``$COSYVOICE_ENGINE``, else ``auto``; a name outside ENGINES is a ConfigError.
+
+    Torch-free, so the page process can check a choice without loading torch."""
+    from cosyvoice_mac.config import ConfigError
+
+    source = "argument"
+    if requested is None:
+        requested, source = os.environ.get(ENGINE_ENV) or "auto", ENGINE_ENV
+    name = requested.strip().lower()
+    if name not in ENGINES:
+        where = f"{ENGINE_ENV}={requested}" if source == ENGINE_ENV else f"engine {requested!r}"
+        raise ConfigError(f"{where} is not an engine; use one of {', '.join(ENGINES)}")
+    return name

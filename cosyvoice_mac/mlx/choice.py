@@ -2,9 +2,10 @@
 
 ``auto`` (the default) picks MLX for CosyVoice3 on an Apple Silicon Mac where ``mlx`` imports and the
 device policy is not an explicit non-GPU choice; PyTorch everywhere else (on Linux MLX is the parity
-suite's CPU backend, not the fast path). ``mlx`` asks for it by name (``COSYVOICE_ENGINE=mlx``); where it
-cannot run (no mlx, or CosyVoice2, whose U-Net flow has no MLX port) PyTorch runs and the reason is
-kept, for the status panel. ``torch`` always means PyTorch.
+suite's CPU backend, not the fast path). ``mlx`` asks for it by name (``COSYVOICE_ENGINE=mlx``, the
+page's engine menu, ``synth --engine mlx``); where it cannot run (mlx missing or not importable, or
+CosyVoice2, whose U-Net flow has no MLX port) PyTorch runs. ``torch`` always means PyTorch. Every
+choice but a plain ``torch`` keeps its reason, for the status panel and the sidecar.
 """
 
 from __future__ import annotations
@@ -13,18 +14,17 @@ import os
 import platform
 from dataclasses import dataclass
 
-from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.device import DEVICE_ENV
-from cosyvoice_mac.mlx import mlx_available
+from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, mlx_available, requested_engine  # noqa: F401 (re-export)
 
-ENGINE_ENV = "COSYVOICE_ENGINE"
-ENGINES = ("auto", "mlx", "torch")
 MLX, TORCH = "mlx", "torch"
+NOT_ON_MLX = "CosyVoice2 runs on PyTorch: its U-Net flow has no MLX port yet (the MLX engine runs CosyVoice3)"
 
 
 @dataclass(frozen=True)
 class EngineChoice:
-    """The engine that runs (``"mlx"`` or ``"torch"``) and, when it is not the one asked for, why."""
+    """The engine that runs (``"mlx"`` or ``"torch"``) and why, when that is worth saying: what ``auto``
+    went by, or why the engine asked for cannot run."""
 
     engine: str
     reason: str | None = None
@@ -34,16 +34,16 @@ def is_apple_silicon() -> bool:
     return platform.system() == "Darwin" and platform.machine() == "arm64"
 
 
-def requested_engine(requested: str | None = None) -> str:
-    """``requested``, else ``$COSYVOICE_ENGINE``, else ``auto``; a name outside ENGINES is a ConfigError."""
-    source = "argument"
-    if requested is None:
-        requested, source = os.environ.get(ENGINE_ENV) or "auto", ENGINE_ENV
-    name = requested.strip().lower()
-    if name not in ENGINES:
-        where = f"{ENGINE_ENV}={requested}" if source == ENGINE_ENV else f"engine {requested!r}"
-        raise ConfigError(f"{where} is not an engine; use one of {', '.join(ENGINES)}")
-    return name
+def mlx_problem() -> str | None:
+    """Why MLX cannot run on this machine (not installed, or its import fails), or None."""
+    if not mlx_available():
+        hint = "pip install mlx (macOS 14+ on Apple Silicon)" if is_apple_silicon() else "pip install 'mlx[cpu]'"
+        return f"the mlx package is not installed ({hint})"
+    try:
+        import mlx.core  # noqa: F401
+    except Exception as error:  # noqa: BLE001 - a wheel for another macOS, a missing Metal library...
+        return f"mlx does not import ({type(error).__name__}: {str(error)[:200]})"
+    return None
 
 
 def choose_engine(requested: str | None, version: str, device: str | None = None) -> EngineChoice:
@@ -52,18 +52,17 @@ def choose_engine(requested: str | None, version: str, device: str | None = None
     name = requested_engine(requested)
     if name == TORCH:
         return EngineChoice(TORCH)
-    if name == "auto":
-        policy = device if device is not None else os.environ.get(DEVICE_ENV) or "auto"
-        gpu_policy = str(policy).strip().lower() in ("auto", "mps")
-        if version == "cosyvoice3" and is_apple_silicon() and gpu_policy and mlx_available():
-            return EngineChoice(MLX)
-        return EngineChoice(TORCH)
     if version != "cosyvoice3":
-        return EngineChoice(
-            TORCH,
-            "the MLX engine runs CosyVoice3; CosyVoice2's U-Net flow has no MLX port yet, so PyTorch runs this model",
-        )
-    if not mlx_available():
-        hint = "pip install mlx (macOS 14+ on Apple Silicon)" if is_apple_silicon() else "pip install 'mlx[cpu]'"
-        return EngineChoice(TORCH, f"MLX was asked for but the mlx package is not installed ({hint}); PyTorch runs")
+        return EngineChoice(TORCH, NOT_ON_MLX)
+    if name == "auto":
+        policy = str(device if device is not None else os.environ.get(DEVICE_ENV) or "auto").strip().lower()
+        if not is_apple_silicon():
+            return EngineChoice(TORCH, "Auto uses MLX on Apple Silicon Macs only; PyTorch runs here")
+        if policy not in ("auto", "mps"):
+            return EngineChoice(TORCH, f"the device is set to {policy}, and Auto uses MLX only with the GPU")
+        if problem := mlx_problem():
+            return EngineChoice(TORCH, f"MLX is not available on this machine: {problem}; PyTorch runs")
+        return EngineChoice(MLX, "Auto: MLX is the fast engine for CosyVoice3 on Apple Silicon")
+    if problem := mlx_problem():
+        return EngineChoice(TORCH, f"MLX was asked for but is not available on this machine: {problem}; PyTorch runs")
     return EngineChoice(MLX)

@@ -90,7 +90,7 @@ def torch_takes_over(model, reason: str) -> None:
 
 
 def engine_status(model) -> dict:
-    """``{"engine": "mlx" | "torch", "engine_reason": why not the one asked for, or None}`` of a pipeline,
+    """``{"engine": "mlx" | "torch", "engine_reason": why that engine (EngineChoice.reason)}`` of a pipeline,
     plus MLX's current and peak memory (bytes) while it runs on MLX."""
     choice = getattr(model, "engine", None) or EngineChoice(TORCH)
     status = {"engine": choice.engine, "engine_reason": choice.reason}

@@ -18,9 +18,17 @@ import time
 from pathlib import Path
 
 from cosyvoice_mac.cli import add_precision_arguments, precision_kwargs
+from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import VoiceLibrary
+from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES, requested_engine
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
-from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
+from cosyvoice_mac.webui.state import (  # noqa: F401 (installed_models: re-export)
+    HostConfig,
+    ModelHost,
+    Settings,
+    installed_models,
+    starting_engine,
+)
 from cosyvoice_mac.webui.strings import EN
 from cosyvoice_mac.webui.temp_janitor import TempJanitor
 
@@ -76,6 +84,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     add_precision_arguments(parser)
     parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default=None,
+        help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE, else the page's engine menu as last chosen, else auto)",
+    )
+    parser.add_argument(
         "--max-queue",
         type=int,
         default=MAX_QUEUE,
@@ -125,6 +139,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "Required when --host is not this computer (127.0.0.1 / localhost)",
     )
     args = parser.parse_args(argv)
+    try:
+        requested_engine(args.engine)  # a bad $COSYVOICE_ENGINE is named now, not by the model process
+    except ConfigError as error:
+        parser.error(str(error))
     if args.max_queue < 1:
         parser.error("--max-queue must be at least 1")
     if args.temp_max_age < 1:
@@ -154,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["GRADIO_TEMP_DIR"] = str(temp_dir)  # before gradio is imported: it reads this once
     janitor = TempJanitor(temp_dir, args.temp_max_age).start()
     outputs_dir = args.outputs_dir.expanduser().resolve()
+    settings = Settings(args.cache_dir.expanduser() if args.cache_dir else None)
     host = ModelHost(
         HostConfig(
             models_dir=args.models_dir.expanduser(),
@@ -167,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
             preferred_model=args.model,
             vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
             precision={key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value},
+            engine=starting_engine(args.engine, settings),
         )
     )
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
@@ -183,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
 
         try:
             server = serve_page(
-                build_app(host=host),
+                build_app(host=host, settings=settings),
                 host,
                 bind_host=args.host,
                 port=args.port,

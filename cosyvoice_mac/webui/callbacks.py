@@ -23,7 +23,7 @@ from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
-from cosyvoice_mac.webui.state import VOCODER_CHOICES, ModelHost, Session, Settings, is_inside
+from cosyvoice_mac.webui.state import ENGINES, VOCODER_CHOICES, ModelHost, Session, Settings, is_inside
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
@@ -296,6 +296,24 @@ class Callbacks:
             return
         yield from self._while_loading(lang, lambda: self.host.set_vocoder(value), "vocoder_progress", {})
 
+    @staticmethod
+    def engine_choices(lang: str) -> list[tuple[str, str]]:
+        return [(say(lang, f"engine_{value}"), value) for value in ENGINES]
+
+    def switch_engine(self, lang: str, value: str) -> Iterator[tuple[str, str]]:
+        """Remember the chosen engine and restart the model on it (only a choice the menu listed); the
+        status panel then says which engine runs and why."""
+        if value not in ENGINES or value == self.host.config.engine:
+            yield gr.skip(), self.status_panel(lang)
+            return
+        self.settings.update(engine=value)
+        current = self.host.current
+        if current is None or current.is_preview:
+            self.host.set_engine(value)
+            yield say(lang, "engine_saved_preview"), self.status_panel(lang)
+            return
+        yield from self._while_loading(lang, lambda: self.host.set_engine(value), "engine_progress", {})
+
     def _while_loading(self, lang, work, progress_key: str, values: dict):
         outcome = yield from _in_background(
             work, lambda seconds: (say(lang, progress_key, seconds=seconds, **values), self.status_panel(lang))
@@ -315,7 +333,7 @@ class Callbacks:
 
     def on_load(self, lang: str):
         """Fresh values when a tab opens: saved voices, the status, whether the notice still shows, a seed,
-        the model folders now in models/."""
+        the model folders now in models/, the engine setting (another tab may have changed it)."""
         current = self.host.current.name if self.host.current else None
         models = gr.update(choices=self.model_choices(lang), value=current)
         return (
@@ -324,6 +342,7 @@ class Callbacks:
             gr.update(visible=not self.settings.notice_acknowledged),
             self.roll_seed(),
             models,
+            self.host.config.engine,
         )
 
 

@@ -1,21 +1,20 @@
 """The page: which controls exist, where they sit, and which callback each one triggers.
 
-Every control whose words depend on the language is registered in a :class:`LabelBook`, so the
-language switch re-labels all of them at once (and Gradio's own built-in words follow through its
-locale). Element ids (``elem_id``) are the browser tests' handles; keep them stable.
+Every control whose words depend on the language is registered in a :class:`LabelBook` (``language.py``),
+so the language switch re-labels all of them at once. The model column is ``model_panel.py``, the
+long-form section ``longform.py``. Element ids (``elem_id``) are the browser tests' handles; keep them stable.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Callable
 
 import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
 from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
 from cosyvoice_mac.webui.generation import GenerateOutputs
+from cosyvoice_mac.webui.language import LabelBook, gradio_locale_js
 from cosyvoice_mac.webui.longform import build_longform_section
+from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel
 from cosyvoice_mac.webui.render import HISTORY_DATATYPES, history_rows, status_line
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS, STOP_JS
@@ -32,39 +31,12 @@ DICE = "🎲"
 HISTORY_COLUMN_WIDTHS = ["7%", "27%", "9%", "10%", "8%", "5%", "6%", "15%", "13%"]
 
 
-class LabelBook:
-    """Owns the list of (component, property -> strings key or function of the language) to re-label."""
-
-    def __init__(self, lang: str = DEFAULT_LANGUAGE):
-        self.lang = lang
-        self.entries: list[tuple[gr.components.Component, dict[str, str | Callable[[str], object]]]] = []
-
-    def make(self, factory, words: dict[str, str | Callable[[str], object]], **fixed):
-        """``factory(**fixed, **words in the starting language)``, registered for re-labelling."""
-        return self.add(factory(**fixed, **self.render(self.lang, words)), words)
-
-    def add(self, component, words: dict[str, str | Callable[[str], object]]):
-        self.entries.append((component, words))
-        return component
-
-    @staticmethod
-    def render(lang: str, words: dict) -> dict:
-        return {name: source(lang) if callable(source) else say(lang, source) for name, source in words.items()}
-
-    @property
-    def components(self) -> list:
-        return [component for component, _ in self.entries]
-
-    def updates(self, lang: str) -> list:
-        return [gr.update(**self.render(lang, words)) for _, words in self.entries]
-
-
 def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool) -> gr.Blocks:
     """The whole page. ``has_model`` False shows the download command; Generate still works when the
     preview voice can stand in (it is then labelled as a preview everywhere), and is disabled otherwise.
 
     ``features`` (see features.py) switches optional controls on: the Transcribe button (``asr``) and the
-    Stream toggle (``stream``); the vocoder menu (``vocoder_select``) has its place marked below.
+    Stream toggle (``stream``); the vocoder menu (``vocoder_select``) sits in the model column.
     """
     book, host, lang = LabelBook(), callbacks.host, DEFAULT_LANGUAGE
     make = book.make
@@ -225,39 +197,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 )
 
             with gr.Column(scale=2):
-                make(gr.Markdown, {"value": "section_model"})
-                model_menu = make(
-                    gr.Dropdown,
-                    {"label": "model_label", "info": "model_info", "choices": callbacks.model_choices},
-                    value=host.current.name if host.current else None,
-                    interactive=can_generate,
-                    elem_id="cv-model",
-                )
-                vocoder_menu = make(
-                    gr.Dropdown,
-                    {"label": "vocoder_label", "info": "vocoder_info", "choices": callbacks.vocoder_choices},
-                    value=host.config.vocoder,
-                    interactive=can_generate,
-                    visible=features["vocoder_select"],
-                    elem_id="cv-vocoder",
-                )
-                restart = make(
-                    gr.Button, {"value": "restart"}, size="sm", interactive=can_generate, elem_id="cv-restart"
-                )
-                model_msg = gr.Markdown(elem_id="cv-model-msg", elem_classes="cv-message")
-                status_panel = gr.Markdown(callbacks.status_panel(lang), elem_id="cv-status-panel")
-                with make(gr.Accordion, {"label": "licence_heading"}, open=False, elem_id="cv-licences"):
-                    make(gr.Markdown, {"value": licence_words}, elem_id="cv-licence-text")
-                history_pick = make(
-                    gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None, elem_id="cv-history-pick"
-                )
-                history_audio = make(
-                    gr.Audio,
-                    {"label": "history_audio_label"},
-                    interactive=False,
-                    buttons=["download"],
-                    elem_id="cv-history-audio",
-                )
+                panel = build_model_panel(make, callbacks, features, lang, licence_words)
         history = make(
             gr.Dataframe,
             {"label": "history_label"},
@@ -320,7 +260,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             status=status,
             result=result,
             history=history,
-            history_pick=history_pick,
+            history_pick=panel.history_pick,
             session=session,
             player=player,
         )
@@ -334,43 +274,39 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             concurrency_id="generate",
             show_progress="minimal",
             show_progress_on=[result],
-        ).then(callbacks.status_panel, language, status_panel, show_progress="hidden")
+        ).then(callbacks.status_panel, language, panel.status_panel, show_progress="hidden")
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
-        history_pick.input(callbacks.history_picked, [history_pick, session], history_audio)
-
-        model_menu.input(
-            callbacks.switch_model,
-            [language, model_menu],
-            [model_msg, status_panel],
-            concurrency_id="model",
-            concurrency_limit=1,
-        )
-        # Presses at once share one restart (the engine coalesces them), so they must not wait in line.
-        restart.click(
-            callbacks.restart, language, [model_msg, status_panel], concurrency_id="restart", concurrency_limit=None
-        )
-        vocoder_menu.input(
-            callbacks.switch_vocoder,
-            [language, vocoder_menu],
-            [model_msg, status_panel],
-            concurrency_id="model",
-            concurrency_limit=1,
-        )
-        timer.tick(callbacks.status_panel, language, status_panel, **quiet)  # off the queue: never "busy"
+        wire_model_panel(panel, callbacks, language, session)
+        timer.tick(callbacks.status_panel, language, panel.status_panel, **quiet)  # off the queue: never "busy"
         notice_ok.click(callbacks.acknowledge_notice, None, notice, **quiet)
-        page.load(callbacks.on_load, language, [voices, status_panel, notice, seed, model_menu], **quiet)
+        page.load(
+            callbacks.on_load,
+            language,
+            [voices, panel.status_panel, notice, seed, panel.model_menu, panel.engine_menu],
+            **quiet,
+        )
 
         language.change(book.updates, language, book.components, **quiet)
         language.change(
             lambda lang, words, audio, voice, session: _dynamic_words(callbacks, lang, words, audio, voice, session),
             [language, text, prompt_audio, voices, session],
-            [counter, prompt_msg, status, status_panel, history, voice_msg, mode_msg, model_msg, transcript_msg],
+            [
+                counter,
+                prompt_msg,
+                status,
+                panel.status_panel,
+                history,
+                voice_msg,
+                mode_msg,
+                panel.model_msg,
+                transcript_msg,
+            ],
             **quiet,
         )
         language.change(None, language, None, js=gradio_locale_js())
         # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
-        remounted = [prompt_audio, result, history_audio]
+        remounted = [prompt_audio, result, panel.history_audio]
         language.change(lambda: [gr.update(visible=False)] * len(remounted), None, remounted, **quiet).then(
             lambda: [gr.update(visible=True)] * len(remounted), None, remounted, **quiet
         )
@@ -404,30 +340,3 @@ def _mode_choices(lang: str) -> list[tuple[str, str]]:
 
 def _preset_choices(lang: str) -> list[tuple[str, str]]:
     return [(preset_label(lang, preset.label), preset.text) for preset in INSTRUCTIONS]
-
-
-def gradio_locale_js() -> str:
-    """Browser code that moves Gradio's built-in words (upload area, record button...) to the page's language.
-
-    Gradio picks its locale from the browser; its frontend module exports ``changeLocale``, which this
-    imports from the same URL the page loaded it from (so it is the same module instance). When this
-    Gradio build has no such module the switch only re-labels our own controls.
-    """
-    module = _gradio_core_module()
-    if module is None:
-        return "(lang) => lang"
-    return (
-        "async (lang) => { try { const core = await import(new URL('assets/" + module + "', document.baseURI).href);"
-        " core.changeLocale(lang === 'zh' ? 'zh-CN' : 'en'); } catch (error) { console.warn(error); } return lang; }"
-    )
-
-
-def _gradio_core_module() -> str | None:
-    assets = Path(gr.__file__).parent / "templates" / "frontend" / "assets"
-    for candidate in sorted(assets.glob("core-*.js")):
-        try:
-            if "changeLocale" in candidate.read_text(encoding="utf-8", errors="ignore"):
-                return candidate.name
-        except OSError:
-            continue
-    return None

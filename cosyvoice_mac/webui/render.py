@@ -122,13 +122,7 @@ def render_status(lang: str, status: dict) -> str:
         else:
             lines.append(say(lang, "status_device", **values))
     if status.get("engine"):
-        engine = {"mlx": "MLX", "torch": "PyTorch"}.get(status["engine"], status["engine"])
-        reason = status.get("engine_reason")
-        lines.append(
-            say(lang, "status_engine_because", engine=engine, reason=reason)
-            if reason
-            else say(lang, "status_engine", engine=engine)
-        )
+        lines.append(engine_line(lang, status))
     if status.get("vocoder"):
         reason = status.get("vocoder_reason")
         lines.append(
@@ -182,6 +176,17 @@ def render_status(lang: str, status: dict) -> str:
     if status.get("library_problem"):
         lines.append(say(lang, "status_voices_problem", message=status["library_problem"]))
     return "  \n".join(lines)
+
+
+def engine_line(lang: str, status: dict) -> str:
+    """Which engine runs, the page's engine setting (when the page chose one) and why that engine runs."""
+    names = {"mlx": "MLX", "torch": "PyTorch", "auto": say(lang, "engine_setting_auto")}
+    engine, reason, setting = status["engine"], status.get("engine_reason"), status.get("engine_setting")
+    values = {"engine": names.get(engine, engine)} | ({"reason": reason} if reason else {})
+    if setting:
+        key = "status_engine_set_because" if reason else "status_engine_set"
+        return say(lang, key, setting=names.get(setting, setting), **values)
+    return say(lang, "status_engine_because" if reason else "status_engine", **values)
 
 
 _STATE_KEYS = {

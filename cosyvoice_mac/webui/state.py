@@ -10,12 +10,13 @@ import json
 import os
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from cosyvoice_mac.engine import Engine, EngineError, TranscriberProcess, WorkerConfig, user_cache_dir
 from cosyvoice_mac.engine.outputs import atomic_write_bytes
+from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, requested_engine
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
 
 MODEL_CONFIG_NAMES = {"cosyvoice3.yaml": "cosyvoice3", "cosyvoice2.yaml": "cosyvoice2"}
@@ -90,6 +91,7 @@ class HostConfig:
     preview: bool | None = None  # offer the preview voice; None: when its packages are installed
     vocoder: str = "torch"  # "torch" or "coreml:<compute units>" (see VOCODER_CHOICES)
     precision: dict = field(default_factory=dict)  # precision, llm_dtype, flow_dtype, reprobe (CosyVoice models only)
+    engine: str = "auto"  # the engine menu: "auto", "mlx" or "torch" (CosyVoice models only; see starting_engine)
 
 
 VOCODER_CHOICES = ("torch", "coreml:ALL", "coreml:CPU_AND_GPU", "coreml:CPU_AND_NE")
@@ -181,6 +183,8 @@ class ModelHost:
         status = engine.status() if engine is not None else {"state": "stopped"}
         if self.current is not None:
             status.update(folder=self.current.name, folder_version=self.current.version)
+        if self.current is not None and not self.current.is_preview:
+            status["engine_setting"] = self.config.engine
         return status
 
     def close(self) -> None:
@@ -195,7 +199,7 @@ class ModelHost:
         backend = (
             {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY}
             if choice.is_preview
-            else {"model_dir": str(choice.path), "pipeline_kwargs": dict(config.precision)}
+            else {"model_dir": str(choice.path), "pipeline_kwargs": {**config.precision, "engine": config.engine}}
         )
         kind, _, units = config.vocoder.partition(":")
         return WorkerConfig(
@@ -217,6 +221,40 @@ class ModelHost:
         if self.start(self.current.name if self.current else None) is None:
             return False
         return self.engine.start(wait=True)
+
+    def set_engine(self, value: str) -> bool:
+        """Run CosyVoice models on ``value`` (an ENGINES name) from now on; True once a worker with it is ready.
+
+        The worker builds its networks for one engine, so the change restarts it with the new choice, as
+        Restart does: jobs waiting keep their place and run on the new engine, a running one is cancelled
+        (its message says why). A fresh process is also the one sure way to hand back all of the old
+        engine's memory. The preview voice has no engine to choose: it keeps running, untouched."""
+        if value not in ENGINES:
+            raise ValueError(f"unknown engine choice {value!r}")
+        self.config.engine = value
+        engine, current = self.engine, self.current
+        if current is None or current.is_preview:
+            return engine is not None and engine.status().get("state") == "ready"
+        if engine is None:
+            return self.restart()
+        # The engine spawns its next worker with this; only the engine choice in it changes.
+        engine.config = replace(engine.config, pipeline_kwargs={**engine.config.pipeline_kwargs, "engine": value})
+        try:
+            engine.start(wait=True)  # a (re)start under way may have spawned with the old choice: let it end
+            return engine.restart(reason=f"the engine setting changed to {value}")
+        except EngineError:  # closed under us by a model switch: that start already has the new choice
+            return self.restart()
+
+
+def starting_engine(flag: str | None, settings: "Settings") -> str:
+    """The engine setting the app starts with: ``--engine``, else ``$COSYVOICE_ENGINE``, else the choice the
+    page saved last time, else ``auto``. An explicit start-up choice wins over the remembered one; a change
+    on the page applies at once and is remembered for the next start without one. ConfigError for a flag
+    or variable that names no engine."""
+    if flag is not None or os.environ.get(ENGINE_ENV):
+        return requested_engine(flag)
+    saved = settings.load().get("engine")
+    return saved if saved in ENGINES else "auto"
 
 
 @dataclass
@@ -277,7 +315,8 @@ class ActiveJobs:
 
 
 class Settings:
-    """The page's own remembered choices (whether the first-run notice was acknowledged), in the cache folder."""
+    """The page's own remembered choices (whether the first-run notice was acknowledged, the engine menu's
+    choice), in the cache folder."""
 
     def __init__(self, cache_dir: Path | None):
         self.path = (Path(cache_dir) if cache_dir else user_cache_dir()) / SETTINGS_FILE
@@ -294,7 +333,7 @@ class Settings:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write_bytes(self.path, json.dumps(data, indent=1).encode("utf-8"))
-        except OSError:  # a read-only cache only means the notice shows again next time
+        except OSError:  # a read-only cache only means the notice shows (and the engine is Auto) next time
             pass
 
     @property

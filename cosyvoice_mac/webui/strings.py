@@ -1,4 +1,5 @@
-"""Every word the page shows, in English and Chinese: two tables with the same keys.
+"""Every word the page shows, in English and Chinese: two tables with the same keys (the Chinese page
+words live in ``strings_zh.py``, the long-form section's in ``strings_longform.py``).
 
 ``text(lang, key, **values)`` formats one entry; it escapes every value that is not itself a formatted
 entry (a :class:`Markup`), because the page renders these strings as Markdown with HTML: a voice named
@@ -13,6 +14,8 @@ from __future__ import annotations
 from cosyvoice_mac.preview.labels import COSYVOICE_LICENSE_NOTE, LICENSE_NOTE, PREVIEW_LABEL
 from cosyvoice_mac.webui.strings_longform import EN as LONGFORM_EN
 from cosyvoice_mac.webui.strings_longform import ZH as LONGFORM_ZH
+from cosyvoice_mac.webui.strings_zh import PRESET_LABELS_ZH
+from cosyvoice_mac.webui.strings_zh import ZH as PAGE_ZH
 
 LANGUAGES = (("English", "en"), ("中文", "zh"))
 DEFAULT_LANGUAGE = "en"
@@ -172,6 +175,8 @@ EN: dict[str, str] = {
     "status_vocoder": "**Vocoder:** {vocoder}",
     "status_engine": "**Engine:** {engine}",
     "status_engine_because": "**Engine:** {engine} ({reason})",
+    "status_engine_set": "**Engine:** {engine} (setting: {setting})",
+    "status_engine_set_because": "**Engine:** {engine} (setting: {setting}; {reason})",
     "status_precision": "**Precision:** {reasons}",
     "status_vocoder_torch_because": "**Vocoder:** PyTorch (Core ML is not used: {reason})",
     "vocoder_label": "Vocoder",
@@ -181,6 +186,16 @@ EN: dict[str, str] = {
     "vocoder_coreml_cpu_and_gpu": "Core ML: CPU and GPU",
     "vocoder_coreml_cpu_and_ne": "Core ML: CPU and Neural Engine",
     "vocoder_progress": "⏳ Restarting with the new vocoder… {seconds:.0f} s",
+    "engine_label": "Engine",
+    "engine_info": "What runs a CosyVoice3 model: MLX (Apple's framework, the fast path on Apple Silicon) or "
+    "PyTorch. A change restarts the model (a job running now is cancelled; waiting ones keep their place) and "
+    "is remembered",
+    "engine_auto": "Auto (MLX for CosyVoice3 on Apple Silicon, else PyTorch)",
+    "engine_mlx": "MLX",
+    "engine_torch": "PyTorch",
+    "engine_setting_auto": "Auto",
+    "engine_progress": "⏳ Restarting on the chosen engine… {seconds:.0f} s",
+    "engine_saved_preview": "The engine choice is saved; it applies to CosyVoice models (the preview voice has none).",
     "status_fell_back": "**Device:** {device}, {dtype}, fell back to the CPU: {reason}",
     "status_memory": "**Memory:** process {rss}, device {device_memory}",
     "status_llm_rl": "**LLM:** `{file}`, the reinforcement-tuned weights you downloaded with `--rl` "
@@ -202,222 +217,8 @@ EN: dict[str, str] = {
     "not_applicable": "none",
 }
 
-ZH: dict[str, str] = {
-    # page
-    "title": "CosyVoice（Mac 版）",
-    "subtitle": "用几秒钟的录音克隆一个声音，让它说任何话，全部在这台电脑上完成。",
-    "language_label": "界面语言",
-    "notice": "**只克隆你有权使用的声音。** 请先征得说话人同意，不要把结果冒充为其本人的声音。"
-    "本应用写出的每个文件都会在元数据中记录生成它的软件、模型和设置。",
-    "notice_ok": "我已了解",
-    "no_model": "**尚未安装模型。** 用下面的命令下载一个（约 5 GB）：\n\n"
-    "`bash run.sh download cosyvoice3`\n\n"
-    "（或 `bash run.sh download cosyvoice2`），然后重新启动本应用。",
-    "no_model_preview": "在此之前由**预览声音**朗读：它只是近似参考音频的声音，并不是真正的克隆。",
-    # voice
-    "section_voice": "### 1. 声音",
-    "prompt_audio_label": "参考音频：3–30 秒清晰的语音（WAV、MP3、FLAC 或 M4A；上传或录音）",
-    "prompt_duration": "参考音频：{seconds:.1f} 秒（语音 {speech:.1f} 秒）。",
-    "prompt_too_long": "⚠️ 参考音频含 {speech:.1f} 秒语音，模型最多接受 {limit:g} 秒。"
-    "请剪成一两句清晰的话（5–15 秒就足够）。",
-    "prompt_too_short": "⚠️ 参考音频只有 {speech:.1f} 秒声音，至少需要 {limit:g} 秒（3–10 秒清晰语音最好）。"
-    "请录一段更长的。",
-    "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件。请使用 WAV、MP3、FLAC 或 M4A。",
-    "prompt_empty": "⚠️ {name} 是一个空文件（0 字节）。请重新录制或导出。",
-    "prompt_missing": "⚠️ 服务器上已经没有 {name} 了（上传的文件只保留一段时间）。请重新上传。",
-    "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
-    "prompt_silent": "⚠️ 参考音频没有声音。请检查麦克风后重新录制。",
-    "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹。"
-    "请以 16 千赫或更高的采样率录制或导出。",
-    "prompt_no_decoder": "⚠️ {name} 需要系统音频解码器（在 Linux 上是 ffmpeg），但它没有安装。"
-    "请安装 ffmpeg，或把文件转换为 WAV 或 FLAC。",
-    "prompt_needed": "⚠️ 请上传或录制参考音频，或选择一个已保存的声音。",
-    "transcript_label": "参考音频的文字内容",
-    "transcript_placeholder": "逐字输入参考录音里说的话",
-    "transcribe": "识别文字",
-    "transcribe_progress": "⏳ 正在识别参考录音的文字… {seconds:.0f} 秒",
-    "transcribe_download": "⏳ 正在下载语音识别模型：{done} / {total}…",
-    "transcribe_done": "✅ 已根据录音填入文字。请检查并在需要时修改。",
-    "transcribe_empty": "⚠️ 录音中没有识别出文字。请手动输入文字内容。",
-    "transcribe_needs_audio": "⚠️ 请先上传或录制参考音频，再识别文字。",
-    "transcribe_failed": "⚠️ {message}",
-    "transcript_needed": "⚠️ 零样本模式需要参考音频的文字内容。请输入录音里说的话，或改用跨语种模式。",
-    "voices_label": "已保存的声音",
-    "voices_info": "选择一个已保存的声音，无需再上传参考音频。",
-    "voices_none": "（不使用：用上面的参考音频）",
-    "voice_in_use": "正在使用已保存的声音“{name}”。",
-    "voice_name_label": "为当前参考声音命名",
-    "voice_name_placeholder": "例如：爷爷朗读",
-    "save_voice": "保存声音",
-    "delete_voice": "删除声音",
-    "voice_saved": "✅ 已保存声音“{name}”。",
-    "voice_deleted": "🗑 已删除声音“{name}”。",
-    "voice_save_needs_audio": "⚠️ 请上传或录制要保存为声音的参考音频。",
-    "voice_saving": "⏳ 正在准备声音（模型正在提取它的特征）…",
-    "voice_save_no_model": "⚠️ 没有运行中的模型，无法准备声音。请看页面顶部的说明。",
-    "voice_name_needed": "⚠️ 请为声音输入一个名字。",
-    "voice_pick_to_delete": "⚠️ 请先选择要删除的已保存声音。",
-    "voice_error": "⚠️ {message}",
-    # text
-    "section_text": "### 2. 文本",
-    "text_label": "要朗读的文本",
-    "text_placeholder": "输入希望这个声音说的话",
-    "counter": "{count} / {limit} 个字符",
-    "counter_over": "⚠️ {count} / {limit} 个字符：太长了，请把文本拆成几次生成。",
-    "text_empty": "⚠️ 没有要朗读的文本：请输入一句话。",
-    "markup_help": "发音标注（仅 CosyVoice3）：拼音 `[h][ào]`，英语音素 `[M][AY0][N][UW1][T]`；"
-    "声音事件 `[breath]` `[laughter]`；重读 `<strong>…</strong>`。",
-    "mode_label": "模式",
-    "mode_short_zero_shot": "零样本",
-    "mode_short_cross_lingual": "跨语种",
-    "mode_short_instruct": "指令",
-    "mode_zero_shot": "零样本：凭文字内容克隆",
-    "mode_cross_lingual": "跨语种：无需文字内容",
-    "mode_instruct": "指令：风格、情绪或方言",
-    "preset_label": "训练过的指令",
-    "preset_info": "选择一条填入指令框，或自己编写。",
-    "instruct_label": "指令",
-    "instruct_placeholder": "例如：请用四川话表达。",
-    "instruct_needed": "⚠️ 指令模式需要一条指令：从菜单中选择，或自己输入。",
-    "seed_label": "随机种子",
-    "seed_info": "相同的种子和设置会得到相同的音频；🎲 换一个新的。",
-    "seed_invalid": "⚠️ 随机种子必须是 0 到 {limit} 之间的整数。",
-    "dice_title": "随机选一个种子",
-    "speed_label": "语速",
-    "stream_label": "边生成边播放",
-    "stream_info": "在生成音频的同时播放。",
-    "stream_speed_note": "ℹ️ 边生成边播放时语速固定为 1.0。",
-    # generate
-    "generate": "生成",
-    "stop": "停止",
-    "result_label": "结果",
-    "status_waiting_model": "⏳ 正在等待模型加载…",
-    "status_queued": "⏳ 排队中：第 {position} 位。",
-    "status_started": "⏳ 正在合成…",
-    "status_progress": "⏳ 第 {index} 句，共 {count} 句：{text}",
-    "status_retry": "⏳ 设备出错，正在改用处理器重试…",
-    "status_streaming": "🔊 正在播放第 {index} 句，共 {count} 句：已生成 {audio:.1f} 秒音频；"
-    "首段音频用时 {first:.1f} 秒。",
-    "status_stream_summary": "🔊 边生成边播放：首段音频用时 {first:.1f} 秒，全部完成用时 {elapsed:.1f} 秒。",
-    "status_done": "✅ 完成：{duration:.1f} 秒音频，用时 {seconds:.1f} 秒，种子 {seed}。已保存为 {file}。",
-    "status_done_unsaved": "✅ 完成：{duration:.1f} 秒音频，种子 {seed}。⚠️ 未能保存：{error}",
-    "status_failed": "⚠️ 生成失败：{message}",
-    "status_cancelled": "⏹ 已停止。",
-    "status_interrupted": "⚠️ 未完成：{message}。",
-    "status_not_answering": "⚠️ 模型没有响应（已 {seconds:.0f} 秒没有动静）。如果一直没有响应，它会自动重启；"
-    "等待中的任务保留原来的位置。",
-    "status_busy": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
-    "本次没有加入队列：请在大约 {seconds} 秒后再试。",
-    "status_busy_unknown": "⚠️ 忙碌中：已有 {waiting} 个请求在等待，这是本应用的上限，你的请求将排在第 {position} 位。"
-    "本次没有加入队列：请等其中一个完成后再试。",
-    "status_no_model": "⚠️ 没有加载模型，无法生成。请看页面顶部的说明。",
-    "status_model_error": "⚠️ 模型不可用：{message}。排除原因后请点击“重启模型”。",
-    "status_timeout": "⚠️ 模型 {seconds:g} 秒没有响应。请点击“停止”，再点击“重启模型”。",
-    "status_invalid": "⚠️ {message}",
-    "status_notes": "ℹ️ {notes}",
-    "result_preview": "🔶 **{label}**（`{command}`）",
-    # history
-    "history_label": "历史记录（本次会话，最新的在前）",
-    "history_empty": "本次会话还没有生成任何内容。",
-    "col_time": "时间",
-    "col_text": "文本",
-    "col_mode": "模式",
-    "col_voice": "声音",
-    "col_seed": "种子",
-    "col_speed": "语速",
-    "col_duration": "秒数",
-    "col_model": "模型",
-    "col_file": "文件",
-    "history_prompt_voice": "上传的参考音频",
-    "history_pick_label": "播放之前的结果",
-    "history_audio_label": "之前的结果",
-    # model status
-    "section_model": "### 模型",
-    "model_label": "模型",
-    "model_info": "在 `models/` 中找到的模型文件夹，或预览声音",
-    "preview_choice": "预览声音（近似，无需下载）",
-    "preview_label": "预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3",
-    "history_preview": "🔶 预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3（`{command}`）",
-    "licence_heading": "许可证",
-    "licence_cosyvoice": "`CosyVoice2` / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
-    "licence_preview": "预览声音：`Piper TTS`（`piper-tts`，`GPL-3.0-or-later`）和 `en_US-joe-medium` 声音"
-    "（`CC0`），`WORLD` 声码器（`pyworld`，`MIT`）；中文在安装了 `espeak-ng`"
-    "（`GPL-3.0-or-later`）时由它朗读。`Piper` 是本软件包的可选组件（`[preview]`），"
-    "核心部分仍采用 `Apache-2.0` 许可证。",
-    "restart": "重启模型",
-    "restart_progress": "⏳ 正在重启模型… {seconds:.0f} 秒",
-    "switch_progress": "⏳ 正在加载 {name}… {seconds:.0f} 秒",
-    "restart_done": "✅ 模型已就绪（{seconds:.0f} 秒）。",
-    "restart_failed": "⚠️ 模型未能启动：{message}",
-    "status_model": "**模型：** {name}（{version}，{model_id}）",
-    "status_model_preview": "**模型：** 🔶 {label}（`{command}`）",
-    "status_licence": "**许可证：** {licence}",
-    "status_state": "**状态：** {state}",
-    "status_device": "**设备：** {device}，{dtype}",
-    "status_vocoder": "**声码器：** {vocoder}",
-    "status_engine": "**引擎：** {engine}",
-    "status_engine_because": "**引擎：** {engine}（{reason}）",
-    "status_precision": "**精度：** {reasons}",
-    "status_vocoder_torch_because": "**声码器：** PyTorch（未使用 Core ML：{reason}）",
-    "vocoder_label": "声码器",
-    "vocoder_info": "Core ML 在 Mac 的 GPU 或神经网络引擎上运行声码器（仅限 macOS；首次使用时转换）",
-    "vocoder_torch": "PyTorch（与模型同一设备）",
-    "vocoder_coreml_all": "Core ML：全部计算单元",
-    "vocoder_coreml_cpu_and_gpu": "Core ML：CPU 与 GPU",
-    "vocoder_coreml_cpu_and_ne": "Core ML：CPU 与神经网络引擎",
-    "vocoder_progress": "⏳ 正在用新的声码器重启… {seconds:.0f} 秒",
-    "status_fell_back": "**设备：** {device}，{dtype}，已退回处理器运行：{reason}",
-    "status_memory": "**内存：** 进程 {rss}，设备 {device_memory}",
-    "status_llm_rl": "**语言模型：** `{file}`，即用 `--rl` 下载的强化学习权重（`COSYVOICE_LLM=base` 改用 `llm.pt`）",
-    "status_low_memory_on": "**低内存模式：** 开启（{reason}；`COSYVOICE_LOW_MEMORY=0` 可关闭）",
-    "status_low_memory_off": "**低内存模式：** 关闭（{reason}；`COSYVOICE_LOW_MEMORY=1` 可开启）",
-    "status_queue": "**队列：** {waiting} 个等待，{running} 个运行中",
-    "status_cache": "**说话人缓存命中率：** {rate:.0%}（{lookups} 次中 {hits} 次）",
-    "status_error": "**最近的错误：** {message}",
-    "status_voices_problem": "**已保存的声音：** ⚠️ {message}。",
-    "state_ready": "就绪",
-    "state_starting": "加载中",
-    "state_restarting": "重启中",
-    "state_error": "启动失败",
-    "state_stopped": "已停止",
-    "state_closed": "已关闭",
-    "state_unresponsive": "⚠️ 模型没有响应（如果一直没有响应会自动重启）",
-    "not_known": "暂不清楚",
-    "not_applicable": "无",
-}
-
-# Menu labels of the trained instructions (cosyvoice_mac.frontend.special_tokens.INSTRUCTIONS), by preset label.
-PRESET_LABELS_ZH: dict[str, str] = {
-    "Cantonese dialect": "粤语（广东话）",
-    "Northeastern dialect": "东北话",
-    "Gansu dialect": "甘肃话",
-    "Guizhou dialect": "贵州话",
-    "Henan dialect": "河南话",
-    "Hubei dialect": "湖北话",
-    "Hunan dialect": "湖南话",
-    "Jiangxi dialect": "江西话",
-    "Minnan dialect": "闽南话",
-    "Ningxia dialect": "宁夏话",
-    "Shanxi dialect": "山西话",
-    "Shaanxi dialect": "陕西话",
-    "Shandong dialect": "山东话",
-    "Shanghainese": "上海话",
-    "Sichuan dialect": "四川话",
-    "Tianjin dialect": "天津话",
-    "Yunnan dialect": "云南话",
-    "Very loud": "非常大声",
-    "Very soft": "非常轻柔",
-    "Very slow": "非常慢",
-    "Very fast": "非常快",
-    "Very happy": "非常开心",
-    "Very sad": "非常伤心",
-    "Very angry": "非常生气",
-    "Peppa Pig style": "小猪佩奇风格",
-    "Robot style": "机器人风格",
-}
-
 EN.update(LONGFORM_EN)
-ZH.update(LONGFORM_ZH)
+ZH: dict[str, str] = {**PAGE_ZH, **LONGFORM_ZH}
 TABLES = {"en": EN, "zh": ZH}
 # Characters Markdown or HTML would read as markup; each becomes its numeric character reference, which
 # renders as the character itself.

@@ -11,7 +11,8 @@ the text steer one job; keyword arguments of ``from_pretrained`` (the engine's
 
 ``home_device`` is the device it claims to load on (``"mps"`` lets the CPU-retry path run on
 Linux); ``extract_s`` makes feature extraction slow; ``load_s`` slows loading; ``fail_load``
-raises while loading; ``silent`` makes every synthesis silent (a broken model).
+raises while loading; ``silent`` makes every synthesis silent (a broken model); ``engine`` is chosen by
+the real rule (``choose_engine``) and reported, though the fake makes its tones the same way on either.
 
 ``DeviceErrorOnce`` wraps the REAL pipeline instead: it claims ``home_device`` and raises one
 device error on the first job whose text has ``[device-error]``, so the real CPU retry runs.
@@ -28,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from cosyvoice_mac.mlx.choice import choose_engine
 from cosyvoice_mac.pipeline.backend import Synthesizes
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
@@ -78,13 +80,16 @@ class FakeCosyVoice(Synthesizes):
         home_device="cpu",
         load_s=0.0,
         fail_load=False,
+        engine=None,
         **settings,
     ) -> "FakeCosyVoice":
         if fail_load:
             raise FileNotFoundError(f"{model_dir}/llm.pt is missing (fake load failure)")
         time.sleep(load_s)
         chosen = home_device if device in ("auto", None) else device
-        return cls(model_dir, torch.device(chosen), dtype, **settings)
+        fake = cls(model_dir, torch.device(chosen), dtype, **settings)
+        fake.engine = choose_engine(engine, fake.version, device)  # the real rule picks; tones come out either way
+        return fake
 
     def to(self, device) -> "FakeCosyVoice":
         self.device = torch.device(device)

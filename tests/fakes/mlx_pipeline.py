@@ -27,3 +27,19 @@ def failing_mlx_flow(model_dir, device="auto", dtype=None, random_weights=False,
 
 
 FAILING_MLX_FACTORY = "tests.fakes.mlx_pipeline:failing_mlx_flow"
+
+
+def without_mlx(model_dir, device="auto", dtype=None, random_weights=False, **options):
+    """``CosyVoice.from_pretrained`` in a worker where ``mlx`` cannot be imported (as on a Mac without the
+    package): ``sys.modules`` blocks it before the engine is chosen, so the real choice rule meets it."""
+    import sys
+
+    from cosyvoice_mac.pipeline import CosyVoice
+
+    for name in [name for name in sys.modules if name == "mlx" or name.startswith("mlx.")]:
+        del sys.modules[name]
+    sys.modules["mlx"] = None  # `import mlx` now raises ModuleNotFoundError
+    return CosyVoice.from_pretrained(model_dir, device=device, dtype=dtype, random_weights=random_weights, **options)
+
+
+WITHOUT_MLX_FACTORY = "tests.fakes.mlx_pipeline:without_mlx"

@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cosyvoice_mac.cli import add_precision_arguments, precision_kwargs
+from cosyvoice_mac.cli import add_precision_arguments, host_precision
 from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             liveness_timeout_s=args.hang_timeout,
             preferred_model=args.model,
             vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
-            precision={key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value},
+            precision=host_precision(args),
         )
     )
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside

@@ -200,7 +200,7 @@ def _synth_here(args) -> int:
 
     saved = None
     if args.voice is not None and args.voice != "preview":
-        from cosyvoice_mac.engine.cache import VoiceLibrary
+        from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
         saved = VoiceLibrary().get(args.voice).get("transcript")  # an unknown name is refused before loading
     request = _request(args, saved_transcript=saved)

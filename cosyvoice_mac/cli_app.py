@@ -26,6 +26,7 @@ from cosyvoice_mac.api.wire import (
     MODELS_PATH,
     RECORDING_SPEECH_PATH,
     SPEECH_PATH,
+    VOICES_PATH,
 )
 from cosyvoice_mac.errors import CosyVoiceError
 
@@ -67,6 +68,7 @@ class AppClient:
         if key and key.strip():
             headers["Authorization"] = f"Bearer {key.strip()}"
         self.http = httpx.Client(base_url=self.url, headers=headers, trust_env=False)
+        self._voice_asked: str | None = None
 
     def close(self) -> None:
         self.http.close()
@@ -97,8 +99,7 @@ class AppClient:
         retry = answer.headers.get("retry-after")
         if status == 429:
             return AppError(
-                f"the app's queue is full, so it did not take this job; try again in {retry or 'a few'} s "
-                f"({message.split('; retry after')[0]})",
+                f"the app's queue is full, so it did not take this job; try again in {retry or 'a few'} s",
                 EXIT_TRY_LATER,
             )
         if status == 503 and code in ("model_loading", "model_unavailable"):
@@ -110,9 +111,21 @@ class AppClient:
             )
         if status == 403:
             return AppError(f"the app at {self.url} refused the request: {message}")
-        if status == 400 and param:
+        if code == "voice_not_found":
+            return AppError(
+                f"the app has no voice {self._voice_asked!r} (its voices: {self._voice_names()}); "
+                "save one on its page, or speak in a recording's voice with --prompt-wav"
+            )
+        if status < 500 and param:
             return AppError(f"the app refused the request ({_flag(param)}): {message}")
         return AppError(f"the app could not do it: {message}")
+
+    def _voice_names(self) -> str:
+        try:
+            names = [entry["name"] for entry in self.http.get(VOICES_PATH, timeout=PROBE_TIMEOUT_S).json()["data"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return "unknown"
+        return ", ".join(names) or "none saved yet"
 
     def speak(self, request, model: str | None, out: Path, stream: bool) -> int:
         """Send ``request`` (a checked Request) to the app's queue and write the audio to ``out``."""
@@ -138,7 +151,7 @@ class AppClient:
                 timeout=timeout,
             )
         else:
-            body["voice"] = voice.saved if voice.kind == "saved" else "preview"
+            body["voice"] = self._voice_asked = voice.saved if voice.kind == "saved" else "preview"
             sending = self.http.stream("POST", SPEECH_PATH, json=body, timeout=timeout)
         print(f"sent to the app at {self.url}; waiting in its queue", file=sys.stderr)
         clock = time.perf_counter()

@@ -17,5 +17,6 @@ CLIENT_INTERFACES = ("api", "cli")  # the page and the Gradio API record themsel
 SPEECH_PATH = "/v1/audio/speech"
 RECORDING_SPEECH_PATH = "/v1/audio/speech/recording"
 MODELS_PATH = "/v1/models"
+VOICES_PATH = "/v1/voices"
 JOB_ID_HEADER = "x-cosyvoice-job-id"
 FILE_HEADER = "x-cosyvoice-file"

@@ -15,6 +15,10 @@ from pathlib import Path
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.request import SPEED_RANGE
 
+EXIT_REFUSED = 2  # the message says why
+EXIT_TRY_LATER = 75  # sysexits' EX_TEMPFAIL: the app's queue is full or its model loads; the same command works later
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
+
 # The request contract's fields -> the flags that set them, so a refusal names what the user typed.
 CONTRACT_FLAGS = {
     "text": "--text",
@@ -46,8 +50,8 @@ def _add_synth(commands) -> None:
         description="Speak text in the voice of a prompt recording or a saved voice. With the app running, "
         "the job joins its queue (as page and API jobs do; Ctrl-C cancels it there); else the app's engine "
         "runs here. The WAV and its sidecar are saved in outputs/ and copied to --out.",
-        epilog="Exit codes: 0 done, 2 refused or failed (the message says why), 75 the app's queue is full or "
-        "its model is loading (try again later), 130 cancelled with Ctrl-C.",
+        epilog=f"Exit codes: 0 done, {EXIT_REFUSED} refused or failed (the message says why), {EXIT_TRY_LATER} the "
+        f"app's queue is full or its model is loading (try again later), {EXIT_INTERRUPTED} cancelled with Ctrl-C.",
     )
     source = synth.add_mutually_exclusive_group()
     source.add_argument(
@@ -227,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     except CosyVoiceError as error:  # ours: the message is written for the user
         flag = CONTRACT_FLAGS.get(error.field) if isinstance(error, RequestError) else None
         print(f"error: {flag + ': ' if flag else ''}{error}", file=sys.stderr)
-        return getattr(error, "exit_code", 2)
+        return getattr(error, "exit_code", EXIT_REFUSED)
+    except KeyboardInterrupt:  # before any job was queued (a running one is cancelled where it runs)
+        print("cancelled (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -28,14 +28,13 @@ from cosyvoice_mac.api.wire import (
     SPEECH_PATH,
     VOICES_PATH,
 )
+from cosyvoice_mac.cli import EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_TRY_LATER
 from cosyvoice_mac.errors import CosyVoiceError
 
 SERVER_VARIABLE = "COSYVOICE_SERVER"
 OWNER = "cosyvoice-mac"  # /v1/models names this owner: the answer comes from this app, not another server
 PROBE_TIMEOUT_S = 5.0
 WAV_HEADER_BYTES = 44  # api.audio_formats.streaming_wav_header: RIFF + fmt (16 bytes) + data
-EXIT_TRY_LATER = 75  # sysexits EX_TEMPFAIL: the queue is full or the model loads; the same command works later
-INTERRUPTED = 130
 
 
 def default_server() -> str:
@@ -47,9 +46,9 @@ def default_server() -> str:
 
 class AppError(CosyVoiceError):
     """The app answered, but not with audio; the message says why and what to do. ``exit_code`` is
-    EXIT_TRY_LATER for a full queue or a loading model, else 2."""
+    EXIT_TRY_LATER for a full queue or a loading model, else EXIT_REFUSED."""
 
-    def __init__(self, message: str, exit_code: int = 2):
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED):
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -166,7 +165,7 @@ class AppClient:
                 return _write_whole(answer, out, job_id)
         except KeyboardInterrupt:
             print("cancelled (Ctrl-C): the connection is closed, so the app drops the job", file=sys.stderr)
-            return INTERRUPTED
+            return EXIT_INTERRUPTED
         except httpx.TransportError as error:
             raise AppError(f"the connection to the app broke off ({_transport_reason(error)})") from None
 

@@ -13,12 +13,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from cosyvoice_mac.cli import EXIT_INTERRUPTED
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 
 RANDOM_WEIGHTS_FACTORY = "cosyvoice_mac.cli_engine:random_full_size"
 CANCEL_WAIT_S = 15.0  # a running job stops at its next sentence or chunk
-INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
 
 
 def random_full_size(version: str, *, device, dtype, random_weights: bool, **options):
@@ -77,7 +77,7 @@ def synth_locally(args, request, outputs_dir: Path) -> int:
     except KeyboardInterrupt:
         _cancel(engine, job.job_id)
         print("cancelled (Ctrl-C): the job was stopped and nothing was written", file=sys.stderr)
-        return INTERRUPTED
+        return EXIT_INTERRUPTED
     finally:
         engine.close()
     return _deliver(result, args.out)

@@ -102,7 +102,7 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
             )
         folder, path = await _receive_upload(prompt_audio, upload_limit_bytes, "cosyvoice-api-prompt-")
         try:
-            link.check_recording(str(path), "prompt_audio")
+            await asyncio.to_thread(link.check_recording, str(path), "prompt_audio")
             order = _order(link, parsed, request, recording=str(path))
             ticket = link.submit(order)
         except BaseException:

@@ -138,6 +138,11 @@ def host_precision(args) -> dict:
     return {key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value}
 
 
+def host_vocoder(args) -> str:
+    """--vocoder and --compute-units as the model host's choice (``webui.state.VOCODER_CHOICES``)."""
+    return "torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}"
+
+
 def _request(args, saved_transcript: str | None = None):
     """The request the page would queue for these arguments, checked before anything is sent or loaded: a
     flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.

@@ -29,36 +29,37 @@ def random_full_size(version: str, *, device, dtype, random_weights: bool, **opt
 
 
 def worker_config(args, outputs_dir: Path):
-    """The worker settings for the CLI's arguments, by the app's own rule (``webui.state.worker_config``)."""
-    from cosyvoice_mac.cli import host_precision
+    """The worker settings for the CLI's arguments, by the app's own rule (``ModelHost.worker_config``)."""
+    from cosyvoice_mac.cli import host_precision, host_vocoder
     from cosyvoice_mac.load import resolve_model
-    from cosyvoice_mac.webui.state import PREVIEW_CHOICE, HostConfig, ModelChoice
-    from cosyvoice_mac.webui.state import worker_config as app_worker_config
+    from cosyvoice_mac.webui.state import PREVIEW_CHOICE, HostConfig, ModelChoice, ModelHost
 
-    host = HostConfig(
+    settings = HostConfig(
         models_dir=Path("."),  # unused: the model was resolved below
         outputs_dir=outputs_dir,
         device=args.device,
         dtype=args.dtype,
-        vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
+        vocoder=host_vocoder(args),
         precision=host_precision(args),
+        preview=True,
     )
+    app_worker_config = ModelHost(settings).worker_config
     if args.random_weights is not None:
         print(f"warning: {args.random_weights} with RANDOM weights: the output is noise", file=sys.stderr)
         choice = ModelChoice(args.random_weights, Path(args.random_weights), args.random_weights)
         return replace(
-            app_worker_config(host, choice),
+            app_worker_config(choice),
             model_dir=args.random_weights,
             pipeline_factory=RANDOM_WEIGHTS_FACTORY,
             random_weights=True,
         )
     folder = resolve_model(args.model)
     if folder is None:
-        return app_worker_config(host, PREVIEW_CHOICE)
+        return app_worker_config(PREVIEW_CHOICE)
     from cosyvoice_mac.pipeline.model_dir import detect_version
 
     version = detect_version(folder)  # a folder that is no model is refused now, with how to get one
-    return app_worker_config(host, ModelChoice(folder.name, folder, version))
+    return app_worker_config(ModelChoice(folder.name, folder, version))
 
 
 def synth_locally(args, request, outputs_dir: Path) -> int:

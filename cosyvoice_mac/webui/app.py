@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cosyvoice_mac.cli import add_precision_arguments, host_precision
+from cosyvoice_mac.cli import add_precision_arguments, host_precision, host_vocoder
 from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.webui.state import HostConfig, ModelHost, Settings, installed_models  # noqa: F401 (re-export)
@@ -165,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
             torch_threads=args.torch_threads,
             liveness_timeout_s=args.hang_timeout,
             preferred_model=args.model,
-            vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
+            vocoder=host_vocoder(args),
             precision=host_precision(args),
         )
     )

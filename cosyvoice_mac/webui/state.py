@@ -95,26 +95,6 @@ class HostConfig:
 VOCODER_CHOICES = ("torch", "coreml:ALL", "coreml:CPU_AND_GPU", "coreml:CPU_AND_NE")
 
 
-def worker_config(config: HostConfig, choice: ModelChoice) -> WorkerConfig:
-    """How the model worker runs ``choice`` under ``config``: the app's rule, and the CLI's own engine's."""
-    backend = (
-        {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY}
-        if choice.is_preview
-        else {"model_dir": str(choice.path), "pipeline_kwargs": dict(config.precision)}
-    )
-    kind, _, units = config.vocoder.partition(":")
-    return WorkerConfig(
-        **backend,
-        device=config.device,
-        dtype=config.dtype,
-        outputs_dir=str(config.outputs_dir),
-        cache_dir=str(config.cache_dir) if config.cache_dir else None,
-        torch_threads=config.torch_threads,
-        vocoder=kind,
-        compute_units=units or "ALL",
-    )
-
-
 class ModelHost:
     """Owns the one Engine the page talks to (which model folder or the preview voice it runs; starting,
     switching, restarting and closing it) and the prompt transcriber. Every visitor shares them; the
@@ -169,7 +149,7 @@ class ModelHost:
         if old is not None:
             old.close()
         engine = self.engine_factory(
-            self._worker_config(choice),
+            self.worker_config(choice),
             max_queue=self.config.max_queue,
             start_timeout_s=self.config.start_timeout_s,
             job_timeout_s=self.config.job_timeout_s,
@@ -210,8 +190,25 @@ class ModelHost:
             engine.close()
         self.transcriber.close()
 
-    def _worker_config(self, choice: ModelChoice) -> WorkerConfig:
-        return worker_config(self.config, choice)
+    def worker_config(self, choice: ModelChoice) -> WorkerConfig:
+        """How the model worker runs ``choice`` (the CLI's own engine follows the same rule)."""
+        config = self.config
+        backend = (
+            {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY}
+            if choice.is_preview
+            else {"model_dir": str(choice.path), "pipeline_kwargs": dict(config.precision)}
+        )
+        kind, _, units = config.vocoder.partition(":")
+        return WorkerConfig(
+            **backend,
+            device=config.device,
+            dtype=config.dtype,
+            outputs_dir=str(config.outputs_dir),
+            cache_dir=str(config.cache_dir) if config.cache_dir else None,
+            torch_threads=config.torch_threads,
+            vocoder=kind,
+            compute_units=units or "ALL",
+        )
 
     def set_vocoder(self, value: str) -> bool:
         """Run the current model with another vocoder (a VOCODER_CHOICES value); True once it is ready."""

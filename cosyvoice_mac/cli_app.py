@@ -34,6 +34,7 @@ from cosyvoice_mac.errors import CosyVoiceError
 SERVER_VARIABLE = "COSYVOICE_SERVER"
 OWNER = "cosyvoice-mac"  # /v1/models names this owner: the answer comes from this app, not another server
 PROBE_TIMEOUT_S = 5.0
+LOADING_WAIT_S = 900.0  # a model still loading in the app is waited for (the app's own start limit)
 WAV_HEADER_BYTES = 44  # api.audio_formats.streaming_wav_header: RIFF + fmt (16 bytes) + data
 
 
@@ -101,8 +102,8 @@ class AppClient:
                 f"the app's queue is full, so it did not take this job; try again in {retry or 'a few'} s",
                 EXIT_TRY_LATER,
             )
-        if status == 503 and code in ("model_loading", "model_unavailable"):
-            return AppError(f"the app cannot speak yet: {message} (try again in {retry or 'a few'} s)", EXIT_TRY_LATER)
+        if status == 503 and code == "model_loading":
+            return AppError(f"the app's model is still loading; try again in {retry or 'a few'} s", EXIT_TRY_LATER)
         if status == 401:
             return AppError(
                 f"the app at {self.url} refused the request: {message}. "
@@ -126,6 +127,22 @@ class AppClient:
             return "unknown"
         return ", ".join(names) or "none saved yet"
 
+    def _send(self, voice, body: dict) -> httpx.Response:
+        """The speech request, its answer's body still to be read (the caller closes it): the recording
+        uploaded with the request, or the saved voice named in its body."""
+        timeout = httpx.Timeout(PROBE_TIMEOUT_S, read=None, write=120.0)
+        if voice.kind == "audio":
+            prompt = Path(voice.audio)
+            upload = {"prompt_audio": (prompt.name, prompt.read_bytes())}
+            built = self.http.build_request(
+                "POST", RECORDING_SPEECH_PATH, data={"body": json.dumps(body)}, files=upload, timeout=timeout
+            )
+        else:
+            body = {**body, "voice": voice.saved if voice.kind == "saved" else "preview"}
+            self._voice_asked = body["voice"]
+            built = self.http.build_request("POST", SPEECH_PATH, json=body, timeout=timeout)
+        return self.http.send(built, stream=True)
+
     def speak(self, request, model: str | None, out: Path, stream: bool) -> int:
         """Send ``request`` (a checked Request) to the app's queue and write the audio to ``out``."""
         body = {
@@ -138,27 +155,22 @@ class AppClient:
             "response_format": "wav",
             "stream": stream,
         }
-        voice = request.voice
-        timeout = httpx.Timeout(PROBE_TIMEOUT_S, read=None, write=120.0)
-        if voice.kind == "audio":
-            prompt = Path(voice.audio)
-            sending = self.http.stream(
-                "POST",
-                RECORDING_SPEECH_PATH,
-                data={"body": json.dumps(body)},
-                files={"prompt_audio": (prompt.name, prompt.read_bytes())},
-                timeout=timeout,
-            )
-        else:
-            body["voice"] = self._voice_asked = voice.saved if voice.kind == "saved" else "preview"
-            sending = self.http.stream("POST", SPEECH_PATH, json=body, timeout=timeout)
+        loading_until = time.monotonic() + LOADING_WAIT_S
         print(f"sent to the app at {self.url}; waiting in its queue", file=sys.stderr)
         clock = time.perf_counter()
         try:
-            with sending as answer:
-                if answer.status_code != 200:
-                    answer.read()
-                    raise self.explain(answer)
+            while True:
+                answer = self._send(request.voice, body)
+                if answer.status_code == 200:
+                    break
+                answer.read()
+                answer.close()
+                problem = self.explain(answer)
+                if (_error_of(answer) or {}).get("code") != "model_loading" or time.monotonic() > loading_until:
+                    raise problem
+                print("the app's model is still loading; sending again once it is ready", file=sys.stderr)
+                time.sleep(min(30.0, float(answer.headers.get("retry-after") or 5)))
+            with answer:
                 job_id = answer.headers.get(JOB_ID_HEADER, "?")
                 if stream:
                     return _write_stream(answer, out, clock, job_id)

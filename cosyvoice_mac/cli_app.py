@@ -152,7 +152,9 @@ class AppClient:
             "prompt_text": request.voice.transcript,
             "seed": request.seed,
             "speed": request.speed,
-            "response_format": "wav",
+            # 16-bit PCM exactly as the app saved it (soundfile's WAV encoder scales differently); a stream
+            # comes as a WAV whose header gives the rate, a whole answer says it in a header.
+            "response_format": "wav" if stream else "pcm",
             "stream": stream,
         }
         loading_until = time.monotonic() + LOADING_WAIT_S
@@ -170,11 +172,13 @@ class AppClient:
                     raise problem
                 print("the app's model is still loading; sending again once it is ready", file=sys.stderr)
                 time.sleep(min(30.0, float(answer.headers.get("retry-after") or 5)))
-            with answer:
+            try:
                 job_id = answer.headers.get(JOB_ID_HEADER, "?")
                 if stream:
                     return _write_stream(answer, out, clock, job_id)
                 return _write_whole(answer, out, job_id)
+            finally:
+                answer.close()  # early (Ctrl-C): the app sees its client leave and cancels the job
         except KeyboardInterrupt:
             print("cancelled (Ctrl-C): the connection is closed, so the app drops the job", file=sys.stderr)
             return EXIT_INTERRUPTED
@@ -183,8 +187,7 @@ class AppClient:
 
 
 def _write_whole(answer: httpx.Response, out: Path, job_id: str) -> int:
-    data = answer.read()
-    _save(out, data)
+    _save(out, _wav(answer.read(), int(answer.headers["x-cosyvoice-sample-rate"])))
     name = answer.headers.get(FILE_HEADER)
     saved = f"; the app saved it as {name} with its sidecar" if name else ""
     print(
@@ -207,13 +210,18 @@ def _write_stream(answer: httpx.Response, out: Path, clock: float, job_id: str) 
         raise AppError("the app's stream ended before any audio came")
     sample_rate = struct.unpack("<I", bytes(received[24:28]))[0]
     pcm = bytes(received[WAV_HEADER_BYTES:])
-    pcm = pcm[: len(pcm) - len(pcm) % 2]
-    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
-    riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(pcm)) + pcm
-    _save(out, b"RIFF" + struct.pack("<I", len(riff)) + riff)
+    _save(out, _wav(pcm, sample_rate))
     seconds = len(pcm) / 2 / sample_rate
     print(f"wrote {out} ({seconds:.2f} s, job {job_id[:8]}); the app saved it in its outputs with its sidecar")
     return 0
+
+
+def _wav(pcm: bytes, sample_rate: int) -> bytes:
+    """A mono 16-bit WAV file of ``pcm`` (little-endian samples, a stray odd byte dropped)."""
+    pcm = pcm[: len(pcm) - len(pcm) % 2]
+    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
+    riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(pcm)) + pcm
+    return b"RIFF" + struct.pack("<I", len(riff)) + riff
 
 
 def _save(out: Path, data: bytes) -> None:

@@ -88,7 +88,7 @@ def _say_loaded(status: dict, seconds: float, args) -> None:
     print(f"loaded {status.get('model')} on {status.get('device')} in {seconds:.1f} s", file=sys.stderr)
     if status.get("version") == "preview":
         print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
-    reasons = [pick["reason"] for pick in (status.get("precision") or {}).values() if isinstance(pick, dict)]
+    reasons = [pick.get("reason") for pick in (status.get("precision") or {}).values() if isinstance(pick, dict)]
     reasons = [reason for reason in reasons if reason]
     if reasons:
         print(f"precision: {'; '.join(reasons)}", file=sys.stderr)

@@ -88,7 +88,7 @@ def test_missing_model_folder_says_how_to_download(tmp_path, make_speech):
         "--model",
         str(tmp_path),
         "--prompt-wav",
-        str(make_speech("Hello.")),
+        str(make_speech("Hello there, this is a test.")),  # a usable prompt: the model is what is missing
         "--text",
         "Hi.",
         "--out",

@@ -296,3 +296,21 @@ def test_without_an_app_the_cli_runs_the_apps_engine_and_records_cli(tmp_path, p
     assert sidecar["file"] in done.stdout
     copied, saved = (soundfile.read(path, dtype="int16")[0] for path in (out, outputs / sidecar["file"]))
     assert np.array_equal(copied, saved) and np.abs(copied).max() > 100
+
+
+def test_ctrl_c_stops_the_clis_own_engine_and_writes_nothing(tmp_path, prompt):
+    outputs, out = tmp_path / "outputs", tmp_path / "never.wav"
+    command = [sys.executable, "-m", "cosyvoice_mac", "synth", "--local", "--model", "preview"]
+    command += ["--prompt-wav", str(prompt), "--text", BLOCKER_TEXT, "--outputs-dir", str(outputs), "--out", str(out)]
+    cli = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, cwd=REPO_ROOT, env=_cli_env())
+    seen = []
+    for line in cli.stderr:  # "loaded ...", then a line per sentence once the job runs
+        seen.append(line)
+        if line.startswith("[1/"):
+            break
+    assert seen and seen[-1].startswith("[1/"), "".join(seen)
+    cli.send_signal(signal.SIGINT)
+    rest = cli.stderr.read()
+    assert cli.wait(timeout=60) == 130, rest
+    assert "cancelled (Ctrl-C)" in rest and "Traceback" not in rest
+    assert not out.exists() and not list(outputs.glob("*.json")), "the cancelled job was saved"

@@ -1,22 +1,60 @@
-"""Command line: ``python -m cosyvoice_mac synth --model DIR --prompt-wav F --text T --out F.wav``."""
+"""Command line: ``python -m cosyvoice_mac synth --prompt-wav F --text T --out F.wav``.
+
+``synth`` sends its job to the running app (``--server``, default http://127.0.0.1:7860), so it waits in the
+same queue as the page's and the API's jobs (``cli_app``); with no app running, or ``--local``, it starts the
+app's engine in this process (``cli_engine``). Either way the WAV and its sidecar (``interface: cli``) are
+saved in outputs/ and copied to ``--out``.
+"""
 
 from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
-import numpy as np
-
-from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
-from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import SPEED_RANGE
+
+EXIT_REFUSED = 2  # the message says why
+EXIT_TRY_LATER = 75  # sysexits' EX_TEMPFAIL: the app's queue is full or its model loads; the same command works later
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
+
+# The request contract's fields -> the flags that set them, so a refusal names what the user typed.
+CONTRACT_FLAGS = {
+    "text": "--text",
+    "transcript": "--prompt-text",
+    "instruct": "--instruct",
+    "mode": "--instruct",
+    "seed": "--seed",
+    "speed": "--speed",
+    "voice": "--prompt-wav/--voice",
+}
+
+LOCAL_ONLY = {  # flag -> (argument, default): how the model is built, so the app's own settings rule there
+    "--device": ("device", "auto"),
+    "--precision": ("precision", None),
+    "--dtype": ("dtype", None),
+    "--llm-dtype": ("llm_dtype", None),
+    "--flow-dtype": ("flow_dtype", None),
+    "--reprobe": ("reprobe", False),
+    "--engine": ("engine", None),
+    "--vocoder": ("vocoder", "torch"),
+    "--compute-units": ("compute_units", "ALL"),
+    "--outputs-dir": ("outputs_dir", None),
+}
 
 
 def _add_synth(commands) -> None:
-    synth = commands.add_parser("synth", help="speak text in the voice of a prompt recording")
+    synth = commands.add_parser(
+        "synth",
+        help="speak text in the voice of a prompt recording",
+        description="Speak text in the voice of a prompt recording or a saved voice. With the app running, "
+        "the job joins its queue (as page and API jobs do; Ctrl-C cancels it there); else the app's engine "
+        "runs here. The WAV and its sidecar are saved in outputs/ and copied to --out.",
+        epilog=f"Exit codes: 0 done, {EXIT_REFUSED} refused or failed (the message says why), {EXIT_TRY_LATER} the "
+        f"app's queue is full or its model is loading (try again later), {EXIT_INTERRUPTED} cancelled with Ctrl-C.",
+    )
     source = synth.add_mutually_exclusive_group()
     source.add_argument(
         "--model",
@@ -28,7 +66,9 @@ def _add_synth(commands) -> None:
         choices=("cosyvoice3", "cosyvoice2"),
         help="build the full-size architecture with RANDOM weights (benchmarks only: the audio is noise)",
     )
-    synth.add_argument("--prompt-wav", type=Path, required=True, help="3-30 s of speech in the target voice")
+    voice = synth.add_mutually_exclusive_group(required=True)
+    voice.add_argument("--prompt-wav", type=Path, help="3-30 s of speech in the target voice (sent to the app)")
+    voice.add_argument("--voice", help="a saved voice's name or id ('preview': the preview voice's own)")
     synth.add_argument("--text", required=True, help="text to speak")
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
     synth.add_argument("--instruct", help='instruction, e.g. "speak sadly" or "用四川话说" (instruct mode)')
@@ -56,6 +96,18 @@ def _add_synth(commands) -> None:
         help="where Core ML may run the vocoder",
     )
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
+    where = synth.add_mutually_exclusive_group()
+    where.add_argument(
+        "--server",
+        metavar="URL",
+        help="the running app to send the job to (default $COSYVOICE_SERVER, else http://127.0.0.1:7860; "
+        "when none answers there, the model runs here). Given, it must answer",
+    )
+    where.add_argument("--local", action="store_true", help="run the model in this process even if the app runs")
+    synth.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
+    synth.add_argument(
+        "--outputs-dir", type=Path, help="where --local saves the WAV and its sidecar (default: the app's outputs/)"
+    )
     synth.set_defaults(handler=_synth)
 
 
@@ -89,15 +141,33 @@ def precision_kwargs(args) -> dict:
     }
 
 
-def _request(args):
-    """The request the page would queue for these arguments, checked before any model loads: a flag given
-    asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction."""
+def host_precision(args) -> dict:
+    """The precision choices the app's model host passes to the pipeline (the LLM's dtype travels apart)."""
+    return {key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value}
+
+
+def host_vocoder(args) -> str:
+    """--vocoder and --compute-units as the model host's choice (``webui.state.VOCODER_CHOICES``)."""
+    return "torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}"
+
+
+def _request(args, saved_transcript: str | None = None):
+    """The request the page would queue for these arguments, checked before anything is sent or loaded: a
+    flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.
+    A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise."""
     from cosyvoice_mac.request import Request, Voice
 
     mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
+    if args.prompt_wav is not None:
+        _check_prompt(args.prompt_wav)
+        voice = Voice.recording(args.prompt_wav, transcript=args.prompt_text)
+    elif args.voice == "preview":
+        voice = Voice.builtin()
+    else:
+        voice = Voice.saved_voice(args.voice, transcript=args.prompt_text or saved_transcript)
     return Request.build(
         args.text,
-        Voice.recording(args.prompt_wav, transcript=args.prompt_text),
+        voice,
         mode=mode,
         instruct=args.instruct,
         seed=args.seed,
@@ -106,77 +176,56 @@ def _request(args):
     )
 
 
-def _glossed(request):
-    """The request with the user's pronunciation glossary applied (as the app's worker does), said on stderr."""
-    from cosyvoice_mac.longform.glossary import RequestGlossary, glossary_store
+def _check_prompt(path: Path) -> None:
+    """Refuse a prompt file that is no usable speech now, in the page's words, before it is sent or loaded."""
+    from cosyvoice_mac.webui.prompt_check import inspect_prompt
+    from cosyvoice_mac.webui.render import plain_prompt_problem
 
-    request, hits, note = RequestGlossary(glossary_store()).apply(request)
-    for hit in hits:
-        print(f"glossary: {hit['key']} -> {hit['replacement']} ({hit['count']}x)", file=sys.stderr)
-    if note:
-        print(f"note: {note}", file=sys.stderr)
-    return request
-
-
-def _load(args):
-    from cosyvoice_mac.load import load_model
-    from cosyvoice_mac.pipeline import CosyVoice
-
-    if args.random_weights is not None:
-        print(f"warning: {args.random_weights} with RANDOM weights: the output is noise", file=sys.stderr)
-        return CosyVoice.random_full_size(
-            args.random_weights, device=args.device, engine=args.engine, **precision_kwargs(args)
-        )
-    options = precision_kwargs(args)
-    model = load_model(args.model, device=args.device, dtype=options.pop("dtype"), engine=args.engine, **options)
-    if model.version == "preview":
-        print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
-    return model
+    if not path.is_file():
+        raise CosyVoiceError(f"the prompt recording {path} does not exist")
+    check = inspect_prompt(path)
+    if not check.ok:
+        raise CosyVoiceError(plain_prompt_problem(check))
 
 
 def _synth(args) -> int:
-    from cosyvoice_mac.audio import write_wav
+    if args.local or args.random_weights is not None:  # random weights are a benchmark of this machine
+        return _synth_here(args)
+    from cosyvoice_mac.cli_app import AppClient, NoApp, default_server
 
-    request = _glossed(_request(args))
-    started = time.perf_counter()
-    model = _load(args)
-    print(f"loaded {model.model_id} on {model.device} in {time.perf_counter() - started:.1f} s", file=sys.stderr)
-    if getattr(model, "precision", None) is not None:  # the preview voice has no stages to choose for
-        print(f"precision: {model.precision.summary()}", file=sys.stderr)
-    if getattr(model, "engine", None) is not None:
-        print(
-            f"engine: {model.engine.engine}" + (f" ({model.engine.reason})" if model.engine.reason else ""),
-            file=sys.stderr,
-        )
-    if args.vocoder == "coreml":
-        from cosyvoice_mac.coreml.runtime import load_vocoder
+    request = _request(args)
+    app = AppClient(args.server or default_server(), args.api_key)
+    try:
+        try:
+            app.probe()
+        except NoApp as error:
+            if args.server:
+                raise CosyVoiceError(f"{error}; leave out --server (or give --local) to run the model here") from None
+            print(f"note: {error}; running the model in this process", file=sys.stderr)
+            return _synth_here(args)
+        ignored = [flag for flag, (name, default) in LOCAL_ONLY.items() if getattr(args, name) != default]
+        if ignored:
+            print(f"note: the app runs its own model, so {', '.join(ignored)} apply only with --local", file=sys.stderr)
+        return app.speak(request, args.model, args.out, args.stream)
+    finally:
+        app.close()
 
-        vocoder, reason = load_vocoder("coreml", model, args.compute_units)
-        model.use_vocoder(vocoder)
-        print(
-            f"vocoder: {'Core ML (' + args.compute_units + ')' if vocoder else 'torch, because ' + reason}",
-            file=sys.stderr,
-        )
-    pieces, tokens, seconds = [], 0, 0.0
-    started = time.perf_counter()
-    for result in model.run(request):
-        if not pieces and args.stream:
-            print(f"first audio after {time.perf_counter() - started:.2f} s", file=sys.stderr)
-        pieces.append(result.audio)
-        seconds += result.seconds
-        if result.is_final_chunk:
-            tokens += result.speech_token_count
-            print(
-                f"[{result.segment_index + 1}/{result.segment_count}] seed {result.seed}: {result.text}",
-                file=sys.stderr,
-            )
-        for note in result.notes:
-            print(f"note: {note}", file=sys.stderr)
-    audio = np.concatenate(pieces)
-    write_wav(args.out, audio, model.sample_rate)
-    duration = len(audio) / model.sample_rate
-    print(f"wrote {args.out} ({duration:.2f} s, {tokens} speech tokens, RTF {seconds / duration:.2f})")
-    return 0
+
+def _synth_here(args) -> int:
+    """The app's engine in this process (``cli_engine``): outputs/ and the voice library are the app's."""
+    from cosyvoice_mac.cli_engine import synth_locally
+
+    saved = None
+    if args.voice is not None and args.voice != "preview":
+        from cosyvoice_mac.engine.voice_library import VoiceLibrary
+
+        saved = VoiceLibrary().get(args.voice).get("transcript")  # an unknown name is refused before loading
+    request = _request(args, saved_transcript=saved)
+    if args.outputs_dir is not None:
+        outputs = args.outputs_dir
+    else:
+        from cosyvoice_mac.webui.app import DEFAULT_OUTPUTS_DIR as outputs
+    return synth_locally(args, request, Path(outputs).expanduser())
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,8 +242,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.handler(args)
     except CosyVoiceError as error:  # ours: the message is written for the user
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        flag = CONTRACT_FLAGS.get(error.field) if isinstance(error, RequestError) else None
+        print(f"error: {flag + ': ' if flag else ''}{error}", file=sys.stderr)
+        return getattr(error, "exit_code", EXIT_REFUSED)
+    except KeyboardInterrupt:  # before any job was queued (a running one is cancelled where it runs)
+        print("cancelled (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

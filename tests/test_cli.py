@@ -1,7 +1,9 @@
-"""The command line, end to end on tiny model folders of both versions."""
+"""The command line, end to end on tiny model folders of both versions (``--local``: the app's engine in the
+CLI's own process; ``tests/api/test_cli_through_app.py`` sends synth through a running app)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -15,8 +17,10 @@ from tests.fakes.onnx_models import make_tiny_model_dir
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess:
+def _cli(*args: str, outputs: Path) -> subprocess.CompletedProcess:
+    """``synth --local`` saving in ``outputs``, whatever app this machine may be running."""
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(REPO)}
+    args = (*args, "--local", "--outputs-dir", str(outputs))
     return subprocess.run(
         [sys.executable, "-m", "cosyvoice_mac", *args], capture_output=True, text=True, timeout=300, env=env, cwd=REPO
     )
@@ -44,11 +48,16 @@ def test_synth_writes_a_24khz_wav(tmp_path, make_speech, version, mode):
         "--out",
         str(out),
         *mode,
+        outputs=tmp_path / "outputs",
     )
     assert done.returncode == 0, done.stderr
     samples, rate = soundfile.read(out)
     assert rate == 24000 and len(samples) > 0
     assert "wrote" in done.stdout
+    [sidecar] = [json.loads(path.read_text()) for path in (tmp_path / "outputs").glob("*.json")]
+    assert sidecar["interface"] == "cli" and sidecar["seed"] == 1 and sidecar["text"] == "Hello world."
+    asked = {"--prompt-text": "zero_shot", "--instruct": "instruct"}
+    assert sidecar["mode"] == (asked[mode[0]] if mode else "cross_lingual")
 
 
 def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, make_speech):
@@ -67,6 +76,7 @@ def test_bad_input_is_one_clear_line_not_a_traceback(tmp_path, make_speech):
         "cpu",
         "--out",
         str(tmp_path / "o.wav"),
+        outputs=tmp_path / "outputs",
     )
     assert done.returncode == 2
     assert "error: notes.wav is not an audio file" in done.stderr and "Traceback" not in done.stderr
@@ -78,11 +88,12 @@ def test_missing_model_folder_says_how_to_download(tmp_path, make_speech):
         "--model",
         str(tmp_path),
         "--prompt-wav",
-        str(make_speech("Hello.")),
+        str(make_speech("Hello there, this is a test.")),  # a usable prompt: the model is what is missing
         "--text",
         "Hi.",
         "--out",
         str(tmp_path / "o.wav"),
+        outputs=tmp_path / "outputs",
     )
     assert done.returncode == 2 and "bash run.sh download cosyvoice3" in done.stderr
 
@@ -108,6 +119,7 @@ def test_stream_and_coreml_flags_work_or_explain(tmp_path, make_speech):
         "coreml",
         "--out",
         str(out),
+        outputs=tmp_path / "outputs",
     )
     assert done.returncode == 0, done.stderr
     assert "first audio after" in done.stderr

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from cosyvoice_mac.engine import cache as cache_module
-from cosyvoice_mac.engine.cache import SpeakerCache, VoiceError, VoiceLibrary, user_cache_dir
+from cosyvoice_mac.engine.cache import SpeakerCache, user_cache_dir
+from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary
 from cosyvoice_mac.pipeline.types import SpeakerPrompt
 
 MODEL = "tiny-cosyvoice3-abc"
@@ -206,12 +207,12 @@ def test_the_voice_list_is_written_atomically_with_a_backup(tmp_path, monkeypatc
     library = VoiceLibrary(tmp_path)
     library.save("alice", audio_hash="a" * 64, model_id=MODEL)
     assert library.backup_path.read_bytes() == library.index_path.read_bytes()
-    import cosyvoice_mac.engine.cache as cache_module
+    import cosyvoice_mac.engine.voice_library as library_module
 
     def full_disk(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(cache_module, "atomic_write_bytes", full_disk)
+    monkeypatch.setattr(library_module, "atomic_write_bytes", full_disk)
     with pytest.raises(OSError):
         library.save("bob", audio_hash="b" * 64, model_id=MODEL)
     assert [entry["name"] for entry in library.list()] == ["alice"]  # the old index is whole

@@ -270,7 +270,7 @@ def test_synth_runs_the_engine_asked_for(tmp_path, make_speech, engine):
     done = subprocess.run(
         [sys.executable, "-m", "cosyvoice_mac", "synth", "--model", str(model), "--engine", engine]
         + ["--prompt-wav", str(make_speech("Hello there, this is a test.")), "--text", "Hello world."]
-        + ["--device", "cpu", "--out", str(out)],
+        + ["--device", "cpu", "--local", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=300,

@@ -103,6 +103,9 @@ def test_the_cli_picks_the_model_like_the_app_without_model(tmp_path, make_speec
             "cpu",
             "--out",
             str(out),
+            "--local",  # the app's engine here, whatever app this machine may be running
+            "--outputs-dir",
+            str(tmp_path / "outputs"),
         ],
         cwd=REPO,
         env=env,

@@ -215,7 +215,7 @@ def test_the_preview_voice_stands_in_only_without_a_model_folder(tmp_path):
     host = ModelHost(HostConfig(models_dir=tmp_path / "none", outputs_dir=tmp_path / "out", preview=True))
     assert host.models() == [] and host.default_choice() == PREVIEW_CHOICE
     assert host.choice("preview") == host.choice("/preview") == PREVIEW_CHOICE
-    config = host._worker_config(PREVIEW_CHOICE)
+    config = host.worker_config(PREVIEW_CHOICE)
     assert config.model_dir is None and config.pipeline_factory == PIPELINE_FACTORY
     without = ModelHost(HostConfig(models_dir=tmp_path / "none", outputs_dir=tmp_path / "out", preview=False))
     assert without.choices() == [] and without.start() is None and without.choice("preview") is None

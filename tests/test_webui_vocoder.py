@@ -33,7 +33,7 @@ def test_worker_config_carries_the_choice(tmp_path):
         HostConfig(models_dir=tmp_path, outputs_dir=tmp_path / "out", preview=False, vocoder="coreml:CPU_AND_NE")
     )
     choice = type("Choice", (), {"is_preview": False, "path": tmp_path, "name": "m"})()
-    config = host._worker_config(choice)
+    config = host.worker_config(choice)
     assert (config.vocoder, config.compute_units) == ("coreml", "CPU_AND_NE")
     with pytest.raises(ValueError):
         host.set_vocoder("coreml:EVERYWHERE")

@@ -6,9 +6,22 @@ Both are served by the page's own server (:func:`serve_page`): one process, one 
 
 from __future__ import annotations
 
-from cosyvoice_mac.api.auth import KEY_VARIABLE, ApiAccess, is_loopback
-from cosyvoice_mac.api.engine_link import EngineLink
-from cosyvoice_mac.api.server import ApiSettings, RunningServer, build_server_app
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cosyvoice_mac.api.server import RunningServer
+
+# Loaded on first use, so a client of the server (the CLI imports ``api.wire``) pays for no FastAPI or Gradio.
+_HOMES = {
+    "KEY_VARIABLE": "wire",
+    "ApiAccess": "auth",
+    "is_loopback": "auth",
+    "EngineLink": "engine_link",
+    "ApiSettings": "server",
+    "RunningServer": "server",
+    "build_server_app": "server",
+}
 
 __all__ = [
     "KEY_VARIABLE",
@@ -40,7 +53,10 @@ def serve_page(
     ``gradio_options`` go to ``gr.mount_gradio_app`` (allowed paths, css, ...). Raises OSError when
     ``bind_host:port`` cannot be listened on.
     """
+    from cosyvoice_mac.api.auth import ApiAccess
+    from cosyvoice_mac.api.engine_link import EngineLink
     from cosyvoice_mac.api.gradio_api import attach_public_api
+    from cosyvoice_mac.api.server import ApiSettings, RunningServer, build_server_app
 
     link = EngineLink(model_host)
     access = ApiAccess.from_settings(bind_host, api_key)
@@ -52,3 +68,9 @@ def serve_page(
         page, link, ApiSettings(access, upload_limit_bytes), origin_policy=origin_policy, **gradio_options
     )
     return RunningServer(app, bind_host, port)
+
+
+def __getattr__(name: str):
+    if name not in _HOMES:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{_HOMES[name]}"), name)

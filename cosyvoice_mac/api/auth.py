@@ -16,8 +16,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from cosyvoice_mac.api.errors import ApiError
-
-KEY_VARIABLE = "COSYVOICE_API_KEY"
+from cosyvoice_mac.api.wire import KEY_VARIABLE
 
 
 def is_loopback(host: str) -> bool:

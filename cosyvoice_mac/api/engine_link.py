@@ -13,7 +13,7 @@ import hashlib
 import math
 import queue
 from dataclasses import dataclass
-from typing import AsyncIterator
+from typing import AsyncIterator, Callable
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
-from cosyvoice_mac.webui.render import render_prompt_check
+from cosyvoice_mac.webui.render import plain_prompt_problem
 from cosyvoice_mac.webui.state import PREVIEW, ModelHost
 
 PREVIEW_VOICE = "preview"  # the preview backend's own stock voice: needs no prompt recording
@@ -58,14 +58,17 @@ class SpeechOrder:
     speed: float = 1.0
     stream: bool = False
     interface: str = "api"
+    recording: str | None = None  # a prompt file this server wrote from an upload (never a path a client named)
 
 
 @dataclass
 class Ticket:
-    """One submitted job and the event feed that follows it."""
+    """One submitted job, the event feed that follows it, and what to do once it is over (``on_end``:
+    e.g. remove the uploaded prompt it was spoken from)."""
 
     job_id: str
     feed: queue.Queue | None
+    on_end: Callable[[], None] | None = None
 
 
 def voice_id(name: str) -> str:
@@ -195,10 +198,7 @@ class EngineLink:
         """Save a recording as a named voice (the worker prepares its features). Blocking."""
         engine = self._engine()
         self.check_ready()
-        check = inspect_prompt(audio_path)
-        if not check.ok:
-            message = render_prompt_check("en", check).lstrip("⚠️ ").replace("**", "")
-            raise bad_request(message, f"audio_{check.problem}", "audio")
+        self.check_recording(audio_path, "audio")
         try:
             entry = engine.save_voice_from_audio(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
         except VoiceError as error:
@@ -211,6 +211,12 @@ class EngineLink:
                 status, str(error), code="voice_exists" if status == 409 else "invalid_voice", param="name"
             ) from error
         return _describe_voice(entry)
+
+    def check_recording(self, audio_path: str, param: str) -> None:
+        """400 naming ``param`` when the file is no usable prompt (not audio, silent, too short or long)."""
+        check = inspect_prompt(audio_path)
+        if not check.ok:
+            raise bad_request(plain_prompt_problem(check), f"audio_{check.problem}", param)
 
     def delete_voice(self, reference: str) -> dict:
         name = self.find_voice(reference)
@@ -230,9 +236,14 @@ class EngineLink:
         engine = self._engine()
         self.check_ready(wait_for_model)
         try:
-            voice = Voice.builtin() if order.voice is None else engine.voice(order.voice)
-            if order.prompt_text:  # the client's own transcript of the saved recording
-                voice = Voice.saved_voice(voice.saved, transcript=order.prompt_text)
+            if order.recording is not None:
+                voice = Voice.recording(order.recording, transcript=order.prompt_text)
+            elif order.voice is None:
+                voice = Voice.builtin()
+            else:
+                voice = engine.voice(order.voice)
+                if order.prompt_text:  # the client's own transcript of the saved recording
+                    voice = Voice.saved_voice(voice.saved, transcript=order.prompt_text)
             request = Request.build(
                 order.text,
                 voice,
@@ -290,6 +301,8 @@ class EngineLink:
                 self.host.engine.unsubscribe(ticket.feed)
             if not finished:
                 self.cancel(ticket.job_id)
+            if ticket.on_end is not None:
+                ticket.on_end()
 
     def run(self, order: SpeechOrder, timeout: float | None = None) -> JobResult:
         """Submit and wait, for the model too if it is loading (blocking: for callers on a worker thread,

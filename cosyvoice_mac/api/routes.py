@@ -1,8 +1,13 @@
-"""The OpenAI-compatible endpoints: ``/v1/audio/speech``, ``/v1/voices``, ``/v1/models``.
+"""The OpenAI-compatible endpoints: ``/v1/audio/speech``, ``/v1/voices``, ``/v1/models``, and our
+``/v1/audio/speech/recording`` (the same request, spoken in the voice of a recording sent with it).
 
 Request bodies are checked for shape here (unknown fields are refused, so no request can name a
 server-side file or setting); everything about the engine and the request contract goes through
 :class:`~cosyvoice_mac.api.engine_link.EngineLink`.
+
+Each output's sidecar records which interface asked: ``api``, or what the header ``X-CosyVoice-Interface``
+says among the names a client may claim (``cli``: the command line's ``synth``, which sends its jobs here
+whenever the app runs); see ``wire.py``.
 """
 
 from __future__ import annotations
@@ -16,13 +21,21 @@ from pathlib import Path
 from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request
+from cosyvoice_mac.api.wire import (
+    CLIENT_INTERFACES,
+    FILE_HEADER,
+    INTERFACE_HEADER,
+    JOB_ID_HEADER,
+    RECORDING_SPEECH_PATH,
+)
 
 STREAM_FORMATS = ("audio", "sse")
 DISCONNECT_CHECK_S = 0.5
@@ -51,31 +64,52 @@ class SpeechBody(BaseModel):
     prompt_text: str | None = Field(default=None, description="extension: what the saved voice's recording says")
 
 
+class RecordingSpeechBody(SpeechBody):
+    """The body of ``/v1/audio/speech/recording``: the voice is the recording sent with it, so none is named
+    (``prompt_text`` then says what the recording says: given, the request speaks zero-shot)."""
+
+    voice: str | VoiceReference | None = None
+
+
 def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -> APIRouter:
     """The /v1 routes, each behind the API key check."""
     router = APIRouter(prefix="/v1", dependencies=[Depends(access.check)])
 
     @router.post("/audio/speech")
     async def speech(body: SpeechBody, request: Request):
-        order, response_format, stream_format = _order(link, body)
-        ticket = link.submit(order)
-        headers = {"x-cosyvoice-job-id": ticket.job_id}
-        pieces = link.follow(ticket)
-        if not order.stream:
-            result = await _last(pieces, request)
-            headers.update(_result_headers(result))
-            encoded = audio_formats.encode(*samples_of(result), response_format)
-            return Response(encoded, media_type=audio_formats.media_type(response_format), headers=headers)
-        first = await _next(pieces, request)  # an early failure still gets its own status
-        if stream_format == "sse":
-            return StreamingResponse(
-                _sse(first, pieces, response_format, len(order.text)), media_type="text/event-stream", headers=headers
+        order = _order(link, body, request)
+        return await _answer(link, link.submit(order), order, body, request)
+
+    @router.post(RECORDING_SPEECH_PATH.removeprefix("/v1"))
+    async def speech_with_recording(
+        request: Request, body: str = Form(...), prompt_audio: UploadFile | None = File(None)
+    ):
+        """``body``: the JSON of /v1/audio/speech without ``voice``; ``prompt_audio``: 3-30 s of speech."""
+        try:
+            parsed = RecordingSpeechBody.model_validate_json(body)
+        except ValidationError as error:
+            raise RequestValidationError(error.errors()) from None
+        if parsed.voice is not None:
+            raise bad_request(
+                "this endpoint speaks in the voice of the recording sent with it: leave 'voice' out, or use "
+                "/v1/audio/speech for a saved voice",
+                "voice_ambiguous",
+                "voice",
             )
-        return StreamingResponse(
-            _chunks(first, pieces, response_format),
-            media_type=audio_formats.media_type(response_format),
-            headers=headers,
-        )
+        if prompt_audio is None:
+            raise bad_request(
+                "send the prompt recording as the multipart file 'prompt_audio'", "missing_field", "prompt_audio"
+            )
+        folder, path = await _receive_upload(prompt_audio, upload_limit_bytes, "cosyvoice-api-prompt-")
+        try:
+            await asyncio.to_thread(link.check_recording, str(path), "prompt_audio")
+            order = _order(link, parsed, request, recording=str(path))
+            ticket = link.submit(order)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        ticket.on_end = lambda: shutil.rmtree(folder, ignore_errors=True)  # the job is over, or its client left
+        return await _answer(link, ticket, order, parsed, request)
 
     @router.get("/voices")
     @router.get("/audio/voices", include_in_schema=False)
@@ -94,15 +128,8 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
         upload = audio or audio_sample
         if upload is None:
             raise bad_request("send the recording as the multipart file field 'audio'", "missing_field", "audio")
-        folder = Path(tempfile.mkdtemp(prefix="cosyvoice-api-voice-"))
+        folder, path = await _receive_upload(upload, upload_limit_bytes, "cosyvoice-api-voice-")
         try:
-            # Only the file's suffix is kept from the client's name: it tells the decoder the container.
-            suffix = Path(upload.filename or "").suffix.lower()[:8] or ".wav"
-            path = folder / f"upload{suffix if suffix.isascii() else '.wav'}"
-            with path.open("wb") as handle:
-                await asyncio.to_thread(shutil.copyfileobj, upload.file, handle, 1 << 20)
-            if path.stat().st_size > upload_limit_bytes:
-                raise _too_large(upload_limit_bytes)
             entry = await asyncio.to_thread(link.create_voice, name, str(path), transcript)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
@@ -128,8 +155,59 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
     return router
 
 
-def _order(link: EngineLink, body: SpeechBody) -> tuple[SpeechOrder, str, str]:
-    """The body's choices checked against what this server offers (the contract checks come at submit)."""
+async def _answer(link: EngineLink, ticket, order: SpeechOrder, body: SpeechBody, request: Request):
+    """The job's audio: the whole file once it is done, or a stream (raw chunks or SSE) as the model makes it."""
+    headers = {JOB_ID_HEADER: ticket.job_id}
+    pieces = link.follow(ticket)
+    if not order.stream:
+        result = await _last(pieces, request)
+        headers.update(_result_headers(result))
+        encoded = audio_formats.encode(*samples_of(result), body.response_format)
+        return Response(encoded, media_type=audio_formats.media_type(body.response_format), headers=headers)
+    first = await _next(pieces, request)  # an early failure still gets its own status
+    if body.stream_format == "sse":
+        return StreamingResponse(
+            _sse(first, pieces, body.response_format, len(order.text)), media_type="text/event-stream", headers=headers
+        )
+    return StreamingResponse(
+        _chunks(first, pieces, body.response_format),
+        media_type=audio_formats.media_type(body.response_format),
+        headers=headers,
+    )
+
+
+async def _receive_upload(upload: UploadFile, limit: int, prefix: str) -> tuple[Path, Path]:
+    """The uploaded file saved in a new temporary folder of this server: (folder, file). 413 over ``limit``.
+    Only the suffix is kept from the client's name: it tells the decoder the container."""
+    folder = Path(tempfile.mkdtemp(prefix=prefix))
+    suffix = Path(upload.filename or "").suffix.lower()[:8] or ".wav"
+    path = folder / f"upload{suffix if suffix.isascii() else '.wav'}"
+    try:
+        with path.open("wb") as handle:
+            await asyncio.to_thread(shutil.copyfileobj, upload.file, handle, 1 << 20)
+        if path.stat().st_size > limit:
+            raise _too_large(limit)
+    except BaseException:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise
+    return folder, path
+
+
+def _interface(request: Request) -> str:
+    """Who asked, as the client says in ``X-CosyVoice-Interface`` (default ``api``): a known name, or a 400."""
+    claimed = request.headers.get(INTERFACE_HEADER, "api").strip().lower()
+    if claimed not in CLIENT_INTERFACES:
+        raise bad_request(
+            f"the header {INTERFACE_HEADER} says {claimed!r}; a client may say one of {', '.join(CLIENT_INTERFACES)}",
+            "unknown_interface",
+            INTERFACE_HEADER,
+        )
+    return claimed
+
+
+def _order(link: EngineLink, body: SpeechBody, request: Request, recording: str | None = None) -> SpeechOrder:
+    """The body's choices checked against what this server offers (the contract checks come at submit).
+    The voice is ``recording`` (an uploaded prompt's file), else the saved voice the body names."""
     if body.response_format not in audio_formats.FORMATS:
         raise bad_request(
             f"response_format {body.response_format!r} is not supported; use one of {', '.join(audio_formats.FORMATS)}",
@@ -152,16 +230,17 @@ def _order(link: EngineLink, body: SpeechBody) -> tuple[SpeechOrder, str, str]:
         )
     link.check_model(body.model)
     reference = body.voice.id if isinstance(body.voice, VoiceReference) else body.voice
-    order = SpeechOrder(
+    return SpeechOrder(
         text=body.input,
-        voice=link.find_voice(reference),
+        voice=None if recording is not None else link.find_voice(reference),
         instructions=body.instructions,
         prompt_text=body.prompt_text,
         seed=body.seed,
         speed=body.speed,
         stream=stream,
+        interface=_interface(request),
+        recording=recording,
     )
-    return order, body.response_format, body.stream_format
 
 
 async def _next(pieces: AsyncIterator, request: Request):
@@ -232,7 +311,7 @@ def _result_headers(result) -> dict[str, str]:
         "x-cosyvoice-duration": f"{result.duration_s:.3f}",
     }
     if result.output_path:
-        headers["x-cosyvoice-file"] = Path(result.output_path).name
+        headers[FILE_HEADER] = Path(result.output_path).name
     return headers
 
 

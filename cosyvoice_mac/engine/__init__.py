@@ -4,7 +4,7 @@ The UI process uses :class:`Engine` (no torch import); the worker process owns t
 the speaker cache and the device. See ``client.py`` for the API and ``worker.py`` for the process.
 """
 
-from cosyvoice_mac.engine.cache import SpeakerCache, VoiceError, VoiceLibrary, user_cache_dir
+from cosyvoice_mac.engine.cache import SpeakerCache, user_cache_dir
 from cosyvoice_mac.engine.client import Engine
 from cosyvoice_mac.engine.jobs import (
     EngineError,
@@ -19,6 +19,7 @@ from cosyvoice_mac.engine.messages import Event, WorkerStatus
 from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
 from cosyvoice_mac.engine.tasks import TaskFailed
 from cosyvoice_mac.engine.transcriber import TranscriberProcess, TranscriptionFailed
+from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary
 from cosyvoice_mac.engine.worker import WorkerConfig
 
 __all__ = [

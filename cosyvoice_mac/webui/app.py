@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from cosyvoice_mac.cli import add_precision_arguments, precision_kwargs
+from cosyvoice_mac.cli import add_precision_arguments, host_precision, host_vocoder
 from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES, requested_engine
@@ -184,8 +184,8 @@ def main(argv: list[str] | None = None) -> int:
             torch_threads=args.torch_threads,
             liveness_timeout_s=args.hang_timeout,
             preferred_model=args.model,
-            vocoder="torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}",
-            precision={key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value},
+            vocoder=host_vocoder(args),
+            precision=host_precision(args),
             engine=starting_engine(args.engine, settings),
         )
     )

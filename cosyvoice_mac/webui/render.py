@@ -61,6 +61,11 @@ def render_prompt_check(lang: str, check: PromptCheck) -> str:
     return say(lang, PROMPT_PROBLEM_KEYS[check.problem], **check.details)
 
 
+def plain_prompt_problem(check: PromptCheck) -> str:
+    """What is wrong with a prompt, in English without the page's icon and bold (for the API and the CLI)."""
+    return render_prompt_check("en", check).lstrip("⚠️ ").replace("**", "")
+
+
 def history_rows(lang: str, session: Session) -> dict:
     """The history table (headers in ``lang``), newest first."""
     headers = [say(lang, key) for key in HISTORY_COLUMNS]

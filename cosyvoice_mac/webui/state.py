@@ -151,7 +151,7 @@ class ModelHost:
         if old is not None:
             old.close()
         engine = self.engine_factory(
-            self._worker_config(choice),
+            self.worker_config(choice),
             max_queue=self.config.max_queue,
             start_timeout_s=self.config.start_timeout_s,
             job_timeout_s=self.config.job_timeout_s,
@@ -194,7 +194,8 @@ class ModelHost:
             engine.close()
         self.transcriber.close()
 
-    def _worker_config(self, choice: ModelChoice) -> WorkerConfig:
+    def worker_config(self, choice: ModelChoice) -> WorkerConfig:
+        """How the model worker runs ``choice`` (the CLI's own engine follows the same rule)."""
         config = self.config
         backend = (
             {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY}

@@ -1,0 +1,22 @@
+"""What this server and its own clients (the command line's ``synth``) agree on beyond OpenAI's API.
+
+Light on purpose (no FastAPI, no Gradio): the CLI imports it to talk to a running app.
+
+- ``X-CosyVoice-Interface``: which interface asked, for the output's sidecar. A ``/v1`` request without it
+  is recorded as ``api``; a client may claim only a name in ``CLIENT_INTERFACES`` (anything else is a 400).
+- ``POST /v1/audio/speech/recording``: the speech request as multipart: the field ``body`` holds the JSON
+  of ``/v1/audio/speech`` without ``voice``, the file ``prompt_audio`` the recording to speak in (the
+  server keeps it in a temporary folder of its own until the job is over; no request names a path).
+"""
+
+from __future__ import annotations
+
+KEY_VARIABLE = "COSYVOICE_API_KEY"  # the API key, for the server (when not given as --api-key) and the CLI
+INTERFACE_HEADER = "X-CosyVoice-Interface"
+CLIENT_INTERFACES = ("api", "cli")  # the page and the Gradio API record themselves in their own code
+SPEECH_PATH = "/v1/audio/speech"
+RECORDING_SPEECH_PATH = "/v1/audio/speech/recording"
+MODELS_PATH = "/v1/models"
+VOICES_PATH = "/v1/voices"
+JOB_ID_HEADER = "x-cosyvoice-job-id"
+FILE_HEADER = "x-cosyvoice-file"

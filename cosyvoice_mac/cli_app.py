@@ -1,0 +1,265 @@
+"""``synth`` through the running app: the job waits in the app's one queue with the page's and the API's.
+
+The request goes to the app's ``/v1`` API with ``X-CosyVoice-Interface: cli`` (so its sidecar in the app's
+outputs/ says ``interface: cli``). A prompt recording is uploaded with it (``/v1/audio/speech/recording``:
+the server never reads a path a client names); a saved voice is named by its id or name. Ctrl-C closes the
+connection, and the app cancels a job whose client has gone. Every answer that is not audio becomes one
+message for the user (:class:`AppError`), never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from cosyvoice_mac.api.wire import (
+    FILE_HEADER,
+    INTERFACE_HEADER,
+    JOB_ID_HEADER,
+    KEY_VARIABLE,
+    MODELS_PATH,
+    RECORDING_SPEECH_PATH,
+    SPEECH_PATH,
+    VOICES_PATH,
+)
+from cosyvoice_mac.cli import EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_TRY_LATER
+from cosyvoice_mac.errors import CosyVoiceError
+
+SERVER_VARIABLE = "COSYVOICE_SERVER"
+OWNER = "cosyvoice-mac"  # /v1/models names this owner: the answer comes from this app, not another server
+PROBE_TIMEOUT_S = 5.0
+LOADING_WAIT_S = 900.0  # a model still loading in the app is waited for (the app's own start limit)
+WAV_HEADER_BYTES = 44  # api.audio_formats.streaming_wav_header: RIFF + fmt (16 bytes) + data
+
+
+def default_server() -> str:
+    """Where ``synth`` looks for the app unless --server names it: $COSYVOICE_SERVER, else the app's default."""
+    from cosyvoice_mac.webui.app import DEFAULT_HOST, DEFAULT_PORT
+
+    return os.environ.get(SERVER_VARIABLE, "").strip() or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+
+
+class AppError(CosyVoiceError):
+    """The app answered, but not with audio; the message says why and what to do. ``exit_code`` is
+    EXIT_TRY_LATER for a full queue or a loading model, else EXIT_REFUSED."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+class NoApp(CosyVoiceError):
+    """Nothing usable answers at the address: no server there, or a server that is not this app."""
+
+
+class AppClient:
+    """Owns the HTTP connection to one running app (its base URL and the API key it is sent)."""
+
+    def __init__(self, url: str, api_key: str | None):
+        self.url = url.rstrip("/")
+        key = api_key if api_key is not None else os.environ.get(KEY_VARIABLE)
+        headers = {INTERFACE_HEADER: "cli"}
+        if key and key.strip():
+            headers["Authorization"] = f"Bearer {key.strip()}"
+        self.http = httpx.Client(base_url=self.url, headers=headers, trust_env=False)
+        self._voice_asked: str | None = None
+
+    def close(self) -> None:
+        self.http.close()
+
+    def probe(self) -> None:
+        """Raise NoApp unless this app answers here; AppError when it does but refuses the key."""
+        try:
+            answer = self.http.get(MODELS_PATH, timeout=PROBE_TIMEOUT_S)
+        except httpx.TransportError as error:
+            raise NoApp(f"no app answers at {self.url} ({_transport_reason(error)})") from None
+        if answer.status_code in (401, 403) and _error_of(answer) is not None:
+            raise self.explain(answer)
+        try:
+            owners = {entry.get("owned_by") for entry in answer.json()["data"]}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            owners = set()
+        if answer.status_code != 200 or OWNER not in owners:
+            raise NoApp(
+                f"{self.url} answers, but it is not CosyVoice for Mac "
+                f"(GET {MODELS_PATH} gave HTTP {answer.status_code})"
+            )
+
+    def explain(self, answer: httpx.Response) -> AppError:
+        """The app's error answer as one message for the user."""
+        error = _error_of(answer) or {"message": answer.text[:200] or f"HTTP {answer.status_code}"}
+        message, code, param = error.get("message", ""), error.get("code"), error.get("param")
+        status = answer.status_code
+        retry = answer.headers.get("retry-after")
+        if status == 429:
+            return AppError(
+                f"the app's queue is full, so it did not take this job; try again in {retry or 'a few'} s",
+                EXIT_TRY_LATER,
+            )
+        if status == 503 and code == "model_loading":
+            return AppError(f"the app's model is still loading; try again in {retry or 'a few'} s", EXIT_TRY_LATER)
+        if status == 401:
+            return AppError(
+                f"the app at {self.url} refused the request: {message}. "
+                f"Pass --api-key KEY or set {KEY_VARIABLE} to the key the app was started with"
+            )
+        if status == 403:
+            return AppError(f"the app at {self.url} refused the request: {message}")
+        if code == "voice_not_found":
+            return AppError(
+                f"the app has no voice {self._voice_asked!r} (its voices: {self._voice_names()}); "
+                "save one on its page, or speak in a recording's voice with --prompt-wav"
+            )
+        if status < 500 and param:
+            return AppError(f"the app refused the request ({_flag(param)}): {message}")
+        return AppError(f"the app could not do it: {message}")
+
+    def _voice_names(self) -> str:
+        try:
+            names = [entry["name"] for entry in self.http.get(VOICES_PATH, timeout=PROBE_TIMEOUT_S).json()["data"]]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return "unknown"
+        return ", ".join(names) or "none saved yet"
+
+    def _send(self, voice, body: dict) -> httpx.Response:
+        """The speech request, its answer's body still to be read (the caller closes it): the recording
+        uploaded with the request, or the saved voice named in its body."""
+        timeout = httpx.Timeout(PROBE_TIMEOUT_S, read=None, write=120.0)
+        if voice.kind == "audio":
+            prompt = Path(voice.audio)
+            upload = {"prompt_audio": (prompt.name, prompt.read_bytes())}
+            built = self.http.build_request(
+                "POST", RECORDING_SPEECH_PATH, data={"body": json.dumps(body)}, files=upload, timeout=timeout
+            )
+        else:
+            body = {**body, "voice": voice.saved if voice.kind == "saved" else "preview"}
+            self._voice_asked = body["voice"]
+            built = self.http.build_request("POST", SPEECH_PATH, json=body, timeout=timeout)
+        return self.http.send(built, stream=True)
+
+    def speak(self, request, model: str | None, out: Path, stream: bool) -> int:
+        """Send ``request`` (a checked Request) to the app's queue and write the audio to ``out``."""
+        body = {
+            "model": Path(model).name if model else "tts-1",
+            "input": request.text,
+            "instructions": request.instruct,
+            "prompt_text": request.voice.transcript,
+            "seed": request.seed,
+            "speed": request.speed,
+            # 16-bit PCM exactly as the app saved it (soundfile's WAV encoder scales differently); a stream
+            # comes as a WAV whose header gives the rate, a whole answer says it in a header.
+            "response_format": "wav" if stream else "pcm",
+            "stream": stream,
+        }
+        loading_until = time.monotonic() + LOADING_WAIT_S
+        print(f"sent to the app at {self.url}; waiting in its queue", file=sys.stderr)
+        clock = time.perf_counter()
+        try:
+            while True:
+                answer = self._send(request.voice, body)
+                if answer.status_code == 200:
+                    break
+                answer.read()
+                answer.close()
+                problem = self.explain(answer)
+                if (_error_of(answer) or {}).get("code") != "model_loading" or time.monotonic() > loading_until:
+                    raise problem
+                print("the app's model is still loading; sending again once it is ready", file=sys.stderr)
+                time.sleep(min(30.0, float(answer.headers.get("retry-after") or 5)))
+            try:
+                job_id = answer.headers.get(JOB_ID_HEADER, "?")
+                if stream:
+                    return _write_stream(answer, out, clock, job_id)
+                return _write_whole(answer, out, job_id)
+            finally:
+                answer.close()  # early (Ctrl-C): the app sees its client leave and cancels the job
+        except KeyboardInterrupt:
+            print("cancelled (Ctrl-C): the connection is closed, so the app drops the job", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except httpx.TransportError as error:
+            raise AppError(f"the connection to the app broke off ({_transport_reason(error)})") from None
+
+
+def _write_whole(answer: httpx.Response, out: Path, job_id: str) -> int:
+    _save(out, _wav(answer.read(), int(answer.headers["x-cosyvoice-sample-rate"])))
+    name = answer.headers.get(FILE_HEADER)
+    saved = f"; the app saved it as {name} with its sidecar" if name else ""
+    print(
+        f"wrote {out} ({float(answer.headers.get('x-cosyvoice-duration', 0)):.2f} s, "
+        f"seed {answer.headers.get('x-cosyvoice-seed', '?')}, job {job_id[:8]}){saved}"
+    )
+    return 0
+
+
+def _write_stream(answer: httpx.Response, out: Path, clock: float, job_id: str) -> int:
+    """The streamed WAV (a header of unknown length, then 16-bit PCM) written with its real sizes."""
+    received = bytearray()
+    heard = False
+    for chunk in answer.iter_bytes():
+        received += chunk
+        if not heard and len(received) > WAV_HEADER_BYTES:
+            heard = True
+            print(f"first audio after {time.perf_counter() - clock:.2f} s", file=sys.stderr)
+    if len(received) < WAV_HEADER_BYTES or received[:4] != b"RIFF":
+        raise AppError("the app's stream ended before any audio came")
+    sample_rate = struct.unpack("<I", bytes(received[24:28]))[0]
+    pcm = bytes(received[WAV_HEADER_BYTES:])
+    _save(out, _wav(pcm, sample_rate))
+    seconds = len(pcm) / 2 / sample_rate
+    print(f"wrote {out} ({seconds:.2f} s, job {job_id[:8]}); the app saved it in its outputs with its sidecar")
+    return 0
+
+
+def _wav(pcm: bytes, sample_rate: int) -> bytes:
+    """A mono 16-bit WAV file of ``pcm`` (little-endian samples, a stray odd byte dropped)."""
+    pcm = pcm[: len(pcm) - len(pcm) % 2]
+    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
+    riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(pcm)) + pcm
+    return b"RIFF" + struct.pack("<I", len(riff)) + riff
+
+
+def _save(out: Path, data: bytes) -> None:
+    from cosyvoice_mac.engine.outputs import atomic_write_bytes
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, data)
+
+
+def _error_of(answer: httpx.Response) -> dict | None:
+    try:
+        error = answer.json().get("error")
+    except (ValueError, AttributeError):
+        return None
+    return error if isinstance(error, dict) else None
+
+
+# The API's body fields -> this command's flags, so a refusal names what the user typed.
+FLAGS = {
+    "input": "--text",
+    "prompt_text": "--prompt-text",
+    "instructions": "--instruct",
+    "seed": "--seed",
+    "speed": "--speed",
+    "voice": "--voice",
+    "prompt_audio": "--prompt-wav",
+    "model": "--model",
+}
+
+
+def _flag(param: str) -> str:
+    return FLAGS.get(param, param)
+
+
+def _transport_reason(error: httpx.TransportError) -> str:
+    if isinstance(error, httpx.ConnectError):
+        return "connection refused: is it running? Start it with `bash run.sh`"
+    if isinstance(error, httpx.TimeoutException):
+        return "it did not answer in time"
+    return f"{type(error).__name__}: {error}"

@@ -1,0 +1,252 @@
+"""Named voices: each name points at a cached prompt (model id + audio content hash), with its transcript and a
+copy of its recording. Torch-free: the UI process, the API and the CLI use it without a model.
+
+Layout under the user cache folder (``user_cache_dir()``)::
+
+    voices/voices.json                                        name -> audio hash, model id, transcript
+    voices/voices.json.bak                                    a copy of the index as last written
+    voices/voices.json.unreadable-<time>                      a damaged index, set aside (never overwritten)
+    voices/<file>                                             a copy of each named voice's prompt audio
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import threading
+import time
+from pathlib import Path
+
+from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.engine.outputs import atomic_write_bytes
+from cosyvoice_mac.paths import user_cache_dir
+
+_HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
+MAX_VOICE_NAME = 64
+UNREADABLE_SUFFIX = ".unreadable-"
+BIDI_CONTROLS = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
+
+
+def check_audio_hash(audio_hash: str) -> str:
+    """``audio_hash`` itself when it is a content hash (it names files: nothing else may pass)."""
+    if not isinstance(audio_hash, str) or not _HASH_PATTERN.fullmatch(audio_hash):
+        raise ValueError(f"audio hash {audio_hash!r} is not a content hash")
+    return audio_hash
+
+
+class VoiceError(EngineError):
+    """A named-voice request that cannot be done (unknown name, name taken, bad name)."""
+
+
+class VoiceLibrary:
+    """Owns the user's named voices: each name points at a cached prompt (model id + audio hash)
+    and, when given, a copy of the prompt audio so the voice outlives a cache purge."""
+
+    def __init__(self, root: str | Path | None = None):
+        self.folder = (Path(root) if root is not None else user_cache_dir()) / "voices"
+        self.index_path = self.folder / "voices.json"
+        self.backup_path = self.folder / "voices.json.bak"  # the index as this library last wrote it
+        self._lock = threading.Lock()
+
+    def list(self) -> list[dict]:
+        """Every saved voice (name, audio_hash, model_id, transcript, created, audio_file), by name."""
+        return [dict(entry) for _, entry in sorted(self._load().items(), key=lambda item: item[0].lower())]
+
+    def get(self, name: str) -> dict:
+        entries = self._load()
+        if name not in entries:
+            known = ", ".join(sorted(entries)) or "none saved yet"
+            raise VoiceError(f"there is no saved voice named {name!r} (known: {known})")
+        entry = dict(entries[name])
+        if entry.get("audio_file"):
+            entry["audio_path"] = str(self.folder / entry["audio_file"])
+        return entry
+
+    def save(
+        self,
+        name: str,
+        *,
+        audio_hash: str,
+        model_id: str,
+        transcript: str | None = None,
+        audio: str | Path | None = None,
+        audio_samples=None,
+        sample_rate: int | None = None,
+        overwrite: bool = False,
+    ) -> dict:
+        """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy."""
+        name = self.check_name(name)
+        check_audio_hash(audio_hash)
+        with self._lock:
+            entries = self._load()
+            if name in entries and not overwrite:
+                raise VoiceError(f"a voice named {name!r} already exists; pick another name or overwrite it")
+            self.folder.mkdir(parents=True, exist_ok=True)
+            audio_file = self._store_audio(audio_hash, audio, audio_samples, sample_rate)
+            entry = {
+                "name": name,
+                "audio_hash": audio_hash,
+                "model_id": model_id,
+                "transcript": transcript,
+                "created": time.time(),
+                "audio_file": audio_file,
+            }
+            entries[name] = entry
+            self._store(entries)
+        return dict(entry)
+
+    def rename(self, old: str, new: str) -> dict:
+        new = self.check_name(new)
+        with self._lock:
+            entries = self._load()
+            if old not in entries:
+                raise VoiceError(f"there is no saved voice named {old!r}")
+            if new in entries and new != old:
+                raise VoiceError(f"a voice named {new!r} already exists")
+            entry = entries.pop(old)
+            entry["name"] = new
+            entries[new] = entry
+            self._store(entries)
+        return dict(entry)
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            entries = self._load()
+            if name not in entries:
+                raise VoiceError(f"there is no saved voice named {name!r}")
+            entry = entries.pop(name)
+            self._store(entries)
+            audio_file = entry.get("audio_file")
+            if audio_file and not any(other.get("audio_file") == audio_file for other in entries.values()):
+                (self.folder / audio_file).unlink(missing_ok=True)
+
+    @staticmethod
+    def check_name(name: str) -> str:
+        """``name`` stripped; VoiceError unless it is 1-MAX_VOICE_NAME printable characters."""
+        if not isinstance(name, str) or not name.strip():
+            raise VoiceError("a voice needs a name")
+        name = name.strip()
+        if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 or 0x7F <= ord(char) < 0xA0 for char in name):
+            raise VoiceError(f"voice names are 1-{MAX_VOICE_NAME} printable characters; {name[:80]!r} is not")
+        if any(char in BIDI_CONTROLS for char in name):  # they reorder what is shown around the name
+            raise VoiceError(
+                f"voice names cannot hold text-direction control characters (U+202A-U+202E, "
+                f"U+2066-U+2069); {name[:80]!r} does"
+            )
+        return name
+
+    def _store_audio(self, audio_hash, audio, audio_samples, sample_rate) -> str | None:
+        if audio is not None:
+            source = Path(audio)
+            target = f"{audio_hash}{source.suffix.lower() or '.wav'}"
+            if not (self.folder / target).exists():
+                shutil.copyfile(source, self.folder / f".{target}.tmp")
+                os.replace(self.folder / f".{target}.tmp", self.folder / target)
+            return target
+        if audio_samples is not None:
+            import soundfile
+
+            if not sample_rate:
+                raise VoiceError("audio samples need their sample rate")
+            target = f"{audio_hash}.wav"
+            temporary = self.folder / f".{target}.tmp.wav"
+            soundfile.write(temporary, audio_samples, sample_rate, subtype="FLOAT")
+            os.replace(temporary, self.folder / target)
+            return target
+        return None
+
+    def problem(self) -> str | None:
+        """What the user must know about the voice list, or None: a damaged list that was set aside.
+
+        Read from the folder (the set-aside files), so every process sees it; it goes away when the user
+        deletes the set-aside file.
+        """
+        try:
+            self._load()
+        except VoiceError as error:
+            return str(error)
+        aside = sorted(self.folder.glob(f"{self.index_path.name}{UNREADABLE_SUFFIX}*"))
+        if not aside:
+            return None
+        kept = (
+            f"the voices as last saved were restored from {self.backup_path.name}"
+            if self.backup_path.is_file()
+            else "there was no earlier copy, so the list starts empty"
+        )
+        return (
+            f"the saved-voice list {self.index_path} could not be read, so it was set aside as "
+            f"{aside[-1].name} (never overwritten; voice names can be recovered from it by hand); {kept}. "
+            f"Delete {aside[-1]} to dismiss this note"
+        )
+
+    def _load(self) -> dict[str, dict]:
+        """The index's voices. A damaged index is set aside and the last good copy (if any) takes its place."""
+        try:
+            return self._parse(self.index_path)
+        except FileNotFoundError:
+            return {}
+        except _Damaged:
+            pass
+        except OSError as error:
+            raise VoiceError(
+                f"the voice list {self.index_path} cannot be read ({error}); check the folder's permissions"
+            ) from error
+        self._set_aside()
+        try:
+            entries = self._parse(self.backup_path)
+        except (OSError, _Damaged):
+            return {}
+        try:
+            atomic_write_bytes(self.index_path, self.backup_path.read_bytes())
+        except OSError:  # a read-only folder: keep serving the copy
+            pass
+        return entries
+
+    @staticmethod
+    def _parse(path: Path) -> dict[str, dict]:
+        """Raises FileNotFoundError / OSError, or _Damaged when the file is not a voice list."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as error:
+            raise _Damaged(str(error)) from error
+        voices = data.get("voices") if isinstance(data, dict) else None
+        if not isinstance(voices, dict) or not all(
+            isinstance(entry, dict) and isinstance(entry.get("audio_hash"), str) for entry in voices.values()
+        ):
+            raise _Damaged("not a voice list")
+        return voices
+
+    def _set_aside(self) -> None:
+        """Rename the damaged index to a new ``voices.json.unreadable-<time>`` name, never over another file."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for attempt in range(100):
+            target = self.folder / f"{self.index_path.name}{UNREADABLE_SUFFIX}{stamp}{f'-{attempt}' if attempt else ''}"
+            try:
+                os.link(self.index_path, target)  # fails if the name is taken: nothing is overwritten
+            except FileExistsError:
+                continue
+            except FileNotFoundError:  # another process set it aside first
+                return
+            except OSError as error:
+                raise VoiceError(
+                    f"the voice list {self.index_path} is damaged and could not be set aside "
+                    f"({error}); move it away by hand"
+                ) from error
+            self.index_path.unlink(missing_ok=True)
+            return
+
+    def _store(self, entries: dict[str, dict]) -> None:
+        """Write the index atomically, then the same bytes as the backup: the last good version, should
+        anything damage the index later."""
+        payload = json.dumps({"format": 1, "voices": entries}, ensure_ascii=False, indent=1).encode("utf-8")
+        atomic_write_bytes(self.index_path, payload)
+        try:
+            atomic_write_bytes(self.backup_path, payload)
+        except OSError:  # the index itself was written; the next change tries the backup again
+            pass
+
+
+class _Damaged(ValueError):
+    """A voice list file that exists but is not valid JSON of the expected shape."""

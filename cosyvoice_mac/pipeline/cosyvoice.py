@@ -43,7 +43,14 @@ from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, M
 from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, StagePick, plan_precision
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
 from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
-from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
+from cosyvoice_mac.pipeline.streaming import (
+    LOW_MEMORY_PREFIX_TOKENS,
+    MAX_PREFIX_TOKENS,
+    FlowPrefixCache,
+    StreamingParts,
+    prepare_voice_for_streaming,
+    stream_segment,
+)
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.versions import spec_for
@@ -277,8 +284,19 @@ class CosyVoice(Synthesizes):
         """Compute the voice's share of streamed requests ahead of time (a few seconds on a CPU, once per voice)."""
         if speaker.model_id != self.model_id:
             raise SynthesisError("that voice was prepared for another model; upload its audio again")
-        prepare_voice_for_streaming(self, speaker)
+        prepare_voice_for_streaming(self.streaming_parts(), speaker)
         return True
+
+    def streaming_parts(self) -> StreamingParts:
+        """What streaming uses of this model now (its current networks; a smaller prefix in low-memory mode)."""
+        return StreamingParts(
+            flow=self.networks.flow,
+            vocoder=self.networks.hift,
+            stitcher=self.spec.stitcher,
+            prefixes=self.flow_prefixes,
+            max_prefix_tokens=LOW_MEMORY_PREFIX_TOKENS if self.low_memory else MAX_PREFIX_TOKENS,
+            widen_flow=self.redo_flow_in_float32,
+        )
 
     def run(
         self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
@@ -326,7 +344,7 @@ class CosyVoice(Synthesizes):
         for index, segment in enumerate(request.segments):
             started = time.perf_counter()
             tokens = self._token_stream(segment, request, speaker, sampler)
-            chunks = stream_segment(self, tokens, speaker, self._noise(seed, index), should_stop)
+            chunks = stream_segment(self.streaming_parts(), tokens, speaker, self._noise(seed, index), should_stop)
             for chunk in chunks:
                 timings = {"frontend": frontend_s if index == 0 else 0.0, "first_chunk": time.perf_counter() - started}
                 yield SynthesisResult(

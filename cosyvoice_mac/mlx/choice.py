@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.device import DEVICE_ENV
 from cosyvoice_mac.mlx import mlx_available
+from cosyvoice_mac.versions import spec_for
 
 ENGINE_ENV = "COSYVOICE_ENGINE"
 ENGINES = ("auto", "mlx", "torch")
@@ -55,10 +56,10 @@ def choose_engine(requested: str | None, version: str, device: str | None = None
     if name == "auto":
         policy = device if device is not None else os.environ.get(DEVICE_ENV) or "auto"
         gpu_policy = str(policy).strip().lower() in ("auto", "mps")
-        if version == "cosyvoice3" and is_apple_silicon() and gpu_policy and mlx_available():
+        if spec_for(version).mlx_engine and is_apple_silicon() and gpu_policy and mlx_available():
             return EngineChoice(MLX)
         return EngineChoice(TORCH)
-    if version != "cosyvoice3":
+    if not spec_for(version).mlx_engine:
         return EngineChoice(
             TORCH,
             "the MLX engine runs CosyVoice3; CosyVoice2's U-Net flow has no MLX port yet, so PyTorch runs this model",

@@ -122,7 +122,7 @@ class ModelFolder:
             except (OSError, ValueError, AttributeError) as error:
                 raise ModelFolderError(f"{self.path / LLM_CHOICE_FILE} is unreadable ({error}); delete it") from error
         if asked == "rl":
-            if self.version != "cosyvoice3":
+            if not SPECS[self.version].rl_llm:
                 raise ModelFolderError(f"{RL_LLM_FILE} exists for Fun-CosyVoice3 only, not {self.version}")
             if not self.has(RL_LLM_FILE):
                 raise ModelFolderError(

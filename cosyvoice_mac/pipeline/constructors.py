@@ -8,6 +8,7 @@ and ``CosyVoice.random_full_size`` are the public doors (their docstrings list t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -29,35 +30,63 @@ from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
 Dtype = str | torch.dtype | None
 
 
+@dataclass(frozen=True)
+class LoadOptions:
+    """The choices both constructors take (``CosyVoice.from_pretrained`` says what each means)."""
+
+    low_memory: bool | None = None  # None: pick for this machine (folders) / off (random full size)
+    llm_dtype: Dtype = None
+    flow_dtype: Dtype = None
+    engine: str | None = None
+    precision: str | None = None
+    reprobe: bool = False
+
+    def planner(
+        self, version: str, config: dict, qwen: Qwen2Config, dtype: Dtype, low_memory: bool
+    ) -> Callable[[torch.device, str | None], PrecisionPlan]:
+        """The precision plan on a device; ``forced`` (an engine's own need) overrides ``precision``."""
+
+        def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
+            return plan_precision(
+                on,
+                version,
+                config,
+                qwen,
+                precision=forced or self.precision,
+                dtype=dtype,
+                llm_dtype=self.llm_dtype,
+                flow_dtype=self.flow_dtype,
+                low_memory=low_memory,
+                reprobe=self.reprobe,
+            )
+
+        return plan_for
+
+
 def pretrained_parts(
     model_dir: str | Path,
     device: str | torch.device | None = "auto",
     dtype: Dtype = None,
     *,
     random_weights: bool = False,
-    low_memory: bool | None = None,
-    llm_dtype: Dtype = None,
-    flow_dtype: Dtype = None,
-    engine: str | None = None,
-    precision: str | None = None,
-    reprobe: bool = False,
+    **options,
 ) -> dict:
-    """``CosyVoice(...)``'s arguments for the official folder ``model_dir`` (see ``CosyVoice.from_pretrained``)."""
+    """``CosyVoice(...)``'s arguments for the official folder ``model_dir``; ``options`` are :class:`LoadOptions`."""
+    opts = LoadOptions(**options)
     folder = ModelFolder.open(model_dir)
     target = _device(device)
-    memory_mode = low_memory_choice(low_memory)
+    memory_mode = low_memory_choice(opts.low_memory)
     low = memory_mode.enabled  # None ("pick for this machine") is decided here, once
     limit_mps_memory(target)
     qwen = qwen_config_for(folder)
-    plan_for = _planner(folder.version, folder.config, qwen, low, precision, dtype, llm_dtype, flow_dtype, reprobe)
     networks, target, choice, plan = build_for_engine(
-        engine,
+        opts.engine,
         folder.version,
         folder.config,
         folder,
         device_request=device,
         device=target,
-        plan_for=plan_for,
+        plan_for=opts.planner(folder.version, folder.config, qwen, dtype, low),
         random_weights=random_weights,
         low_memory=low,
     )
@@ -89,29 +118,25 @@ def random_full_size_parts(
     dtype: Dtype = None,
     *,
     seed: int = 0,
-    low_memory: bool = False,
-    llm_dtype: Dtype = None,
-    flow_dtype: Dtype = None,
-    engine: str | None = None,
-    precision: str | None = None,
-    reprobe: bool = False,
+    **options,
 ) -> dict:
     """``CosyVoice(...)``'s arguments for ``version`` at full size with random weights and stand-in frontends."""
+    opts = LoadOptions(**options)
+    low = bool(opts.low_memory)  # never picked for the machine: a benchmark says what it measures
     config = official_config(version)
     target = _device(device)
     qwen = qwen_config_for(None)
-    plan_for = _planner(version, config, qwen, low_memory, precision, dtype, llm_dtype, flow_dtype, reprobe)
     networks, target, choice, plan = build_for_engine(
-        engine,
+        opts.engine,
         version,
         config,
         None,
         device_request=device,
         device=target,
-        plan_for=plan_for,
+        plan_for=opts.planner(version, config, qwen, dtype, low),
         random_weights=True,
         seed=seed,
-        low_memory=low_memory,
+        low_memory=low,
     )
     model_id = model_identity(None, version, True)
     prompt_encoder = PromptEncoder(
@@ -127,39 +152,9 @@ def random_full_size_parts(
         plan=plan,
         model_id=model_id,
         folder=None,
-        low_memory=low_memory,
+        low_memory=low,
         engine=choice,
     )
-
-
-def _planner(
-    version: str,
-    config: dict,
-    qwen: Qwen2Config,
-    low_memory: bool,
-    precision: str | None,
-    dtype: Dtype,
-    llm_dtype: Dtype,
-    flow_dtype: Dtype,
-    reprobe: bool,
-) -> Callable[[torch.device, str | None], PrecisionPlan]:
-    """The precision plan on a device; ``forced`` (an engine's own need) overrides ``precision``."""
-
-    def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
-        return plan_precision(
-            on,
-            version,
-            config,
-            qwen,
-            precision=forced or precision,
-            dtype=dtype,
-            llm_dtype=llm_dtype,
-            flow_dtype=flow_dtype,
-            low_memory=low_memory,
-            reprobe=reprobe,
-        )
-
-    return plan_for
 
 
 def _fmax(config: dict):

@@ -4,25 +4,26 @@ A model folder's YAML names its version once (``pipeline.model_dir.detect_versio
 behaves differently reads its row of this table instead of testing ``version == ...`` itself. ``S`` is
 the speech-token count (6561 for both released models); ids at or above ``S`` are special rows.
 
-| what                          | cosyvoice2                             | cosyvoice3                          |
-|-------------------------------|----------------------------------------|-------------------------------------|
-| YAML classes: llm / flow      | Qwen2LM / CausalMaskedDiffWithXvec     | CosyVoice3LM / CausalMaskedDiffWithDiT |
-| speech-id rows after S        | 3                                      | 200                                 |
-| SOS / TASK_ID rows            | llm_embedding 0 / 1                    | speech_embedding S / S+2            |
-| end of speech / stop ids      | S / {S, S+1, S+2}                      | S+1 / every id >= S                 |
-| bias on the llm_decoder       | yes                                    | no                                  |
-| silent ids filtered in runs   | none                                   | 11 breath/silence ids               |
-| token front end of the flow   | upsampling conformer + U-Net estimator | pre-lookahead conv + DiT estimator  |
-| streaming stitcher            | cross-fade with cached source          | causal vocoder with a finalise step |
-| vocoder excitation noise      | random: seeded per sentence            | fixed (the model's own)             |
+| what                          | cosyvoice2                             | cosyvoice3                                |
+|-------------------------------|----------------------------------------|-------------------------------------------|
+| YAML classes: llm / flow      | Qwen2LM / CausalMaskedDiffWithXvec     | CosyVoice3LM / CausalMaskedDiffWithDiT    |
+| speech-id rows after S        | 3                                      | 200                                       |
+| SOS / TASK_ID rows            | llm_embedding 0 / 1                    | speech_embedding S / S+2                  |
+| end of speech / stop ids      | S / {S, S+1, S+2}                      | S+1 / every id >= S                       |
+| bias on the llm_decoder       | yes                                    | no                                        |
+| silent ids filtered in runs   | none                                   | 11 breath/silence ids                     |
+| token front end of the flow   | upsampling conformer + U-Net estimator | pre-lookahead conv + DiT estimator        |
+| streaming stitcher            | cross-fade with cached source          | causal vocoder with a finalise step       |
+| vocoder excitation noise      | random: seeded per sentence            | fixed (the model's own)                   |
 | system prefix / <endofprompt> | none / optional                        | "You are a helpful assistant." / required |
-| pinyin and ARPAbet markup     | no                                     | yes                                 |
-| speech tokenizer file         | speech_tokenizer_v2.onnx               | speech_tokenizer_v3.onnx            |
-| RL-tuned llm.rl.pt published  | no                                     | yes                                 |
-| MLX engine port               | no                                     | yes                                 |
+| pinyin and ARPAbet markup     | no                                     | yes                                       |
+| speech tokenizer file         | speech_tokenizer_v2.onnx               | speech_tokenizer_v3.onnx                  |
+| RL-tuned llm.rl.pt published  | no                                     | yes                                       |
+| MLX engine port               | no                                     | yes                                       |
 
 The speech LM and the flow get their row from the YAML class of their own section
 (:func:`spec_for_class`), so a network never asks which version it is: it reads flags and ids.
+
 Torch-free: the page and the CLI may read it.
 """
 

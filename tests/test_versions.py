@@ -76,6 +76,17 @@ def test_a_yaml_class_picks_its_row_and_an_unknown_one_is_named(section):
         spec_for_class("TransformerLM", section)
 
 
+def test_a_folder_whose_yaml_mixes_two_versions_is_refused_by_name(tmp_path):
+    from cosyvoice_mac.pipeline.model_dir import ModelFolder, ModelFolderError
+
+    folder = make_tiny_model_dir("cosyvoice3", tmp_path)
+    assert ModelFolder.open(folder).version == "cosyvoice3"
+    yaml = folder / "cosyvoice3.yaml"
+    yaml.write_text(yaml.read_text().replace("CosyVoice3LM", "Qwen2LM"))
+    with pytest.raises(ModelFolderError, match="llm section is a Qwen2LM, but a cosyvoice3 model has a CosyVoice3LM"):
+        ModelFolder.open(folder)
+
+
 def _version_names(node: ast.AST) -> list[str]:
     """The version names (``"cosyvoice2"``, ``"cosyvoice3"``) written as constants in ``node``."""
     return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value in SPECS]

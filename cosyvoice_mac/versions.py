@@ -7,6 +7,7 @@ the speech-token count (6561 for both released models); ids at or above ``S`` ar
 | what                          | cosyvoice2                             | cosyvoice3                                |
 |-------------------------------|----------------------------------------|-------------------------------------------|
 | YAML classes: llm / flow      | Qwen2LM / CausalMaskedDiffWithXvec     | CosyVoice3LM / CausalMaskedDiffWithDiT    |
+| YAML class: hift (vocoder)    | HiFTGenerator (non-causal convs)       | CausalHiFTGenerator (causal convs)        |
 | speech-id rows after S        | 3                                      | 200                                       |
 | SOS / TASK_ID rows            | llm_embedding 0 / 1                    | speech_embedding S / S+2                  |
 | end of speech / stop ids      | S / {S, S+1, S+2}                      | S+1 / every id >= S                       |
@@ -46,6 +47,7 @@ class VersionSpec:
     hub_repo: str
     llm_class: str  # the YAML tag of the llm: section
     flow_class: str  # the YAML tag of the flow: section
+    hift_class: str  # the YAML tag of the hift: section (the vocoder reads its causal flag from its class)
     speech_tokenizer_file: str
     extra_speech_ids: int  # rows of the speech vocabulary after the S real tokens
     specials_in_llm_embedding: bool  # SOS/TASK_ID live in a 2-row llm_embedding (v2), not speech_embedding
@@ -83,6 +85,7 @@ COSYVOICE2 = VersionSpec(
     hub_repo="FunAudioLLM/CosyVoice2-0.5B",
     llm_class="Qwen2LM",
     flow_class="CausalMaskedDiffWithXvec",
+    hift_class="HiFTGenerator",
     speech_tokenizer_file="speech_tokenizer_v2.onnx",
     extra_speech_ids=3,
     specials_in_llm_embedding=True,
@@ -103,6 +106,7 @@ COSYVOICE3 = VersionSpec(
     hub_repo="FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
     llm_class="CosyVoice3LM",
     flow_class="CausalMaskedDiffWithDiT",
+    hift_class="CausalHiFTGenerator",
     speech_tokenizer_file="speech_tokenizer_v3.onnx",
     extra_speech_ids=200,
     specials_in_llm_embedding=False,
@@ -131,7 +135,7 @@ def spec_for(version: str) -> VersionSpec:
 
 
 def spec_for_class(yaml_class: str, section: str) -> VersionSpec:
-    """The spec whose ``section`` ("llm" or "flow") has YAML class ``yaml_class``; ConfigError otherwise."""
+    """The spec whose ``section`` ("llm", "flow" or "hift") has YAML class ``yaml_class``; ConfigError otherwise."""
     for spec in SPECS.values():
         if getattr(spec, f"{section}_class") == yaml_class:
             return spec

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import cosyvoice_mac
-from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.config import ConfigError, tag_name
 from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
 from cosyvoice_mac.versions import SPECS, spec_for, spec_for_class
@@ -48,6 +48,7 @@ def test_the_flow_front_end_and_the_vocoder_noise_follow_the_row(model):
     assert flow.config.front == spec.flow_front
     assert (model._noise(5, 0) is not None) == spec.random_vocoder_noise
     assert model.networks.hift.config.causal == (spec.stitcher == "causal")  # the causal vocoder is what streams
+    assert tag_name(model.folder.config["hift"]) == spec.hift_class
     assert model.streaming_parts().stitcher == spec.stitcher
 
 
@@ -68,7 +69,7 @@ def test_an_unknown_version_is_named():
         spec_for("cosyvoice4")
 
 
-@pytest.mark.parametrize("section", ["llm", "flow"])
+@pytest.mark.parametrize("section", ["llm", "flow", "hift"])
 def test_a_yaml_class_picks_its_row_and_an_unknown_one_is_named(section):
     for spec in SPECS.values():
         assert spec_for_class(getattr(spec, f"{section}_class"), section) is spec

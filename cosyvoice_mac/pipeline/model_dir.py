@@ -88,7 +88,7 @@ class ModelFolder:
         except ConfigError as error:
             raise ModelFolderError(str(error)) from error
         spec = SPECS[version]
-        for section, expected in (("llm", spec.llm_class), ("flow", spec.flow_class)):
+        for section, expected in (("llm", spec.llm_class), ("flow", spec.flow_class), ("hift", spec.hift_class)):
             node = config.get(section)
             found = tag_name(node) if isinstance(node, dict) else ""
             if found and found != expected:  # the networks take their row from these classes: they must agree

@@ -70,7 +70,7 @@ def flow_figures(model, speaker, device: torch.device, runs: int) -> dict:
     generator = torch.Generator().manual_seed(0)
     lookahead = flow.config.pre_lookahead_len
     # the first streamed chunk of a voice used before: the pipeline's own graph, replayed from the prefix
-    plan = PromptPlan.for_request(model, speaker)
+    plan = PromptPlan.for_request(model.streaming_parts(), speaker)
     prompt = plan.prompt(speaker, device)
     first = torch.randint(0, vocab, (1, FIRST_HOP_TOKENS + lookahead), generator=generator).to(device)
     prefix = flow.build_prefix(*prompt, tokens=plan.prefix_tokens)

@@ -132,7 +132,7 @@ def main() -> None:
         started = time.perf_counter()
         chunks = list(
             stream_segment(
-                model,
+                model.streaming_parts(),
                 forced_token_stream(model, text_ids, speaker, args.tokens),
                 speaker,
                 model._noise(0, 0),

@@ -96,7 +96,11 @@ def time_to_first_audio(model: CosyVoice, text_ids, speaker, count: int, new_voi
         model.flow_prefixes.clear()
     started = time.perf_counter()
     chunks = stream_segment(
-        model, forced_token_stream(model, text_ids, speaker, count), speaker, model._noise(0, 0), lambda: False
+        model.streaming_parts(),
+        forced_token_stream(model, text_ids, speaker, count),
+        speaker,
+        model._noise(0, 0),
+        lambda: False,
     )
     next(chunks)
     first = time.perf_counter() - started

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cosyvoice_mac.pipeline.model_dir import HUB_REPOS, LLM_CHOICE_FILE, RL_LLM_FILE, VERSIONS, inference_files
+from cosyvoice_mac.versions import SPECS
 
 DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 SOURCES = ("auto", "huggingface", "modelscope")
@@ -71,7 +72,7 @@ def download_model(
         raise DownloadError(f"unknown model {version!r}; choose one of: {', '.join(VERSIONS)}")
     if source not in SOURCES:
         raise DownloadError(f"unknown source {source!r}; choose one of: {', '.join(SOURCES)}")
-    if rl and version != "cosyvoice3":
+    if rl and not SPECS[version].rl_llm:
         raise DownloadError(f"--rl is for cosyvoice3 (only Fun-CosyVoice3 publishes {RL_LLM_FILE})")
     model, files = MODELS[version], inference_files(version) + [RL_LLM_FILE] * rl
     destination = Path(models_dir).expanduser() / model.folder

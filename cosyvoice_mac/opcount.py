@@ -149,9 +149,10 @@ def tiny_full_depth_qwen(**overrides):
 def random_tiny_speech_lm(version: str = "cosyvoice3", seed: int = 0, **overrides):
     """A random-weight SpeechLM on :func:`tiny_full_depth_qwen` (speech vocabulary 300 + extras)."""
     from cosyvoice_mac.models.llm import SpeechLM, SpeechLMConfig
+    from cosyvoice_mac.versions import spec_for
 
     torch.manual_seed(seed)
-    config = SpeechLMConfig(version=version, speech_token_size=300, qwen=tiny_full_depth_qwen(**overrides))
+    config = SpeechLMConfig(spec=spec_for(version), speech_token_size=300, qwen=tiny_full_depth_qwen(**overrides))
     model = SpeechLM(config).eval().requires_grad_(False)
     with torch.no_grad():
         for module in model.modules():
@@ -167,9 +168,9 @@ def prompt_embeddings(model, prompt_speech: int = 80, text: int = 32) -> torch.T
     ids = torch.randint(0, min(model.config.qwen.vocab_size, 1000), (1, text), generator=generator)
     from cosyvoice_mac.models.llm import ENDOFPROMPT_ID
 
-    if model.config.version == "cosyvoice3" and model.config.qwen.vocab_size > ENDOFPROMPT_ID:
+    if model.config.spec.needs_endofprompt and model.config.qwen.vocab_size > ENDOFPROMPT_ID:
         ids[0, -1] = ENDOFPROMPT_ID
-    elif model.config.version == "cosyvoice3":  # a vocabulary too small for <|endofprompt|>: embed directly
+    elif model.config.spec.needs_endofprompt:  # a vocabulary too small for <|endofprompt|>: embed directly
         device = model.speech_embedding.weight.device
         return torch.cat(
             (

@@ -4,18 +4,26 @@ A model folder's YAML names its version once (``pipeline.model_dir.detect_versio
 behaves differently reads its row of this table instead of testing ``version == ...`` itself. ``S`` is
 the speech-token count (6561 for both released models); ids at or above ``S`` are special rows.
 
-| what                          | cosyvoice2                             | cosyvoice3                          |
-|-------------------------------|----------------------------------------|-------------------------------------|
-| speech-id rows after S        | 3                                      | 200                                 |
-| SOS / TASK_ID rows            | llm_embedding 0 / 1                    | speech_embedding S / S+2            |
-| end of speech / stop ids      | S / {S, S+1, S+2}                      | S+1 / every id >= S                 |
-| silent ids filtered in runs   | none                                   | 11 breath/silence ids               |
-| token front end of the flow   | upsampling conformer + U-Net estimator | pre-lookahead conv + DiT estimator  |
-| streaming stitcher            | cross-fade with cached source          | causal vocoder with a finalise step |
-| vocoder excitation noise      | random: seeded per sentence            | fixed (the model's own)             |
+| what                          | cosyvoice2                             | cosyvoice3                                |
+|-------------------------------|----------------------------------------|-------------------------------------------|
+| YAML classes: llm / flow      | Qwen2LM / CausalMaskedDiffWithXvec     | CosyVoice3LM / CausalMaskedDiffWithDiT    |
+| YAML class: hift (vocoder)    | HiFTGenerator (non-causal convs)       | CausalHiFTGenerator (causal convs)        |
+| speech-id rows after S        | 3                                      | 200                                       |
+| SOS / TASK_ID rows            | llm_embedding 0 / 1                    | speech_embedding S / S+2                  |
+| end of speech / stop ids      | S / {S, S+1, S+2}                      | S+1 / every id >= S                       |
+| bias on the llm_decoder       | yes                                    | no                                        |
+| silent ids filtered in runs   | none                                   | 11 breath/silence ids                     |
+| token front end of the flow   | upsampling conformer + U-Net estimator | pre-lookahead conv + DiT estimator        |
+| streaming stitcher            | cross-fade with cached source          | causal vocoder with a finalise step       |
+| vocoder excitation noise      | random: seeded per sentence            | fixed (the model's own)                   |
 | system prefix / <endofprompt> | none / optional                        | "You are a helpful assistant." / required |
-| pinyin and ARPAbet markup     | no                                     | yes                                 |
-| speech tokenizer file         | speech_tokenizer_v2.onnx               | speech_tokenizer_v3.onnx            |
+| pinyin and ARPAbet markup     | no                                     | yes                                       |
+| speech tokenizer file         | speech_tokenizer_v2.onnx               | speech_tokenizer_v3.onnx                  |
+| RL-tuned llm.rl.pt published  | no                                     | yes                                       |
+| MLX engine port               | no                                     | yes                                       |
+
+The speech LM and the flow get their row from the YAML class of their own section
+(:func:`spec_for_class`), so a network never asks which version it is: it reads flags and ids.
 
 Torch-free: the page and the CLI may read it.
 """
@@ -24,9 +32,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.frontend.special_tokens import ENDOFPROMPT, SYSTEM_PROMPT
 
-COSYVOICE3_SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)  # models/llm keeps its own copy
+PRE_LOOKAHEAD, CONFORMER = "pre_lookahead", "conformer"  # the flow's token front ends (flow_front)
+COSYVOICE3_SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
 
 
 @dataclass(frozen=True)
@@ -35,17 +45,23 @@ class VersionSpec:
 
     name: str
     hub_repo: str
+    llm_class: str  # the YAML tag of the llm: section
+    flow_class: str  # the YAML tag of the flow: section
+    hift_class: str  # the YAML tag of the hift: section (the vocoder reads its causal flag from its class)
     speech_tokenizer_file: str
     extra_speech_ids: int  # rows of the speech vocabulary after the S real tokens
     specials_in_llm_embedding: bool  # SOS/TASK_ID live in a 2-row llm_embedding (v2), not speech_embedding
     stop_on_every_special: bool  # every id >= S ends decoding (v3), not only S..S+2
+    llm_decoder_bias: bool  # the llm_decoder Linear has a bias (v2)
     silent_ids: tuple[int, ...]
-    flow_front: str  # "conformer" (v2) or "pre_lookahead" (v3)
+    flow_front: str  # CONFORMER (v2) or PRE_LOOKAHEAD (v3)
     stitcher: str  # "crossfade" (v2) or "causal" (v3)
     random_vocoder_noise: bool  # the vocoder's excitation is random, so seeded per sentence
     system_prefix: str  # put before the prompt text of every request
     needs_endofprompt: bool  # the LLM refuses input without <|endofprompt|>
     pronunciation_markup: bool  # pinyin and ARPAbet units are tokens
+    rl_llm: bool  # the hub publishes an RL-tuned llm.rl.pt beside llm.pt
+    mlx_engine: bool  # cosyvoice_mac.mlx ports this version's networks
 
     def speech_vocab_size(self, speech_token_size: int) -> int:
         return speech_token_size + self.extra_speech_ids
@@ -67,32 +83,44 @@ class VersionSpec:
 COSYVOICE2 = VersionSpec(
     name="cosyvoice2",
     hub_repo="FunAudioLLM/CosyVoice2-0.5B",
+    llm_class="Qwen2LM",
+    flow_class="CausalMaskedDiffWithXvec",
+    hift_class="HiFTGenerator",
     speech_tokenizer_file="speech_tokenizer_v2.onnx",
     extra_speech_ids=3,
     specials_in_llm_embedding=True,
     stop_on_every_special=False,
+    llm_decoder_bias=True,
     silent_ids=(),
-    flow_front="conformer",
+    flow_front=CONFORMER,
     stitcher="crossfade",
     random_vocoder_noise=True,
     system_prefix="",
     needs_endofprompt=False,
     pronunciation_markup=False,
+    rl_llm=False,
+    mlx_engine=False,
 )
 COSYVOICE3 = VersionSpec(
     name="cosyvoice3",
     hub_repo="FunAudioLLM/Fun-CosyVoice3-0.5B-2512",
+    llm_class="CosyVoice3LM",
+    flow_class="CausalMaskedDiffWithDiT",
+    hift_class="CausalHiFTGenerator",
     speech_tokenizer_file="speech_tokenizer_v3.onnx",
     extra_speech_ids=200,
     specials_in_llm_embedding=False,
     stop_on_every_special=True,
+    llm_decoder_bias=False,
     silent_ids=COSYVOICE3_SILENT_TOKENS,
-    flow_front="pre_lookahead",
+    flow_front=PRE_LOOKAHEAD,
     stitcher="causal",
     random_vocoder_noise=False,
     system_prefix=SYSTEM_PROMPT + ENDOFPROMPT,
     needs_endofprompt=True,
     pronunciation_markup=True,
+    rl_llm=True,
+    mlx_engine=True,
 )
 SPECS = {spec.name: spec for spec in (COSYVOICE3, COSYVOICE2)}
 VERSIONS = tuple(SPECS)  # newest first
@@ -104,3 +132,12 @@ def spec_for(version: str) -> VersionSpec:
         return SPECS[version]
     except KeyError:
         raise ValueError(f"unknown model version {version!r}; known: {', '.join(VERSIONS)}") from None
+
+
+def spec_for_class(yaml_class: str, section: str) -> VersionSpec:
+    """The spec whose ``section`` ("llm", "flow" or "hift") has YAML class ``yaml_class``; ConfigError otherwise."""
+    for spec in SPECS.values():
+        if getattr(spec, f"{section}_class") == yaml_class:
+            return spec
+    known = " or ".join(getattr(spec, f"{section}_class") for spec in SPECS.values())
+    raise ConfigError(f"{section} class {yaml_class or '(untagged)'!r} is not supported; expected {known}")

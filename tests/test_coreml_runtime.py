@@ -21,6 +21,7 @@ from cosyvoice_mac.coreml.runtime import COMPUTE_UNITS, CoreMLVocoder, coreml_un
 from cosyvoice_mac.models.vocoder import GaussianSourceNoise
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 from tests.coreml.models import snr_db, speechlike_mel, tiny_dir, tiny_hift
+from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.parity.common import assert_close
 
 
@@ -186,11 +187,11 @@ def test_pipeline_objects_and_in_memory_models_are_accepted(tmp_path, monkeypatc
     calls = fake_conversion(monkeypatch)
     monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path / "cache"))
     factory = lambda *a: SimpleNamespace()  # noqa: E731
-    folder = copy_tiny_folder(tmp_path)
-    pipeline = SimpleNamespace(folder=SimpleNamespace(path=folder), networks=SimpleNamespace(hift=None))
+    pipeline = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice3", tmp_path / "model"), device="cpu")
     assert load_vocoder("coreml", pipeline, model_factory=factory)[0] is not None
-    random_weights = SimpleNamespace(folder=None, networks=SimpleNamespace(hift=tiny_hift("cosyvoice3")))
-    vocoder, reason = load_vocoder("coreml", random_weights, model_factory=factory)
+    assert calls[-1] == tmp_path / "model" / "coreml"  # a pipeline with a folder: its packages go beside it
+    pipeline.folder = None  # as for random weights: only the in-memory HiFT is there to convert
+    vocoder, reason = load_vocoder("coreml", pipeline, model_factory=factory)
     assert vocoder is not None, reason
     assert calls[-1].parent == tmp_path / "cache" / "coreml" and vocoder.config.causal
     with pytest.raises(TypeError):
@@ -228,19 +229,18 @@ def test_neural_engine_chunks_equal_the_flexible_decoder(version):
     assert chunked.last_plan == [(20, 0)] and short.shape == (1, 20 * 480)  # shorter than a chunk: flexible
 
 
-def test_runtime_failure_is_finished_by_torch_in_the_pipeline():
-    hift = tiny_hift("cosyvoice2")
-
+def test_runtime_failure_is_finished_by_torch_in_the_pipeline(tmp_path):
     class Failing:
         def inference(self, mel, noise=None):
             raise RuntimeError("Core ML prediction failed")
 
-    host = SimpleNamespace(vocoder=Failing(), networks=SimpleNamespace(hift=hift), vocoder_fallbacks=0)
+    model = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice2", tmp_path), device="cpu")
+    model.use_vocoder(Failing())
     notes: list[str] = []
     mel = speechlike_mel(10)
-    wave = CosyVoice._vocode(host, mel, GaussianSourceNoise(seed=1), notes)
-    expected, _ = hift.inference(mel, noise=GaussianSourceNoise(seed=1))
-    assert torch.equal(wave, expected) and host.vocoder_fallbacks == 1
+    wave = model._vocode(mel, GaussianSourceNoise(seed=1), notes)
+    expected, _ = model.networks.hift.inference(mel, noise=GaussianSourceNoise(seed=1))
+    assert torch.equal(wave, expected) and model.vocoder_fallbacks == 1
     assert "Core ML prediction failed" in notes[0]
 
 

@@ -86,8 +86,8 @@ def test_speech_lm_config_from_yaml():
     qwen = Qwen2Config.from_json(TINY["cosyvoice3"] / "CosyVoice-BlankEN" / "config.json")
     v3 = SpeechLMConfig.from_yaml(_llm_node("cosyvoice3"), qwen)
     v2 = SpeechLMConfig.from_yaml(_llm_node("cosyvoice2"), qwen)
-    assert (v3.version, v3.speech_vocab_size, v3.mask_all_stop_ids_before_min_len) == ("cosyvoice3", 712, True)
-    assert (v2.version, v2.speech_vocab_size) == ("cosyvoice2", 515)
+    assert (v3.spec.name, v3.speech_vocab_size, v3.mask_all_stop_ids_before_min_len) == ("cosyvoice3", 712, True)
+    assert (v2.spec.name, v2.speech_vocab_size) == ("cosyvoice2", 515)
     assert (v3.top_p, v3.top_k, v3.win_size, v3.tau_r) == (0.8, 25, 10, 0.1)
     with pytest.raises(ConfigError, match="TransformerLM"):
         SpeechLMConfig.from_yaml({**_llm_node("cosyvoice3"), "_tag": "new:cosyvoice.llm.llm.TransformerLM"}, qwen)

@@ -21,6 +21,7 @@ from cosyvoice_mac.mlx.quality import top_k_agreement  # noqa: E402
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM  # noqa: E402
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLMConfig  # noqa: E402
 from cosyvoice_mac.models.llm.speech_lm import ENDOFPROMPT_ID  # noqa: E402
+from cosyvoice_mac.versions import COSYVOICE3  # noqa: E402
 
 SMALL_QWEN = dict(
     hidden_size=128,
@@ -37,7 +38,7 @@ SPEECH_TOKENS = 512
 
 
 def small_llm(seed: int = 0) -> MlxSpeechLM:
-    config = SpeechLMConfig(version="cosyvoice3", speech_token_size=SPEECH_TOKENS, qwen=Qwen2Config(**SMALL_QWEN))
+    config = SpeechLMConfig(spec=COSYVOICE3, speech_token_size=SPEECH_TOKENS, qwen=Qwen2Config(**SMALL_QWEN))
     llm = MlxSpeechLM(config)
     randomize(llm, seed)
     return llm

@@ -262,3 +262,21 @@ def test_stop_ends_the_stream_and_its_producer_thread(model, speaker):
 def test_speed_with_streaming_is_a_clear_error(model, speaker):
     with pytest.raises(RequestError, match="speed 1.5 cannot be used while streaming"):
         model.synthesize(TEXT, speaker=speaker, stream=True, speed=1.5)
+
+
+def test_streaming_runs_on_its_parts_alone(model, speaker):
+    """stream_segment takes the flow, the vocoder, the version's stitcher and a prefix cache: no CosyVoice."""
+    from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, StreamingParts, stream_segment
+
+    flow, hift = model.networks.flow, model.networks.hift
+    tokens = torch.randint(0, flow.config.vocab_size, (80,), generator=torch.Generator().manual_seed(5)).tolist()
+    parts = StreamingParts(flow=flow, vocoder=hift, stitcher=model.spec.stitcher, prefixes=FlowPrefixCache())
+    alone = list(stream_segment(parts, iter(tokens), speaker, model._noise(3, 0), lambda: False))
+    assert [c.tokens_so_far for c in alone] == [10, 35, 80] and alone[-1].is_final
+    assert sum(len(c.audio) for c in alone) == 2 * len(tokens) * hift.config.samples_per_frame
+    owned = list(stream_segment(model.streaming_parts(), iter(tokens), speaker, model._noise(3, 0), lambda: False))
+    for a, b in zip(alone, owned, strict=True):  # the model's own parts stream the same audio
+        torch.testing.assert_close(torch.from_numpy(a.audio), torch.from_numpy(b.audio), atol=1e-5, rtol=0)
+    wrong = StreamingParts(flow=flow, vocoder=hift, stitcher="overlap-add", prefixes=FlowPrefixCache())
+    with pytest.raises(ValueError, match="unknown stitcher 'overlap-add'"):
+        next(stream_segment(wrong, iter(tokens), speaker, None, lambda: False))

@@ -1,14 +1,22 @@
 """versions.py is the one table of what differs between CosyVoice2 and CosyVoice3: the loaded networks and
-the text front end must behave exactly as their row says (so a reader can trust that one screen)."""
+the text front end must behave exactly as their row says (so a reader can trust that one screen), and no
+other module asks which version it runs."""
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import pytest
 
+import cosyvoice_mac
+from cosyvoice_mac.config import ConfigError, tag_name
 from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
-from cosyvoice_mac.versions import SPECS, spec_for
+from cosyvoice_mac.versions import SPECS, spec_for, spec_for_class
 from tests.fakes.onnx_models import make_tiny_model_dir
+
+PACKAGE = Path(cosyvoice_mac.__file__).parent
 
 
 @pytest.fixture(scope="module", params=sorted(SPECS))
@@ -29,13 +37,19 @@ def test_the_speech_lm_uses_the_ids_its_row_names(model):
     assert llm.stop_ids == spec.stop_ids(size)
     assert tuple(llm.silent_ids) == spec.silent_ids
     assert hasattr(llm, "llm_embedding") == spec.specials_in_llm_embedding
+    assert (llm.llm_decoder.bias is not None) == spec.llm_decoder_bias
+    assert llm.config.spec is spec  # chosen once, from the llm section's YAML class
 
 
 def test_the_flow_front_end_and_the_vocoder_noise_follow_the_row(model):
     spec, flow = model.spec, model.networks.flow
     assert hasattr(flow, "pre_lookahead_layer") == (spec.flow_front == "pre_lookahead")
     assert hasattr(flow, "encoder") == (spec.flow_front == "conformer")
+    assert flow.config.front == spec.flow_front
     assert (model._noise(5, 0) is not None) == spec.random_vocoder_noise
+    assert model.networks.hift.config.causal == (spec.stitcher == "causal")  # the causal vocoder is what streams
+    assert tag_name(model.folder.config["hift"]) == spec.hift_class
+    assert model.streaming_parts().stitcher == spec.stitcher
 
 
 @pytest.mark.parametrize("version", sorted(SPECS))
@@ -53,3 +67,50 @@ def test_the_text_front_end_follows_the_row(version):
 def test_an_unknown_version_is_named():
     with pytest.raises(ValueError, match="known: cosyvoice3, cosyvoice2"):
         spec_for("cosyvoice4")
+
+
+@pytest.mark.parametrize("section", ["llm", "flow", "hift"])
+def test_a_yaml_class_picks_its_row_and_an_unknown_one_is_named(section):
+    for spec in SPECS.values():
+        assert spec_for_class(getattr(spec, f"{section}_class"), section) is spec
+    with pytest.raises(ConfigError, match=f"{section} class 'TransformerLM' is not supported; expected .+ or "):
+        spec_for_class("TransformerLM", section)
+
+
+def test_a_folder_whose_yaml_mixes_two_versions_is_refused_by_name(tmp_path):
+    from cosyvoice_mac.pipeline.model_dir import ModelFolder, ModelFolderError
+
+    folder = make_tiny_model_dir("cosyvoice3", tmp_path)
+    assert ModelFolder.open(folder).version == "cosyvoice3"
+    yaml = folder / "cosyvoice3.yaml"
+    yaml.write_text(yaml.read_text().replace("CosyVoice3LM", "Qwen2LM"))
+    with pytest.raises(ModelFolderError, match="llm section is a Qwen2LM, but a cosyvoice3 model has a CosyVoice3LM"):
+        ModelFolder.open(folder)
+
+
+def _version_names(node: ast.AST) -> list[str]:
+    """The version names (``"cosyvoice2"``, ``"cosyvoice3"``) written as constants in ``node``."""
+    return [n.value for n in ast.walk(node) if isinstance(n, ast.Constant) and n.value in SPECS]
+
+
+def test_no_module_but_versions_py_branches_on_a_version_name():
+    """``version == "cosyvoice3"`` (or ``!=``, ``in``) anywhere else would be a row missing from the table."""
+    branches = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "versions.py" and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Compare) and _version_names(node):
+                branches.append(f"{path.relative_to(PACKAGE)}:{node.lineno}")
+    assert branches == []
+
+
+@pytest.mark.parametrize("folder", ["models", "mlx"])
+def test_the_networks_never_name_a_version(folder):
+    """The LLM, flow and vocoder modules (torch and MLX) get flags and ids from their row, never a name."""
+    named = [
+        f"{path.relative_to(PACKAGE)}:{name}"
+        for path in sorted((PACKAGE / folder).rglob("*.py"))
+        for name in _version_names(ast.parse(path.read_text()))
+    ]
+    assert named == []

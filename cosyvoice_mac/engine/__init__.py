@@ -1,7 +1,8 @@
 """The inference engine: one model worker process behind a bounded job queue.
 
 The UI process uses :class:`Engine` (no torch import); the worker process owns the pipeline,
-the speaker cache and the device. See ``client.py`` for the API and ``worker.py`` for the process.
+the speaker cache and the device. See ``client.py`` for the API, ``supervisor.py`` for keeping the
+worker alive and ``worker.py`` for the process.
 """
 
 from cosyvoice_mac.engine.cache import SpeakerCache, user_cache_dir

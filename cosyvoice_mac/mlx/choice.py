@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from cosyvoice_mac.device import DEVICE_ENV
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, mlx_available, requested_engine  # noqa: F401 (re-export)
+from cosyvoice_mac.versions import spec_for
 
 MLX, TORCH = "mlx", "torch"
 NOT_ON_MLX = "CosyVoice2 runs on PyTorch: its U-Net flow has no MLX port yet (the MLX engine runs CosyVoice3)"
@@ -52,7 +53,7 @@ def choose_engine(requested: str | None, version: str, device: str | None = None
     name = requested_engine(requested)
     if name == TORCH:
         return EngineChoice(TORCH)
-    if version != "cosyvoice3":
+    if not spec_for(version).mlx_engine:
         return EngineChoice(TORCH, NOT_ON_MLX)
     if name == "auto":
         policy = str(device if device is not None else os.environ.get(DEVICE_ENV) or "auto").strip().lower()

@@ -27,6 +27,7 @@ from cosyvoice_mac.models.flow import CFMConfig, Flow, FlowConfig, fixed_start_n
 from cosyvoice_mac.models.flow.cfm import ConditionalFlowMatching
 from cosyvoice_mac.models.flow.lookahead import _LEAKY_SLOPE, _SECOND_KERNEL
 from cosyvoice_mac.models.flow.prefix import FlowPrefix
+from cosyvoice_mac.versions import PRE_LOOKAHEAD
 
 KEY_MAP = DIT_KEY_MAP  # the DiT's renames are the only ones (they only occur under decoder.estimator)
 
@@ -122,7 +123,7 @@ class MlxFlow(nn.Module):
 
     def __init__(self, config: FlowConfig):
         super().__init__()
-        if config.version != "cosyvoice3":
+        if config.front != PRE_LOOKAHEAD:
             raise MlxFlowError("the MLX flow is CosyVoice3's DiT; CosyVoice2's U-Net flow runs on PyTorch")
         self.config = config
         self.input_embedding = nn.Embedding(config.vocab_size, config.input_size)

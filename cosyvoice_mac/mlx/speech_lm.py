@@ -51,11 +51,11 @@ class MlxSpeechLM(nn.Module):
         super().__init__()
         self.config = config
         hidden, vocab = config.qwen.hidden_size, config.speech_vocab_size
-        if config.version == "cosyvoice2":
+        if config.spec.specials_in_llm_embedding:
             self.llm_embedding = nn.Embedding(2, hidden)
         self.backbone = Qwen2Model(config.qwen)
         self.speech_embedding = nn.Embedding(vocab, hidden)
-        self.llm_decoder = nn.Linear(hidden, vocab, bias=config.version == "cosyvoice2")
+        self.llm_decoder = nn.Linear(hidden, vocab, bias=config.spec.llm_decoder_bias)
         with torch.device("meta"):
             self._rules = SpeechLM(config)
         self.precision = "fp32"
@@ -89,7 +89,7 @@ class MlxSpeechLM(nn.Module):
 
     # inputs --------------------------------------------------------------------------------
     def _special(self, row: int) -> mx.array:
-        table = self.llm_embedding if self.config.version == "cosyvoice2" else self.speech_embedding
+        table = self.llm_embedding if self.config.spec.specials_in_llm_embedding else self.speech_embedding
         return table(mx.array([[row]]))
 
     def build_prompt_embeddings(

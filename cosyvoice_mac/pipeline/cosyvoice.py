@@ -1,5 +1,6 @@
 """The public entry point: ``CosyVoice.from_pretrained(dir).synthesize(text, prompt_audio=...)``.
 
+What a model is built from lives in :mod:`.constructors`; this module turns requests into audio:
 text -> normalise and split into sentences -> Qwen2 BPE ids -> speech LM -> speech tokens ->
 flow (CFM) -> 80-bin mel -> HiFT vocoder -> 24 kHz waveform, one sentence at a time.
 """
@@ -15,35 +16,27 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.audio import DecodedPrompt
-from cosyvoice_mac.device import (
-    LowMemoryChoice,
-    between_sentences,
-    limit_mps_memory,
-    low_memory_choice,
-    select_device,
-)
-from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder, SpeakerEncoder
-from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer, SpeechTokenizer
+from cosyvoice_mac.device import LowMemoryChoice, between_sentences, low_memory_choice
 from cosyvoice_mac.frontend.text import TextNormalizer
-from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import Synthesizes
-from cosyvoice_mac.pipeline.engines import build_for_engine, torch_takes_over
-from cosyvoice_mac.pipeline.fullsize import official_config
-from cosyvoice_mac.pipeline.loading import (
-    Networks,
-    OnDemand,
-    model_identity,
-    qwen_config_for,
-)
-from cosyvoice_mac.pipeline.model_dir import BLANK_EN, SPEECH_TOKENIZER_FILES, ModelFolder
-from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, StagePick, plan_precision
+from cosyvoice_mac.pipeline.constructors import pretrained_parts, random_full_size_parts
+from cosyvoice_mac.pipeline.engines import torch_takes_over
+from cosyvoice_mac.pipeline.loading import Networks
+from cosyvoice_mac.pipeline.model_dir import ModelFolder
+from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, StagePick
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
-from cosyvoice_mac.pipeline.standins import ByteStandInTokenizer
-from cosyvoice_mac.pipeline.streaming import FlowPrefixCache, prepare_voice_for_streaming, stream_segment
+from cosyvoice_mac.pipeline.streaming import (
+    LOW_MEMORY_PREFIX_TOKENS,
+    MAX_PREFIX_TOKENS,
+    FlowPrefixCache,
+    StreamingParts,
+    prepare_voice_for_streaming,
+    stream_segment,
+)
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.versions import spec_for
@@ -95,21 +88,10 @@ class CosyVoice(Synthesizes):
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
         self.engine = engine  # MLX or PyTorch, and why not the one asked for
 
-    # construction ---------------------------------------------------------------------------
+    # construction (the parts: pipeline.constructors) ------------------------------------------
     @classmethod
     def from_pretrained(
-        cls,
-        model_dir: str | Path,
-        device: str | torch.device | None = "auto",
-        dtype: str | torch.dtype | None = None,
-        *,
-        random_weights: bool = False,
-        low_memory: bool | None = None,
-        llm_dtype: str | torch.dtype | None = None,
-        flow_dtype: str | torch.dtype | None = None,
-        engine: str | None = None,
-        precision: str | None = None,
-        reprobe: bool = False,
+        cls, model_dir: str | Path, device: str | torch.device | None = "auto", dtype=None, **options
     ) -> "CosyVoice":
         """Load an official model folder unchanged (``random_weights`` only if asked for by name).
 
@@ -122,131 +104,19 @@ class CosyVoice(Synthesizes):
         the LLM unless named and loads the ONNX frontends only while a new prompt is encoded.
         ``engine`` ('auto', 'mlx', 'torch'; None reads ``$COSYVOICE_ENGINE``): see ``cosyvoice_mac.mlx.choice``.
         """
-        folder = ModelFolder.open(model_dir)
-        target = _device(device)
-        memory_mode = low_memory_choice(low_memory)
-        low_memory = memory_mode.enabled  # None ("pick for this machine") is decided here, once
-        limit_mps_memory(target)
-        qwen = qwen_config_for(folder)
-
-        def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
-            return plan_precision(
-                on,
-                folder.version,
-                folder.config,
-                qwen,
-                precision=forced or precision,
-                dtype=dtype,
-                llm_dtype=llm_dtype,
-                flow_dtype=flow_dtype,
-                low_memory=memory_mode.enabled,
-                reprobe=reprobe,
-            )
-
-        networks, target, choice, plan = build_for_engine(
-            engine,
-            folder.version,
-            folder.config,
-            folder,
-            device_request=device,
-            device=target,
-            plan_for=plan_for,
-            random_weights=random_weights,
-            low_memory=memory_mode.enabled,
-        )
-        model_id = model_identity(folder, folder.version, random_weights)
-        tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
-        tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
-        campplus_path = folder.file("campplus.onnx")
-        speech_tokenizer = OnDemand(lambda: SpeechTokenizer(tokenizer_path), keep_loaded=not low_memory)
-        speaker_encoder = OnDemand(lambda: SpeakerEncoder(campplus_path), keep_loaded=not low_memory)
-        if not low_memory:  # load now, so a broken file is reported when the model loads
-            speech_tokenizer.get(), speaker_encoder.get()
-        prompt_encoder = PromptEncoder(speech_tokenizer, speaker_encoder, fmax=_fmax(folder.config), model_id=model_id)
-        return cls(
-            version=folder.version,
-            config=folder.config,
-            networks=networks,
-            tokenizer=tokenizer,
-            prompt_encoder=prompt_encoder,
-            device=target,
-            plan=plan,
-            model_id=model_id,
-            folder=folder,
-            low_memory=memory_mode,
-            engine=choice,
-        )
+        return cls(**pretrained_parts(model_dir, device, dtype, **options))
 
     @classmethod
     def random_full_size(
-        cls,
-        version: str = "cosyvoice3",
-        device: str | torch.device | None = "auto",
-        dtype: str | torch.dtype | None = None,
-        *,
-        seed: int = 0,
-        low_memory: bool = False,
-        llm_dtype: str | torch.dtype | None = None,
-        flow_dtype: str | torch.dtype | None = None,
-        engine: str | None = None,
-        precision: str | None = None,
-        reprobe: bool = False,
+        cls, version: str = "cosyvoice3", device: str | torch.device | None = "auto", dtype=None, **options
     ) -> "CosyVoice":
         """The released architecture at full size with RANDOM weights and stand-in frontends.
 
-        For benchmarks and memory checks only: its speech is noise. Never chosen implicitly.
-        Dtypes as for :meth:`from_pretrained`.
+        For benchmarks and memory checks only: its speech is noise. Never chosen implicitly. ``seed``
+        seeds the weights and the stand-ins; ``low_memory``, the dtypes, ``engine``, ``precision`` and
+        ``reprobe`` as for :meth:`from_pretrained`.
         """
-        config = official_config(version)
-        target = _device(device)
-        qwen = qwen_config_for(None)
-
-        def plan_for(on: torch.device, forced: str | None) -> PrecisionPlan:
-            return plan_precision(
-                on,
-                version,
-                config,
-                qwen,
-                precision=forced or precision,
-                dtype=dtype,
-                llm_dtype=llm_dtype,
-                flow_dtype=flow_dtype,
-                low_memory=low_memory,
-                reprobe=reprobe,
-            )
-
-        networks, target, choice, plan = build_for_engine(
-            engine,
-            version,
-            config,
-            None,
-            device_request=device,
-            device=target,
-            plan_for=plan_for,
-            random_weights=True,
-            seed=seed,
-            low_memory=low_memory,
-        )
-        model_id = model_identity(None, version, True)
-        prompt_encoder = PromptEncoder(
-            RandomSpeechTokenizer(seed=seed),
-            RandomSpeakerEncoder(seed=seed),
-            fmax=_fmax(config),
-            model_id=model_id,
-        )
-        return cls(
-            version=version,
-            config=config,
-            networks=networks,
-            tokenizer=ByteStandInTokenizer(),
-            prompt_encoder=prompt_encoder,
-            device=target,
-            plan=plan,
-            model_id=model_id,
-            folder=None,
-            low_memory=low_memory,
-            engine=choice,
-        )
+        return cls(**random_full_size_parts(version, device, dtype, **options))
 
     def use_vocoder(self, vocoder=None) -> None:
         """Swap in a vocoder with HiFT's ``inference(mel, noise=...) -> (wave, source)``; None restores torch."""
@@ -277,8 +147,19 @@ class CosyVoice(Synthesizes):
         """Compute the voice's share of streamed requests ahead of time (a few seconds on a CPU, once per voice)."""
         if speaker.model_id != self.model_id:
             raise SynthesisError("that voice was prepared for another model; upload its audio again")
-        prepare_voice_for_streaming(self, speaker)
+        prepare_voice_for_streaming(self.streaming_parts(), speaker)
         return True
+
+    def streaming_parts(self) -> StreamingParts:
+        """What streaming uses of this model now (its current networks; a smaller prefix in low-memory mode)."""
+        return StreamingParts(
+            flow=self.networks.flow,
+            vocoder=self.networks.hift,
+            stitcher=self.spec.stitcher,
+            prefixes=self.flow_prefixes,
+            max_prefix_tokens=LOW_MEMORY_PREFIX_TOKENS if self.low_memory else MAX_PREFIX_TOKENS,
+            widen_flow=self.redo_flow_in_float32,
+        )
 
     def run(
         self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
@@ -326,7 +207,7 @@ class CosyVoice(Synthesizes):
         for index, segment in enumerate(request.segments):
             started = time.perf_counter()
             tokens = self._token_stream(segment, request, speaker, sampler)
-            chunks = stream_segment(self, tokens, speaker, self._noise(seed, index), should_stop)
+            chunks = stream_segment(self.streaming_parts(), tokens, speaker, self._noise(seed, index), should_stop)
             for chunk in chunks:
                 timings = {"frontend": frontend_s if index == 0 else 0.0, "first_chunk": time.perf_counter() - started}
                 yield SynthesisResult(
@@ -442,14 +323,6 @@ class CosyVoice(Synthesizes):
 
 def _ids(ids: list[int]) -> torch.Tensor:
     return torch.tensor([ids], dtype=torch.long)
-
-
-def _fmax(config: dict):
-    return config.get("feat_extractor", {}).get("fmax")
-
-
-def _device(device) -> torch.device:
-    return device if isinstance(device, torch.device) else select_device(device)
 
 
 def _synchronize(device: torch.device) -> None:

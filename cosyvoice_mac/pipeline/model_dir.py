@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from cosyvoice_mac.config import ConfigError, read_yaml_config
+from cosyvoice_mac.config import ConfigError, read_yaml_config, tag_name
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.versions import SPECS, VERSIONS  # noqa: F401 (VERSIONS re-exported)
 
@@ -87,6 +87,15 @@ class ModelFolder:
             config = read_yaml_config(path / f"{version}.yaml", overrides={"qwen_pretrain_path": str(path / BLANK_EN)})
         except ConfigError as error:
             raise ModelFolderError(str(error)) from error
+        spec = SPECS[version]
+        for section, expected in (("llm", spec.llm_class), ("flow", spec.flow_class), ("hift", spec.hift_class)):
+            node = config.get(section)
+            found = tag_name(node) if isinstance(node, dict) else ""
+            if found and found != expected:  # the networks take their row from these classes: they must agree
+                raise ModelFolderError(
+                    f"{path / f'{version}.yaml'}: its {section} section is a {found}, but a {version} model has a "
+                    f"{expected}; the folder mixes files of two model versions (download it again)"
+                )
         return cls(path=path, version=version, config=config)
 
     @property
@@ -122,7 +131,7 @@ class ModelFolder:
             except (OSError, ValueError, AttributeError) as error:
                 raise ModelFolderError(f"{self.path / LLM_CHOICE_FILE} is unreadable ({error}); delete it") from error
         if asked == "rl":
-            if self.version != "cosyvoice3":
+            if not SPECS[self.version].rl_llm:
                 raise ModelFolderError(f"{RL_LLM_FILE} exists for Fun-CosyVoice3 only, not {self.version}")
             if not self.has(RL_LLM_FILE):
                 raise ModelFolderError(

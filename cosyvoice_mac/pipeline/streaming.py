@@ -28,7 +28,9 @@ import numpy as np
 import torch
 
 from cosyvoice_mac.device import serialize_device_work
+from cosyvoice_mac.models.flow.flow import Flow
 from cosyvoice_mac.models.flow.prefix import FlowPrefix
+from cosyvoice_mac.models.vocoder.hift import HiFT
 
 FIRST_HOP_TOKENS = 10  # the first chunk completes the flow prompt's last attention chunk
 SECOND_HOP_TOKENS = 25  # then 50, then 100 for every later chunk (upstream's growth)
@@ -235,13 +237,10 @@ class PromptPlan:
         return cls(cut=cut + dropped, first_hop=first_hop, prefix_tokens=prefix - dropped)
 
     @classmethod
-    def for_request(cls, model, speaker, first_hop: int = FIRST_HOP_TOKENS) -> "PromptPlan":
-        """The plan for ``speaker``'s prompt on ``model`` (its look-ahead; a smaller prefix in low-memory mode)."""
+    def for_request(cls, parts: StreamingParts, speaker, first_hop: int = FIRST_HOP_TOKENS) -> "PromptPlan":
+        """The plan for ``speaker``'s prompt with these parts (the flow's look-ahead, the parts' prefix bound)."""
         return cls.for_prompt(
-            speaker.speech_tokens.shape[1],
-            first_hop,
-            model.networks.flow.config.pre_lookahead_len,
-            LOW_MEMORY_PREFIX_TOKENS if model.low_memory else MAX_PREFIX_TOKENS,
+            speaker.speech_tokens.shape[1], first_hop, parts.flow.config.pre_lookahead_len, parts.max_prefix_tokens
         )
 
     def prompt(self, speaker, device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -286,38 +285,72 @@ class FlowPrefixCache:
         self._entries.clear()
 
 
-def prepare_voice_for_streaming(model, speaker) -> None:
+@dataclass(frozen=True)
+class StreamingParts:
+    """What streaming needs from a loaded model, and nothing more: the networks it runs, the version's
+    stitcher, the voices' prefix cache and the widening of a flow whose mel came out non-finite.
+
+    Built afresh for each request (:meth:`CosyVoice.streaming_parts`), so a model that moved or changed
+    engine hands over its current networks.
+    """
+
+    flow: Flow  # the chunk-causal flow
+    vocoder: HiFT  # the torch HiFT (a swapped-in vocoder does not stream)
+    stitcher: str  # "causal" (CosyVoice3) or "crossfade" (CosyVoice2): the version spec's
+    prefixes: FlowPrefixCache
+    max_prefix_tokens: int = MAX_PREFIX_TOKENS  # LOW_MEMORY_PREFIX_TOKENS in low-memory mode
+    widen_flow: Callable[[list[str]], bool] = lambda notes: False  # True when the flow now runs in float32
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.flow.parameters()).device
+
+    def make_stitcher(self, noise) -> CausalStitcher | CrossfadeStitcher:
+        """A fresh stitcher for one sentence; ``noise`` is its vocoder excitation (None: the model's own)."""
+        hift = self.vocoder
+        if self.stitcher == "causal":
+            return CausalStitcher(
+                lambda mel, finalize, first_frame: hift.inference(
+                    mel, finalize=finalize, noise=noise, first_frame=first_frame
+                )[0],
+                hift.config.samples_per_frame,
+            )
+        if self.stitcher == "crossfade":
+            return CrossfadeStitcher(
+                lambda mel, cache_source: hift.inference(mel, cache_source=cache_source, noise=noise)
+            )
+        raise ValueError(f"unknown stitcher {self.stitcher!r}; expected 'causal' or 'crossfade'")
+
+    def prefix(self, speaker, plan: PromptPlan, prompt) -> FlowPrefix | None:
+        return self.prefixes.get(self.flow, speaker, plan, prompt)
+
+
+def prepare_voice_for_streaming(parts: StreamingParts, speaker) -> None:
     """Build (or keep) the voice's flow prefix now, so its first streamed request starts as fast as later ones
     (on CUDA the prefix's first-chunk graph too: a first chunk of placeholder tokens captures it)."""
-    flow = model.networks.flow
-    plan = PromptPlan.for_request(model, speaker)
-    prompt = plan.prompt(speaker, next(flow.parameters()).device)
-    prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)
+    flow = parts.flow
+    plan = PromptPlan.for_request(parts, speaker)
+    prompt = plan.prompt(speaker, parts.device)
+    prefix = parts.prefix(speaker, plan, prompt)
     if prefix is not None and prefix.graphs.wanted(prompt[0].device) and not prefix.graphs.graphs:
         placeholder = torch.zeros(1, plan.first_hop + flow.config.pre_lookahead_len, dtype=torch.long)
         flow.inference(placeholder.to(prompt[0].device), *prompt, streaming=True, finalize=False, prefix=prefix)
 
 
 def stream_segment(
-    model, tokens: Iterable[int], speaker, noise, should_stop: Callable[[], bool], first_hop: int = FIRST_HOP_TOKENS
+    parts: StreamingParts,
+    tokens: Iterable[int],
+    speaker,
+    noise,
+    should_stop: Callable[[], bool],
+    first_hop: int = FIRST_HOP_TOKENS,
 ) -> Iterator[Chunk]:
     """Yield audio chunks of one sentence as its speech tokens arrive from ``tokens``."""
-    flow, hift = model.networks.flow, model.networks.hift
-    device = next(flow.parameters()).device
+    flow, device = parts.flow, parts.device
     lookahead = flow.config.pre_lookahead_len
-    plan = PromptPlan.for_request(model, speaker, first_hop)
+    plan = PromptPlan.for_request(parts, speaker, first_hop)
     prompt = plan.prompt(speaker, device)
-    if model.spec.stitcher == "causal":
-        stitcher = CausalStitcher(
-            lambda mel, finalize, first_frame: hift.inference(
-                mel, finalize=finalize, noise=noise, first_frame=first_frame
-            )[0],
-            hift.config.samples_per_frame,
-        )
-    else:
-        stitcher = CrossfadeStitcher(
-            lambda mel, cache_source: hift.inference(mel, cache_source=cache_source, noise=noise)
-        )
+    stitcher = parts.make_stitcher(noise)
     turns = DeviceTurns(enabled=serialize_device_work(device))
     # On CUDA the LLM's graphs would queue ahead of every kernel of the voice's prefix and of the
     # first chunk on the one stream: it stops once the first chunk's tokens exist, until that chunk is made.
@@ -325,21 +358,21 @@ def stream_segment(
     offset, hops = 0, hop_schedule(plan.first_hop)
 
     def finite_mel(ids: torch.Tensor, notes: list[str], finalize: bool) -> torch.Tensor:
-        """The chunk's mel; a non-finite one is redone once the model has widened its flow to float32."""
+        """The chunk's mel; a non-finite one is redone once the flow has been widened to float32."""
         nonlocal prefix
-        mel = model.networks.flow.inference(
+        mel = flow.inference(
             ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
         )
-        if not bool(torch.isfinite(mel).all()) and model.redo_flow_in_float32(notes):
-            prefix = model.flow_prefixes.get(model.networks.flow, speaker, plan, prompt)
-            mel = model.networks.flow.inference(
+        if not bool(torch.isfinite(mel).all()) and parts.widen_flow(notes):
+            prefix = parts.prefix(speaker, plan, prompt)  # the widening emptied the cache
+            mel = flow.inference(
                 ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
             )
         return mel[:, :, 2 * offset :]
 
     try:
         with turns.chunk():
-            prefix = model.flow_prefixes.get(flow, speaker, plan, prompt)  # while the LLM decodes (if it may)
+            prefix = parts.prefix(speaker, plan, prompt)  # while the LLM decodes (if it may)
         for this_hop in hops:
             available = producer.wait_for(offset + this_hop + lookahead)
             if should_stop():

@@ -18,6 +18,7 @@ from cosyvoice_mac.engine import Engine, EngineError, TranscriberProcess, Worker
 from cosyvoice_mac.engine.outputs import atomic_write_bytes
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, requested_engine
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
+from cosyvoice_mac.versions import VERSIONS
 
 MODEL_CONFIG_NAMES = {"cosyvoice3.yaml": "cosyvoice3", "cosyvoice2.yaml": "cosyvoice2"}
 SETTINGS_FILE = "webui.json"
@@ -69,7 +70,7 @@ def pick_model(models_dir: Path, preview: bool = True) -> ModelChoice | None:
     """The app's rule, shared by the page, the CLI and ``load_model``: a CosyVoice3 folder under
     ``models_dir``, else any model folder, else the preview voice (when ``preview``), else None."""
     models = find_models(models_dir)
-    newest = [choice for choice in models if choice.version == "cosyvoice3"]
+    newest = [choice for choice in models if choice.version == VERSIONS[0]]
     return (newest or models or ([PREVIEW_CHOICE] if preview else []) or [None])[0]
 
 

@@ -4,7 +4,8 @@ Upstream: ``cosyvoice/flow/flow.py::CausalMaskedDiffWithXvec.inference`` (v2) an
 ``CausalMaskedDiffWithDiT.inference`` (v3). Both share one procedure (spec section 6.1):
 speaker vector -> 80-d; prompt tokens ++ tokens -> embeddings -> frame features ``mu`` at twice the
 token rate; the prompt mel conditions the first frames; the CFM sampler makes the whole mel and
-the prompt part is cut off. Only the token front-end and the estimator differ between versions:
+the prompt part is cut off. Only the token front-end and the estimator differ between versions
+(``FlowConfig.front``, the ``flow_front`` of the section's row in :mod:`cosyvoice_mac.versions`):
 
 * v3 (``CausalMaskedDiffWithDiT``): pre-look-ahead conv, each frame repeated ``token_mel_ratio`` times, DiT.
 * v2 (``CausalMaskedDiffWithXvec``): upsampling conformer encoder + ``encoder_proj``, 1-D U-Net.
@@ -31,21 +32,19 @@ from cosyvoice_mac.models.flow.cfm import (
 from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
 from cosyvoice_mac.models.flow.lookahead import PreLookaheadLayer
 from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
-
-DIT_FLOW_TAG = "CausalMaskedDiffWithDiT"  # CosyVoice3
-CONFORMER_FLOW_TAG = "CausalMaskedDiffWithXvec"  # CosyVoice2
-VERSION_BY_TAG = {DIT_FLOW_TAG: "cosyvoice3", CONFORMER_FLOW_TAG: "cosyvoice2"}
+from cosyvoice_mac.versions import PRE_LOOKAHEAD, spec_for_class
 
 
 @dataclass
 class FlowConfig:
     """Everything needed to build a :class:`Flow` (yaml ``flow:``), for either model version.
 
-    ``estimator`` is a ``DiTConfig`` (v3) or the v2 ``UNetConfig``; v3 has ``lookahead_channels``,
-    v2 has ``encoder`` (``ConformerConfig``) and ``encoder_output_size``.
+    ``estimator`` is a ``DiTConfig`` (pre-look-ahead front) or a ``UNetConfig`` (conformer front); the
+    pre-look-ahead front has ``lookahead_channels``, the conformer one ``encoder`` (``ConformerConfig``)
+    and ``encoder_output_size``.
     """
 
-    version: str  # "cosyvoice3" or "cosyvoice2"
+    front: str  # versions.PRE_LOOKAHEAD or versions.CONFORMER: the version spec's flow_front
     vocab_size: int
     input_size: int  # token embedding width
     estimator: Any
@@ -60,14 +59,10 @@ class FlowConfig:
 
     @classmethod
     def from_yaml(cls, node: dict) -> "FlowConfig":
-        tag = tag_name(node)
-        if tag not in VERSION_BY_TAG:
-            raise ConfigError(
-                f"flow section is a {tag or 'untagged node'}; expected {DIT_FLOW_TAG} or {CONFORMER_FLOW_TAG}"
-            )
+        front = spec_for_class(tag_name(node), "flow").flow_front
         decoder = require(node, "decoder", "flow")
         common = dict(
-            version=VERSION_BY_TAG[tag],
+            front=front,
             vocab_size=int(require(node, "vocab_size", "flow")),
             input_size=int(require(node, "input_size", "flow")),
             output_size=int(node.get("output_size", MEL_BINS)),
@@ -79,7 +74,7 @@ class FlowConfig:
         if common["output_size"] != MEL_BINS:
             raise ConfigError(f"flow.output_size is {common['output_size']}; the flow makes {MEL_BINS}-bin mels")
         estimator_node = require(decoder, "estimator", "flow.decoder")
-        if tag == DIT_FLOW_TAG:
+        if front == PRE_LOOKAHEAD:
             lookahead = require(node, "pre_lookahead_layer", "flow")
             if int(lookahead.get("pre_lookahead_len", common["pre_lookahead_len"])) != common["pre_lookahead_len"]:
                 raise ConfigError("flow.pre_lookahead_layer.pre_lookahead_len differs from flow.pre_lookahead_len")
@@ -111,7 +106,7 @@ class Flow(nn.Module):
         self.config = config
         self.input_embedding = nn.Embedding(config.vocab_size, config.input_size)
         self.spk_embed_affine_layer = nn.Linear(config.spk_embed_dim, config.output_size)
-        if config.version == "cosyvoice3":
+        if config.front == PRE_LOOKAHEAD:
             self.pre_lookahead_layer = PreLookaheadLayer(
                 config.input_size, config.lookahead_channels, config.pre_lookahead_len
             )
@@ -146,7 +141,7 @@ class Flow(nn.Module):
         if not finalize:
             split = embedded.shape[1] - self.config.pre_lookahead_len
             embedded, context = embedded[:, :split], embedded[:, split:]
-        if self.config.version == "cosyvoice3":
+        if self.config.front == PRE_LOOKAHEAD:
             features = self.pre_lookahead_layer(embedded, context)
             return features.repeat_interleave(self.config.token_mel_ratio, dim=1)
         return self.encoder_proj(self.encoder(embedded, context, streaming))

@@ -4,7 +4,6 @@ from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import FULL, NUCLEUS, GreedySampler, RasSampler
 from cosyvoice_mac.models.llm.speech_lm import (
-    COSYVOICE3_SILENT_TOKENS,
     ENDOFPROMPT_ID,
     SpeechDecoder,
     SpeechLM,
@@ -16,7 +15,6 @@ from cosyvoice_mac.models.llm.speech_lm import (
 )
 
 __all__ = [
-    "COSYVOICE3_SILENT_TOKENS",
     "DecodeOptions",
     "DecodeRunner",
     "ENDOFPROMPT_ID",

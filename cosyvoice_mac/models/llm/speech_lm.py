@@ -19,13 +19,11 @@ from cosyvoice_mac.config import ConfigError, require, tag_name
 from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import RasSampler
+from cosyvoice_mac.versions import VersionSpec, spec_for_class
 
 ENDOFPROMPT_ID = 151646  # <|endofprompt|>; upstream hard-codes it and asserts it for v3
-COSYVOICE3_SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
 MAX_SILENT_RUN = 5
 UNUSED_KEYS = ("llm.model.lm_head.weight",)  # tied to embed_tokens, never used at inference
-_VERSION_BY_TAG = {"Qwen2LM": "cosyvoice2", "CosyVoice3LM": "cosyvoice3"}
-_EXTRA_SPEECH_IDS = {"cosyvoice2": 3, "cosyvoice3": 200}  # rows after the S real speech tokens
 
 
 class SpeechLMInputError(ValueError):
@@ -38,9 +36,13 @@ class Sampler(Protocol):
 
 @dataclass
 class SpeechLMConfig:
-    """Everything the speech LM needs from the yaml ``llm:`` node and the BlankEN config.json."""
+    """Everything the speech LM needs from the yaml ``llm:`` node and the BlankEN config.json.
 
-    version: str  # "cosyvoice2" | "cosyvoice3"
+    ``spec`` is the version's row of :mod:`cosyvoice_mac.versions` (picked by the node's class): the id
+    layout, the stop ids, the silent ids, the decoder bias and whether <|endofprompt|> is required.
+    """
+
+    spec: VersionSpec
     speech_token_size: int  # S: real speech tokens are 0..S-1
     qwen: Qwen2Config
     top_p: float = 0.8
@@ -58,15 +60,13 @@ class SpeechLMConfig:
 
     @property
     def speech_vocab_size(self) -> int:
-        return self.speech_token_size + _EXTRA_SPEECH_IDS[self.version]
+        return self.spec.speech_vocab_size(self.speech_token_size)
 
     @classmethod
     def from_yaml(
         cls, llm_node: dict, qwen: Qwen2Config, *, mask_all_stop_ids_before_min_len: bool = True
     ) -> SpeechLMConfig:
-        name = tag_name(llm_node)
-        if name not in _VERSION_BY_TAG:
-            raise ConfigError(f"llm class {name or '(untagged)'!r} is not supported; expected Qwen2LM or CosyVoice3LM")
+        spec = spec_for_class(tag_name(llm_node), "llm")
         for key in ("llm_input_size", "llm_output_size"):
             size = require(llm_node, key, "llm")
             if int(size) != qwen.hidden_size:
@@ -75,7 +75,7 @@ class SpeechLMConfig:
         if not isinstance(sampling, dict) or tag_name(sampling) != "ras_sampling":
             raise ConfigError(f"llm.sampling must be ras_sampling, got {sampling!r}")
         return cls(
-            version=_VERSION_BY_TAG[name],
+            spec=spec,
             speech_token_size=int(require(llm_node, "speech_token_size", "llm")),
             qwen=qwen,
             top_p=float(sampling.get("top_p", 0.8)),
@@ -120,14 +120,15 @@ class SpeechLM(nn.Module):
     def __init__(self, config: SpeechLMConfig):
         super().__init__()
         self.config = config
+        spec, size = config.spec, config.speech_token_size
         hidden, vocab = config.qwen.hidden_size, config.speech_vocab_size
-        if config.version == "cosyvoice2":
+        if spec.specials_in_llm_embedding:
             self.llm_embedding = nn.Embedding(2, hidden)
         self.llm = _Scope("model", _Scope("model", Qwen2Model(config.qwen)))
         self.speech_embedding = nn.Embedding(vocab, hidden)
-        self.llm_decoder = nn.Linear(hidden, vocab, bias=config.version == "cosyvoice2")
-        size = config.speech_token_size
-        self._stop_ids = frozenset(range(size, size + 3) if config.version == "cosyvoice2" else range(size, vocab))
+        self.llm_decoder = nn.Linear(hidden, vocab, bias=spec.llm_decoder_bias)
+        self._stop_ids = spec.stop_ids(size)
+        self.sos, self.task_id, self.eos = spec.sos(size), spec.task_id(size), spec.eos(size)
         masked = sorted(self._stop_ids) if config.mask_all_stop_ids_before_min_len else [size]
         self._masked_before_min_len = tuple(masked)
         self.decoding = DecodeRunner(self, DecodeOptions())
@@ -148,21 +149,6 @@ class SpeechLM(nn.Module):
         return self.llm.model.model
 
     @property
-    def sos(self) -> int:
-        """SOS row: ``llm_embedding`` row 0 (v2) or ``speech_embedding`` row S (v3)."""
-        return 0 if self.config.version == "cosyvoice2" else self.config.speech_token_size
-
-    @property
-    def task_id(self) -> int:
-        """TASK_ID row: ``llm_embedding`` row 1 (v2) or ``speech_embedding`` row S+2 (v3)."""
-        return 1 if self.config.version == "cosyvoice2" else self.config.speech_token_size + 2
-
-    @property
-    def eos(self) -> int:
-        """The decoder's end-of-speech id: S (v2) or S+1 (v3)."""
-        return self.config.speech_token_size + (0 if self.config.version == "cosyvoice2" else 1)
-
-    @property
     def stop_ids(self) -> frozenset[int]:
         """Sampled ids that end decoding: {S, S+1, S+2} (v2) or every id >= S (v3)."""
         return self._stop_ids
@@ -174,8 +160,8 @@ class SpeechLM(nn.Module):
 
     @property
     def silent_ids(self) -> tuple[int, ...]:
-        """v3 silence/breath speech ids whose long runs the post-filter drops (v2: none)."""
-        return COSYVOICE3_SILENT_TOKENS if self.config.version == "cosyvoice3" else ()
+        """Silence/breath speech ids whose long runs the post-filter drops (the spec's; v2 has none)."""
+        return self.config.spec.silent_ids
 
     def length_limits(self, text_length: int) -> tuple[int, int]:
         """(min_len, max_len) speech tokens for ``text_length`` ids of text to speak (prompt text excluded)."""
@@ -205,7 +191,7 @@ class SpeechLM(nn.Module):
         return ids.to(device=self.speech_embedding.weight.device, dtype=torch.long)
 
     def _special(self, row: int) -> torch.Tensor:
-        table = self.llm_embedding if self.config.version == "cosyvoice2" else self.speech_embedding
+        table = self.llm_embedding if self.config.spec.specials_in_llm_embedding else self.speech_embedding
         return table.weight[row].view(1, 1, -1)
 
     @torch.inference_mode()
@@ -220,7 +206,7 @@ class SpeechLM(nn.Module):
         if text.shape[1] == 0:
             raise SpeechLMInputError("text_ids is empty: there is no text to speak")
         readable = all(t.device.type != "meta" for t in (prompt_text_ids, text_ids))
-        if self.config.version == "cosyvoice3" and readable:
+        if self.config.spec.needs_endofprompt and readable:
             if not any(bool((t == ENDOFPROMPT_ID).any()) for t in (prompt_text_ids, text_ids)):
                 raise SpeechLMInputError(
                     f"CosyVoice3 needs the <|endofprompt|> token (id {ENDOFPROMPT_ID}) in the prompt text or "

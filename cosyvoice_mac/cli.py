@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.longform.cli import add_post_arguments, post_settings
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import SPEED_RANGE
 
@@ -36,6 +37,7 @@ def _add_synth(commands) -> None:
     synth.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
     add_precision_arguments(synth)
     synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
+    add_post_arguments(synth, "of the output")
     synth.add_argument(
         "--vocoder",
         choices=("torch", "coreml"),
@@ -96,6 +98,7 @@ def _request(args):
         seed=args.seed,
         speed=args.speed,
         stream=args.stream,
+        post=post_settings(args),
     )
 
 
@@ -127,6 +130,7 @@ def _load(args):
 
 def _synth(args) -> int:
     from cosyvoice_mac.audio import write_wav
+    from cosyvoice_mac.longform.post import post_process
 
     request = _glossed(_request(args))
     started = time.perf_counter()
@@ -158,7 +162,9 @@ def _synth(args) -> int:
             )
         for note in result.notes:
             print(f"note: {note}", file=sys.stderr)
-    audio = np.concatenate(pieces)
+    audio, post = post_process(np.concatenate(pieces), model.sample_rate, request.post)
+    for note in post.notes:
+        print(f"post-processing: {note}", file=sys.stderr)
     write_wav(args.out, audio, model.sample_rate)
     duration = len(audio) / model.sample_rate
     print(f"wrote {args.out} ({duration:.2f} s, {tokens} speech tokens, RTF {seconds / duration:.2f})")

@@ -16,6 +16,7 @@ import soundfile
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.longform.post import TRIM_KEEP_S, loudness
 from cosyvoice_mac.request import PostSettings, Request, Voice
+from tests.fakes.fake_pipeline import preview_worker_config
 
 TEXT = "Silence is trimmed and loudness is set for every output."
 RATE = 24000
@@ -97,19 +98,9 @@ def runtime(tmp_path_factory):
     """The worker's runtime in this process on the preview voice; ``runtime.raw`` collects what the pipeline
     made for the last job (before any post-processing), ``runtime.sent`` its events."""
     from cosyvoice_mac.engine.runtime import WorkerRuntime
-    from cosyvoice_mac.engine.worker import WorkerConfig
-    from cosyvoice_mac.preview import PIPELINE_FACTORY
 
-    root = tmp_path_factory.mktemp("post-runtime")
     sent: list = []
-    config = WorkerConfig(
-        model_dir=None,
-        device="cpu",
-        pipeline_factory=PIPELINE_FACTORY,
-        outputs_dir=str(root / "outputs"),
-        cache_dir=str(root / "cache"),
-        warmup_text="Hi.",
-    )
+    config = preview_worker_config(tmp_path_factory.mktemp("post-runtime"), warmup_text="Hi.")
     worker = WorkerRuntime(config, sent.append)
     worker.load()
     worker.sent, worker.raw = sent, []
@@ -195,8 +186,7 @@ def test_a_streamed_job_plays_raw_chunks_and_saves_the_processed_file_saying_so(
 
 # -- the page's Generate, through the engine ---------------------------------------------------------------------
 def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, make_speech):
-    from cosyvoice_mac.engine import Engine, Job, WorkerConfig
-    from cosyvoice_mac.preview import PIPELINE_FACTORY
+    from cosyvoice_mac.engine import Engine, Job
     from cosyvoice_mac.webui.generation import Generation
 
     upload = str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
@@ -204,15 +194,7 @@ def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, 
         "en", upload, None, "", TEXT, "cross_lingual", "", 21, 1.0, False, (True, True, -20.0)
     )
     assert problem is None
-    config = WorkerConfig(
-        model_dir=None,
-        device="cpu",
-        pipeline_factory=PIPELINE_FACTORY,
-        outputs_dir=str(tmp_path / "outputs"),
-        cache_dir=str(tmp_path / "cache"),
-        torch_threads=1,
-    )
-    engine = Engine(config, stop_timeout_s=5.0, start_timeout_s=180.0)
+    engine = Engine(preview_worker_config(tmp_path, torch_threads=1), stop_timeout_s=5.0, start_timeout_s=180.0)
     try:
         assert engine.start(timeout=180.0), engine.status()
         result = engine.result(engine.submit(Job(request, interface="page")), timeout=180.0)

@@ -213,20 +213,9 @@ class Callbacks:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
         result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
         """
+        post = (post_trim, post_level, post_target)
         yield from self.generation.run(
-            lang,
-            audio,
-            voice,
-            transcript,
-            text,
-            mode,
-            instruct,
-            seed,
-            speed,
-            stream,
-            session,
-            request,
-            post=(post_trim, post_level, post_target),
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post
         )
 
     def stop(self, request: gr.Request) -> None:

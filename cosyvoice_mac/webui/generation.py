@@ -34,6 +34,7 @@ from cosyvoice_mac.webui.streaming import StreamBuffer
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
+POST_OFF = (False, False, None)  # the post-processing controls (trim, normalise, target) as they start: off
 LOADING_STATES = ("starting", "restarting")
 
 
@@ -61,22 +62,10 @@ class Generation:
         self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
     def run(
-        self,
-        lang,
-        audio,
-        voice,
-        transcript,
-        text,
-        mode,
-        instruct,
-        seed,
-        speed,
-        stream,
-        session: Session,
-        page_request,
-        post=(False, False, None),
+        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, page, post=POST_OFF
     ) -> Iterator[tuple]:
-        """Yields GenerateOutputs. ``post`` is the post-processing controls' (trim, normalise, target)."""
+        """Yields GenerateOutputs. ``page`` is Gradio's request; ``post`` the post-processing controls' values
+        (trim, normalise, target)."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
         request, problem = self.build_request(
@@ -91,7 +80,7 @@ class Generation:
             return
         subscriber = engine.subscribe()
         job = Job(request, interface="page")
-        session_id = getattr(page_request, "session_hash", None) or job.job_id
+        session_id = getattr(page, "session_hash", None) or job.job_id
         job, held = _hold_prompt(job)
         try:
             try:
@@ -134,7 +123,7 @@ class Generation:
                 pass
 
     def build_request(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=(False, False, None)
+        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=POST_OFF
     ):
         """(Request, None) or (None, (where, strings key, values)) for the first problem found.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -184,27 +185,50 @@ def test_a_streamed_job_plays_raw_chunks_and_saves_the_processed_file_saying_so(
     assert any("streamed audio played as it was made" in note for note in sidecar(result)["post"]["notes"])
 
 
-# -- the page's Generate, through the engine ---------------------------------------------------------------------
-def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, make_speech):
-    from cosyvoice_mac.engine import Engine, Job
-    from cosyvoice_mac.webui.generation import Generation
+# -- the page's Generate, through its wiring, the callbacks and the engine ------------------------------------------
+def _press(generate, upload, *post):
+    """Generate's last update for these inputs, sent as the page sends them (the panel's values last)."""
+    from cosyvoice_mac.webui.state import Session
 
-    upload = str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
-    request, problem = Generation(host=None).build_request(
-        "en", upload, None, "", TEXT, "cross_lingual", "", 21, 1.0, False, (True, True, -20.0)
+    inputs = ("en", upload, "", "", TEXT, "cross_lingual", "", 21, 1.0, False, Session())
+    return list(generate(*inputs, SimpleNamespace(session_hash="post"), *post))[-1]
+
+
+def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, make_speech):
+    from cosyvoice_mac.webui.app import build_app
+    from cosyvoice_mac.webui.state import HostConfig, ModelHost
+
+    host = ModelHost(
+        HostConfig(
+            models_dir=tmp_path / "none",
+            outputs_dir=tmp_path / "outputs",
+            cache_dir=tmp_path / "cache",
+            torch_threads=1,
+            preview=True,
+        )
     )
-    assert problem is None
-    engine = Engine(preview_worker_config(tmp_path, torch_threads=1), stop_timeout_s=5.0, start_timeout_s=180.0)
     try:
-        assert engine.start(timeout=180.0), engine.status()
-        result = engine.result(engine.submit(Job(request, interface="page")), timeout=180.0)
+        page = build_app(host=host)
+        generate = next(fn for fn in page.fns.values() if getattr(fn.fn, "__name__", "") == "generate")
+        ids = [getattr(block, "elem_id", None) for block in generate.inputs]
+        assert ids[-3:] == ["cv-post-trim", "cv-post-level", "cv-post-loudness"]  # the button sends the panel
+        defaults = [block.value for block in generate.inputs[-3:]]
+        assert defaults[:2] == [False, False]  # off until the user turns it on
+        assert host.start() is not None and host.engine.start(wait=True, timeout=180), host.status()
+        upload = str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
+        done = _press(generate.fn, upload, True, True, -20.0)
+        refused = _press(generate.fn, upload, False, True, 1.0)
     finally:
-        engine.close()
-    samples, post = result.samples(), sidecar(result)["post"]
-    assert abs(loudness(samples, RATE) + 20) < 0.5 and post["target_lufs"] == -20.0
+        host.close()
+    assert done.status.startswith("✅") and "LUFS" in done.status, done.status  # the notes say what was done
+    samples = soundfile.read(done.result, dtype="float32")[0]
+    facts = json.loads(Path(done.result).with_suffix(".json").read_text())
+    assert abs(loudness(samples, RATE) + 20) < 0.5 and facts["post"]["target_lufs"] == -20.0
     lead, tail = edge_silence_s(samples)
-    assert lead <= TRIMMED_EDGE_S and tail <= TRIMMED_EDGE_S and post["trimmed_start_ms"] > 0
-    assert sidecar(result)["interface"] == "page"
+    assert lead <= TRIMMED_EDGE_S and tail <= TRIMMED_EDGE_S and facts["post"]["trimmed_start_ms"] > 0
+    assert facts["interface"] == "page"
+    assert "loudness target must be -40 to -5 LUFS (got 1)" in refused.status
+    assert len(list((tmp_path / "outputs").glob("*.wav"))) == 1  # the refused one made nothing
 
 
 # -- synth ----------------------------------------------------------------------------------------------------------

@@ -113,8 +113,9 @@ class Attempt(NamedTuple):
 
 
 class WorkerRuntime:
-    """Owns, inside the worker, the pipeline, the speaker cache, the named voices and the device
-    state (the home device, whether and why it fell back to the CPU)."""
+    """Owns, inside the worker, the pipeline, the speaker cache (its PromptSource finds each job's prompt in
+    it), the running job's saved-voice entry and glossary hits, and the device state (the home device,
+    whether and why it fell back to the CPU)."""
 
     def __init__(self, config, send):
         self.config = config

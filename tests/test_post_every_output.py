@@ -149,14 +149,14 @@ def test_trim_cuts_only_the_silent_edges_and_the_sidecar_says_how_much(runtime, 
     assert saved.size == end - start and facts["duration_s"] == pytest.approx(saved.size / RATE, abs=1e-3)
     lead, tail = edge_silence_s(raw)
     left_lead, left_tail = edge_silence_s(saved.astype(np.float32))
-    assert lead > TRIMMED_EDGE_S + 0.02 and tail > TRIMMED_EDGE_S + 0.02, (lead, tail)  # there was silence to cut
-    assert left_lead <= TRIMMED_EDGE_S and left_tail <= TRIMMED_EDGE_S, (left_lead, left_tail)
-    assert facts["post"]["trimmed_start_ms"] == pytest.approx(1000 * start / RATE, abs=0.05)
+    assert tail > TRIMMED_EDGE_S + 0.1, tail  # the preview ends in silence (it starts within a few ms of speech)
+    assert left_lead <= max(lead, TRIMMED_EDGE_S) and left_tail <= TRIMMED_EDGE_S, (left_lead, left_tail)
+    assert facts["post"]["trimmed_end_ms"] >= 1000 * (tail - TRIMMED_EDGE_S)
     assert "loudness_lufs" in facts["post"] and "target_lufs" not in facts["post"]
     assert any("trimmed" in note for note in facts["notes"]) and facts["post"]["notes"] == result.post["notes"]
 
 
-@pytest.mark.parametrize("target", [-23.0, -30.0])
+@pytest.mark.parametrize("target", [-30.0, -36.0])  # the preview speaks at about -25 LUFS, peaks at -0.5 dBFS
 def test_loudness_lands_within_half_a_unit_of_the_target_and_is_recorded(runtime, prompt, target):
     request = Request.build(TEXT, prompt, seed=13, post=PostSettings(loudness_lufs=target))
     result, raw, _ = _run(runtime, request)
@@ -178,10 +178,10 @@ def test_a_target_that_would_clip_is_held_at_minus_one_dbfs_and_the_note_says_so
 
 
 def test_a_streamed_job_plays_raw_chunks_and_saves_the_processed_file_saying_so(runtime, prompt):
-    request = Request.build(TEXT, prompt, seed=15, stream=True, post=PostSettings(trim=True, loudness_lufs=-23))
+    request = Request.build(TEXT, prompt, seed=15, stream=True, post=PostSettings(trim=True, loudness_lufs=-30))
     result, raw, chunks = _run(runtime, request)
     assert chunks and np.array_equal(np.concatenate(chunks), raw)  # what played is the model's own audio
-    assert abs(loudness(result.samples(), RATE) + 23) < 0.5 and result.samples().size < raw.size
+    assert abs(loudness(result.samples(), RATE) + 30) < 0.5 and result.samples().size < raw.size
     assert any("streamed audio played as it was made" in note for note in sidecar(result)["post"]["notes"])
 
 
@@ -216,16 +216,16 @@ def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, 
         assert defaults[:2] == [False, False]  # off until the user turns it on
         assert host.start() is not None and host.engine.start(wait=True, timeout=180), host.status()
         upload = str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
-        done = _press(generate.fn, upload, True, True, -20.0)
+        done = _press(generate.fn, upload, True, True, -30.0)
         refused = _press(generate.fn, upload, False, True, 1.0)
     finally:
         host.close()
     assert done.status.startswith("✅") and "LUFS" in done.status, done.status  # the notes say what was done
     samples = soundfile.read(done.result, dtype="float32")[0]
     facts = json.loads(Path(done.result).with_suffix(".json").read_text())
-    assert abs(loudness(samples, RATE) + 20) < 0.5 and facts["post"]["target_lufs"] == -20.0
+    assert abs(loudness(samples, RATE) + 30) < 0.5 and facts["post"]["target_lufs"] == -30.0
     lead, tail = edge_silence_s(samples)
-    assert lead <= TRIMMED_EDGE_S and tail <= TRIMMED_EDGE_S and facts["post"]["trimmed_start_ms"] > 0
+    assert lead <= TRIMMED_EDGE_S and tail <= TRIMMED_EDGE_S and facts["post"]["trimmed_end_ms"] > 100
     assert facts["interface"] == "page"
     assert "loudness target must be -40 to -5 LUFS (got 1)" in refused.status
     assert len(list((tmp_path / "outputs").glob("*.wav"))) == 1  # the refused one made nothing
@@ -249,14 +249,14 @@ def test_synth_trims_and_normalises_when_asked_and_leaves_the_audio_alone_otherw
     prompt_wav = make_speech("This is the voice I would like you to copy, please.", seconds=4.0)
     code, plain = _synth(tmp_path, prompt_wav, "plain.wav")
     assert code == 0 and "post-processing" not in capsys.readouterr().err
-    code, processed = _synth(tmp_path, prompt_wav, "processed.wav", "--trim", "--loudness", "-20")
+    code, processed = _synth(tmp_path, prompt_wav, "processed.wav", "--trim", "--loudness", "-30")
     assert code == 0 and "loudness" in capsys.readouterr().err
     raw = soundfile.read(plain, dtype="float32")[0]
     made = soundfile.read(processed, dtype="float32")[0]
-    assert abs(loudness(made, RATE) + 20) < 0.5
+    assert abs(loudness(made, RATE) + 30) < 0.5
     lead, tail = edge_silence_s(made)
     assert lead <= TRIMMED_EDGE_S and tail <= TRIMMED_EDGE_S
-    expected, _ = post_process(raw, RATE, PostSettings(trim=True, loudness_lufs=-20.0))  # same seed, same speech
+    expected, _ = post_process(raw, RATE, PostSettings(trim=True, loudness_lufs=-30.0))  # same seed, same speech
     assert made.size == expected.size and np.allclose(made, expected, atol=2e-3)
 
 

@@ -256,7 +256,8 @@ class WorkerRuntime:
             result.notes.append(engine_note)
         result.notes += post.notes
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
-            save_result(self.config.outputs_dir, job, result, self.pipeline, {"glossary": self._glossary_hits})
+            extra = {"glossary": self._glossary_hits, "post": result.post}
+            save_result(self.config.outputs_dir, job, result, self.pipeline, extra)
         self._finish(Done(job.job_id, result, "done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
 
     def run_task(self, task: jobs.Task) -> None:

@@ -107,8 +107,8 @@ def post_process(wave: np.ndarray, sample_rate: int, settings: PostSettings) -> 
     report = PostReport(settings)
     if settings.trim:
         start, end = trim_bounds(wave, sample_rate)
-        report.trimmed_start_ms = round(1000 * start / sample_rate, 1)
-        report.trimmed_end_ms = round(1000 * (wave.size - end) / sample_rate, 1)
+        report.trimmed_start_ms = round(1000 * start / sample_rate, 3)  # to the sample at any rate up to 1 MHz
+        report.trimmed_end_ms = round(1000 * (wave.size - end) / sample_rate, 3)
         report.notes.append(
             f"trimmed {report.trimmed_start_ms / 1000:.2f} s of silence at the start, "
             f"{report.trimmed_end_ms / 1000:.2f} s at the end"

@@ -22,16 +22,16 @@ def test_the_post_processing_panel_trims_and_normalises_what_generate_saves(prev
     trim.check()
     level.check()
     target = page.locator("#cv-post-loudness input[type=number]")
-    target.fill("-20")
+    target.fill("-30")
     target.press("Enter")
 
     before = preview_app.output_files()
     upload_prompt(page, prompt_wav)
-    fill(page, "cv-text", "The panel asks for trimmed audio at minus twenty.")
+    fill(page, "cv-text", "The panel asks for trimmed audio at minus thirty.")
     status = generate(page)
-    assert "Done" in status and "-20.0 LUFS" in status and "trimmed" in status, status
+    assert "Done" in status and "-30.0 LUFS" in status and "trimmed" in status, status
     (new_file,) = preview_app.output_files() - before
     samples, rate = soundfile.read(preview_app.outputs / new_file, dtype="float32")
     post = json.loads((preview_app.outputs / new_file).with_suffix(".json").read_text())["post"]
-    assert abs(loudness(samples, rate) + 20) < 0.5 and post["target_lufs"] == -20 and post["trim"]
+    assert abs(loudness(samples, rate) + 30) < 0.5 and post["target_lufs"] == -30 and post["trim"]
     assert "Traceback" not in page.content()

@@ -27,6 +27,7 @@ def test_the_post_processing_panel_trims_and_normalises_what_generate_saves(prev
 
     before = preview_app.output_files()
     upload_prompt(page, prompt_wav)
+    fill(page, "cv-transcript", "This is the voice I would like you to copy, please.")
     fill(page, "cv-text", "The panel asks for trimmed audio at minus thirty.")
     status = generate(page)
     assert "Done" in status and "-30.0 LUFS" in status and "trimmed" in status, status

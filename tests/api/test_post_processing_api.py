@@ -87,3 +87,16 @@ def test_gradio_synthesize_takes_trim_and_loudness(api_app):
     assert plain["post"] == {"trim": False, "loudness_lufs": None, "notes": []}
     with pytest.raises(Exception, match="loudness target must be -40 to -5 LUFS"):
         gradio.predict(text="Hi.", voice="preview", loudness_lufs=2, api_name="/synthesize")
+
+
+def test_long_form_refuses_a_bad_target_with_the_same_rule_and_field(api_app):
+    answer = httpx.post(
+        api_app.url + "v1/longform/batch",
+        files={"file": ("lines.txt", b"One line.\nAnother line.\n", "text/plain")},
+        data={"name": "post-refused", "loudness_lufs": "0"},
+        timeout=60,
+    )
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["param"] == "loudness_lufs" and error["code"] == "loudness_invalid"
+    assert "-40 to -5 LUFS (got 0)" in error["message"]
+    assert not (api_app.outputs / "longform" / "batches" / "post-refused").exists()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
+from cosyvoice_mac.longform.cli import add_post_arguments, post_settings
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 from cosyvoice_mac.request import SPEED_RANGE
 
@@ -29,6 +30,9 @@ CONTRACT_FLAGS = {
     "seed": "--seed",
     "speed": "--speed",
     "voice": "--prompt-wav/--voice",
+    "trim": "--trim",
+    "loudness_lufs": "--loudness",
+    "post": "--loudness",
 }
 
 LOCAL_ONLY = {  # flag -> (argument, default): how the model is built, so the app's own settings rule there
@@ -83,6 +87,7 @@ def _add_synth(commands) -> None:
         help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE, else auto)",
     )
     synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
+    add_post_arguments(synth, "of the output")
     synth.add_argument(
         "--vocoder",
         choices=("torch", "coreml"),
@@ -173,6 +178,7 @@ def _request(args, saved_transcript: str | None = None):
         seed=args.seed,
         speed=args.speed,
         stream=args.stream,
+        post=post_settings(args),
     )
 
 

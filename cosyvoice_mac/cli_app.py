@@ -145,6 +145,10 @@ class AppClient:
 
     def speak(self, request, model: str | None, out: Path, stream: bool) -> int:
         """Send ``request`` (a checked Request) to the app's queue and write the audio to ``out``."""
+        if stream and (request.post.trim or request.post.loudness_lufs is not None):
+            # the app streams the model's raw audio only; post-processing needs the whole of it
+            print("note: --trim/--loudness need the whole audio, so the app sends it in one piece", file=sys.stderr)
+            stream = False
         body = {
             "model": Path(model).name if model else "tts-1",
             "input": request.text,
@@ -156,6 +160,8 @@ class AppClient:
             # comes as a WAV whose header gives the rate, a whole answer says it in a header.
             "response_format": "wav" if stream else "pcm",
             "stream": stream,
+            "trim": request.post.trim,
+            "loudness_lufs": request.post.loudness_lufs,
         }
         loading_until = time.monotonic() + LOADING_WAIT_S
         print(f"sent to the app at {self.url}; waiting in its queue", file=sys.stderr)
@@ -250,6 +256,8 @@ FLAGS = {
     "voice": "--voice",
     "prompt_audio": "--prompt-wav",
     "model": "--model",
+    "trim": "--trim",
+    "loudness_lufs": "--loudness",
 }
 
 

@@ -26,7 +26,56 @@ MAX_TRANSCRIPT_CHARS = 1000  # a 30 s prompt holds a few hundred characters
 MAX_INSTRUCT_CHARS = 500
 SPEED_RANGE = (0.5, 2.0)  # beyond this the mel stretch audibly breaks the voice
 MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
+LUFS_RANGE = (-40.0, -5.0)  # quieter is lost under noise; louder cannot stay under the -1 dBFS peak ceiling
 ALLOWED_CONTROLS = "\t\n\r"
+
+
+@dataclass(frozen=True)
+class PostSettings:
+    """What is done to a finished waveform before it is saved (both off by default): ``trim`` its leading
+    and trailing silence, normalise its integrated loudness to ``loudness_lufs`` (None: leave it).
+
+    The same value serves every output (Generate, the APIs, ``synth``, dialogue, subtitles, batches);
+    ``longform/post.py`` does the work. Checked when built, like ``Request``.
+    """
+
+    trim: bool = False
+    loudness_lufs: float | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise RequestError naming the field ("trim" or "loudness_lufs"); the only place these rules are."""
+        if not isinstance(self.trim, bool):
+            raise RequestError("trim", "trim_invalid", f"trim must be true or false, not {self.trim!r}")
+        target, (low, high) = self.loudness_lufs, LUFS_RANGE
+        if target is None:
+            return
+        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
+            raise RequestError(
+                "loudness_lufs",
+                "loudness_invalid",
+                f"the loudness target must be a number of LUFS from {low:g} to {high:g}, not {target!r}",
+                low=low,
+                high=high,
+            )
+        if not low <= target <= high:
+            raise RequestError(
+                "loudness_lufs",
+                "loudness_invalid",
+                f"the loudness target must be {low:g} to {high:g} LUFS (got {target:g}); "
+                "-16 suits speech on the web, -23 broadcast",
+                low=low,
+                high=high,
+            )
+
+    @property
+    def active(self) -> bool:
+        return self.trim or self.loudness_lufs is not None
+
+    def as_dict(self) -> dict:
+        return {"trim": self.trim, "loudness_lufs": self.loudness_lufs}
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,6 +169,7 @@ class Request:
     seed: int = 0
     speed: float = 1.0
     stream: bool = False
+    post: PostSettings = PostSettings()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -135,13 +185,14 @@ class Request:
         seed: int | float | None = None,
         speed: float | None = 1.0,
         stream: bool = False,
+        post: PostSettings | None = None,
     ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
         ``mode`` None derives it: an instruction -> instruct, else a transcript -> zero-shot, else
         cross-lingual. A mode asked for must be possible (zero-shot needs a transcript); what the mode does
         not use (the transcript outside zero-shot, the instruction outside instruct) is dropped.
-        ``seed`` None picks one now. ``speed`` None means 1.0.
+        ``seed`` None picks one now. ``speed`` None means 1.0. ``post`` None means no post-processing.
         """
         if voice is None:
             raise RequestError(
@@ -173,6 +224,7 @@ class Request:
             seed=_seed(seed),
             speed=1.0 if speed is None else speed,
             stream=bool(stream),
+            post=PostSettings() if post is None else post,
         )
 
     def validate(self) -> None:
@@ -225,6 +277,11 @@ class Request:
                 "speed_stream",
                 f"speed {speed:g} cannot be used while streaming; turn streaming off or use speed 1.0",
             )
+        if not isinstance(self.post, PostSettings):
+            raise RequestError(
+                "post", "post_invalid", f"post-processing must be PostSettings, not {type(self.post).__name__}"
+            )
+        self.post.validate()
 
     @property
     def transcript(self) -> str | None:

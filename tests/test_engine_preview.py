@@ -7,25 +7,17 @@ import json
 import numpy as np
 import pytest
 
-from cosyvoice_mac.engine import Engine, WorkerConfig
-from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL
+from cosyvoice_mac.engine import Engine
+from cosyvoice_mac.preview import PREVIEW_LABEL
 from cosyvoice_mac.request import Request, Voice
-from tests.fakes.fake_pipeline import result_and_events
+from tests.fakes.fake_pipeline import preview_worker_config, result_and_events
 
 DEADLINE = 180.0
 
 
 @pytest.fixture(scope="module")
 def engine(tmp_path_factory):
-    root = tmp_path_factory.mktemp("preview-engine")
-    config = WorkerConfig(
-        model_dir=None,
-        device="cpu",
-        pipeline_factory=PIPELINE_FACTORY,
-        outputs_dir=str(root / "outputs"),
-        cache_dir=str(root / "cache"),
-        torch_threads=1,
-    )
+    config = preview_worker_config(tmp_path_factory.mktemp("preview-engine"), torch_threads=1)
     engine = Engine(config, stop_timeout_s=5.0, start_timeout_s=DEADLINE)
     assert engine.start(timeout=DEADLINE), engine.status()
     yield engine

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.longform import batch, dialogue, subtitles
@@ -25,7 +26,7 @@ from cosyvoice_mac.longform.glossary import (
     entries_from_csv,
     entries_to_csv,
 )
-from cosyvoice_mac.longform.post import PostError, PostSettings, loudness, post_process, trim_silence
+from cosyvoice_mac.longform.post import PostSettings, loudness, post_process, trim_silence
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
 from tests.parity.common import parity_dir
 
@@ -303,15 +304,16 @@ def test_csv_batches_take_voice_instruction_and_file_name():
 @pytest.mark.parametrize("target", [-20.0, -23.0, -30.0])
 def test_loudness_lands_within_half_a_unit_of_the_target(make_speech, target):
     audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."), dtype="float32")
-    out, notes = post_process(audio * 0.3, rate, PostSettings(loudness_lufs=target))
-    assert abs(loudness(out, rate) - target) < 0.5 and "LUFS" in notes[0]
+    out, report = post_process(audio * 0.3, rate, PostSettings(loudness_lufs=target))
+    assert abs(loudness(out, rate) - target) < 0.5 and "LUFS" in report.notes[0]
     assert np.max(np.abs(out)) <= 10 ** (-1 / 20) + 1e-6
 
 
 def test_a_target_that_would_clip_is_held_below_the_ceiling_and_says_so(make_speech):
     audio, rate = soundfile.read(make_speech("Loudness is measured over the whole of this sentence."), dtype="float32")
-    out, notes = post_process(audio, rate, PostSettings(loudness_lufs=-5.0))
-    assert np.max(np.abs(out)) == pytest.approx(10 ** (-1 / 20), rel=1e-4) and "so it does not clip" in notes[0]
+    out, report = post_process(audio, rate, PostSettings(loudness_lufs=-5.0))
+    assert np.max(np.abs(out)) == pytest.approx(10 ** (-1 / 20), rel=1e-4) and "so it does not clip" in report.notes[0]
+    assert report.peak_limited and report.output_lufs < -5.0
 
 
 def test_trim_removes_only_the_silent_edges(make_speech):
@@ -319,8 +321,9 @@ def test_trim_removes_only_the_silent_edges(make_speech):
     padded = np.concatenate([np.zeros(rate), speech, np.zeros(rate)]).astype(np.float32)
     trimmed = trim_silence(padded, rate)
     assert len(trimmed) < len(speech) + 0.2 * rate and np.sum(trimmed**2) == pytest.approx(np.sum(speech**2), 1e-3)
-    with pytest.raises(PostError, match="-40 to -5 LUFS"):
+    with pytest.raises(RequestError, match="-40 to -5 LUFS") as refused:
         PostSettings(loudness_lufs=0)
+    assert refused.value.field == "loudness_lufs"
 
 
 # ------------------------------------------------------------------------------- every request, in the worker

@@ -8,7 +8,7 @@ import torch
 
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.device import DeviceError, low_memory_choice
-from cosyvoice_mac.engine.runtime import _low_memory
+from cosyvoice_mac.engine.job_output import low_memory_facts
 from cosyvoice_mac.pipeline import CosyVoice, loading
 from cosyvoice_mac.pipeline.loading import HostTextEmbedding
 from cosyvoice_mac.webui.render import render_status
@@ -64,7 +64,7 @@ def test_an_8_gb_machine_loads_in_low_memory_mode_and_never_holds_both_onnx_sess
     model.prepare_prompt(make_speech(PROMPT_TEXT, seconds=3.0), transcript=PROMPT_TEXT)
     assert both_loaded == [False, False] and not tokenizer.loaded and not speaker.loaded
     # The status panel and every sidecar carry the choice and its reason.
-    status = {"state": "ready", "low_memory": _low_memory(model)}
+    status = {"state": "ready", "low_memory": low_memory_facts(model)}
     assert "Low-memory mode:** on (auto: 8 GiB RAM &#60;= 12 GiB" in render_status("en", status)  # escaped
     assert "低内存模式" in render_status("zh", status)
 

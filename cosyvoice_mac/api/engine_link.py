@@ -23,7 +23,7 @@ from cosyvoice_mac.engine import jobs as engine_jobs
 from cosyvoice_mac.engine.messages import Cancelled, Done, Failed, Progress
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
-from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.request import PostSettings, Request, Voice
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import plain_prompt_problem
 from cosyvoice_mac.webui.state import PREVIEW, ModelHost
@@ -42,13 +42,15 @@ PARAMS = {
     "mode": "instructions",
     "seed": "seed",
     "speed": "speed",
+    "trim": "trim",
+    "loudness_lufs": "loudness_lufs",
 }
 
 
 @dataclass(frozen=True)
 class SpeechOrder:
     """What a client asked for, already checked for shape: the text, a voice reference (None: the
-    preview voice), the optional style instruction and transcript, seed, speed, streaming."""
+    preview voice), the optional style instruction and transcript, seed, speed, streaming, post-processing."""
 
     text: str
     voice: str | None
@@ -59,6 +61,8 @@ class SpeechOrder:
     stream: bool = False
     interface: str = "api"
     recording: str | None = None  # a prompt file this server wrote from an upload (never a path a client named)
+    trim: bool = False
+    loudness_lufs: float | None = None
 
 
 @dataclass
@@ -251,6 +255,7 @@ class EngineLink:
                 seed=order.seed,
                 speed=order.speed,
                 stream=order.stream,
+                post=PostSettings(order.trim, order.loudness_lufs),
             )
         except RequestError as error:
             raise _contract_error(error) from error

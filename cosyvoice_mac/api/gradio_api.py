@@ -28,7 +28,14 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
     """Add the public endpoints (and, when the API needs a key, a line saying so) to ``page``; hide the rest."""
 
     def synthesize(
-        text: str, voice: str, instructions: str, prompt_text: str, seed: float, speed: float
+        text: str,
+        voice: str,
+        instructions: str,
+        prompt_text: str,
+        seed: float,
+        speed: float,
+        trim: bool = False,
+        loudness_lufs: float | None = None,
     ) -> tuple[str, dict]:
         """Speak a text in a saved voice; the WAV is saved in outputs/ like the page's results.
 
@@ -39,8 +46,11 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
             prompt_text: what the saved voice's recording says (zero-shot mode); empty to use the saved transcript
             seed: the same seed and text give the same audio; -1 picks one at random
             speed: 0.25 to 4, 1 is normal
+            trim: cut the leading and trailing silence of the result
+            loudness_lufs: normalise the result to this loudness (-40 to -5 LUFS, e.g. -16); empty for no change
         Returns:
-            the WAV file, and its facts: file name, seed, duration_s, sample_rate, mode, model, notes, job_id
+            the WAV file, and its facts: file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
+            post (what trim and loudness did)
         """
         try:
             order = SpeechOrder(
@@ -51,6 +61,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                 seed=_whole(seed),
                 speed=1.0 if speed is None else float(speed),
                 interface="gradio_api",
+                trim=bool(trim),
+                loudness_lufs=None if loudness_lufs is None else float(loudness_lufs),
             )
             result = link.run(order, timeout=SYNTHESIZE_TIMEOUT_S)
         except ApiError as error:
@@ -66,6 +78,7 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
             "model": result.model,
             "notes": list(result.notes),
             "job_id": result.job_id,
+            "post": result.post,
         }
         return result.output_path, facts
 
@@ -84,6 +97,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                 gr.Textbox(label="prompt_text", value=""),
                 gr.Number(label="seed", value=-1, precision=0),
                 gr.Number(label="speed", value=1.0),
+                gr.Checkbox(label="trim", value=False),
+                gr.Number(label="loudness_lufs", value=None),
             ]
             outputs = [gr.File(label="audio"), gr.JSON(label="metadata")]
             trigger = gr.Button()

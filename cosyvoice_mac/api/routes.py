@@ -49,7 +49,8 @@ class VoiceReference(BaseModel):
 
 
 class SpeechBody(BaseModel):
-    """OpenAI's speech request, plus ``seed``, ``prompt_text`` and ``stream`` (our extensions)."""
+    """OpenAI's speech request, plus ``seed``, ``prompt_text``, ``stream``, ``trim`` and ``loudness_lufs``
+    (our extensions)."""
 
     model_config = ConfigDict(extra="forbid")
     model: str
@@ -62,6 +63,8 @@ class SpeechBody(BaseModel):
     stream_format: str = "audio"
     seed: int | None = Field(default=None, description="extension: the same seed and text give the same audio")
     prompt_text: str | None = Field(default=None, description="extension: what the saved voice's recording says")
+    trim: bool = Field(default=False, description="extension: cut the leading and trailing silence")
+    loudness_lufs: float | None = Field(default=None, description="extension: normalise to this loudness (LUFS)")
 
 
 class RecordingSpeechBody(SpeechBody):
@@ -228,6 +231,13 @@ def _order(link: EngineLink, body: SpeechBody, request: Request, recording: str 
             "unsupported_stream_response_format",
             "response_format",
         )
+    if stream and (body.trim or body.loudness_lufs is not None):
+        raise bad_request(
+            "trim and loudness_lufs need the whole audio, so a stream cannot have them (what streams is "
+            "the model's raw audio); leave stream off to get the post-processed audio",
+            "post_stream",
+            "loudness_lufs" if body.loudness_lufs is not None else "trim",
+        )
     link.check_model(body.model)
     reference = body.voice.id if isinstance(body.voice, VoiceReference) else body.voice
     return SpeechOrder(
@@ -240,6 +250,8 @@ def _order(link: EngineLink, body: SpeechBody, request: Request, recording: str 
         stream=stream,
         interface=_interface(request),
         recording=recording,
+        trim=body.trim,
+        loudness_lufs=body.loudness_lufs,
     )
 
 

@@ -92,6 +92,7 @@ class JobResult:
     output_error: str | None = None  # why the files could not be written (then ``audio`` holds the samples)
     audio: np.ndarray | None = None  # (N,) float32, only when there is no output file
     notes: list[str] = field(default_factory=list)  # what the user should know (preview voice, fallbacks)
+    post: dict | None = None  # what post-processing did (``PostReport.as_dict``): trimmed ms, loudness, notes
 
     def samples(self) -> np.ndarray:
         """The audio (N,) float32: the unsaved samples, else read back from the output WAV."""

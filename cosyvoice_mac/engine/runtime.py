@@ -1,19 +1,18 @@
 """Inside the worker process: the pipeline, the speaker cache, device fallback and one job's run.
 
-Imported only by the worker (it imports torch and the models).
+Where a job's speaker prompt comes from is ``prompt_source.py``; how its audio is finished and saved with
+its sidecar is ``job_output.py``. Imported only by the worker (it imports torch and the models).
 """
 
 from __future__ import annotations
 
 import ctypes
 import gc
-import hashlib
 import importlib
 import re
 import sys
 import time
 import traceback
-from collections import OrderedDict
 from dataclasses import replace
 from pathlib import Path
 from typing import NamedTuple
@@ -21,10 +20,10 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from cosyvoice_mac import audio
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
+from cosyvoice_mac.engine.job_output import finished_audio, low_memory_facts, precision_facts, save_result
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.messages import (
     Cancelled,
@@ -38,7 +37,7 @@ from cosyvoice_mac.engine.messages import (
     TaskError,
     WorkerStatus,
 )
-from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
+from cosyvoice_mac.engine.prompt_source import PromptSource
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.longform.glossary import RequestGlossary, glossary_store
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
@@ -54,7 +53,6 @@ DEVICE_ERROR = re.compile(
 )
 DEVICE_FAILURES_BEFORE_CPU = 2  # consecutive device errors that move the worker to the CPU for good
 MIN_WARMUP_RMS = 1e-4
-HASH_MEMO_ENTRIES = 256
 
 
 def is_device_error(error: BaseException) -> bool:
@@ -115,13 +113,15 @@ class Attempt(NamedTuple):
 
 
 class WorkerRuntime:
-    """Owns, inside the worker, the pipeline, the speaker cache, the named voices and the device
-    state (the home device, whether and why it fell back to the CPU)."""
+    """Owns, inside the worker, the pipeline, the speaker cache (its PromptSource finds each job's prompt in
+    it), the running job's saved-voice entry and glossary hits, and the device state (the home device,
+    whether and why it fell back to the CPU)."""
 
     def __init__(self, config, send):
         self.config = config
         self.send = send
         self.cache = SpeakerCache(config.cache_dir, config.memory_cache_entries)
+        self.prompts = PromptSource(self.cache)
         self.glossary = RequestGlossary(glossary_store(config.cache_dir))
         self._glossary_hits: list[dict] = []  # the running job's glossary entries that matched (for its sidecar)
         self._voice_entry: dict | None = None  # the running job's saved voice, as the engine sent it
@@ -131,9 +131,7 @@ class WorkerRuntime:
         self.fallback_reason: str | None = None
         self.vocoder, self.vocoder_reason = "torch", None  # which vocoder runs, and why not Core ML
         self.device_failures = 0
-        self.feature_extractions = 0
         self.jobs_run = 0
-        self._hash_memo: OrderedDict[str, str] = OrderedDict()
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
 
@@ -179,8 +177,8 @@ class WorkerRuntime:
     def warm_up(self) -> None:
         """One short synthesis; raises RuntimeError unless it gives finite, non-silent audio."""
         rate = self.pipeline.sample_rate
-        speaker, _ = self._prompt_from_audio(warmup_prompt(rate), rate, None)
-        self.cache.stats, self.feature_extractions = CacheStats(), 0  # count user requests only
+        speaker, _ = self.prompts.from_audio(self.pipeline, warmup_prompt(rate), rate, None)
+        self.cache.stats, self.prompts.extractions = CacheStats(), 0  # count user requests only
         request = Request.build(self.config.warmup_text, Voice(prepared=speaker.audio_hash), seed=0)
         pieces = [result.audio for result in self.pipeline.run(request, speaker)]
         audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
@@ -199,63 +197,6 @@ class WorkerRuntime:
         self.fallback_reason = reason
         release_memory(self.home_device)
         self.send(DeviceFallback("cpu", reason, f"the model now runs on the CPU: {reason}"))
-
-    # -- prompts -------------------------------------------------------------------------------
-    def _prompt_from_audio(self, source, sample_rate, transcript):
-        """(SpeakerPrompt, cache source) of a recording (a path or samples), decoding it at most once.
-
-        The cache key is the hash of the decoded audio; it is remembered by the input's exact bytes, so a
-        recording this worker has seen costs a read and a SHA-256 (a millisecond), not a decode.
-        """
-        if isinstance(source, np.ndarray):
-            raw = hashlib.sha256(np.ascontiguousarray(source).tobytes())
-            raw.update(f"{source.dtype}{source.shape}{sample_rate}".encode())
-        elif Path(source).is_file():
-            raw = hashlib.sha256(Path(source).read_bytes())
-        else:
-            raise SynthesisError(f"the prompt audio file {source} does not exist any more; upload it again")
-        digest = raw.hexdigest()
-        decoded = None
-        if digest not in self._hash_memo:
-            decoded = audio.decode_prompt(source, sample_rate)
-            self._hash_memo[digest] = decoded.content_hash
-            while len(self._hash_memo) > HASH_MEMO_ENTRIES:
-                self._hash_memo.popitem(last=False)
-        self._hash_memo.move_to_end(digest)
-
-        def extract():
-            self.feature_extractions += 1
-            return self.pipeline.prepare_prompt(
-                decoded or audio.decode_prompt(source, sample_rate), sample_rate=sample_rate, transcript=transcript
-            )
-
-        return self.cache.get_or_extract(self.pipeline.model_id, self._hash_memo[digest], extract, transcript)
-
-    def _prompt_for(self, request: Request):
-        """(SpeakerPrompt, cache source) for the request's saved voice or recording."""
-        voice, transcript = request.voice, request.transcript
-        if voice.kind == "stock":  # the backend's own voice (the preview voice's Piper speaker)
-            if not hasattr(self.pipeline, "stock_speaker"):
-                raise SynthesisError(
-                    "this model has no voice of its own: upload or record a prompt, or pick a saved voice"
-                )
-            return self.pipeline.stock_speaker(), "stock"
-        if voice.kind != "saved":
-            source = voice.audio if voice.kind == "audio" else voice.samples
-            return self._prompt_from_audio(source, voice.sample_rate, transcript)
-        entry = self._voice_entry
-        if entry is None:
-            raise SynthesisError(f"the saved voice {voice.saved!r} reached the model without its library entry")
-        if entry["model_id"] == self.pipeline.model_id:
-            prompt, source = self.cache.lookup(entry["model_id"], entry["audio_hash"])
-            if prompt is not None:
-                return replace(prompt, transcript=transcript), source
-        if entry.get("audio_path"):
-            return self._prompt_from_audio(entry["audio_path"], None, transcript)
-        raise SynthesisError(
-            f"the saved voice {voice.saved!r} has no cached features for this model and "
-            "no stored audio; upload its prompt audio again and save it under that name"
-        )
 
     # -- jobs ----------------------------------------------------------------------------------
     def run(self, job: Job, should_stop, voice_entry: dict | None = None) -> None:
@@ -289,9 +230,7 @@ class WorkerRuntime:
         if should_stop():
             return self._finish(Cancelled(job.job_id))
         pieces = outcome.pieces
-        audio = (
-            np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(0, np.float32)
-        )
+        audio, post = finished_audio(request, pieces, self.pipeline.sample_rate)
         outcome.timings["total"] = time.perf_counter() - started
         result = JobResult(
             job_id=job.job_id,
@@ -311,10 +250,14 @@ class WorkerRuntime:
             segment_count=len(pieces),
             timings={key: round(value, 4) for key, value in outcome.timings.items()},
             notes=list(dict.fromkeys(note for piece in pieces for note in getattr(piece, "notes", ()))),
+            post=post.as_dict(),
         )
         if engine_note is not None:
             result.notes.append(engine_note)
-        self._save(job, result)
+        result.notes += post.notes
+        if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
+            extra = {"glossary": self._glossary_hits, "post": result.post}
+            save_result(self.config.outputs_dir, job, result, self.pipeline, extra)
         self._finish(Done(job.job_id, result, "done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
 
     def run_task(self, task: jobs.Task) -> None:
@@ -325,7 +268,7 @@ class WorkerRuntime:
             audio_path = task.args.get("audio")
             if not isinstance(audio_path, str) or not Path(audio_path).is_file():
                 raise SynthesisError(f"the prompt audio file {audio_path} does not exist; upload it again")
-            speaker, source = self._prompt_from_audio(audio_path, None, task.args.get("transcript"))
+            speaker, source = self.prompts.from_audio(self.pipeline, audio_path, None, task.args.get("transcript"))
             streaming_ready = bool(task.args.get("prepare_streaming")) and self.pipeline.prepare_streaming(speaker)
             result = {
                 "audio_hash": speaker.audio_hash,
@@ -374,7 +317,7 @@ class WorkerRuntime:
         request, self._glossary_hits, note = self.glossary.apply(job.request)
         timings: dict[str, float] = {}
         clock = time.perf_counter()
-        speaker, source = self._prompt_for(request)
+        speaker, source = self.prompts.for_request(self.pipeline, request, self._voice_entry)
         timings["prompt"] = time.perf_counter() - clock
         clock = time.perf_counter()
         pieces = []
@@ -401,36 +344,6 @@ class WorkerRuntime:
         if note and pieces:
             pieces[-1] = replace(pieces[-1], notes=[*pieces[-1].notes, note])
         return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device))
-
-    def _save(self, job: Job, result: JobResult) -> None:
-        if not self.config.outputs_dir:
-            return
-        facts = {
-            "id": job.job_id,
-            **job.request.facts(),
-            "glossary": self._glossary_hits,  # the entries that changed what was spoken (text keeps the original)
-            "model": result.model,
-            "version": self.pipeline.version,
-            **engine_status(self.pipeline),
-            "device": result.device,
-            "fell_back_to_cpu": result.fell_back_to_cpu,
-            "fallback_reason": result.fallback_reason,
-            "prompt_hash": result.prompt_hash,
-            "cache_hit": result.cache_hit,
-            "timings": result.timings,
-            "notes": result.notes,
-            "low_memory": _low_memory(self.pipeline),
-            "llm_weights": getattr(self.pipeline, "llm_weights", None),
-            "precision": precision_facts(self.pipeline),
-            "interface": job.interface,
-        }
-        try:
-            files = write_output(self.config.outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
-        except OutputWriteError as error:
-            result.output_error = str(error)
-            return
-        result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
-        result.audio = None  # the page plays the file: the samples need not cross the pipe
 
     def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""
@@ -461,25 +374,13 @@ class WorkerRuntime:
             cache_memory_hits=stats.memory_hits,
             cache_disk_hits=stats.disk_hits,
             cache_misses=stats.misses,
-            feature_extractions=self.feature_extractions,
+            feature_extractions=self.prompts.extractions,
             jobs_run=self.jobs_run,
             flow_prefix_builds=getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
             vocoder=self.vocoder,
             vocoder_reason=self.vocoder_reason,
             **engine_status(pipeline),
-            low_memory=_low_memory(pipeline),
+            low_memory=low_memory_facts(pipeline),
             llm_weights=getattr(pipeline, "llm_weights", None),
             precision=precision_facts(pipeline),
         )
-
-
-def _low_memory(pipeline) -> dict | None:
-    """The pipeline's low-memory mode and why (None for a backend without one, e.g. the preview)."""
-    choice = getattr(pipeline, "low_memory_choice", None)
-    return choice.as_dict() if choice is not None else None
-
-
-def precision_facts(pipeline) -> dict | None:
-    """What each stage runs in and why (``PrecisionPlan.as_dict``), for the status panel and the sidecar."""
-    plan = getattr(pipeline, "precision", None)
-    return plan.as_dict() if hasattr(plan, "as_dict") else None

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.longform.post import PostSettings
+from cosyvoice_mac.longform.post import LUFS_RANGE, PostSettings
 
 
 def add_longform(commands) -> None:
@@ -25,8 +25,7 @@ def add_longform(commands) -> None:
     common.add_argument("--models-dir", type=Path, default=Path("models"), help=argparse.SUPPRESS)
     common.add_argument("--device", default="auto")
     common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
-    common.add_argument("--trim", action="store_true", help="trim leading and trailing silence of every line")
-    common.add_argument("--loudness", type=float, metavar="LUFS", help="normalise loudness, e.g. -16 or -23")
+    add_post_arguments(common, "of every line")
     common.add_argument("--no-glossary", action="store_true", help="do not apply the pronunciation glossary")
 
     dialogue = commands.add_parser("dialogue", parents=[common], help="speak a script of several voices")
@@ -184,7 +183,18 @@ def _run(job, label: str) -> int:
     return 0
 
 
-def _post(args) -> PostSettings:
+def add_post_arguments(parser, whose: str) -> None:
+    """--trim and --loudness LUFS (off by default): the long-form commands' and ``synth``'s."""
+    parser.add_argument("--trim", action="store_true", help=f"trim leading and trailing silence {whose}")
+    parser.add_argument(
+        "--loudness",
+        type=float,
+        metavar="LUFS",
+        help=f"normalise the loudness {whose} to LUFS ({LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g}), e.g. -16 or -23",
+    )
+
+
+def post_settings(args) -> PostSettings:
     return PostSettings(trim=args.trim, loudness_lufs=args.loudness)
 
 
@@ -210,7 +220,7 @@ def _dialogue(args) -> int:
             pause_s=args.pause,
             seed=args.seed,
             per_line_files=args.per_line,
-            post=_post(args),
+            post=post_settings(args),
             on_progress=bar,
             should_stop=stop,
         ),
@@ -234,7 +244,7 @@ def _dub(args) -> int:
             args.out,
             speed_limit=args.speed_limit,
             seed=args.seed,
-            post=_post(args),
+            post=post_settings(args),
             on_progress=bar,
             should_stop=stop,
         ),
@@ -260,7 +270,7 @@ def _batch(args) -> int:
             voice=args.voice,
             settings=settings,
             seed=args.seed,
-            post=_post(args),
+            post=post_settings(args),
             on_progress=bar,
             should_stop=stop,
         ),

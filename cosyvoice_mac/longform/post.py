@@ -1,55 +1,73 @@
 """Post-processing of a finished waveform (off by default): silence trim and loudness normalisation.
 
+What to do is the request's ``PostSettings`` (``cosyvoice_mac.request``, where its limits are checked); this
+module does it, for every output: the worker applies it to each job before saving, ``synth`` before
+writing, and the long-form runner to each line (loudness over a dub's whole timeline).
+
 Loudness is measured and set with pyloudnorm (ITU-R BS.1770 integrated loudness, in LUFS); a gain that
-would clip is lowered so the peak stays at -1 dBFS, and the result says so.
+would clip is lowered so the peak stays at -1 dBFS, and the report says so.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.request import LUFS_RANGE, PostSettings
 
-LUFS_RANGE = (-40.0, -5.0)
+__all__ = ["LUFS_RANGE", "PostReport", "PostSettings", "loudness", "post_process", "trim_silence"]
+
 TRIM_TOP_DB = 40.0  # quieter than the loudest frame by this much counts as silence
+TRIM_KEEP_S = 0.02  # silence kept at each trimmed edge, so a word's onset is never clipped
 PEAK_CEILING = 10 ** (-1.0 / 20)  # -1 dBFS
 _MIN_LOUDNESS_S = 0.4  # BS.1770 gates 400 ms blocks: shorter audio has no integrated loudness
 
 
-class PostError(LongformError):
-    """Post-processing settings that cannot be used."""
+@dataclass
+class PostReport:
+    """What ``post_process`` did: the settings, the silence cut at each edge (ms), the loudness measured
+    before and after (LUFS, None when unmeasurable), whether the gain was held back to keep the peak at
+    -1 dBFS, and the notes for the user."""
 
+    settings: PostSettings
+    trimmed_start_ms: float = 0.0
+    trimmed_end_ms: float = 0.0
+    measured_lufs: float | None = None
+    output_lufs: float | None = None
+    peak_limited: bool = False
+    notes: list[str] = field(default_factory=list)
 
-@dataclass(frozen=True)
-class PostSettings:
-    """What to do to every output: ``trim`` leading/trailing silence, normalise to ``loudness_lufs``."""
-
-    trim: bool = False
-    loudness_lufs: float | None = None
-
-    def __post_init__(self):
-        if self.loudness_lufs is not None and not LUFS_RANGE[0] <= self.loudness_lufs <= LUFS_RANGE[1]:
-            raise PostError(
-                f"the loudness target must be {LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS "
-                f"(got {self.loudness_lufs:g}); -16 suits speech on the web, -23 broadcast"
+    def as_dict(self) -> dict:
+        """The sidecar's ``post`` entry (plain JSON values)."""
+        facts = self.settings.as_dict()
+        if self.settings.trim:
+            facts.update(trimmed_start_ms=self.trimmed_start_ms, trimmed_end_ms=self.trimmed_end_ms)
+        if self.settings.loudness_lufs is not None:
+            facts.update(
+                target_lufs=self.settings.loudness_lufs,
+                measured_lufs=self.measured_lufs,
+                output_lufs=self.output_lufs,
+                peak_limited=self.peak_limited,
             )
-
-    @property
-    def active(self) -> bool:
-        return self.trim or self.loudness_lufs is not None
+        return {**facts, "notes": list(self.notes)}
 
 
-def trim_silence(wave: np.ndarray, sample_rate: int, keep_s: float = 0.02) -> np.ndarray:
-    """``wave`` (T,) without leading and trailing silence, keeping ``keep_s`` of it at each edge."""
+def trim_bounds(wave: np.ndarray, sample_rate: int, keep_s: float = TRIM_KEEP_S) -> tuple[int, int]:
+    """``(start, end)`` of ``wave`` (T,) without its leading and trailing silence, ``keep_s`` kept at each edge."""
     import librosa
 
     if wave.size == 0 or not np.any(wave):
-        return wave
+        return 0, wave.size
     _, (start, end) = librosa.effects.trim(wave, top_db=TRIM_TOP_DB, frame_length=512, hop_length=128)
     keep = int(keep_s * sample_rate)
-    return wave[max(0, start - keep) : min(wave.size, end + keep)]
+    return max(0, start - keep), min(wave.size, end + keep)
+
+
+def trim_silence(wave: np.ndarray, sample_rate: int, keep_s: float = TRIM_KEEP_S) -> np.ndarray:
+    """``wave`` (T,) without leading and trailing silence, keeping ``keep_s`` of it at each edge."""
+    start, end = trim_bounds(wave, sample_rate, keep_s)
+    return wave[start:end]
 
 
 def loudness(wave: np.ndarray, sample_rate: int) -> float | None:
@@ -62,28 +80,40 @@ def loudness(wave: np.ndarray, sample_rate: int) -> float | None:
     return float(value) if np.isfinite(value) else None
 
 
-def normalize_loudness(wave: np.ndarray, sample_rate: int, target_lufs: float) -> tuple[np.ndarray, str]:
-    """``wave`` at ``target_lufs`` (peak-limited to -1 dBFS) and a note saying what was done."""
+def _normalize_loudness(wave: np.ndarray, sample_rate: int, target_lufs: float, report: PostReport) -> np.ndarray:
+    """``wave`` at ``target_lufs`` (peak-limited to -1 dBFS); fills the report's loudness facts and note."""
     measured = loudness(wave, sample_rate)
+    report.measured_lufs = None if measured is None else round(measured, 2)
     if measured is None:
-        return wave, "loudness not changed: the audio is too short or silent to measure"
+        report.notes.append("loudness not changed: the audio is too short or silent to measure")
+        return wave
     gain = 10 ** ((target_lufs - measured) / 20)
     peak = float(np.max(np.abs(wave))) * gain
     note = f"loudness {measured:.1f} -> {target_lufs:.1f} LUFS"
+    output = target_lufs
     if peak > PEAK_CEILING:
         gain *= PEAK_CEILING / peak
-        note += f" (held at {target_lufs - 20 * np.log10(peak / PEAK_CEILING):.1f} LUFS so it does not clip)"
-    return (wave * gain).astype(np.float32), note
+        output = target_lufs - 20 * np.log10(peak / PEAK_CEILING)
+        report.peak_limited = True
+        note += f" (held at {output:.1f} LUFS so it does not clip)"
+    report.output_lufs = round(float(output), 2)
+    report.notes.append(note)
+    return (wave * gain).astype(np.float32)
 
 
-def post_process(wave: np.ndarray, sample_rate: int, settings: PostSettings) -> tuple[np.ndarray, list[str]]:
-    """Apply ``settings`` to ``wave`` (T,); returns the new wave and notes for the sidecar."""
-    notes = []
+def post_process(wave: np.ndarray, sample_rate: int, settings: PostSettings) -> tuple[np.ndarray, PostReport]:
+    """Apply ``settings`` to ``wave`` (T,); returns the new wave (``wave`` itself when nothing is asked)
+    and the report of what was done."""
+    report = PostReport(settings)
     if settings.trim:
-        before = wave.size
-        wave = trim_silence(wave, sample_rate)
-        notes.append(f"trimmed {(before - wave.size) / sample_rate:.2f} s of silence")
+        start, end = trim_bounds(wave, sample_rate)
+        report.trimmed_start_ms = round(1000 * start / sample_rate, 3)  # to the sample at any rate up to 1 MHz
+        report.trimmed_end_ms = round(1000 * (wave.size - end) / sample_rate, 3)
+        report.notes.append(
+            f"trimmed {report.trimmed_start_ms / 1000:.2f} s of silence at the start, "
+            f"{report.trimmed_end_ms / 1000:.2f} s at the end"
+        )
+        wave = wave[start:end]
     if settings.loudness_lufs is not None:
-        wave, note = normalize_loudness(wave, sample_rate, settings.loudness_lufs)
-        notes.append(note)
-    return wave, notes
+        wave = _normalize_loudness(wave, sample_rate, settings.loudness_lufs, report)
+    return wave, report

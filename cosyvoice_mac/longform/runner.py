@@ -272,7 +272,7 @@ def run_batch(
         if spoken is None:
             stopped = True
             break
-        wave, notes = post_process(spoken.audio, spoken.sample_rate, post)
+        wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
         _write(
             folder / item.file,
             wave,
@@ -283,7 +283,7 @@ def run_batch(
                 "text": item.text,
                 "voice": item.voice or voice,
                 "instruct": item.instruct,
-                "post_notes": notes,
+                "post_notes": applied.notes,
                 **spoken.facts,
             },
         )

@@ -206,12 +206,16 @@ class Callbacks:
         stream,
         session: Session,
         request: gr.Request,
+        post_trim=False,
+        post_level=False,
+        post_target=None,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
-        result. Yields GenerateOutputs (named fields).
+        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
         """
+        post = (post_trim, post_level, post_target)
         yield from self.generation.run(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post
         )
 
     def stop(self, request: gr.Request) -> None:

@@ -26,6 +26,7 @@ from cosyvoice_mac.engine.messages import Done, Progress, Queued, Retrying, Star
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MODES, Request, Voice
+from cosyvoice_mac.webui.post_controls import post_settings
 from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, history_choices, history_rows, status_line
 from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, ModelHost, Session, is_inside
@@ -33,6 +34,7 @@ from cosyvoice_mac.webui.streaming import StreamBuffer
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
+POST_OFF = (False, False, None)  # the post-processing controls (trim, normalise, target) as they start: off
 LOADING_STATES = ("starting", "restarting")
 
 
@@ -60,12 +62,15 @@ class Generation:
         self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
     def run(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session: Session, page_request
+        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, page, post=POST_OFF
     ) -> Iterator[tuple]:
-        """Yields GenerateOutputs."""
+        """Yields GenerateOutputs. ``page`` is Gradio's request; ``post`` the post-processing controls' values
+        (trim, normalise, target)."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
-        request, problem = self.build_request(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream)
+        request, problem = self.build_request(
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post
+        )
         if problem is not None:
             yield out.problem(*problem)
             return
@@ -75,7 +80,7 @@ class Generation:
             return
         subscriber = engine.subscribe()
         job = Job(request, interface="page")
-        session_id = getattr(page_request, "session_hash", None) or job.job_id
+        session_id = getattr(page, "session_hash", None) or job.job_id
         job, held = _hold_prompt(job)
         try:
             try:
@@ -117,7 +122,9 @@ class Generation:
             except EngineError:  # already finished and forgotten
                 pass
 
-    def build_request(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False):
+    def build_request(
+        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=POST_OFF
+    ):
         """(Request, None) or (None, (where, strings key, values)) for the first problem found.
 
         The rules are the request's own (``Request.build``); this only adds the page's quick look at the
@@ -149,6 +156,7 @@ class Generation:
                 seed=seed,
                 speed=1.0 if stream else speed,
                 stream=bool(stream),
+                post=post_settings(*post),
             )
         except RequestError as error:
             return None, _problem(error)

@@ -15,6 +15,7 @@ from cosyvoice_mac.webui.generation import GenerateOutputs
 from cosyvoice_mac.webui.language import LabelBook, gradio_locale_js
 from cosyvoice_mac.webui.longform import build_longform_section
 from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel
+from cosyvoice_mac.webui.post_controls import build_post_controls
 from cosyvoice_mac.webui.render import HISTORY_DATATYPES, history_rows, status_line
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS, STOP_JS
@@ -181,6 +182,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                     elem_id="cv-stream-note",
                     elem_classes="cv-message",
                 )
+                with make(gr.Accordion, {"label": "post_heading"}, open=False, elem_id="cv-post"):
+                    make(gr.Markdown, {"value": "post_info"}, elem_classes="cv-message")
+                    post_controls = build_post_controls(make, "cv-post")
                 with gr.Row():
                     generate = make(
                         gr.Button,
@@ -266,7 +270,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         )
         generate.click(
             callbacks.generate,
-            [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session],
+            [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
+            + list(post_controls),  # after the session: Generation.run takes them last, off by default
             [generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).

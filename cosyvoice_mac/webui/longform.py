@@ -19,9 +19,9 @@ import gradio as gr
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.longform.glossary import GlossaryEntry, GlossaryStore, entries_from_csv
-from cosyvoice_mac.longform.post import PostSettings
 from cosyvoice_mac.longform.runner import Progress, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
+from cosyvoice_mac.webui.post_controls import build_post_controls, post_settings
 from cosyvoice_mac.webui.strings import text as say
 
 GLOSSARY_HEADERS = ["key", "replacement", "language"]
@@ -67,7 +67,7 @@ class LongformCallbacks:
                 self._stem("dialogue"),
                 pause_s=float(pause),
                 per_line_files=bool(per_line),
-                post=_post(trim, level, target),
+                post=post_settings(trim, level, target),
                 on_progress=on_progress,
                 should_stop=should_stop,
             )
@@ -87,7 +87,7 @@ class LongformCallbacks:
                 speak,
                 self._stem("dub"),
                 speed_limit=float(speed_limit),
-                post=_post(trim, level, target),
+                post=post_settings(trim, level, target),
                 on_progress=on_progress,
                 should_stop=should_stop,
             )
@@ -115,7 +115,7 @@ class LongformCallbacks:
                 speak,
                 voice=voice or None,
                 settings=settings,
-                post=_post(trim, level, target),
+                post=post_settings(trim, level, target),
                 on_progress=on_progress,
                 should_stop=should_stop,
             )
@@ -232,10 +232,6 @@ class LongformCallbacks:
         return self._outputs() / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{threading.get_ident() % 10000:04d}"
 
 
-def _post(trim, level, target) -> PostSettings:
-    return PostSettings(trim=bool(trim), loudness_lufs=float(target) if level else None)
-
-
 def _rows(table) -> list[list]:
     """Rows of a Dataframe value (a pandas frame, a dict with 'data', or a list of lists)."""
     if table is None:
@@ -254,18 +250,7 @@ def _session(request) -> str:
 def build_longform_section(make, callbacks, longform: LongformCallbacks, language) -> None:
     """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make."""
     with make(gr.Accordion, {"label": "longform_heading"}, open=False, elem_id="cv-longform"):
-        with gr.Row():
-            trim = make(gr.Checkbox, {"label": "lf_trim_label"}, value=False, elem_id="cv-lf-trim")
-            level = make(gr.Checkbox, {"label": "lf_level_label"}, value=False, elem_id="cv-lf-level")
-            target = make(
-                gr.Slider,
-                {"label": "lf_loudness_label"},
-                minimum=-40,
-                maximum=-5,
-                step=0.5,
-                value=-16,
-                elem_id="cv-lf-loudness",
-            )
+        trim, level, target = build_post_controls(make, "cv-lf")
         with gr.Tabs():
             with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
                 script = make(

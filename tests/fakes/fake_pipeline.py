@@ -215,6 +215,21 @@ def fake_worker_config(tmp_path, **pipeline_kwargs):
     )
 
 
+def preview_worker_config(tmp_path, **changes):
+    """A WorkerConfig for the real preview voice on the CPU with outputs and cache under ``tmp_path``."""
+    from cosyvoice_mac.engine.worker import WorkerConfig
+    from cosyvoice_mac.preview import PIPELINE_FACTORY
+
+    return WorkerConfig(
+        model_dir=None,
+        device="cpu",
+        pipeline_factory=PIPELINE_FACTORY,
+        outputs_dir=str(Path(tmp_path) / "outputs"),
+        cache_dir=str(Path(tmp_path) / "cache"),
+        **changes,
+    )
+
+
 ENGINE_DEADLINE_S = 60.0
 
 

@@ -15,6 +15,8 @@ import psutil
 import pytest
 from gradio_client import handle_file
 
+from tests.reliability.server import POST_OFF
+
 SECRET = "not-for-the-web-" + uuid.uuid4().hex
 
 
@@ -95,7 +97,19 @@ def test_nothing_outside_outputs_and_the_temp_folder_can_be_read(app, secrets):
 
 def test_a_result_in_outputs_is_served(app, client, speech):
     answer = app.call(
-        client, "/generate", "en", handle_file(speech), "", "", "Serve me.", "cross_lingual", "", 3, 1.0, False
+        client,
+        "/generate",
+        "en",
+        handle_file(speech),
+        "",
+        "",
+        "Serve me.",
+        "cross_lingual",
+        "",
+        3,
+        1.0,
+        False,
+        *POST_OFF,
     )
     name = answer[3].split("Saved as ")[1].split(".wav")[0] + ".wav"
     status, body = _request(app, "/gradio_api/file=" + str(app.outputs / name))

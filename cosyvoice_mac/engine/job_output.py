@@ -1,0 +1,74 @@
+"""Inside the worker: a finished job's audio as it is saved (post-processed as its request asks) and the
+facts its sidecar records.
+
+Imported only by the worker's runtime; the files themselves are written by ``outputs.write_output``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from cosyvoice_mac.engine.jobs import Job, JobResult
+from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
+from cosyvoice_mac.longform.post import PostReport, post_process
+from cosyvoice_mac.pipeline.engines import engine_status
+from cosyvoice_mac.request import Request
+
+STREAMED_RAW_NOTE = "the streamed audio played as it was made; the saved file is the post-processed one"
+
+
+def finished_audio(request: Request, pieces: list, sample_rate: int) -> tuple[np.ndarray, PostReport]:
+    """The job's whole audio (N,) float32, post-processed as ``request.post`` asks, and the report of it.
+
+    Post-processing needs the whole waveform, so streamed chunks cannot have had it: the report then says
+    that what played differs from the saved file. With nothing asked the samples are the pipeline's, untouched.
+    """
+    audio = np.concatenate([piece.audio for piece in pieces]).astype(np.float32) if pieces else np.zeros(0, np.float32)
+    audio, report = post_process(audio, sample_rate, request.post)
+    if request.stream and request.post.active:
+        report.notes.append(STREAMED_RAW_NOTE)
+    return audio, report
+
+
+def save_result(outputs_dir, job: Job, result: JobResult, pipeline, extra: dict) -> None:
+    """Write the result's WAV and sidecar in ``outputs_dir`` and point ``result`` at them; on a write error
+    keep the samples in ``result`` and say why (the user still gets the sound). ``extra`` holds what only
+    the runtime knows (the glossary entries that matched, the post-processing report)."""
+    facts = {
+        "id": job.job_id,
+        **job.request.facts(),
+        **extra,
+        "model": result.model,
+        "version": pipeline.version,
+        **engine_status(pipeline),
+        "device": result.device,
+        "fell_back_to_cpu": result.fell_back_to_cpu,
+        "fallback_reason": result.fallback_reason,
+        "prompt_hash": result.prompt_hash,
+        "cache_hit": result.cache_hit,
+        "timings": result.timings,
+        "notes": result.notes,
+        "low_memory": low_memory_facts(pipeline),
+        "llm_weights": getattr(pipeline, "llm_weights", None),
+        "precision": precision_facts(pipeline),
+        "interface": job.interface,
+    }
+    try:
+        files = write_output(outputs_dir, job.job_id, result.audio, result.sample_rate, facts)
+    except OutputWriteError as error:
+        result.output_error = str(error)
+        return
+    result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
+    result.audio = None  # the page plays the file: the samples need not cross the pipe
+
+
+def low_memory_facts(pipeline) -> dict | None:
+    """The pipeline's low-memory mode and why (None for a backend without one, e.g. the preview)."""
+    choice = getattr(pipeline, "low_memory_choice", None)
+    return choice.as_dict() if choice is not None else None
+
+
+def precision_facts(pipeline) -> dict | None:
+    """What each stage runs in and why (``PrecisionPlan.as_dict``), for the status panel and the sidecar."""
+    plan = getattr(pipeline, "precision", None)
+    return plan.as_dict() if hasattr(plan, "as_dict") else None

@@ -1,0 +1,87 @@
+"""Inside the worker: where a request's speaker prompt comes from (a recording, samples, a saved voice or the
+backend's own voice), decoding a recording at most once and extracting its features at most once per model.
+
+Imported only by the worker's runtime (it calls the pipeline).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from cosyvoice_mac import audio
+from cosyvoice_mac.engine.cache import SpeakerCache
+from cosyvoice_mac.pipeline.types import SynthesisError
+from cosyvoice_mac.request import Request
+
+HASH_MEMO_ENTRIES = 256
+
+
+class PromptSource:
+    """Owns the memo from a recording's exact bytes to its decoded audio's hash, and the count of feature
+    extractions; the speaker cache (memory and disk) is the runtime's and is shared here."""
+
+    def __init__(self, cache: SpeakerCache):
+        self.cache = cache
+        self.extractions = 0
+        self._hash_memo: OrderedDict[str, str] = OrderedDict()
+
+    def from_audio(self, pipeline, source, sample_rate, transcript):
+        """(SpeakerPrompt, cache source) of a recording (a path or samples), decoding it at most once.
+
+        The cache key is the hash of the decoded audio; it is remembered by the input's exact bytes, so a
+        recording this worker has seen costs a read and a SHA-256 (a millisecond), not a decode.
+        """
+        if isinstance(source, np.ndarray):
+            raw = hashlib.sha256(np.ascontiguousarray(source).tobytes())
+            raw.update(f"{source.dtype}{source.shape}{sample_rate}".encode())
+        elif Path(source).is_file():
+            raw = hashlib.sha256(Path(source).read_bytes())
+        else:
+            raise SynthesisError(f"the prompt audio file {source} does not exist any more; upload it again")
+        digest = raw.hexdigest()
+        decoded = None
+        if digest not in self._hash_memo:
+            decoded = audio.decode_prompt(source, sample_rate)
+            self._hash_memo[digest] = decoded.content_hash
+            while len(self._hash_memo) > HASH_MEMO_ENTRIES:
+                self._hash_memo.popitem(last=False)
+        self._hash_memo.move_to_end(digest)
+
+        def extract():
+            self.extractions += 1
+            return pipeline.prepare_prompt(
+                decoded or audio.decode_prompt(source, sample_rate), sample_rate=sample_rate, transcript=transcript
+            )
+
+        return self.cache.get_or_extract(pipeline.model_id, self._hash_memo[digest], extract, transcript)
+
+    def for_request(self, pipeline, request: Request, voice_entry: dict | None):
+        """(SpeakerPrompt, cache source) for the request's saved voice or recording. ``voice_entry`` is the
+        engine's library entry of a saved voice (the worker never reads the library itself)."""
+        voice, transcript = request.voice, request.transcript
+        if voice.kind == "stock":  # the backend's own voice (the preview voice's Piper speaker)
+            if not hasattr(pipeline, "stock_speaker"):
+                raise SynthesisError(
+                    "this model has no voice of its own: upload or record a prompt, or pick a saved voice"
+                )
+            return pipeline.stock_speaker(), "stock"
+        if voice.kind != "saved":
+            source = voice.audio if voice.kind == "audio" else voice.samples
+            return self.from_audio(pipeline, source, voice.sample_rate, transcript)
+        if voice_entry is None:
+            raise SynthesisError(f"the saved voice {voice.saved!r} reached the model without its library entry")
+        if voice_entry["model_id"] == pipeline.model_id:
+            prompt, source = self.cache.lookup(voice_entry["model_id"], voice_entry["audio_hash"])
+            if prompt is not None:
+                return replace(prompt, transcript=transcript), source
+        if voice_entry.get("audio_path"):
+            return self.from_audio(pipeline, voice_entry["audio_path"], None, transcript)
+        raise SynthesisError(
+            f"the saved voice {voice.saved!r} has no cached features for this model and "
+            "no stored audio; upload its prompt audio again and save it under that name"
+        )

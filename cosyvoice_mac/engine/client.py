@@ -47,7 +47,6 @@ class Engine(VoiceSaving):
         set_ui_qos: bool = True,
         liveness_timeout_s: float = 30.0,
     ):
-        self.config = config
         self.voices = VoiceLibrary(config.cache_dir)
         self._lock = threading.RLock()
         self.queue = JobQueue(max_queue, self._lock)
@@ -60,6 +59,16 @@ class Engine(VoiceSaving):
         )
         if set_ui_qos:
             set_ui_thread_qos()
+
+    @property
+    def config(self) -> WorkerConfig:
+        """The settings the next worker starts with (the supervisor owns them; a change applies at the next
+        (re)start, as a switch of engine on the page does)."""
+        return self._supervisor.config
+
+    @config.setter
+    def config(self, config: WorkerConfig) -> None:
+        self._supervisor.config = config
 
     @property
     def job_timeout_s(self) -> float | None:

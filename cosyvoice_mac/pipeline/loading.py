@@ -45,6 +45,7 @@ from cosyvoice_mac.pipeline.precision import (
 
 UNUSED_LLM_KEYS = ("llm.model.lm_head.weight",)  # tied to embed_tokens, never used for speech
 _MADV_DONTNEED = 4  # same value on Linux and macOS
+PART_BYTES = 64 * 2**20  # checkpoint bytes assigned and converted at a time (one LLM decoder layer is 60 MB)
 
 
 @dataclass
@@ -117,13 +118,18 @@ def build_networks(
     float32 (:func:`llm_weights_only_in_half`); elsewhere it is the LLM's compute dtype.
     ``llm_dtype="int8"`` stores the LLM's linear layers as weight-only int8 (float32 arithmetic).
     ``low_memory`` also stores the flow's matrices in fp16 (computing in ``flow_dtype``): 0.67 GB
-    less for CosyVoice3, for a few per cent more flow time.
+    less for CosyVoice3, for a few per cent more flow time. With a folder it also leaves the text
+    table as the checkpoint's memory-mapped float32 tensor (:class:`HostTextEmbedding`): a sentence
+    reads a few dozen of its 151936 rows, so only those pages become resident (a copy would be
+    0.27 GB in fp16).
     """
     if not random_weights and folder is None:
         raise ValueError("a model folder is needed unless random_weights=True is asked for")
     int8 = llm_dtype == INT8
     llm_storage = torch.float16 if int8 else llm_dtype if llm_weights_only_in_half(device, llm_dtype) else None
     flow_storage = LOW_MEMORY_FLOW_STORAGE if low_memory and flow_dtype not in HALF_DTYPES else None
+    llm_compute = torch.float32 if llm_storage else llm_dtype
+    table_stays_mapped = low_memory and not random_weights
 
     def finish_llm() -> None:  # before the flow is built, so the wide LLM and the flow never coexist
         if int8:  # innermost parents first, handing freed pages back after each: the 16-bit copy never piles up
@@ -141,30 +147,32 @@ def build_networks(
             llm = SpeechLM(SpeechLMConfig.from_yaml(config["llm"], qwen))
             flow = Flow(FlowConfig.from_yaml(config["flow"]))
         hift = HiFT(HiFTConfig.from_yaml(config["hift"]))
-        on_host = frozenset({id(llm.backbone.embed_tokens)} if text_embedding_on_host(device) else ())
+        table = llm.backbone.embed_tokens
+        on_host = frozenset({id(table)} if text_embedding_on_host(device) or table_stays_mapped else ())
         llm_convert = _converter(
-            device,
-            torch.float32 if llm_storage else llm_dtype,
-            llm_storage,
-            halved_modules(llm) if llm_storage else set(),
-            on_host,
+            device, llm_compute, llm_storage, halved_modules(llm) - on_host if llm_storage else set(), on_host
         )
+
+        def finish_table() -> None:  # before any 16-bit or int8 swap, which then leaves the host table alone
+            if on_host:
+                llm.backbone.embed_tokens = HostTextEmbedding(table, device, llm_compute)
+
         flow_convert = _converter(
             device, flow_dtype, flow_storage, halved_modules(flow, FLOW_DTYPE_ANCHORS) if flow_storage else set()
         )
         if random_weights:
             _materialise_random(llm, llm_convert)
+            finish_table()
             finish_llm()
             _materialise_random(flow, flow_convert)
     if not random_weights:
         _assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
+        finish_table()
         finish_llm()
         _assign_checkpoint(flow, folder, "flow.pt", flow_convert)
         _load_small(hift, folder, "hift.pt")
     if flow_storage:
         store_weights_in_half(flow, flow_storage, compute=flow_dtype, keep=FLOW_DTYPE_ANCHORS)
-    if on_host:
-        llm.backbone.embed_tokens = HostTextEmbedding(llm.backbone.embed_tokens, device)
     networks = Networks(
         llm=llm.eval().requires_grad_(False),
         flow=flow.eval().requires_grad_(False),
@@ -176,25 +184,27 @@ def build_networks(
 
 
 class HostTextEmbedding(nn.Module):
-    """Owns the LLM's text-embedding table in host memory while the rest of the LLM is on the device.
+    """Owns the LLM's text-embedding table in host memory, in the checkpoint's dtype, while the rest of
+    the LLM is on the device and in its compute dtype.
 
-    ``(1, L)`` ids -> ``(1, L, D)`` embeddings on the device. The table (151936 x 896: 0.55 GB in
-    float32) is read once per sentence for a few dozen rows, so on MPS it need not take unified
-    memory from the device's share. ``.to()`` moves only the zero-size ``anchor`` that says where
-    results go; the state-dict key stays ``embed_tokens.weight``.
+    ``(1, L)`` ids -> ``(1, L, D)`` embeddings on the device, in the compute dtype. The table (151936 x
+    896: 0.55 GB in float32) is read once per sentence for a few dozen rows, so on MPS it need not take
+    unified memory from the device's share, and loaded from a folder it stays the memory-mapped file
+    (never copied, only the rows read become resident). ``.to()`` changes only the zero-size ``anchor``
+    that says where results go and in what dtype; the state-dict key stays ``embed_tokens.weight``.
     """
 
-    def __init__(self, embedding: nn.Embedding, device: torch.device):
+    def __init__(self, embedding: nn.Embedding, device: torch.device, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.weight = embedding.weight
-        self.register_buffer("anchor", torch.empty(0, device=device), persistent=False)
+        self.register_buffer("anchor", torch.empty(0, device=device, dtype=dtype), persistent=False)
 
     def _apply(self, fn, recurse=True):
         self.anchor = fn(self.anchor)  # the table stays on the CPU
         return self
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids.to(self.weight.device), self.weight).to(self.anchor.device)
+        return F.embedding(ids.to(self.weight.device), self.weight).to(self.anchor)
 
 
 # per-tensor conversion ------------------------------------------------------------------------
@@ -208,11 +218,13 @@ def _converter(
     halved: set[int],
     on_host: frozenset[int] = frozenset(),
 ) -> Converter:
-    """Each tensor to ``device`` (``on_host`` modules': the CPU): ``halved`` weights in ``storage``, floats in
-    ``compute``."""
+    """Each tensor to ``device``: ``halved`` weights in ``storage``, floats in ``compute``; ``on_host`` modules'
+    tensors stay on the CPU as they are (no copy of a memory-mapped table)."""
 
     def convert(module: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        target = torch.device("cpu") if id(module) in on_host else device
+        if id(module) in on_host:
+            return tensor.to(device="cpu")
+        target = device
         if isinstance(module, RotaryEmbedding) or not tensor.is_floating_point():  # RoPE frequencies stay fp32
             return tensor.to(device=target)
         dtype = storage if name == "weight" and id(module) in halved else compute
@@ -221,16 +233,28 @@ def _converter(
     return convert
 
 
-def _convert_own_tensors(module: nn.Module, convert: Converter, file_backed: set[int]) -> None:
+def _convert_own_tensors(module: nn.Module, convert: Converter) -> None:
     """Replace ``module``'s own parameters and buffers by their converted versions, one at a time."""
     for table in (module._parameters, module._buffers):
         for name, tensor in list(table.items()):
             if tensor is None:
                 continue
             converted = convert(module, name, tensor.detach())
-            if converted.data_ptr() != tensor.data_ptr() and tensor.untyped_storage().data_ptr() in file_backed:
-                _drop_file_pages(tensor)
             table[name] = nn.Parameter(converted, requires_grad=False) if table is module._parameters else converted
+
+
+def _drop_pages_not_in_use(tensors, module: nn.Module, file_backed: set[int]) -> None:
+    """Hand back the file pages of those checkpoint ``tensors`` that ``module`` no longer uses.
+
+    They were copied: converted to another dtype or device, or concatenated into a fused weight by a
+    load hook. Reading them for the copy made their pages resident; without this they stay in the
+    process's memory next to the copy for as long as any tensor keeps the mapping alive.
+    """
+    in_use = {tensor.untyped_storage().data_ptr() for tensor in (*module.parameters(), *module.buffers())}
+    for tensor in tensors:
+        storage = tensor.untyped_storage().data_ptr()
+        if storage in file_backed and storage not in in_use:
+            _drop_file_pages(tensor)
 
 
 def _drop_file_pages(tensor: torch.Tensor) -> None:
@@ -285,7 +309,7 @@ def _materialise_random(module: nn.Module, convert: Converter) -> None:
             continue
         if isinstance(sub, RotaryEmbedding):  # a buffer computed at construction: build a real one
             sub.inv_freq = RotaryEmbedding(sub.inv_freq.shape[0] * 2).inv_freq
-            _convert_own_tensors(sub, convert, file_backed=set())
+            _convert_own_tensors(sub, convert)
             continue
         sub.to_empty(device="cpu", recurse=False)
         with torch.no_grad():
@@ -298,7 +322,7 @@ def _materialise_random(module: nn.Module, convert: Converter) -> None:
                     nn.init.normal_(tensor, std=0.02)
                 if sub._buffers:
                     raise TypeError(f"no random initialisation known for the buffers of {type(sub).__name__}")
-        _convert_own_tensors(sub, convert, file_backed=set())
+        _convert_own_tensors(sub, convert)
 
 
 def _assign_checkpoint(module: nn.Module, folder: ModelFolder, name: str, convert: Converter, ignore=()) -> None:
@@ -311,13 +335,40 @@ def _assign_checkpoint(module: nn.Module, folder: ModelFolder, name: str, conver
     kept = {key: value for key, value in state.items() if key not in set(ignore)}
     file_backed = {tensor.untyped_storage().data_ptr() for tensor in kept.values()}
     del state
-    module.load_state_dict(kept, strict=True, assign=True)
-    del kept
-    for sub in module.modules():
-        _convert_own_tensors(sub, convert, file_backed)
+    _assign_in_parts(module, kept, "", convert, file_backed)
     leftover = [key for key, tensor in (*module.named_parameters(), *module.named_buffers()) if tensor.is_meta]
     if leftover:
         raise CheckpointError(f"{path}: no values for {', '.join(leftover[:5])} after loading")
+
+
+def _assign_in_parts(
+    module: nn.Module, state: dict[str, torch.Tensor], prefix: str, convert: Converter, file_backed: set[int]
+) -> None:
+    """Assign, convert and hand back the file pages of ``module``'s checkpoint tensors (``state``'s keys under
+    ``prefix``, popped), a part of at most PART_BYTES at a time (one decoder layer of the LLM).
+
+    So the copies made on the way (fused q/k/v and gate/up, 16-bit weights) exist for one part at a time,
+    and each part's file pages are gone before the next part is read. A module whose load hook combines
+    keys (a fused projection) or that has no children is one part whatever its size. The keys and shapes
+    were checked against the whole model before (``load_strict``), so each part loads non-strictly.
+    """
+    mine = [key for key in state if key.startswith(prefix)]
+    children = dict(module.named_children())
+    size = sum(state[key].nbytes for key in mine)
+    if not children or module._load_state_dict_pre_hooks or size <= PART_BYTES:
+        part = {key[len(prefix) :]: state.pop(key) for key in mine}
+        module.load_state_dict(part, strict=False, assign=True)
+        for sub in module.modules():
+            _convert_own_tensors(sub, convert)
+        _drop_pages_not_in_use(part.values(), module, file_backed)
+        return
+    own = {key[len(prefix) :]: state.pop(key) for key in mine if "." not in key[len(prefix) :]}
+    if own:  # the module's own parameters and buffers; its children follow one by one
+        module.load_state_dict(own, strict=False, assign=True)
+        _convert_own_tensors(module, convert)
+        _drop_pages_not_in_use(own.values(), module, file_backed)
+    for name, child in children.items():
+        _assign_in_parts(child, state, f"{prefix}{name}.", convert, file_backed)
 
 
 def _load_small(module: nn.Module, folder: ModelFolder, name: str) -> None:

@@ -30,8 +30,6 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
-import numpy as np  # noqa: E402
-
 from cosyvoice_mac.bench_memory import PeakSampler  # noqa: E402
 from cosyvoice_mac.paths import user_cache_dir  # noqa: E402
 
@@ -64,19 +62,9 @@ def ensure_folder(version: str, folder: Path) -> dict:
     return json.loads((folder / COMPLETE).read_text())
 
 
-def voice_like(seconds: float, seed: int, sample_rate: int = 24000) -> np.ndarray:
-    """A voice-like signal (gliding harmonics, syllable rhythm, noise); each seed a different 'speaker'."""
-    rng = np.random.default_rng(seed)
-    t = np.arange(int(sample_rate * seconds), dtype=np.float32) / sample_rate
-    f0 = rng.uniform(110, 220) + 20.0 * np.sin(2 * np.pi * 0.6 * t)
-    phase = 2 * np.pi * np.cumsum(f0) / sample_rate
-    voiced = sum(np.sin(k * phase) / k for k in range(1, 12))
-    rhythm = 0.3 + 0.7 * np.sin(2 * np.pi * 2.5 * t) ** 2
-    return (0.15 * voiced * rhythm + 0.01 * rng.standard_normal(t.shape[0])).astype(np.float32)
-
-
 def measure(folder: Path, prompt_s: float, timeout_s: float) -> dict:
     from cosyvoice_mac.engine import Engine
+    from cosyvoice_mac.engine.runtime import warmup_prompt
     from cosyvoice_mac.request import Request, Voice
     from cosyvoice_mac.webui.state import HostConfig, ModelHost
 
@@ -108,7 +96,8 @@ def measure(folder: Path, prompt_s: float, timeout_s: float) -> dict:
             status = engine.status()
             report["worker"] = {key: status.get(key) for key in ("device", "dtype", "precision", "low_memory")}
             for number, text in enumerate(TEXTS, start=1):
-                voice = Voice.from_samples(voice_like(prompt_s, seed=number), 24000, transcript=TRANSCRIPT)
+                samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)  # a voice the worker has not seen
+                voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
                 started = time.perf_counter()
                 result = engine.result(engine.submit(Request.build(text, voice, seed=number)), timeout=timeout_s)
                 report["phases"][f"request_{number}_new_voice"] = {

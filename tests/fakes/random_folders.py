@@ -39,7 +39,7 @@ RELEASED_ONNX_BYTES = {
 OFFICIAL = re.compile(r"^(?P<key>\s*[\w]+:\s*)(?P<value>[^#\s]+)(?P<gap>\s*)#\s*official\s+(?P<official>\S+)\s*$")
 TIED_TEXT_HEAD = ("llm.model.lm_head.weight", "llm.model.model.embed_tokens.weight")
 WEIGHT_NORM = ".parametrizations.weight.original"
-BALLAST_WIDTH = 256
+BALLAST_ROWS, BALLAST_COLUMNS = 1024, 4096  # one stand-in weight matrix: 16 MiB of float32
 
 
 def yaml_text(version: str, values: dict[str, int] | None = None) -> str:
@@ -131,11 +131,12 @@ def _weight_normed(state: dict[str, torch.Tensor], prefixes: set[str]) -> dict[s
 
 
 def add_ballast(path: Path, total_bytes: int) -> Path:
-    """Grow an ONNX model to about ``total_bytes`` with a float table that every run reads in full.
+    """Grow an ONNX model to about ``total_bytes`` with weight matrices that every run multiplies by.
 
-    The table is multiplied by a vector computed from the run's own output (zero, but not known before
-    the run, so no optimiser folds it away), as a real graph reads all of its weights on every call: in
-    memory measurements the whole file is then resident while the session runs.
+    Like a real network's: ``(1024, 4096)`` float32 matrices (the last one narrower), each the constant
+    right-hand side of a MatMul (so onnxruntime pre-packs them as it does real weights), multiplied by a
+    vector computed from the run's own output (zero, but not known before the run, so no optimiser folds
+    it away). Every call reads all of them, so memory measurements see what a real graph costs.
     """
     model = onnx.load(str(path))
     graph = model.graph
@@ -143,26 +144,35 @@ def add_ballast(path: Path, total_bytes: int) -> Path:
     raw = f"{output.name}_before_ballast"
     for node in graph.node:
         node.output[:] = [raw if name == output.name else name for name in node.output]
-    rows = max(1, (total_bytes - path.stat().st_size) // (4 * BALLAST_WIDTH))
-    table = np.random.default_rng(0).standard_normal((rows, BALLAST_WIDTH), dtype=np.float32)
+    rng = np.random.default_rng(0)
+    remaining = max(4 * BALLAST_ROWS, total_bytes - path.stat().st_size) // (4 * BALLAST_ROWS)  # columns left
+    widths = [BALLAST_COLUMNS] * (remaining // BALLAST_COLUMNS) + (
+        [remaining % BALLAST_COLUMNS] * bool(remaining % BALLAST_COLUMNS)
+    )
     graph.initializer.extend(
         [
-            numpy_helper.from_array(table, "ballast"),
-            numpy_helper.from_array(np.array([BALLAST_WIDTH, 1], dtype=np.int64), "ballast_vector_shape"),
+            numpy_helper.from_array(np.array([1, BALLAST_ROWS], dtype=np.int64), "ballast_vector_shape"),
             numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
         ]
     )
-    graph.node.extend(
-        [
-            helper.make_node("Cast", [raw], ["ballast_float"], to=TensorProto.FLOAT),
-            helper.make_node("ReduceSum", ["ballast_float"], ["ballast_total"], keepdims=0),
-            helper.make_node("Mul", ["ballast_total", "zero"], ["ballast_zero"]),
-            helper.make_node("Expand", ["ballast_zero", "ballast_vector_shape"], ["ballast_vector"]),
-            helper.make_node("MatMul", ["ballast", "ballast_vector"], ["ballast_rows"]),
-            helper.make_node("ReduceSum", ["ballast_rows"], ["ballast_sum"], keepdims=0),
-            helper.make_node("Cast", ["ballast_sum"], ["ballast_cast"], to=output.type.tensor_type.elem_type),
-            helper.make_node("Add", [raw, "ballast_cast"], [output.name]),
+    nodes = [
+        helper.make_node("Cast", [raw], ["ballast_float"], to=TensorProto.FLOAT),
+        helper.make_node("ReduceSum", ["ballast_float"], ["ballast_total"], keepdims=0),
+        helper.make_node("Mul", ["ballast_total", "zero"], ["ballast_zero"]),
+        helper.make_node("Expand", ["ballast_zero", "ballast_vector_shape"], ["ballast_vector"]),
+    ]
+    for index, width in enumerate(widths):
+        weight = rng.standard_normal((BALLAST_ROWS, width), dtype=np.float32)
+        graph.initializer.append(numpy_helper.from_array(weight, f"ballast_{index}"))
+        nodes += [
+            helper.make_node("MatMul", ["ballast_vector", f"ballast_{index}"], [f"ballast_product_{index}"]),
+            helper.make_node("ReduceSum", [f"ballast_product_{index}"], [f"ballast_sum_{index}"], keepdims=0),
         ]
-    )
+    nodes += [
+        helper.make_node("Sum", [f"ballast_sum_{index}" for index in range(len(widths))], ["ballast_sum"]),
+        helper.make_node("Cast", ["ballast_sum"], ["ballast_cast"], to=output.type.tensor_type.elem_type),
+        helper.make_node("Add", [raw, "ballast_cast"], [output.name]),
+    ]
+    graph.node.extend(nodes)
     onnx.save(model, str(path))
     return path

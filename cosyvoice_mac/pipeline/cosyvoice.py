@@ -158,8 +158,13 @@ class CosyVoice(Synthesizes):
         tokenizer = SpeechTextTokenizer.from_dir(folder.file(BLANK_EN), folder.version)
         tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
         campplus_path = folder.file("campplus.onnx")
-        speech_tokenizer = OnDemand(lambda: SpeechTokenizer(tokenizer_path), keep_loaded=not low_memory)
-        speaker_encoder = OnDemand(lambda: SpeakerEncoder(campplus_path), keep_loaded=not low_memory)
+        # Low-memory mode: each session lives only while a new voice is encoded, and maps its weights from the file.
+        speech_tokenizer = OnDemand(
+            lambda: SpeechTokenizer(tokenizer_path, map_weights=low_memory), keep_loaded=not low_memory
+        )
+        speaker_encoder = OnDemand(
+            lambda: SpeakerEncoder(campplus_path, map_weights=low_memory), keep_loaded=not low_memory
+        )
         if not low_memory:  # load now, so a broken file is reported when the model loads
             speech_tokenizer.get(), speaker_encoder.get()
         prompt_encoder = PromptEncoder(speech_tokenizer, speaker_encoder, fmax=_fmax(folder.config), model_id=model_id)

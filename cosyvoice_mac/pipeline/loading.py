@@ -4,20 +4,18 @@ The LLM and the flow (2 GB and 1.3 GB in float32) are built on the ``meta`` devi
 memory is allocated and no random initialisation runs. With a model folder their parameters
 then *are* the checkpoint's memory-mapped tensors (``load_state_dict(assign=True)``): on the CPU
 in float32 nothing is copied, and the OS may drop the pages again under memory pressure. A
-device or dtype change converts one tensor at a time and hands that tensor's file pages back,
-so two full copies of a network never exist at once. With random weights (benchmarks) each
-module is materialised, initialised by its own ``reset_parameters()`` and converted in turn.
+device or dtype change converts one part (a decoder layer) at a time and hands the copied tensors'
+file pages back (:mod:`cosyvoice_mac.pipeline.assign`), so two copies of a weight never stay.
+With random weights (benchmarks) each module is materialised, initialised by its own
+``reset_parameters()`` and converted in turn.
 HiFT (83 MB, with non-persistent STFT buffers) is built the ordinary way.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import hashlib
 import json
-import sys
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cosyvoice_mac.checkpoint import CheckpointError, load_checkpoint, load_strict
+from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.device import text_embedding_on_host
 from cosyvoice_mac.models.flow import Flow, FlowConfig
 from cosyvoice_mac.models.flow.dit import RotaryEmbedding
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLM, SpeechLMConfig
 from cosyvoice_mac.models.llm.qwen2 import Qwen2RMSNorm
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig
+from cosyvoice_mac.pipeline.assign import Converter, assign_checkpoint, convert_own_tensors, return_freed_heap
 from cosyvoice_mac.pipeline.fullsize import QWEN2_0_5B
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, ModelFolder
 from cosyvoice_mac.pipeline.precision import (
@@ -44,8 +43,6 @@ from cosyvoice_mac.pipeline.precision import (
 )
 
 UNUSED_LLM_KEYS = ("llm.model.lm_head.weight",)  # tied to embed_tokens, never used for speech
-_MADV_DONTNEED = 4  # same value on Linux and macOS
-PART_BYTES = 64 * 2**20  # checkpoint bytes assigned and converted at a time (one LLM decoder layer is 60 MB)
 
 
 @dataclass
@@ -136,10 +133,10 @@ def build_networks(
             for parent in reversed(list(llm.modules())):
                 if any(isinstance(child, (nn.Linear, nn.Embedding)) for child in parent.children()):
                     store_weights_in_int8(parent)
-                    _return_freed_heap()
+                    return_freed_heap()
         elif llm_storage:
             store_weights_in_half(llm, llm_storage)
-        _return_freed_heap()
+        return_freed_heap()
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -166,10 +163,10 @@ def build_networks(
             finish_llm()
             _materialise_random(flow, flow_convert)
     if not random_weights:
-        _assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
+        assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
         finish_table()
         finish_llm()
-        _assign_checkpoint(flow, folder, "flow.pt", flow_convert)
+        assign_checkpoint(flow, folder, "flow.pt", flow_convert)
         _load_small(hift, folder, "hift.pt")
     if flow_storage:
         store_weights_in_half(flow, flow_storage, compute=flow_dtype, keep=FLOW_DTYPE_ANCHORS)
@@ -179,7 +176,7 @@ def build_networks(
         hift=hift.eval().requires_grad_(False),
     )
     hift.to(device=device)
-    _return_freed_heap()
+    return_freed_heap()
     return networks
 
 
@@ -207,10 +204,7 @@ class HostTextEmbedding(nn.Module):
         return F.embedding(ids.to(self.weight.device), self.weight).to(self.anchor)
 
 
-# per-tensor conversion ------------------------------------------------------------------------
-Converter = Callable[[nn.Module, str, torch.Tensor], torch.Tensor]
-
-
+# per-tensor conversion ---------------------------------------------------------------------------------
 def _converter(
     device: torch.device,
     compute: torch.dtype,
@@ -224,80 +218,12 @@ def _converter(
     def convert(module: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
         if id(module) in on_host:
             return tensor.to(device="cpu")
-        target = device
         if isinstance(module, RotaryEmbedding) or not tensor.is_floating_point():  # RoPE frequencies stay fp32
-            return tensor.to(device=target)
+            return tensor.to(device=device)
         dtype = storage if name == "weight" and id(module) in halved else compute
-        return tensor.to(device=target, dtype=dtype)
+        return tensor.to(device=device, dtype=dtype)
 
     return convert
-
-
-def _convert_own_tensors(module: nn.Module, convert: Converter) -> None:
-    """Replace ``module``'s own parameters and buffers by their converted versions, one at a time."""
-    for table in (module._parameters, module._buffers):
-        for name, tensor in list(table.items()):
-            if tensor is None:
-                continue
-            converted = convert(module, name, tensor.detach())
-            table[name] = nn.Parameter(converted, requires_grad=False) if table is module._parameters else converted
-
-
-def _drop_pages_not_in_use(tensors, module: nn.Module, file_backed: set[int]) -> None:
-    """Hand back the file pages of those checkpoint ``tensors`` that ``module`` no longer uses.
-
-    They were copied: converted to another dtype or device, or concatenated into a fused weight by a
-    load hook. Reading them for the copy made their pages resident; without this they stay in the
-    process's memory next to the copy for as long as any tensor keeps the mapping alive.
-    """
-    in_use = {tensor.untyped_storage().data_ptr() for tensor in (*module.parameters(), *module.buffers())}
-    for tensor in tensors:
-        storage = tensor.untyped_storage().data_ptr()
-        if storage in file_backed and storage not in in_use:
-            _drop_file_pages(tensor)
-
-
-def _drop_file_pages(tensor: torch.Tensor) -> None:
-    """Tell the OS this memory-mapped tensor's pages are no longer needed (best effort).
-
-    Only for tensors backed by a private mapping of a checkpoint file: their pages are clean
-    and come back from the file if touched again, so dropping them is always safe.
-    """
-    libc = _libc()
-    if libc is None:
-        return
-    storage = tensor.untyped_storage()
-    page = _page_size()
-    start = (storage.data_ptr() + page - 1) // page * page
-    end = (storage.data_ptr() + storage.nbytes()) // page * page
-    if end > start:
-        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
-
-
-def _return_freed_heap() -> None:
-    """Give the C heap's free pages back to the OS (glibc keeps the float32 temporaries' pages otherwise)."""
-    if sys.platform == "linux":
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc (musl): nothing to do
-            pass
-
-
-def _libc():
-    if sys.platform not in ("linux", "darwin"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-def _page_size() -> int:
-    import mmap
-
-    return mmap.PAGESIZE
 
 
 # materialising --------------------------------------------------------------------------------
@@ -309,7 +235,7 @@ def _materialise_random(module: nn.Module, convert: Converter) -> None:
             continue
         if isinstance(sub, RotaryEmbedding):  # a buffer computed at construction: build a real one
             sub.inv_freq = RotaryEmbedding(sub.inv_freq.shape[0] * 2).inv_freq
-            _convert_own_tensors(sub, convert)
+            convert_own_tensors(sub, convert)
             continue
         sub.to_empty(device="cpu", recurse=False)
         with torch.no_grad():
@@ -322,53 +248,7 @@ def _materialise_random(module: nn.Module, convert: Converter) -> None:
                     nn.init.normal_(tensor, std=0.02)
                 if sub._buffers:
                     raise TypeError(f"no random initialisation known for the buffers of {type(sub).__name__}")
-        _convert_own_tensors(sub, convert)
-
-
-def _assign_checkpoint(module: nn.Module, folder: ModelFolder, name: str, convert: Converter, ignore=()) -> None:
-    """Make ``module`` (on meta) use the checkpoint's memory-mapped tensors, converted one by one."""
-    path = folder.file(name)
-    state = load_checkpoint(path, hub_repo=folder.hub_repo)
-    with warnings.catch_warnings():  # on meta parameters the copy is a no-op: this call only checks keys and shapes
-        warnings.filterwarnings("ignore", message=".*meta parameter.*")
-        load_strict(module, state, source=str(folder.path / name), ignore=ignore)
-    kept = {key: value for key, value in state.items() if key not in set(ignore)}
-    file_backed = {tensor.untyped_storage().data_ptr() for tensor in kept.values()}
-    del state
-    _assign_in_parts(module, kept, "", convert, file_backed)
-    leftover = [key for key, tensor in (*module.named_parameters(), *module.named_buffers()) if tensor.is_meta]
-    if leftover:
-        raise CheckpointError(f"{path}: no values for {', '.join(leftover[:5])} after loading")
-
-
-def _assign_in_parts(
-    module: nn.Module, state: dict[str, torch.Tensor], prefix: str, convert: Converter, file_backed: set[int]
-) -> None:
-    """Assign, convert and hand back the file pages of ``module``'s checkpoint tensors (``state``'s keys under
-    ``prefix``, popped), a part of at most PART_BYTES at a time (one decoder layer of the LLM).
-
-    So the copies made on the way (fused q/k/v and gate/up, 16-bit weights) exist for one part at a time,
-    and each part's file pages are gone before the next part is read. A module whose load hook combines
-    keys (a fused projection) or that has no children is one part whatever its size. The keys and shapes
-    were checked against the whole model before (``load_strict``), so each part loads non-strictly.
-    """
-    mine = [key for key in state if key.startswith(prefix)]
-    children = dict(module.named_children())
-    size = sum(state[key].nbytes for key in mine)
-    if not children or module._load_state_dict_pre_hooks or size <= PART_BYTES:
-        part = {key[len(prefix) :]: state.pop(key) for key in mine}
-        module.load_state_dict(part, strict=False, assign=True)
-        for sub in module.modules():
-            _convert_own_tensors(sub, convert)
-        _drop_pages_not_in_use(part.values(), module, file_backed)
-        return
-    own = {key[len(prefix) :]: state.pop(key) for key in mine if "." not in key[len(prefix) :]}
-    if own:  # the module's own parameters and buffers; its children follow one by one
-        module.load_state_dict(own, strict=False, assign=True)
-        _convert_own_tensors(module, convert)
-        _drop_pages_not_in_use(own.values(), module, file_backed)
-    for name, child in children.items():
-        _assign_in_parts(child, state, f"{prefix}{name}.", convert, file_backed)
+        convert_own_tensors(sub, convert)
 
 
 def _load_small(module: nn.Module, folder: ModelFolder, name: str) -> None:

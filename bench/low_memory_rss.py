@@ -129,7 +129,10 @@ def main() -> None:
         write_folder(args.version, folder)
         return
     folder_facts = ensure_folder(args.version, folder)
+    import cosyvoice_mac
+
     report = {"version": args.version, "folder": str(folder), "folder_bytes": folder_facts["bytes"]}
+    report["package"] = str(Path(cosyvoice_mac.__file__).parent)  # the checkout the worker runs
     report.update(measure(folder, args.prompt_s, args.timeout))
     print(json.dumps(report, indent=1))
 

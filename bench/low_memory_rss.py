@@ -62,7 +62,7 @@ def ensure_folder(version: str, folder: Path) -> dict:
     return json.loads((folder / COMPLETE).read_text())
 
 
-def measure(folder: Path, prompt_s: float, timeout_s: float) -> dict:
+def measure(folder: Path, prompt_s: float, timeout_s: float, timeline: Path | None = None) -> dict:
     from cosyvoice_mac.engine import Engine
     from cosyvoice_mac.engine.runtime import warmup_prompt
     from cosyvoice_mac.request import Request, Voice
@@ -88,11 +88,12 @@ def measure(folder: Path, prompt_s: float, timeout_s: float) -> dict:
         engine = host.engine
         while engine.status()["worker_pid"] is None:
             time.sleep(0.01)
-        sampler = PeakSampler(engine.status()["worker_pid"])
+        sampler = PeakSampler(engine.status()["worker_pid"], timeline_every_s=0.25 if timeline else None)
         try:
             if not engine.start(wait=True, timeout=timeout_s):
                 raise RuntimeError(f"the worker did not come up: {engine.status()}")
             report["phases"]["load_and_warm_up"] = {**sampler.peak(), "seconds": time.perf_counter() - started}
+            marks = {"load_and_warm_up": len(sampler.timeline)}
             status = engine.status()
             report["worker"] = {key: status.get(key) for key in ("device", "dtype", "precision", "low_memory")}
             for number, text in enumerate(TEXTS, start=1):
@@ -105,10 +106,13 @@ def measure(folder: Path, prompt_s: float, timeout_s: float) -> dict:
                     "seconds": time.perf_counter() - started,
                     "audio_s": result.duration_s,
                 }
+                marks[f"request_{number}_new_voice"] = len(sampler.timeline)
             report["feature_extractions"] = engine.status().get("feature_extractions")
         finally:
             sampler.stop()
             host.close()
+    if timeline:  # (seconds, anon MiB, file MiB) of the worker every 0.25 s, and where each phase ended
+        timeline.write_text(json.dumps({"ends": marks, "samples": sampler.timeline}))
     peaks = [phase["worker_vm_hwm_mib"] for phase in report["phases"].values()]
     tree = [phase["sampled_tree_peak"].get("tree_mib", 0.0) for phase in report["phases"].values()]
     report.update(peak_rss_mib=max(peaks), sampled_tree_peak_mib=max(tree), target_mib=TARGET_MIB)
@@ -122,6 +126,7 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, help="the random-weight folder (default: under the user cache)")
     parser.add_argument("--prompt-s", type=float, default=8.0, help="seconds of each new voice's prompt")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for loading, and for each request")
+    parser.add_argument("--timeline", type=Path, help="also write the worker's RSS every 0.25 s to this file")
     parser.add_argument("--write-folder", action="store_true", help=argparse.SUPPRESS)  # the writer process
     args = parser.parse_args()
     folder = args.folder or user_cache_dir() / "bench" / f"random-weights-{args.version}"
@@ -133,7 +138,7 @@ def main() -> None:
 
     report = {"version": args.version, "folder": str(folder), "folder_bytes": folder_facts["bytes"]}
     report["package"] = str(Path(cosyvoice_mac.__file__).parent)  # the checkout the worker runs
-    report.update(measure(folder, args.prompt_s, args.timeout))
+    report.update(measure(folder, args.prompt_s, args.timeout, args.timeline))
     print(json.dumps(report, indent=1))
 
 

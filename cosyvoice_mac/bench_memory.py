@@ -70,8 +70,11 @@ class PeakSampler:
     sum over the worker and its children, and the anonymous/file split of the worker at that sample.
     """
 
-    def __init__(self, pid: int, period_s: float = 0.02):
+    def __init__(self, pid: int, period_s: float = 0.02, timeline_every_s: float | None = None):
         self.pid, self.period_s = pid, period_s
+        self.timeline: list[tuple[float, float, float]] = []  # (s since start, anon MiB, file MiB), when asked for
+        self._timeline_every_s = timeline_every_s
+        self._started = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._best: dict = {}
@@ -95,8 +98,13 @@ class PeakSampler:
         }
 
     def _run(self) -> None:
+        next_point = 0.0
         while not self._stop.is_set():
             sample = self._sample()
+            elapsed = time.monotonic() - self._started
+            if self._timeline_every_s and elapsed >= next_point:
+                self.timeline.append((round(elapsed, 2), round(sample["anon_mib"]), round(sample["file_mib"])))
+                next_point = elapsed + self._timeline_every_s
             with self._lock:
                 if sample["tree_mib"] > self._best.get("tree_mib", -1.0):
                     self._best = sample

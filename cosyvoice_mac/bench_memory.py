@@ -41,9 +41,17 @@ def from_pretrained_with_8_gib(model_dir, **options):
 
 
 def proc_status_kib(pid: int) -> dict[str, int]:
-    """The ``Vm*``/``Rss*`` lines of ``/proc/<pid>/status`` in KiB (empty once the process is gone)."""
+    """The ``Vm*``/``Rss*`` lines of ``/proc/<pid>/status`` in KiB (empty once the process is gone).
+
+    Without ``/proc`` (macOS) only ``VmRSS``, from psutil: the peaks are then the sampled ones.
+    """
     try:
         text = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        try:
+            return {"VmRSS": psutil.Process(pid).memory_info().rss // 1024}
+        except psutil.Error:
+            return {}
     except OSError:
         return {}
     values = {}
@@ -115,7 +123,8 @@ class PeakSampler:
         with self._lock:
             best, self._best = self._best, {}
         status = proc_status_kib(self.pid)
-        result = {"worker_vm_hwm_mib": status.get("VmHWM", 0) / 1024, "sampled_tree_peak": best}
+        kernel_peak = status.get("VmHWM", 0) / 1024  # 0 where the kernel does not say (macOS)
+        result = {"worker_vm_hwm_mib": kernel_peak or best.get("tree_mib", 0.0), "sampled_tree_peak": best}
         result["rss_now_mib"] = status.get("VmRSS", 0) / 1024
         if self.hwm_resets is not False:
             self.hwm_resets = reset_peak(self.pid)

@@ -81,3 +81,45 @@ def test_encoding_a_voice_and_synthesising_import_no_heavy_audio_library(tmp_pat
     )
     assert run.returncode == 0, run.stderr[-2000:]
     assert json.loads(run.stdout.strip().splitlines()[-1]) == []
+
+
+GROW_THEN_SHRINK = "import sys, time; block = bytearray(200 * 2**20); sys.stdout.write('up\\n'); sys.stdout.flush(); "
+GROW_THEN_SHRINK += (
+    "sys.stdin.readline(); del block; sys.stdout.write('down\\n'); sys.stdout.flush(); sys.stdin.readline()"
+)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the kernel's peak (VmHWM) is read from /proc")
+def test_the_peak_sampler_reports_each_phases_kernel_peak():
+    from cosyvoice_mac.bench_memory import PeakSampler
+
+    child = subprocess.Popen([sys.executable, "-c", GROW_THEN_SHRINK], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert child.stdout.readline() == b"up\n"
+        sampler = PeakSampler(child.pid)
+        grown = sampler.peak()
+        child.stdin.write(b"\n")
+        child.stdin.flush()
+        assert child.stdout.readline() == b"down\n"
+        shrunk = sampler.peak()  # this phase began at the grown size
+        after = sampler.peak()  # this one at the shrunk size
+        sampler.stop()
+    finally:
+        child.kill()
+        child.wait()
+    assert grown["worker_vm_hwm_mib"] > 200 and grown["rss_now_mib"] > 200
+    assert shrunk["rss_now_mib"] < 100
+    assert shrunk["worker_vm_hwm_mib"] > 200
+    if sampler.hwm_resets:  # a phase's kernel peak starts from where the phase began, not the first peak
+        assert after["worker_vm_hwm_mib"] < 100
+
+
+def test_the_benchs_worker_factory_loads_as_on_an_8_gb_machine(tmp_path, monkeypatch):
+    from cosyvoice_mac import device
+    from cosyvoice_mac.bench_memory import from_pretrained_with_8_gib
+    from tests.fakes.onnx_models import make_tiny_model_dir
+
+    monkeypatch.delenv("COSYVOICE_LOW_MEMORY", raising=False)
+    monkeypatch.setattr(device, "psutil", device.psutil)  # the factory replaces it in its process; undo here
+    model = from_pretrained_with_8_gib(make_tiny_model_dir("cosyvoice3", tmp_path), device="cpu")
+    assert model.low_memory and model.low_memory_choice.reason.startswith("auto: 8 GiB RAM <= 12 GiB")

@@ -1,13 +1,17 @@
-"""Peak memory of the pipeline in the mode an 8 GB Mac gets, measured on this machine's CPU.
+"""Peak memory of the app's model worker in the mode an 8 GB Mac gets, measured on this machine's CPU.
 
-    python bench/low_memory_rss.py [--version cosyvoice3] [--tokens 250]
+    python bench/low_memory_rss.py [--version cosyvoice3] [--folder DIR] [--prompt-s 8]
 
-Full-size random weights in low-memory mode (what ``COSYVOICE_LOW_MEMORY`` auto picks at <= 12 GiB),
-with both ONNX frontends as stand-ins of the real files' sizes (speech_tokenizer_v3.onnx 0.97 GB,
-campplus.onnx 28 MB: the tests' fake graphs plus a weight table that each call reads), loaded on
-demand as the app does. One new voice is encoded, then one sentence of ``--tokens`` speech tokens is
-synthesised offline and one streamed. Prints JSON: RSS after load, peak RSS (``ru_maxrss``) after each
-step, and whether an ONNX session stayed loaded.
+A full-size model folder with random weights in the official layout (llm.pt, flow.pt, hift.pt as the
+released files store them; campplus.onnx and speech_tokenizer_v3.onnx stand-ins of the released files'
+sizes that read all of their weights on every call: ``tests/fakes/random_folders.py``) is written once,
+by a process of its own, under ``<user cache>/bench/`` and reused. Then the page's own ModelHost starts
+the worker for it, as the app does; the one difference is that the worker's RAM reads as 8 GiB, so the
+low-memory mode is the automatic choice (``cosyvoice_mac.bench_memory``). The worker loads and warms up
+(which encodes a voice), then synthesises two requests, each with a voice it has not seen (so the ONNX
+speech tokenizer and CAM++ run each time). Prints JSON: per phase, the worker's peak RSS from the
+kernel (``VmHWM``: every resident page, memory-mapped checkpoint pages included) and the largest sampled
+sum over the worker and its children, with its anonymous/file split.
 """
 
 from __future__ import annotations
@@ -15,135 +19,126 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
+import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
-import numpy as np  # noqa: E402
-import onnx  # noqa: E402
-import psutil  # noqa: E402
-import torch  # noqa: E402
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from cosyvoice_mac.bench_memory import PeakSampler  # noqa: E402
+from cosyvoice_mac.paths import user_cache_dir  # noqa: E402
 
-from cosyvoice_mac.bench import REFERENCE_TEXT_IDS, TEXT, forced_token_stream, synthetic_prompt  # noqa: E402
-from cosyvoice_mac.frontend.speaker import SpeakerEncoder  # noqa: E402
-from cosyvoice_mac.frontend.speech_tokenizer import SpeechTokenizer  # noqa: E402
-from cosyvoice_mac.pipeline.cosyvoice import CosyVoice  # noqa: E402
-from cosyvoice_mac.pipeline.loading import OnDemand  # noqa: E402
-from cosyvoice_mac.pipeline.speaker import PromptEncoder  # noqa: E402
-from cosyvoice_mac.pipeline.streaming import stream_segment  # noqa: E402
-from tests.fakes.onnx_models import write_fake_campplus, write_fake_speech_tokenizer  # noqa: E402
-
-REAL_SIZES = {
-    "speech_tokenizer_v3.onnx": 969_000_000,
-    "speech_tokenizer_v2.onnx": 496_000_000,
-    "campplus.onnx": 28_300_000,
-}
+FACTORY = "cosyvoice_mac.bench_memory:from_pretrained_with_8_gib"
+COMPLETE = ".complete.json"  # written last: a folder without it is rebuilt
+TARGET_MIB = 3 * 1024
+TEXTS = ("This is the first sentence in the low memory mode.", "And here is a second request, with a new voice.")
+TRANSCRIPT = "A short prompt for the memory measurement."
 
 
-def add_ballast(path: Path, total_bytes: int) -> Path:
-    """Grow an ONNX model to ``total_bytes`` with a float table that every run reads (so it stays resident)."""
-    model = onnx.load(str(path))
-    graph = model.graph
-    output = graph.output[0]
-    raw = f"{output.name}_before_ballast"
-    for node in graph.node:
-        node.output[:] = [raw if name == output.name else name for name in node.output]
-    rows = max(1, (total_bytes - path.stat().st_size) // 4)
-    table = np.random.default_rng(0).standard_normal(rows).astype(np.float32)
-    graph.initializer.extend(
-        [
-            numpy_helper.from_array(table, "ballast"),
-            numpy_helper.from_array(np.array([-1], dtype=np.int64), "flat_shape"),
-            numpy_helper.from_array(np.array(0.0, dtype=np.float32), "zero"),
-        ]
-    )
-    graph.node.extend(
-        [
-            helper.make_node("Cast", [raw], ["ballast_float"], to=TensorProto.FLOAT),
-            helper.make_node("Reshape", ["ballast_float", "flat_shape"], ["ballast_flat"]),
-            helper.make_node("ArgMax", ["ballast_flat"], ["ballast_index"], axis=0, keepdims=1),
-            helper.make_node("Gather", ["ballast", "ballast_index"], ["ballast_row"]),
-            helper.make_node("Mul", ["ballast_row", "zero"], ["ballast_zero"]),
-            helper.make_node("Cast", ["ballast_zero"], ["ballast_cast"], to=output.type.tensor_type.elem_type),
-            helper.make_node("Add", [raw, "ballast_cast"], [output.name]),
-        ]
-    )
-    onnx.save(model, str(path))
-    return path
+def write_folder(version: str, folder: Path) -> None:
+    """Write the full-size random-weight folder (run in a process of its own: it holds every network)."""
+    from tests.fakes.random_folders import write_random_weight_folder
+
+    started = time.perf_counter()
+    partial = folder.with_name(folder.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    write_random_weight_folder(version, partial)
+    sizes = {path.name: path.stat().st_size for path in sorted(partial.iterdir()) if path.is_file()}
+    (partial / COMPLETE).write_text(json.dumps({"bytes": sizes, "write_s": time.perf_counter() - started}))
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
 
 
-def peak_rss_mb() -> float:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB on Linux
+def ensure_folder(version: str, folder: Path) -> dict:
+    if not (folder / COMPLETE).is_file():
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, __file__, "--version", version, "--folder", str(folder), "--write-folder"]
+        subprocess.run(command, check=True)
+    return json.loads((folder / COMPLETE).read_text())
+
+
+def measure(folder: Path, prompt_s: float, timeout_s: float, timeline: Path | None = None) -> dict:
+    from cosyvoice_mac.engine import Engine
+    from cosyvoice_mac.engine.runtime import warmup_prompt
+    from cosyvoice_mac.request import Request, Voice
+    from cosyvoice_mac.webui.state import HostConfig, ModelHost
+
+    def engine_factory(config, **options):
+        return Engine(replace(config, pipeline_factory=FACTORY), **options)
+
+    report: dict = {"phases": {}}
+    with tempfile.TemporaryDirectory(prefix="low-memory-rss-") as scratch:
+        host = ModelHost(
+            HostConfig(
+                models_dir=folder.parent,
+                outputs_dir=Path(scratch) / "outputs",
+                cache_dir=Path(scratch) / "cache",
+                preferred_model=folder.name,
+                preview=False,
+            ),
+            engine_factory=engine_factory,
+        )
+        started = time.perf_counter()
+        host.start()
+        engine = host.engine
+        while engine.status()["worker_pid"] is None:
+            time.sleep(0.01)
+        sampler = PeakSampler(engine.status()["worker_pid"], timeline_every_s=0.25 if timeline else None)
+        try:
+            if not engine.start(wait=True, timeout=timeout_s):
+                raise RuntimeError(f"the worker did not come up: {engine.status()}")
+            report["phases"]["load_and_warm_up"] = {**sampler.peak(), "seconds": time.perf_counter() - started}
+            marks = {"load_and_warm_up": len(sampler.timeline)}
+            status = engine.status()
+            report["worker"] = {key: status.get(key) for key in ("device", "dtype", "precision", "low_memory")}
+            for number, text in enumerate(TEXTS, start=1):
+                samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)  # a voice the worker has not seen
+                voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
+                started = time.perf_counter()
+                result = engine.result(engine.submit(Request.build(text, voice, seed=number)), timeout=timeout_s)
+                report["phases"][f"request_{number}_new_voice"] = {
+                    **sampler.peak(),
+                    "seconds": time.perf_counter() - started,
+                    "audio_s": result.duration_s,
+                }
+                marks[f"request_{number}_new_voice"] = len(sampler.timeline)
+            report["feature_extractions"] = engine.status().get("feature_extractions")
+        finally:
+            sampler.stop()
+            host.close()
+    if timeline:  # (seconds, anon MiB, file MiB) of the worker every 0.25 s, and where each phase ended
+        timeline.write_text(json.dumps({"ends": marks, "samples": sampler.timeline}))
+    peaks = [phase["worker_vm_hwm_mib"] for phase in report["phases"].values()]
+    tree = [phase["sampled_tree_peak"].get("tree_mib", 0.0) for phase in report["phases"].values()]
+    report.update(peak_rss_mib=max(peaks), sampled_tree_peak_mib=max(tree), target_mib=TARGET_MIB)
+    report["under_target"] = max(max(peaks), max(tree)) < TARGET_MIB
+    return report
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
-    parser.add_argument("--tokens", type=int, default=250, help="speech tokens per sentence (25 = 1 s)")
+    parser.add_argument("--folder", type=Path, help="the random-weight folder (default: under the user cache)")
+    parser.add_argument("--prompt-s", type=float, default=8.0, help="seconds of each new voice's prompt")
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds for loading, and for each request")
+    parser.add_argument("--timeline", type=Path, help="also write the worker's RSS every 0.25 s to this file")
+    parser.add_argument("--write-folder", action="store_true", help=argparse.SUPPRESS)  # the writer process
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="low-memory-rss-"))
-    tokenizer_name = f"speech_tokenizer_v{args.version[-1]}.onnx"
-    tokenizer_path = add_ballast(write_fake_speech_tokenizer(folder / tokenizer_name), REAL_SIZES[tokenizer_name])
-    campplus_path = add_ballast(write_fake_campplus(folder / "campplus.onnx"), REAL_SIZES["campplus.onnx"])
-    report = {
-        "version": args.version,
-        "onnx_bytes": {p.name: p.stat().st_size for p in (tokenizer_path, campplus_path)},
-        "rss_before_load_mb": psutil.Process().memory_info().rss / 2**20,
-    }
+    folder = args.folder or user_cache_dir() / "bench" / f"random-weights-{args.version}"
+    if args.write_folder:
+        write_folder(args.version, folder)
+        return
+    folder_facts = ensure_folder(args.version, folder)
+    import cosyvoice_mac
 
-    model = CosyVoice.random_full_size(args.version, device="cpu", low_memory=True)
-    model.prompt_encoder = PromptEncoder(  # the real wrappers, loaded only while a new voice is encoded
-        OnDemand(lambda: SpeechTokenizer(tokenizer_path), keep_loaded=False),
-        OnDemand(lambda: SpeakerEncoder(campplus_path), keep_loaded=False),
-        fmax=model.prompt_encoder.fmax,
-        model_id=model.model_id,
-    )
-    report.update(
-        low_memory=model.low_memory,
-        llm_dtype=str(next(model.networks.llm.llm_decoder.parameters()).dtype),
-        rss_after_load_mb=psutil.Process().memory_info().rss / 2**20,
-        peak_after_load_mb=peak_rss_mb(),
-    )
-
-    started = time.perf_counter()
-    speaker = model.prepare_prompt(synthetic_prompt(), sample_rate=24000)
-    encoder = model.prompt_encoder
-    report.update(
-        prompt_s=time.perf_counter() - started,
-        peak_after_new_voice_mb=peak_rss_mb(),
-        onnx_loaded_after_prompt=encoder.speech_tokenizer.loaded or encoder.speaker_encoder.loaded,
-    )
-
-    text_ids = torch.tensor([model.tokenizer.encode(TEXT)])[:, :REFERENCE_TEXT_IDS]
-    with torch.inference_mode():
-        started = time.perf_counter()
-        tokens = list(forced_token_stream(model, text_ids, speaker, args.tokens))
-        wave = model._tokens_to_wave(tokens, speaker, 1.0, {}, model._noise(0, 0), [])
-        report.update(
-            offline_s=time.perf_counter() - started, audio_s=len(wave) / 24000, peak_after_offline_mb=peak_rss_mb()
-        )
-        started = time.perf_counter()
-        chunks = list(
-            stream_segment(
-                model.streaming_parts(),
-                forced_token_stream(model, text_ids, speaker, args.tokens),
-                speaker,
-                model._noise(0, 0),
-                lambda: False,
-            )
-        )
-        report.update(
-            streamed_s=time.perf_counter() - started, streamed_chunks=len(chunks), peak_after_streaming_mb=peak_rss_mb()
-        )
-    report["rss_end_mb"] = psutil.Process().memory_info().rss / 2**20
-    report["target_mb"] = 3 * 1024
+    report = {"version": args.version, "folder": str(folder), "folder_bytes": folder_facts["bytes"]}
+    report["package"] = str(Path(cosyvoice_mac.__file__).parent)  # the checkout the worker runs
+    report.update(measure(folder, args.prompt_s, args.timeout, args.timeline))
     print(json.dumps(report, indent=1))
 
 

@@ -46,6 +46,7 @@ from cosyvoice_mac.prompt_limits import (
     TRIM_HOP_LENGTH,
     TRIM_TOP_DB,
 )
+from cosyvoice_mac.sound import sound_bounds
 
 REASONS = (
     "not_audio",
@@ -335,9 +336,5 @@ def _file_too_long(path: Path, seconds: float) -> AudioInputError:
 
 def _speech_span(wave_16k: torch.Tensor) -> tuple[float, float]:
     """Start and end (seconds) of the sound in a 16 kHz (1, N) wave, as upstream's librosa trim finds it."""
-    import librosa
-
-    _, (start, end) = librosa.effects.trim(
-        wave_16k[0].numpy(), top_db=TRIM_TOP_DB, frame_length=TRIM_FRAME_LENGTH, hop_length=TRIM_HOP_LENGTH
-    )
+    start, end = sound_bounds(wave_16k[0].numpy(), TRIM_TOP_DB, TRIM_FRAME_LENGTH, TRIM_HOP_LENGTH)
     return start / TOKENIZER_SAMPLE_RATE, end / TOKENIZER_SAMPLE_RATE

@@ -39,9 +39,9 @@ class SpeakerEncoder:
 
     is_stand_in = False
 
-    def __init__(self, onnx_path: str | Path, intra_op_threads: int = 1):
+    def __init__(self, onnx_path: str | Path, intra_op_threads: int = 1, *, map_weights: bool = False):
         self.path = Path(onnx_path)
-        self._session = open_cpu_session(self.path, intra_op_threads, "speaker encoder")
+        self._session = open_cpu_session(self.path, intra_op_threads, "speaker encoder", map_weights=map_weights)
         self._input = self._session.get_inputs()[0].name
 
     @torch.inference_mode()

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from cosyvoice_mac.checkpoint import CheckpointError
 from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.features import WHISPER_HOP, WHISPER_N_MELS, whisper_log_mel
+from cosyvoice_mac.frontend.onnx_mapping import FOLDER_OPTION, mapped_model_bytes
 
 SAMPLE_RATE = 16000
 MAX_PROMPT_SECONDS = 30.0
@@ -26,10 +27,12 @@ MEL_FRAMES_PER_TOKEN = 4
 MIN_PROMPT_SAMPLES = MEL_FRAMES_PER_TOKEN * WHISPER_HOP
 
 
-def open_cpu_session(onnx_path: str | Path, intra_op_threads: int, role: str):
+def open_cpu_session(onnx_path: str | Path, intra_op_threads: int, role: str, *, map_weights: bool = False):
     """An onnxruntime CPU session with full graph optimisation, as upstream builds it.
 
-    ``role`` names the model in errors ("speech tokenizer", "speaker encoder").
+    ``role`` names the model in errors ("speech tokenizer", "speaker encoder"). ``map_weights``
+    (low-memory mode) lets onnxruntime memory-map the weights from the file instead of parsing the
+    whole file into memory and copying them (:mod:`cosyvoice_mac.frontend.onnx_mapping`).
     """
     import onnxruntime
 
@@ -42,7 +45,11 @@ def open_cpu_session(onnx_path: str | Path, intra_op_threads: int, role: str):
     options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = intra_op_threads
     try:
-        return onnxruntime.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+        model: str | bytes = str(path)
+        if map_weights:
+            model = mapped_model_bytes(path)
+            options.add_session_config_entry(FOLDER_OPTION, str(path.parent))
+        return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
     except Exception as error:  # onnxruntime raises its own exception types for bad files
         raise CheckpointError(f"cannot load {role} model {path}: {error}") from error
 
@@ -79,10 +86,17 @@ class SpeechTokenizer:
 
     is_stand_in = False
 
-    def __init__(self, onnx_path: str | Path, intra_op_threads: int = 1, vocab_size: int | None = None):
+    def __init__(
+        self,
+        onnx_path: str | Path,
+        intra_op_threads: int = 1,
+        vocab_size: int | None = None,
+        *,
+        map_weights: bool = False,
+    ):
         self.path = Path(onnx_path)
         self.vocab_size = vocab_size
-        self._session = open_cpu_session(self.path, intra_op_threads, "speech tokenizer")
+        self._session = open_cpu_session(self.path, intra_op_threads, "speech tokenizer", map_weights=map_weights)
         inputs = self._session.get_inputs()
         if len(inputs) != 2:
             raise CheckpointError(f"{self.path} has {len(inputs)} inputs; a speech tokenizer takes (log-mel, length)")

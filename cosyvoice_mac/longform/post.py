@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cosyvoice_mac.request import LUFS_RANGE, PostSettings
+from cosyvoice_mac.sound import sound_bounds
 
 __all__ = ["LUFS_RANGE", "PostReport", "PostSettings", "loudness", "post_process", "trim_silence"]
 
@@ -55,11 +56,9 @@ class PostReport:
 
 def trim_bounds(wave: np.ndarray, sample_rate: int, keep_s: float = TRIM_KEEP_S) -> tuple[int, int]:
     """``(start, end)`` of ``wave`` (T,) without its leading and trailing silence, ``keep_s`` kept at each edge."""
-    import librosa
-
     if wave.size == 0 or not np.any(wave):
         return 0, wave.size
-    _, (start, end) = librosa.effects.trim(wave, top_db=TRIM_TOP_DB, frame_length=512, hop_length=128)
+    start, end = sound_bounds(wave, TRIM_TOP_DB, frame_length=512, hop_length=128)  # librosa.effects.trim's
     keep = int(keep_s * sample_rate)
     return max(0, start - keep), min(wave.size, end + keep)
 

@@ -93,8 +93,9 @@ def pretrained_parts(
     model_id = model_identity(folder, folder.version, random_weights)
     tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
     campplus_path = folder.file("campplus.onnx")
-    speech_tokenizer = OnDemand(lambda: SpeechTokenizer(tokenizer_path), keep_loaded=not low)
-    speaker_encoder = OnDemand(lambda: SpeakerEncoder(campplus_path), keep_loaded=not low)
+    # Low-memory mode: each session lives only while a new voice is encoded, and maps its weights from the file.
+    speech_tokenizer = OnDemand(lambda: SpeechTokenizer(tokenizer_path, map_weights=low), keep_loaded=not low)
+    speaker_encoder = OnDemand(lambda: SpeakerEncoder(campplus_path, map_weights=low), keep_loaded=not low)
     if not low:  # load now, so a broken file is reported when the model loads
         speech_tokenizer.get(), speaker_encoder.get()
     return dict(

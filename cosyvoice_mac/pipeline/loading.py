@@ -4,20 +4,18 @@ The LLM and the flow (2 GB and 1.3 GB in float32) are built on the ``meta`` devi
 memory is allocated and no random initialisation runs. With a model folder their parameters
 then *are* the checkpoint's memory-mapped tensors (``load_state_dict(assign=True)``): on the CPU
 in float32 nothing is copied, and the OS may drop the pages again under memory pressure. A
-device or dtype change converts one tensor at a time and hands that tensor's file pages back,
-so two full copies of a network never exist at once. With random weights (benchmarks) each
-module is materialised, initialised by its own ``reset_parameters()`` and converted in turn.
+device or dtype change converts one part (a decoder layer) at a time and hands the copied tensors'
+file pages back (:mod:`cosyvoice_mac.pipeline.assign`), so two copies of a weight never stay.
+With random weights (benchmarks) each module is materialised, initialised by its own
+``reset_parameters()`` and converted in turn.
 HiFT (83 MB, with non-persistent STFT buffers) is built the ordinary way.
 """
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import hashlib
 import json
-import sys
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,13 +24,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from cosyvoice_mac.checkpoint import CheckpointError, load_checkpoint, load_strict
+from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.device import text_embedding_on_host
 from cosyvoice_mac.models.flow import Flow, FlowConfig
 from cosyvoice_mac.models.flow.dit import RotaryEmbedding
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLM, SpeechLMConfig
 from cosyvoice_mac.models.llm.qwen2 import Qwen2RMSNorm
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig
+from cosyvoice_mac.pipeline.assign import Converter, assign_checkpoint, convert_own_tensors, return_freed_heap
 from cosyvoice_mac.pipeline.fullsize import QWEN2_0_5B
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, ModelFolder
 from cosyvoice_mac.pipeline.precision import (
@@ -44,7 +43,6 @@ from cosyvoice_mac.pipeline.precision import (
 )
 
 UNUSED_LLM_KEYS = ("llm.model.lm_head.weight",)  # tied to embed_tokens, never used for speech
-_MADV_DONTNEED = 4  # same value on Linux and macOS
 
 
 @dataclass
@@ -117,23 +115,28 @@ def build_networks(
     float32 (:func:`llm_weights_only_in_half`); elsewhere it is the LLM's compute dtype.
     ``llm_dtype="int8"`` stores the LLM's linear layers as weight-only int8 (float32 arithmetic).
     ``low_memory`` also stores the flow's matrices in fp16 (computing in ``flow_dtype``): 0.67 GB
-    less for CosyVoice3, for a few per cent more flow time.
+    less for CosyVoice3, for a few per cent more flow time. With a folder it also leaves the text
+    table as the checkpoint's memory-mapped float32 tensor (:class:`HostTextEmbedding`): a sentence
+    reads a few dozen of its 151936 rows, so only those pages become resident (a copy would be
+    0.27 GB in fp16).
     """
     if not random_weights and folder is None:
         raise ValueError("a model folder is needed unless random_weights=True is asked for")
     int8 = llm_dtype == INT8
     llm_storage = torch.float16 if int8 else llm_dtype if llm_weights_only_in_half(device, llm_dtype) else None
     flow_storage = LOW_MEMORY_FLOW_STORAGE if low_memory and flow_dtype not in HALF_DTYPES else None
+    llm_compute = torch.float32 if llm_storage else llm_dtype
+    table_stays_mapped = low_memory and not random_weights
 
     def finish_llm() -> None:  # before the flow is built, so the wide LLM and the flow never coexist
         if int8:  # innermost parents first, handing freed pages back after each: the 16-bit copy never piles up
             for parent in reversed(list(llm.modules())):
                 if any(isinstance(child, (nn.Linear, nn.Embedding)) for child in parent.children()):
                     store_weights_in_int8(parent)
-                    _return_freed_heap()
+                    return_freed_heap()
         elif llm_storage:
             store_weights_in_half(llm, llm_storage)
-        _return_freed_heap()
+        return_freed_heap()
 
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -141,66 +144,67 @@ def build_networks(
             llm = SpeechLM(SpeechLMConfig.from_yaml(config["llm"], qwen))
             flow = Flow(FlowConfig.from_yaml(config["flow"]))
         hift = HiFT(HiFTConfig.from_yaml(config["hift"]))
-        on_host = frozenset({id(llm.backbone.embed_tokens)} if text_embedding_on_host(device) else ())
+        table = llm.backbone.embed_tokens
+        on_host = frozenset({id(table)} if text_embedding_on_host(device) or table_stays_mapped else ())
         llm_convert = _converter(
-            device,
-            torch.float32 if llm_storage else llm_dtype,
-            llm_storage,
-            halved_modules(llm) if llm_storage else set(),
-            on_host,
+            device, llm_compute, llm_storage, halved_modules(llm) - on_host if llm_storage else set(), on_host
         )
+
+        def finish_table() -> None:  # before any 16-bit or int8 swap, which then leaves the host table alone
+            if on_host:
+                llm.backbone.embed_tokens = HostTextEmbedding(table, device, llm_compute)
+
         flow_convert = _converter(
             device, flow_dtype, flow_storage, halved_modules(flow, FLOW_DTYPE_ANCHORS) if flow_storage else set()
         )
         if random_weights:
             _materialise_random(llm, llm_convert)
+            finish_table()
             finish_llm()
             _materialise_random(flow, flow_convert)
     if not random_weights:
-        _assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
+        assign_checkpoint(llm, folder, folder.llm_file, llm_convert, ignore=UNUSED_LLM_KEYS)
+        finish_table()
         finish_llm()
-        _assign_checkpoint(flow, folder, "flow.pt", flow_convert)
+        assign_checkpoint(flow, folder, "flow.pt", flow_convert)
         _load_small(hift, folder, "hift.pt")
     if flow_storage:
         store_weights_in_half(flow, flow_storage, compute=flow_dtype, keep=FLOW_DTYPE_ANCHORS)
-    if on_host:
-        llm.backbone.embed_tokens = HostTextEmbedding(llm.backbone.embed_tokens, device)
     networks = Networks(
         llm=llm.eval().requires_grad_(False),
         flow=flow.eval().requires_grad_(False),
         hift=hift.eval().requires_grad_(False),
     )
     hift.to(device=device)
-    _return_freed_heap()
+    return_freed_heap()
     return networks
 
 
 class HostTextEmbedding(nn.Module):
-    """Owns the LLM's text-embedding table in host memory while the rest of the LLM is on the device.
+    """Owns the LLM's text-embedding table in host memory, in the checkpoint's dtype, while the rest of
+    the LLM is on the device and in its compute dtype.
 
-    ``(1, L)`` ids -> ``(1, L, D)`` embeddings on the device. The table (151936 x 896: 0.55 GB in
-    float32) is read once per sentence for a few dozen rows, so on MPS it need not take unified
-    memory from the device's share. ``.to()`` moves only the zero-size ``anchor`` that says where
-    results go; the state-dict key stays ``embed_tokens.weight``.
+    ``(1, L)`` ids -> ``(1, L, D)`` embeddings on the device, in the compute dtype. The table (151936 x
+    896: 0.55 GB in float32) is read once per sentence for a few dozen rows, so on MPS it need not take
+    unified memory from the device's share, and loaded from a folder it stays the memory-mapped file
+    (never copied, only the rows read become resident). ``.to()`` changes only the zero-size ``anchor``
+    that says where results go and in what dtype; the state-dict key stays ``embed_tokens.weight``.
     """
 
-    def __init__(self, embedding: nn.Embedding, device: torch.device):
+    def __init__(self, embedding: nn.Embedding, device: torch.device, dtype: torch.dtype = torch.float32):
         super().__init__()
         self.weight = embedding.weight
-        self.register_buffer("anchor", torch.empty(0, device=device), persistent=False)
+        self.register_buffer("anchor", torch.empty(0, device=device, dtype=dtype), persistent=False)
 
     def _apply(self, fn, recurse=True):
         self.anchor = fn(self.anchor)  # the table stays on the CPU
         return self
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return F.embedding(ids.to(self.weight.device), self.weight).to(self.anchor.device)
+        return F.embedding(ids.to(self.weight.device), self.weight).to(self.anchor)
 
 
-# per-tensor conversion ------------------------------------------------------------------------
-Converter = Callable[[nn.Module, str, torch.Tensor], torch.Tensor]
-
-
+# per-tensor conversion ---------------------------------------------------------------------------------
 def _converter(
     device: torch.device,
     compute: torch.dtype,
@@ -208,72 +212,18 @@ def _converter(
     halved: set[int],
     on_host: frozenset[int] = frozenset(),
 ) -> Converter:
-    """Each tensor to ``device`` (``on_host`` modules': the CPU): ``halved`` weights in ``storage``, floats in
-    ``compute``."""
+    """Each tensor to ``device``: ``halved`` weights in ``storage``, floats in ``compute``; ``on_host`` modules'
+    tensors stay on the CPU as they are (no copy of a memory-mapped table)."""
 
     def convert(module: nn.Module, name: str, tensor: torch.Tensor) -> torch.Tensor:
-        target = torch.device("cpu") if id(module) in on_host else device
+        if id(module) in on_host:
+            return tensor.to(device="cpu")
         if isinstance(module, RotaryEmbedding) or not tensor.is_floating_point():  # RoPE frequencies stay fp32
-            return tensor.to(device=target)
+            return tensor.to(device=device)
         dtype = storage if name == "weight" and id(module) in halved else compute
-        return tensor.to(device=target, dtype=dtype)
+        return tensor.to(device=device, dtype=dtype)
 
     return convert
-
-
-def _convert_own_tensors(module: nn.Module, convert: Converter, file_backed: set[int]) -> None:
-    """Replace ``module``'s own parameters and buffers by their converted versions, one at a time."""
-    for table in (module._parameters, module._buffers):
-        for name, tensor in list(table.items()):
-            if tensor is None:
-                continue
-            converted = convert(module, name, tensor.detach())
-            if converted.data_ptr() != tensor.data_ptr() and tensor.untyped_storage().data_ptr() in file_backed:
-                _drop_file_pages(tensor)
-            table[name] = nn.Parameter(converted, requires_grad=False) if table is module._parameters else converted
-
-
-def _drop_file_pages(tensor: torch.Tensor) -> None:
-    """Tell the OS this memory-mapped tensor's pages are no longer needed (best effort).
-
-    Only for tensors backed by a private mapping of a checkpoint file: their pages are clean
-    and come back from the file if touched again, so dropping them is always safe.
-    """
-    libc = _libc()
-    if libc is None:
-        return
-    storage = tensor.untyped_storage()
-    page = _page_size()
-    start = (storage.data_ptr() + page - 1) // page * page
-    end = (storage.data_ptr() + storage.nbytes()) // page * page
-    if end > start:
-        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
-
-
-def _return_freed_heap() -> None:
-    """Give the C heap's free pages back to the OS (glibc keeps the float32 temporaries' pages otherwise)."""
-    if sys.platform == "linux":
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc (musl): nothing to do
-            pass
-
-
-def _libc():
-    if sys.platform not in ("linux", "darwin"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        return libc
-    except (OSError, AttributeError):
-        return None
-
-
-def _page_size() -> int:
-    import mmap
-
-    return mmap.PAGESIZE
 
 
 # materialising --------------------------------------------------------------------------------
@@ -285,7 +235,7 @@ def _materialise_random(module: nn.Module, convert: Converter) -> None:
             continue
         if isinstance(sub, RotaryEmbedding):  # a buffer computed at construction: build a real one
             sub.inv_freq = RotaryEmbedding(sub.inv_freq.shape[0] * 2).inv_freq
-            _convert_own_tensors(sub, convert, file_backed=set())
+            convert_own_tensors(sub, convert)
             continue
         sub.to_empty(device="cpu", recurse=False)
         with torch.no_grad():
@@ -298,26 +248,7 @@ def _materialise_random(module: nn.Module, convert: Converter) -> None:
                     nn.init.normal_(tensor, std=0.02)
                 if sub._buffers:
                     raise TypeError(f"no random initialisation known for the buffers of {type(sub).__name__}")
-        _convert_own_tensors(sub, convert, file_backed=set())
-
-
-def _assign_checkpoint(module: nn.Module, folder: ModelFolder, name: str, convert: Converter, ignore=()) -> None:
-    """Make ``module`` (on meta) use the checkpoint's memory-mapped tensors, converted one by one."""
-    path = folder.file(name)
-    state = load_checkpoint(path, hub_repo=folder.hub_repo)
-    with warnings.catch_warnings():  # on meta parameters the copy is a no-op: this call only checks keys and shapes
-        warnings.filterwarnings("ignore", message=".*meta parameter.*")
-        load_strict(module, state, source=str(folder.path / name), ignore=ignore)
-    kept = {key: value for key, value in state.items() if key not in set(ignore)}
-    file_backed = {tensor.untyped_storage().data_ptr() for tensor in kept.values()}
-    del state
-    module.load_state_dict(kept, strict=True, assign=True)
-    del kept
-    for sub in module.modules():
-        _convert_own_tensors(sub, convert, file_backed)
-    leftover = [key for key, tensor in (*module.named_parameters(), *module.named_buffers()) if tensor.is_meta]
-    if leftover:
-        raise CheckpointError(f"{path}: no values for {', '.join(leftover[:5])} after loading")
+        convert_own_tensors(sub, convert)
 
 
 def _load_small(module: nn.Module, folder: ModelFolder, name: str) -> None:

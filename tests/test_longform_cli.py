@@ -1,4 +1,5 @@
-"""The long-form commands end to end on the preview voice (no CosyVoice weights are needed)."""
+"""The long-form commands end to end on the preview voice (no CosyVoice weights are needed): every line is a
+job of the app's engine, started by the command, and recorded ``interface: cli`` in outputs/."""
 
 from __future__ import annotations
 
@@ -46,7 +47,8 @@ def cli(home, monkeypatch, capsys):
     monkeypatch.chdir(home)
 
     def run(*args):
-        extra = ["--models-dir", str(home / "no-models")] if args[0] in ("dialogue", "dub", "batch") else []
+        spoken = args[0] in ("dialogue", "dub", "batch")
+        extra = ["--models-dir", str(home / "no-models"), "--outputs-dir", str(home / "outputs")] if spoken else []
         code = main([*args, *extra])
         out = capsys.readouterr()
         return code, out.out, out.err
@@ -62,6 +64,8 @@ def test_dialogue_and_a_resumed_batch_from_the_command_line(cli, home):
     audio, rate = soundfile.read(home / "talk.wav")
     assert [t["voice"] for t in timing] == ["Anna", "Bob", "Anna"]
     assert timing[-1]["end"] == pytest.approx(len(audio) / rate, abs=0.01)
+    sidecars = [json.loads(path.read_text()) for path in sorted((home / "outputs").glob("*.json"))]
+    assert len(sidecars) == 3 and {sidecar["interface"] for sidecar in sidecars} == {"cli"}
     (home / "lines.txt").write_text("One line.\nAnother line.\n")
     assert cli("batch", "lines.txt", "--voice", "Anna", "--out-dir", "out", "--trim")[0] == 0
     code, out, _ = cli("batch", "lines.txt", "--voice", "Anna", "--out-dir", "out", "--trim")

@@ -1,33 +1,43 @@
 """Command line for long work: ``dialogue``, ``dub``, ``batch`` and ``glossary`` (see ``--help`` of each).
 
-Lines are spoken by a model in this process with saved voices from the voice library (save one on the page,
-or with ``python -m cosyvoice_mac voices add``); a tqdm bar shows progress and Ctrl-C keeps what is done.
+Every line is an ordinary job of the app's engine (``cli_engine``), recorded ``interface: cli`` in its
+sidecar in outputs/, with the glossary applied by the worker and saved voices from the voice library (save
+one on the page, or with ``python -m cosyvoice_mac voices add``). A tqdm bar shows progress; Ctrl-C cancels
+the line in flight and keeps the finished ones (a second Ctrl-C quits at once).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
+from cosyvoice_mac.cli import EXIT_INTERRUPTED, add_precision_arguments
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.longform.post import PostSettings
+from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 
 
 def add_longform(commands) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model",
-        type=Path,
-        help="model folder (default: as the app picks: a CosyVoice3 folder "
-        "in models/, else any model, else the preview voice)",
+        help="model folder, a folder name under models/, or 'preview' (default: as the app picks: a "
+        "CosyVoice3 folder in models/, else any model, else the preview voice)",
     )
-    common.add_argument("--models-dir", type=Path, default=Path("models"), help=argparse.SUPPRESS)
-    common.add_argument("--device", default="auto")
+    common.add_argument("--models-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    common.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
+    add_precision_arguments(common)
+    common.add_argument("--engine", choices=ENGINES, default=None, help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE)")
+    common.add_argument(
+        "--outputs-dir", type=Path, help="where each line's WAV and sidecar are saved (default: the app's outputs/)"
+    )
+    common.set_defaults(vocoder="torch", compute_units="ALL", random_weights=None)
     common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
     common.add_argument("--trim", action="store_true", help="trim leading and trailing silence of every line")
     common.add_argument("--loudness", type=float, metavar="LUFS", help="normalise loudness, e.g. -16 or -23")
-    common.add_argument("--no-glossary", action="store_true", help="do not apply the pronunciation glossary")
 
     dialogue = commands.add_parser("dialogue", parents=[common], help="speak a script of several voices")
     dialogue.add_argument("script", type=Path, help="text file: '[S1] text' or 'Name: text' per line")
@@ -124,25 +134,30 @@ def _read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _speaker(args, default_voice=None):
-    from cosyvoice_mac.engine.cache import VoiceLibrary
-    from cosyvoice_mac.longform.speakers import PipelineSpeak
+def _check_voice(name: str | None) -> None:
+    """Refuse an unknown saved voice before the model loads."""
+    if name is not None:
+        from cosyvoice_mac.engine.cache import VoiceLibrary
 
-    model = _load_model(args)
-    glossary = () if args.no_glossary else _store().entries()
-    return PipelineSpeak(model, VoiceLibrary(), glossary, default_voice)
+        VoiceLibrary().get(name)
 
 
-def _load_model(args):
-    """The model the app would pick (``--model`` names one; else CosyVoice3, any model, the preview voice)."""
-    from cosyvoice_mac.load import load_model
+def _speak_here(args, default_voice, job, label: str) -> int:
+    """Run ``job(speak, on_progress, should_stop)`` with the app's engine started in this process."""
+    from cosyvoice_mac.cli_engine import start_engine
+    from cosyvoice_mac.longform.speakers import EngineSpeak
 
-    model = load_model(args.model, device=args.device, models_dir=args.models_dir)
-    if model.version == "preview":
-        from cosyvoice_mac.preview.labels import PREVIEW_LABEL
-
-        print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
-    return model
+    if args.outputs_dir is not None:
+        outputs = args.outputs_dir
+    else:
+        from cosyvoice_mac.webui.app import DEFAULT_OUTPUTS_DIR as outputs
+    glossary = _store().entries()  # the worker applies it; here it only keys a batch's resume
+    engine = start_engine(args, Path(outputs).expanduser(), args.models_dir)
+    try:
+        speak = EngineSpeak(engine, glossary, default_voice, interface="cli", timeout_s=None)
+        return _run(lambda bar, stop: job(speak, bar, stop), label, speak.stop)
+    finally:
+        engine.close()
 
 
 class _Bar:
@@ -164,15 +179,26 @@ class _Bar:
             self.bar.close()
 
 
-def _run(job, label: str) -> int:
-    bar = _Bar(label)
-    stop = {"asked": False}
+def _run(job, label: str, cancel_current) -> int:
+    """``job(on_progress, should_stop)`` with a bar; the first Ctrl-C asks it to stop and calls
+    ``cancel_current`` (on a thread of its own: the handler may interrupt the code it would wait for)."""
+    bar, stop = _Bar(label), threading.Event()
+
+    def interrupted(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        print(f"\nstopping: the {label[:-1]} in progress is cancelled, finished ones are kept", file=sys.stderr)
+        threading.Thread(target=cancel_current, name="cosyvoice-cli-cancel", daemon=True).start()
+
+    previous = signal.signal(signal.SIGINT, interrupted)
     try:
-        result = job(bar, lambda: stop["asked"])
+        result = job(bar, stop.is_set)
     except KeyboardInterrupt:
         print("\nstopped", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     finally:
+        signal.signal(signal.SIGINT, previous)
         bar.close()
     files = ", ".join(str(path) for path in result.files)
     print(f"{result.done}/{result.total} {label} done{' (stopped: partial)' if result.stopped else ''}: {files}")
@@ -181,7 +207,7 @@ def _run(job, label: str) -> int:
             f"cue {misfit['cue']}: {misfit['overrun']:.2f} s too long, starts {misfit['late']:.2f} s late",
             file=sys.stderr,
         )
-    return 0
+    return EXIT_INTERRUPTED if result.stopped else 0
 
 
 def _post(args) -> PostSettings:
@@ -199,9 +225,10 @@ def _dialogue(args) -> int:
         raise LongformError("--cast takes TAG=VOICE, e.g. --cast S1=Anna")
     known = [entry["name"] for entry in VoiceLibrary().list()]
     dialogue.check_cast(dialogue.parse_script(script), cast, known)  # before the model loads
-    speak = _speaker(args)
-    return _run(
-        lambda bar, stop: run_dialogue(
+    return _speak_here(
+        args,
+        None,
+        lambda speak, bar, stop: run_dialogue(
             script,
             cast,
             known,
@@ -225,9 +252,11 @@ def _dub(args) -> int:
     data = _read_bytes(args.subtitles)
     subtitles.parse_srt(data)
     subtitles.check_speed_limit(args.speed_limit)
-    speak = _speaker(args, args.voice)
-    return _run(
-        lambda bar, stop: run_dub(
+    _check_voice(args.voice)
+    return _speak_here(
+        args,
+        args.voice,
+        lambda speak, bar, stop: run_dub(
             data,
             args.voice,
             speak,
@@ -249,16 +278,17 @@ def _batch(args) -> int:
     data = _read_bytes(args.lines)
     kind = args.lines.suffix.lower().lstrip(".")
     batch.parse_batch(data, kind)
-    speak = _speaker(args, args.voice)
-    settings = {"model": str(args.model), "glossary": [e.key for e in speak.glossary]}
-    return _run(
-        lambda bar, stop: run_batch(
+    _check_voice(args.voice)
+    return _speak_here(
+        args,
+        args.voice,
+        lambda speak, bar, stop: run_batch(
             data,
             kind,
             args.out_dir,
             speak,
             voice=args.voice,
-            settings=settings,
+            settings={"model": args.model, "glossary": [entry.key for entry in speak.glossary]},
             seed=args.seed,
             post=_post(args),
             on_progress=bar,

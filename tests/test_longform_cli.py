@@ -4,6 +4,11 @@ job of the app's engine, started by the command, and recorded ``interface: cli``
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import soundfile
@@ -109,3 +114,30 @@ def test_the_glossary_round_trips_through_the_command_line(cli, home):
     assert "minute" in cli("glossary", "list")[1]
     assert cli("glossary", "export", "out.csv")[0] == 0
     assert (home / "out.csv").read_text() == (home / "g.csv").read_text()
+
+
+def test_ctrl_c_cancels_the_line_in_flight_and_keeps_the_finished_ones(home, tmp_path):
+    """A real Ctrl-C (SIGINT) once the first line is saved: the command ends with 130, the dialogue holds
+    exactly the lines whose jobs finished, labelled partial, and no line is saved after it."""
+    sentence = "Anna: This is a long line of the dialogue, spoken slowly, so that it is still running when stopped."
+    script = tmp_path / "long.txt"
+    script.write_text("\n".join([sentence] * 12) + "\n")
+    outputs = tmp_path / "outputs"
+    env = {**os.environ, "COSYVOICE_CACHE_DIR": str(home / "cache"), "OMP_WAIT_POLICY": "PASSIVE"}
+    command = [sys.executable, "-m", "cosyvoice_mac", "dialogue", str(script), "--out", str(tmp_path / "talk")]
+    command += ["--models-dir", str(tmp_path / "no-models"), "--outputs-dir", str(outputs)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not list(outputs.glob("*.json")) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and "(stopped: partial)" in out and "Traceback" not in err, err
+    timing = json.loads((tmp_path / "talk.timing.json").read_text())
+    saved = list(outputs.glob("*.json"))
+    assert timing["partial"] and 1 <= len(timing["lines"]) < 12
+    assert len(saved) == len(timing["lines"])

@@ -53,7 +53,8 @@ def cli(home, monkeypatch, capsys):
 
     def run(*args):
         spoken = args[0] in ("dialogue", "dub", "batch")
-        extra = ["--models-dir", str(home / "no-models"), "--outputs-dir", str(home / "outputs")] if spoken else []
+        local = ["--local", "--models-dir", str(home / "no-models"), "--outputs-dir", str(home / "outputs")]
+        extra = local if spoken else []
         code = main([*args, *extra])
         out = capsys.readouterr()
         return code, out.out, out.err
@@ -125,7 +126,7 @@ def test_ctrl_c_cancels_the_line_in_flight_and_keeps_the_finished_ones(home, tmp
     outputs = tmp_path / "outputs"
     env = {**os.environ, "COSYVOICE_CACHE_DIR": str(home / "cache"), "OMP_WAIT_POLICY": "PASSIVE"}
     command = [sys.executable, "-m", "cosyvoice_mac", "dialogue", str(script), "--out", str(tmp_path / "talk")]
-    command += ["--models-dir", str(tmp_path / "no-models"), "--outputs-dir", str(outputs)]
+    command += ["--local", "--models-dir", str(tmp_path / "no-models"), "--outputs-dir", str(outputs)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         deadline = time.monotonic() + 120

@@ -14,7 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cosyvoice_mac.cli import EXIT_INTERRUPTED, add_precision_arguments
+from cosyvoice_mac.cli import EXIT_INTERRUPTED, LOCAL_ONLY, add_app_arguments, add_precision_arguments
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.longform.post import PostSettings
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
@@ -34,6 +34,7 @@ def add_longform(commands) -> None:
     common.add_argument(
         "--outputs-dir", type=Path, help="where each line's WAV and sidecar are saved (default: the app's outputs/)"
     )
+    add_app_arguments(common)
     common.set_defaults(vocoder="torch", compute_units="ALL", random_weights=None)
     common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
     common.add_argument("--trim", action="store_true", help="trim leading and trailing silence of every line")
@@ -142,11 +143,27 @@ def _check_voice(name: str | None) -> None:
         VoiceLibrary().get(name)
 
 
-def _speak_here(args, default_voice, job, label: str) -> int:
-    """Run ``job(speak, on_progress, should_stop)`` with the app's engine started in this process."""
+def _speak(args, label: str, here, in_app) -> int:
+    """The job in the running app (``in_app(app, on_progress)``, see ``remote``) when one answers, else with
+    the app's engine started here (``here(speak, on_progress, should_stop)``, after ``here.check()``)."""
+    from cosyvoice_mac.cli_app import connect, note_local_only
+
+    app = connect(args)
+    if app is None:
+        return _speak_here(args, label, here)
+    try:
+        note_local_only(args, {"--model": ("model", None), **LOCAL_ONLY})
+        print(f"sent to the app at {app.url}; its lines wait in its queue", file=sys.stderr)
+        return _run(lambda bar, stop: in_app(app, bar), label, None)
+    finally:
+        app.close()
+
+
+def _speak_here(args, label: str, here) -> int:
     from cosyvoice_mac.cli_engine import start_engine
     from cosyvoice_mac.longform.speakers import EngineSpeak
 
+    here.check()  # saved voices this machine knows, before the model loads
     if args.outputs_dir is not None:
         outputs = args.outputs_dir
     else:
@@ -154,10 +171,20 @@ def _speak_here(args, default_voice, job, label: str) -> int:
     glossary = _store().entries()  # the worker applies it; here it only keys a batch's resume
     engine = start_engine(args, Path(outputs).expanduser(), args.models_dir)
     try:
-        speak = EngineSpeak(engine, glossary, default_voice, interface="cli", timeout_s=None)
-        return _run(lambda bar, stop: job(speak, bar, stop), label, speak.stop)
+        speak = EngineSpeak(engine, glossary, here.default_voice, interface="cli", timeout_s=None)
+        return _run(lambda bar, stop: here(speak, bar, stop), label, speak.stop)
     finally:
         engine.close()
+
+
+class _Here:
+    """A job for the local engine: ``run(speak, on_progress, should_stop)``, what it checks first, its voice."""
+
+    def __init__(self, run, check=lambda: None, default_voice: str | None = None):
+        self.run, self.check, self.default_voice = run, check, default_voice
+
+    def __call__(self, speak, on_progress, should_stop):
+        return self.run(speak, on_progress, should_stop)
 
 
 class _Bar:
@@ -180,8 +207,9 @@ class _Bar:
 
 
 def _run(job, label: str, cancel_current) -> int:
-    """``job(on_progress, should_stop)`` with a bar; the first Ctrl-C asks it to stop and calls
-    ``cancel_current`` (on a thread of its own: the handler may interrupt the code it would wait for)."""
+    """``job(on_progress, should_stop)`` with a bar. With ``cancel_current``, the first Ctrl-C asks the job
+    to stop and calls it (on a thread of its own: the handler may interrupt the code it would wait for);
+    without, Ctrl-C ends the job where it is (the app's job: the connection closes and the app stops it)."""
     bar, stop = _Bar(label), threading.Event()
 
     def interrupted(signum, frame):
@@ -191,14 +219,17 @@ def _run(job, label: str, cancel_current) -> int:
         print(f"\nstopping: the {label[:-1]} in progress is cancelled, finished ones are kept", file=sys.stderr)
         threading.Thread(target=cancel_current, name="cosyvoice-cli-cancel", daemon=True).start()
 
-    previous = signal.signal(signal.SIGINT, interrupted)
+    previous = signal.signal(signal.SIGINT, interrupted) if cancel_current else None
     try:
         result = job(bar, stop.is_set)
     except KeyboardInterrupt:
-        print("\nstopped", file=sys.stderr)
+        bar.close()
+        where = "" if cancel_current else ": the app stops the job and keeps what it finished in its outputs/longform"
+        print(f"\ncancelled (Ctrl-C){where}", file=sys.stderr)
         return EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         bar.close()
     files = ", ".join(str(path) for path in result.files)
     print(f"{result.done}/{result.total} {label} done{' (stopped: partial)' if result.stopped else ''}: {files}")
@@ -217,82 +248,109 @@ def _post(args) -> PostSettings:
 def _dialogue(args) -> int:
     from cosyvoice_mac.engine.cache import VoiceLibrary
     from cosyvoice_mac.longform import dialogue
+    from cosyvoice_mac.longform.remote import dialogue_in_app
     from cosyvoice_mac.longform.runner import run_dialogue
 
     script = _read_bytes(args.script).decode("utf-8-sig")
     cast = dict(pair.split("=", 1) for pair in args.cast if "=" in pair)
     if len(cast) != len(args.cast):
         raise LongformError("--cast takes TAG=VOICE, e.g. --cast S1=Anna")
-    known = [entry["name"] for entry in VoiceLibrary().list()]
-    dialogue.check_cast(dialogue.parse_script(script), cast, known)  # before the model loads
-    return _speak_here(
+    lines = dialogue.parse_script(script)
+    post = _post(args)
+    known = []
+
+    def check():
+        known.extend(entry["name"] for entry in VoiceLibrary().list())
+        dialogue.check_cast(lines, cast, known)
+
+    body = {"script": script, "cast": cast, "pause_s": args.pause, "per_line_files": args.per_line, "seed": args.seed}
+    return _speak(
         args,
-        None,
-        lambda speak, bar, stop: run_dialogue(
-            script,
-            cast,
-            known,
-            speak,
-            args.out,
-            pause_s=args.pause,
-            seed=args.seed,
-            per_line_files=args.per_line,
-            post=_post(args),
-            on_progress=bar,
-            should_stop=stop,
-        ),
         "lines",
+        _Here(
+            lambda speak, bar, stop: run_dialogue(
+                script,
+                cast,
+                known,
+                speak,
+                args.out,
+                pause_s=args.pause,
+                seed=args.seed,
+                per_line_files=args.per_line,
+                post=post,
+                on_progress=bar,
+                should_stop=stop,
+            ),
+            check,
+        ),
+        lambda app, bar: dialogue_in_app(app, {**body, **_post_fields(post)}, args.out, bar),
     )
+
+
+def _post_fields(post: PostSettings) -> dict:
+    return {"trim": post.trim, "loudness_lufs": post.loudness_lufs}
 
 
 def _dub(args) -> int:
     from cosyvoice_mac.longform import subtitles
+    from cosyvoice_mac.longform.remote import dub_in_app
     from cosyvoice_mac.longform.runner import run_dub
 
     data = _read_bytes(args.subtitles)
     subtitles.parse_srt(data)
     subtitles.check_speed_limit(args.speed_limit)
-    _check_voice(args.voice)
-    return _speak_here(
+    post = _post(args)
+    form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, **_post_fields(post)}
+    return _speak(
         args,
-        args.voice,
-        lambda speak, bar, stop: run_dub(
-            data,
-            args.voice,
-            speak,
-            args.out,
-            speed_limit=args.speed_limit,
-            seed=args.seed,
-            post=_post(args),
-            on_progress=bar,
-            should_stop=stop,
-        ),
         "cues",
+        _Here(
+            lambda speak, bar, stop: run_dub(
+                data,
+                args.voice,
+                speak,
+                args.out,
+                speed_limit=args.speed_limit,
+                seed=args.seed,
+                post=post,
+                on_progress=bar,
+                should_stop=stop,
+            ),
+            lambda: _check_voice(args.voice),
+            args.voice,
+        ),
+        lambda app, bar: dub_in_app(app, data, form, args.out, bar),
     )
 
 
 def _batch(args) -> int:
     from cosyvoice_mac.longform import batch
+    from cosyvoice_mac.longform.remote import batch_in_app
     from cosyvoice_mac.longform.runner import run_batch
 
     data = _read_bytes(args.lines)
     kind = args.lines.suffix.lower().lstrip(".")
     batch.parse_batch(data, kind)
-    _check_voice(args.voice)
-    return _speak_here(
+    post = _post(args)
+    form = {"voice": args.voice, "seed": args.seed, **_post_fields(post)}
+    return _speak(
         args,
-        args.voice,
-        lambda speak, bar, stop: run_batch(
-            data,
-            kind,
-            args.out_dir,
-            speak,
-            voice=args.voice,
-            settings={"model": args.model, "glossary": [entry.key for entry in speak.glossary]},
-            seed=args.seed,
-            post=_post(args),
-            on_progress=bar,
-            should_stop=stop,
-        ),
         "lines",
+        _Here(
+            lambda speak, bar, stop: run_batch(
+                data,
+                kind,
+                args.out_dir,
+                speak,
+                voice=args.voice,
+                settings={"model": str(args.model), "glossary": [entry.key for entry in speak.glossary]},
+                seed=args.seed,
+                post=post,
+                on_progress=bar,
+                should_stop=stop,
+            ),
+            lambda: _check_voice(args.voice),
+            args.voice,
+        ),
+        lambda app, bar: batch_in_app(app, data, kind, form, args.out_dir, bar),
     )

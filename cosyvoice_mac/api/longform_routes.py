@@ -103,13 +103,12 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
         voice: str = Form(...),
         speed_limit: float = Form(1.5),
         seed: int | None = Form(None),
-        trim: bool = Form(False),
         loudness_lufs: float | None = Form(None),
     ):
         data = await _read(subtitles_file)
         _checked(lambda: subtitles.parse_srt(data), "file")
         _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
-        post = _checked(lambda: PostSettings(trim, loudness_lufs), "loudness_lufs")
+        post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
         name = link.find_voice(voice)
         speaker = speak(request, name)
         return _stream(

@@ -300,7 +300,8 @@ def _dub(args) -> int:
     subtitles.parse_srt(data)
     subtitles.check_speed_limit(args.speed_limit)
     post = _post(args)
-    form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, **_post_fields(post)}
+    # a cue keeps its silence (its place on the timeline): the route takes only the loudness
+    form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
     return _speak(
         args,
         "cues",

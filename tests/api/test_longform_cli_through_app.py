@@ -127,3 +127,30 @@ def test_ctrl_c_disconnects_and_the_app_stops_the_rest_keeping_what_is_done(long
     assert len(partial) == 1 and 1 <= len(partial[0]["lines"]) < 12
     time.sleep(2.0)  # nothing more is spoken once the app has stopped the job
     assert len(_line_sidecars(longform_app)) - before == len(partial[0]["lines"])
+
+
+def test_a_dub_through_the_app_is_downloaded_to_the_out_stem(longform_app, tmp_path):
+    srt = tmp_path / "film.srt"
+    srt.write_text(
+        "1\n00:00:00,500 --> 00:00:03,000\nThe first cue.\n\n2\n00:00:04,000 --> 00:00:06,500\nThe last cue.\n"
+    )
+    before = len(_line_sidecars(longform_app))
+    args = [
+        "dub",
+        str(srt),
+        "--voice",
+        "Anna",
+        "--loudness",
+        "-20",
+        "--out",
+        str(tmp_path / "film"),
+        *_app_args(longform_app),
+    ]
+    done = _cli(args, longform_app.root)
+    assert done.returncode == 0 and "2/2 cues done" in done.stdout, done.stderr
+    assert {line["interface"] for line in _line_sidecars(longform_app)[before:]} == {"cli"}
+    audio, rate = soundfile.read(tmp_path / "film.wav")
+    assert len(audio) / rate >= 4.0  # the last cue starts at 4 s on the timeline
+    facts = json.loads((tmp_path / "film.json").read_text())
+    assert facts["kind"] == "dub" and facts["voice"] == "Anna" and facts["cues"] == 2
+    assert (tmp_path / "film.report.json").is_file()

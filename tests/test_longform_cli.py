@@ -117,6 +117,19 @@ def test_the_glossary_round_trips_through_the_command_line(cli, home):
     assert (home / "out.csv").read_text() == (home / "g.csv").read_text()
 
 
+def interrupt_when(process: subprocess.Popen, ready, timeout: float = 120) -> tuple[str, str]:
+    """Ctrl-C (SIGINT) to ``process`` once ``ready()`` holds, while it still runs; its (stdout, stderr)."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGINT)
+        return process.communicate(timeout=60)
+    finally:
+        process.kill()
+
+
 def test_ctrl_c_cancels_the_line_in_flight_and_keeps_the_finished_ones(home, tmp_path):
     """A real Ctrl-C (SIGINT) once the first line is saved: the command ends with 130, the dialogue holds
     exactly the lines whose jobs finished, labelled partial, and no line is saved after it."""
@@ -128,15 +141,7 @@ def test_ctrl_c_cancels_the_line_in_flight_and_keeps_the_finished_ones(home, tmp
     command = [sys.executable, "-m", "cosyvoice_mac", "dialogue", str(script), "--out", str(tmp_path / "talk")]
     command += ["--local", "--models-dir", str(tmp_path / "no-models"), "--outputs-dir", str(outputs)]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        deadline = time.monotonic() + 120
-        while not list(outputs.glob("*.json")) and process.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert process.poll() is None, process.communicate()
-        process.send_signal(signal.SIGINT)
-        out, err = process.communicate(timeout=60)
-    finally:
-        process.kill()
+    out, err = interrupt_when(process, lambda: list(outputs.glob("*.json")))
     assert process.returncode == 130 and "(stopped: partial)" in out and "Traceback" not in err, err
     timing = json.loads((tmp_path / "talk.timing.json").read_text())
     saved = list(outputs.glob("*.json"))

@@ -8,7 +8,6 @@ The app runs the preview voice with an API key; two voices are saved in its cach
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ import soundfile
 from tests.api.conftest import wait_until_ready
 from tests.api.test_cli_through_app import _cli_env
 from tests.browser.conftest import REPO_ROOT, start_app, stop_app
+from tests.test_longform_cli import interrupt_when
 
 KEY = "longform-cli-key"
 AUTH = {"Authorization": f"Bearer {KEY}"}
@@ -109,15 +109,7 @@ def test_ctrl_c_disconnects_and_the_app_stops_the_rest_keeping_what_is_done(long
     before = len(_line_sidecars(longform_app))
     args = ["dialogue", str(tmp_path / "long.txt"), "--out", str(tmp_path / "talk"), *_app_args(longform_app)]
     cli = _cli(args, longform_app.root, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while len(_line_sidecars(longform_app)) == before and time.monotonic() < deadline and cli.poll() is None:
-            time.sleep(0.05)
-        assert cli.poll() is None, cli.communicate()
-        cli.send_signal(signal.SIGINT)
-        _, stderr = cli.communicate(timeout=60)
-    finally:
-        cli.kill()
+    _, stderr = interrupt_when(cli, lambda: len(_line_sidecars(longform_app)) > before)
     assert cli.returncode == 130 and "cancelled (Ctrl-C)" in stderr and "Traceback" not in stderr, stderr
     deadline, partial = time.monotonic() + 60, []
     while not partial and time.monotonic() < deadline:

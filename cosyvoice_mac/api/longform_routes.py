@@ -23,8 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import ApiError, bad_request
-from cosyvoice_mac.api.routes import asking_interface
-from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.longform import LongformError, batch, dialogue, subtitles
 from cosyvoice_mac.longform.glossary import GlossaryEntry, GlossaryStore, check_entries
 from cosyvoice_mac.longform.post import PostSettings
@@ -67,6 +66,8 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
 
     def speak(request: Request, default_voice=None) -> EngineSpeak:
         """Lines as engine jobs recorded with the interface that asked (``api``, or ``cli`` by its header)."""
+        from cosyvoice_mac.api.routes import asking_interface  # the speech routes' rule, at the point of use
+
         interface = asking_interface(request)
         link.check_ready()
         return EngineSpeak(link._engine(), _entries(glossary), default_voice, interface=interface)
@@ -200,6 +201,8 @@ def _checked(check, param: str):
         return check()
     except LongformError as error:
         raise bad_request(str(error), "invalid_longform_input", param) from None
+    except RequestError as error:  # a rule of the request contract (the post-processing settings)
+        raise bad_request(str(error), error.code, error.field) from None
 
 
 async def _read(upload: UploadFile) -> bytes:

@@ -14,13 +14,14 @@ import sys
 import threading
 from pathlib import Path
 
-from cosyvoice_mac.cli import EXIT_INTERRUPTED, LOCAL_ONLY, add_app_arguments, add_precision_arguments
 from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.longform.post import PostSettings
-from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
+from cosyvoice_mac.longform.post import LUFS_RANGE, PostSettings
 
 
 def add_longform(commands) -> None:
+    from cosyvoice_mac.cli import add_app_arguments, add_precision_arguments  # cli imports this module
+    from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model",
@@ -37,8 +38,7 @@ def add_longform(commands) -> None:
     add_app_arguments(common)
     common.set_defaults(vocoder="torch", compute_units="ALL", random_weights=None)
     common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
-    common.add_argument("--trim", action="store_true", help="trim leading and trailing silence of every line")
-    common.add_argument("--loudness", type=float, metavar="LUFS", help="normalise loudness, e.g. -16 or -23")
+    add_post_arguments(common, "of every line")
 
     dialogue = commands.add_parser("dialogue", parents=[common], help="speak a script of several voices")
     dialogue.add_argument("script", type=Path, help="text file: '[S1] text' or 'Name: text' per line")
@@ -146,6 +146,7 @@ def _check_voice(name: str | None) -> None:
 def _speak(args, label: str, here, in_app) -> int:
     """The job in the running app (``in_app(app, on_progress)``, see ``remote``) when one answers, else with
     the app's engine started here (``here(speak, on_progress, should_stop)``, after ``here.check()``)."""
+    from cosyvoice_mac.cli import LOCAL_ONLY
     from cosyvoice_mac.cli_app import connect, note_local_only
 
     app = connect(args)
@@ -210,6 +211,8 @@ def _run(job, label: str, cancel_current) -> int:
     """``job(on_progress, should_stop)`` with a bar. With ``cancel_current``, the first Ctrl-C asks the job
     to stop and calls it (on a thread of its own: the handler may interrupt the code it would wait for);
     without, Ctrl-C ends the job where it is (the app's job: the connection closes and the app stops it)."""
+    from cosyvoice_mac.cli import EXIT_INTERRUPTED
+
     bar, stop = _Bar(label), threading.Event()
 
     def interrupted(signum, frame):
@@ -241,7 +244,18 @@ def _run(job, label: str, cancel_current) -> int:
     return EXIT_INTERRUPTED if result.stopped else 0
 
 
-def _post(args) -> PostSettings:
+def add_post_arguments(parser, whose: str) -> None:
+    """--trim and --loudness LUFS (off by default): the long-form commands' and ``synth``'s."""
+    parser.add_argument("--trim", action="store_true", help=f"trim leading and trailing silence {whose}")
+    parser.add_argument(
+        "--loudness",
+        type=float,
+        metavar="LUFS",
+        help=f"normalise the loudness {whose} to LUFS ({LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g}), e.g. -16 or -23",
+    )
+
+
+def post_settings(args) -> PostSettings:
     return PostSettings(trim=args.trim, loudness_lufs=args.loudness)
 
 
@@ -256,7 +270,7 @@ def _dialogue(args) -> int:
     if len(cast) != len(args.cast):
         raise LongformError("--cast takes TAG=VOICE, e.g. --cast S1=Anna")
     lines = dialogue.parse_script(script)
-    post = _post(args)
+    post = post_settings(args)
     known = []
 
     def check():
@@ -299,7 +313,7 @@ def _dub(args) -> int:
     data = _read_bytes(args.subtitles)
     subtitles.parse_srt(data)
     subtitles.check_speed_limit(args.speed_limit)
-    post = _post(args)
+    post = post_settings(args)
     # a cue keeps its silence (its place on the timeline): the route takes only the loudness
     form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
     return _speak(
@@ -332,7 +346,7 @@ def _batch(args) -> int:
     data = _read_bytes(args.lines)
     kind = args.lines.suffix.lower().lstrip(".")
     batch.parse_batch(data, kind)
-    post = _post(args)
+    post = post_settings(args)
     form = {"voice": args.voice, "seed": args.seed, **_post_fields(post)}
     return _speak(
         args,

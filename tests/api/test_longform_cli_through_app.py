@@ -54,8 +54,10 @@ def _app_args(app) -> list[str]:
 
 
 def _line_sidecars(app) -> list[dict]:
-    """The sidecars the app's engine saved, one per job (the long-form results live in outputs/longform)."""
-    return [json.loads(path.read_text()) for path in sorted(app.outputs.glob("*.json"))]
+    """The sidecars the app's engine saved, one per job, oldest first (names of one second sort by job id;
+    the long-form results live in outputs/longform)."""
+    paths = sorted(app.outputs.glob("*.json"), key=lambda path: path.stat().st_mtime_ns)
+    return [json.loads(path.read_text()) for path in paths]
 
 
 def test_a_dialogue_runs_in_the_apps_queue_and_is_recorded_cli(longform_app, tmp_path):

@@ -101,7 +101,16 @@ def _add_synth(commands) -> None:
         help="where Core ML may run the vocoder",
     )
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
-    where = synth.add_mutually_exclusive_group()
+    add_app_arguments(synth)
+    synth.add_argument(
+        "--outputs-dir", type=Path, help="where --local saves the WAV and its sidecar (default: the app's outputs/)"
+    )
+    synth.set_defaults(handler=_synth)
+
+
+def add_app_arguments(parser) -> None:
+    """--server, --local, --api-key: where the work runs (``cli_app.connect``)."""
+    where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--server",
         metavar="URL",
@@ -109,11 +118,7 @@ def _add_synth(commands) -> None:
         "when none answers there, the model runs here). Given, it must answer",
     )
     where.add_argument("--local", action="store_true", help="run the model in this process even if the app runs")
-    synth.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
-    synth.add_argument(
-        "--outputs-dir", type=Path, help="where --local saves the WAV and its sidecar (default: the app's outputs/)"
-    )
-    synth.set_defaults(handler=_synth)
+    parser.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
 
 
 def add_precision_arguments(parser) -> None:
@@ -197,21 +202,14 @@ def _check_prompt(path: Path) -> None:
 def _synth(args) -> int:
     if args.local or args.random_weights is not None:  # random weights are a benchmark of this machine
         return _synth_here(args)
-    from cosyvoice_mac.cli_app import AppClient, NoApp, default_server
+    from cosyvoice_mac.cli_app import connect, note_local_only
 
     request = _request(args)
-    app = AppClient(args.server or default_server(), args.api_key)
+    app = connect(args)
+    if app is None:
+        return _synth_here(args)
     try:
-        try:
-            app.probe()
-        except NoApp as error:
-            if args.server:
-                raise CosyVoiceError(f"{error}; leave out --server (or give --local) to run the model here") from None
-            print(f"note: {error}; running the model in this process", file=sys.stderr)
-            return _synth_here(args)
-        ignored = [flag for flag, (name, default) in LOCAL_ONLY.items() if getattr(args, name) != default]
-        if ignored:
-            print(f"note: the app runs its own model, so {', '.join(ignored)} apply only with --local", file=sys.stderr)
+        note_local_only(args, LOCAL_ONLY)
         return app.speak(request, args.model, args.out, args.stream)
     finally:
         app.close()

@@ -58,6 +58,34 @@ class NoApp(CosyVoiceError):
     """Nothing usable answers at the address: no server there, or a server that is not this app."""
 
 
+def connect(args) -> AppClient | None:
+    """The running app to send this command's work to, probed (``--server``, else the default address);
+    None with ``--local``, or when nothing answers at the default address (said on stderr). CosyVoiceError
+    when the ``--server`` named does not answer, AppError when the app refuses the key."""
+    if args.local:
+        return None
+    app = AppClient(args.server or default_server(), args.api_key)
+    try:
+        app.probe()
+    except NoApp as error:
+        app.close()
+        if args.server:
+            raise CosyVoiceError(f"{error}; leave out --server (or give --local) to run the model here") from None
+        print(f"note: {error}; running the model in this process", file=sys.stderr)
+        return None
+    except BaseException:
+        app.close()
+        raise
+    return app
+
+
+def note_local_only(args, flags: dict) -> None:
+    """Say which of ``flags`` (flag -> (argument, default)) were given but apply only to a local model."""
+    ignored = [flag for flag, (name, default) in flags.items() if getattr(args, name) != default]
+    if ignored:
+        print(f"note: the app runs its own model, so {', '.join(ignored)} apply only with --local", file=sys.stderr)
+
+
 class AppClient:
     """Owns the HTTP connection to one running app (its base URL and the API key it is sent)."""
 

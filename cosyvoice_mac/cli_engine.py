@@ -28,10 +28,11 @@ def random_full_size(version: str, *, device, dtype, random_weights: bool, **opt
     return CosyVoice.random_full_size(version, device=device, dtype=dtype, **options)
 
 
-def worker_config(args, outputs_dir: Path):
-    """The worker settings for the CLI's arguments, by the app's own rule (``ModelHost.worker_config``)."""
+def worker_config(args, outputs_dir: Path, models_dir: Path | None = None):
+    """The worker settings for the CLI's arguments, by the app's own rule (``ModelHost.worker_config``);
+    ``models_dir`` is where a model named by folder name (or picked by default) is looked for."""
     from cosyvoice_mac.cli import host_precision, host_vocoder
-    from cosyvoice_mac.load import resolve_model
+    from cosyvoice_mac.load import MODELS_DIR, resolve_model
     from cosyvoice_mac.mlx import requested_engine
     from cosyvoice_mac.webui.state import PREVIEW_CHOICE, HostConfig, ModelChoice, ModelHost
 
@@ -55,7 +56,7 @@ def worker_config(args, outputs_dir: Path):
             pipeline_factory=RANDOM_WEIGHTS_FACTORY,
             random_weights=True,
         )
-    folder = resolve_model(args.model)
+    folder = resolve_model(args.model, models_dir or MODELS_DIR)
     if folder is None:
         return app_worker_config(PREVIEW_CHOICE)
     from cosyvoice_mac.pipeline.model_dir import detect_version
@@ -64,18 +65,35 @@ def worker_config(args, outputs_dir: Path):
     return app_worker_config(ModelChoice(folder.name, folder, version))
 
 
-def synth_locally(args, request, outputs_dir: Path) -> int:
-    """Start the engine, run the one job, copy its WAV to ``args.out``; the exit code."""
-    from cosyvoice_mac.engine import Engine, Job
+def start_engine(args, outputs_dir: Path, models_dir: Path | None = None):
+    """The app's Engine for the CLI's arguments, started and its model loaded (said on stderr); the caller
+    closes it. CosyVoiceError (the engine closed again) when the model does not start."""
+    from cosyvoice_mac.engine import Engine
 
-    config = worker_config(args, outputs_dir)
+    config = worker_config(args, outputs_dir, models_dir)
     started = time.perf_counter()
     engine = Engine(config, max_queue=1, max_load_failures=1, job_timeout_s=None)
-    job = Job(request, interface="cli")
     try:
         if not engine.start(wait=True):
             raise CosyVoiceError(engine.status().get("last_error") or "the model did not start")
-        _say_loaded(engine.status(), time.perf_counter() - started, args)
+    except BaseException:
+        engine.close()
+        raise
+    _say_loaded(engine.status(), time.perf_counter() - started, args)
+    return engine
+
+
+def synth_locally(args, request, outputs_dir: Path) -> int:
+    """Start the engine, run the one job, copy its WAV to ``args.out``; the exit code."""
+    from cosyvoice_mac.engine import Job
+
+    job = Job(request, interface="cli")
+    try:
+        engine = start_engine(args, outputs_dir)
+    except KeyboardInterrupt:
+        print("cancelled (Ctrl-C): the job was stopped and nothing was written", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    try:
         result = _run(engine, job, args.stream)
     except KeyboardInterrupt:
         _cancel(engine, job.job_id)

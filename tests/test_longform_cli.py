@@ -1,8 +1,14 @@
-"""The long-form commands end to end on the preview voice (no CosyVoice weights are needed)."""
+"""The long-form commands end to end on the preview voice (no CosyVoice weights are needed): every line is a
+job of the app's engine, started by the command, and recorded ``interface: cli`` in outputs/."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 import soundfile
@@ -46,7 +52,9 @@ def cli(home, monkeypatch, capsys):
     monkeypatch.chdir(home)
 
     def run(*args):
-        extra = ["--models-dir", str(home / "no-models")] if args[0] in ("dialogue", "dub", "batch") else []
+        spoken = args[0] in ("dialogue", "dub", "batch")
+        local = ["--local", "--models-dir", str(home / "no-models"), "--outputs-dir", str(home / "outputs")]
+        extra = local if spoken else []
         code = main([*args, *extra])
         out = capsys.readouterr()
         return code, out.out, out.err
@@ -62,6 +70,8 @@ def test_dialogue_and_a_resumed_batch_from_the_command_line(cli, home):
     audio, rate = soundfile.read(home / "talk.wav")
     assert [t["voice"] for t in timing] == ["Anna", "Bob", "Anna"]
     assert timing[-1]["end"] == pytest.approx(len(audio) / rate, abs=0.01)
+    sidecars = [json.loads(path.read_text()) for path in sorted((home / "outputs").glob("*.json"))]
+    assert len(sidecars) == 3 and {sidecar["interface"] for sidecar in sidecars} == {"cli"}
     (home / "lines.txt").write_text("One line.\nAnother line.\n")
     assert cli("batch", "lines.txt", "--voice", "Anna", "--out-dir", "out", "--trim")[0] == 0
     code, out, _ = cli("batch", "lines.txt", "--voice", "Anna", "--out-dir", "out", "--trim")
@@ -105,3 +115,35 @@ def test_the_glossary_round_trips_through_the_command_line(cli, home):
     assert "minute" in cli("glossary", "list")[1]
     assert cli("glossary", "export", "out.csv")[0] == 0
     assert (home / "out.csv").read_text() == (home / "g.csv").read_text()
+
+
+def interrupt_when(process: subprocess.Popen, ready, timeout: float = 120) -> tuple[str, str]:
+    """Ctrl-C (SIGINT) to ``process`` once ``ready()`` holds, while it still runs; its (stdout, stderr)."""
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert process.poll() is None, process.communicate()
+        process.send_signal(signal.SIGINT)
+        return process.communicate(timeout=60)
+    finally:
+        process.kill()
+
+
+def test_ctrl_c_cancels_the_line_in_flight_and_keeps_the_finished_ones(home, tmp_path):
+    """A real Ctrl-C (SIGINT) once the first line is saved: the command ends with 130, the dialogue holds
+    exactly the lines whose jobs finished, labelled partial, and no line is saved after it."""
+    sentence = "Anna: This is a long line of the dialogue, spoken slowly, so that it is still running when stopped."
+    script = tmp_path / "long.txt"
+    script.write_text("\n".join([sentence] * 12) + "\n")
+    outputs = tmp_path / "outputs"
+    env = {**os.environ, "COSYVOICE_CACHE_DIR": str(home / "cache"), "OMP_WAIT_POLICY": "PASSIVE"}
+    command = [sys.executable, "-m", "cosyvoice_mac", "dialogue", str(script), "--out", str(tmp_path / "talk")]
+    command += ["--local", "--models-dir", str(tmp_path / "no-models"), "--outputs-dir", str(outputs)]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out, err = interrupt_when(process, lambda: list(outputs.glob("*.json")))
+    assert process.returncode == 130 and "(stopped: partial)" in out and "Traceback" not in err, err
+    timing = json.loads((tmp_path / "talk.timing.json").read_text())
+    saved = list(outputs.glob("*.json"))
+    assert timing["partial"] and 1 <= len(timing["lines"]) < 12
+    assert len(saved) == len(timing["lines"])

@@ -64,9 +64,13 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
     router = APIRouter(prefix="/v1", dependencies=[Depends(access.check)])
     folder = Path(outputs_dir) / "longform"
 
-    def speak(default_voice=None) -> EngineSpeak:
+    def speak(request: Request, default_voice=None) -> EngineSpeak:
+        """Lines as engine jobs recorded with the interface that asked (``api``, or ``cli`` by its header)."""
+        from cosyvoice_mac.api.routes import asking_interface  # the speech routes' rule, at the point of use
+
+        interface = asking_interface(request)
         link.check_ready()
-        return EngineSpeak(link._engine(), _entries(glossary), default_voice, interface="api")
+        return EngineSpeak(link._engine(), _entries(glossary), default_voice, interface=interface)
 
     @router.post("/longform/dialogue")
     async def longform_dialogue(body: DialogueBody, request: Request):
@@ -74,7 +78,7 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
         known = [entry["name"] for entry in link.voices() if not entry.get("preview")]
         _checked(lambda: dialogue.check_cast(lines, body.cast, known), "cast")
         post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
-        speaker = speak()
+        speaker = speak(request)
         return _stream(
             request,
             speaker,
@@ -107,7 +111,7 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
         _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
         post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
         name = link.find_voice(voice)
-        speaker = speak(name)
+        speaker = speak(request, name)
         return _stream(
             request,
             speaker,
@@ -140,7 +144,7 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
         _checked(lambda: batch.parse_batch(data, kind), "file")
         post = _checked(lambda: PostSettings(trim, loudness_lufs), "loudness_lufs")
         default = link.find_voice(voice) if voice else None
-        speaker = speak(default)
+        speaker = speak(request, default)
         settings = {
             "model": link.host.current.name if link.host.current else None,
             "glossary": [entry.key for entry in speaker.glossary],

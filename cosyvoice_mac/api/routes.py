@@ -196,7 +196,7 @@ async def _receive_upload(upload: UploadFile, limit: int, prefix: str) -> tuple[
     return folder, path
 
 
-def _interface(request: Request) -> str:
+def asking_interface(request: Request) -> str:
     """Who asked, as the client says in ``X-CosyVoice-Interface`` (default ``api``): a known name, or a 400."""
     claimed = request.headers.get(INTERFACE_HEADER, "api").strip().lower()
     if claimed not in CLIENT_INTERFACES:
@@ -248,7 +248,7 @@ def _order(link: EngineLink, body: SpeechBody, request: Request, recording: str 
         seed=body.seed,
         speed=body.speed,
         stream=stream,
-        interface=_interface(request),
+        interface=asking_interface(request),
         recording=recording,
         trim=body.trim,
         loudness_lufs=body.loudness_lufs,

@@ -1,13 +1,17 @@
 """Command line for long work: ``dialogue``, ``dub``, ``batch`` and ``glossary`` (see ``--help`` of each).
 
-Lines are spoken by a model in this process with saved voices from the voice library (save one on the page,
-or with ``python -m cosyvoice_mac voices add``); a tqdm bar shows progress and Ctrl-C keeps what is done.
+Every line is an ordinary job of the app's engine (``cli_engine``), recorded ``interface: cli`` in its
+sidecar in outputs/, with the glossary applied by the worker and saved voices from the voice library (save
+one on the page, or with ``python -m cosyvoice_mac voices add``). A tqdm bar shows progress; Ctrl-C cancels
+the line in flight and keeps the finished ones (a second Ctrl-C quits at once).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from cosyvoice_mac.longform import LongformError
@@ -15,18 +19,26 @@ from cosyvoice_mac.longform.post import LUFS_RANGE, PostSettings
 
 
 def add_longform(commands) -> None:
+    from cosyvoice_mac.cli import add_app_arguments, add_precision_arguments  # cli imports this module
+    from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
+
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--model",
-        type=Path,
-        help="model folder (default: as the app picks: a CosyVoice3 folder "
-        "in models/, else any model, else the preview voice)",
+        help="model folder, a folder name under models/, or 'preview' (default: as the app picks: a "
+        "CosyVoice3 folder in models/, else any model, else the preview voice)",
     )
-    common.add_argument("--models-dir", type=Path, default=Path("models"), help=argparse.SUPPRESS)
-    common.add_argument("--device", default="auto")
+    common.add_argument("--models-dir", type=Path, default=None, help=argparse.SUPPRESS)
+    common.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
+    add_precision_arguments(common)
+    common.add_argument("--engine", choices=ENGINES, default=None, help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE)")
+    common.add_argument(
+        "--outputs-dir", type=Path, help="where each line's WAV and sidecar are saved (default: the app's outputs/)"
+    )
+    add_app_arguments(common)
+    common.set_defaults(vocoder="torch", compute_units="ALL", random_weights=None)
     common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
     add_post_arguments(common, "of every line")
-    common.add_argument("--no-glossary", action="store_true", help="do not apply the pronunciation glossary")
 
     dialogue = commands.add_parser("dialogue", parents=[common], help="speak a script of several voices")
     dialogue.add_argument("script", type=Path, help="text file: '[S1] text' or 'Name: text' per line")
@@ -123,25 +135,57 @@ def _read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _speaker(args, default_voice=None):
-    from cosyvoice_mac.engine.cache import VoiceLibrary
-    from cosyvoice_mac.longform.speakers import PipelineSpeak
+def _check_voice(name: str | None) -> None:
+    """Refuse an unknown saved voice before the model loads."""
+    if name is not None:
+        from cosyvoice_mac.engine.cache import VoiceLibrary
 
-    model = _load_model(args)
-    glossary = () if args.no_glossary else _store().entries()
-    return PipelineSpeak(model, VoiceLibrary(), glossary, default_voice)
+        VoiceLibrary().get(name)
 
 
-def _load_model(args):
-    """The model the app would pick (``--model`` names one; else CosyVoice3, any model, the preview voice)."""
-    from cosyvoice_mac.load import load_model
+def _speak(args, label: str, here, in_app) -> int:
+    """The job in the running app (``in_app(app, on_progress)``, see ``remote``) when one answers, else with
+    the app's engine started here (``here(speak, on_progress, should_stop)``, after ``here.check()``)."""
+    from cosyvoice_mac.cli import LOCAL_ONLY
+    from cosyvoice_mac.cli_app import connect, note_local_only
 
-    model = load_model(args.model, device=args.device, models_dir=args.models_dir)
-    if model.version == "preview":
-        from cosyvoice_mac.preview.labels import PREVIEW_LABEL
+    app = connect(args)
+    if app is None:
+        return _speak_here(args, label, here)
+    try:
+        note_local_only(args, {"--model": ("model", None), **LOCAL_ONLY})
+        print(f"sent to the app at {app.url}; its lines wait in its queue", file=sys.stderr)
+        return _run(lambda bar, stop: in_app(app, bar), label, None)
+    finally:
+        app.close()
 
-        print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
-    return model
+
+def _speak_here(args, label: str, here) -> int:
+    from cosyvoice_mac.cli_engine import start_engine
+    from cosyvoice_mac.longform.speakers import EngineSpeak
+
+    here.check()  # saved voices this machine knows, before the model loads
+    if args.outputs_dir is not None:
+        outputs = args.outputs_dir
+    else:
+        from cosyvoice_mac.webui.app import DEFAULT_OUTPUTS_DIR as outputs
+    glossary = _store().entries()  # the worker applies it; here it only keys a batch's resume
+    engine = start_engine(args, Path(outputs).expanduser(), args.models_dir)
+    try:
+        speak = EngineSpeak(engine, glossary, here.default_voice, interface="cli", timeout_s=None)
+        return _run(lambda bar, stop: here(speak, bar, stop), label, speak.stop)
+    finally:
+        engine.close()
+
+
+class _Here:
+    """A job for the local engine: ``run(speak, on_progress, should_stop)``, what it checks first, its voice."""
+
+    def __init__(self, run, check=lambda: None, default_voice: str | None = None):
+        self.run, self.check, self.default_voice = run, check, default_voice
+
+    def __call__(self, speak, on_progress, should_stop):
+        return self.run(speak, on_progress, should_stop)
 
 
 class _Bar:
@@ -163,15 +207,32 @@ class _Bar:
             self.bar.close()
 
 
-def _run(job, label: str) -> int:
-    bar = _Bar(label)
-    stop = {"asked": False}
+def _run(job, label: str, cancel_current) -> int:
+    """``job(on_progress, should_stop)`` with a bar. With ``cancel_current``, the first Ctrl-C asks the job
+    to stop and calls it (on a thread of its own: the handler may interrupt the code it would wait for);
+    without, Ctrl-C ends the job where it is (the app's job: the connection closes and the app stops it)."""
+    from cosyvoice_mac.cli import EXIT_INTERRUPTED
+
+    bar, stop = _Bar(label), threading.Event()
+
+    def interrupted(signum, frame):
+        if stop.is_set():
+            raise KeyboardInterrupt
+        stop.set()
+        print(f"\nstopping: the {label[:-1]} in progress is cancelled, finished ones are kept", file=sys.stderr)
+        threading.Thread(target=cancel_current, name="cosyvoice-cli-cancel", daemon=True).start()
+
+    previous = signal.signal(signal.SIGINT, interrupted) if cancel_current else None
     try:
-        result = job(bar, lambda: stop["asked"])
+        result = job(bar, stop.is_set)
     except KeyboardInterrupt:
-        print("\nstopped", file=sys.stderr)
-        return 130
+        bar.close()
+        where = "" if cancel_current else ": the app stops the job and keeps what it finished in its outputs/longform"
+        print(f"\ncancelled (Ctrl-C){where}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         bar.close()
     files = ", ".join(str(path) for path in result.files)
     print(f"{result.done}/{result.total} {label} done{' (stopped: partial)' if result.stopped else ''}: {files}")
@@ -180,7 +241,7 @@ def _run(job, label: str) -> int:
             f"cue {misfit['cue']}: {misfit['overrun']:.2f} s too long, starts {misfit['late']:.2f} s late",
             file=sys.stderr,
         )
-    return 0
+    return EXIT_INTERRUPTED if result.stopped else 0
 
 
 def add_post_arguments(parser, whose: str) -> None:
@@ -201,78 +262,110 @@ def post_settings(args) -> PostSettings:
 def _dialogue(args) -> int:
     from cosyvoice_mac.engine.cache import VoiceLibrary
     from cosyvoice_mac.longform import dialogue
+    from cosyvoice_mac.longform.remote import dialogue_in_app
     from cosyvoice_mac.longform.runner import run_dialogue
 
     script = _read_bytes(args.script).decode("utf-8-sig")
     cast = dict(pair.split("=", 1) for pair in args.cast if "=" in pair)
     if len(cast) != len(args.cast):
         raise LongformError("--cast takes TAG=VOICE, e.g. --cast S1=Anna")
-    known = [entry["name"] for entry in VoiceLibrary().list()]
-    dialogue.check_cast(dialogue.parse_script(script), cast, known)  # before the model loads
-    speak = _speaker(args)
-    return _run(
-        lambda bar, stop: run_dialogue(
-            script,
-            cast,
-            known,
-            speak,
-            args.out,
-            pause_s=args.pause,
-            seed=args.seed,
-            per_line_files=args.per_line,
-            post=post_settings(args),
-            on_progress=bar,
-            should_stop=stop,
-        ),
+    lines = dialogue.parse_script(script)
+    post = post_settings(args)
+    known = []
+
+    def check():
+        known.extend(entry["name"] for entry in VoiceLibrary().list())
+        dialogue.check_cast(lines, cast, known)
+
+    body = {"script": script, "cast": cast, "pause_s": args.pause, "per_line_files": args.per_line, "seed": args.seed}
+    return _speak(
+        args,
         "lines",
+        _Here(
+            lambda speak, bar, stop: run_dialogue(
+                script,
+                cast,
+                known,
+                speak,
+                args.out,
+                pause_s=args.pause,
+                seed=args.seed,
+                per_line_files=args.per_line,
+                post=post,
+                on_progress=bar,
+                should_stop=stop,
+            ),
+            check,
+        ),
+        lambda app, bar: dialogue_in_app(app, {**body, **_post_fields(post)}, args.out, bar),
     )
+
+
+def _post_fields(post: PostSettings) -> dict:
+    return {"trim": post.trim, "loudness_lufs": post.loudness_lufs}
 
 
 def _dub(args) -> int:
     from cosyvoice_mac.longform import subtitles
+    from cosyvoice_mac.longform.remote import dub_in_app
     from cosyvoice_mac.longform.runner import run_dub
 
     data = _read_bytes(args.subtitles)
     subtitles.parse_srt(data)
     subtitles.check_speed_limit(args.speed_limit)
-    speak = _speaker(args, args.voice)
-    return _run(
-        lambda bar, stop: run_dub(
-            data,
-            args.voice,
-            speak,
-            args.out,
-            speed_limit=args.speed_limit,
-            seed=args.seed,
-            post=post_settings(args),
-            on_progress=bar,
-            should_stop=stop,
-        ),
+    post = post_settings(args)
+    # a cue keeps its silence (its place on the timeline): the route takes only the loudness
+    form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
+    return _speak(
+        args,
         "cues",
+        _Here(
+            lambda speak, bar, stop: run_dub(
+                data,
+                args.voice,
+                speak,
+                args.out,
+                speed_limit=args.speed_limit,
+                seed=args.seed,
+                post=post,
+                on_progress=bar,
+                should_stop=stop,
+            ),
+            lambda: _check_voice(args.voice),
+            args.voice,
+        ),
+        lambda app, bar: dub_in_app(app, data, form, args.out, bar),
     )
 
 
 def _batch(args) -> int:
     from cosyvoice_mac.longform import batch
+    from cosyvoice_mac.longform.remote import batch_in_app
     from cosyvoice_mac.longform.runner import run_batch
 
     data = _read_bytes(args.lines)
     kind = args.lines.suffix.lower().lstrip(".")
     batch.parse_batch(data, kind)
-    speak = _speaker(args, args.voice)
-    settings = {"model": str(args.model), "glossary": [e.key for e in speak.glossary]}
-    return _run(
-        lambda bar, stop: run_batch(
-            data,
-            kind,
-            args.out_dir,
-            speak,
-            voice=args.voice,
-            settings=settings,
-            seed=args.seed,
-            post=post_settings(args),
-            on_progress=bar,
-            should_stop=stop,
-        ),
+    post = post_settings(args)
+    form = {"voice": args.voice, "seed": args.seed, **_post_fields(post)}
+    return _speak(
+        args,
         "lines",
+        _Here(
+            lambda speak, bar, stop: run_batch(
+                data,
+                kind,
+                args.out_dir,
+                speak,
+                voice=args.voice,
+                settings={"model": str(args.model), "glossary": [entry.key for entry in speak.glossary]},
+                seed=args.seed,
+                post=post,
+                on_progress=bar,
+                should_stop=stop,
+            ),
+            lambda: _check_voice(args.voice),
+            args.voice,
+        ),
+        lambda app, bar: batch_in_app(app, data, kind, form, args.out_dir, bar),
     )

@@ -1,15 +1,14 @@
-"""Where a long job's lines are spoken: through the engine's queue (page, API) or a model in this process (CLI).
+"""Where a long job's lines are spoken: the engine's queue, for the page, the API and the CLI alike.
 
-Both resolve a saved voice by name through the voice library. The pronunciation glossary is applied where the
-text is spoken: by the model worker for every engine job, by ``PipelineSpeak`` itself in the CLI.
+A saved voice is resolved by name through the engine's voice library; the model worker applies the
+pronunciation glossary to every line, as to any job.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.longform.glossary import GlossaryEntry, apply_glossary
+from cosyvoice_mac.longform.glossary import GlossaryEntry
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
 
 
@@ -55,42 +54,3 @@ class EngineSpeak:
     def stop(self) -> None:
         if self.current_job is not None:
             self.engine.cancel(self.current_job)
-
-
-class PipelineSpeak:
-    """Speaks lines with a loaded model (CosyVoice or the preview voice) in this process; saved voices come
-    from ``library`` (their recording and transcript)."""
-
-    def __init__(self, model, library, glossary: tuple[GlossaryEntry, ...] = (), default_voice: str | None = None):
-        self.model, self.library, self.glossary, self.default_voice = model, library, glossary, default_voice
-
-    def __call__(self, line: LineRequest) -> Spoken:
-        name = line.voice or self.default_voice
-        if name is None:
-            raise LongformError("no voice: name a saved voice (--voice) or give one per line")
-        entry = self.library.get(name)
-        if not entry.get("audio_path"):
-            raise LongformError(f"the saved voice {name!r} has no recording stored; save it again from its audio")
-        glossed = apply_glossary(line.text, self.glossary)
-        pieces, seed = [], None
-        for result in self.model.synthesize(
-            glossed.text,
-            prompt_audio=entry["audio_path"],
-            prompt_text=entry.get("transcript"),
-            instruct=line.instruct,
-            seed=line.seed,
-            speed=line.speed,
-        ):
-            pieces.append(result.audio)
-            seed = result.seed
-        audio = np.concatenate(pieces).astype(np.float32) if pieces else np.zeros(0, np.float32)
-        return Spoken(
-            audio,
-            self.model.sample_rate,
-            {
-                "seed": seed,
-                "model": getattr(self.model, "model_id", "model"),
-                "glossary": glossed.describe(),
-                "interface": "cli",
-            },
-        )

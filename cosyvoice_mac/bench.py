@@ -28,7 +28,10 @@ import sys
 import time
 from collections.abc import Iterator
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from cosyvoice_mac.engine.worker import WORKER_ENVIRONMENT  # torch-free
+
+# Before torch loads OpenMP: measure in the worker's environment (a user's own values win).
+os.environ.update({name: value for name, value in WORKER_ENVIRONMENT.items() if name not in os.environ})
 
 import numpy as np
 import psutil

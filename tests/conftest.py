@@ -16,6 +16,8 @@ from pathlib import Path
 
 # Before torch loads OpenMP: idle worker threads sleep instead of spinning on a shared machine.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+os.environ.setdefault("GOMP_SPINCOUNT", "0")  # no spinning at all: many test processes share two cores
+os.environ.setdefault("KMP_BLOCKTIME", "0")
 # Exact float32 unless a test asks for precision="auto" (it injects its timings): parity stays bit-for-bit.
 os.environ.setdefault("COSYVOICE_PRECISION", "float32")
 

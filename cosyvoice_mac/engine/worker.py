@@ -23,12 +23,17 @@ NO_JOB = -1
 HEARTBEAT_S = 0.5  # how often the worker's heartbeat thread counts up; the engine watches the count
 
 # Read by torch and its libraries when they load, so they are set before the worker starts (a user's
-# own value wins). Idle OpenMP threads sleep instead of spinning; ops MPS lacks run on the CPU; and
-# oneDNN's two per-shape caches (primitives, and ideep's LRU) stay bounded: every job has new tensor
-# lengths, so with the default 1024 entries each, memory grows for hundreds of jobs; 256 holds a
-# whole vocoder pass (its reuse keeps the speed) and fills within a few jobs.
+# own value wins). Idle OpenMP threads sleep instead of spinning, but only after a short spin: a decoding
+# step is ~700 small operations, and waking a sleeping thread for each cost a third of the step (16-bit
+# LLM, 2 cores: 57 -> 38-42 ms a token with 10 000 spins, about 0.75 ms, for the same CPU time; bench/README.md).
+# GOMP_SPINCOUNT is GNU OpenMP's (torch on Linux), KMP_BLOCKTIME (ms) LLVM OpenMP's (torch on macOS).
+# Ops MPS lacks run on the CPU; and oneDNN's two per-shape caches (primitives, and ideep's LRU) stay
+# bounded: every job has new tensor lengths, so with the default 1024 entries each, memory grows for
+# hundreds of jobs; 256 holds a whole vocoder pass (its reuse keeps the speed) and fills within a few jobs.
 WORKER_ENVIRONMENT = {
     "OMP_WAIT_POLICY": "PASSIVE",
+    "GOMP_SPINCOUNT": "10000",
+    "KMP_BLOCKTIME": "1",
     "PYTORCH_ENABLE_MPS_FALLBACK": "1",
     "ONEDNN_PRIMITIVE_CACHE_CAPACITY": "256",
     "LRU_CACHE_CAPACITY": "256",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import signal
 import subprocess
 from math import gcd
 from pathlib import Path
@@ -18,6 +19,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("GOMP_SPINCOUNT", "0")  # no spinning at all: many test processes share two cores
 os.environ.setdefault("KMP_BLOCKTIME", "0")
+# A suite started in the background without job control (`bash run.sh test &` from a script) inherits
+# SIGINT ignored, and so would every process a test starts: the Ctrl-C tests need it delivered.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 # Exact float32 unless a test asks for precision="auto" (it injects its timings): parity stays bit-for-bit.
 os.environ.setdefault("COSYVOICE_PRECISION", "float32")
 

@@ -25,7 +25,7 @@ HEARTBEAT_S = 0.5  # how often the worker's heartbeat thread counts up; the engi
 # Read by torch and its libraries when they load, so they are set before the worker starts (a user's
 # own value wins). Idle OpenMP threads sleep instead of spinning, but only after a short spin: a decoding
 # step is ~700 small operations, and waking a sleeping thread for each cost a third of the step (16-bit
-# LLM, 2 cores: 57 -> 38-42 ms a token with 10 000 spins, about 0.75 ms, for the same CPU time; bench/README.md).
+# LLM, 2 cores: 57 -> 34-44 ms a token with 10 000 spins, about 0.75 ms, at about the same CPU time; bench/README.md).
 # GOMP_SPINCOUNT is GNU OpenMP's (torch on Linux), KMP_BLOCKTIME (ms) LLVM OpenMP's (torch on macOS).
 # Ops MPS lacks run on the CPU; and oneDNN's two per-shape caches (primitives, and ideep's LRU) stay
 # bounded: every job has new tensor lengths, so with the default 1024 entries each, memory grows for

@@ -28,10 +28,9 @@ import sys
 import time
 from collections.abc import Iterator
 
-from cosyvoice_mac.engine.worker import WORKER_ENVIRONMENT  # torch-free
+from cosyvoice_mac.engine.worker import unset_worker_environment  # torch-free
 
-# Before torch loads OpenMP: measure in the worker's environment (a user's own values win).
-os.environ.update({name: value for name, value in WORKER_ENVIRONMENT.items() if name not in os.environ})
+os.environ.update(unset_worker_environment())  # before torch loads OpenMP: measure what the worker runs
 
 import numpy as np
 import psutil

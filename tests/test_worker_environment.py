@@ -9,7 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from cosyvoice_mac.engine.worker import WORKER_ENVIRONMENT
+import pytest
+
+from cosyvoice_mac.engine.worker import WORKER_ENVIRONMENT, WorkerConfig, WorkerProcess
+from cosyvoice_mac.preview import PIPELINE_FACTORY
 
 REPO = Path(__file__).resolve().parents[1]
 THREAD_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
@@ -38,3 +41,19 @@ def test_the_bench_runs_in_the_worker_environment_and_keeps_a_users_own_values()
     assert {key: applied[key] for key in THREAD_SETTINGS} == {key: WORKER_ENVIRONMENT[key] for key in THREAD_SETTINGS}
     own = _environment_after_import("cosyvoice_mac.bench", GOMP_SPINCOUNT="0")
     assert own["GOMP_SPINCOUNT"] == "0" and own["KMP_BLOCKTIME"] == WORKER_ENVIRONMENT["KMP_BLOCKTIME"]
+
+
+@pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads the child's environment from /proc")
+def test_the_worker_process_starts_with_a_short_spin_before_its_threads_sleep(monkeypatch):
+    for name in THREAD_SETTINGS:
+        monkeypatch.delenv(name, raising=False)  # a user who set none of them
+    worker = WorkerProcess(WorkerConfig(model_dir=None, pipeline_factory=PIPELINE_FACTORY, outputs_dir=None))
+    try:
+        assert worker.receive(timeout=60), "the worker said nothing"  # it runs: its environment is the exec'd one
+        entries = Path(f"/proc/{worker.process.pid}/environ").read_bytes().split(b"\0")
+    finally:
+        worker.stop(timeout=10)
+    child = dict(entry.decode().split("=", 1) for entry in entries if b"=" in entry)
+    assert child["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert 0 < int(child["GOMP_SPINCOUNT"]) <= 100_000  # spins (~0.75 ms at 10 000), then sleeps
+    assert 0 < int(child["KMP_BLOCKTIME"]) <= 5  # LLVM OpenMP's counterpart, in milliseconds

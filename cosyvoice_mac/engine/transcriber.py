@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.engine.worker import WORKER_ENVIRONMENT
+from cosyvoice_mac.engine.worker import unset_worker_environment
 
 IDLE_S = 600.0
 SILENCE_S = 180.0  # the longest wait without any sign of life (start-up, model load, a download's progress)
@@ -33,8 +33,7 @@ class TranscriptionFailed(EngineError):
 def transcriber_main(requests, replies) -> None:
     """Child process: answer (request id, audio path, language) with the words, until None or EOF."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends this process itself
-    for name, value in WORKER_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
+    os.environ.update(unset_worker_environment())
     try:
         from cosyvoice_mac.frontend import asr
     except Exception as error:  # answer every request with the reason instead of dying silently

@@ -40,6 +40,12 @@ WORKER_ENVIRONMENT = {
 }
 
 
+def unset_worker_environment() -> dict[str, str]:
+    """The entries of ``WORKER_ENVIRONMENT`` this process's environment lacks (a user's own values win):
+    ``os.environ.update(...)`` them before torch loads."""
+    return {name: value for name, value in WORKER_ENVIRONMENT.items() if name not in os.environ}
+
+
 @dataclass
 class WorkerConfig:
     """How the worker builds its pipeline and where it keeps outputs and cached speakers.
@@ -76,8 +82,7 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     # Ctrl-C in a terminal reaches the whole process group; the parent stops this worker itself, so the
     # worker ignores it instead of printing a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for name, value in WORKER_ENVIRONMENT.items():
-        os.environ.setdefault(name, value)
+    os.environ.update(unset_worker_environment())
     set_worker_thread_qos()
     send = events.send
     source = config.model_dir or f"the backend {config.pipeline_factory} (no model folder)"
@@ -128,8 +133,7 @@ class WorkerProcess:
         self.events, event_writer = context.Pipe(duplex=False)
         self._cancel_seq = context.Value("q", NO_JOB, lock=False)
         self._heartbeat = context.Value("q", 0, lock=False)
-        for name, value in WORKER_ENVIRONMENT.items():  # a spawned child starts with our environment
-            os.environ.setdefault(name, value)
+        os.environ.update(unset_worker_environment())  # a spawned child starts with our environment
         self.process = context.Process(
             target=worker_main,
             args=(config, command_reader, event_writer, self._cancel_seq, self._heartbeat),

@@ -259,11 +259,11 @@ def _wav(pcm: bytes, sample_rate: int) -> bytes:
 
 
 def _save(out: Path, data: bytes) -> None:
-    from cosyvoice_mac.engine.outputs import atomic_write_bytes
+    from cosyvoice_mac.paths import atomic_write
 
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, data)
+    atomic_write(out, data)
 
 
 def _error_of(answer: httpx.Response) -> dict | None:

@@ -1,4 +1,13 @@
-"""Where the app keeps its per-user files (speaker cache, saved voices, recogniser models). Torch-free."""
+"""Where the app keeps its files, where it listens, and the one way it writes a file. Torch-free.
+
+Every folder rule lives here, read when asked (not at import), so an environment variable set by a test
+or a launcher reaches every interface the same way:
+
+* models: ``$COSYVOICE_MODELS_DIR``, else ``models/`` of the checkout (``bash run.sh``), else the user's
+  data folder (an installed ``cosyvoice-mac`` command has no checkout beside it);
+* outputs: ``$COSYVOICE_OUTPUTS_DIR``, else ``outputs/`` beside the models' default in the same way;
+* the per-user cache (speaker cache, saved voices, recogniser models): :func:`user_cache_dir`.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +16,71 @@ import sys
 from pathlib import Path
 
 APP_NAME = "cosyvoice-mac"
+DEFAULT_HOST = "127.0.0.1"  # this computer only; another address only when the user asks for it
+DEFAULT_PORT = 7860
+MODELS_VARIABLE = "COSYVOICE_MODELS_DIR"
+OUTPUTS_VARIABLE = "COSYVOICE_OUTPUTS_DIR"
+CACHE_VARIABLE = "COSYVOICE_CACHE_DIR"
+CHECKOUT = Path(__file__).resolve().parents[1]  # the folder holding run.sh, when this is a checkout
+
+
+def is_checkout() -> bool:
+    """True when the package runs from its source folder (``bash run.sh``), not from an installed copy."""
+    return (CHECKOUT / "pyproject.toml").is_file() and (CHECKOUT / "cosyvoice_mac").is_dir()
+
+
+def user_data_dir() -> Path:
+    """~/Library/Application Support/cosyvoice-mac (macOS), else $XDG_DATA_HOME (or ~/.local/share)/cosyvoice-mac."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / APP_NAME
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base).expanduser() / APP_NAME
+
+
+def _app_folder(variable: str, name: str) -> Path:
+    configured = os.environ.get(variable, "").strip()
+    if configured:
+        return Path(configured).expanduser()
+    return (CHECKOUT if is_checkout() else user_data_dir()) / name
+
+
+def default_models_dir() -> Path:
+    """The folder holding model folders: $COSYVOICE_MODELS_DIR, else models/ (see the module docstring)."""
+    return _app_folder(MODELS_VARIABLE, "models")
+
+
+def default_outputs_dir() -> Path:
+    """Where generated audio and its sidecars are saved: $COSYVOICE_OUTPUTS_DIR, else outputs/."""
+    return _app_folder(OUTPUTS_VARIABLE, "outputs")
 
 
 def user_cache_dir() -> Path:
     """$COSYVOICE_CACHE_DIR, else ~/Library/Caches/cosyvoice-mac (macOS), else $XDG_CACHE_HOME
     (or ~/.cache)/cosyvoice-mac."""
-    configured = os.environ.get("COSYVOICE_CACHE_DIR")
+    configured = os.environ.get(CACHE_VARIABLE)
     if configured:
         return Path(configured).expanduser()
     if sys.platform == "darwin":
         return Path.home() / "Library" / "Caches" / APP_NAME
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(base).expanduser() / APP_NAME
+
+
+def atomic_write(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` so that a reader, or the disk after a power cut, sees the old file or the
+    whole new one, never half: a temporary file in the same folder, flushed to disk (fsync), then renamed
+    over ``path``. The temporary file is removed when anything fails; the error is raised."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        try:
+            temporary.unlink()
+        except OSError:
+            pass
+        raise

@@ -212,7 +212,7 @@ def test_the_voice_list_is_written_atomically_with_a_backup(tmp_path, monkeypatc
     def full_disk(path, data):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(library_module, "atomic_write_bytes", full_disk)
+    monkeypatch.setattr(library_module, "atomic_write", full_disk)
     with pytest.raises(OSError):
         library.save("bob", audio_hash="b" * 64, model_id=MODEL)
     assert [entry["name"] for entry in library.list()] == ["alice"]  # the old index is whole

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from cosyvoice_mac import paths
 from cosyvoice_mac.engine import outputs
 from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
 
@@ -109,9 +110,9 @@ def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatc
     def broken(fd):
         raise OSError(errno.EIO, "I/O error")
 
-    monkeypatch.setattr(outputs.os, "fsync", broken)
+    monkeypatch.setattr(paths.os, "fsync", broken)
     with pytest.raises(OSError):
-        outputs.atomic_write_bytes(target, b"new")
+        paths.atomic_write(target, b"new")
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["file.json"]
 

@@ -30,6 +30,7 @@ import torch
 
 from cosyvoice_mac.config import read_yaml_config
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig, load_hift
+from cosyvoice_mac.paths import atomic_write
 
 from .host import HostSource
 from .rewrite import POLYPHASE, DecoderGraph, F0Graph, build_graphs
@@ -256,10 +257,8 @@ def convert_hift(
         "packages": packages,
     }
     path = manifest_path(out_dir, options)
-    temporary = path.with_suffix(".json.tmp")
     text = json.dumps(manifest, indent=2)
-    temporary.write_text(text)
-    os.replace(temporary, path)
+    atomic_write(path, text.encode("utf-8"))
     return json.loads(text)  # exactly what a later read_manifest() returns
 
 

@@ -21,9 +21,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from cosyvoice_mac.engine.outputs import atomic_write_bytes
 from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary, check_audio_hash  # noqa: F401 (re-exported)
-from cosyvoice_mac.paths import user_cache_dir  # noqa: F401 (re-exported)
+from cosyvoice_mac.paths import (
+    atomic_write,
+    user_cache_dir,  # noqa: F401 (re-exported)
+)
 
 if TYPE_CHECKING:
     from cosyvoice_mac.pipeline.types import SpeakerPrompt
@@ -153,8 +155,8 @@ class SpeakerCache:
         }
         metadata = {"format": str(CACHE_FORMAT), "model_id": prompt.model_id, "audio_hash": prompt.audio_hash}
         tensors = {name: getattr(prompt, name) for name in TENSOR_NAMES}
-        atomic_write_bytes(tensor_path, save(tensors, metadata=metadata))
-        atomic_write_bytes(facts_path, json.dumps(facts, ensure_ascii=False, indent=1).encode("utf-8"))
+        atomic_write(tensor_path, save(tensors, metadata=metadata))
+        atomic_write(facts_path, json.dumps(facts, ensure_ascii=False, indent=1).encode("utf-8"))
 
     def _read(self, model_id: str, audio_hash: str) -> SpeakerPrompt | None:
         from safetensors import SafetensorError

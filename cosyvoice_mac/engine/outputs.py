@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac.paths import atomic_write
+
 SOFTWARE = "cosyvoice-mac"
 SHORT_ID_CHARS = 8
 TITLE_CHARS = 200
@@ -127,10 +129,8 @@ def write_output(
     }
     sidecar_path = wav_path.with_suffix(".json")
     try:
-        atomic_write_bytes(wav_path, encode_wav(audio, sample_rate, info))
-        atomic_write_bytes(
-            sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2, sort_keys=True).encode("utf-8")
-        )
+        atomic_write(wav_path, encode_wav(audio, sample_rate, info))
+        atomic_write(sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2, sort_keys=True).encode("utf-8"))
     except OSError as error:
         for leftover in (wav_path, sidecar_path):
             _remove_quietly(leftover)
@@ -151,21 +151,6 @@ def _claim_name(folder: Path, stem: str) -> Path:
             continue
         return path
     raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder}")
-
-
-def atomic_write_bytes(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so a reader sees the old file or the whole new one, never half."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        _remove_quietly(temporary)
-        raise
 
 
 def _remove_quietly(path: Path) -> None:

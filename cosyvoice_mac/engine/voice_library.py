@@ -11,17 +11,16 @@ Layout under the user cache folder (``user_cache_dir()``)::
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
-import shutil
 import threading
 import time
 from pathlib import Path
 
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.engine.outputs import atomic_write_bytes
-from cosyvoice_mac.paths import user_cache_dir
+from cosyvoice_mac.paths import atomic_write, user_cache_dir
 
 _HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 MAX_VOICE_NAME = 64
@@ -142,8 +141,7 @@ class VoiceLibrary:
             source = Path(audio)
             target = f"{audio_hash}{source.suffix.lower() or '.wav'}"
             if not (self.folder / target).exists():
-                shutil.copyfile(source, self.folder / f".{target}.tmp")
-                os.replace(self.folder / f".{target}.tmp", self.folder / target)
+                atomic_write(self.folder / target, source.read_bytes())  # a prompt is 20 MB at most
             return target
         if audio_samples is not None:
             import soundfile
@@ -151,9 +149,9 @@ class VoiceLibrary:
             if not sample_rate:
                 raise VoiceError("audio samples need their sample rate")
             target = f"{audio_hash}.wav"
-            temporary = self.folder / f".{target}.tmp.wav"
-            soundfile.write(temporary, audio_samples, sample_rate, subtype="FLOAT")
-            os.replace(temporary, self.folder / target)
+            encoded = io.BytesIO()
+            soundfile.write(encoded, audio_samples, sample_rate, subtype="FLOAT", format="WAV")
+            atomic_write(self.folder / target, encoded.getvalue())
             return target
         return None
 
@@ -199,7 +197,7 @@ class VoiceLibrary:
         except (OSError, _Damaged):
             return {}
         try:
-            atomic_write_bytes(self.index_path, self.backup_path.read_bytes())
+            atomic_write(self.index_path, self.backup_path.read_bytes())
         except OSError:  # a read-only folder: keep serving the copy
             pass
         return entries
@@ -241,9 +239,9 @@ class VoiceLibrary:
         """Write the index atomically, then the same bytes as the backup: the last good version, should
         anything damage the index later."""
         payload = json.dumps({"format": 1, "voices": entries}, ensure_ascii=False, indent=1).encode("utf-8")
-        atomic_write_bytes(self.index_path, payload)
+        atomic_write(self.index_path, payload)
         try:
-            atomic_write_bytes(self.backup_path, payload)
+            atomic_write(self.backup_path, payload)
         except OSError:  # the index itself was written; the next change tries the backup again
             pass
 

@@ -110,10 +110,10 @@ def _fetch_stem(app: AppClient, done: dict, out: Path) -> LongformResult:
 
 
 def _download(app: AppClient, name: str, target: Path) -> None:
-    from cosyvoice_mac.engine.outputs import atomic_write_bytes
+    from cosyvoice_mac.paths import atomic_write
 
     answer = app.http.get(f"{FILES_PATH}/{name}", timeout=httpx.Timeout(30.0, read=300.0))
     if answer.status_code != 200:
         raise app.explain(answer)
     target.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(target, answer.content)
+    atomic_write(target, answer.content)

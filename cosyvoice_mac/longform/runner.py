@@ -16,10 +16,11 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from cosyvoice_mac.engine.outputs import atomic_write_bytes, encode_wav
+from cosyvoice_mac.engine.outputs import encode_wav
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
 from cosyvoice_mac.longform.post import PostSettings, post_process, trim_silence
+from cosyvoice_mac.paths import atomic_write
 
 
 @dataclass(frozen=True)
@@ -108,8 +109,8 @@ def _write(path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list
     """A WAV and its JSON sidecar, each written whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sidecar = {"file": path.name, "sample_rate": sample_rate, "duration_s": round(len(audio) / sample_rate, 3), **facts}
-    atomic_write_bytes(path, encode_wav(audio, sample_rate, {"ICMT": json.dumps(sidecar, ensure_ascii=False)}))
-    atomic_write_bytes(path.with_suffix(".json"), json.dumps(sidecar, ensure_ascii=False, indent=2).encode())
+    atomic_write(path, encode_wav(audio, sample_rate, {"ICMT": json.dumps(sidecar, ensure_ascii=False)}))
+    atomic_write(path.with_suffix(".json"), json.dumps(sidecar, ensure_ascii=False, indent=2).encode())
     return [path, path.with_suffix(".json")]
 
 
@@ -167,9 +168,7 @@ def run_dialogue(
     wav = out_stem.with_suffix(".wav")
     files = _write(wav, audio, rate, facts) + files
     timing_path = out_stem.with_suffix(".timing.json")
-    atomic_write_bytes(
-        timing_path, json.dumps({"lines": report, "partial": stopped}, ensure_ascii=False, indent=1).encode()
-    )
+    atomic_write(timing_path, json.dumps({"lines": report, "partial": stopped}, ensure_ascii=False, indent=1).encode())
     return LongformResult("dialogue", wav, tuple(files + [timing_path]), len(waves), len(lines), stopped, report)
 
 
@@ -228,7 +227,7 @@ def run_dub(
     wav = out_stem.with_suffix(".wav")
     files = _write(wav, audio, rate, facts)
     report_path = out_stem.with_suffix(".report.json")
-    atomic_write_bytes(
+    atomic_write(
         report_path,
         json.dumps(
             {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}, ensure_ascii=False, indent=1

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Callable
 
 from cosyvoice_mac.engine import Engine, EngineError, TranscriberProcess, WorkerConfig, user_cache_dir
-from cosyvoice_mac.engine.outputs import atomic_write_bytes
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, requested_engine
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
 from cosyvoice_mac.versions import VERSIONS
 
@@ -334,7 +334,7 @@ class Settings:
         data = {**self.load(), **values}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(self.path, json.dumps(data, indent=1).encode("utf-8"))
+            atomic_write(self.path, json.dumps(data, indent=1).encode("utf-8"))
         except OSError:  # a read-only cache only means the notice shows (and the engine is Auto) next time
             pass
 

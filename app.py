@@ -2,7 +2,7 @@
 
 import sys
 
-from cosyvoice_mac.webui.app import main
+from cosyvoice_mac.app import serve
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve())

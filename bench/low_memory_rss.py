@@ -64,9 +64,9 @@ def ensure_folder(version: str, folder: Path) -> dict:
 
 def measure(folder: Path, prompt_s: float, timeout_s: float, timeline: Path | None = None) -> dict:
     from cosyvoice_mac.engine import Engine
+    from cosyvoice_mac.engine.host import HostConfig, ModelHost
     from cosyvoice_mac.engine.runtime import warmup_prompt
     from cosyvoice_mac.request import Request, Voice
-    from cosyvoice_mac.webui.state import HostConfig, ModelHost
 
     def engine_factory(config, **options):
         return Engine(replace(config, pipeline_factory=FACTORY), **options)

@@ -1,3 +1,5 @@
-from cosyvoice_mac.cli import main
+"""``python -m cosyvoice_mac``: the ``cosyvoice-mac`` command."""
+
+from cosyvoice_mac.app import main
 
 raise SystemExit(main())

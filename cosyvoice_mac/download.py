@@ -17,10 +17,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from cosyvoice_mac.paths import default_models_dir
 from cosyvoice_mac.pipeline.model_dir import HUB_REPOS, LLM_CHOICE_FILE, RL_LLM_FILE, VERSIONS, inference_files
 from cosyvoice_mac.versions import SPECS
 
-DEFAULT_MODELS_DIR = Path(__file__).resolve().parents[1] / "models"
 SOURCES = ("auto", "huggingface", "modelscope")
 METADATA_TIMEOUT_S = 15.0
 DOWNLOAD_WORKERS = 4
@@ -54,7 +54,7 @@ class HubUnreachable(DownloadError):
 
 def download_model(
     version: str,
-    models_dir: str | Path = DEFAULT_MODELS_DIR,
+    models_dir: str | Path | None = None,
     *,
     source: str = "auto",
     endpoint: str | None = None,
@@ -75,7 +75,7 @@ def download_model(
     if rl and not SPECS[version].rl_llm:
         raise DownloadError(f"--rl is for cosyvoice3 (only Fun-CosyVoice3 publishes {RL_LLM_FILE})")
     model, files = MODELS[version], inference_files(version) + [RL_LLM_FILE] * rl
-    destination = Path(models_dir).expanduser() / model.folder
+    destination = Path(models_dir if models_dir is not None else default_models_dir()).expanduser() / model.folder
     folder = _fetch(model, files, destination, source, endpoint, revision)
     if rl:  # the user's choice, kept beside the files (COSYVOICE_LLM=base overrides it)
         (folder / LLM_CHOICE_FILE).write_text(json.dumps({"llm": RL_LLM_FILE}) + "\n")
@@ -264,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         ),
     )
     parser.add_argument("model", choices=VERSIONS, help="cosyvoice3 (Fun-CosyVoice3-0.5B) or cosyvoice2")
-    parser.add_argument("--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="default: models/")
+    parser.add_argument("--models-dir", type=Path, default=None, help="default: $COSYVOICE_MODELS_DIR, else models/")
     parser.add_argument(
         "--source",
         choices=SOURCES,

@@ -2,31 +2,28 @@
 
 ``load_model("models/Fun-CosyVoice3-0.5B")`` loads that folder; a bare name is looked up under models/;
 "preview" is the offline preview voice; no argument picks a CosyVoice3 folder, else any model folder,
-else the preview voice (``webui.state.pick_model``: one rule for the page, the CLI and Python).
+else the preview voice (``engine.host.pick_model``: one rule for the page, the CLI and Python). A bare name
+and the default are looked for in ``paths.default_models_dir()`` ($COSYVOICE_MODELS_DIR, else models/).
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
+from cosyvoice_mac.engine.host import pick_model
 from cosyvoice_mac.errors import CosyVoiceError
-
-# The app's models/ folder; COSYVOICE_MODELS_DIR points elsewhere (as the page's --models-dir does).
-MODELS_DIR = Path(os.environ.get("COSYVOICE_MODELS_DIR") or Path(__file__).resolve().parents[1] / "models")
-PREVIEW = "preview"
+from cosyvoice_mac.paths import default_models_dir
+from cosyvoice_mac.preview import PREVIEW, preview_available
 
 
 class NoModelError(CosyVoiceError):
     """No model folder is installed and the preview voice is not either."""
 
 
-def resolve_model(name: str | Path | None = None, models_dir: str | Path = MODELS_DIR) -> Path | None:
-    """The folder to load for ``name`` (a path, or a folder name under ``models_dir``); None for the preview
-    voice. NoModelError when nothing can be picked."""
-    from cosyvoice_mac.webui.features import preview_available
-    from cosyvoice_mac.webui.state import pick_model
-
+def resolve_model(name: str | Path | None = None, models_dir: str | Path | None = None) -> Path | None:
+    """The folder to load for ``name`` (a path, or a folder name under ``models_dir``, by default
+    ``default_models_dir()``); None for the preview voice. NoModelError when nothing can be picked."""
+    models_dir = Path(models_dir) if models_dir is not None else default_models_dir()
     if name is None:
         choice = pick_model(Path(models_dir), preview=preview_available())
         if choice is None:
@@ -48,7 +45,7 @@ def load_model(
     device: str = "auto",
     dtype: str | None = None,
     *,
-    models_dir: str | Path = MODELS_DIR,
+    models_dir: str | Path | None = None,
     **options,
 ):
     """A loaded backend (``CosyVoice``, or ``PreviewVoice`` for the preview voice) ready to ``synthesize``."""

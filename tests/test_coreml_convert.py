@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("coremltools", reason="coremltools is not installed (pip install 'coremltools==9.0')")
 
-from cosyvoice_mac.coreml.cli import main as coreml_cli  # noqa: E402
+from cosyvoice_mac.cli.coreml import main as coreml_cli  # noqa: E402
 from cosyvoice_mac.coreml.convert import (  # noqa: E402
     DECODER_MAX_FRAMES,
     F0_MAX_FRAMES,

@@ -207,7 +207,7 @@ def test_fetches_exactly_the_inference_files_into_the_model_folder(hub, tmp_path
     for name in EXTRA_FILES:
         assert not (folder / name).exists(), name
     # The folder is what the app looks for.
-    from cosyvoice_mac.webui.state import find_models
+    from cosyvoice_mac.engine.host import find_models
 
     assert [(choice.name, choice.version) for choice in find_models(tmp_path / "models")] == [
         ("Fun-CosyVoice3-0.5B", "cosyvoice3")

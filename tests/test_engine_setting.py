@@ -20,12 +20,12 @@ import pytest
 
 from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import Engine, JobCancelled
-from cosyvoice_mac.mlx import ENGINE_ENV, mlx_available
+from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_engine
+from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, mlx_available
 from cosyvoice_mac.mlx.choice import NOT_ON_MLX
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import render_status
-from cosyvoice_mac.webui.state import ENGINES, HostConfig, ModelHost, Settings, starting_engine
 from tests.fakes.fake_pipeline import FAKE_FACTORY, fake_request
 from tests.fakes.mlx_pipeline import WITHOUT_MLX_FACTORY
 from tests.fakes.onnx_models import make_tiny_model_dir
@@ -111,7 +111,7 @@ def test_the_start_up_flag_then_the_variable_then_the_saved_choice_then_auto(tmp
 
 
 def test_the_app_names_a_bad_variable_at_start_not_a_traceback(monkeypatch, capsys):
-    from cosyvoice_mac.webui.app import parse_args
+    from cosyvoice_mac.app import parse_args
 
     monkeypatch.setenv(ENGINE_ENV, "metal")
     with pytest.raises(SystemExit) as exit_info:

@@ -13,7 +13,7 @@ import time
 import pytest
 import soundfile
 
-from cosyvoice_mac.cli import main
+from cosyvoice_mac.cli.main import main
 from cosyvoice_mac.webui.features import preview_available
 
 pytestmark = pytest.mark.skipif(not preview_available(), reason="the preview voice's packages are not installed")

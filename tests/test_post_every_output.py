@@ -195,8 +195,8 @@ def _press(generate, upload, *post):
 
 
 def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, make_speech):
-    from cosyvoice_mac.webui.app import build_app
-    from cosyvoice_mac.webui.state import HostConfig, ModelHost
+    from cosyvoice_mac.engine.host import HostConfig, ModelHost
+    from cosyvoice_mac.webui.page import build_app
 
     host = ModelHost(
         HostConfig(
@@ -233,7 +233,7 @@ def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, 
 
 # -- synth ----------------------------------------------------------------------------------------------------------
 def _synth(tmp_path, prompt_wav, name, *flags):
-    from cosyvoice_mac.cli import main
+    from cosyvoice_mac.cli.main import main
 
     out = tmp_path / name
     code = main(

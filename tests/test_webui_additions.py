@@ -16,6 +16,7 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine import Engine, JobResult, TranscriptionFailed
+from cosyvoice_mac.engine.host import PREVIEW_CHOICE, HostConfig, ModelHost, Settings
 from cosyvoice_mac.engine.messages import Done
 from cosyvoice_mac.frontend.asr import word_error_rate
 from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL, PREVIEW_NOTE
@@ -23,7 +24,7 @@ from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.generation import _Outputs
 from cosyvoice_mac.webui.render import history_rows, render_status
-from cosyvoice_mac.webui.state import PREVIEW_CHOICE, HostConfig, ModelHost, Session, Settings
+from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import StreamBuffer, decode_value
 from tests.fakes.fake_pipeline import FAKE_FACTORY
 
@@ -273,8 +274,10 @@ def test_the_status_panel_names_the_backend_s_licence():
 
 def test_the_page_builds_without_torch_in_the_ui_process(tmp_path):
     code = (
-        "import sys\nfrom cosyvoice_mac.webui.app import build_app\n"
-        f"build_app(models_dir={str(tmp_path)!r})\nprint('torch' in sys.modules, 'piper' in sys.modules)\n"
+        "import sys\nfrom pathlib import Path\nfrom cosyvoice_mac.engine.host import HostConfig, ModelHost\n"
+        "from cosyvoice_mac.webui.page import build_app\n"
+        f"build_app(ModelHost(HostConfig(models_dir=Path({str(tmp_path)!r}), outputs_dir=Path({str(tmp_path)!r}))))\n"
+        "print('torch' in sys.modules, 'piper' in sys.modules)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr

@@ -15,18 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, find_models
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
-from cosyvoice_mac.webui.state import (
-    HistoryEntry,
-    HostConfig,
-    ModelHost,
-    Session,
-    Settings,
-    find_models,
-    is_inside,
-)
+from cosyvoice_mac.webui.state import HistoryEntry, Session, is_inside
 from tests.fakes.fake_pipeline import fake_engine_factory
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)

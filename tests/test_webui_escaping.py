@@ -10,15 +10,10 @@ from types import SimpleNamespace
 import pytest
 
 from cosyvoice_mac.engine import VoiceError, VoiceLibrary
+from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import history_rows, render_status, status_line
-from cosyvoice_mac.webui.state import (
-    HistoryEntry,
-    HostConfig,
-    ModelHost,
-    Session,
-    Settings,
-)
+from cosyvoice_mac.webui.state import HistoryEntry, Session
 from cosyvoice_mac.webui.strings import text as say
 
 HOSTILE = "<img src=x onerror=alert(1)>"

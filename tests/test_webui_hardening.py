@@ -9,8 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from cosyvoice_mac.engine.host import Settings
 from cosyvoice_mac.webui.callbacks import Callbacks
-from cosyvoice_mac.webui.state import Session, Settings
+from cosyvoice_mac.webui.state import Session
 from tests.fakes.fake_pipeline import fake_request, started_fake_host
 
 

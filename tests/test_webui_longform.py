@@ -10,8 +10,8 @@ from types import SimpleNamespace
 import pytest
 import soundfile
 
+from cosyvoice_mac.engine.host import Settings
 from cosyvoice_mac.webui.callbacks import Callbacks
-from cosyvoice_mac.webui.state import Settings
 from tests.fakes.fake_pipeline import started_fake_host
 
 PROGRESS, MESSAGE, AUDIO, FILES = range(4)

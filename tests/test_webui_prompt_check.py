@@ -78,7 +78,7 @@ def test_an_m4a_without_a_decoder_is_explained(tmp_path, monkeypatch):
 
 def test_the_ui_modules_do_not_import_torch():
     code = (
-        "import sys; import cosyvoice_mac.webui.callbacks, cosyvoice_mac.webui.layout, cosyvoice_mac.webui.app; "
+        "import sys; import cosyvoice_mac.webui.callbacks, cosyvoice_mac.webui.layout, cosyvoice_mac.webui.page; "
         "from cosyvoice_mac.webui.features import detect_features; detect_features(); "
         "print('torch' in sys.modules)"
     )

@@ -14,7 +14,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from cosyvoice_mac.webui.app import DOWNLOAD_COMMAND, TEMP_PREFIX, TITLE, installed_models
+from cosyvoice_mac.app import DOWNLOAD_COMMAND, TEMP_PREFIX, TITLE
+from cosyvoice_mac.engine.host import find_models
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STARTUP_SECONDS = 180  # importing gradio on a busy two-core machine is slow
@@ -116,5 +117,5 @@ def test_model_folders_are_recognised_by_their_config(tmp_path):
     (tmp_path / "CosyVoice2-0.5B" / "cosyvoice2.yaml").write_text("sample_rate: 24000\n")
     (tmp_path / "half-downloaded").mkdir()
     (tmp_path / "notes.txt").write_text("not a model\n")
-    assert [folder.name for folder in installed_models(tmp_path)] == ["CosyVoice2-0.5B", "Fun-CosyVoice3-0.5B"]
-    assert installed_models(tmp_path / "absent") == []
+    assert [choice.name for choice in find_models(tmp_path)] == ["CosyVoice2-0.5B", "Fun-CosyVoice3-0.5B"]
+    assert find_models(tmp_path / "absent") == []

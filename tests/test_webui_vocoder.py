@@ -7,9 +7,9 @@ import sys
 import pytest
 
 from cosyvoice_mac.engine import Engine, WorkerConfig
+from cosyvoice_mac.engine.host import VOCODER_CHOICES, HostConfig, ModelHost
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.render import render_status
-from cosyvoice_mac.webui.state import VOCODER_CHOICES, HostConfig, ModelHost
 from cosyvoice_mac.webui.strings import text as say
 from tests.fakes.onnx_models import make_tiny_model_dir
 
@@ -17,8 +17,8 @@ DEADLINE = 180.0
 
 
 def test_menu_offers_torch_and_each_compute_unit_in_both_languages(tmp_path):
+    from cosyvoice_mac.engine.host import Settings
     from cosyvoice_mac.webui.callbacks import Callbacks
-    from cosyvoice_mac.webui.state import Settings
 
     host = ModelHost(HostConfig(models_dir=tmp_path, outputs_dir=tmp_path / "out", preview=False))
     callbacks = Callbacks(host, Settings(tmp_path / "settings.json"))

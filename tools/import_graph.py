@@ -170,9 +170,7 @@ def summary(root: Path) -> dict:
         below = [floor[component_of[b]] for a in component for b in edges.get(a, ()) if component_of[b] != i]
         floor[i] = 1 + max(below, default=0)
     room_floor = {room: floor[component_of[room]] for room in rooms}
-    upward = sorted(
-        (a, b) for a, targets in edges.items() for b in targets if room_floor[b] >= room_floor[a]
-    )
+    upward = sorted((a, b) for a, targets in edges.items() for b in targets if room_floor[b] >= room_floor[a])
     real = module_circles(imports, include_type_only=False)
     every = module_circles(imports, include_type_only=True)
     return {

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from cosyvoice_mac.api.server import RunningServer
 
-# Loaded on first use, so a client of the server (the CLI imports ``api.wire``) pays for no FastAPI or Gradio.
+# Loaded on first use, so a client of the server (the CLI imports ``wire``) pays for no FastAPI or Gradio.
 _HOMES = {
     "KEY_VARIABLE": "wire",
     "ApiAccess": "auth",
@@ -49,7 +49,7 @@ def serve_page(
 ) -> RunningServer:
     """Add the public Gradio endpoints to ``page``, queue it, mount it with ``/v1`` and start serving.
 
-    ``origin_policy`` (webui.origin_guard) refuses cross-site requests to the page and ``/v1`` alike.
+    ``origin_policy`` (api.origin_guard) refuses cross-site requests to the page and ``/v1`` alike.
     ``gradio_options`` go to ``gr.mount_gradio_app`` (allowed paths, css, ...). Raises OSError when
     ``bind_host:port`` cannot be listened on.
     """

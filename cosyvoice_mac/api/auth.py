@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from fastapi import Request
 
 from cosyvoice_mac.api.errors import ApiError
-from cosyvoice_mac.api.wire import KEY_VARIABLE
+from cosyvoice_mac.wire import KEY_VARIABLE
 
 
 def is_loopback(host: str) -> bool:

@@ -20,13 +20,14 @@ import numpy as np
 from cosyvoice_mac.api.errors import ApiError, bad_request
 from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull, TaskFailed, VoiceError
 from cosyvoice_mac.engine import jobs as engine_jobs
+from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.messages import Cancelled, Done, Failed, Progress
 from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import PostSettings, Request, Voice
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import plain_prompt_problem
-from cosyvoice_mac.webui.state import PREVIEW, ModelHost
 
 PREVIEW_VOICE = "preview"  # the preview backend's own stock voice: needs no prompt recording
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # "whatever model is loaded"

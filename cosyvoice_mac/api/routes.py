@@ -29,7 +29,7 @@ from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request
-from cosyvoice_mac.api.wire import (
+from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
     FILE_HEADER,
     INTERFACE_HEADER,

@@ -95,7 +95,7 @@ def build_server_app(page, link: EngineLink, settings: ApiSettings, origin_polic
     app.add_middleware(BodyLimit, upload_limit_bytes=settings.upload_limit_bytes)
     app.add_middleware(PublicGradioCalls, public=PUBLIC_ENDPOINTS)
     if origin_policy is not None:  # outermost: a cross-site request is refused before anything reads it
-        from cosyvoice_mac.webui.origin_guard import OriginGuard
+        from cosyvoice_mac.api.origin_guard import OriginGuard
 
         app.add_middleware(OriginGuard, policy=origin_policy)
     app.include_router(build_router(link, settings.access, settings.upload_limit_bytes))

@@ -17,13 +17,15 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, VoiceLibrary
+from cosyvoice_mac.engine.host import VOCODER_CHOICES, ModelHost, Settings
 from cosyvoice_mac.longform.glossary import glossary_store
+from cosyvoice_mac.mlx import ENGINES
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
-from cosyvoice_mac.webui.state import ENGINES, VOCODER_CHOICES, ModelHost, Session, Settings, is_inside
+from cosyvoice_mac.webui.state import Session, is_inside
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5

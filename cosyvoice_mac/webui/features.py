@@ -20,8 +20,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 
+from cosyvoice_mac.preview import preview_available
+
 FEATURES = ("asr", "stream", "preview_backend", "vocoder_select")
-PREVIEW_MODULES = ("piper", "pyworld")
 
 
 def detect_features() -> dict[str, bool]:
@@ -40,12 +41,4 @@ def asr_available() -> bool:
         asr.bundled_english_model()
         return True
     except Exception:  # ImportError, TranscriptionError, a broken install: the button stays away
-        return False
-
-
-def preview_available() -> bool:
-    """True when the preview voice's packages are installed (found, not imported: Piper is slow to load)."""
-    try:
-        return all(importlib.util.find_spec(name) is not None for name in PREVIEW_MODULES)
-    except (ImportError, ValueError):
         return False

@@ -21,6 +21,7 @@ import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, Job, QueueFull, VoiceError
 from cosyvoice_mac.engine import jobs as job_events
+from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.jobqueue import Listener
 from cosyvoice_mac.engine.messages import Done, Progress, Queued, Retrying, Started
 from cosyvoice_mac.errors import RequestError
@@ -29,7 +30,7 @@ from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.webui.post_controls import post_settings
 from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, history_choices, history_rows, status_line
-from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, ModelHost, Session, is_inside
+from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, Session, is_inside
 from cosyvoice_mac.webui.streaming import StreamBuffer
 from cosyvoice_mac.webui.strings import text as say
 

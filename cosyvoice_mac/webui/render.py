@@ -5,9 +5,10 @@ from __future__ import annotations
 import time
 
 from cosyvoice_mac.pipeline.model_dir import RL_LLM_FILE
+from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.prompt_check import PromptCheck
-from cosyvoice_mac.webui.state import PREVIEW, Session
+from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
 

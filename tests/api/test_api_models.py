@@ -11,7 +11,7 @@ import pytest
 
 from cosyvoice_mac.api import serve_page
 from cosyvoice_mac.engine import Engine, VoiceLibrary
-from cosyvoice_mac.webui.state import HostConfig, ModelHost
+from cosyvoice_mac.engine.host import HostConfig, ModelHost
 from tests.fakes.fake_pipeline import FAKE_FACTORY
 
 LOADED, OTHER = "Fun-CosyVoice3-0.5B", "CosyVoice2-0.5B"

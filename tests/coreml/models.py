@@ -136,7 +136,7 @@ def converted(
     folder = scratch_dir(f"{version}-{size}-{precision}")
     options = ConversionOptions(precision=precision, chunked=chunked, chunk_frames=chunk_frames)
     if size == "tiny":
-        from cosyvoice_mac.coreml.cli import main
+        from cosyvoice_mac.cli.coreml import main
 
         arguments = [
             "coreml",

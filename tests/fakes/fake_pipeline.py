@@ -310,7 +310,7 @@ def fake_engine_factory(segment_s: float = 0.3, stop_s: float = 5.0):
 
 def started_fake_host(root: Path, *, max_queue: int, segment_s: float = 0.3, stop_s: float = 5.0):
     """A ModelHost over one CosyVoice3 model folder (a yaml only) running FakeCosyVoice, started and ready."""
-    from cosyvoice_mac.webui.state import HostConfig, ModelHost
+    from cosyvoice_mac.engine.host import HostConfig, ModelHost
 
     (root / "models" / "Fun-CosyVoice3-0.5B").mkdir(parents=True)
     (root / "models" / "Fun-CosyVoice3-0.5B" / "cosyvoice3.yaml").write_text("sample_rate: 24000\n")

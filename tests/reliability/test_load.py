@@ -13,7 +13,7 @@ import pytest
 import soundfile
 from gradio_client import handle_file
 
-from cosyvoice_mac.webui.app import TEMP_PREFIX
+from cosyvoice_mac.app import TEMP_PREFIX
 from tests.reliability.server import JOB_S, MAX_QUEUE, POST_OFF, TEMP_MAX_AGE_S
 
 STATUS, RESULT = 3, 4

@@ -8,7 +8,7 @@ import threading
 
 import pytest
 
-from cosyvoice_mac.webui.origin_guard import OriginGuard, OriginPolicy
+from cosyvoice_mac.api.origin_guard import OriginGuard, OriginPolicy
 
 OWN = "127.0.0.1:7860"
 LOCAL = OriginPolicy.for_server("127.0.0.1")

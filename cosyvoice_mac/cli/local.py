@@ -13,11 +13,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cosyvoice_mac.cli import EXIT_INTERRUPTED
+from cosyvoice_mac.cli.common import EXIT_INTERRUPTED
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 
-RANDOM_WEIGHTS_FACTORY = "cosyvoice_mac.cli_engine:random_full_size"
+RANDOM_WEIGHTS_FACTORY = "cosyvoice_mac.cli.local:random_full_size"
 CANCEL_WAIT_S = 15.0  # a running job stops at its next sentence or chunk
 
 
@@ -31,10 +32,10 @@ def random_full_size(version: str, *, device, dtype, random_weights: bool, **opt
 def worker_config(args, outputs_dir: Path, models_dir: Path | None = None):
     """The worker settings for the CLI's arguments, by the app's own rule (``ModelHost.worker_config``);
     ``models_dir`` is where a model named by folder name (or picked by default) is looked for."""
-    from cosyvoice_mac.cli import host_precision, host_vocoder
-    from cosyvoice_mac.load import MODELS_DIR, resolve_model
+    from cosyvoice_mac.cli.common import host_precision, host_vocoder
+    from cosyvoice_mac.engine.host import PREVIEW_CHOICE, HostConfig, ModelChoice, ModelHost
+    from cosyvoice_mac.load import resolve_model
     from cosyvoice_mac.mlx import requested_engine
-    from cosyvoice_mac.webui.state import PREVIEW_CHOICE, HostConfig, ModelChoice, ModelHost
 
     settings = HostConfig(
         models_dir=Path("."),  # unused: the model was resolved below
@@ -56,7 +57,7 @@ def worker_config(args, outputs_dir: Path, models_dir: Path | None = None):
             pipeline_factory=RANDOM_WEIGHTS_FACTORY,
             random_weights=True,
         )
-    folder = resolve_model(args.model, models_dir or MODELS_DIR)
+    folder = resolve_model(args.model, models_dir)
     if folder is None:
         return app_worker_config(PREVIEW_CHOICE)
     from cosyvoice_mac.pipeline.model_dir import detect_version
@@ -106,7 +107,7 @@ def synth_locally(args, request, outputs_dir: Path) -> int:
 
 def _say_loaded(status: dict, seconds: float, args) -> None:
     print(f"loaded {status.get('model')} on {status.get('device')} in {seconds:.1f} s", file=sys.stderr)
-    if status.get("version") == "preview":
+    if status.get("version") == PREVIEW:
         print(f"note: {PREVIEW_LABEL} (no CosyVoice model folder in models/)", file=sys.stderr)
     if status.get("engine"):  # the preview voice has none
         reason = status.get("engine_reason")

@@ -1,6 +1,6 @@
 """Command line for long work: ``dialogue``, ``dub``, ``batch`` and ``glossary`` (see ``--help`` of each).
 
-Every line is an ordinary job of the app's engine (``cli_engine``), recorded ``interface: cli`` in its
+Every line is an ordinary job of the app's engine (``cli.local``), recorded ``interface: cli`` in its
 sidecar in outputs/, with the glossary applied by the worker and saved voices from the voice library (save
 one on the page, or with ``python -m cosyvoice_mac voices add``). A tqdm bar shows progress; Ctrl-C cancels
 the line in flight and keeps the finished ones (a second Ctrl-C quits at once).
@@ -14,12 +14,19 @@ import sys
 import threading
 from pathlib import Path
 
+from cosyvoice_mac.cli.common import (
+    EXIT_INTERRUPTED,
+    LOCAL_ONLY,
+    add_app_arguments,
+    add_post_arguments,
+    add_precision_arguments,
+    post_settings,
+)
 from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.longform.post import LUFS_RANGE, PostSettings
+from cosyvoice_mac.longform.post import PostSettings
 
 
 def add_longform(commands) -> None:
-    from cosyvoice_mac.cli import add_app_arguments, add_precision_arguments  # cli imports this module
     from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 
     common = argparse.ArgumentParser(add_help=False)
@@ -146,8 +153,7 @@ def _check_voice(name: str | None) -> None:
 def _speak(args, label: str, here, in_app) -> int:
     """The job in the running app (``in_app(app, on_progress)``, see ``remote``) when one answers, else with
     the app's engine started here (``here(speak, on_progress, should_stop)``, after ``here.check()``)."""
-    from cosyvoice_mac.cli import LOCAL_ONLY
-    from cosyvoice_mac.cli_app import connect, note_local_only
+    from cosyvoice_mac.cli.remote import connect, note_local_only
 
     app = connect(args)
     if app is None:
@@ -161,14 +167,16 @@ def _speak(args, label: str, here, in_app) -> int:
 
 
 def _speak_here(args, label: str, here) -> int:
-    from cosyvoice_mac.cli_engine import start_engine
+    from cosyvoice_mac.cli.local import start_engine
     from cosyvoice_mac.longform.speakers import EngineSpeak
 
     here.check()  # saved voices this machine knows, before the model loads
     if args.outputs_dir is not None:
         outputs = args.outputs_dir
     else:
-        from cosyvoice_mac.webui.app import DEFAULT_OUTPUTS_DIR as outputs
+        from cosyvoice_mac.paths import default_outputs_dir
+
+        outputs = default_outputs_dir()
     glossary = _store().entries()  # the worker applies it; here it only keys a batch's resume
     engine = start_engine(args, Path(outputs).expanduser(), args.models_dir)
     try:
@@ -211,7 +219,6 @@ def _run(job, label: str, cancel_current) -> int:
     """``job(on_progress, should_stop)`` with a bar. With ``cancel_current``, the first Ctrl-C asks the job
     to stop and calls it (on a thread of its own: the handler may interrupt the code it would wait for);
     without, Ctrl-C ends the job where it is (the app's job: the connection closes and the app stops it)."""
-    from cosyvoice_mac.cli import EXIT_INTERRUPTED
 
     bar, stop = _Bar(label), threading.Event()
 
@@ -244,25 +251,10 @@ def _run(job, label: str, cancel_current) -> int:
     return EXIT_INTERRUPTED if result.stopped else 0
 
 
-def add_post_arguments(parser, whose: str) -> None:
-    """--trim and --loudness LUFS (off by default): the long-form commands' and ``synth``'s."""
-    parser.add_argument("--trim", action="store_true", help=f"trim leading and trailing silence {whose}")
-    parser.add_argument(
-        "--loudness",
-        type=float,
-        metavar="LUFS",
-        help=f"normalise the loudness {whose} to LUFS ({LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g}), e.g. -16 or -23",
-    )
-
-
-def post_settings(args) -> PostSettings:
-    return PostSettings(trim=args.trim, loudness_lufs=args.loudness)
-
-
 def _dialogue(args) -> int:
+    from cosyvoice_mac.cli.remote_longform import dialogue_in_app
     from cosyvoice_mac.engine.cache import VoiceLibrary
     from cosyvoice_mac.longform import dialogue
-    from cosyvoice_mac.longform.remote import dialogue_in_app
     from cosyvoice_mac.longform.runner import run_dialogue
 
     script = _read_bytes(args.script).decode("utf-8-sig")
@@ -306,8 +298,8 @@ def _post_fields(post: PostSettings) -> dict:
 
 
 def _dub(args) -> int:
+    from cosyvoice_mac.cli.remote_longform import dub_in_app
     from cosyvoice_mac.longform import subtitles
-    from cosyvoice_mac.longform.remote import dub_in_app
     from cosyvoice_mac.longform.runner import run_dub
 
     data = _read_bytes(args.subtitles)
@@ -339,8 +331,8 @@ def _dub(args) -> int:
 
 
 def _batch(args) -> int:
+    from cosyvoice_mac.cli.remote_longform import batch_in_app
     from cosyvoice_mac.longform import batch
-    from cosyvoice_mac.longform.remote import batch_in_app
     from cosyvoice_mac.longform.runner import run_batch
 
     data = _read_bytes(args.lines)

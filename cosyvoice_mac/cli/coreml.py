@@ -57,7 +57,7 @@ def add_coreml(commands) -> None:
 
 
 def _convert(args) -> int:
-    from .convert import ConversionOptions, CoreMLConversionError
+    from cosyvoice_mac.coreml.convert import ConversionOptions, CoreMLConversionError
 
     options = ConversionOptions(
         precision=args.precision,
@@ -71,7 +71,7 @@ def _convert(args) -> int:
     try:
         options.validate()
         if args.model is not None:
-            from .convert import convert_model_dir
+            from cosyvoice_mac.coreml.convert import convert_model_dir
 
             folder, manifest = convert_model_dir(args.model, args.out, options, force=args.force, log=log)
         else:
@@ -95,10 +95,15 @@ def _convert(args) -> int:
 def _convert_random(version: str, out_dir, options, force: bool, log):
     import torch
 
+    from cosyvoice_mac.coreml.convert import (
+        convert_hift,
+        default_output_dir,
+        hift_fingerprint,
+        read_manifest,
+        stale_reason,
+    )
     from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig
     from cosyvoice_mac.pipeline.fullsize import official_config
-
-    from .convert import convert_hift, default_output_dir, hift_fingerprint, read_manifest, stale_reason
 
     log(f"warning: {version} vocoder with RANDOM weights: its audio is noise")
     node = official_config(version)["hift"]
@@ -114,7 +119,7 @@ def _convert_random(version: str, out_dir, options, force: bool, log):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac.coreml.cli")
+    parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac.cli.coreml")
     add_coreml(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
     return args.handler(args)

@@ -18,7 +18,11 @@ from pathlib import Path
 
 import httpx
 
-from cosyvoice_mac.api.wire import (
+from cosyvoice_mac.cli.common import EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_TRY_LATER
+from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT
+from cosyvoice_mac.preview import PREVIEW
+from cosyvoice_mac.wire import (
     FILE_HEADER,
     INTERFACE_HEADER,
     JOB_ID_HEADER,
@@ -28,8 +32,6 @@ from cosyvoice_mac.api.wire import (
     SPEECH_PATH,
     VOICES_PATH,
 )
-from cosyvoice_mac.cli import EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_TRY_LATER
-from cosyvoice_mac.errors import CosyVoiceError
 
 SERVER_VARIABLE = "COSYVOICE_SERVER"
 OWNER = "cosyvoice-mac"  # /v1/models names this owner: the answer comes from this app, not another server
@@ -40,8 +42,6 @@ WAV_HEADER_BYTES = 44  # api.audio_formats.streaming_wav_header: RIFF + fmt (16 
 
 def default_server() -> str:
     """Where ``synth`` looks for the app unless --server names it: $COSYVOICE_SERVER, else the app's default."""
-    from cosyvoice_mac.webui.app import DEFAULT_HOST, DEFAULT_PORT
-
     return os.environ.get(SERVER_VARIABLE, "").strip() or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
 
@@ -166,7 +166,7 @@ class AppClient:
                 "POST", RECORDING_SPEECH_PATH, data={"body": json.dumps(body)}, files=upload, timeout=timeout
             )
         else:
-            body = {**body, "voice": voice.saved if voice.kind == "saved" else "preview"}
+            body = {**body, "voice": voice.saved if voice.kind == "saved" else PREVIEW}
             self._voice_asked = body["voice"]
             built = self.http.build_request("POST", SPEECH_PATH, json=body, timeout=timeout)
         return self.http.send(built, stream=True)

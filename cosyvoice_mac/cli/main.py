@@ -1,9 +1,11 @@
-"""Command line: ``python -m cosyvoice_mac synth --prompt-wav F --text T --out F.wav``.
+"""The ``cosyvoice-mac`` command (also ``python -m cosyvoice_mac``): ``serve`` starts the app; ``synth``,
+``voices``, ``dialogue``, ``dub``, ``batch``, ``glossary``, ``download``, ``bench`` and ``coreml`` do the rest.
 
-``synth`` sends its job to the running app (``--server``, default http://127.0.0.1:7860), so it waits in the
-same queue as the page's and the API's jobs (``cli_app``); with no app running, or ``--local``, it starts the
-app's engine in this process (``cli_engine``). Either way the WAV and its sidecar (``interface: cli``) are
-saved in outputs/ and copied to ``--out``.
+``cosyvoice-mac synth --prompt-wav F --text T --out F.wav`` sends its job to the running app (``--server``,
+default http://127.0.0.1:7860), so it waits in the same queue as the page's and the API's jobs
+(``cli.remote``); with no app running, or ``--local``, it starts the app's engine in this process
+(``cli.local``). Either way the WAV and its sidecar (``interface: cli``) are saved in outputs/ and copied
+to ``--out``.
 """
 
 from __future__ import annotations
@@ -11,42 +13,23 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Callable
 
+from cosyvoice_mac.cli.common import (
+    CONTRACT_FLAGS,
+    EXIT_INTERRUPTED,
+    EXIT_REFUSED,
+    EXIT_TRY_LATER,
+    LOCAL_ONLY,
+    add_app_arguments,
+    add_post_arguments,
+    add_precision_arguments,
+    post_settings,
+)
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
-from cosyvoice_mac.longform.cli import add_post_arguments, post_settings
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
+from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.request import SPEED_RANGE
-
-EXIT_REFUSED = 2  # the message says why
-EXIT_TRY_LATER = 75  # sysexits' EX_TEMPFAIL: the app's queue is full or its model loads; the same command works later
-EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
-
-# The request contract's fields -> the flags that set them, so a refusal names what the user typed.
-CONTRACT_FLAGS = {
-    "text": "--text",
-    "transcript": "--prompt-text",
-    "instruct": "--instruct",
-    "mode": "--instruct",
-    "seed": "--seed",
-    "speed": "--speed",
-    "voice": "--prompt-wav/--voice",
-    "trim": "--trim",
-    "loudness_lufs": "--loudness",
-    "post": "--loudness",
-}
-
-LOCAL_ONLY = {  # flag -> (argument, default): how the model is built, so the app's own settings rule there
-    "--device": ("device", "auto"),
-    "--precision": ("precision", None),
-    "--dtype": ("dtype", None),
-    "--llm-dtype": ("llm_dtype", None),
-    "--flow-dtype": ("flow_dtype", None),
-    "--reprobe": ("reprobe", False),
-    "--engine": ("engine", None),
-    "--vocoder": ("vocoder", "torch"),
-    "--compute-units": ("compute_units", "ALL"),
-    "--outputs-dir": ("outputs_dir", None),
-}
 
 
 def _add_synth(commands) -> None:
@@ -108,59 +91,6 @@ def _add_synth(commands) -> None:
     synth.set_defaults(handler=_synth)
 
 
-def add_app_arguments(parser) -> None:
-    """--server, --local, --api-key: where the work runs (``cli_app.connect``)."""
-    where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--server",
-        metavar="URL",
-        help="the running app to send the job to (default $COSYVOICE_SERVER, else http://127.0.0.1:7860; "
-        "when none answers there, the model runs here). Given, it must answer",
-    )
-    where.add_argument("--local", action="store_true", help="run the model in this process even if the app runs")
-    parser.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
-
-
-def add_precision_arguments(parser) -> None:
-    """--precision, --dtype (the LLM's), --llm-dtype, --flow-dtype, --reprobe: the CLI's and the app's."""
-    parser.add_argument(
-        "--precision",
-        choices=("auto", "float32"),
-        default=None,
-        help="auto (default): each stage not named runs in the fastest dtype the quality gate "
-        "allows here, measured once per machine; float32: every stage not named in float32",
-    )
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        help="the LLM's dtype (as $COSYVOICE_DTYPE): float32, float16, "
-        "bfloat16 or int8; the flow keeps its own (see --flow-dtype)",
-    )
-    parser.add_argument("--llm-dtype", default=None, help="the LLM's dtype (wins over --dtype)")
-    parser.add_argument("--flow-dtype", default=None, help="the flow's dtype: float32, float16 or bfloat16")
-    parser.add_argument("--reprobe", action="store_true", help="measure this machine's precision timings again")
-
-
-def precision_kwargs(args) -> dict:
-    return {
-        "precision": args.precision,
-        "dtype": args.dtype,
-        "llm_dtype": args.llm_dtype,
-        "flow_dtype": args.flow_dtype,
-        "reprobe": args.reprobe,
-    }
-
-
-def host_precision(args) -> dict:
-    """The precision choices the app's model host passes to the pipeline (the LLM's dtype travels apart)."""
-    return {key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value}
-
-
-def host_vocoder(args) -> str:
-    """--vocoder and --compute-units as the model host's choice (``webui.state.VOCODER_CHOICES``)."""
-    return "torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}"
-
-
 def _request(args, saved_transcript: str | None = None):
     """The request the page would queue for these arguments, checked before anything is sent or loaded: a
     flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.
@@ -171,7 +101,7 @@ def _request(args, saved_transcript: str | None = None):
     if args.prompt_wav is not None:
         _check_prompt(args.prompt_wav)
         voice = Voice.recording(args.prompt_wav, transcript=args.prompt_text)
-    elif args.voice == "preview":
+    elif args.voice == PREVIEW:
         voice = Voice.builtin()
     else:
         voice = Voice.saved_voice(args.voice, transcript=args.prompt_text or saved_transcript)
@@ -202,7 +132,7 @@ def _check_prompt(path: Path) -> None:
 def _synth(args) -> int:
     if args.local or args.random_weights is not None:  # random weights are a benchmark of this machine
         return _synth_here(args)
-    from cosyvoice_mac.cli_app import connect, note_local_only
+    from cosyvoice_mac.cli.remote import connect, note_local_only
 
     request = _request(args)
     app = connect(args)
@@ -216,11 +146,11 @@ def _synth(args) -> int:
 
 
 def _synth_here(args) -> int:
-    """The app's engine in this process (``cli_engine``): outputs/ and the voice library are the app's."""
-    from cosyvoice_mac.cli_engine import synth_locally
+    """The app's engine in this process (``cli.local``): outputs/ and the voice library are the app's."""
+    from cosyvoice_mac.cli.local import synth_locally
 
     saved = None
-    if args.voice is not None and args.voice != "preview":
+    if args.voice is not None and args.voice != PREVIEW:
         from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
         saved = VoiceLibrary().get(args.voice).get("transcript")  # an unknown name is refused before loading
@@ -228,20 +158,47 @@ def _synth_here(args) -> int:
     if args.outputs_dir is not None:
         outputs = args.outputs_dir
     else:
-        from cosyvoice_mac.webui.app import DEFAULT_OUTPUTS_DIR as outputs
+        from cosyvoice_mac.paths import default_outputs_dir
+
+        outputs = default_outputs_dir()
     return synth_locally(args, request, Path(outputs).expanduser())
 
 
+# Commands whose own parser reads the rest of the line: name -> (help, "module:function" taking argv).
+# ``serve`` is the composition root's, handed to ``main``; the others are modules below the front ends.
+PASSED_ON = {
+    "serve": ("start the web page and the /v1 API (as `bash run.sh`; serve --help for its options)", None),
+    "download": ("fetch a model into models/ (download --help)", "cosyvoice_mac.download:main"),
+    "bench": ("time the full-size models on this machine (bench --help)", "cosyvoice_mac.bench:main"),
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac", description="CosyVoice voice cloning")
+    parser = argparse.ArgumentParser(prog="cosyvoice-mac", description="CosyVoice voice cloning")
     commands = parser.add_subparsers(dest="command", required=True)
+    for name, (summary, _) in PASSED_ON.items():
+        commands.add_parser(name, help=summary, add_help=False)
     _add_synth(commands)
-    __import__("cosyvoice_mac.coreml.cli", fromlist=["add_coreml"]).add_coreml(commands)
-    __import__("cosyvoice_mac.longform.cli", fromlist=["add_longform"]).add_longform(commands)
+    __import__("cosyvoice_mac.cli.coreml", fromlist=["add_coreml"]).add_coreml(commands)
+    __import__("cosyvoice_mac.cli.longform", fromlist=["add_longform"]).add_longform(commands)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def _pass_on(name: str, argv: list[str], serve: Callable[[list[str]], int] | None) -> int:
+    if name == "serve":
+        if serve is None:
+            print("error: serve starts the app; run `cosyvoice-mac serve` or `bash run.sh`", file=sys.stderr)
+            return EXIT_REFUSED
+        return serve(argv)
+    module, _, function = PASSED_ON[name][1].partition(":")
+    return getattr(__import__(module, fromlist=[function]), function)(argv)
+
+
+def main(argv: list[str] | None = None, serve: Callable[[list[str]], int] | None = None) -> int:
+    """Run one command; its exit code. ``serve`` is the server's entry (the composition root passes it)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in PASSED_ON:
+        return _pass_on(argv[0], argv[1:], serve)
     args = build_parser().parse_args(argv)
     try:
         return args.handler(args)

@@ -1,6 +1,6 @@
 """Long-form jobs sent to the running app (``/v1/longform/*``), so their lines wait in its one queue.
 
-The request goes with the CLI's header (``X-CosyVoice-Interface: cli``, set by ``cli_app.AppClient``), so
+The request goes with the CLI's header (``X-CosyVoice-Interface: cli``, set by ``cli.remote.AppClient``), so
 every line's sidecar in the app's outputs/ says ``interface: cli``. The app answers with server-sent events:
 ``progress`` after each line (fed to the command's bar), then ``done`` naming the result's files, which are
 downloaded to the command's own output (``--out`` stem, or the batch's ``--out-dir``). Ctrl-C closes the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from cosyvoice_mac.cli_app import AppClient, AppError
+from cosyvoice_mac.cli.remote import AppClient, AppError
 from cosyvoice_mac.longform.runner import LongformResult, Progress
 
 LONGFORM_PATH = "/v1/longform"

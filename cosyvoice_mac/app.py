@@ -1,4 +1,8 @@
-"""Start the web UI: parse the command line, start the model worker, serve the page, clean up on exit.
+"""The composition root: the one place that puts the model host, the page, the ``/v1`` API and the CLI together.
+
+``serve`` starts the server: it parses the command line, starts the model worker, serves the page with the
+API mounted beside it, and cleans up on exit. ``main`` is the ``cosyvoice-mac`` command (and
+``python -m cosyvoice_mac``): the CLI, whose ``serve`` command is ``serve`` here.
 
 It binds 127.0.0.1 unless the user passes another ``--host``; Ctrl-C (or SIGTERM) closes the server,
 stops the worker, removes Gradio's temporary folder and exits 0. Gradio is imported only after
@@ -8,7 +12,6 @@ GRADIO_TEMP_DIR points at a folder this process owns, so uploads never land anyw
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -17,28 +20,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from cosyvoice_mac.cli import add_precision_arguments, host_precision, host_vocoder
+from cosyvoice_mac.cli.common import add_precision_arguments, host_precision, host_vocoder
 from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import VoiceLibrary
+from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_engine
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES, requested_engine
+from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT, default_models_dir, default_outputs_dir
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
-from cosyvoice_mac.webui.state import (  # noqa: F401 (installed_models: re-export)
-    HostConfig,
-    ModelHost,
-    Settings,
-    installed_models,
-    starting_engine,
-)
-from cosyvoice_mac.webui.strings import EN
+from cosyvoice_mac.webui.page import TITLE, build_app, page_css, title_js
 from cosyvoice_mac.webui.temp_janitor import TempJanitor
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_MODELS_DIR = REPO_ROOT / "models"
-DEFAULT_OUTPUTS_DIR = REPO_ROOT / "outputs"
-DEFAULT_HOST = "127.0.0.1"
-DEFAULT_PORT = 7860
-TITLE = EN["title"]
-NO_MODEL_MESSAGE = EN["no_model"]
 MAX_UPLOAD = "20mb"
 MAX_UPLOAD_BYTES = 20 << 20
 MAX_QUEUE = 8
@@ -47,7 +38,7 @@ TEMP_PREFIX = "cosyvoice-mac-ui-"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="app.py", description=f"Start the {TITLE} web UI.")
+    parser = argparse.ArgumentParser(prog="cosyvoice-mac serve", description=f"Start the {TITLE} web UI.")
     parser.add_argument(
         "--host",
         default=DEFAULT_HOST,
@@ -56,13 +47,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
     parser.add_argument(
-        "--models-dir", type=Path, default=DEFAULT_MODELS_DIR, help="folder holding model folders (default models/)"
+        "--models-dir",
+        type=Path,
+        default=None,
+        help="folder holding model folders (default $COSYVOICE_MODELS_DIR, else models/)",
     )
     parser.add_argument(
         "--outputs-dir",
         type=Path,
-        default=DEFAULT_OUTPUTS_DIR,
-        help="where generated audio is saved (default outputs/)",
+        default=None,
+        help="where generated audio is saved (default $COSYVOICE_OUTPUTS_DIR, else outputs/)",
     )
     parser.add_argument(
         "--cache-dir",
@@ -149,23 +143,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         parser.error("--temp-max-age must be at least 1 second")
     if not args.hang_timeout > 0:
         parser.error("--hang-timeout must be a positive number of seconds")
+    args.models_dir = (args.models_dir or default_models_dir()).expanduser()
+    args.outputs_dir = (args.outputs_dir or default_outputs_dir()).expanduser()
     return args
 
 
-def build_app(models_dir: Path = DEFAULT_MODELS_DIR, host: ModelHost | None = None, settings: Settings | None = None):
-    """The Gradio page for the models in ``models_dir`` (or the given host); does not start a model."""
-    from cosyvoice_mac.webui.callbacks import Callbacks
-    from cosyvoice_mac.webui.features import detect_features
-    from cosyvoice_mac.webui.layout import build_page
-
-    if host is None:
-        host = ModelHost(HostConfig(models_dir=Path(models_dir), outputs_dir=DEFAULT_OUTPUTS_DIR))
-    settings = settings or Settings(host.config.cache_dir)
-    callbacks = Callbacks(host, settings)
-    return build_page(callbacks, detect_features(), has_model=bool(host.models()))
-
-
-def main(argv: list[str] | None = None) -> int:
+def serve(argv: list[str] | None = None) -> int:
+    """Start the server (``cosyvoice-mac serve``, ``python app.py``, ``bash run.sh``); 0 after Ctrl-C."""
     args = parse_args(argv)
     os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")  # a local app phones no one
     temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
@@ -175,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(args.cache_dir.expanduser() if args.cache_dir else None)
     host = ModelHost(
         HostConfig(
-            models_dir=args.models_dir.expanduser(),
+            models_dir=args.models_dir,
             outputs_dir=outputs_dir,
             cache_dir=args.cache_dir.expanduser() if args.cache_dir else None,
             device=args.device,
@@ -215,10 +199,10 @@ def main(argv: list[str] | None = None) -> int:
                 max_file_size=MAX_UPLOAD,
                 origin_policy=_origin_policy(args),
                 allowed_paths=[str(outputs_dir)],
-                blocked_paths=[str(args.models_dir.expanduser().resolve())],
+                blocked_paths=[str(args.models_dir.resolve())],
                 footer_links=["gradio"],
-                css=_css(),
-                js=_title_js(),
+                css=page_css(),
+                js=title_js(),
             )
         except OSError:
             print(
@@ -251,28 +235,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _origin_policy(args: argparse.Namespace):
-    from cosyvoice_mac.webui.origin_guard import OriginPolicy
+    from cosyvoice_mac.api.origin_guard import OriginPolicy
 
     return OriginPolicy.for_server(args.host, args.allowed_origin)
-
-
-def _css() -> str:
-    from cosyvoice_mac.webui.layout import CSS
-
-    return CSS
-
-
-def _title_js() -> str:
-    """Keeps the browser tab's title in the page's language when the language switch changes."""
-    from cosyvoice_mac.webui.strings import ZH
-
-    titles = json.dumps({"en": EN["title"], "zh": ZH["title"]}, ensure_ascii=False)
-    return (
-        "() => { const titles = " + titles + ";"
-        " document.addEventListener('change', () => { const picked = document.querySelector("
-        "'#cv-language input:checked'); if (picked && titles[picked.value]) document.title = titles[picked.value];"
-        " }); }"
-    )
 
 
 def _api_access_note(args: argparse.Namespace) -> str:
@@ -286,3 +251,10 @@ def _api_access_note(args: argparse.Namespace) -> str:
 
 def _raise_keyboard_interrupt(signum, frame):
     raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The ``cosyvoice-mac`` command: every CLI command, ``serve`` starting the server."""
+    from cosyvoice_mac.cli.main import main as cli_main
+
+    return cli_main(argv, serve=serve)

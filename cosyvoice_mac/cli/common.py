@@ -1,0 +1,107 @@
+"""What every command of the CLI shares: exit codes, the argument groups, and how flags map to settings.
+
+Torch-free and light: each command module imports this, never another command's module.
+"""
+
+from __future__ import annotations
+
+from cosyvoice_mac.longform.post import LUFS_RANGE, PostSettings
+
+EXIT_REFUSED = 2  # the message says why
+EXIT_TRY_LATER = 75  # sysexits' EX_TEMPFAIL: the app's queue is full or its model loads; the same command works later
+EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
+
+# The request contract's fields -> the flags that set them, so a refusal names what the user typed.
+CONTRACT_FLAGS = {
+    "text": "--text",
+    "transcript": "--prompt-text",
+    "instruct": "--instruct",
+    "mode": "--instruct",
+    "seed": "--seed",
+    "speed": "--speed",
+    "voice": "--prompt-wav/--voice",
+    "trim": "--trim",
+    "loudness_lufs": "--loudness",
+    "post": "--loudness",
+}
+
+LOCAL_ONLY = {  # flag -> (argument, default): how the model is built, so the app's own settings rule there
+    "--device": ("device", "auto"),
+    "--precision": ("precision", None),
+    "--dtype": ("dtype", None),
+    "--llm-dtype": ("llm_dtype", None),
+    "--flow-dtype": ("flow_dtype", None),
+    "--reprobe": ("reprobe", False),
+    "--engine": ("engine", None),
+    "--vocoder": ("vocoder", "torch"),
+    "--compute-units": ("compute_units", "ALL"),
+    "--outputs-dir": ("outputs_dir", None),
+}
+
+
+def add_app_arguments(parser) -> None:
+    """--server, --local, --api-key: where the work runs (``cli.remote.connect``)."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument(
+        "--server",
+        metavar="URL",
+        help="the running app to send the job to (default $COSYVOICE_SERVER, else http://127.0.0.1:7860; "
+        "when none answers there, the model runs here). Given, it must answer",
+    )
+    where.add_argument("--local", action="store_true", help="run the model in this process even if the app runs")
+    parser.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
+
+
+def add_precision_arguments(parser) -> None:
+    """--precision, --dtype (the LLM's), --llm-dtype, --flow-dtype, --reprobe: the CLI's and the app's."""
+    parser.add_argument(
+        "--precision",
+        choices=("auto", "float32"),
+        default=None,
+        help="auto (default): each stage not named runs in the fastest dtype the quality gate "
+        "allows here, measured once per machine; float32: every stage not named in float32",
+    )
+    parser.add_argument(
+        "--dtype",
+        default=None,
+        help="the LLM's dtype (as $COSYVOICE_DTYPE): float32, float16, "
+        "bfloat16 or int8; the flow keeps its own (see --flow-dtype)",
+    )
+    parser.add_argument("--llm-dtype", default=None, help="the LLM's dtype (wins over --dtype)")
+    parser.add_argument("--flow-dtype", default=None, help="the flow's dtype: float32, float16 or bfloat16")
+    parser.add_argument("--reprobe", action="store_true", help="measure this machine's precision timings again")
+
+
+def precision_kwargs(args) -> dict:
+    return {
+        "precision": args.precision,
+        "dtype": args.dtype,
+        "llm_dtype": args.llm_dtype,
+        "flow_dtype": args.flow_dtype,
+        "reprobe": args.reprobe,
+    }
+
+
+def host_precision(args) -> dict:
+    """The precision choices the app's model host passes to the pipeline (the LLM's dtype travels apart)."""
+    return {key: value for key, value in precision_kwargs(args).items() if key != "dtype" and value}
+
+
+def host_vocoder(args) -> str:
+    """--vocoder and --compute-units as the model host's choice (``engine.host.VOCODER_CHOICES``)."""
+    return "torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}"
+
+
+def add_post_arguments(parser, whose: str) -> None:
+    """--trim and --loudness LUFS (off by default): the long-form commands' and ``synth``'s."""
+    parser.add_argument("--trim", action="store_true", help=f"trim leading and trailing silence {whose}")
+    parser.add_argument(
+        "--loudness",
+        type=float,
+        metavar="LUFS",
+        help=f"normalise the loudness {whose} to LUFS ({LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g}), e.g. -16 or -23",
+    )
+
+
+def post_settings(args) -> PostSettings:
+    return PostSettings(trim=args.trim, loudness_lufs=args.loudness)

@@ -9,7 +9,7 @@ this repository, e.g. ``git archive COMMIT | tar -x -C DIR``); rounds interleave
 busy machine disturbs both alike. Cases: ``tiny`` is the released depth (24 layers, 14/2 heads) at
 hidden size 56, whose time per token is almost all framework overhead (what dominates on MPS);
 ``full`` is the released size with random weights. Per run: ATen operations per token by scope and
-by op (``cosyvoice_mac.opcount``), wall and CPU ms per token (sampler included), and on CUDA the
+by op (``cosyvoice_mac.bench.opcount``), wall and CPU ms per token (sampler included), and on CUDA the
 profiler's kernels, GPU-busy and wall ms per token. On CPU ``float16`` means fp16-stored weights
 computed in fp32 (the CPU default). JSON on stdout, a table on stderr.
 """
@@ -28,12 +28,15 @@ HERE = Path(__file__).resolve().parents[1]
 
 
 def _use_tree(tree: Path) -> None:
-    """Import ``cosyvoice_mac`` from ``tree`` but the measuring modules from this checkout."""
+    """Import ``cosyvoice_mac`` from ``tree`` but the measuring modules from this checkout (by file: an older
+    tree's ``cosyvoice_mac.bench`` is a module, not this package)."""
     sys.path.insert(0, str(tree))
     import cosyvoice_mac  # noqa: F401  (from ``tree``)
 
-    for name in ("opcount", "bench_decode"):
-        spec = importlib.util.spec_from_file_location(f"cosyvoice_mac.{name}", HERE / "cosyvoice_mac" / f"{name}.py")
+    for name in ("opcount", "decode"):
+        spec = importlib.util.spec_from_file_location(
+            f"cosyvoice_mac.bench.{name}", HERE / "cosyvoice_mac" / "bench" / f"{name}.py"
+        )
         module = importlib.util.module_from_spec(spec)
         sys.modules[spec.name] = module
         spec.loader.exec_module(module)
@@ -70,8 +73,8 @@ def child(args: argparse.Namespace) -> dict:
     _use_tree(Path(args.tree))
     import torch
 
-    from cosyvoice_mac import bench_decode
-    from cosyvoice_mac.opcount import prompt_embeddings, random_tiny_speech_lm
+    from cosyvoice_mac.bench.decode import cuda_kernels_per_token, dispatch_ops_per_token, seconds_per_token
+    from cosyvoice_mac.bench.opcount import prompt_embeddings, random_tiny_speech_lm
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -94,15 +97,15 @@ def child(args: argparse.Namespace) -> dict:
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
     }
-    result["time"] = bench_decode.seconds_per_token(lm, embeds, steps=args.tokens, repeats=args.repeats)
-    ops = bench_decode.dispatch_ops_per_token(lm, embeds)
+    result["time"] = seconds_per_token(lm, embeds, steps=args.tokens, repeats=args.repeats)
+    ops = dispatch_ops_per_token(lm, embeds)
     result["ops"] = {
         "total": ops["total"],
         "per_layer_work_by_op": ops.get("per_layer_work_by_op"),
         "scopes": {k: v for k, v in ops.items() if k not in ("total", "per_layer_work_by_op")},
     }
     if device.type == "cuda":
-        result["cuda"] = bench_decode.cuda_kernels_per_token(lm, embeds, steps=min(args.tokens, 60))
+        result["cuda"] = cuda_kernels_per_token(lm, embeds, steps=min(args.tokens, 60))
         result["graph_error"] = getattr(runner, "graph_error", None)
     return result
 

@@ -24,8 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cosyvoice_mac import bench  # noqa: E402
-from cosyvoice_mac.bench_decode import synchronize  # noqa: E402
+from cosyvoice_mac.bench import measure  # noqa: E402
+from cosyvoice_mac.bench.decode import synchronize  # noqa: E402
 
 MODES = {"eager": "0", "graphs": "1"}  # COSYVOICE_CUDA_GRAPHS, read per call by the flow
 
@@ -58,11 +58,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
     device = torch.device(args.device)
-    model = bench.load_model(args.version, device, args.dtype, False, None)
-    prompt = bench.synthetic_prompt()
-    bench.run_once(model, 250, prompt, stream=True)  # warm-up: kernels, LLM graphs, a flow prefix
+    model = measure.load_model(args.version, device, args.dtype, False, None)
+    prompt = measure.synthetic_prompt()
+    measure.run_once(model, 250, prompt, stream=True)  # warm-up: kernels, LLM graphs, a flow prefix
     speaker = model.prepare_prompt(prompt, sample_rate=24000)
-    text_ids = torch.tensor([model.tokenizer.encode(bench.TEXT)])[:, : bench.REFERENCE_TEXT_IDS]
+    text_ids = torch.tensor([model.tokenizer.encode(measure.TEXT)])[:, : measure.REFERENCE_TEXT_IDS]
     flow_calls: list[float] = []
     vocoder_calls: list[float] = []
     _timed_calls(model.networks.flow, "inference", device, flow_calls)
@@ -71,7 +71,7 @@ def main() -> int:
     def first_audio(new_voice: bool) -> dict:
         flow_calls.clear()
         vocoder_calls.clear()
-        first = bench.time_to_first_audio(model, text_ids, speaker, 250, new_voice=new_voice)
+        first = measure.time_to_first_audio(model, text_ids, speaker, 250, new_voice=new_voice)
         flow, vocoder = flow_calls[-1], sum(vocoder_calls)  # a new voice's prefix build is not a flow call
         return {"first_audio_s": first, "flow_s": flow, "vocoder_s": vocoder, "llm_and_rest_s": first - flow - vocoder}
 

@@ -25,8 +25,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cosyvoice_mac import bench  # noqa: E402
-from cosyvoice_mac.bench_decode import cuda_profile, synchronize  # noqa: E402
+from cosyvoice_mac.bench import measure  # noqa: E402
+from cosyvoice_mac.bench.decode import cuda_profile, synchronize  # noqa: E402
 from cosyvoice_mac.models.flow.dit import AttentionMasks, DiT  # noqa: E402
 from cosyvoice_mac.pipeline.streaming import FIRST_HOP_TOKENS, PromptPlan  # noqa: E402
 
@@ -131,8 +131,8 @@ def main() -> int:
     args = parser.parse_args()
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False  # as the pipeline runs float32
-    model = bench.load_model(args.version, device, "float32", False, None)
-    speaker = model.prepare_prompt(bench.synthetic_prompt(), sample_rate=24000)
+    model = measure.load_model(args.version, device, "float32", False, None)
+    speaker = model.prepare_prompt(measure.synthetic_prompt(), sample_rate=24000)
     report = {"device": torch.cuda.get_device_name(device), "version": args.version, "flow": {}}
     for dtype in (torch.float32, torch.bfloat16):
         model.networks.flow.to(dtype)

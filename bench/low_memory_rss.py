@@ -7,7 +7,7 @@ released files store them; campplus.onnx and speech_tokenizer_v3.onnx stand-ins 
 sizes that read all of their weights on every call: ``tests/fakes/random_folders.py``) is written once,
 by a process of its own, under ``<user cache>/bench/`` and reused. Then the page's own ModelHost starts
 the worker for it, as the app does; the one difference is that the worker's RAM reads as 8 GiB, so the
-low-memory mode is the automatic choice (``cosyvoice_mac.bench_memory``). The worker loads and warms up
+low-memory mode is the automatic choice (``cosyvoice_mac.bench.memory``). The worker loads and warms up
 (which encodes a voice), then synthesises two requests, each with a voice it has not seen (so the ONNX
 speech tokenizer and CAM++ run each time). Prints JSON: per phase, the worker's peak RSS from the
 kernel (``VmHWM``: every resident page, memory-mapped checkpoint pages included) and the largest sampled
@@ -30,10 +30,10 @@ from pathlib import Path
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
-from cosyvoice_mac.bench_memory import PeakSampler  # noqa: E402
+from cosyvoice_mac.bench.memory import PeakSampler  # noqa: E402
 from cosyvoice_mac.paths import user_cache_dir  # noqa: E402
 
-FACTORY = "cosyvoice_mac.bench_memory:from_pretrained_with_8_gib"
+FACTORY = "cosyvoice_mac.bench.memory:from_pretrained_with_8_gib"
 COMPLETE = ".complete.json"  # written last: a folder without it is rebuilt
 TARGET_MIB = 3 * 1024
 TEXTS = ("This is the first sentence in the low memory mode.", "And here is a second request, with a new voice.")

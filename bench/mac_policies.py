@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 import torch  # noqa: E402
 
-from cosyvoice_mac.bench import (  # noqa: E402
+from cosyvoice_mac.bench.measure import (  # noqa: E402
     REFERENCE_TEXT_IDS,
     TEXT,
     forced_token_stream,
@@ -41,7 +41,7 @@ from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize  # noqa: E4
 
 def first_audio(model: CosyVoice, runs: int, tokens: int) -> dict:
     speaker = model.prepare_prompt(synthetic_prompt(), sample_rate=24000)
-    text_ids = torch.tensor([model.tokenizer.encode(TEXT)])[:, :REFERENCE_TEXT_IDS]  # as cosyvoice_mac.bench
+    text_ids = torch.tensor([model.tokenizer.encode(TEXT)])[:, :REFERENCE_TEXT_IDS]  # as cosyvoice_mac.bench.measure
     list(forced_token_stream(model, text_ids, speaker, 10))  # warm-up
     time_to_first_audio(model, text_ids, speaker, tokens)
     results: dict[str, list[float]] = {"on": [], "off": [], "on_new_voice": [], "off_new_voice": []}

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from cosyvoice_mac import bench
+from cosyvoice_mac.bench import cli, measure
 from cosyvoice_mac.checkpoint import load_checkpoint
 from cosyvoice_mac.pipeline import CosyVoice
 from cosyvoice_mac.pipeline.loading import OnDemand, build_networks, qwen_config_for
@@ -40,7 +40,7 @@ def tiny_dir(tmp_path_factory):
 
 def test_bench_reports_every_stage_floor_and_memory(tiny_dir, tmp_path, capsys):
     out = tmp_path / "bench.json"
-    status = bench.main(
+    status = cli.main(
         [
             "--model",
             str(tiny_dir),
@@ -66,7 +66,7 @@ def test_bench_reports_every_stage_floor_and_memory(tiny_dir, tmp_path, capsys):
     for report in reports:
         median = report["median"]
         assert all(median[field] > 0 for field in STAGE_FIELDS), median
-        assert median["audio_s"] == pytest.approx(6 / bench.TOKEN_RATE, abs=0.05)
+        assert median["audio_s"] == pytest.approx(6 / measure.TOKEN_RATE, abs=0.05)
         assert median["mel_finite"] and median["wave_finite"]
         assert len(report["all_runs"]) == 2 and report["runs"] == 2
         assert report["peak_rss_mb"] >= report["rss_after_load_mb"] > 0
@@ -79,7 +79,7 @@ def test_bench_reports_every_stage_floor_and_memory(tiny_dir, tmp_path, capsys):
 
 
 def test_bench_runs_each_configuration_in_its_own_process(tiny_dir, tmp_path, capsys):
-    status = bench.main(
+    status = cli.main(
         [
             "--model",
             str(tiny_dir),
@@ -104,7 +104,7 @@ def test_bench_runs_each_configuration_in_its_own_process(tiny_dir, tmp_path, ca
 
 def test_bench_without_floors_skips_them(tiny_dir, capsys):
     assert (
-        bench.main(
+        cli.main(
             [
                 "--model",
                 str(tiny_dir),
@@ -136,7 +136,7 @@ def test_every_candidate_benches_with_its_floors_and_auto_reports_its_pick(versi
         "cosyvoice_mac.pipeline.probe.cached_timings",
         lambda *a, **k: ({"llm": {"float32": 1.0, "float16": 0.5}, "flow": {"float32": 2.0, "bfloat16": 1.0}}, True),
     )
-    status = bench.main(
+    status = cli.main(
         [
             "--model",
             str(tiny_dir),
@@ -172,7 +172,7 @@ def test_every_candidate_benches_with_its_floors_and_auto_reports_its_pick(versi
 
 def test_bench_rejects_an_unknown_dtype():
     with pytest.raises(Exception, match="not supported"):
-        bench.parse_dtypes("float8/float32")
+        measure.parse_dtypes("float8/float32")
 
 
 def test_loading_real_weights_runs_no_random_initialisation(monkeypatch, tmp_path):

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from cosyvoice_mac.bench.opcount import count_decode_steps, prompt_embeddings, random_tiny_speech_lm
 from cosyvoice_mac.checkpoint import load_strict
 from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM
-from cosyvoice_mac.opcount import count_decode_steps, prompt_embeddings, random_tiny_speech_lm
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
 cuda_only = pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")

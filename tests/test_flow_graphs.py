@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import cosyvoice_mac.models.flow.graphs as graphs
-from cosyvoice_mac.bench import synthetic_prompt
+from cosyvoice_mac.bench.measure import synthetic_prompt
 from cosyvoice_mac.models.flow.masks import chunk_causal_mask, new_rows_see_every_key
 from cosyvoice_mac.pipeline import CosyVoice
 from tests.fakes.onnx_models import make_tiny_model_dir

@@ -154,10 +154,10 @@ def test_mlx_failing_its_warm_up_leaves_torch_running_the_model(tmp_path, voice)
 
 
 def test_bench_runs_the_mlx_engine_next_to_torch(tmp_path, capsys):
-    from cosyvoice_mac import bench
+    from cosyvoice_mac.bench import cli
 
     model_dir = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
-    status = bench.main(
+    status = cli.main(
         [
             "--model",
             str(model_dir),

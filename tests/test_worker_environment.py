@@ -19,16 +19,24 @@ THREAD_SETTINGS = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "KMP_BLOCKTIME")
 
 
 def _environment_after_import(module: str, **own: str) -> dict:
-    """The thread settings a fresh interpreter has after importing ``module``, and whether torch was
-    already loaded when ``cosyvoice_mac.engine.worker`` (the table's home) finished importing."""
+    """The thread settings a fresh interpreter has after importing ``module`` (and, as ``at_torch``, when
+    torch began to load), and whether torch was already loaded when ``cosyvoice_mac.engine.worker`` (the
+    table's home) finished importing."""
     env = {key: value for key, value in os.environ.items() if key not in THREAD_SETTINGS}
     env.update(own, PYTHONPATH=str(REPO))
     script = (
         "import json, os, sys\n"
+        f"settings, at_torch = {THREAD_SETTINGS!r}, {{}}\n"
+        "class Watch:\n"  # a finder that finds nothing: it only looks at the environment when torch is asked for
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'torch' and not at_torch:\n"
+        "            at_torch.update((k, os.environ.get(k)) for k in settings)\n"
+        "sys.meta_path.insert(0, Watch())\n"
         "import cosyvoice_mac.engine.worker\n"
         "torch_first = 'torch' in sys.modules\n"
         f"import {module}\n"
-        f"print(json.dumps({{'torch_first': torch_first, **{{k: os.environ.get(k) for k in {THREAD_SETTINGS!r}}}}}))\n"
+        "print(json.dumps({'torch_first': torch_first, 'at_torch': at_torch, "
+        "**{k: os.environ.get(k) for k in settings}}))\n"
     )
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -41,6 +49,13 @@ def test_the_bench_runs_in_the_worker_environment_and_keeps_a_users_own_values()
     assert {key: applied[key] for key in THREAD_SETTINGS} == {key: WORKER_ENVIRONMENT[key] for key in THREAD_SETTINGS}
     own = _environment_after_import("cosyvoice_mac.bench", GOMP_SPINCOUNT="0")
     assert own["GOMP_SPINCOUNT"] == "0" and own["KMP_BLOCKTIME"] == WORKER_ENVIRONMENT["KMP_BLOCKTIME"]
+
+
+@pytest.mark.parametrize("module", ["cli", "measure", "opcount"])
+def test_torch_loads_in_the_worker_environment_whichever_bench_module_is_imported(module):
+    """OpenMP reads its settings once, as torch loads: every way into the bench sets them before that."""
+    seen = _environment_after_import(f"cosyvoice_mac.bench.{module}")["at_torch"]
+    assert seen == {key: WORKER_ENVIRONMENT[key] for key in THREAD_SETTINGS}
 
 
 @pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="reads the child's environment from /proc")

@@ -91,7 +91,7 @@ GROW_THEN_SHRINK += (
 
 @pytest.mark.skipif(sys.platform != "linux", reason="the kernel's peak (VmHWM) is read from /proc")
 def test_the_peak_sampler_reports_each_phases_kernel_peak():
-    from cosyvoice_mac.bench_memory import PeakSampler
+    from cosyvoice_mac.bench.memory import PeakSampler
 
     child = subprocess.Popen([sys.executable, "-c", GROW_THEN_SHRINK], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     try:
@@ -116,7 +116,7 @@ def test_the_peak_sampler_reports_each_phases_kernel_peak():
 
 def test_the_benchs_worker_factory_loads_as_on_an_8_gb_machine(tmp_path, monkeypatch):
     from cosyvoice_mac import device
-    from cosyvoice_mac.bench_memory import from_pretrained_with_8_gib
+    from cosyvoice_mac.bench.memory import from_pretrained_with_8_gib
     from tests.fakes.onnx_models import make_tiny_model_dir
 
     monkeypatch.delenv("COSYVOICE_LOW_MEMORY", raising=False)

@@ -1,6 +1,6 @@
 """What one decoding step of the speech LM costs: operations, kernels, GPU-busy and wall time per token.
 
-Used by ``cosyvoice_mac.bench`` (a ``decode`` block per configuration) and ``bench/decode_step.py``
+Used by :mod:`cosyvoice_mac.bench.measure` (a ``decode`` block per configuration) and ``bench/decode_step.py``
 (the lean-step benchmark, which also runs these on an older tree for before/after figures, so
 only the speech LM's long-standing public methods are used here).
 """
@@ -15,7 +15,7 @@ import time
 
 import torch
 
-from cosyvoice_mac.opcount import count_decode_steps, prompt_embeddings
+from cosyvoice_mac.bench.opcount import count_decode_steps, prompt_embeddings
 
 KERNEL_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
 
@@ -65,7 +65,7 @@ def seconds_per_token(lm, embeds: torch.Tensor, steps: int = 100, repeats: int =
 
 
 def dispatch_ops_per_token(lm, embeds: torch.Tensor | None = None, steps: int = 20) -> dict:
-    """ATen operations per token, by scope (work / views), from :class:`cosyvoice_mac.opcount.OpCounter`."""
+    """ATen operations per token, by scope (work / views), from :class:`cosyvoice_mac.bench.opcount.OpCounter`."""
     counter = count_decode_steps(lm, steps=steps, embeds=embeds)
     report = counter.report(divide_by=steps)
     layers = len(lm.backbone.layers)

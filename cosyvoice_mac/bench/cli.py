@@ -2,8 +2,8 @@
 
     python -m cosyvoice_mac.bench --version cosyvoice3 --devices cuda --dtypes auto,float32 --runs 2
 
-(``python -m cosyvoice_mac.bench_cli`` is the same.) Prints a short table on stderr and one JSON
-document on stdout (``--json FILE`` too); the measuring is :func:`cosyvoice_mac.bench.bench`.
+Prints a short table on stderr and one JSON document on stdout (``--json FILE`` too); the measuring
+is :func:`cosyvoice_mac.bench.measure.bench`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ import time
 
 import torch
 
-from cosyvoice_mac.bench import AUTO, PROMPT_TOKENS, bench, parse_dtypes
-from cosyvoice_mac.bench_floors import machine_rates
+from cosyvoice_mac.bench.floors import machine_rates
+from cosyvoice_mac.bench.measure import AUTO, PROMPT_TOKENS, bench, parse_dtypes
 from cosyvoice_mac.device import empty_cache, select_device, select_dtype
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import qwen_config_for
@@ -215,7 +215,3 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.json, "w", encoding="utf-8") as handle:
             handle.write(document)
     return 0 if all("error" not in r for r in reports) else 1
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,7 +15,8 @@ CPU a 16-bit LLM stores its weights in 16 bits and computes in float32). :func:`
 configuration and times it: per stage wall and CPU seconds, real-time factor, time to first
 streamed audio, LLM tokens/s, peak memory, and each stage against its floor (see
 ``bench/README.md``). The command line, the table and the one-process-per-configuration runs are
-:mod:`cosyvoice_mac.bench_cli` (``main`` here hands over to it).
+:mod:`cosyvoice_mac.bench.cli`; the package (``cosyvoice_mac.bench``) puts this process in the worker's
+environment before torch loads.
 """
 
 from __future__ import annotations
@@ -28,16 +29,12 @@ import sys
 import time
 from collections.abc import Iterator
 
-from cosyvoice_mac.engine.worker import unset_worker_environment  # torch-free
-
-os.environ.update(unset_worker_environment())  # before torch loads OpenMP: measure what the worker runs
-
 import numpy as np
 import psutil
 import torch
 
-from cosyvoice_mac.bench_decode import decode_report
-from cosyvoice_mac.bench_floors import floors
+from cosyvoice_mac.bench.decode import decode_report
+from cosyvoice_mac.bench.floors import floors
 from cosyvoice_mac.device import empty_cache, select_device
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize
 from cosyvoice_mac.pipeline.engines import engine_status, network_dtypes
@@ -309,14 +306,3 @@ def _processor() -> str:
     except OSError:
         pass
     return platform.processor()
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m cosyvoice_mac.bench``: see :mod:`cosyvoice_mac.bench_cli`."""
-    from cosyvoice_mac.bench_cli import main as cli_main  # the CLI imports this module
-
-    return cli_main(argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

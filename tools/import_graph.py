@@ -2,9 +2,10 @@
 
 A room is a top-level module or sub-package of `cosyvoice_mac` (`engine`, `request`, ...). An edge
 A -> B means some module of A imports some module of B, at module level, inside a function body or
-under `if TYPE_CHECKING:`. Floors: rooms ordered so that imports point down where the graph allows;
-a room's floor is one more than the highest floor it imports (circles collapsed into one room).
-An upward import is an edge that points to a room on a floor at or above its own inside a circle.
+under `if TYPE_CHECKING:`. A room's floor is one more than the highest floor it imports (rooms in a
+circle share one floor). An upward import is an edge to a room of a higher layer in LAYERS, the order
+the house is built in (tests/test_layers.py keeps it); a circle is a set of modules that import each
+other (real: at run time; type-only: through `if TYPE_CHECKING:` imports as well).
 
     python tools/import_graph.py            # the summary as JSON
     python tools/import_graph.py --edges    # and every room-to-room edge
@@ -20,6 +21,41 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "cosyvoice_mac"
+
+# The house, bottom to top: a room may import its own layer and the layers below, never above.
+LAYERS = (
+    ("errors", "paths", "wire"),  # facts every layer may know
+    ("config", "checkpoint", "device", "versions", "request", "sound"),  # torch-free rules (device: torch's door)
+    ("models", "mlx"),  # the networks
+    ("frontend",),  # text and prompt audio -> ids and features
+    ("pipeline", "preview", "coreml"),  # Request -> audio, on either engine
+    ("engine",),  # the worker process, its queue, the model host
+    ("longform", "load", "download", "bench"),  # sequences of requests, the library door, tools
+    ("webui", "api", "cli"),  # the front ends
+    ("app", "__main__", "__init__"),  # the composition root (and the package's lazy front door)
+)
+FRONT_ENDS = ("webui", "api", "cli")
+COMPOSITION_ROOT = ("app", "__main__")
+# Wave 2's rooms, only to count the tree before the redesign with the same rule.
+WAVE2_ROOMS = {
+    "cli_app": "cli",
+    "cli_engine": "cli",
+    "bench_cli": "bench",
+    "bench_decode": "bench",
+    "bench_floors": "bench",
+    "bench_memory": "bench",
+    "opcount": "bench",
+    "audio": "frontend",
+    "prompt_limits": "sound",
+}
+
+
+def layer_of(room: str) -> int:
+    room = WAVE2_ROOMS.get(room, room)
+    for index, rooms in enumerate(LAYERS):
+        if room in rooms:
+            return index
+    raise KeyError(f"room {room!r} is in no layer of LAYERS (tools/import_graph.py): give it one")
 
 
 @dataclass(frozen=True)
@@ -170,7 +206,7 @@ def summary(root: Path) -> dict:
         below = [floor[component_of[b]] for a in component for b in edges.get(a, ()) if component_of[b] != i]
         floor[i] = 1 + max(below, default=0)
     room_floor = {room: floor[component_of[room]] for room in rooms}
-    upward = sorted((a, b) for a, targets in edges.items() for b in targets if room_floor[b] >= room_floor[a])
+    upward = sorted((a, b) for a, targets in edges.items() for b in targets if layer_of(b) > layer_of(a))
     real = module_circles(imports, include_type_only=False)
     every = module_circles(imports, include_type_only=True)
     return {

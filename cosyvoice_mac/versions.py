@@ -33,8 +33,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cosyvoice_mac.config import ConfigError
-from cosyvoice_mac.frontend.special_tokens import ENDOFPROMPT, SYSTEM_PROMPT
 
+# The two prompt strings the text frontend puts between an instruction (or CosyVoice3's system sentence) and
+# the text; part of what differs between the versions (system_prefix below), so they live here.
+ENDOFPROMPT = "<|endofprompt|>"
+SYSTEM_PROMPT = "You are a helpful assistant."  # v3 system sentence that precedes the instruction/marker
 PRE_LOOKAHEAD, CONFORMER = "pre_lookahead", "conformer"  # the flow's token front ends (flow_front)
 COSYVOICE3_SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
 

@@ -24,11 +24,11 @@ from cosyvoice_mac.frontend.special_tokens import (
     INSTRUCTIONS,
     PINYIN_UNITS,
     SPECIAL_TOKENS,
-    SYSTEM_PROMPT,
 )
 from cosyvoice_mac.frontend.text import TextNormalizer, contains_chinese, detect_language, is_only_punctuation
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.pipeline.types import SynthesisError
+from cosyvoice_mac.versions import SYSTEM_PROMPT
 from tests.parity.common import parity_dir
 from tests.parity.text import write_vocab_merges_folder
 

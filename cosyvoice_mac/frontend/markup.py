@@ -15,17 +15,14 @@ from dataclasses import dataclass
 from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.special_tokens import (
     ARPABET_PHONES,
-    ENDOFPROMPT,
     EOS_TOKEN,
     PARALINGUISTIC_TOKENS,
     PINYIN_UNITS,
     QWEN_CHAT_TOKENS,
     SPECIAL_TOKENS,
-    SYSTEM_PROMPT,
-    VERSIONS,
 )
 from cosyvoice_mac.request import MODES
-from cosyvoice_mac.versions import spec_for
+from cosyvoice_mac.versions import ENDOFPROMPT, SYSTEM_PROMPT, VERSIONS, spec_for
 
 # ---------------------------------------------------------------------------------------------- markup
 

@@ -14,11 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-VERSIONS = ("cosyvoice2", "cosyvoice3")
-
-ENDOFPROMPT = "<|endofprompt|>"
 ENDOFPROMPT_ID = 151646  # hard-coded upstream in CosyVoice3LM.inference
-SYSTEM_PROMPT = "You are a helpful assistant."  # v3 system sentence that precedes the instruction/marker
 
 # Tokens BlankEN's own vocabulary already has (ids 151643-151645); listed as upstream passes them.
 QWEN_CHAT_TOKENS = ("<|im_start|>", "<|im_end|>")

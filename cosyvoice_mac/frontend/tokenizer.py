@@ -23,7 +23,8 @@ from typing import Iterable
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
 
 from cosyvoice_mac.config import ConfigError
-from cosyvoice_mac.frontend.special_tokens import ENDOFPROMPT, ENDOFPROMPT_ID, SPECIAL_TOKENS, VERSIONS
+from cosyvoice_mac.frontend.special_tokens import ENDOFPROMPT_ID, SPECIAL_TOKENS
+from cosyvoice_mac.versions import ENDOFPROMPT, VERSIONS
 
 # Qwen2's pre-tokenisation regex (transformers ``tokenization_qwen2.PRETOKENIZE_REGEX``).
 QWEN2_SPLIT_PATTERN = (

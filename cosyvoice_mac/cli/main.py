@@ -169,7 +169,7 @@ def _synth_here(args) -> int:
 PASSED_ON = {
     "serve": ("start the web page and the /v1 API (as `bash run.sh`; serve --help for its options)", None),
     "download": ("fetch a model into models/ (download --help)", "cosyvoice_mac.download:main"),
-    "bench": ("time the full-size models on this machine (bench --help)", "cosyvoice_mac.bench:main"),
+    "bench": ("time the full-size models on this machine (bench --help)", "cosyvoice_mac.bench.cli:main"),
 }
 
 

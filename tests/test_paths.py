@@ -1,0 +1,122 @@
+"""One rule per folder (paths.py), reaching every interface; the one atomic write; the one command."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cosyvoice_mac import download, load, paths
+from cosyvoice_mac.app import parse_args
+from cosyvoice_mac.cli import local
+from cosyvoice_mac.cli.main import build_parser
+from cosyvoice_mac.engine.host import HostConfig, ModelHost
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _model_folder(models: Path, name: str, version: str = "cosyvoice3") -> Path:
+    folder = models / name
+    folder.mkdir(parents=True)
+    (folder / f"{version}.yaml").write_text("{}\n")
+    return folder
+
+
+@pytest.fixture
+def models_env(tmp_path, monkeypatch):
+    models = tmp_path / "my models"
+    monkeypatch.setenv(paths.MODELS_VARIABLE, str(models))
+    return models
+
+
+def test_the_models_variable_is_read_when_asked_not_at_import(models_env, monkeypatch):
+    assert paths.default_models_dir() == models_env
+    monkeypatch.delenv(paths.MODELS_VARIABLE)
+    assert paths.default_models_dir() == ROOT / "models"  # a checkout keeps its models/ beside run.sh
+
+
+def test_an_installed_copy_keeps_its_folders_in_the_user_data_folder(tmp_path, monkeypatch):
+    monkeypatch.delenv(paths.MODELS_VARIABLE, raising=False)
+    monkeypatch.delenv(paths.OUTPUTS_VARIABLE, raising=False)
+    monkeypatch.setattr(paths, "CHECKOUT", tmp_path / "site-packages")  # no pyproject.toml beside the package
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert paths.default_models_dir() == tmp_path / "data" / "cosyvoice-mac" / "models"
+    assert paths.default_outputs_dir() == tmp_path / "data" / "cosyvoice-mac" / "outputs"
+
+
+def test_the_page_takes_the_models_and_outputs_variables(models_env, tmp_path, monkeypatch):
+    monkeypatch.setenv(paths.OUTPUTS_VARIABLE, str(tmp_path / "made"))
+    args = parse_args([])
+    assert args.models_dir == models_env and args.outputs_dir == tmp_path / "made"
+    assert parse_args(["--models-dir", str(tmp_path / "flag")]).models_dir == tmp_path / "flag"  # a flag wins
+
+
+def test_the_cli_and_the_library_pick_the_model_from_the_variable(models_env, tmp_path):
+    _model_folder(models_env, "CosyVoice2-0.5B", "cosyvoice2")
+    newest = _model_folder(models_env, "Fun-CosyVoice3-0.5B")
+    args = build_parser().parse_args(["synth", "--voice", "v", "--text", "hi", "--out", str(tmp_path / "o.wav")])
+    assert local.worker_config(args, tmp_path).model_dir == str(newest)
+    assert load.resolve_model() == newest
+    assert load.resolve_model("CosyVoice2-0.5B") == models_env / "CosyVoice2-0.5B"  # a bare name, looked up there
+
+
+def test_download_fetches_into_the_variables_folder(models_env, monkeypatch):
+    fetched = []
+    monkeypatch.setattr(download, "_fetch", lambda model, files, destination, *rest: fetched.append(destination))
+    download.download_model("cosyvoice3")
+    assert fetched == [models_env / download.MODELS["cosyvoice3"].folder]
+
+
+def test_the_model_menu_follows_detect_version(tmp_path):
+    _model_folder(tmp_path, "a")
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "cosyvoice.yaml").write_text("{}\n")  # a v1 folder: detect_version refuses it
+    both = _model_folder(tmp_path, "both")
+    (both / "cosyvoice2.yaml").write_text("{}\n")
+    host = ModelHost(HostConfig(models_dir=tmp_path, outputs_dir=tmp_path, preview=False))
+    assert [(choice.name, choice.version) for choice in host.models()] == [("a", "cosyvoice3")]
+
+
+def test_the_atomic_write_leaves_the_old_file_and_no_temporary_when_the_disk_fails(tmp_path, monkeypatch):
+    target = tmp_path / "voices.json"
+    target.write_bytes(b"old")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(paths.os, "fsync", full)
+    with pytest.raises(OSError):
+        paths.atomic_write(target, b"new")
+    assert target.read_bytes() == b"old" and os.listdir(tmp_path) == ["voices.json"]
+
+
+def test_the_one_command_serves_and_runs_every_cli_command():
+    from importlib.metadata import entry_points
+
+    (script,) = [point for point in entry_points(group="console_scripts") if point.name == "cosyvoice-mac"]
+    assert script.value == "cosyvoice_mac.app:main"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    command = [sys.executable, "-c", "import sys; from cosyvoice_mac.app import main; sys.exit(main(sys.argv[1:]))"]
+    for words, expected in [
+        (["--help"], "dialogue"),
+        (["serve", "--help"], "--allowed-origin"),
+        (["download", "--help"], "cosyvoice3"),
+        (["bench", "--help"], "--tokens"),
+        (["synth", "--help"], "--prompt-wav"),
+    ]:
+        done = subprocess.run(command + words, capture_output=True, text=True, timeout=120, env=env)
+        assert done.returncode == 0 and expected in done.stdout, (words, done.stderr)
+    done = subprocess.run(
+        [sys.executable, "-m", "cosyvoice_mac", "serve", "--port", "0x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        cwd=ROOT,
+    )
+    assert done.returncode == 2 and "--port" in done.stderr and "Traceback" not in done.stderr

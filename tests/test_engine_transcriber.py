@@ -11,7 +11,7 @@ import time
 import pytest
 
 from cosyvoice_mac.engine import TranscriberProcess, TranscriptionFailed
-from cosyvoice_mac.frontend.asr import word_error_rate
+from cosyvoice_mac.engine.asr import word_error_rate
 
 SENTENCE = "This is the voice I would like you to copy, please."
 DEADLINE_S = 240  # torch import and model load in the child on two busy cores

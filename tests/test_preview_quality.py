@@ -19,7 +19,7 @@ pytest.importorskip("pyworld")
 pytest.importorskip("faster_whisper")
 resemblyzer = pytest.importorskip("resemblyzer")
 
-from cosyvoice_mac.frontend.asr import ModelStore, Transcriber, word_error_rate  # noqa: E402
+from cosyvoice_mac.engine.asr import ModelStore, Transcriber, word_error_rate  # noqa: E402
 from cosyvoice_mac.preview.backend import PreviewVoice  # noqa: E402
 
 SENTENCE = "Please call Stella and ask her to bring these things with her from the store."

@@ -21,7 +21,7 @@ import pytest
 import torch
 from scipy.signal import resample_poly
 
-from cosyvoice_mac.frontend import asr
+from cosyvoice_mac.engine import asr
 from cosyvoice_mac.pipeline import CosyVoice
 from cosyvoice_mac.pipeline.model_dir import ModelFolder, ModelFolderError
 

@@ -16,9 +16,9 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine import Engine, JobResult, TranscriptionFailed
+from cosyvoice_mac.engine.asr import word_error_rate
 from cosyvoice_mac.engine.host import PREVIEW_CHOICE, HostConfig, ModelHost, Settings
 from cosyvoice_mac.engine.messages import Done
-from cosyvoice_mac.frontend.asr import word_error_rate
 from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL, PREVIEW_NOTE
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.callbacks import Callbacks

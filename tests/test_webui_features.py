@@ -15,7 +15,7 @@ def test_asr_is_off_when_its_module_does_not_import(monkeypatch):
     real_import = importlib.import_module
 
     def refuse(name, *args):
-        if name == "cosyvoice_mac.frontend.asr":
+        if name == "cosyvoice_mac.engine.asr":
             raise ImportError("no ASR here")
         return real_import(name, *args)
 
@@ -24,7 +24,7 @@ def test_asr_is_off_when_its_module_does_not_import(monkeypatch):
 
 
 def test_asr_is_off_without_a_model_on_disk(monkeypatch, tmp_path):
-    asr = importlib.import_module("cosyvoice_mac.frontend.asr")
+    asr = importlib.import_module("cosyvoice_mac.engine.asr")
     monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
 
     def no_model():
@@ -35,7 +35,7 @@ def test_asr_is_off_without_a_model_on_disk(monkeypatch, tmp_path):
 
 
 def test_asr_is_on_with_the_bundled_model(monkeypatch):
-    asr = importlib.import_module("cosyvoice_mac.frontend.asr")
+    asr = importlib.import_module("cosyvoice_mac.engine.asr")
     monkeypatch.setattr(features.importlib.util, "find_spec", lambda name: object())
     monkeypatch.setattr(asr, "bundled_english_model", lambda: asr.AsrModel(path=None, name="tiny", multilingual=False))
     assert features.asr_available() is True

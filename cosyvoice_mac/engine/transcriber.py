@@ -1,6 +1,6 @@
 """Prompt transcription in a child process of its own.
 
-``cosyvoice_mac.frontend.asr`` loads torch (silence trimming, resampling), which the UI process never
+``cosyvoice_mac.engine.asr`` loads torch (silence trimming, resampling), which the UI process never
 imports, and a transcription should not wait behind a long synthesis in the model worker. So the UI
 asks :class:`TranscriberProcess`, which starts a small process on first use, keeps it (and the loaded
 Whisper model) for the next request, and ends it after ``idle_s`` seconds without one.
@@ -35,7 +35,7 @@ def transcriber_main(requests, replies) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent ends this process itself
     os.environ.update(unset_worker_environment())
     try:
-        from cosyvoice_mac.frontend import asr
+        from cosyvoice_mac.engine import asr
     except Exception as error:  # answer every request with the reason instead of dying silently
         asr, import_error = None, f"the speech recogniser cannot be loaded: {type(error).__name__}: {error}"
     while True:

@@ -3,7 +3,7 @@
 The layout asks ``detect_features()`` once; a control is built only when its flag is True, so a
 missing optional part leaves no broken button behind. The flags, and where their controls slot in:
 
-* ``asr``: speech recognition can fill the prompt transcript (``cosyvoice_mac.frontend.asr`` imports,
+* ``asr``: speech recognition can fill the prompt transcript (``cosyvoice_mac.engine.asr`` imports,
   faster-whisper is installed and a model is on disk). Its button sits next to the transcript field and
   runs ``asr.transcribe`` in a child process (``engine.transcriber``): that module loads torch.
 * ``stream``: a "Stream" toggle that plays EVENT_PROGRESS audio chunks as they arrive (``streaming.py``);
@@ -33,7 +33,7 @@ def detect_features() -> dict[str, bool]:
 def asr_available() -> bool:
     """True when the ASR module imports, its recogniser is installed and a model is on disk (no download)."""
     try:
-        asr = importlib.import_module("cosyvoice_mac.frontend.asr")
+        asr = importlib.import_module("cosyvoice_mac.engine.asr")
         if importlib.util.find_spec("faster_whisper") is None:
             return False
         if asr.ModelStore(allow_download=False).cached_multilingual() is not None:

@@ -10,7 +10,7 @@ import re
 
 from playwright.sync_api import expect
 
-from cosyvoice_mac.frontend.asr import word_error_rate
+from cosyvoice_mac.engine.asr import word_error_rate
 from tests.browser.helpers import FINISHED, GENERATE_S, audio_source, fill, upload_prompt, wait_until_ready
 
 SENTENCE = "This is the voice I would like you to copy, please."

@@ -22,7 +22,7 @@ RANDOM_WEIGHTS_FACTORY = "cosyvoice_mac.cli.local:random_full_size"
 CANCEL_WAIT_S = 15.0  # a running job stops at its next sentence or chunk
 
 
-def random_full_size(version: str, *, device, dtype, random_weights: bool, **options):
+def random_full_size(version: str, *, device, dtype, **options):
     """The worker's pipeline factory for ``--random-weights VERSION``: the full-size architecture, random weights."""
     from cosyvoice_mac.pipeline import CosyVoice
 
@@ -55,7 +55,6 @@ def worker_config(args, outputs_dir: Path, models_dir: Path | None = None):
             app_worker_config(choice),
             model_dir=args.random_weights,
             pipeline_factory=RANDOM_WEIGHTS_FACTORY,
-            random_weights=True,
         )
     folder = resolve_model(args.model, models_dir)
     if folder is None:

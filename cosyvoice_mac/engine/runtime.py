@@ -142,7 +142,6 @@ class WorkerRuntime:
             self.config.model_dir,
             device=device or self.config.device,
             dtype=self.config.dtype,
-            random_weights=self.config.random_weights,
             **self.config.pipeline_kwargs,
         )
         if self.home_device is None:

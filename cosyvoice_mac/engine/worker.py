@@ -51,7 +51,7 @@ class WorkerConfig:
     """How the worker builds its pipeline and where it keeps outputs and cached speakers.
 
     ``pipeline_factory`` is ``"module:attribute.path"``, called as
-    ``factory(model_dir, device=, dtype=, random_weights=, **pipeline_kwargs)``.
+    ``factory(model_dir, device=, dtype=, **pipeline_kwargs)``.
     ``outputs_dir`` None saves nothing; ``cache_dir`` None uses the user cache folder. ``model_dir`` is
     None for a backend that needs no model folder (``cosyvoice_mac.preview.PIPELINE_FACTORY``).
     """
@@ -59,7 +59,6 @@ class WorkerConfig:
     model_dir: str | None
     device: str = "auto"
     dtype: str | None = None
-    random_weights: bool = False
     pipeline_factory: str = DEFAULT_PIPELINE
     pipeline_kwargs: dict = field(default_factory=dict)
     outputs_dir: str | None = "outputs"

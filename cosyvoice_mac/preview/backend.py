@@ -75,8 +75,6 @@ class PreviewVoice(Synthesizes):
         model_dir=None,
         device: str | torch.device | None = "auto",
         dtype=None,
-        *,
-        random_weights: bool = False,
         **_unused,
     ) -> "PreviewVoice":
         """Same signature as ``CosyVoice.from_pretrained``: needs no model folder and always runs on the CPU."""

@@ -15,10 +15,7 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.frontend.text import TextNormalizer
-from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
-from cosyvoice_mac.longform import batch, dialogue, subtitles
-from cosyvoice_mac.longform.glossary import (
+from cosyvoice_mac.frontend.glossary import (
     GlossaryEntry,
     GlossaryError,
     GlossaryStore,
@@ -26,6 +23,9 @@ from cosyvoice_mac.longform.glossary import (
     entries_from_csv,
     entries_to_csv,
 )
+from cosyvoice_mac.frontend.text import TextNormalizer
+from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
+from cosyvoice_mac.longform import batch, dialogue, subtitles
 from cosyvoice_mac.longform.post import PostSettings, loudness, post_process, trim_silence
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
 from tests.parity.common import parity_dir

@@ -81,13 +81,13 @@ def add_longform(commands) -> None:
 
 
 def _store():
-    from cosyvoice_mac.longform.glossary import glossary_store
+    from cosyvoice_mac.frontend.glossary import glossary_store
 
     return glossary_store()
 
 
 def _glossary(args) -> int:
-    from cosyvoice_mac.longform.glossary import entries_from_csv, entries_to_csv
+    from cosyvoice_mac.frontend.glossary import entries_from_csv, entries_to_csv
 
     store = _store()
     if args.action == "list":

@@ -17,7 +17,7 @@ from typing import Callable, Iterator
 import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, VoiceLibrary
-from cosyvoice_mac.longform.glossary import glossary_store
+from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.longform import LongformCallbacks

@@ -22,7 +22,7 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cosyvoice_mac.errors import InputError
+from cosyvoice_mac.errors import InputError, RequestError
 from cosyvoice_mac.frontend.markup import find_unknown_markup
 from cosyvoice_mac.frontend.text import detect_language
 from cosyvoice_mac.paths import user_cache_dir
@@ -207,10 +207,10 @@ class RequestGlossary:
         self.store = store
 
     def apply(self, request):
-        """(the request to speak, the entries that matched as sidecar facts, a note or None). A glossary that
-        cannot be read is skipped with a note: the request itself is fine."""
-        from dataclasses import replace
-
+        """(the request to speak, the entries that matched as sidecar facts, a note or None). The rewrite may
+        be longer than the text limit (``Request.spoken_as``: the limit is about what the user typed). A
+        glossary that cannot be read, or a rewrite no request may hold (entries that leave only punctuation),
+        is skipped with a note: the request as typed is fine and is spoken."""
         try:
             entries = self.store.entries()
         except GlossaryError as error:
@@ -218,4 +218,7 @@ class RequestGlossary:
         result = apply_glossary(request.text, entries)
         if not result.applied:
             return request, [], None
-        return replace(request, text=result.text), result.describe(), None
+        try:
+            return request.spoken_as(result.text), result.describe(), None
+        except RequestError as error:
+            return request, [], f"the pronunciation glossary was not applied: {error}"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from cosyvoice_mac.engine.outputs import atomic_write_bytes
-from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary, check_audio_hash  # noqa: F401 (re-exported)
-from cosyvoice_mac.paths import user_cache_dir  # noqa: F401 (re-exported)
+from cosyvoice_mac.engine.voice_library import check_audio_hash
+from cosyvoice_mac.paths import user_cache_dir
 
 if TYPE_CHECKING:
     from cosyvoice_mac.pipeline.types import SpeakerPrompt

@@ -11,12 +11,12 @@ import threading
 import time
 
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.cache import VoiceLibrary
 from cosyvoice_mac.engine.jobqueue import JobQueue, Listener
 from cosyvoice_mac.engine.jobs import EngineError, Job, JobResult, Task
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
 from cosyvoice_mac.engine.supervisor import SupervisorLimits, WorkerSupervisor
 from cosyvoice_mac.engine.tasks import TaskBook
+from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.engine.voices import VoiceSaving
 from cosyvoice_mac.engine.worker import WorkerConfig
 from cosyvoice_mac.request import Request

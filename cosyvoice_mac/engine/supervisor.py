@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass, field, replace
 
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.cache import VoiceLibrary
 from cosyvoice_mac.engine.jobqueue import JobQueue
 from cosyvoice_mac.engine.jobs import Command, EngineError
 from cosyvoice_mac.engine.messages import (
@@ -30,6 +29,7 @@ from cosyvoice_mac.engine.messages import (
     WorkerStatus,
 )
 from cosyvoice_mac.engine.tasks import TaskBook
+from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.engine.worker import HEARTBEAT_S, WorkerConfig, WorkerProcess
 
 POLL_S = 0.05

@@ -107,7 +107,7 @@ def _glossary(args) -> int:
 
 def _voices(args) -> int:
     from cosyvoice_mac.audio import decode_prompt
-    from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
     library = VoiceLibrary()
     if args.action == "list":
@@ -138,7 +138,7 @@ def _read_bytes(path: Path) -> bytes:
 def _check_voice(name: str | None) -> None:
     """Refuse an unknown saved voice before the model loads."""
     if name is not None:
-        from cosyvoice_mac.engine.cache import VoiceLibrary
+        from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
         VoiceLibrary().get(name)
 
@@ -260,7 +260,7 @@ def post_settings(args) -> PostSettings:
 
 
 def _dialogue(args) -> int:
-    from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.engine.voice_library import VoiceLibrary
     from cosyvoice_mac.longform import dialogue
     from cosyvoice_mac.longform.remote import dialogue_in_app
     from cosyvoice_mac.longform.runner import run_dialogue

@@ -37,6 +37,7 @@ import torch
 from torch import nn
 
 from cosyvoice_mac.device import cuda_graphs_wanted
+from cosyvoice_mac.paths import user_cache_dir
 from cosyvoice_mac.pipeline.gate import CANDIDATES, as_dtype
 from cosyvoice_mac.pipeline.precision import (
     INT8,
@@ -132,10 +133,6 @@ def timed_shapes(config: dict, qwen) -> dict:
 
 
 def default_cache_path() -> Path:
-    from cosyvoice_mac.engine.cache import (
-        user_cache_dir,  # the one rule for the user cache folder
-    )
-
     return user_cache_dir() / CACHE_FILE
 
 

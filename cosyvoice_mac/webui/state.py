@@ -14,9 +14,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from cosyvoice_mac.engine import Engine, EngineError, TranscriberProcess, WorkerConfig, user_cache_dir
+from cosyvoice_mac.engine import Engine, EngineError, TranscriberProcess, WorkerConfig
 from cosyvoice_mac.engine.outputs import atomic_write_bytes
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, requested_engine
+from cosyvoice_mac.paths import user_cache_dir
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
 from cosyvoice_mac.versions import VERSIONS
 

@@ -126,9 +126,6 @@ class SpeakerCache:
     def contains(self, model_id: str, audio_hash: str) -> bool:
         return (model_id, audio_hash) in self._memory or self.paths(model_id, audio_hash)[1].is_file()
 
-    def clear_memory(self) -> None:
-        self._memory.clear()
-
     def _remember(self, prompt: SpeakerPrompt) -> None:
         if self.memory_entries == 0:
             return

@@ -1,4 +1,5 @@
-"""The public entry point: ``CosyVoice.from_pretrained(dir).synthesize(text, prompt_audio=...)``.
+"""One CosyVoice model: ``CosyVoice.from_pretrained(dir).synthesize(text, voice)`` (``cosyvoice_mac.load_model``
+is the library's door: it picks the folder as the app does).
 
 What a model is built from lives in :mod:`.constructors`; this module turns requests into audio:
 text -> normalise and split into sentences -> Qwen2 BPE ids -> speech LM -> speech tokens ->

@@ -142,4 +142,3 @@ class ModelFolder:
 
     def has(self, relative: str) -> bool:
         return (self.path / relative).exists()
-

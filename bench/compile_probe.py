@@ -18,8 +18,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from cosyvoice_mac.device import synchronize  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
-from cosyvoice_mac.pipeline.probe import best_seconds, synchronize  # noqa: E402
+from cosyvoice_mac.pipeline.probe import best_seconds  # noqa: E402
 
 
 @torch.inference_mode()

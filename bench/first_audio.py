@@ -25,7 +25,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosyvoice_mac.bench import measure  # noqa: E402
-from cosyvoice_mac.bench.decode import synchronize  # noqa: E402
+from cosyvoice_mac.device import synchronize  # noqa: E402
 
 MODES = {"eager": "0", "graphs": "1"}  # COSYVOICE_CUDA_GRAPHS, read per call by the flow
 

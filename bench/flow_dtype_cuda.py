@@ -22,7 +22,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cosyvoice_mac.bench.decode import cuda_profile, synchronize  # noqa: E402
+from cosyvoice_mac.bench.decode import cuda_profile  # noqa: E402
+from cosyvoice_mac.device import synchronize  # noqa: E402
 from cosyvoice_mac.models.flow import Flow, FlowConfig  # noqa: E402
 from cosyvoice_mac.pipeline.fullsize import official_config  # noqa: E402
 

@@ -26,7 +26,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosyvoice_mac.bench import measure  # noqa: E402
-from cosyvoice_mac.bench.decode import cuda_profile, synchronize  # noqa: E402
+from cosyvoice_mac.bench.decode import cuda_profile  # noqa: E402
+from cosyvoice_mac.device import synchronize  # noqa: E402
 from cosyvoice_mac.models.flow.dit import AttentionMasks, DiT  # noqa: E402
 from cosyvoice_mac.pipeline.streaming import FIRST_HOP_TOKENS, PromptPlan  # noqa: E402
 

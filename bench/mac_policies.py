@@ -34,9 +34,9 @@ from cosyvoice_mac.bench.measure import (  # noqa: E402
     synthetic_prompt,
     time_to_first_audio,
 )
-from cosyvoice_mac.device import MPS_CONV_LIMIT, SERIAL_DEVICE_ENV, select_device  # noqa: E402
+from cosyvoice_mac.device import MPS_CONV_LIMIT, SERIAL_DEVICE_ENV, select_device, synchronize  # noqa: E402
 from cosyvoice_mac.models.vocoder.window import plan_windows  # noqa: E402
-from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize  # noqa: E402
+from cosyvoice_mac.pipeline.cosyvoice import CosyVoice  # noqa: E402
 
 
 def first_audio(model: CosyVoice, runs: int, tokens: int) -> dict:
@@ -64,10 +64,10 @@ def vocoder(model: CosyVoice, runs: int, frames: int) -> dict:
     for _ in range(runs + 1):  # the first round warms up
         for case, limit in (("one_shot", None), ("windows", MPS_CONV_LIMIT)):
             hift.conv_limit = limit
-            _synchronize(device)
+            synchronize(device)
             started = time.perf_counter()
             hift.inference(mel)
-            _synchronize(device)
+            synchronize(device)
             times[case].append(time.perf_counter() - started)
     hift.conv_limit = "auto"
     report = {case: {"median_s": statistics.median(values[1:]), "runs_s": values[1:]} for case, values in times.items()}

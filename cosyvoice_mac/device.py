@@ -150,6 +150,15 @@ def text_embedding_on_host(device: torch.device) -> bool:
     return torch.device(device).type == "mps"
 
 
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (CUDA, MPS run asynchronously), so a clock read next is true; no-op on
+    the CPU. Every stage timing and benchmark measures through this."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    elif device.type == "mps":
+        torch.mps.synchronize()
+
+
 def between_sentences(device: torch.device) -> None:
     """Hand MPS's cached blocks back after each sentence (unified memory: the cache is the system's RAM)."""
     if torch.device(device).type == "mps":

@@ -160,6 +160,7 @@ class Request:
 
     ``mode`` is "zero_shot" (the voice's transcript is read with the text), "cross_lingual" (the text
     only) or "instruct" (``instruct`` steers the style); ``seed`` is the one the audio was sampled with.
+    ``typed_text`` is what the user typed where ``text`` is the glossary's rewrite of it (``spoken_as``).
     """
 
     text: str
@@ -170,9 +171,16 @@ class Request:
     speed: float = 1.0
     stream: bool = False
     post: PostSettings = PostSettings()
+    typed_text: str | None = None
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def spoken_as(self, text: str) -> "Request":
+        """This request speaking ``text``, the glossary's rewrite of what the user typed. Every rule holds for
+        ``text`` but the length limit: that one is about what the user typed, checked when they typed it, so a
+        rewrite that lengthens the text (markup spells a word phone by phone) never fails the request later."""
+        return replace(self, text=text, typed_text=self.text if self.typed_text is None else self.typed_text)
 
     @classmethod
     def build(
@@ -229,7 +237,9 @@ class Request:
 
     def validate(self) -> None:
         """Raise RequestError naming the field and the rule; the only place these rules are written."""
-        _check_string("text", "the text", self.text, MAX_TEXT_CHARS)
+        if self.typed_text is not None:
+            _check_string("text", "the text", self.typed_text, MAX_TEXT_CHARS)
+        _check_string("text", "the text", self.text, MAX_TEXT_CHARS if self.typed_text is None else None)
         if not self.text.strip():
             raise RequestError("text", "text_empty", "the text to speak is empty; type a sentence")
         if not any(unicodedata.category(char)[0] in "LN" for char in self.text):
@@ -324,10 +334,11 @@ def _seed(seed) -> int:
     return seed  # validate() refuses what is not a whole number in range
 
 
-def _check_string(field: str, what: str, value, limit: int) -> None:
+def _check_string(field: str, what: str, value, limit: int | None) -> None:
+    """``limit`` None: any length (the glossary's rewrite of a text checked when it was typed)."""
     if not isinstance(value, str):
         raise RequestError(field, f"{field}_invalid", f"{what} must be text, not {type(value).__name__}")
-    if len(value) > limit:
+    if limit is not None and len(value) > limit:
         raise RequestError(
             field,
             f"{field}_too_long",

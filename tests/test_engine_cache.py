@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from cosyvoice_mac.engine import cache as cache_module
-from cosyvoice_mac.engine.cache import SpeakerCache, user_cache_dir
+from cosyvoice_mac.engine.cache import SpeakerCache
 from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary
+from cosyvoice_mac.paths import user_cache_dir
 from cosyvoice_mac.pipeline.types import SpeakerPrompt
 
 MODEL = "tiny-cosyvoice3-abc"

@@ -11,6 +11,7 @@ import time
 import pytest
 
 from cosyvoice_mac.engine import TranscriberProcess, TranscriptionFailed
+from cosyvoice_mac.engine import transcriber as transcriber_module
 from cosyvoice_mac.engine.asr import word_error_rate
 
 SENTENCE = "This is the voice I would like you to copy, please."
@@ -27,12 +28,6 @@ def never_answer(requests, replies) -> None:
     while True:
         if requests.recv() is None:
             return
-
-
-class _Scripted(TranscriberProcess):
-    def __init__(self, child, **options):
-        super().__init__(**options)
-        self.child_main = child
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +74,9 @@ def test_a_file_that_is_not_audio_is_explained_and_the_process_is_reused(tmp_pat
         transcriber.transcribe(spoken)
 
 
-def test_a_recogniser_that_dies_is_reported_and_started_again_next_time(spoken):
-    transcriber = _Scripted(exit_at_once)
+def test_a_recogniser_that_dies_is_reported_and_started_again_next_time(spoken, monkeypatch):
+    monkeypatch.setattr(transcriber_module, "transcriber_main", exit_at_once)
+    transcriber = TranscriberProcess()
     try:
         for _ in range(2):
             with pytest.raises(TranscriptionFailed, match="stopped unexpectedly"):
@@ -89,8 +85,9 @@ def test_a_recogniser_that_dies_is_reported_and_started_again_next_time(spoken):
         transcriber.close()
 
 
-def test_a_recogniser_that_never_answers_is_stopped(spoken):
-    transcriber = _Scripted(never_answer, silence_s=1.0)
+def test_a_recogniser_that_never_answers_is_stopped(spoken, monkeypatch):
+    monkeypatch.setattr(transcriber_module, "transcriber_main", never_answer)
+    transcriber = TranscriberProcess(silence_s=1.0)
     started = time.monotonic()
     try:
         with pytest.raises(TranscriptionFailed, match="no answer for 1 s"):

@@ -15,17 +15,18 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.frontend.text import TextNormalizer
-from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
-from cosyvoice_mac.longform import batch, dialogue, subtitles
-from cosyvoice_mac.longform.glossary import (
+from cosyvoice_mac.frontend.glossary import (
     GlossaryEntry,
     GlossaryError,
     GlossaryStore,
+    RequestGlossary,
     apply_glossary,
     entries_from_csv,
     entries_to_csv,
 )
+from cosyvoice_mac.frontend.text import TextNormalizer
+from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
+from cosyvoice_mac.longform import batch, dialogue, subtitles
 from cosyvoice_mac.longform.post import PostSettings, loudness, post_process, trim_silence
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
 from tests.parity.common import parity_dir
@@ -350,6 +351,39 @@ def test_the_worker_speaks_every_request_with_the_glossary_and_the_sidecar_says_
     assert sidecar["glossary"] == [
         {"key": "minute", "replacement": "[M][AY0][N][UW1][T]", "language": "en", "count": 1}
     ]
+
+
+def test_a_text_under_the_limit_is_spoken_whole_however_far_the_glossary_lengthens_it(tmp_path):
+    from cosyvoice_mac.request import MAX_TEXT_CHARS
+    from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started
+
+    config = fake_worker_config(tmp_path)
+    markup = "[M][AY0][N][UW1][T]"
+    GlossaryStore(Path(config.cache_dir) / "glossary.json").replace([GlossaryEntry("minute", markup, "en")])
+    typed = " ".join(["minute"] * 700) + "."  # 4,900 characters: accepted at the door
+    assert len(typed) <= MAX_TEXT_CHARS < len(apply_glossary(typed, [GlossaryEntry("minute", markup)]).text)
+    engine = started(quick_engine(config))
+    try:
+        with engine.subscribe() as heard:
+            job_id = engine.submit(fake_request(typed))
+            spoken = [event.text for event in heard.of(job_id, timeout=60) if event.kind == "progress"]
+        result = engine.result(job_id, timeout=0)
+        sidecar = json.loads(Path(result.sidecar_path).read_text())
+    finally:
+        engine.close()
+    assert "".join(spoken).count(markup) == 700 and "minute" not in "".join(spoken)  # every word, none lost
+    assert sidecar["text"] == typed and sidecar["glossary"][0]["count"] == 700
+    assert not any("glossary" in note for note in result.notes)
+
+
+def test_a_rewrite_that_leaves_nothing_to_speak_is_skipped_and_the_typed_text_spoken(tmp_path):
+    from tests.fakes.fake_pipeline import fake_request
+
+    store = GlossaryStore(tmp_path / "glossary.json")
+    store.replace([GlossaryEntry("etc", "…")])
+    typed = fake_request("etc")
+    spoken, hits, note = RequestGlossary(store).apply(typed)
+    assert spoken is typed and hits == [] and "glossary was not applied" in note and "nothing to speak" in note
 
 
 def test_an_unreadable_glossary_is_skipped_with_a_note(tmp_path):

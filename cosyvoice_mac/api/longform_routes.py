@@ -24,8 +24,8 @@ from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import ApiError, bad_request
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
+from cosyvoice_mac.frontend.glossary import GlossaryEntry, GlossaryError, GlossaryStore, check_entries
 from cosyvoice_mac.longform import LongformError, batch, dialogue, subtitles
-from cosyvoice_mac.longform.glossary import GlossaryEntry, GlossaryStore, check_entries
 from cosyvoice_mac.longform.post import PostSettings
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
@@ -192,14 +192,14 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
 def _entries(glossary: GlossaryStore):
     try:
         return glossary.entries()
-    except LongformError as error:
+    except GlossaryError as error:
         raise ApiError(500, str(error), code="glossary_unreadable") from error
 
 
 def _checked(check, param: str):
     try:
         return check()
-    except LongformError as error:
+    except (LongformError, GlossaryError) as error:
         raise bad_request(str(error), "invalid_longform_input", param) from None
     except RequestError as error:  # a rule of the request contract (the post-processing settings)
         raise bad_request(str(error), error.code, error.field) from None

@@ -19,7 +19,7 @@ from cosyvoice_mac.api.errors import ApiError, install_error_handlers
 from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
 from cosyvoice_mac.api.longform_routes import build_longform_router
 from cosyvoice_mac.api.routes import build_router
-from cosyvoice_mac.longform.glossary import glossary_store
+from cosyvoice_mac.frontend.glossary import glossary_store
 
 API_PREFIX = "/v1"
 GRADIO_CALL_PREFIX = "/gradio_api/call/"

@@ -16,15 +16,9 @@ import time
 import torch
 
 from cosyvoice_mac.bench.opcount import count_decode_steps, prompt_embeddings
+from cosyvoice_mac.device import synchronize
 
 KERNEL_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def _device(lm) -> torch.device:

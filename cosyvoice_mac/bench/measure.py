@@ -35,8 +35,8 @@ import torch
 
 from cosyvoice_mac.bench.decode import decode_report
 from cosyvoice_mac.bench.floors import floors
-from cosyvoice_mac.device import empty_cache, select_device
-from cosyvoice_mac.pipeline.cosyvoice import CosyVoice, _synchronize
+from cosyvoice_mac.device import empty_cache, select_device, synchronize
+from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 from cosyvoice_mac.pipeline.engines import engine_status, network_dtypes
 from cosyvoice_mac.pipeline.gate import parse_choice
 from cosyvoice_mac.pipeline.streaming import stream_segment
@@ -62,10 +62,10 @@ def synthetic_prompt(seconds: float = PROMPT_SECONDS, sample_rate: int = 24000) 
 
 def _timed(device: torch.device, function):
     """(wall seconds, CPU seconds of this process, value); CPU time is less disturbed by other load."""
-    _synchronize(device)
+    synchronize(device)
     wall, cpu = time.perf_counter(), time.process_time()
     value = function()
-    _synchronize(device)
+    synchronize(device)
     return time.perf_counter() - wall, time.process_time() - cpu, value
 
 

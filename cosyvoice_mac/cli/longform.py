@@ -88,13 +88,13 @@ def add_longform(commands) -> None:
 
 
 def _store():
-    from cosyvoice_mac.longform.glossary import glossary_store
+    from cosyvoice_mac.frontend.glossary import glossary_store
 
     return glossary_store()
 
 
 def _glossary(args) -> int:
-    from cosyvoice_mac.longform.glossary import entries_from_csv, entries_to_csv
+    from cosyvoice_mac.frontend.glossary import entries_from_csv, entries_to_csv
 
     store = _store()
     if args.action == "list":
@@ -114,7 +114,7 @@ def _glossary(args) -> int:
 
 def _voices(args) -> int:
     from cosyvoice_mac.audio import decode_prompt
-    from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
     library = VoiceLibrary()
     if args.action == "list":
@@ -145,7 +145,7 @@ def _read_bytes(path: Path) -> bytes:
 def _check_voice(name: str | None) -> None:
     """Refuse an unknown saved voice before the model loads."""
     if name is not None:
-        from cosyvoice_mac.engine.cache import VoiceLibrary
+        from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
         VoiceLibrary().get(name)
 
@@ -253,7 +253,7 @@ def _run(job, label: str, cancel_current) -> int:
 
 def _dialogue(args) -> int:
     from cosyvoice_mac.cli.remote_longform import dialogue_in_app
-    from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.engine.voice_library import VoiceLibrary
     from cosyvoice_mac.longform import dialogue
     from cosyvoice_mac.longform.runner import run_dialogue
 

@@ -30,7 +30,7 @@ import torch
 
 from cosyvoice_mac.config import read_yaml_config
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig, load_hift
-from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.paths import atomic_write, user_cache_dir
 
 from .host import HostSource
 from .rewrite import POLYPHASE, DecoderGraph, F0Graph, build_graphs
@@ -139,8 +139,6 @@ def default_output_dir(model_dir: Path | None, fingerprint: str) -> Path:
         candidate = Path(model_dir) / "coreml"
         if _writable(candidate):
             return candidate
-    from cosyvoice_mac.engine.cache import user_cache_dir
-
     key = hashlib.sha256(fingerprint.encode()).hexdigest()[:16]
     return user_cache_dir() / "coreml" / key
 

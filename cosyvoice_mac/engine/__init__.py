@@ -5,7 +5,7 @@ the speaker cache and the device. See ``client.py`` for the API, ``supervisor.py
 worker alive and ``worker.py`` for the process.
 """
 
-from cosyvoice_mac.engine.cache import SpeakerCache, user_cache_dir
+from cosyvoice_mac.engine.cache import SpeakerCache
 from cosyvoice_mac.engine.client import Engine
 from cosyvoice_mac.engine.jobs import (
     EngineError,
@@ -43,6 +43,5 @@ __all__ = [
     "WorkerConfig",
     "WorkerStatus",
     "read_wav_info",
-    "user_cache_dir",
     "write_output",
 ]

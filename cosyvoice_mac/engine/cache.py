@@ -21,11 +21,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary, check_audio_hash  # noqa: F401 (re-exported)
-from cosyvoice_mac.paths import (
-    atomic_write,
-    user_cache_dir,  # noqa: F401 (re-exported)
-)
+from cosyvoice_mac.engine.voice_library import check_audio_hash
+from cosyvoice_mac.paths import atomic_write, user_cache_dir
 
 if TYPE_CHECKING:
     from cosyvoice_mac.pipeline.types import SpeakerPrompt
@@ -127,9 +124,6 @@ class SpeakerCache:
 
     def contains(self, model_id: str, audio_hash: str) -> bool:
         return (model_id, audio_hash) in self._memory or self.paths(model_id, audio_hash)[1].is_file()
-
-    def clear_memory(self) -> None:
-        self._memory.clear()
 
     def _remember(self, prompt: SpeakerPrompt) -> None:
         if self.memory_entries == 0:

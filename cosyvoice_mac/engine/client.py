@@ -11,12 +11,13 @@ import threading
 import time
 
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.cache import VoiceLibrary
 from cosyvoice_mac.engine.jobqueue import JobQueue, Listener
 from cosyvoice_mac.engine.jobs import EngineError, Job, JobResult, Task
+from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
 from cosyvoice_mac.engine.supervisor import SupervisorLimits, WorkerSupervisor
 from cosyvoice_mac.engine.tasks import TaskBook
+from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.engine.voices import VoiceSaving
 from cosyvoice_mac.engine.worker import WorkerConfig
 from cosyvoice_mac.request import Request
@@ -87,7 +88,7 @@ class Engine(VoiceSaving):
             if supervisor.closing:
                 raise EngineError("the engine was closed; create a new one")
             ticket = supervisor.begin()
-        return supervisor.wait(ticket, timeout) if wait else supervisor.state == "ready"
+        return supervisor.wait(ticket, timeout) if wait else supervisor.state == EngineState.READY
 
     def restart(
         self, timeout: float | None = None, reason: str = "restart requested", device: str | None = None
@@ -183,7 +184,7 @@ class Engine(VoiceSaving):
             cache = worker.get("cache") or {}
             running = self.queue.running
             return {
-                "state": "unresponsive" if supervisor.not_answering() else supervisor.state,
+                "state": EngineState.UNRESPONSIVE if supervisor.not_answering() else supervisor.state,
                 "silent_s": round(supervisor.silent_s, 1),
                 **{
                     key: worker.get(key)

@@ -18,6 +18,7 @@ from typing import Callable
 
 from cosyvoice_mac.engine.client import Engine
 from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.engine.transcriber import TranscriberProcess
 from cosyvoice_mac.engine.worker import WorkerConfig
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, requested_engine
@@ -178,7 +179,7 @@ class ModelHost:
     def status(self) -> dict:
         """The engine's status plus the folder name and version of the model it runs."""
         engine = self.engine
-        status = engine.status() if engine is not None else {"state": "stopped"}
+        status = engine.status() if engine is not None else {"state": EngineState.STOPPED}
         if self.current is not None:
             status.update(folder=self.current.name, folder_version=self.current.version)
         if self.current is not None and not self.current.is_preview:
@@ -233,7 +234,7 @@ class ModelHost:
         self.config.engine = value
         engine, current = self.engine, self.current
         if current is None or current.is_preview:
-            return engine is not None and engine.status().get("state") == "ready"
+            return engine is not None and engine.status().get("state") == EngineState.READY
         if engine is None:
             return self.restart()
         # The engine spawns its next worker with this; only the engine choice in it changes.

@@ -15,6 +15,24 @@ import numpy as np
 from cosyvoice_mac.engine.jobs import CANCELLED, DONE, FAILED, JobResult
 
 
+class EngineState:
+    """The names of the engine's states: ``Engine.status()["state"]``, what the page, ``/v1`` and the CLI read.
+
+    The supervisor moves between the first six; ``UNRESPONSIVE`` is said instead of its state while the worker
+    does not answer. ``LOADING``: a model is being loaded, so a job may wait for it.
+    """
+
+    STOPPED = "stopped"  # never started
+    STARTING = "starting"  # the first worker loads its model
+    READY = "ready"
+    RESTARTING = "restarting"  # a later worker loads (a crash, a model or device change)
+    ERROR = "error"  # the model failed to load too often: fix the cause and restart
+    CLOSED = "closed"
+    UNRESPONSIVE = "unresponsive"
+    LOADING = (STARTING, RESTARTING)
+    ALL = (READY, STARTING, RESTARTING, ERROR, STOPPED, CLOSED, UNRESPONSIVE)
+
+
 @dataclass(frozen=True)
 class WorkerStatus:
     """What the worker reports about itself: the model, where it runs, its memory and its cache."""

@@ -39,7 +39,7 @@ from cosyvoice_mac.engine.messages import (
 )
 from cosyvoice_mac.engine.prompt_source import PromptSource
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.longform.glossary import RequestGlossary, glossary_store
+from cosyvoice_mac.frontend.glossary import RequestGlossary, glossary_store
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request, Voice

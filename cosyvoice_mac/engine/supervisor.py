@@ -12,12 +12,12 @@ import time
 from dataclasses import dataclass, field, replace
 
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.cache import VoiceLibrary
 from cosyvoice_mac.engine.jobqueue import JobQueue
 from cosyvoice_mac.engine.jobs import Command, EngineError
 from cosyvoice_mac.engine.messages import (
     Cancelled,
     DeviceFallback,
+    EngineState,
     Event,
     Failed,
     LoadFailed,
@@ -30,6 +30,7 @@ from cosyvoice_mac.engine.messages import (
     WorkerStatus,
 )
 from cosyvoice_mac.engine.tasks import TaskBook
+from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.engine.worker import HEARTBEAT_S, WorkerConfig, WorkerProcess
 
 POLL_S = 0.05
@@ -69,9 +70,9 @@ class SupervisorLimits:
 
 
 class WorkerSupervisor:
-    """Owns the worker process and what is known of it: ``state`` ("stopped", "starting", "ready",
-    "restarting", "error", "closed"), its last ``worker_status``, the pending ``restart``, the load
-    failures in a row, the ``last_error``, the device later workers start on and the ``restarts`` count.
+    """Owns the worker process and what is known of it: ``state`` (an ``EngineState`` name), its last
+    ``worker_status``, the pending ``restart``, the load failures in a row, the ``last_error``, the device later
+    workers start on and the ``restarts`` count.
     """
 
     def __init__(
@@ -87,7 +88,7 @@ class WorkerSupervisor:
         self.config, self.queue, self.tasks, self.voices = config, queue, tasks, voices
         self.lock, self.limits, self.context = lock, limits, context
         self.worker: WorkerProcess | None = None
-        self.state = "stopped"
+        self.state = EngineState.STOPPED
         self.worker_status: WorkerStatus | None = None
         self.restart: Restart | None = None
         self.load_failures = 0
@@ -103,7 +104,7 @@ class WorkerSupervisor:
     def begin(self) -> Restart:
         """Start the supervising thread once; the ticket of the first start (or of the restart pending)."""
         if self.thread is None:
-            self.restart, self.state = Restart("starting"), "starting"
+            self.restart, self.state = Restart("starting"), EngineState.STARTING
             self.thread = threading.Thread(target=self._supervise, name="cosyvoice-engine", daemon=True)
             self.thread.start()
         return self.restart
@@ -118,7 +119,7 @@ class WorkerSupervisor:
         """EngineError unless the engine runs and its model is not known to be broken."""
         if self.closing or self.thread is None:
             raise EngineError("the engine is not running; call start() first")
-        if self.state == "error":
+        if self.state == EngineState.ERROR:
             raise EngineError(f"the model is not available: {self.last_error}. Fix the cause and restart")
 
     def wait(self, ticket: Restart, timeout: float | None) -> bool:
@@ -126,7 +127,7 @@ class WorkerSupervisor:
         return ticket.done.wait(self.limits.start_timeout_s if timeout is None else timeout) and ticket.ok
 
     def not_answering(self) -> bool:
-        return self.silent_s > 0 and self.state in ("ready", "starting", "restarting")
+        return self.silent_s > 0 and self.state in (EngineState.READY, *EngineState.LOADING)
 
     def stop(self, timeout: float | None) -> None:
         """After ``closing`` was set: end the thread, then stop the worker (politely, then by force)."""
@@ -135,7 +136,7 @@ class WorkerSupervisor:
         worker, self.worker = self.worker, None
         if worker is not None:
             worker.stop(self.limits.stop_timeout_s)
-        self.state = "closed"
+        self.state = EngineState.CLOSED
 
     # -- the supervising thread -----------------------------------------------------------------
     def _supervise(self) -> None:
@@ -181,7 +182,7 @@ class WorkerSupervisor:
 
     def _give_up(self, message: str) -> None:
         with self.lock:
-            self.state, self.last_error = "error", message
+            self.state, self.last_error = EngineState.ERROR, message
             self.queue.fail_waiting(jobs.FAILED, f"the model could not start: {message}")
             self.tasks.fail_all(f"the model could not start: {message}")
             if self.restart is not None:
@@ -193,8 +194,8 @@ class WorkerSupervisor:
             ticket.begun = True
             self.load_failures = 0
             old, running = self.worker, self.queue.running
-            if self.state != "starting":
-                self.state = "restarting"
+            if self.state != EngineState.STARTING:
+                self.state = EngineState.RESTARTING
             if old is not None:
                 self.restarts += 1
                 self.queue.emit(Restarting(ticket.reason))
@@ -224,7 +225,7 @@ class WorkerSupervisor:
                 return
             if event.job_id is None:
                 if isinstance(event, Ready):
-                    self.state, self.load_failures, self.last_error = "ready", 0, None
+                    self.state, self.load_failures, self.last_error = EngineState.READY, 0, None
                     if self.restart is not None:
                         self.restart.resolve(True, event.message)
                 elif isinstance(event, LoadFailed):
@@ -250,7 +251,7 @@ class WorkerSupervisor:
         """Kill and replace a worker whose heartbeat stopped (True when it did)."""
         silent, beating = worker.silent_s()
         bound = self.limits.liveness_timeout_s
-        if not beating or self.state != "ready":
+        if not beating or self.state != EngineState.READY:
             bound *= STARTUP_LIVENESS_FACTOR
         with self.lock:
             # "Not answering" after a third of the bound, but never within two heartbeats: a gap that short is
@@ -272,7 +273,7 @@ class WorkerSupervisor:
             self.tasks.fail_sent(f"the model process {how} during the task; try again")
             if self.closing:
                 return
-            if self.state != "ready":
+            if self.state != EngineState.READY:
                 self.load_failures += 1
                 message = self.load_error or f"the model process {how} while loading"
                 self.last_error = message
@@ -282,7 +283,7 @@ class WorkerSupervisor:
                 self.queue.emit(WorkerDied(f"{message}; trying again"))
             else:
                 message = f"the model process {how}"
-                self.last_error, self.state = message, "restarting"
+                self.last_error, self.state = message, EngineState.RESTARTING
                 self.restarts += 1
                 running = self.queue.running
                 if running is not None and running.acknowledged:
@@ -330,7 +331,7 @@ class WorkerSupervisor:
 
     def _dispatch(self) -> None:
         with self.lock:
-            if self.state != "ready" or self.worker is None or self.worker.silent_s()[0] > DISPATCH_SILENCE_S:
+            if self.state != EngineState.READY or self.worker is None or self.worker.silent_s()[0] > DISPATCH_SILENCE_S:
                 return
             for ticket in self.tasks.take_unsent():
                 try:

@@ -65,8 +65,6 @@ class TranscriberProcess:
     """Owns the transcription child process: starting it on demand, one request at a time, ending it
     when idle, on close, or when it stops answering."""
 
-    child_main = staticmethod(transcriber_main)  # what the child runs (tests put stand-ins here)
-
     def __init__(self, idle_s: float = IDLE_S, silence_s: float = SILENCE_S, context: str = "spawn"):
         self.idle_s, self.silence_s = idle_s, silence_s
         self._context = multiprocessing.get_context(context)
@@ -150,7 +148,7 @@ class TranscriberProcess:
         request_reader, self._requests = self._context.Pipe(duplex=False)
         self._replies, reply_writer = self._context.Pipe(duplex=False)
         self._process = self._context.Process(
-            target=self.child_main, args=(request_reader, reply_writer), name="cosyvoice-transcriber", daemon=True
+            target=transcriber_main, args=(request_reader, reply_writer), name="cosyvoice-transcriber", daemon=True
         )
         self._process.start()
         request_reader.close()  # a dead child then reads as EOF instead of a hang

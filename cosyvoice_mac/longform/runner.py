@@ -1,9 +1,9 @@
 """Long work as a sequence of ordinary requests: dialogue, subtitle dubbing and batches.
 
 Each job here checks all of its input before the first request (so a bad line costs no time), then asks a
-``Speak`` callable for one line at a time (the page and the API pass one that goes through the engine's
-queue, the CLI one that runs a pipeline in-process), reports progress after every line, stops between lines
-when asked, and writes only whole files: what was finished before a Stop is kept and labelled as partial.
+``Speak`` callable for one line at a time (the page, the API and the CLI pass ``speakers.EngineSpeak``, which
+goes through an engine's queue), reports progress after every line, stops between lines when asked, and
+writes only whole files: what was finished before a Stop is kept and labelled as partial.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from cosyvoice_mac.longform.glossary import GlossaryEntry
+from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
 
 

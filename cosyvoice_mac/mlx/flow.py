@@ -210,7 +210,3 @@ class MlxFlow(nn.Module):
             prompt_tokens=prompt_tokens[:, :tokens].clone(),
             embedding=embedding.clone(),
         )
-
-
-def load_mlx_flow(config: FlowConfig, path: str | Path, **kwargs) -> MlxFlow:
-    return MlxFlow.from_checkpoint(config, path, **kwargs)

@@ -1,4 +1,5 @@
-"""The public entry point: ``CosyVoice.from_pretrained(dir).synthesize(text, prompt_audio=...)``.
+"""One CosyVoice model: ``CosyVoice.from_pretrained(dir).synthesize(text, voice)`` (``cosyvoice_mac.load_model``
+is the library's door: it picks the folder as the app does).
 
 What a model is built from lives in :mod:`.constructors`; this module turns requests into audio:
 text -> normalise and split into sentences -> Qwen2 BPE ids -> speech LM -> speech tokens ->
@@ -16,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.audio import DecodedPrompt
-from cosyvoice_mac.device import LowMemoryChoice, between_sentences, low_memory_choice
+from cosyvoice_mac.device import LowMemoryChoice, between_sentences, low_memory_choice, synchronize
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
@@ -280,7 +281,7 @@ class CosyVoice(Synthesizes):
         device = mel.device
         if speed != 1.0:
             mel = F.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
-        _synchronize(device)
+        synchronize(device)
         timings["flow"] = time.perf_counter() - started
         started = time.perf_counter()
         wave = self._vocode(mel.float(), noise, notes)
@@ -323,11 +324,3 @@ class CosyVoice(Synthesizes):
 
 def _ids(ids: list[int]) -> torch.Tensor:
     return torch.tensor([ids], dtype=torch.long)
-
-
-def _synchronize(device: torch.device) -> None:
-    """Finish queued GPU work so stage timings are true (no-op on the CPU)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()

@@ -142,15 +142,3 @@ class ModelFolder:
 
     def has(self, relative: str) -> bool:
         return (self.path / relative).exists()
-
-    def missing_files(self) -> list[str]:
-        required = [name for name in inference_files(self.version) if not name.startswith(BLANK_EN)]
-        tokenizer_ok = self.has(f"{BLANK_EN}/tokenizer.json") or (
-            self.has(f"{BLANK_EN}/vocab.json") and self.has(f"{BLANK_EN}/merges.txt")
-        )
-        missing = [name for name in required if not self.has(name)]
-        if not self.has(f"{BLANK_EN}/config.json"):
-            missing.append(f"{BLANK_EN}/config.json")
-        if not tokenizer_ok:
-            missing.append(f"{BLANK_EN}/vocab.json + merges.txt")
-        return missing

@@ -129,7 +129,7 @@ def plan_precision(
 ) -> PrecisionPlan:
     """The per-stage dtypes of one model load (see the module docstring for the rules).
 
-    ``timings`` (stage -> choice -> seconds) skips the probe: tests inject them.
+    ``timings`` (stage -> choice -> seconds) skips the probe: figures measured elsewhere (bench/precision_probe.py).
     """
     precision = (precision or os.environ.get(PRECISION_ENV) or "auto").strip().lower()
     if precision not in PRECISIONS:

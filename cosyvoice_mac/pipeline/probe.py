@@ -36,7 +36,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cosyvoice_mac.device import cuda_graphs_wanted
+from cosyvoice_mac.device import cuda_graphs_wanted, synchronize
+from cosyvoice_mac.paths import user_cache_dir
 from cosyvoice_mac.pipeline.gate import CANDIDATES, as_dtype
 from cosyvoice_mac.pipeline.precision import (
     INT8,
@@ -55,13 +56,6 @@ GRAPH_REPLAYS = 20  # LLM step graphs replayed per timing (one replay is a fract
 GPU_ROUNDS = 2  # turns per candidate on a GPU (the first candidate once ran at a clock still rising from idle)
 GIVE_UP_FACTOR = 3.0  # a candidate this much slower than float32 after one call is not timed further
 Timings = dict[str, dict[str, float | str]]  # stage -> choice -> seconds, or why it could not run
-
-
-def synchronize(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    elif device.type == "mps":
-        torch.mps.synchronize()
 
 
 def best_seconds(device: torch.device, function, repeats: int = REPEATS, clock=time.perf_counter) -> float:
@@ -132,10 +126,6 @@ def timed_shapes(config: dict, qwen) -> dict:
 
 
 def default_cache_path() -> Path:
-    from cosyvoice_mac.engine.cache import (
-        user_cache_dir,  # the one rule for the user cache folder
-    )
-
     return user_cache_dir() / CACHE_FILE
 
 

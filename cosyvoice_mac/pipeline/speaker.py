@@ -27,7 +27,6 @@ class PromptEncoder:
         self.speaker_encoder = speaker_encoder
         self.fmax = fmax
         self.model_id = model_id
-        self.calls = 0  # feature extractions performed (tests and cache statistics read it)
 
     @torch.inference_mode()
     def encode(
@@ -50,7 +49,6 @@ class PromptEncoder:
         tokens, mel = align_prompt(tokens, mel)
         if tokens.shape[1] == 0:
             raise SynthesisError("the prompt audio is too short to take a voice from; use 3-30 s of speech")
-        self.calls += 1
         return SpeakerPrompt(
             speech_tokens=tokens.long().cpu(),
             mel=mel.float().cpu(),

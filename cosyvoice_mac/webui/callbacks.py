@@ -18,7 +18,7 @@ import gradio as gr
 
 from cosyvoice_mac.engine import EngineError, VoiceLibrary
 from cosyvoice_mac.engine.host import VOCODER_CHOICES, ModelHost, Settings
-from cosyvoice_mac.longform.glossary import glossary_store
+from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import ENGINES
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.webui.generation import Generation

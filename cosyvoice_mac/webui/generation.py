@@ -23,7 +23,7 @@ from cosyvoice_mac.engine import EngineError, Job, QueueFull, VoiceError
 from cosyvoice_mac.engine import jobs as job_events
 from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.jobqueue import Listener
-from cosyvoice_mac.engine.messages import Done, Progress, Queued, Retrying, Started
+from cosyvoice_mac.engine.messages import Done, EngineState, Progress, Queued, Retrying, Started
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MODES, Request, Voice
@@ -36,7 +36,6 @@ from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
 POST_OFF = (False, False, None)  # the post-processing controls (trim, normalise, target) as they start: off
-LOADING_STATES = ("starting", "restarting")
 
 
 class GenerateOutputs(NamedTuple):
@@ -165,7 +164,7 @@ class Generation:
 
     @staticmethod
     def _waiting_status(engine, job_id: str) -> tuple:
-        if engine.status()["state"] in LOADING_STATES:
+        if engine.status()["state"] in EngineState.LOADING:
             return ("status_waiting_model",)
         position = engine.position(job_id)
         if position:
@@ -182,9 +181,9 @@ class Generation:
                     engine.result(job_id, timeout=0)
                 except TimeoutError:
                     status = engine.status()
-                    if status["state"] == "unresponsive":
+                    if status["state"] == EngineState.UNRESPONSIVE:
                         yield out.status("status_not_answering", seconds=status.get("silent_s") or 0.0)
-                    elif status["state"] in LOADING_STATES and engine.position(job_id):
+                    elif status["state"] in EngineState.LOADING and engine.position(job_id):
                         yield out.status("status_waiting_model")
                     continue
                 except EngineError:

@@ -17,8 +17,7 @@ from pathlib import Path
 import gradio as gr
 
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.longform.glossary import GlossaryEntry, GlossaryStore, entries_from_csv
+from cosyvoice_mac.frontend.glossary import GlossaryEntry, GlossaryError, GlossaryStore, entries_from_csv
 from cosyvoice_mac.longform.runner import Progress, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.webui.post_controls import build_post_controls, post_settings
@@ -133,7 +132,7 @@ class LongformCallbacks:
     def glossary_rows(self) -> list[list[str]]:
         try:
             return [[e.key, e.replacement, e.language] for e in self.glossary.entries()] or [["", "", "all"]]
-        except LongformError:
+        except GlossaryError:
             return [["", "", "all"]]
 
     def save_glossary(self, lang, rows):
@@ -144,7 +143,7 @@ class LongformCallbacks:
         ]
         try:
             saved = self.glossary.replace(entries)
-        except LongformError as error:
+        except GlossaryError as error:
             return gr.skip(), html.escape(str(error))
         return self.glossary_rows(), say(lang, "lf_glossary_saved", count=len(saved))
 
@@ -153,7 +152,7 @@ class LongformCallbacks:
             return gr.skip(), ""
         try:
             saved = self.glossary.replace(entries_from_csv(Path(csv_file).read_bytes()))
-        except LongformError as error:
+        except GlossaryError as error:
             return gr.skip(), html.escape(str(error))
         return self.glossary_rows(), say(lang, "lf_glossary_saved", count=len(saved))
 
@@ -165,7 +164,7 @@ class LongformCallbacks:
             return
         try:
             glossary = self.glossary.entries()
-        except LongformError:
+        except GlossaryError:
             glossary = ()
         stop, speak = threading.Event(), EngineSpeak(engine, glossary, default_voice, interface="page")
         with self._lock:

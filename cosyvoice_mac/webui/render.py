@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.pipeline.model_dir import RL_LLM_FILE
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
@@ -101,7 +102,7 @@ def history_choices(session: Session) -> list[tuple[str, str]]:
 def render_status(lang: str, status: dict) -> str:
     """The status panel's Markdown: model, state, device, memory, queue, speaker cache."""
     unknown = say(lang, "not_known")
-    state = status.get("state") or "stopped"
+    state = status.get("state") or EngineState.STOPPED
     lines = []
     preview = status.get("folder_version") == PREVIEW
     if preview:
@@ -195,9 +196,7 @@ def engine_line(lang: str, status: dict) -> str:
     return say(lang, "status_engine_because" if reason else "status_engine", **values)
 
 
-_STATE_KEYS = {
-    f"state_{name}" for name in ("ready", "starting", "restarting", "error", "stopped", "closed", "unresponsive")
-}
+_STATE_KEYS = {f"state_{name}" for name in EngineState.ALL}
 
 
 def format_bytes(count: int | None, lang: str) -> str:

@@ -61,10 +61,6 @@ class Qwen2Config:
         if self.head_dim % 2:
             raise ConfigError(f"Qwen2 head_dim {self.head_dim} must be even for rotary embeddings")
 
-    @property
-    def queries_per_kv_head(self) -> int:
-        return self.num_attention_heads // self.num_key_value_heads
-
     @classmethod
     def from_json(cls, path: str | Path) -> Qwen2Config:
         """Read a Hugging Face Qwen2 ``config.json``; unknown keys are ignored."""

@@ -8,7 +8,8 @@ text before normalisation, longest key first, each text position at most once:
   there (``read`` does not change ``bread``), and matching ignores case;
 * a key in Chinese matches anywhere (Chinese has no spaces between words) and exactly.
 
-Torch-free: the page and the API edit the glossary; the worker applies it.
+Torch-free: the page, the API and the CLI edit the glossary; the worker applies it to every request
+(``RequestGlossary``), which is why it lives below the engine.
 """
 
 from __future__ import annotations
@@ -21,9 +22,10 @@ import threading
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from cosyvoice_mac.errors import InputError, RequestError
 from cosyvoice_mac.frontend.markup import find_unknown_markup
 from cosyvoice_mac.frontend.text import detect_language
-from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.paths import user_cache_dir
 
 LANGUAGES = ("all", "en", "zh")
 CSV_COLUMNS = ("key", "replacement", "language")
@@ -32,7 +34,7 @@ MAX_FIELD = 200
 _LETTER = r"[^\W_\u4e00-\u9fff]"  # a word character that is not Han: Latin words end where Han begins
 
 
-class GlossaryError(LongformError):
+class GlossaryError(InputError):
     """An entry or a CSV file that cannot be used; the message names the row."""
 
 
@@ -194,8 +196,6 @@ GLOSSARY_FILE = "glossary.json"
 
 def glossary_store(cache_dir: str | Path | None = None) -> GlossaryStore:
     """The user's one glossary: ``glossary.json`` in the cache folder (``--cache-dir``, else the user's)."""
-    from cosyvoice_mac.engine.cache import user_cache_dir
-
     return GlossaryStore(Path(cache_dir or user_cache_dir()) / GLOSSARY_FILE)
 
 
@@ -207,10 +207,10 @@ class RequestGlossary:
         self.store = store
 
     def apply(self, request):
-        """(the request to speak, the entries that matched as sidecar facts, a note or None). A glossary that
-        cannot be read is skipped with a note: the request itself is fine."""
-        from dataclasses import replace
-
+        """(the request to speak, the entries that matched as sidecar facts, a note or None). The rewrite may
+        be longer than the text limit (``Request.spoken_as``: the limit is about what the user typed). A
+        glossary that cannot be read, or a rewrite no request may hold (entries that leave only punctuation),
+        is skipped with a note: the request as typed is fine and is spoken."""
         try:
             entries = self.store.entries()
         except GlossaryError as error:
@@ -218,4 +218,7 @@ class RequestGlossary:
         result = apply_glossary(request.text, entries)
         if not result.applied:
             return request, [], None
-        return replace(request, text=result.text), result.describe(), None
+        try:
+            return request.spoken_as(result.text), result.describe(), None
+        except RequestError as error:
+            return request, [], f"the pronunciation glossary was not applied: {error}"

@@ -22,6 +22,7 @@ from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES, requested_engine
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
+from cosyvoice_mac.request import MAX_UPLOAD_BYTES
 from cosyvoice_mac.webui.state import (  # noqa: F401 (installed_models: re-export)
     HostConfig,
     ModelHost,
@@ -39,8 +40,7 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 7860
 TITLE = EN["title"]
 NO_MODEL_MESSAGE = EN["no_model"]
-MAX_UPLOAD = "20mb"
-MAX_UPLOAD_BYTES = 20 << 20
+MAX_UPLOAD = f"{MAX_UPLOAD_BYTES >> 20}mb"  # Gradio's spelling of request.MAX_UPLOAD_BYTES
 MAX_QUEUE = 8
 TEMP_MAX_AGE_S = 3600  # uploads and result copies in Gradio's folder: an hour covers any page still playing one
 TEMP_PREFIX = "cosyvoice-mac-ui-"

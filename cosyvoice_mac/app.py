@@ -27,11 +27,11 @@ from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES, requested_engine
 from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT, default_models_dir, default_outputs_dir
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
+from cosyvoice_mac.request import MAX_UPLOAD_BYTES
 from cosyvoice_mac.webui.page import TITLE, build_app, page_css, title_js
 from cosyvoice_mac.webui.temp_janitor import TempJanitor
 
-MAX_UPLOAD = "20mb"
-MAX_UPLOAD_BYTES = 20 << 20
+MAX_UPLOAD = f"{MAX_UPLOAD_BYTES >> 20}mb"  # Gradio's spelling of request.MAX_UPLOAD_BYTES
 MAX_QUEUE = 8
 TEMP_MAX_AGE_S = 3600  # uploads and result copies in Gradio's folder: an hour covers any page still playing one
 TEMP_PREFIX = "cosyvoice-mac-ui-"

@@ -27,6 +27,7 @@ MAX_INSTRUCT_CHARS = 500
 SPEED_RANGE = (0.5, 2.0)  # beyond this the mel stretch audibly breaks the voice
 MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
 LUFS_RANGE = (-40.0, -5.0)  # quieter is lost under noise; louder cannot stay under the -1 dBFS peak ceiling
+MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
 ALLOWED_CONTROLS = "\t\n\r"
 
 

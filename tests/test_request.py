@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, SPEED_RANGE, Request, Voice
@@ -280,3 +281,10 @@ def test_both_backends_and_the_test_fake_satisfy_the_backend_protocol(model):
         for cls in (PreviewVoice, FakeCosyVoice)
         for name in ("prepare_prompt", "prepare_streaming", "run", "to", "use_vocoder")
     )
+    # Every member the engine reads (engine, precision, low_memory_choice, llm_weights, flow_prefix_builds,
+    # stock_speaker, use_torch_engine, ...) is there, so the engine calls them without probing.
+    preview, fake = PreviewVoice(), FakeCosyVoice("models/fake", torch.device("cpu"), None)
+    assert isinstance(preview, Backend) and isinstance(fake, Backend)
+    assert model.stock_speaker() is None and fake.stock_speaker() is None  # only the preview voice has its own
+    assert preview.precision is None and preview.low_memory_choice is None and preview.flow_prefix_builds == 0
+    assert model.precision is not None and model.flow_prefix_builds == model.flow_prefixes.builds

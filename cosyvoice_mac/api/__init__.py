@@ -1,7 +1,8 @@
 """The programmatic interfaces: an OpenAI-compatible HTTP API under ``/v1`` and the page's Gradio API.
 
 Both are served by the page's own server (:func:`serve_page`): one process, one engine, one queue.
-``engine_link`` is the only module here that knows the engine and the request contract.
+``engine_link`` is the only module here that knows the engine; a request becomes the contract's ``Request``
+where it enters (``routes``, ``gradio_api``), once.
 """
 
 from __future__ import annotations

@@ -1,9 +1,11 @@
-"""The APIs' one link to the engine and to the request contract: every engine name they use is here.
+"""The APIs' one link to the engine: every engine name they use is here.
 
-Both public interfaces (the OpenAI-compatible HTTP API and the page's Gradio ``/synthesize``) build
-their jobs, find voices and models, submit, follow and cancel through :class:`EngineLink`, so a change
-of the engine's contract is a change of this module only. Errors come out as :class:`ApiError` with
-the HTTP status the client should see.
+Both public interfaces (the OpenAI-compatible HTTP API and the page's Gradio ``/synthesize``) build the
+contract's :class:`~cosyvoice_mac.request.Request` where a request enters, inside :func:`contract_checks`,
+and find voices and models, submit, follow and cancel through :class:`EngineLink`, so a change of the
+engine's contract is a change of this module only. Errors come out as :class:`ApiError` with the HTTP
+status the client should see. Following a job waits on its feed's ``arrived`` event, which the engine's
+thread sets on the event loop (``loop.call_soon_threadsafe``): nothing polls.
 """
 
 from __future__ import annotations
@@ -12,27 +14,26 @@ import asyncio
 import hashlib
 import math
 import queue
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable
+from typing import AsyncIterator, Callable, Iterator
 
 import numpy as np
 
 from cosyvoice_mac.api.errors import ApiError, bad_request
-from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull, TaskFailed, VoiceError
+from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull, TaskFailed, VoiceError, VoiceExists
 from cosyvoice_mac.engine import jobs as engine_jobs
 from cosyvoice_mac.engine.host import ModelHost
-from cosyvoice_mac.engine.messages import Cancelled, Done, Failed, Progress
+from cosyvoice_mac.engine.messages import Cancelled, Done, EngineState, Failed, Progress
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
-from cosyvoice_mac.request import PostSettings, Request, Voice
+from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.prompt_check import inspect_prompt
 from cosyvoice_mac.webui.render import plain_prompt_problem
 
 PREVIEW_VOICE = "preview"  # the preview backend's own stock voice: needs no prompt recording
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # "whatever model is loaded"
-LOADING_STATES = ("starting", "restarting")
-POLL_S = 0.02
 VOICE_TASK_TIMEOUT_S = 900.0
 # The contract's field names -> this API's body fields.
 PARAMS = {
@@ -48,32 +49,26 @@ PARAMS = {
 }
 
 
-@dataclass(frozen=True)
-class SpeechOrder:
-    """What a client asked for, already checked for shape: the text, a voice reference (None: the
-    preview voice), the optional style instruction and transcript, seed, speed, streaming, post-processing."""
-
-    text: str
-    voice: str | None
-    instructions: str | None = None
-    prompt_text: str | None = None
-    seed: int | None = None
-    speed: float = 1.0
-    stream: bool = False
-    interface: str = "api"
-    recording: str | None = None  # a prompt file this server wrote from an upload (never a path a client named)
-    trim: bool = False
-    loudness_lufs: float | None = None
-
-
 @dataclass
 class Ticket:
-    """One submitted job, the event feed that follows it, and what to do once it is over (``on_end``:
-    e.g. remove the uploaded prompt it was spoken from)."""
+    """One submitted job, the event feed that follows it (``arrived`` is set on the event loop each time
+    the engine puts an event in it), and what to do once it is over (``on_end``: e.g. remove the uploaded
+    prompt it was spoken from)."""
 
     job_id: str
     feed: queue.Queue | None
+    arrived: asyncio.Event | None = None
     on_end: Callable[[], None] | None = None
+
+
+@contextmanager
+def contract_checks() -> Iterator[None]:
+    """Around building a :class:`Request` where an API request enters: a broken rule (RequestError) becomes
+    a 400 naming the API's own field for it."""
+    try:
+        yield
+    except RequestError as error:
+        raise _contract_error(error) from error
 
 
 def voice_id(name: str) -> str:
@@ -104,14 +99,14 @@ class EngineLink:
     def check_ready(self, wait_for_model: bool = False) -> None:
         """503 while the model loads (unless the caller will wait for it) or after it failed to start."""
         state = self.host.status().get("state")
-        if state in LOADING_STATES and not wait_for_model:
+        if state in EngineState.LOADING and not wait_for_model:
             raise ApiError(
                 503,
                 "the model is loading; try again in a few seconds",
                 code="model_loading",
                 headers={"Retry-After": "5"},
             )
-        if state in ("error", "stopped", "closed"):
+        if state in (EngineState.ERROR, EngineState.STOPPED, EngineState.CLOSED):
             reason = self.host.status().get("last_error") or "it is not running"
             raise ApiError(
                 503, f"the model is not available: {reason}", code="model_unavailable", headers={"Retry-After": "30"}
@@ -199,6 +194,20 @@ class EngineLink:
             param="voice",
         )
 
+    def voice(self, name: str | None, transcript: str | None = None, recording: str | None = None) -> Voice:
+        """The request's Voice: ``recording`` (a prompt file this server wrote from an upload, never a path a
+        client named), else the saved voice ``name`` (from :meth:`find_voice`; None: the preview voice).
+        ``transcript`` is what the recording says (for a saved voice: the client's own, over the saved one)."""
+        if recording is not None:
+            return Voice.recording(recording, transcript=transcript)
+        if name is None:
+            return Voice.builtin()
+        try:
+            voice = self._engine().voice(name)
+        except VoiceError as error:
+            raise ApiError(404, str(error), code="voice_not_found", param="voice") from error
+        return Voice.saved_voice(voice.saved, transcript=transcript) if transcript else voice
+
     def create_voice(self, name: str, audio_path: str, transcript: str | None) -> dict:
         """Save a recording as a named voice (the worker prepares its features). Blocking."""
         engine = self._engine()
@@ -206,15 +215,14 @@ class EngineLink:
         self.check_recording(audio_path, "audio")
         try:
             entry = engine.save_voice_from_audio(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
+        except VoiceExists as error:
+            raise ApiError(409, str(error), code="voice_exists", param="name") from error
         except VoiceError as error:
             raise bad_request(str(error), "invalid_voice_name", "name") from error
         except TaskFailed as error:
             raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
         except EngineError as error:
-            status = 409 if "already exists" in str(error) else 400
-            raise ApiError(
-                status, str(error), code="voice_exists" if status == 409 else "invalid_voice", param="name"
-            ) from error
+            raise bad_request(str(error), "invalid_voice", "name") from error
         return _describe_voice(entry)
 
     def check_recording(self, audio_path: str, param: str) -> None:
@@ -234,36 +242,16 @@ class EngineLink:
         return {"id": voice_id(name), "object": "audio.voice.deleted", "deleted": True, "name": name}
 
     # -- jobs --------------------------------------------------------------------------------------
-    def submit(self, order: SpeechOrder, wait_for_model: bool = False, listen: bool = True) -> Ticket:
-        """Queue the order as a job: 400 naming the failed contract check, 429 when the queue is full, 503
-        while the model loads (with ``wait_for_model`` the job waits in the queue instead). ``listen``
-        gives the ticket an event feed for :meth:`follow` (opened before the job exists, so none is missed)."""
+    def submit(self, request: Request, interface: str, wait_for_model: bool = False, listen: bool = True) -> Ticket:
+        """Queue a valid request as a job recorded with ``interface``: 429 when the queue is full, 503 while
+        the model loads (with ``wait_for_model`` the job waits in the queue instead). ``listen`` gives the
+        ticket an event feed for :meth:`follow` (opened before the job exists, so none is missed; call it
+        on the event loop that will follow the ticket)."""
         engine = self._engine()
         self.check_ready(wait_for_model)
-        try:
-            if order.recording is not None:
-                voice = Voice.recording(order.recording, transcript=order.prompt_text)
-            elif order.voice is None:
-                voice = Voice.builtin()
-            else:
-                voice = engine.voice(order.voice)
-                if order.prompt_text:  # the client's own transcript of the saved recording
-                    voice = Voice.saved_voice(voice.saved, transcript=order.prompt_text)
-            request = Request.build(
-                order.text,
-                voice,
-                instruct=order.instructions or None,
-                seed=order.seed,
-                speed=order.speed,
-                stream=order.stream,
-                post=PostSettings(order.trim, order.loudness_lufs),
-            )
-        except RequestError as error:
-            raise _contract_error(error) from error
-        except VoiceError as error:
-            raise ApiError(404, str(error), code="voice_not_found", param="voice") from error
-        job = Job(request, interface=order.interface)
-        feed = engine.subscribe() if listen else None
+        job = Job(request, interface=interface)
+        arrived = asyncio.Event() if listen else None
+        feed = engine.subscribe(_waker(asyncio.get_running_loop(), arrived)) if listen else None
         try:
             engine.submit(job)
         except EngineError as error:
@@ -276,8 +264,8 @@ class EngineLink:
                     code="queue_full",
                     headers={"Retry-After": str(self.retry_after_s())},
                 ) from error
-            raise _contract_error(error) from error
-        return Ticket(job.job_id, feed)
+            raise bad_request(str(error), "invalid_request") from error
+        return Ticket(job.job_id, feed, arrived)
 
     def retry_after_s(self) -> int:
         """Seconds until a place in the queue is likely to free: about one job's duration."""
@@ -289,10 +277,11 @@ class EngineLink:
         finished = False
         try:
             while True:
+                ticket.arrived.clear()  # before looking: an event put after this sets it again
                 try:
                     event = ticket.feed.get_nowait()
                 except queue.Empty:
-                    await asyncio.sleep(POLL_S)
+                    await ticket.arrived.wait()
                     continue
                 if event.job_id != ticket.job_id:
                     continue
@@ -310,10 +299,10 @@ class EngineLink:
             if ticket.on_end is not None:
                 ticket.on_end()
 
-    def run(self, order: SpeechOrder, timeout: float | None = None) -> JobResult:
+    def run(self, request: Request, interface: str, timeout: float | None = None) -> JobResult:
         """Submit and wait, for the model too if it is loading (blocking: for callers on a worker thread,
         such as Gradio's)."""
-        ticket = self.submit(order, wait_for_model=True, listen=False)
+        ticket = self.submit(request, interface, wait_for_model=True, listen=False)
         try:
             result = self._engine().result(ticket.job_id, timeout=timeout)
         except engine_jobs.JobFailed as failure:
@@ -332,11 +321,6 @@ class EngineLink:
                 engine.cancel(job_id)
             except EngineError:  # already finished and forgotten
                 pass
-
-    def is_running(self, job_id: str) -> bool:
-        """True while the job waits or runs (tests and the stream use it)."""
-        engine = self.host.engine
-        return engine is not None and engine.position(job_id) is not None
 
     def _outcome(self, event) -> JobResult:
         if isinstance(event, Done):
@@ -372,7 +356,18 @@ def samples_of(result: JobResult) -> tuple[np.ndarray, int]:
     return np.asarray(result.samples(), dtype=np.float32), result.sample_rate
 
 
-def _contract_error(error: Exception) -> ApiError:
-    """A 400 naming the failed check by the error's own ``field`` and ``code`` (RequestError carries them)."""
-    field, code = getattr(error, "field", None), getattr(error, "code", None)
-    return bad_request(str(error), code or "invalid_request", PARAMS.get(field, field))
+def _waker(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> Callable[[], None]:
+    """What the engine's thread calls after each event: set ``arrived`` on ``loop`` (never blocks)."""
+
+    def wake() -> None:
+        try:
+            loop.call_soon_threadsafe(arrived.set)
+        except RuntimeError:  # the loop has closed: nobody waits on this feed any more
+            pass
+
+    return wake
+
+
+def _contract_error(error: RequestError) -> ApiError:
+    """A 400 naming the failed check by the error's own ``field`` and ``code``."""
+    return bad_request(str(error), error.code, PARAMS.get(error.field, error.field))

@@ -14,14 +14,42 @@ from pathlib import Path
 import gradio as gr
 
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder
+from cosyvoice_mac.api.engine_link import EngineLink, contract_checks
 from cosyvoice_mac.api.errors import ApiError
+from cosyvoice_mac.request import (
+    LUFS_RANGE,
+    MAX_INSTRUCT_CHARS,
+    MAX_SEED,
+    MAX_TEXT_CHARS,
+    SPEED_RANGE,
+    PostSettings,
+    Request,
+)
 
 PUBLIC_ENDPOINTS = ("synthesize", "voices")
 SYNTHESIZE_TIMEOUT_S = 1800.0
 
 
 UNDOCUMENTED_EVENTS_ENV = "COSYVOICE_UNDOCUMENTED_EVENTS"
+# /synthesize's documentation (Gradio reads one "name: description" line per parameter); its ranges are the
+# request contract's own (cosyvoice_mac.request), so they cannot drift from the rule.
+_SPEEDS = f"{SPEED_RANGE[0]:g} to {SPEED_RANGE[1]:g}"
+_LOUDNESS = f"{LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS"
+SYNTHESIZE_DOC = f"""Speak a text in a saved voice; the WAV is saved in outputs/ like the page's results.
+
+Args:
+    text: the text to speak, at most {MAX_TEXT_CHARS:,} characters (markup such as [breath] and [h][ào] works)
+    voice: a saved voice's name or id; "preview" for the built-in preview voice when no model is installed
+    instructions: a style instruction (instruct mode), at most {MAX_INSTRUCT_CHARS:,} characters; empty for none
+    prompt_text: what the saved voice's recording says (zero-shot mode); empty to use the saved transcript
+    seed: the same seed and text give the same audio; -1 picks one at random (else 0 to {MAX_SEED})
+    speed: {_SPEEDS}, 1 is normal
+    trim: cut the leading and trailing silence of the result
+    loudness_lufs: normalise the result to this loudness ({_LOUDNESS}, e.g. -16); empty for no change
+Returns:
+    the WAV file, and its facts: file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
+    post (what trim and loudness did)
+"""
 
 
 def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, concurrency: int) -> None:
@@ -37,34 +65,18 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         trim: bool = False,
         loudness_lufs: float | None = None,
     ) -> tuple[str, dict]:
-        """Speak a text in a saved voice; the WAV is saved in outputs/ like the page's results.
-
-        Args:
-            text: the text to speak (markup such as [breath] and [h][ào] works as on the page)
-            voice: a saved voice's name or id; "preview" for the built-in preview voice when no model is installed
-            instructions: a style instruction (instruct mode); empty for none
-            prompt_text: what the saved voice's recording says (zero-shot mode); empty to use the saved transcript
-            seed: the same seed and text give the same audio; -1 picks one at random
-            speed: 0.25 to 4, 1 is normal
-            trim: cut the leading and trailing silence of the result
-            loudness_lufs: normalise the result to this loudness (-40 to -5 LUFS, e.g. -16); empty for no change
-        Returns:
-            the WAV file, and its facts: file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
-            post (what trim and loudness did)
-        """
         try:
-            order = SpeechOrder(
-                text=text or "",
-                voice=link.find_voice((voice or "").strip()),
-                instructions=instructions or None,
-                prompt_text=prompt_text or None,
-                seed=_whole(seed),
-                speed=1.0 if speed is None else float(speed),
-                interface="gradio_api",
-                trim=bool(trim),
-                loudness_lufs=None if loudness_lufs is None else float(loudness_lufs),
-            )
-            result = link.run(order, timeout=SYNTHESIZE_TIMEOUT_S)
+            spoken_in = link.voice(link.find_voice((voice or "").strip()), transcript=prompt_text or None)
+            with contract_checks():
+                request = Request.build(
+                    text or "",
+                    spoken_in,
+                    instruct=instructions or None,
+                    seed=_whole(seed),
+                    speed=1.0 if speed is None else float(speed),
+                    post=PostSettings(bool(trim), None if loudness_lufs is None else float(loudness_lufs)),
+                )
+            result = link.run(request, "gradio_api", timeout=SYNTHESIZE_TIMEOUT_S)
         except ApiError as error:
             raise gr.Error(error.message, print_exception=False) from None
         if not result.output_path:
@@ -81,6 +93,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
             "post": result.post,
         }
         return result.output_path, facts
+
+    synthesize.__doc__ = SYNTHESIZE_DOC  # Gradio documents the endpoint and its parameters from it
 
     def voices() -> list[dict]:
         """The saved voices (id, name, transcript) and, when the preview voice speaks, "preview"."""

@@ -30,7 +30,7 @@ from cosyvoice_mac.longform.post import PostSettings
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 
-MAX_UPLOAD_BYTES = 2 << 20  # a script, subtitle or batch file is text
+MAX_TEXT_FILE_BYTES = 2 << 20  # a script, subtitle or batch file is text: far below an audio upload
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
 
 
@@ -206,9 +206,9 @@ def _checked(check, param: str):
 
 
 async def _read(upload: UploadFile) -> bytes:
-    data = await upload.read(MAX_UPLOAD_BYTES + 1)
-    if len(data) > MAX_UPLOAD_BYTES:
-        raise ApiError(413, f"the file is larger than {MAX_UPLOAD_BYTES >> 20} MB", code="too_large", param="file")
+    data = await upload.read(MAX_TEXT_FILE_BYTES + 1)
+    if len(data) > MAX_TEXT_FILE_BYTES:
+        raise ApiError(413, f"the file is larger than {MAX_TEXT_FILE_BYTES >> 20} MB", code="too_large", param="file")
     return data
 
 

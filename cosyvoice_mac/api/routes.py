@@ -2,8 +2,8 @@
 ``/v1/audio/speech/recording`` (the same request, spoken in the voice of a recording sent with it).
 
 Request bodies are checked for shape here (unknown fields are refused, so no request can name a
-server-side file or setting); everything about the engine and the request contract goes through
-:class:`~cosyvoice_mac.api.engine_link.EngineLink`.
+server-side file or setting) and become the contract's :class:`~cosyvoice_mac.request.Request` here, once;
+everything about the engine goes through :class:`~cosyvoice_mac.api.engine_link.EngineLink`.
 
 Each output's sidecar records which interface asked: ``api``, or what the header ``X-CosyVoice-Interface``
 says among the names a client may claim (``cli``: the command line's ``synth``, which sends its jobs here
@@ -20,15 +20,17 @@ import tempfile
 from pathlib import Path
 from typing import AsyncIterator
 
-from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
+from fastapi import APIRouter, Depends, File, Form, UploadFile
+from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, SpeechOrder, samples_of
+from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request
+from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
 from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
     FILE_HEADER,
@@ -58,13 +60,16 @@ class SpeechBody(BaseModel):
     voice: str | VoiceReference
     instructions: str | None = None
     response_format: str = "mp3"
-    speed: float = 1.0
+    speed: float = Field(default=1.0, description=f"{SPEED_RANGE[0]:g} to {SPEED_RANGE[1]:g}; 1 while streaming")
     stream: bool = False
     stream_format: str = "audio"
     seed: int | None = Field(default=None, description="extension: the same seed and text give the same audio")
     prompt_text: str | None = Field(default=None, description="extension: what the saved voice's recording says")
     trim: bool = Field(default=False, description="extension: cut the leading and trailing silence")
-    loudness_lufs: float | None = Field(default=None, description="extension: normalise to this loudness (LUFS)")
+    loudness_lufs: float | None = Field(
+        default=None,
+        description=f"extension: normalise to this loudness, {LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS",
+    )
 
 
 class RecordingSpeechBody(SpeechBody):
@@ -79,13 +84,14 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
     router = APIRouter(prefix="/v1", dependencies=[Depends(access.check)])
 
     @router.post("/audio/speech")
-    async def speech(body: SpeechBody, request: Request):
-        order = _order(link, body, request)
-        return await _answer(link, link.submit(order), order, body, request)
+    async def speech(body: SpeechBody, http: HttpRequest):
+        speech_request = _request(link, body)
+        ticket = link.submit(speech_request, asking_interface(http))
+        return await _answer(link, ticket, speech_request, body, http)
 
     @router.post(RECORDING_SPEECH_PATH.removeprefix("/v1"))
     async def speech_with_recording(
-        request: Request, body: str = Form(...), prompt_audio: UploadFile | None = File(None)
+        http: HttpRequest, body: str = Form(...), prompt_audio: UploadFile | None = File(None)
     ):
         """``body``: the JSON of /v1/audio/speech without ``voice``; ``prompt_audio``: 3-30 s of speech."""
         try:
@@ -106,13 +112,13 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
         folder, path = await _receive_upload(prompt_audio, upload_limit_bytes, "cosyvoice-api-prompt-")
         try:
             await asyncio.to_thread(link.check_recording, str(path), "prompt_audio")
-            order = _order(link, parsed, request, recording=str(path))
-            ticket = link.submit(order)
+            speech_request = _request(link, parsed, recording=str(path))
+            ticket = link.submit(speech_request, asking_interface(http))
         except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         ticket.on_end = lambda: shutil.rmtree(folder, ignore_errors=True)  # the job is over, or its client left
-        return await _answer(link, ticket, order, parsed, request)
+        return await _answer(link, ticket, speech_request, parsed, http)
 
     @router.get("/voices")
     @router.get("/audio/voices", include_in_schema=False)
@@ -158,19 +164,22 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
     return router
 
 
-async def _answer(link: EngineLink, ticket, order: SpeechOrder, body: SpeechBody, request: Request):
+async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: SpeechBody, http: HttpRequest):
     """The job's audio: the whole file once it is done, or a stream (raw chunks or SSE) as the model makes it."""
     headers = {JOB_ID_HEADER: ticket.job_id}
     pieces = link.follow(ticket)
-    if not order.stream:
-        result = await _last(pieces, request)
+    if not speech.stream:
+        result = await _last(pieces, http)
         headers.update(_result_headers(result))
-        encoded = audio_formats.encode(*samples_of(result), body.response_format)
+        if body.response_format == "wav" and result.output_path:  # the saved file is the answer, as it is
+            encoded = await asyncio.to_thread(Path(result.output_path).read_bytes)
+        else:
+            encoded = audio_formats.encode(*samples_of(result), body.response_format)
         return Response(encoded, media_type=audio_formats.media_type(body.response_format), headers=headers)
-    first = await _next(pieces, request)  # an early failure still gets its own status
+    first = await _next(pieces, http)  # an early failure still gets its own status
     if body.stream_format == "sse":
         return StreamingResponse(
-            _sse(first, pieces, body.response_format, len(order.text)), media_type="text/event-stream", headers=headers
+            _sse(first, pieces, body.response_format, len(speech.text)), media_type="text/event-stream", headers=headers
         )
     return StreamingResponse(
         _chunks(first, pieces, body.response_format),
@@ -196,9 +205,9 @@ async def _receive_upload(upload: UploadFile, limit: int, prefix: str) -> tuple[
     return folder, path
 
 
-def asking_interface(request: Request) -> str:
+def asking_interface(http: HttpRequest) -> str:
     """Who asked, as the client says in ``X-CosyVoice-Interface`` (default ``api``): a known name, or a 400."""
-    claimed = request.headers.get(INTERFACE_HEADER, "api").strip().lower()
+    claimed = http.headers.get(INTERFACE_HEADER, "api").strip().lower()
     if claimed not in CLIENT_INTERFACES:
         raise bad_request(
             f"the header {INTERFACE_HEADER} says {claimed!r}; a client may say one of {', '.join(CLIENT_INTERFACES)}",
@@ -208,9 +217,10 @@ def asking_interface(request: Request) -> str:
     return claimed
 
 
-def _order(link: EngineLink, body: SpeechBody, request: Request, recording: str | None = None) -> SpeechOrder:
-    """The body's choices checked against what this server offers (the contract checks come at submit).
-    The voice is ``recording`` (an uploaded prompt's file), else the saved voice the body names."""
+def _request(link: EngineLink, body: SpeechBody, recording: str | None = None) -> Request:
+    """The body as a valid Request: first its choices checked against what this server offers, then the
+    contract's own rules (a 400 naming the body field). The voice is ``recording`` (an uploaded prompt's
+    file), else the saved voice the body names."""
     if body.response_format not in audio_formats.FORMATS:
         raise bad_request(
             f"response_format {body.response_format!r} is not supported; use one of {', '.join(audio_formats.FORMATS)}",
@@ -240,22 +250,21 @@ def _order(link: EngineLink, body: SpeechBody, request: Request, recording: str 
         )
     link.check_model(body.model)
     reference = body.voice.id if isinstance(body.voice, VoiceReference) else body.voice
-    return SpeechOrder(
-        text=body.input,
-        voice=None if recording is not None else link.find_voice(reference),
-        instructions=body.instructions,
-        prompt_text=body.prompt_text,
-        seed=body.seed,
-        speed=body.speed,
-        stream=stream,
-        interface=asking_interface(request),
-        recording=recording,
-        trim=body.trim,
-        loudness_lufs=body.loudness_lufs,
-    )
+    name = None if recording is not None else link.find_voice(reference)
+    voice = link.voice(name, transcript=body.prompt_text, recording=recording)
+    with contract_checks():
+        return Request.build(
+            body.input,
+            voice,
+            instruct=body.instructions or None,
+            seed=body.seed,
+            speed=body.speed,
+            stream=stream,
+            post=PostSettings(body.trim, body.loudness_lufs),
+        )
 
 
-async def _next(pieces: AsyncIterator, request: Request):
+async def _next(pieces: AsyncIterator, http: HttpRequest):
     """The next item of ``pieces``; a client that went away meanwhile ends the job (and this request)."""
     waiting = asyncio.ensure_future(pieces.__anext__())
     try:
@@ -263,7 +272,7 @@ async def _next(pieces: AsyncIterator, request: Request):
             done, _ = await asyncio.wait({waiting}, timeout=DISCONNECT_CHECK_S)
             if done:
                 return waiting.result()
-            if await request.is_disconnected():
+            if await http.is_disconnected():
                 raise ApiError(499, "the client closed the connection", code="client_closed")
     finally:
         if not waiting.done():
@@ -271,9 +280,9 @@ async def _next(pieces: AsyncIterator, request: Request):
             await pieces.aclose()
 
 
-async def _last(pieces: AsyncIterator, request: Request):
+async def _last(pieces: AsyncIterator, http: HttpRequest):
     while True:
-        item = await _next(pieces, request)
+        item = await _next(pieces, http)
         if not isinstance(item, tuple):
             return item
 

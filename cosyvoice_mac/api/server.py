@@ -20,6 +20,7 @@ from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
 from cosyvoice_mac.api.longform_routes import build_longform_router
 from cosyvoice_mac.api.routes import build_router
 from cosyvoice_mac.frontend.glossary import glossary_store
+from cosyvoice_mac.request import MAX_UPLOAD_BYTES
 
 API_PREFIX = "/v1"
 GRADIO_CALL_PREFIX = "/gradio_api/call/"
@@ -32,7 +33,7 @@ class ApiSettings:
     """How the API is exposed: who may use it and how large an upload may be."""
 
     access: ApiAccess
-    upload_limit_bytes: int = 20 << 20
+    upload_limit_bytes: int = MAX_UPLOAD_BYTES
 
 
 class BodyLimit:

@@ -20,7 +20,7 @@ from cosyvoice_mac.engine.messages import Event, WorkerStatus
 from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
 from cosyvoice_mac.engine.tasks import TaskFailed
 from cosyvoice_mac.engine.transcriber import TranscriberProcess, TranscriptionFailed
-from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary
+from cosyvoice_mac.engine.voice_library import VoiceError, VoiceExists, VoiceLibrary
 from cosyvoice_mac.engine.worker import WorkerConfig
 
 __all__ = [
@@ -39,6 +39,7 @@ __all__ = [
     "TranscriberProcess",
     "TranscriptionFailed",
     "VoiceError",
+    "VoiceExists",
     "VoiceLibrary",
     "WorkerConfig",
     "WorkerStatus",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobqueue import JobQueue, Listener
@@ -168,10 +169,10 @@ class Engine(VoiceSaving):
         """Wait for the job: its JobResult, or JobFailed / JobCancelled / TimeoutError."""
         return self.queue.result(job_id, timeout)
 
-    def subscribe(self) -> Listener:
+    def subscribe(self, wake: Callable[[], None] | None = None) -> Listener:
         """A Listener that receives every event (job and engine) from now on; drain it, then close it
-        (or use it as a context manager around ``submit``)."""
-        return self.queue.subscribe()
+        (or use it as a context manager around ``submit``). ``wake``: called after each event arrives."""
+        return self.queue.subscribe(wake)
 
     def unsubscribe(self, subscriber: Listener) -> None:
         self.queue.unsubscribe(subscriber)

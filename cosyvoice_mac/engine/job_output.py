@@ -11,6 +11,7 @@ import numpy as np
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.longform.post import PostReport, post_process
+from cosyvoice_mac.pipeline.backend import Backend
 from cosyvoice_mac.pipeline.engines import engine_status
 from cosyvoice_mac.request import Request
 
@@ -30,7 +31,7 @@ def finished_audio(request: Request, pieces: list, sample_rate: int) -> tuple[np
     return audio, report
 
 
-def save_result(outputs_dir, job: Job, result: JobResult, pipeline, extra: dict) -> None:
+def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, extra: dict) -> None:
     """Write the result's WAV and sidecar in ``outputs_dir`` and point ``result`` at them; on a write error
     keep the samples in ``result`` and say why (the user still gets the sound). ``extra`` holds what only
     the runtime knows (the glossary entries that matched, the post-processing report)."""
@@ -49,7 +50,7 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline, extra: dict)
         "timings": result.timings,
         "notes": result.notes,
         "low_memory": low_memory_facts(pipeline),
-        "llm_weights": getattr(pipeline, "llm_weights", None),
+        "llm_weights": pipeline.llm_weights,
         "precision": precision_facts(pipeline),
         "interface": job.interface,
     }
@@ -62,13 +63,13 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline, extra: dict)
     result.audio = None  # the page plays the file: the samples need not cross the pipe
 
 
-def low_memory_facts(pipeline) -> dict | None:
+def low_memory_facts(pipeline: Backend) -> dict | None:
     """The pipeline's low-memory mode and why (None for a backend without one, e.g. the preview)."""
-    choice = getattr(pipeline, "low_memory_choice", None)
+    choice = pipeline.low_memory_choice
     return choice.as_dict() if choice is not None else None
 
 
-def precision_facts(pipeline) -> dict | None:
+def precision_facts(pipeline: Backend) -> dict | None:
     """What each stage runs in and why (``PrecisionPlan.as_dict``), for the status panel and the sidecar."""
-    plan = getattr(pipeline, "precision", None)
-    return plan.as_dict() if hasattr(plan, "as_dict") else None
+    plan = pipeline.precision
+    return plan.as_dict() if plan is not None else None

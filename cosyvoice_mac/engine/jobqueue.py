@@ -1,8 +1,9 @@
 """The UI process's book of jobs: a bounded waiting line, the running job, finished jobs, listeners.
 
 Listening has one form: ``subscribe()`` gives a Listener that receives every event from then on, and its
-owner drains and closes it. Nothing else buffers events: a finished job keeps only its terminal event
-(small: the result names the output file), for at most KEEP_FINISHED jobs.
+owner drains and closes it (an owner that cannot block a thread on it, such as an event loop, passes
+``wake``: called after each event arrives). Nothing else buffers events: a finished job keeps only its
+terminal event (small: the result names the output file), for at most KEEP_FINISHED jobs.
 """
 
 from __future__ import annotations
@@ -164,8 +165,8 @@ class JobQueue:
             for subscriber in self._subscribers:
                 subscriber.put(event)
 
-    def subscribe(self) -> "Listener":
-        listener = Listener(self.unsubscribe)
+    def subscribe(self, wake: Callable[[], None] | None = None) -> "Listener":
+        listener = Listener(self.unsubscribe, wake)
         with self.lock:
             self._subscribers.append(listener)
         return listener
@@ -192,12 +193,19 @@ class JobQueue:
 class Listener(queue.Queue):
     """Every engine event from the moment it was made, in order, until ``close()``; its owner drains it.
 
-    Use it as a context manager around ``submit`` so no event of the job is missed.
+    Use it as a context manager around ``submit`` so no event of the job is missed. ``wake`` is called
+    (on the engine's thread, so it must not block) after every event put in, for an owner that waits on
+    something other than this queue, e.g. an asyncio event set with ``loop.call_soon_threadsafe``.
     """
 
-    def __init__(self, unsubscribe: Callable[["Listener"], None]):
+    def __init__(self, unsubscribe: Callable[["Listener"], None], wake: Callable[[], None] | None = None):
         super().__init__()
-        self._unsubscribe = unsubscribe
+        self._unsubscribe, self._wake = unsubscribe, wake
+
+    def put(self, item, block: bool = True, timeout: float | None = None) -> None:
+        super().put(item, block, timeout)
+        if self._wake is not None:
+            self._wake()
 
     def close(self) -> None:
         self._unsubscribe(self)

@@ -65,11 +65,12 @@ class PromptSource:
         engine's library entry of a saved voice (the worker never reads the library itself)."""
         voice, transcript = request.voice, request.transcript
         if voice.kind == "stock":  # the backend's own voice (the preview voice's Piper speaker)
-            if not hasattr(pipeline, "stock_speaker"):
+            speaker = pipeline.stock_speaker()
+            if speaker is None:
                 raise SynthesisError(
                     "this model has no voice of its own: upload or record a prompt, or pick a saved voice"
                 )
-            return pipeline.stock_speaker(), "stock"
+            return speaker, "stock"
         if voice.kind != "saved":
             source = voice.audio if voice.kind == "audio" else voice.samples
             return self.from_audio(pipeline, source, voice.sample_rate, transcript)

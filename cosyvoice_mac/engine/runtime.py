@@ -248,7 +248,7 @@ class WorkerRuntime:
             cache_hit=outcome.cache_source in ("memory", "disk"),
             segment_count=len(pieces),
             timings={key: round(value, 4) for key, value in outcome.timings.items()},
-            notes=list(dict.fromkeys(note for piece in pieces for note in getattr(piece, "notes", ()))),
+            notes=list(dict.fromkeys(note for piece in pieces for note in piece.notes)),
             post=post.as_dict(),
         )
         if engine_note is not None:
@@ -375,11 +375,11 @@ class WorkerRuntime:
             cache_misses=stats.misses,
             feature_extractions=self.prompts.extractions,
             jobs_run=self.jobs_run,
-            flow_prefix_builds=getattr(getattr(pipeline, "flow_prefixes", None), "builds", 0),
+            flow_prefix_builds=pipeline.flow_prefix_builds,
             vocoder=self.vocoder,
             vocoder_reason=self.vocoder_reason,
             **engine_status(pipeline),
             low_memory=low_memory_facts(pipeline),
-            llm_weights=getattr(pipeline, "llm_weights", None),
+            llm_weights=pipeline.llm_weights,
             precision=precision_facts(pipeline),
         )

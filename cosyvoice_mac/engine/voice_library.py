@@ -39,6 +39,10 @@ class VoiceError(EngineError):
     """A named-voice request that cannot be done (unknown name, name taken, bad name)."""
 
 
+class VoiceExists(VoiceError):
+    """The name is taken by another saved voice (the API answers it with a 409, not a 400)."""
+
+
 class VoiceLibrary:
     """Owns the user's named voices: each name points at a cached prompt (model id + audio hash)
     and, when given, a copy of the prompt audio so the voice outlives a cache purge."""
@@ -81,7 +85,7 @@ class VoiceLibrary:
         with self._lock:
             entries = self._load()
             if name in entries and not overwrite:
-                raise VoiceError(f"a voice named {name!r} already exists; pick another name or overwrite it")
+                raise VoiceExists(f"a voice named {name!r} already exists; pick another name or overwrite it")
             self.folder.mkdir(parents=True, exist_ok=True)
             audio_file = self._store_audio(audio_hash, audio, audio_samples, sample_rate)
             entry = {
@@ -103,7 +107,7 @@ class VoiceLibrary:
             if old not in entries:
                 raise VoiceError(f"there is no saved voice named {old!r}")
             if new in entries and new != old:
-                raise VoiceError(f"a voice named {new!r} already exists")
+                raise VoiceExists(f"a voice named {new!r} already exists")
             entry = entries.pop(old)
             entry["name"] = new
             entries[new] = entry

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.engine.voice_library import VoiceExists
 from cosyvoice_mac.request import Voice
 
 
@@ -34,12 +35,12 @@ class VoiceSaving:
         """Name a prompt recording: the worker extracts (or finds cached) its features for the loaded model,
         the library keeps the name, the transcript and a copy of the audio. No generation is needed first.
 
-        Raises VoiceError (bad or taken name), TaskFailed (audio the model cannot use, with the reason),
+        Raises VoiceError (bad name; VoiceExists: taken), TaskFailed (audio the model cannot use, with the reason),
         TimeoutError past ``timeout`` s, or EngineError (no such file, engine not running).
         """
         name = self.voices.check_name(name)
         if not overwrite and any(entry["name"] == name for entry in self.voices.list()):
-            raise EngineError(f"a voice named {name!r} already exists; pick another name or overwrite it")
+            raise VoiceExists(f"a voice named {name!r} already exists; pick another name or overwrite it")
         audio_path = Path(audio_path)
         if not audio_path.is_file():
             raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")

@@ -1,20 +1,28 @@
-"""What the worker needs from a voice backend, and the one ``synthesize`` both backends share.
+"""What the worker needs from a voice backend, and the one base every backend shares.
 
 ``CosyVoice`` and the preview voice satisfy :class:`Backend`; the worker calls nothing else, so it never
-probes a backend with ``getattr``/``hasattr``. ``synthesize(text, voice, ...)`` is the Python API: it
-builds a :class:`~cosyvoice_mac.request.Request` (the same rules as the page and the CLI) and runs it.
+probes a backend with ``getattr``/``hasattr``. :class:`BackendBase` gives the answers of a backend that
+lacks a part (no voice of its own, no precision plan, ...) and ``synthesize(text, voice, ...)``, the Python
+API: it builds a :class:`~cosyvoice_mac.request.Request` (the same rules as the page and the CLI) and runs it.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, runtime_checkable
 
 import numpy as np
 
+from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request, Voice
+
+if TYPE_CHECKING:
+    import torch
+
+    from cosyvoice_mac.device import LowMemoryChoice
+    from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan
 
 
 @runtime_checkable
@@ -22,18 +30,31 @@ class Backend(Protocol):
     """A loaded voice model as the worker sees it.
 
     ``version`` names the model family ("cosyvoice3", "cosyvoice2", "preview"); ``model_id`` keys the speaker
-    cache; ``device`` is where it computes now.
+    cache; ``device`` is where it computes now and ``dtype`` the LLM's precision. What the status panel and
+    the sidecars report: ``engine`` (MLX or PyTorch, and why), ``precision`` (what each stage runs in, None
+    without a plan), ``low_memory_choice`` (None without that mode), ``llm_weights`` (the LLM file, None
+    without one) and ``flow_prefix_builds`` (streaming flow prefixes computed so far).
     """
 
     version: str
     model_id: str
     sample_rate: int
+    device: "torch.device"
+    dtype: "torch.dtype"
+    engine: EngineChoice
+    precision: "PrecisionPlan | None"
+    low_memory_choice: "LowMemoryChoice | None"
+    llm_weights: str | None
+    flow_prefix_builds: int
 
     def prepare_prompt(self, prompt, sample_rate: int | None = None, transcript: str | None = None) -> SpeakerPrompt:
         """Features of a prompt (a path, samples, or an ``audio.DecodedPrompt``): the cacheable part."""
 
     def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
         """Compute the voice's share of streamed requests now; False when the backend has none."""
+
+    def stock_speaker(self) -> SpeakerPrompt | None:
+        """The backend's own voice (for ``Voice.builtin()``); None when it has none."""
 
     def run(
         self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
@@ -46,11 +67,27 @@ class Backend(Protocol):
     def use_vocoder(self, vocoder=None) -> None:
         """Swap in another vocoder (Core ML); None restores the backend's own."""
 
+    def use_torch_engine(self, reason: str) -> None:
+        """Let PyTorch run the model from now on (MLX failed a job: ``reason``)."""
 
-class Synthesizes:
-    """Mixed into a Backend: the keyword API over ``run``. Owns nothing."""
+
+class BackendBase:
+    """The base of every Backend: the keyword API over ``run``, and the answers of a backend without a
+    part (a subclass that has it sets or overrides it). Owns nothing."""
 
     model_id: str
+    engine: EngineChoice = EngineChoice(TORCH)
+    precision: "PrecisionPlan | None" = None
+    low_memory_choice: "LowMemoryChoice | None" = None
+    llm_weights: str | None = None
+    flow_prefix_builds: int = 0
+
+    def stock_speaker(self) -> SpeakerPrompt | None:
+        return None
+
+    def use_torch_engine(self, reason: str) -> None:
+        """Already on PyTorch (a backend with one implementation): only the reason is kept."""
+        self.engine = EngineChoice(TORCH, reason)
 
     def synthesize(
         self,

@@ -23,7 +23,7 @@ from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
-from cosyvoice_mac.pipeline.backend import Synthesizes
+from cosyvoice_mac.pipeline.backend import BackendBase
 from cosyvoice_mac.pipeline.constructors import pretrained_parts, random_full_size_parts
 from cosyvoice_mac.pipeline.engines import torch_takes_over
 from cosyvoice_mac.pipeline.loading import Networks
@@ -45,7 +45,7 @@ from cosyvoice_mac.versions import spec_for
 STOP_CHECK_EVERY_TOKENS = 10
 
 
-class CosyVoice(Synthesizes):
+class CosyVoice(BackendBase):
     """One loaded model: owns the text frontend, the prompt encoder and the three networks.
 
     The networks are language-blind; this class is language- and mode-aware (zero-shot,
@@ -122,6 +122,10 @@ class CosyVoice(Synthesizes):
     def use_vocoder(self, vocoder=None) -> None:
         """Swap in a vocoder with HiFT's ``inference(mel, noise=...) -> (wave, source)``; None restores torch."""
         self.vocoder = vocoder if vocoder is not None else self.networks.hift
+
+    @property
+    def flow_prefix_builds(self) -> int:
+        return self.flow_prefixes.builds
 
     def use_torch_engine(self, reason: str) -> None:
         """Let PyTorch (MPS, then CUDA, then CPU) run this model from now on, e.g. after MLX failed a job."""

@@ -92,7 +92,7 @@ def torch_takes_over(model, reason: str) -> None:
 def engine_status(model) -> dict:
     """``{"engine": "mlx" | "torch", "engine_reason": why that engine (EngineChoice.reason)}`` of a pipeline,
     plus MLX's current and peak memory (bytes) while it runs on MLX."""
-    choice = getattr(model, "engine", None) or EngineChoice(TORCH)
+    choice = model.engine
     status = {"engine": choice.engine, "engine_reason": choice.reason}
     if choice.engine == MLX:
         import mlx.core as mx

@@ -23,7 +23,7 @@ from cosyvoice_mac import audio
 from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
 from cosyvoice_mac.pipeline import prompts
-from cosyvoice_mac.pipeline.backend import Synthesizes
+from cosyvoice_mac.pipeline.backend import BackendBase
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.preview import world_convert
 from cosyvoice_mac.preview.labels import PREVIEW_NOTE
@@ -48,7 +48,7 @@ def _count_tokens(text: str) -> int:
     return len(re.findall(r"\w+|[^\w\s]", text))
 
 
-class PreviewVoice(Synthesizes):
+class PreviewVoice(BackendBase):
     """Owns the base voices, their WORLD reference statistics and the text normaliser.
 
     Base voices (and their statistics) load on first use, so building this object is cheap and a

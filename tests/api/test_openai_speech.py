@@ -54,6 +54,12 @@ def test_each_format_decodes_to_speech_of_the_right_length(client, api_app, resp
     assert sidecar["interface"] == "api" and sidecar["text"] == TEXT
 
 
+def test_a_wav_answer_is_the_saved_file_byte_for_byte(client, api_app):
+    response = client.audio.speech.create(model="tts-1", voice="preview", input=TEXT, response_format="wav")
+    saved = api_app.outputs / response.response.headers["x-cosyvoice-file"]
+    assert response.content == saved.read_bytes()  # not decoded and encoded again: its INFO chunk is kept too
+
+
 def test_the_same_seed_gives_the_same_audio_and_speed_changes_the_length(client):
     def speak(**extra):
         return client.audio.speech.create(

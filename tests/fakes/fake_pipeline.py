@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from cosyvoice_mac.mlx.choice import choose_engine
-from cosyvoice_mac.pipeline.backend import Synthesizes
+from cosyvoice_mac.pipeline.backend import BackendBase
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 
 MPS_ERROR = (
@@ -44,7 +44,7 @@ def _sentences(text: str) -> list[str]:
     return parts or [text]
 
 
-class FakeCosyVoice(Synthesizes):
+class FakeCosyVoice(BackendBase):
     """Owns nothing but its settings; every method honours the real pipeline's signature."""
 
     version = "cosyvoice3"

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac import paths
 from cosyvoice_mac.engine import outputs
 from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
 
@@ -101,20 +100,6 @@ def test_a_file_in_place_of_the_folder_is_explained(tmp_path):
     blocker.write_text("not a folder")
     with pytest.raises(OutputWriteError, match="could not save the result"):
         write_output(blocker / "inner", "cafe0000", _tone(), 24000, FACTS)
-
-
-def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
-    target = tmp_path / "file.json"
-    target.write_bytes(b"old")
-
-    def broken(fd):
-        raise OSError(errno.EIO, "I/O error")
-
-    monkeypatch.setattr(paths.os, "fsync", broken)
-    with pytest.raises(OSError):
-        paths.atomic_write(target, b"new")
-    assert target.read_bytes() == b"old"
-    assert [p.name for p in tmp_path.iterdir()] == ["file.json"]
 
 
 def test_wav_encoding_clips_and_cleans_samples():

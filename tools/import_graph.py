@@ -209,8 +209,18 @@ def summary(root: Path) -> dict:
     upward = sorted((a, b) for a, targets in edges.items() for b in targets if layer_of(b) > layer_of(a))
     real = module_circles(imports, include_type_only=False)
     every = module_circles(imports, include_type_only=True)
+    into_front_ends = sorted(
+        (a, b)
+        for a, targets in edges.items()
+        for b in targets
+        if WAVE2_ROOMS.get(b, b) in FRONT_ENDS
+        and a not in COMPOSITION_ROOT
+        and WAVE2_ROOMS.get(a, a) != WAVE2_ROOMS.get(b, b)
+    )
     return {
         "rooms": len(rooms),
+        "front_end_imports": len(into_front_ends),
+        "into_front_ends": [f"{a} -> {b}" for a, b in into_front_ends],
         "floors": max(room_floor.values()),
         "room_edges": sum(len(t) for t in edges.values()),
         "upward_imports": len(upward),

@@ -26,8 +26,9 @@ from cosyvoice_mac.longform.glossary import (
     entries_from_csv,
     entries_to_csv,
 )
-from cosyvoice_mac.longform.post import PostSettings, loudness, post_process, trim_silence
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
+from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.sound.post import loudness, post_process, trim_silence
 from tests.parity.common import parity_dir
 
 BLANK_EN = parity_dir() / "cosyvoice3_tiny" / "CosyVoice-BlankEN"

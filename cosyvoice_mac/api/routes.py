@@ -36,6 +36,7 @@ from cosyvoice_mac.api.wire import (
     JOB_ID_HEADER,
     RECORDING_SPEECH_PATH,
 )
+from cosyvoice_mac.sound.wav import pcm16, streaming_wav_header
 
 STREAM_FORMATS = ("audio", "sse")
 DISCONNECT_CHECK_S = 0.5
@@ -287,11 +288,11 @@ async def _chunks(first, pieces: AsyncIterator, response_format: str) -> AsyncIt
             samples, sample_rate = item
             if not header_sent:
                 header_sent = True
-                yield audio_formats.streaming_wav_header(sample_rate)
-            yield audio_formats.pcm16(samples)
+                yield streaming_wav_header(sample_rate)
+            yield pcm16(samples)
             item = await pieces.__anext__()
         if not header_sent:  # nothing was streamed (the job made no audio): still a valid, empty WAV
-            yield audio_formats.streaming_wav_header(item.sample_rate)
+            yield streaming_wav_header(item.sample_rate)
     finally:
         await pieces.aclose()  # the client went away: the job is cancelled
 

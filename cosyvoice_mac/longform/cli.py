@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 
 from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.longform.post import LUFS_RANGE, PostSettings
+from cosyvoice_mac.request import LUFS_RANGE, PostSettings
 
 
 def add_longform(commands) -> None:
@@ -106,8 +106,8 @@ def _glossary(args) -> int:
 
 
 def _voices(args) -> int:
-    from cosyvoice_mac.audio import decode_prompt
     from cosyvoice_mac.engine.cache import VoiceLibrary
+    from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 
     library = VoiceLibrary()
     if args.action == "list":

@@ -1,9 +1,10 @@
 """The audio formats the speech API answers in, whole or streamed.
 
 Whole WAV files are ``sound.wav``'s, the same bytes the worker saves; the other containers are encoded
-with soundfile (libsndfile >= 1.1 writes MP3 and Ogg Opus as well as FLAC). Streams are sent as the model makes them: ``pcm`` is raw 16-bit little-endian mono, as OpenAI
-sends it; ``wav`` is the same samples behind a header whose sizes say "unknown length"
-(``sound.wav.streaming_wav_header``), which players and decoders read as a stream.
+with soundfile (libsndfile >= 1.1 writes MP3 and Ogg Opus as well as FLAC). Streams are sent as the model
+makes them: ``pcm`` is raw 16-bit little-endian mono, as OpenAI sends it; ``wav`` is the same samples
+behind a header whose sizes say "unknown length" (``sound.wav.streaming_wav_header``), which players and
+decoders read as a stream.
 """
 
 from __future__ import annotations

@@ -31,8 +31,8 @@ ZH: dict[str, str] = {
     "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
     "prompt_no_decoder": "⚠️ {name}：这台电脑没有 {suffix} 文件的解码器。请安装 ffmpeg（`macOS`：`brew install ffmpeg`；"
     "`Debian/Ubuntu`：`sudo apt-get install ffmpeg`），或把录音保存为 WAV、FLAC 或 MP3。",
-    "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹（电话音质的音频缺少模型所需的高频）。"
-    "请以 16 千赫或更高的采样率录制或导出。",
+    "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹"
+    "（电话音质的音频缺少模型所需的高频）。请以 16 千赫或更高的采样率录制或导出。",
     "prompt_odd_rate": "⚠️ {name} 的采样率（{rate} 赫兹）不常见，无法高效地转换为 {target} 赫兹。"
     "请以 16000、44100 或 48000 赫兹等标准采样率导出。",
     "prompt_silent": "⚠️ {name} 没有声音（最响的采样也低于 `-60 dBFS`）。请检查麦克风后重新录制。",

@@ -38,7 +38,7 @@ EN: dict[str, str] = {
     "section_voice": "### 1. Voice",
     "prompt_audio_label": "Prompt audio: 3-30 s of clear speech (WAV, MP3, FLAC or M4A; upload or record)",
     "prompt_duration": "Prompt: {seconds:.1f} s ({speech:.1f} s of speech).",
-    # the prompt's problems: "⚠️ " and sound.problems.SENTENCES, word for word (tests/test_sound.py)
+    # the prompt's problems: "⚠️ " and sound.problems.SENTENCES, word for word (tests/test_sound_prompt.py)
     "prompt_missing": "⚠️ {name} does not exist, or is no longer on the server (uploads are kept for a while only). "
     "Check the file name or upload it again.",
     "prompt_unreadable": "⚠️ {name} cannot be read ({why}). Pick an audio file you may read, or copy it to this "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from pathlib import Path
 
 APP_NAME = "cosyvoice-mac"
@@ -68,19 +69,21 @@ def user_cache_dir() -> Path:
 
 def atomic_write(path: str | Path, data: bytes) -> None:
     """Write ``data`` to ``path`` so that a reader, or the disk after a power cut, sees the old file or the
-    whole new one, never half: a temporary file in the same folder, flushed to disk (fsync), then renamed
-    over ``path``. The temporary file is removed when anything fails; the error is raised."""
+    whole new one, never half: a temporary file of its own in the same folder (so two writers never share
+    one), flushed to disk (fsync), made an ordinary 0644 document, then renamed over ``path``. The
+    temporary file is removed when anything fails; the error is raised."""
     path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        with open(temporary, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+            file.flush()
+            os.fsync(file.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp makes 0600 files; these are the user's documents and settings
         os.replace(temporary, path)
     except BaseException:
         try:
-            temporary.unlink()
+            os.unlink(temporary)
         except OSError:
             pass
         raise

@@ -37,7 +37,7 @@ class PostSettings:
     and trailing silence, normalise its integrated loudness to ``loudness_lufs`` (None: leave it).
 
     The same value serves every output (Generate, the APIs, ``synth``, dialogue, subtitles, batches);
-    ``longform/post.py`` does the work. Checked when built, like ``Request``.
+    ``sound/post.py`` does the work. Checked when built, like ``Request``.
     """
 
     trim: bool = False

@@ -13,8 +13,10 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from cosyvoice_mac import audio
-from cosyvoice_mac.audio import AudioInputError, LoadedAudio, load_audio, write_wav
+from cosyvoice_mac.frontend.prompt_audio import LoadedAudio, load_audio
+from cosyvoice_mac.sound import limits, wav
+from cosyvoice_mac.sound.problems import AudioInputError
+from cosyvoice_mac.sound.wav import write_wav
 
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it runs away."
 PROPERTY_SETTINGS = settings(
@@ -35,7 +37,7 @@ def _write(path, samples, rate, **kwargs):
 
 
 def _tail_is_silent(loaded: LoadedAudio) -> bool:
-    tail = loaded.wave[0, -round(audio.TAIL_SECONDS * loaded.sample_rate) :]
+    tail = loaded.wave[0, -round(limits.TAIL_SECONDS * loaded.sample_rate) :]
     return bool((tail == 0).all())
 
 
@@ -50,7 +52,7 @@ def test_common_containers_load_as_mono_float32_speech(tmp_path, speech, suffix,
     assert loaded.sample_rate == 16000 and loaded.source_sample_rate == rate
     assert loaded.wave.dtype == torch.float32 and loaded.wave.shape[0] == 1
     assert abs(loaded.seconds - len(samples) / rate) < 0.6  # trimmed a little, 0.2 s tail added
-    assert loaded.wave.abs().max() <= audio.NORMALIZED_PEAK + 1e-6
+    assert loaded.wave.abs().max() <= limits.NORMALIZED_PEAK + 1e-6
     assert _tail_is_silent(loaded)
 
 
@@ -94,7 +96,7 @@ def test_leading_and_trailing_silence_is_trimmed(tmp_path, speech):
     padded = load_audio(padded_path)
     assert abs(padded.seconds - tight.seconds) < 0.03
     untrimmed = load_audio(padded_path, trim_silence=False)
-    assert abs(untrimmed.seconds - (len(samples) / rate + 3.0 + audio.TAIL_SECONDS)) < 0.01
+    assert abs(untrimmed.seconds - (len(samples) / rate + 3.0 + limits.TAIL_SECONDS)) < 0.01
 
 
 def test_16k_and_24k_loads_keep_the_same_span(tmp_path, speech):
@@ -115,7 +117,7 @@ def test_loud_audio_is_scaled_to_0_8_and_quiet_audio_is_left_alone(tmp_path, spe
     quiet_loaded = load_audio(quiet_path)
     untouched = load_audio(quiet_path, normalize=False)
     assert torch.equal(quiet_loaded.wave[:, : untouched.wave.shape[1]], untouched.wave)
-    assert quiet_loaded.wave.shape[1] - untouched.wave.shape[1] == round(audio.TAIL_SECONDS * 16000)
+    assert quiet_loaded.wave.shape[1] - untouched.wave.shape[1] == round(limits.TAIL_SECONDS * 16000)
 
 
 def _no_platform_decoder(monkeypatch):
@@ -156,29 +158,29 @@ def _bad_file(kind, tmp_path, make_speech, monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("kind", "reason", "advice"),
+    ("kind", "problem", "advice"),
     [
         ("not_audio", "not_audio", "Export the recording as WAV"),
         ("empty", "empty", "0 bytes"),
-        ("empty_wav", "empty", "no audio samples"),
+        ("empty_wav", "no_samples", "no audio samples"),
         ("silent", "silent", "Check the microphone"),
         ("too_short", "too_short", "at least 1 s"),
         ("too_long", "too_long", "at most 29.8 s"),
-        ("missing", "unreadable", "does not exist"),
+        ("missing", "missing", "does not exist"),
         ("folder", "unreadable", "is a folder"),
-        ("low_sample_rate", "low_sample_rate", "16 kHz or higher"),
-        ("odd_sample_rate", "odd_sample_rate", "standard rate"),
+        ("low_sample_rate", "low_rate", "16 kHz or higher"),
+        ("odd_sample_rate", "odd_rate", "standard rate"),
         ("no_decoder", "no_decoder", "Install ffmpeg"),
-        ("nan", "not_audio", "NaN"),
+        ("nan", "invalid_samples", "NaN"),
     ],
 )
 def test_unusable_audio_gets_a_specific_error_a_user_can_act_on(
-    tmp_path, make_speech, monkeypatch, kind, reason, advice
+    tmp_path, make_speech, monkeypatch, kind, problem, advice
 ):
     path = _bad_file(kind, tmp_path, make_speech, monkeypatch)
     with pytest.raises(AudioInputError) as raised:
         load_audio(path)
-    assert raised.value.reason == reason
+    assert raised.value.problem == problem
     assert path.name in str(raised.value)
     assert advice in str(raised.value)
 
@@ -230,7 +232,7 @@ def test_write_wav_is_atomic_and_round_trips(tmp_path, monkeypatch, speech):
     def broken_write(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(soundfile, "write", broken_write)
+    monkeypatch.setattr(wav.os, "fsync", broken_write)
     with pytest.raises(OSError, match="disk full"):
         write_wav(target, np.zeros(rate, np.float32), rate)
     assert target.read_bytes() == before  # the old take survives a failed write
@@ -260,7 +262,7 @@ def test_random_bytes_give_audio_or_our_error(tmp_path, body, suffix, header):
     try:
         loaded = load_audio(path)
     except AudioInputError as error:
-        event(f"refused: {error.reason}")
+        event(f"refused: {error.problem}")
         return
     event("loaded")
     assert isinstance(loaded, LoadedAudio) and torch.isfinite(loaded.wave).all()
@@ -281,10 +283,10 @@ def test_random_length_arrays_give_audio_or_our_error(tmp_path, seconds, rate, a
     try:
         loaded = load_audio(path, 24000, trim_silence=trim)
     except AudioInputError as error:
-        event(f"refused: {error.reason}")
+        event(f"refused: {error.problem}")
         return
     event("loaded")
     assert loaded.wave.dtype == torch.float32 and loaded.wave.shape[0] == 1
     assert torch.isfinite(loaded.wave).all()
-    assert loaded.wave.abs().max() <= audio.NORMALIZED_PEAK + 1e-6
-    assert audio.MIN_SECONDS <= loaded.seconds <= audio.MAX_SECONDS
+    assert loaded.wave.abs().max() <= limits.NORMALIZED_PEAK + 1e-6
+    assert limits.MIN_SECONDS <= loaded.seconds <= limits.MAX_SECONDS

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import EngineError, Job, JobCancelled, JobFailed, QueueFull, VoiceError, read_wav_info
+from cosyvoice_mac.engine import EngineError, Job, JobCancelled, JobFailed, QueueFull, VoiceError
 from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.sound.wav import read_wav_info
 from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started, submit_and_wait, tone
 
 DEADLINE = 60.0

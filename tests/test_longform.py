@@ -27,8 +27,9 @@ from cosyvoice_mac.frontend.glossary import (
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.longform import batch, dialogue, subtitles
-from cosyvoice_mac.longform.post import PostSettings, loudness, post_process, trim_silence
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
+from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.sound.post import loudness, post_process, trim_silence
 from tests.parity.common import parity_dir
 
 BLANK_EN = parity_dir() / "cosyvoice3_tiny" / "CosyVoice-BlankEN"

@@ -15,8 +15,8 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.longform.post import TRIM_KEEP_S, loudness
 from cosyvoice_mac.request import PostSettings, Request, Voice
+from cosyvoice_mac.sound.post import TRIM_KEEP_S, loudness
 from tests.fakes.fake_pipeline import preview_worker_config
 
 TEXT = "Silence is trimmed and loudness is set for every output."
@@ -37,7 +37,7 @@ def saved_pcm(result) -> np.ndarray:
 
 
 def as_pcm(wave: np.ndarray) -> np.ndarray:
-    """What the output writer stores for float samples (outputs.encode_wav)."""
+    """What the output writer stores for float samples (sound.wav.wav_bytes)."""
     return (np.clip(wave, -1.0, 1.0) * 32767.0).round().astype(np.int16)
 
 
@@ -244,7 +244,7 @@ def _synth(tmp_path, prompt_wav, name, *flags):
 
 
 def test_synth_trims_and_normalises_when_asked_and_leaves_the_audio_alone_otherwise(tmp_path, make_speech, capsys):
-    from cosyvoice_mac.longform.post import post_process
+    from cosyvoice_mac.sound.post import post_process
 
     prompt_wav = make_speech("This is the voice I would like you to copy, please.", seconds=4.0)
     code, plain = _synth(tmp_path, prompt_wav, "plain.wav")

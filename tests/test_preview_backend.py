@@ -9,8 +9,8 @@ import pytest
 import soundfile
 import torch
 
-from cosyvoice_mac import audio
 from cosyvoice_mac.errors import InputError
+from cosyvoice_mac.frontend.prompt_audio import load_audio
 from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError, SynthesisResult
 
 pytest.importorskip("piper")
@@ -64,7 +64,7 @@ def test_prompt_features_fit_the_speaker_cache(voice, high_prompt, high_speaker,
 
     assert isinstance(high_speaker, SpeakerPrompt)
     assert high_speaker.embedding.shape == (1, world_convert.STATS_VECTOR_SIZE)
-    assert high_speaker.audio_hash == audio.load_audio(high_prompt).content_hash
+    assert high_speaker.audio_hash == load_audio(high_prompt).content_hash
     assert high_speaker.model_id == voice.model_id and high_speaker.transcript.startswith("The boy")
     assert 1.0 < high_speaker.duration_s < 6.0
     cache = SpeakerCache(tmp_path)

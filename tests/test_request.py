@@ -177,16 +177,16 @@ def test_a_prepared_voice_with_a_transcript_speaks_zero_shot(model, prompt_wav):
 
 
 def test_a_new_prompt_is_decoded_once_per_request_and_a_known_one_not_at_all(runtime, make_speech, monkeypatch):
-    from cosyvoice_mac import audio
+    from cosyvoice_mac.frontend import prompt_audio
 
     decodes: list[str] = []
-    real = audio.decode_audio
+    real = prompt_audio.decode_audio
 
     def counting(path, *args, **kwargs):
         decodes.append(str(path))
         return real(path, *args, **kwargs)
 
-    monkeypatch.setattr(audio, "decode_audio", counting)
+    monkeypatch.setattr(prompt_audio, "decode_audio", counting)
     fresh = make_speech("A recording this worker has never heard before.", seconds=3.5)
     _run(runtime, Request.build("Hello world.", Voice.recording(fresh, transcript="A recording.")))
     assert len(decodes) == 1, decodes
@@ -196,12 +196,12 @@ def test_a_new_prompt_is_decoded_once_per_request_and_a_known_one_not_at_all(run
 
 
 def test_the_page_decodes_a_prompt_once_for_its_upload_check_and_generate(make_speech, monkeypatch):
-    from cosyvoice_mac.webui import prompt_check
+    from cosyvoice_mac.sound import prompt_check
     from cosyvoice_mac.webui.generation import Generation
 
     reads: list[str] = []
-    real = prompt_check._decode
-    monkeypatch.setattr(prompt_check, "_decode", lambda path: reads.append(str(path)) or real(path))
+    real = prompt_check.read_audio
+    monkeypatch.setattr(prompt_check, "read_audio", lambda path: reads.append(str(path)) or real(path))
     upload = str(make_speech("The page checks this upload once.", seconds=3.0))
     assert prompt_check.checked_prompt(upload).ok  # on upload
     _, problem = Generation(host=None).build_request("en", upload, None, "", "Hello.", "cross_lingual", "", 1, 1.0)

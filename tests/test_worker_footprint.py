@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cosyvoice_mac.frontend.features import _slaney_mel_filters
-from cosyvoice_mac.sound import sound_bounds
+from cosyvoice_mac.sound.silence import sound_bounds
 
 REPO = Path(__file__).resolve().parents[1]
 HEAVY_MODULES = ("numba", "librosa.filters", "librosa.effects", "sklearn", "pandas")

@@ -1,17 +1,19 @@
 """The audio formats the speech API answers in, whole or streamed.
 
-Whole files are encoded with soundfile (libsndfile >= 1.1 writes MP3 and Ogg Opus as well as WAV and
-FLAC). Streams are sent as the model makes them: ``pcm`` is raw 16-bit little-endian mono, as OpenAI
-sends it; ``wav`` is the same samples behind a header whose sizes say "unknown length" (0xFFFFFFFF),
-which players and decoders read as a stream.
+Whole WAV files are ``sound.wav``'s, the same bytes the worker saves; the other containers are encoded
+with soundfile (libsndfile >= 1.1 writes MP3 and Ogg Opus as well as FLAC). Streams are sent as the model
+makes them: ``pcm`` is raw 16-bit little-endian mono, as OpenAI sends it; ``wav`` is the same samples
+behind a header whose sizes say "unknown length" (``sound.wav.streaming_wav_header``), which players and
+decoders read as a stream.
 """
 
 from __future__ import annotations
 
 import io
-import struct
 
 import numpy as np
+
+from cosyvoice_mac.sound.wav import clean, pcm16, wav_bytes
 
 # response_format -> (media type, soundfile format, soundfile subtype)
 FORMATS = {
@@ -23,7 +25,6 @@ FORMATS = {
 }
 STREAMABLE = ("pcm", "wav")  # formats whose bytes can be sent before the whole audio exists
 OPUS_RATES = (8000, 12000, 16000, 24000, 48000)
-UNKNOWN_SIZE = 0xFFFFFFFF
 
 
 def media_type(response_format: str) -> str:
@@ -34,35 +35,15 @@ def encode(samples: np.ndarray, sample_rate: int, response_format: str) -> bytes
     """``samples`` (N,) float in [-1, 1] as a complete file (or raw PCM) of ``response_format``."""
     if response_format == "pcm":
         return pcm16(samples)
+    if response_format == "wav":
+        return wav_bytes(samples, sample_rate)
     import soundfile
 
     _, container, subtype = FORMATS[response_format]
     if response_format == "opus" and sample_rate not in OPUS_RATES:
         raise ValueError(f"Opus cannot hold {sample_rate} Hz audio (it takes {', '.join(map(str, OPUS_RATES))})")
+    # 16-bit PCM is handed over as our own int16 values: libsndfile would scale floats by 32768, not 32767
+    data = np.frombuffer(pcm16(samples), "<i2") if subtype == "PCM_16" else clean(samples)
     buffer = io.BytesIO()
-    soundfile.write(buffer, _clean(samples), sample_rate, format=container, subtype=subtype)
+    soundfile.write(buffer, data, sample_rate, format=container, subtype=subtype)
     return buffer.getvalue()
-
-
-def pcm16(samples: np.ndarray) -> bytes:
-    """16-bit little-endian PCM bytes of (N,) float samples."""
-    return (_clean(samples) * 32767.0).round().astype("<i2").tobytes()
-
-
-def streaming_wav_header(sample_rate: int) -> bytes:
-    """A mono 16-bit WAV header for a stream of unknown length."""
-    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
-    return (
-        b"RIFF"
-        + struct.pack("<I", UNKNOWN_SIZE)
-        + b"WAVE"
-        + b"fmt "
-        + struct.pack("<I", len(fmt))
-        + fmt
-        + b"data"
-        + struct.pack("<I", UNKNOWN_SIZE)
-    )
-
-
-def _clean(samples: np.ndarray) -> np.ndarray:
-    return np.clip(np.nan_to_num(np.asarray(samples, dtype=np.float32).reshape(-1)), -1.0, 1.0)

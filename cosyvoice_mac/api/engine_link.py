@@ -29,8 +29,7 @@ from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import Request, Voice
-from cosyvoice_mac.webui.prompt_check import inspect_prompt
-from cosyvoice_mac.webui.render import plain_prompt_problem
+from cosyvoice_mac.sound.prompt_check import inspect_prompt
 
 PREVIEW_VOICE = "preview"  # the preview backend's own stock voice: needs no prompt recording
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # "whatever model is loaded"
@@ -229,7 +228,7 @@ class EngineLink:
         """400 naming ``param`` when the file is no usable prompt (not audio, silent, too short or long)."""
         check = inspect_prompt(audio_path)
         if not check.ok:
-            raise bad_request(plain_prompt_problem(check), f"audio_{check.problem}", param)
+            raise bad_request(check.sentence, f"audio_{check.problem}", param)
 
     def delete_voice(self, reference: str) -> dict:
         name = self.find_voice(reference)

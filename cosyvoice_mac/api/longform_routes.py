@@ -26,9 +26,9 @@ from cosyvoice_mac.api.errors import ApiError, bad_request
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.frontend.glossary import GlossaryEntry, GlossaryError, GlossaryStore, check_entries
 from cosyvoice_mac.longform import LongformError, batch, dialogue, subtitles
-from cosyvoice_mac.longform.post import PostSettings
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
+from cosyvoice_mac.request import PostSettings
 
 MAX_TEXT_FILE_BYTES = 2 << 20  # a script, subtitle or batch file is text: far below an audio upload
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")

@@ -31,6 +31,7 @@ from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request
 from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
+from cosyvoice_mac.sound.wav import pcm16, streaming_wav_header
 from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
     FILE_HEADER,
@@ -296,11 +297,11 @@ async def _chunks(first, pieces: AsyncIterator, response_format: str) -> AsyncIt
             samples, sample_rate = item
             if not header_sent:
                 header_sent = True
-                yield audio_formats.streaming_wav_header(sample_rate)
-            yield audio_formats.pcm16(samples)
+                yield streaming_wav_header(sample_rate)
+            yield pcm16(samples)
             item = await pieces.__anext__()
         if not header_sent:  # nothing was streamed (the job made no audio): still a valid, empty WAV
-            yield audio_formats.streaming_wav_header(item.sample_rate)
+            yield streaming_wav_header(item.sample_rate)
     finally:
         await pieces.aclose()  # the client went away: the job is cancelled
 

@@ -5,7 +5,7 @@ Torch-free and light: each command module imports this, never another command's 
 
 from __future__ import annotations
 
-from cosyvoice_mac.longform.post import LUFS_RANGE, PostSettings
+from cosyvoice_mac.request import LUFS_RANGE, PostSettings
 
 EXIT_REFUSED = 2  # the message says why
 EXIT_TRY_LATER = 75  # sysexits' EX_TEMPFAIL: the app's queue is full or its model loads; the same command works later

@@ -165,7 +165,7 @@ def _deliver(result, out: Path) -> int:
             shutil.copyfile(result.output_path, out)
         saved = f"; saved in outputs as {Path(result.output_path).name} with its sidecar"
     else:
-        from cosyvoice_mac.audio import write_wav
+        from cosyvoice_mac.sound.wav import write_wav
 
         write_wav(out, result.audio, result.sample_rate)
         saved = ""

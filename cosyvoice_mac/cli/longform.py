@@ -23,7 +23,7 @@ from cosyvoice_mac.cli.common import (
     post_settings,
 )
 from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.longform.post import PostSettings
+from cosyvoice_mac.request import PostSettings
 
 
 def add_longform(commands) -> None:
@@ -113,8 +113,8 @@ def _glossary(args) -> int:
 
 
 def _voices(args) -> int:
-    from cosyvoice_mac.audio import decode_prompt
     from cosyvoice_mac.engine.voice_library import VoiceLibrary
+    from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 
     library = VoiceLibrary()
     if args.action == "list":

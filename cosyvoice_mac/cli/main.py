@@ -118,15 +118,14 @@ def _request(args, saved_transcript: str | None = None):
 
 
 def _check_prompt(path: Path) -> None:
-    """Refuse a prompt file that is no usable speech now, in the page's words, before it is sent or loaded."""
-    from cosyvoice_mac.webui.prompt_check import inspect_prompt
-    from cosyvoice_mac.webui.render import plain_prompt_problem
+    """Refuse a prompt file that is no usable speech now, in the check's sentence, before it is sent or loaded."""
+    from cosyvoice_mac.sound.prompt_check import inspect_prompt
 
     if not path.is_file():
         raise CosyVoiceError(f"the prompt recording {path} does not exist")
     check = inspect_prompt(path)
     if not check.ok:
-        raise CosyVoiceError(plain_prompt_problem(check))
+        raise CosyVoiceError(check.sentence)
 
 
 def _synth(args) -> int:

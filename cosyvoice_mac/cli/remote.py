@@ -22,6 +22,7 @@ from cosyvoice_mac.cli.common import EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_TRY_LA
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT
 from cosyvoice_mac.preview import PREVIEW
+from cosyvoice_mac.sound.wav import HEADER_BYTES, wav_from_pcm16
 from cosyvoice_mac.wire import (
     FILE_HEADER,
     INTERFACE_HEADER,
@@ -37,7 +38,6 @@ SERVER_VARIABLE = "COSYVOICE_SERVER"
 OWNER = "cosyvoice-mac"  # /v1/models names this owner: the answer comes from this app, not another server
 PROBE_TIMEOUT_S = 5.0
 LOADING_WAIT_S = 900.0  # a model still loading in the app is waited for (the app's own start limit)
-WAV_HEADER_BYTES = 44  # api.audio_formats.streaming_wav_header: RIFF + fmt (16 bytes) + data
 
 
 def default_server() -> str:
@@ -221,7 +221,7 @@ class AppClient:
 
 
 def _write_whole(answer: httpx.Response, out: Path, job_id: str) -> int:
-    _save(out, _wav(answer.read(), int(answer.headers["x-cosyvoice-sample-rate"])))
+    _save(out, wav_from_pcm16(answer.read(), int(answer.headers["x-cosyvoice-sample-rate"])))
     name = answer.headers.get(FILE_HEADER)
     saved = f"; the app saved it as {name} with its sidecar" if name else ""
     print(
@@ -237,25 +237,17 @@ def _write_stream(answer: httpx.Response, out: Path, clock: float, job_id: str) 
     heard = False
     for chunk in answer.iter_bytes():
         received += chunk
-        if not heard and len(received) > WAV_HEADER_BYTES:
+        if not heard and len(received) > HEADER_BYTES:
             heard = True
             print(f"first audio after {time.perf_counter() - clock:.2f} s", file=sys.stderr)
-    if len(received) < WAV_HEADER_BYTES or received[:4] != b"RIFF":
+    if len(received) < HEADER_BYTES or received[:4] != b"RIFF":
         raise AppError("the app's stream ended before any audio came")
     sample_rate = struct.unpack("<I", bytes(received[24:28]))[0]
-    pcm = bytes(received[WAV_HEADER_BYTES:])
-    _save(out, _wav(pcm, sample_rate))
+    pcm = bytes(received[HEADER_BYTES:])
+    _save(out, wav_from_pcm16(pcm, sample_rate))
     seconds = len(pcm) / 2 / sample_rate
     print(f"wrote {out} ({seconds:.2f} s, job {job_id[:8]}); the app saved it in its outputs with its sidecar")
     return 0
-
-
-def _wav(pcm: bytes, sample_rate: int) -> bytes:
-    """A mono 16-bit WAV file of ``pcm`` (little-endian samples, a stray odd byte dropped)."""
-    pcm = pcm[: len(pcm) - len(pcm) % 2]
-    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
-    riff = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + struct.pack("<I", len(pcm)) + pcm
-    return b"RIFF" + struct.pack("<I", len(riff)) + riff
 
 
 def _save(out: Path, data: bytes) -> None:

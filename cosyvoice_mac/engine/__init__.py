@@ -17,7 +17,7 @@ from cosyvoice_mac.engine.jobs import (
     Task,
 )
 from cosyvoice_mac.engine.messages import Event, WorkerStatus
-from cosyvoice_mac.engine.outputs import OutputWriteError, read_wav_info, write_output
+from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.engine.tasks import TaskFailed
 from cosyvoice_mac.engine.transcriber import TranscriberProcess, TranscriptionFailed
 from cosyvoice_mac.engine.voice_library import VoiceError, VoiceExists, VoiceLibrary
@@ -43,6 +43,5 @@ __all__ = [
     "VoiceLibrary",
     "WorkerConfig",
     "WorkerStatus",
-    "read_wav_info",
     "write_output",
 ]

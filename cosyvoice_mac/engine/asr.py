@@ -22,6 +22,9 @@ from typing import Callable
 
 import numpy as np
 
+from cosyvoice_mac.sound.limits import SILENT_PEAK
+from cosyvoice_mac.sound.problems import AudioInputError
+
 ASR_RATE = 16000
 MULTILINGUAL_REPO = "Systran/faster-whisper-small"  # ~480 MB, multilingual (zh, en, ...)
 MODEL_FILES = ["config.json", "preprocessor_config.json", "model.bin", "tokenizer.json", "vocabulary.*"]
@@ -217,13 +220,13 @@ def load_for_asr(audio: str | Path | np.ndarray, sample_rate: int | None = None)
     """(N,) float32 mono 16 kHz speech, VAD-trimmed; TranscriptionError for unusable or speechless audio."""
     import torch
 
-    from cosyvoice_mac import audio as audio_io
     from cosyvoice_mac.frontend import vad
+    from cosyvoice_mac.frontend.prompt_audio import decode_audio
     from cosyvoice_mac.frontend.resample import resample
 
     try:
         if isinstance(audio, (str, Path)):
-            wave, rate = audio_io.decode_audio(audio)
+            wave, rate = decode_audio(audio)
         else:
             if not sample_rate:
                 raise TranscriptionError("audio samples were given without their sample rate")
@@ -232,10 +235,10 @@ def load_for_asr(audio: str | Path | np.ndarray, sample_rate: int | None = None)
             if samples.size == 0 or not np.isfinite(samples).all():
                 raise TranscriptionError("the recording is empty or holds invalid samples; record it again")
             wave, rate = torch.from_numpy(np.ascontiguousarray(samples))[None], int(sample_rate)
-    except audio_io.AudioInputError as error:
+    except AudioInputError as error:
         raise TranscriptionError(str(error)) from error
     samples = resample(wave, rate, ASR_RATE)[0].numpy()
-    if np.abs(samples).max(initial=0.0) < audio_io.SILENT_PEAK:
+    if np.abs(samples).max(initial=0.0) < SILENT_PEAK:
         raise TranscriptionError("the recording is silent; check the microphone and record again")
     span = vad.shared_detector().speech_span(samples, ASR_RATE)
     if span is None:

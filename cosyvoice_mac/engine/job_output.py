@@ -10,10 +10,10 @@ import numpy as np
 
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
-from cosyvoice_mac.longform.post import PostReport, post_process
 from cosyvoice_mac.pipeline.backend import Backend
 from cosyvoice_mac.pipeline.engines import engine_status
 from cosyvoice_mac.request import Request
+from cosyvoice_mac.sound.post import PostReport, post_process
 
 STREAMED_RAW_NOTE = "the streamed audio played as it was made; the saved file is the post-processed one"
 

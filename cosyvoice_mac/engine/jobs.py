@@ -98,12 +98,9 @@ class JobResult:
         """The audio (N,) float32: the unsaved samples, else read back from the output WAV."""
         if self.audio is not None:
             return self.audio
-        import soundfile
+        from cosyvoice_mac.sound.wav import read_samples
 
-        # Our WAVs hold round(x * 32767) (outputs.encode_wav): dividing by the same scale gives back samples
-        # that encode to exactly the saved bytes again (soundfile's float read divides by 32768).
-        pcm = soundfile.read(self.output_path, dtype="int16")[0]
-        return (pcm.astype(np.float32) / 32767.0).reshape(-1)
+        return read_samples(self.output_path)
 
 
 @dataclass

@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.sound.wav import wav_bytes
 
 SOFTWARE = "cosyvoice-mac"
 SHORT_ID_CHARS = 8
@@ -42,51 +42,6 @@ class OutputWriteError(OSError):
 class OutputFiles:
     wav_path: Path
     sidecar_path: Path
-
-
-def encode_wav(audio: np.ndarray, sample_rate: int, info: dict[str, str] | None = None) -> bytes:
-    """Mono 16-bit PCM WAV bytes of ``audio`` (N,) float in [-1, 1], with a LIST/INFO chunk.
-
-    ``info`` maps four-letter INFO ids (INAM, ICMT, ISFT, ICRD, ...) to text (stored UTF-8).
-    """
-    samples = np.asarray(audio, dtype=np.float32).reshape(-1)
-    pcm = (np.clip(np.nan_to_num(samples), -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
-    fmt = struct.pack("<HHIIHH", 1, 1, sample_rate, sample_rate * 2, 2, 16)
-    chunks = [_chunk(b"fmt ", fmt)]
-    if info:
-        body = b"INFO" + b"".join(
-            _chunk(key.encode("ascii"), value.encode("utf-8") + b"\0") for key, value in info.items()
-        )
-        chunks.append(_chunk(b"LIST", body))
-    chunks.append(_chunk(b"data", pcm))
-    payload = b"WAVE" + b"".join(chunks)
-    return b"RIFF" + struct.pack("<I", len(payload)) + payload
-
-
-def _chunk(chunk_id: bytes, body: bytes) -> bytes:
-    if len(chunk_id) != 4:
-        raise ValueError(f"RIFF chunk id {chunk_id!r} must have four characters")
-    return chunk_id + struct.pack("<I", len(body)) + body + (b"\0" if len(body) % 2 else b"")
-
-
-def read_wav_info(path: str | Path) -> dict[str, str]:
-    """The LIST/INFO entries of a WAV file (empty when it has none)."""
-    data = Path(path).read_bytes()
-    if data[:4] != b"RIFF" or data[8:12] != b"WAVE":
-        raise ValueError(f"{path} is not a WAV file")
-    info: dict[str, str] = {}
-    offset = 12
-    while offset + 8 <= len(data):
-        chunk_id, size = data[offset : offset + 4], struct.unpack("<I", data[offset + 4 : offset + 8])[0]
-        body = data[offset + 8 : offset + 8 + size]
-        if chunk_id == b"LIST" and body[:4] == b"INFO":
-            inner = 4
-            while inner + 8 <= len(body):
-                key, length = body[inner : inner + 4], struct.unpack("<I", body[inner + 4 : inner + 8])[0]
-                info[key.decode("ascii")] = body[inner + 8 : inner + 8 + length].rstrip(b"\0").decode("utf-8")
-                inner += 8 + length + (length % 2)
-        offset += 8 + size + (size % 2)
-    return info
 
 
 def output_stem(job_id: str, now: float | None = None) -> str:
@@ -129,7 +84,7 @@ def write_output(
     }
     sidecar_path = wav_path.with_suffix(".json")
     try:
-        atomic_write(wav_path, encode_wav(audio, sample_rate, info))
+        atomic_write(wav_path, wav_bytes(audio, sample_rate, info))
         atomic_write(sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2, sort_keys=True).encode("utf-8"))
     except OSError as error:
         for leftover in (wav_path, sidecar_path):

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyvoice_mac import audio
 from cosyvoice_mac.engine.cache import SpeakerCache
+from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request
 
@@ -46,7 +46,7 @@ class PromptSource:
         digest = raw.hexdigest()
         decoded = None
         if digest not in self._hash_memo:
-            decoded = audio.decode_prompt(source, sample_rate)
+            decoded = decode_prompt(source, sample_rate)
             self._hash_memo[digest] = decoded.content_hash
             while len(self._hash_memo) > HASH_MEMO_ENTRIES:
                 self._hash_memo.popitem(last=False)
@@ -55,7 +55,7 @@ class PromptSource:
         def extract():
             self.extractions += 1
             return pipeline.prepare_prompt(
-                decoded or audio.decode_prompt(source, sample_rate), sample_rate=sample_rate, transcript=transcript
+                decoded or decode_prompt(source, sample_rate), sample_rate=sample_rate, transcript=transcript
             )
 
         return self.cache.get_or_extract(pipeline.model_id, self._hash_memo[digest], extract, transcript)

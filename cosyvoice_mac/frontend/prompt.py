@@ -1,37 +1,34 @@
-"""Prompt audio loading and the 1:2 alignment of prompt speech tokens and prompt mel frames."""
+"""Prompt audio as upstream reads it (``load_wav``) and the 1:2 alignment of prompt speech tokens and
+prompt mel frames."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import numpy as np
-import soundfile
 import torch
 
 from cosyvoice_mac.errors import SynthesisError
+from cosyvoice_mac.frontend.prompt_audio import decode_audio
 from cosyvoice_mac.frontend.resample import resample
+from cosyvoice_mac.sound.problems import AudioInputError
+from cosyvoice_mac.sound.read import check_source_rate
 
-MIN_PROMPT_SAMPLE_RATE = 16000
 MEL_FRAMES_PER_TOKEN = 2
 
 
 def load_wav(path: str | Path, target_sr: int) -> torch.Tensor:
     """Read an audio file as ``(1, N)`` float32 mono in [-1, 1] at ``target_sr`` Hz.
 
-    Like upstream ``load_wav``: soundfile's normalised float samples, mean over channels, then the
-    default torchaudio-equal resampler. Files below 16 kHz are refused (SynthesisError), as
-    upstream does, because the prompt features need the band up to 8 kHz.
+    Like upstream ``load_wav``: the file's normalised float samples (read by the worker's own reader,
+    ``prompt_audio.decode_audio``), mean over channels, then the default torchaudio-equal resampler. Files
+    below 16 kHz are refused (SynthesisError), as upstream does, because the prompt features need the band
+    up to 8 kHz.
     """
     try:
-        samples, file_sr = soundfile.read(str(path), dtype="float32", always_2d=True)  # (N, C)
-    except (OSError, RuntimeError) as error:  # soundfile's errors are RuntimeErrors
-        raise SynthesisError(f"cannot read prompt audio {path}: {error}. Use a WAV, FLAC or OGG file.") from error
-    if file_sr < MIN_PROMPT_SAMPLE_RATE:
-        raise SynthesisError(
-            f"prompt audio {path} is sampled at {file_sr} Hz; at least {MIN_PROMPT_SAMPLE_RATE} Hz is needed. "
-            "Record or export it at 16 kHz or higher."
-        )
-    mono = torch.from_numpy(np.ascontiguousarray(samples.T)).mean(dim=0, keepdim=True)
+        mono, file_sr = decode_audio(path)
+        check_source_rate(Path(path).name, file_sr, target_sr)
+    except AudioInputError as error:
+        raise SynthesisError(f"cannot read prompt audio {path}: {error}") from error
     return resample(mono, file_sr, target_sr)
 
 

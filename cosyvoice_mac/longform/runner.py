@@ -16,11 +16,12 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from cosyvoice_mac.engine.outputs import encode_wav
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
-from cosyvoice_mac.longform.post import PostSettings, post_process, trim_silence
 from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.sound.post import post_process, trim_silence
+from cosyvoice_mac.sound.wav import wav_bytes
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,7 @@ def _write(path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list
     """A WAV and its JSON sidecar, each written whole."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sidecar = {"file": path.name, "sample_rate": sample_rate, "duration_s": round(len(audio) / sample_rate, 3), **facts}
-    atomic_write(path, encode_wav(audio, sample_rate, {"ICMT": json.dumps(sidecar, ensure_ascii=False)}))
+    atomic_write(path, wav_bytes(audio, sample_rate, {"ICMT": json.dumps(sidecar, ensure_ascii=False)}))
     atomic_write(path.with_suffix(".json"), json.dumps(sidecar, ensure_ascii=False, indent=2).encode())
     return [path, path.with_suffix(".json")]
 

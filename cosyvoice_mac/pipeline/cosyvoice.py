@@ -16,8 +16,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.audio import DecodedPrompt
 from cosyvoice_mac.device import LowMemoryChoice, between_sentences, low_memory_choice, synchronize
+from cosyvoice_mac.frontend.prompt_audio import DecodedPrompt
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs

@@ -7,10 +7,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from cosyvoice_mac import audio
 from cosyvoice_mac.frontend.features import prompt_mel
 from cosyvoice_mac.frontend.prompt import align_prompt
+from cosyvoice_mac.frontend.prompt_audio import DecodedPrompt, decode_prompt
 from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError
+from cosyvoice_mac.sound.problems import AudioInputError
 
 TOKENIZER_RATE = 16000
 MODEL_RATE = 24000
@@ -31,16 +32,16 @@ class PromptEncoder:
     @torch.inference_mode()
     def encode(
         self,
-        prompt: str | Path | np.ndarray | audio.DecodedPrompt,
+        prompt: str | Path | np.ndarray | DecodedPrompt,
         sample_rate: int | None = None,
         transcript: str | None = None,
     ) -> SpeakerPrompt:
         """Extract features of ``prompt`` (a file path, mono samples at ``sample_rate``, or a prompt the
         caller already decoded: it is decoded at most once, then read at 16 and 24 kHz)."""
         try:
-            decoded = audio.decode_prompt(prompt, sample_rate)
+            decoded = decode_prompt(prompt, sample_rate)
             clip16k, clip24k = decoded.at(TOKENIZER_RATE), decoded.at(MODEL_RATE)
-        except audio.AudioInputError as error:
+        except AudioInputError as error:
             raise SynthesisError(str(error)) from error
         wave16k, wave24k = clip16k.wave, clip24k.wave
         tokens = self.speech_tokenizer.tokens(wave16k)

@@ -19,7 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
-from cosyvoice_mac import audio
+from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
 from cosyvoice_mac.pipeline import prompts
@@ -30,6 +30,8 @@ from cosyvoice_mac.preview.labels import PREVIEW_NOTE
 from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
 from cosyvoice_mac.preview.piper_tts import PiperSpeaker
 from cosyvoice_mac.request import Request
+from cosyvoice_mac.sound.limits import MAX_SECONDS, MIN_SECONDS
+from cosyvoice_mac.sound.problems import AudioInputError, sentence
 
 CONVERSION_VERSION = 1  # part of model_id: bump when the statistics layout or the conversion changes
 TARGET_RMS = 0.1  # -20 dBFS over speech frames
@@ -135,22 +137,18 @@ class PreviewVoice(BackendBase):
         from cosyvoice_mac.frontend import vad
 
         try:
-            clip = audio.decode_prompt(audio_input, sample_rate).at(
+            clip = decode_prompt(audio_input, sample_rate).at(
                 world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False, min_seconds=None, max_seconds=None
             )
-        except audio.AudioInputError as error:
+        except AudioInputError as error:
             raise SynthesisError(str(error)) from error
         samples = vad.trim_silence(clip.wave[0].numpy(), clip.sample_rate)
         seconds = len(samples) / clip.sample_rate
-        if seconds < audio.MIN_SECONDS:
-            raise SynthesisError(
-                f"the prompt holds only {seconds:.1f} s of speech; record at least "
-                f"{audio.MIN_SECONDS:g} s (3-10 s of clear speech works best)"
-            )
-        if seconds > audio.MAX_SECONDS:
-            raise SynthesisError(
-                f"the prompt holds {seconds:.1f} s of speech; use at most {audio.MAX_SECONDS:g} s (5-15 s is plenty)"
-            )
+        speech = {"name": "the prompt", "speech": seconds}  # measured after Silero's trim, said as the check says it
+        if seconds < MIN_SECONDS:
+            raise SynthesisError(sentence("too_short", {**speech, "limit": MIN_SECONDS}))
+        if seconds > MAX_SECONDS:
+            raise SynthesisError(sentence("too_long", {**speech, "limit": MAX_SECONDS}))
         try:
             stats = world_convert.voice_stats(world_convert.analyse(samples, clip.sample_rate), clip.source_sample_rate)
         except world_convert.ConversionError as error:

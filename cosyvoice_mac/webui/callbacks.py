@@ -21,9 +21,9 @@ from cosyvoice_mac.engine.host import VOCODER_CHOICES, ModelHost, Settings
 from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import ENGINES
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
+from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.longform import LongformCallbacks
-from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import Session, is_inside
 from cosyvoice_mac.webui.strings import text as say
@@ -31,7 +31,16 @@ from cosyvoice_mac.webui.strings import text as say
 POLL_S = 0.5
 SAVE_VOICE_TIMEOUT_S = 900.0  # covers a model that is still loading when Save is pressed
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
-UNTRANSCRIBABLE = ("missing", "empty", "not_audio", "invalid_samples", "no_decoder", "silent")
+UNTRANSCRIBABLE = (
+    "missing",
+    "unreadable",
+    "empty",
+    "no_samples",
+    "not_audio",
+    "invalid_samples",
+    "no_decoder",
+    "silent",
+)
 
 
 class Callbacks:
@@ -57,7 +66,7 @@ class Callbacks:
         if not audio:
             return "", "", gr.skip()
         check = checked_prompt(audio)
-        unusable = check.problem in ("missing", "empty", "not_audio", "invalid_samples", "no_decoder")
+        unusable = check.problem in UNTRANSCRIBABLE[:-1]  # all but "silent": those files hold no sound at all
         return render_prompt_check(lang, check), "", None if unusable else gr.skip()
 
     @property

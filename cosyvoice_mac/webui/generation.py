@@ -27,8 +27,8 @@ from cosyvoice_mac.engine.messages import Done, EngineState, Progress, Queued, R
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MODES, Request, Voice
+from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.post_controls import post_settings
-from cosyvoice_mac.webui.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, history_choices, history_rows, status_line
 from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, Session, is_inside
 from cosyvoice_mac.webui.streaming import StreamBuffer

@@ -8,7 +8,7 @@ from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.pipeline.model_dir import RL_LLM_FILE
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
-from cosyvoice_mac.webui.prompt_check import PromptCheck
+from cosyvoice_mac.sound.prompt_check import PromptCheck
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
@@ -26,13 +26,16 @@ HISTORY_COLUMNS = (
     "col_file",
 )
 HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "markdown", "str"]
-PROMPT_PROBLEM_KEYS = {
+PROMPT_PROBLEM_KEYS = {  # sound.problems.PROBLEMS -> the page's string (its English is the problem's sentence)
     "missing": "prompt_missing",
+    "unreadable": "prompt_unreadable",
     "empty": "prompt_empty",
+    "no_samples": "prompt_no_samples",
     "not_audio": "prompt_not_audio",
     "invalid_samples": "prompt_invalid_samples",
     "no_decoder": "prompt_no_decoder",
     "low_rate": "prompt_low_rate",
+    "odd_rate": "prompt_odd_rate",
     "silent": "prompt_silent",
     "too_short": "prompt_too_short",
     "too_long": "prompt_too_long",
@@ -61,11 +64,6 @@ def render_prompt_check(lang: str, check: PromptCheck) -> str:
     if check.ok:
         return say(lang, "prompt_duration", seconds=check.seconds, speech=check.speech_seconds)
     return say(lang, PROMPT_PROBLEM_KEYS[check.problem], **check.details)
-
-
-def plain_prompt_problem(check: PromptCheck) -> str:
-    """What is wrong with a prompt, in English without the page's icon and bold (for the API and the CLI)."""
-    return render_prompt_check("en", check).lstrip("⚠️ ").replace("**", "")
 
 
 def history_rows(lang: str, session: Session) -> dict:

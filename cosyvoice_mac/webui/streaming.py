@@ -24,6 +24,8 @@ import uuid
 
 import numpy as np
 
+from cosyvoice_mac.sound.wav import pcm16
+
 SEPARATOR = ";"
 
 
@@ -41,7 +43,7 @@ class StreamBuffer:
         samples = np.asarray(audio, dtype=np.float32).reshape(-1)
         if samples.size == 0:
             return self.value
-        pcm = (np.clip(np.nan_to_num(samples), -1.0, 1.0) * 32767.0).round().astype("<i2").tobytes()
+        pcm = pcm16(samples)
         self.value += f"{SEPARATOR}{int(sample_rate)},{base64.b64encode(pcm).decode('ascii')}"
         self.chunks += 1
         self.seconds += samples.size / sample_rate

@@ -38,19 +38,28 @@ EN: dict[str, str] = {
     "section_voice": "### 1. Voice",
     "prompt_audio_label": "Prompt audio: 3-30 s of clear speech (WAV, MP3, FLAC or M4A; upload or record)",
     "prompt_duration": "Prompt: {seconds:.1f} s ({speech:.1f} s of speech).",
-    "prompt_too_long": "⚠️ The prompt has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
-    "Cut it to one clear sentence or a few (5-15 s is plenty).",
-    "prompt_too_short": "⚠️ The prompt holds only {speech:.1f} s of sound; it needs at least {limit:g} s "
-    "(3-10 s of clear speech works best). Record a longer sample.",
-    "prompt_not_audio": "⚠️ {name} is not an audio file this app can read. Use WAV, MP3, FLAC or M4A.",
+    # the prompt's problems: "⚠️ " and sound.problems.SENTENCES, word for word (tests/test_sound_prompt.py)
+    "prompt_missing": "⚠️ {name} does not exist, or is no longer on the server (uploads are kept for a while only). "
+    "Check the file name or upload it again.",
+    "prompt_unreadable": "⚠️ {name} cannot be read ({why}). Pick an audio file you may read, or copy it to this "
+    "computer.",
     "prompt_empty": "⚠️ {name} is an empty file (0 bytes). Record or export it again.",
-    "prompt_missing": "⚠️ {name} is no longer on the server (uploads are kept for a while only). Upload it again.",
+    "prompt_no_samples": "⚠️ {name} contains no audio samples. Record or export it again.",
+    "prompt_not_audio": "⚠️ {name} is not an audio file this app can read (expected WAV, FLAC, OGG, MP3 or M4A). "
+    "Export the recording as WAV and try again.",
     "prompt_invalid_samples": "⚠️ {name} holds invalid samples (NaN or infinity); export it again as WAV or FLAC.",
-    "prompt_silent": "⚠️ The prompt is silent. Check the microphone and record again.",
-    "prompt_low_rate": "⚠️ {name} is sampled at {rate} Hz; a voice prompt needs at least {limit} Hz. "
-    "Record or export it at 16 kHz or higher.",
-    "prompt_no_decoder": "⚠️ {name} needs a system audio decoder (ffmpeg on Linux) that is not installed. "
-    "Install ffmpeg, or convert the file to WAV or FLAC.",
+    "prompt_no_decoder": "⚠️ {name}: this machine has no decoder for {suffix} files. Install ffmpeg (macOS: brew "
+    "install ffmpeg; Debian/Ubuntu: sudo apt-get install ffmpeg) or save the recording as WAV, FLAC or MP3.",
+    "prompt_low_rate": "⚠️ {name} is sampled at {rate} Hz; a voice prompt needs at least {limit} Hz (phone-quality "
+    "audio lacks the high frequencies the model listens to). Record or export it at 16 kHz or higher.",
+    "prompt_odd_rate": "⚠️ {name} uses an unusual sample rate ({rate} Hz) that cannot be converted to {target} Hz "
+    "efficiently. Export it at a standard rate such as 16000, 44100 or 48000 Hz.",
+    "prompt_silent": "⚠️ {name} is silent (its loudest sample is below -60 dBFS). Check the microphone and record "
+    "again.",
+    "prompt_too_short": "⚠️ {name} holds only {speech:.1f} s of sound; a voice prompt needs at least {limit:g} s "
+    "(3-10 s of clear speech works best). Record a longer sample.",
+    "prompt_too_long": "⚠️ {name} has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
+    "Cut it to one clear sentence or a few (5-15 s is plenty).",
     "prompt_needed": "⚠️ Upload or record a prompt voice, or pick a saved voice.",
     "transcript_label": "Transcript of the prompt audio",
     "transcript_placeholder": "Type exactly what the prompt recording says",

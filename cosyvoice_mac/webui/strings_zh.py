@@ -22,19 +22,24 @@ ZH: dict[str, str] = {
     "section_voice": "### 1. 声音",
     "prompt_audio_label": "参考音频：3–30 秒清晰的语音（WAV、MP3、FLAC 或 M4A；上传或录音）",
     "prompt_duration": "参考音频：{seconds:.1f} 秒（语音 {speech:.1f} 秒）。",
-    "prompt_too_long": "⚠️ 参考音频含 {speech:.1f} 秒语音，模型最多接受 {limit:g} 秒。"
-    "请剪成一两句清晰的话（5–15 秒就足够）。",
-    "prompt_too_short": "⚠️ 参考音频只有 {speech:.1f} 秒声音，至少需要 {limit:g} 秒（3–10 秒清晰语音最好）。"
-    "请录一段更长的。",
-    "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件。请使用 WAV、MP3、FLAC 或 M4A。",
+    "prompt_missing": "⚠️ {name} 不存在，或者服务器上已经没有它了（上传的文件只保留一段时间）。请检查文件名或重新上传。",
+    "prompt_unreadable": "⚠️ 无法读取 {name}（{why}）。请选择一个你有权读取的音频文件，或把它复制到这台电脑上。",
     "prompt_empty": "⚠️ {name} 是一个空文件（0 字节）。请重新录制或导出。",
-    "prompt_missing": "⚠️ 服务器上已经没有 {name} 了（上传的文件只保留一段时间）。请重新上传。",
+    "prompt_no_samples": "⚠️ {name} 里没有任何音频采样。请重新录制或导出。",
+    "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件（应为 WAV、FLAC、`OGG`、MP3 或 M4A）。"
+    "请把录音导出为 WAV 后重试。",
     "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
-    "prompt_silent": "⚠️ 参考音频没有声音。请检查麦克风后重新录制。",
-    "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹。"
-    "请以 16 千赫或更高的采样率录制或导出。",
-    "prompt_no_decoder": "⚠️ {name} 需要系统音频解码器（在 Linux 上是 ffmpeg），但它没有安装。"
-    "请安装 ffmpeg，或把文件转换为 WAV 或 FLAC。",
+    "prompt_no_decoder": "⚠️ {name}：这台电脑没有 {suffix} 文件的解码器。请安装 ffmpeg（`macOS`：`brew install ffmpeg`；"
+    "`Debian/Ubuntu`：`sudo apt-get install ffmpeg`），或把录音保存为 WAV、FLAC 或 MP3。",
+    "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹"
+    "（电话音质的音频缺少模型所需的高频）。请以 16 千赫或更高的采样率录制或导出。",
+    "prompt_odd_rate": "⚠️ {name} 的采样率（{rate} 赫兹）不常见，无法高效地转换为 {target} 赫兹。"
+    "请以 16000、44100 或 48000 赫兹等标准采样率导出。",
+    "prompt_silent": "⚠️ {name} 没有声音（最响的采样也低于 `-60 dBFS`）。请检查麦克风后重新录制。",
+    "prompt_too_short": "⚠️ {name} 只有 {speech:.1f} 秒声音，参考音频至少需要 {limit:g} 秒（3–10 秒清晰语音最好）。"
+    "请录一段更长的。",
+    "prompt_too_long": "⚠️ {name} 含 {speech:.1f} 秒语音，模型最多接受 {limit:g} 秒。"
+    "请剪成一两句清晰的话（5–15 秒就足够）。",
     "prompt_needed": "⚠️ 请上传或录制参考音频，或选择一个已保存的声音。",
     "transcript_label": "参考音频的文字内容",
     "transcript_placeholder": "逐字输入参考录音里说的话",

@@ -13,7 +13,7 @@ import pytest
 import soundfile
 from gradio_client import Client
 
-from cosyvoice_mac.longform.post import TRIM_KEEP_S, loudness
+from cosyvoice_mac.sound.post import TRIM_KEEP_S, loudness
 from tests.api.conftest import sidecar_for
 
 TEXT = "Every output may be trimmed and normalised, when it is asked for."

@@ -8,7 +8,7 @@ import json
 import soundfile
 from playwright.sync_api import expect
 
-from cosyvoice_mac.longform.post import loudness
+from cosyvoice_mac.sound.post import loudness
 from tests.browser.helpers import fill, generate, upload_prompt, wait_until_ready
 
 

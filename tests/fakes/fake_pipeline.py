@@ -103,7 +103,7 @@ class FakeCosyVoice(BackendBase):
         return False
 
     def prepare_prompt(self, audio, sample_rate=None, transcript=None) -> SpeakerPrompt:
-        from cosyvoice_mac.audio import decode_prompt
+        from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 
         time.sleep(self.extract_s)
         digest = decode_prompt(audio, sample_rate).content_hash

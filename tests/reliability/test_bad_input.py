@@ -87,7 +87,7 @@ GENERATE_CASES = [
     ("silent_prompt", "silent", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "silent"),
     ("half_second_prompt", "half_second", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "at least"),
     ("forty_second_prompt", "forty_seconds", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "at most"),
-    ("wav_header_only", "header_only", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "not an audio"),
+    ("wav_header_only", "header_only", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "no audio samples"),
     ("random_bytes_mp3", "random_mp3", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "noise.mp3"),
     ("png_as_wav", "png_as_wav", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "not an audio"),
     ("one_frame_wav", "one_frame", "Hello.", "cross_lingual", "", "", 1, 1.0, PROMPT_MSG, "⚠️"),

@@ -9,7 +9,7 @@ import numpy as np
 def sound_bounds(samples: np.ndarray, top_db: float, frame_length: int, hop_length: int) -> tuple[int, int]:
     """First and last+1 sample of the sound in ``samples`` (N,): ``librosa.effects.trim``'s indices.
 
-    librosa's operations written out (equal results: tests/test_audio.py), because importing
+    librosa's operations written out (equal results: tests/test_worker_footprint.py), because importing
     ``librosa.effects`` pulls numba, scipy, scikit-learn and pandas into the model worker: 0.18 GB of
     resident memory, which the 8 GB mode cannot spare. Frames of ``frame_length`` every ``hop_length``
     (zero-padded, centred); a frame is sound when its mean power is within ``top_db`` of the loudest.

@@ -14,10 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cosyvoice_mac.request import LUFS_RANGE, PostSettings
-from cosyvoice_mac.sound import sound_bounds
-
-__all__ = ["LUFS_RANGE", "PostReport", "PostSettings", "loudness", "post_process", "trim_silence"]
+from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.sound.silence import sound_bounds
 
 TRIM_TOP_DB = 40.0  # quieter than the loudest frame by this much counts as silence
 TRIM_KEEP_S = 0.02  # silence kept at each trimmed edge, so a word's onset is never clipped

@@ -1,5 +1,5 @@
-"""What a voice prompt must be, in one torch-free place: the worker (``cosyvoice_mac.audio``) enforces
-these limits and the page (``webui.prompt_check``) answers early with the same numbers.
+"""What a voice prompt must be, in one torch-free place: the worker (``frontend.prompt_audio``) enforces
+these limits and the page, the API and the CLI (``sound.prompt_check``) answer early with the same numbers.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ MIN_SOURCE_SAMPLE_RATE = 16000  # the prompt features need the band up to 8 kHz
 MIN_SECONDS = 1.0
 MAX_SECONDS = 30.0  # the speech tokenizer refuses longer prompts
 MAX_FILE_SECONDS = 600.0  # longer files are refused before decoding, to bound memory
+MAX_RESAMPLE_FILTER_TAPS = 4_000_000  # the exact resampler's filter bank past which a re-export is asked for
 SILENT_PEAK = 1e-3  # -60 dBFS: nothing a microphone picked up on purpose
 
 # Silence trimming, as upstream's webui ``postprocess``: librosa.effects.trim on the 16 kHz signal.

@@ -1,4 +1,4 @@
-"""The page's quick look at a prompt: length, silence, not-audio, limits, without torch in the UI process."""
+"""The quick look at a prompt (page, API, CLI): length, silence, not-audio, limits, without torch in the UI process."""
 
 from __future__ import annotations
 
@@ -9,13 +9,14 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac import audio
-from cosyvoice_mac.webui.prompt_check import inspect_prompt
+from cosyvoice_mac.frontend import prompt_audio
+from cosyvoice_mac.sound.problems import AudioInputError
+from cosyvoice_mac.sound.prompt_check import inspect_prompt
 
 
 def test_the_page_check_stays_torch_free():
     """The page process judges prompts with the worker's limits without importing torch."""
-    code = "import sys, cosyvoice_mac.webui.prompt_check; print('torch' in sys.modules)"
+    code = "import sys, cosyvoice_mac.sound.prompt_check; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
 
@@ -28,7 +29,7 @@ def test_speech_is_measured_like_the_worker_trims_it(make_speech, tmp_path):
     check = inspect_prompt(path)
     assert check.ok, check
     assert check.seconds == pytest.approx(7.0, abs=0.01)
-    kept = audio.load_audio(path, normalize=False).seconds  # what the worker keeps after trimming
+    kept = prompt_audio.load_audio(path, normalize=False).seconds  # what the worker keeps after trimming
     assert check.speech_seconds == pytest.approx(kept, abs=0.05)
 
 
@@ -73,6 +74,8 @@ def test_an_m4a_without_a_decoder_is_explained(tmp_path, monkeypatch):
         raise audioread.NoBackendError()
 
     monkeypatch.setattr(audioread, "audio_open", no_backend)
+    raw_only = [backend for backend in audioread.available_backends() if backend.__name__ == "RawAudioFile"]
+    monkeypatch.setattr(audioread, "available_backends", lambda: raw_only)  # no platform decoder here
     assert inspect_prompt(path).problem == "no_decoder"
 
 
@@ -98,8 +101,8 @@ def test_a_wav_with_invalid_samples_is_named_like_the_worker_names_it(make_speec
     assert check.problem == "invalid_samples"
     from cosyvoice_mac.webui.render import render_prompt_check
 
-    with pytest.raises(audio.AudioInputError) as worker_says:
-        audio.decode_audio(path)
+    with pytest.raises(AudioInputError) as worker_says:
+        prompt_audio.decode_audio(path)
     assert str(worker_says.value) in render_prompt_check("en", check)  # one check, one message
 
 
@@ -110,8 +113,8 @@ def test_an_empty_file_is_called_empty_as_the_worker_calls_it(tmp_path):
     assert check.problem == "empty"
     from cosyvoice_mac.webui.render import render_prompt_check
 
-    with pytest.raises(audio.AudioInputError) as worker_says:
-        audio.decode_audio(path)
+    with pytest.raises(AudioInputError) as worker_says:
+        prompt_audio.decode_audio(path)
     assert str(worker_says.value) in render_prompt_check("en", check)
 
 

@@ -1,0 +1,109 @@
+"""A quick look at an uploaded or recorded prompt before any work is queued: is it audio, how long, how loud.
+
+It runs in the page and API processes and in the CLI, so it is numpy and soundfile only, never torch. It
+reads the file with the worker's own reader (``sound.read``) and judges it with the worker's numbers
+(``sound.limits``); the worker's checks stay the final word, this only saves the user a wait for an answer
+we can give now. A problem is said with ``problems.sentence`` (``PromptCheck.sentence``) by the CLI and the
+API; the page shows its translation of it.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from cosyvoice_mac.sound.limits import (
+    MAX_SECONDS,
+    MIN_SECONDS,
+    SILENT_PEAK,
+    TAIL_SECONDS,
+    TOKENIZER_SAMPLE_RATE,
+    TRIM_FRAME_LENGTH,
+    TRIM_HOP_LENGTH,
+    TRIM_TOP_DB,
+)
+from cosyvoice_mac.sound.problems import AudioInputError, sentence
+from cosyvoice_mac.sound.read import check_source_rate, read_audio
+
+TRIM_FRAME_SECONDS = TRIM_FRAME_LENGTH / TOKENIZER_SAMPLE_RATE  # the worker's frames, at any rate
+TRIM_HOP_SECONDS = TRIM_HOP_LENGTH / TOKENIZER_SAMPLE_RATE
+
+
+@dataclass(frozen=True)
+class PromptCheck:
+    """What the check says about one prompt file: its length, and the problem that blocks it (if any).
+
+    ``speech_seconds`` is the length after trimming leading and trailing silence, as the worker trims.
+    ``problem`` is one of ``problems.PROBLEMS`` or None; ``details`` fill its sentence (name, rate, ...).
+    """
+
+    seconds: float | None = None
+    speech_seconds: float | None = None
+    problem: str | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None
+
+    @property
+    def sentence(self) -> str | None:
+        """The problem in one plain English sentence (the CLI's and the API's words); None when ok."""
+        return None if self.ok else sentence(self.problem, self.details)
+
+
+def inspect_prompt(path: str | Path) -> PromptCheck:
+    """Read ``path`` and judge it as a voice prompt."""
+    path = Path(path)
+    name = {"name": path.name}
+    try:
+        samples, rate = read_audio(path)
+    except AudioInputError as error:
+        return PromptCheck(seconds=error.details.get("seconds"), problem=error.problem, details=error.details)
+    seconds = samples.shape[0] / rate
+    try:
+        check_source_rate(path.name, rate, TOKENIZER_SAMPLE_RATE)
+    except AudioInputError as error:
+        return PromptCheck(seconds=seconds, problem=error.problem, details=error.details)
+    samples = samples.mean(axis=1)
+    if float(np.max(np.abs(samples))) < SILENT_PEAK:
+        return PromptCheck(seconds=seconds, speech_seconds=0.0, problem="silent", details=name)
+    speech = speech_seconds(samples, rate)
+    details = {**name, "seconds": seconds, "speech": speech}
+    if speech + TAIL_SECONDS > MAX_SECONDS:
+        return PromptCheck(seconds, speech, "too_long", {**details, "limit": MAX_SECONDS - TAIL_SECONDS})
+    if speech < MIN_SECONDS:
+        return PromptCheck(seconds, speech, "too_short", {**details, "limit": MIN_SECONDS})
+    return PromptCheck(seconds, speech, None, details)
+
+
+def speech_seconds(samples: np.ndarray, rate: int) -> float:
+    """Seconds between the first and last frame within TRIM_TOP_DB of the loudest frame (RMS)."""
+    frame = max(1, round(TRIM_FRAME_SECONDS * rate))
+    hop = max(1, round(TRIM_HOP_SECONDS * rate))
+    if samples.size <= frame:
+        return samples.size / rate
+    starts = np.arange(0, samples.size - frame + 1, hop)
+    squares = np.concatenate([[0.0], np.cumsum(samples.astype(np.float64) ** 2)])  # cpu-only: numpy
+    rms = np.sqrt(np.maximum((squares[starts + frame] - squares[starts]) / frame, 0.0))
+    loud = np.nonzero(rms >= rms.max() * 10 ** (-TRIM_TOP_DB / 20))[0]
+    return float(starts[loud[-1]] + frame - starts[loud[0]]) / rate
+
+
+@functools.lru_cache(maxsize=64)
+def _checked(path: str, size: int, modified_ns: int) -> PromptCheck:
+    return inspect_prompt(path)
+
+
+def checked_prompt(path: str | Path) -> PromptCheck:
+    """``inspect_prompt``, remembered per file version: the upload's check answers Generate and Save too, so
+    the page decodes each prompt once (Gradio gives every upload its own path)."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return inspect_prompt(path)  # it explains the missing file
+    return _checked(str(path), stat.st_size, stat.st_mtime_ns)

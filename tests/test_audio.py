@@ -13,8 +13,9 @@ import torch
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
+from cosyvoice_mac import paths
 from cosyvoice_mac.frontend.prompt_audio import LoadedAudio, load_audio
-from cosyvoice_mac.sound import limits, wav
+from cosyvoice_mac.sound import limits
 from cosyvoice_mac.sound.problems import AudioInputError
 from cosyvoice_mac.sound.wav import write_wav
 
@@ -232,7 +233,7 @@ def test_write_wav_is_atomic_and_round_trips(tmp_path, monkeypatch, speech):
     def broken_write(*args, **kwargs):
         raise OSError("disk full")
 
-    monkeypatch.setattr(wav.os, "fsync", broken_write)
+    monkeypatch.setattr(paths.os, "fsync", broken_write)
     with pytest.raises(OSError, match="disk full"):
         write_wav(target, np.zeros(rate, np.float32), rate)
     assert target.read_bytes() == before  # the old take survives a failed write

@@ -42,7 +42,7 @@ KINDS = ("not_audio", "empty", "no_samples", "invalid_samples", "silent", "low_r
 def test_the_cli_the_api_the_page_and_the_worker_say_the_same_sentence(kind, tmp_path, make_speech):
     from cosyvoice_mac.api.engine_link import EngineLink
     from cosyvoice_mac.api.errors import ApiError
-    from cosyvoice_mac.cli import _check_prompt
+    from cosyvoice_mac.cli.main import _check_prompt
     from cosyvoice_mac.errors import CosyVoiceError
     from cosyvoice_mac.frontend.prompt_audio import decode_prompt
     from cosyvoice_mac.webui.render import render_prompt_check
@@ -86,7 +86,7 @@ def test_long_and_short_prompts_are_said_alike_by_the_check_and_the_worker(make_
 
 
 def test_one_reader_decodes_for_the_check_the_worker_the_parity_loader_and_the_transcriber(make_speech, monkeypatch):
-    from cosyvoice_mac.frontend.asr import load_for_asr
+    from cosyvoice_mac.engine.asr import load_for_asr
     from cosyvoice_mac.frontend.prompt import load_wav
     from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 

@@ -64,8 +64,8 @@ def test_info_chunk_and_streaming_header_share_the_format(tmp_path):
 
 
 def test_the_worker_the_api_the_page_and_the_cli_store_the_same_pcm(tmp_path):
-    from cosyvoice_mac import cli_app
     from cosyvoice_mac.api import audio_formats
+    from cosyvoice_mac.cli import remote
     from cosyvoice_mac.engine.outputs import write_output
     from cosyvoice_mac.webui.streaming import StreamBuffer, decode_value
 
@@ -82,9 +82,9 @@ def test_the_worker_the_api_the_page_and_the_cli_store_the_same_pcm(tmp_path):
     _, chunks = decode_value(player.add(samples, RATE))
     assert base64.b64decode(player.value.split(",", 1)[1]) == expected and len(chunks) == 1
     streamed = httpx.Response(200, content=streaming_wav_header(RATE) + expected)  # what /v1 streams
-    cli_app._write_stream(streamed, tmp_path / "cli-stream.wav", 0.0, "job-1")
+    remote._write_stream(streamed, tmp_path / "cli-stream.wav", 0.0, "job-1")
     whole = httpx.Response(200, content=expected, headers={"x-cosyvoice-sample-rate": str(RATE)})
-    cli_app._write_whole(whole, tmp_path / "cli-whole.wav", "job-1")
+    remote._write_whole(whole, tmp_path / "cli-whole.wav", "job-1")
     write_wav(tmp_path / "synth.wav", samples[None], RATE)  # `synth --local` when no output was saved
     for name in ("cli-stream.wav", "cli-whole.wav", "synth.wav"):
         assert (tmp_path / name).read_bytes() == wav_bytes(samples, RATE), name

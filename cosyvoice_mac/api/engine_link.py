@@ -31,7 +31,6 @@ from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.sound.prompt_check import inspect_prompt
 
-PREVIEW_VOICE = "preview"  # the preview backend's own stock voice: needs no prompt recording
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # "whatever model is loaded"
 VOICE_TASK_TIMEOUT_S = 900.0
 # The contract's field names -> this API's body fields.
@@ -166,9 +165,9 @@ class EngineLink:
             listed.insert(
                 0,
                 {
-                    "id": PREVIEW_VOICE,
+                    "id": PREVIEW,
                     "object": "audio.voice",
-                    "name": PREVIEW_VOICE,
+                    "name": PREVIEW,
                     "created_at": 0,
                     "type": "builtin",
                     "preview": True,
@@ -180,10 +179,10 @@ class EngineLink:
 
     def find_voice(self, reference: str) -> str | None:
         """The library name for a voice id or name (None: the preview voice); 404 when there is none."""
-        if reference == PREVIEW_VOICE and self.uses_preview:
+        if reference == PREVIEW and self.uses_preview:
             return None
         for entry in self.voices():
-            if entry["id"] != PREVIEW_VOICE and reference in (entry["id"], entry["name"]):
+            if entry["id"] != PREVIEW and reference in (entry["id"], entry["name"]):
                 return entry["name"]
         known = ", ".join(entry["name"] for entry in self.voices()) or "none saved yet"
         raise ApiError(

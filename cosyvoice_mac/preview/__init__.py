@@ -10,12 +10,12 @@ from cosyvoice_mac.preview.labels import (  # noqa: F401
     BACKEND_LICENSES,
     DOWNLOAD_COMMAND,
     LICENSE_NOTE,
+    PREVIEW,
     PREVIEW_EXPLANATION,
     PREVIEW_LABEL,
     PREVIEW_NOTE,
 )
 
-PREVIEW = "preview"  # the preview voice's version, backend and voice name, wherever a user or a client names it
 PIPELINE_FACTORY = "cosyvoice_mac.preview.backend:PreviewVoice.from_pretrained"  # for WorkerConfig.pipeline_factory
 PREVIEW_MODULES = ("piper", "pyworld")
 

@@ -26,7 +26,7 @@ from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import BackendBase
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.preview import world_convert
-from cosyvoice_mac.preview.labels import PREVIEW_NOTE
+from cosyvoice_mac.preview.labels import PREVIEW, PREVIEW_NOTE
 from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
 from cosyvoice_mac.preview.piper_tts import PiperSpeaker
 from cosyvoice_mac.request import Request
@@ -57,7 +57,7 @@ class PreviewVoice(BackendBase):
     machine without espeak-ng only fails on Chinese text, with a message saying what to install.
     """
 
-    version = "preview"
+    version = PREVIEW
     sample_rate = SAMPLE_RATE
 
     def __init__(self, english: PiperSpeaker | None = None, mandarin: MandarinSpeaker | None = None):

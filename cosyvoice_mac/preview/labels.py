@@ -5,6 +5,7 @@ Plain strings only (no torch, no Piper import), so the UI process can show them 
 
 from __future__ import annotations
 
+PREVIEW = "preview"  # the preview voice's version, backend and voice name, wherever a user or a client names it
 PREVIEW_LABEL = "Preview voice: approximate match. Download CosyVoice3 for real cloning"
 DOWNLOAD_COMMAND = "bash run.sh download cosyvoice3"
 PREVIEW_EXPLANATION = (
@@ -20,4 +21,4 @@ LICENSE_NOTE = (
     "Piper is an optional extra of this package ([preview]); the core stays Apache-2.0."
 )
 COSYVOICE_LICENSE_NOTE = "CosyVoice2 / Fun-CosyVoice3 weights and this implementation: Apache-2.0."
-BACKEND_LICENSES = {"cosyvoice": COSYVOICE_LICENSE_NOTE, "preview": LICENSE_NOTE}
+BACKEND_LICENSES = {"cosyvoice": COSYVOICE_LICENSE_NOTE, PREVIEW: LICENSE_NOTE}

@@ -120,3 +120,44 @@ def test_the_one_command_serves_and_runs_every_cli_command():
         cwd=ROOT,
     )
     assert done.returncode == 2 and "--port" in done.stderr and "Traceback" not in done.stderr
+
+
+def _glossary_write(folder: Path):
+    from cosyvoice_mac.frontend.glossary import GlossaryEntry, glossary_store
+
+    store = glossary_store(folder)
+    store.replace([GlossaryEntry("old", "kept")])
+    return lambda: store.replace([GlossaryEntry("new", "lost")]), store.path
+
+
+def _batch_write(folder: Path):
+    from cosyvoice_mac.longform.batch import BatchFolder, BatchItem
+
+    batch = BatchFolder(folder / "batch")
+    batch.record(BatchItem(1, "first", "001.wav"), "key-1")
+    return lambda: batch.record(BatchItem(2, "second", "002.wav"), "key-2"), batch.manifest_path
+
+
+def _probe_write(folder: Path):
+    from cosyvoice_mac.pipeline.probe import write_cache
+
+    path = folder / "probe.json"
+    write_cache(path, "first", {}, 1.0)
+    return lambda: write_cache(path, "second", {}, 1.0), path
+
+
+@pytest.mark.parametrize("writer", [_glossary_write, _batch_write, _probe_write], ids=["glossary", "batch", "probe"])
+def test_every_saved_state_goes_through_the_one_atomic_write(writer, tmp_path, monkeypatch):
+    write_again, path = writer(tmp_path)
+    before = path.read_bytes()
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(paths.os, "fsync", full)
+    try:
+        write_again()
+    except OSError:
+        pass  # the probe cache swallows it (a failure only costs a probe next time); the others report it
+    assert path.read_bytes() == before  # a full disk leaves the last whole file, as the one write promises
+    assert [name for name in os.listdir(path.parent) if name.endswith(".tmp")] == []

@@ -25,7 +25,7 @@ from pathlib import Path
 from cosyvoice_mac.errors import InputError, RequestError
 from cosyvoice_mac.frontend.markup import find_unknown_markup
 from cosyvoice_mac.frontend.text import detect_language
-from cosyvoice_mac.paths import user_cache_dir
+from cosyvoice_mac.paths import atomic_write, user_cache_dir
 
 LANGUAGES = ("all", "en", "zh")
 CSV_COLUMNS = ("key", "replacement", "language")
@@ -170,9 +170,7 @@ class GlossaryStore:
         payload = json.dumps({"entries": [asdict(e) for e in checked]}, ensure_ascii=False, indent=1)
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            temporary = self.path.with_name(f".{self.path.name}.tmp")
-            temporary.write_text(payload, encoding="utf-8")
-            temporary.replace(self.path)
+            atomic_write(self.path, payload.encode("utf-8"))
         return checked
 
 

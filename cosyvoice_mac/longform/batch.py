@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.paths import atomic_write
 
 MAX_ITEMS = 1000
 CSV_COLUMNS = ("text", "voice", "instruct", "file")
@@ -138,9 +139,7 @@ class BatchFolder:
         recorded = self.done()
         recorded[item.file] = key
         self.folder.mkdir(parents=True, exist_ok=True)
-        temporary = self.manifest_path.with_name(f".{MANIFEST}.tmp")
-        temporary.write_text(json.dumps({"files": recorded}, indent=1), encoding="utf-8")
-        temporary.replace(self.manifest_path)
+        atomic_write(self.manifest_path, json.dumps({"files": recorded}, indent=1).encode("utf-8"))
 
     def zip(self, items: list[BatchItem]) -> Path:
         """A zip of the finished WAVs of ``items`` (and their sidecars) beside the folder."""

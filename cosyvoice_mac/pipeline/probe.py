@@ -26,7 +26,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
 import platform
 import subprocess
 import sys
@@ -37,7 +36,7 @@ import torch
 from torch import nn
 
 from cosyvoice_mac.device import cuda_graphs_wanted, synchronize
-from cosyvoice_mac.paths import user_cache_dir
+from cosyvoice_mac.paths import atomic_write, user_cache_dir
 from cosyvoice_mac.pipeline.gate import CANDIDATES, as_dtype
 from cosyvoice_mac.pipeline.precision import (
     INT8,
@@ -143,9 +142,7 @@ def write_cache(path: Path, key: str, timings: Timings, seconds: float) -> None:
     entries[key] = {"timings": timings, "probe_s": round(seconds, 2), "when": time.strftime("%Y-%m-%d %H:%M:%S")}
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(f".{os.getpid()}.tmp")
-        partial.write_text(json.dumps(entries, indent=1), encoding="utf-8")
-        partial.replace(path)
+        atomic_write(path, json.dumps(entries, indent=1).encode("utf-8"))
     except OSError:
         pass
 

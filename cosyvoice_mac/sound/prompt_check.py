@@ -28,6 +28,7 @@ from cosyvoice_mac.sound.limits import (
 )
 from cosyvoice_mac.sound.problems import AudioInputError, sentence
 from cosyvoice_mac.sound.read import check_source_rate, read_audio
+from cosyvoice_mac.sound.silence import sound_bounds
 
 TRIM_FRAME_SECONDS = TRIM_FRAME_LENGTH / TOKENIZER_SAMPLE_RATE  # the worker's frames, at any rate
 TRIM_HOP_SECONDS = TRIM_HOP_LENGTH / TOKENIZER_SAMPLE_RATE
@@ -82,16 +83,12 @@ def inspect_prompt(path: str | Path) -> PromptCheck:
 
 
 def speech_seconds(samples: np.ndarray, rate: int) -> float:
-    """Seconds between the first and last frame within TRIM_TOP_DB of the loudest frame (RMS)."""
+    """Seconds of sound in (N,) ``samples`` by the worker's own rule (``silence.sound_bounds``), with its
+    frames and hop scaled from 16 kHz to ``rate`` so that no resampling is needed here."""
     frame = max(1, round(TRIM_FRAME_SECONDS * rate))
     hop = max(1, round(TRIM_HOP_SECONDS * rate))
-    if samples.size <= frame:
-        return samples.size / rate
-    starts = np.arange(0, samples.size - frame + 1, hop)
-    squares = np.concatenate([[0.0], np.cumsum(samples.astype(np.float64) ** 2)])  # cpu-only: numpy
-    rms = np.sqrt(np.maximum((squares[starts + frame] - squares[starts]) / frame, 0.0))
-    loud = np.nonzero(rms >= rms.max() * 10 ** (-TRIM_TOP_DB / 20))[0]
-    return float(starts[loud[-1]] + frame - starts[loud[0]]) / rate
+    start, end = sound_bounds(samples.astype(np.float32), TRIM_TOP_DB, frame, hop)
+    return (end - start) / rate
 
 
 @functools.lru_cache(maxsize=64)

@@ -155,13 +155,14 @@ def serve(argv: list[str] | None = None) -> int:
     temp_dir = Path(tempfile.mkdtemp(prefix=TEMP_PREFIX))
     os.environ["GRADIO_TEMP_DIR"] = str(temp_dir)  # before gradio is imported: it reads this once
     janitor = TempJanitor(temp_dir, args.temp_max_age).start()
-    outputs_dir = args.outputs_dir.expanduser().resolve()
-    settings = Settings(args.cache_dir.expanduser() if args.cache_dir else None)
+    outputs_dir = args.outputs_dir.resolve()
+    cache_dir = args.cache_dir.expanduser() if args.cache_dir else None
+    settings = Settings(cache_dir)
     host = ModelHost(
         HostConfig(
             models_dir=args.models_dir,
             outputs_dir=outputs_dir,
-            cache_dir=args.cache_dir.expanduser() if args.cache_dir else None,
+            cache_dir=cache_dir,
             device=args.device,
             dtype=args.dtype,
             max_queue=args.max_queue,

@@ -11,6 +11,7 @@ to ``--out``.
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from pathlib import Path
 from typing import Callable
@@ -26,6 +27,8 @@ from cosyvoice_mac.cli.common import (
     add_precision_arguments,
     post_settings,
 )
+from cosyvoice_mac.cli.coreml import add_coreml
+from cosyvoice_mac.cli.longform import add_longform
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 from cosyvoice_mac.preview import PREVIEW
@@ -178,8 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (summary, _) in PASSED_ON.items():
         commands.add_parser(name, help=summary, add_help=False)
     _add_synth(commands)
-    __import__("cosyvoice_mac.cli.coreml", fromlist=["add_coreml"]).add_coreml(commands)
-    __import__("cosyvoice_mac.cli.longform", fromlist=["add_longform"]).add_longform(commands)
+    add_coreml(commands)
+    add_longform(commands)
     return parser
 
 
@@ -190,7 +193,7 @@ def _pass_on(name: str, argv: list[str], serve: Callable[[list[str]], int] | Non
             return EXIT_REFUSED
         return serve(argv)
     module, _, function = PASSED_ON[name][1].partition(":")
-    return getattr(__import__(module, fromlist=[function]), function)(argv)
+    return getattr(importlib.import_module(module), function)(argv)
 
 
 def main(argv: list[str] | None = None, serve: Callable[[list[str]], int] | None = None) -> int:

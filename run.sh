@@ -4,6 +4,7 @@
 #   bash run.sh test [pytest args]      set up .venv if needed, then run the test suite
 #   bash run.sh setup                   only set up .venv
 #   bash run.sh bench [args]            set up .venv if needed, then time the full-size models (--help for options)
+#   bash run.sh doctor [args]           set up .venv if needed, then check this machine: engines, speed, parity (doctor.json)
 #   bash run.sh download cosyvoice3     set up .venv if needed, then fetch a model into models/ (or cosyvoice2)
 # Set-up is skipped when .venv already matches pyproject.toml (a hash of it sits in .venv/.setup-stamp).
 set -euo pipefail
@@ -19,6 +20,7 @@ usage() {
   echo "usage: bash run.sh [--host HOST] [--port PORT] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
   echo "       bash run.sh bench [--devices cpu,cuda,mps] [--dtypes float32,float16/float32] [--tokens 250] [--runs 3]"
   echo "       bash run.sh download cosyvoice3|cosyvoice2 [--rl: cosyvoice3's llm.rl.pt too, and use it]"
+  echo "       bash run.sh doctor [--tokens 100] [--engines torch/cpu,mlx/default] [--json doctor.json]"
 }
 
 say() { printf 'run.sh: %s\n' "$*" >&2; }
@@ -155,6 +157,12 @@ case "$verb" in
     setup
     export OMP_WAIT_POLICY=PASSIVE
     exec "$VENV/bin/python" -m cosyvoice_mac.bench "$@"
+    ;;
+  doctor)
+    shift
+    setup
+    export OMP_WAIT_POLICY=PASSIVE
+    exec "$VENV/bin/python" -m cosyvoice_mac.bench.doctor "$@"
     ;;
   download)
     shift

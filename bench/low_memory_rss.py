@@ -1,6 +1,6 @@
 """Peak memory of the app's model worker in the mode an 8 GB Mac gets, measured on this machine's CPU.
 
-    python bench/low_memory_rss.py [--version cosyvoice3] [--folder DIR] [--prompt-s 8]
+    python bench/low_memory_rss.py [--version cosyvoice3] [--folder DIR] [--prompt-s 8] [--engine mlx]
 
 A full-size model folder with random weights in the official layout (llm.pt, flow.pt, hift.pt as the
 released files store them; campplus.onnx and speech_tokenizer_v3.onnx stand-ins of the released files'
@@ -62,6 +62,12 @@ def ensure_folder(version: str, folder: Path) -> dict:
     return json.loads((folder / COMPLETE).read_text())
 
 
+def mlx_peak(engine) -> dict:
+    """The worker's MLX peak so far (``mx.get_peak_memory()``, arrays only) when it runs on MLX, else nothing."""
+    memory = engine.status().get("mlx_memory")
+    return {"mlx_peak_mib": memory["peak_bytes"] / 2**20} if memory else {}
+
+
 def measure(folder: Path, prompt_s: float, timeout_s: float, timeline: Path | None = None) -> dict:
     from cosyvoice_mac.engine import Engine
     from cosyvoice_mac.engine.host import HostConfig, ModelHost
@@ -92,10 +98,15 @@ def measure(folder: Path, prompt_s: float, timeout_s: float, timeline: Path | No
         try:
             if not engine.start(wait=True, timeout=timeout_s):
                 raise RuntimeError(f"the worker did not come up: {engine.status()}")
-            report["phases"]["load_and_warm_up"] = {**sampler.peak(), "seconds": time.perf_counter() - started}
+            report["phases"]["load_and_warm_up"] = {
+                **sampler.peak(),
+                **mlx_peak(engine),
+                "seconds": time.perf_counter() - started,
+            }
             marks = {"load_and_warm_up": len(sampler.timeline)}
             status = engine.status()
-            report["worker"] = {key: status.get(key) for key in ("device", "dtype", "precision", "low_memory")}
+            facts = ("device", "dtype", "precision", "low_memory", "engine", "engine_reason")
+            report["worker"] = {key: status.get(key) for key in facts}
             for number, text in enumerate(TEXTS, start=1):
                 samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)  # a voice the worker has not seen
                 voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
@@ -103,6 +114,7 @@ def measure(folder: Path, prompt_s: float, timeout_s: float, timeline: Path | No
                 result = engine.result(engine.submit(Request.build(text, voice, seed=number)), timeout=timeout_s)
                 report["phases"][f"request_{number}_new_voice"] = {
                     **sampler.peak(),
+                    **mlx_peak(engine),
                     "seconds": time.perf_counter() - started,
                     "audio_s": result.duration_s,
                 }
@@ -116,6 +128,9 @@ def measure(folder: Path, prompt_s: float, timeout_s: float, timeline: Path | No
     peaks = [phase["worker_vm_hwm_mib"] for phase in report["phases"].values()]
     tree = [phase["sampled_tree_peak"].get("tree_mib", 0.0) for phase in report["phases"].values()]
     report.update(peak_rss_mib=max(peaks), sampled_tree_peak_mib=max(tree), target_mib=TARGET_MIB)
+    mlx = [phase["mlx_peak_mib"] for phase in report["phases"].values() if "mlx_peak_mib" in phase]
+    if mlx:  # on MLX, Metal's buffers are not the process's RSS on a Mac: the arrays' own peak counts too
+        report["mlx_peak_mib"] = max(mlx)
     report["under_target"] = max(max(peaks), max(tree)) < TARGET_MIB
     return report
 
@@ -126,6 +141,7 @@ def main() -> None:
     parser.add_argument("--folder", type=Path, help="the random-weight folder (default: under the user cache)")
     parser.add_argument("--prompt-s", type=float, default=8.0, help="seconds of each new voice's prompt")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds for loading, and for each request")
+    parser.add_argument("--engine", default=None, help="auto, mlx or torch (default: $COSYVOICE_ENGINE, else auto)")
     parser.add_argument("--timeline", type=Path, help="also write the worker's RSS every 0.25 s to this file")
     parser.add_argument("--write-folder", action="store_true", help=argparse.SUPPRESS)  # the writer process
     args = parser.parse_args()
@@ -134,6 +150,8 @@ def main() -> None:
         write_folder(args.version, folder)
         return
     folder_facts = ensure_folder(args.version, folder)
+    if args.engine:
+        os.environ["COSYVOICE_ENGINE"] = args.engine  # the worker inherits it
     import cosyvoice_mac
 
     report = {"version": args.version, "folder": str(folder), "folder_bytes": folder_facts["bytes"]}

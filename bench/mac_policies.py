@@ -3,7 +3,7 @@
     python bench/mac_policies.py [--version cosyvoice3] [--device cpu] [--runs 3] [--frames 1000]
 
 * ``first_audio``: seconds to the first streamed chunk of full-size random weights, with the device
-  turns of :class:`cosyvoice_mac.pipeline.streaming.DeviceTurns` on (``COSYVOICE_SERIAL_DEVICE=1``,
+  turns of :class:`cosyvoice_mac.pipeline.producer.DeviceTurns` on (``COSYVOICE_SERIAL_DEVICE=1``,
   what MPS always gets) and off, runs interleaved; the voice's flow prefix is cached (a voice used
   before) and, separately, rebuilt (a new voice);
 * ``vocoder``: ``HiFT.inference`` over ``--frames`` mel frames in one shot and in windows under the
@@ -84,7 +84,9 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=60, help="speech tokens the LLM may decode per request")
     parser.add_argument("--frames", type=int, default=1000, help="mel frames for the vocoder case (50 = 1 s)")
     args = parser.parse_args()
-    model = CosyVoice.random_full_size(args.version, device=select_device(args.device))
+    model = CosyVoice.random_full_size(
+        args.version, device=select_device(args.device), engine="torch"
+    )  # PyTorch policies
     report = {
         "version": args.version,
         "device": str(model.device),

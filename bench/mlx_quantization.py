@@ -71,7 +71,7 @@ def full_size_llm(seed: int) -> MlxSpeechLM:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--precisions", default="int8,int4")
+    parser.add_argument("--precisions", default="int8,int4", help="e.g. fp16,bf16,int8,int8@32,int4@128 (@ group size)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json")
     args = parser.parse_args(argv)
@@ -105,7 +105,12 @@ def main(argv: list[str] | None = None) -> int:
         gc.collect()
         mx.clear_cache()
         mx.reset_peak_memory()
-        llm = apply_llm_precision(full_size_llm(args.seed), precision)
+        name, _, group = precision.partition("@")
+        llm = full_size_llm(args.seed)
+        if group:
+            quantize_llm(llm, int(name.removeprefix("int")), int(group))
+        else:
+            apply_llm_precision(llm, name)
         candidate = logits_of(llm, requests)
         agreements = [top_k_agreement(r, c) for r, c in zip(reference, candidate)]
         report["precisions"][precision] = {
@@ -117,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             "per_request": agreements,
         }
         del llm
+        if args.json:  # after every precision: a long run that is stopped keeps what it measured
+            Path(args.json).write_text(json.dumps(report, indent=1), encoding="utf-8")
     document = json.dumps(report, indent=1)
     print(document)
     if args.json:

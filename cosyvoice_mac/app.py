@@ -23,7 +23,8 @@ from pathlib import Path
 from cosyvoice_mac.cli.common import add_precision_arguments, host_precision, host_vocoder
 from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import VoiceLibrary
-from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_engine
+from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_engine, starting_mlx_llm
+from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES, requested_engine
 from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT, default_models_dir, default_outputs_dir
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
@@ -99,6 +100,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "app's own page may ($COSYVOICE_ALLOWED_ORIGINS, comma-separated, also works)",
     )
     parser.add_argument(
+        "--allowed-host",
+        action="append",
+        metavar="NAME",
+        default=[item for item in os.environ.get("COSYVOICE_ALLOWED_HOSTS", "").split(",") if item],
+        help="a name this server answers to besides its --host address (and localhost on this computer), "
+        "such as my-mac.local or the name of a proxy in front of it; repeat for more. A request for any "
+        "other name is refused, so a web page cannot reach the app through a DNS name of its own "
+        "($COSYVOICE_ALLOWED_HOSTS, comma-separated, also works)",
+    )
+    parser.add_argument(
         "--temp-max-age",
         type=int,
         default=TEMP_MAX_AGE_S,
@@ -130,9 +141,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--api-key",
         default=None,
         help="key the /v1 API asks for (Authorization: Bearer KEY); default $COSYVOICE_API_KEY. "
-        "Required when --host is not this computer (127.0.0.1 / localhost)",
+        "Required when --host is not this computer (127.0.0.1 / localhost), and then every door needs it: "
+        "the page asks for it once, the Gradio API and uploads take the same header",
+    )
+    parser.add_argument(
+        "--no-auth",
+        action="store_true",
+        help="with a --host beyond this computer and no key: start anyway, open to everyone who can reach "
+        "this machine (the page and the console warn); without it such a server refuses to start",
     )
     args = parser.parse_args(argv)
+    refusal = _exposure_refusal(args)
+    if refusal:
+        parser.error(refusal)
     try:
         requested_engine(args.engine)  # a bad $COSYVOICE_ENGINE is named now, not by the model process
     except ConfigError as error:
@@ -172,11 +193,15 @@ def serve(argv: list[str] | None = None) -> int:
             vocoder=host_vocoder(args),
             precision=host_precision(args),
             engine=starting_engine(args.engine, settings),
+            mlx_llm=starting_mlx_llm(settings),
         )
     )
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
     if library_problem:
         print(f"Note: {library_problem}.", file=sys.stderr, flush=True)
+    glossary_problem = glossary_store(host.config.cache_dir).problem()
+    if glossary_problem:
+        print(f"Note: {glossary_problem}. Until then every job is spoken without it.", file=sys.stderr, flush=True)
     server = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the
     # server and exit 0.
@@ -193,13 +218,15 @@ def serve(argv: list[str] | None = None) -> int:
                 bind_host=args.host,
                 port=args.port,
                 api_key=args.api_key,
+                no_auth=args.no_auth,
                 max_queue=args.max_queue,
                 upload_limit_bytes=MAX_UPLOAD_BYTES,
                 ssr_mode=False,
                 show_error=True,
                 max_file_size=MAX_UPLOAD,
                 origin_policy=_origin_policy(args),
-                allowed_paths=[str(outputs_dir)],
+                # the saved voices' recordings play in the page's prompt player
+                allowed_paths=[str(outputs_dir), str(VoiceLibrary(host.config.cache_dir).folder)],
                 blocked_paths=[str(args.models_dir.resolve())],
                 footer_links=["gradio"],
                 css=page_css(),
@@ -215,6 +242,14 @@ def serve(argv: list[str] | None = None) -> int:
             return 1
         print(f"{TITLE} is running at {server.url}  (Ctrl-C to stop)", flush=True)
         print(f"OpenAI-compatible API: {server.url}v1/audio/speech" + _api_access_note(args), flush=True)
+        if _access(args).open_to_everyone:
+            print(
+                f"Warning: --no-auth: {args.host} is reachable from other machines and nothing asks for a key; "
+                "anyone who can reach this machine may use the page and the APIs. Restart with --api-key KEY "
+                "to lock it.",
+                file=sys.stderr,
+                flush=True,
+            )
         if not host.models():
             print(f"No model installed yet in {args.models_dir}. Get one with: {DOWNLOAD_COMMAND}", flush=True)
             if host.current is not None and host.current.is_preview:
@@ -238,15 +273,34 @@ def serve(argv: list[str] | None = None) -> int:
 def _origin_policy(args: argparse.Namespace):
     from cosyvoice_mac.api.origin_guard import OriginPolicy
 
-    return OriginPolicy.for_server(args.host, args.allowed_origin)
+    return OriginPolicy.for_server(args.host, args.allowed_origin, args.allowed_host)
+
+
+def _access(args: argparse.Namespace):
+    from cosyvoice_mac.api import ApiAccess
+
+    return ApiAccess.from_settings(args.host, args.api_key, args.no_auth)
+
+
+def _exposure_refusal(args: argparse.Namespace) -> str | None:
+    """Why these arguments may not start a server, or None: a bind beyond this computer needs a key or an
+    explicit --no-auth, never an accident."""
+    access = _access(args)
+    if access.no_auth and access.api_key is not None:
+        return "--no-auth and an API key (--api-key or $COSYVOICE_API_KEY) contradict each other; give one"
+    if access.refuses_all:
+        return (
+            f"--host {args.host} lets other machines reach this app, and it has no key. Lock it with "
+            "--api-key KEY (or set COSYVOICE_API_KEY): the page asks for the key once, API clients send "
+            "'Authorization: Bearer KEY'. To open it to everyone who can reach this machine instead, add --no-auth"
+        )
+    return None
 
 
 def _api_access_note(args: argparse.Namespace) -> str:
-    from cosyvoice_mac.api import ApiAccess
-
-    access = ApiAccess.from_settings(args.host, args.api_key)
-    if access.refuses_all:
-        return f" is OFF: {args.host} is reachable from other machines; start with --api-key KEY to turn it on"
+    access = _access(args)
+    if access.locks_every_door:
+        return " (send Authorization: Bearer <key>; the page, the Gradio API and uploads need the key too)"
     return " (send Authorization: Bearer <key>)" if access.key_required else ""
 
 

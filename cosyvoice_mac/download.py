@@ -16,6 +16,7 @@ import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from cosyvoice_mac.paths import default_models_dir
 from cosyvoice_mac.pipeline.model_dir import HUB_REPOS, LLM_CHOICE_FILE, RL_LLM_FILE, VERSIONS, inference_files
@@ -60,10 +61,13 @@ def download_model(
     endpoint: str | None = None,
     revision: str | None = None,
     rl: bool = False,
+    on_plan: Callable[[str, dict[str, int | None]], None] | None = None,
 ) -> Path:
     """Fetch ``version``'s inference files into ``models_dir/<folder>``; the folder's path.
 
     ``rl`` (CosyVoice3) also fetches ``llm.rl.pt`` and records in the folder that the app should use it.
+    ``on_plan(source, sizes)`` is told which hub delivers and each file's size (None: not known) before the
+    bytes flow, so a page can show progress by watching the folder.
 
     ``endpoint`` overrides the Hugging Face address (default: $HF_ENDPOINT or huggingface.co).
     Raises DownloadError (HubUnreachable when offline) with a message for the user.
@@ -76,18 +80,28 @@ def download_model(
         raise DownloadError(f"--rl is for cosyvoice3 (only Fun-CosyVoice3 publishes {RL_LLM_FILE})")
     model, files = MODELS[version], inference_files(version) + [RL_LLM_FILE] * rl
     destination = Path(models_dir if models_dir is not None else default_models_dir()).expanduser() / model.folder
-    folder = _fetch(model, files, destination, source, endpoint, revision)
+    folder = _fetch(model, files, destination, source, endpoint, revision, on_plan or _no_plan)
     if rl:  # the user's choice, kept beside the files (COSYVOICE_LLM=base overrides it)
         (folder / LLM_CHOICE_FILE).write_text(json.dumps({"llm": RL_LLM_FILE}) + "\n")
     return folder
 
 
+def _no_plan(source: str, sizes: dict[str, int | None]) -> None:
+    pass
+
+
 def _fetch(
-    model: HubModel, files: list[str], destination: Path, source: str, endpoint: str | None, revision: str | None
+    model: HubModel,
+    files: list[str],
+    destination: Path,
+    source: str,
+    endpoint: str | None,
+    revision: str | None,
+    on_plan: Callable[[str, dict[str, int | None]], None],
 ) -> Path:
     if source in ("auto", "huggingface"):
         try:
-            return _from_huggingface(model, files, destination, endpoint, revision)
+            return _from_huggingface(model, files, destination, endpoint, revision, on_plan)
         except HubUnreachable as error:
             if source == "huggingface" or not modelscope_installed():
                 raise
@@ -96,7 +110,7 @@ def _fetch(
         raise DownloadError(
             "ModelScope is not installed; install it (pip install modelscope) or use --source huggingface"
         )
-    return _from_modelscope(model, files, destination, revision)
+    return _from_modelscope(model, files, destination, revision, on_plan)
 
 
 def modelscope_installed() -> bool:
@@ -120,35 +134,22 @@ def verify_sizes(destination: Path, expected: dict[str, int]) -> None:
 
 
 def _from_huggingface(
-    model: HubModel, files: list[str], destination: Path, endpoint: str | None, revision: str | None
+    model: HubModel,
+    files: list[str],
+    destination: Path,
+    endpoint: str | None,
+    revision: str | None,
+    on_plan: Callable[[str, dict[str, int | None]], None],
 ) -> Path:
-    from huggingface_hub import HfApi, snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HfHubHTTPError
 
-    address = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
-    api = HfApi(endpoint=endpoint)
-    try:
-        listed = api.get_paths_info(model.huggingface, files, revision=revision)
-    except (RepositoryNotFoundError, RevisionNotFoundError) as error:
-        raise DownloadError(
-            f"{address} has no model {model.huggingface}"
-            f"{f' at revision {revision}' if revision else ''}: {_first_line(error)}"
-        ) from error
-    except HfHubHTTPError as error:
-        raise DownloadError(
-            f"{address} refused the file list of {model.huggingface}: {_first_line(error)}. Try again later."
-        ) from error
-    except _connection_errors() as error:
-        raise _unreachable(address, error) from error
-    expected = {
-        entry.path: (entry.lfs.size if entry.lfs is not None else entry.size)
-        for entry in listed
-        if hasattr(entry, "size")
-    }
+    address, expected = _huggingface_sizes(model, files, endpoint, revision)
     absent = [name for name in files if name not in expected]
     if absent:
         raise DownloadError(f"{model.huggingface} on {address} lacks {', '.join(absent)}; is it the right repo?")
     _check_free_space(destination, expected)
+    on_plan("huggingface", dict(expected))
     print(
         f"Downloading {len(files)} files ({sum(expected.values()) / 1e9:.2f} GB) of {model.huggingface} "
         f"into {destination}",
@@ -181,9 +182,57 @@ def _from_huggingface(
     return destination
 
 
-def _from_modelscope(model: HubModel, files: list[str], destination: Path, revision: str | None) -> Path:
+def _huggingface_sizes(
+    model: HubModel, files: list[str], endpoint: str | None, revision: str | None
+) -> tuple[str, dict[str, int]]:
+    """(the hub's address, each listed file's size in bytes) as Hugging Face announces them; no download."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+    address = endpoint or os.environ.get("HF_ENDPOINT") or "https://huggingface.co"
+    api = HfApi(endpoint=endpoint)
+    try:
+        listed = api.get_paths_info(model.huggingface, files, revision=revision)
+    except (RepositoryNotFoundError, RevisionNotFoundError) as error:
+        raise DownloadError(
+            f"{address} has no model {model.huggingface}"
+            f"{f' at revision {revision}' if revision else ''}: {_first_line(error)}"
+        ) from error
+    except HfHubHTTPError as error:
+        raise DownloadError(
+            f"{address} refused the file list of {model.huggingface}: {_first_line(error)}. Try again later."
+        ) from error
+    except _connection_errors() as error:
+        raise _unreachable(address, error) from error
+    expected = {
+        entry.path: (entry.lfs.size if entry.lfs is not None else entry.size)
+        for entry in listed
+        if hasattr(entry, "size")
+    }
+    return address, expected
+
+
+def announced_size(version: str, *, endpoint: str | None = None) -> int:
+    """The bytes ``version``'s inference files take, as the hub announces them (what the page shows on its
+    download button before anything is fetched). DownloadError (HubUnreachable offline) when it cannot say."""
+    model, files = MODELS[version], inference_files(version)
+    address, expected = _huggingface_sizes(model, files, endpoint, None)
+    absent = [name for name in files if name not in expected]
+    if absent:
+        raise DownloadError(f"{model.huggingface} on {address} lacks {', '.join(absent)}")
+    return sum(expected.values())
+
+
+def _from_modelscope(
+    model: HubModel,
+    files: list[str],
+    destination: Path,
+    revision: str | None,
+    on_plan: Callable[[str, dict[str, int | None]], None],
+) -> Path:
     from modelscope.hub.snapshot_download import snapshot_download
 
+    on_plan("modelscope", _modelscope_sizes(model.modelscope, files))
     print(f"Downloading {len(files)} files of {model.modelscope} from ModelScope into {destination}", file=sys.stderr)
     try:
         snapshot_download(model.modelscope, revision=revision, local_dir=str(destination), allow_patterns=files)

@@ -13,7 +13,19 @@ class CosyVoiceError(Exception):
 
 
 class InputError(CosyVoiceError, ValueError):
-    """Bad input (text, prompt audio, a setting): the user can fix it and try again."""
+    """Bad input (text, prompt audio, a setting): the user can fix it and try again.
+
+    ``field`` names the request's field at fault when it is known: the contract's names ("text", "voice",
+    "transcript", "instruct", ...) and "prompt_audio" for the voice's recording; each door turns it into
+    its own name for that field (the API's body field, the CLI's flag). None: not known.
+    """
+
+    field: str | None = None
+
+    def __init__(self, *args, field: str | None = None):
+        super().__init__(*args)
+        if field is not None:
+            self.field = field
 
 
 class RequestError(InputError):
@@ -25,8 +37,8 @@ class RequestError(InputError):
     """
 
     def __init__(self, field: str, code: str, message: str, **values):
-        super().__init__(message)
-        self.field, self.code, self.values = field, code, values
+        super().__init__(message, field=field)
+        self.code, self.values = code, values
 
 
 class SynthesisError(InputError):

@@ -11,6 +11,7 @@ or a launcher reaches every interface the same way:
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import tempfile
@@ -67,11 +68,16 @@ def user_cache_dir() -> Path:
     return Path(base).expanduser() / APP_NAME
 
 
-def atomic_write(path: str | Path, data: bytes) -> None:
+def atomic_write(path: str | Path, data: bytes, *, replace: bool = True) -> None:
     """Write ``data`` to ``path`` so that a reader, or the disk after a power cut, sees the old file or the
     whole new one, never half: a temporary file of its own in the same folder (so two writers never share
     one), flushed to disk (fsync), made an ordinary 0644 document, then renamed over ``path``. The
-    temporary file is removed when anything fails; the error is raised."""
+    temporary file is removed when anything fails; the error is raised.
+
+    ``replace=False`` never replaces a file already at ``path`` (FileExistsError instead): the whole file is
+    hard-linked into place, which fails when the name is taken, so of two writers of one name exactly one
+    wins. On a file system without hard links the name is claimed with an exclusive create first (a reader
+    may then see it empty for a moment, never half-written)."""
     path = Path(path)
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -80,10 +86,31 @@ def atomic_write(path: str | Path, data: bytes) -> None:
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o644)  # mkstemp makes 0600 files; these are the user's documents and settings
-        os.replace(temporary, path)
+        if replace:
+            os.replace(temporary, path)
+        else:
+            _move_exclusively(temporary, path)
     except BaseException:
         try:
             os.unlink(temporary)
         except OSError:
             pass
         raise
+
+
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.ENOSYS}
+
+
+def _move_exclusively(temporary: str, path: Path) -> None:
+    """Put the finished ``temporary`` at ``path`` unless a file is there already (FileExistsError)."""
+    try:
+        os.link(temporary, path)
+    except FileExistsError:
+        raise
+    except OSError as error:
+        if error.errno not in _NO_HARD_LINKS:
+            raise
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))  # the name is ours from here
+        os.replace(temporary, path)
+        return
+    os.unlink(temporary)

@@ -1,11 +1,13 @@
-"""One synthesis request, checked once where it enters (page, CLI, API, Python), trusted everywhere below.
+"""One synthesis request, checked once where it enters (page, CLI, API, Python),
+trusted everywhere below.
 
 ``Request.build(text, voice, ...)`` is the door: it strips the strings, derives the mode once from the
 transcript and the instruction, picks the seed once (and records it), and checks every rule here, so the
 page, the engine, the worker, the pipeline and the preview voice all read the same numbers. A ``Request``
 built by hand is checked the same way (``__post_init__`` calls ``validate()``).
 
-Torch-free (numpy only): the page and the CLI build requests without loading a model.
+The limits every request shares live here (a voice conversion, ``conversion_request.py``, reads them from
+here). Torch-free (numpy only): the page and the CLI build requests without loading a model.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ SPEED_RANGE = (0.5, 2.0)  # beyond this the mel stretch audibly breaks the voice
 MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
 LUFS_RANGE = (-40.0, -5.0)  # quieter is lost under noise; louder cannot stay under the -1 dBFS peak ceiling
 MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
+MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
 
 
@@ -267,27 +270,7 @@ class Request:
                 f"seed {self.seed!r} must be a whole number from 0 to {MAX_SEED}",
                 limit=MAX_SEED,
             )
-        speed = self.speed
-        low, high = SPEED_RANGE
-        if (
-            isinstance(speed, bool)
-            or not isinstance(speed, (int, float))
-            or not math.isfinite(speed)
-            or not low <= speed <= high
-        ):
-            raise RequestError(
-                "speed",
-                "speed_invalid",
-                f"speed {speed!r} is out of range; use a value from {low:g} to {high:g}",
-                low=low,
-                high=high,
-            )
-        if self.stream and speed != 1.0:
-            raise RequestError(
-                "speed",
-                "speed_stream",
-                f"speed {speed:g} cannot be used while streaming; turn streaming off or use speed 1.0",
-            )
+        check_speed(self.speed, self.stream)
         if not isinstance(self.post, PostSettings):
             raise RequestError(
                 "post", "post_invalid", f"post-processing must be PostSettings, not {type(self.post).__name__}"
@@ -311,6 +294,30 @@ class Request:
             "speed": self.speed,
             "stream": self.stream,
         }
+
+
+def check_speed(speed, stream: bool) -> None:
+    """The speed rule for both contracts (this and ``conversion_request``): in range, and 1.0 while streaming."""
+    low, high = SPEED_RANGE
+    if (
+        isinstance(speed, bool)
+        or not isinstance(speed, (int, float))
+        or not math.isfinite(speed)
+        or not low <= speed <= high
+    ):
+        raise RequestError(
+            "speed",
+            "speed_invalid",
+            f"speed {speed!r} is out of range; use a value from {low:g} to {high:g}",
+            low=low,
+            high=high,
+        )
+    if stream and speed != 1.0:
+        raise RequestError(
+            "speed",
+            "speed_stream",
+            f"speed {speed:g} cannot be used while streaming; turn streaming off or use speed 1.0",
+        )
 
 
 def _stripped(value) -> str | None:

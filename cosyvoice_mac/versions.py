@@ -20,7 +20,7 @@ the speech-token count (6561 for both released models); ids at or above ``S`` ar
 | pinyin and ARPAbet markup     | no                                     | yes                                       |
 | speech tokenizer file         | speech_tokenizer_v2.onnx               | speech_tokenizer_v3.onnx                  |
 | RL-tuned llm.rl.pt published  | no                                     | yes                                       |
-| MLX engine port               | no                                     | yes                                       |
+| stages on the MLX engine      | llm, flow, hift                        | llm, flow, hift                           |
 
 The speech LM and the flow get their row from the YAML class of their own section
 (:func:`spec_for_class`), so a network never asks which version it is: it reads flags and ids.
@@ -39,6 +39,7 @@ from cosyvoice_mac.config import ConfigError
 ENDOFPROMPT = "<|endofprompt|>"
 SYSTEM_PROMPT = "You are a helpful assistant."  # v3 system sentence that precedes the instruction/marker
 PRE_LOOKAHEAD, CONFORMER = "pre_lookahead", "conformer"  # the flow's token front ends (flow_front)
+MLX_STAGES = ("llm", "flow", "hift")  # the three networks; the MLX engine runs a model only when it has all
 COSYVOICE3_SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
 
 
@@ -64,7 +65,12 @@ class VersionSpec:
     needs_endofprompt: bool  # the LLM refuses input without <|endofprompt|>
     pronunciation_markup: bool  # pinyin and ARPAbet units are tokens
     rl_llm: bool  # the hub publishes an RL-tuned llm.rl.pt beside llm.pt
-    mlx_engine: bool  # cosyvoice_mac.mlx ports this version's networks
+    mlx_stages: tuple[str, ...]  # the networks cosyvoice_mac.mlx runs for this version (of MLX_STAGES)
+
+    @property
+    def mlx_engine(self) -> bool:
+        """True when every stage runs on MLX: the engine runs a model whole, never split across two engines."""
+        return set(self.mlx_stages) == set(MLX_STAGES)
 
     def speech_vocab_size(self, speech_token_size: int) -> int:
         return speech_token_size + self.extra_speech_ids
@@ -102,7 +108,7 @@ COSYVOICE2 = VersionSpec(
     needs_endofprompt=False,
     pronunciation_markup=False,
     rl_llm=False,
-    mlx_engine=False,
+    mlx_stages=MLX_STAGES,
 )
 COSYVOICE3 = VersionSpec(
     name="cosyvoice3",
@@ -123,7 +129,7 @@ COSYVOICE3 = VersionSpec(
     needs_endofprompt=True,
     pronunciation_markup=True,
     rl_llm=True,
-    mlx_engine=True,
+    mlx_stages=MLX_STAGES,
 )
 SPECS = {spec.name: spec for spec in (COSYVOICE3, COSYVOICE2)}
 VERSIONS = tuple(SPECS)  # newest first

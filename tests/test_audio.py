@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import soundfile
 import torch
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from cosyvoice_mac import paths
@@ -254,16 +254,29 @@ def _wav_header(rate: int, channels: int, bits: int) -> bytes:
 @PROPERTY_SETTINGS
 @given(
     body=st.binary(max_size=4096),
+    repeat=st.integers(1, 40),
     suffix=st.sampled_from([".wav", ".flac", ".ogg", ".mp3", ".m4a", ".bin"]),
     header=st.sampled_from([b"", b"RIFF", b"fLaC", b"OggS", b"ID3", b"\xff\xfb", _wav_header(16000, 1, 16)]),
 )
-def test_random_bytes_give_audio_or_our_error(tmp_path, body, suffix, header):
+@example(body=bytes(range(256)) * 16, repeat=40, suffix=".wav", header=_wav_header(16000, 1, 16))  # must load
+@example(body=bytes(4096), repeat=40, suffix=".wav", header=_wav_header(16000, 1, 16))  # silent: refused
+def test_random_bytes_give_audio_or_our_error(tmp_path, body, repeat, suffix, header):
     path = tmp_path / f"random{suffix}"
-    path.write_bytes(header + body)
+    path.write_bytes(header + body * repeat)
+    pcm = np.frombuffer(body[: len(body) // 2 * 2], dtype="<i2")
+    # A 16-bit WAV header before 1.5 s or more of loud random samples is a recording (of noise): it must load.
+    must_load = (
+        header == _wav_header(16000, 1, 16)
+        and len(body) * repeat >= 2 * 16000 * 1.5
+        and len(body) % 2 == 0
+        and pcm.size >= 64
+        and float(np.abs(pcm.astype(np.float32)).max()) > 1000
+    )
     try:
         loaded = load_audio(path)
     except AudioInputError as error:
         event(f"refused: {error.problem}")
+        assert not must_load, f"a loud 16-bit WAV of {len(body) * repeat} bytes was refused: {error}"
         return
     event("loaded")
     assert isinstance(loaded, LoadedAudio) and torch.isfinite(loaded.wave).all()
@@ -278,15 +291,25 @@ def test_random_bytes_give_audio_or_our_error(tmp_path, body, suffix, header):
     seed=st.integers(0, 2**32 - 1),
     trim=st.booleans(),
 )
+@example(seconds=2.0, rate=24000, amplitude=0.05, subtype="PCM_16", seed=1, trim=True)  # must load
+@example(seconds=2.0, rate=8000, amplitude=0.05, subtype="PCM_16", seed=1, trim=True)  # must be refused
 def test_random_length_arrays_give_audio_or_our_error(tmp_path, seconds, rate, amplitude, subtype, seed, trim):
     samples = (np.random.default_rng(seed).standard_normal(int(seconds * rate)) * amplitude).astype(np.float32)
     path = _write(tmp_path / "array.wav", samples, rate, subtype=subtype)
+    # The oracle, from the limits alone: clearly long enough, loud enough and of a usable rate must load;
+    # digital silence, a rate below the features' band or clearly too short must be refused.
+    must_load = (
+        rate in (16000, 22050, 24000, 44100, 48000) and amplitude in (0.05, 1.0) and seconds >= limits.MIN_SECONDS + 0.1
+    )
+    must_refuse = amplitude == 0.0 or rate < limits.MIN_SOURCE_SAMPLE_RATE or seconds < limits.MIN_SECONDS - 0.25
     try:
         loaded = load_audio(path, 24000, trim_silence=trim)
     except AudioInputError as error:
         event(f"refused: {error.problem}")
+        assert not must_load, f"{seconds:.2f} s of noise at {rate} Hz, amplitude {amplitude} was refused: {error}"
         return
     event("loaded")
+    assert not must_refuse, f"{seconds:.2f} s at {rate} Hz, amplitude {amplitude} was accepted"
     assert loaded.wave.dtype == torch.float32 and loaded.wave.shape[0] == 1
     assert torch.isfinite(loaded.wave).all()
     assert loaded.wave.abs().max() <= limits.NORMALIZED_PEAK + 1e-6

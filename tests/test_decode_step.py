@@ -220,6 +220,43 @@ def test_cuda_graph_capture_failure_falls_back_to_eager():
     torch.testing.assert_close(fallback, eager, atol=1e-5, rtol=0)
 
 
+@cuda_only
+def test_the_fused_step_under_the_graphs_samples_the_tokens_eager_does():
+    """torch.compile's fusion captured in the bucket graphs: the same tokens for the same seed (fp32, no TF32)."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    lm = random_tiny_speech_lm().to("cuda")
+    embeds = prompt_embeddings(lm, prompt_speech=30, text=10)
+
+    def sampled(options: DecodeOptions) -> list[int]:
+        lm.decoding.options = options
+        sampler, chosen = lm.make_sampler(seed=7), []
+        with torch.inference_mode():
+            decoder = lm.start_decoding(embeds, 150)
+            for _ in range(150):
+                chosen.append(sampler(decoder.logp, chosen, sorted(lm.stop_ids)))
+                decoder.feed(chosen[-1])
+        return chosen
+
+    eager = sampled(DecodeOptions(cuda_graphs=False))
+    fused = sampled(DecodeOptions(cuda_graphs=True, fuse=True, bucket=64))
+    assert lm.decoding.mode == "graphs" and lm.decoding.graph_error is None and lm.decoding.fuse_error is None
+    assert lm.decoding._fused is not None and lm.decoding.captures >= 2
+    assert fused == eager
+
+
+def test_a_fused_step_that_fails_to_compile_leaves_the_plain_step(tiny, monkeypatch):
+    """The CPU's share of the fused path: the step a graph would capture, and its fallback."""
+    runner = tiny.decoding
+    runner.options = DecodeOptions(fuse=True)
+    monkeypatch.setattr(torch, "compile", lambda function, **_: "compiled " + function.__name__)
+    assert runner._graph_step() == "compiled _bucketed_step"
+    runner.fuse_error = "torch.compile of the decoding step failed (BackendCompilerFailed: no Triton)"
+    assert runner._graph_step() == runner._bucketed_step
+    runner.fuse_error, runner._fused = None, None
+    runner.options = DecodeOptions()
+    assert runner._graph_step() == runner._bucketed_step
+
+
 def test_decode_options_follow_the_environment(monkeypatch):
     monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "0")
     monkeypatch.setenv("COSYVOICE_COMPILE_DECODE", "1")
@@ -229,3 +266,6 @@ def test_decode_options_follow_the_environment(monkeypatch):
     monkeypatch.delenv("COSYVOICE_COMPILE_DECODE")
     assert (DecodeOptions().cuda_graphs, DecodeOptions().compile) == (True, False)
     assert random_tiny_speech_lm().decoding.mode == "eager"  # on the CPU: no graphs
+    assert not DecodeOptions().fuse
+    monkeypatch.setenv("COSYVOICE_FUSE_DECODE", "1")
+    assert DecodeOptions().fuse

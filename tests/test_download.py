@@ -22,7 +22,14 @@ from pathlib import Path
 
 import pytest
 
-from cosyvoice_mac.download import MODELS, DownloadError, HubUnreachable, download_model, verify_sizes
+from cosyvoice_mac.download import (
+    MODELS,
+    DownloadError,
+    HubUnreachable,
+    announced_size,
+    download_model,
+    verify_sizes,
+)
 from cosyvoice_mac.pipeline.model_dir import inference_files
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -275,7 +282,7 @@ def test_offline_fails_fast_with_a_clear_message(tmp_path):
     started = time.monotonic()
     with pytest.raises(HubUnreachable, match="cannot reach"):
         download_model("cosyvoice2", tmp_path, source="huggingface", endpoint=f"http://127.0.0.1:{_closed_port()}")
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # fails fast: no retries with back-off (those take minutes)
     assert not (tmp_path / "CosyVoice2-0.5B").exists() or not any((tmp_path / "CosyVoice2-0.5B").iterdir())
 
 
@@ -385,3 +392,39 @@ def test_the_pipeline_loads_llm_rl_pt_when_it_is_the_choice(tmp_path, monkeypatc
     base = CosyVoice.from_pretrained(folder, device="cpu")
     assert (rl.llm_weights, base.llm_weights) == ("llm.rl.pt", "llm.pt") and rl.model_id != base.model_id
     torch.testing.assert_close(rl.networks.llm.speech_embedding.weight, 2 * base.networks.llm.speech_embedding.weight)
+
+
+def test_the_announced_size_is_the_hubs_sum_and_downloads_nothing(hub):
+    files = _repo_files("cosyvoice3")
+    expected = sum(len(files[name]) for name in inference_files("cosyvoice3"))  # llm.rl.pt only when asked for
+    assert announced_size("cosyvoice3", endpoint=hub.url) == expected
+    assert hub.downloaded() == []
+
+
+def test_the_page_buttons_show_each_models_size_once_the_hub_said_it(hub, tmp_path, monkeypatch):
+    from cosyvoice_mac.webui import download_panel
+
+    downloads = download_panel.Downloads(tmp_path, endpoint=hub.url)
+    assert download_panel.button_label("en", "cosyvoice3", downloads) == "Download Fun-CosyVoice3-0.5B"
+    size = downloads.size("cosyvoice3")
+    files = _repo_files("cosyvoice3")
+    assert size == sum(len(files[name]) for name in inference_files("cosyvoice3"))
+    label = download_panel.button_label("en", "cosyvoice3", downloads)
+    assert label.startswith("Download Fun-CosyVoice3-0.5B (") and label.endswith(" MB)")
+    assert download_panel.button_label("zh", "cosyvoice3", downloads).startswith("下载 Fun-CosyVoice3-0.5B (")
+
+
+def test_without_the_hub_the_button_has_no_size_and_is_not_asked_again_at_once(tmp_path, monkeypatch):
+    from cosyvoice_mac.webui import download_panel
+
+    asked = []
+    real = download_panel.announced_size
+    monkeypatch.setattr(
+        download_panel,
+        "announced_size",
+        lambda version, endpoint: asked.append(version) or real(version, endpoint=endpoint),
+    )
+    downloads = download_panel.Downloads(tmp_path, endpoint=f"http://127.0.0.1:{_closed_port()}")
+    assert downloads.size("cosyvoice2") is None and downloads.size("cosyvoice2") is None
+    assert asked == ["cosyvoice2"]
+    assert download_panel.button_label("en", "cosyvoice2", downloads) == "Download CosyVoice2-0.5B"

@@ -7,15 +7,22 @@ import sys
 
 import numpy as np
 import pytest
+import soundfile
 import torch
 
 from cosyvoice_mac.engine import cache as cache_module
 from cosyvoice_mac.engine.cache import SpeakerCache
-from cosyvoice_mac.engine.voice_library import VoiceError, VoiceLibrary
+from cosyvoice_mac.engine.voice_library import VoiceAudioRefused, VoiceError, VoiceLibrary
 from cosyvoice_mac.paths import user_cache_dir
 from cosyvoice_mac.pipeline.types import SpeakerPrompt
 
 MODEL = "tiny-cosyvoice3-abc"
+
+
+def _voiced(seconds: float, rate: int = 16000) -> np.ndarray:
+    """(N,) float32 of a warbling tone that the prompt check takes for sound throughout."""
+    t = np.arange(int(seconds * rate)) / rate
+    return (0.3 * np.sin(2 * np.pi * (180 + 40 * np.sin(2 * np.pi * 3 * t)) * t)).astype(np.float32)
 
 
 def _prompt(audio_hash: str, model_id: str = MODEL, transcript: str | None = "hello", frames: int = 6):
@@ -136,14 +143,13 @@ def test_named_voices_save_list_rename_delete(tmp_path):
     voices = VoiceLibrary(tmp_path)
     assert voices.list() == []
     source = tmp_path / "me.wav"
-    source.write_bytes(b"RIFF....")
+    soundfile.write(source, _voiced(3.0), 16000)
     voices.save("Narrator", audio_hash="a" * 64, model_id=MODEL, transcript="hi", audio=source)
-    voices.save(
-        "alice", audio_hash="b" * 64, model_id=MODEL, audio_samples=np.zeros(1600, np.float32), sample_rate=16000
-    )
+    voices.save("alice", audio_hash="b" * 64, model_id=MODEL, audio_samples=_voiced(2.0), sample_rate=16000)
     assert [v["name"] for v in voices.list()] == ["alice", "Narrator"]
     narrator = voices.get("Narrator")
-    assert narrator["transcript"] == "hi" and (tmp_path / "voices" / narrator["audio_file"]).read_bytes() == b"RIFF...."
+    stored = (tmp_path / "voices" / narrator["audio_file"]).read_bytes()
+    assert narrator["transcript"] == "hi" and stored == source.read_bytes()
 
     with pytest.raises(VoiceError, match="already exists"):
         voices.save("alice", audio_hash="c" * 64, model_id=MODEL)
@@ -159,6 +165,20 @@ def test_named_voices_save_list_rename_delete(tmp_path):
     assert not audio_file.exists() and [v["name"] for v in voices.list()] == ["alice"]
     with pytest.raises(VoiceError):
         voices.delete("Storyteller")
+
+
+def test_the_library_refuses_a_recording_no_job_could_use_and_saves_nothing(tmp_path):
+    """The last line of defence for every door that saves a voice (the CLI's ``voices add`` saved these)."""
+    voices = VoiceLibrary(tmp_path)
+    five_minutes = tmp_path / "lecture.wav"
+    soundfile.write(five_minutes, _voiced(300.0), 16000)
+    with pytest.raises(VoiceAudioRefused, match=r"lecture.wav has 300.0 s of speech; the model takes") as refused:
+        voices.save("Lecture", audio_hash="a" * 64, model_id=MODEL, audio=five_minutes)
+    assert refused.value.problem == "too_long"
+    with pytest.raises(VoiceAudioRefused, match="silent"):
+        silence = np.zeros(32000, np.float32)
+        voices.save("Hush", audio_hash="b" * 64, model_id=MODEL, audio_samples=silence, sample_rate=16000)
+    assert voices.list() == [] and not list(voices.folder.glob("*.wav"))
 
 
 @pytest.mark.parametrize("name", ["", "   ", "x" * 65, "tab\there"])
@@ -191,6 +211,24 @@ def test_a_damaged_voice_list_is_set_aside_and_the_last_good_copy_serves(tmp_pat
     assert [entry["name"] for entry in VoiceLibrary(tmp_path).list()] == ["alice", "bob", "carol"]
     aside[0].unlink()
     assert fresh.problem() is None
+
+
+def test_an_index_and_backup_both_damaged_are_both_kept_and_the_note_says_neither_was_readable(tmp_path):
+    library = VoiceLibrary(tmp_path)
+    library.save("alice", audio_hash="a" * 64, model_id=MODEL)
+    library.index_path.write_bytes(b'{"format": 1, "voices": {"half')
+    library.backup_path.write_bytes(b"\x00\x00 torn")
+    fresh = VoiceLibrary(tmp_path)  # as at the next start
+    assert fresh.list() == []
+    index_aside = list(library.folder.glob("voices.json.unreadable-*"))
+    backup_aside = list(library.folder.glob("voices.json.bak.unreadable-*"))
+    assert [path.read_bytes() for path in index_aside] == [b'{"format": 1, "voices": {"half']  # kept as they were
+    assert [path.read_bytes() for path in backup_aside] == [b"\x00\x00 torn"]
+    note = fresh.problem()
+    assert "restored" not in note and "starts empty" in note and "could not be read" in note
+    assert index_aside[0].name in note and backup_aside[0].name in note
+    fresh.save("bob", audio_hash="b" * 64, model_id=MODEL)  # a new backup is written; the kept copies stay
+    assert backup_aside[0].read_bytes() == b"\x00\x00 torn" and "restored" not in fresh.problem()
 
 
 def test_a_second_damage_never_overwrites_the_first_set_aside_file(tmp_path):

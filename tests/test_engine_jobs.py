@@ -200,3 +200,64 @@ def test_a_full_queue_names_the_place_and_when_to_retry():
         line.add(_job("e"))
     assert known.value.retry_after_s == pytest.approx(12.0, abs=1.0)
     assert "try again in about 12 s" in str(known.value)
+
+
+def _door_job(text: str, door: str) -> Job:
+    return Job(fake_request(text), interface=door)
+
+
+def test_one_door_alone_may_fill_the_line_but_two_share_it():
+    book = JobQueue(4, threading.RLock())
+    for index in range(4):
+        book.add(_door_job(f"api {index}", "api"))  # alone: every place
+    with pytest.raises(QueueFull, match="4 jobs waiting"):
+        book.add(_door_job("api 4", "api"))
+    book.fail_waiting(jobs.CANCELLED, "cleared")
+
+    mixed = JobQueue(4, threading.RLock())  # a mixed flood: /v1 arrives first and takes every place
+    for index in range(4):
+        mixed.add(_door_job(f"api {index}", "api"))
+    with pytest.raises(QueueFull):
+        mixed.add(_door_job("gradio 0", "gradio_api"))  # refused, but the Gradio door now counts
+    for turn in range(6):  # places free one by one while both doors keep asking
+        mixed.finish(mixed.start_next(), jobs.DONE, "done")
+        for door in ("api", "gradio_api"):
+            try:
+                mixed.add(_door_job(f"{door} {turn}", door))
+            except QueueFull as refused:
+                assert "try again" in str(refused)
+    doors = [record.job.interface for record in mixed.pending]
+    assert doors.count("api") == 2 and doors.count("gradio_api") == 2, doors  # 4 places, 2 doors: 2 each
+
+    shared = JobQueue(4, threading.RLock())
+    shared.add(_door_job("page 0", "page"))
+    shared.add(_door_job("api 0", "api"))
+    shared.add(_door_job("api 1", "api"))
+    with pytest.raises(QueueFull, match="number 4 in line; the 1 place.s. left are kept for requests from elsewhere"):
+        shared.add(_door_job("api 2", "api"))
+    shared.add(_door_job("page 1", "page"))  # the page's share is still free
+
+
+def test_finished_jobs_are_kept_small_and_bounded():
+    from cosyvoice_mac.engine.jobqueue import KEEP_AUDIO, KEEP_FINISHED
+    from cosyvoice_mac.engine.messages import Done, WorkerStatus
+
+    book = JobQueue(2, threading.RLock())
+    status = WorkerStatus("m", "v", "cpu", "cpu", "float32", 24000, precision={"plan": [list(range(100))] * 10})
+    heard, ids = book.subscribe(), []
+    for index in range(KEEP_FINISHED + 20):
+        record = book.add(_job(f"job {index}"))
+        book.start_next()
+        result = jobs.JobResult(record.job.job_id, 24000, 1.0, "t", "cross_lingual", 1, 1.0, "m", "cpu")
+        result.audio = np.zeros(24000, np.float32)  # unsaved (a full disk): the samples travel with it
+        book.end(record, Done(record.job.job_id, result, status=status))
+        ids.append(record.job.job_id)
+    assert heard.get(timeout=1).kind == "queued" and any(  # listeners got the status whole
+        event.kind == "done" and event.status is status for event in list(heard.queue)
+    )
+    heard.close()
+    kept = [book.find(job_id) for job_id in ids]
+    assert kept[:20] == [None] * 20 and all(kept[20:])  # at most KEEP_FINISHED remembered
+    assert all(record.terminal.status is None for record in kept[20:])
+    with_audio = [record for record in kept[20:] if record.terminal.result.audio is not None]
+    assert with_audio == kept[-KEEP_AUDIO:]

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 import soundfile
 
-from cosyvoice_mac.engine import outputs
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.sound.wav import read_wav_info
 
@@ -73,7 +72,7 @@ def test_disk_full_gives_a_clear_error_and_leaves_nothing(tmp_path, monkeypatch)
     def no_space(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(outputs.os, "fsync", no_space)
+    monkeypatch.setattr(os, "fsync", no_space)  # where the one atomic write flushes
     with pytest.raises(OutputWriteError) as caught:
         write_output(tmp_path, "cafe0000", _tone(), 24000, FACTS, now=NOW)
     message = str(caught.value)
@@ -90,7 +89,7 @@ def test_read_only_folder_gives_a_clear_error(tmp_path, monkeypatch):
             raise OSError(errno.EROFS, "Read-only file system")
         return real_open(path, flags, mode, **kwargs)
 
-    monkeypatch.setattr(outputs.os, "open", read_only)
+    monkeypatch.setattr(os, "open", read_only)
     with pytest.raises(OutputWriteError, match="read-only") as caught:
         write_output(tmp_path, "cafe0000", _tone(), 24000, FACTS, now=NOW)
     assert "disk space" not in str(caught.value) and "writable disk" in str(caught.value)  # advice that fits

@@ -22,7 +22,6 @@ from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import Engine, JobCancelled
 from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_engine
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, mlx_available
-from cosyvoice_mac.mlx.choice import NOT_ON_MLX
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import render_status
@@ -124,10 +123,9 @@ def test_the_app_names_a_bad_variable_at_start_not_a_traceback(monkeypatch, caps
 
 @pytest.mark.parametrize("lang", ["en", "zh"])
 def test_the_panel_names_the_engine_the_setting_and_why(lang):
-    shown = render_status(
-        lang, {"state": "ready", "engine": "torch", "engine_reason": NOT_ON_MLX, "engine_setting": "mlx"}
-    )
-    assert "PyTorch" in shown and "MLX" in shown and NOT_ON_MLX in shown
+    reason = "MLX was asked for but is not available on this machine: the mlx package is not installed"
+    shown = render_status(lang, {"state": "ready", "engine": "torch", "engine_reason": reason, "engine_setting": "mlx"})
+    assert "PyTorch" in shown and "MLX" in shown and reason in shown
     shown = render_status(lang, {"state": "ready", "engine": "mlx", "engine_setting": "auto"})
     assert "MLX" in shown and ("Auto" in shown if lang == "en" else "自动" in shown)
 
@@ -220,6 +218,7 @@ def test_mlx_and_torch_chosen_on_the_page_run_the_real_model(tmp_path, voice):
         assert "The model is ready" in message and "MLX (setting: MLX)" in panel, (message, panel)
         status = host.status()
         assert status["engine"] == "mlx" and status["mlx_memory"]["peak_bytes"] > 0
+        assert status["mlx_llm"]["precision"] and "**MLX LLM:**" in panel  # the worker reports why, the panel says it
         done = host.engine.result(host.engine.submit(Request.build("Spoken by MLX.", voice, seed=3)), DEADLINE)
         sidecar = _sidecar(done)
         assert done.samples().size > 0 and sidecar["engine"] == "mlx" and sidecar["engine_reason"] is None
@@ -249,13 +248,23 @@ def test_mlx_chosen_where_it_cannot_import_says_why_and_torch_runs(tmp_path, voi
         host.close()
 
 
-def test_mlx_chosen_for_cosyvoice2_says_its_flow_runs_on_pytorch(tmp_path, voice):
-    host = _host(tmp_path, real_model=True, engine="mlx", version="cosyvoice2")
+def _short_warm_up(config, **options):
+    """The real engine with a short warm-up: the tiny random LLM speaks to its length limit, slow on MLX-CPU."""
+    return Engine(replace(config, warmup_text="Hi."), stop_timeout_s=5.0, **options)
+
+
+@needs_mlx
+def test_mlx_chosen_for_cosyvoice2_runs_it_on_mlx(tmp_path, voice):
+    host = _host(tmp_path, _short_warm_up, real_model=True, engine="mlx", version="cosyvoice2")
     try:
         status = host.status()
-        assert (status["engine"], status["engine_reason"]) == ("torch", NOT_ON_MLX)
+        assert (status["engine"], status["engine_reason"]) == ("mlx", None)
+        assert status["mlx_memory"]["peak_bytes"] > 0
         panel = Callbacks(host, Settings(tmp_path / "cache")).status_panel("en")
-        assert f"**Engine:** PyTorch (setting: MLX; {NOT_ON_MLX})" in panel
+        assert "**Engine:** MLX (setting: MLX)" in panel
+        done = host.engine.result(host.engine.submit(Request.build("By MLX.", voice, seed=3)), DEADLINE)
+        sidecar = _sidecar(done)
+        assert done.samples().size > 0 and (sidecar["engine"], sidecar["engine_reason"]) == ("mlx", None)
     finally:
         host.close()
 

@@ -13,6 +13,7 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, jobs
+from cosyvoice_mac.engine.voice_library import VoiceAudioRefused
 from cosyvoice_mac.request import Request
 from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started, submit_and_wait, tone
 
@@ -68,7 +69,7 @@ def test_bad_names_files_and_audio_are_refused_with_a_reason(engine, recording, 
         engine.save_voice_from_audio("Nowhere", tmp_path / "missing.wav")
     notes = tmp_path / "notes.wav"
     notes.write_text("meeting notes, not a recording")
-    with pytest.raises(TaskFailed, match="not an audio file"):
+    with pytest.raises(VoiceAudioRefused, match="not an audio file"):  # the one prompt check, before the worker
         engine.save_voice_from_audio("Notes", notes, timeout=DEADLINE)
     assert "Notes" not in [voice["name"] for voice in engine.voices.list()]
     with pytest.raises(TaskFailed, match="unknown task"):

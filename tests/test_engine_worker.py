@@ -69,11 +69,13 @@ def test_cancel_a_waiting_job_and_a_running_one(engine):
     with pytest.raises(JobCancelled, match="before it started"):
         engine.result(waiting, timeout=0)
 
-    started = time.monotonic()
-    assert engine.cancel(running) is True
-    with pytest.raises(JobCancelled):
-        engine.result(running, timeout=DEADLINE)
-    assert time.monotonic() - started < 2.0  # stopped at the next sentence, not after all 12
+    with engine.subscribe() as heard:
+        assert engine.cancel(running) is True
+        with pytest.raises(JobCancelled):
+            engine.result(running, timeout=DEADLINE)
+        finished = [event for event in heard.of(running, timeout=1) if event.kind == "progress"]
+    # stopped at the next sentence, not after all 12 (counted, not timed: a loaded machine is slow, not wrong)
+    assert len(finished) <= 2
     assert engine.cancel(running) is False
     assert engine.result(engine.submit(fake_request("Still works.")), timeout=DEADLINE).segment_count == 1
 
@@ -324,7 +326,7 @@ def test_a_stopped_worker_is_noticed_killed_and_replaced_keeping_the_queue(tmp_p
         assert "unresponsive" in seen
         with pytest.raises(JobFailed, match="stopped answering") as failure:
             engine.result(running, timeout=DEADLINE)
-        assert time.monotonic() - stopped_at < 5.0
+        assert time.monotonic() - stopped_at < 30.0  # the bound is generous: the state above is the check
         assert "kept the waiting jobs" in str(failure.value)
         assert [engine.result(job_id, timeout=DEADLINE).text for job_id in waiting] == ["Kept 0.", "Kept 1."]
         after = engine.status()

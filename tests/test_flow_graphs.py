@@ -1,4 +1,5 @@
-"""CUDA graphs of the flow's first streamed chunk (``models/flow/graphs.py``).
+"""CUDA graphs of the flow's first streamed chunk: a voice's own (``models/flow/graphs.py``) and the ones every
+voice of a prefix length shares, with its prefix build (``models/flow/shared_graphs.py``).
 
 A graph must change nothing but the time: every CUDA check compares the replayed mel with the
 eager one (``COSYVOICE_TEST_DEVICE=cuda``; the device tool runs them). What needs no GPU (the
@@ -59,8 +60,14 @@ def test_a_cpu_call_is_never_a_graph(model):
     assert prefix.graphs.captures == 0 and not prefix.graphs.graphs and prefix.graphs.error is None
 
 
+@pytest.fixture
+def own_graphs(monkeypatch):
+    """The per-prefix graphs (the fallback when the shared ones are off or failed): the shared graphs off."""
+    monkeypatch.setenv("COSYVOICE_FLOW_SHARED_GRAPHS", "0")
+
+
 @cuda_only
-def test_the_first_chunk_replays_a_graph_with_the_eager_mel(model, monkeypatch):
+def test_the_first_chunk_replays_a_graph_with_the_eager_mel(model, monkeypatch, own_graphs):
     flow = model.networks.flow
     prompt, _ = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
     prefix = flow.build_prefix(*prompt, tokens=PREFIX)
@@ -78,7 +85,7 @@ def test_the_first_chunk_replays_a_graph_with_the_eager_mel(model, monkeypatch):
 
 
 @cuda_only
-def test_moved_weights_are_captured_again(model):
+def test_moved_weights_are_captured_again(model, own_graphs):
     flow = model.networks.flow
     prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
     prefix = flow.build_prefix(*prompt, tokens=PREFIX)
@@ -91,7 +98,7 @@ def test_moved_weights_are_captured_again(model):
 
 
 @cuda_only
-def test_a_failed_capture_runs_the_chunk_eagerly_and_stays_eager(model, monkeypatch):
+def test_a_failed_capture_runs_the_chunk_eagerly_and_stays_eager(model, monkeypatch, own_graphs):
     flow = model.networks.flow
     prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
     prefix = flow.build_prefix(*prompt, tokens=PREFIX)
@@ -102,11 +109,12 @@ def test_a_failed_capture_runs_the_chunk_eagerly_and_stays_eager(model, monkeypa
     def host_sync(*args, **kwargs):
         raise RuntimeError("operation not permitted when stream is capturing")
 
+    real_graph = graphs.SamplerGraph
     monkeypatch.setattr(graphs, "SamplerGraph", host_sync)
     fallback = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
     torch.testing.assert_close(fallback, eager, atol=1e-5, rtol=1e-5)
     assert "capture of the flow failed" in prefix.graphs.error and prefix.graphs.captures == 0
-    monkeypatch.undo()
+    monkeypatch.setattr(graphs, "SamplerGraph", real_graph)
     flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
     assert prefix.graphs.captures == 0  # no second try for this prefix
 
@@ -125,7 +133,9 @@ def test_streamed_audio_is_the_same_with_and_without_flow_graphs(model, monkeypa
         assert len(replayed) == len(eager)
         for a, b in zip(replayed, eager):
             torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), atol=1e-4, rtol=0)
-    assert next(iter(model.flow_prefixes._entries.values())).graphs.captures == 1
+    shared = model.networks.flow.shared_graphs
+    assert next(iter(model.flow_prefixes._entries.values())).graphs.captures == 0  # the shared graphs served it
+    assert shared.error is None and shared.has_first_chunk(next(iter(model.flow_prefixes._entries.values())))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -145,8 +155,106 @@ def test_the_grouped_conv_as_matrix_products_equals_the_conv(dtype):
 def test_preparing_a_voice_for_streaming_captures_its_first_chunk_graph(model):
     speaker = model.prepare_prompt(synthetic_prompt(3.0), sample_rate=24000)
     model.flow_prefixes.clear()
+    shared = model.networks.flow.shared_graphs
+    shared.clear()
     assert model.prepare_streaming(speaker)
     prefix = next(iter(model.flow_prefixes._entries.values()))
-    assert prefix.graphs.captures == 1 and prefix.graphs.error is None
+    assert shared.has_first_chunk(prefix) and shared.error is None and prefix.graphs.captures == 0
+    captures = shared.captures
     list(model.synthesize("The quick brown fox jumps over the lazy dog.", speaker=speaker, seed=3, stream=True))
-    assert prefix.graphs.captures == 1  # the request replayed it
+    assert shared.captures == captures  # the request replayed it
+
+
+# -- the shared graphs of a new voice's prefix build and first chunk (models/flow/shared_graphs.py) ---------
+def _slots_of(prefix):
+    from cosyvoice_mac.models.flow.prefix import StepState
+
+    return [StepState(s.frames, False, {k: t.clone() for k, t in s.tensors.items()}) for s in prefix.steps]
+
+
+def test_a_length_loads_another_voices_prefix_into_its_slots_once(model):
+    """The slot bookkeeping every shared replay relies on, on any device: a prefix not in the slots is copied in,
+    one that is costs nothing, and a new prefix object never passes for an old one."""
+    from types import SimpleNamespace
+
+    from cosyvoice_mac.models.flow.shared_graphs import LengthGraphs, prefix_serial
+
+    flow = model.networks.flow
+    first = flow.build_prefix(*_draws(model, PROMPT, FIRST_CHUNK, seed=1)[0], tokens=PREFIX)
+    second = flow.build_prefix(*_draws(model, PROMPT, FIRST_CHUNK, seed=2)[0], tokens=PREFIX)
+    assert prefix_serial(first) != prefix_serial(second) and prefix_serial(first) == prefix_serial(first)
+    entry = LengthGraphs(SimpleNamespace(slots=_slots_of(first)), signature=())
+    entry.load(second)
+    for slot, state in zip(entry.build.slots, second.steps):
+        assert slot.tensors.keys() == state.tensors.keys()
+        assert all(torch.equal(slot.tensors[k], state.tensors[k]) for k in slot.tensors)
+    marked = next(iter(entry.build.slots[0].tensors.values()))
+    marked.fill_(7.0)  # were it copied again, the mark would go
+    entry.load(second)
+    assert bool((marked == 7.0).all())
+    entry.load(first)
+    assert torch.equal(next(iter(entry.build.slots[0].tensors.values())), next(iter(first.steps[0].tensors.values())))
+
+
+@pytest.mark.skipif(TEST_DEVICE == "cuda", reason="the CPU's case")
+def test_a_cpu_prefix_build_and_chunk_never_use_the_shared_graphs(model):
+    flow = model.networks.flow
+    prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    assert flow.shared_graphs.captures == 0 and not flow.shared_graphs.lengths
+
+
+@cuda_only
+def test_new_voices_replay_the_shared_build_and_chunk_graphs_with_the_eager_results(model, monkeypatch):
+    flow = model.networks.flow
+    flow.shared_graphs.clear()
+    voices = [_draws(model, PROMPT, FIRST_CHUNK, seed=seed) for seed in (11, 12, 11)]  # A, B, then A again
+    monkeypatch.setenv("COSYVOICE_FLOW_SHARED_GRAPHS", "0")
+    eager = []
+    for prompt, tokens in voices:
+        prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+        eager.append((prefix, flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)))
+    monkeypatch.setenv("COSYVOICE_FLOW_SHARED_GRAPHS", "1")
+    captures_before = flow.shared_graphs.captures
+    prefixes = []
+    for (prompt, tokens), (eager_prefix, eager_mel) in zip(voices, eager):
+        prefix = flow.build_prefix(*prompt, tokens=PREFIX)  # replayed from the length's graph
+        for step, eager_step in zip(prefix.steps, eager_prefix.steps):
+            for key, tensor in step.tensors.items():
+                torch.testing.assert_close(tensor, eager_step.tensors[key], atol=1e-5, rtol=1e-5)
+        prefixes.append(prefix)
+        mel = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+        torch.testing.assert_close(mel, eager_mel, atol=1e-5, rtol=1e-5)
+        assert prefix.graphs.captures == 0  # no graph of its own
+    assert flow.shared_graphs.error is None
+    assert flow.shared_graphs.captures - captures_before == 2  # one build, one chunk
+    prompt, tokens = voices[0]  # the first voice again after the others: its prefix is copied back into the slots
+    again = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefixes[0])
+    torch.testing.assert_close(again, eager[0][1], atol=1e-5, rtol=1e-5)
+    flow.to(TEST_DEVICE)  # a move (here: none) still drops the graphs, bounded memory
+    assert not flow.shared_graphs.lengths
+
+
+@cuda_only
+def test_a_failed_shared_capture_leaves_the_eager_build_and_the_voices_own_graph(model, monkeypatch):
+    import cosyvoice_mac.models.flow.shared_graphs as shared_graphs
+
+    flow = model.networks.flow
+    prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=21)
+    monkeypatch.setenv("COSYVOICE_FLOW_SHARED_GRAPHS", "0")
+    eager_prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    eager = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=eager_prefix)
+    monkeypatch.setenv("COSYVOICE_FLOW_SHARED_GRAPHS", "1")
+
+    def host_sync(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    flow.shared_graphs.clear()
+    monkeypatch.setattr(shared_graphs, "BuildGraph", host_sync)
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    mel = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
+    torch.testing.assert_close(mel, eager, atol=1e-5, rtol=1e-5)
+    assert "shared flow graphs failed" in flow.shared_graphs.error and not flow.shared_graphs.lengths
+    assert prefix.graphs.captures == 1  # the voice's own first-chunk graph, as before the shared ones
+    flow.shared_graphs.error = None  # the module-scoped model serves the other tests

@@ -224,3 +224,38 @@ def test_producer_holds_after_the_first_chunk_tokens_until_released():
     producer.pause(False)
     assert producer.wait_for(100) == 100
     producer.abandon()
+
+
+def test_on_a_cpu_the_llm_waits_at_the_first_chunk_tokens_while_a_new_voice_prefix_builds(
+    model, make_speech, monkeypatch
+):
+    """A new voice's prefix build is what its first audio waits for: tokens past the first chunk's must not take
+    the cores from it (before: the LLM decoded on, here all 200 tokens were pulled during the build)."""
+    from cosyvoice_mac.pipeline.streaming import FIRST_HOP_TOKENS, stream_segment
+
+    if model.device.type != "cpu":
+        pytest.skip("the CPU's rule (CUDA holds for its own reason, tested on the device)")
+    speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
+    flow = model.networks.flow
+    pulled: list[int] = []
+    during_build: list[int] = []
+    original = flow.build_prefix
+
+    def slow_build(*args, **kwargs):
+        time.sleep(0.4)  # time for an unheld LLM to run far ahead
+        during_build.append(len(pulled))
+        return original(*args, **kwargs)
+
+    def tokens():
+        for token in range(200):
+            pulled.append(token)
+            yield token % flow.config.vocab_size
+
+    monkeypatch.setattr(flow, "build_prefix", slow_build)
+    model.flow_prefixes.clear()
+    chunks = stream_segment(model.streaming_parts(), tokens(), speaker, model._noise(0, 0), lambda: False)
+    first = next(chunks)
+    chunks.close()
+    assert during_build, "the voice was new: its prefix must have been built"
+    assert during_build[0] <= FIRST_HOP_TOKENS + flow.config.pre_lookahead_len + 1  # at most the token in flight
+    assert first.audio.size > 0

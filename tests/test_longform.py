@@ -7,6 +7,7 @@ speed), so timing, fitting, resuming and loudness are checked on speech, not on 
 from __future__ import annotations
 
 import json
+import threading
 import zipfile
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from cosyvoice_mac.frontend.glossary import (
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.longform import batch, dialogue, subtitles
+from cosyvoice_mac.longform.files import ResultFiles, result_stem
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.post import loudness, post_process, trim_silence
@@ -133,6 +135,34 @@ def test_glossary_round_trips_through_csv_and_the_store(tmp_path):
     assert store.entries() == entries  # a refused edit changes nothing
 
 
+def test_a_damaged_glossary_is_kept_when_it_is_replaced_or_started_empty(tmp_path):
+    store = GlossaryStore(tmp_path / "glossary.json")
+    store.path.write_bytes(b'{"entries": [{"key": "GIF"')
+    assert "cannot be read" in store.problem() and "start an empty glossary" in store.problem()
+    entries, note = store.usable_entries()
+    assert entries == () and "not applied" in note  # long form goes on without it
+    kept = store.start_empty()
+    assert kept.name.startswith("glossary.json.unreadable-") and kept.read_bytes() == b'{"entries": [{"key": "GIF"'
+    assert store.entries() == () and store.problem() is None and store.start_empty() is None
+    store.path.write_bytes(b"\xff torn again")
+    store.replace([GlossaryEntry("GIF", "jif")])  # an import over a damaged file keeps it too
+    assert [path.read_bytes() for path in store.kept_copies()] == [b'{"entries": [{"key": "GIF"', b"\xff torn again"]
+    assert store.entries() == (GlossaryEntry("GIF", "jif"),)
+
+
+def test_the_page_s_glossary_panel_offers_the_repair_only_while_the_file_is_damaged(tmp_path):
+    from cosyvoice_mac.webui.longform import LongformCallbacks
+
+    store = GlossaryStore(tmp_path / "glossary.json")
+    panel = LongformCallbacks(host=None, glossary=store)
+    assert panel.glossary_state("en")[1]["visible"] is False
+    store.path.write_text("{broken")
+    note, button = panel.glossary_state("zh")
+    assert "glossary.json`" in note and button["visible"] is True and "不会删除" in button["value"]
+    rows, message, note_after, button_after = panel.start_empty_glossary("en")
+    assert store.kept_copies()[0].name in message and note_after == "" and button_after["visible"] is False
+
+
 # -------------------------------------------------------------------------------------------- dialogue
 
 
@@ -192,6 +222,59 @@ def test_stopping_a_dialogue_keeps_the_finished_lines_labelled_partial(make_spee
     )
     assert result.stopped and result.done == 2
     assert json.loads(result.audio_path.with_suffix(".json").read_text())["partial"] is True
+
+
+def test_a_dialogue_never_writes_over_another_result_of_the_same_name(make_speech, tmp_path):
+    speak = EspeakSpeak(make_speech)
+    first = run_dialogue("[S1] First take.\n", {"S1": "A"}, ["A"], speak, tmp_path / "same")
+    kept = first.audio_path.read_bytes()
+    with pytest.raises(FileExistsError):
+        run_dialogue("[S1] A second, longer take.\n", {"S1": "A"}, ["A"], speak, tmp_path / "same")
+    assert first.audio_path.read_bytes() == kept  # the first job's file is whole and its own
+    again = run_dialogue(  # a command's --out is the user's own name: a re-run may replace it
+        "[S1] A second, longer take.\n", {"S1": "A"}, ["A"], speak, tmp_path / "same", files=ResultFiles(replace=True)
+    )
+    assert again.audio_path.read_bytes() != kept
+
+
+def test_result_stems_of_one_second_differ_by_the_job_id(tmp_path):
+    """Each long job runs on a thread of its own, one after another: a name from the thread (whose id the
+    next thread reuses) gave them all one name within a second."""
+    stems = []
+    for _ in range(50):
+        job = threading.Thread(target=lambda: stems.append(result_stem(tmp_path, "dialogue")))
+        job.start()
+        job.join()
+    stems = set(stems)
+    assert len(stems) == 50 and all(stem.parent == tmp_path for stem in stems)
+    assert result_stem(tmp_path, "dub", "0123456789abcdef").name.endswith("-dub-0123456789ab")
+
+
+def test_a_dialogue_whose_folder_refuses_its_files_keeps_them_in_the_fallback_and_says_why(make_speech, tmp_path):
+    blocked = tmp_path / "outputs"
+    blocked.write_text("a file where the folder should be")
+    fallback = tmp_path / "unsaved"
+    result = run_dialogue(
+        "[S1] Keep me.\n",
+        {"S1": "A"},
+        ["A"],
+        EspeakSpeak(make_speech),
+        blocked / "longform" / "talk",
+        files=ResultFiles(fallback=fallback),
+    )
+    assert result.audio_path == fallback / "talk.wav" and soundfile.info(result.audio_path).duration > 0.3
+    assert result.not_saved and "could not save" in result.not_saved
+    assert {path.parent for path in result.files} == {fallback}
+
+
+def test_a_line_the_engine_made_but_could_not_save_is_said_in_the_result(make_speech, tmp_path):
+    class Unsaved(EspeakSpeak):
+        def __call__(self, line):
+            spoken = super().__call__(line)
+            return Spoken(spoken.audio, spoken.sample_rate, {"not_saved": "the disk is full"})
+
+    result = run_dialogue("[S1] One.\n[S1] Two.\n", {"S1": "A"}, ["A"], Unsaved(make_speech), tmp_path / "t")
+    assert result.audio_path.is_file() and "the disk is full" in result.not_saved
 
 
 def test_a_bad_script_writes_nothing(make_speech, tmp_path):
@@ -284,6 +367,15 @@ def test_an_interrupted_batch_of_twenty_resumes_with_the_rest(make_speech, tmp_p
     changed = EspeakSpeak(make_speech)  # other settings: everything is made again
     run_batch(lines, "txt", tmp_path / "batch", changed, voice="Bob")
     assert len(changed.requests) == 20
+
+
+def test_a_csv_batch_with_an_unclosed_quote_is_refused_naming_the_line_it_opens_on():
+    with pytest.raises(batch.BatchError, match=r"line 3: a quote .* never closed"):
+        batch.parse_batch('text,voice\nHello.,A\n"Unclosed, and on,B\nThird.,C\nFourth.,D\n', "csv")
+    with pytest.raises(batch.BatchError, match="line 2:"):
+        batch.parse_batch('text\n"She said ""hi"" and left\nnext\n', "csv")  # "" is a quote inside, not the end
+    items = batch.parse_batch('text,voice\n"Two\nlines",A\nNext.,B\nIt\'s a "word" here,C\n', "csv")
+    assert [(item.number, item.text) for item in items] == [(2, "Two\nlines"), (4, "Next."), (5, 'It\'s a "word" here')]
 
 
 def test_csv_batches_take_voice_instruction_and_file_name():

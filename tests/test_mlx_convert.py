@@ -56,3 +56,31 @@ def test_the_cache_folder_follows_the_environment(tmp_path, monkeypatch):
     assert convert.default_cache_dir() == tmp_path
     monkeypatch.setenv(convert.CACHE_ENV, "off")
     assert convert.default_cache_dir() is None
+
+
+def test_a_start_hashes_a_checkpoint_only_when_its_size_or_mtime_changed(tmp_path, monkeypatch, capsys):
+    import os
+
+    source, cache = tmp_path / "hift.pt", tmp_path / "cache"
+    shutil.copy(TINY / "hift.pt", source)
+    hashed: list[str] = []
+    real = convert.file_sha256
+
+    def counted(path, progress=False):
+        hashed.append(path.name)
+        return real(path, progress)
+
+    monkeypatch.setattr(convert, "file_sha256", counted)
+    first = convert.load_converted(source, HIFT_KEYS, cache_dir=cache)
+    shown = capsys.readouterr().err
+    assert "converting hift.pt" in shown and "hashing hift.pt" in shown  # the first conversion's progress bars
+    assert hashed == ["hift.pt"]
+    again = convert.load_converted(source, HIFT_KEYS, cache_dir=cache)  # before: hashed on every start
+    assert hashed == ["hift.pt"] and all(mx.array_equal(again[k], first[k]).item() for k in first)
+    stat = source.stat()
+    os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: hashed again, same cache file
+    convert.load_converted(source, HIFT_KEYS, cache_dir=cache)
+    assert hashed == ["hift.pt", "hift.pt"] and len(list(cache.glob("*.safetensors"))) == 1
+    (cache / convert.SOURCES_INDEX).write_text("{not json")  # a damaged index only costs a hash
+    convert.load_converted(source, HIFT_KEYS, cache_dir=cache)
+    assert len(hashed) == 3

@@ -32,14 +32,14 @@ def apple_silicon(monkeypatch):
     monkeypatch.delenv("COSYVOICE_DEVICE", raising=False)
 
 
-def test_auto_picks_mlx_for_cosyvoice3_on_apple_silicon_only(apple_silicon, monkeypatch):
+def test_auto_picks_mlx_for_either_version_on_apple_silicon_only(apple_silicon, monkeypatch):
     monkeypatch.delenv(choice.ENGINE_ENV, raising=False)
     picked = choice.choose_engine(None, "cosyvoice3")
     assert picked.engine == "mlx" and "Auto" in picked.reason and "Apple Silicon" in picked.reason
     assert choice.choose_engine("auto", "cosyvoice3", "mps").engine == "mlx"
     on_cpu = choice.choose_engine("auto", "cosyvoice3", "cpu")  # an explicit CPU stays PyTorch, and says so
     assert on_cpu.engine == "torch" and "the device is set to cpu" in on_cpu.reason
-    assert choice.choose_engine("auto", "cosyvoice2") == choice.EngineChoice("torch", choice.NOT_ON_MLX)
+    assert choice.choose_engine("auto", "cosyvoice2").engine == "mlx"
     monkeypatch.setattr(choice, "is_apple_silicon", lambda: False)
     elsewhere = choice.choose_engine("auto", "cosyvoice3")
     assert elsewhere.engine == "torch" and "Apple Silicon Macs only" in elsewhere.reason
@@ -68,8 +68,20 @@ def test_mlx_asked_for_where_it_cannot_run_says_why(monkeypatch):
     assert missing.engine == "torch" and "not available on this machine" in missing.reason
     assert "mlx package is not installed" in missing.reason
     monkeypatch.setattr(choice, "mlx_available", lambda: True)
-    v2 = choice.choose_engine("mlx", "cosyvoice2")
-    assert v2.engine == "torch" and "U-Net flow has no MLX port" in v2.reason
+    assert choice.choose_engine("mlx", "cosyvoice2") == choice.EngineChoice("mlx")
+
+
+def test_a_version_whose_row_lacks_an_mlx_stage_runs_on_torch_and_says_which(apple_silicon, monkeypatch):
+    from dataclasses import replace
+
+    from cosyvoice_mac import versions
+
+    partial = replace(versions.COSYVOICE2, mlx_stages=("llm", "hift"))
+    monkeypatch.setitem(versions.SPECS, "cosyvoice2", partial)
+    for asked in ("auto", "mlx"):
+        picked = choice.choose_engine(asked, "cosyvoice2")
+        assert picked == choice.EngineChoice("torch", "cosyvoice2 runs on PyTorch: its flow has no MLX port")
+    assert choice.choose_engine("mlx", "cosyvoice3").engine == "mlx"
 
 
 def test_mlx_that_is_installed_but_does_not_import_says_why(monkeypatch):
@@ -94,7 +106,8 @@ def test_mlx_that_is_installed_but_does_not_import_says_why(monkeypatch):
     [
         ("cosyvoice3", "mlx", MlxNetworks),
         ("cosyvoice3", "torch", Networks),
-        ("cosyvoice2", "mlx", Networks),
+        ("cosyvoice2", "mlx", MlxNetworks),
+        ("cosyvoice2", "torch", Networks),
     ],
 )
 def test_from_pretrained_builds_the_chosen_engine(tmp_path, version, engine, networks):
@@ -104,8 +117,8 @@ def test_from_pretrained_builds_the_chosen_engine(tmp_path, version, engine, net
     assert set(counts) == {"llm", "flow", "hift"} and min(counts.values()) > 0
 
 
-def _config(tmp_path, **changes) -> WorkerConfig:
-    model_dir = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
+def _config(tmp_path, version: str = "cosyvoice3", **changes) -> WorkerConfig:
+    model_dir = make_tiny_model_dir(version, tmp_path / "model")
     options = dict(
         model_dir=str(model_dir),
         device="cpu",
@@ -113,6 +126,7 @@ def _config(tmp_path, **changes) -> WorkerConfig:
         cache_dir=str(tmp_path / "cache"),
         torch_threads=1,
         pipeline_factory=FAILING_MLX_FACTORY,
+        warmup_text="Hi.",  # the tiny random LLM speaks to its length limit: short texts keep MLX-CPU quick
     )
     return WorkerConfig(**{**options, **changes})
 
@@ -122,13 +136,12 @@ def voice(make_speech):
     return str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
 
 
-def test_a_job_failing_on_mlx_is_finished_by_torch_with_the_reason_kept(tmp_path, voice):
-    with Engine(_config(tmp_path), stop_timeout_s=5.0, start_timeout_s=DEADLINE) as engine:
+@pytest.mark.parametrize("version", ["cosyvoice3", "cosyvoice2"])
+def test_a_job_failing_on_mlx_is_finished_by_torch_with_the_reason_kept(tmp_path, voice, version):
+    with Engine(_config(tmp_path, version), stop_timeout_s=5.0, start_timeout_s=DEADLINE) as engine:
         assert engine.start(timeout=DEADLINE), engine.status()
         assert engine.status()["engine"] == "mlx" and engine.status()["mlx_memory"]["peak_bytes"] > 0
-        result = engine.result(
-            engine.submit(Job(Request.build("Please read this sentence.", Voice.recording(voice)))), DEADLINE
-        )
+        result = engine.result(engine.submit(Job(Request.build("Read this.", Voice.recording(voice)))), DEADLINE)
         assert result.samples().size > 0 and np.isfinite(result.samples()).all()
         reason = next(note for note in result.notes if "MLX engine failed" in note)
         assert MLX_FAILURE in reason
@@ -137,7 +150,7 @@ def test_a_job_failing_on_mlx_is_finished_by_torch_with_the_reason_kept(tmp_path
         sidecar = json.loads(open(result.sidecar_path).read())
         assert sidecar["engine"] == "torch" and MLX_FAILURE in sidecar["engine_reason"]
         assert any(MLX_FAILURE in note for note in sidecar["notes"])
-        again = engine.result(engine.submit(Job(Request.build("And this one.", Voice.recording(voice)))), DEADLINE)
+        again = engine.result(engine.submit(Job(Request.build("And this.", Voice.recording(voice)))), DEADLINE)
         assert again.samples().size > 0 and not any("MLX" in note for note in again.notes)
 
 
@@ -199,3 +212,26 @@ def test_the_status_panel_names_the_engine_and_why(lang):
         lang, {"state": "ready", "device": "mps", "dtype": "float32", "engine": "torch", "engine_reason": reason}
     )
     assert "PyTorch" in shown and reason in shown
+
+
+def test_mlx_runs_llm_rl_pt_when_it_was_asked_for(tmp_path, monkeypatch):
+    import mlx.core as mx
+    import torch
+
+    from cosyvoice_mac.mlx.convert import to_torch
+
+    folder = make_tiny_model_dir("cosyvoice3", tmp_path / "model")
+    state = torch.load(folder / "llm.pt", map_location="cpu", weights_only=True)
+    tuned = {key: value * 1.5 if value.is_floating_point() else value for key, value in state.items()}
+    torch.save(tuned, folder / "llm.rl.pt")
+    monkeypatch.setenv("COSYVOICE_LLM", "rl")
+    monkeypatch.setenv("COSYVOICE_MLX_CACHE", str(tmp_path / "mlx-cache"))
+    model = CosyVoice.from_pretrained(folder, device="cpu", engine="mlx")
+    assert model.llm_weights == "llm.rl.pt"  # what the status panel and the sidecar say...
+    ran = to_torch(model.networks.llm.speech_embedding.weight.astype(mx.float32))
+    torch.testing.assert_close(ran, tuned["speech_embedding.weight"].float())  # ...is what MLX runs
+    monkeypatch.setenv("COSYVOICE_LLM", "base")
+    base = CosyVoice.from_pretrained(folder, device="cpu", engine="mlx")
+    torch.testing.assert_close(
+        to_torch(base.networks.llm.speech_embedding.weight), state["speech_embedding.weight"].float()
+    )

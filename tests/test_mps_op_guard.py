@@ -139,3 +139,68 @@ def test_every_op_of_a_synthesis_has_an_mps_kernel(recorded_ops):
         if lacking:
             problems[run] = lacking
     assert not problems, f"ops without an MPS kernel in torch {torch.__version__}: {problems}"
+
+
+class TurnWatch(TorchDispatchMode):
+    """Entered on one thread: records the aten ops that thread runs outside a device turn while a streamed
+    sentence's LLM is live (then the other thread may be issuing device work)."""
+
+    def __init__(self, state):
+        super().__init__()
+        self.state = state
+        self.outside: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.state.producers and not getattr(self.state.local, "in_turn", False):
+            self.outside.add(f"{func.overloadpacket.__name__}.{func._overloadname}")
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("version", ["cosyvoice2", "cosyvoice3"])
+def test_every_op_of_a_streamed_request_runs_inside_a_device_turn(version, tmp_path, make_speech, monkeypatch):
+    """On MPS two threads must never issue work at once: each thread's ops are watched by its own dispatch mode
+    (modes are per-thread), the consumer's on the test's thread, the LLM's on the model's decode thread."""
+    import threading
+    from types import SimpleNamespace
+
+    from cosyvoice_mac.pipeline import streaming
+
+    state = SimpleNamespace(producers=0, local=threading.local())
+
+    class WatchedTurns(streaming.DeviceTurns):
+        def _turn(self, chunk):
+            inner = super()._turn(chunk)
+
+            class Held:
+                def __enter__(self_):
+                    inner.__enter__()
+                    state.local.in_turn = True
+
+                def __exit__(self_, *exc):
+                    state.local.in_turn = False
+                    return inner.__exit__(*exc)
+
+            return Held()
+
+    class WatchedProducer(streaming.TokenProducer):
+        def __init__(self, *args, **kwargs):
+            state.producers += 1
+            super().__init__(*args, **kwargs)
+
+        def abandon(self):
+            super().abandon()
+            state.producers -= 1
+
+    monkeypatch.setenv("COSYVOICE_SERIAL_DEVICE", "1")  # the MPS policy: turns on
+    monkeypatch.setattr(streaming, "DeviceTurns", WatchedTurns)
+    monkeypatch.setattr(streaming, "TokenProducer", WatchedProducer)
+    model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path / version), device="cpu")
+    speaker = model.prepare_prompt(make_speech(PROMPT_TEXT, seconds=3.0), transcript=PROMPT_TEXT)
+    consumer, decoder = TurnWatch(state), TurnWatch(state)
+    model.decode_thread.run(decoder.__enter__).wait(30)  # the LLM thread's own mode, kept for its next jobs
+    with consumer:
+        chunks = list(model.synthesize(TEXT, speaker=speaker, prompt_text=PROMPT_TEXT, seed=1, stream=True))
+    model.decode_thread.run(lambda: decoder.__exit__(None, None, None)).wait(30)
+    assert len(chunks) >= 2 and state.producers == 0
+    assert consumer.outside == set(), "the chunk thread ran ops outside its turn"  # before: the chunk ids' copies
+    assert decoder.outside == set(), "the LLM thread ran ops outside its turn"

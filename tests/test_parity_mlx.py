@@ -1,12 +1,14 @@
-"""The MLX engine against the reference's golden vectors: every CosyVoice3 stage, on MLX's CPU backend here.
+"""The MLX engine against the reference's golden vectors: every stage of both versions, on MLX's CPU backend here.
 
 The same vectors, folder (``COSYVOICE_PARITY_DIR``), tolerances (``tests.parity.common.TOLERANCE``, the
 manifest's) and request parameters (the manifest's ``case_params``) as the PyTorch parity suite. The
-speech LM also runs CosyVoice2's cases (it is the same Qwen2). Every id carries ``mlx``.
+vocoder calls (their recorded noise, CosyVoice2's ``cache_source``) are the PyTorch suite's own
+(``tests.parity.hift._call_inputs``). Every id carries ``mlx`` and the version.
 
 MLX-CPU tolerance: the manifest's own. Measured maxima on this machine (2 cores, mlx 0.32.4): logits
 4e-6, mel 4e-6, waveform 3e-5, f0 2e-4 Hz (within rtol 1e-5 + 1e-3 Hz), so no looser MLX tolerance is
-needed (the issue would allow one down to 1e-4 relative).
+needed (the issue would allow one down to 1e-4 relative). CosyVoice2: estimator and mel 3e-6, waveform
+8e-5, source 4e-4 (the PyTorch engine's own: 4e-4), f0 9e-4 Hz at a 501 Hz frame (tolerance 6e-3 Hz).
 """
 
 from __future__ import annotations
@@ -25,15 +27,17 @@ import torch  # noqa: E402
 
 from cosyvoice_mac.config import read_yaml_config  # noqa: E402
 from cosyvoice_mac.mlx.flow import MlxFlow  # noqa: E402
-from cosyvoice_mac.mlx.hift import load_mlx_hift  # noqa: E402
+from cosyvoice_mac.mlx.flow_v2 import mlx_flow_for  # noqa: E402
+from cosyvoice_mac.mlx.hift_v2 import load_mlx_vocoder  # noqa: E402
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM, load_mlx_speech_lm  # noqa: E402
 from cosyvoice_mac.models.flow import FlowConfig  # noqa: E402
 from cosyvoice_mac.models.llm import drop_long_silent_runs  # noqa: E402
-from cosyvoice_mac.models.vocoder import RecordedSourceNoise  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice, SpeakerPrompt  # noqa: E402
+from cosyvoice_mac.pipeline import cosyvoice as pipeline_module  # noqa: E402
 from tests.fakes.onnx_models import make_tiny_model_dir  # noqa: E402
 from tests.parity import llm as parity_llm  # noqa: E402
 from tests.parity.common import ParityContext, assert_close, parity_dir, versions_in_manifest  # noqa: E402
+from tests.parity.hift import _call_inputs  # noqa: E402
 from tests.parity.llm import _first_difference, _prompt, _ReplayDraws  # noqa: E402
 
 ROOT = parity_dir()
@@ -64,12 +68,16 @@ def _llm(ctx: ParityContext) -> MlxSpeechLM:
 
 
 def _flow(ctx: ParityContext) -> MlxFlow:
-    node = read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml")["flow"]
-    return _cached(ctx, "flow", lambda: MlxFlow.from_checkpoint(FlowConfig.from_yaml(node), ctx.model_dir / "flow.pt"))
+    """The version's MLX flow (CosyVoice2: MlxFlowV2, a subclass) from the tiny folder's flow.pt."""
+    config = FlowConfig.from_yaml(read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml")["flow"])
+    return _cached(ctx, "flow", lambda: mlx_flow_for(config).from_checkpoint(config, ctx.model_dir / "flow.pt"))
 
 
 def _hift(ctx: ParityContext):
-    return _cached(ctx, "hift", lambda: load_mlx_hift(ctx.model_dir / f"{ctx.version}.yaml", ctx.model_dir / "hift.pt"))
+    """The version's MLX vocoder (causal MlxHiFT, or CosyVoice2's MlxHiFTV2) from the tiny folder's hift.pt."""
+    return _cached(
+        ctx, "hift", lambda: load_mlx_vocoder(ctx.model_dir / f"{ctx.version}.yaml", ctx.model_dir / "hift.pt")
+    )
 
 
 @contextmanager
@@ -178,21 +186,24 @@ def flow_mel_stream_final(ctx):
 
 
 # vocoder ------------------------------------------------------------------------------------
-def _fixed_noise(ctx) -> RecordedSourceNoise:
-    return RecordedSourceNoise(ctx.vectors("hift")["fixed_sine_waves_prefix"])
+def _e2e_noise(ctx):
+    """The reference's vocoder noise of the e2e call (CosyVoice2's recorded draws, CosyVoice3's fixed buffer)."""
+    return _call_inputs(ctx, "e2e")[1]["noise"]
 
 
 def _hift_call(call: str):
-    finalize = call == "callA"
+    """(f0 check, outputs check) of the recorded vocoder call ``call``, with the PyTorch suite's inputs."""
 
     def f0(ctx):
         expected = ctx.vectors("hift")[f"{call}_f0"]
-        actual = _hift(ctx).f0(ctx.vectors("hift")["mel_in"], finalize=finalize).to(expected.dtype)
+        mel, kwargs = _call_inputs(ctx, call)
+        actual = _hift(ctx).f0(mel, finalize=kwargs.get("finalize", True)).to(expected.dtype)
         assert actual.shape == expected.shape, f"{call} f0 shape {tuple(actual.shape)} != {tuple(expected.shape)}"
         assert_close(actual, expected, "f0", f"hift {call} f0")
 
     def outputs(ctx):
-        wave, source = _hift(ctx).inference(ctx.vectors("hift")["mel_in"], finalize=finalize, noise=_fixed_noise(ctx))
+        mel, kwargs = _call_inputs(ctx, call)
+        wave, source = _hift(ctx).inference(mel, **kwargs)
         assert_close(source, ctx.vectors("hift")[f"{call}_source"], "waveform", f"hift {call} source")
         assert_close(wave, ctx.vectors("hift")[f"{call}_wave"], "waveform", f"hift {call} wave")
 
@@ -201,7 +212,7 @@ def _hift_call(call: str):
 
 def hift_e2e_tts_speech(ctx):
     e2e = ctx.vectors("e2e")
-    wave, _ = _hift(ctx).inference(e2e["mel"], noise=_fixed_noise(ctx))
+    wave, _ = _hift(ctx).inference(e2e["mel"], noise=_e2e_noise(ctx))
     assert_close(wave, e2e["tts_speech"], "waveform", "hift on the e2e mel")
 
 
@@ -216,7 +227,7 @@ def e2e_chain(ctx):
         torch.tensor([kept]), inputs["prompt_speech_token"], inputs["prompt_feat"], inputs["embedding"]
     )
     assert_close(mel, e2e["mel"], "mel", "e2e mel")
-    wave, _ = _hift(ctx).inference(mel, noise=_fixed_noise(ctx))
+    wave, _ = _hift(ctx).inference(mel, noise=_e2e_noise(ctx))
     assert_close(wave, e2e["tts_speech"], "waveform", "e2e tts_speech")
 
 
@@ -253,9 +264,10 @@ def e2e_synthesize(ctx):
     llm, hift = model.networks.llm, model.networks.hift
     draws = _ReplayDraws(e2e["multinomial"], llm.config.speech_vocab_size)
     replay = llm.make_sampler(seed=0, draw=draws)
-    original_noise = hift.default_noise
+    original_noise, original_per_sentence = hift.default_noise, pipeline_module.GaussianSourceNoise
     llm.make_sampler = lambda seed=None: replay
-    hift.default_noise = _fixed_noise(ctx)
+    hift.default_noise = _e2e_noise(ctx)  # CosyVoice3: the model's own excitation
+    pipeline_module.GaussianSourceNoise = lambda seed: _e2e_noise(ctx)  # CosyVoice2: seeded per sentence
     try:
         results = list(
             model.synthesize(
@@ -264,7 +276,7 @@ def e2e_synthesize(ctx):
         )
     finally:
         del llm.make_sampler
-        hift.default_noise = original_noise
+        hift.default_noise, pipeline_module.GaussianSourceNoise = original_noise, original_per_sentence
     draws.assert_all_used()
     assert len(results) == 1 and results[0].speech_token_count == e2e["speech_tokens"].shape[1]
     assert_close(torch.from_numpy(results[0].audio)[None], e2e["tts_speech"], "waveform", "e2e tts_speech")
@@ -302,7 +314,7 @@ LLM_CASES = {
     "e2e_speech_tokens": _on_mlx(parity_llm.check_e2e_speech_tokens_replay),
 }
 CALL_A, CALL_B = _hift_call("callA"), _hift_call("callB")
-COSYVOICE3_CASES = {
+FLOW_HIFT_E2E_CASES = {  # both versions: each check reads the version's networks, vectors and case_params
     "flow-est_out_step1": flow_est_out_step1,
     "flow-mel_nonstream": flow_mel_nonstream,
     "flow-mel_stream_chunk1": flow_mel_stream_chunk1,
@@ -323,8 +335,7 @@ def _collect():
     cases = []
     for version in versions_in_manifest(ROOT):
         table = {f"llm-{name}": check for name, check in LLM_CASES.items()}
-        if version == "cosyvoice3":
-            table.update(COSYVOICE3_CASES)
+        table.update(FLOW_HIFT_E2E_CASES)
         cases += [pytest.param(version, check, id=f"{version}-mlx-{name}") for name, check in table.items()]
     return cases
 

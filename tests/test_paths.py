@@ -161,3 +161,40 @@ def test_every_saved_state_goes_through_the_one_atomic_write(writer, tmp_path, m
         pass  # the probe cache swallows it (a failure only costs a probe next time); the others report it
     assert path.read_bytes() == before  # a full disk leaves the last whole file, as the one write promises
     assert [name for name in os.listdir(path.parent) if name.endswith(".tmp")] == []
+
+
+def test_an_exclusive_atomic_write_never_replaces_a_file_and_of_two_writers_one_wins(tmp_path):
+    target = tmp_path / "result.wav"
+    paths.atomic_write(target, b"first", replace=False)
+    with pytest.raises(FileExistsError):
+        paths.atomic_write(target, b"second", replace=False)
+    assert target.read_bytes() == b"first" and os.listdir(tmp_path) == ["result.wav"]  # no temporary left
+    outcomes = []
+
+    def write(data):
+        try:
+            paths.atomic_write(tmp_path / "race.wav", data, replace=False)
+            outcomes.append(data)
+        except FileExistsError:
+            outcomes.append(None)
+
+    import threading
+
+    writers = [threading.Thread(target=write, args=(bytes([n]) * 1000,)) for n in range(8)]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join()
+    winners = [data for data in outcomes if data is not None]
+    assert len(winners) == 1 and (tmp_path / "race.wav").read_bytes() == winners[0]
+
+
+def test_an_exclusive_write_works_where_hard_links_do_not(tmp_path, monkeypatch):
+    def no_links(source, target):
+        raise OSError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(paths.os, "link", no_links)
+    paths.atomic_write(tmp_path / "a.wav", b"whole", replace=False)
+    with pytest.raises(FileExistsError):
+        paths.atomic_write(tmp_path / "a.wav", b"other", replace=False)
+    assert (tmp_path / "a.wav").read_bytes() == b"whole" and os.listdir(tmp_path) == ["a.wav"]

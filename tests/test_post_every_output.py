@@ -79,7 +79,7 @@ def test_the_page_refuses_a_bad_target_with_a_message_naming_it(make_speech):
     from cosyvoice_mac.webui.generation import Generation
 
     upload = str(make_speech("A prompt voice for the page.", seconds=4.0))
-    page = Generation(host=None)
+    page = Generation(host=None, history=None)  # building a request needs neither
     request, problem = page.build_request(
         "en", upload, None, "", "Hello.", "cross_lingual", "", 1, 1.0, False, (True, True, -20.0)
     )

@@ -142,7 +142,7 @@ def test_page_engine_and_pipeline_draw_the_same_lines(model, prompt_wav, changes
     from cosyvoice_mac.webui.generation import Generation
 
     values = {"text": "Hello world.", "speed": 1.0, "seed": 1, **changes}
-    page = Generation(host=None)
+    page = Generation(host=None, history=None)
     built, problem = page.build_request(
         "en", str(prompt_wav), None, "", values["text"], "cross_lingual", "", values["seed"], values["speed"]
     )
@@ -204,7 +204,9 @@ def test_the_page_decodes_a_prompt_once_for_its_upload_check_and_generate(make_s
     monkeypatch.setattr(prompt_check, "read_audio", lambda path: reads.append(str(path)) or real(path))
     upload = str(make_speech("The page checks this upload once.", seconds=3.0))
     assert prompt_check.checked_prompt(upload).ok  # on upload
-    _, problem = Generation(host=None).build_request("en", upload, None, "", "Hello.", "cross_lingual", "", 1, 1.0)
+    _, problem = Generation(host=None, history=None).build_request(
+        "en", upload, None, "", "Hello.", "cross_lingual", "", 1, 1.0
+    )
     assert problem is None and len(reads) == 1
 
 
@@ -256,7 +258,7 @@ def _page_problem(prompt_wav, values: dict):
 
     seed = values["--seed"]
     mode = "instruct" if "--instruct" in values else "cross_lingual"
-    _, problem = Generation(host=None).build_request(
+    _, problem = Generation(host=None, history=None).build_request(
         "en",
         str(prompt_wav),
         None,

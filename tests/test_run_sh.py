@@ -88,7 +88,7 @@ def test_setup_installs_torch_first_then_skips_until_the_spec_changes(project):
     started = time.monotonic()
     again = project.run("setup")
     assert again.returncode == 0 and project.calls() == calls  # nothing re-installed
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 30  # the calls above are the check; a loaded machine is only slower
 
     with (project.root / "pyproject.toml").open("a") as spec:
         spec.write("\n# a new dependency would go here\n")

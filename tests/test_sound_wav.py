@@ -4,6 +4,7 @@ stores float samples as the same 16-bit PCM behind the same header."""
 from __future__ import annotations
 
 import base64
+import json
 import struct
 import subprocess
 import sys
@@ -81,8 +82,14 @@ def test_the_worker_the_api_the_page_and_the_cli_store_the_same_pcm(tmp_path):
     player = StreamBuffer("s")
     _, chunks = decode_value(player.add(samples, RATE))
     assert base64.b64decode(player.value.split(",", 1)[1]) == expected and len(chunks) == 1
-    streamed = httpx.Response(200, content=streaming_wav_header(RATE) + expected)  # what /v1 streams
-    remote._write_stream(streamed, tmp_path / "cli-stream.wav", 0.0, "job-1")
+    stream_bytes = streaming_wav_header(RATE) + expected  # what /v1 streams, as the CLI asks: server-sent events
+    events = [
+        {"type": "speech.audio.delta", "audio": base64.b64encode(stream_bytes[:1000]).decode()},
+        {"type": "speech.audio.delta", "audio": base64.b64encode(stream_bytes[1000:]).decode()},
+        {"type": "speech.audio.done", "saved": True, "file": "x.wav"},
+    ]
+    streamed = httpx.Response(200, content="".join(f"data: {json.dumps(event)}\n\n" for event in events).encode())
+    remote._write_stream(None, streamed, tmp_path / "cli-stream.wav", 0.0, "job-1")
     whole = httpx.Response(200, content=expected, headers={"x-cosyvoice-sample-rate": str(RATE)})
     remote._write_whole(whole, tmp_path / "cli-whole.wav", "job-1")
     write_wav(tmp_path / "synth.wav", samples[None], RATE)  # `synth --local` when no output was saved

@@ -214,19 +214,19 @@ def test_long_input_is_split_quickly(normalizer):
     chinese = ("收到好友从远方寄来的生日礼物，那份意外的惊喜让我心中充满了快乐" * 4000)[:100_000]
     started = time.perf_counter()
     segments = normalizer.normalize(chinese)
-    assert time.perf_counter() - started < 5.0
+    assert time.perf_counter() - started < 20.0  # generous: a quadratic split takes minutes
     assert "".join(segments) == chinese + "。" and max(map(len, segments)) <= 2 * 80
 
     english = ("The quick brown fox jumps over the lazy dog, twice. " * 2000)[:100_000]
     started = time.perf_counter()
     segments = normalizer.split(english, "en")
-    assert time.perf_counter() - started < 5.0
+    assert time.perf_counter() - started < 20.0  # generous: a quadratic split takes minutes
     assert "".join(segments) == (english if english[-1] in ".?!;:" else english + ".")
     assert max(normalizer.measure(s, "en") for s in segments) <= 2 * 80
 
     started = time.perf_counter()
     first = next(normalizer.iter_segments(english + " " + "word " * 5000))
-    assert time.perf_counter() - started < 3.0 and first.startswith("The quick brown fox")
+    assert time.perf_counter() - started < 15.0 and first.startswith("The quick brown fox")
 
 
 def test_run_on_text_without_terminators_is_cut(normalizer):

@@ -4,6 +4,7 @@ around the fake pipeline (tones); transcription uses the real recogniser process
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from cosyvoice_mac.preview import PIPELINE_FACTORY, PREVIEW_LABEL, PREVIEW_NOTE
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.generation import _Outputs
-from cosyvoice_mac.webui.render import history_rows, render_status
+from cosyvoice_mac.webui.render import render_status
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import StreamBuffer, decode_value
 from tests.fakes.fake_pipeline import FAKE_FACTORY
@@ -241,6 +242,8 @@ def test_a_preview_result_is_labelled_in_the_status_and_the_history(callbacks, t
     outputs.mkdir(parents=True, exist_ok=True)
     wav = outputs / "preview-result.wav"
     soundfile.write(wav, np.zeros(2400, np.float32), 24000)
+    sidecar = {"file": wav.name, "text": "Hi.", "mode": "instruct", "seed": 1, "speed": 1.0, "version": "preview"}
+    (outputs / "preview-result.json").write_text(json.dumps(sidecar))
     ignored = "the preview voice cannot follow instructions; the instruction was ignored"
     result = JobResult(
         job_id="j1",
@@ -261,8 +264,11 @@ def test_a_preview_result_is_labelled_in_the_status_and_the_history(callbacks, t
     assert PREVIEW_LABEL in final[STATUS] and f"`{DOWNLOAD_COMMAND}`" in final[STATUS]
     assert final[STATUS].count(PREVIEW_LABEL) == 1 and f"ℹ️ {ignored}" in final[STATUS]
     row = final[HISTORY]["data"][0]
-    assert PREVIEW_LABEL in row[7] and DOWNLOAD_COMMAND in row[7]
-    assert "预览声音" in history_rows("zh", session)["data"][0][7]
+    assert row[7] == "🔶 preview" and PREVIEW_LABEL not in row[7]  # the label once, in the badge above
+    table, badge, *_ = callbacks.history_show("zh", "")
+    assert table["data"][0][7] == "🔶 预览声音" and DOWNLOAD_COMMAND in badge and badge.count("🔶") == 2
+    assert callbacks.history_show("en", "")[1].count(PREVIEW_LABEL) == 1
+    (outputs / "preview-result.json").unlink()
 
 
 def test_the_status_panel_names_the_backend_s_licence():
@@ -282,3 +288,19 @@ def test_the_page_builds_without_torch_in_the_ui_process(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False False"  # nor the preview voice's Piper
+
+
+def test_a_transcript_that_is_not_the_recording_s_is_warned_about(callbacks, monkeypatch, prompt):
+    from cosyvoice_mac.webui.transcript_check import transcript_agreement
+
+    heard = "This is the voice I would like you to copy, please."
+    monkeypatch.setattr(callbacks.host, "transcriber", _StubTranscriber(heard))
+    same = list(callbacks.check_transcript("en", prompt, "", "this is the voice i'd like you to copy please"))
+    assert same[-1] == "✅ The transcript matches the recording."
+    other = list(callbacks.check_transcript("en", prompt, "", "The weather in Paris is lovely today."))
+    assert other[-1].startswith("⚠️ The transcript does not seem to match") and heard in other[-1]
+    assert "录音听起来是" in list(callbacks.check_transcript("zh", prompt, "", "完全不同的句子。"))[-1]
+    monkeypatch.setattr(callbacks.host, "transcriber", _StubTranscriber(RuntimeError("no recogniser")))
+    assert list(callbacks.check_transcript("en", prompt, "", "Anything at all."))[-1] == ""  # nothing to warn
+    assert list(callbacks.check_transcript("en", None, "", "No recording yet.")) == []
+    assert transcript_agreement("你好，世界！", "你好世界") == 1.0 and transcript_agreement("", "x") == 0.0

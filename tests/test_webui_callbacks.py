@@ -19,7 +19,7 @@ from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, find_mode
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
-from cosyvoice_mac.webui.state import HistoryEntry, Session, is_inside
+from cosyvoice_mac.webui.state import Session, is_inside
 from tests.fakes.fake_pipeline import fake_engine_factory
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
@@ -138,21 +138,46 @@ def test_generate_reports_progress_then_the_saved_result(callbacks, prompt):
     assert final[RESULT] == str(Path(callbacks.host.config.outputs_dir) / new_file)
     assert final[HISTORY]["data"][0][-1] == new_file and final[HISTORY]["data"][0][4] == 7
     assert [value for _, value in final[PICKS]["choices"]] == [new_file]
-    assert final[HISTORY]["data"][0][7] == "Fun-CosyVoice3-0.5B"  # the model column
+    assert final[HISTORY]["data"][0][7].endswith("Fun-CosyVoice3-0.5B")  # the model column (the fake names it so)
     assert final[SESSION] is session and all(_is_skip(step[PLAYER]) for step in steps)  # not streaming
     assert callbacks.history_picked(new_file, session) == final[RESULT]
 
 
-def test_the_history_replays_only_this_session_s_own_outputs(callbacks, tmp_path):
+def test_the_history_replays_only_results_in_outputs(callbacks, tmp_path):
+    outputs = Path(callbacks.host.config.outputs_dir)
     outside = tmp_path / "secret.wav"
     outside.write_bytes(b"RIFF")
-    session = Session()
-    session.add(
-        HistoryEntry(path=str(outside), text="x", mode="zero_shot", voice=None, seed=1, speed=1.0, duration_s=1.0)
-    )
-    assert callbacks.history_picked("secret.wav", session) is None  # not in outputs/
-    assert callbacks.history_picked("../../etc/passwd", session) is None
-    assert callbacks.history_picked(None, "not a session") is None
+    (outputs / "stray.json").write_text('{"file": "../secret.wav", "text": "x"}')  # a sidecar pointing out
+    (outputs / "broken.json").write_text("not json")
+    (outputs / "lonely.wav").write_bytes(b"RIFF")  # no sidecar: not a result of ours
+    listed = {entry.file_name for entry in callbacks.history_book.entries()}
+    assert not listed & {"secret.wav", "lonely.wav"}
+    assert callbacks.history_picked("secret.wav") is None
+    assert callbacks.history_picked("lonely.wav") is None
+    assert callbacks.history_picked("../../etc/passwd") is None
+    assert callbacks.history_picked(None) is None
+    for name in ("stray.json", "broken.json", "lonely.wav"):
+        (outputs / name).unlink()
+
+
+def test_the_history_is_read_from_the_sidecars_searched_paged_reused_and_cleared(callbacks, prompt):
+    _run(callbacks, audio=prompt, text="A first result about apples.")
+    first = callbacks.history_book.entries()[0]
+    _run(callbacks, audio=prompt, text="A second result about pears.", seed=11)
+    fresh = Callbacks(callbacks.host, callbacks.settings)  # a new page process: nothing kept in memory
+    table, badge, words, page, picks = fresh.history_show("en", "", 0)
+    assert table["data"][0][1] == "A second result about pears." and table["data"][1][1] == first.text
+    assert "Page 1 of 1" in words and badge == ""
+    table, _, words, _, picks = fresh.history_show("en", "APPLES", 0)
+    assert [row[1] for row in table["data"]] == [first.text] and "(1 result)" in words
+    text, mode, instruct, seed, speed, voice, transcript, *convert, message = fresh.history_reuse("en", first.file_name)
+    assert (text, mode, seed, speed) == (first.text, first.mode, first.seed, first.speed)
+    assert all(_is_skip(value) for value in convert)  # a generation leaves the Convert section as it is
+    assert "uploaded prompt" in message and transcript == first.transcript
+    assert "Pick a result first" in fresh.history_reuse("en", "nothing.wav")[-1]
+    cleared = fresh.history_cleared("en", "")
+    assert cleared[0]["data"] == [] and "still in outputs/" in cleared[-1]
+    assert Path(first.path).is_file()  # Clear hides; the files stay
 
 
 def test_stop_cancels_the_session_s_running_job(callbacks, prompt):
@@ -176,6 +201,35 @@ def test_stop_cancels_the_session_s_running_job(callbacks, prompt):
     assert done.wait(60)
     assert steps[-1][STATUS] == "⏹ Stopped."
     assert _outputs(callbacks) == before
+
+
+def test_a_closed_tab_s_job_is_cancelled_after_the_grace_period_and_the_queue_marks_its_own(callbacks, prompt):
+    steps, done = [], threading.Event()
+    text = "[slow] " + " ".join(f"Sentence number {n}." for n in range(30))
+    closing, other = SimpleNamespace(session_hash="closing"), SimpleNamespace(session_hash="other tab")
+
+    def run():
+        for step in callbacks.generate(
+            "en", prompt, "", "", text, "cross_lingual", "", 1, 1.0, False, Session(), closing
+        ):
+            steps.append(step)
+        done.set()
+
+    before = _outputs(callbacks)
+    threading.Thread(target=run, daemon=True).start()
+    deadline = time.monotonic() + 60
+    while not any("Sentence" in str(step[STATUS]) for step in steps) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert "yours, “&#91;slow&#93; Sentence number 0." in callbacks.queue_words("en", closing)  # escaped
+    seen_by_other = callbacks.queue_words("en", other)
+    assert "running: another job (page)" in seen_by_other and "Sentence number" not in seen_by_other
+    assert callbacks.generation.session_closed(other) is None  # a tab with no job: nothing to cancel
+    timer = callbacks.generation.session_closed(closing, grace_s=0.5)
+    timer.join(10)
+    assert done.wait(60)
+    assert "Not finished" in steps[-1][STATUS]  # cancelled, not by this tab's Stop
+    assert _outputs(callbacks) == before
+    assert callbacks.queue_words("en", other) == "Queue: nothing waiting or running."
 
 
 def test_a_full_queue_says_busy(callbacks, prompt):
@@ -245,15 +299,19 @@ def test_a_voice_is_saved_from_the_prompt_before_any_generation_reused_and_delet
     extractions = callbacks.host.engine.status()["feature_extractions"]
     steps = _save(callbacks, "Grandpa", prompt)
     assert steps[0][0].startswith("⏳ Preparing the voice")
-    message, choices = steps[-1]
+    message, choices, question = steps[-1]
     assert message == "✅ Saved the voice “Grandpa”."
-    assert ("Grandpa", "Grandpa") in choices["choices"]
+    assert ("Grandpa", "Grandpa") in choices["choices"] and choices["value"] == "Grandpa"
+    assert question["visible"] is False
     assert callbacks.host.engine.status()["feature_extractions"] == extractions + 1  # extracted in the worker
     assert "Type a name" in _save(callbacks, "  ", prompt)[-1][0]
-    assert "already exists" in _save(callbacks, "Grandpa", prompt)[-1][0]
+    message, _, question = _save(callbacks, "Grandpa", prompt)[-1]
+    assert "already exists" in message and "Replace" in message and question["visible"] is True
 
-    audio, message, transcript = callbacks.voice_picked("en", "Grandpa", "")
-    assert audio is None and "Grandpa" in message and transcript == TRANSCRIPT
+    audio, message, transcript, mode, card = callbacks.voice_picked("en", "Grandpa", "")
+    assert Path(audio).parent.name == "voices" and Path(audio).read_bytes() == Path(prompt).read_bytes()
+    assert "Grandpa" in message and transcript == TRANSCRIPT and mode == "zero_shot"
+    assert "Grandpa" in card and "3.0 s" in card and "zero-shot" in card and TRANSCRIPT in card
     final = _run(callbacks, voice="Grandpa", transcript=transcript, text="Spoken by a saved voice.")[-1]
     assert final[STATUS].startswith("✅ Done") and final[HISTORY]["data"][0][3] == "Grandpa"
 
@@ -325,7 +383,7 @@ def test_the_first_run_notice_is_remembered(tmp_path):
     settings = Settings(tmp_path / "cache")
     assert not settings.notice_acknowledged
     callbacks = SimpleNamespace(settings=settings)
-    assert Callbacks.acknowledge_notice(callbacks)["visible"] is False
+    Callbacks.acknowledge_notice(callbacks)
     assert Settings(tmp_path / "cache").notice_acknowledged
 
 
@@ -383,3 +441,33 @@ def test_saves_from_the_engine_and_deletes_from_the_page_at_once_lose_nothing(ca
     assert {name for name, _ in callbacks.voice_choices("en")[1:]} == names  # the page reads the same library
     for index in range(rounds):
         engine.voices.delete(f"New {index}")
+
+
+def test_a_voice_without_a_transcript_is_cross_lingual_renamed_replaced_and_given_a_transcript(callbacks, make_speech):
+    first = str(make_speech("The first recording of this voice.", seconds=3.0))
+    second = str(make_speech("A second, longer recording of the same voice.", seconds=4.0))
+    message = _save(callbacks, "Plain", first, transcript="")[-1][0]
+    assert "Saved the voice “Plain”" in message and "cross-lingual only" in message
+    audio, _, _, mode, card = callbacks.voice_picked("en", "Plain", "")
+    assert mode == "cross_lingual" and "No transcript" in card and "zero-shot" not in card.splitlines()[0]
+
+    message, menu, card = callbacks.rename_voice("en", "Plain", "Renamed")
+    assert "Renamed “Plain” to “Renamed”" in message and menu["value"] == "Renamed" and "Renamed" in card
+    assert [entry["name"] for entry in callbacks.voices.list()].count("Plain") == 0
+    _save(callbacks, "Other", first, transcript="")
+    assert "already exists" in callbacks.rename_voice("en", "Renamed", "Other")[0]
+
+    message, _, question = _save(callbacks, "Renamed", second, transcript="")[-1]
+    assert question["visible"] is True and callbacks.voice_picked("en", "Renamed", "")[4].count("3.0 s") == 1
+    message, _, question = list(callbacks.replace_voice("en", "Renamed", second, TRANSCRIPT))[-1]
+    assert "Replaced the voice “Renamed”" in message and question["visible"] is False
+    audio, _, transcript, mode, card = callbacks.voice_picked("en", "Renamed", "")
+    assert Path(audio).read_bytes() == Path(second).read_bytes() and "4.0 s" in card
+    assert transcript == TRANSCRIPT and mode == "zero_shot"
+    assert not any(path.name.startswith("Plain") for path in Path(audio).parent.iterdir())
+
+    message, card, mode = callbacks.save_voice_transcript("en", "Other", "The first recording of this voice.")
+    assert "can speak zero-shot now" in message and mode == "zero_shot" and "The first recording" in card
+    assert callbacks.voices.get("Other")["transcript"] == "The first recording of this voice."
+    for name in ("Renamed", "Other"):
+        callbacks.delete_voice("en", name)

@@ -12,8 +12,9 @@ import pytest
 from cosyvoice_mac.engine import VoiceError, VoiceLibrary
 from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings
 from cosyvoice_mac.webui.callbacks import Callbacks
-from cosyvoice_mac.webui.render import history_rows, render_status, status_line
-from cosyvoice_mac.webui.state import HistoryEntry, Session
+from cosyvoice_mac.webui.history import HISTORY_DATATYPES, history_view
+from cosyvoice_mac.webui.render import render_status, status_line
+from cosyvoice_mac.webui.state import HistoryEntry
 from cosyvoice_mac.webui.strings import text as say
 
 HOSTILE = "<img src=x onerror=alert(1)>"
@@ -69,21 +70,11 @@ def test_status_panel_and_history_escape_what_came_from_outside():
     shown = _shown(panel)
     assert "could not read </div><script>x</script>" in shown and "<b>m</b>" in shown
     assert "](http" not in panel  # no Markdown link
-    session = Session()
-    session.add(
-        HistoryEntry(
-            path="/o/a.wav",
-            text="t",
-            mode="zero_shot",
-            voice=None,
-            seed=1,
-            speed=1.0,
-            duration_s=1.0,
-            model="<i>folder</i>",
-        )
+    entry = HistoryEntry(
+        path="/o/a.wav", text="t", mode="zero_shot", voice=None, seed=1, speed=1.0, duration_s=1.0, model="<i>m</i>"
     )
-    model_cell = history_rows("en", session)["data"][0][7]
-    assert _shown(model_cell) == "<i>folder</i>"
+    model_cell = history_view("en", [entry]).table["data"][0][7]
+    assert model_cell == "<i>m</i>" and HISTORY_DATATYPES[7] == "str"  # a plain-text cell: shown as typed
 
 
 def test_our_own_markdown_is_left_alone():

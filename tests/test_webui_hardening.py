@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import pytest
 
 from cosyvoice_mac.engine.host import Settings
+from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.state import Session
 from tests.fakes.fake_pipeline import fake_request, started_fake_host
@@ -87,7 +88,8 @@ def test_a_request_over_the_queue_bound_gets_the_place_it_would_have_had_and_whe
 
     engine.result(engine.submit(fake_request("One quick job to learn the running time.")), timeout=60)
     thread, _ = _generate_in_background(live, prompt, "first")
-    waiting = [engine.submit(fake_request(SLOW)) for _ in range(live.host.config.max_queue)]
+    # the same door as the page (the queue keeps a share of its places for each door that competes)
+    waiting = [engine.submit(Job(fake_request(SLOW), interface="page")) for _ in range(live.host.config.max_queue)]
     try:
         refused = list(
             live.generate(

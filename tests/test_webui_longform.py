@@ -11,7 +11,11 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine.host import Settings
+from cosyvoice_mac.longform import subtitles
+from cosyvoice_mac.longform.runner import Progress
 from cosyvoice_mac.webui.callbacks import Callbacks
+from cosyvoice_mac.webui.longform import _misfit_words, progress_html
+from cosyvoice_mac.webui.strings import plural
 from tests.fakes.fake_pipeline import started_fake_host
 
 PROGRESS, MESSAGE, AUDIO, FILES = range(4)
@@ -79,10 +83,36 @@ def test_bad_input_is_a_message_and_user_text_is_escaped(callbacks):
 
 def test_the_glossary_table_saves_refuses_bad_rows_and_imports_csv(callbacks, tmp_path):
     rows, message = callbacks.longform.save_glossary("en", [["minute", "[M][AY0][N][UW1][T]", "en"], ["", "", ""]])
-    assert rows == [["minute", "[M][AY0][N][UW1][T]", "en"]] and "Saved 1" in message
+    assert rows == [["minute", "[M][AY0][N][UW1][T]", "en"]] and message == "Saved 1 entry."
     skipped, message = callbacks.longform.save_glossary("en", [["word", "[zz][qq]", "all"]])
     assert "row 1 (&#x27;word&#x27;)" in message and callbacks.longform.glossary_rows() == rows
     csv = tmp_path / "g.csv"
     csv.write_text("key,replacement,language\n好,[h][ǎo],zh\n")
     rows, message = callbacks.longform.import_glossary("en", str(csv))
     assert rows == [["好", "[h][ǎo]", "zh"]]
+
+
+def test_the_long_form_words_count_right_and_say_what_is_missing(callbacks):
+    assert progress_html("en", Progress(2, 8, 4.0, "lines"), "lines").count("s left") == 1
+    for finished in (Progress(2, 8, 0.0, "lines"), Progress(8, 8, 5.0, "lines")):  # stopped, done
+        assert "left" not in progress_html("en", finished, "lines", finished=True)
+    assert "left" not in progress_html("en", Progress(7, 8, 0.1, "lines"), "lines")  # never "0 s left"
+    assert _misfit_words("en", {"cue": 3, "overrun": 0.25, "late": 0.0}) == "3 (+0.25 s)"
+    assert _misfit_words("en", {"cue": 4, "overrun": 0.0, "late": 0.3}) == "4 (starts 0.30 s late)"
+    assert "晚 0.30 秒" in _misfit_words("zh", {"cue": 4, "overrun": 0.0, "late": 0.3})
+    assert plural("en", "lf_misfits", 1, cues="3") == "1 cue did not fit its slot: 3."
+    assert plural("en", "lf_misfits", 2, cues="3, 4") == "2 cues did not fit their slots: 3, 4."
+    assert plural("en", "lf_glossary_saved", 0) == "Saved 0 entries."
+    for run, words in (
+        (lambda lang: callbacks.longform.dub(lang, None, "", 1.5, False, False, -16, _request()), "subtitle file"),
+        (lambda lang: callbacks.longform.batch(lang, None, "", "b", False, False, -16, _request()), ".txt"),
+        (lambda lang: callbacks.longform.dialogue(lang, " ", [], 0.3, False, False, False, -16, _request()), "script"),
+    ):
+        assert words in list(run("en"))[-1][MESSAGE] and "Give the" not in list(run("en"))[-1][MESSAGE]
+        assert "请先" in list(run("zh"))[-1][MESSAGE]
+
+
+def test_a_slip_too_small_to_hear_is_no_misfit():
+    cues = subtitles.parse_srt("1\n00:00:00,000 --> 00:00:01,000\nA\n\n2\n00:00:01,000 --> 00:00:02,000\nB\n")
+    placed = subtitles.place(cues, [1.003, 0.5], [1.0, 1.0])  # 3 ms over: "+0.00 s" if it were listed
+    assert subtitles.misfit_report(placed) == []

@@ -25,7 +25,8 @@ PACKAGE = "cosyvoice_mac"
 # The house, bottom to top: a room may import its own layer and the layers below, never above.
 LAYERS = (
     ("errors", "paths", "wire"),  # facts every layer may know
-    ("config", "checkpoint", "device", "versions", "request", "sound"),  # torch-free rules (device: torch's door)
+    # torch-free rules (device: torch's door)
+    ("config", "checkpoint", "device", "versions", "request", "conversion_request", "sound"),
     ("models", "mlx"),  # the networks
     ("frontend",),  # text and prompt audio -> ids and features
     ("pipeline", "preview", "coreml"),  # Request -> audio, on either engine

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "KEY_VARIABLE": "wire",
     "ApiAccess": "auth",
-    "is_loopback": "auth",
+    "is_loopback": "origin_guard",
     "EngineLink": "engine_link",
     "ApiSettings": "server",
     "RunningServer": "server",
@@ -44,13 +44,16 @@ def serve_page(
     port: int,
     api_key: str | None,
     max_queue: int,
+    no_auth: bool = False,
     upload_limit_bytes: int,
     origin_policy=None,
     **gradio_options,
 ) -> RunningServer:
     """Add the public Gradio endpoints to ``page``, queue it, mount it with ``/v1`` and start serving.
 
-    ``origin_policy`` (api.origin_guard) refuses cross-site requests to the page and ``/v1`` alike.
+    ``origin_policy`` (api.origin_guard) refuses cross-site requests to the page and ``/v1`` alike. Bound
+    beyond this computer with ``api_key``, every route needs the key (api.key_lock); ``no_auth`` says the
+    user opened such a server without one on purpose (the page then warns).
     ``gradio_options`` go to ``gr.mount_gradio_app`` (allowed paths, css, ...). Raises OSError when
     ``bind_host:port`` cannot be listened on.
     """
@@ -60,7 +63,7 @@ def serve_page(
     from cosyvoice_mac.api.server import ApiSettings, RunningServer, build_server_app
 
     link = EngineLink(model_host)
-    access = ApiAccess.from_settings(bind_host, api_key)
+    access = ApiAccess.from_settings(bind_host, api_key, no_auth)
     attach_public_api(page, link, access, concurrency=max_queue + 1)
     # Generate is not limited by Gradio (the engine's queue is the bound); this only backs up the other
     # queued events (saving a voice, transcribing), so it is far above what Generate ever leaves waiting.

@@ -11,7 +11,6 @@ thread sets on the event loop (``loop.call_soon_threadsafe``): nothing polls.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import math
 import queue
 from contextlib import contextmanager
@@ -20,19 +19,19 @@ from typing import AsyncIterator, Callable, Iterator
 
 import numpy as np
 
-from cosyvoice_mac.api.errors import ApiError, bad_request
-from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull, TaskFailed, VoiceError, VoiceExists
+from cosyvoice_mac.api.errors import UNAVAILABLE_RETRY_AFTER_S, ApiError, bad_request, job_failure
+from cosyvoice_mac.api.voice_door import VoiceDoor
+from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull
 from cosyvoice_mac.engine import jobs as engine_jobs
 from cosyvoice_mac.engine.host import ModelHost
-from cosyvoice_mac.engine.messages import Cancelled, Done, EngineState, Failed, Progress
+from cosyvoice_mac.engine.messages import Cancelled, Done, EngineState, Progress
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
-from cosyvoice_mac.request import Request, Voice
-from cosyvoice_mac.sound.prompt_check import inspect_prompt
+from cosyvoice_mac.request import Request
 
 OPENAI_MODEL_ALIASES = ("tts-1", "tts-1-hd", "gpt-4o-mini-tts")  # "whatever model is loaded"
-VOICE_TASK_TIMEOUT_S = 900.0
+
 # The contract's field names -> this API's body fields.
 PARAMS = {
     "text": "input",
@@ -44,6 +43,7 @@ PARAMS = {
     "speed": "speed",
     "trim": "trim",
     "loudness_lufs": "loudness_lufs",
+    "prompt_audio": "prompt_audio",
 }
 
 
@@ -57,6 +57,7 @@ class Ticket:
     feed: queue.Queue | None
     arrived: asyncio.Event | None = None
     on_end: Callable[[], None] | None = None
+    recording: bool = False  # the voice is a recording sent with the request (not a saved voice)
 
 
 @contextmanager
@@ -69,12 +70,7 @@ def contract_checks() -> Iterator[None]:
         raise _contract_error(error) from error
 
 
-def voice_id(name: str) -> str:
-    """A stable id for a saved voice's name (names may hold spaces and any script; ids do not)."""
-    return "voice_" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
-
-
-class EngineLink:
+class EngineLink(VoiceDoor):
     """Owns nothing but the running estimate of a job's duration (for ``Retry-After``); the model host
     owns the engine, the engine owns the queue and the voice library."""
 
@@ -154,91 +150,6 @@ class EngineLink:
                 param="model",
             )
 
-    # -- voices ------------------------------------------------------------------------------------
-    def voices(self) -> list[dict]:
-        try:
-            entries = self.host.engine.voices.list() if self.host.engine else []
-        except VoiceError as error:
-            raise ApiError(500, str(error), code="voice_library_unreadable") from error
-        listed = [_describe_voice(entry) for entry in entries]
-        if self.uses_preview:
-            listed.insert(
-                0,
-                {
-                    "id": PREVIEW,
-                    "object": "audio.voice",
-                    "name": PREVIEW,
-                    "created_at": 0,
-                    "type": "builtin",
-                    "preview": True,
-                    "label": PREVIEW_LABEL,
-                    "transcript": None,
-                },
-            )
-        return listed
-
-    def find_voice(self, reference: str) -> str | None:
-        """The library name for a voice id or name (None: the preview voice); 404 when there is none."""
-        if reference == PREVIEW and self.uses_preview:
-            return None
-        for entry in self.voices():
-            if entry["id"] != PREVIEW and reference in (entry["id"], entry["name"]):
-                return entry["name"]
-        known = ", ".join(entry["name"] for entry in self.voices()) or "none saved yet"
-        raise ApiError(
-            404,
-            f"there is no voice {reference!r} (known: {known}); create one with POST /v1/voices",
-            code="voice_not_found",
-            param="voice",
-        )
-
-    def voice(self, name: str | None, transcript: str | None = None, recording: str | None = None) -> Voice:
-        """The request's Voice: ``recording`` (a prompt file this server wrote from an upload, never a path a
-        client named), else the saved voice ``name`` (from :meth:`find_voice`; None: the preview voice).
-        ``transcript`` is what the recording says (for a saved voice: the client's own, over the saved one)."""
-        if recording is not None:
-            return Voice.recording(recording, transcript=transcript)
-        if name is None:
-            return Voice.builtin()
-        try:
-            voice = self._engine().voice(name)
-        except VoiceError as error:
-            raise ApiError(404, str(error), code="voice_not_found", param="voice") from error
-        return Voice.saved_voice(voice.saved, transcript=transcript) if transcript else voice
-
-    def create_voice(self, name: str, audio_path: str, transcript: str | None) -> dict:
-        """Save a recording as a named voice (the worker prepares its features). Blocking."""
-        engine = self._engine()
-        self.check_ready()
-        self.check_recording(audio_path, "audio")
-        try:
-            entry = engine.save_voice_from_audio(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
-        except VoiceExists as error:
-            raise ApiError(409, str(error), code="voice_exists", param="name") from error
-        except VoiceError as error:
-            raise bad_request(str(error), "invalid_voice_name", "name") from error
-        except TaskFailed as error:
-            raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
-        except EngineError as error:
-            raise bad_request(str(error), "invalid_voice", "name") from error
-        return _describe_voice(entry)
-
-    def check_recording(self, audio_path: str, param: str) -> None:
-        """400 naming ``param`` when the file is no usable prompt (not audio, silent, too short or long)."""
-        check = inspect_prompt(audio_path)
-        if not check.ok:
-            raise bad_request(check.sentence, f"audio_{check.problem}", param)
-
-    def delete_voice(self, reference: str) -> dict:
-        name = self.find_voice(reference)
-        if name is None:
-            raise bad_request("the preview voice is built in and cannot be deleted", "builtin_voice", "voice_id")
-        try:
-            self._engine().voices.delete(name)
-        except VoiceError as error:
-            raise ApiError(404, str(error), code="voice_not_found") from error
-        return {"id": voice_id(name), "object": "audio.voice.deleted", "deleted": True, "name": name}
-
     # -- jobs --------------------------------------------------------------------------------------
     def submit(self, request: Request, interface: str, wait_for_model: bool = False, listen: bool = True) -> Ticket:
         """Queue a valid request as a job recorded with ``interface``: 429 when the queue is full, 503 while
@@ -255,15 +166,17 @@ class EngineLink:
         except EngineError as error:
             if feed is not None:
                 engine.unsubscribe(feed)
-            if isinstance(error, QueueFull):
-                raise ApiError(
-                    429,
-                    f"{error}; retry after the time in the Retry-After header",
-                    code="queue_full",
-                    headers={"Retry-After": str(self.retry_after_s())},
-                ) from error
-            raise bad_request(str(error), "invalid_request") from error
-        return Ticket(job.job_id, feed, arrived)
+            if isinstance(error, QueueFull):  # the queue's own words say when (the Gradio door shows only them)
+                known = error.retry_after_s
+                seconds = math.ceil(known) if known is not None else self.retry_after_s()
+                raise ApiError(429, str(error), code="queue_full", headers={"Retry-After": str(seconds)}) from error
+            raise ApiError(  # the engine is not running or its model is broken: not the request's fault
+                503,
+                str(error),
+                code="model_unavailable",
+                headers={"Retry-After": str(UNAVAILABLE_RETRY_AFTER_S)},
+            ) from error
+        return Ticket(job.job_id, feed, arrived, recording=request.voice.kind == "audio")
 
     def retry_after_s(self) -> int:
         """Seconds until a place in the queue is likely to free: about one job's duration."""
@@ -287,7 +200,7 @@ class EngineLink:
                     yield np.asarray(event.audio, dtype=np.float32), int(event.sample_rate)
                 elif event.terminal:
                     finished = True
-                    yield self._outcome(event)
+                    yield self._outcome(event, ticket.recording)
                     return
         finally:
             if self.host.engine is not None:
@@ -304,7 +217,7 @@ class EngineLink:
         try:
             result = self._engine().result(ticket.job_id, timeout=timeout)
         except engine_jobs.JobFailed as failure:
-            return self._outcome(failure.event)
+            return self._outcome(failure.event, ticket.recording)
         except TimeoutError:
             self.cancel(ticket.job_id)
             raise ApiError(
@@ -320,7 +233,9 @@ class EngineLink:
             except EngineError:  # already finished and forgotten
                 pass
 
-    def _outcome(self, event) -> JobResult:
+    def _outcome(self, event, recording: bool = False) -> JobResult:
+        """The result of a job that ended in ``event``, or the ApiError its failure is (``recording``: the
+        request's voice was a recording sent with it, so a fault of that audio names ``prompt_audio``)."""
         if isinstance(event, Done):
             seconds = event.result.timings.get("total")
             if seconds:
@@ -330,23 +245,15 @@ class EngineLink:
             raise ApiError(
                 503, f"the job was cancelled: {event.message}", code="cancelled", headers={"Retry-After": "5"}
             )
-        if isinstance(event, Failed) and event.traceback:  # the model crashed: the message, never the traceback
-            raise ApiError(500, event.message, code="synthesis_failed")
-        raise bad_request(f"the model refused this request: {event.message}", "synthesis_refused", "input")
+        raise job_failure(event, self._param(event.field, recording))
 
-
-def _describe_voice(entry: dict) -> dict:
-    """A library entry in the shape of OpenAI's voice object, plus our own facts."""
-    return {
-        "id": voice_id(entry["name"]),
-        "object": "audio.voice",
-        "name": entry["name"],
-        "created_at": int(entry.get("created") or 0),
-        "type": "audio_sample",
-        "preview": False,
-        "transcript": entry.get("transcript"),
-        "model": entry.get("model_id"),
-    }
+    @staticmethod
+    def _param(field: str | None, recording: bool) -> str | None:
+        """The API's body field for the contract's ``field``: the prompt's recording is ``prompt_audio`` when
+        it was uploaded with the request, else the saved ``voice`` it belongs to."""
+        if field == "prompt_audio" and not recording:
+            return "voice"
+        return PARAMS.get(field, field)
 
 
 def samples_of(result: JobResult) -> tuple[np.ndarray, int]:

@@ -1,9 +1,10 @@
 """Errors in OpenAI's shape: ``{"error": {"message", "type", "param", "code"}}`` with the right HTTP status.
 
 Every failure a client can cause or meet becomes an :class:`ApiError`; the handlers installed by
-:func:`install_error_handlers` turn those, FastAPI's own body checks and any unexpected exception into
-that JSON. A client never sees a traceback: an unexpected exception is logged here and answered with a
-500 that says so.
+:func:`install_error_handlers` turn those, FastAPI's own body checks, our own errors (``CosyVoiceError``:
+logged as one line) and any unexpected exception into that JSON. A client never sees a traceback: an
+unexpected exception is logged here with its traceback and answered with a 500 that says so. A failed job
+is answered by whose fault it was (:func:`job_failure`): only the request's own fault is a 4xx.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from cosyvoice_mac.engine.messages import Failed, Fault
+from cosyvoice_mac.errors import CosyVoiceError, InputError
 
 LOG = logging.getLogger("cosyvoice_mac.api")
 
@@ -54,12 +58,43 @@ class ApiError(Exception):
             }
         }
 
+    def event(self) -> dict:
+        """The error as a stream's ``error`` event (its status line long gone): the body, and ``retry_after``
+        (seconds) when a retry is expected to work."""
+        retry = self.headers.get("Retry-After")
+        return {"type": "error", **self.body(), **({"retry_after": int(retry)} if retry else {})}
+
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
 def bad_request(message: str, code: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, code=code, param=param)
+
+
+RESTART_RETRY_AFTER_S = 5  # a new model process is loading: about as long as a model that loads (model_loading)
+UNAVAILABLE_RETRY_AFTER_S = 30
+# Whose fault a failed job is (engine.messages.Fault) -> the HTTP status and code every /v1 answer gives it.
+FAULT_ANSWERS = {
+    Fault.INPUT: (400, "synthesis_refused"),  # the request's own fault: ``param`` names the field
+    Fault.ENGINE: (500, "synthesis_failed"),  # the model failed on it: the server log has the details
+    Fault.RESTARTED: (503, "engine_restarted"),  # the model process died mid-job and is back soon: retry
+    Fault.TIMEOUT: (500, "job_timeout"),  # it ran past the server's limit for one job
+    Fault.UNAVAILABLE: (503, "model_unavailable"),  # the model could not start: retrying later may help
+}
+RETRY_AFTER_S = {Fault.RESTARTED: RESTART_RETRY_AFTER_S, Fault.UNAVAILABLE: UNAVAILABLE_RETRY_AFTER_S}
+
+
+def job_failure(failed: Failed, param: str | None) -> ApiError:
+    """The answer to a job that ended in ``failed``: a 4xx naming ``param`` (the API's own name for the
+    event's ``field``) only when the request was at fault; a 5xx ``server_error`` otherwise, with
+    ``Retry-After`` where the same request is expected to work later."""
+    status, code = FAULT_ANSWERS.get(failed.fault, FAULT_ANSWERS[Fault.ENGINE])
+    retry = RETRY_AFTER_S.get(failed.fault)
+    headers = {"Retry-After": str(retry)} if retry else None
+    if failed.fault == Fault.INPUT:
+        return ApiError(status, f"the model refused this request: {failed.message}", code=code, param=param)
+    return ApiError(status, failed.message, code=code, headers=headers)
 
 
 def install_error_handlers(app: FastAPI, prefix: str) -> None:
@@ -80,8 +115,23 @@ def install_error_handlers(app: FastAPI, prefix: str) -> None:
         code = HTTP_CODES.get(error.status_code, "http_error")
         return ApiError(error.status_code, str(error.detail), code=code, headers=error.headers).response()
 
+    @app.exception_handler(CosyVoiceError)
+    async def expected(request: Request, error: CosyVoiceError):
+        """Ours, raised on purpose with a message for the user: one log line, no traceback."""
+        answer = expected_error(error)
+        LOG.warning("%s %s: %s (%s)", request.method, request.url.path, answer.message, answer.code)
+        if not request.url.path.startswith(prefix):
+            return PlainTextResponse(answer.message, status_code=answer.status)
+        return answer.response()
+
     @app.exception_handler(Exception)
     async def unexpected(request: Request, error: Exception):
+        inner = error.__cause__ or error.__context__
+        if isinstance(inner, StarletteHTTPException):
+            # An HTTP answer raised inside a stream already under way (Gradio's message stream of a session it
+            # no longer holds, after its tab left): the client is gone, so one line, no traceback.
+            LOG.warning("%s %s ended inside its stream: %s", request.method, request.url.path, inner)
+            return PlainTextResponse("stream ended", status_code=404)
         LOG.exception("unexpected error answering %s %s", request.method, request.url.path)
         if not request.url.path.startswith(prefix):
             return PlainTextResponse("Internal Server Error", status_code=500)
@@ -90,6 +140,14 @@ def install_error_handlers(app: FastAPI, prefix: str) -> None:
             f"the server failed on this request ({type(error).__name__}); the server log has the details",
             code="internal_error",
         ).response()
+
+
+def expected_error(error: CosyVoiceError) -> ApiError:
+    """One of our own errors that no route turned into an answer: the request's fault (400 naming its field)
+    for an InputError, else the server's (500; its message is written for the user all the same)."""
+    if isinstance(error, InputError):
+        return bad_request(str(error), getattr(error, "code", "invalid_input"), error.field)
+    return ApiError(500, str(error), code="server_failed")
 
 
 def _describe_validation(error: RequestValidationError) -> ApiError:

@@ -16,6 +16,7 @@ import gradio as gr
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, contract_checks
 from cosyvoice_mac.api.errors import ApiError
+from cosyvoice_mac.api.gradio_inputs import describe, name_input_problems
 from cosyvoice_mac.request import (
     LUFS_RANGE,
     MAX_INSTRUCT_CHARS,
@@ -65,6 +66,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         trim: bool = False,
         loudness_lufs: float | None = None,
     ) -> tuple[str, dict]:
+        if trim is not None and not isinstance(trim, bool):  # Gradio's Checkbox passes any value through
+            raise gr.Error(f"synthesize: trim must be true or false, got {describe(trim)}", print_exception=False)
         try:
             spoken_in = link.voice(link.find_voice((voice or "").strip()), transcript=prompt_text or None)
             with contract_checks():
@@ -73,8 +76,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                     spoken_in,
                     instruct=instructions or None,
                     seed=_whole(seed),
-                    speed=1.0 if speed is None else float(speed),
-                    post=PostSettings(bool(trim), None if loudness_lufs is None else float(loudness_lufs)),
+                    speed=_number("speed", speed, 1.0),
+                    post=PostSettings(bool(trim), _number("loudness_lufs", loudness_lufs, None)),
                 )
             result = link.run(request, "gradio_api", timeout=SYNTHESIZE_TIMEOUT_S)
         except ApiError as error:
@@ -101,8 +104,9 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         return link.voices()
 
     with page:
-        if access.key_required:
-            gr.Markdown(_key_notice(access), elem_id="cv-api-notice")
+        notice = _key_notice(access)
+        if notice:
+            gr.Markdown(notice, elem_id="cv-api-notice")
         with gr.Column(visible=False):
             inputs = [
                 gr.Textbox(label="text"),
@@ -134,15 +138,44 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
     for function in page.fns.values():
         if function.api_name not in PUBLIC_ENDPOINTS:
             function.api_visibility = hidden
+    name_input_problems(page)
 
 
-def _key_notice(access: ApiAccess) -> str:
+def _key_notice(access: ApiAccess) -> str | None:
+    if access.open_to_everyone:
+        return (
+            f"⚠️ **Open to everyone:** this page listens on `{access.bind_host}` with `--no-auth`, so anyone who "
+            "can reach this machine may use the page, the Gradio API and `/v1` without a key. Restart with "
+            "`--api-key KEY` to lock it. / ⚠️ **对所有人开放：**此页面以 `--no-auth` 监听 "
+            f"`{access.bind_host}`，能访问本机的任何人无需密钥即可使用。用 `--api-key KEY` 重启以加锁。"
+        )
     if access.refuses_all:
         return (
             f"**API:** this page listens on `{access.bind_host}` without an API key, so the `/v1` API is off. "
             "Restart with `--api-key KEY` (or set `COSYVOICE_API_KEY`) to turn it on."
         )
-    return "**API:** `/v1` requests need the header `Authorization: Bearer <your API key>`."
+    if access.locks_every_door:
+        return (
+            "**API:** this server is open to the network and locked with its key: `/v1`, the Gradio API and "
+            "uploads need the header `Authorization: Bearer <your API key>`."
+        )
+    if access.key_required:
+        return "**API:** `/v1` requests need the header `Authorization: Bearer <your API key>`."
+    return None
+
+
+def _number(field: str, value, default: float | None) -> float | None:
+    """``value`` as a float (a number, or text that spells one, as Gradio's Number passes it on); ``default``
+    for null. Its range is the request contract's to check."""
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    message = f"synthesize: {field} must be a number, got {describe(value)}"
+    raise ApiError(400, message, code="invalid_type", param=field)
 
 
 def _whole(value: float | None) -> int | None:

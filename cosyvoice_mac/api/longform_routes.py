@@ -1,18 +1,26 @@
 """Long-form work over HTTP: ``/v1/longform/{dialogue,dub,batch}``, ``/v1/glossary`` and result downloads.
+A batch is either lines to speak (the file ``file``) or recordings to convert (several files ``audio`` and a
+``voice``: each bad recording is reported in ``done``'s ``report`` by name and reason, the others go on).
 
 A job's whole input is checked before the response starts (a bad line is a 400 naming it). The answer is
-a stream of server-sent events: ``progress`` after every line (done, total, seconds left), then ``done``
-with the result's files (download them from ``/v1/longform/files/{name}``) or ``error``. A client that
-disconnects stops the job between lines; what was finished is kept, labelled partial.
+a stream of server-sent events: ``note`` first for what the job goes without (a damaged glossary is skipped,
+never a failure), ``progress`` after every line (done, total, seconds left), then ``done`` with the result's
+files (download them from ``/v1/longform/files/{name}``) or ``error`` (OpenAI's error shape: ``error.type``
+says whether the request or the server was at fault). ``done`` says ``saved``: false (with ``warning``, the
+reason) when outputs/ refused the files (a full disk, a read-only folder); they are then kept in a temporary
+folder of the server, downloadable all the same. A client that disconnects stops the job between lines; what
+was finished is kept, labelled partial.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
+import shutil
+import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import AsyncIterator
 
@@ -22,14 +30,19 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
-from cosyvoice_mac.api.errors import ApiError, bad_request
-from cosyvoice_mac.errors import CosyVoiceError, RequestError
+from cosyvoice_mac.api.errors import RESTART_RETRY_AFTER_S, ApiError, bad_request, job_failure
+from cosyvoice_mac.engine.jobs import JobFailed
+from cosyvoice_mac.engine.messages import Failed
+from cosyvoice_mac.errors import CosyVoiceError, InputError, RequestError
 from cosyvoice_mac.frontend.glossary import GlossaryEntry, GlossaryError, GlossaryStore, check_entries
-from cosyvoice_mac.longform import LongformError, batch, dialogue, subtitles
+from cosyvoice_mac.longform import LongformError, batch, convert_batch, dialogue, subtitles
+from cosyvoice_mac.longform.files import ResultFiles, result_stem
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
-from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.request import MAX_UPLOAD_BYTES, PostSettings, check_speed
 
+LOG = logging.getLogger("cosyvoice_mac.api")
+BATCH_PATH = "/v1/longform/batch"  # lines to speak (file) or recordings to convert (audio, several)
 MAX_TEXT_FILE_BYTES = 2 << 20  # a script, subtitle or batch file is text: far below an audio upload
 _FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
 
@@ -60,9 +73,16 @@ class GlossaryBody(BaseModel):
     entries: list[GlossaryRow]
 
 
-def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path, glossary: GlossaryStore) -> APIRouter:
+def build_longform_router(
+    link: EngineLink,
+    access: ApiAccess,
+    outputs_dir: Path,
+    glossary: GlossaryStore,
+    upload_limit_bytes: int = MAX_UPLOAD_BYTES,
+) -> APIRouter:
     router = APIRouter(prefix="/v1", dependencies=[Depends(access.check)])
     folder = Path(outputs_dir) / "longform"
+    unsaved = Path(tempfile.mkdtemp(prefix="cosyvoice-longform-unsaved-"))  # what outputs/ could not take
 
     def speak(request: Request, default_voice=None) -> EngineSpeak:
         """Lines as engine jobs recorded with the interface that asked (``api``, or ``cli`` by its header)."""
@@ -70,7 +90,8 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
 
         interface = asking_interface(request)
         link.check_ready()
-        return EngineSpeak(link._engine(), _entries(glossary), default_voice, interface=interface)
+        entries, note = glossary.usable_entries()  # a damaged glossary is skipped, with a note, not a 500
+        return EngineSpeak(link._engine(), entries, default_voice, interface=interface, notes=(note,) if note else ())
 
     @router.post("/longform/dialogue")
     async def longform_dialogue(body: DialogueBody, request: Request):
@@ -87,13 +108,14 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
                 body.cast,
                 known,
                 speaker,
-                _stem(folder, "dialogue"),
+                result_stem(folder, "dialogue"),
                 pause_s=body.pause_s,
                 seed=body.seed,
                 per_line_files=body.per_line_files,
                 post=post,
                 on_progress=on_progress,
                 should_stop=should_stop,
+                files=ResultFiles(fallback=unsaved),
             ),
         )
 
@@ -119,30 +141,44 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
                 data,
                 name,
                 speaker,
-                _stem(folder, "dub"),
+                result_stem(folder, "dub"),
                 speed_limit=speed_limit,
                 seed=seed,
                 post=post,
                 on_progress=on_progress,
                 should_stop=should_stop,
+                files=ResultFiles(fallback=unsaved),
             ),
         )
 
-    @router.post("/longform/batch")
+    @router.post(BATCH_PATH.removeprefix("/v1"))
     async def longform_batch(
         request: Request,
-        lines_file: UploadFile = File(..., alias="file"),
+        lines_file: UploadFile | None = File(None, alias="file"),
+        sources: list[UploadFile] | None = File(None, alias="audio"),
         voice: str | None = Form(None),
-        name: str = Form(...),
+        name: str | None = Form(None),
         seed: int | None = Form(None),
+        speed: float = Form(1.0),
         trim: bool = Form(False),
         loudness_lufs: float | None = Form(None),
     ):
-        if not _FILE_NAME.fullmatch(name) or ".." in name:
+        if name is not None and (not _FILE_NAME.fullmatch(name) or ".." in name):
             raise bad_request("the batch name may use letters, digits, '.', '_' and '-' only", "bad_name", "name")
+        if (lines_file is None) == (not sources):
+            raise bad_request(
+                "send the lines to speak as the file 'file' (.txt or .csv), or the recordings to convert as one or "
+                "more files 'audio', one of the two",
+                "missing_field" if lines_file is None else "batch_ambiguous",
+                "file",
+            )
+        post = _checked(lambda: PostSettings(trim, loudness_lufs), "loudness_lufs")
+        if sources:
+            return await conversion_batch(request, sources, voice, name, speed, post)
+        if name is None:
+            raise bad_request("name the batch with 'name' (its folder: a re-run resumes it)", "missing_field", "name")
         data, kind = await _read(lines_file), Path(lines_file.filename or "").suffix.lower().lstrip(".")
         _checked(lambda: batch.parse_batch(data, kind), "file")
-        post = _checked(lambda: PostSettings(trim, loudness_lufs), "loudness_lufs")
         default = link.find_voice(voice) if voice else None
         speaker = speak(request, default)
         settings = {
@@ -166,9 +202,46 @@ def build_longform_router(link: EngineLink, access: ApiAccess, outputs_dir: Path
             ),
         )
 
+    async def conversion_batch(request: Request, sources, voice, name, speed: float, post: PostSettings):
+        """Every recording uploaded as ``audio`` re-spoken in ``voice``, in the batch folder ``name`` (a re-run
+        with the same name resumes it; none: a new folder of its own); bad recordings are reported per file."""
+        if voice is None:
+            raise bad_request("name the voice to convert into with 'voice'", "missing_field", "voice")
+        _checked(lambda: check_speed(speed, False), "speed")
+        target = link.find_voice(voice)
+        speaker = speak(request, target)  # a model that is not ready is a 503 before any upload is stored
+        received = Path(tempfile.mkdtemp(prefix="cosyvoice-api-batch-"))
+        try:
+            paths = await _receive_sources(sources, received, upload_limit_bytes)
+            items, skipped = _checked(lambda: convert_batch.plan_sources(paths), "audio")
+        except BaseException:
+            shutil.rmtree(received, ignore_errors=True)
+            raise
+        settings = {"model": link.host.current.name if link.host.current else None}
+        where = folder / "batches" / (name or result_stem(folder, "convert").name)
+
+        def job(on_progress, should_stop):
+            try:
+                return convert_batch.run_convert_batch(
+                    items,
+                    skipped,
+                    where,
+                    speaker.convert,
+                    voice=target,
+                    speed=speed,
+                    settings=settings,
+                    post=post,
+                    on_progress=on_progress,
+                    should_stop=should_stop,
+                )
+            finally:
+                shutil.rmtree(received, ignore_errors=True)
+
+        return _stream(request, speaker, job)
+
     @router.get("/longform/files/{name}")
     async def longform_file(name: str):
-        candidates = (folder / name, folder / "batches" / name) if _FILE_NAME.fullmatch(name) else ()
+        candidates = (folder / name, folder / "batches" / name, unsaved / name) if _FILE_NAME.fullmatch(name) else ()
         matches = [path for path in candidates if path.is_file()]
         if not matches:
             raise ApiError(404, f"there is no long-form result named {name!r}", code="file_not_found", param="name")
@@ -205,15 +278,33 @@ def _checked(check, param: str):
         raise bad_request(str(error), error.code, error.field) from None
 
 
+async def _receive_sources(uploads: list[UploadFile], folder: Path, limit: int) -> list[Path]:
+    """The uploaded recordings saved in ``folder`` under their own names (folders dropped, a name taken twice
+    numbered); 413 naming the file over ``limit``."""
+    paths, taken = [], set()
+    for index, upload in enumerate(uploads, start=1):
+        given = Path((upload.filename or "").replace("\\", "/")).name.lstrip(".") or f"recording-{index}"
+        name = given if given.casefold() not in taken else f"{Path(given).stem}-{index}{Path(given).suffix}"
+        taken.add(name.casefold())
+        path = folder / name
+        with path.open("wb") as handle:
+            await asyncio.to_thread(shutil.copyfileobj, upload.file, handle, 1 << 20)
+        if path.stat().st_size > limit:
+            raise ApiError(
+                413,
+                f"{given} is larger than {limit >> 20} MB, the limit of one recording",
+                code="too_large",
+                param="audio",
+            )
+        paths.append(path)
+    return paths
+
+
 async def _read(upload: UploadFile) -> bytes:
     data = await upload.read(MAX_TEXT_FILE_BYTES + 1)
     if len(data) > MAX_TEXT_FILE_BYTES:
         raise ApiError(413, f"the file is larger than {MAX_TEXT_FILE_BYTES >> 20} MB", code="too_large", param="file")
     return data
-
-
-def _stem(folder: Path, kind: str) -> Path:
-    return folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{threading.get_ident() % 10000:04d}"
 
 
 def _stream(request: Request, speaker: EngineSpeak, job) -> StreamingResponse:
@@ -233,6 +324,8 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
 
     thread = threading.Thread(target=work, name="cosyvoice-api-longform", daemon=True)
     thread.start()
+    for note in speaker.notes:  # said first: what the whole job goes without
+        yield _event("note", {"message": note})
     try:
         while True:
             try:
@@ -257,11 +350,12 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
             stop.set()
             speaker.stop()
     if "error" in outcome:
-        error = outcome["error"]
-        message = str(error) if isinstance(error, CosyVoiceError) else f"{type(error).__name__}: {error}"
-        yield _event("error", {"message": message})
+        failure = _failure(outcome["error"])
+        LOG.warning("long-form job ended with an error (%s): %s", failure.code, failure.message)
+        yield _event("error", {"message": failure.message, **failure.event()})
         return
     result = outcome["result"]
+    saved = {"saved": True} if result.not_saved is None else {"saved": False, "warning": result.not_saved}
     yield _event(
         "done",
         {
@@ -271,8 +365,23 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
             "partial": result.stopped,
             "files": [Path(path).name for path in result.files],
             "report": result.report,
+            **saved,
         },
     )
+
+
+def _failure(error: Exception) -> ApiError:
+    """What ended a long job, as the ApiError a request would get for it (logged by the caller)."""
+    if isinstance(error, JobFailed) and isinstance(error.event, Failed):
+        return job_failure(error.event, error.event.field)
+    if isinstance(error, JobFailed):  # cancelled: by a restart of the engine, or a Stop
+        return ApiError(503, str(error), code="cancelled", headers={"Retry-After": str(RESTART_RETRY_AFTER_S)})
+    if isinstance(error, InputError):
+        return bad_request(str(error), "invalid_longform_input", error.field)
+    if isinstance(error, CosyVoiceError):  # ours and explained: a full disk, an engine that is not running
+        return ApiError(500, str(error), code="longform_failed")
+    LOG.error("long-form job failed unexpectedly", exc_info=error)
+    return ApiError(500, f"{type(error).__name__}: {error}", code="internal_error")
 
 
 def _event(kind: str, data: dict) -> bytes:

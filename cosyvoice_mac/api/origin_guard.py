@@ -6,8 +6,12 @@ folder or queue jobs. So a state-changing request (anything but GET, HEAD, OPTIO
 that Referer, is not this server is refused with 403, unless the user allowed that origin. A request with
 neither header is not a browser's cross-site request (curl, ``gradio_client``, the OpenAI client) and passes.
 
-When the server listens on a loopback address, a request whose ``Host`` is not a loopback name is refused as
-well, whatever its method: that is how a rebinding DNS name would reach it and read the page's files.
+Whatever its method, a request whose ``Host`` is not a name the server was told to answer to is refused too:
+that is how a rebinding DNS name (an attacker's name that first points at their site, then at this machine)
+would reach it and read the page's files, since its Origin then matches its Host. The names are the bind
+address, every ``--allowed-host``, the loopback names when the bind reaches this computer's loopback (a
+loopback address, or 0.0.0.0 / ::), and, on a bind to every interface, any IP address written as such
+(a rebinding attack needs a DNS name: a browser that sends an address as Host was pointed at it directly).
 """
 
 from __future__ import annotations
@@ -18,31 +22,58 @@ from urllib.parse import urlsplit
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+WILDCARD_BINDS = ("0.0.0.0", "::", "")  # every interface, this computer's loopback included
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 @dataclass(frozen=True)
 class OriginPolicy:
-    """Which origins besides the server's own may change state, and whether only loopback Host names count.
+    """Which origins besides the server's own may change state, and which ``Host`` names the server answers to.
 
-    ``allowed_origins`` holds ``scheme://host[:port]`` strings as the user gave them (``*`` allows all).
+    ``allowed_origins`` holds ``scheme://host[:port]`` strings as the user gave them (``*`` allows all);
+    ``allowed_hosts`` lower-case host names without a port; ``any_address`` admits every IP literal (a bind
+    to all interfaces); ``loopback_names`` admits localhost and the loopback addresses.
     """
 
     allowed_origins: frozenset[str] = field(default_factory=frozenset)
-    loopback_only: bool = True
+    allowed_hosts: frozenset[str] = field(default_factory=frozenset)
+    loopback_names: bool = True
+    any_address: bool = False
 
     @classmethod
-    def for_server(cls, host: str, allowed_origins: list[str] | tuple[str, ...] = ()) -> OriginPolicy:
-        return cls(frozenset(_normalise(origin) or origin for origin in allowed_origins), is_loopback(host))
+    def for_server(
+        cls,
+        host: str,
+        allowed_origins: list[str] | tuple[str, ...] = (),
+        allowed_hosts: list[str] | tuple[str, ...] = (),
+    ) -> OriginPolicy:
+        bind = host.strip().strip("[]").lower()
+        every_interface = bind in WILDCARD_BINDS
+        names = {_host_name(name) for name in (*allowed_hosts, bind) if _host_name(name)}
+        return cls(
+            frozenset(_normalise(origin) or origin for origin in allowed_origins),
+            frozenset(names - set(WILDCARD_BINDS)),
+            loopback_names=every_interface or is_loopback(bind),
+            any_address=every_interface,
+        )
+
+    def answers_to(self, host_header: str | None) -> bool:
+        name = _hostname(host_header)
+        if not name:
+            return False
+        if name in self.allowed_hosts or (self.loopback_names and is_loopback(name)):
+            return True
+        return self.any_address and _is_address(name)
 
     def refusal(
         self, method: str, host: str | None, origin: str | None, referer: str | None, scheme: str = "http"
     ) -> str | None:
         """Why this request is refused, or None when it may pass."""
-        if self.loopback_only and not is_loopback(_hostname(host)):
+        if not self.answers_to(host):
             return (
-                f"refused: this app listens on this computer only, and the request named the host {host!r}. "
-                "Open it as http://127.0.0.1 or http://localhost"
+                f"refused: the request named the host {host!r}, which is not a name this app answers to "
+                f"({self._names()}); a web page under another name may be trying to reach it. Open the app by "
+                "one of those names, or start it with --allowed-host NAME to let that name in"
             )
         if method.upper() in SAFE_METHODS:
             return None
@@ -58,6 +89,14 @@ class OriginPolicy:
             "may not change anything here. If you trust that site, start the app with --allowed-origin "
             f"{source}"
         )
+
+    def _names(self) -> str:
+        names = sorted(self.allowed_hosts)
+        if self.loopback_names:
+            names = ["localhost", "127.0.0.1", *[name for name in names if not is_loopback(name)]]
+        if self.any_address:
+            names.append("this machine's IP addresses")
+        return ", ".join(names)
 
 
 class OriginGuard:
@@ -98,15 +137,34 @@ class OriginGuard:
 
 
 def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (a name or an address, ``[::1]`` too) stays on this computer."""
     if not host:
         return False
-    host = host.strip("[]").lower()
+    host = host.strip().strip("[]").lower()
     if host in LOOPBACK_NAMES:
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: only "localhost" is known to stay on this machine
+        return False
+
+
+def _is_address(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
     except ValueError:
         return False
+    return True
+
+
+def _host_name(name: str) -> str | None:
+    """A host as the user wrote it (``studio.local``, ``[::1]``, ``host:7860``) in lower case, no port."""
+    name = name.strip()
+    if not name:
+        return None
+    if ":" in name and not name.startswith("[") and name.count(":") > 1:  # a bare IPv6 address
+        return name.lower()
+    return _hostname(name)
 
 
 def _hostname(host_header: str | None) -> str | None:

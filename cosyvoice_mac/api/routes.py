@@ -13,8 +13,6 @@ whenever the app runs); see ``wire.py``.
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -24,20 +22,22 @@ from fastapi import APIRouter, Depends, File, Form, UploadFile
 from fastapi import Request as HttpRequest
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request
+from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
 from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
-from cosyvoice_mac.sound.wav import pcm16, streaming_wav_header
 from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
     FILE_HEADER,
     INTERFACE_HEADER,
     JOB_ID_HEADER,
     RECORDING_SPEECH_PATH,
+    SAVED_HEADER,
+    WARNING_HEADER,
 )
 
 STREAM_FORMATS = ("audio", "sse")
@@ -62,11 +62,11 @@ class SpeechBody(BaseModel):
     instructions: str | None = None
     response_format: str = "mp3"
     speed: float = Field(default=1.0, description=f"{SPEED_RANGE[0]:g} to {SPEED_RANGE[1]:g}; 1 while streaming")
-    stream: bool = False
+    stream: StrictBool = False  # JSON's true or false: "yes" is refused, as by the Gradio API
     stream_format: str = "audio"
     seed: int | None = Field(default=None, description="extension: the same seed and text give the same audio")
     prompt_text: str | None = Field(default=None, description="extension: what the saved voice's recording says")
-    trim: bool = Field(default=False, description="extension: cut the leading and trailing silence")
+    trim: StrictBool = Field(default=False, description="extension: cut the leading and trailing silence")
     loudness_lufs: float | None = Field(
         default=None,
         description=f"extension: normalise to this loudness, {LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS",
@@ -78,6 +78,14 @@ class RecordingSpeechBody(SpeechBody):
     (``prompt_text`` then says what the recording says: given, the request speaks zero-shot)."""
 
     voice: str | VoiceReference | None = None
+
+
+class VoiceChange(BaseModel):
+    """The body of ``PATCH /v1/voices/{id}``: a new ``name``, a new ``transcript`` (null: none), or both."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    transcript: str | None = None
 
 
 def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -> APIRouter:
@@ -145,6 +153,28 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
             shutil.rmtree(folder, ignore_errors=True)
         return JSONResponse(entry, status_code=201)
 
+    @router.patch("/voices/{voice_id}")
+    @router.patch("/audio/voices/{voice_id}", include_in_schema=False)
+    async def change_voice(voice_id: str, body: VoiceChange):
+        """Rename a saved voice (``name``) and/or set its transcript (``transcript``; null: none)."""
+        fields = body.model_fields_set
+        if not fields & {"name", "transcript"}:
+            raise bad_request("send 'name' (the new name) and/or 'transcript'", "missing_field", "name")
+        transcript = body.transcript if "transcript" in fields else ...
+        return link.rename_voice(voice_id, body.name if "name" in fields else None, transcript)
+
+    @router.put("/voices/{voice_id}")
+    @router.put("/audio/voices/{voice_id}", include_in_schema=False)
+    async def replace_voice(voice_id: str, transcript: str | None = Form(None), audio: UploadFile | None = File(None)):
+        """Overwrite a saved voice's recording (and transcript), keeping its name."""
+        if audio is None:
+            raise bad_request("send the new recording as the multipart file field 'audio'", "missing_field", "audio")
+        folder, path = await _receive_upload(audio, upload_limit_bytes, "cosyvoice-api-voice-")
+        try:
+            return await asyncio.to_thread(link.replace_voice, voice_id, str(path), transcript)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     @router.delete("/voices/{voice_id}")
     @router.delete("/audio/voices/{voice_id}", include_in_schema=False)
     async def delete_voice(voice_id: str):
@@ -179,11 +209,11 @@ async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: Speec
         return Response(encoded, media_type=audio_formats.media_type(body.response_format), headers=headers)
     first = await _next(pieces, http)  # an early failure still gets its own status
     if body.stream_format == "sse":
-        return StreamingResponse(
-            _sse(first, pieces, body.response_format, len(speech.text)), media_type="text/event-stream", headers=headers
-        )
-    return StreamingResponse(
-        _chunks(first, pieces, body.response_format),
+        events = sse_stream(first, pieces, body.response_format, len(speech.text), ticket.job_id)
+        return StreamingResponse(events, media_type="text/event-stream", headers=headers)
+    return CutOnFailure(  # a failure from here on cuts the body short (streams.py)
+        audio_bytes(first, pieces, body.response_format, StreamEnd()),
+        ticket.job_id,
         media_type=audio_formats.media_type(body.response_format),
         headers=headers,
     )
@@ -288,53 +318,23 @@ async def _last(pieces: AsyncIterator, http: HttpRequest):
             return item
 
 
-async def _chunks(first, pieces: AsyncIterator, response_format: str) -> AsyncIterator[bytes]:
-    """The stream's bytes: the WAV header (for wav), then each piece's samples as they come."""
-    header_sent = response_format != "wav"
-    item = first
-    try:
-        while isinstance(item, tuple):
-            samples, sample_rate = item
-            if not header_sent:
-                header_sent = True
-                yield streaming_wav_header(sample_rate)
-            yield pcm16(samples)
-            item = await pieces.__anext__()
-        if not header_sent:  # nothing was streamed (the job made no audio): still a valid, empty WAV
-            yield streaming_wav_header(item.sample_rate)
-    finally:
-        await pieces.aclose()  # the client went away: the job is cancelled
-
-
-async def _sse(first, pieces: AsyncIterator, response_format: str, characters: int) -> AsyncIterator[bytes]:
-    """OpenAI's speech events: ``speech.audio.delta`` (base64 audio), then ``speech.audio.done``."""
-    try:
-        async for chunk in _chunks(first, pieces, response_format):
-            yield _event({"type": "speech.audio.delta", "audio": base64.b64encode(chunk).decode("ascii")})
-    except ApiError as error:  # the status line is long gone: the failure travels as an event
-        yield _event({"type": "error", **error.body()})
-        return
-    yield _event(
-        {
-            "type": "speech.audio.done",
-            "usage": {"input_tokens": characters, "output_tokens": 0, "total_tokens": characters},
-        }
-    )
-
-
-def _event(data: dict) -> bytes:
-    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n".encode("utf-8")
-
-
 def _result_headers(result) -> dict[str, str]:
     headers = {
         "x-cosyvoice-seed": str(result.seed),
         "x-cosyvoice-sample-rate": str(result.sample_rate),
         "x-cosyvoice-duration": f"{result.duration_s:.3f}",
     }
-    if result.output_path:
-        headers[FILE_HEADER] = Path(result.output_path).name
-    return headers
+    return {**headers, **saved_headers(result.output_path, result.output_error)}
+
+
+def saved_headers(output_path: str | None, output_error: str | None) -> dict[str, str]:
+    """``X-CosyVoice-Saved`` and the saved file's name, or, when nothing was saved, a ``Warning`` (RFC 7234:
+    ``199 - "reason"``) saying why: the audio is in the answer all the same."""
+    if output_path:
+        return {SAVED_HEADER: "true", FILE_HEADER: Path(output_path).name}
+    reason = output_error or "the result was not saved"
+    quoted = reason.encode("ascii", "backslashreplace").decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+    return {SAVED_HEADER: "false", WARNING_HEADER: f'199 - "not saved: {quoted}"'}
 
 
 def _too_large(limit: int) -> ApiError:

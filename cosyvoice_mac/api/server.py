@@ -1,5 +1,9 @@
 """One server for the page and the APIs: a FastAPI app with ``/v1`` first and the Gradio page mounted at
 the root, run by uvicorn on one port, in one process, in front of one engine and its one queue.
+
+Every request passes, outermost first: the origin guard (foreign sites, names the server does not answer
+to), the key lock (a server open to the network), upload names (no server path in an upload's answer),
+the public-endpoints rule of Gradio's REST route, the ``/v1`` body limit.
 """
 
 from __future__ import annotations
@@ -10,17 +14,22 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from fastapi import FastAPI
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi import Request as HttpRequest
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from cosyvoice_mac.api.auth import ApiAccess
+from cosyvoice_mac.api.convert_routes import build_convert_router
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import ApiError, install_error_handlers
 from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
-from cosyvoice_mac.api.longform_routes import build_longform_router
+from cosyvoice_mac.api.key_lock import KeyLock
+from cosyvoice_mac.api.longform_routes import BATCH_PATH, build_longform_router
 from cosyvoice_mac.api.routes import build_router
+from cosyvoice_mac.api.sessions import SessionBound
+from cosyvoice_mac.api.upload_names import UploadNames
 from cosyvoice_mac.frontend.glossary import glossary_store
-from cosyvoice_mac.request import MAX_UPLOAD_BYTES
+from cosyvoice_mac.request import MAX_BATCH_UPLOAD_BYTES, MAX_UPLOAD_BYTES
 
 API_PREFIX = "/v1"
 GRADIO_CALL_PREFIX = "/gradio_api/call/"
@@ -47,6 +56,8 @@ class BodyLimit:
         if scope["type"] != "http" or not scope["path"].startswith(API_PREFIX):
             return await self.app(scope, receive, send)
         limit = MAX_SPEECH_BODY_BYTES if scope["path"].endswith("/speech") else self.upload_limit_bytes
+        if scope["path"] == BATCH_PATH:  # several recordings at once; the route holds each to the one-file limit
+            limit = max(limit, MAX_BATCH_UPLOAD_BYTES)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             response = ApiError(413, _too_large_message(limit), code="too_large").response()
@@ -90,20 +101,41 @@ def _too_large_message(limit: int) -> str:
 def build_server_app(page, link: EngineLink, settings: ApiSettings, origin_policy=None, **gradio_options) -> FastAPI:
     """The combined app: ``/v1`` routes, then the page (``gradio_options`` go to ``gr.mount_gradio_app``)."""
     import gradio as gr
+    from gradio.utils import get_upload_folder
 
     app = FastAPI(title="CosyVoice for Mac", docs_url=None, redoc_url=None, openapi_url=None)
     install_error_handlers(app, API_PREFIX)
     app.add_middleware(BodyLimit, upload_limit_bytes=settings.upload_limit_bytes)
     app.add_middleware(PublicGradioCalls, public=PUBLIC_ENDPOINTS)
+    app.add_middleware(SessionBound, page=page)  # Gradio's per-session memory: bounded (api/sessions.py)
+    app.add_middleware(UploadNames, upload_dir=get_upload_folder())
+    if settings.access.locks_every_door:  # open to the network: no door without the key
+        app.add_middleware(KeyLock, api_key=settings.access.api_key)
     if origin_policy is not None:  # outermost: a cross-site request is refused before anything reads it
         from cosyvoice_mac.api.origin_guard import OriginGuard
 
         app.add_middleware(OriginGuard, policy=origin_policy)
     app.include_router(build_router(link, settings.access, settings.upload_limit_bytes))
+    app.include_router(build_convert_router(link, settings.access, settings.upload_limit_bytes))
     config = link.host.config
     glossary = glossary_store(config.cache_dir)
-    app.include_router(build_longform_router(link, settings.access, Path(config.outputs_dir), glossary))
+    app.include_router(
+        build_longform_router(link, settings.access, Path(config.outputs_dir), glossary, settings.upload_limit_bytes)
+    )
+    app.include_router(_no_such_route(settings.access))
     return gr.mount_gradio_app(app, page, path="", **gradio_options)
+
+
+def _no_such_route(access) -> APIRouter:
+    """Last under /v1: a path no route takes is answered in OpenAI's shape, not by the page's mount (which would
+    answer Gradio's bare ``{"detail": "Not Found"}``)."""
+    router = APIRouter(prefix=API_PREFIX, dependencies=[Depends(access.check)])
+
+    @router.api_route("/{rest:path}", methods=["GET", "POST", "PUT", "PATCH", "DELETE"], include_in_schema=False)
+    async def no_such_route(rest: str, request: HttpRequest):
+        raise ApiError(404, f"there is no route {request.method} {request.url.path}", code="not_found")
+
+    return router
 
 
 class RunningServer:

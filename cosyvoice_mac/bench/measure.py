@@ -7,7 +7,7 @@ every stop id, so runs are comparable across machines and with the reference's f
     python -m cosyvoice_mac.bench --version cosyvoice3 --devices cpu --dtypes float32,float16/float32 --runs 3
     python -m cosyvoice_mac.bench --engine mlx,torch --devices cpu --dtypes float32 --runs 1
 
-``--engine mlx`` runs the CosyVoice3 networks on MLX (Metal on a Mac, MLX's CPU backend on Linux);
+``--engine mlx`` runs the networks (either version) on MLX (Metal on a Mac, MLX's CPU backend on Linux);
 its LLM precision is ``$COSYVOICE_MLX_LLM`` (fp32, fp16, bf16, int8, int4) and its peak memory is MLX's own.
 
 A dtype is one name for every stage (``float32``) or ``LLM/FLOW`` (``float16/float32``: on the
@@ -35,6 +35,7 @@ import torch
 
 from cosyvoice_mac.bench.decode import decode_report
 from cosyvoice_mac.bench.floors import floors
+from cosyvoice_mac.bench.machine import peak_footprint_mb
 from cosyvoice_mac.device import empty_cache, select_device, synchronize
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 from cosyvoice_mac.pipeline.engines import engine_status, network_dtypes
@@ -76,6 +77,11 @@ def forced_token_stream(model: CosyVoice, text_ids: torch.Tensor, speaker, count
     sampler = llm.make_sampler(seed=0)
     stop_ids = sorted(llm.stop_ids)
     embeds = llm.build_prompt_embeddings(text_ids, text_ids[:, :0], speaker.speech_tokens)
+    runner = getattr(llm, "decoding", None)  # the app's CUDA path samples on the device (min_len masks every stop)
+    masks_every_stop = set(getattr(llm, "masked_before_min_len", ())) >= set(stop_ids)
+    if runner is not None and runner.samples_on_device(sampler, None) and masks_every_stop:
+        yield from llm._decode(embeds, count, count, sampler, None)
+        return
     decoder = llm.start_decoding(embeds, count)
     tokens: list[int] = []
     for step in range(count):
@@ -275,6 +281,7 @@ def bench(
         "median": median,
         "all_runs": results,
         "peak_rss_mb": peak_rss_mb(),
+        "peak_footprint_mb": peak_footprint_mb(),  # macOS: what memory pressure counts; None elsewhere
         "peak_device_mb": peak_device_mb(device),
         "parameter_bytes": model.networks.parameter_bytes(),
         "torch_threads": torch.get_num_threads(),

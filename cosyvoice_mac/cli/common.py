@@ -5,11 +5,50 @@ Torch-free and light: each command module imports this, never another command's 
 
 from __future__ import annotations
 
+from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.request import LUFS_RANGE, PostSettings
 
-EXIT_REFUSED = 2  # the message says why
-EXIT_TRY_LATER = 75  # sysexits' EX_TEMPFAIL: the app's queue is full or its model loads; the same command works later
+EXIT_FAILED = 1  # the app or its model failed on the job (not the request's fault); the message says why
+EXIT_REFUSED = 2  # the request was refused (bad input, unknown voice, missing key); the message says what to change
+EXIT_NOT_SAVED = 73  # sysexits' EX_CANTCREAT: the audio was made (and --out written) but outputs/ could not keep it
+# sysexits' EX_TEMPFAIL: the app's queue is full, its model loads, or its model process crashed and was restarted:
+# the same command works later
+EXIT_TRY_LATER = 75
 EXIT_INTERRUPTED = 130  # the shell's code for a command ended by Ctrl-C
+EXIT_CODES_HELP = (
+    f"Exit codes: 0 done; {EXIT_FAILED} the app or its model failed (the message says why); {EXIT_REFUSED} "
+    f"refused (the message says what to change); {EXIT_NOT_SAVED} made and written to --out, but not saved in "
+    f"the app's outputs/ (full or read-only: the message says why); {EXIT_TRY_LATER} try again later (the "
+    f"app's queue is full, its model is loading, or its model process crashed and restarted); "
+    f"{EXIT_INTERRUPTED} cancelled with Ctrl-C."
+)
+
+
+class CommandFailed(CosyVoiceError):
+    """A command's failure, said to the user in the message, with the exit code it ends with."""
+
+    def __init__(self, message: str, exit_code: int = EXIT_REFUSED):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def exit_code_for_error(error_type: str | None, retry_after: str | None = None) -> int:
+    """The exit code for an error the app answered (its OpenAI ``error.type``, over HTTP or in a stream's
+    ``error`` event): try later when the app says a retry will work (a full queue, or a server fault with
+    ``Retry-After``), failed for another fault of the server, refused for the request's own."""
+    if error_type == "rate_limit_error" or (error_type == "server_error" and retry_after):
+        return EXIT_TRY_LATER
+    return EXIT_FAILED if error_type == "server_error" else EXIT_REFUSED
+
+
+def exit_code_for_fault(fault: str) -> int:
+    """The exit code for a job of the CLI's own engine that failed with ``fault`` (``engine.messages.Fault``)."""
+    from cosyvoice_mac.engine.messages import Fault
+
+    if fault == Fault.INPUT:
+        return EXIT_REFUSED
+    return EXIT_TRY_LATER if fault in Fault.RETRYABLE else EXIT_FAILED
+
 
 # The request contract's fields -> the flags that set them, so a refusal names what the user typed.
 CONTRACT_FLAGS = {
@@ -23,6 +62,7 @@ CONTRACT_FLAGS = {
     "trim": "--trim",
     "loudness_lufs": "--loudness",
     "post": "--loudness",
+    "prompt_audio": "--prompt-wav",
 }
 
 LOCAL_ONLY = {  # flag -> (argument, default): how the model is built, so the app's own settings rule there

@@ -13,7 +13,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from cosyvoice_mac.cli.common import EXIT_INTERRUPTED
+from cosyvoice_mac.cli.common import (
+    CONTRACT_FLAGS,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_SAVED,
+    EXIT_TRY_LATER,
+    CommandFailed,
+    exit_code_for_fault,
+)
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
@@ -123,7 +130,7 @@ def _say_loaded(status: dict, seconds: float, args) -> None:
 
 def _run(engine, job, stream: bool):
     """Submit the job and follow it to its end, saying each sentence; its JobResult."""
-    from cosyvoice_mac.engine.messages import Done, Progress
+    from cosyvoice_mac.engine.messages import Done, Failed, Progress
 
     clock = time.perf_counter()
     heard = False
@@ -138,9 +145,27 @@ def _run(engine, job, stream: bool):
                     print(f"[{event.segment_index + 1}/{event.segment_count}] {event.text}", file=sys.stderr)
             elif isinstance(event, Done):
                 return event.result
+            elif isinstance(event, Failed):
+                raise _job_failure(event)
             elif event.terminal:
-                raise CosyVoiceError(event.message)
+                raise CommandFailed(event.message, EXIT_TRY_LATER)  # cancelled by a restart of the engine
     raise CosyVoiceError("the job ended without a result")
+
+
+def _job_failure(failed) -> CommandFailed:
+    """A failed job of this process's engine as the command's error: the flag to change for an input fault,
+    the crash for a model process that died (the same command then works again)."""
+    from cosyvoice_mac.engine.messages import Fault
+
+    exit_code = exit_code_for_fault(failed.fault)
+    if failed.fault == Fault.INPUT:
+        flag = CONTRACT_FLAGS.get(failed.field or "")
+        return CommandFailed(f"{flag + ': ' if flag else ''}{failed.message}", exit_code)
+    if failed.fault == Fault.RESTARTED:
+        return CommandFailed(
+            f"the model process crashed while it ran this job ({failed.message}); run it again", exit_code
+        )
+    return CommandFailed(f"the model failed on this job: {failed.message}", exit_code)
 
 
 def _cancel(engine, job_id: str) -> None:
@@ -169,8 +194,10 @@ def _deliver(result, out: Path) -> int:
 
         write_wav(out, result.audio, result.sample_rate)
         saved = ""
-        print(f"note: {result.output_error}", file=sys.stderr)
     seconds = result.timings.get("synthesis") or result.timings.get("total") or 0.0
     rtf = f", RTF {seconds / result.duration_s:.2f}" if result.duration_s else ""
     print(f"wrote {out} ({result.duration_s:.2f} s, seed {result.seed}{rtf}){saved}")
+    if not result.output_path:
+        print(f"warning: made, but not saved in outputs: {result.output_error}", file=sys.stderr)
+        return EXIT_NOT_SAVED
     return 0

@@ -1,27 +1,26 @@
-"""Command line for long work: ``dialogue``, ``dub``, ``batch`` and ``glossary`` (see ``--help`` of each).
+"""Command line for long work: ``dialogue``, ``dub``, ``batch`` (lines, or a folder of recordings to convert)
+and ``glossary`` (see ``--help`` of each).
 
 Every line is an ordinary job of the app's engine (``cli.local``), recorded ``interface: cli`` in its
 sidecar in outputs/, with the glossary applied by the worker and saved voices from the voice library (save
-one on the page, or with ``python -m cosyvoice_mac voices add``). A tqdm bar shows progress; Ctrl-C cancels
-the line in flight and keeps the finished ones (a second Ctrl-C quits at once).
+one on the page, or with ``python -m cosyvoice_mac voices add``). ``cli.longform_run`` runs each job: a tqdm
+bar shows progress; Ctrl-C cancels the line in flight and keeps the finished ones.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from cosyvoice_mac.cli.common import (
-    EXIT_INTERRUPTED,
-    LOCAL_ONLY,
+    EXIT_CODES_HELP,
     add_app_arguments,
     add_post_arguments,
     add_precision_arguments,
     post_settings,
 )
+from cosyvoice_mac.cli.longform_run import HereJob, speak_long_job
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.request import PostSettings
 
@@ -47,7 +46,9 @@ def add_longform(commands) -> None:
     common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
     add_post_arguments(common, "of every line")
 
-    dialogue = commands.add_parser("dialogue", parents=[common], help="speak a script of several voices")
+    dialogue = commands.add_parser(
+        "dialogue", parents=[common], help="speak a script of several voices", epilog=EXIT_CODES_HELP
+    )
     dialogue.add_argument("script", type=Path, help="text file: '[S1] text' or 'Name: text' per line")
     dialogue.add_argument(
         "--cast",
@@ -61,29 +62,41 @@ def add_longform(commands) -> None:
     dialogue.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.timing.json")
     dialogue.set_defaults(handler=_dialogue)
 
-    dub = commands.add_parser("dub", parents=[common], help="dub an .srt subtitle file on its timeline")
+    dub = commands.add_parser(
+        "dub", parents=[common], help="dub an .srt subtitle file on its timeline", epilog=EXIT_CODES_HELP
+    )
     dub.add_argument("subtitles", type=Path)
     dub.add_argument("--voice", required=True, help="saved voice that speaks every cue")
     dub.add_argument("--speed-limit", type=float, default=1.5, help="speed a cue up at most this much (1-2)")
     dub.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.report.json")
     dub.set_defaults(handler=_dub)
 
-    batch = commands.add_parser("batch", parents=[common], help="one WAV per line of a .txt or .csv")
-    batch.add_argument("lines", type=Path)
-    batch.add_argument("--voice", help="saved voice for lines that name none")
+    batch = commands.add_parser(
+        "batch",
+        parents=[common],
+        help="one WAV per line of a .txt or .csv, or per recording of a folder (voice conversion)",
+        description="LINES a .txt or .csv: one WAV per line. LINES a folder: every audio file in it (sorted by "
+        "name; other files are skipped with a note) re-spoken in --voice, its words and timing kept; a recording "
+        "that cannot be converted is reported with its reason and the others go on. A re-run resumes --out-dir.",
+        epilog=EXIT_CODES_HELP,
+    )
+    batch.add_argument("lines", type=Path, help="a .txt or .csv of lines, or a folder of recordings to convert")
+    batch.add_argument(
+        "--voice", help="saved voice for lines that name none; for a folder, the voice to convert into ('preview')"
+    )
+    batch.add_argument("--speed", type=float, default=1.0, help="a folder's recordings: 1 keeps their timing (0.5-2)")
     batch.add_argument("--out-dir", type=Path, required=True, help="folder for the WAVs (a re-run resumes it)")
     batch.set_defaults(handler=_batch)
 
-    voices = commands.add_parser("voices", help="list saved voices, or save a recording as a voice")
-    voices.add_argument("action", choices=("list", "add"))
-    voices.add_argument("name", nargs="?", help="name of the voice to add")
-    voices.add_argument("--audio", type=Path, help="3-30 s recording of the voice (for add)")
-    voices.add_argument("--transcript", help="what the recording says (zero-shot mode)")
-    voices.set_defaults(handler=_voices)
-
-    glossary = commands.add_parser("glossary", help="list, import or export the pronunciation glossary")
+    glossary = commands.add_parser(
+        "glossary",
+        help="list, import or export the pronunciation glossary",
+        description="List, import (replace) or export the pronunciation glossary: the running app's (--server, "
+        "default as for synth), else this machine's (--local, or when no app answers).",
+    )
     glossary.add_argument("action", choices=("list", "import", "export"))
     glossary.add_argument("file", type=Path, nargs="?", help="CSV (key,replacement,language) to import or export")
+    add_app_arguments(glossary)
     glossary.set_defaults(handler=_glossary)
 
 
@@ -94,45 +107,32 @@ def _store():
 
 
 def _glossary(args) -> int:
+    from cosyvoice_mac.cli.remote import connect
     from cosyvoice_mac.frontend.glossary import entries_from_csv, entries_to_csv
 
-    store = _store()
-    if args.action == "list":
-        for entry in store.entries():
-            print(f"{entry.language}\t{entry.key}\t{entry.replacement}")
-        return 0
-    if args.file is None:
+    if args.action != "list" and args.file is None:
         raise LongformError(f"glossary {args.action} needs a CSV file")
-    if args.action == "import":
-        entries = store.replace(entries_from_csv(_read_bytes(args.file)))
-        print(f"imported {len(entries)} entries")
-    else:
-        args.file.write_text(entries_to_csv(store.entries()), encoding="utf-8")
-        print(f"wrote {args.file}")
-    return 0
+    imported = entries_from_csv(_read_bytes(args.file)) if args.action == "import" else None  # checked first
+    app = connect(args)
+    try:
+        if app is not None:
+            from cosyvoice_mac.cli.remote_glossary import glossary_in_app, replace_glossary_in_app
 
-
-def _voices(args) -> int:
-    from cosyvoice_mac.engine.voice_library import VoiceLibrary
-    from cosyvoice_mac.frontend.prompt_audio import decode_prompt
-
-    library = VoiceLibrary()
-    if args.action == "list":
-        for entry in library.list():
-            print(f"{entry['name']}\t{entry.get('transcript') or '(no transcript)'}")
-        return 0
-    if not args.name or args.audio is None:
-        raise LongformError("voices add needs a NAME and --audio FILE")
-    _read_bytes(args.audio)
-    decoded = decode_prompt(str(args.audio))  # refuses what is not usable speech audio, with the reason
-    entry = library.save(
-        args.name,
-        audio_hash=decoded.content_hash,
-        model_id="recording",
-        transcript=(args.transcript or "").strip() or None,
-        audio=args.audio,
-    )
-    print(f"saved voice {entry['name']!r}")
+            read, replace, where = (lambda: glossary_in_app(app)), (lambda e: replace_glossary_in_app(app, e)), app.url
+        else:
+            store = _store()
+            read, replace, where = store.entries, (lambda e: len(store.replace(e))), str(store.path)
+        if args.action == "list":
+            for entry in read():
+                print(f"{entry.language}\t{entry.key}\t{entry.replacement}")
+        elif args.action == "import":
+            print(f"imported {replace(imported)} entries into the glossary of {where}")
+        else:
+            args.file.write_text(entries_to_csv(read()), encoding="utf-8")
+            print(f"wrote {args.file} (the glossary of {where})")
+    finally:
+        if app is not None:
+            app.close()
     return 0
 
 
@@ -150,111 +150,11 @@ def _check_voice(name: str | None) -> None:
         VoiceLibrary().get(name)
 
 
-def _speak(args, label: str, here, in_app) -> int:
-    """The job in the running app (``in_app(app, on_progress)``, see ``remote``) when one answers, else with
-    the app's engine started here (``here(speak, on_progress, should_stop)``, after ``here.check()``)."""
-    from cosyvoice_mac.cli.remote import connect, note_local_only
-
-    app = connect(args)
-    if app is None:
-        return _speak_here(args, label, here)
-    try:
-        note_local_only(args, {"--model": ("model", None), **LOCAL_ONLY})
-        print(f"sent to the app at {app.url}; its lines wait in its queue", file=sys.stderr)
-        return _run(lambda bar, stop: in_app(app, bar), label, None)
-    finally:
-        app.close()
-
-
-def _speak_here(args, label: str, here) -> int:
-    from cosyvoice_mac.cli.local import start_engine
-    from cosyvoice_mac.longform.speakers import EngineSpeak
-
-    here.check()  # saved voices this machine knows, before the model loads
-    if args.outputs_dir is not None:
-        outputs = args.outputs_dir
-    else:
-        from cosyvoice_mac.paths import default_outputs_dir
-
-        outputs = default_outputs_dir()
-    glossary = _store().entries()  # the worker applies it; here it only keys a batch's resume
-    engine = start_engine(args, Path(outputs).expanduser(), args.models_dir)
-    try:
-        speak = EngineSpeak(engine, glossary, here.default_voice, interface="cli", timeout_s=None)
-        return _run(lambda bar, stop: here(speak, bar, stop), label, speak.stop)
-    finally:
-        engine.close()
-
-
-class _Here:
-    """A job for the local engine: ``run(speak, on_progress, should_stop)``, what it checks first, its voice."""
-
-    def __init__(self, run, check=lambda: None, default_voice: str | None = None):
-        self.run, self.check, self.default_voice = run, check, default_voice
-
-    def __call__(self, speak, on_progress, should_stop):
-        return self.run(speak, on_progress, should_stop)
-
-
-class _Bar:
-    """A tqdm bar fed by the runner's progress reports."""
-
-    def __init__(self, total_label: str):
-        from tqdm import tqdm
-
-        self.bar, self.label = None, total_label
-        self._tqdm = tqdm
-
-    def __call__(self, progress) -> None:
-        if self.bar is None:
-            self.bar = self._tqdm(total=progress.total, unit=progress.label, file=sys.stderr)
-        self.bar.update(progress.done - self.bar.n)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _run(job, label: str, cancel_current) -> int:
-    """``job(on_progress, should_stop)`` with a bar. With ``cancel_current``, the first Ctrl-C asks the job
-    to stop and calls it (on a thread of its own: the handler may interrupt the code it would wait for);
-    without, Ctrl-C ends the job where it is (the app's job: the connection closes and the app stops it)."""
-
-    bar, stop = _Bar(label), threading.Event()
-
-    def interrupted(signum, frame):
-        if stop.is_set():
-            raise KeyboardInterrupt
-        stop.set()
-        print(f"\nstopping: the {label[:-1]} in progress is cancelled, finished ones are kept", file=sys.stderr)
-        threading.Thread(target=cancel_current, name="cosyvoice-cli-cancel", daemon=True).start()
-
-    previous = signal.signal(signal.SIGINT, interrupted) if cancel_current else None
-    try:
-        result = job(bar, stop.is_set)
-    except KeyboardInterrupt:
-        bar.close()
-        where = "" if cancel_current else ": the app stops the job and keeps what it finished in its outputs/longform"
-        print(f"\ncancelled (Ctrl-C){where}", file=sys.stderr)
-        return EXIT_INTERRUPTED
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-        bar.close()
-    files = ", ".join(str(path) for path in result.files)
-    print(f"{result.done}/{result.total} {label} done{' (stopped: partial)' if result.stopped else ''}: {files}")
-    for misfit in result.report if result.kind == "dub" else ():
-        print(
-            f"cue {misfit['cue']}: {misfit['overrun']:.2f} s too long, starts {misfit['late']:.2f} s late",
-            file=sys.stderr,
-        )
-    return EXIT_INTERRUPTED if result.stopped else 0
-
-
 def _dialogue(args) -> int:
     from cosyvoice_mac.cli.remote_longform import dialogue_in_app
     from cosyvoice_mac.engine.voice_library import VoiceLibrary
     from cosyvoice_mac.longform import dialogue
+    from cosyvoice_mac.longform.files import ResultFiles
     from cosyvoice_mac.longform.runner import run_dialogue
 
     script = _read_bytes(args.script).decode("utf-8-sig")
@@ -270,10 +170,10 @@ def _dialogue(args) -> int:
         dialogue.check_cast(lines, cast, known)
 
     body = {"script": script, "cast": cast, "pause_s": args.pause, "per_line_files": args.per_line, "seed": args.seed}
-    return _speak(
+    return speak_long_job(
         args,
         "lines",
-        _Here(
+        HereJob(
             lambda speak, bar, stop: run_dialogue(
                 script,
                 cast,
@@ -286,6 +186,7 @@ def _dialogue(args) -> int:
                 post=post,
                 on_progress=bar,
                 should_stop=stop,
+                files=ResultFiles(replace=True),  # --out is the user's own name: a re-run replaces it
             ),
             check,
         ),
@@ -300,6 +201,7 @@ def _post_fields(post: PostSettings) -> dict:
 def _dub(args) -> int:
     from cosyvoice_mac.cli.remote_longform import dub_in_app
     from cosyvoice_mac.longform import subtitles
+    from cosyvoice_mac.longform.files import ResultFiles
     from cosyvoice_mac.longform.runner import run_dub
 
     data = _read_bytes(args.subtitles)
@@ -308,10 +210,10 @@ def _dub(args) -> int:
     post = post_settings(args)
     # a cue keeps its silence (its place on the timeline): the route takes only the loudness
     form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
-    return _speak(
+    return speak_long_job(
         args,
         "cues",
-        _Here(
+        HereJob(
             lambda speak, bar, stop: run_dub(
                 data,
                 args.voice,
@@ -322,6 +224,7 @@ def _dub(args) -> int:
                 post=post,
                 on_progress=bar,
                 should_stop=stop,
+                files=ResultFiles(replace=True),
             ),
             lambda: _check_voice(args.voice),
             args.voice,
@@ -330,7 +233,50 @@ def _dub(args) -> int:
     )
 
 
+def _convert_batch(args) -> int:
+    """A folder of recordings, each converted into ``--voice`` (see ``longform.convert_batch``)."""
+    from cosyvoice_mac.cli.remote_longform import convert_batch_in_app
+    from cosyvoice_mac.longform.convert_batch import plan_sources, run_convert_batch, sources_in_folder
+    from cosyvoice_mac.preview import PREVIEW
+    from cosyvoice_mac.request import check_speed
+
+    if not args.voice:
+        raise LongformError("converting a folder of recordings needs --voice: the saved voice to convert into")
+    check_speed(args.speed, False)
+    items, skipped = plan_sources(sources_in_folder(args.lines))
+    for name in skipped:
+        print(f"note: skipped {name}: not an audio file", file=sys.stderr)
+    post = post_settings(args)
+    voice = None if args.voice == PREVIEW else args.voice  # the preview's own voice: no saved voice is named
+    form = {"voice": args.voice, "speed": args.speed, **_post_fields(post)}
+    return speak_long_job(
+        args,
+        "files",
+        HereJob(
+            lambda speak, bar, stop: run_convert_batch(
+                items,
+                skipped,
+                args.out_dir,
+                speak.convert,
+                voice=voice,
+                speed=args.speed,
+                settings={"model": str(args.model)},
+                post=post,
+                on_progress=bar,
+                should_stop=stop,
+            ),
+            lambda: _check_voice(voice),
+            voice,
+        ),
+        lambda app, bar: convert_batch_in_app(app, items, skipped, form, args.out_dir, bar),
+    )
+
+
 def _batch(args) -> int:
+    if args.lines.is_dir():
+        return _convert_batch(args)
+    if args.speed != 1.0:
+        raise LongformError("--speed is for a folder of recordings to convert; lines are spoken at their own speed")
     from cosyvoice_mac.cli.remote_longform import batch_in_app
     from cosyvoice_mac.longform import batch
     from cosyvoice_mac.longform.runner import run_batch
@@ -340,10 +286,10 @@ def _batch(args) -> int:
     batch.parse_batch(data, kind)
     post = post_settings(args)
     form = {"voice": args.voice, "seed": args.seed, **_post_fields(post)}
-    return _speak(
+    return speak_long_job(
         args,
         "lines",
-        _Here(
+        HereJob(
             lambda speak, bar, stop: run_batch(
                 data,
                 kind,

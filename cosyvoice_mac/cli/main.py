@@ -18,17 +18,19 @@ from typing import Callable
 
 from cosyvoice_mac.cli.common import (
     CONTRACT_FLAGS,
+    EXIT_CODES_HELP,
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
-    EXIT_TRY_LATER,
     LOCAL_ONLY,
     add_app_arguments,
     add_post_arguments,
     add_precision_arguments,
     post_settings,
 )
+from cosyvoice_mac.cli.convert import add_convert
 from cosyvoice_mac.cli.coreml import add_coreml
 from cosyvoice_mac.cli.longform import add_longform
+from cosyvoice_mac.cli.voices import add_voices
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 from cosyvoice_mac.preview import PREVIEW
@@ -42,8 +44,7 @@ def _add_synth(commands) -> None:
         description="Speak text in the voice of a prompt recording or a saved voice. With the app running, "
         "the job joins its queue (as page and API jobs do; Ctrl-C cancels it there); else the app's engine "
         "runs here. The WAV and its sidecar are saved in outputs/ and copied to --out.",
-        epilog=f"Exit codes: 0 done, {EXIT_REFUSED} refused or failed (the message says why), {EXIT_TRY_LATER} the "
-        f"app's queue is full or its model is loading (try again later), {EXIT_INTERRUPTED} cancelled with Ctrl-C.",
+        epilog=EXIT_CODES_HELP,
     )
     source = synth.add_mutually_exclusive_group()
     source.add_argument(
@@ -181,8 +182,10 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (summary, _) in PASSED_ON.items():
         commands.add_parser(name, help=summary, add_help=False)
     _add_synth(commands)
+    add_convert(commands)
     add_coreml(commands)
     add_longform(commands)
+    add_voices(commands)
     return parser
 
 

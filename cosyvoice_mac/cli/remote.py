@@ -9,6 +9,7 @@ message for the user (:class:`AppError`), never a traceback.
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import struct
@@ -18,7 +19,13 @@ from pathlib import Path
 
 import httpx
 
-from cosyvoice_mac.cli.common import EXIT_INTERRUPTED, EXIT_REFUSED, EXIT_TRY_LATER
+from cosyvoice_mac.cli.common import (
+    EXIT_INTERRUPTED,
+    EXIT_NOT_SAVED,
+    EXIT_TRY_LATER,
+    CommandFailed,
+    exit_code_for_error,
+)
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT
 from cosyvoice_mac.preview import PREVIEW
@@ -30,8 +37,10 @@ from cosyvoice_mac.wire import (
     KEY_VARIABLE,
     MODELS_PATH,
     RECORDING_SPEECH_PATH,
+    SAVED_HEADER,
     SPEECH_PATH,
     VOICES_PATH,
+    WARNING_HEADER,
 )
 
 SERVER_VARIABLE = "COSYVOICE_SERVER"
@@ -45,13 +54,9 @@ def default_server() -> str:
     return os.environ.get(SERVER_VARIABLE, "").strip() or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
 
-class AppError(CosyVoiceError):
-    """The app answered, but not with audio; the message says why and what to do. ``exit_code`` is
-    EXIT_TRY_LATER for a full queue or a loading model, else EXIT_REFUSED."""
-
-    def __init__(self, message: str, exit_code: int = EXIT_REFUSED):
-        super().__init__(message)
-        self.exit_code = exit_code
+class AppError(CommandFailed):
+    """The app answered, but not with audio; the message says why and what to do, ``exit_code`` whose fault
+    it was (``cli.common.exit_code_for_error``)."""
 
 
 class NoApp(CosyVoiceError):
@@ -122,31 +127,46 @@ class AppClient:
     def explain(self, answer: httpx.Response) -> AppError:
         """The app's error answer as one message for the user."""
         error = _error_of(answer) or {"message": answer.text[:200] or f"HTTP {answer.status_code}"}
-        message, code, param = error.get("message", ""), error.get("code"), error.get("param")
-        status = answer.status_code
-        retry = answer.headers.get("retry-after")
-        if status == 429:
+        if "type" not in error:  # not the API's shape (a proxy's page, say): its status says whose fault
+            error["type"] = "server_error" if answer.status_code >= 500 else "invalid_request_error"
+        if answer.status_code == 401:
+            error["type"] = "authentication_error"
+        return self.explain_error(error, answer.headers.get("retry-after"), answer.status_code)
+
+    def explain_error(self, error: dict, retry: str | None, status: int | None = None) -> AppError:
+        """An error in OpenAI's shape (an answer's body, or a stream's ``error`` event) as one message; its exit
+        code by ``cli.common.exit_code_for_error``."""
+        message, code, param, kind = error.get("message", ""), error.get("code"), error.get("param"), error.get("type")
+        exit_code = exit_code_for_error(kind, retry)
+        later = f"try again in {retry or 'a few'} s"
+        if kind == "rate_limit_error":
+            return AppError(f"the app's queue is full, so it did not take this job; {later}", exit_code)
+        if code == "model_loading":
+            return AppError(f"the app's model is still loading; {later}", exit_code)
+        if code == "engine_restarted":
             return AppError(
-                f"the app's queue is full, so it did not take this job; try again in {retry or 'a few'} s",
-                EXIT_TRY_LATER,
+                f"the app's model process crashed while it ran this job and was restarted ({message}); {later}",
+                exit_code,
             )
-        if status == 503 and code == "model_loading":
-            return AppError(f"the app's model is still loading; try again in {retry or 'a few'} s", EXIT_TRY_LATER)
-        if status == 401:
+        if kind == "authentication_error":
             return AppError(
                 f"the app at {self.url} refused the request: {message}. "
-                f"Pass --api-key KEY or set {KEY_VARIABLE} to the key the app was started with"
+                f"Pass --api-key KEY or set {KEY_VARIABLE} to the key the app was started with",
+                exit_code,
             )
         if status == 403:
-            return AppError(f"the app at {self.url} refused the request: {message}")
+            return AppError(f"the app at {self.url} refused the request: {message}", exit_code)
         if code == "voice_not_found":
             return AppError(
                 f"the app has no voice {self._voice_asked!r} (its voices: {self._voice_names()}); "
-                "save one on its page, or speak in a recording's voice with --prompt-wav"
+                "save one on its page, or speak in a recording's voice with --prompt-wav",
+                exit_code,
             )
-        if status < 500 and param:
-            return AppError(f"the app refused the request ({_flag(param)}): {message}")
-        return AppError(f"the app could not do it: {message}")
+        if kind != "server_error" and param:
+            return AppError(f"the app refused the request ({_flag(param)}): {message}", exit_code)
+        if kind == "server_error":
+            return AppError(f"the app failed on this job: {message}" + (f"; {later}" if retry else ""), exit_code)
+        return AppError(f"the app could not do it: {message}", exit_code)
 
     def _voice_names(self) -> str:
         try:
@@ -185,18 +205,26 @@ class AppClient:
             "seed": request.seed,
             "speed": request.speed,
             # 16-bit PCM exactly as the app saved it (soundfile's WAV encoder scales differently); a stream
-            # comes as a WAV whose header gives the rate, a whole answer says it in a header.
+            # comes as a WAV whose header gives the rate, a whole answer says it in a header. A stream comes
+            # as server-sent events: the last one says whether the app saved the result, or why it failed.
             "response_format": "wav" if stream else "pcm",
             "stream": stream,
+            **({"stream_format": "sse"} if stream else {}),
             "trim": request.post.trim,
             "loudness_lufs": request.post.loudness_lufs,
         }
+        return self.deliver(lambda: self._send(request.voice, body), out, stream)
+
+    def deliver(self, send, out: Path, stream: bool) -> int:
+        """Send with ``send()`` (an ``httpx.Response`` opened as a stream) until the app takes the job (again
+        while its model loads), then write the audio to ``out``; the exit status. Ctrl-C closes the
+        connection, which makes the app drop the job."""
         loading_until = time.monotonic() + LOADING_WAIT_S
         print(f"sent to the app at {self.url}; waiting in its queue", file=sys.stderr)
         clock = time.perf_counter()
         try:
             while True:
-                answer = self._send(request.voice, body)
+                answer = send()
                 if answer.status_code == 200:
                     break
                 answer.read()
@@ -209,7 +237,7 @@ class AppClient:
             try:
                 job_id = answer.headers.get(JOB_ID_HEADER, "?")
                 if stream:
-                    return _write_stream(answer, out, clock, job_id)
+                    return _write_stream(self, answer, out, clock, job_id)
                 return _write_whole(answer, out, job_id)
             finally:
                 answer.close()  # early (Ctrl-C): the app sees its client leave and cancels the job
@@ -217,7 +245,11 @@ class AppClient:
             print("cancelled (Ctrl-C): the connection is closed, so the app drops the job", file=sys.stderr)
             return EXIT_INTERRUPTED
         except httpx.TransportError as error:
-            raise AppError(f"the connection to the app broke off ({_transport_reason(error)})") from None
+            raise AppError(
+                f"the connection to the app broke off ({_transport_reason(error)}); if the app is still running, "
+                "try again",
+                EXIT_TRY_LATER,
+            ) from None
 
 
 def _write_whole(answer: httpx.Response, out: Path, job_id: str) -> int:
@@ -228,26 +260,57 @@ def _write_whole(answer: httpx.Response, out: Path, job_id: str) -> int:
         f"wrote {out} ({float(answer.headers.get('x-cosyvoice-duration', 0)):.2f} s, "
         f"seed {answer.headers.get('x-cosyvoice-seed', '?')}, job {job_id[:8]}){saved}"
     )
+    if answer.headers.get(SAVED_HEADER) == "false":
+        return _not_saved(_warning_text(answer.headers.get(WARNING_HEADER, "")))
     return 0
 
 
-def _write_stream(answer: httpx.Response, out: Path, clock: float, job_id: str) -> int:
-    """The streamed WAV (a header of unknown length, then 16-bit PCM) written with its real sizes."""
+def _write_stream(app: AppClient, answer: httpx.Response, out: Path, clock: float, job_id: str) -> int:
+    """The streamed WAV (server-sent events of base64 pieces: a header of unknown length, then 16-bit PCM)
+    written with its real sizes; the last event says whether the app saved it."""
     received = bytearray()
-    heard = False
-    for chunk in answer.iter_bytes():
-        received += chunk
-        if not heard and len(received) > HEADER_BYTES:
-            heard = True
-            print(f"first audio after {time.perf_counter() - clock:.2f} s", file=sys.stderr)
+    heard, done = False, None
+    for line in answer.iter_lines():
+        if not line.startswith("data:"):
+            continue
+        event = json.loads(line[len("data:") :])
+        if event.get("type") == "speech.audio.delta":
+            received += base64.b64decode(event["audio"])
+            if not heard and len(received) > HEADER_BYTES:
+                heard = True
+                print(f"first audio after {time.perf_counter() - clock:.2f} s", file=sys.stderr)
+        elif event.get("type") == "error":
+            raise app.explain_error(event.get("error") or event, _retry_after(event))
+        elif event.get("type") == "speech.audio.done":
+            done = event
+    if done is None:
+        raise AppError("the app's stream ended before its last event (it may have stopped); try again", EXIT_TRY_LATER)
     if len(received) < HEADER_BYTES or received[:4] != b"RIFF":
         raise AppError("the app's stream ended before any audio came")
     sample_rate = struct.unpack("<I", bytes(received[24:28]))[0]
     pcm = bytes(received[HEADER_BYTES:])
     _save(out, wav_from_pcm16(pcm, sample_rate))
     seconds = len(pcm) / 2 / sample_rate
-    print(f"wrote {out} ({seconds:.2f} s, job {job_id[:8]}); the app saved it in its outputs with its sidecar")
-    return 0
+    saved = f"; the app saved it as {done['file']} with its sidecar" if done.get("saved") else ""
+    print(f"wrote {out} ({seconds:.2f} s, job {job_id[:8]}){saved}")
+    return 0 if done.get("saved", True) else _not_saved(done.get("warning") or "")
+
+
+def _not_saved(reason: str) -> int:
+    """Say that the app made the audio (``--out`` has it) but could not keep it in its outputs/."""
+    print(f"warning: the app made the audio but did not save it in its outputs: {reason}", file=sys.stderr)
+    return EXIT_NOT_SAVED
+
+
+def _warning_text(header: str) -> str:
+    """The reason in an RFC 7234 ``Warning: 199 - "reason"`` header."""
+    quoted = header.partition('"')[2].rpartition('"')[0] or header
+    return quoted.replace('\\"', '"').replace("\\\\", "\\")
+
+
+def _retry_after(event: dict) -> str | None:
+    seconds = event.get("retry_after")
+    return None if seconds is None else str(seconds)
 
 
 def _save(out: Path, data: bytes) -> None:
@@ -278,6 +341,7 @@ FLAGS = {
     "model": "--model",
     "trim": "--trim",
     "loudness_lufs": "--loudness",
+    "audio": "SOURCE",  # convert's recording
 }
 
 

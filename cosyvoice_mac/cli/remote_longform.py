@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import zipfile
 from io import BytesIO
 from pathlib import Path
 
 import httpx
 
+from cosyvoice_mac.cli.common import EXIT_REFUSED, EXIT_TRY_LATER
 from cosyvoice_mac.cli.remote import AppClient, AppError
 from cosyvoice_mac.longform.runner import LongformResult, Progress
 
@@ -44,13 +46,53 @@ def batch_in_app(app: AppClient, lines: bytes, kind: str, form: dict, out_dir: P
     done = _follow(app, answer, "lines", on_progress)
     archive = out_dir.with_suffix(".zip")
     _download(app, f"{name}.zip", archive)
+    _unpack(archive, out_dir)
+    return LongformResult(
+        "batch", None, (out_dir, archive), done["done"], done["total"], done["partial"], not_saved=_not_saved(done)
+    )
+
+
+def convert_batch_in_app(app: AppClient, items, skipped, form: dict, out_dir: Path, on_progress) -> LongformResult:
+    """The recordings ``items`` (``longform.convert_batch.SourceItem``) uploaded and converted in the app's batch
+    folder of ``out_dir``'s name (a re-run resumes there); its zip is unpacked into ``out_dir`` as for lines."""
+    from cosyvoice_mac.request import MAX_BATCH_UPLOAD_BYTES
+
+    size = sum(item.path.stat().st_size for item in items)
+    if size > MAX_BATCH_UPLOAD_BYTES:
+        raise AppError(
+            f"the recordings come to {size / (1 << 20):.0f} MB; one batch sends at most "
+            f"{MAX_BATCH_UPLOAD_BYTES >> 20} MB to the app. Split the folder, or add --local to convert here.",
+            EXIT_REFUSED,
+        )
+    name = _UNSAFE.sub("-", out_dir.resolve().name).strip(".-") or "batch"
+    uploads = [("audio", (item.name, item.path.read_bytes())) for item in items]
+    answer = _post(app, "batch", data=_form({**form, "name": name}), files=uploads)
+    done = _follow(app, answer, "files", on_progress)
+    archive = out_dir.with_suffix(".zip")
+    _download(app, f"{name}.zip", archive)
+    _unpack(archive, out_dir)
+    report = done["report"] + [
+        {"source": name, "file": None, "status": "not_audio", "reason": "not an audio file"} for name in skipped
+    ]
+    return LongformResult(
+        "convert_batch",
+        None,
+        (out_dir, archive),
+        done["done"],
+        done["total"],
+        done["partial"],
+        report,
+        not_saved=_not_saved(done),
+    )
+
+
+def _unpack(archive: Path, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     with zipfile.ZipFile(BytesIO(archive.read_bytes())) as files:
         for member in files.infolist():
             target = out_dir / Path(member.filename).name  # flat: the zip's folder is the batch's
             if not member.is_dir() and target.name:
                 target.write_bytes(files.read(member))
-    return LongformResult("batch", None, (out_dir, archive), done["done"], done["total"], done["partial"])
 
 
 def _form(fields: dict) -> dict:
@@ -81,12 +123,18 @@ def _follow(app: AppClient, answer: httpx.Response, label: str, on_progress) -> 
             event = json.loads(line[len("data:") :])
             if event["type"] == "progress":
                 on_progress(Progress(event["done"], event["total"], event["elapsed_s"], label))
+            elif event["type"] == "note":
+                print(f"note: {event['message']}", file=sys.stderr)
             elif event["type"] == "error":
-                raise AppError(f"the app could not do it: {event['message']}")
+                raise app.explain_error(event.get("error") or event, _retry_after(event))
             elif event["type"] == "done":
                 return event
     except httpx.TransportError as error:
-        raise AppError(f"the connection to the app broke off ({type(error).__name__}: {error})") from None
+        raise AppError(
+            f"the connection to the app broke off ({type(error).__name__}: {error}); if the app is still running, "
+            "try again",
+            EXIT_TRY_LATER,
+        ) from None
     finally:
         answer.close()
     raise AppError(f"the app at {app.url} ended the job without a result")
@@ -94,9 +142,11 @@ def _follow(app: AppClient, answer: httpx.Response, label: str, on_progress) -> 
 
 def _fetch_stem(app: AppClient, done: dict, out: Path) -> LongformResult:
     """The result's files, renamed from the app's stem to ``out``'s (the first file is the joined WAV)."""
-    names = done["files"]
+    names, not_saved = done["files"], _not_saved(done)
     if not names:
-        return LongformResult(done["kind"], None, (), done["done"], done["total"], done["partial"], done["report"])
+        return LongformResult(
+            done["kind"], None, (), done["done"], done["total"], done["partial"], done["report"], not_saved
+        )
     stem = Path(names[0]).stem
     out = Path(out)
     paths = []
@@ -105,8 +155,18 @@ def _fetch_stem(app: AppClient, done: dict, out: Path) -> LongformResult:
         _download(app, name, target)
         paths.append(target)
     return LongformResult(
-        done["kind"], paths[0], tuple(paths), done["done"], done["total"], done["partial"], done["report"]
+        done["kind"], paths[0], tuple(paths), done["done"], done["total"], done["partial"], done["report"], not_saved
     )
+
+
+def _not_saved(done: dict) -> str | None:
+    """Why the app could not keep the result in its outputs/ (None: it did), from its ``done`` event."""
+    return None if done.get("saved", True) else done.get("warning") or "the app did not save the result"
+
+
+def _retry_after(event: dict) -> str | None:
+    seconds = event.get("retry_after")
+    return None if seconds is None else str(seconds)
 
 
 def _download(app: AppClient, name: str, target: Path) -> None:

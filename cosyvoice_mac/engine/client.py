@@ -11,8 +11,9 @@ import threading
 import time
 from typing import Callable
 
+from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.jobqueue import JobQueue, Listener
+from cosyvoice_mac.engine.jobqueue import JobQueue, Listener, QueueEntry
 from cosyvoice_mac.engine.jobs import EngineError, Job, JobResult, Task
 from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.engine.qos import set_ui_thread_qos
@@ -133,12 +134,12 @@ class Engine(VoiceSaving):
         self.close()
 
     # -- jobs ----------------------------------------------------------------------------------
-    def submit(self, request: Request | Job) -> str:
-        """Queue a request (built, so checked, by ``Request.build``); its job id. Raises QueueFull, EngineError,
-        or VoiceError for a saved voice the library does not hold."""
+    def submit(self, request: Request | ConversionRequest | Job) -> str:
+        """Queue a request (built, so checked, by ``Request.build`` or ``ConversionRequest.build``); its job id.
+        Raises QueueFull, EngineError, or VoiceError for a saved voice the library does not hold."""
         job = request if isinstance(request, Job) else Job(request)
-        if not isinstance(job.request, Request):
-            raise EngineError(f"submit takes a Request, not {type(job.request).__name__}")
+        if not isinstance(job.request, (Request, ConversionRequest)):
+            raise EngineError(f"submit takes a Request or a ConversionRequest, not {type(job.request).__name__}")
         if job.request.voice.kind == "saved":
             self.voices.get(job.request.voice.saved)
         with self._lock:
@@ -149,6 +150,10 @@ class Engine(VoiceSaving):
     def position(self, job_id: str) -> int | None:
         """0 while running, 1 for the next job to run, 2, ...; None once finished (or unknown)."""
         return self.queue.position(job_id)
+
+    def line(self) -> list[QueueEntry]:
+        """The running job and the waiting ones, in the order they run."""
+        return self.queue.line()
 
     def cancel(self, job_id: str) -> bool:
         """Cancel a waiting job now, or a running one at its next sentence/chunk; False if already over."""
@@ -208,6 +213,7 @@ class Engine(VoiceSaving):
                         "precision",
                         "low_memory",
                         "llm_weights",
+                        "mlx_llm",
                     )
                 },
                 "queue_length": len(self.queue.pending),

@@ -22,6 +22,8 @@ from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.engine.transcriber import TranscriberProcess
 from cosyvoice_mac.engine.worker import WorkerConfig
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, requested_engine
+from cosyvoice_mac.mlx.llm_gate import LLM_PRECISION_ENV
+from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
 from cosyvoice_mac.pipeline.model_dir import ModelFolderError, detect_version
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
@@ -93,6 +95,7 @@ class HostConfig:
     vocoder: str = "torch"  # "torch" or "coreml:<compute units>" (see VOCODER_CHOICES)
     precision: dict = field(default_factory=dict)  # precision, llm_dtype, flow_dtype, reprobe (CosyVoice models only)
     engine: str = "auto"  # the engine menu: "auto", "mlx" or "torch" (CosyVoice models only; see starting_engine)
+    mlx_llm: str = "auto"  # the MLX LLM precision menu: "auto" or a precision the gate passes (starting_mlx_llm)
 
 
 VOCODER_CHOICES = ("torch", "coreml:ALL", "coreml:CPU_AND_GPU", "coreml:CPU_AND_NE")
@@ -199,7 +202,10 @@ class ModelHost:
         backend = (
             {"model_dir": None, "pipeline_factory": PREVIEW_FACTORY}
             if choice.is_preview
-            else {"model_dir": str(choice.path), "pipeline_kwargs": {**config.precision, "engine": config.engine}}
+            else {
+                "model_dir": str(choice.path),
+                "pipeline_kwargs": {**config.precision, "engine": config.engine, "mlx_llm": config.mlx_llm},
+            }
         )
         kind, _, units = config.vocoder.partition(":")
         return WorkerConfig(
@@ -232,16 +238,27 @@ class ModelHost:
         if value not in ENGINES:
             raise ValueError(f"unknown engine choice {value!r}")
         self.config.engine = value
+        return self._restart_with("engine", value, f"the engine setting changed to {value}")
+
+    def set_mlx_llm(self, value: str) -> bool:
+        """Run the MLX LLM in ``value`` (``auto`` or a precision the gate passes) from now on, as
+        :meth:`set_engine` does (a restart; PyTorch ignores it); True once a worker with it is ready."""
+        if value not in offered_mlx_llm():
+            raise ValueError(f"the MLX LLM precision {value!r} is not one the quality gate passes")
+        self.config.mlx_llm = value
+        return self._restart_with("mlx_llm", value, f"the MLX LLM precision changed to {value}")
+
+    def _restart_with(self, key: str, value: str, reason: str) -> bool:
         engine, current = self.engine, self.current
         if current is None or current.is_preview:
             return engine is not None and engine.status().get("state") == EngineState.READY
         if engine is None:
             return self.restart()
-        # The engine spawns its next worker with this; only the engine choice in it changes.
-        engine.config = replace(engine.config, pipeline_kwargs={**engine.config.pipeline_kwargs, "engine": value})
+        # The engine spawns its next worker with this; only this choice in it changes.
+        engine.config = replace(engine.config, pipeline_kwargs={**engine.config.pipeline_kwargs, key: value})
         try:
             engine.start(wait=True)  # a (re)start under way may have spawned with the old choice: let it end
-            return engine.restart(reason=f"the engine setting changed to {value}")
+            return engine.restart(reason=reason)
         except EngineError:  # closed under us by a model switch: that start already has the new choice
             return self.restart()
 
@@ -255,6 +272,15 @@ def starting_engine(flag: str | None, settings: "Settings") -> str:
         return requested_engine(flag)
     saved = settings.load().get("engine")
     return saved if saved in ENGINES else "auto"
+
+
+def starting_mlx_llm(settings: "Settings") -> str:
+    """The MLX LLM precision setting the app starts with: ``auto`` while ``$COSYVOICE_MLX_LLM`` is set (the
+    worker then runs what it names), else the page's saved choice if the gate still passes it, else ``auto``."""
+    if os.environ.get(LLM_PRECISION_ENV):
+        return "auto"
+    saved = settings.load().get("mlx_llm")
+    return saved if saved in offered_mlx_llm() else "auto"
 
 
 class Settings:

@@ -3,12 +3,20 @@
 Listening has one form: ``subscribe()`` gives a Listener that receives every event from then on, and its
 owner drains and closes it (an owner that cannot block a thread on it, such as an event loop, passes
 ``wake``: called after each event arrives). Nothing else buffers events: a finished job keeps only its
-terminal event (small: the result names the output file), for at most KEEP_FINISHED jobs.
+terminal event, made small (without the worker's status it carried; unsaved audio only for the newest
+KEEP_AUDIO jobs), for at most KEEP_FINISHED jobs, so the book's memory is bounded however long the app runs.
+
+The line is fair between the doors jobs come in by (the job's ``interface``: page, Gradio API, ``/v1``, CLI):
+while several doors compete (a job waiting or running, or one refused lately), each is sure of its share of
+the waiting places (``fair_share``) and takes more only while the others leave theirs unclaimed, so a flood
+through one door cannot keep every place from another; a door alone may use them all.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import math
 import queue
 import threading
 import time
@@ -18,10 +26,22 @@ from typing import Callable, Iterator
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, JobFailed, JobResult, QueueFull
-from cosyvoice_mac.engine.messages import Event, Queued, ending
+from cosyvoice_mac.engine.messages import Event, Fault, Queued, ending
 
-KEEP_FINISHED = 500  # finished jobs remembered for result() / events()
+KEEP_FINISHED = 64  # finished jobs remembered for result() / events() (~5 KB each: a soak of 150 reaches the bound)
+KEEP_AUDIO = 8  # of those, the newest whose unsaved audio (a full disk) is kept for their callers
 RECENT_RUNS = 20  # finished jobs whose running time estimates when a place frees up
+DOOR_ACTIVE_S = 10.0  # a door refused this recently still competes for places (its client may be retrying)
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One job in line as any front end may show it: 0 running, 1 next, ..."""
+
+    job_id: str
+    place: int
+    interface: str | None
+    text: str
 
 
 @dataclass
@@ -54,18 +74,51 @@ class JobQueue:
         self._seq = itertools.count(1)
         self._subscribers: list[Listener] = []
         self._run_seconds: deque[float] = deque(maxlen=RECENT_RUNS)
+        self._door_refused: dict[str | None, float] = {}  # door -> when a job through it last found no place
+
+    def _active_doors(self, now: float) -> set[str | None]:
+        """Doors competing for places: those with a job waiting or running, or refused within DOOR_ACTIVE_S."""
+        active = {record.job.interface for record in self.pending}
+        if self.running is not None:
+            active.add(self.running.job.interface)
+        return active | {door for door, refused in self._door_refused.items() if now - refused <= DOOR_ACTIVE_S}
+
+    def fair_share(self, door: str | None, now: float | None = None) -> int:
+        """The waiting places ``door`` is sure of now: an equal share (rounded up) among the competing doors.
+        It may take more while the other doors leave their own shares unclaimed."""
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            return max(1, math.ceil(self.max_waiting / len(self._active_doors(now) | {door})))
+
+    def _refusal(self, door: str | None, now: float) -> str | None:
+        """Why a job through ``door`` gets no place now (None: it gets one): the line is full, or the places
+        left are the other competing doors' unclaimed shares."""
+        free = self.max_waiting - len(self.pending)
+        if free <= 0:
+            return ""
+        share = self.fair_share(door, now)
+        held = {}
+        for record in self.pending:
+            held[record.job.interface] = held.get(record.job.interface, 0) + 1
+        reserved = sum(max(0, share - held.get(other, 0)) for other in self._active_doors(now) - {door})
+        if held.get(door, 0) >= share and free <= reserved:
+            return f"; the {free} place(s) left are kept for requests from elsewhere"
+        return None
 
     def add(self, job: Job) -> JobRecord:
         with self.lock:
             if job.job_id in self._records:
                 raise EngineError(f"job id {job.job_id} was already submitted")
-            if len(self.pending) >= self.max_waiting:
+            now = time.monotonic()
+            refusal = self._refusal(job.interface, now)
+            if refusal is not None:
+                self._door_refused[job.interface] = now
                 retry = self.retry_after_s()
                 position = len(self.pending) + 1
                 raise QueueFull(
                     f"the queue is full ({self.max_waiting} jobs waiting, {1 if self.running else 0} "
-                    f"running), so this job would have been number {position} in line; try again "
-                    + (f"in about {retry:.0f} s" if retry is not None else "when one has finished"),
+                    f"running), so this job would have been number {position} in line{refusal}; try again "
+                    + (f"in about {math.ceil(retry)} s" if retry is not None else "when one has finished"),
                     position=position,
                     retry_after_s=retry,
                 )
@@ -106,6 +159,16 @@ class JobQueue:
                     return index + 1
         return None
 
+    def line(self) -> list[QueueEntry]:
+        """The running job (place 0) and the waiting ones, in the order they run."""
+        with self.lock:
+            records = ([self.running] if self.running is not None else []) + list(self.pending)
+            first = 0 if self.running is not None else 1
+            return [
+                QueueEntry(record.job.job_id, place, record.job.interface, record.job.request.text)
+                for place, record in enumerate(records, start=first)
+            ]
+
     def start_next(self) -> JobRecord | None:
         """Move the first waiting job to running (None if one runs already or none waits)."""
         with self.lock:
@@ -132,9 +195,18 @@ class JobQueue:
             self.finish(record, jobs.CANCELLED, message)
             self._announce_positions()
 
-    def finish(self, record: JobRecord, kind: str, message: str, result: JobResult | None = None) -> None:
-        """End ``record`` with the terminal event the engine decided (once; later calls are ignored)."""
-        self.end(record, ending(kind, record.job.job_id, message, result))
+    def finish(
+        self,
+        record: JobRecord,
+        kind: str,
+        message: str,
+        result: JobResult | None = None,
+        fault: str = Fault.ENGINE,
+        field: str | None = None,
+    ) -> None:
+        """End ``record`` with the terminal event the engine decided (once; later calls are ignored); a
+        failure says whose ``fault`` it is (``messages.Fault``)."""
+        self.end(record, ending(kind, record.job.job_id, message, result, fault, field))
 
     def end(self, record: JobRecord, terminal: Event) -> None:
         """End ``record`` with ``terminal`` (the worker's own, or one the engine made); once only."""
@@ -146,17 +218,22 @@ class JobQueue:
             if terminal.kind == jobs.DONE and record.sent_at is not None:
                 self._run_seconds.append(time.monotonic() - record.sent_at)
             record.state = terminal.kind
-            record.terminal = terminal
+            record.terminal = _kept(terminal)
             record.done.set()
-            self.emit(record.terminal)
+            self.emit(terminal)  # listeners get it whole; the book keeps it small
             finished = [key for key, value in self._records.items() if value.done.is_set()]
             for key in finished[: max(0, len(finished) - KEEP_FINISHED)]:
                 del self._records[key]
+            for key in finished[max(0, len(finished) - KEEP_FINISHED) : max(0, len(finished) - KEEP_AUDIO)]:
+                old = self._records[key]
+                result = getattr(old.terminal, "result", None)
+                if result is not None and result.audio is not None:
+                    old.terminal = dataclasses.replace(old.terminal, result=dataclasses.replace(result, audio=None))
 
-    def fail_waiting(self, kind: str, message: str) -> None:
+    def fail_waiting(self, kind: str, message: str, fault: str = Fault.ENGINE) -> None:
         with self.lock:
             for record in list(self.pending):
-                self.finish(record, kind, message)
+                self.finish(record, kind, message, fault=fault)
             self.pending.clear()
 
     # -- listening -----------------------------------------------------------------------------
@@ -188,6 +265,14 @@ class JobQueue:
     def _announce_positions(self) -> None:
         for index, record in enumerate(self.pending):
             self.emit(Queued(record.job.job_id, index + 1))
+
+
+def _kept(terminal: Event) -> Event:
+    """``terminal`` as the book keeps it: without the worker's status (the engine took what it needed from it
+    when it arrived; it holds the whole precision plan and would be kept once per finished job)."""
+    if getattr(terminal, "status", None) is not None:
+        return dataclasses.replace(terminal, status=None)
+    return terminal
 
 
 class Listener(queue.Queue):

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from cosyvoice_mac.conversion_request import VOICE_CONVERSION, ConversionRequest
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.request import Request
 
@@ -54,16 +55,21 @@ def new_job_id() -> str:
 
 @dataclass(frozen=True)
 class Job:
-    """One submitted request and the id the engine follows it by. The request was validated where it was
-    built (``Request.build``); nothing below checks it again."""
+    """One submitted request and the id the engine follows it by: a synthesis (``Request``) or a voice
+    conversion (``ConversionRequest``), one queue for both. The request was validated where it was built
+    (``Request.build`` / ``ConversionRequest.build``); nothing below checks it again."""
 
-    request: Request
+    request: Request | ConversionRequest
     job_id: str = field(default_factory=new_job_id)
     interface: str | None = None  # who asked: "page", "api", "gradio_api" or "cli" (kept in the sidecar)
 
     @property
     def text(self) -> str:
         return self.request.text
+
+    @property
+    def is_conversion(self) -> bool:
+        return isinstance(self.request, ConversionRequest)
 
 
 @dataclass
@@ -93,6 +99,12 @@ class JobResult:
     audio: np.ndarray | None = None  # (N,) float32, only when there is no output file
     notes: list[str] = field(default_factory=list)  # what the user should know (preview voice, fallbacks)
     post: dict | None = None  # what post-processing did (``PostReport.as_dict``): trimmed ms, loudness, notes
+    source_hash: str | None = None  # a voice conversion's recording: the hash of its 16 kHz samples
+    source_duration_s: float | None = None  # ... and its length
+
+    @property
+    def is_conversion(self) -> bool:
+        return self.mode == VOICE_CONVERSION
 
     def samples(self) -> np.ndarray:
         """The audio (N,) float32: the unsaved samples, else read back from the output WAV."""

@@ -59,9 +59,11 @@ class WorkerStatus:
     engine: str = "torch"  # "mlx" or "torch" (pipeline/engines.py)
     engine_reason: str | None = None  # why this engine: what auto went by, or why the one asked for cannot run
     mlx_memory: dict | None = None  # active/peak/cache bytes while MLX runs
+    frontend_providers: dict | None = None  # onnxruntime provider of the speech tokenizer and CAM++
     low_memory: dict | None = None  # low-memory mode: enabled, and why (device.LowMemoryChoice)
     llm_weights: str | None = None  # llm.pt, or llm.rl.pt when asked for
     precision: dict | None = None  # what each stage runs in and why (pipeline.precision_plan)
+    mlx_llm: dict | None = None  # the MLX LLM precision that runs and why (mlx.llm_gate.MlxLlmChoice)
 
     def as_dict(self) -> dict:
         """The status panel's view (memory and cache grouped as the panel shows them)."""
@@ -168,15 +170,37 @@ class Done(Ending):
     status: WorkerStatus | None = None
 
 
+class Fault:
+    """Whose fault a failed job is: every door answers each the same way (``api/errors.py`` as an HTTP
+    status, ``cli/common.py`` as an exit code), never by reading the message."""
+
+    INPUT = "input"  # the request cannot be served as asked: ``Failed.field`` names what to change
+    ENGINE = "engine"  # the model failed on it (a bug, a device failure): not the user's doing
+    RESTARTED = "restarted"  # the model process died or was replaced while running it: the same job works again
+    TIMEOUT = "timeout"  # it ran past the server's time limit for one job
+    UNAVAILABLE = "unavailable"  # the model could not start: nothing runs until that is fixed
+    ALL = (INPUT, ENGINE, RESTARTED, TIMEOUT, UNAVAILABLE)
+    RETRYABLE = (RESTARTED,)  # the same request, sent again once the engine is back, is expected to work
+
+
 @dataclass(frozen=True)
 class Failed(Ending):
-    """The job ended with an error; ``message`` says why in words a user can act on."""
+    """The job ended with an error; ``message`` says why in words a user can act on, ``fault`` whose fault
+    it is (a ``Fault`` name) and, for an input fault, ``field`` the request's field to change (the contract's
+    names: "text", "voice", "transcript", "instruct", ..., and "prompt_audio" for the voice's recording).
+    ``traceback`` only for a failure nobody expected (a bug), for the log."""
 
     kind: ClassVar[str] = FAILED
     job_id: str
     message: str
     traceback: str | None = None
     status: WorkerStatus | None = None
+    fault: str = Fault.ENGINE
+    field: str | None = None
+
+    @property
+    def retryable(self) -> bool:
+        return self.fault in Fault.RETRYABLE
 
 
 @dataclass(frozen=True)
@@ -254,8 +278,18 @@ class TaskError(Event):
 TERMINAL_KINDS = {DONE: Done, FAILED: Failed, CANCELLED: Cancelled}
 
 
-def ending(kind: str, job_id: str, message: str, result: JobResult | None = None) -> Event:
-    """The terminal event of ``kind`` the engine itself decides (a restart, a timeout, a cancel)."""
+def ending(
+    kind: str,
+    job_id: str,
+    message: str,
+    result: JobResult | None = None,
+    fault: str = Fault.ENGINE,
+    field: str | None = None,
+) -> Event:
+    """The terminal event of ``kind`` the engine itself decides (a restart, a timeout, a cancel); a failure
+    says whose ``fault`` it is (and the ``field`` of an input fault)."""
     if kind == DONE:
         return Done(job_id, result, message)
+    if kind == FAILED:
+        return Failed(job_id, message, fault=fault, field=field)
     return TERMINAL_KINDS[kind](job_id, message)

@@ -1,15 +1,15 @@
 """Saving finished audio: ``outputs/YYYYmmdd-HHMMSS-<short id>.wav`` plus a JSON sidecar.
 
 Both files are written atomically (temporary file in the same folder, fsync, rename), the facts of
-the job are also stored in the WAV's LIST/INFO chunk (ICMT holds them as JSON), and a name is
-claimed with O_EXCL so two jobs finishing in the same second never overwrite each other.
+the job are also stored in the WAV's LIST/INFO chunk (ICMT holds them as JSON), and the WAV is put in
+place only where no file has that name (``atomic_write(replace=False)``), so two jobs never overwrite
+each other and a half-written WAV is never visible.
 """
 
 from __future__ import annotations
 
 import errno
 import json
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +22,7 @@ from cosyvoice_mac.sound.wav import wav_bytes
 SOFTWARE = "cosyvoice-mac"
 SHORT_ID_CHARS = 8
 TITLE_CHARS = 200
+MAX_NAME_ATTEMPTS = 999  # <stem>.wav, <stem>-2.wav, ... when a name is taken
 
 # errno -> (what happened, what to do about it)
 _REASONS = {
@@ -63,49 +64,45 @@ def write_output(
     Raises OutputWriteError (disk full, read-only folder, ...) with a message for the user.
     """
     folder = Path(outputs_dir)
+    created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
+    stem = output_stem(job_id, now)
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        wav_path = _claim_name(folder, output_stem(job_id, now))
+        for attempt in range(1, MAX_NAME_ATTEMPTS + 1):
+            wav_path = folder / (f"{stem}.wav" if attempt == 1 else f"{stem}-{attempt}.wav")
+            sidecar_path = wav_path.with_suffix(".json")
+            if sidecar_path.exists():
+                continue
+            sidecar = {
+                "file": wav_path.name,
+                "created": created,
+                "sample_rate": sample_rate,
+                "duration_s": round(len(audio) / sample_rate, 3),
+                **facts,
+            }
+            try:
+                atomic_write(wav_path, wav_bytes(audio, sample_rate, _info(facts, created, sidecar)), replace=False)
+            except FileExistsError:
+                continue
+            try:
+                atomic_write(sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2, sort_keys=True).encode())
+            except OSError:
+                _remove_quietly(wav_path)
+                raise
+            return OutputFiles(wav_path=wav_path, sidecar_path=sidecar_path)
+        raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder}")
     except OSError as error:
-        raise _explain(error, folder) from error
-    created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
-    sidecar = {
-        "file": wav_path.name,
-        "created": created,
-        "sample_rate": sample_rate,
-        "duration_s": round(len(audio) / sample_rate, 3),
-        **facts,
-    }
-    info = {
+        raise explain_write_error(error, folder) from error
+
+
+def _info(facts: dict, created: str, sidecar: dict) -> dict:
+    """The WAV's LIST/INFO chunk: title, software, date, and the sidecar itself as JSON."""
+    return {
         "INAM": str(facts.get("text", ""))[:TITLE_CHARS],
         "ISFT": f"{SOFTWARE} ({facts.get('model', 'unknown model')})",
         "ICRD": created,
         "ICMT": json.dumps(sidecar, ensure_ascii=False, sort_keys=True),
     }
-    sidecar_path = wav_path.with_suffix(".json")
-    try:
-        atomic_write(wav_path, wav_bytes(audio, sample_rate, info))
-        atomic_write(sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2, sort_keys=True).encode("utf-8"))
-    except OSError as error:
-        for leftover in (wav_path, sidecar_path):
-            _remove_quietly(leftover)
-        raise _explain(error, folder) from error
-    return OutputFiles(wav_path=wav_path, sidecar_path=sidecar_path)
-
-
-def _claim_name(folder: Path, stem: str) -> Path:
-    """Create an empty ``<stem>.wav`` exclusively (adding -2, -3, ... if taken) and return it."""
-    for attempt in range(1, 1000):
-        path = folder / (f"{stem}.wav" if attempt == 1 else f"{stem}-{attempt}.wav")
-        try:
-            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-        except FileExistsError:
-            continue
-        if path.with_suffix(".json").exists():
-            _remove_quietly(path)
-            continue
-        return path
-    raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder}")
 
 
 def _remove_quietly(path: Path) -> None:
@@ -115,7 +112,8 @@ def _remove_quietly(path: Path) -> None:
         pass
 
 
-def _explain(error: OSError, folder: Path) -> OutputWriteError:
+def explain_write_error(error: OSError, folder: Path) -> OutputWriteError:
+    """``error`` (from writing in ``folder``) as an OutputWriteError saying what happened and what to do."""
     reason, advice = _REASONS.get(error.errno, (error.strerror or str(error), "Choose another outputs folder"))
     explained = OutputWriteError(
         f"could not save the result in {folder}: {reason}. {advice}; the audio is still available to play and download."

@@ -42,7 +42,9 @@ class PromptSource:
         elif Path(source).is_file():
             raw = hashlib.sha256(Path(source).read_bytes())
         else:
-            raise SynthesisError(f"the prompt audio file {source} does not exist any more; upload it again")
+            raise SynthesisError(
+                f"the prompt audio file {source} does not exist any more; upload it again", field="prompt_audio"
+            )
         digest = raw.hexdigest()
         decoded = None
         if digest not in self._hash_memo:
@@ -68,14 +70,17 @@ class PromptSource:
             speaker = pipeline.stock_speaker()
             if speaker is None:
                 raise SynthesisError(
-                    "this model has no voice of its own: upload or record a prompt, or pick a saved voice"
+                    "this model has no voice of its own: upload or record a prompt, or pick a saved voice",
+                    field="voice",
                 )
             return speaker, "stock"
         if voice.kind != "saved":
             source = voice.audio if voice.kind == "audio" else voice.samples
             return self.from_audio(pipeline, source, voice.sample_rate, transcript)
         if voice_entry is None:
-            raise SynthesisError(f"the saved voice {voice.saved!r} reached the model without its library entry")
+            raise SynthesisError(
+                f"the saved voice {voice.saved!r} reached the model without its library entry", field="voice"
+            )
         if voice_entry["model_id"] == pipeline.model_id:
             prompt, source = self.cache.lookup(voice_entry["model_id"], voice_entry["audio_hash"])
             if prompt is not None:
@@ -84,5 +89,6 @@ class PromptSource:
             return self.from_audio(pipeline, voice_entry["audio_path"], None, transcript)
         raise SynthesisError(
             f"the saved voice {voice.saved!r} has no cached features for this model and "
-            "no stored audio; upload its prompt audio again and save it under that name"
+            "no stored audio; upload its prompt audio again and save it under that name",
+            field="voice",
         )

@@ -30,6 +30,7 @@ from cosyvoice_mac.engine.messages import (
     DeviceFallback,
     Done,
     Failed,
+    Fault,
     Progress,
     Retrying,
     Started,
@@ -38,7 +39,7 @@ from cosyvoice_mac.engine.messages import (
     WorkerStatus,
 )
 from cosyvoice_mac.engine.prompt_source import PromptSource
-from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.errors import CosyVoiceError, InputError
 from cosyvoice_mac.frontend.glossary import RequestGlossary, glossary_store
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
@@ -110,6 +111,7 @@ class Attempt(NamedTuple):
     timings: dict
     mode: str
     device: str
+    source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
 
 
 class WorkerRuntime:
@@ -190,6 +192,7 @@ class WorkerRuntime:
         if rms < MIN_WARMUP_RMS:
             raise RuntimeError(f"the warm-up synthesis was silent (RMS {rms:.2e}); the model files may be damaged")
         release_memory(self.pipeline.device)
+        release_engine_memory(self.pipeline)  # MLX: the warm-up's buffers
 
     def _stay_on_cpu(self, reason: str) -> None:
         """Keep the (already moved) pipeline on the CPU for the rest of this worker's life."""
@@ -221,11 +224,13 @@ class WorkerRuntime:
                         raise
                     fallback = f"{self.pipeline.device} failed with {type(error).__name__}: {str(error)[:300]}"
                     outcome = self._retry_on_cpu(job, should_stop, fallback)
-        except CosyVoiceError as error:
-            return self._finish(Failed(job.job_id, str(error)))
+        except InputError as error:  # the request's own fault: the field to change travels with it
+            return self._finish(Failed(job.job_id, str(error), fault=Fault.INPUT, field=error.field))
+        except CosyVoiceError as error:  # ours and explained, but not the input's fault (a model file, ...)
+            return self._finish(Failed(job.job_id, str(error), fault=Fault.ENGINE))
         except Exception as error:
             message = f"synthesis failed: {type(error).__name__}: {error}"
-            return self._finish(Failed(job.job_id, message, traceback.format_exc(limit=8)))
+            return self._finish(Failed(job.job_id, message, traceback.format_exc(limit=8), fault=Fault.ENGINE))
         if should_stop():
             return self._finish(Cancelled(job.job_id))
         pieces = outcome.pieces
@@ -250,12 +255,17 @@ class WorkerRuntime:
             timings={key: round(value, 4) for key, value in outcome.timings.items()},
             notes=list(dict.fromkeys(note for piece in pieces for note in piece.notes)),
             post=post.as_dict(),
+            source_hash=outcome.source.content_hash if outcome.source is not None else None,
+            source_duration_s=round(outcome.source.seconds, 3) if outcome.source is not None else None,
         )
         if engine_note is not None:
             result.notes.append(engine_note)
         result.notes += post.notes
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
             extra = {"glossary": self._glossary_hits, "post": result.post}
+            if job.is_conversion:  # what was re-spoken: the recording's hash and length
+                extra = {"post": result.post, "source_hash": result.source_hash}
+                extra["source_duration_s"] = result.source_duration_s
             save_result(self.config.outputs_dir, job, result, self.pipeline, extra)
         self._finish(Done(job.job_id, result, "done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
 
@@ -312,15 +322,24 @@ class WorkerRuntime:
                     self._stay_on_cpu(f"moving back to {self.home_device} failed: {error}")
 
     def _attempt(self, job: Job, should_stop) -> "Attempt":
-        """One try of ``job`` on the current device."""
-        request, self._glossary_hits, note = self.glossary.apply(job.request)
+        """One try of ``job`` on the current device: a synthesis, or a voice conversion (no glossary: no text)."""
+        request, self._glossary_hits, note, recording = job.request, [], None, None
         timings: dict[str, float] = {}
         clock = time.perf_counter()
+        if job.is_conversion:  # decoded once, before the voice: a recording without speech fails at once
+            recording = self.pipeline.decoded_source(request)
+            timings["source"] = time.perf_counter() - clock
+        else:
+            request, self._glossary_hits, note = self.glossary.apply(request)
         speaker, source = self.prompts.for_request(self.pipeline, request, self._voice_entry)
-        timings["prompt"] = time.perf_counter() - clock
+        timings["prompt"] = time.perf_counter() - clock - timings.get("source", 0.0)
         clock = time.perf_counter()
         pieces = []
-        for piece in self.pipeline.run(request, speaker, should_stop):
+        if recording is not None:
+            results = self.pipeline.run_conversion(request, speaker, should_stop, recording)
+        else:
+            results = self.pipeline.run(request, speaker, should_stop)
+        for piece in results:
             pieces.append(piece)
             for stage, seconds in piece.timings.items():
                 timings[stage] = timings.get(stage, 0.0) + seconds
@@ -342,7 +361,7 @@ class WorkerRuntime:
         timings["synthesis"] = time.perf_counter() - clock
         if note and pieces:
             pieces[-1] = replace(pieces[-1], notes=[*pieces[-1].notes, note])
-        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device))
+        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording)
 
     def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""

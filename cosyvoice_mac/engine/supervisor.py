@@ -20,6 +20,7 @@ from cosyvoice_mac.engine.messages import (
     EngineState,
     Event,
     Failed,
+    Fault,
     LoadFailed,
     Ready,
     Restarting,
@@ -183,7 +184,7 @@ class WorkerSupervisor:
     def _give_up(self, message: str) -> None:
         with self.lock:
             self.state, self.last_error = EngineState.ERROR, message
-            self.queue.fail_waiting(jobs.FAILED, f"the model could not start: {message}")
+            self.queue.fail_waiting(jobs.FAILED, f"the model could not start: {message}", Fault.UNAVAILABLE)
             self.tasks.fail_all(f"the model could not start: {message}")
             if self.restart is not None:
                 self.restart.resolve(False, message)
@@ -244,7 +245,8 @@ class WorkerSupervisor:
                 return
             if record.timed_out and isinstance(event, Cancelled):
                 limit = self.limits.job_timeout_s
-                event = Failed(event.job_id, f"stopped: the job ran longer than the limit of {limit:g} s")
+                message = f"stopped: the job ran longer than the limit of {limit:g} s"
+                event = Failed(event.job_id, message, fault=Fault.TIMEOUT)
             self.queue.end(record, event)
 
     def _check_liveness(self, worker: WorkerProcess) -> bool:
@@ -292,6 +294,7 @@ class WorkerSupervisor:
                         jobs.FAILED,
                         f"{message} while running this job; the engine "
                         "restarted it and kept the waiting jobs. Submit this job again to retry it.",
+                        fault=Fault.RESTARTED,
                     )
                 elif running is not None:  # the worker never started it: it runs first on the next one
                     self.queue.requeue_first(running)
@@ -324,6 +327,7 @@ class WorkerSupervisor:
                 jobs.FAILED if record.timed_out else jobs.CANCELLED,
                 f"the job {why} and did not stop within {limits.cancel_grace_s:g} s, so the model process was "
                 "restarted",
+                fault=Fault.TIMEOUT,
             )
             ticket = self.ask_restart(f"job {record.job.job_id} did not stop")
         if not ticket.begun:
@@ -346,7 +350,7 @@ class WorkerSupervisor:
             try:
                 entry = self.voices.get(voice.saved) if voice.kind == "saved" else None
             except EngineError as error:  # deleted while the job waited
-                self.queue.finish(record, jobs.FAILED, str(error))
+                self.queue.finish(record, jobs.FAILED, str(error), fault=Fault.INPUT, field="voice")
                 return
             try:
                 self.worker.send(Command("run", record.job, record.seq, voice_entry=entry))

@@ -11,11 +11,16 @@ import threading
 from dataclasses import dataclass, field
 
 from cosyvoice_mac.engine.jobs import EngineError, Task
-from cosyvoice_mac.engine.messages import TaskDone, TaskError
+from cosyvoice_mac.engine.messages import Fault, TaskDone, TaskError
 
 
 class TaskFailed(EngineError):
-    """The worker could not do the task; the message says why (safe to show)."""
+    """The worker could not do the task; the message says why (safe to show), ``fault`` whose fault it was
+    (``messages.Fault``: the input's, or the model process that died meanwhile, ...)."""
+
+    def __init__(self, message: str, fault: str = Fault.INPUT):
+        super().__init__(message)
+        self.fault = fault
 
 
 @dataclass
@@ -26,11 +31,12 @@ class TaskTicket:
     sent: bool = False
     result: dict | None = None
     error: str | None = None
+    fault: str = Fault.INPUT
     done: threading.Event = field(default_factory=threading.Event)
 
-    def resolve(self, result: dict | None = None, error: str | None = None) -> None:
+    def resolve(self, result: dict | None = None, error: str | None = None, fault: str = Fault.INPUT) -> None:
         if not self.done.is_set():
-            self.result, self.error = result, error
+            self.result, self.error, self.fault = result, error, fault
             self.done.set()
 
 
@@ -67,8 +73,10 @@ class TaskBook:
             return
         if isinstance(event, TaskDone):
             ticket.resolve(result=dict(event.result or {}))
-        else:
-            ticket.resolve(error=event.message or "the task failed")
+        else:  # a traceback: the worker failed on it unexpectedly (not the input's fault)
+            ticket.resolve(
+                error=event.message or "the task failed", fault=Fault.ENGINE if event.traceback else Fault.INPUT
+            )
 
     def fail_sent(self, message: str) -> None:
         """Fail every task a worker received but did not answer (it died or was restarted)."""
@@ -76,13 +84,13 @@ class TaskBook:
             lost = [key for key, ticket in self._tickets.items() if ticket.sent]
             tickets = [self._tickets.pop(key) for key in lost]
         for ticket in tickets:
-            ticket.resolve(error=message)
+            ticket.resolve(error=message, fault=Fault.RESTARTED)
 
     def fail_all(self, message: str) -> None:
         with self.lock:
             tickets, self._tickets = list(self._tickets.values()), {}
         for ticket in tickets:
-            ticket.resolve(error=message)
+            ticket.resolve(error=message, fault=Fault.UNAVAILABLE)
 
     def forget(self, ticket: TaskTicket) -> None:
         with self.lock:
@@ -94,5 +102,5 @@ class TaskBook:
         if not ticket.done.wait(timeout):
             raise TimeoutError(f"the model did not finish the task ({ticket.task.kind}) within {timeout:g} s")
         if ticket.error is not None:
-            raise TaskFailed(ticket.error)
+            raise TaskFailed(ticket.error, ticket.fault)
         return ticket.result or {}

@@ -6,6 +6,7 @@ Layout under the user cache folder (``user_cache_dir()``)::
     voices/voices.json                                        name -> audio hash, model id, transcript
     voices/voices.json.bak                                    a copy of the index as last written
     voices/voices.json.unreadable-<time>                      a damaged index, set aside (never overwritten)
+    voices/voices.json.bak.unreadable-<time>                  a damaged backup, set aside with it (the same time)
     voices/<file>                                             a copy of each named voice's prompt audio
 """
 
@@ -41,6 +42,30 @@ class VoiceError(EngineError):
 
 class VoiceExists(VoiceError):
     """The name is taken by another saved voice (the API answers it with a 409, not a 400)."""
+
+
+class VoiceAudioRefused(VoiceError):
+    """The recording is no usable voice prompt (``sound.prompt_check``): ``problem`` and ``details`` as the
+    check's, the message its sentence. A voice every later job would refuse is never saved."""
+
+    def __init__(self, check):
+        super().__init__(check.sentence)
+        self.problem, self.details = check.problem, check.details
+
+
+def check_voice_audio(audio: str | Path | None = None, samples=None, sample_rate: int | None = None) -> None:
+    """VoiceAudioRefused unless the recording ``audio`` (a file) or ``samples`` at ``sample_rate`` passes the
+    one prompt check that the page, the API and the CLI use: every door that saves a voice ends here."""
+    from cosyvoice_mac.sound.prompt_check import checked_prompt, judge_samples  # numpy: only when saving
+
+    if audio is not None:
+        check = checked_prompt(audio)
+    elif samples is not None and sample_rate:
+        check = judge_samples(samples, int(sample_rate), "the recording")
+    else:
+        return
+    if not check.ok:
+        raise VoiceAudioRefused(check)
 
 
 class VoiceLibrary:
@@ -79,15 +104,18 @@ class VoiceLibrary:
         sample_rate: int | None = None,
         overwrite: bool = False,
     ) -> dict:
-        """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy."""
+        """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy, once
+        they pass the prompt check (VoiceAudioRefused: a voice no job could use is not saved)."""
         name = self.check_name(name)
         check_audio_hash(audio_hash)
+        check_voice_audio(audio, audio_samples, sample_rate)
         with self._lock:
             entries = self._load()
             if name in entries and not overwrite:
-                raise VoiceExists(f"a voice named {name!r} already exists; pick another name or overwrite it")
+                raise VoiceExists(f"a voice named {name!r} already exists; pick another name or replace it")
             self.folder.mkdir(parents=True, exist_ok=True)
             audio_file = self._store_audio(audio_hash, audio, audio_samples, sample_rate)
+            replaced = entries.get(name)
             entry = {
                 "name": name,
                 "audio_hash": audio_hash,
@@ -98,6 +126,8 @@ class VoiceLibrary:
             }
             entries[name] = entry
             self._store(entries)
+            if replaced is not None:
+                self._forget_audio(replaced.get("audio_file"), entries)
         return dict(entry)
 
     def rename(self, old: str, new: str) -> dict:
@@ -114,6 +144,16 @@ class VoiceLibrary:
             self._store(entries)
         return dict(entry)
 
+    def set_transcript(self, name: str, transcript: str | None) -> dict:
+        """Change what the voice's recording is said to say (None or blank: no transcript, cross-lingual only)."""
+        with self._lock:
+            entries = self._load()
+            if name not in entries:
+                raise VoiceError(f"there is no saved voice named {name!r}")
+            entries[name]["transcript"] = (transcript or "").strip() or None
+            self._store(entries)
+            return dict(entries[name])
+
     def delete(self, name: str) -> None:
         with self._lock:
             entries = self._load()
@@ -121,9 +161,12 @@ class VoiceLibrary:
                 raise VoiceError(f"there is no saved voice named {name!r}")
             entry = entries.pop(name)
             self._store(entries)
-            audio_file = entry.get("audio_file")
-            if audio_file and not any(other.get("audio_file") == audio_file for other in entries.values()):
-                (self.folder / audio_file).unlink(missing_ok=True)
+            self._forget_audio(entry.get("audio_file"), entries)
+
+    def _forget_audio(self, audio_file: str | None, entries: dict[str, dict]) -> None:
+        """Remove a recording no remaining voice points at."""
+        if audio_file and not any(other.get("audio_file") == audio_file for other in entries.values()):
+            (self.folder / audio_file).unlink(missing_ok=True)
 
     @staticmethod
     def check_name(name: str) -> str:
@@ -160,10 +203,11 @@ class VoiceLibrary:
         return None
 
     def problem(self) -> str | None:
-        """What the user must know about the voice list, or None: a damaged list that was set aside.
+        """What the user must know about the voice list, or None: a damaged list that was set aside, and
+        whether its backup restored the voices or was damaged too (then both copies were set aside).
 
         Read from the folder (the set-aside files), so every process sees it; it goes away when the user
-        deletes the set-aside file.
+        deletes the set-aside index file.
         """
         try:
             self._load()
@@ -172,6 +216,15 @@ class VoiceLibrary:
         aside = sorted(self.folder.glob(f"{self.index_path.name}{UNREADABLE_SUFFIX}*"))
         if not aside:
             return None
+        index_aside = aside[-1]
+        backup_aside = self.folder / index_aside.name.replace(self.index_path.name, self.backup_path.name, 1)
+        if backup_aside.is_file():
+            return (
+                f"the saved-voice list {self.index_path} and its backup {self.backup_path.name} could not be "
+                f"read, so the list starts empty; neither copy was deleted: they were set aside as "
+                f"{index_aside.name} and {backup_aside.name} in {self.folder} (voice names and transcripts can "
+                f"be recovered from them by hand). Save the voices again; delete {index_aside} to dismiss this note"
+            )
         kept = (
             f"the voices as last saved were restored from {self.backup_path.name}"
             if self.backup_path.is_file()
@@ -179,8 +232,8 @@ class VoiceLibrary:
         )
         return (
             f"the saved-voice list {self.index_path} could not be read, so it was set aside as "
-            f"{aside[-1].name} (never overwritten; voice names can be recovered from it by hand); {kept}. "
-            f"Delete {aside[-1]} to dismiss this note"
+            f"{index_aside.name} (never overwritten; voice names can be recovered from it by hand); {kept}. "
+            f"Delete {index_aside} to dismiss this note"
         )
 
     def _load(self) -> dict[str, dict]:
@@ -195,10 +248,14 @@ class VoiceLibrary:
             raise VoiceError(
                 f"the voice list {self.index_path} cannot be read ({error}); check the folder's permissions"
             ) from error
-        self._set_aside()
+        stamp = self._set_aside(self.index_path)
         try:
             entries = self._parse(self.backup_path)
-        except (OSError, _Damaged):
+        except _Damaged:  # both copies: keep the backup too, beside the index, under the same time
+            if stamp is not None:
+                self._set_aside(self.backup_path, stamp)
+            return {}
+        except OSError:
             return {}
         try:
             atomic_write(self.index_path, self.backup_path.read_bytes())
@@ -220,24 +277,26 @@ class VoiceLibrary:
             raise _Damaged("not a voice list")
         return voices
 
-    def _set_aside(self) -> None:
-        """Rename the damaged index to a new ``voices.json.unreadable-<time>`` name, never over another file."""
-        stamp = time.strftime("%Y%m%d-%H%M%S")
+    def _set_aside(self, path: Path, stamp: str | None = None) -> str | None:
+        """Rename the damaged ``path`` to a new ``<name>.unreadable-<stamp>`` name, never over another file;
+        the stamp used (None when another process set it aside first)."""
+        stamp = stamp or time.strftime("%Y%m%d-%H%M%S")
         for attempt in range(100):
-            target = self.folder / f"{self.index_path.name}{UNREADABLE_SUFFIX}{stamp}{f'-{attempt}' if attempt else ''}"
+            tried = f"{stamp}-{attempt}" if attempt else stamp
+            target = self.folder / f"{path.name}{UNREADABLE_SUFFIX}{tried}"
             try:
-                os.link(self.index_path, target)  # fails if the name is taken: nothing is overwritten
+                os.link(path, target)  # fails if the name is taken: nothing is overwritten
             except FileExistsError:
                 continue
             except FileNotFoundError:  # another process set it aside first
-                return
+                return None
             except OSError as error:
                 raise VoiceError(
-                    f"the voice list {self.index_path} is damaged and could not be set aside "
-                    f"({error}); move it away by hand"
+                    f"the voice list {path} is damaged and could not be set aside ({error}); move it away by hand"
                 ) from error
-            self.index_path.unlink(missing_ok=True)
-            return
+            path.unlink(missing_ok=True)
+            return tried
+        return None
 
     def _store(self, entries: dict[str, dict]) -> None:
         """Write the index atomically, then the same bytes as the backup: the last good version, should

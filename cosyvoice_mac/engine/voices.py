@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.engine.voice_library import VoiceExists
+from cosyvoice_mac.engine.voice_library import VoiceExists, check_voice_audio
 from cosyvoice_mac.request import Voice
 
 
@@ -35,15 +35,17 @@ class VoiceSaving:
         """Name a prompt recording: the worker extracts (or finds cached) its features for the loaded model,
         the library keeps the name, the transcript and a copy of the audio. No generation is needed first.
 
-        Raises VoiceError (bad name; VoiceExists: taken), TaskFailed (audio the model cannot use, with the reason),
-        TimeoutError past ``timeout`` s, or EngineError (no such file, engine not running).
+        Raises VoiceError (bad name; VoiceExists: taken; VoiceAudioRefused: the prompt check's problem, before
+        the worker is asked), TaskFailed (audio the model cannot use, with the reason), TimeoutError past
+        ``timeout`` s, or EngineError (no such file, engine not running).
         """
         name = self.voices.check_name(name)
         if not overwrite and any(entry["name"] == name for entry in self.voices.list()):
-            raise VoiceExists(f"a voice named {name!r} already exists; pick another name or overwrite it")
+            raise VoiceExists(f"a voice named {name!r} already exists; pick another name or replace it")
         audio_path = Path(audio_path)
         if not audio_path.is_file():
             raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
+        check_voice_audio(audio_path)
         transcript = (transcript or "").strip() or None
         features = self.run_task(
             jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "transcript": transcript}, timeout
@@ -56,6 +58,14 @@ class VoiceSaving:
             audio=audio_path,
             overwrite=overwrite,
         )
+
+    def replace_voice(
+        self, name: str, audio_path: str | Path, transcript: str | None = None, timeout: float | None = None
+    ) -> dict:
+        """Give the saved voice ``name`` a new recording (and transcript), keeping its name: VoiceError when there
+        is no voice by that name; otherwise as :meth:`save_voice_from_audio` with overwrite."""
+        self.voices.get(name)
+        return self.save_voice_from_audio(name, audio_path, transcript, overwrite=True, timeout=timeout)
 
     def prepare_voice(self, audio_path: str | Path, streaming: bool = True, timeout: float | None = None) -> dict:
         """Have the worker extract (or find cached) a recording's features now and, for ``streaming``,

@@ -17,8 +17,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
 import re
 import threading
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -146,32 +148,95 @@ def entries_to_csv(entries) -> str:
     return out.getvalue()
 
 
+class GlossaryDamaged(GlossaryError):
+    """The glossary file exists but cannot be read as a glossary: ``path`` is it, ``reason`` what is wrong."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(
+            f"the glossary file {path} cannot be read ({reason}); start an empty glossary (the damaged file is "
+            f"kept beside it as {path.name}{UNREADABLE_SUFFIX}<time>) or import a CSV to replace it"
+        )
+        self.path, self.reason = path, reason
+
+
+UNREADABLE_SUFFIX = ".unreadable-"
+
+
 class GlossaryStore:
-    """Owns the persistent glossary (``glossary.json`` in the user cache folder): read, replace, export."""
+    """Owns the persistent glossary (``glossary.json`` in the user cache folder): read, replace, export, and
+    a damaged file set aside (``glossary.json.unreadable-<time>``, never deleted) when it is replaced."""
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
         self._lock = threading.Lock()
 
     def entries(self) -> tuple[GlossaryEntry, ...]:
+        """The stored entries; GlossaryDamaged when the file is there but unreadable."""
         if not self.path.is_file():
             return ()
         try:
             rows = json.loads(self.path.read_text(encoding="utf-8"))["entries"]
             return check_entries([GlossaryEntry(r["key"], r["replacement"], r.get("language", "all")) for r in rows])
         except (OSError, ValueError, KeyError, TypeError) as error:
-            raise GlossaryError(
-                f"the glossary file {self.path} cannot be read ({error}); import a CSV to replace it"
-            ) from None
+            raise GlossaryDamaged(self.path, str(error) or type(error).__name__) from None
+
+    def problem(self) -> str | None:
+        """What the user must know about the stored glossary (it cannot be read, and what to do), or None."""
+        try:
+            self.entries()
+        except GlossaryError as error:
+            return str(error)
+        return None
+
+    def usable_entries(self) -> tuple[tuple[GlossaryEntry, ...], str | None]:
+        """(the entries, None), or for a damaged file (no entries, a note saying long-form work goes on
+        without it): a bad glossary must not stop work that does not need it."""
+        try:
+            return self.entries(), None
+        except GlossaryError as error:
+            return (), f"the pronunciation glossary was not applied: {error}"
 
     def replace(self, entries) -> tuple[GlossaryEntry, ...]:
-        """Check and store ``entries`` (the whole glossary), atomically; nothing is stored on an error."""
+        """Check and store ``entries`` (the whole glossary), atomically; nothing is stored on an error. A damaged
+        file is set aside first (kept, never overwritten): it may hold entries worth recovering by hand."""
         checked = check_entries(list(entries))
         payload = json.dumps({"entries": [asdict(e) for e in checked]}, ensure_ascii=False, indent=1)
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            if self.problem() is not None:
+                self._set_aside()
             atomic_write(self.path, payload.encode("utf-8"))
         return checked
+
+    def start_empty(self) -> Path | None:
+        """Replace a damaged glossary with an empty one; the path the damaged file is kept at (None: it was
+        readable, nothing changed)."""
+        with self._lock:
+            if self.problem() is None:
+                return None
+            kept = self._set_aside()
+            atomic_write(self.path, json.dumps({"entries": []}).encode("utf-8"))
+        return kept
+
+    def kept_copies(self) -> list[Path]:
+        """Damaged glossaries set aside so far, oldest first."""
+        return sorted(self.path.parent.glob(f"{self.path.name}{UNREADABLE_SUFFIX}*"))
+
+    def _set_aside(self) -> Path | None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for attempt in range(100):
+            target = self.path.with_name(
+                f"{self.path.name}{UNREADABLE_SUFFIX}{stamp}{f'-{attempt}' if attempt else ''}"
+            )
+            try:
+                os.link(self.path, target)  # fails if the name is taken: nothing is overwritten
+            except FileExistsError:
+                continue
+            except FileNotFoundError:
+                return None
+            self.path.unlink()
+            return target
+        raise GlossaryError(f"the damaged glossary {self.path} could not be set aside; move it away by hand")
 
 
 def _fold(key: str) -> str:

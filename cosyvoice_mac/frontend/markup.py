@@ -110,7 +110,8 @@ def validate_markup(text: str, version: str) -> None:
         f"Unknown markup in the text for {version}: {listed}{more}. "
         + (("; ".join(hints) + ". ") if hints else "")
         + advice
-        + "To keep brackets as plain text, use parentheses instead."
+        + "To keep brackets as plain text, use parentheses instead.",
+        field="text",
     )
 
 
@@ -136,7 +137,7 @@ def format_instruction(instruction: str, version: str) -> str:
     contains ``<|endofprompt|>`` is used as given."""
     instruction = instruction.strip()
     if not instruction:
-        raise SynthesisError("instruct mode needs an instruction (e.g. 'Please speak very slowly.')")
+        raise SynthesisError("instruct mode needs an instruction (e.g. 'Please speak very slowly.')", field="instruct")
     if ENDOFPROMPT in instruction:
         return instruction
     if spec_for(version).system_prefix and not instruction.startswith(SYSTEM_PROMPT):
@@ -159,10 +160,10 @@ def build_llm_text(
     if version not in VERSIONS:
         raise SynthesisError(f"unknown model version {version!r}; expected one of {VERSIONS}")
     if not segment.strip():
-        raise SynthesisError("nothing to synthesise: the text is empty")
+        raise SynthesisError("nothing to synthesise: the text is empty", field="text")
     if mode == "zero_shot":
         if not prompt_transcript.strip():
-            raise SynthesisError("zero-shot cloning needs the transcript of the prompt recording")
+            raise SynthesisError("zero-shot cloning needs the transcript of the prompt recording", field="transcript")
         prefix = "" if ENDOFPROMPT in prompt_transcript else system_prefix(version)
         return LlmText(prefix + prompt_transcript, segment)
     if mode == "cross_lingual":

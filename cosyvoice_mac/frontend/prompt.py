@@ -28,7 +28,7 @@ def load_wav(path: str | Path, target_sr: int) -> torch.Tensor:
         mono, file_sr = decode_audio(path)
         check_source_rate(Path(path).name, file_sr, target_sr)
     except AudioInputError as error:
-        raise SynthesisError(f"cannot read prompt audio {path}: {error}") from error
+        raise SynthesisError(f"cannot read prompt audio {path}: {error}", field="prompt_audio") from error
     return resample(mono, file_sr, target_sr)
 
 

@@ -15,7 +15,7 @@ import torch
 from cosyvoice_mac.checkpoint import CheckpointError
 from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.features import FBANK_FRAME_LENGTH, FBANK_N_MELS, kaldi_fbank
-from cosyvoice_mac.frontend.speech_tokenizer import open_cpu_session
+from cosyvoice_mac.frontend.onnx_session import open_session
 
 EMBEDDING_DIM = 192
 
@@ -28,20 +28,26 @@ def normalised_fbank(wave16k: torch.Tensor) -> torch.Tensor:
     if isinstance(wave16k, torch.Tensor) and wave16k.dim() == 2 and wave16k.shape[1] < FBANK_FRAME_LENGTH:
         raise SynthesisError(
             f"the prompt audio has {wave16k.shape[1]} samples at 16 kHz, too short for a speaker "
-            "embedding; use a few seconds of speech."
+            "embedding; use a few seconds of speech.",
+            field="prompt_audio",
         )
     features = kaldi_fbank(wave16k)
     return features - features.mean(dim=0, keepdim=True)
 
 
 class SpeakerEncoder:
-    """Owns one onnxruntime session of the official CAM++ speaker encoder (``campplus.onnx``)."""
+    """Owns one onnxruntime session of the official CAM++ speaker encoder (``campplus.onnx``), on the provider
+    :func:`cosyvoice_mac.frontend.onnx_session.open_session` picks for ``device_type`` (``provider`` names it)."""
 
     is_stand_in = False
 
-    def __init__(self, onnx_path: str | Path, intra_op_threads: int = 1, *, map_weights: bool = False):
+    def __init__(
+        self, onnx_path: str | Path, intra_op_threads: int = 1, *, map_weights: bool = False, device_type: str = "cpu"
+    ):
         self.path = Path(onnx_path)
-        self._session = open_cpu_session(self.path, intra_op_threads, "speaker encoder", map_weights=map_weights)
+        self._session, self.provider, self.provider_reason = open_session(
+            self.path, intra_op_threads, "speaker encoder", map_weights=map_weights, device_type=device_type
+        )
         self._input = self._session.get_inputs()[0].name
 
     @torch.inference_mode()
@@ -65,6 +71,7 @@ class RandomSpeakerEncoder:
     """
 
     is_stand_in = True
+    provider, provider_reason = "stand-in", "random-weight model: no ONNX session"
 
     def __init__(self, seed: int = 0):
         generator = torch.Generator().manual_seed(seed)

@@ -2,9 +2,10 @@
 
 The official ``speech_tokenizer_v2.onnx`` / ``speech_tokenizer_v3.onnx`` take a whisper log-mel
 ``(1, 128, T)`` float32 and its length ``(1,)`` int32 and return integer tokens ``(1, ~T/4)``.
-The two versions share this interface but their codes are not interchangeable. Like upstream we
-run them with onnxruntime on the CPU (they run once per prompt) and address the inputs by
-position, because the exported names are not part of any contract.
+The two versions share this interface but their codes are not interchangeable. We run the official
+graph with onnxruntime, on the provider :mod:`cosyvoice_mac.frontend.onnx_session` picks (the CPU, or
+the networks' accelerator where onnxruntime has its provider), and address the inputs by position,
+because the exported names are not part of any contract.
 """
 
 from __future__ import annotations
@@ -18,40 +19,13 @@ import torch.nn.functional as F
 from cosyvoice_mac.checkpoint import CheckpointError
 from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.features import WHISPER_HOP, WHISPER_N_MELS, whisper_log_mel
-from cosyvoice_mac.frontend.onnx_mapping import FOLDER_OPTION, mapped_model_bytes
+from cosyvoice_mac.frontend.onnx_session import open_session
 
 SAMPLE_RATE = 16000
 MAX_PROMPT_SECONDS = 30.0
 MEL_FRAMES_PER_TOKEN = 4
 # One token needs four 10 ms mel frames.
 MIN_PROMPT_SAMPLES = MEL_FRAMES_PER_TOKEN * WHISPER_HOP
-
-
-def open_cpu_session(onnx_path: str | Path, intra_op_threads: int, role: str, *, map_weights: bool = False):
-    """An onnxruntime CPU session with full graph optimisation, as upstream builds it.
-
-    ``role`` names the model in errors ("speech tokenizer", "speaker encoder"). ``map_weights``
-    (low-memory mode) lets onnxruntime memory-map the weights from the file instead of parsing the
-    whole file into memory and copying them (:mod:`cosyvoice_mac.frontend.onnx_mapping`).
-    """
-    import onnxruntime
-
-    path = Path(onnx_path)
-    if not path.is_file():
-        raise CheckpointError(f"{role} model {path} is missing; the model folder must contain it")
-    if intra_op_threads < 1:
-        raise ValueError(f"intra_op_threads must be >= 1, got {intra_op_threads}")
-    options = onnxruntime.SessionOptions()
-    options.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
-    options.intra_op_num_threads = intra_op_threads
-    try:
-        model: str | bytes = str(path)
-        if map_weights:
-            model = mapped_model_bytes(path)
-            options.add_session_config_entry(FOLDER_OPTION, str(path.parent))
-        return onnxruntime.InferenceSession(model, sess_options=options, providers=["CPUExecutionProvider"])
-    except Exception as error:  # onnxruntime raises its own exception types for bad files
-        raise CheckpointError(f"cannot load {role} model {path}: {error}") from error
 
 
 def check_prompt_wave(wave16k: torch.Tensor) -> torch.Tensor:
@@ -67,12 +41,14 @@ def check_prompt_wave(wave16k: torch.Tensor) -> torch.Tensor:
     if seconds > MAX_PROMPT_SECONDS:
         raise SynthesisError(
             f"the prompt audio is {seconds:.1f} s long; the speech tokenizer accepts at most "
-            f"{MAX_PROMPT_SECONDS:.0f} s. Trim the prompt (3-10 s of clean speech works best)."
+            f"{MAX_PROMPT_SECONDS:.0f} s. Trim the prompt (3-10 s of clean speech works best).",
+            field="prompt_audio",
         )
     if wave16k.shape[1] < MIN_PROMPT_SAMPLES:
         raise SynthesisError(
             f"the prompt audio is {seconds * 1000:.0f} ms long, too short for a single speech token; "
-            "use a few seconds of speech."
+            "use a few seconds of speech.",
+            field="prompt_audio",
         )
     return wave16k.detach().cpu().float()
 
@@ -82,6 +58,8 @@ class SpeechTokenizer:
 
     ``vocab_size``, when given, is checked against every returned token (6561 for the real
     models), so a tokenizer of the wrong model version fails here rather than in an embedding.
+    ``device_type`` is where the networks run (the session joins them where onnxruntime can);
+    ``provider`` and ``provider_reason`` say where it runs and why.
     """
 
     is_stand_in = False
@@ -93,10 +71,13 @@ class SpeechTokenizer:
         vocab_size: int | None = None,
         *,
         map_weights: bool = False,
+        device_type: str = "cpu",
     ):
         self.path = Path(onnx_path)
         self.vocab_size = vocab_size
-        self._session = open_cpu_session(self.path, intra_op_threads, "speech tokenizer", map_weights=map_weights)
+        self._session, self.provider, self.provider_reason = open_session(
+            self.path, intra_op_threads, "speech tokenizer", map_weights=map_weights, device_type=device_type
+        )
         inputs = self._session.get_inputs()
         if len(inputs) != 2:
             raise CheckpointError(f"{self.path} has {len(inputs)} inputs; a speech tokenizer takes (log-mel, length)")
@@ -127,6 +108,7 @@ class RandomSpeechTokenizer:
     """
 
     is_stand_in = True
+    provider, provider_reason = "stand-in", "random-weight model: no ONNX session"
 
     def __init__(self, vocab_size: int = 6561, seed: int = 0):
         if vocab_size < 1:

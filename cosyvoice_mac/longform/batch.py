@@ -12,7 +12,9 @@ import csv
 import hashlib
 import io
 import json
+import os
 import re
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,9 +75,41 @@ def parse_batch(data: str | bytes, kind: str) -> list[BatchItem]:
     return items
 
 
+def unclosed_quote_line(data: str) -> int | None:
+    """The line (1-based) where a quoted CSV field opens and never closes, or None. A quote opens a field only
+    at its start and ``""`` inside one is a quote character, as the ``csv`` module reads it; that module
+    would take the rest of the file as the one field instead of saying so."""
+    line, quoted_since, at_field_start, index = 1, None, True, 0
+    while index < len(data):
+        char = data[index]
+        if quoted_since is not None:
+            if char == '"':
+                if data.startswith('""', index):
+                    index += 1
+                else:
+                    quoted_since = None
+        elif char == '"' and at_field_start:
+            quoted_since = line
+        at_field_start = quoted_since is None and char in ",\r\n"
+        if char == "\n" or (char == "\r" and not data.startswith("\r\n", index)):
+            line += 1
+        index += 1
+    return quoted_since
+
+
 def _parse_csv(data: str) -> list[BatchItem]:
-    rows = list(csv.reader(io.StringIO(data)))
-    numbered = [(number, row) for number, row in enumerate(rows, start=1) if any(cell.strip() for cell in row)]
+    opened = unclosed_quote_line(data)
+    if opened is not None:
+        raise BatchError(
+            f'line {opened}: a quote (") opens a text that is never closed, so the rest of the file would be '
+            'read as that one text; close it with a second " (a quote inside a quoted text is written "")'
+        )
+    reader = csv.reader(io.StringIO(data))
+    numbered, first_line = [], 1
+    for row in reader:  # a quoted text may span lines: each row is named by the line it starts on
+        if any(cell.strip() for cell in row):
+            numbered.append((first_line, row))
+        first_line = reader.line_num + 1
     if not numbered:
         return []
     header_line, header = numbered[0]
@@ -141,14 +175,22 @@ class BatchFolder:
         self.folder.mkdir(parents=True, exist_ok=True)
         atomic_write(self.manifest_path, json.dumps({"files": recorded}, indent=1).encode("utf-8"))
 
-    def zip(self, items: list[BatchItem]) -> Path:
-        """A zip of the finished WAVs of ``items`` (and their sidecars) beside the folder."""
+    def zip(self, items: list[BatchItem], extra: tuple[str, ...] = ()) -> Path:
+        """A zip of the finished WAVs of ``items`` (and their sidecars, and the folder's files named in
+        ``extra``) beside the folder."""
         target = self.folder.with_suffix(".zip")
-        temporary = target.with_name(f".{target.name}.tmp")
-        with zipfile.ZipFile(temporary, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-            for item in items:
-                for path in (self.folder / item.file, (self.folder / item.file).with_suffix(".json")):
+        wanted = [self.folder / name for name in extra]
+        for item in items:
+            wanted += [self.folder / item.file, (self.folder / item.file).with_suffix(".json")]
+        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:  # a temporary file of its own: two runs of one batch never write into the same one
+            with os.fdopen(handle, "wb") as file, zipfile.ZipFile(file, "w", zipfile.ZIP_DEFLATED) as archive:
+                for path in wanted:
                     if path.is_file():
                         archive.write(path, arcname=f"{self.folder.name}/{path.name}")
-        temporary.replace(target)
+            os.chmod(temporary, 0o644)  # mkstemp's 0600 is too private for the user's own results
+            os.replace(temporary, target)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
         return target

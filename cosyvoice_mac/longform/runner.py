@@ -4,11 +4,14 @@ Each job here checks all of its input before the first request (so a bad line co
 ``Speak`` callable for one line at a time (the page, the API and the CLI pass ``speakers.EngineSpeak``, which
 goes through an engine's queue), reports progress after every line, stops between lines when asked, and
 writes only whole files: what was finished before a Stop is kept and labelled as partial.
+
+Files are written through ``files.ResultFiles`` (named by ``files.result_stem`` in outputs/: never over
+another job's); a line the engine made but could not save in outputs/ is kept in the result and said in its
+``not_saved``.
 """
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,10 +21,9 @@ import numpy as np
 
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
-from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.longform.files import ResultFiles
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.post import post_process, trim_silence
-from cosyvoice_mac.sound.wav import wav_bytes
 
 
 @dataclass(frozen=True)
@@ -77,17 +79,20 @@ class LongformResult:
     total: int
     stopped: bool
     report: list[dict] = field(default_factory=list)
+    not_saved: str | None = None  # why some of it is not where it belongs in outputs/ (None: all saved)
 
 
 OnProgress = Callable[[Progress], None]
 ShouldStop = Callable[[], bool]
 
 
-def _never() -> bool:
+def never() -> bool:
     return False
 
 
-class _Tracker:
+class Tracker:
+    """Reports a job's progress (done of ``total``, in ``label``s) to ``on_progress`` after each item."""
+
     def __init__(self, total: int, label: str, on_progress: OnProgress | None):
         self.total, self.label, self.on_progress, self.started = total, label, on_progress, time.monotonic()
 
@@ -96,23 +101,18 @@ class _Tracker:
             self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
 
 
-def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop) -> Spoken | None:
-    """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines)."""
+def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: ResultFiles) -> Spoken | None:
+    """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines).
+    A line made but not saved in outputs/ (``facts["not_saved"]``) is noted in ``files``."""
     try:
-        return speak(line)
+        spoken = speak(line)
     except Exception:
         if should_stop():
             return None
         raise
-
-
-def _write(path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list[Path]:
-    """A WAV and its JSON sidecar, each written whole."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sidecar = {"file": path.name, "sample_rate": sample_rate, "duration_s": round(len(audio) / sample_rate, 3), **facts}
-    atomic_write(path, wav_bytes(audio, sample_rate, {"ICMT": json.dumps(sidecar, ensure_ascii=False)}))
-    atomic_write(path.with_suffix(".json"), json.dumps(sidecar, ensure_ascii=False, indent=2).encode())
-    return [path, path.with_suffix(".json")]
+    if spoken.facts.get("not_saved"):
+        files.note_unsaved(f"a line was made but not saved in outputs: {spoken.facts['not_saved']}")
+    return spoken
 
 
 def run_dialogue(
@@ -127,13 +127,16 @@ def run_dialogue(
     per_line_files: bool = False,
     post: PostSettings = PostSettings(),
     on_progress: OnProgress | None = None,
-    should_stop: ShouldStop = _never,
+    should_stop: ShouldStop = never,
+    files: ResultFiles | None = None,
 ) -> LongformResult:
-    """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json`` (+ per-line WAVs)."""
+    """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json`` (+ per-line WAVs)
+    through ``files`` (default: never over an existing file, no fallback)."""
+    files = files or ResultFiles()
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
     dialogue.join_lines([], [], voices, 1, pause_s)  # checks the pause before any work
-    tracker, waves, files, rate, stopped = _Tracker(len(lines), "lines", on_progress), [], [], None, False
+    tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     for index, line in enumerate(lines):
         if should_stop():
             stopped = True
@@ -142,6 +145,7 @@ def run_dialogue(
             speak,
             LineRequest(line.text, voices[line.speaker], line.instruct, seed=None if seed is None else seed + index),
             should_stop,
+            files,
         )
         if spoken is None:
             stopped = True
@@ -151,10 +155,10 @@ def run_dialogue(
         waves.append(wave)
         if per_line_files:
             name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
-            files += _write(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
+            written += files.wav(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
         tracker.report(index + 1)
     if not waves:
-        return LongformResult("dialogue", None, tuple(files), 0, len(lines), stopped)
+        return LongformResult("dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved)
     audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
     report = [t.as_dict() for t in timings]
     facts = {
@@ -166,11 +170,11 @@ def run_dialogue(
         "cast": voices,
         "post": post.__dict__,
     }
-    wav = out_stem.with_suffix(".wav")
-    files = _write(wav, audio, rate, facts) + files
-    timing_path = out_stem.with_suffix(".timing.json")
-    atomic_write(timing_path, json.dumps({"lines": report, "partial": stopped}, ensure_ascii=False, indent=1).encode())
-    return LongformResult("dialogue", wav, tuple(files + [timing_path]), len(waves), len(lines), stopped, report)
+    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts) + written
+    written.append(files.json(out_stem.with_suffix(".timing.json"), {"lines": report, "partial": stopped}))
+    return LongformResult(
+        "dialogue", written[0], tuple(written), len(waves), len(lines), stopped, report, files.not_saved
+    )
 
 
 def run_dub(
@@ -183,18 +187,21 @@ def run_dub(
     seed: int | None = None,
     post: PostSettings = PostSettings(),
     on_progress: OnProgress | None = None,
-    should_stop: ShouldStop = _never,
+    should_stop: ShouldStop = never,
+    files: ResultFiles | None = None,
 ) -> LongformResult:
-    """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits."""
+    """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits.
+    Written through ``files`` (default: never over an existing file, no fallback)."""
+    files = files or ResultFiles()
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
-    tracker, waves, speeds, rate, stopped = _Tracker(len(cues), "cues", on_progress), [], [], None, False
+    tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     for index, cue in enumerate(cues):
         if should_stop():
             stopped = True
             break
         line_seed = None if seed is None else seed + index
-        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed), should_stop)
+        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed), should_stop, files)
         if spoken is None:
             stopped = True
             break
@@ -202,7 +209,7 @@ def run_dub(
         wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
-            spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop)
+            spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop, files)
             if spoken is None:
                 stopped = True
                 break
@@ -212,7 +219,7 @@ def run_dub(
         speeds.append(speed)
         tracker.report(index + 1)
     if not waves:
-        return LongformResult("dub", None, (), 0, len(cues), stopped)
+        return LongformResult("dub", None, (), 0, len(cues), stopped, not_saved=files.not_saved)
     placed = subtitles.place(cues[: len(waves)], [len(w) / rate for w in waves], speeds)
     audio = subtitles.render_timeline(placed, waves, rate)
     report = subtitles.misfit_report(placed)
@@ -225,16 +232,10 @@ def run_dub(
         "speed_limit": limit,
         "misfits": len(report),
     }
-    wav = out_stem.with_suffix(".wav")
-    files = _write(wav, audio, rate, facts)
-    report_path = out_stem.with_suffix(".report.json")
-    atomic_write(
-        report_path,
-        json.dumps(
-            {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}, ensure_ascii=False, indent=1
-        ).encode(),
-    )
-    return LongformResult("dub", wav, tuple(files + [report_path]), len(waves), len(cues), stopped, report)
+    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts)
+    timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
+    written.append(files.json(out_stem.with_suffix(".report.json"), timeline))
+    return LongformResult("dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved)
 
 
 def run_batch(
@@ -248,13 +249,14 @@ def run_batch(
     seed: int | None = None,
     post: PostSettings = PostSettings(),
     on_progress: OnProgress | None = None,
-    should_stop: ShouldStop = _never,
+    should_stop: ShouldStop = never,
 ) -> LongformResult:
     """One WAV per line in ``folder``; lines already made with the same settings are skipped; a zip at the end."""
     items = batches.parse_batch(data, kind)
     store = batches.BatchFolder(folder)
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
-    tracker, made, skipped, stopped = _Tracker(len(items), "lines", on_progress), 0, 0, False
+    tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False
+    files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     for index, item in enumerate(items):
         key = batches.settings_key(item, shared)
         if store.is_done(item, key):
@@ -268,12 +270,13 @@ def run_batch(
             speak,
             LineRequest(item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index),
             should_stop,
+            files,
         )
         if spoken is None:
             stopped = True
             break
         wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
-        _write(
+        files.wav(
             folder / item.file,
             wave,
             spoken.sample_rate,
@@ -292,4 +295,6 @@ def run_batch(
         tracker.report(index + 1)
     archive = store.zip(items)
     report = [{"made": made, "skipped": skipped}]
-    return LongformResult("batch", None, (folder, archive), made + skipped, len(items), stopped, report)
+    return LongformResult(
+        "batch", None, (folder, archive), made + skipped, len(items), stopped, report, files.not_saved
+    )

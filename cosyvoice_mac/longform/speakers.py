@@ -1,4 +1,5 @@
-"""Where a long job's lines are spoken: the engine's queue, for the page, the API and the CLI alike.
+"""Where a long job's lines are spoken (and a batch's recordings converted): the engine's queue, for the page,
+the API and the CLI alike.
 
 A saved voice is resolved by name through the engine's voice library; the model worker applies the
 pronunciation glossary to every line, as to any job.
@@ -9,13 +10,15 @@ from __future__ import annotations
 import numpy as np
 
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
+from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
 
 
 class EngineSpeak:
     """Sends each line as an ordinary job to ``engine`` (same queue, cancel and outputs/ as any request)
     and waits for it; ``stop`` cancels the line in flight. The worker applies the glossary to every job (each
-    line's sidecar lists the entries that matched); ``glossary`` here only keys a batch's resume."""
+    line's sidecar lists the entries that matched); ``glossary`` here only keys a batch's resume. ``notes``
+    are what the whole job should say it goes without (a damaged glossary)."""
 
     def __init__(
         self,
@@ -24,8 +27,9 @@ class EngineSpeak:
         default_voice: str | None = None,
         interface: str = "page",
         timeout_s: float | None = 900.0,
+        notes: tuple[str, ...] = (),
     ):
-        self.engine, self.glossary, self.default_voice = engine, glossary, default_voice
+        self.engine, self.glossary, self.default_voice, self.notes = engine, glossary, default_voice, notes
         self.interface, self.timeout_s, self.current_job = interface, timeout_s, None
 
     def __call__(self, line: LineRequest) -> Spoken:
@@ -35,21 +39,39 @@ class EngineSpeak:
         name = line.voice or self.default_voice
         voice = self.engine.voice(name) if name else Voice.builtin()
         request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
-        self.current_job = self.engine.submit(Job(request, interface=self.interface))
+        result = self._run(Job(request, interface=self.interface))
+        return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate, self._facts(result))
+
+    def convert(self, line: SourceLine) -> Spoken:
+        """Re-speak ``line.source`` in its saved voice (None: the default; neither: the backend's own voice, the
+        preview's) as one conversion job; JobFailed when the engine refuses or fails it."""
+        from cosyvoice_mac.conversion_request import ConversionRequest
+        from cosyvoice_mac.engine.jobs import Job
+        from cosyvoice_mac.request import Voice
+
+        name = line.voice or self.default_voice
+        voice = self.engine.voice(name) if name else Voice.builtin()
+        request = ConversionRequest.build(str(line.source), voice, speed=line.speed)
+        result = self._run(Job(request, interface=self.interface))
+        facts = self._facts(result)
+        facts.update(source_hash=result.source_hash, source_duration_s=result.source_duration_s)
+        return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate, facts)
+
+    def _run(self, job):
+        self.current_job = self.engine.submit(job)
         try:
-            result = self.engine.result(self.current_job, timeout=self.timeout_s)
+            return self.engine.result(self.current_job, timeout=self.timeout_s)
         finally:
             self.current_job = None
-        return Spoken(
-            np.asarray(result.samples(), dtype=np.float32),
-            result.sample_rate,
-            {
-                "seed": result.seed,
-                "model": result.model,
-                "line_output": result.output_path,
-                "interface": self.interface,
-            },
-        )
+
+    def _facts(self, result) -> dict:
+        return {
+            "seed": result.seed,
+            "model": result.model,
+            "line_output": result.output_path,
+            "not_saved": result.output_error,  # made, but outputs/ refused it (the audio is here all the same)
+            "interface": self.interface,
+        }
 
     def stop(self) -> None:
         if self.current_job is not None:

@@ -18,6 +18,7 @@ from cosyvoice_mac.longform import LongformError
 
 MAX_CUES = 2000
 SPEED_LIMIT_RANGE = (1.0, 2.0)  # the model's own speed range ends at 2.0
+MISFIT_S = 0.005  # a cue is reported as not fitting from this slip on (what "+0.01 s" rounds from)
 _MARKUP = re.compile(r"<[^<>]{1,40}>|\{\\[^{}]{0,40}\}")  # <i>, </font>, {\an8}
 
 
@@ -142,8 +143,9 @@ def render_timeline(placed: list[PlacedCue], waves: list[np.ndarray], sample_rat
 
 
 def misfit_report(placed: list[PlacedCue]) -> list[dict]:
-    """Cues that overran their own end or started late, with by how much (seconds)."""
-    return [item.as_dict() for item in placed if item.overrun > 0.0005 or item.start - item.cue.start > 0.0005]
+    """Cues that overran their own end or started late by MISFIT_S or more, with by how much (seconds): a
+    smaller slip is neither heard nor worth a line (it would read "+0.00 s")."""
+    return [item.as_dict() for item in placed if item.overrun >= MISFIT_S or item.start - item.cue.start >= MISFIT_S]
 
 
 def _clock(seconds: float) -> str:

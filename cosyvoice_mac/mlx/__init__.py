@@ -1,4 +1,4 @@
-"""MLX engine for CosyVoice3: the same networks as ``cosyvoice_mac.models`` on Apple's array framework.
+"""MLX engine for CosyVoice2 and CosyVoice3: the same networks as ``cosyvoice_mac.models`` on Apple's array framework.
 
 Metal on Apple Silicon (``mlx``), the CPU on Linux (``mlx[cpu]``, which runs the parity suite). The
 modules read the same official ``llm.pt`` / ``flow.pt`` / ``hift.pt`` and the same config dataclasses as
@@ -13,7 +13,7 @@ import os
 
 ENGINE_ENV = "COSYVOICE_ENGINE"
 ENGINES = ("auto", "mlx", "torch")
-ENGINE_HELP = "what runs CosyVoice3: auto (MLX on Apple Silicon, else PyTorch), mlx or torch"  # --engine's help
+ENGINE_HELP = "what runs the model: auto (MLX on Apple Silicon, else PyTorch), mlx or torch"  # --engine's help
 
 
 def mlx_available() -> bool:

@@ -1,11 +1,12 @@
 """Which engine runs a model: MLX or PyTorch (importable without mlx).
 
-``auto`` (the default) picks MLX for CosyVoice3 on an Apple Silicon Mac where ``mlx`` imports and the
-device policy is not an explicit non-GPU choice; PyTorch everywhere else (on Linux MLX is the parity
-suite's CPU backend, not the fast path). ``mlx`` asks for it by name (``COSYVOICE_ENGINE=mlx``, the
-page's engine menu, ``synth --engine mlx``); where it cannot run (mlx missing or not importable, or
-CosyVoice2, whose U-Net flow has no MLX port) PyTorch runs. ``torch`` always means PyTorch. Every
-choice but a plain ``torch`` keeps its reason, for the status panel and the sidecar.
+``auto`` (the default) picks MLX for either model version on an Apple Silicon Mac where ``mlx`` imports
+and the device policy is not an explicit non-GPU choice; PyTorch everywhere else (on Linux MLX is the
+parity suite's CPU backend, not the fast path). ``mlx`` asks for it by name (``COSYVOICE_ENGINE=mlx``,
+the page's engine menu, ``synth --engine mlx``); where it cannot run (mlx missing or not importable, or
+a version whose row in ``versions.py`` lacks an MLX port of one of its stages) PyTorch runs. ``torch``
+always means PyTorch. Every choice but a plain ``torch`` keeps its reason, for the status panel and the
+sidecar.
 """
 
 from __future__ import annotations
@@ -16,10 +17,9 @@ from dataclasses import dataclass
 
 from cosyvoice_mac.device import DEVICE_ENV
 from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, mlx_available, requested_engine  # noqa: F401 (re-export)
-from cosyvoice_mac.versions import spec_for
+from cosyvoice_mac.versions import MLX_STAGES, spec_for
 
 MLX, TORCH = "mlx", "torch"
-NOT_ON_MLX = "CosyVoice2 runs on PyTorch: its U-Net flow has no MLX port yet (the MLX engine runs CosyVoice3)"
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,10 @@ def choose_engine(requested: str | None, version: str, device: str | None = None
     name = requested_engine(requested)
     if name == TORCH:
         return EngineChoice(TORCH)
-    if not spec_for(version).mlx_engine:
-        return EngineChoice(TORCH, NOT_ON_MLX)
+    spec = spec_for(version)
+    if not spec.mlx_engine:
+        missing = ", ".join(stage for stage in MLX_STAGES if stage not in spec.mlx_stages)
+        return EngineChoice(TORCH, f"{spec.name} runs on PyTorch: its {missing} has no MLX port")
     if name == "auto":
         policy = str(device if device is not None else os.environ.get(DEVICE_ENV) or "auto").strip().lower()
         if not is_apple_silicon():
@@ -63,7 +65,7 @@ def choose_engine(requested: str | None, version: str, device: str | None = None
             return EngineChoice(TORCH, f"the device is set to {policy}, and Auto uses MLX only with the GPU")
         if problem := mlx_problem():
             return EngineChoice(TORCH, f"MLX is not available on this machine: {problem}; PyTorch runs")
-        return EngineChoice(MLX, "Auto: MLX is the fast engine for CosyVoice3 on Apple Silicon")
+        return EngineChoice(MLX, "Auto: MLX is the fast engine on Apple Silicon")
     if problem := mlx_problem():
         return EngineChoice(TORCH, f"MLX was asked for but is not available on this machine: {problem}; PyTorch runs")
     return EngineChoice(MLX)

@@ -4,8 +4,8 @@ Pre-look-ahead layer -> each frame repeated ``token_mel_ratio`` times -> conditi
 (Euler on the cosine time grid from the fixed start noise, classifier-free guidance as one batch of
 two) around the DiT. Streaming calls use chunk-causal attention and can start after a cached prompt
 prefix (:meth:`MlxFlow.build_prefix`). Same :class:`FlowConfig` and ``flow.pt`` as the PyTorch flow;
-the input checks and frame arithmetic are the PyTorch flow's own methods. CosyVoice2's U-Net flow
-stays on PyTorch.
+the input checks and frame arithmetic are the PyTorch flow's own methods. CosyVoice2's conformer +
+U-Net flow is :class:`cosyvoice_mac.mlx.flow_v2.MlxFlowV2`, which shares this class's procedure.
 
 Inputs are PyTorch tensors as for :class:`cosyvoice_mac.models.flow.Flow`; the mel comes back as a
 CPU float32 tensor ``(1, 80, T)``.
@@ -13,6 +13,7 @@ CPU float32 tensor ``(1, 80, T)``.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import mlx.core as mx
@@ -30,10 +31,31 @@ from cosyvoice_mac.models.flow.prefix import FlowPrefix
 from cosyvoice_mac.versions import PRE_LOOKAHEAD
 
 KEY_MAP = DIT_KEY_MAP  # the DiT's renames are the only ones (they only occur under decoder.estimator)
+# The low-memory mode stores the DiT's transformer blocks (almost all of the flow's 1.33 GB) in fp16. The
+# DiT computes in its output projection's dtype, which stays float32, so the blocks' matmuls promote their
+# fp16 weights to float32 one layer at a time: fp16 storage, float32 arithmetic (as PyTorch's low memory).
+STORED_IN_HALF = r"^decoder\.estimator\.transformer_blocks\."
+
+
+def store_in_half(module: nn.Module, names: str, dtype: mx.Dtype = mx.float16) -> int:
+    """Cast in place the float parameters of ``module`` whose names match the regex ``names`` (the rule a
+    checkpoint read applies through ``load_converted(dtype_keys=...)``), each evaluated before the next so
+    its float32 buffer is freed as it goes. Returns the bytes saved."""
+    selected, saved = re.compile(names), 0
+    for path, owner in module.named_modules():
+        for key in [key for key, value in owner.items() if isinstance(value, mx.array)]:
+            array = owner[key]
+            name = f"{path}.{key}" if path else key
+            if selected.match(name) and mx.issubdtype(array.dtype, mx.floating) and array.dtype != dtype:
+                cast = array.astype(dtype)
+                mx.eval(cast)
+                saved += array.nbytes - cast.nbytes
+                owner[key] = cast
+    return saved
 
 
 class MlxFlowError(ValueError):
-    """A flow this MLX engine does not run (CosyVoice2's U-Net flow stays on PyTorch)."""
+    """A flow config given to the MLX flow class of the other version (``flow_v2.mlx_flow_for`` picks)."""
 
 
 class PreLookaheadLayer(nn.Module):
@@ -116,6 +138,7 @@ class FlowMatching(nn.Module):
 class MlxFlow(nn.Module):
     """Owns the token embedding, speaker projection, pre-look-ahead layer and the CFM sampler (DiT) in MLX."""
 
+    stored_in_half = STORED_IN_HALF  # the parameters the low-memory mode stores in fp16 (per version)
     output_frames = Flow.output_frames
     _check_inputs = Flow._check_inputs
     _check_prefix = Flow._check_prefix
@@ -124,7 +147,7 @@ class MlxFlow(nn.Module):
     def __init__(self, config: FlowConfig):
         super().__init__()
         if config.front != PRE_LOOKAHEAD:
-            raise MlxFlowError("the MLX flow is CosyVoice3's DiT; CosyVoice2's U-Net flow runs on PyTorch")
+            raise MlxFlowError("MlxFlow is CosyVoice3's DiT flow; CosyVoice2's is flow_v2.MlxFlowV2")
         self.config = config
         self.input_embedding = nn.Embedding(config.vocab_size, config.input_size)
         self.spk_embed_affine_layer = nn.Linear(config.spk_embed_dim, config.output_size)
@@ -135,10 +158,17 @@ class MlxFlow(nn.Module):
 
     @classmethod
     def from_checkpoint(
-        cls, config: FlowConfig, path: str | Path, *, dtype: mx.Dtype | None = None, cache_dir: Path | None = None
+        cls,
+        config: FlowConfig,
+        path: str | Path,
+        *,
+        dtype: mx.Dtype | None = None,
+        dtype_keys: str | None = None,
+        cache_dir: Path | None = None,
     ) -> "MlxFlow":
+        """``dtype`` for the weights whose names match ``dtype_keys`` (None: all); see ``STORED_IN_HALF``."""
         flow = cls(config)
-        weights = load_converted(path, KEY_MAP, dtype=dtype, cache_dir=cache_dir)
+        weights = load_converted(path, KEY_MAP, dtype=dtype, dtype_keys=dtype_keys, cache_dir=cache_dir)
         weights["decoder.estimator.rotary_embed.inv_freq"] = weights["decoder.estimator.rotary_embed.inv_freq"].astype(
             mx.float32
         )  # angles up to 15 000 rad need float32 frequencies
@@ -146,8 +176,11 @@ class MlxFlow(nn.Module):
         mx.eval(flow.parameters())
         return flow
 
-    def _conditioning(self, embedding: torch.Tensor, ids: torch.Tensor, finalize: bool) -> tuple[mx.array, mx.array]:
-        """(projected speaker ``(1, 80)``, frame features ``mu (1, T, 80)``) of token ``ids (1, L)``."""
+    def _conditioning(
+        self, embedding: torch.Tensor, ids: torch.Tensor, finalize: bool, streaming: bool = False
+    ) -> tuple[mx.array, mx.array]:
+        """(projected speaker ``(1, 80)``, frame features ``mu (1, T, 80)``) of token ``ids (1, L)``
+        (``streaming`` matters only to CosyVoice2's chunk-causal encoder, ``flow_v2.MlxFlowV2``)."""
         raw = embedding.float().cpu()
         unit = torch.nn.functional.normalize(raw, dim=1)  # the PyTorch flow's normalisation, on the CPU
         speaker = self.spk_embed_affine_layer(to_mlx(unit).astype(self.spk_embed_affine_layer.weight.dtype))
@@ -180,7 +213,8 @@ class MlxFlow(nn.Module):
             self._check_prefix(prefix, prompt_tokens, embedding, streaming)
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
         prompt_frames = prompt_feat.shape[1]
-        speaker, mu = self._conditioning(embedding, torch.cat([prompt_tokens.cpu(), tokens.cpu()], dim=1), finalize)
+        ids = torch.cat([prompt_tokens.cpu(), tokens.cpu()], dim=1)
+        speaker, mu = self._conditioning(embedding, ids, finalize, streaming)
         cond = torch.zeros(1, frames, self.config.output_size)
         cond[:, :prompt_frames] = prompt_feat.float().cpu()
         start = 0 if prefix is None else prefix.frames
@@ -198,7 +232,7 @@ class MlxFlow(nn.Module):
     ) -> FlowPrefix:
         """Run the sampler over the first ``tokens`` prompt tokens once and keep every step's layer tensors."""
         frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, tokens)
-        speaker, mu = self._conditioning(embedding, prompt_tokens.cpu(), finalize=False)
+        speaker, mu = self._conditioning(embedding, prompt_tokens.cpu(), finalize=False, streaming=True)
         cond = to_mlx(prompt_feat[:, :frames].float().cpu()).astype(mu.dtype)
         steps = [PrefixStep() for _ in range(self.config.cfm.n_timesteps)]
         self.decoder(mu[:, :frames], speaker, cond, True, steps)

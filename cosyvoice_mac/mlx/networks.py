@@ -1,14 +1,16 @@
-"""The three CosyVoice3 networks on MLX, built from a model folder (or at full size with random weights).
+"""The three networks of CosyVoice2 or 3 on MLX, built from a model folder (or at full size with random weights).
 
 :class:`MlxNetworks` stands where :class:`cosyvoice_mac.pipeline.loading.Networks` stands, so the
-pipeline runs it unchanged: each network takes and returns PyTorch CPU tensors. The LLM can be
-quantized to 8 or 4 bits (``mlx.nn.quantize``, group size 64) or stored in 16 bits; flow and vocoder
-stay float32.
+pipeline runs it unchanged: each network takes and returns PyTorch CPU tensors. The LLM's precision
+(``mlx.llm_precision``: 16-bit, or its transformer layers quantized to 8 or 4 bits) is evaluated at load
+and cached as it runs (``mlx.llm_weights``). The low-memory mode keeps the LLM's text table off MLX's
+arrays (a memory map of the cached weights), stores the flow's transformer blocks in fp16 (each flow class's
+``stored_in_half`` rule; float32 arithmetic) and decodes the vocoder in smaller windows; MLX's memory and
+cache limits come from the machine (``mlx.memory``).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,26 +20,35 @@ import numpy as np
 import torch
 from mlx.utils import tree_flatten, tree_map_with_path
 
-from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.mlx.convert import default_cache_dir
-from cosyvoice_mac.mlx.flow import MlxFlow
-from cosyvoice_mac.mlx.hift import MlxHiFT
+from cosyvoice_mac.mlx.flow import MlxFlow, store_in_half
+from cosyvoice_mac.mlx.flow_v2 import mlx_flow_for
+from cosyvoice_mac.mlx.hift import LOW_MEMORY_CONV_WINDOW, MlxHiFT
+from cosyvoice_mac.mlx.hift_v2 import mlx_hift_for
+from cosyvoice_mac.mlx.llm_gate import MlxLlmChoice
+from cosyvoice_mac.mlx.llm_precision import (  # noqa: F401 (re-exported: the bench and tests name them here)
+    LLM_PRECISION_ENV,
+    LLM_PRECISIONS,
+    apply_llm_precision,
+    cast_evaluated,
+    llm_precision,
+    quantize_llm,
+    read_dtype,
+)
+from cosyvoice_mac.mlx.llm_weights import keep_table_on_host, load_llm
+from cosyvoice_mac.mlx.memory import MlxMemoryLimits, apply_memory_limits, release_cache
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM
 from cosyvoice_mac.models.flow import FlowConfig
 from cosyvoice_mac.models.flow.dit import ROPE_BASE
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLMConfig
 from cosyvoice_mac.models.vocoder import HiFTConfig
 
-LLM_PRECISION_ENV = "COSYVOICE_MLX_LLM"  # fp32 (default) | fp16 | bf16 | int8 | int4
-LLM_PRECISIONS = {"fp32": None, "fp16": mx.float16, "bf16": mx.bfloat16, "int8": 8, "int4": 4}
-QUANT_GROUP_SIZE = 64
-
 
 class PipelineFlow:
     """The MLX flow as the pipeline sees a flow: ``config``, ``inference``, ``build_prefix`` and a
     ``parameters()`` whose first item tells the device and dtype of the tensors it takes (CPU, float32)."""
 
-    def __init__(self, flow: MlxFlow):
+    def __init__(self, flow: MlxFlow):  # or flow_v2.MlxFlowV2 (CosyVoice2), a subclass
         self.mlx = flow
         self.config = flow.config
         self.inference = flow.inference
@@ -53,8 +64,11 @@ class MlxNetworks:
 
     llm: MlxSpeechLM
     flow: PipelineFlow
-    hift: MlxHiFT
+    hift: MlxHiFT  # or hift_v2.MlxHiFTV2 (CosyVoice2)
     llm_precision: str = "fp32"
+    memory_limits: MlxMemoryLimits | None = None  # what MLX may use on this machine (None: MLX's defaults)
+    llm_choice: MlxLlmChoice | None = None  # why this precision (named, or the gate's), for the status panel
+    flow_storage: str = "float32"  # "float16" in the low-memory mode: the DiT blocks (it computes in float32)
 
     def to(self, device) -> "MlxNetworks":
         """MLX keeps its arrays on its own device (the GPU on a Mac); a PyTorch move does not apply."""
@@ -68,45 +82,6 @@ class MlxNetworks:
 
     def parameter_bytes(self) -> dict[str, int]:
         return {name: sum(a.nbytes for _, a in tree_flatten(m.parameters())) for name, m in self._modules().items()}
-
-
-def llm_precision(requested: str | None = None, low_memory: bool = False) -> str:
-    """``requested``, else ``$COSYVOICE_MLX_LLM``, else fp32 (fp16 in low-memory mode, as PyTorch halves its
-    LLM there); an unknown name is a ConfigError."""
-    name = (requested or os.environ.get(LLM_PRECISION_ENV) or ("fp16" if low_memory else "fp32")).strip().lower()
-    if name not in LLM_PRECISIONS:
-        raise ConfigError(f"MLX LLM precision {name!r} is not one of {', '.join(LLM_PRECISIONS)}")
-    return name
-
-
-def quantize_llm(llm: MlxSpeechLM, bits: int, group_size: int = QUANT_GROUP_SIZE) -> list[str]:
-    """Quantize in place every Linear/Embedding whose input width is a multiple of ``group_size``.
-
-    Returns the paths left in float (the tiny test model's 8-wide layers cannot be grouped).
-    """
-    skipped: list[str] = []
-
-    def eligible(path: str, module: nn.Module) -> bool:
-        if not isinstance(module, (nn.Linear, nn.Embedding)):
-            return False
-        if module.weight.shape[-1] % group_size:
-            skipped.append(path)
-            return False
-        return True
-
-    nn.quantize(llm, group_size=group_size, bits=bits, class_predicate=eligible)
-    mx.eval(llm.parameters())
-    return skipped
-
-
-def apply_llm_precision(llm: MlxSpeechLM, precision: str) -> MlxSpeechLM:
-    setting = LLM_PRECISIONS[precision]
-    if isinstance(setting, int):
-        quantize_llm(llm, setting)
-    elif setting is not None:
-        llm.set_dtype(setting)
-    llm.precision = precision
-    return llm
 
 
 def randomize(module: nn.Module, seed: int) -> None:
@@ -142,15 +117,38 @@ def build_mlx_networks(
     if not random_weights and folder is None:
         raise ValueError("a model folder is needed unless random_weights=True is asked for")
     cache = default_cache_dir() if cache_dir == "default" else cache_dir
+    limits = apply_memory_limits(low_memory)
+    chosen = llm_precision(precision)
     llm_config = SpeechLMConfig.from_yaml(config["llm"], qwen)
     flow_config, hift_config = FlowConfig.from_yaml(config["flow"]), HiFTConfig.from_yaml(config["hift"])
+    flow_half = mx.float16 if low_memory else None  # the flow's blocks stored in fp16, computing in float32
     if random_weights:
-        llm, flow, hift = MlxSpeechLM(llm_config), MlxFlow(flow_config), MlxHiFT(hift_config)
+        flow_class, hift_class = mlx_flow_for(flow_config), mlx_hift_for(hift_config)  # per version (v2 / v3)
+        llm, flow, hift = MlxSpeechLM(llm_config), flow_class(flow_config), hift_class(hift_config)
         for index, module in enumerate((llm, flow, hift)):
             randomize(module, seed + index)
+        llm = apply_llm_precision(llm, chosen)
+        if low_memory:
+            keep_table_on_host(llm)
+        if flow_half is not None:
+            store_in_half(flow, flow.stored_in_half, flow_half)
     else:
-        llm = MlxSpeechLM.from_checkpoint(folder.file("llm.pt"), llm_config, cache_dir=cache)
-        flow = MlxFlow.from_checkpoint(flow_config, folder.file("flow.pt"), cache_dir=cache)
-        hift = MlxHiFT.from_checkpoint(hift_config, folder.file("hift.pt"), cache_dir=cache)
-    chosen = llm_precision(precision, low_memory)
-    return MlxNetworks(llm=apply_llm_precision(llm, chosen), flow=PipelineFlow(flow), hift=hift, llm_precision=chosen)
+        llm_weights = folder.file(folder.llm_file)  # llm.rl.pt where asked for, as the status and sidecar say
+        # Cached as it runs (quantised once); read in 16 bits unless fp32: the fp32 LLM never exists whole.
+        llm = load_llm(llm_weights, llm_config, chosen, cache_dir=cache, host_table=low_memory)
+        flow_class = mlx_flow_for(flow_config)  # each version's fp16 storage rule: its stored_in_half
+        flow = flow_class.from_checkpoint(
+            flow_config, folder.file("flow.pt"), dtype=flow_half, dtype_keys=flow_class.stored_in_half, cache_dir=cache
+        )
+        hift = mlx_hift_for(hift_config).from_checkpoint(hift_config, folder.file("hift.pt"), cache_dir=cache)
+    if low_memory:
+        hift.conv_limit = LOW_MEMORY_CONV_WINDOW
+    release_cache()  # the conversion's freed buffers
+    return MlxNetworks(
+        llm=llm,
+        flow=PipelineFlow(flow),
+        hift=hift,
+        llm_precision=chosen,
+        memory_limits=limits,
+        flow_storage="float16" if low_memory else "float32",
+    )

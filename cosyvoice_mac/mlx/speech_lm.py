@@ -29,18 +29,36 @@ KEY_MAP = ((r"^llm\.model\.model\.", "backbone."),)
 
 
 class SpeechDecoder:
-    """Owns one request's KV cache; ``logp`` is the next-token log-probability ``(V,)`` float32 CPU tensor."""
+    """Owns one request's KV cache; ``logp`` is the next-token log-probability ``(V,)`` float32 CPU tensor.
+
+    Each step is queued with ``mx.async_eval`` when it is built (``feed``) and read back only when
+    ``logp`` is asked for, so the host can do other work (hand the last token on) while it runs.
+    """
 
     def __init__(self, lm: "MlxSpeechLM", prompt_embeds: mx.array, max_new_tokens: int):
         self._lm = lm
         self.cache: KVCache = lm.backbone.new_cache(prompt_embeds.shape[1] + max_new_tokens)
-        self.logp = lm.next_logp(lm.backbone(prompt_embeds, self.cache))
+        self._queue(lm.backbone(prompt_embeds.astype(lm.compute_dtype), self.cache))
+
+    def _queue(self, hidden: mx.array) -> None:
+        self._pending, self._logp = self._lm.next_log_probs(hidden), None
+        mx.async_eval(self._pending)
+
+    @property
+    def logp(self) -> torch.Tensor:
+        if self._logp is None:
+            self._logp = to_torch(self._pending)  # waits for the queued step
+        return self._logp
 
     def feed(self, token: int) -> torch.Tensor:
         """Append speech id ``token`` (one cached position) and return the new ``logp``."""
-        embed = self._lm.speech_embedding(mx.array([[token]]))  # a call, so a quantized table works too
-        self.logp = self._lm.next_logp(self._lm.backbone(embed, self.cache))
+        self.feed_queued(token)
         return self.logp
+
+    def feed_queued(self, token: int) -> None:
+        """Append ``token`` and queue the step without waiting for it (``logp`` waits)."""
+        embed = self._lm.speech_embedding(mx.array([[token]])).astype(self._lm.compute_dtype)
+        self._queue(self._lm.backbone(embed, self.cache))
 
 
 class MlxSpeechLM(nn.Module):
@@ -107,16 +125,25 @@ class MlxSpeechLM(nn.Module):
         return mx.concatenate([self._special(self.sos), text, self._special(self.task_id), speech], axis=1)
 
     # running -------------------------------------------------------------------------------
-    def next_logp(self, hidden: mx.array) -> torch.Tensor:
-        """Final-norm hidden ``(1, T, D)`` -> log-softmax of the last position, ``(V,)`` float32 CPU tensor."""
+    def next_log_probs(self, hidden: mx.array) -> mx.array:
+        """Final-norm hidden ``(1, T, D)`` -> log-softmax of the last position, ``(V,)`` float32, on the device."""
         logits = self.llm_decoder(hidden[0, -1]).astype(mx.float32)
-        return to_torch(logits - mx.logsumexp(logits, axis=-1, keepdims=True))
+        return logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+
+    def next_logp(self, hidden: mx.array) -> torch.Tensor:
+        """As :meth:`next_log_probs`, read back as a ``(V,)`` float32 CPU tensor."""
+        return to_torch(self.next_log_probs(hidden))
 
     def teacher_forced_logits(self, embeds) -> torch.Tensor:
         """``(1, L, D)`` input embeddings (torch or MLX) -> ``(1, L, V)`` logits, one causal pass (CPU tensor)."""
         embeds = embeds if isinstance(embeds, mx.array) else mx.array(embeds.float().cpu().numpy())
-        dtype = self.backbone.norm.weight.dtype  # the compute dtype (quantized tables keep it in their scales)
-        return to_torch(self.llm_decoder(self.backbone(embeds.astype(dtype))).astype(mx.float32))
+        return to_torch(self.llm_decoder(self.backbone(embeds.astype(self.compute_dtype))).astype(mx.float32))
+
+    @property
+    def compute_dtype(self) -> mx.Dtype:
+        """What the transformer computes in: its norms' dtype (a quantized layer keeps it in its scales; the
+        text table may be stored narrower, and its rows are cast to this)."""
+        return self.backbone.norm.weight.dtype
 
     def start_decoding(self, prompt_embeds: mx.array, max_new_tokens: int) -> SpeechDecoder:
         return SpeechDecoder(self, prompt_embeds, max_new_tokens)
@@ -139,8 +166,34 @@ class MlxSpeechLM(nn.Module):
         min_len, max_len = self.length_limits(text_ids.shape[-1])
         return self._decode(embeds, min_len, max_len, sampler, on_step)
 
-    # The PyTorch model's decoding loop (min_len mask, sampler, stop set), run over ``start_decoding`` above.
-    _decode = SpeechLM._decode
+    def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:
+        """The PyTorch model's loop (``SpeechLM._decode_on_host``: min_len mask, sampler, stop set, the same tokens for
+        the same seed) in MLX's manner: the next step is queued before the token is yielded, so the device
+        computes it while the consumer handles the token. The sampler stays on the host: its contract (the
+        seeded RAS sampler, ``on_step``) is a ``(V,)`` CPU tensor; the log-softmax runs on the device."""
+        if max_len <= 0:
+            return
+        decoder = self.start_decoding(embeds, max_len)
+        history: list[int] = []
+        vocab, stop_ids = self.config.speech_vocab_size, self._stop_ids
+        masked = torch.tensor(self._masked_before_min_len, dtype=torch.long)
+        for step in range(max_len):
+            logp = decoder.logp
+            ignore = self._masked_before_min_len if step < min_len else ()
+            if ignore:
+                logp.index_fill_(0, masked, float("-inf"))
+            if on_step is not None:
+                on_step(step, logp)
+            token = int(sampler(logp, history, ignore))
+            if not 0 <= token < vocab:
+                raise RuntimeError(f"the sampler returned id {token}, outside the speech vocabulary 0..{vocab - 1}")
+            if token in stop_ids:
+                return
+            history.append(token)
+            if step + 1 < max_len:
+                decoder.feed_queued(token)  # runs while the token is handed on
+            yield token
+
     _stop_ids = property(lambda self: self._rules.stop_ids)
     _masked_before_min_len = property(lambda self: self._rules.masked_before_min_len)
 

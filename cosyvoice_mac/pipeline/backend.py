@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Callable, Iterator, Protocol, runtime_checkabl
 
 import numpy as np
 
+from cosyvoice_mac.conversion_request import ConversionRequest
+from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request, Voice
@@ -61,6 +63,16 @@ class Backend(Protocol):
     ) -> Iterator[SynthesisResult]:
         """Speak a valid request; ``speaker`` None prepares the request's recording first."""
 
+    def run_conversion(
+        self,
+        request: ConversionRequest,
+        speaker: SpeakerPrompt | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        source=None,
+    ) -> Iterator[SynthesisResult]:
+        """Re-speak a valid conversion request's recording in its voice; ``source`` the recording already
+        decoded (``frontend.source_audio.DecodedSource``) or None."""
+
     def to(self, device) -> "Backend":
         """Move to ``device`` (the worker's CPU retry)."""
 
@@ -84,6 +96,10 @@ class BackendBase:
 
     def stock_speaker(self) -> SpeakerPrompt | None:
         return None
+
+    def run_conversion(self, request, speaker=None, should_stop=None, source=None) -> Iterator[SynthesisResult]:
+        """A backend without voice conversion says so (CosyVoice and the preview voice override this)."""
+        raise SynthesisError(f"the {self.version} voice cannot convert recordings; load CosyVoice or the preview voice")
 
     def use_torch_engine(self, reason: str) -> None:
         """Already on PyTorch (a backend with one implementation): only the reason is kept."""
@@ -127,18 +143,58 @@ class BackendBase:
         request = Request.build(text, voice, mode=mode, instruct=instruct, seed=seed, speed=speed, stream=stream)
         return self.run(request, speaker, should_stop)
 
+    def convert(
+        self,
+        source: str | Path | np.ndarray,
+        voice: Voice | SpeakerPrompt | str | Path | None = None,
+        *,
+        sample_rate: int | None = None,
+        speed: float = 1.0,
+        stream: bool = False,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> Iterator[SynthesisResult]:
+        """Re-speak the recording ``source`` (a file, or samples at ``sample_rate``) in ``voice`` (a Voice, a
+        prepared SpeakerPrompt or a prompt file), its words and timing kept; one result per piece (chunk).
+
+        The same input gives the same output. Bad input raises a CosyVoiceError before any audio.
+        """
+        speaker = voice if isinstance(voice, SpeakerPrompt) else None
+        if speaker is not None:
+            voice = Voice(prepared=speaker.audio_hash)
+        elif isinstance(voice, (str, Path)):
+            voice = Voice.recording(voice)
+        elif voice is None:
+            voice = Voice.builtin()
+        request = ConversionRequest.build(source, voice, sample_rate=sample_rate, speed=speed, stream=stream)
+        return self.run_conversion(request, speaker, should_stop)
+
+    @staticmethod
+    def decoded_source(request: ConversionRequest, source=None):
+        """``source`` (already decoded), else the request's recording decoded and planned into pieces; a
+        recording that cannot be converted raises its SynthesisError here, before any audio."""
+        from cosyvoice_mac.frontend.source_audio import decode_source
+
+        try:
+            return decode_source(request.source if source is None else source)
+        except InputError as error:
+            raise SynthesisError(str(error)) from error
+
     def _speaker_for(self, request: Request, speaker: SpeakerPrompt | None) -> SpeakerPrompt:
         """The prepared voice for ``request``: ``speaker`` when given (it must be this model's), else
         the request's recording, decoded once and encoded."""
         if speaker is None:
             voice = request.voice
+            if voice.kind == "stock" and (stock := self.stock_speaker()) is not None:
+                return stock
             if voice.kind not in ("audio", "samples"):
-                raise SynthesisError("a saved voice is spoken through the engine, which keeps the voice library")
+                raise SynthesisError(
+                    "a saved voice is spoken through the engine, which keeps the voice library", field="voice"
+                )
             return self.prepare_prompt(
                 voice.audio if voice.kind == "audio" else voice.samples,
                 sample_rate=voice.sample_rate,
                 transcript=request.transcript,
             )
         if speaker.model_id != self.model_id:
-            raise SynthesisError("that voice was prepared for another model; upload its audio again")
+            raise SynthesisError("that voice was prepared for another model; upload its audio again", field="voice")
         return speaker

@@ -38,6 +38,7 @@ class LoadOptions:
     llm_dtype: Dtype = None
     flow_dtype: Dtype = None
     engine: str | None = None
+    mlx_llm: str | None = None  # the MLX LLM's precision (the page's setting); None or "auto": as the gate says
     precision: str | None = None
     reprobe: bool = False
 
@@ -89,13 +90,20 @@ def pretrained_parts(
         plan_for=opts.planner(folder.version, folder.config, qwen, dtype, low),
         random_weights=random_weights,
         low_memory=low,
+        mlx_llm=opts.mlx_llm,
     )
     model_id = model_identity(folder, folder.version, random_weights)
     tokenizer_path = folder.file(SPEECH_TOKENIZER_FILES[folder.version])
     campplus_path = folder.file("campplus.onnx")
     # Low-memory mode: each session lives only while a new voice is encoded, and maps its weights from the file.
-    speech_tokenizer = OnDemand(lambda: SpeechTokenizer(tokenizer_path, map_weights=low), keep_loaded=not low)
-    speaker_encoder = OnDemand(lambda: SpeakerEncoder(campplus_path, map_weights=low), keep_loaded=not low)
+    # The frontends join the networks' accelerator where onnxruntime has its provider (frontend.onnx_session).
+    on = target.type
+    speech_tokenizer = OnDemand(
+        lambda: SpeechTokenizer(tokenizer_path, map_weights=low, device_type=on), keep_loaded=not low
+    )
+    speaker_encoder = OnDemand(
+        lambda: SpeakerEncoder(campplus_path, map_weights=low, device_type=on), keep_loaded=not low
+    )
     if not low:  # load now, so a broken file is reported when the model loads
         speech_tokenizer.get(), speaker_encoder.get()
     return dict(
@@ -138,6 +146,7 @@ def random_full_size_parts(
         random_weights=True,
         seed=seed,
         low_memory=low,
+        mlx_llm=opts.mlx_llm,
     )
     model_id = model_identity(None, version, True)
     prompt_encoder = PromptEncoder(

@@ -16,19 +16,22 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.device import LowMemoryChoice, between_sentences, low_memory_choice, synchronize
 from cosyvoice_mac.frontend.prompt_audio import DecodedPrompt
 from cosyvoice_mac.frontend.text import TextNormalizer
-from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
+from cosyvoice_mac.mlx.choice import MLX, TORCH, EngineChoice
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import BackendBase
 from cosyvoice_mac.pipeline.constructors import pretrained_parts, random_full_size_parts
-from cosyvoice_mac.pipeline.engines import torch_takes_over
+from cosyvoice_mac.pipeline.convert import convert_source
+from cosyvoice_mac.pipeline.engines import mlx_settle, release_engine_memory, torch_takes_over
 from cosyvoice_mac.pipeline.loading import Networks
 from cosyvoice_mac.pipeline.model_dir import ModelFolder
 from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan, StagePick
+from cosyvoice_mac.pipeline.producer import DecodeThread
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
 from cosyvoice_mac.pipeline.streaming import (
     LOW_MEMORY_PREFIX_TOKENS,
@@ -88,6 +91,7 @@ class CosyVoice(BackendBase):
         self.llm_weights = folder.llm_file if folder is not None else None  # llm.pt, or llm.rl.pt when asked for
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
         self.engine = engine  # MLX or PyTorch, and why not the one asked for
+        self.decode_thread = DecodeThread()  # every streamed sentence's LLM (one MLX stream, not one per sentence)
 
     # construction (the parts: pipeline.constructors) ------------------------------------------
     @classmethod
@@ -151,7 +155,7 @@ class CosyVoice(BackendBase):
     def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
         """Compute the voice's share of streamed requests ahead of time (a few seconds on a CPU, once per voice)."""
         if speaker.model_id != self.model_id:
-            raise SynthesisError("that voice was prepared for another model; upload its audio again")
+            raise SynthesisError("that voice was prepared for another model; upload its audio again", field="voice")
         prepare_voice_for_streaming(self.streaming_parts(), speaker)
         return True
 
@@ -164,6 +168,9 @@ class CosyVoice(BackendBase):
             prefixes=self.flow_prefixes,
             max_prefix_tokens=LOW_MEMORY_PREFIX_TOKENS if self.low_memory else MAX_PREFIX_TOKENS,
             widen_flow=self.redo_flow_in_float32,
+            decode_thread=self.decode_thread,
+            takes_turns=self.engine.engine == MLX,  # Metal: two threads must never evaluate at once
+            settle_llm_step=mlx_settle() if self.engine.engine == MLX else None,
         )
 
     def run(
@@ -179,6 +186,20 @@ class CosyVoice(BackendBase):
         frontend_s = time.perf_counter() - started
         run = self._run_streaming if request.stream else self._run
         return run(plan, speaker, request.seed, should_stop or (lambda: False), frontend_s)
+
+    def run_conversion(
+        self,
+        request: ConversionRequest,
+        speaker: SpeakerPrompt | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        source=None,
+    ) -> Iterator[SynthesisResult]:
+        """Re-speak ``request.source`` in the target voice (no LLM: :mod:`.convert`), one result per piece
+        (per chunk when streaming). ``source`` is the recording already decoded (``decode_source``), if it is."""
+        speaker = self._speaker_for(request, speaker)
+        return convert_source(
+            self, request, speaker, self.decoded_source(request, source), should_stop or (lambda: False)
+        )
 
     def _run(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         sampler = self.networks.llm.make_sampler(seed=seed)
@@ -204,7 +225,7 @@ class CosyVoice(BackendBase):
                 mode=request.mode,
                 notes=notes,
             )
-            between_sentences(self.device)
+            self._between_sentences()
 
     def _run_streaming(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         """Like ``_run`` but yields chunks as the LLM decodes (``is_final_chunk`` ends a sentence)."""
@@ -230,9 +251,14 @@ class CosyVoice(BackendBase):
                     notes=chunk.notes,
                 )
                 started = time.perf_counter()
-            between_sentences(self.device)
+            self._between_sentences()
             if should_stop():
                 return
+
+    def _between_sentences(self) -> None:
+        """Hand the device's cached memory back: MPS's blocks, MLX's buffer cache (unified memory: the RAM)."""
+        between_sentences(self.device)
+        release_engine_memory(self)
 
     def _noise(self, seed: int, index: int):
         """A random vocoder excitation (CosyVoice2's) is seeded per sentence; a fixed one (CosyVoice3's) is kept."""
@@ -260,7 +286,8 @@ class CosyVoice(BackendBase):
         timings["llm"] = time.perf_counter() - started
         if not tokens:
             raise SynthesisError(
-                f"the model produced no speech for {segment.display_text!r}; try rephrasing or another seed"
+                f"the model produced no speech for {segment.display_text!r}; try rephrasing or another seed",
+                field="text",
             )
         return tokens
 

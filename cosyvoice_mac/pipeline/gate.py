@@ -21,6 +21,9 @@ from dataclasses import dataclass
 import torch
 
 from cosyvoice_mac.device import DeviceError, select_dtype
+
+# The MLX LLM's rows live with the MLX engine, torch-free (the page reads them): re-exported here.
+from cosyvoice_mac.mlx.llm_gate import MLX_LLM_BY_SIZE, MLX_LLM_GATE, mlx_llm_row  # noqa: F401
 from cosyvoice_mac.pipeline.precision import INT8
 
 STAGES = ("llm", "flow", "vocoder")

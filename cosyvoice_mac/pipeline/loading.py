@@ -17,6 +17,7 @@ import dataclasses
 import hashlib
 import json
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -270,6 +271,7 @@ class OnDemand:
         self.keep_loaded = keep_loaded
         self.name = name
         self.loads = 0  # how many times the model was built (tests and memory reports read it)
+        self._holds = 0  # open ``held()`` blocks: while any is open, calls do not release the model
 
     @property
     def loaded(self) -> bool:
@@ -285,11 +287,23 @@ class OnDemand:
         """Drop the model (it is built again when next needed)."""
         self._model = None
 
+    @contextmanager
+    def held(self):
+        """The model, kept loaded for the block: many calls (every piece of a long recording to convert) cost
+        one load; on leaving, released as after one call when ``keep_loaded`` is off."""
+        self._holds += 1
+        try:
+            yield self.get()
+        finally:
+            self._holds -= 1
+            if not self._holds and not self.keep_loaded:
+                self.release()
+
     def __getattr__(self, attribute: str):
         if attribute.startswith("_"):
             raise AttributeError(attribute)
         value = getattr(self.get(), attribute)
-        if self.keep_loaded or not callable(value):
+        if self.keep_loaded or self._holds or not callable(value):
             return value
 
         def call_then_release(*args, **kwargs):

@@ -40,7 +40,7 @@ def plan_request(version: str, normalizer, request: Request) -> RequestPlan:
     validate_markup(request.text, version)  # before normalisation, which could rewrite an unknown unit
     sentences = normalizer.normalize(request.text, split=True)
     if not sentences:
-        raise SynthesisError("the text has nothing to speak (only punctuation or symbols)")
+        raise SynthesisError("the text has nothing to speak (only punctuation or symbols)", field="text")
     if mode == "zero_shot":
         validate_markup(request.transcript, version)
         transcript = "".join(normalizer.normalize(request.transcript, split=False))

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +21,13 @@ MODEL_RATE = 24000
 
 
 class PromptEncoder:
-    """Owns the speech tokenizer and speaker encoder (ONNX, CPU) and the prompt-mel settings.
+    """Owns the speech tokenizer and speaker encoder (ONNX) and the prompt-mel settings.
 
-    Feature extraction runs once per prompt voice on the CPU; the engine caches its result.
+    Feature extraction runs once per prompt voice; the engine caches its result. The speech tokens,
+    the speaker vector and the prompt mel do not depend on each other, so while the speech tokenizer
+    (the heaviest, one onnxruntime thread) runs in the caller's thread, the speaker vector and the
+    prompt mel are made on a second core (``concurrent``; never in low-memory mode, which keeps at
+    most one ONNX session in memory).
     """
 
     def __init__(self, speech_tokenizer, speaker_encoder, *, fmax: float | None, model_id: str):
@@ -28,6 +35,44 @@ class PromptEncoder:
         self.speaker_encoder = speaker_encoder
         self.fmax = fmax
         self.model_id = model_id
+        self._helper: ThreadPoolExecutor | None = None
+        self._providers_used: dict[str, str | None] = {}  # by role, as each session last ran
+        self.last_timings: dict[str, float] = {}  # seconds of each part of the last encode (the bench reads them)
+
+    @property
+    def concurrent(self) -> bool:
+        """Whether the speaker vector and mel are made beside the speech tokens (not when a session is loaded
+        only for each call: two at once would defeat the low-memory mode)."""
+        return all(getattr(model, "keep_loaded", True) for model in (self.speech_tokenizer, self.speaker_encoder))
+
+    def providers(self) -> dict[str, str | None]:
+        """The onnxruntime execution provider of each frontend (``CPUExecutionProvider``, ``CUDAExecutionProvider``,
+        ``CoreMLExecutionProvider``; ``stand-in`` for random-weight stand-ins). A session loaded only per call
+        (low-memory mode) is not loaded to ask: it reports the provider of its last run, None before one."""
+        known = {}
+        for role, model in self._roles():
+            loaded = getattr(model, "keep_loaded", True)
+            known[role] = getattr(model, "provider", None) if loaded else self._providers_used.get(role)
+        return known
+
+    def _roles(self):
+        return (("speech_tokenizer", self.speech_tokenizer), ("speaker_encoder", self.speaker_encoder))
+
+    @property
+    def tokenizer_stays_loaded(self) -> bool:
+        """False in low-memory mode: the speech tokenizer is loaded for each call, unless held."""
+        return getattr(self.speech_tokenizer, "keep_loaded", True)
+
+    def tokenizer_held(self):
+        """A block in which the speech tokenizer stays loaded (one load for many ``speech_tokens`` calls)."""
+        held = getattr(type(self.speech_tokenizer), "held", None)
+        return self.speech_tokenizer.held() if held is not None else nullcontext()
+
+    @torch.inference_mode()
+    def speech_tokens(self, wave16k: torch.Tensor) -> torch.Tensor:
+        """(1, N) 16 kHz audio (<= 30 s) -> (1, T) int64 CPU speech tokens: the one path a prompt's tokens and a
+        converted recording's tokens (``pipeline.convert``) both take."""
+        return self.speech_tokenizer.tokens(wave16k).long().cpu()
 
     @torch.inference_mode()
     def encode(
@@ -42,14 +87,27 @@ class PromptEncoder:
             decoded = decode_prompt(prompt, sample_rate)
             clip16k, clip24k = decoded.at(TOKENIZER_RATE), decoded.at(MODEL_RATE)
         except AudioInputError as error:
-            raise SynthesisError(str(error)) from error
+            raise SynthesisError(str(error), field="prompt_audio") from error
         wave16k, wave24k = clip16k.wave, clip24k.wave
-        tokens = self.speech_tokenizer.tokens(wave16k)
-        embedding = self.speaker_encoder.embedding(wave16k)
-        mel = prompt_mel(wave24k, fmax=self.fmax)
+        timings: dict[str, float] = {}
+        if self.concurrent:
+            if self._helper is None:
+                self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-encoder")
+            voice = self._helper.submit(self._voice_features, wave16k, wave24k, timings)
+            try:
+                tokens = self._speech_tokens(wave16k, timings)
+            finally:
+                wait([voice])  # a tokenizer error is raised only once the helper is idle again
+            embedding, mel = voice.result()
+        else:
+            tokens = self._speech_tokens(wave16k, timings)
+            embedding, mel = self._voice_features(wave16k, wave24k, timings)
+        self.last_timings = timings
         tokens, mel = align_prompt(tokens, mel)
         if tokens.shape[1] == 0:
-            raise SynthesisError("the prompt audio is too short to take a voice from; use 3-30 s of speech")
+            raise SynthesisError(
+                "the prompt audio is too short to take a voice from; use 3-30 s of speech", field="prompt_audio"
+            )
         return SpeakerPrompt(
             speech_tokens=tokens.long().cpu(),
             mel=mel.float().cpu(),
@@ -59,3 +117,23 @@ class PromptEncoder:
             transcript=transcript,
             duration_s=clip16k.seconds,
         )
+
+    def _speech_tokens(self, wave16k: torch.Tensor, timings: dict[str, float]) -> torch.Tensor:
+        started = time.perf_counter()
+        # read before the call: a per-call session (low-memory mode) is loaded for it anyway
+        self._providers_used["speech_tokenizer"] = getattr(self.speech_tokenizer, "provider", None)
+        tokens = self.speech_tokens(wave16k)
+        timings["speech_tokens_s"] = time.perf_counter() - started
+        return tokens
+
+    def _voice_features(self, wave16k, wave24k, timings: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(speaker vector ``(1, 192)``, prompt mel ``(1, F, 80)``); inference mode is per thread, so set here."""
+        with torch.inference_mode():
+            started = time.perf_counter()
+            self._providers_used["speaker_encoder"] = getattr(self.speaker_encoder, "provider", None)
+            embedding = self.speaker_encoder.embedding(wave16k)
+            timings["speaker_embedding_s"] = time.perf_counter() - started
+            started = time.perf_counter()
+            mel = prompt_mel(wave24k, fmax=self.fmax)
+            timings["prompt_mel_s"] = time.perf_counter() - started
+        return embedding, mel

@@ -19,8 +19,6 @@ in streaming only: the cache costs ~4.6 MB (v2) / 3.6 MB (v3) per frame in fp32)
 from __future__ import annotations
 
 import math
-import threading
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Iterable, Iterator
 
@@ -31,6 +29,7 @@ from cosyvoice_mac.device import serialize_device_work
 from cosyvoice_mac.models.flow.flow import Flow
 from cosyvoice_mac.models.flow.prefix import FlowPrefix
 from cosyvoice_mac.models.vocoder.hift import HiFT
+from cosyvoice_mac.pipeline.producer import DecodeThread, DeviceTurns, TokenProducer  # noqa: F401 (re-export)
 
 FIRST_HOP_TOKENS = 10  # the first chunk completes the flow prompt's last attention chunk
 SECOND_HOP_TOKENS = 25  # then 50, then 100 for every later chunk (upstream's growth)
@@ -40,116 +39,8 @@ MAX_PREFIX_TOKENS = 75  # 3 s of prompt cached per voice: ~690 MB (v2) / 540 MB 
 LOW_MEMORY_PREFIX_TOKENS = 25
 V2_MEL_CACHE_FRAMES = 8
 V2_SOURCE_CACHE_SAMPLES = 8 * 480
-
-
-class DeviceTurns:
-    """Owns whose turn it is to issue device work in one streamed request: the LLM thread or the chunk thread.
-
-    On MPS the two must never issue work at the same time (a SIGABRT, not an exception). Each LLM step
-    and each chunk (flow + vocoder) is one turn; a waiting chunk goes first, so the LLM finishes the
-    step in flight and then waits: the first audio is not held up by the LLM running ahead. Disabled
-    (CPU, CUDA) it costs nothing and both run freely.
-    """
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled
-        self._state = threading.Condition()
-        self._busy = False
-        self._chunks_waiting = 0
-
-    def llm_step(self):
-        """The context of one LLM step: waits while a chunk runs or waits."""
-        return self._turn(chunk=False)
-
-    def chunk(self):
-        """The context of one chunk's flow + vocoder work: waits only for the LLM step in flight."""
-        return self._turn(chunk=True)
-
-    @contextmanager
-    def _turn(self, chunk: bool) -> Iterator[None]:
-        if not self.enabled:
-            yield
-            return
-        with self._state:
-            self._chunks_waiting += chunk
-            self._state.wait_for(lambda: not self._busy and (chunk or not self._chunks_waiting))
-            self._chunks_waiting -= chunk
-            self._busy = True
-        try:
-            yield
-        finally:
-            with self._state:
-                self._busy = False
-                self._state.notify_all()
-
-
-_END = object()
-
-
-class TokenProducer:
-    """Owns the background thread that pulls speech tokens from the LLM as fast as it can (unless paused).
-
-    Each pull is one LLM step and takes a device turn from ``turns`` (MPS: never beside a chunk).
-    """
-
-    def __init__(self, tokens: Iterable[int], turns: DeviceTurns | None = None, hold_after: int | None = None):
-        """``hold_after``: stop once that many tokens exist, until :meth:`pause` (False) releases it."""
-        self.tokens: list[int] = []
-        self._hold_after = hold_after
-        self.finished = False
-        self.error: BaseException | None = None
-        self._turns = turns or DeviceTurns(enabled=False)
-        self._abandoned = False
-        self._paused = False
-        self._ready = threading.Condition()
-        self._thread = threading.Thread(target=self._run, args=(iter(tokens),), name="llm-producer", daemon=True)
-        self._thread.start()
-
-    def _run(self, tokens: Iterator[int]) -> None:
-        try:
-            while True:
-                with self._turns.llm_step():
-                    token = next(tokens, _END)
-                if token is _END:
-                    return
-                with self._ready:
-                    self._ready.wait_for(lambda: not self._held() or self._abandoned)
-                    if self._abandoned:
-                        return
-                    self.tokens.append(token)
-                    self._ready.notify_all()
-        except BaseException as error:  # handed to the consumer, which raises it in its own thread
-            self.error = error
-        finally:
-            with self._ready:
-                self.finished = True
-                self._ready.notify_all()
-
-    def wait_for(self, count: int) -> int:
-        """Block until ``count`` tokens exist or decoding ended; return how many exist."""
-        with self._ready:
-            self._ready.wait_for(lambda: len(self.tokens) >= count or self.finished)
-            if self.error is not None:
-                raise self.error
-            return len(self.tokens)
-
-    def _held(self) -> bool:
-        return self._paused or (self._hold_after is not None and len(self.tokens) >= self._hold_after)
-
-    def pause(self, paused: bool) -> None:
-        """Hold the LLM after its current token (so the first chunk has the CPU to itself), or let it go on
-        (which also lifts ``hold_after``)."""
-        with self._ready:
-            self._paused = paused
-            if not paused:
-                self._hold_after = None
-            self._ready.notify_all()
-
-    def abandon(self) -> None:
-        with self._ready:
-            self._abandoned = True
-            self._ready.notify_all()
-        self._thread.join(timeout=30)
+# Devices where the LLM waits at the first chunk's tokens until that chunk is made (MPS takes turns instead).
+HOLD_LLM_FOR_FIRST_CHUNK = ("cpu", "cuda")
 
 
 @dataclass
@@ -300,6 +191,9 @@ class StreamingParts:
     prefixes: FlowPrefixCache
     max_prefix_tokens: int = MAX_PREFIX_TOKENS  # LOW_MEMORY_PREFIX_TOKENS in low-memory mode
     widen_flow: Callable[[list[str]], bool] = lambda notes: False  # True when the flow now runs in float32
+    decode_thread: DecodeThread | None = None  # the model's long-lived LLM thread (None: one per sentence)
+    takes_turns: bool = False  # the LLM and the chunks take turns whatever the torch device (MLX: always)
+    settle_llm_step: Callable[[], None] | None = None  # waits for an LLM step's queued work (MLX: synchronize)
 
     @property
     def device(self) -> torch.device:
@@ -332,7 +226,9 @@ def prepare_voice_for_streaming(parts: StreamingParts, speaker) -> None:
     plan = PromptPlan.for_request(parts, speaker)
     prompt = plan.prompt(speaker, parts.device)
     prefix = parts.prefix(speaker, plan, prompt)
-    if prefix is not None and prefix.graphs.wanted(prompt[0].device) and not prefix.graphs.graphs:
+    if prefix is None or flow.shared_graphs.has_first_chunk(prefix):  # shared: captured for an earlier voice
+        return
+    if prefix.graphs.wanted(prompt[0].device) and not prefix.graphs.graphs:
         placeholder = torch.zeros(1, plan.first_hop + flow.config.pre_lookahead_len, dtype=torch.long)
         flow.inference(placeholder.to(prompt[0].device), *prompt, streaming=True, finalize=False, prefix=prefix)
 
@@ -351,10 +247,13 @@ def stream_segment(
     plan = PromptPlan.for_request(parts, speaker, first_hop)
     prompt = plan.prompt(speaker, device)
     stitcher = parts.make_stitcher(noise)
-    turns = DeviceTurns(enabled=serialize_device_work(device))
-    # On CUDA the LLM's graphs would queue ahead of every kernel of the voice's prefix and of the
-    # first chunk on the one stream: it stops once the first chunk's tokens exist, until that chunk is made.
-    producer = TokenProducer(tokens, turns, hold_after=plan.first_hop + lookahead if device.type == "cuda" else None)
+    turns = DeviceTurns(enabled=parts.takes_turns or serialize_device_work(device), settle=parts.settle_llm_step)
+    # The LLM stops once the first chunk's tokens exist, until that chunk is made: on CUDA its graphs would
+    # queue ahead of every kernel of the voice's prefix and of the first chunk on the one stream; on a CPU
+    # the tokens it decodes past them would take cores from a new voice's prefix build (what first audio waits for).
+    held = device.type in HOLD_LLM_FOR_FIRST_CHUNK
+    hold_after = plan.first_hop + lookahead if held else None
+    producer = TokenProducer(tokens, turns, hold_after, parts.decode_thread)
     offset, hops = 0, hop_schedule(plan.first_hop)
 
     def finite_mel(ids: torch.Tensor, notes: list[str], finalize: bool) -> torch.Tensor:
@@ -380,9 +279,9 @@ def stream_segment(
             if available >= offset + this_hop + lookahead:
                 # On a CPU the LLM and the flow share the cores, on CUDA one stream: the first chunk goes first.
                 producer.pause(offset == 0 and device.type in ("cpu", "cuda"))
-                ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
                 notes: list[str] = []
-                with turns.chunk():
+                with turns.chunk():  # the ids' host-to-device copy is device work too
+                    ids = torch.tensor([producer.tokens[: offset + this_hop + lookahead]], device=device)
                     audio = stitcher.add(finite_mel(ids, notes, finalize=False).float(), final=False)
                 producer.pause(False)
                 offset += this_hop
@@ -391,9 +290,9 @@ def stream_segment(
             if available == 0:
                 yield Chunk(np.zeros(0, dtype=np.float32), 0, is_final=True)
                 return
-            ids = torch.tensor([producer.tokens[:available]], device=device)
             notes = []
             with turns.chunk():
+                ids = torch.tensor([producer.tokens[:available]], device=device)
                 audio = stitcher.add(finite_mel(ids, notes, finalize=True).float(), final=True)
             yield Chunk(audio, available, is_final=True, notes=notes)
             return

@@ -19,6 +19,7 @@ from typing import Callable, Iterator
 import numpy as np
 import torch
 
+from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
@@ -141,18 +142,20 @@ class PreviewVoice(BackendBase):
                 world_convert.ANALYSIS_RATE, trim_silence=False, normalize=False, min_seconds=None, max_seconds=None
             )
         except AudioInputError as error:
-            raise SynthesisError(str(error)) from error
+            raise SynthesisError(str(error), field="prompt_audio") from error
         samples = vad.trim_silence(clip.wave[0].numpy(), clip.sample_rate)
         seconds = len(samples) / clip.sample_rate
         speech = {"name": "the prompt", "speech": seconds}  # measured after Silero's trim, said as the check says it
         if seconds < MIN_SECONDS:
-            raise SynthesisError(sentence("too_short", {**speech, "limit": MIN_SECONDS}))
+            raise SynthesisError(sentence("too_short", {**speech, "limit": MIN_SECONDS}), field="prompt_audio")
         if seconds > MAX_SECONDS:
-            raise SynthesisError(sentence("too_long", {**speech, "limit": MAX_SECONDS}))
+            raise SynthesisError(sentence("too_long", {**speech, "limit": MAX_SECONDS}), field="prompt_audio")
         try:
             stats = world_convert.voice_stats(world_convert.analyse(samples, clip.sample_rate), clip.source_sample_rate)
         except world_convert.ConversionError as error:
-            raise SynthesisError(f"no voice to copy in the prompt ({error}); record someone speaking") from error
+            raise SynthesisError(
+                f"no voice to copy in the prompt ({error}); record someone speaking", field="prompt_audio"
+            ) from error
         return SpeakerPrompt(
             speech_tokens=torch.zeros(1, 0, dtype=torch.long),
             mel=torch.zeros(1, 0, 80),  # no prompt tokens, so no aligned mel either
@@ -195,13 +198,14 @@ class PreviewVoice(BackendBase):
             plan = prompts.plan_request("cosyvoice3", self.normalizer, request)
         except SynthesisError as error:  # say which voice refused it: this one, by CosyVoice3's rules
             raise SynthesisError(
-                str(error).replace("for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1)
+                str(error).replace("for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1),
+                field=error.field,
             ) from error
         segments = [segment.display_text for segment in plan.segments]
         spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
         plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]
         if not plan:
-            raise SynthesisError("the text has nothing to speak (only punctuation, symbols or markup)")
+            raise SynthesisError("the text has nothing to speak (only punctuation, symbols or markup)", field="text")
         if any(detect_language(words) == "zh" for _, words in plan):
             self.mandarin()
         notes = [PREVIEW_NOTE]
@@ -219,6 +223,24 @@ class PreviewVoice(BackendBase):
         return self._run(
             plan, target, request.seed, request.speed, request.mode, notes, should_stop or (lambda: False), frontend_s
         )
+
+    def run_conversion(
+        self,
+        request: ConversionRequest,
+        speaker: SpeakerPrompt | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        source=None,
+    ) -> Iterator[SynthesisResult]:
+        """Re-speak the request's recording with the target voice's WORLD statistics (``preview.convert``):
+        an approximate match, labelled so; one result per piece, streaming or not."""
+        from cosyvoice_mac.preview.convert import convert_source
+
+        speaker = self._speaker_for(request, speaker)
+        try:
+            target = world_convert.VoiceStats.from_vector(speaker.embedding.detach().cpu().numpy())
+        except world_convert.ConversionError as error:
+            raise SynthesisError(str(error)) from error
+        return convert_source(request, target, self.decoded_source(request, source), should_stop or (lambda: False))
 
     def _run(self, plan, target, seed, speed, mode, notes, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         for index, (segment, words) in enumerate(plan):

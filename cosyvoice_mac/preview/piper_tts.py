@@ -108,6 +108,11 @@ class PiperSpeaker:
         config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
         graph, self.bank_names = seeded_noise_graph(model_path)
         options = onnxruntime.SessionOptions()
+        # onnxruntime's CPU arena grows to the largest utterance seen and never gives memory back (a +40 MB
+        # step after a few dozen jobs, when a seed draws a long one), and its memory patterns are cached per
+        # input shape, and every text has its own: plain allocations, freed after each sentence, instead.
+        options.enable_cpu_mem_arena = False
+        options.enable_mem_pattern = False
         if threads:
             options.intra_op_num_threads = threads
         session = onnxruntime.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])

@@ -12,6 +12,11 @@ MAX_FILE_SECONDS = 600.0  # longer files are refused before decoding, to bound m
 MAX_RESAMPLE_FILTER_TAPS = 4_000_000  # the exact resampler's filter bank past which a re-export is asked for
 SILENT_PEAK = 1e-3  # -60 dBFS: nothing a microphone picked up on purpose
 
+# A recording to convert into another voice (voice conversion): as long as a file may be, any common rate.
+MIN_CONVERT_SAMPLE_RATE = 8000  # telephone audio converts: the tokenizer's 16 kHz copy is upsampled from it
+MAX_CONVERT_SECONDS = MAX_FILE_SECONDS  # the reader refuses longer files before decoding them
+MIN_CONVERT_SPEECH_SECONDS = 0.5  # less speech than this is a click or a breath, not words to re-speak
+
 # Silence trimming, as upstream's webui ``postprocess``: librosa.effects.trim on the 16 kHz signal.
 TRIM_TOP_DB = 60
 TRIM_FRAME_LENGTH = 440  # samples at 16 kHz (27.5 ms)
@@ -21,3 +26,8 @@ TAIL_SECONDS = 0.2  # silence appended after trimming; it counts toward MAX_SECO
 
 # Containers libsndfile cannot read; only a platform decoder (Core Audio, ffmpeg, GStreamer) can.
 PLATFORM_DECODER_SUFFIXES = frozenset({".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"})
+# What counts as an audio file where a folder or a set of uploads is sorted (a batch of recordings to convert):
+# libsndfile's formats and the platform decoders'. Anything else is skipped with a note, never decoded.
+AUDIO_SUFFIXES = frozenset({".wav", ".flac", ".ogg", ".oga", ".opus", ".mp3", ".aiff", ".aif", ".caf"}) | (
+    PLATFORM_DECODER_SUFFIXES
+)

@@ -34,19 +34,33 @@ SENTENCES = {
     "Cut it to one clear sentence or a few (5-15 s is plenty).",
 }
 PROBLEMS = tuple(SENTENCES)
+# What can be wrong with a recording to convert (voice conversion) beyond what can be wrong with any file.
+SOURCE_SENTENCES = {
+    "source_low_rate": "{name} is sampled at {rate} Hz; a recording to convert needs at least {limit} Hz. "
+    "Export it at 8 kHz or higher.",
+    "source_too_long": "{name} is {seconds:.0f} s long; a recording to convert may be at most {limit:g} s "
+    "({minutes:g} minutes). Cut it into parts and convert each.",
+    "no_speech": "{name} holds no speech to convert (only silence, noise or music was heard). "
+    "Pick a recording of someone speaking.",
+    "too_little_speech": "{name} holds only {speech:.1f} s of speech; converting needs at least {limit:g} s. "
+    "Pick a recording with a few words in it.",
+}
+SOURCE_PROBLEMS = tuple(SOURCE_SENTENCES)
 
 
 def sentence(problem: str, details: dict) -> str:
-    """The plain English sentence for ``problem`` (one of PROBLEMS), filled from ``details``."""
-    return SENTENCES[problem].format(**details)
+    """The plain English sentence for ``problem`` (one of PROBLEMS or SOURCE_PROBLEMS), filled from ``details``."""
+    return {**SENTENCES, **SOURCE_SENTENCES}[problem].format(**details)
 
 
 class AudioInputError(InputError):
     """A recording we cannot use as a voice prompt: ``problem`` is one of PROBLEMS, ``details`` fill its
-    sentence, and ``str()`` is that sentence, for the user."""
+    sentence, and ``str()`` is that sentence, for the user. Always the prompt recording's fault."""
+
+    field = "prompt_audio"
 
     def __init__(self, problem: str, **details):
-        if problem not in SENTENCES:
+        if problem not in SENTENCES and problem not in SOURCE_SENTENCES:
             raise ValueError(f"unknown AudioInputError problem {problem!r}")
         super().__init__(sentence(problem, details))
         self.problem, self.details = problem, details

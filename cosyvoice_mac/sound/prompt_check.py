@@ -60,26 +60,43 @@ class PromptCheck:
 def inspect_prompt(path: str | Path) -> PromptCheck:
     """Read ``path`` and judge it as a voice prompt."""
     path = Path(path)
-    name = {"name": path.name}
     try:
         samples, rate = read_audio(path)
     except AudioInputError as error:
         return PromptCheck(seconds=error.details.get("seconds"), problem=error.problem, details=error.details)
+    return judge_samples(samples, rate, path.name)
+
+
+def judge_samples(samples: np.ndarray, rate: int, name: str) -> PromptCheck:
+    """Judge (N,) or (N, C) ``samples`` at ``rate`` Hz as a voice prompt called ``name`` in the sentences."""
+    samples = np.asarray(samples, dtype=np.float32)
     seconds = samples.shape[0] / rate
     try:
-        check_source_rate(path.name, rate, TOKENIZER_SAMPLE_RATE)
+        check_source_rate(name, rate, TOKENIZER_SAMPLE_RATE)
     except AudioInputError as error:
         return PromptCheck(seconds=seconds, problem=error.problem, details=error.details)
-    samples = samples.mean(axis=1)
+    if samples.ndim == 2:
+        samples = samples.mean(axis=1)
+    details = {"name": name}
+    if not samples.size or not np.isfinite(samples).all():
+        problem = "invalid_samples" if samples.size else "no_samples"
+        return PromptCheck(seconds=seconds, problem=problem, details=details)
     if float(np.max(np.abs(samples))) < SILENT_PEAK:
-        return PromptCheck(seconds=seconds, speech_seconds=0.0, problem="silent", details=name)
+        return PromptCheck(seconds=seconds, speech_seconds=0.0, problem="silent", details=details)
     speech = speech_seconds(samples, rate)
-    details = {**name, "seconds": seconds, "speech": speech}
+    details = {**details, "seconds": seconds, "speech": speech}
     if speech + TAIL_SECONDS > MAX_SECONDS:
         return PromptCheck(seconds, speech, "too_long", {**details, "limit": MAX_SECONDS - TAIL_SECONDS})
     if speech < MIN_SECONDS:
         return PromptCheck(seconds, speech, "too_short", {**details, "limit": MIN_SECONDS})
     return PromptCheck(seconds, speech, None, details)
+
+
+def require_usable_prompt(check: PromptCheck) -> PromptCheck:
+    """``check`` itself when it passed; else AudioInputError with its problem (its sentence is the message)."""
+    if not check.ok:
+        raise AudioInputError(check.problem, **check.details)
+    return check
 
 
 def speech_seconds(samples: np.ndarray, rate: int) -> float:

@@ -11,46 +11,43 @@ from __future__ import annotations
 import random
 import threading
 import time
-from pathlib import Path
 from typing import Callable, Iterator
 
 import gradio as gr
 
-from cosyvoice_mac.engine import EngineError, VoiceLibrary
+from cosyvoice_mac.engine import EngineError
 from cosyvoice_mac.engine.host import VOCODER_CHOICES, ModelHost, Settings
 from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import ENGINES
+from cosyvoice_mac.mlx.llm_gate import mlx_llm_row
+from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.sound.prompt_check import checked_prompt
+from cosyvoice_mac.webui.action_bar import blocking_reasons, render_reasons
+from cosyvoice_mac.webui.download_panel import DownloadCallbacks, Downloads
 from cosyvoice_mac.webui.generation import Generation
+from cosyvoice_mac.webui.history import HistoryBook, HistoryCallbacks
 from cosyvoice_mac.webui.longform import LongformCallbacks
-from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, format_bytes, render_prompt_check, render_status
-from cosyvoice_mac.webui.state import Session, is_inside
+from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render_status
+from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.transcript_check import transcript_matches
+from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
 
 POLL_S = 0.5
-SAVE_VOICE_TIMEOUT_S = 900.0  # covers a model that is still loading when Save is pressed
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
-UNTRANSCRIBABLE = (
-    "missing",
-    "unreadable",
-    "empty",
-    "no_samples",
-    "not_audio",
-    "invalid_samples",
-    "no_decoder",
-    "silent",
-)
 
 
-class Callbacks:
+class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
     """Owns nothing but references: the model host and the generation runner. The voice library belongs to
     the engine; the page reads and changes it only through ``host.engine.voices``."""
 
     def __init__(self, host: ModelHost, settings: Settings):
         self.host = host
         self.settings = settings
-        self.generation = Generation(host)
+        self.history_book = HistoryBook(host.config.outputs_dir, settings)
+        self.downloads = Downloads(host.config.models_dir)
+        self.generation = Generation(host, self.history_book)
         self.longform = LongformCallbacks(host, glossary_store(host.config.cache_dir))
 
     # -- voice -----------------------------------------------------------------------------------
@@ -59,70 +56,6 @@ class Callbacks:
         if not audio:
             return ""
         return render_prompt_check(lang, checked_prompt(audio))
-
-    def prompt_uploaded(self, lang: str, audio: str | None):
-        """A new upload or recording replaces any saved voice that was picked; a file that is not audio
-        at all is taken out again (the message stays), so the upload area is back for the next try."""
-        if not audio:
-            return "", "", gr.skip()
-        check = checked_prompt(audio)
-        unusable = check.problem in UNTRANSCRIBABLE[:-1]  # all but "silent": those files hold no sound at all
-        return render_prompt_check(lang, check), "", None if unusable else gr.skip()
-
-    @property
-    def voices(self) -> VoiceLibrary:
-        """The engine's voice library (see ``_voices``)."""
-        return self._voices()
-
-    def _voices(self) -> VoiceLibrary:
-        """The engine's voice library; EngineError when no model (so no engine) is running."""
-        engine = self.host.engine
-        if engine is None:
-            raise EngineError("no model is running, so saved voices cannot be used; see the note at the top")
-        return engine.voices
-
-    def voice_choices(self, lang: str) -> list[tuple[str, str]]:
-        try:
-            names = [entry["name"] for entry in self._voices().list()]
-        except EngineError:  # VoiceError included: an unreadable list shows as none
-            names = []
-        return [(say(lang, "voices_none"), "")] + [(name, name) for name in names]
-
-    def voice_picked(self, lang: str, name: str, transcript: str):
-        """Picking a saved voice clears the upload and fills the transcript the voice was saved with."""
-        if not name:
-            return gr.skip(), "", gr.skip()
-        try:
-            entry = self._voices().get(name)
-        except EngineError as error:
-            return gr.skip(), say(lang, "voice_error", message=error), gr.skip()
-        return None, say(lang, "voice_in_use", name=name), entry.get("transcript") or transcript
-
-    def save_voice(self, lang: str, name: str, audio: str | None, transcript: str | None) -> Iterator[tuple]:
-        """Keep the uploaded or recorded prompt as a named voice: the worker prepares its features now, so
-        no generation is needed first. Yields (voice message, voices menu)."""
-        name = (name or "").strip()
-        if not name:
-            yield say(lang, "voice_name_needed"), gr.skip()
-            return
-        if not audio:
-            yield say(lang, "voice_save_needs_audio"), gr.skip()
-            return
-        check = checked_prompt(audio)
-        if not check.ok:
-            yield say(lang, PROMPT_PROBLEM_KEYS[check.problem], **check.details), gr.skip()
-            return
-        engine = self.host.engine
-        if engine is None:
-            yield say(lang, "voice_save_no_model"), gr.skip()
-            return
-        yield say(lang, "voice_saving"), gr.skip()
-        try:
-            engine.save_voice_from_audio(name, audio, transcript, timeout=SAVE_VOICE_TIMEOUT_S)
-        except (EngineError, TimeoutError, OSError) as error:  # OSError: the voices folder refused the copy
-            yield say(lang, "voice_error", message=error), gr.skip()
-            return
-        yield say(lang, "voice_saved", name=name), gr.update(choices=self.voice_choices(lang))
 
     def transcribe(self, lang: str, audio: str | None, voice: str | None) -> Iterator[tuple]:
         """Fill the transcript from the prompt recording (or the picked saved voice's copy of it).
@@ -171,14 +104,32 @@ class Callbacks:
         else:
             yield outcome["value"].strip(), say(lang, "transcribe_done")
 
-    def delete_voice(self, lang: str, name: str):
-        if not name:
-            return say(lang, "voice_pick_to_delete"), gr.skip()
-        try:
-            self._voices().delete(name)
-        except EngineError as error:
-            return say(lang, "voice_error", message=error), gr.skip()
-        return say(lang, "voice_deleted", name=name), gr.update(choices=self.voice_choices(lang), value="")
+    def check_transcript(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
+        """Compare the typed transcript with what the recogniser hears in the recording; yields the transcript
+        message (a warning when they differ, nothing when they agree or there is nothing to compare)."""
+        typed = (transcript or "").strip()
+        path = audio
+        if not path and voice:
+            try:
+                path = self._voices().get(voice).get("audio_path")
+            except EngineError:
+                path = None
+        if not typed or not path or checked_prompt(path).problem in UNTRANSCRIBABLE:
+            return
+        outcome = yield from _in_background(
+            lambda: self.host.transcriber.transcribe(path), lambda seconds: say(lang, "transcript_checking")
+        )
+        heard = (outcome.get("value") or "").strip()
+        if "error" in outcome or not heard:
+            yield ""  # no recogniser answer: nothing to warn about (Transcribe reports its own problems)
+        elif transcript_matches(typed, heard):
+            yield say(lang, "transcript_agrees")
+        else:
+            yield say(lang, "transcript_mismatch", heard=heard)
+
+    def blockers(self, lang, audio, voice, transcript, text, mode, instruct) -> str:
+        """The Markdown beside Generate: every reason it would refuse the input now, or that it is ready."""
+        return render_reasons(lang, blocking_reasons(self.host, lang, audio, voice, transcript, text, mode, instruct))
 
     # -- text ------------------------------------------------------------------------------------
     @staticmethod
@@ -232,6 +183,13 @@ class Callbacks:
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)
 
+    def session_closed(self, request: gr.Request) -> None:
+        """The tab closed: its jobs are cancelled after a short grace period."""
+        self.generation.session_closed(request)
+
+    def queue_words(self, lang: str, request: gr.Request) -> str:
+        return self.generation.queue_words(lang, request)
+
     def prepare_for_streaming(self, audio: str | None, stream: bool) -> threading.Thread | None:
         """With Stream on, have the worker get a new prompt ready in the background (features and the
         flow prefix), so the first streamed request with it starts as fast as later ones. Best effort:
@@ -256,14 +214,6 @@ class Callbacks:
         if stream:
             return gr.update(value=1.0, interactive=False), gr.update(visible=True)
         return gr.update(interactive=True), gr.update(visible=False)
-
-    # -- history ---------------------------------------------------------------------------------
-    def history_picked(self, file_name: str | None, session: Session):
-        """The chosen earlier output, if it is this session's and still in outputs/."""
-        entry = session.find(file_name) if isinstance(session, Session) else None
-        if entry is None or not is_inside(entry.path, self.host.config.outputs_dir) or not Path(entry.path).is_file():
-            return None
-        return entry.path
 
     # -- model -----------------------------------------------------------------------------------
     def status_panel(self, lang: str) -> str:
@@ -294,6 +244,11 @@ class Callbacks:
             return self.host.engine.start(wait=True)
 
         yield from self._while_loading(lang, switch, "switch_progress", {"name": choice.name})
+
+    def advanced_applies(self, menus: tuple[bool, bool]) -> bool:
+        """Whether the Advanced fold has a menu to show: one this machine offers, for a CosyVoice model."""
+        current = self.host.current
+        return any(menus) and not (current is not None and current.is_preview)
 
     def vocoder_choices(self, lang: str) -> list[tuple[str, str]]:
         labels = {
@@ -329,6 +284,30 @@ class Callbacks:
             return
         yield from self._while_loading(lang, lambda: self.host.set_engine(value), "engine_progress", {})
 
+    @staticmethod
+    def mlx_llm_choices(lang: str) -> list[tuple[str, str]]:
+        """The MLX LLM precision menu: Auto, then each precision the quality gate passes (read from the
+        gate's table, so a precision that fails it is never offered), with its measured agreement."""
+        choices = [(say(lang, "mlx_llm_auto"), "auto")]
+        for value in offered_mlx_llm()[1:]:
+            row = mlx_llm_row(value)
+            label = "mlx_llm_reference" if row.full_size is None else "mlx_llm_passing"
+            choices.append((say(lang, label, precision=value, agreement=100 * (row.full_size or 1.0)), value))
+        return choices
+
+    def switch_mlx_llm(self, lang: str, value: str) -> Iterator[tuple[str, str]]:
+        """Remember the MLX LLM precision and restart the model with it (only a choice the menu listed)."""
+        if value not in offered_mlx_llm() or value == self.host.config.mlx_llm:
+            yield gr.skip(), self.status_panel(lang)
+            return
+        self.settings.update(mlx_llm=value)
+        current = self.host.current
+        if current is None or current.is_preview:
+            self.host.set_mlx_llm(value)
+            yield say(lang, "engine_saved_preview"), self.status_panel(lang)
+            return
+        yield from self._while_loading(lang, lambda: self.host.set_mlx_llm(value), "mlx_llm_progress", {})
+
     def _while_loading(self, lang, work, progress_key: str, values: dict):
         outcome = yield from _in_background(
             work, lambda seconds: (say(lang, progress_key, seconds=seconds, **values), self.status_panel(lang))
@@ -342,21 +321,22 @@ class Callbacks:
         yield message, render_status(lang, status)
 
     # -- page ------------------------------------------------------------------------------------
-    def acknowledge_notice(self):
+    def acknowledge_notice(self) -> None:
+        """Recorded for the record (the app's settings); the browser shrinks the notice itself."""
         self.settings.update(notice_acknowledged=True)
-        return gr.update(visible=False)
 
     def on_load(self, lang: str):
-        """Fresh values when a tab opens: saved voices, the status, whether the notice still shows, a seed,
-        the model folders now in models/, the engine setting (another tab may have changed it)."""
+        """Fresh values when a tab opens: saved voices, the status, a seed,
+        the model folders now in models/, the MLX LLM precision and engine settings (another tab may have
+        changed them)."""
         current = self.host.current.name if self.host.current else None
         models = gr.update(choices=self.model_choices(lang), value=current)
         return (
             gr.update(choices=self.voice_choices(lang)),
             self.status_panel(lang),
-            gr.update(visible=not self.settings.notice_acknowledged),
             self.roll_seed(),
             models,
+            self.host.config.mlx_llm,
             self.host.config.engine,
         )
 

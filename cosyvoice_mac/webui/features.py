@@ -10,24 +10,39 @@ missing optional part leaves no broken button behind. The flags, and where their
   it needs nothing extra, so it is always on.
 * ``preview_backend``: the preview voice (``cosyvoice_mac.preview``) runs when no model folder exists and
   is offered in the model menu; it needs Piper and pyworld (the ``[preview]`` extra).
-* ``vocoder_select``: a vocoder menu (torch / Core ML with compute units) under the model menu. Always
-  offered: where Core ML cannot run (not macOS, coremltools missing) the worker keeps torch and the status
-  panel says why.
+* ``vocoder_select``: a vocoder menu (torch / Core ML with compute units) under Advanced, on macOS only (Core
+  ML runs nowhere else; where coremltools is missing the worker keeps torch and the status panel says why).
+* ``engine_select``: the engine menu (MLX / PyTorch) under Advanced, on Apple Silicon, where MLX is the fast
+  path; elsewhere only when ``$COSYVOICE_ENGINE_MENU=1`` asks for it (MLX's CPU backend, for tests and
+  comparisons).
+
+Both menus hide while the preview voice speaks: it has neither a vocoder nor an engine to choose.
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
+import platform
+import sys
 
 from cosyvoice_mac.preview import preview_available
 
-FEATURES = ("asr", "stream", "preview_backend", "vocoder_select")
+FEATURES = ("asr", "stream", "preview_backend", "vocoder_select", "engine_select")
+ENGINE_MENU_VARIABLE = "COSYVOICE_ENGINE_MENU"
 
 
 def detect_features() -> dict[str, bool]:
     """Which optional controls the page may show."""
-    return {"asr": asr_available(), "stream": True, "preview_backend": preview_available(), "vocoder_select": True}
+    return {
+        "asr": asr_available(),
+        "stream": True,
+        "preview_backend": preview_available(),
+        "vocoder_select": sys.platform == "darwin",
+        "engine_select": (sys.platform == "darwin" and platform.machine() == "arm64")
+        or os.environ.get(ENGINE_MENU_VARIABLE) == "1",
+    }
 
 
 def asr_available() -> bool:

@@ -12,6 +12,7 @@ import queue
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -28,13 +29,16 @@ from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.sound.prompt_check import checked_prompt
+from cosyvoice_mac.webui.history import HistoryBook, history_view
 from cosyvoice_mac.webui.post_controls import post_settings
-from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, history_choices, history_rows, status_line
-from cosyvoice_mac.webui.state import ActiveJobs, HistoryEntry, Session, is_inside
+from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, status_line
+from cosyvoice_mac.webui.state import ActiveJobs, Session, is_inside
 from cosyvoice_mac.webui.streaming import StreamBuffer
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
+CLOSED_TAB_GRACE_S = 5.0  # a closed tab's jobs are cancelled after this (a reload or a flaky connection)
+QUEUE_TEXT_CHARS = 40
 POST_OFF = (False, False, None)  # the post-processing controls (trim, normalise, target) as they start: off
 
 
@@ -54,10 +58,12 @@ class GenerateOutputs(NamedTuple):
 
 
 class Generation:
-    """Owns each browser session's running job (so its Stop button can cancel it)."""
+    """Owns each browser session's running job (so its Stop button can cancel it); a finished one shows in
+    the history (``history``: outputs/ read back)."""
 
-    def __init__(self, host: ModelHost):
+    def __init__(self, host: ModelHost, history: HistoryBook):
         self.host = host
+        self.history = history
         self.active = ActiveJobs()
         self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
@@ -121,6 +127,49 @@ class Generation:
                 engine.cancel(job_id)
             except EngineError:  # already finished and forgotten
                 pass
+
+    def session_closed(self, request, grace_s: float = CLOSED_TAB_GRACE_S) -> threading.Timer | None:
+        """The tab of ``request``'s session closed (or reloaded): after ``grace_s`` cancel every job it left
+        waiting or running. Returns the timer (tests wait on it)."""
+        session_id = getattr(request, "session_hash", None)
+        if not session_id or not self.active.owned(session_id):
+            return None
+
+        def cancel_left_jobs() -> None:
+            engine = self.host.engine
+            for job_id in self.active.forget(session_id):
+                if engine is None or engine.position(job_id) is None:  # finished already
+                    continue
+                try:
+                    engine.cancel(job_id)
+                except EngineError:  # finished meanwhile
+                    pass
+
+        timer = threading.Timer(grace_s, cancel_left_jobs)
+        timer.daemon = True
+        timer.start()
+        return timer
+
+    def queue_words(self, lang: str, request) -> str:
+        """The queue as every tab sees it: the running job and the waiting ones, the tab's own marked (its Stop
+        stops them); the others' are shown without their text."""
+        engine = self.host.engine
+        if engine is None:
+            return ""
+        mine = set(self.active.owned(getattr(request, "session_hash", None) or ""))
+        line = engine.line()
+        if not line:
+            return say(lang, "queue_empty")
+        lines = []
+        for entry in line:
+            where = say(lang, "queue_running") if entry.place == 0 else say(lang, "queue_place", place=entry.place)
+            if entry.job_id in mine:
+                text = entry.text
+                short = text if len(text) <= QUEUE_TEXT_CHARS else text[: QUEUE_TEXT_CHARS - 1] + "…"
+                lines.append(say(lang, "queue_yours", where=where, text=short))
+            else:
+                lines.append(say(lang, "queue_other", where=where, interface=entry.interface or "?"))
+        return "  \n".join(lines)
 
     def build_request(
         self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=POST_OFF
@@ -215,26 +264,11 @@ class Generation:
         if event.kind != job_events.DONE or event.result is None:
             return out.status("status_failed", message=event.message or event.kind)
         result = event.result
-        session = out.session
         notes = list(getattr(result, "notes", None) or [])
         preview = any(PREVIEW_LABEL in note for note in notes)
         notes = [note for note in notes if PREVIEW_LABEL not in note]  # the page shows its own label
-        current = self.host.current
         seconds = result.timings.get("total", 0.0)
         if result.output_path and is_inside(result.output_path, self.host.config.outputs_dir):
-            session.add(
-                HistoryEntry(
-                    path=result.output_path,
-                    text=job.request.text,
-                    mode=result.mode,
-                    voice=voice,
-                    seed=result.seed,
-                    speed=result.speed,
-                    duration_s=result.duration_s,
-                    model=None if preview or current is None else current.name,
-                    preview=preview,
-                )
-            )
             status = (
                 "status_done",
                 {
@@ -254,7 +288,8 @@ class Generation:
         status[1].update(notes="; ".join(notes), preview=preview)
         if out.first_audio_s is not None:
             status[1].update(streamed=True, first=out.first_audio_s, elapsed=time.monotonic() - out.started)
-        return out.done(status, playable, history_rows(out.lang, session), history_choices(session))
+        view = history_view(out.lang, self.history.entries())
+        return out.done(status, playable, view.table, view.picks)
 
 
 class _Outputs:
@@ -325,6 +360,12 @@ def _problem(error: RequestError) -> tuple[str, str, dict]:
     key = PAGE_KEYS.get(error.code)
     values = dict(error.values) if key else {"message": str(error)}
     return FIELD_SLOTS.get(error.field, "status"), key or "status_invalid", values
+
+
+def problem_words(lang: str, error: RequestError) -> str:
+    """A request rule's problem in the page's words."""
+    _, key, values = _problem(error)
+    return say(lang, key, **values)
 
 
 def _hold_prompt(job: Job) -> tuple[Job, Path | None]:

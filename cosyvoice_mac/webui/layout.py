@@ -10,26 +10,46 @@ from __future__ import annotations
 import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
+from cosyvoice_mac.webui.action_bar import ACTION_BAR_CSS, build_action_bar
 from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
+from cosyvoice_mac.webui.convert_tab import ConvertCallbacks, build_convert_section
+from cosyvoice_mac.webui.download_panel import build_download_panel, wire_download_panel
 from cosyvoice_mac.webui.generation import GenerateOutputs
+from cosyvoice_mac.webui.history import build_history_section, wire_history_section
 from cosyvoice_mac.webui.language import LabelBook, gradio_locale_js
-from cosyvoice_mac.webui.longform import build_longform_section
+from cosyvoice_mac.webui.longform_layout import build_longform_section
 from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel
 from cosyvoice_mac.webui.post_controls import build_post_controls
-from cosyvoice_mac.webui.render import HISTORY_DATATYPES, history_rows, status_line
+from cosyvoice_mac.webui.render import status_line
 from cosyvoice_mac.webui.state import Session
-from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS, STOP_JS
+from cosyvoice_mac.webui.streaming import STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.voice_cards import build_voice_section, wire_voice_section
 
-CSS = """
+CSS = (
+    """
 .cv-message p { margin: 0.2em 0; }
 .cv-notice { border: 1px solid var(--color-accent); border-radius: 8px; padding: 0.6em 1em; }
 #cv-dice { max-width: 4em; min-width: 3em; }
 #cv-stream-player { min-height: 0; }
+#cv-notice-short { display: none; }
+#cv-notice-box.cv-accepted { padding: 0.2em 1em; }
+#cv-notice-box.cv-accepted #cv-notice, #cv-notice-box.cv-accepted #cv-notice-ok { display: none; }
+#cv-notice-box.cv-accepted #cv-notice-short { display: block; }
 """
+    + ACTION_BAR_CSS
+)
+NOTICE_KEY = "cosyvoice-notice-accepted"
+NOTICE_LOAD_JS = (
+    "() => { if (localStorage.getItem('" + NOTICE_KEY + "')) "
+    "document.getElementById('cv-notice-box')?.classList.add('cv-accepted'); }"
+)
+NOTICE_ACCEPT_JS = (
+    "() => { localStorage.setItem('" + NOTICE_KEY + "', '1'); "
+    "document.getElementById('cv-notice-box')?.classList.add('cv-accepted'); }"
+)
 DICE = "🎲"
-HISTORY_COLUMN_WIDTHS = ["7%", "27%", "9%", "10%", "8%", "5%", "6%", "15%", "13%"]
 
 
 def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool) -> gr.Blocks:
@@ -68,59 +88,20 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 scale=1,
                 elem_id="cv-language",
             )
-        with gr.Group(visible=not callbacks.settings.notice_acknowledged, elem_classes="cv-notice") as notice:
+        # The consent notice in full until this browser accepts it (localStorage), then as one line.
+        with gr.Group(elem_classes="cv-notice", elem_id="cv-notice-box"):
             make(gr.Markdown, {"value": "notice"}, elem_id="cv-notice")
+            make(gr.Markdown, {"value": "notice_short"}, elem_id="cv-notice-short")
             notice_ok = make(gr.Button, {"value": "notice_ok"}, size="sm", elem_id="cv-notice-ok")
         make(gr.Markdown, {"value": no_model_words}, visible=not has_model, elem_id="cv-no-model")
 
         with gr.Row():
             with gr.Column(scale=3):
-                make(gr.Markdown, {"value": "section_voice"})
-                voices = make(
-                    gr.Dropdown,
-                    {"choices": callbacks.voice_choices, "label": "voices_label", "info": "voices_info"},
-                    value="",
-                    elem_id="cv-voices",
-                )
-                prompt_audio = make(
-                    gr.Audio,
-                    {"label": "prompt_audio_label"},
-                    sources=["upload", "microphone"],
-                    type="filepath",
-                    buttons=["download"],
-                    elem_id="cv-prompt-audio",
-                )
-                prompt_msg = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
-                with gr.Row(equal_height=False, elem_id="cv-transcript-row") as transcript_row:
-                    transcript = make(
-                        gr.Textbox,
-                        {"label": "transcript_label", "placeholder": "transcript_placeholder"},
-                        lines=2,
-                        scale=5,
-                        elem_id="cv-transcript",
-                    )
-                    transcribe = None
-                    if features.get("asr"):
-                        transcribe = make(
-                            gr.Button,
-                            {"value": "transcribe"},
-                            size="sm",
-                            scale=1,
-                            min_width=110,
-                            elem_id="cv-transcribe",
-                        )
-                transcript_msg = gr.Markdown(elem_id="cv-transcript-msg", elem_classes="cv-message")
-                with gr.Row():
-                    voice_name = make(
-                        gr.Textbox,
-                        {"label": "voice_name_label", "placeholder": "voice_name_placeholder"},
-                        scale=3,
-                        elem_id="cv-voice-name",
-                    )
-                    with gr.Column(scale=1, min_width=120):
-                        save_voice = make(gr.Button, {"value": "save_voice"}, size="sm", elem_id="cv-save-voice")
-                        delete_voice = make(gr.Button, {"value": "delete_voice"}, size="sm", elem_id="cv-delete-voice")
-                voice_msg = gr.Markdown(elem_id="cv-voice-msg", elem_classes="cv-message")
+                voice_controls = build_voice_section(make, callbacks, features)
+                voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
+                prompt_msg, transcript = voice_controls["prompt_msg"], voice_controls["transcript"]
+                transcribe, transcript_row = voice_controls["transcribe"], voice_controls["transcript_row"]
+                transcript_msg, voice_msg = voice_controls["transcript_msg"], voice_controls["voice_msg"]
 
                 make(gr.Markdown, {"value": "section_text"})
                 text = make(
@@ -185,34 +166,15 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 with make(gr.Accordion, {"label": "post_heading"}, open=False, elem_id="cv-post"):
                     make(gr.Markdown, {"value": "post_info"}, elem_classes="cv-message")
                     post_controls = build_post_controls(make, "cv-post")
-                with gr.Row():
-                    generate = make(
-                        gr.Button,
-                        {"value": "generate"},
-                        variant="primary",
-                        interactive=can_generate,
-                        elem_id="cv-generate",
-                    )
-                    stop = make(gr.Button, {"value": "stop"}, variant="secondary", elem_id="cv-stop")
-                status = gr.Markdown(elem_id="cv-status", elem_classes="cv-message")
-                player = gr.HTML("", html_template=PLAYER_HTML, js_on_load=PLAYER_JS, elem_id="cv-stream-player")
-                result = make(
-                    gr.Audio, {"label": "result_label"}, interactive=False, buttons=["download"], elem_id="cv-result"
-                )
-
             with gr.Column(scale=2):
                 panel = build_model_panel(make, callbacks, features, lang, licence_words)
-        history = make(
-            gr.Dataframe,
-            {"label": "history_label"},
-            value=history_rows(lang, Session()),
-            interactive=False,
-            wrap=True,
-            column_widths=HISTORY_COLUMN_WIDTHS,
-            datatype=HISTORY_DATATYPES,
-            elem_id="cv-history",
-        )
+                downloads = build_download_panel(make, callbacks, has_model)
+        history_controls = build_history_section(make, lang)
+        history = history_controls["table"]
         build_longform_section(make, callbacks, callbacks.longform, language)
+        convert_controls = build_convert_section(make, ConvertCallbacks(host), language)
+        bar = build_action_bar(make, can_generate, callbacks.blockers(lang, None, "", "", "", "zero_shot", ""))
+        generate, stop, status, player, result = bar.generate, bar.stop, bar.status, bar.player, bar.result
         timer = gr.Timer(2.0)
 
         # -- wiring ----------------------------------------------------------------------------------
@@ -228,16 +190,16 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio]
         ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
-        voices.input(
-            callbacks.voice_picked, [language, voices, transcript], [prompt_audio, prompt_msg, transcript], **quiet
+        wire_voice_section(voice_controls, callbacks, language, mode)
+        form = dict(
+            text=text, mode=mode, instruct=instruct, seed=seed, speed=speed, voices=voices, transcript=transcript
         )
-        save_voice.click(
-            callbacks.save_voice,
-            [language, voice_name, prompt_audio, transcript],
-            [voice_msg, voices],
-            concurrency_id="voice",
-            concurrency_limit=2,
-        )
+        form.update({f"convert_{name}": control for name, control in convert_controls.items()})
+        wire_history_section(history_controls, callbacks, language, form)
+        history_shown = [history_controls[name] for name in ("table", "badge", "page_words", "page", "pick")]
+        history_query = [language, history_controls["search"]]
+        page.load(callbacks.history_show, history_query, history_shown, **quiet)
+        language.change(callbacks.history_show, history_query, history_shown, **quiet)
         if transcribe is not None:
             transcribe.click(
                 callbacks.transcribe,
@@ -248,7 +210,15 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 show_progress="hidden",
             )
         transcript.input(lambda: "", None, transcript_msg, **quiet)
-        delete_voice.click(callbacks.delete_voice, [language, voices], [voice_msg, voices])
+        if transcribe is not None:  # the recogniser is there: a transcript that is not the recording's is said
+            transcript.blur(
+                callbacks.check_transcript,
+                [language, prompt_audio, voices, transcript],
+                transcript_msg,
+                concurrency_id="asr",
+                concurrency_limit=1,
+                show_progress="hidden",
+            )
         text.change(callbacks.counter, [language, text], counter, trigger_mode="always_last", **quiet)
         mode.change(callbacks.mode_changed, mode, [transcript_row, preset, instruct, mode_msg], **quiet)
         mode.change(lambda: "", None, transcript_msg, **quiet)
@@ -264,7 +234,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             status=status,
             result=result,
             history=history,
-            history_pick=panel.history_pick,
+            history_pick=history_controls["pick"],
             session=session,
             player=player,
         )
@@ -279,18 +249,38 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             concurrency_id="generate",
             show_progress="minimal",
             show_progress_on=[result],
-        ).then(callbacks.status_panel, language, panel.status_panel, show_progress="hidden")
+        ).then(callbacks.status_panel, language, panel.status_panel, show_progress="hidden").then(
+            callbacks.history_show, history_query, history_shown, **quiet
+        )
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
-        wire_model_panel(panel, callbacks, language, session)
+        wire_model_panel(panel, callbacks, language)
+        wire_download_panel(downloads, callbacks, language, panel, page)
         timer.tick(callbacks.status_panel, language, panel.status_panel, **quiet)  # off the queue: never "busy"
-        notice_ok.click(callbacks.acknowledge_notice, None, notice, **quiet)
+        timer.tick(callbacks.queue_words, language, bar.queue, **quiet)
+        page.unload(callbacks.session_closed)
+        notice_ok.click(callbacks.acknowledge_notice, None, None, js=NOTICE_ACCEPT_JS, **quiet)
+        page.load(None, None, None, js=NOTICE_LOAD_JS)
         page.load(
             callbacks.on_load,
             language,
-            [voices, panel.status_panel, notice, seed, panel.model_menu, panel.engine_menu],
+            [voices, panel.status_panel, seed, panel.model_menu, panel.mlx_llm_menu, panel.engine_menu],
             **quiet,
         )
+
+        blocker_inputs = [language, prompt_audio, voices, transcript, text, mode, instruct]
+        for control in (language, prompt_audio, voices, transcript, text, mode, instruct):
+            # One at a time, in order: the last change's reasons are the ones left showing.
+            control.change(
+                callbacks.blockers,
+                blocker_inputs,
+                bar.blockers,
+                trigger_mode="always_last",
+                concurrency_id="blockers",
+                concurrency_limit=1,
+                show_progress="hidden",
+            )
+        page.load(callbacks.blockers, blocker_inputs, bar.blockers, **quiet)
 
         language.change(book.updates, language, book.components, **quiet)
         language.change(
@@ -301,7 +291,6 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 prompt_msg,
                 status,
                 panel.status_panel,
-                history,
                 voice_msg,
                 mode_msg,
                 panel.model_msg,
@@ -311,7 +300,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         )
         language.change(None, language, None, js=gradio_locale_js())
         # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
-        remounted = [prompt_audio, result, panel.history_audio]
+        remounted = [prompt_audio, result, history_controls["audio"]]
         language.change(lambda: [gr.update(visible=False)] * len(remounted), None, remounted, **quiet).then(
             lambda: [gr.update(visible=True)] * len(remounted), None, remounted, **quiet
         )
@@ -331,7 +320,6 @@ def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> 
         prompt,
         status,
         callbacks.status_panel(lang),
-        history_rows(lang, session),
         "",
         "",
         "",

@@ -1,4 +1,6 @@
-"""The page's long-form section: dialogue scripts, subtitle dubbing, batches and the glossary.
+"""The page's long-form callbacks: dialogue scripts, subtitle dubbing, batches (of lines, or of recordings to
+convert into a saved voice) and the glossary
+(``longform_layout.py`` builds the section's controls and wires them to these).
 
 Each Start runs one long job on a thread of the page process; its lines go to the engine one by one as
 ordinary jobs (the same queue as Generate), and the callback yields a progress bar after every line.
@@ -11,28 +13,46 @@ from __future__ import annotations
 import html
 import queue
 import threading
-import time
 from pathlib import Path
 
 import gradio as gr
 
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.frontend.glossary import GlossaryEntry, GlossaryError, GlossaryStore, entries_from_csv
+from cosyvoice_mac.frontend.glossary import (
+    GlossaryDamaged,
+    GlossaryEntry,
+    GlossaryError,
+    GlossaryStore,
+    entries_from_csv,
+)
+from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform.convert_batch import (
+    FAILED,
+    MADE,
+    NOT_AUDIO,
+    SKIPPED,
+    plan_sources,
+    run_convert_batch,
+)
+from cosyvoice_mac.longform.files import result_stem
 from cosyvoice_mac.longform.runner import Progress, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
-from cosyvoice_mac.webui.post_controls import build_post_controls, post_settings
+from cosyvoice_mac.longform.subtitles import MISFIT_S
+from cosyvoice_mac.webui.post_controls import post_settings
+from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
 
-GLOSSARY_HEADERS = ["key", "replacement", "language"]
 POLL_S = 0.25
 
 
-def progress_html(lang: str, progress: Progress | None, what: str) -> str:
-    """A <progress> bar with 'N of M lines done, about S s left' (ids are the browser tests' handles)."""
+def progress_html(lang: str, progress: Progress | None, what: str, finished: bool = False) -> str:
+    """A <progress> bar with 'N of M lines done, about S s left' (ids are the browser tests' handles); a
+    ``finished`` run (done, or stopped) has no time left to tell."""
     done, total = (progress.done, progress.total) if progress else (0, 0)
     words = say(lang, "lf_progress", done=done, total=total or "?", what=say(lang, what))
-    if progress is not None and progress.left_s is not None and done < total:
-        words += say(lang, "lf_left", seconds=f"{progress.left_s:.0f}")
+    left = progress.left_s if progress is not None else None
+    if not finished and left is not None and left >= 0.5 and done < total:
+        words += say(lang, "lf_left", seconds=f"{left:.0f}")
     return (
         f'<div id="cv-lf-progress-box"><progress id="cv-lf-progress" value="{done}" max="{max(total, 1)}">'
         f'</progress> <span id="cv-lf-progress-text">{html.escape(words)}</span></div>'
@@ -51,7 +71,7 @@ class LongformCallbacks:
     # -- the three jobs ----------------------------------------------------------------------------
     def dialogue(self, lang, script, cast_rows, pause, per_line, trim, level, target, request: gr.Request):
         if not (script or "").strip():
-            yield self._message(lang, "lf_need_input", what=say(lang, "lf_script_label").split(":")[0])
+            yield self._message(lang, "lf_need_script")
             return
         cast = {str(row[0]).strip(): str(row[1]).strip() for row in _rows(cast_rows) if len(row) >= 2 and row[0]}
         engine = self.host.engine
@@ -75,7 +95,7 @@ class LongformCallbacks:
 
     def dub(self, lang, srt_file, voice, speed_limit, trim, level, target, request: gr.Request):
         if not srt_file:
-            yield self._message(lang, "lf_need_input", what=".srt")
+            yield self._message(lang, "lf_need_srt")
             return
         data = Path(srt_file).read_bytes()
 
@@ -95,7 +115,7 @@ class LongformCallbacks:
 
     def batch(self, lang, lines_file, voice, name, trim, level, target, request: gr.Request):
         if not lines_file:
-            yield self._message(lang, "lf_need_input", what=".txt / .csv")
+            yield self._message(lang, "lf_need_lines")
             return
         path = Path(lines_file)
         data, kind = path.read_bytes(), path.suffix.lower().lstrip(".")
@@ -121,6 +141,41 @@ class LongformCallbacks:
 
         yield from self._run(lang, job, "lines", request, default_voice=voice or None)
 
+    def convert_batch(self, lang, sources, voice, name, speed, trim, level, target, request: gr.Request):
+        """Every uploaded recording re-spoken in ``voice``, one WAV each in a batch folder (``name``: resumed by
+        a re-run; empty: a new folder of its own); a bad recording is reported and the others go on."""
+        paths = [Path(source) for source in (sources or []) if source]
+        if not paths:
+            yield self._message(lang, "lf_need_sources")
+            return
+        current = self.host.current
+        if not voice and not (current is not None and current.is_preview):
+            yield self._message(lang, "lf_need_convert_voice")
+            return
+        try:
+            items, skipped = plan_sources(paths)
+        except LongformError as error:
+            yield "", html.escape(say(lang, "lf_failed", message=error)), None, None
+            return
+        folder_name = "".join(c for c in (name or "").strip() if c.isalnum() or c in "-_ ").strip()
+        folder = self._outputs() / "batches" / (folder_name or self._stem("convert").name)
+
+        def job(speak, on_progress, should_stop):
+            return run_convert_batch(
+                items,
+                skipped,
+                folder,
+                speak.convert,
+                voice=voice or None,
+                speed=float(speed),
+                settings={"model": current.name if current else None},
+                post=post_settings(trim, level, target),
+                on_progress=on_progress,
+                should_stop=should_stop,
+            )
+
+        yield from self._run(lang, job, "files", request, default_voice=voice or None)
+
     def stop(self, request: gr.Request) -> None:
         with self._lock:
             running = self._running.get(_session(request))
@@ -145,7 +200,27 @@ class LongformCallbacks:
             saved = self.glossary.replace(entries)
         except GlossaryError as error:
             return gr.skip(), html.escape(str(error))
-        return self.glossary_rows(), say(lang, "lf_glossary_saved", count=len(saved))
+        return self.glossary_rows(), plural(lang, "lf_glossary_saved", len(saved))
+
+    def glossary_state(self, lang):
+        """(the damaged-file note, the start-empty button): both shown only while the stored file is unreadable."""
+        try:
+            self.glossary.entries()
+        except GlossaryDamaged as error:
+            note = say(lang, "lf_glossary_damaged", path=error.path, why=html.escape(error.reason))
+            return note, gr.update(visible=True, value=say(lang, "lf_glossary_reset"))
+        except GlossaryError as error:
+            return html.escape(str(error)), gr.update(visible=False)
+        return "", gr.update(visible=False)
+
+    def start_empty_glossary(self, lang):
+        """Set the damaged file aside (kept) and start an empty glossary; (table, message, note, button)."""
+        try:
+            kept = self.glossary.start_empty()
+        except (GlossaryError, OSError) as error:
+            return gr.skip(), html.escape(str(error)), *self.glossary_state(lang)
+        message = say(lang, "lf_glossary_reset_done", kept=kept.name) if kept else ""
+        return self.glossary_rows(), message, *self.glossary_state(lang)
 
     def import_glossary(self, lang, csv_file):
         if not csv_file:
@@ -154,7 +229,7 @@ class LongformCallbacks:
             saved = self.glossary.replace(entries_from_csv(Path(csv_file).read_bytes()))
         except GlossaryError as error:
             return gr.skip(), html.escape(str(error))
-        return self.glossary_rows(), say(lang, "lf_glossary_saved", count=len(saved))
+        return self.glossary_rows(), plural(lang, "lf_glossary_saved", len(saved))
 
     # -- the running of one job --------------------------------------------------------------------
     def _run(self, lang, job, what, request, default_voice=None):
@@ -162,11 +237,10 @@ class LongformCallbacks:
         if engine is None:
             yield self._message(lang, "lf_no_engine")
             return
-        try:
-            glossary = self.glossary.entries()
-        except GlossaryError:
-            glossary = ()
-        stop, speak = threading.Event(), EngineSpeak(engine, glossary, default_voice, interface="page")
+        glossary, note = self.glossary.usable_entries()
+        notes = (say(lang, "lf_glossary_skipped"),) if note else ()
+        stop = threading.Event()
+        speak = EngineSpeak(engine, glossary, default_voice, interface="page", notes=notes)
         with self._lock:
             self._running[_session(request)] = (stop, speak)
         updates: queue.Queue = queue.Queue()
@@ -198,12 +272,13 @@ class LongformCallbacks:
             with self._lock:
                 self._running.pop(_session(request), None)
         thread.join()
-        yield self._finished(lang, outcome, last, what)
+        progress, message, audio, files = self._finished(lang, outcome, last, what)
+        yield progress, " ".join((message, *map(html.escape, speak.notes))), audio, files
 
     def _finished(self, lang, outcome, last, what):
         if "error" in outcome:
             return (
-                progress_html(lang, last, what),
+                progress_html(lang, last, what, finished=True),
                 html.escape(say(lang, "lf_failed", message=outcome["error"])),
                 None,
                 None,
@@ -212,14 +287,18 @@ class LongformCallbacks:
         key = "lf_stopped" if result.stopped else "lf_done"
         message = say(lang, key, done=result.done, total=result.total, what=say(lang, what))
         if result.kind == "dub" and result.report:
-            cues = ", ".join(f"{m['cue']} (+{m['overrun']:.2f} s)" for m in result.report[:10])
-            message += " " + say(lang, "lf_misfits", count=len(result.report), cues=cues)
+            cues = ", ".join(_misfit_words(lang, misfit) for misfit in result.report[:10])
+            message += " " + plural(lang, "lf_misfits", len(result.report), cues=cues)
         if result.kind == "batch":
             message += " " + say(lang, "lf_batch_done", **result.report[0])
         files = [str(path) for path in result.files if Path(path).is_file()]
+        if result.kind == "convert_batch":
+            message += " " + conversion_summary(lang, result.report)
+            folder = Path(result.files[0])
+            files += [str(folder / entry["file"]) for entry in result.report if entry["status"] in (MADE, SKIPPED)]
         audio = str(result.audio_path) if result.audio_path else None
         final = Progress(result.done, result.total, 0.0, what)
-        return progress_html(lang, final, what), html.escape(message), audio, files or None
+        return progress_html(lang, final, what, finished=True), html.escape(message), audio, files or None
 
     def _message(self, lang, key, **values):
         return "", html.escape(say(lang, key, **values)), None, None
@@ -228,7 +307,32 @@ class LongformCallbacks:
         return Path(self.host.config.outputs_dir) / "longform"
 
     def _stem(self, kind: str) -> Path:
-        return self._outputs() / f"{time.strftime('%Y%m%d-%H%M%S')}-{kind}-{threading.get_ident() % 10000:04d}"
+        return result_stem(self._outputs(), kind)
+
+
+def conversion_summary(lang: str, report: list[dict]) -> str:
+    """A batch of conversions in words: how many were made, skipped, failed; each failure by name and reason;
+    the files skipped as not audio."""
+    count = {status: sum(entry["status"] == status for entry in report) for status in (MADE, SKIPPED, FAILED)}
+    words = [say(lang, "lf_convert_done", made=count[MADE], skipped=count[SKIPPED], failed=count[FAILED])]
+    failures = [
+        say(lang, "lf_convert_one_failed", name=entry["source"], reason=entry["reason"])
+        for entry in report
+        if entry["status"] == FAILED
+    ]
+    if failures:
+        words.append(say(lang, "lf_convert_not_converted", files="; ".join(failures)))
+    not_audio = [entry["source"] for entry in report if entry["status"] == NOT_AUDIO]
+    if not_audio:
+        words.append(say(lang, "lf_convert_not_audio", names=", ".join(not_audio)))
+    return " ".join(words)
+
+
+def _misfit_words(lang: str, misfit: dict) -> str:
+    """One cue that did not fit: by how much it ran past its end, else how late it started."""
+    if misfit["overrun"] >= MISFIT_S:
+        return say(lang, "lf_misfit_over", cue=misfit["cue"], seconds=misfit["overrun"])
+    return say(lang, "lf_misfit_late", cue=misfit["cue"], seconds=misfit["late"])
 
 
 def _rows(table) -> list[list]:
@@ -244,128 +348,3 @@ def _rows(table) -> list[list]:
 
 def _session(request) -> str:
     return getattr(request, "session_hash", None) or "anonymous"
-
-
-def build_longform_section(make, callbacks, longform: LongformCallbacks, language) -> None:
-    """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make."""
-    with make(gr.Accordion, {"label": "longform_heading"}, open=False, elem_id="cv-longform"):
-        trim, level, target = build_post_controls(make, "cv-lf")
-        with gr.Tabs():
-            with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
-                script = make(
-                    gr.Textbox,
-                    {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
-                    lines=6,
-                    elem_id="cv-lf-script",
-                )
-                cast = make(
-                    gr.Dataframe,
-                    {"label": "lf_cast_label"},
-                    headers=["speaker", "voice"],
-                    value=[["", ""]],
-                    column_count=(2, "fixed"),
-                    interactive=True,
-                    elem_id="cv-lf-cast",
-                )
-                with gr.Row():
-                    pause = make(
-                        gr.Slider,
-                        {"label": "lf_pause_label"},
-                        minimum=0,
-                        maximum=3,
-                        step=0.05,
-                        value=0.4,
-                        elem_id="cv-lf-pause",
-                    )
-                    per_line = make(gr.Checkbox, {"label": "lf_per_line_label"}, value=False, elem_id="cv-lf-per-line")
-                dialogue_start = make(
-                    gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dialogue-start"
-                )
-            with make(gr.Tab, {"label": "lf_tab_subtitles"}, elem_id="cv-lf-tab-subtitles"):
-                srt_file = make(
-                    gr.File, {"label": "lf_srt_label"}, file_types=[".srt"], type="filepath", elem_id="cv-lf-srt"
-                )
-                with gr.Row():
-                    dub_voice = make(
-                        gr.Dropdown,
-                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
-                        value="",
-                        elem_id="cv-lf-dub-voice",
-                    )
-                    speed_limit = make(
-                        gr.Slider,
-                        {"label": "lf_speed_limit_label"},
-                        minimum=1.0,
-                        maximum=2.0,
-                        step=0.05,
-                        value=1.5,
-                        elem_id="cv-lf-speed-limit",
-                    )
-                dub_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dub-start")
-            with make(gr.Tab, {"label": "lf_tab_batch"}, elem_id="cv-lf-tab-batch"):
-                lines_file = make(
-                    gr.File,
-                    {"label": "lf_batch_label"},
-                    file_types=[".txt", ".csv"],
-                    type="filepath",
-                    elem_id="cv-lf-lines",
-                )
-                with gr.Row():
-                    batch_voice = make(
-                        gr.Dropdown,
-                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
-                        value="",
-                        elem_id="cv-lf-batch-voice",
-                    )
-                    batch_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-batch-name")
-                batch_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-batch-start")
-            with make(gr.Tab, {"label": "lf_tab_glossary"}, elem_id="cv-lf-tab-glossary"):
-                table = make(
-                    gr.Dataframe,
-                    {"label": "lf_glossary_table_label"},
-                    headers=GLOSSARY_HEADERS,
-                    value=longform.glossary_rows,
-                    column_count=(3, "fixed"),
-                    interactive=True,
-                    elem_id="cv-lf-glossary",
-                )
-                with gr.Row():
-                    save = make(gr.Button, {"value": "lf_glossary_save"}, elem_id="cv-lf-glossary-save")
-                    upload = make(
-                        gr.File,
-                        {"label": "lf_glossary_import_label"},
-                        file_types=[".csv"],
-                        type="filepath",
-                        elem_id="cv-lf-glossary-import",
-                    )
-                glossary_msg = gr.Markdown(elem_id="cv-lf-glossary-msg", elem_classes="cv-message")
-        stop = make(gr.Button, {"value": "lf_stop"}, variant="secondary", elem_id="cv-lf-stop")
-        progress = gr.HTML("", elem_id="cv-lf-progress-html")
-        message = gr.Markdown(elem_id="cv-lf-msg", elem_classes="cv-message")
-        audio = make(
-            gr.Audio, {"label": "lf_audio_label"}, interactive=False, buttons=["download"], elem_id="cv-lf-audio"
-        )
-        files = make(
-            gr.File, {"label": "lf_files_label"}, file_count="multiple", interactive=False, elem_id="cv-lf-files"
-        )
-
-    outputs = [progress, message, audio, files]
-    busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")
-    dialogue_start.click(
-        longform.dialogue, [language, script, cast, pause, per_line, trim, level, target], outputs, **busy
-    )
-    dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, trim, level, target], outputs, **busy)
-    batch_start.click(
-        longform.batch, [language, lines_file, batch_voice, batch_name, trim, level, target], outputs, **busy
-    )
-    stop.click(longform.stop, None, None, queue=False, show_progress="hidden")
-    for menu in (dub_voice, batch_voice):  # voices saved since the page loaded appear when the menu opens
-        menu.focus(
-            lambda lang: gr.update(choices=callbacks.voice_choices(lang)),
-            language,
-            menu,
-            queue=False,
-            show_progress="hidden",
-        )
-    save.click(longform.save_glossary, [language, table], [table, glossary_msg], queue=False)
-    upload.upload(longform.import_glossary, [language, upload], [table, glossary_msg], queue=False)

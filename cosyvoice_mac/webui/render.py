@@ -2,30 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
 from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.pipeline.model_dir import RL_LLM_FILE
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.sound.prompt_check import PromptCheck
-from cosyvoice_mac.webui.state import Session
-from cosyvoice_mac.webui.strings import escape
+from cosyvoice_mac.webui.strings import Markup
 from cosyvoice_mac.webui.strings import text as say
 
-TEXT_IN_HISTORY = 60
-HISTORY_COLUMNS = (
-    "col_time",
-    "col_text",
-    "col_mode",
-    "col_voice",
-    "col_seed",
-    "col_speed",
-    "col_duration",
-    "col_model",
-    "col_file",
-)
-HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "markdown", "str"]
 PROMPT_PROBLEM_KEYS = {  # sound.problems.PROBLEMS -> the page's string (its English is the problem's sentence)
     "missing": "prompt_missing",
     "unreadable": "prompt_unreadable",
@@ -66,37 +50,6 @@ def render_prompt_check(lang: str, check: PromptCheck) -> str:
     return say(lang, PROMPT_PROBLEM_KEYS[check.problem], **check.details)
 
 
-def history_rows(lang: str, session: Session) -> dict:
-    """The history table (headers in ``lang``), newest first."""
-    headers = [say(lang, key) for key in HISTORY_COLUMNS]
-    rows = []
-    for entry in session.history:
-        text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[: TEXT_IN_HISTORY - 1] + "…"
-        rows.append(
-            [
-                time.strftime("%H:%M:%S", time.localtime(entry.created)),
-                text,
-                say(lang, f"mode_short_{entry.mode}"),
-                entry.voice or say(lang, "history_prompt_voice"),
-                entry.seed,
-                f"{entry.speed:g}",
-                f"{entry.duration_s:.1f}",
-                say(lang, "history_preview", command=DOWNLOAD_COMMAND)
-                if entry.preview
-                else escape(entry.model or ""),  # a Markdown column
-                entry.file_name,
-            ]
-        )
-    return {"headers": headers, "data": rows}
-
-
-def history_choices(session: Session) -> list[tuple[str, str]]:
-    return [
-        (f"{time.strftime('%H:%M:%S', time.localtime(entry.created))}  {entry.file_name}", entry.file_name)
-        for entry in session.history
-    ]
-
-
 def render_status(lang: str, status: dict) -> str:
     """The status panel's Markdown: model, state, device, memory, queue, speaker cache."""
     unknown = say(lang, "not_known")
@@ -128,6 +81,8 @@ def render_status(lang: str, status: dict) -> str:
             lines.append(say(lang, "status_device", **values))
     if status.get("engine"):
         lines.append(engine_line(lang, status))
+    if status.get("mlx_llm"):
+        lines.append(mlx_llm_line(lang, status["mlx_llm"]))
     if status.get("vocoder"):
         reason = status.get("vocoder_reason")
         lines.append(
@@ -192,6 +147,22 @@ def engine_line(lang: str, status: dict) -> str:
         key = "status_engine_set_because" if reason else "status_engine_set"
         return say(lang, key, setting=names.get(setting, setting), **values)
     return say(lang, "status_engine_because" if reason else "status_engine", **values)
+
+
+def mlx_llm_line(lang: str, choice: dict) -> str:
+    """Which precision the MLX LLM runs in and why (``MlxLlmChoice.as_dict``): the reference, the low-memory
+    mode's pick on a machine of so much RAM, or a named one, with its verdict and figure from the gate."""
+    values = {"precision": choice["precision"], "agreement": 100 * (choice.get("full_size") or 1.0)}
+    if choice["why"] == "low_memory":
+        return say(lang, "status_mlx_llm_low_memory", ram=round((choice.get("ram_bytes") or 0) / 2**30), **values)
+    if choice["why"] != "named":
+        return say(lang, "status_mlx_llm_reference", **values)
+    by = say(lang, "mlx_llm_by_settings") if choice.get("named_by") == "settings" else f"`{choice.get('named_by')}`"
+    if not choice.get("passes"):
+        verdict = "outside"
+    else:
+        verdict = "passes" if choice.get("full_size") is not None else "reference"
+    return say(lang, f"status_mlx_llm_named_{verdict}", by=Markup(by), **values)
 
 
 _STATE_KEYS = {f"state_{name}" for name in EngineState.ALL}

@@ -14,7 +14,7 @@ from pathlib import Path
 
 @dataclass
 class HistoryEntry:
-    """One finished generation of this session, as the history panel lists it."""
+    """One finished generation or conversion (read from its sidecar in outputs/), as the history lists it."""
 
     path: str
     text: str
@@ -24,8 +24,12 @@ class HistoryEntry:
     speed: float
     duration_s: float
     created: float = field(default_factory=time.time)
-    model: str | None = None  # the model folder's name, or None for the preview voice
+    model: str | None = None  # the model id, or None for the preview voice
     preview: bool = False
+    instruct: str | None = None
+    transcript: str | None = None  # what the prompt recording says (zero-shot)
+    source: str | None = None  # a voice conversion's recording (its file name; the recording is not kept)
+    source_duration_s: float | None = None
 
     @property
     def file_name(self) -> str:
@@ -34,39 +38,49 @@ class HistoryEntry:
 
 @dataclass
 class Session:
-    """One browser tab's data (kept server-side in a gr.State): its outputs, newest first, and the last
-    status line (re-rendered on a language switch)."""
+    """One browser tab's data (kept server-side in a gr.State): the last status line (re-rendered on a
+    language switch). Its results are the history's (outputs/), shared by every tab."""
 
-    history: list[HistoryEntry] = field(default_factory=list)
     last_status: tuple[str, dict] | None = None  # (strings key, values): re-rendered on a language switch
-
-    def add(self, entry: HistoryEntry) -> None:
-        self.history.insert(0, entry)
-
-    def find(self, file_name: str | None) -> HistoryEntry | None:
-        """The entry whose file is ``file_name``: only this session's own outputs can be replayed."""
-        return next((entry for entry in self.history if entry.file_name == file_name), None)
 
 
 class ActiveJobs:
-    """Which job each browser session is running, so its Stop button can cancel it."""
+    """Which job each browser session is running (so its Stop button can cancel it), and every job a session
+    submitted that may still wait or run (so closing the tab can cancel them: the page's generator may have
+    ended before the job did)."""
+
+    OWNED_PER_SESSION = 20  # a session submits one job at a time; a few more cover clicks in a row
 
     def __init__(self):
         self._jobs: dict[str, str] = {}
+        self._owned: dict[str, list[str]] = {}
         self._lock = threading.Lock()
 
     def set(self, session: str, job_id: str) -> None:
         with self._lock:
             self._jobs[session] = job_id
+            owned = self._owned.setdefault(session, [])
+            owned.append(job_id)
+            del owned[: -self.OWNED_PER_SESSION]
 
     def get(self, session: str) -> str | None:
         with self._lock:
             return self._jobs.get(session)
 
+    def owned(self, session: str) -> list[str]:
+        with self._lock:
+            return list(self._owned.get(session, ()))
+
     def clear(self, session: str, job_id: str) -> None:
         with self._lock:
             if self._jobs.get(session) == job_id:
                 del self._jobs[session]
+
+    def forget(self, session: str) -> list[str]:
+        """The session is gone: its jobs, no longer tracked here."""
+        with self._lock:
+            self._jobs.pop(session, None)
+            return self._owned.pop(session, [])
 
 
 def is_inside(path: str | Path, folder: str | Path) -> bool:

@@ -12,8 +12,12 @@ the words, so a translation can change without touching the layout. Language nam
 from __future__ import annotations
 
 from cosyvoice_mac.preview.labels import COSYVOICE_LICENSE_NOTE, LICENSE_NOTE, PREVIEW_LABEL
+from cosyvoice_mac.webui.strings_convert import EN as CONVERT_EN
+from cosyvoice_mac.webui.strings_convert import ZH as CONVERT_ZH
 from cosyvoice_mac.webui.strings_longform import EN as LONGFORM_EN
 from cosyvoice_mac.webui.strings_longform import ZH as LONGFORM_ZH
+from cosyvoice_mac.webui.strings_page import EN as PAGE_PARTS_EN
+from cosyvoice_mac.webui.strings_page import ZH as PAGE_PARTS_ZH
 from cosyvoice_mac.webui.strings_zh import PRESET_LABELS_ZH
 from cosyvoice_mac.webui.strings_zh import ZH as PAGE_ZH
 
@@ -29,9 +33,8 @@ EN: dict[str, str] = {
     "result off as their real voice. Every file this app writes names, in its metadata, the software, "
     "model and settings that made it.",
     "notice_ok": "I understand",
-    "no_model": "**No model installed yet.** Download one (about 5 GB) with:\n\n"
-    "`bash run.sh download cosyvoice3`\n\n"
-    "(or `bash run.sh download cosyvoice2`), then restart the app.",
+    "no_model": "**No model installed yet.** Download one (about 5 GB) with the button under Download a model "
+    "(the page switches to it when it is complete), or in a terminal with `bash run.sh download cosyvoice3`.",
     "no_model_preview": "Meanwhile the **preview voice** speaks: an approximate match of the prompt voice, "
     "not real cloning.",
     # voice
@@ -147,8 +150,7 @@ EN: dict[str, str] = {
     "status_notes": "ℹ️ {notes}",
     "result_preview": "🔶 **{label}** (`{command}`)",
     # history
-    "history_label": "History (this session, newest first)",
-    "history_empty": "Nothing generated in this session yet.",
+    "history_label": "Results (newest first, kept in outputs/)",
     "col_time": "Time",
     "col_text": "Text",
     "col_mode": "Mode",
@@ -159,7 +161,7 @@ EN: dict[str, str] = {
     "col_model": "Model",
     "col_file": "File",
     "history_prompt_voice": "uploaded prompt",
-    "history_pick_label": "Play an earlier result",
+    "history_pick_label": "Pick a result to play, download or reuse",
     "history_audio_label": "Earlier result",
     # model status
     "section_model": "### Model",
@@ -167,7 +169,6 @@ EN: dict[str, str] = {
     "model_info": "Model folders found in models/, or the preview voice",
     "preview_choice": "Preview voice (approximate, no download)",
     "preview_label": PREVIEW_LABEL,
-    "history_preview": "🔶 " + PREVIEW_LABEL + " (`{command}`)",
     "licence_heading": "Licences",
     "licence_cosyvoice": COSYVOICE_LICENSE_NOTE,
     "licence_preview": LICENSE_NOTE,
@@ -196,15 +197,31 @@ EN: dict[str, str] = {
     "vocoder_coreml_cpu_and_ne": "Core ML: CPU and Neural Engine",
     "vocoder_progress": "⏳ Restarting with the new vocoder… {seconds:.0f} s",
     "engine_label": "Engine",
-    "engine_info": "What runs a CosyVoice3 model: MLX (Apple's framework, the fast path on Apple Silicon) or "
-    "PyTorch. A change restarts the model (a job running now is cancelled; waiting ones keep their place) and "
-    "is remembered",
-    "engine_auto": "Auto (MLX for CosyVoice3 on Apple Silicon, else PyTorch)",
+    "engine_info": "What runs the model (CosyVoice2 or CosyVoice3): MLX (Apple's framework, the fast path on "
+    "Apple Silicon) or PyTorch. A change restarts the model (a job running now is cancelled; waiting ones keep "
+    "their place) and is remembered",
+    "engine_auto": "Auto (MLX on Apple Silicon, else PyTorch)",
     "engine_mlx": "MLX",
     "engine_torch": "PyTorch",
     "engine_setting_auto": "Auto",
     "engine_progress": "⏳ Restarting on the chosen engine… {seconds:.0f} s",
     "engine_saved_preview": "The engine choice is saved; it applies to CosyVoice models (the preview voice has none).",
+    "mlx_llm_label": "MLX LLM precision",
+    "mlx_llm_info": "How the MLX engine stores the speech LLM. Only precisions that pass the quality gate (their "
+    "top-25 candidates agree with fp32 on at least 95 % of steps) are offered. A change restarts the model",
+    "mlx_llm_auto": "Auto (fp32; on a low-memory machine the smallest that passes the gate)",
+    "mlx_llm_reference": "{precision} (the reference)",
+    "mlx_llm_passing": "{precision} (passes the gate at {agreement:.1f} %)",
+    "mlx_llm_progress": "⏳ Restarting with the new MLX LLM precision… {seconds:.0f} s",
+    "status_mlx_llm_reference": "**MLX LLM:** {precision}, the reference precision",
+    "status_mlx_llm_low_memory": "**MLX LLM:** {precision}: {ram} GB of RAM (low-memory mode), passes the quality "
+    "gate at {agreement:.1f} %, the smallest precision that does",
+    "status_mlx_llm_named_passes": "**MLX LLM:** {precision}: chosen in {by}, passes the quality gate at "
+    "{agreement:.1f} %",
+    "status_mlx_llm_named_reference": "**MLX LLM:** {precision}: chosen in {by}, the reference precision",
+    "status_mlx_llm_named_outside": "**MLX LLM:** {precision}: chosen in {by}, outside the quality gate "
+    "(top-25 agreement with fp32 under 95 %)",
+    "mlx_llm_by_settings": "the engine settings",
     "status_fell_back": "**Device:** {device}, {dtype}, fell back to the CPU: {reason}",
     "status_memory": "**Memory:** process {rss}, device {device_memory}",
     "status_llm_rl": "**LLM:** `{file}`, the reinforcement-tuned weights you downloaded with `--rl` "
@@ -227,7 +244,9 @@ EN: dict[str, str] = {
 }
 
 EN.update(LONGFORM_EN)
-ZH: dict[str, str] = {**PAGE_ZH, **LONGFORM_ZH}
+EN.update(PAGE_PARTS_EN)
+EN.update(CONVERT_EN)
+ZH: dict[str, str] = {**PAGE_ZH, **LONGFORM_ZH, **PAGE_PARTS_ZH, **CONVERT_ZH}
 TABLES = {"en": EN, "zh": ZH}
 # Characters Markdown or HTML would read as markup; each becomes its numeric character reference, which
 # renders as the character itself.
@@ -254,6 +273,13 @@ def text(lang: str | None, key: str, **values) -> str:
     """The entry ``key`` in ``lang`` (English when ``lang`` is unknown), formatted with ``values``."""
     entry = TABLES[language(lang)][key]
     return Markup(entry.format(**{name: escape(value) for name, value in values.items()}) if values else entry)
+
+
+def plural(lang: str | None, key: str, count: int, **values) -> str:
+    """The entry ``key`` for ``count`` things (``{count}`` filled in): ``<key>_one`` when the language says
+    "1 thing" differently from "2 things" (English), else ``key`` (Chinese has one form, in both keys)."""
+    chosen = f"{key}_one" if count == 1 and f"{key}_one" in TABLES[language(lang)] else key
+    return text(lang, chosen, count=count, **values)
 
 
 def preset_label(lang: str | None, english_label: str) -> str:

@@ -14,9 +14,8 @@ ZH: dict[str, str] = {
     "notice": "**只克隆你有权使用的声音。** 请先征得说话人同意，不要把结果冒充为其本人的声音。"
     "本应用写出的每个文件都会在元数据中记录生成它的软件、模型和设置。",
     "notice_ok": "我已了解",
-    "no_model": "**尚未安装模型。** 用下面的命令下载一个（约 5 GB）：\n\n"
-    "`bash run.sh download cosyvoice3`\n\n"
-    "（或 `bash run.sh download cosyvoice2`），然后重新启动本应用。",
+    "no_model": "**尚未安装模型。** 用“下载模型”下的按钮下载一个（约 5 GB，下载完成后页面会自动切换），"
+    "或在终端中运行 `bash run.sh download cosyvoice3`。",
     "no_model_preview": "在此之前由**预览声音**朗读：它只是近似参考音频的声音，并不是真正的克隆。",
     # voice
     "section_voice": "### 1. 声音",
@@ -126,8 +125,7 @@ ZH: dict[str, str] = {
     "status_notes": "ℹ️ {notes}",
     "result_preview": "🔶 **{label}**（`{command}`）",
     # history
-    "history_label": "历史记录（本次会话，最新的在前）",
-    "history_empty": "本次会话还没有生成任何内容。",
+    "history_label": "结果（最新的在前，保存在 `outputs/` 中）",
     "col_time": "时间",
     "col_text": "文本",
     "col_mode": "模式",
@@ -138,7 +136,7 @@ ZH: dict[str, str] = {
     "col_model": "模型",
     "col_file": "文件",
     "history_prompt_voice": "上传的参考音频",
-    "history_pick_label": "播放之前的结果",
+    "history_pick_label": "选择一个结果来播放、下载或再次使用",
     "history_audio_label": "之前的结果",
     # model status
     "section_model": "### 模型",
@@ -146,7 +144,6 @@ ZH: dict[str, str] = {
     "model_info": "在 `models/` 中找到的模型文件夹，或预览声音",
     "preview_choice": "预览声音（近似，无需下载）",
     "preview_label": "预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3",
-    "history_preview": "🔶 预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3（`{command}`）",
     "licence_heading": "许可证",
     "licence_cosyvoice": "`CosyVoice2` / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
     "licence_preview": "预览声音：`Piper TTS`（`piper-tts`，`GPL-3.0-or-later`）和 `en_US-joe-medium` 声音"
@@ -178,14 +175,29 @@ ZH: dict[str, str] = {
     "vocoder_coreml_cpu_and_ne": "Core ML：CPU 与神经网络引擎",
     "vocoder_progress": "⏳ 正在用新的声码器重启… {seconds:.0f} 秒",
     "engine_label": "引擎",
-    "engine_info": "运行 CosyVoice3 模型的框架：MLX（苹果的框架，Apple 芯片上的快速路径）或 PyTorch。"
+    "engine_info": "运行模型（CosyVoice2 或 CosyVoice3）的框架：MLX（苹果的框架，Apple 芯片上的快速路径）或 PyTorch。"
     "更改后模型会重启（正在运行的任务会被取消，排队的任务保持顺序），并会被记住",
-    "engine_auto": "自动（Apple 芯片上的 CosyVoice3 用 MLX，否则用 PyTorch）",
+    "engine_auto": "自动（Apple 芯片上用 MLX，否则用 PyTorch）",
     "engine_mlx": "MLX",
     "engine_torch": "PyTorch",
     "engine_setting_auto": "自动",
     "engine_progress": "⏳ 正在用所选引擎重启… {seconds:.0f} 秒",
     "engine_saved_preview": "引擎选择已保存；它用于 CosyVoice 模型（预览声音没有引擎可选）。",
+    "mlx_llm_label": "MLX 语言模型精度",
+    "mlx_llm_info": "MLX 引擎以何种精度存放语音语言模型。只提供通过质量门槛的精度"
+    "（其前 25 个候选与 fp32 在至少 95 % 的步骤上一致）。更改后模型会重启",
+    "mlx_llm_auto": "自动（fp32；低内存机器上用通过门槛的最小精度）",
+    "mlx_llm_reference": "{precision}（参考精度）",
+    "mlx_llm_passing": "{precision}（以 {agreement:.1f} % 通过门槛）",
+    "mlx_llm_progress": "⏳ 正在用新的 MLX 语言模型精度重启… {seconds:.0f} 秒",
+    "status_mlx_llm_reference": "**MLX 语言模型：** {precision}，参考精度",
+    "status_mlx_llm_low_memory": "**MLX 语言模型：** {precision}：{ram} GB 内存（低内存模式），以 {agreement:.1f} % "
+    "通过质量门槛，是通过门槛的最小精度",
+    "status_mlx_llm_named_passes": "**MLX 语言模型：** {precision}：在{by}中选定，以 {agreement:.1f} % 通过质量门槛",
+    "status_mlx_llm_named_reference": "**MLX 语言模型：** {precision}：在{by}中选定，参考精度",
+    "status_mlx_llm_named_outside": "**MLX 语言模型：** {precision}：在{by}中选定，未通过质量门槛"
+    "（与 fp32 的前 25 候选一致率低于 95 %）",
+    "mlx_llm_by_settings": "引擎设置",
     "status_fell_back": "**设备：** {device}，{dtype}，已退回处理器运行：{reason}",
     "status_memory": "**内存：** 进程 {rss}，设备 {device_memory}",
     "status_llm_rl": "**语言模型：** `{file}`，即用 `--rl` 下载的强化学习权重（`COSYVOICE_LLM=base` 改用 `llm.pt`）",

@@ -36,25 +36,25 @@ def test_the_key_comes_from_the_environment_too(monkeypatch):
     assert ApiAccess.from_settings("0.0.0.0", "flag").api_key == "flag"
 
 
-def test_bound_beyond_loopback_without_a_key_the_api_is_off_and_the_page_says_so(tmp_path):
-    app = start_app(tmp_path, tmp_path / "models", ("--model", "preview", "--host", "0.0.0.0"))
-    try:
-        answer = httpx.get(app.url + "v1/models", timeout=30)
-        assert answer.status_code == 403 and answer.json()["error"]["code"] == "api_key_not_configured"
-        assert "--api-key" in answer.json()["error"]["message"]
-        speech = httpx.post(
-            app.url + "v1/audio/speech",
-            json={"model": "tts-1", "voice": "preview", "input": "Hi"},
-            headers={"Authorization": "Bearer guessed"},
-            timeout=30,
-        )
-        assert speech.status_code == 403
-        config = httpx.get(app.url + "config", timeout=30).text
-        assert "the `/v1` API is off" in config
-    finally:
-        stop_app(app)
-    assert app.process.returncode == 0  # Ctrl-C closes the server, the worker and the temporary folder
-    assert "API: " in app.log.read_text() and "is OFF" in app.log.read_text()
+def test_bound_beyond_loopback_without_a_key_the_server_refuses_to_start_unless_told_no_auth(monkeypatch, capsys):
+    from cosyvoice_mac.app import parse_args
+
+    monkeypatch.delenv("COSYVOICE_API_KEY", raising=False)
+    with pytest.raises(SystemExit) as refused:
+        parse_args(["--host", "0.0.0.0"])
+    assert refused.value.code == 2
+    message = capsys.readouterr().err
+    assert "--api-key" in message and "--no-auth" in message
+    with pytest.raises(SystemExit):
+        parse_args(["--host", "0.0.0.0", "--no-auth", "--api-key", KEY])  # both: which one was meant?
+    assert parse_args(["--host", "0.0.0.0", "--no-auth"]).no_auth
+    assert not parse_args([]).no_auth  # this computer only: no key needed, as ever
+    # Built by other code without a key: /v1 stays off; with --no-auth every door is open, on purpose.
+    assert ApiAccess.from_settings("0.0.0.0", None).refuses_all
+    opened = ApiAccess.from_settings("0.0.0.0", None, no_auth=True)
+    assert opened.open_to_everyone and not opened.key_required and not opened.refuses_all
+    assert ApiAccess.from_settings("0.0.0.0", KEY).locks_every_door
+    assert not ApiAccess.from_settings("127.0.0.1", KEY).locks_every_door  # loopback: the key locks /v1 only
 
 
 def test_bound_beyond_loopback_with_a_key_only_key_holders_are_served(tmp_path):
@@ -72,6 +72,8 @@ def test_bound_beyond_loopback_with_a_key_only_key_holders_are_served(tmp_path):
         assert speech.content[:4] == b"RIFF" and len(speech.content) > 24000
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=url + "v1", api_key="wrong", max_retries=0).models.list()
-        assert "Authorization: Bearer" in httpx.get(url + "config", timeout=30).text
+        assert httpx.get(url + "config", timeout=30).status_code == 401  # the page is locked too
+        config = httpx.get(url + "config", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).text
+        assert "Authorization: Bearer" in config
     finally:
         stop_app(app)

@@ -15,7 +15,7 @@ import gradio as gr
 import pytest
 from gradio.utils import get_function_description
 
-from cosyvoice_mac.api import engine_link
+from cosyvoice_mac.api import voice_door
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import ApiError
@@ -138,7 +138,7 @@ def test_a_follower_that_leaves_before_the_end_cancels_its_job():
 def test_a_taken_voice_name_is_a_409_by_the_errors_type(monkeypatch, tmp_path, error, status, code):
     link, engine = _link()
     engine.save_error = error
-    monkeypatch.setattr(engine_link, "inspect_prompt", lambda path: SimpleNamespace(ok=True))
+    monkeypatch.setattr(voice_door, "inspect_prompt", lambda path: SimpleNamespace(ok=True))
     with pytest.raises(ApiError) as caught:
         link.create_voice("Ada", str(tmp_path / "ada.wav"), None)
     assert (caught.value.status, caught.value.code, caught.value.param) == (status, code, "name")

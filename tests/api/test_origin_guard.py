@@ -51,11 +51,37 @@ def test_reading_is_not_refused_by_origin_but_configured_origins_may_write():
 
 
 def test_a_rebinding_host_name_is_refused_on_a_loopback_server():
-    assert "listens on this computer only" in LOCAL.refusal("GET", "evil.example:7860", None, None)
+    assert "not a name this app answers to" in LOCAL.refusal("GET", "evil.example:7860", None, None)
     assert LOCAL.refusal("GET", "localhost:7860", None, None) is None
     assert LOCAL.refusal("GET", "[::1]:7860", None, None) is None
     lan = OriginPolicy.for_server("0.0.0.0")
     assert lan.refusal("POST", "192.168.1.5:7860", "http://192.168.1.5:7860", None) is None
+
+
+@pytest.mark.parametrize("bind", ["0.0.0.0", "::", "192.168.1.5", "127.0.0.1"])
+def test_a_rebinding_name_is_refused_on_every_bind_with_its_own_origin(bind):
+    rebind = "rebind.evil.example:7860"
+    why = OriginPolicy.for_server(bind).refusal("POST", rebind, f"http://{rebind}", None)
+    assert why and repr(rebind) in why and "--allowed-host" in why
+    assert OriginPolicy.for_server(bind).refusal("GET", rebind, None, None)
+
+
+def test_the_names_a_server_answers_to():
+    named = OriginPolicy.for_server("0.0.0.0", allowed_hosts=["Studio.Local", "proxy.example:443"])
+    for host in ("studio.local:7860", "STUDIO.LOCAL", "proxy.example", "10.0.0.7:7860", "[fe80::1]:7860", "localhost"):
+        assert named.refusal("GET", host, None, None) is None, host
+    assert named.refusal("GET", "other.local:7860", None, None)
+    one_address = OriginPolicy.for_server("192.168.1.5")
+    assert one_address.refusal("GET", "192.168.1.5:7860", None, None) is None
+    assert one_address.refusal("GET", "localhost:7860", None, None)  # that bind never answers on loopback
+    assert one_address.refusal("GET", "10.0.0.7:7860", None, None)
+    assert (
+        OriginPolicy.for_server("127.0.0.1", allowed_hosts=["my-mac.local"]).refusal(
+            "GET", "my-mac.local:7860", None, None
+        )
+        is None
+    )
+    assert LOCAL.refusal("GET", None, None, None)  # no Host at all: HTTP/1.1 requires one
 
 
 def _run(coroutine) -> None:

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -120,6 +121,8 @@ def start_app(root: Path, models_dir: Path, extra: tuple[str, ...] = ()) -> Runn
         try:
             with urllib.request.urlopen(app.url, timeout=5):
                 return app
+        except urllib.error.HTTPError:  # an answer, if a refusal (a server locked with a key): it serves
+            return app
         except OSError:
             time.sleep(0.5)
     stop_app(app)
@@ -166,10 +169,13 @@ def preview_app(tmp_path_factory):
     stop_app(running)
 
 
+NEWCOMER_VIEWPORT = {"width": 1366, "height": 900}  # a common laptop screen
+
+
 @contextmanager
-def open_page(browser, app: RunningApp, request):
+def open_page(browser, app: RunningApp, request, viewport: dict | None = None):
     """A fresh browser page (a new session) on ``app``; screenshot on failure."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000}, locale="en-US")
+    context = browser.new_context(viewport=viewport or {"width": 1400, "height": 1000}, locale="en-US")
     context.set_default_timeout(60_000)
     tab = context.new_page()
     tab.goto(app.url, timeout=120_000)
@@ -187,6 +193,13 @@ def open_page(browser, app: RunningApp, request):
 @pytest.fixture
 def page(browser, app, request):
     with open_page(browser, app, request) as tab:
+        yield tab
+
+
+@pytest.fixture
+def laptop_page(browser, app, request):
+    """A fresh session in a 1366x900 window."""
+    with open_page(browser, app, request, NEWCOMER_VIEWPORT) as tab:
         yield tab
 
 

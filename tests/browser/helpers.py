@@ -11,6 +11,7 @@ from playwright.sync_api import Page, expect
 GENERATE_S = 180  # one short generation with the tiny model, model load included, on busy cores
 READY_S = 240
 FINISHED = re.compile("Done|failed|Stopped|完成|失败|已停止")
+SETTLE_MS = 500
 
 
 def screens_dir() -> Path | None:
@@ -34,8 +35,17 @@ def fill(page: Page, element_id: str, value: str) -> None:
     page.locator(f"#{element_id} textarea, #{element_id} input").first.fill(value)
 
 
+def settle(page: Page) -> None:
+    """Wait a beat before a click that follows a finished event. Gradio's page client (seen with 6.30 and 6.31)
+    can lose an event submitted in the very moment the previous event's message stream closes: it posts the
+    event but never reads its messages, so the click seems to hang. A person never clicks that fast after an
+    answer; a test does, and failed now and then on a loaded machine."""
+    page.wait_for_timeout(SETTLE_MS)
+
+
 def generate(page: Page) -> str:
     """Click Generate and wait for the outcome; the final status line."""
+    settle(page)
     page.click("#cv-generate")
     status = page.locator("#cv-status")
     expect(status).to_contain_text(FINISHED, timeout=GENERATE_S * 1000)

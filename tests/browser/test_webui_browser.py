@@ -18,6 +18,7 @@ from tests.browser.helpers import (
     fill,
     generate,
     screens_dir,
+    settle,
     upload_prompt,
     wait_until_ready,
 )
@@ -79,6 +80,7 @@ def test_a_saved_voice_is_reused_in_a_new_session_and_deleted(page, app, browser
     assert len(app.output_files() - before) == 1
     expect(page.locator("#cv-history")).to_contain_text("Narrator")
 
+    settle(page)
     page.click("#cv-delete-voice")
     expect(page.locator("#cv-voice-msg")).to_contain_text("Deleted the voice “Narrator”")
     page.locator("#cv-voices input").click()

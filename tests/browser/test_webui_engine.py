@@ -11,6 +11,7 @@ import pytest
 from playwright.sync_api import expect
 
 from cosyvoice_mac.mlx import mlx_available
+from cosyvoice_mac.webui.features import ENGINE_MENU_VARIABLE
 from tests.browser.conftest import MODEL_NAME, open_page, start_app, stop_app
 from tests.browser.helpers import GENERATE_S, fill, generate, upload_prompt, wait_until_ready
 from tests.fakes.onnx_models import make_tiny_model_dir
@@ -21,12 +22,26 @@ TRANSCRIPT = "This is the voice I would like you to copy, please."
 
 @pytest.fixture(scope="module")
 def engine_root(tmp_path_factory):
+    """The module's app folder; its apps offer the engine menu on Linux too (MLX's CPU backend)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENGINE_MENU_VARIABLE, "1")
+        yield _engine_root(tmp_path_factory)
+
+
+def _engine_root(tmp_path_factory):
     root = tmp_path_factory.mktemp("webui-engine")
     make_tiny_model_dir("cosyvoice3", root / "models" / MODEL_NAME)
     return root
 
 
+def _open_advanced(page) -> None:
+    """The engine menu lives in the Advanced fold (closed at first)."""
+    if not page.locator("#cv-engine input").is_visible():
+        page.locator("#cv-advanced").get_by_role("button").first.click()
+
+
 def _choose_engine(page, label: str) -> None:
+    _open_advanced(page)
     page.locator("#cv-engine input").click()
     page.get_by_role("option", name=label, exact=True).click()
 
@@ -64,6 +79,7 @@ def test_choosing_mlx_on_the_page_runs_the_model_on_mlx_and_is_kept(browser, eng
     try:
         with open_page(browser, again, request) as page:
             wait_until_ready(page)
+            _open_advanced(page)
             expect(page.locator("#cv-engine input")).to_have_value("MLX")
             expect(page.locator("#cv-status-panel")).to_contain_text(panel_says)
     finally:

@@ -65,3 +65,30 @@ def test_a_subtitle_file_is_dubbed_through_the_page(page, app, prompt_wav, tmp_p
     expect(page.locator("#cv-lf-msg")).to_contain_text("Done: 3 of 3 cues", timeout=GENERATE_S * 3 * 1000)
     assert audio_duration(page, "cv-lf-audio") >= 7.4  # the audio spans the subtitle timeline
     assert "Traceback" not in page.content()
+
+
+def test_several_recordings_are_converted_through_the_page_and_a_bad_one_is_named(page, app, prompt_wav, tmp_path):
+    import numpy as np
+    import soundfile
+
+    wait_until_ready(page)
+    _save_voice(page, prompt_wav, "Narrator")
+    speech, rate = soundfile.read(prompt_wav, dtype="float32")
+    recordings = [tmp_path / name for name in ("one.wav", "two.wav", "three.wav")]
+    soundfile.write(recordings[0], speech, rate)
+    soundfile.write(recordings[1], np.zeros(rate * 2, np.float32), rate)  # silence: named, the rest go on
+    soundfile.write(recordings[2], speech[: len(speech) // 2], rate)
+    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    page.get_by_role("tab", name="Convert recordings").click()
+    page.locator("#cv-lf-sources input[type=file]").set_input_files([str(path) for path in recordings])
+    page.locator("#cv-lf-convert-voice input").click()
+    page.get_by_role("option", name="Narrator").click()
+    page.click("#cv-lf-convert-start")
+    message = page.locator("#cv-lf-msg")
+    expect(message).to_contain_text("Converted 2", timeout=GENERATE_S * 3 * 1000)
+    expect(message).to_contain_text("two.wav (two.wav is silent")
+    expect(page.locator("#cv-lf-progress-text")).to_contain_text("3 of 3 recordings done")
+    for name in ("one.wav", "three.wav"):  # each converted recording is offered for download by its own name
+        expect(page.locator(f"#cv-lf-files a[href$='/{name}']")).to_have_count(1)
+    expect(page.locator("#cv-lf-files a[href$='/two.wav']")).to_have_count(0)
+    assert "Traceback" not in page.content()

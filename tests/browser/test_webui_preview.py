@@ -35,7 +35,9 @@ def test_without_a_model_the_preview_voice_generates_and_is_labelled(preview_pag
     assert new_file in status
     history = page.locator("#cv-history")
     expect(history).to_contain_text(new_file)
-    expect(history).to_contain_text(PREVIEW_LABEL)
+    expect(history).to_contain_text("🔶 preview")  # each row marked; the label once, above the table
+    expect(page.locator("#cv-history-badge")).to_contain_text(PREVIEW_LABEL)
+    expect(history).not_to_contain_text(PREVIEW_LABEL)
     assert audio_source(page, "cv-result")
     expect(no_model).to_contain_text(DOWNLOAD_COMMAND)  # still there after generating
 

@@ -81,6 +81,7 @@ class FakeCosyVoice(BackendBase):
         load_s=0.0,
         fail_load=False,
         engine=None,
+        mlx_llm=None,  # the MLX LLM's precision: the fake makes tones either way
         **settings,
     ) -> "FakeCosyVoice":
         if fail_load:

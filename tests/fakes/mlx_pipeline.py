@@ -1,4 +1,4 @@
-"""Real tiny CosyVoice3 pipelines on the MLX engine whose MLX flow fails on purpose (takeover tests)."""
+"""Real tiny CosyVoice2/CosyVoice3 pipelines on the MLX engine whose MLX flow fails on purpose (takeover tests)."""
 
 from __future__ import annotations
 

@@ -94,6 +94,7 @@ class AppServer:
 
     root: Path
     extra_args: list[str] = field(default_factory=list)
+    headers: dict[str, str] = field(default_factory=dict)  # what every request of ours sends (the key)
     port: int = field(default_factory=free_port)
     process: subprocess.Popen | None = None
     log_path: Path | None = None
@@ -165,7 +166,7 @@ class AppServer:
             if self.process.poll() is not None:
                 raise RuntimeError(f"the app exited with {self.process.returncode}:\n{self.log()}")
             try:
-                urllib.request.urlopen(self.url, timeout=5).read()
+                urllib.request.urlopen(urllib.request.Request(self.url, headers=self.headers), timeout=5).read()
                 break
             except (OSError, urllib.error.URLError):
                 time.sleep(0.5)
@@ -180,7 +181,7 @@ class AppServer:
     def client(self):
         from gradio_client import Client
 
-        return Client(self.url, verbose=False, download_files=str(self.root / "downloads"))
+        return Client(self.url, verbose=False, download_files=str(self.root / "downloads"), headers=self.headers)
 
     def call(self, client, endpoint: str, *args, timeout: float = JOB_S):
         """One event through the page's API, bounded in time."""

@@ -5,19 +5,17 @@ from __future__ import annotations
 
 import os
 import re
-import struct
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import numpy as np
 import pytest
-import soundfile
 from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
+from tests.reliability.bad_files import write_bad_files
 from tests.reliability.server import JOB_S, POST_OFF, REPO_ROOT
 
 RAW_ERROR = re.compile(r"Traceback|\b(?:Value|Type|Index|Key|Attribute|Runtime|OS|Zero)Error\b|Exception")
@@ -26,42 +24,9 @@ GRADIO = "gradio"  # refused by Gradio's own check of the component's value, bef
 TRANSCRIPT = "This is the voice I would like you to copy, please."
 
 
-def _write(folder: Path, name: str, samples=None, rate=24000, raw: bytes | None = None, subtype="PCM_16") -> str:
-    path = folder / name
-    if raw is not None:
-        path.write_bytes(raw)
-    else:
-        soundfile.write(path, samples, rate, subtype=subtype)
-    return str(path)
-
-
 @pytest.fixture(scope="module")
 def files(tmp_path_factory, speech):
-    folder = tmp_path_factory.mktemp("bad-files")
-    voice, rate = soundfile.read(speech, dtype="float32")
-    nan, inf = voice.copy(), voice.copy()
-    nan[rate : rate + 20], inf[rate : rate + 20] = np.nan, np.inf
-    long_voice = np.tile(voice, 11)[: rate * 40]
-    header_only = Path(speech).read_bytes()[:44]
-    png = b"\x89PNG\r\n\x1a\n" + os.urandom(2000)
-    return {
-        "speech": speech,
-        "text_as_wav": _write(folder, "notes.wav", raw=b"just some text, not audio\n" * 50),
-        "zero_bytes": _write(folder, "empty.wav", raw=b""),
-        "nan": _write(folder, "nan.wav", nan, rate, subtype="FLOAT"),
-        "inf": _write(folder, "inf.wav", inf, rate, subtype="FLOAT"),
-        "8khz": _write(folder, "phone.wav", voice[::3], 8000),
-        "silent": _write(folder, "silent.wav", np.zeros(rate * 4, np.float32), rate),
-        "half_second": _write(folder, "short.wav", voice[: rate // 2], rate),
-        "forty_seconds": _write(folder, "long.wav", long_voice, rate),
-        "header_only": _write(folder, "cut.wav", raw=header_only),
-        "random_mp3": _write(folder, "noise.mp3", raw=os.urandom(4096)),
-        "png_as_wav": _write(folder, "picture.wav", raw=png),
-        "one_frame": _write(folder, "one.wav", voice[:1], rate),
-        "bad_rate_header": _write(
-            folder, "zero-rate.wav", raw=header_only[:24] + struct.pack("<I", 0) + header_only[28:]
-        ),
-    }
+    return write_bad_files(tmp_path_factory.mktemp("bad-files"), speech)
 
 
 # (id, audio key or None, text, mode, transcript, instruct, seed, speed, where the message is, words in it)

@@ -298,7 +298,9 @@ class DiT(nn.Module):
         self.norm_out = AdaLayerNormZero(config.dim, chunks=2)
         self.proj_out = nn.Linear(config.dim, config.mel_dim)
 
-    def attention_masks(self, mask: torch.Tensor, streaming: bool, prefix_frames: int = 0) -> AttentionMasks:
+    def attention_masks(
+        self, mask: torch.Tensor, streaming: bool, prefix_frames: int = 0, recording: bool = False
+    ) -> AttentionMasks:
         """Masks for frame validity ``mask (B, 1, T)``; chunk-causal when streaming, else full attention.
 
         With ``prefix_frames`` cached frames in front, the rows are the new frames and the keys are
@@ -309,8 +311,10 @@ class DiT(nn.Module):
         if streaming and self.config.static_chunk_size > 0:
             allowed = chunk_causal_mask(prefix_frames + length, self.config.static_chunk_size, mask.device)
             allowed = allowed[prefix_frames:]
-        if prefix_frames:  # every new frame is valid (Flow.inference): no device sync, so graphs can capture this
-            # One new chunk sees everything: no mask lets SDPA take its faster unmasked path.
+        if prefix_frames or recording:
+            # Every frame is valid after a prefix (Flow.inference) and in a prefix build (Flow.build_prefix): no
+            # device sync, so graphs can capture both. One new chunk sees everything: no mask lets SDPA take its
+            # faster unmasked path.
             sees_all = allowed is None or new_rows_see_every_key(prefix_frames, length, self.config.static_chunk_size)
             return AttentionMasks(None if sees_all else allowed, None)
         valid = mask.bool()
@@ -342,7 +346,7 @@ class DiT(nn.Module):
         temb = self.time_embed(t.reshape(-1).expand(x.shape[0]))
         h = self.input_embed(x.transpose(1, 2), cond.transpose(1, 2), mu.transpose(1, 2), spks, state)
         angles = self.rotary_embed.angles(h.shape[1], start=prefix_frames)
-        masks = self.attention_masks(mask, streaming, prefix_frames)
+        masks = self.attention_masks(mask, streaming, prefix_frames, recording=state is not None and state.recording)
         for block in self.transformer_blocks:
             h = block(h, temb, angles, masks, state)
         scale, shift = self.norm_out.modulation(temb)

@@ -32,6 +32,7 @@ from cosyvoice_mac.models.flow.cfm import (
 from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
 from cosyvoice_mac.models.flow.lookahead import PreLookaheadLayer
 from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
+from cosyvoice_mac.models.flow.shared_graphs import SharedFlowGraphs
 from cosyvoice_mac.versions import PRE_LOOKAHEAD, spec_for_class
 
 
@@ -119,6 +120,12 @@ class Flow(nn.Module):
             self.encoder_proj = nn.Linear(config.encoder_output_size, config.output_size)
             estimator = CausalConditionalDecoder(config.estimator)
         self.decoder = ConditionalFlowMatching(estimator, config.cfm)
+        self.shared_graphs = SharedFlowGraphs()  # CUDA: a new voice's prefix build and first chunk as graphs
+
+    def _apply(self, fn, *args, **kwargs):
+        if hasattr(self, "shared_graphs"):  # moved or cast: the graphs would read the old weights' memory
+            self.shared_graphs.clear()
+        return super()._apply(fn, *args, **kwargs)
 
     @classmethod
     def from_checkpoint(cls, config: FlowConfig, path: str | Path, *, hub_repo: str | None = None) -> "Flow":
@@ -181,7 +188,9 @@ class Flow(nn.Module):
         start = 0 if prefix is None else prefix.frames
         mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)  # every frame valid (a prefix needs it)
         mu, cond = mu[:, start:].transpose(1, 2).contiguous(), cond[:, start:].transpose(1, 2)
-        if prefix is not None and prefix.graphs.applies(self.decoder, mu):  # the first streamed chunk on CUDA
+        if prefix is not None and self.shared_graphs.applies(self.decoder, mu, prefix):  # CUDA, any voice's first chunk
+            mel = self.shared_graphs.sample(self.decoder, mu, mask, speaker, cond, prefix)
+        elif prefix is not None and prefix.graphs.applies(self.decoder, mu):  # CUDA, this voice's own graph
             mel = prefix.graphs.sample(self.decoder, mu, mask, speaker, cond, prefix.steps)
         else:
             mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
@@ -200,10 +209,17 @@ class Flow(nn.Module):
         mu = mu[:, :frames]
         cond = prompt_feat[:, :frames].to(device=mu.device, dtype=mu.dtype)
         mask = torch.ones(1, 1, frames, device=mu.device, dtype=mu.dtype)
-        steps = [StepState() for _ in range(self.decoder.config.n_timesteps)]
-        self.decoder(mu.transpose(1, 2).contiguous(), mask, speaker, cond.transpose(1, 2), True, steps)
-        return FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
-                          embedding=embedding.clone())
+        mu, cond = mu.transpose(1, 2).contiguous(), cond.transpose(1, 2).contiguous()
+        steps = None
+        if self.shared_graphs.wanted(mu.device):  # CUDA: replayed from the graph of this prefix length
+            steps = self.shared_graphs.build(self.decoder, mu, mask, speaker, cond)
+        if steps is None:
+            steps = [StepState() for _ in range(self.decoder.config.n_timesteps)]
+            self.decoder(mu, mask, speaker, cond, True, steps)
+        prefix = FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
+                            embedding=embedding.clone())
+        self.shared_graphs.after_build(prefix)
+        return prefix
 
     def _check_prefix_request(self, prompt_tokens, prompt_feat, embedding, tokens: int) -> int:
         """Raise FlowInputError unless a prefix of ``tokens`` prompt tokens can be cached; return its mel frames."""

@@ -7,12 +7,16 @@ one graph instead of hundreds of kernels. Graphs need fixed addresses: the runne
 cache per model and reuses it across requests, and re-captures when the cache, the RoPE table or
 the weights move. Where capture is impossible the step runs eagerly (see :class:`DecodeRunner`).
 ``torch.compile`` of the same bucketed step is behind a flag (meant for MPS; off by default).
+In graphs mode the sampler runs on the device too (:mod:`device_sampling`, the host sampler's ids for the
+same seed): each graph is the step and its pick, and the next step is queued before the host reads this
+token, so the GPU does not wait for the host between tokens (:meth:`DecodeRunner.sampled_tokens`).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -20,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.device import cuda_graphs_wanted, env_flag, try_cuda_capture
+from cosyvoice_mac.models.llm.device_sampling import TOKEN, DeviceRas
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
 
 if TYPE_CHECKING:
@@ -39,6 +44,12 @@ class DecodeOptions:
     # torch.compile the bucketed step (any device; meant for MPS, where it is not measured yet): off by default
     compile: bool = field(default_factory=lambda: env_flag("COSYVOICE_COMPILE_DECODE", False))
     bucket: int = 128  # cache slots per length bucket; a multiple of 16 keeps the attention mask aligned
+    # CUDA graphs mode: capture the bucketed step as torch.compile fused it (Triton kernels under our graph), not
+    # ATen's ~400 kernels a token; off until measured better (bench/README.md, "Fused step")
+    fuse: bool = field(default_factory=lambda: env_flag("COSYVOICE_FUSE_DECODE", False))
+    # CUDA graphs mode: the sampler runs on the device inside each step's graph and the next step is queued
+    # before this one's token is read (same tokens as the host sampler for the same seed; see device_sampling)
+    device_sampling: bool = field(default_factory=lambda: env_flag("COSYVOICE_DEVICE_SAMPLING", True))
 
 
 class DecodeRunner:
@@ -58,6 +69,7 @@ class DecodeRunner:
         self.lm = lm
         self.options = options or DecodeOptions()
         self.graph_error: str | None = None
+        self.fuse_error: str | None = None  # why the fused step is not used (``fuse`` asked for)
         self.captures = 0  # graphs captured so far (tests and the bench read it)
         self.capture_seconds = 0.0  # host time spent capturing them
         self._cache: StaticKVCache | None = None
@@ -67,8 +79,11 @@ class DecodeRunner:
         self._token: torch.Tensor | None = None
         self._logp: torch.Tensor | None = None
         self._compiled = None
+        self._fused = None
         self._plan: list = []
         self._ticket = 0
+        self._ras: DeviceRas | None = None
+        self._sampled_graphs: dict[int, torch.cuda.CUDAGraph] = {}
 
     # modes ------------------------------------------------------------------------------------
     @property
@@ -105,29 +120,46 @@ class DecodeRunner:
         return cache, self._ticket
 
     def _current_signature(self) -> tuple:
-        """What captured graphs depend on: the addresses of the weights and of the RoPE table."""
+        """What captured graphs depend on: the addresses of the weights and of the RoPE table, and the step's
+        options (a graph captured with the plain step is no fused one)."""
         table = self.lm.backbone.rotary.table
         weights = tuple(p.data_ptr() for p in self.lm.parameters())
-        return self.device, self.lm.backbone.compute_dtype, None if table is None else table.data_ptr(), weights
+        options = self.options.fuse, self.options.bucket
+        return (
+            self.device,
+            self.lm.backbone.compute_dtype,
+            None if table is None else table.data_ptr(),
+            weights,
+            options,
+        )
 
     def _drop(self) -> None:
         self._graphs.clear()
+        self._sampled_graphs.clear()
         self._cache = None
         self._pool = None
         self._compiled = None
+        self._fused = None
 
     # steps ------------------------------------------------------------------------------------
-    def step(self, cache: StaticKVCache, ticket: int | None, token: int) -> torch.Tensor:
-        """Feed speech id ``token`` at the next position; (V,) float32 log-probs on the device."""
+    def _check(self, cache: StaticKVCache, ticket: int | None) -> None:
         if ticket is not None and ticket != self._ticket:
             raise RuntimeError("this decoder was superseded: a newer request started on the same speech LM")
         cache.check_room(1)
+
+    def _span(self, cache: StaticKVCache) -> int:
+        """Cache slots the next step attends over: the filled ones rounded up to the bucket."""
+        return min(-(-(cache.length + 1) // self.options.bucket) * self.options.bucket, cache.capacity)
+
+    def step(self, cache: StaticKVCache, ticket: int | None, token: int) -> torch.Tensor:
+        """Feed speech id ``token`` at the next position; (V,) float32 log-probs on the device."""
+        self._check(cache, ticket)
         mode = self.mode
         if mode == "eager":
             embed = self.lm.speech_embedding.weight[token].view(1, -1)
             logp = self._logp_of(self.lm.backbone.decode(embed, cache, cache.length + 1, plan=self._plan))
         else:
-            span = min(-(-(cache.length + 1) // self.options.bucket) * self.options.bucket, cache.capacity)
+            span = self._span(cache)
             self._static_token().fill_(token)
             if mode == "compiled":
                 if self._compiled is None:
@@ -159,13 +191,30 @@ class DecodeRunner:
         if graph is not None:
             graph.replay()
             return self._logp
-        logp = self._bucketed_step(cache, span)  # this token's real step, and the capture's warm-up
+        try:
+            logp = self._graph_step()(cache, span)  # this token's real step, and the capture's warm-up (and compile)
+        except Exception as error:  # noqa: BLE001 (torch.compile failed here: capture the plain step)
+            if self._fused is None:
+                raise
+            self.fuse_error = f"torch.compile of the decoding step failed ({type(error).__name__}: {error})"
+            log.warning(self.fuse_error)
+            logp = self._graph_step()(cache, span)
         captured, why = try_cuda_capture(lambda: self._capture(cache, span) or True, self.device)
         if not captured:
             self.graph_error = f"CUDA graph capture failed ({why}); decoding eagerly"
             log.warning(self.graph_error)
             self._graphs.clear()
         return logp
+
+    def _graph_step(self):
+        """What a graph captures: the bucketed step, or (``fuse``) torch.compile's fusion of it. Its default
+        ``dynamic`` compiles the first bucket's span as a constant and the second as a symbol, so two compiles
+        serve every bucket; a compile or capture that fails leaves the runner eager, as any failed capture does."""
+        if not self.options.fuse or self.fuse_error is not None:
+            return self._bucketed_step
+        if self._fused is None:
+            self._fused = torch.compile(self._bucketed_step)
+        return self._fused
 
     def _capture(self, cache: StaticKVCache, span: int) -> None:
         """Record (not run) the step over ``span`` slots; its output lands in the shared ``_logp``."""
@@ -177,7 +226,99 @@ class DecodeRunner:
         graph = torch.cuda.CUDAGraph()
         # thread_local: the flow may issue work from another thread while the LLM thread captures.
         with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-            self._logp.copy_(self._bucketed_step(cache, span))
+            self._logp.copy_(self._graph_step()(cache, span))
         self._graphs[span] = graph
         self.captures += 1
         self.capture_seconds += time.perf_counter() - started
+
+    # sampling on the device ---------------------------------------------------------------------
+    def samples_on_device(self, sampler, on_step) -> bool:
+        """Whether :meth:`sampled_tokens` serves this request: graphs mode, a plain seeded RasSampler,
+        and nobody asking to see each step's log-probabilities on the host."""
+        return self.options.device_sampling and on_step is None and self.mode == "graphs" and DeviceRas.serves(sampler)
+
+    def _sampler_state(self, sampler) -> DeviceRas:
+        settings = DeviceRas.settings_of(sampler)
+        ras = self._ras
+        if ras is None or ras.settings != settings or ras.device != self.device:
+            self._sampled_graphs.clear()  # they captured the old state's addresses
+            vocab = self.lm.config.speech_vocab_size
+            ras = self._ras = DeviceRas(settings, self.lm.masked_before_min_len, vocab, self.device)
+        return ras
+
+    def sampled_tokens(self, embeds: torch.Tensor, min_len: int, max_len: int, sampler, stop_ids) -> Iterator[int]:
+        """Decode up to ``max_len`` ids sampled on the device (the host sampler's ids for the same seed).
+
+        ``embeds`` (1, L, D) on the model's device and dtype; the stop id ends it and is not yielded.
+        Step t+1 is queued (its input, token t, is already on the device) before the host waits for
+        token t, so the GPU never idles on the host; a stop costs one step computed for nothing.
+        """
+        cache, ticket = self.start(embeds.shape[1] + max_len)
+        ras = self._sampler_state(sampler)
+        request = ras.begin(sampler, min_len)
+        hidden = self.lm.backbone(embeds, cache)  # the prefill, eagerly (its length varies)
+        ras.pick(self._logp_of(hidden[0, -1:]), self._static_token())
+        reading, known_offset = self._send(ras), 0
+        try:
+            for step in range(max_len):
+                queued = None
+                if step + 1 < max_len:
+                    self._check(cache, ticket)
+                    ras.top_up(known_offset)
+                    self._sampled_step(cache, self._span(cache), ras)
+                    cache.length += 1
+                    queued = self._send(ras)
+                token, known_offset = self._receive(reading)
+                if token in stop_ids:
+                    return
+                yield token
+                reading = queued
+        finally:
+            ras.finish(request, known_offset)  # the sampler's generator where the host sampler would have left it
+
+    def _send(self, ras: DeviceRas):
+        """Queue the copy of (token, stream offset) to the host; what :meth:`_receive` waits on."""
+        state = ras.vector[TOKEN : TOKEN + 2]
+        if self.device.type != "cuda":
+            return state.tolist(), None
+        host = torch.empty(2, dtype=torch.long, pin_memory=True)
+        host.copy_(state, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+        return host, done
+
+    @staticmethod
+    def _receive(sent) -> tuple[int, int]:
+        values, done = sent
+        if done is not None:
+            done.synchronize()
+            values = values.tolist()
+        return values[0], values[1]
+
+    def _sampled_step(self, cache: StaticKVCache, span: int, ras: DeviceRas) -> None:
+        """The step over ``span`` slots and the pick of its token: a graph replay once captured."""
+        graph = self._sampled_graphs.get(span) if self.mode == "graphs" else None
+        if graph is not None:
+            graph.replay()
+            return
+        ras.pick(self._graph_step()(cache, span), self._token)  # this token's real step (and the warm-up)
+        if self.mode != "graphs":
+            return
+
+        def capture():
+            started = time.perf_counter()
+            graph = torch.cuda.CUDAGraph()
+            if self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
+                ras.pick(self._graph_step()(cache, span), self._token)
+            self._sampled_graphs[span] = graph
+            self.captures += 1
+            self.capture_seconds += time.perf_counter() - started
+            return True
+
+        captured, why = try_cuda_capture(capture, self.device)
+        if not captured:
+            self.graph_error = f"CUDA graph capture of the sampled step failed ({why}); decoding eagerly"
+            log.warning(self.graph_error)
+            self._sampled_graphs.clear()

@@ -5,6 +5,7 @@ Input sequence ``[SOS] [text embeds of prompt_text ‖ text] [TASK_ID] [prompt s
 (§5.4); any id of the stop set ends decoding and is not emitted. The Qwen ``lm_head`` in
 ``llm.pt`` is tied to ``embed_tokens`` and never used, so it is not built.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -257,7 +258,18 @@ class SpeechLM(nn.Module):
     def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:
         if max_len <= 0:
             return
-        decoder = self.start_decoding(embeds, max_len)  # an engine's own decoder (the MLX model shares this loop)
+        if self.decoding.samples_on_device(sampler, on_step):  # CUDA graphs: the sampler inside the step's graph
+            weight = self.speech_embedding.weight
+            embeds = embeds.to(device=weight.device, dtype=weight.dtype)
+            yield from self.decoding.sampled_tokens(embeds, min_len, max_len, sampler, self._stop_ids)
+            return
+        yield from self._decode_on_host(embeds, min_len, max_len, sampler, on_step)
+
+    @torch.inference_mode()
+    def _decode_on_host(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:
+        """The host's loop: the sampler sees each step's (V,) CPU log-probs. It reads only ``start_decoding``,
+        ``config`` and the stop rules, so another engine's model can run it too (the MLX loop's reference)."""
+        decoder = self.start_decoding(embeds, max_len)
         history: list[int] = []
         vocab, stop_ids = self.config.speech_vocab_size, self._stop_ids
         masked = torch.tensor(self._masked_before_min_len, dtype=torch.long, device=decoder.logp.device)

@@ -1,0 +1,133 @@
+"""The speech LM's tokens per second with the sampler on the host (before) and on the device (after), one process.
+
+    python bench/llm_sampling.py --device cuda --dtypes float16,bfloat16,float32 --tokens 250 --rounds 3
+
+Full-size CosyVoice3 LM with random weights, the bench's prompt, forced decoding (every stop id masked:
+min_len = max_len = ``--tokens``) through ``SpeechLM._decode``, the path the pipeline uses. Per dtype and
+variant (host sampler / device sampler, each with the plain or the ``torch.compile``-fused step under the
+graphs): ms per token from the first token to the last (prefill excluded), medians of interleaved rounds,
+the profiler's kernels and GPU-busy ms per token, and whether the two samplers chose the same ids for the
+same seed. JSON on stdout, a table on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(HERE))
+
+
+def _full_size_lm(device, dtype):
+    spec = importlib.util.spec_from_file_location("decode_step", HERE / "bench" / "decode_step.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module._full_size_lm("cosyvoice3", device, dtype)
+
+
+def _run(lm, embeds, tokens: int, seed: int) -> tuple[list[int], float]:
+    import torch
+
+    from cosyvoice_mac.device import synchronize
+
+    sampler = lm.make_sampler(seed=seed)
+    ids, first = [], 0.0
+    with torch.inference_mode():
+        for token in lm._decode(embeds, tokens, tokens, sampler, None):
+            if not ids:
+                first = time.perf_counter()
+            ids.append(token)
+    synchronize(embeds.device)
+    return ids, (time.perf_counter() - first) / max(len(ids) - 1, 1)
+
+
+def measure(dtype_name: str, args) -> list[dict]:
+    import torch
+
+    from cosyvoice_mac.bench.decode import cuda_profile
+    from cosyvoice_mac.bench.opcount import prompt_embeddings
+    from cosyvoice_mac.models.llm import DecodeOptions
+    from cosyvoice_mac.models.llm.decoding import DecodeRunner
+
+    device, dtype = torch.device(args.device), getattr(torch, dtype_name)
+    lm = _full_size_lm(device, dtype)
+    embeds = prompt_embeddings(lm).to(device=device, dtype=dtype)
+    variants = [(on, fuse) for fuse in (False, True) if fuse in args.fuse for on in (False, True)]
+    # one runner (cache, graphs) per variant, so switching variants between rounds recaptures nothing
+    runners = {v: DecodeRunner(lm, DecodeOptions(cuda_graphs=True, device_sampling=v[0], fuse=v[1])) for v in variants}
+    times = {v: [] for v in variants}
+    ids = {}
+    for variant in variants:  # warm-up: captures (and compiles) for every bucket
+        lm.decoding = runners[variant]
+        ids[variant] = _run(lm, embeds, args.tokens, seed=0)[0]
+    for _ in range(args.rounds):
+        for variant in variants:
+            lm.decoding = runners[variant]
+            times[variant].append(_run(lm, embeds, args.tokens, seed=0)[1])
+    rows = []
+    for on, fuse in variants:
+        lm.decoding = runners[(on, fuse)]
+        steps = min(args.tokens, 120)
+        profiled = cuda_profile(device, lambda: _run(lm, embeds, steps, seed=0)) if device.type == "cuda" else {}
+        ms = 1e3 * statistics.median(times[(on, fuse)])
+        host = ids[(False, fuse)]
+        rows.append(
+            {
+                "dtype": dtype_name,
+                "sampler": "device" if on else "host",
+                "fused": fuse,
+                "ms_per_token": ms,
+                "tok_per_s": 1e3 / ms,
+                "ms_runs": [1e3 * t for t in times[(on, fuse)]],
+                "kernels_per_token": profiled.get("kernels", 0) / steps,
+                "gpu_busy_ms_per_token": profiled.get("gpu_busy_ms", 0) / steps,
+                "graph_launches_per_token": profiled.get("graph_launches", 0) / steps,
+                "same_ids_as_host": ids[(on, fuse)] == host,
+                "first_difference": next((i for i, (a, b) in enumerate(zip(ids[(on, fuse)], host)) if a != b), None),
+                "graph_error": lm.decoding.graph_error,
+                "fuse_error": lm.decoding.fuse_error,
+                "mode": lm.decoding.mode,
+                "samples_on_device": lm.decoding.samples_on_device(lm.make_sampler(0), None),
+            }
+        )
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--dtypes", default="float16,bfloat16,float32")
+    parser.add_argument("--tokens", type=int, default=250)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--fuse", default="plain", help="plain, fused or plain,fused: the step under the graphs")
+    args = parser.parse_args()
+    args.fuse = [name == "fused" for name in args.fuse.split(",")]
+    import torch
+
+    rows = []
+    for dtype in args.dtypes.split(","):
+        rows += measure(dtype, args)
+    json.dump(
+        {"torch": torch.__version__, "tokens": args.tokens, "rounds": args.rounds, "rows": rows}, sys.stdout, indent=1
+    )
+    print(
+        f"{'dtype':9} {'sampler':7} {'fused':5} {'ms/tok':>7} {'tok/s':>6} {'kern/tok':>8} {'busy ms':>7} same",
+        file=sys.stderr,
+    )
+    for r in rows:
+        print(
+            f"{r['dtype']:9} {r['sampler']:7} {str(r['fused']):5} {r['ms_per_token']:7.3f} {r['tok_per_s']:6.0f} "
+            f"{r['kernels_per_token']:8.1f} {r['gpu_busy_ms_per_token']:7.3f} {r['same_ids_as_host']} "
+            f"{r['first_difference']}",
+            file=sys.stderr,
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The APIs' saved-voice door: list, find, create, rename, replace and delete voices in the engine's
+voice library, in the shape of OpenAI's voice objects.
+
+:class:`VoiceDoor` is a part of :class:`~cosyvoice_mac.api.engine_link.EngineLink` (it owns no state of its
+own): it reaches the engine through the link's ``_engine()``, ``check_ready()``, ``uses_preview`` and ``host``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from cosyvoice_mac.api.errors import ApiError, bad_request, job_failure
+from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, VoiceExists
+from cosyvoice_mac.engine.messages import Failed, Fault
+from cosyvoice_mac.preview import PREVIEW
+from cosyvoice_mac.preview.labels import PREVIEW_LABEL
+from cosyvoice_mac.request import Voice
+from cosyvoice_mac.sound.prompt_check import inspect_prompt
+
+VOICE_TASK_TIMEOUT_S = 900.0
+
+
+def voice_id(name: str) -> str:
+    """A stable id for a saved voice's name (names may hold spaces and any script; ids do not)."""
+    return "voice_" + hashlib.sha256(name.encode("utf-8")).hexdigest()[:16]
+
+
+class VoiceDoor:
+    """The voice routes' half of the engine link (see the module's docstring)."""
+
+    def voices(self) -> list[dict]:
+        try:
+            entries = self.host.engine.voices.list() if self.host.engine else []
+        except VoiceError as error:
+            raise ApiError(500, str(error), code="voice_library_unreadable") from error
+        listed = [_describe_voice(entry) for entry in entries]
+        if self.uses_preview:
+            listed.insert(
+                0,
+                {
+                    "id": PREVIEW,
+                    "object": "audio.voice",
+                    "name": PREVIEW,
+                    "created_at": 0,
+                    "type": "builtin",
+                    "preview": True,
+                    "label": PREVIEW_LABEL,
+                    "transcript": None,
+                },
+            )
+        return listed
+
+    def find_voice(self, reference: str) -> str | None:
+        """The library name for a voice id or name (None: the preview voice); 404 when there is none."""
+        if reference == PREVIEW and self.uses_preview:
+            return None
+        for entry in self.voices():
+            if entry["id"] != PREVIEW and reference in (entry["id"], entry["name"]):
+                return entry["name"]
+        known = ", ".join(entry["name"] for entry in self.voices()) or "none saved yet"
+        raise ApiError(
+            404,
+            f"there is no voice {reference!r} (known: {known}); create one with POST /v1/voices",
+            code="voice_not_found",
+            param="voice",
+        )
+
+    def voice(self, name: str | None, transcript: str | None = None, recording: str | None = None) -> Voice:
+        """The request's Voice: ``recording`` (a prompt file this server wrote from an upload, never a path a
+        client named), else the saved voice ``name`` (from :meth:`find_voice`; None: the preview voice).
+        ``transcript`` is what the recording says (for a saved voice: the client's own, over the saved one)."""
+        if recording is not None:
+            return Voice.recording(recording, transcript=transcript)
+        if name is None:
+            return Voice.builtin()
+        try:
+            voice = self._engine().voice(name)
+        except VoiceError as error:
+            raise ApiError(404, str(error), code="voice_not_found", param="voice") from error
+        return Voice.saved_voice(voice.saved, transcript=transcript) if transcript else voice
+
+    def create_voice(self, name: str, audio_path: str, transcript: str | None) -> dict:
+        """Save a recording as a named voice (the worker prepares its features). Blocking."""
+        engine = self._engine()
+        self.check_ready()
+        self.check_recording(audio_path, "audio")
+        try:
+            entry = engine.save_voice_from_audio(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
+        except VoiceExists as error:
+            raise ApiError(409, str(error), code="voice_exists", param="name") from error
+        except VoiceError as error:
+            raise bad_request(str(error), "invalid_voice_name", "name") from error
+        except TaskFailed as error:
+            if error.fault != Fault.INPUT:  # the model process died meanwhile, ...: not the recording's fault
+                raise job_failure(Failed("", str(error), fault=error.fault), None) from error
+            raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
+        except EngineError as error:
+            raise bad_request(str(error), "invalid_voice", "name") from error
+        return _describe_voice(entry)
+
+    def rename_voice(self, reference: str, new_name: str | None, transcript: object = ...) -> dict:
+        """Rename the saved voice ``reference`` (id or name) and/or change its transcript (``...``: leave it)."""
+        name = self._saved_name(reference)
+        library = self._engine().voices
+        try:
+            entry = library.get(name)
+            if new_name is not None and new_name != name:
+                entry = library.rename(name, new_name)
+            if transcript is not ...:
+                entry = library.set_transcript(entry["name"], transcript)
+        except VoiceExists as error:
+            raise ApiError(409, str(error), code="voice_exists", param="name") from error
+        except VoiceError as error:
+            raise bad_request(str(error), "invalid_voice_name", "name") from error
+        return _describe_voice(entry)
+
+    def replace_voice(self, reference: str, audio_path: str, transcript: str | None) -> dict:
+        """Give the saved voice ``reference`` a new recording (the worker prepares its features). Blocking."""
+        name = self._saved_name(reference)
+        engine = self._engine()
+        self.check_ready()
+        self.check_recording(audio_path, "audio")
+        try:
+            entry = engine.replace_voice(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
+        except TaskFailed as error:
+            raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
+        except VoiceError as error:
+            raise ApiError(404, str(error), code="voice_not_found") from error
+        except EngineError as error:
+            raise bad_request(str(error), "invalid_voice", "audio") from error
+        return _describe_voice(entry)
+
+    def _saved_name(self, reference: str) -> str:
+        name = self.find_voice(reference)
+        if name is None:
+            raise bad_request("the preview voice is built in and cannot be changed", "builtin_voice", "voice_id")
+        return name
+
+    def check_recording(self, audio_path: str, param: str) -> None:
+        """400 naming ``param`` when the file is no usable prompt (not audio, silent, too short or long)."""
+        check = inspect_prompt(audio_path)
+        if not check.ok:
+            raise bad_request(check.sentence, f"audio_{check.problem}", param)
+
+    def delete_voice(self, reference: str) -> dict:
+        name = self._saved_name(reference)
+        try:
+            self._engine().voices.delete(name)
+        except VoiceError as error:
+            raise ApiError(404, str(error), code="voice_not_found") from error
+        return {"id": voice_id(name), "object": "audio.voice.deleted", "deleted": True, "name": name}
+
+
+def _describe_voice(entry: dict) -> dict:
+    """A library entry in the shape of OpenAI's voice object, plus our own facts."""
+    return {
+        "id": voice_id(entry["name"]),
+        "object": "audio.voice",
+        "name": entry["name"],
+        "created_at": int(entry.get("created") or 0),
+        "type": "audio_sample",
+        "preview": False,
+        "transcript": entry.get("transcript"),
+        "model": entry.get("model_id"),
+    }

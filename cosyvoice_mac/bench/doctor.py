@@ -1,0 +1,225 @@
+"""``bash run.sh doctor``: what this machine is, what runs on it and how fast, in one table and one file.
+
+    bash run.sh doctor                 # every engine and device that works here
+    bash run.sh doctor --tokens 50     # a shorter synthesis (25 speech tokens are one second)
+    python -m cosyvoice_mac.bench.doctor --json doctor.json --engines torch/cpu,mlx/default
+
+Three parts, each recorded in ``doctor.json`` (a file to attach to a bug report):
+
+1. The machine (:mod:`cosyvoice_mac.bench.machine`): OS, chip and CPU features, memory, the Python
+   interpreter's architecture (an x86_64 Python under Rosetta is named), package versions, and the
+   onnxruntime execution providers (CoreML on a Mac, CUDA with onnxruntime-gpu) with a timed graph.
+2. Each engine and device that works (MLX, MPS, CUDA, CPU): a short synthesis with full-size random
+   weights in a process of its own (the benchmark's request, one run after a warm-up): tokens/s, RTF,
+   first audio, peak memory (MLX's peak and, on macOS, the process's peak ``phys_footprint``).
+3. Parity on the tiny golden vectors when the parity folder is present (``COSYVOICE_PARITY_DIR`` or
+   ``../shared/parity``): PyTorch stage by stage on each device (``bench/parity_device.py``), MLX
+   through its parity tests.
+
+Exit status 0 when every engine that works also synthesised finite audio and every parity check that
+ran passed; 1 otherwise (the table says which).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from cosyvoice_mac.bench.machine import Probe, describe_machine, probe_engines, probe_onnx_providers
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_TOKENS = 100  # four seconds of speech: long enough for a steady tokens/s, short enough for CI
+CHILD_TIMEOUT_S = 1800
+# Max abs error allowed per stage family in the doctor's summary: the parity suite's atol plus its rtol
+# times the largest value of that stage (mels reach ~10; logits and waves are checked absolutely).
+STAGE_LIMITS = {"llm": 1e-4, "flow": 2e-3, "first_chunk": 2e-3, "hift": 1e-3}
+
+
+def parity_folder() -> Path | None:
+    configured = os.environ.get("COSYVOICE_PARITY_DIR")
+    folder = Path(configured) if configured else REPO.parent / "shared" / "parity"
+    return folder if (folder / "manifest.json").is_file() else None
+
+
+def synthesis(probe: Probe, version: str, tokens: int) -> dict:
+    """The benchmark's request on ``probe``'s engine and device, in a child process: the figures that matter."""
+    device = "auto" if probe.engine == "mlx" else probe.device
+    command = [sys.executable, "-m", "cosyvoice_mac.bench", "--in-process", "--quiet", "--version", version]
+    command += ["--devices", device, "--engine", probe.engine, "--dtypes", "auto", "--runs", "1"]
+    command += ["--tokens", str(tokens), "--no-floors", "--no-decode-profile"]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return {"ok": False, "error": f"no result within {CHILD_TIMEOUT_S} s"}
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"ok": False, "error": f"exit status {done.returncode}: {last[:300]}"}
+    report = json.loads(done.stdout)["benchmarks"][0]
+    median = report["median"]
+    peak = report.get("peak_device_mb") or report.get("peak_rss_mb")
+    return {
+        "ok": bool(median["wave_finite"] and median["mel_finite"]),
+        "seconds": round(time.perf_counter() - started, 1),
+        "engine_used": report.get("engine"),
+        "llm_dtype": report.get("llm_dtype"),
+        "flow_dtype": report.get("flow_dtype"),
+        "tokens": tokens,
+        "tokens_per_s": round(median["llm_tokens_per_s"], 2),
+        "rtf": round(median["rtf"], 3),
+        "end_to_end_s": round(median["end_to_end_s"], 3),
+        "first_audio_s": _rounded(median.get("first_audio_s")),
+        "first_audio_new_voice_s": _rounded(median.get("first_audio_new_voice_s")),
+        "load_s": round(report["load_s"], 2),
+        "peak_memory_mb": round(peak, 1) if peak else None,
+        "peak_rss_mb": round(report["peak_rss_mb"], 1),
+        "peak_footprint_mb": report.get("peak_footprint_mb"),
+        "audio_s": round(median["audio_s"], 2),
+    }
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _run_json(command: list[str], env: dict) -> tuple[int, str, str]:
+    done = subprocess.run(
+        command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False, env=env, cwd=REPO
+    )
+    return done.returncode, done.stdout, done.stderr
+
+
+def torch_parity(device: str, folder: Path) -> dict:
+    """Every stage's max abs error on ``device`` against the golden vectors, and whether all are within tolerance."""
+    script = REPO / "bench" / "parity_device.py"
+    if not script.is_file():
+        return {"ok": None, "skipped": "needs the source checkout (bench/parity_device.py)"}
+    env = {**os.environ, "COSYVOICE_PARITY_DIR": str(folder)}
+    status, stdout, stderr = _run_json([sys.executable, str(script), "--device", device], env)
+    if status != 0:
+        return {"ok": False, "error": (stderr.strip().splitlines() or ["(no output)"])[-1][:300]}
+    report, failures = json.loads(stdout), []
+    for version, results in report["versions"].items():
+        for stage, value in results.items():
+            limit = next((limit for family, limit in STAGE_LIMITS.items() if stage.startswith(family)), None)
+            if stage == "e2e_pipeline" and value != "within tolerance":
+                failures.append(f"{version} {stage}: {value}")
+            elif isinstance(value, float) and limit is not None and value > limit:
+                failures.append(f"{version} {stage}: {value:.2e} > {limit:.0e}")
+    return {"ok": not failures, "failures": failures, "stages": report["versions"]}
+
+
+def mlx_parity(folder: Path) -> dict:
+    """The MLX parity tests on this machine's MLX device: passed and failed counts."""
+    tests = REPO / "tests" / "test_parity_mlx.py"
+    if not tests.is_file():
+        return {"ok": None, "skipped": "needs the source checkout (tests/test_parity_mlx.py)"}
+    env = {**os.environ, "COSYVOICE_PARITY_DIR": str(folder)}
+    status, stdout, _ = _run_json([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], env)
+    summary = (stdout.strip().splitlines() or [""])[-1]
+    return {"ok": status == 0, "summary": summary}
+
+
+def table(document: dict) -> str:
+    machine = document["machine"]
+    lines = [
+        f"machine: {machine['os']} {machine['os_version']}, {machine['chip']}, {machine['cores']} cores, "
+        f"{machine['memory_gib']} GiB; Python {machine['python']} ({machine['python_architecture']}"
+        + (", UNDER ROSETTA: install an arm64 Python" if machine["under_rosetta"] else "")
+        + ")",
+        f"cpu features: {', '.join(machine['cpu_flags']) or '-'}",
+        "onnxruntime: "
+        + ", ".join(
+            f"{p['provider']} {'%.2f ms' % p['ms_per_run'] if p.get('loads') else 'does not load'}"
+            for p in document["onnx_providers"]
+        ),
+        "",
+        f"{'engine':<14}{'works':<7}{'tok/s':>8}{'RTF':>8}{'first audio':>13}{'new voice':>11}{'peak MB':>10}  parity",
+    ]
+    for row in document["engines"]:
+        result = row.get("synthesis") or {}
+        parity = row.get("parity") or {}
+        verdict = {True: "ok", False: "FAILED", None: parity.get("skipped", "-")}[parity.get("ok")]
+        if not row["works"]:
+            lines.append(f"{row['name']:<14}{'no':<7}  {row['detail'][:70]}")
+            continue
+        if "synthesis" not in row:  # --no-synthesis: the probe and the parity only
+            lines.append(f"{row['name']:<14}{'yes':<7}{'-':>8}{'-':>8}{'-':>13}{'-':>11}{'-':>10}  {verdict}")
+            continue
+        if not result.get("ok"):
+            lines.append(f"{row['name']:<14}{'yes':<7}  synthesis FAILED: {result.get('error', 'not finite')[:60]}")
+            continue
+
+        def cell(value, width, spec):
+            return f"{'-' if value is None else format(value, spec):>{width}}"
+
+        lines.append(
+            f"{row['name']:<14}{'yes':<7}{cell(result['tokens_per_s'], 8, '.1f')}{cell(result['rtf'], 8, '.3f')}"
+            f"{cell(result['first_audio_s'], 13, '.2f')}{cell(result['first_audio_new_voice_s'], 11, '.2f')}"
+            f"{cell(result['peak_memory_mb'], 10, '.0f')}  {verdict}"
+        )
+    return "\n".join(lines)
+
+
+def run_doctor(args: argparse.Namespace) -> dict:
+    chosen = set(args.engines.split(",")) if args.engines else None
+    document = {
+        "doctor_version": 1,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "machine": describe_machine().as_dict(),
+        "onnx_providers": probe_onnx_providers(),
+        "version": args.version,
+        "engines": [],
+    }
+    folder = None if args.no_parity else parity_folder()
+    document["parity_folder"] = str(folder) if folder else None
+    for probe in probe_engines():
+        if chosen is not None and probe.name not in chosen:
+            continue
+        row = {"name": probe.name, "engine": probe.engine, "device": probe.device, "works": probe.works}
+        row["detail"] = probe.detail
+        if probe.works and not args.no_synthesis:
+            print(f"doctor: synthesising on {probe.name} ...", file=sys.stderr, flush=True)
+            row["synthesis"] = synthesis(probe, args.version, args.tokens)
+        if probe.works and folder is not None:
+            print(f"doctor: parity on {probe.name} ...", file=sys.stderr, flush=True)
+            row["parity"] = mlx_parity(folder) if probe.engine == "mlx" else torch_parity(probe.device, folder)
+        document["engines"].append(row)
+    return document
+
+
+def healthy(document: dict) -> bool:
+    for row in document["engines"]:
+        if row["works"] and "synthesis" in row and not row["synthesis"].get("ok"):
+            return False
+        if row.get("parity", {}).get("ok") is False:
+            return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bash run.sh doctor", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
+    parser.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="speech tokens to synthesise (25 = 1 s)")
+    parser.add_argument("--engines", help="comma list of engine/device names to try (default: all), e.g. torch/cpu")
+    parser.add_argument("--json", default="doctor.json", help="where to write the report (default: doctor.json)")
+    parser.add_argument("--no-synthesis", action="store_true", help="only the machine and the engine probes")
+    parser.add_argument("--no-parity", action="store_true", help="skip the golden-vector parity checks")
+    args = parser.parse_args(argv)
+    if args.tokens < 25:
+        parser.error("--tokens must be at least 25 (one second of speech)")
+    document = run_doctor(args)
+    document["healthy"] = healthy(document)
+    Path(args.json).write_text(json.dumps(document, indent=1), encoding="utf-8")
+    print(table(document))
+    print(f"\nWrote {args.json}: attach it to a bug report.", file=sys.stderr)
+    return 0 if document["healthy"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

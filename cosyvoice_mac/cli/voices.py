@@ -1,0 +1,166 @@
+"""``voices``: list, add, rename, replace and delete saved voices, in this machine's voice library or, with
+``--server``, in the running app's (through ``/v1/voices``, so the app's worker prepares a new recording).
+
+Without an action it lists the voices and says what the actions are, rather than failing on a missing argument.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from cosyvoice_mac.errors import CosyVoiceError
+
+ACTIONS = ("list", "add", "rename", "replace", "delete")
+USAGE = (
+    "voices list                                   the saved voices\n"
+    "voices add NAME --audio FILE [--transcript T]  keep a 3-30 s recording as a voice\n"
+    "voices rename NAME NEW_NAME                    give a voice another name\n"
+    "voices replace NAME --audio FILE [--transcript T]  overwrite a voice's recording, keeping its name\n"
+    "voices delete NAME                             forget a voice\n"
+    "add --server URL (and --api-key) to change the running app's voices"
+)
+
+
+def add_voices(commands) -> None:
+    voices = commands.add_parser(
+        "voices",
+        help="list, add, rename, replace or delete saved voices",
+        description=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    voices.add_argument("action", nargs="?", choices=ACTIONS, help="what to do (none: list them and show this)")
+    voices.add_argument("name", nargs="?", help="the voice's name")
+    voices.add_argument("new_name", nargs="?", help="the new name (rename)")
+    voices.add_argument("--audio", type=Path, help="3-30 s recording of the voice (add, replace)")
+    voices.add_argument("--transcript", help="what the recording says (zero-shot mode needs it)")
+    voices.add_argument("--server", metavar="URL", help="the running app whose voices to use (default: this machine's)")
+    voices.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
+    voices.set_defaults(handler=run_voices)
+
+
+def run_voices(args) -> int:
+    library = _AppVoices(args.server, args.api_key) if args.server else _LocalVoices()
+    try:
+        return _act(args, library)
+    finally:
+        library.close()
+
+
+def _act(args, library) -> int:
+    action = args.action or "list"
+    if action == "list":
+        entries = library.list()
+        for entry in entries:
+            print(f"{entry['name']}\t{entry.get('transcript') or '(no transcript: cross-lingual only)'}")
+        if not entries:
+            print("no saved voices yet", file=sys.stderr)
+        if args.action is None:
+            print("\n" + USAGE, file=sys.stderr)
+        return 0
+    if not args.name:
+        raise CosyVoiceError(f"voices {action} needs the voice's NAME\n{USAGE}")
+    if action == "rename":
+        if not args.new_name:
+            raise CosyVoiceError("voices rename needs the NAME and the NEW_NAME")
+        entry = library.rename(args.name, args.new_name)
+        print(f"renamed voice {args.name!r} to {entry['name']!r}")
+        return 0
+    if action == "delete":
+        library.delete(args.name)
+        print(f"deleted voice {args.name!r}")
+        return 0
+    if args.audio is None:
+        raise CosyVoiceError(f"voices {action} needs --audio FILE (a 3-30 s recording)")
+    if not args.audio.is_file():
+        raise CosyVoiceError(f"--audio: {args.audio} does not exist")
+    transcript = (args.transcript or "").strip() or None
+    entry = library.save(args.name, args.audio, transcript, replace=action == "replace")
+    print(f"{'replaced' if action == 'replace' else 'saved'} voice {entry['name']!r}")
+    return 0
+
+
+class _LocalVoices:
+    """This machine's voice library (the app's, when it runs with the default cache folder)."""
+
+    def __init__(self):
+        from cosyvoice_mac.engine.voice_library import VoiceLibrary
+
+        self.library = VoiceLibrary()
+
+    def close(self) -> None:
+        pass
+
+    def list(self) -> list[dict]:
+        return self.library.list()
+
+    def rename(self, name: str, new_name: str) -> dict:
+        return self.library.rename(name, new_name)
+
+    def delete(self, name: str) -> None:
+        self.library.delete(name)
+
+    def save(self, name: str, audio: Path, transcript: str | None, replace: bool) -> dict:
+        from cosyvoice_mac.frontend.prompt_audio import decode_prompt
+
+        if replace:
+            self.library.get(name)  # only a voice that exists is replaced
+        decoded = decode_prompt(str(audio))  # refuses what is not usable speech audio, with the reason
+        return self.library.save(
+            name,
+            audio_hash=decoded.content_hash,
+            model_id="recording",
+            transcript=transcript,
+            audio=audio,
+            overwrite=replace,
+        )
+
+
+class _AppVoices:
+    """The running app's voice library, through ``/v1/voices``."""
+
+    def __init__(self, url: str, api_key: str | None):
+        from cosyvoice_mac.cli.remote import AppClient, NoApp
+
+        self.app = AppClient(url, api_key)
+        try:
+            self.app.probe()
+        except NoApp as error:
+            self.app.close()
+            raise CosyVoiceError(f"{error}; start the app, or leave out --server to use this machine's voices")
+
+    def close(self) -> None:
+        self.app.close()
+
+    def _call(self, method: str, path: str, **options) -> dict:
+        from cosyvoice_mac.wire import VOICES_PATH
+
+        answer = self.app.http.request(method, VOICES_PATH + path, timeout=900, **options)
+        if answer.status_code >= 400:
+            raise self.app.explain(answer)
+        return answer.json()
+
+    def _id(self, name: str) -> str:
+        for entry in self.list():
+            if name in (entry["name"], entry["id"]) and entry["id"] != "preview":
+                return entry["id"]
+        known = ", ".join(entry["name"] for entry in self.list()) or "none saved yet"
+        raise CosyVoiceError(f"the app has no saved voice named {name!r} (its voices: {known})")
+
+    def list(self) -> list[dict]:
+        return [entry for entry in self._call("GET", "")["data"] if entry.get("type") != "builtin"]
+
+    def rename(self, name: str, new_name: str) -> dict:
+        return self._call("PATCH", f"/{self._id(name)}", json={"name": new_name})
+
+    def delete(self, name: str) -> None:
+        self._call("DELETE", f"/{self._id(name)}")
+
+    def save(self, name: str, audio: Path, transcript: str | None, replace: bool) -> dict:
+        form = {"transcript": transcript} if transcript else {}
+        with audio.open("rb") as recording:
+            files = {"audio": (audio.name, recording)}
+            if replace:
+                return self._call("PUT", f"/{self._id(name)}", data=form, files=files)
+            return self._call("POST", "", data={"name": name, **form}, files=files)

@@ -1,0 +1,355 @@
+"""The page's history: every result in outputs/ (generations and voice conversions), read from the sidecars
+the worker writes beside each WAV (so it outlives a reload and a restart), newest first, searched by text,
+voice or converted recording and paged; play, download, "use these settings again" (a conversion's opens the
+Convert section), and a Clear that only hides (the files stay in outputs/).
+
+``HistoryBook`` owns the reading (a sidecar is parsed once per change of its file); the layout's section is
+``build_history_section``. Element ids (``elem_id``) are the browser tests' handles; keep them stable.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+import gradio as gr
+
+from cosyvoice_mac.conversion_request import VOICE_CONVERSION
+from cosyvoice_mac.preview import PREVIEW
+from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
+from cosyvoice_mac.request import MODES
+from cosyvoice_mac.webui.state import HistoryEntry, is_inside
+from cosyvoice_mac.webui.strings import plural
+from cosyvoice_mac.webui.strings import text as say
+
+PER_PAGE = 10
+TEXT_IN_HISTORY = 60
+HISTORY_COLUMNS = (
+    "col_time",
+    "col_text",
+    "col_mode",
+    "col_voice",
+    "col_seed",
+    "col_speed",
+    "col_duration",
+    "col_model",
+    "col_file",
+)
+HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "str", "str"]
+HISTORY_COLUMN_WIDTHS = ["12%", "30%", "9%", "10%", "8%", "5%", "6%", "8%", "12%"]
+CLEARED_SETTING = "history_cleared_at"
+
+
+def entry_from_sidecar(sidecar: dict, folder: Path, created: float) -> HistoryEntry | None:
+    """The history entry a sidecar describes (``created``: when the sidecar was written), or None when it is
+    not one of ours or its WAV is gone."""
+    name = sidecar.get("file")
+    if not isinstance(name, str) or Path(name).name != name or not name.endswith(".wav"):
+        return None
+    path = folder / name
+    if not path.is_file():
+        return None
+    preview = sidecar.get("version") == PREVIEW
+    model = sidecar.get("model")
+    converted = sidecar.get("mode") == VOICE_CONVERSION
+    return HistoryEntry(
+        path=str(path),
+        text=str(sidecar.get("text") or ""),
+        mode=sidecar.get("mode") if sidecar.get("mode") in (*MODES, VOICE_CONVERSION) else "zero_shot",
+        voice=sidecar.get("voice") if isinstance(sidecar.get("voice"), str) else None,
+        seed=int(sidecar.get("seed") or 0),
+        speed=float(sidecar.get("speed") or 1.0),
+        duration_s=float(sidecar.get("duration_s") or 0.0),
+        created=created,
+        model=None if preview else (str(model) if model else None),
+        preview=preview,
+        instruct=sidecar.get("instruct") if isinstance(sidecar.get("instruct"), str) else None,
+        transcript=sidecar.get("prompt_text") if isinstance(sidecar.get("prompt_text"), str) else None,
+        source=str(sidecar.get("source") or "") if converted else None,
+        source_duration_s=_seconds(sidecar.get("source_duration_s")) if converted else None,
+    )
+
+
+def _seconds(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+class HistoryBook:
+    """Owns the reading of outputs/ (its top folder: long-form work keeps its own sub-folders) as history."""
+
+    def __init__(self, outputs_dir: str | Path, settings):
+        self.folder = Path(outputs_dir)
+        self.settings = settings
+        self._parsed: dict[str, tuple[int, HistoryEntry | None]] = {}  # sidecar name -> (mtime_ns, entry)
+        self._lock = threading.Lock()
+
+    def entries(self, query: str = "") -> list[HistoryEntry]:
+        """Every result not hidden by Clear, newest first; ``query`` keeps those whose text, voice or converted
+        recording's name holds it."""
+        cleared = float(self.settings.load().get(CLEARED_SETTING) or 0.0)
+        found = [entry for entry in self._read() if entry.created > cleared]
+        words = (query or "").strip().casefold()
+        if words:
+            found = [
+                entry
+                for entry in found
+                if any(words in (field or "").casefold() for field in (entry.text, entry.voice, entry.source))
+            ]
+        return sorted(found, key=lambda entry: (entry.created, entry.file_name), reverse=True)
+
+    def find(self, file_name: str | None) -> HistoryEntry | None:
+        """The entry whose WAV is ``file_name`` (a name from the list, never a path), still inside outputs/."""
+        if not isinstance(file_name, str):
+            return None
+        entry = next((entry for entry in self._read() if entry.file_name == file_name), None)
+        if entry is None or not is_inside(entry.path, self.folder) or not Path(entry.path).is_file():
+            return None
+        return entry
+
+    def clear(self) -> None:
+        """Hide everything made until now (the files stay in outputs/)."""
+        self.settings.update(**{CLEARED_SETTING: time.time()})
+
+    def _read(self) -> list[HistoryEntry]:
+        try:
+            sidecars = list(self.folder.glob("*.json"))
+        except OSError:
+            return []
+        entries = []
+        with self._lock:
+            seen = set()
+            for sidecar in sidecars:
+                seen.add(sidecar.name)
+                try:
+                    stamp = sidecar.stat().st_mtime_ns
+                except OSError:
+                    continue
+                known = self._parsed.get(sidecar.name)
+                if known is None or known[0] != stamp:
+                    known = (stamp, self._parse(sidecar, stamp / 1e9))
+                    self._parsed[sidecar.name] = known
+                if known[1] is not None:
+                    entries.append(known[1])
+            for gone in set(self._parsed) - seen:
+                del self._parsed[gone]
+        return entries
+
+    def _parse(self, sidecar: Path, created: float) -> HistoryEntry | None:
+        try:
+            data = json.loads(sidecar.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return None
+        return entry_from_sidecar(data, self.folder, created) if isinstance(data, dict) else None
+
+
+class HistoryView(NamedTuple):
+    """One page of the history as the section shows it."""
+
+    table: dict
+    badge: str
+    page_words: str
+    page: int
+    picks: list[tuple[str, str]]
+
+
+def history_view(lang: str, entries: list[HistoryEntry], page: int = 0) -> HistoryView:
+    """Page ``page`` (from 0, clamped) of ``entries``: the table, the one-line model badge, "page 1 of 3"."""
+    pages = max(1, -(-len(entries) // PER_PAGE))
+    page = min(max(int(page or 0), 0), pages - 1)
+    shown = entries[page * PER_PAGE : (page + 1) * PER_PAGE]
+    headers = [say(lang, key) for key in HISTORY_COLUMNS]
+    rows = [_row(lang, entry) for entry in shown]
+    badge = ""
+    if any(entry.preview for entry in shown):
+        badge = say(lang, "history_preview_badge", label=say(lang, "preview_label"), command=DOWNLOAD_COMMAND)
+    if not entries:
+        words = say(lang, "history_none")
+    else:
+        words = plural(lang, "history_page", len(entries), page=page + 1, pages=pages)
+    picks = [(f"{_when(entry)}  {entry.file_name}", entry.file_name) for entry in shown]
+    return HistoryView({"headers": headers, "data": rows}, badge, words, page, picks)
+
+
+def _when(entry: HistoryEntry) -> str:
+    return time.strftime("%m-%d %H:%M:%S", time.localtime(entry.created))
+
+
+def _row(lang: str, entry: HistoryEntry) -> list:
+    text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[: TEXT_IN_HISTORY - 1] + "…"
+    if entry.mode == VOICE_CONVERSION:  # no text was read: what was re-spoken, and how long it was
+        seconds = entry.source_duration_s if entry.source_duration_s is not None else entry.duration_s
+        text = say(lang, "history_converted", source=entry.source or "?", seconds=seconds)
+    return [
+        _when(entry),
+        text,
+        say(lang, f"mode_short_{entry.mode}"),
+        entry.voice or say(lang, "history_prompt_voice"),
+        entry.seed,
+        f"{entry.speed:g}",
+        f"{entry.duration_s:.1f}",
+        "🔶 " + say(lang, "history_preview_short") if entry.preview else entry.model or "",  # a plain-text cell
+        entry.file_name,
+    ]
+
+
+def build_history_section(make, lang: str):
+    """The history section's controls, in page order; a dict by name."""
+    controls: dict = {}
+    with make(gr.Accordion, {"label": "history_heading"}, open=True, elem_id="cv-history-section"):
+        with gr.Row(equal_height=True):
+            controls["search"] = make(
+                gr.Textbox,
+                {"label": "history_search_label", "placeholder": "history_search_placeholder"},
+                scale=3,
+                elem_id="cv-history-search",
+            )
+            controls["prev"] = make(gr.Button, {"value": "history_prev"}, size="sm", scale=0, elem_id="cv-history-prev")
+            controls["page_words"] = gr.Markdown(elem_id="cv-history-page", elem_classes="cv-message")
+            controls["next"] = make(gr.Button, {"value": "history_next"}, size="sm", scale=0, elem_id="cv-history-next")
+        controls["badge"] = gr.Markdown(elem_id="cv-history-badge", elem_classes="cv-message")
+        controls["table"] = make(
+            gr.Dataframe,
+            {"label": "history_label"},
+            interactive=False,
+            wrap=True,
+            column_widths=HISTORY_COLUMN_WIDTHS,
+            datatype=HISTORY_DATATYPES,
+            elem_id="cv-history",
+        )
+        with gr.Row(equal_height=True):
+            controls["pick"] = make(
+                gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None, scale=2, elem_id="cv-history-pick"
+            )
+            controls["reuse"] = make(
+                gr.Button, {"value": "history_reuse"}, size="sm", scale=1, elem_id="cv-history-reuse"
+            )
+            controls["clear"] = make(
+                gr.Button, {"value": "history_clear"}, size="sm", scale=1, elem_id="cv-history-clear"
+            )
+        with gr.Row(visible=False, elem_id="cv-history-clear-row") as clear_row:
+            make(gr.Markdown, {"value": "history_clear_question"}, elem_classes="cv-message")
+            controls["clear_yes"] = make(
+                gr.Button, {"value": "history_clear_yes"}, size="sm", variant="stop", elem_id="cv-history-clear-yes"
+            )
+            controls["clear_no"] = make(
+                gr.Button, {"value": "voice_replace_no"}, size="sm", elem_id="cv-history-clear-no"
+            )
+        controls["clear_row"] = clear_row
+        controls["msg"] = gr.Markdown(elem_id="cv-history-msg", elem_classes="cv-message")
+        controls["audio"] = make(
+            gr.Audio,
+            {"label": "history_audio_label"},
+            interactive=False,
+            buttons=["download"],
+            elem_id="cv-history-audio",
+        )
+        controls["page"] = gr.State(0)
+    return controls
+
+
+class HistoryCallbacks:
+    """The history section's callbacks, mixed into ``callbacks.Callbacks`` (which provides ``history_book``
+    and ``_voices``)."""
+
+    history_book: HistoryBook
+
+    def history_show(self, lang: str, query: str, page: int = 0):
+        """(table, badge, page words, page, pick menu) for page ``page`` of the results matching ``query``."""
+        view = history_view(lang, self.history_book.entries(query), page)
+        return view.table, view.badge, view.page_words, view.page, gr.update(choices=view.picks, value=None)
+
+    def history_turn(self, lang: str, query: str, page: int, step: int):
+        return self.history_show(lang, query, int(page or 0) + step)
+
+    def history_picked(self, file_name: str | None, session=None):
+        """The chosen earlier result's WAV, if it is one of outputs/ (a name the list gave, never a path)."""
+        entry = self.history_book.find(file_name)
+        return entry.path if entry is not None else None
+
+    def history_reuse(self, lang: str, file_name: str | None):
+        """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
+        the Convert section, its voice, its speed, message). A recording uploaded for it is not kept, so only a
+        saved voice comes back; a conversion opens the Convert section instead (its recording is not kept)."""
+        entry = self.history_book.find(file_name)
+        skip = gr.skip()
+        if entry is None:
+            return (skip,) * 10 + (say(lang, "history_pick_first"),)
+        if entry.mode == VOICE_CONVERSION:
+            return (skip,) * 7 + self._reuse_conversion(lang, entry)
+        voice, words = skip, say(lang, "history_reused")
+        if entry.voice:
+            try:
+                self._voices().get(entry.voice)
+                voice = entry.voice
+            except Exception:  # noqa: BLE001 - EngineError/VoiceError: deleted since, or no model running
+                words = say(lang, "history_reused_voice_gone", name=entry.voice)
+        else:
+            words = say(lang, "history_reused_upload")
+        transcript = entry.transcript if entry.transcript is not None else skip
+        instruct = entry.instruct or ""
+        return entry.text, entry.mode, instruct, entry.seed, entry.speed, voice, transcript, skip, skip, skip, words
+
+    def _reuse_conversion(self, lang: str, entry: HistoryEntry) -> tuple:
+        """(the Convert section opened, its voice menu, its speed, message) for an earlier conversion."""
+        source = entry.source or "?"
+        try:
+            names = [known["name"] for known in self._voices().list()]
+        except Exception:  # noqa: BLE001 - EngineError/VoiceError: no model running, an unreadable library
+            names = []
+        menu = [(say(lang, "voices_none"), "")] + [(name, name) for name in names]
+        if entry.voice and entry.voice in names:
+            voice, words = entry.voice, say(lang, "history_reused_conversion", voice=entry.voice, source=source)
+        elif entry.voice:
+            voice, words = "", say(lang, "history_reused_conversion_gone", voice=entry.voice, source=source)
+        else:
+            voice, words = "", say(lang, "history_reused_conversion_upload", source=source)
+        return gr.update(open=True), gr.update(choices=menu, value=voice), entry.speed, words
+
+    def history_cleared(self, lang: str, query: str):
+        self.history_book.clear()
+        return (*self.history_show(lang, query, 0), gr.update(visible=False), say(lang, "history_was_cleared"))
+
+
+def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, form: dict) -> None:
+    """Each history control's callback; ``form`` names the controls "use these settings again" fills."""
+    quiet = dict(queue=False, show_progress="hidden")
+    shown = [controls[name] for name in ("table", "badge", "page_words", "page", "pick")]
+    query = [language, controls["search"]]
+    controls["search"].change(callbacks.history_show, query, shown, trigger_mode="always_last", **quiet)
+    controls["prev"].click(
+        lambda lang, words, page: callbacks.history_turn(lang, words, page, -1),
+        [*query, controls["page"]],
+        shown,
+        **quiet,
+    )
+    controls["next"].click(
+        lambda lang, words, page: callbacks.history_turn(lang, words, page, 1),
+        [*query, controls["page"]],
+        shown,
+        **quiet,
+    )
+    controls["pick"].input(callbacks.history_picked, controls["pick"], controls["audio"], **quiet)
+    filled = [
+        form[name]
+        for name in (
+            "text",
+            "mode",
+            "instruct",
+            "seed",
+            "speed",
+            "voices",
+            "transcript",
+            "convert_section",
+            "convert_voice",
+            "convert_speed",
+        )
+    ]
+    controls["reuse"].click(callbacks.history_reuse, [language, controls["pick"]], [*filled, controls["msg"]], **quiet)
+    controls["clear"].click(lambda: gr.update(visible=True), None, controls["clear_row"], **quiet)
+    controls["clear_no"].click(lambda: gr.update(visible=False), None, controls["clear_row"], **quiet)
+    controls["clear_yes"].click(
+        callbacks.history_cleared, query, [*shown, controls["clear_row"], controls["msg"]], **quiet
+    )

@@ -1,0 +1,187 @@
+"""The page's long-form section: its controls (dialogue, subtitles, batch, convert-recordings and glossary
+tabs; Stop, progress, result) and their wiring to ``LongformCallbacks`` (``longform.py``)."""
+
+from __future__ import annotations
+
+import gradio as gr
+
+from cosyvoice_mac.request import SPEED_RANGE
+from cosyvoice_mac.sound.limits import AUDIO_SUFFIXES
+from cosyvoice_mac.webui.longform import LongformCallbacks
+from cosyvoice_mac.webui.post_controls import build_post_controls
+
+GLOSSARY_HEADERS = ["key", "replacement", "language"]
+
+
+def build_longform_section(make, callbacks, longform: LongformCallbacks, language) -> None:
+    """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make."""
+    with make(gr.Accordion, {"label": "longform_heading"}, open=False, elem_id="cv-longform"):
+        trim, level, target = build_post_controls(make, "cv-lf")
+        with gr.Tabs():
+            with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
+                script = make(
+                    gr.Textbox,
+                    {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
+                    lines=6,
+                    elem_id="cv-lf-script",
+                )
+                cast = make(
+                    gr.Dataframe,
+                    {"label": "lf_cast_label"},
+                    headers=["speaker", "voice"],
+                    value=[["", ""]],
+                    column_count=(2, "fixed"),
+                    interactive=True,
+                    elem_id="cv-lf-cast",
+                )
+                with gr.Row():
+                    pause = make(
+                        gr.Slider,
+                        {"label": "lf_pause_label"},
+                        minimum=0,
+                        maximum=3,
+                        step=0.05,
+                        value=0.4,
+                        elem_id="cv-lf-pause",
+                    )
+                    per_line = make(gr.Checkbox, {"label": "lf_per_line_label"}, value=False, elem_id="cv-lf-per-line")
+                dialogue_start = make(
+                    gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dialogue-start"
+                )
+            with make(gr.Tab, {"label": "lf_tab_subtitles"}, elem_id="cv-lf-tab-subtitles"):
+                srt_file = make(
+                    gr.File, {"label": "lf_srt_label"}, file_types=[".srt"], type="filepath", elem_id="cv-lf-srt"
+                )
+                with gr.Row():
+                    dub_voice = make(
+                        gr.Dropdown,
+                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
+                        value="",
+                        elem_id="cv-lf-dub-voice",
+                    )
+                    speed_limit = make(
+                        gr.Slider,
+                        {"label": "lf_speed_limit_label"},
+                        minimum=1.0,
+                        maximum=2.0,
+                        step=0.05,
+                        value=1.5,
+                        elem_id="cv-lf-speed-limit",
+                    )
+                dub_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dub-start")
+            with make(gr.Tab, {"label": "lf_tab_batch"}, elem_id="cv-lf-tab-batch"):
+                lines_file = make(
+                    gr.File,
+                    {"label": "lf_batch_label"},
+                    file_types=[".txt", ".csv"],
+                    type="filepath",
+                    elem_id="cv-lf-lines",
+                )
+                with gr.Row():
+                    batch_voice = make(
+                        gr.Dropdown,
+                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
+                        value="",
+                        elem_id="cv-lf-batch-voice",
+                    )
+                    batch_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-batch-name")
+                batch_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-batch-start")
+            with make(gr.Tab, {"label": "lf_tab_convert"}, elem_id="cv-lf-tab-convert"):
+                sources = make(
+                    gr.File,
+                    {"label": "lf_sources_label"},
+                    file_count="multiple",
+                    file_types=sorted(AUDIO_SUFFIXES),
+                    type="filepath",
+                    elem_id="cv-lf-sources",
+                )
+                with gr.Row():
+                    convert_voice = make(
+                        gr.Dropdown,
+                        {"label": "lf_convert_voice_label", "choices": callbacks.voice_choices},
+                        value="",
+                        elem_id="cv-lf-convert-voice",
+                    )
+                    convert_speed = make(
+                        gr.Slider,
+                        {"label": "lf_convert_speed_label"},
+                        minimum=SPEED_RANGE[0],
+                        maximum=SPEED_RANGE[1],
+                        step=0.05,
+                        value=1.0,
+                        elem_id="cv-lf-convert-speed",
+                    )
+                    convert_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-convert-name")
+                convert_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-convert-start")
+            with make(gr.Tab, {"label": "lf_tab_glossary"}, elem_id="cv-lf-tab-glossary") as glossary_tab:
+                table = make(
+                    gr.Dataframe,
+                    {"label": "lf_glossary_table_label"},
+                    headers=GLOSSARY_HEADERS,
+                    value=longform.glossary_rows,
+                    column_count=(3, "fixed"),
+                    interactive=True,
+                    elem_id="cv-lf-glossary",
+                )
+                with gr.Row():
+                    save = make(gr.Button, {"value": "lf_glossary_save"}, elem_id="cv-lf-glossary-save")
+                    upload = make(
+                        gr.File,
+                        {"label": "lf_glossary_import_label"},
+                        file_types=[".csv"],
+                        type="filepath",
+                        elem_id="cv-lf-glossary-import",
+                    )
+                glossary_msg = gr.Markdown(elem_id="cv-lf-glossary-msg", elem_classes="cv-message")
+                glossary_problem = gr.Markdown(elem_id="cv-lf-glossary-problem", elem_classes="cv-message")
+                start_empty = make(
+                    gr.Button, {"value": "lf_glossary_reset"}, visible=False, elem_id="cv-lf-glossary-reset"
+                )
+        stop = make(gr.Button, {"value": "lf_stop"}, variant="secondary", elem_id="cv-lf-stop")
+        progress = gr.HTML("", elem_id="cv-lf-progress-html")
+        message = gr.Markdown(elem_id="cv-lf-msg", elem_classes="cv-message")
+        audio = make(
+            gr.Audio, {"label": "lf_audio_label"}, interactive=False, buttons=["download"], elem_id="cv-lf-audio"
+        )
+        files = make(
+            gr.File, {"label": "lf_files_label"}, file_count="multiple", interactive=False, elem_id="cv-lf-files"
+        )
+
+    outputs = [progress, message, audio, files]
+    busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")
+    dialogue_start.click(
+        longform.dialogue, [language, script, cast, pause, per_line, trim, level, target], outputs, **busy
+    )
+    dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, trim, level, target], outputs, **busy)
+    batch_start.click(
+        longform.batch, [language, lines_file, batch_voice, batch_name, trim, level, target], outputs, **busy
+    )
+    convert_start.click(
+        longform.convert_batch,
+        [language, sources, convert_voice, convert_name, convert_speed, trim, level, target],
+        outputs,
+        **busy,
+    )
+    stop.click(longform.stop, None, None, queue=False, show_progress="hidden")
+    for menu in (
+        dub_voice,
+        batch_voice,
+        convert_voice,
+    ):  # voices saved since the page loaded appear when the menu opens
+        menu.focus(
+            lambda lang: gr.update(choices=callbacks.voice_choices(lang)),
+            language,
+            menu,
+            queue=False,
+            show_progress="hidden",
+        )
+    save.click(longform.save_glossary, [language, table], [table, glossary_msg], queue=False).then(
+        longform.glossary_state, language, [glossary_problem, start_empty], queue=False
+    )
+    upload.upload(longform.import_glossary, [language, upload], [table, glossary_msg], queue=False).then(
+        longform.glossary_state, language, [glossary_problem, start_empty], queue=False
+    )
+    glossary_tab.select(longform.glossary_state, language, [glossary_problem, start_empty], queue=False)
+    start_empty.click(
+        longform.start_empty_glossary, language, [table, glossary_msg, glossary_problem, start_empty], queue=False
+    )

@@ -1,0 +1,102 @@
+"""Saved voices renamed (``PATCH /v1/voices/{id}``) and replaced (``PUT``), through the API and through the
+``voices`` command (``--server`` goes to the running app; with no action it lists and explains)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import httpx
+
+from cosyvoice_mac.cli.main import main
+from tests.browser.conftest import REPO_ROOT
+
+
+def _create(url: str, audio, name: str) -> dict:
+    with open(audio, "rb") as recording:
+        answer = httpx.post(url + "v1/voices", data={"name": name}, files={"audio": recording}, timeout=300)
+    assert answer.status_code == 201, answer.text
+    return answer.json()
+
+
+def _listed(url: str) -> dict[str, dict]:
+    return {voice["name"]: voice for voice in httpx.get(url + "v1/voices", timeout=30).json()["data"]}
+
+
+def test_a_voice_is_renamed_given_a_transcript_and_replaced_through_the_api(api_app, make_speech):
+    url = api_app.url
+    created = _create(url, make_speech("The first recording of this voice, please.", seconds=4.0), "API first")
+    _create(url, make_speech("Somebody else speaking here, thank you.", seconds=4.0), "API taken")
+
+    renamed = httpx.patch(f"{url}v1/voices/{created['id']}", json={"name": "API renamed"}, timeout=30)
+    assert renamed.status_code == 200, renamed.text
+    assert renamed.json()["name"] == "API renamed" and "API first" not in _listed(url)
+    taken = httpx.patch(f"{url}v1/voices/API renamed", json={"name": "API taken"}, timeout=30)
+    assert taken.status_code == 409 and taken.json()["error"]["code"] == "voice_exists"
+    empty = httpx.patch(f"{url}v1/voices/API renamed", json={}, timeout=30)
+    assert empty.status_code == 400 and empty.json()["error"]["param"] == "name"
+    missing = httpx.patch(f"{url}v1/voices/nobody", json={"name": "x"}, timeout=30)
+    assert missing.status_code == 404
+    told = httpx.patch(f"{url}v1/voices/API renamed", json={"transcript": "The first recording."}, timeout=30)
+    assert told.status_code == 200 and told.json()["transcript"] == "The first recording."
+
+    second = make_speech("A second recording of the renamed voice, which replaces it.", seconds=5.0)
+    with open(second, "rb") as recording:
+        replaced = httpx.put(
+            f"{url}v1/voices/API renamed", data={"transcript": "A second recording."}, files={"audio": recording}
+        )
+    assert replaced.status_code == 200, replaced.text
+    assert replaced.json()["transcript"] == "A second recording." and replaced.json()["name"] == "API renamed"
+    no_audio = httpx.put(f"{url}v1/voices/API renamed", data={"transcript": "x"}, timeout=30)
+    assert no_audio.status_code == 400 and no_audio.json()["error"]["param"] == "audio"
+    for name in ("API renamed", "API taken"):
+        assert httpx.delete(f"{url}v1/voices/{name}", timeout=30).status_code == 200
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "cosyvoice_mac", *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
+
+
+def test_the_voices_command_changes_the_running_app_s_voices(api_app, make_speech, tmp_path):
+    server = ("--server", api_app.url)
+    first = make_speech("The command line keeps this voice, please.", seconds=4.0)
+    added = _cli("voices", "add", "CLI voice", "--audio", str(first), *server)
+    assert added.returncode == 0, added.stderr
+    assert "CLI voice" in _listed(api_app.url)
+    renamed = _cli("voices", "rename", "CLI voice", "CLI renamed", *server)
+    assert renamed.returncode == 0 and "renamed voice 'CLI voice' to 'CLI renamed'" in renamed.stdout
+    second = make_speech("The replacement recording for the command line voice.", seconds=5.0)
+    replaced = _cli("voices", "replace", "CLI renamed", "--audio", str(second), "--transcript", "Replaced.", *server)
+    assert replaced.returncode == 0, replaced.stderr
+    assert _listed(api_app.url)["CLI renamed"]["transcript"] == "Replaced."
+    listed = _cli("voices", *server)  # no action: the list, then what the actions are
+    assert listed.returncode == 0 and "CLI renamed\tReplaced." in listed.stdout and "voices rename" in listed.stderr
+    unknown = _cli("voices", "rename", "nobody", "x", *server)
+    assert unknown.returncode == 2 and "no saved voice named 'nobody'" in unknown.stderr
+    assert _cli("voices", "delete", "CLI renamed", *server).returncode == 0
+    assert "CLI renamed" not in _listed(api_app.url)
+
+
+def test_the_voices_command_without_an_action_lists_this_machine_s_voices(tmp_path, monkeypatch, capsys, make_speech):
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path / "cache"))
+    assert main(["voices"]) == 0
+    out = capsys.readouterr()
+    assert "no saved voices yet" in out.err and "voices add NAME --audio FILE" in out.err
+    recording = str(make_speech("A local voice for the command line.", seconds=4.0))
+    assert main(["voices", "add", "Local", "--audio", recording]) == 0
+    assert main(["voices", "rename", "Local", "Local two"]) == 0
+    assert main(["voices", "replace", "Local two", "--audio", recording, "--transcript", "Hi."]) == 0
+    capsys.readouterr()
+    assert main(["voices", "list"]) == 0
+    assert capsys.readouterr().out == "Local two\tHi.\n"
+    assert main(["voices", "replace", "Nobody", "--audio", recording]) == 2
+    assert "no saved voice named 'Nobody'" in capsys.readouterr().err
+    assert json.loads((tmp_path / "cache" / "voices" / "voices.json").read_text())["voices"].keys() == {"Local two"}

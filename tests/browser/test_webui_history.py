@@ -1,0 +1,43 @@
+"""The history at 1366x900 is read from outputs/: a result survives a reload (a new session), plays, and
+"use these settings again" puts its text, mode, seed and speed back in the form."""
+
+from __future__ import annotations
+
+from playwright.sync_api import expect
+
+from tests.browser.helpers import audio_duration, fill, generate, upload_prompt, wait_until_ready
+
+
+def test_the_history_survives_a_reload_and_reuses_settings(laptop_page, app, prompt_wav):
+    page = laptop_page
+    wait_until_ready(page)
+    upload_prompt(page, prompt_wav)
+    page.locator("#cv-mode input[value=cross_lingual]").check()
+    fill(page, "cv-text", "A result worth keeping, with a kiwi in it.")
+    fill(page, "cv-seed", "4242")
+    before = app.output_files()
+    assert "Done" in generate(page)
+    (new_file,) = app.output_files() - before
+
+    page.reload()
+    page.wait_for_selector("#cv-generate")
+    history = page.locator("#cv-history")
+    expect(history).to_contain_text(new_file)
+    fill(page, "cv-history-search", "kiwi")
+    expect(history).to_contain_text("with a kiwi in it")
+    fill(page, "cv-history-search", "no such words anywhere")
+    expect(history).not_to_contain_text(new_file)
+    fill(page, "cv-history-search", "KIWI")
+    expect(history).to_contain_text(new_file)
+
+    page.locator("#cv-history-pick input").click()
+    page.get_by_role("option", name=new_file).click()
+    assert audio_duration(page, "cv-history-audio") > 0.1
+    expect(page.locator("#cv-history-audio a[download]")).to_have_count(1)
+    fill(page, "cv-text", "")
+    page.locator("#cv-mode input[value=zero_shot]").check()
+    page.click("#cv-history-reuse")
+    expect(page.locator("#cv-text textarea")).to_have_value("A result worth keeping, with a kiwi in it.")
+    expect(page.locator("#cv-seed input")).to_have_value("4242")
+    expect(page.locator("#cv-mode input[value=cross_lingual]")).to_be_checked()
+    expect(page.locator("#cv-history-msg")).to_contain_text("uploaded prompt")

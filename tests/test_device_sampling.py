@@ -1,0 +1,171 @@
+"""Sampling on the device (``models/llm/device_sampling.py``) draws the host RasSampler's ids for the same
+seed: the torch fact it rests on, the pick itself over long runs (repetition re-draws, min_len, the
+variate ring wrapping), and the pipelined decoding loop on a tiny model. On CUDA
+(``COSYVOICE_TEST_DEVICE=cuda``) the same loop with its graphs against the host sampler."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from cosyvoice_mac.bench.opcount import prompt_embeddings, random_tiny_speech_lm
+from cosyvoice_mac.models.llm import DecodeOptions
+from cosyvoice_mac.models.llm.device_sampling import OFFSET, DeviceRas
+from cosyvoice_mac.models.llm.sampling import RasSampler
+
+TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
+cuda_only = pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")
+
+
+@pytest.mark.parametrize("size", [1, 7, 25, 503])
+def test_multinomial_is_the_argmax_of_probs_over_a_stream_of_exponentials(size):
+    """The fact the device sampler rests on: one CPU multinomial draw of n categories is argmax(p / E) with
+    E the generator's next n exponential variates, drawn one after another (so a longer draw's head is a
+    shorter draw's, and draws chain). If a torch release changes this, device sampling must be turned off."""
+    for seed in range(20):
+        drawing, streaming = torch.Generator().manual_seed(seed), torch.Generator().manual_seed(seed)
+        stream = torch.empty(3 * size).exponential_(generator=streaming)
+        for draw in range(3):
+            probs = torch.softmax(3 * torch.randn(size), dim=0)
+            expected = int(torch.multinomial(probs, 1, replacement=True, generator=drawing))
+            assert int(torch.argmax(probs / stream[draw * size : (draw + 1) * size])) == expected
+
+
+def _logp_stream(steps: int, vocab: int, seed: int) -> list[torch.Tensor]:
+    """Peaked random log-probs, so the same id comes back often and repetition re-draws happen."""
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.log_softmax(4 * torch.randn(vocab, generator=generator), dim=0) for _ in range(steps)]
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_device_pick_chooses_the_host_samplers_ids_for_the_same_seed(seed):
+    vocab, steps, min_len, masked = 61, 400, 30, (58, 59, 60)
+    host, device = RasSampler(seed=seed), RasSampler(seed=seed)
+    ras = DeviceRas(DeviceRas.settings_of(device), masked, vocab, torch.device("cpu"))
+    ras.begin(device, min_len)
+    token_out = torch.zeros(1, dtype=torch.long)
+    history: list[int] = []
+    repeats = 0
+    for step, logp in enumerate(_logp_stream(steps, vocab, seed)):
+        ignore = masked if step < min_len else ()
+        expected = host(
+            logp.clone().index_fill_(0, torch.tensor(ignore, dtype=torch.long), float("-inf")), history, ignore
+        )
+        before = int(ras.vector[OFFSET])
+        ras.top_up(before)
+        ras.pick(logp, token_out)
+        repeats += int(ras.vector[OFFSET]) - before > ras.top_k
+        assert int(token_out) == expected, f"step {step}: device {int(token_out)}, host {expected}"
+        if step < min_len:
+            assert expected not in masked
+        history.append(expected)
+    assert repeats > 20  # the re-draw from the full distribution was exercised, many times
+    assert ras.drawn > 2 * ras.size  # and the variate ring wrapped around
+
+
+def test_top_up_keeps_the_two_steps_in_flight_supplied_and_never_overwrites_what_they_read():
+    ras = DeviceRas((0.8, 25, 10, 0.1), (), 40, torch.device("cpu"))
+    ras.begin(RasSampler(seed=1), 0)
+    for known in range(0, 20 * ras.worst_step, 37):  # stream positions the host has read up to
+        ras.top_up(known)
+        assert ras.drawn >= known + 2 * ras.worst_step  # what the next two steps may consume is written
+        assert ras.drawn - ras.size < known
+
+
+def _sentences(lm, seed: int, *, on_device: bool, monkeypatch, lengths) -> tuple[list[list[int]], torch.Tensor]:
+    """Tokens of one request's sentences (one sampler serves them all, as in the pipeline), and the
+    generator's state after them."""
+    embeds = prompt_embeddings(lm)
+    sampler = lm.make_sampler(seed=seed)
+    with monkeypatch.context() as patch:
+        if on_device:  # the graphs' loop, its steps run eagerly (CPU): samples_on_device is CUDA-only
+            patch.setattr(lm.decoding, "samples_on_device", lambda sampler, on_step: True)
+        tokens = [list(lm._decode(embeds, low, high, sampler, None)) for low, high in lengths]
+    return tokens, sampler.generator.get_state()
+
+
+@pytest.mark.parametrize("seed", [3, 11])
+def test_pipelined_device_loop_yields_the_host_loops_tokens(monkeypatch, seed):
+    lm = random_tiny_speech_lm()
+    lm.decoding.options = DecodeOptions(cuda_graphs=False, bucket=16)
+    lengths = ((40, 40), (0, 60), (0, 60), (25, 25))  # forced to the end; free to stop (v3: ids >= S stop it)
+    host, host_state = _sentences(lm, seed, on_device=False, monkeypatch=monkeypatch, lengths=lengths)
+    device, device_state = _sentences(lm, seed, on_device=True, monkeypatch=monkeypatch, lengths=lengths)
+    assert device == host  # every sentence: the generator is left where the host sampler leaves it
+    assert torch.equal(device_state, host_state)
+    assert len(host[0]) == 40 and len(host[1]) < 60  # the stop path is covered too
+
+
+def test_a_request_abandoned_midway_leaves_the_generator_after_the_tokens_it_read(monkeypatch):
+    lm = random_tiny_speech_lm()
+    lm.decoding.options = DecodeOptions(cuda_graphs=False, bucket=16)
+    embeds = prompt_embeddings(lm)
+    states = []
+    for on_device in (False, True):
+        sampler = lm.make_sampler(seed=5)
+        with monkeypatch.context() as patch:
+            if on_device:
+                patch.setattr(lm.decoding, "samples_on_device", lambda sampler, on_step: True)
+            stream = lm._decode(embeds, 50, 50, sampler, None)
+            first = [next(stream) for _ in range(7)]
+            stream.close()  # a stopped request (should_stop) closes the token stream
+        states.append((first, sampler.generator.get_state()))
+    assert states[0][0] == states[1][0] and torch.equal(states[0][1], states[1][1])
+
+
+def test_only_a_plain_seeded_ras_sampler_is_served_on_the_device():
+    assert DeviceRas.serves(RasSampler(seed=0))
+    assert not DeviceRas.serves(RasSampler(seed=0, draw=lambda probs, kind: 0))  # replayed draws stay on the host
+    lm = random_tiny_speech_lm()
+    assert not lm.decoding.samples_on_device(lm.make_sampler(seed=0), None)  # CPU: the host sampler
+
+
+@cuda_only
+def test_cuda_graphs_with_device_sampling_yield_the_host_samplers_tokens():
+    torch.backends.cuda.matmul.allow_tf32 = False
+    lm = random_tiny_speech_lm().to("cuda")
+    embeds = prompt_embeddings(lm).to("cuda")
+
+    def tokens(device_sampling: bool, seed: int) -> list[int]:
+        lm.decoding.options = DecodeOptions(cuda_graphs=True, bucket=64, device_sampling=device_sampling)
+        sampler = lm.make_sampler(seed=seed)
+        assert lm.decoding.samples_on_device(sampler, None) == device_sampling
+        return list(lm._decode(embeds, 150, 150, sampler, None))
+
+    for seed in (0, 1):
+        host, device = tokens(False, seed), tokens(True, seed)
+        assert lm.decoding.graph_error is None
+        assert device == host  # a float32 softmax on another device could flip a near tie: none expected here
+    assert lm.decoding._sampled_graphs  # the sampled steps were captured, not run eagerly
+
+
+def test_graphs_captured_with_other_step_options_are_not_reused():
+    """A runner whose options changed (the fused step asked for, another bucket) must capture again: its
+    signature, which start() compares before reusing graphs, says so."""
+    lm = random_tiny_speech_lm()
+    runner = lm.decoding
+    runner.options = DecodeOptions(cuda_graphs=True, fuse=False)
+    plain = runner._current_signature()
+    runner.options = DecodeOptions(cuda_graphs=True, fuse=True)
+    assert runner._current_signature() != plain
+    runner.options = DecodeOptions(cuda_graphs=True, fuse=False, bucket=64)
+    assert runner._current_signature() != plain
+
+
+def test_a_superseded_requests_late_close_leaves_the_newer_requests_sampler_alone(monkeypatch):
+    """An older token stream closed after a newer request began (or collected later) must not reset the
+    newer request's generator: the newer one still yields the host sampler's tokens."""
+    lm = random_tiny_speech_lm()
+    lm.decoding.options = DecodeOptions(cuda_graphs=False, bucket=16)
+    embeds = prompt_embeddings(lm)
+    expected = list(lm._decode(embeds, 150, 150, lm.make_sampler(seed=9), None))
+    monkeypatch.setattr(lm.decoding, "samples_on_device", lambda sampler, on_step: True)
+    older = lm._decode(embeds, 30, 30, lm.make_sampler(seed=2), None)
+    next(older)
+    newer = lm._decode(embeds, 150, 150, lm.make_sampler(seed=9), None)
+    head = [next(newer) for _ in range(10)]
+    older.close()
+    rest = list(newer)
+    assert head + rest == expected  # (without the guard the newer's stream is rewound: its later draws differ)

@@ -1,0 +1,158 @@
+"""``bash run.sh doctor``: the machine's facts, the engine probes, the report a Mac user attaches.
+
+The end-to-end run (a full-size random-weight synthesis on PyTorch CPU and on MLX's CPU backend, the
+report file, the table) is the CI check the Mac checklist leans on; the parts around it are checked
+with the machine's real answers and, where a Mac is needed, with the Mac's answers simulated.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cosyvoice_mac.bench import doctor, machine
+
+
+def test_the_cpu_flags_are_the_ones_proc_cpuinfo_lists():
+    facts = machine.describe_machine()
+    if sys.platform != "linux":
+        pytest.skip("reads /proc/cpuinfo")
+    listed = set()
+    with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+        for line in cpuinfo:
+            if line.startswith("flags"):
+                listed = set(line.split(":", 1)[1].split())
+                break
+    assert facts.cpu_flags == [flag for flag in machine.CPU_FLAGS_OF_INTEREST if flag in listed]
+    assert facts.cores >= 1 and facts.memory_gib > 0 and facts.python_architecture
+    assert facts.under_rosetta is False and facts.packages["torch"]
+
+
+def test_an_x86_python_on_apple_silicon_is_named_as_running_under_rosetta(monkeypatch):
+    answers = {
+        "sysctl.proc_translated": "1",
+        "machdep.cpu.brand_string": "Apple M2",
+        "hw.optional.arm.FEAT_BF16": "1",
+        "hw.optional.arm.FEAT_I8MM": "0",
+    }
+    monkeypatch.setattr(machine.sys, "platform", "darwin")
+    monkeypatch.setattr(machine, "_sysctl", answers.get)
+    monkeypatch.setattr(machine.platform, "mac_ver", lambda: ("14.5", ("", "", ""), "x86_64"))
+    monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
+    facts = machine.describe_machine()
+    assert facts.under_rosetta and facts.os == "macOS" and facts.os_version == "14.5"
+    assert facts.chip == "Apple M2" and facts.cpu_flags == ["FEAT_BF16"]
+    line = doctor.table({"machine": facts.as_dict(), "onnx_providers": [], "engines": []}).splitlines()[0]
+    assert "UNDER ROSETTA" in line and "arm64 Python" in line
+
+
+def test_native_python_on_a_mac_is_not_flagged(monkeypatch):
+    monkeypatch.setattr(machine.sys, "platform", "darwin")
+    monkeypatch.setattr(machine, "_sysctl", {"sysctl.proc_translated": "0"}.get)
+    assert machine.under_rosetta() is False
+
+
+def test_each_engine_probe_runs_or_says_why_not():
+    probes = {probe.name: probe for probe in machine.probe_engines()}
+    assert set(probes) == {"torch/cpu", "torch/cuda", "torch/mps", "mlx/default"}
+    assert probes["torch/cpu"].works and probes["torch/cpu"].seconds is not None
+    import torch
+
+    assert probes["torch/cuda"].works == torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        assert "no CUDA device" in probes["torch/cuda"].detail
+    if not torch.backends.mps.is_available():
+        assert not probes["torch/mps"].works and "MPS" in probes["torch/mps"].detail
+    mlx_installed = machine._package_version("mlx") is not None
+    assert probes["mlx/default"].works == mlx_installed, probes["mlx/default"].detail
+
+
+def test_onnxruntime_providers_are_timed_on_a_real_graph():
+    results = {row["provider"]: row for row in machine.probe_onnx_providers(runs=3)}
+    assert results["CPUExecutionProvider"]["loads"] is True
+    assert results["CPUExecutionProvider"]["ms_per_run"] > 0
+    assert "AzureExecutionProvider" not in results  # remote calls: nothing to measure here
+
+
+def test_peak_footprint_is_a_mac_figure():
+    if sys.platform == "darwin":
+        assert machine.peak_footprint_mb() > 10  # this Python process itself
+    else:
+        assert machine.peak_footprint_mb() is None
+
+
+@pytest.mark.mac
+@pytest.mark.skipif(sys.platform != "darwin", reason="reads phys_footprint through libproc (macOS)")
+def test_peak_footprint_grows_with_a_big_allocation_on_a_mac():
+    before = machine.peak_footprint_mb()
+    block = bytearray(300 * 2**20)
+    block[::4096] = b"x" * len(block[::4096])
+    assert machine.peak_footprint_mb() >= before + 250
+
+
+def test_a_failed_synthesis_or_parity_makes_the_report_unhealthy():
+    ok_row = {"name": "torch/cpu", "works": True, "synthesis": {"ok": True}, "parity": {"ok": True}}
+    assert doctor.healthy({"engines": [ok_row, {"name": "torch/cuda", "works": False}]})
+    assert not doctor.healthy({"engines": [{**ok_row, "synthesis": {"ok": False, "error": "exit status 1"}}]})
+    assert not doctor.healthy({"engines": [{**ok_row, "parity": {"ok": False}}]})
+    assert doctor.healthy({"engines": [{**ok_row, "parity": {"ok": None, "skipped": "no checkout"}}]})
+
+
+def test_short_requests_are_refused_with_the_reason(capsys):
+    with pytest.raises(SystemExit):
+        doctor.main(["--tokens", "10"])
+    assert "--tokens must be at least 25" in capsys.readouterr().err
+
+
+def _doctor(tmp_path, *arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
+    report = tmp_path / "doctor.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "cosyvoice_mac.bench.doctor", "--json", str(report), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done, json.loads(report.read_text())
+
+
+def test_doctor_synthesises_on_pytorch_cpu_and_writes_its_report(tmp_path):
+    """The CI run on PyTorch: full-size random weights, one short request, the table and doctor.json."""
+    done, document = _doctor(tmp_path, "--tokens", "25", "--no-parity", "--engines", "torch/cpu")
+    assert document["healthy"] and document["machine"]["cores"] >= 1
+    (row,) = document["engines"]
+    result = row["synthesis"]
+    assert row["name"] == "torch/cpu" and result["ok"] and result["tokens"] == 25 and result["engine_used"] == "torch"
+    assert result["tokens_per_s"] > 0 and result["rtf"] > 0 and result["first_audio_s"] > 0
+    assert result["peak_memory_mb"] > 100 and abs(result["audio_s"] - 1.0) < 0.1
+    assert "torch/cpu" in done.stdout  # the table names the engine it ran
+
+
+@pytest.mark.skipif(machine._package_version("mlx") is None, reason="needs mlx (mlx[cpu] on Linux)")
+@pytest.mark.skipif(doctor.parity_folder() is None, reason="needs the parity folder (../shared/parity)")
+def test_doctor_checks_mlx_against_the_golden_vectors(tmp_path):
+    """The CI run on MLX's CPU backend: the probe and the parity verdict (a full-size synthesis on mlx-cpu takes
+    many minutes on two cores: MLX's CPU convolutions are slow; on a Mac the same row times Metal)."""
+    done, document = _doctor(tmp_path, "--no-synthesis", "--engines", "mlx/default")
+    (row,) = document["engines"]
+    assert row["works"] and "mlx" in row["detail"] and "synthesis" not in row
+    assert row["parity"]["ok"] is True, row["parity"]
+    assert "mlx/default" in done.stdout
+
+
+def test_probe_rows_that_do_not_work_say_why_in_the_table():
+    document = {
+        "machine": machine.describe_machine().as_dict(),
+        "onnx_providers": [{"provider": "CPUExecutionProvider", "loads": True, "ms_per_run": 0.5}],
+        "engines": [
+            {"name": "torch/mps", "works": False, "detail": "MPS is not available on this Mac"},
+            {"name": "torch/cpu", "works": True, "synthesis": {"ok": False, "error": "exit status 1: boom"}},
+        ],
+    }
+    text = doctor.table(document)
+    assert "MPS is not available on this Mac" in text and "synthesis FAILED: exit status 1: boom" in text
+    assert "CPUExecutionProvider 0.50 ms" in text

@@ -13,9 +13,10 @@ bandwidth), so it is measured, once per machine, in a few seconds:
 On a GPU one layer's products, or one flow block, take as long as launching their kernels in
 every dtype, so a shallow probe hides what 16 bits gain (it once found a bf16 flow under 1.05x on
 an H200 whose whole bf16 flow was 1.3x faster). There the probe runs at the models' real depth, as
-the stages really run: the LLM's step products replayed as one CUDA graph (as the decoder replays
-its steps, unless graphs are off), the whole estimator eagerly (as the flow runs). Weights are
-drawn on the device itself, so this stays within a second or two.
+the stages really run: on CUDA with graphs on, the LLM's step products and the whole estimator call
+replayed as CUDA graphs (as the decoder replays its steps and the flow its length buckets: eagerly
+both would time the host's launches, the same in every dtype); else eagerly. Weights are drawn on
+the device itself, so this stays within a second or two.
 
 The timings are cached in ``<user cache>/precision-probe.json`` under a key made of the device,
 the torch version, the CPU's flags and the model version; ``reprobe`` measures again.
@@ -44,7 +45,7 @@ from cosyvoice_mac.pipeline.precision import (
     store_weights_in_int8,
 )
 
-PROBE_FORMAT = 3  # bump when what is timed changes: older cached timings are then ignored
+PROBE_FORMAT = 4  # bump when what is timed changes: older cached timings are then ignored
 CACHE_FILE = "precision-probe.json"
 LLM_LAYERS = 4
 FLOW_FRAMES = 2 * (80 + 125)  # a 3 s prompt and a 5 s sentence, 2 mel frames a token
@@ -52,6 +53,7 @@ REPEATS = 5
 FLOW_REPEATS = 1  # after the warm-up call: a whole block call is long enough to time once (a CPU)
 GPU_FLOW_REPEATS = 3  # a whole estimator call on a GPU is tens of milliseconds: take the best of three
 GRAPH_REPLAYS = 20  # LLM step graphs replayed per timing (one replay is a fraction of a millisecond)
+FLOW_GRAPH_REPLAYS = 5  # estimator-call graphs replayed per timing (one replay is a few milliseconds)
 GPU_ROUNDS = 2  # turns per candidate on a GPU (the first candidate once ran at a clock still rising from idle)
 GIVE_UP_FACTOR = 3.0  # a candidate this much slower than float32 after one call is not timed further
 Timings = dict[str, dict[str, float | str]]  # stage -> choice -> seconds, or why it could not run
@@ -198,26 +200,27 @@ def stored_like_the_llm(layers: nn.Module, choice: str, device: torch.device) ->
     return layers.to(device=device, dtype=dtype), dtype
 
 
-def llm_step(device: torch.device, layers: nn.Module, rows: list[torch.Tensor]):
-    """A callable that runs one step's products (``rows[i]`` through ``layers[i]``) as the decoder would here:
-    replayed as a CUDA graph ``GRAPH_REPLAYS`` times on CUDA with graphs on, else once eagerly.
-    Returns (callable, steps per call)."""
-
-    def products():
-        return [layer(row) for layer, row in zip(layers, rows)]
-
+def as_run_here(device: torch.device, work, replays: int):
+    """``work`` as the stages run it here: replayed as a CUDA graph ``replays`` times on CUDA with graphs on,
+    else called once eagerly. Returns (callable, calls of ``work`` per call)."""
     if device.type != "cuda" or not cuda_graphs_wanted():
-        return products, 1
-    products()  # warm-up outside the capture (kernel loading, cuBLAS workspaces)
+        return work, 1
+    work()  # warm-up outside the capture (kernel loading, cuBLAS workspaces)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        products()
+        work()
 
-    def replays():
-        for _ in range(GRAPH_REPLAYS):
+    def replayed():
+        for _ in range(replays):
             graph.replay()
 
-    return replays, GRAPH_REPLAYS
+    return replayed, replays
+
+
+def llm_step(device: torch.device, layers: nn.Module, rows: list[torch.Tensor]):
+    """A callable that runs one step's products (``rows[i]`` through ``layers[i]``) as the decoder would here
+    (:func:`as_run_here`). Returns (callable, steps per call)."""
+    return as_run_here(device, lambda: [layer(row) for layer, row in zip(layers, rows)], GRAPH_REPLAYS)
 
 
 def timed_in_turn(device: torch.device, prepare: dict, repeats: int = REPEATS) -> dict[str, float | str]:
@@ -307,7 +310,7 @@ def _time_flow_candidates(device: torch.device, flow_node: dict) -> dict[str, fl
     def prepare(choice: str):
         model = estimator.to(device=device, dtype=as_dtype(choice))  # in place: one estimator at a time
         inputs = estimator_inputs(device, as_dtype(choice), FLOW_FRAMES)
-        return (lambda: model(**inputs)), 1
+        return as_run_here(device, lambda: model(**inputs), FLOW_GRAPH_REPLAYS)
 
     whole = [
         c

@@ -30,6 +30,7 @@ from cosyvoice_mac.models.flow.cfm import (
     check_frame_count,
 )
 from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
+from cosyvoice_mac.models.flow.length_graphs import LengthGraphs
 from cosyvoice_mac.models.flow.lookahead import PreLookaheadLayer
 from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
 from cosyvoice_mac.models.flow.shared_graphs import SharedFlowGraphs
@@ -121,10 +122,12 @@ class Flow(nn.Module):
             estimator = CausalConditionalDecoder(config.estimator)
         self.decoder = ConditionalFlowMatching(estimator, config.cfm)
         self.shared_graphs = SharedFlowGraphs()  # CUDA: a new voice's prefix build and first chunk as graphs
+        self.length_graphs = LengthGraphs()  # CUDA: a whole non-streaming call as a graph of its length bucket
 
     def _apply(self, fn, *args, **kwargs):
-        if hasattr(self, "shared_graphs"):  # moved or cast: the graphs would read the old weights' memory
+        if hasattr(self, "length_graphs"):  # moved or cast: the graphs would read the old weights' memory
             self.shared_graphs.clear()
+            self.length_graphs.clear()
         return super()._apply(fn, *args, **kwargs)
 
     @classmethod
@@ -192,6 +195,8 @@ class Flow(nn.Module):
             mel = self.shared_graphs.sample(self.decoder, mu, mask, speaker, cond, prefix)
         elif prefix is not None and prefix.graphs.applies(self.decoder, mu):  # CUDA, this voice's own graph
             mel = prefix.graphs.sample(self.decoder, mu, mask, speaker, cond, prefix.steps)
+        elif prefix is None and not streaming and self.length_graphs.wanted(device, mu.dtype):  # a whole sentence
+            mel = self.length_graphs.sample(self.decoder, mu, mask, speaker, cond)
         else:
             mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
         return mel[:, :, prompt_frames - start:].float()

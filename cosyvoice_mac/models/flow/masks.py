@@ -27,3 +27,9 @@ def new_rows_see_every_key(prefix_frames: int, length: int, chunk_size: int) -> 
     alone (no device sync, so a CUDA graph can capture the caller): the first new frame sees least.
     """
     return (prefix_frames // chunk_size + 1) * chunk_size >= prefix_frames + length
+
+
+def host_may_read(device: torch.device) -> bool:
+    """Whether code may read a ``device`` tensor's values on the host now: not while a CUDA graph is being
+    captured there (a read would end the capture), so masks then take their general form instead."""
+    return torch.device(device).type != "cuda" or not torch.cuda.is_current_stream_capturing()

@@ -248,7 +248,7 @@ def bench(
     rss_loaded = psutil.Process().memory_info().rss / 2**20
     peak_after_load = peak_rss_mb()
     prompt = synthetic_prompt()
-    run_once(model, min(tokens, 25), prompt, stream=False)  # warm-up: kernels, allocator, caches
+    warmup_s, _, _ = _timed(device, lambda: run_once(model, min(tokens, 25), prompt, stream=False))  # kernels, caches
     results = [run_once(model, tokens, prompt, stream=stream) for _ in range(runs)]
     median = {
         key: statistics.median(r[key] for r in results)
@@ -273,6 +273,7 @@ def bench(
         "low_memory": low_memory,
         "runs": runs,
         "tokens": tokens,
+        "warmup_s": warmup_s,  # the first request after the load: captures, compiles, first kernel loads
         "load_s": load_s,
         "load_cpu_s": load_cpu_s,
         "rss_before_load_mb": rss_before,

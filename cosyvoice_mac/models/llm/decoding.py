@@ -6,7 +6,8 @@ of cache slots, masking those not yet written) and replayed for every token, so 
 one graph instead of hundreds of kernels. Graphs need fixed addresses: the runner keeps one
 cache per model and reuses it across requests, and re-captures when the cache, the RoPE table or
 the weights move. Where capture is impossible the step runs eagerly (see :class:`DecodeRunner`).
-``torch.compile`` of the same bucketed step is behind a flag (meant for MPS; off by default).
+``torch.compile`` of the same bucketed step is behind a flag (meant for MPS; off by default); on CUDA the
+graphs capture it as torch.compile fused it (``DecodeOptions.fuse``, on by default).
 In graphs mode the sampler runs on the device too (:mod:`device_sampling`, the host sampler's ids for the
 same seed): each graph is the step and its pick, and the next step is queued before the host reads this
 token, so the GPU does not wait for the host between tokens (:meth:`DecodeRunner.sampled_tokens`).
@@ -45,8 +46,9 @@ class DecodeOptions:
     compile: bool = field(default_factory=lambda: env_flag("COSYVOICE_COMPILE_DECODE", False))
     bucket: int = 128  # cache slots per length bucket; a multiple of 16 keeps the attention mask aligned
     # CUDA graphs mode: capture the bucketed step as torch.compile fused it (Triton kernels under our graph), not
-    # ATen's ~400 kernels a token; off until measured better (bench/README.md, "Fused step")
-    fuse: bool = field(default_factory=lambda: env_flag("COSYVOICE_FUSE_DECODE", False))
+    # ATen's ~400 kernels a token: 653 -> 768 tok/s with the device sampler (bench/README.md, "Fused step"); its two
+    # compiles fall in the worker's warm-up. A compile that fails leaves the plain step (``fuse_error`` says why).
+    fuse: bool = field(default_factory=lambda: env_flag("COSYVOICE_FUSE_DECODE", True))
     # CUDA graphs mode: the sampler runs on the device inside each step's graph and the next step is queued
     # before this one's token is read (same tokens as the host sampler for the same seed; see device_sampling)
     device_sampling: bool = field(default_factory=lambda: env_flag("COSYVOICE_DEVICE_SAMPLING", True))

@@ -77,6 +77,30 @@ def test_a_provider_onnxruntime_cannot_load_leaves_a_cpu_session_that_says_so(on
     assert tokenizer.tokens(_prompt16k()).shape == (1, 50)
 
 
+def test_the_cuda_libraries_are_loaded_once_before_the_first_cuda_session_and_a_loader_error_only_logs(
+    onnx_files, monkeypatch, caplog
+):
+    """onnxruntime-gpu finds CUDA and cuDNN in the nvidia pip packages only through ``preload_dlls``; a CPU session
+    never asks for them, and a loader that fails must still leave the CPU fallback."""
+    calls: list[str] = []
+
+    def preload():
+        calls.append("preload")
+        print("libcudnn.so.9: cannot open shared object file")  # what onnxruntime prints goes to the log
+        raise OSError("libcudnn.so.9 missing")
+
+    monkeypatch.setattr(onnxruntime, "preload_dlls", preload, raising=False)
+    onnx_session.preload_cuda_libraries.cache_clear()
+    SpeechTokenizer(onnx_files[0], vocab_size=512, device_type="cpu")
+    assert calls == []
+    monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: [CUDA, CPU])
+    tokenizer = SpeechTokenizer(onnx_files[0], vocab_size=512, device_type="cuda")
+    SpeakerEncoder(onnx_files[1], device_type="cuda")
+    assert calls == ["preload"] and tokenizer.provider == CPU
+    assert "libcudnn.so.9" in caplog.text and "OSError" in caplog.text
+    onnx_session.preload_cuda_libraries.cache_clear()
+
+
 def test_a_session_that_fails_on_the_accelerator_is_made_again_on_the_cpu(onnx_files, monkeypatch):
     monkeypatch.setattr(onnxruntime, "get_available_providers", lambda: [COREML, CPU])
     real = onnxruntime.InferenceSession

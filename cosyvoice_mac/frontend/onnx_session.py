@@ -11,10 +11,13 @@ which drops one that failed to load) is what the status and the sidecars name.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import os
 import sys
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from cosyvoice_mac.checkpoint import CheckpointError
@@ -69,6 +72,29 @@ def choose_providers(
     return ProviderChoice((wanted, CPU), f"{wanted}: {why}")
 
 
+@cache
+def preload_cuda_libraries() -> None:
+    """Load CUDA and cuDNN for onnxruntime's CUDA provider from the nvidia pip packages, once, before the first
+    CUDA session: ``onnxruntime.preload_dlls()`` (onnxruntime-gpu >= 1.21; absent elsewhere, then a no-op).
+
+    Without it the provider finds them only on the loader's path or where an imported torch of the same CUDA
+    major already loaded them; a library missing still only costs the CPU fallback below. What onnxruntime
+    prints about it goes to the log, not to stdout.
+    """
+    import onnxruntime
+
+    if not hasattr(onnxruntime, "preload_dlls"):
+        return
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(said):
+            onnxruntime.preload_dlls()
+    except Exception as error:  # a loader error must not stop the CPU fallback
+        said.write(f"{type(error).__name__}: {error}")
+    if said.getvalue().strip():
+        log.warning("onnxruntime.preload_dlls: %s", said.getvalue().strip())
+
+
 def open_session(
     onnx_path: str | Path,
     intra_op_threads: int,
@@ -92,6 +118,8 @@ def open_session(
     if intra_op_threads < 1:
         raise ValueError(f"intra_op_threads must be >= 1, got {intra_op_threads}")
     choice = choose_providers(onnxruntime.get_available_providers(), device_type)
+    if choice.first == CUDA:
+        preload_cuda_libraries()
     try:
         model: str | bytes = mapped_model_bytes(path) if map_weights else str(path)
     except Exception as error:  # a file that is no ONNX model

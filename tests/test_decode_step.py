@@ -249,11 +249,13 @@ def test_a_fused_step_that_fails_to_compile_leaves_the_plain_step(tiny, monkeypa
     runner = tiny.decoding
     runner.options = DecodeOptions(fuse=True)
     monkeypatch.setattr(torch, "compile", lambda function, **_: "compiled " + function.__name__)
+    assert runner.mode == "eager" and runner._graph_step() == runner._bucketed_step  # fused only under graphs
+    monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
     assert runner._graph_step() == "compiled _bucketed_step"
     runner.fuse_error = "torch.compile of the decoding step failed (BackendCompilerFailed: no Triton)"
     assert runner._graph_step() == runner._bucketed_step
     runner.fuse_error, runner._fused = None, None
-    runner.options = DecodeOptions()
+    runner.options = DecodeOptions(fuse=False)
     assert runner._graph_step() == runner._bucketed_step
 
 
@@ -266,6 +268,6 @@ def test_decode_options_follow_the_environment(monkeypatch):
     monkeypatch.delenv("COSYVOICE_COMPILE_DECODE")
     assert (DecodeOptions().cuda_graphs, DecodeOptions().compile) == (True, False)
     assert random_tiny_speech_lm().decoding.mode == "eager"  # on the CPU: no graphs
+    assert DecodeOptions().fuse  # on by default (it applies in graphs mode only: CUDA)
+    monkeypatch.setenv("COSYVOICE_FUSE_DECODE", "0")
     assert not DecodeOptions().fuse
-    monkeypatch.setenv("COSYVOICE_FUSE_DECODE", "1")
-    assert DecodeOptions().fuse

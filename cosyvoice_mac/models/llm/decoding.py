@@ -212,7 +212,7 @@ class DecodeRunner:
         """What a graph captures: the bucketed step, or (``fuse``) torch.compile's fusion of it. Its default
         ``dynamic`` compiles the first bucket's span as a constant and the second as a symbol, so two compiles
         serve every bucket; a compile or capture that fails leaves the runner eager, as any failed capture does."""
-        if not self.options.fuse or self.fuse_error is not None:
+        if not self.options.fuse or self.fuse_error is not None or self.mode != "graphs":
             return self._bucketed_step
         if self._fused is None:
             self._fused = torch.compile(self._bucketed_step)

@@ -177,21 +177,24 @@ def test_prefix_cache_reuses_a_voice_and_rebuilds_for_another(model, monkeypatch
     assert cache.get(flow, first, PromptPlan.for_prompt(10), plan.prompt(first, model.device)) is None
 
 
-def test_streaming_builds_the_prefix_once_per_voice_and_moving_the_model_forgets_it(model, make_speech, monkeypatch):
+def test_streaming_makes_the_prefix_once_per_voice_and_moving_the_model_forgets_it(model, make_speech, monkeypatch):
+    """Made once per voice: built before the first chunk on CUDA, recorded by the first chunk elsewhere."""
     speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
     flow = model.networks.flow
-    built: list[int] = []
-    original = flow.build_prefix
-    monkeypatch.setattr(flow, "build_prefix", lambda *a, **k: built.append(1) or original(*a, **k))
+    made: list[str] = []
+    for name in ("build_prefix", "first_chunk_recording_prefix"):
+        original = getattr(flow, name)
+        monkeypatch.setattr(flow, name, lambda *a, _f=original, _n=name, **k: made.append(_n) or _f(*a, **k))
     model.flow_prefixes.clear()
     first = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
     second = list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
-    assert len(built) == 1
+    how = "build_prefix" if model.device.type == "cuda" else "first_chunk_recording_prefix"
+    assert made == [how]
     for a, b in zip(first, second):  # the cache changes nothing that is heard
         torch.testing.assert_close(torch.from_numpy(a.audio), torch.from_numpy(b.audio), atol=1e-5, rtol=0)
     model.to(model.device)
     list(model.synthesize(TEXT, speaker=speaker, seed=3, stream=True))
-    assert len(built) == 2
+    assert made == [how, how]
 
 
 def test_paused_producer_holds_the_llm_until_released():
@@ -226,11 +229,11 @@ def test_producer_holds_after_the_first_chunk_tokens_until_released():
     producer.abandon()
 
 
-def test_on_a_cpu_the_llm_waits_at_the_first_chunk_tokens_while_a_new_voice_prefix_builds(
+def test_on_a_cpu_the_llm_waits_at_the_first_chunk_tokens_while_a_new_voice_prefix_is_made(
     model, make_speech, monkeypatch
 ):
-    """A new voice's prefix build is what its first audio waits for: tokens past the first chunk's must not take
-    the cores from it (before: the LLM decoded on, here all 200 tokens were pulled during the build)."""
+    """A new voice's first chunk (which records its prefix) is what its first audio waits for: tokens past the
+    first chunk's must not take the cores from it (before: the LLM decoded on, all 200 tokens were pulled)."""
     from cosyvoice_mac.pipeline.streaming import FIRST_HOP_TOKENS, stream_segment
 
     if model.device.type != "cpu":
@@ -239,7 +242,7 @@ def test_on_a_cpu_the_llm_waits_at_the_first_chunk_tokens_while_a_new_voice_pref
     flow = model.networks.flow
     pulled: list[int] = []
     during_build: list[int] = []
-    original = flow.build_prefix
+    original = flow.first_chunk_recording_prefix
 
     def slow_build(*args, **kwargs):
         time.sleep(0.4)  # time for an unheld LLM to run far ahead
@@ -251,11 +254,11 @@ def test_on_a_cpu_the_llm_waits_at_the_first_chunk_tokens_while_a_new_voice_pref
             pulled.append(token)
             yield token % flow.config.vocab_size
 
-    monkeypatch.setattr(flow, "build_prefix", slow_build)
+    monkeypatch.setattr(flow, "first_chunk_recording_prefix", slow_build)
     model.flow_prefixes.clear()
     chunks = stream_segment(model.streaming_parts(), tokens(), speaker, model._noise(0, 0), lambda: False)
     first = next(chunks)
     chunks.close()
-    assert during_build, "the voice was new: its prefix must have been built"
+    assert during_build, "the voice was new: its first chunk must have recorded its prefix"
     assert during_build[0] <= FIRST_HOP_TOKENS + flow.config.pre_lookahead_len + 1  # at most the token in flight
     assert first.audio.size > 0

@@ -32,10 +32,12 @@ def speaker(model, make_speech):
 
 
 class _RecordFlow:
-    """Wraps flow.inference to keep each call's arguments and output mel."""
+    """Wraps the flow's chunk calls (``inference``, and a new voice's ``first_chunk_recording_prefix``) to keep each
+    call's arguments and output mel."""
 
     def __init__(self, flow):
-        self.flow, self.original, self.calls = flow, flow.inference, []
+        self.flow, self.calls = flow, []
+        self.original, self.original_first = flow.inference, flow.first_chunk_recording_prefix
 
     def __enter__(self):
         def record(tokens, *args, **kwargs):
@@ -43,11 +45,16 @@ class _RecordFlow:
             self.calls.append((tokens, kwargs, mel))
             return mel
 
-        self.flow.inference = record
+        def record_first(tokens, *args, **kwargs):
+            mel, prefix = self.original_first(tokens, *args, **kwargs)
+            self.calls.append((tokens, {"streaming": True, "finalize": False}, mel))
+            return mel, prefix
+
+        self.flow.inference, self.flow.first_chunk_recording_prefix = record, record_first
         return self
 
     def __exit__(self, *exc):
-        self.flow.inference = self.original
+        self.flow.inference, self.flow.first_chunk_recording_prefix = self.original, self.original_first
 
 
 def test_schedule_is_10_25_50_100_and_resets_per_request(model, speaker):

@@ -159,18 +159,40 @@ class FlowPrefixCache:
 
     def get(self, flow, speaker, plan: PromptPlan, prompt) -> FlowPrefix | None:
         """The cached prefix for this voice and plan, building it on a miss; None when the plan caches nothing."""
-        if plan.prefix_tokens == 0 or self.capacity == 0:
+        if not self.caches(plan):
             return None
-        weight = next(flow.parameters())
-        key = (speaker.audio_hash, plan.cut, plan.prefix_tokens, str(weight.device), weight.dtype)
-        prefix = self._entries.pop(key, None)
-        if prefix is None or not prefix.matches(prompt[0], prompt[2]):
+        prefix = self.cached(flow, speaker, plan, prompt)
+        if prefix is None:
             prefix = flow.build_prefix(*prompt, tokens=plan.prefix_tokens)
             self.builds += 1
+            self.add(flow, speaker, plan, prefix)
+        return prefix
+
+    def caches(self, plan: PromptPlan) -> bool:
+        """Whether requests of this plan use a cached prefix."""
+        return plan.prefix_tokens > 0 and self.capacity > 0
+
+    def cached(self, flow, speaker, plan: PromptPlan, prompt) -> FlowPrefix | None:
+        """The voice's prefix if it is cached (now the most recently used), else None; nothing is built."""
+        key = self._key(flow, speaker, plan)
+        prefix = self._entries.pop(key, None)
+        if prefix is None or not prefix.matches(prompt[0], prompt[2]):
+            return None
+        self._entries[key] = prefix
+        return prefix
+
+    def add(self, flow, speaker, plan: PromptPlan, prefix: FlowPrefix) -> None:
+        """Keep ``prefix`` (made for this voice and plan) as the most recently used; the oldest goes past capacity."""
+        key = self._key(flow, speaker, plan)
+        self._entries.pop(key, None)
         self._entries[key] = prefix
         while len(self._entries) > self.capacity:
             self._entries.pop(next(iter(self._entries)))
-        return prefix
+
+    @staticmethod
+    def _key(flow, speaker, plan: PromptPlan) -> tuple:
+        weight = next(flow.parameters())
+        return speaker.audio_hash, plan.cut, plan.prefix_tokens, str(weight.device), weight.dtype
 
     def clear(self) -> None:
         self._entries.clear()
@@ -218,6 +240,12 @@ class StreamingParts:
     def prefix(self, speaker, plan: PromptPlan, prompt) -> FlowPrefix | None:
         return self.prefixes.get(self.flow, speaker, plan, prompt)
 
+    def records_new_prefixes(self, plan: PromptPlan) -> bool:
+        """Whether a new voice's prefix is recorded by its first chunk (:meth:`Flow.first_chunk_recording_prefix`)
+        instead of built before it: the torch flow off CUDA. On CUDA the build and the first chunk are shared
+        graphs (already a known voice's time plus milliseconds); the MLX flow builds its own."""
+        return isinstance(self.flow, Flow) and self.device.type != "cuda" and self.prefixes.caches(plan)
+
 
 def prepare_voice_for_streaming(parts: StreamingParts, speaker) -> None:
     """Build (or keep) the voice's flow prefix now, so its first streamed request starts as fast as later ones
@@ -259,9 +287,15 @@ def stream_segment(
     def finite_mel(ids: torch.Tensor, notes: list[str], finalize: bool) -> torch.Tensor:
         """The chunk's mel; a non-finite one is redone once the flow has been widened to float32."""
         nonlocal prefix
-        mel = flow.inference(
-            ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
-        )
+        if prefix is None and not finalize and record_prefix:  # a new voice: its prefix recorded on the way
+            mel, recorded = flow.first_chunk_recording_prefix(ids, *prompt, prefix_tokens=plan.prefix_tokens)
+            if bool(torch.isfinite(mel).all()):
+                parts.prefixes.add(flow, speaker, plan, recorded)
+                prefix = recorded
+        else:
+            mel = flow.inference(
+                ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
+            )
         if not bool(torch.isfinite(mel).all()) and parts.widen_flow(notes):
             prefix = parts.prefix(speaker, plan, prompt)  # the widening emptied the cache
             mel = flow.inference(
@@ -269,9 +303,13 @@ def stream_segment(
             )
         return mel[:, :, 2 * offset :]
 
+    record_prefix = parts.records_new_prefixes(plan)
     try:
-        with turns.chunk():
-            prefix = parts.prefix(speaker, plan, prompt)  # while the LLM decodes (if it may)
+        with turns.chunk():  # a known voice's prefix, else (unless the first chunk records it) built now
+            if record_prefix:
+                prefix = parts.prefixes.cached(flow, speaker, plan, prompt)
+            else:
+                prefix = parts.prefix(speaker, plan, prompt)  # while the LLM decodes (if it may)
         for this_hop in hops:
             available = producer.wait_for(offset + this_hop + lookahead)
             if should_stop():

@@ -118,7 +118,7 @@ class ConditionalFlowMatching(nn.Module):
         if state is None:
             states = (None, None)
         elif state.recording:
-            states = (StepState(), StepState())
+            states = (StepState(keep=state.keep), StepState(keep=state.keep))
         else:
             states = (state.branch(0), state.branch(1))
         x, mask, time = x.to(dtype), mask.to(dtype), t.reshape(1).float()
@@ -174,5 +174,6 @@ class ConditionalFlowMatching(nn.Module):
                 dt = grid[step + 1] - t
         if states is not None and states[0].recording:
             for state in states:
-                state.frames, state.recording = mu.shape[2], False
+                state.frames = mu.shape[2] if state.keep is None else state.keep
+                state.recording, state.keep = False, None
         return x

@@ -181,16 +181,10 @@ class Flow(nn.Module):
         self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize)
         if prefix is not None:
             self._check_prefix(prefix, prompt_tokens, embedding, streaming)
-        frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
-        prompt_frames = prompt_feat.shape[1]
-        ids = torch.cat([prompt_tokens, tokens], dim=1)
-        speaker, mu = self._conditioning(embedding, ids, finalize, streaming)
-        device = mu.device
-        cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
-        cond[:, :prompt_frames] = prompt_feat.to(device=device, dtype=mu.dtype)
         start = 0 if prefix is None else prefix.frames
-        mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)  # every frame valid (a prefix needs it)
-        mu, cond = mu[:, start:].transpose(1, 2).contiguous(), cond[:, start:].transpose(1, 2)
+        speaker, mu, mask, cond = self._sampler_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize,
+                                                       streaming, start)
+        device, prompt_frames = mu.device, prompt_feat.shape[1]
         if prefix is not None and self.shared_graphs.applies(self.decoder, mu, prefix):  # CUDA, any voice's first chunk
             mel = self.shared_graphs.sample(self.decoder, mu, mask, speaker, cond, prefix)
         elif prefix is not None and prefix.graphs.applies(self.decoder, mu):  # CUDA, this voice's own graph
@@ -200,6 +194,37 @@ class Flow(nn.Module):
         else:
             mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
         return mel[:, :, prompt_frames - start:].float()
+
+    @torch.inference_mode()
+    def first_chunk_recording_prefix(self, tokens, prompt_tokens, prompt_feat, embedding, prefix_tokens: int):
+        """A streamed chunk with no cached prefix (``finalize=False``; shapes as :meth:`inference`) that records the
+        voice's prefix of its first ``prefix_tokens`` prompt tokens on the way: (mel ``(1, 80, T - F)``, FlowPrefix).
+
+        On a CPU the estimator's time is mostly per call, not per frame (bench/README.md): one call over the
+        prompt and the chunk costs about what the chunk alone costs through a prefix, so a new voice no longer
+        pays a separate build before its first audio. The mel and the prefix equal :meth:`inference` and
+        :meth:`build_prefix` (chunk-causal attention and causal convolutions: later frames never reach them).
+        """
+        prefix_frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, prefix_tokens)
+        self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize=False)
+        speaker, mu, mask, cond = self._sampler_inputs(tokens, prompt_tokens, prompt_feat, embedding, False, True, 0)
+        steps = [StepState(keep=prefix_frames) for _ in range(self.decoder.config.n_timesteps)]
+        mel = self.decoder(mu, mask, speaker, cond, True, steps)
+        prefix = FlowPrefix(tokens=prefix_tokens, frames=prefix_frames, steps=steps,
+                            prompt_tokens=prompt_tokens[:, :prefix_tokens].clone(), embedding=embedding.clone())
+        return mel[:, :, prompt_feat.shape[1]:].float(), prefix
+
+    def _sampler_inputs(self, tokens, prompt_tokens, prompt_feat, embedding, finalize: bool, streaming: bool,
+                        start: int):
+        """The sampler's inputs for the frames from ``start`` on: (speaker ``(1, 80)``, ``mu (1, 80, T')``,
+        ``mask (1, 1, T')`` all valid, ``cond (1, 80, T')`` the prompt mel then zeros)."""
+        frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
+        speaker, mu = self._conditioning(embedding, torch.cat([prompt_tokens, tokens], dim=1), finalize, streaming)
+        device = mu.device
+        cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
+        cond[:, :prompt_feat.shape[1]] = prompt_feat.to(device=device, dtype=mu.dtype)
+        mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)  # every frame valid (a prefix needs it)
+        return speaker, mu[:, start:].transpose(1, 2).contiguous(), mask, cond[:, start:].transpose(1, 2)
 
     @torch.inference_mode()
     def build_prefix(self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor,

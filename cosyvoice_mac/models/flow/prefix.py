@@ -27,17 +27,23 @@ class StepState:
     """Owns one Euler step's tensors over the prefix, keyed by the layer that made them:
     attention keys and values ``(B, H, Tp, d)`` and each causal convolution's last input frames
     ``(B, C, k - 1)``. While ``recording`` the layers store them; afterwards they read them.
+
+    ``keep`` (recording only): record the prefix of the call's first ``keep`` frames, not of all of
+    them (a new voice's first streamed chunk records its prefix on the way; chunk-causal attention
+    and causal convolutions make those frames' tensors the same as in a call over them alone).
     """
 
     frames: int = 0
     recording: bool = True
     tensors: dict[tuple[int, str], torch.Tensor] = field(default_factory=dict)
+    keep: int | None = None
 
     def keys_and_values(self, owner: nn.Module, keys: torch.Tensor, values: torch.Tensor):
         """``keys, values (B, H, Tn, d)`` of the new frames -> the same with the prefix's in front (dim 2)."""
         slot = id(owner)
         if self.recording:
-            self.tensors[(slot, "k")], self.tensors[(slot, "v")] = keys, values
+            kept = (keys, values) if self.keep is None else (z[:, :, :self.keep].clone() for z in (keys, values))
+            self.tensors[(slot, "k")], self.tensors[(slot, "v")] = kept
             return keys, values
         return (torch.cat([self.tensors[(slot, "k")], keys], dim=2),
                 torch.cat([self.tensors[(slot, "v")], values], dim=2))
@@ -47,7 +53,9 @@ class StepState:
         slot = (id(owner), "tail")
         if self.recording:
             padded = F.pad(x, (frames, 0))
-            self.tensors[slot] = padded[..., padded.shape[-1] - frames:]
+            end = padded.shape[-1] - frames if self.keep is None else self.keep  # the context of frame `end`
+            window = padded[..., end:end + frames]
+            self.tensors[slot] = window if self.keep is None else window.clone()  # a copy frees the call's rest
             return padded
         return torch.cat([self.tensors[slot], x], dim=-1)
 

@@ -68,6 +68,12 @@ def user_cache_dir() -> Path:
     return Path(base).expanduser() / APP_NAME
 
 
+def compile_cache_dir() -> Path:
+    """Where torch.compile keeps its compiled kernels between runs (the fused LLM step on CUDA: ~30 s to compile
+    the first time), inside the user cache folder rather than a temporary folder a reboot empties."""
+    return user_cache_dir() / "torch-compile"
+
+
 def atomic_write(path: str | Path, data: bytes, *, replace: bool = True) -> None:
     """Write ``data`` to ``path`` so that a reader, or the disk after a power cut, sees the old file or the
     whole new one, never half: a temporary file of its own in the same folder (so two writers never share

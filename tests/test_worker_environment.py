@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from cosyvoice_mac.engine.worker import WORKER_ENVIRONMENT, WorkerConfig, WorkerProcess
+from cosyvoice_mac.engine.worker import (
+    COMPILE_CACHE_VARIABLE,
+    WORKER_ENVIRONMENT,
+    WorkerConfig,
+    WorkerProcess,
+    unset_worker_environment,
+)
 from cosyvoice_mac.preview import PIPELINE_FACTORY
 
 REPO = Path(__file__).resolve().parents[1]
@@ -72,3 +78,13 @@ def test_the_worker_process_starts_with_a_short_spin_before_its_threads_sleep(mo
     assert child["OMP_WAIT_POLICY"] == "PASSIVE"
     assert 0 < int(child["GOMP_SPINCOUNT"]) <= 100_000  # spins (~0.75 ms at 10 000), then sleeps
     assert 0 < int(child["KMP_BLOCKTIME"]) <= 5  # LLVM OpenMP's counterpart, in milliseconds
+
+
+def test_torch_compiles_are_kept_in_the_user_cache_folder_unless_the_user_says_otherwise(tmp_path, monkeypatch):
+    """The fused LLM step compiles for ~30 s on its first load on CUDA; kept in a temporary folder (torch's default)
+    a reboot would make every user pay it again."""
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv(COMPILE_CACHE_VARIABLE, raising=False)
+    assert unset_worker_environment()[COMPILE_CACHE_VARIABLE] == str(tmp_path / "torch-compile")
+    monkeypatch.setenv(COMPILE_CACHE_VARIABLE, "/elsewhere")
+    assert COMPILE_CACHE_VARIABLE not in unset_worker_environment()

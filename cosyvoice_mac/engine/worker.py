@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from cosyvoice_mac.engine.jobs import Command
 from cosyvoice_mac.engine.messages import Event, LoadFailed, Loading, Ready
 from cosyvoice_mac.engine.qos import set_worker_thread_qos
+from cosyvoice_mac.paths import compile_cache_dir
 
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
 NO_JOB = -1
@@ -40,10 +41,14 @@ WORKER_ENVIRONMENT = {
 }
 
 
+COMPILE_CACHE_VARIABLE = "TORCHINDUCTOR_CACHE_DIR"
+
+
 def unset_worker_environment() -> dict[str, str]:
-    """The entries of ``WORKER_ENVIRONMENT`` this process's environment lacks (a user's own values win):
-    ``os.environ.update(...)`` them before torch loads."""
-    return {name: value for name, value in WORKER_ENVIRONMENT.items() if name not in os.environ}
+    """The entries of ``WORKER_ENVIRONMENT`` (and torch.compile's cache folder, ``paths.compile_cache_dir``) this
+    process's environment lacks (a user's own values win): ``os.environ.update(...)`` them before torch loads."""
+    wanted = {**WORKER_ENVIRONMENT, COMPILE_CACHE_VARIABLE: str(compile_cache_dir())}
+    return {name: value for name, value in wanted.items() if name not in os.environ}
 
 
 @dataclass

@@ -19,6 +19,7 @@ import cosyvoice_mac.models.flow.length_graphs as length_graphs
 from cosyvoice_mac.models.flow.length_graphs import BUCKET_FRAMES, bucket_frames, padded_sample
 from cosyvoice_mac.pipeline import CosyVoice
 from tests.fakes.onnx_models import make_tiny_model_dir
+from tests.test_flow_graphs import _draws
 from tests.test_flow_prefix import strict_fp32  # noqa: F401 (autouse: CUDA compares in real fp32)
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
@@ -33,16 +34,9 @@ def model(request, tmp_path_factory) -> CosyVoice:
 
 
 def _request(model, new_tokens: int, seed: int):
-    """A prompt (tokens, mel, speaker vector) and ``new_tokens`` speech tokens, on the model's device."""
-    generator = torch.Generator().manual_seed(seed)
-    vocab = model.networks.flow.config.vocab_size
-    prompt = (
-        torch.randint(0, vocab, (1, PROMPT_TOKENS), generator=generator),
-        torch.randn(1, 2 * PROMPT_TOKENS, 80, generator=generator),
-        torch.randn(1, 192, generator=generator),
-    )
-    tokens = torch.randint(0, vocab, (1, new_tokens), generator=generator)
-    return tokens.to(model.device), [t.to(model.device) for t in prompt]
+    """``new_tokens`` speech tokens and a prompt (tokens, mel, speaker vector), on the model's device."""
+    prompt, tokens = _draws(model, PROMPT_TOKENS, new_tokens, seed)
+    return tokens, prompt
 
 
 def _sampler_inputs(frames: int, seed: int, device):

@@ -287,19 +287,24 @@ def test_a_non_finite_mel_is_redone_with_a_float32_flow(tiny_dir, monkeypatch):
 def test_a_non_finite_streamed_chunk_is_redone_too(tiny_dir, monkeypatch):
     model = CosyVoice.from_pretrained(tiny_dir, device="cpu", precision="float32", flow_dtype="bfloat16")
     flow = model.networks.flow
-    honest = flow.inference
-    monkeypatch.setattr(
-        flow,
-        "inference",
-        lambda *a, **k: (
-            honest(*a, **k)
-            * (float("nan") if next(flow.decoder.estimator.parameters()).dtype == torch.bfloat16 else 1.0)
-        ),
-    )
+    honest, honest_first = flow.inference, flow.first_chunk_recording_prefix
+
+    def overflow() -> float:
+        return float("nan") if next(flow.decoder.estimator.parameters()).dtype == torch.bfloat16 else 1.0
+
+    def first_chunk(*args, **kwargs):  # off CUDA a new voice's first chunk records its prefix: it overflows too
+        mel, prefix = honest_first(*args, **kwargs)
+        return mel * overflow(), prefix
+
+    monkeypatch.setattr(flow, "inference", lambda *a, **k: honest(*a, **k) * overflow())
+    monkeypatch.setattr(flow, "first_chunk_recording_prefix", first_chunk)
     prompt = np.random.default_rng(1).standard_normal(24000 * 3).astype(np.float32) * 0.1
     results = list(model.synthesize("Hello there.", prompt_audio=prompt, prompt_sample_rate=24000, seed=0, stream=True))
     assert np.isfinite(np.concatenate([r.audio for r in results])).all()
     assert "bfloat16 flow gave a non-finite mel" in results[0].notes[0]
+    # The bfloat16 prefix the first chunk recorded is not kept: the voice's prefix was made again in float32.
+    (prefix,) = model.flow_prefixes._entries.values()
+    assert {t.dtype for step in prefix.steps for t in step.tensors.values()} == {torch.float32}
 
 
 def test_a_float32_flow_is_not_redone(tiny_dir):

@@ -154,7 +154,7 @@ class FlowPrefixCache:
 
     def __init__(self, capacity: int = 1):
         self.capacity = capacity
-        self.builds = 0  # prefixes computed so far (a status figure)
+        self.builds = 0  # prefixes built by a call of their own so far (a status figure; not those recorded by a chunk)
         self._entries: dict[tuple, FlowPrefix] = {}
 
     def get(self, flow, speaker, plan: PromptPlan, prompt) -> FlowPrefix | None:
@@ -287,20 +287,22 @@ def stream_segment(
     def finite_mel(ids: torch.Tensor, notes: list[str], finalize: bool) -> torch.Tensor:
         """The chunk's mel; a non-finite one is redone once the flow has been widened to float32."""
         nonlocal prefix
+        recorded = None
         if prefix is None and not finalize and record_prefix:  # a new voice: its prefix recorded on the way
             mel, recorded = flow.first_chunk_recording_prefix(ids, *prompt, prefix_tokens=plan.prefix_tokens)
-            if bool(torch.isfinite(mel).all()):
-                parts.prefixes.add(flow, speaker, plan, recorded)
-                prefix = recorded
         else:
             mel = flow.inference(
                 ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
             )
         if not bool(torch.isfinite(mel).all()) and parts.widen_flow(notes):
-            prefix = parts.prefix(speaker, plan, prompt)  # the widening emptied the cache
+            # The widening emptied the cache; a prefix recorded above is of the old dtype, so it is built anew.
+            prefix = parts.prefix(speaker, plan, prompt)
             mel = flow.inference(
                 ids, *prompt, streaming=not finalize, finalize=finalize, prefix=None if finalize else prefix
             )
+        elif recorded is not None:
+            parts.prefixes.add(flow, speaker, plan, recorded)
+            prefix = recorded
         return mel[:, :, 2 * offset :]
 
     record_prefix = parts.records_new_prefixes(plan)

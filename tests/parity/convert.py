@@ -68,12 +68,18 @@ def _convert(ctx: ParityContext, tokens: torch.Tensor, stream: bool) -> tuple[li
         mels.append(mel)
         return mel
 
+    def recording_first_chunk(*args, **kwargs):  # off CUDA a new voice's first chunk records its prefix
+        mel, prefix = type(flow).first_chunk_recording_prefix(flow, *args, **kwargs)
+        mels.append(mel)
+        return mel, prefix
+
     try:
         encoder.speech_tokenizer, flow.inference = replay, recording_inference
+        flow.first_chunk_recording_prefix = recording_first_chunk
         results = list(model.run_conversion(request, speaker))
     finally:
         encoder.speech_tokenizer = original_tokenizer
-        del flow.inference
+        del flow.inference, flow.first_chunk_recording_prefix
     assert replay.calls == 1, "one piece, tokenised once"
     return results, mels
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 import cosyvoice_mac.models.flow.length_graphs as length_graphs
-from cosyvoice_mac.models.flow.length_graphs import BUCKET_FRAMES, bucket_frames, padded_sample
+from cosyvoice_mac.models.flow.length_graphs import BUCKET_FRAMES, bucket_frames, padded_inputs
 from cosyvoice_mac.pipeline import CosyVoice
 from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.test_flow_graphs import _draws
@@ -37,6 +37,13 @@ def _request(model, new_tokens: int, seed: int):
     """``new_tokens`` speech tokens and a prompt (tokens, mel, speaker vector), on the model's device."""
     prompt, tokens = _draws(model, PROMPT_TOKENS, new_tokens, seed)
     return tokens, prompt
+
+
+def padded_sample(decoder, mu, mask, spks, cond, frames: int) -> torch.Tensor:
+    """What a bucket graph computes, run eagerly: the sampler over the inputs padded to ``frames``, cut back to
+    ``mu``'s length ``(B, 80, T)``."""
+    padded_mu, padded_mask, padded_cond = padded_inputs(mu, mask, cond, frames)
+    return decoder(padded_mu, padded_mask, spks, padded_cond)[:, :, : mu.shape[-1]]
 
 
 def _sampler_inputs(frames: int, seed: int, device):

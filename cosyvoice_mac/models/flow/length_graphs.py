@@ -10,7 +10,7 @@ serves every length of its bucket:
 
 * the padded frames are masked: both estimators attend only to valid keys and their convolutions are
   causal, so no padded frame reaches a valid one, and the valid frames equal the unpadded call's up to
-  the kernels' rounding (tests/test_flow_length_graphs.py compares the padded sampler with the plain one);
+  the kernels' rounding (tests/test_flow_length_graphs.py compares the sampler over padded_inputs with the plain one);
 * the start noise is the fixed buffer's first frames whatever the length, so the bucket's noise is one
   static tensor.
 
@@ -57,13 +57,6 @@ def padded_inputs(mu: torch.Tensor, mask: torch.Tensor, cond: torch.Tensor, fram
     """``mu, cond (B, 80, T)`` and ``mask (B, 1, T)`` padded with zeros at the end to ``frames`` (masked out)."""
     pad = (0, frames - mu.shape[-1])
     return F.pad(mu, pad), F.pad(mask, pad), F.pad(cond, pad)
-
-
-def padded_sample(decoder, mu, mask, spks, cond, frames: int) -> torch.Tensor:
-    """What a bucket graph computes, run eagerly: the sampler over the inputs padded to ``frames``, cut back to
-    ``mu``'s length. ``(B, 80, T)`` mel (the tests compare it with the plain sampler on any device)."""
-    padded_mu, padded_mask, padded_cond = padded_inputs(mu, mask, cond, frames)
-    return decoder(padded_mu, padded_mask, spks, padded_cond)[:, :, : mu.shape[-1]]
 
 
 class BucketGraph:

@@ -8,11 +8,16 @@ variant (host sampler / device sampler, each with the plain or the ``torch.compi
 graphs): ms per token from the first token to the last (prefill excluded), medians of interleaved rounds,
 the profiler's kernels and GPU-busy ms per token, and whether the two samplers chose the same ids for the
 same seed. JSON on stdout, a table on stderr.
+
+``--compile MODE/DYNAMIC`` (e.g. ``max-autotune-no-cudagraphs/none``, ``default/true``) compiles the fused
+step with that ``torch.compile`` mode and ``dynamic`` setting instead of the product's defaults, to measure
+them; ``warmup_s`` is the first request's time (its compiles and captures).
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import statistics
@@ -47,6 +52,10 @@ def _run(lm, embeds, tokens: int, seed: int) -> tuple[list[int], float]:
     return ids, (time.perf_counter() - first) / max(len(ids) - 1, 1)
 
 
+def _first_difference(ids: list[int], reference: list[int]) -> int | None:
+    return next((i for i, (a, b) in enumerate(zip(ids, reference)) if a != b), None)
+
+
 def measure(dtype_name: str, args) -> list[dict]:
     import torch
 
@@ -58,14 +67,18 @@ def measure(dtype_name: str, args) -> list[dict]:
     device, dtype = torch.device(args.device), getattr(torch, dtype_name)
     lm = _full_size_lm(device, dtype)
     embeds = prompt_embeddings(lm).to(device=device, dtype=dtype)
-    variants = [(on, fuse) for fuse in (False, True) if fuse in args.fuse for on in (False, True)]
+    samplers = [name == "device" for name in args.sampler.split(",")]
+    variants = [(on, fuse) for fuse in (False, True) if fuse in args.fuse for on in (False, True) if on in samplers]
     # one runner (cache, graphs) per variant, so switching variants between rounds recaptures nothing
     runners = {v: DecodeRunner(lm, DecodeOptions(cuda_graphs=True, device_sampling=v[0], fuse=v[1])) for v in variants}
     times = {v: [] for v in variants}
     ids = {}
+    warmup = {}
     for variant in variants:  # warm-up: captures (and compiles) for every bucket
         lm.decoding = runners[variant]
+        started = time.perf_counter()
         ids[variant] = _run(lm, embeds, args.tokens, seed=0)[0]
+        warmup[variant] = time.perf_counter() - started
     for _ in range(args.rounds):
         for variant in variants:
             lm.decoding = runners[variant]
@@ -76,7 +89,7 @@ def measure(dtype_name: str, args) -> list[dict]:
         steps = min(args.tokens, 120)
         profiled = cuda_profile(device, lambda: _run(lm, embeds, steps, seed=0)) if device.type == "cuda" else {}
         ms = 1e3 * statistics.median(times[(on, fuse)])
-        host = ids[(False, fuse)]
+        host = ids.get((False, fuse))  # None when only the device sampler runs: compare "ids" across runs
         rows.append(
             {
                 "dtype": dtype_name,
@@ -85,11 +98,14 @@ def measure(dtype_name: str, args) -> list[dict]:
                 "ms_per_token": ms,
                 "tok_per_s": 1e3 / ms,
                 "ms_runs": [1e3 * t for t in times[(on, fuse)]],
+                "warmup_s": warmup[(on, fuse)],
+                "compile": args.compile,
                 "kernels_per_token": profiled.get("kernels", 0) / steps,
                 "gpu_busy_ms_per_token": profiled.get("gpu_busy_ms", 0) / steps,
                 "graph_launches_per_token": profiled.get("graph_launches", 0) / steps,
-                "same_ids_as_host": ids[(on, fuse)] == host,
-                "first_difference": next((i for i, (a, b) in enumerate(zip(ids[(on, fuse)], host)) if a != b), None),
+                "same_ids_as_host": None if host is None else ids[(on, fuse)] == host,
+                "first_difference": _first_difference(ids[(on, fuse)], host or []),
+                "ids": ids[(on, fuse)],
                 "graph_error": lm.decoding.graph_error,
                 "fuse_error": lm.decoding.fuse_error,
                 "mode": lm.decoding.mode,
@@ -106,9 +122,16 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=250)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--fuse", default="plain", help="plain, fused or plain,fused: the step under the graphs")
+    parser.add_argument("--compile", default="", help="MODE/DYNAMIC of the fused step's torch.compile: default/true")
+    parser.add_argument("--sampler", default="host,device", help="host, device or host,device")
     args = parser.parse_args()
     args.fuse = [name == "fused" for name in args.fuse.split(",")]
     import torch
+
+    if args.compile:  # the runner calls torch.compile(fn): give that call the mode and dynamic setting measured
+        mode, dynamic = args.compile.split("/")
+        dynamic = {"none": None, "true": True, "false": False}[dynamic]
+        torch.compile = functools.partial(torch.compile, mode=None if mode == "default" else mode, dynamic=dynamic)
 
     rows = []
     for dtype in args.dtypes.split(","):

@@ -33,14 +33,33 @@ def test_multinomial_is_the_argmax_of_probs_over_a_stream_of_exponentials(size):
             assert int(torch.argmax(probs / stream[draw * size : (draw + 1) * size])) == expected
 
 
-def _logp_stream(steps: int, vocab: int, seed: int) -> list[torch.Tensor]:
-    """Peaked random log-probs, so the same id comes back often and repetition re-draws happen."""
+def _logp_stream(steps: int, vocab: int, seed: int, *, tied: bool = False) -> list[torch.Tensor]:
+    """Peaked random log-probs, so the same id comes back often and repetition re-draws happen; ``tied``:
+    logits on a coarse grid (as 16-bit logits are), so many ids share a probability."""
     generator = torch.Generator().manual_seed(seed)
-    return [torch.log_softmax(4 * torch.randn(vocab, generator=generator), dim=0) for _ in range(steps)]
+    logits = [4 * torch.randn(vocab, generator=generator) for _ in range(steps)]
+    return [torch.log_softmax(x.round() if tied else x, dim=0) for x in logits]
 
 
-@pytest.mark.parametrize("seed", [0, 7])
-def test_device_pick_chooses_the_host_samplers_ids_for_the_same_seed(seed):
+@pytest.mark.parametrize("vocab", [25, 61, 6761])
+def test_ranked_head_is_the_head_of_the_hosts_stable_descending_sort(vocab):
+    """The top-k that stands in for a full sort on the device keeps the host's order exactly: ties by
+    ascending id, zero probabilities (masked ids) last by ascending id, the probabilities bit for bit."""
+    ras = DeviceRas((0.8, 25, 10, 0.1), (), vocab, torch.device("cpu"))
+    generator = torch.Generator().manual_seed(vocab)
+    for finite_share in (1.0, 0.3, 3 / vocab):
+        levels = torch.randint(0, 4, (vocab,), generator=generator).float()  # four distinct logits: ties everywhere
+        logits = levels.masked_fill(torch.rand(vocab, generator=generator) >= finite_share, float("-inf"))
+        logits[vocab // 2] = 5.0  # at least one finite logit
+        probs = torch.softmax(logits, dim=0)
+        head, ids = ras._ranked_head(probs)
+        sorted_probs, sorted_ids = probs.sort(descending=True, stable=True)
+        assert torch.equal(ids, sorted_ids[: ras.top_k])
+        assert torch.equal(head, sorted_probs[: ras.top_k])
+
+
+@pytest.mark.parametrize("seed, tied", [(0, False), (7, False), (3, True)])
+def test_device_pick_chooses_the_host_samplers_ids_for_the_same_seed(seed, tied):
     vocab, steps, min_len, masked = 61, 400, 30, (58, 59, 60)
     host, device = RasSampler(seed=seed), RasSampler(seed=seed)
     ras = DeviceRas(DeviceRas.settings_of(device), masked, vocab, torch.device("cpu"))
@@ -48,7 +67,7 @@ def test_device_pick_chooses_the_host_samplers_ids_for_the_same_seed(seed):
     token_out = torch.zeros(1, dtype=torch.long)
     history: list[int] = []
     repeats = 0
-    for step, logp in enumerate(_logp_stream(steps, vocab, seed)):
+    for step, logp in enumerate(_logp_stream(steps, vocab, seed, tied=tied)):
         ignore = masked if step < min_len else ()
         expected = host(
             logp.clone().index_fill_(0, torch.tensor(ignore, dtype=torch.long), float("-inf")), history, ignore
@@ -63,6 +82,26 @@ def test_device_pick_chooses_the_host_samplers_ids_for_the_same_seed(seed):
         history.append(expected)
     assert repeats > 20  # the re-draw from the full distribution was exercised, many times
     assert ras.drawn > 2 * ras.size  # and the variate ring wrapped around
+
+
+def test_the_pick_compiled_by_torch_compile_chooses_the_host_samplers_ids():
+    """On CUDA the fused step compiles the pick with it (``DecodeRunner._sampled_graph_step``): inductor's
+    version of the ranking keys (bit casts, an int64 top-k) and of the in-place state must draw the host's ids
+    too, ties included. Inductor on the CPU here; the CUDA loop test runs Triton's."""
+    vocab, min_len, masked = 61, 30, (58, 59, 60)
+    host, device = RasSampler(seed=3), RasSampler(seed=3)
+    ras = DeviceRas(DeviceRas.settings_of(device), masked, vocab, torch.device("cpu"))
+    ras.begin(device, min_len)
+    pick, token_out, history = torch.compile(ras.pick), torch.zeros(1, dtype=torch.long), []
+    for step, logp in enumerate(_logp_stream(200, vocab, 3, tied=True)):
+        ignore = masked if step < min_len else ()
+        expected = host(
+            logp.clone().index_fill_(0, torch.tensor(ignore, dtype=torch.long), float("-inf")), history, ignore
+        )
+        ras.top_up(int(ras.vector[OFFSET]))
+        pick(logp, token_out)
+        assert int(token_out) == expected, f"step {step}: compiled pick {int(token_out)}, host {expected}"
+        history.append(expected)
 
 
 def test_top_up_keeps_the_two_steps_in_flight_supplied_and_never_overwrites_what_they_read():

@@ -9,7 +9,8 @@ the weights move. Where capture is impossible the step runs eagerly (see :class:
 ``torch.compile`` of the same bucketed step is behind a flag (meant for MPS; off by default); on CUDA the
 graphs capture it as torch.compile fused it (``DecodeOptions.fuse``, on by default).
 In graphs mode the sampler runs on the device too (:mod:`device_sampling`, the host sampler's ids for the
-same seed): each graph is the step and its pick, and the next step is queued before the host reads this
+same seed): each graph is the step and its pick (fused
+together when the step is), and the next step is queued before the host reads this
 token, so the GPU does not wait for the host between tokens (:meth:`DecodeRunner.sampled_tokens`).
 """
 
@@ -82,6 +83,7 @@ class DecodeRunner:
         self._logp: torch.Tensor | None = None
         self._compiled = None
         self._fused = None
+        self._fused_with_pick = None
         self._plan: list = []
         self._ticket = 0
         self._ras: DeviceRas | None = None
@@ -142,6 +144,7 @@ class DecodeRunner:
         self._pool = None
         self._compiled = None
         self._fused = None
+        self._fused_with_pick = None
 
     # steps ------------------------------------------------------------------------------------
     def _check(self, cache: StaticKVCache, ticket: int | None) -> None:
@@ -244,6 +247,7 @@ class DecodeRunner:
         ras = self._ras
         if ras is None or ras.settings != settings or ras.device != self.device:
             self._sampled_graphs.clear()  # they captured the old state's addresses
+            self._fused_with_pick = None
             vocab = self.lm.config.speech_vocab_size
             ras = self._ras = DeviceRas(settings, self.lm.masked_before_min_len, vocab, self.device)
         return ras
@@ -303,7 +307,14 @@ class DecodeRunner:
         if graph is not None:
             graph.replay()
             return
-        ras.pick(self._graph_step()(cache, span), self._token)  # this token's real step (and the warm-up)
+        try:
+            self._sampled_graph_step()(cache, span)  # this token's real step and pick (and the warm-up, the compile)
+        except Exception as error:  # noqa: BLE001 (torch.compile failed here: capture the plain step and pick)
+            if self._fused_with_pick is None:
+                raise
+            self.fuse_error = f"torch.compile of the sampled decoding step failed ({type(error).__name__}: {error})"
+            log.warning(self.fuse_error)
+            self._sampled_graph_step()(cache, span)
         if self.mode != "graphs":
             return
 
@@ -313,7 +324,7 @@ class DecodeRunner:
             if self._pool is None:
                 self._pool = torch.cuda.graph_pool_handle()
             with torch.cuda.graph(graph, pool=self._pool, capture_error_mode="thread_local"):
-                ras.pick(self._graph_step()(cache, span), self._token)
+                self._sampled_graph_step()(cache, span)
             self._sampled_graphs[span] = graph
             self.captures += 1
             self.capture_seconds += time.perf_counter() - started
@@ -324,3 +335,16 @@ class DecodeRunner:
             self.graph_error = f"CUDA graph capture of the sampled step failed ({why}); decoding eagerly"
             log.warning(self.graph_error)
             self._sampled_graphs.clear()
+
+    def _step_and_pick(self, cache: StaticKVCache, span: int) -> None:
+        """The bucketed step over ``span`` slots and the device sampler's pick of its token into ``_token``."""
+        self._ras.pick(self._bucketed_step(cache, span), self._token)
+
+    def _sampled_graph_step(self):
+        """What a sampled step's graph captures: the step and the pick, compiled as one (``fuse``) so torch.compile
+        fuses the pick's ~45 small operations too (a compile failure leaves them plain, as for the step alone)."""
+        if not self.options.fuse or self.fuse_error is not None or self.mode != "graphs":
+            return self._step_and_pick
+        if self._fused_with_pick is None:
+            self._fused_with_pick = torch.compile(self._step_and_pick)
+        return self._fused_with_pick

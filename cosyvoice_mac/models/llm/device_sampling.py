@@ -53,6 +53,10 @@ class DeviceRas:
             self.masked[torch.as_tensor(list(masked_ids), dtype=torch.long, device=device)] = True
         self._head = torch.arange(self.top_k, device=device)
         self._all = torch.arange(vocab, device=device)
+        # ranking keys (see _ranked_head): an id's place below its probability's bits, reversed so lower ids rank first
+        self._id_bits = max(1, (vocab - 1).bit_length())
+        self._id_mask = (1 << self._id_bits) - 1
+        self._reversed_ids = self._id_mask - self._all
         self._generator: torch.Generator | None = None
         self.drawn = 0  # variates written into the ring so far (stream positions 0..drawn-1)
         self._pieces: list[tuple[int, torch.Tensor]] = []  # (first stream position, generator state before it)
@@ -122,6 +126,19 @@ class DeviceRas:
     def _stream(self, offset: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         return self.variates.index_select(0, (offset + positions).remainder_(self.size))
 
+    def _ranked_head(self, probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``top_k`` largest of ``probs`` (V,) float32 and their ids, in the order of the host's stable
+        descending sort (equal probabilities by ascending id), with one top-k instead of sorting all V.
+
+        A non-negative float32's bit pattern read as an integer orders as its value, so the int64 key
+        ``bits << id_bits | (id_mask - id)`` is unique per id and ranks exactly as the stable sort does;
+        the head's probabilities and ids come back out of the keys bit for bit.
+        """
+        keys = (probs.view(torch.int32).long() << self._id_bits) | self._reversed_ids
+        top = keys.topk(self.top_k).values
+        head = (top >> self._id_bits).to(torch.int32).view(torch.float32)
+        return head, self._id_mask - (top & self._id_mask)
+
     def pick(self, logp: torch.Tensor, token_out: torch.Tensor) -> None:
         """Choose the next id from ``logp`` (V,) float32 into ``token_out`` (1,) long and advance the
         state: RasSampler's algorithm, step for step, with no host sync (capturable)."""
@@ -130,11 +147,10 @@ class DeviceRas:
         below = step < vector[MIN_LEN : MIN_LEN + 1]
         scores = logp.float().masked_fill(self.masked & below, float("-inf"))
         probs = torch.softmax(scores, dim=0)
-        sorted_probs, sorted_ids = probs.sort(descending=True, stable=True)
-        head = sorted_probs[: self.top_k]
+        head, head_ids = self._ranked_head(probs)
         count = 1 + (head.cumsum(0)[:-1] < self.top_p).sum().view(1)
         ratios = (head / self._stream(offset, self._head)).masked_fill_(self._head >= count, -1.0)
-        token = sorted_ids.index_select(0, ratios.argmax().view(1))
+        token = head_ids.index_select(0, ratios.argmax().view(1))
         repeated = (self.window == token).sum().view(1) >= self.repeat_count
         rescored = scores.index_fill(0, token, float("-inf"))
         full = torch.softmax(rescored, dim=0) / self._stream(offset + count, self._all)

@@ -4,22 +4,30 @@
 # and its wheels in .whl), then bench/llm_sampling.py of the tree before (BASE, e.g. `git archive HEAD | tar -x -C
 # .base`) and this tree, torch.compile modes of the fused step, and the pipeline bench of both trees (auto, fp32;
 # this tree's auto twice: the second start finds torch.compile's cache on disk).
-# The tiny parity folders (cosyvoice{2,3}_tiny) for the tests in .parity (COSYVOICE_PARITY_DIR).
-# Usage: bash bench/cuda_fused_pick_suite.sh OUTDIR BASE [parts: tests,llm,modes,bench,bench32,restart]
+# The tiny parity folders (cosyvoice{2,3}_tiny) for the tests in .parity (COSYVOICE_PARITY_DIR); an espeak-ng that
+# runs from a folder (.espeak/espeak-ng, a wrapper that sets its libraries and data) for the tests that speak.
+# Usage: bash bench/cuda_fused_pick_suite.sh OUTDIR BASE [parts: tests,sentences,llm,modes,bench,bench32,restart]
 set -u
 out=${1:?output folder}; base=${2:?baseline tree}; parts=${3:-tests,llm,bench}
-if ls .whl/*.whl >/dev/null 2>&1; then python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1; fi
+if ls .whl/*.whl >/dev/null 2>&1; then python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1; fi
 export PYTHONPATH=/tmp/site OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1 COSYVOICE_CACHE_DIR=/tmp/cosyvoice-cache
 export COSYVOICE_PARITY_DIR=${COSYVOICE_PARITY_DIR:-$PWD/.parity}
 stamp() { echo "[$(date +%T)] $*"; }
 has() { [[ ",$parts," == *",$1,"* ]]; }
 here=$PWD
+[[ -x .espeak/espeak-ng ]] && export PATH=$here/.espeak:$PATH
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 if has tests; then
   PYTHONPATH=/tmp/site:$here COSYVOICE_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider \
     tests/test_device_sampling.py tests/test_decode_step.py tests/test_flow_length_graphs.py tests/test_flow_graphs.py \
     tests/test_flow_prefix.py tests/test_precision_auto.py --tb=short -rf > "$out/unit_cuda.txt" 2>&1
   stamp "unit tests exit $?"; grep -E "^(FAILED|E  )" "$out/unit_cuda.txt" | head -12; tail -1 "$out/unit_cuda.txt"
+fi
+if has sentences; then  # the CUDA tests that synthesise whole sentences
+  PYTHONPATH=/tmp/site:$here COSYVOICE_TEST_DEVICE=cuda timeout 200 python3 -m pytest -q -p no:cacheprovider \
+    tests/test_flow_length_graphs.py tests/test_flow_prefix.py -k "sentences or streaming" --tb=short -rf \
+    > "$out/sentences_cuda.txt" 2>&1
+  stamp "sentence tests exit $?"; grep -E "^(FAILED|E  )" "$out/sentences_cuda.txt" | head -12; tail -1 "$out/sentences_cuda.txt"
 fi
 llm() {  # tree name [args...]
   local tree=$1 name=$2; shift 2

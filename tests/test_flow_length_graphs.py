@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 import torch
 
@@ -118,6 +119,16 @@ def _same_in_bf16(actual, expected):
     torch.testing.assert_close(actual, expected, atol=3e-2, rtol=1e-2)
 
 
+def _same_bf16_sentence(audio: np.ndarray, eager: np.ndarray) -> None:
+    """A sentence through the bucket graphs against eager bf16: padding to the bucket changes the kernels' tiling, so
+    bf16 rounding differs, and the vocoder carries it to a few samples (measured on an H200 at tiny size: 52 of
+    27840 samples off by up to 0.032). The bound: the difference's energy under 1e-3 of the sentence's (30 dB), no
+    sample off by more than 0.1."""
+    error = audio.astype(np.float64) - eager  # cpu-only: numpy audio
+    assert float(np.sum(error**2)) <= 1e-3 * float(np.sum(eager.astype(np.float64) ** 2))
+    assert float(np.max(np.abs(error))) <= 0.1
+
+
 @cuda_only
 def test_every_length_in_a_bucket_replays_one_graph_with_the_eager_mel(model, bf16_flow, monkeypatch):
     flow = bf16_flow
@@ -178,6 +189,6 @@ def test_whole_sentences_are_the_same_with_and_without_flow_graphs(model, bf16_f
     monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "1")
     for _ in range(3):  # eager (the flow's first call), captured, replayed
         (audio,) = [result.audio for result in model.synthesize(text, speaker=speaker, seed=3)]
-        assert audio.shape == eager.shape
-        torch.testing.assert_close(torch.from_numpy(audio), torch.from_numpy(eager), atol=2e-2, rtol=0)
+        assert audio.shape == eager.shape  # the same tokens
+        _same_bf16_sentence(audio, eager)
     assert bf16_flow.length_graphs.replays >= 1

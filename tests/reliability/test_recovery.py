@@ -16,6 +16,10 @@ from tests.reliability.server import HANG_TIMEOUT_S, JOB_S, POST_OFF
 
 STATUS, RESULT = 3, 4
 LONG_TEXT = " ".join(f"This is sentence number {i} of a long request." for i in range(1, 5))
+# A job still running when the worker is killed or frozen, on any machine: the preview voice speaks the 4 sentences
+# above in under 2 s on a quick one, which a SIGKILL or SIGSTOP sent after "1 running" could miss; 40 take far longer
+# (the job ends at the signal, so the length costs nothing).
+UNFINISHED_TEXT = " ".join(f"This is sentence number {i} of a long request." for i in range(1, 41))
 
 
 def _generate(app, client, prompt, text, seed=1):
@@ -49,7 +53,7 @@ def test_a_voice_library_damaged_before_the_start_is_reported_and_set_aside(app,
 
 
 def test_kill_9_mid_job_fails_that_job_with_the_reason_and_keeps_the_queue(app, client, speech):
-    running = _submit(client, speech, LONG_TEXT)
+    running = _submit(client, speech, UNFINISHED_TEXT)
     _wait_running(app, client)
     waiting = [_submit(app.client(), speech, f"Waiting job {i}.", seed=i) for i in range(2)]
     time.sleep(0.5)
@@ -64,7 +68,7 @@ def test_kill_9_mid_job_fails_that_job_with_the_reason_and_keeps_the_queue(app, 
 
 
 def test_sigstop_is_noticed_the_job_fails_saying_so_and_the_worker_is_replaced(app, client, speech):
-    running = _submit(client, speech, LONG_TEXT)
+    running = _submit(client, speech, UNFINISHED_TEXT)
     _wait_running(app, client)
     waiting = _submit(app.client(), speech, "Queued behind a frozen worker.")
     pid = app.worker_pid()

@@ -119,14 +119,12 @@ def _same_in_bf16(actual, expected):
     torch.testing.assert_close(actual, expected, atol=3e-2, rtol=1e-2)
 
 
-def _same_bf16_sentence(audio: np.ndarray, eager: np.ndarray) -> None:
-    """A sentence through the bucket graphs against eager bf16: padding to the bucket changes the kernels' tiling, so
-    bf16 rounding differs, and the vocoder carries it to a few samples (measured on an H200 at tiny size: 52 of
-    27840 samples off by up to 0.032). The bound: the difference's energy under 1e-3 of the sentence's (30 dB), no
-    sample off by more than 0.1."""
+def _close_bf16_audio(audio: np.ndarray, eager: np.ndarray) -> None:
+    """Audio of one sentence from two bf16 mels equal up to rounding (checked on the mels themselves): the vocoder
+    integrates its f0 into a phase, so a rounding-sized f0 difference drifts the phase along the sentence (measured on
+    an H200 at tiny size: the difference's energy 1.5e-3 of the sentence's). Bound: 1e-2 of it (20 dB)."""
     error = audio.astype(np.float64) - eager  # cpu-only: numpy audio
-    assert float(np.sum(error**2)) <= 1e-3 * float(np.sum(eager.astype(np.float64) ** 2))
-    assert float(np.max(np.abs(error))) <= 0.1
+    assert float(np.sum(error**2)) <= 1e-2 * float(np.sum(eager.astype(np.float64) ** 2))
 
 
 @cuda_only
@@ -184,11 +182,15 @@ def test_whole_sentences_are_the_same_with_and_without_flow_graphs(model, bf16_f
 
     speaker = model.prepare_prompt(synthetic_prompt(3.0), sample_rate=24000)
     text = "The quick brown fox jumps over the lazy dog."
+    mels = []
+    inference = bf16_flow.inference
+    monkeypatch.setattr(bf16_flow, "inference", lambda *a, **k: mels.append(inference(*a, **k)) or mels[-1])
     monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "0")
     (eager,) = [result.audio for result in model.synthesize(text, speaker=speaker, seed=3)]
     monkeypatch.setenv("COSYVOICE_CUDA_GRAPHS", "1")
     for _ in range(3):  # eager (the flow's first call), captured, replayed
         (audio,) = [result.audio for result in model.synthesize(text, speaker=speaker, seed=3)]
-        assert audio.shape == eager.shape  # the same tokens
-        _same_bf16_sentence(audio, eager)
+        assert audio.shape == eager.shape  # the same tokens (the LLM's graphs and device sampler)
+        _same_in_bf16(mels[-1], mels[0])
+        _close_bf16_audio(audio, eager)
     assert bf16_flow.length_graphs.replays >= 1

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cosyvoice_mac.bench.opcount import prompt_embeddings, random_tiny_speech_lm
-from cosyvoice_mac.models.llm import DecodeOptions
+from cosyvoice_mac.models.llm import DecodeOptions, decoding
 from cosyvoice_mac.models.llm.device_sampling import OFFSET, DeviceRas
 from cosyvoice_mac.models.llm.sampling import RasSampler
 
@@ -135,6 +135,31 @@ def test_pipelined_device_loop_yields_the_host_loops_tokens(monkeypatch, seed):
     assert device == host  # every sentence: the generator is left where the host sampler leaves it
     assert torch.equal(device_state, host_state)
     assert len(host[0]) == 40 and len(host[1]) < 60  # the stop path is covered too
+
+
+def test_a_sampled_step_whose_compile_fails_runs_the_plain_step_and_pick(monkeypatch):
+    """Under the graphs a sampled step is ``torch.compile(step + pick)``; a compile that fails there leaves the plain
+    step and pick (the same tokens) and says why, instead of failing the request. On the CPU: graphs mode, the
+    compile's failure and a capture that cannot happen are simulated."""
+    lm = random_tiny_speech_lm()
+    lm.decoding.options = DecodeOptions(cuda_graphs=False, bucket=16)
+    lengths = ((30, 30),)
+    host, _ = _sentences(lm, 5, on_device=False, monkeypatch=monkeypatch, lengths=lengths)
+
+    def failing_compile(function, **_):
+        def compiled(*args):
+            raise RuntimeError("no Triton here")
+
+        return compiled
+
+    runner = lm.decoding
+    runner.options = DecodeOptions(cuda_graphs=True, fuse=True, bucket=16)
+    monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
+    monkeypatch.setattr(torch, "compile", failing_compile)
+    monkeypatch.setattr(decoding, "try_cuda_capture", lambda capture, device: (False, "no CUDA here"))
+    device, _ = _sentences(lm, 5, on_device=True, monkeypatch=monkeypatch, lengths=lengths)
+    assert device == host
+    assert runner.fuse_error.startswith("torch.compile of the sampled decoding step failed (RuntimeError")
 
 
 def test_a_request_abandoned_midway_leaves_the_generator_after_the_tokens_it_read(monkeypatch):

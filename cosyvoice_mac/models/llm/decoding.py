@@ -46,9 +46,10 @@ class DecodeOptions:
     # torch.compile the bucketed step (any device; meant for MPS, where it is not measured yet): off by default
     compile: bool = field(default_factory=lambda: env_flag("COSYVOICE_COMPILE_DECODE", False))
     bucket: int = 128  # cache slots per length bucket; a multiple of 16 keeps the attention mask aligned
-    # CUDA graphs mode: capture the bucketed step as torch.compile fused it (Triton kernels under our graph), not
-    # ATen's ~400 kernels a token: 653 -> 768 tok/s with the device sampler (bench/README.md, "Fused step"); its two
-    # compiles fall in the worker's warm-up. A compile that fails leaves the plain step (``fuse_error`` says why).
+    # CUDA graphs mode: capture the bucketed step (and the device sampler's pick) as torch.compile fused them (Triton
+    # kernels under our graph), not ATen's ~450 kernels a token: 651 -> 805 tok/s at fp16 (bench/README.md, "Session
+    # 7"); the compiles fall in the worker's warm-up (~60 s cold, ~11 s from the on-disk cache). A compile that fails
+    # leaves the plain step (``fuse_error`` says why). Default mode and ``dynamic``: max-autotune changes the tokens.
     fuse: bool = field(default_factory=lambda: env_flag("COSYVOICE_FUSE_DECODE", True))
     # CUDA graphs mode: the sampler runs on the device inside each step's graph and the next step is queued
     # before this one's token is read (same tokens as the host sampler for the same seed; see device_sampling)

@@ -40,15 +40,21 @@ KEY_MAP = (
 class PrefixStep:
     """Owns one Euler step's tensors over a cached prompt prefix, keyed by layer name: attention keys and
     values ``(B, H, Tp, d)`` and each causal convolution's last input frames ``(B, k - 1, C)``.
-    While ``recording`` the layers store them; afterwards they read them (see ``models.flow.prefix``)."""
+    While ``recording`` the layers store them; afterwards they read them (see ``models.flow.prefix``).
+    ``keep`` (recording only): record the prefix of the call's first ``keep`` frames (a new voice's first
+    streamed chunk records its prefix on the way, as ``models.flow.prefix.StepState`` does)."""
 
     frames: int = 0
     recording: bool = True
     tensors: dict[str, mx.array] = field(default_factory=dict)
+    keep: int | None = None
 
     def keys_and_values(self, name: str, keys: mx.array, values: mx.array) -> tuple[mx.array, mx.array]:
         if self.recording:
-            self.tensors[name + ".k"], self.tensors[name + ".v"] = keys, values
+            kept = (keys, values)
+            if self.keep is not None:  # copies, so the call's later frames are freed
+                kept = tuple(mx.contiguous(z[:, :, : self.keep]) for z in kept)
+            self.tensors[name + ".k"], self.tensors[name + ".v"] = kept
             return keys, values
         return (
             mx.concatenate([self.tensors[name + ".k"], keys], axis=2),
@@ -59,7 +65,9 @@ class PrefixStep:
         """``x (B, T, C)`` with ``frames`` frames of left context: zeros at the start, else the prefix's."""
         if self.recording:
             padded = mx.pad(x, [(0, 0), (frames, 0), (0, 0)])
-            self.tensors[name + ".tail"] = padded[:, padded.shape[1] - frames :]
+            end = padded.shape[1] - frames if self.keep is None else self.keep  # the context of frame `end`
+            window = padded[:, end : end + frames]
+            self.tensors[name + ".tail"] = window if self.keep is None else mx.contiguous(window)  # frees the rest
             return padded
         return mx.concatenate([self.tensors[name + ".tail"], x], axis=1)
 

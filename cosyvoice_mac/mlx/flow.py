@@ -131,7 +131,7 @@ class FlowMatching(nn.Module):
             mx.eval(x)  # one graph per step: bounded memory, and the prefix tensors materialise
         if states is not None and states[0].recording:
             for state in states:
-                state.frames, state.recording = mu.shape[1], False
+                state.frames, state.recording = mu.shape[1] if state.keep is None else state.keep, False
         return x
 
 
@@ -226,6 +226,38 @@ class MlxFlow(nn.Module):
             None if prefix is None else prefix.steps,
         )
         return to_torch(mel[:, prompt_frames - start :].transpose(0, 2, 1))
+
+    def first_chunk_recording_prefix(
+        self,
+        tokens: torch.Tensor,
+        prompt_tokens: torch.Tensor,
+        prompt_feat: torch.Tensor,
+        embedding: torch.Tensor,
+        prefix_tokens: int,
+    ) -> tuple[torch.Tensor, FlowPrefix]:
+        """A streamed chunk with no cached prefix (``finalize=False``) that records the voice's prefix of its first
+        ``prefix_tokens`` prompt tokens on the way: (mel ``(1, 80, T - F)``, FlowPrefix), as
+        :meth:`cosyvoice_mac.models.flow.Flow.first_chunk_recording_prefix`: one sampler call over the prompt and
+        the chunk instead of a prefix build and then the chunk (chunk-causal attention and causal convolutions
+        keep the recorded frames' tensors as a build over them alone makes them)."""
+        prefix_frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, prefix_tokens)
+        self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize=False)
+        frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], False)
+        ids = torch.cat([prompt_tokens.cpu(), tokens.cpu()], dim=1)
+        speaker, mu = self._conditioning(embedding, ids, finalize=False, streaming=True)
+        cond = torch.zeros(1, frames, self.config.output_size)
+        cond[:, : prompt_feat.shape[1]] = prompt_feat.float().cpu()
+        steps = [PrefixStep(keep=prefix_frames) for _ in range(self.config.cfm.n_timesteps)]
+        mel = self.decoder(mu, speaker, to_mlx(cond).astype(mu.dtype), True, steps)
+        mx.eval([step.tensors for step in steps])  # usable from any thread's stream
+        prefix = FlowPrefix(
+            tokens=prefix_tokens,
+            frames=prefix_frames,
+            steps=steps,
+            prompt_tokens=prompt_tokens[:, :prefix_tokens].clone(),
+            embedding=embedding.clone(),
+        )
+        return to_torch(mel[:, prompt_feat.shape[1] :].transpose(0, 2, 1)), prefix
 
     def build_prefix(
         self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, tokens: int

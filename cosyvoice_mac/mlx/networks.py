@@ -45,14 +45,16 @@ from cosyvoice_mac.models.vocoder import HiFTConfig
 
 
 class PipelineFlow:
-    """The MLX flow as the pipeline sees a flow: ``config``, ``inference``, ``build_prefix`` and a
-    ``parameters()`` whose first item tells the device and dtype of the tensors it takes (CPU, float32)."""
+    """The MLX flow as the pipeline sees a flow: ``config``, ``inference``, ``build_prefix``,
+    ``first_chunk_recording_prefix`` and a ``parameters()`` whose first item tells the device and dtype of the
+    tensors it takes (CPU, float32)."""
 
     def __init__(self, flow: MlxFlow):  # or flow_v2.MlxFlowV2 (CosyVoice2), a subclass
         self.mlx = flow
         self.config = flow.config
         self.inference = flow.inference
         self.build_prefix = flow.build_prefix
+        self.first_chunk_recording_prefix = flow.first_chunk_recording_prefix
 
     def parameters(self):
         yield torch.empty(0, dtype=torch.float32)

@@ -242,9 +242,9 @@ class StreamingParts:
 
     def records_new_prefixes(self, plan: PromptPlan) -> bool:
         """Whether a new voice's prefix is recorded by its first chunk (:meth:`Flow.first_chunk_recording_prefix`)
-        instead of built before it: the torch flow off CUDA. On CUDA the build and the first chunk are shared
-        graphs (already a known voice's time plus milliseconds); the MLX flow builds its own."""
-        return isinstance(self.flow, Flow) and self.device.type != "cuda" and self.prefixes.caches(plan)
+        instead of built before it: every flow off CUDA (torch on the CPU or MPS, MLX). On CUDA the build and the
+        first chunk are shared graphs (already a known voice's time plus milliseconds)."""
+        return self.device.type != "cuda" and self.prefixes.caches(plan)
 
 
 def prepare_voice_for_streaming(parts: StreamingParts, speaker) -> None:
@@ -254,7 +254,9 @@ def prepare_voice_for_streaming(parts: StreamingParts, speaker) -> None:
     plan = PromptPlan.for_request(parts, speaker)
     prompt = plan.prompt(speaker, parts.device)
     prefix = parts.prefix(speaker, plan, prompt)
-    if prefix is None or flow.shared_graphs.has_first_chunk(prefix):  # shared: captured for an earlier voice
+    if prefix is None or parts.device.type != "cuda":  # the first-chunk graphs below are CUDA's (MLX has none)
+        return
+    if flow.shared_graphs.has_first_chunk(prefix):  # shared: captured for an earlier voice
         return
     if prefix.graphs.wanted(prompt[0].device) and not prefix.graphs.graphs:
         placeholder = torch.zeros(1, plan.first_hop + flow.config.pre_lookahead_len, dtype=torch.long)

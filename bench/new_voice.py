@@ -6,7 +6,9 @@ Full-size random weights, the pipeline bench's request (3 s prompt, 32 text ids)
 mode, times the prompt's features (speech tokens, speaker vector, prompt mel: one after the other or
 side by side), the first audio of a voice used before, and of a new one (its flow prefix built first).
 Modes: ``before`` = the LLM decodes on past the first chunk's tokens on a CPU and the frontends run one
-after the other (the tree before issue 29); ``after`` = this tree's defaults.
+after the other (the tree before issue 29); ``after`` = this tree's defaults; ``built`` = this tree's defaults
+but a new voice's prefix built before its first chunk instead of recorded by it (off CUDA).
+``--engine mlx`` runs the MLX engine (a Mac's default; MLX on the CPU elsewhere).
 On CUDA ``after`` also builds a new voice's prefix and first chunk from the flow's shared graphs
 (``COSYVOICE_FLOW_SHARED_GRAPHS``). Medians and every run as JSON on stdout.
 """
@@ -29,6 +31,7 @@ from cosyvoice_mac.bench import measure  # noqa: E402
 from cosyvoice_mac.pipeline import streaming  # noqa: E402
 
 HELD = streaming.HOLD_LLM_FOR_FIRST_CHUNK
+RECORDS = streaming.StreamingParts.records_new_prefixes
 
 
 def set_mode(model, mode: str) -> None:
@@ -38,6 +41,8 @@ def set_mode(model, mode: str) -> None:
     keep = mode != "before"
     type(encoder).concurrent = property(lambda self, keep=keep: keep)  # the bench's switch, this process only
     os.environ["COSYVOICE_FLOW_SHARED_GRAPHS"] = "0" if mode == "before" else "1"
+    built = mode in ("before", "built")
+    streaming.StreamingParts.records_new_prefixes = (lambda self, plan: False) if built else RECORDS
 
 
 def one_round(model, prompt, text_ids) -> dict:
@@ -62,9 +67,10 @@ def main() -> int:
     parser.add_argument("--version", default="cosyvoice3")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", default="before,after")
+    parser.add_argument("--engine", default="torch", help="torch or mlx")
     args = parser.parse_args()
     device = torch.device(args.device)
-    model = measure.load_model(args.version, device, args.dtype, False, None)
+    model = measure.load_model(args.version, device, args.dtype, False, None, engine=args.engine)
     prompt = measure.synthetic_prompt()
     measure.run_once(model, 25, prompt, stream=True)  # warm-up: kernels, graphs, a prefix
     text_ids = torch.tensor([model.tokenizer.encode(measure.TEXT)])[:, : measure.REFERENCE_TEXT_IDS]
@@ -78,6 +84,7 @@ def main() -> int:
     median = {mode: {key: statistics.median(r[key] for r in rows) for key in rows[0]} for mode, rows in runs.items()}
     report = {
         "device": str(device),
+        "engine": args.engine,
         "dtype": args.dtype,
         "precision": model.precision.as_dict(),
         "median": median,

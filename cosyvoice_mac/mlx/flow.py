@@ -211,6 +211,13 @@ class MlxFlow(nn.Module):
         self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize)
         if prefix is not None:
             self._check_prefix(prefix, prompt_tokens, embedding, streaming)
+        return self._generated_mel(tokens, prompt_tokens, prompt_feat, embedding, finalize, streaming, prefix)
+
+    def _generated_mel(
+        self, tokens, prompt_tokens, prompt_feat, embedding, finalize, streaming, prefix=None, steps=None
+    ):
+        """The sampler over the frames after ``prefix`` (or all, recording into ``steps`` when given): the generated
+        part's mel ``(1, 80, T - F)`` float32 CPU tensor. Inputs checked by the caller."""
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
         prompt_frames = prompt_feat.shape[1]
         ids = torch.cat([prompt_tokens.cpu(), tokens.cpu()], dim=1)
@@ -218,13 +225,8 @@ class MlxFlow(nn.Module):
         cond = torch.zeros(1, frames, self.config.output_size)
         cond[:, :prompt_frames] = prompt_feat.float().cpu()
         start = 0 if prefix is None else prefix.frames
-        mel = self.decoder(
-            mu[:, start:],
-            speaker,
-            to_mlx(cond[:, start:]).astype(mu.dtype),
-            streaming,
-            None if prefix is None else prefix.steps,
-        )
+        states = steps if prefix is None else prefix.steps
+        mel = self.decoder(mu[:, start:], speaker, to_mlx(cond[:, start:]).astype(mu.dtype), streaming, states)
         return to_torch(mel[:, prompt_frames - start :].transpose(0, 2, 1))
 
     def first_chunk_recording_prefix(
@@ -242,13 +244,8 @@ class MlxFlow(nn.Module):
         keep the recorded frames' tensors as a build over them alone makes them)."""
         prefix_frames = self._check_prefix_request(prompt_tokens, prompt_feat, embedding, prefix_tokens)
         self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize=False)
-        frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], False)
-        ids = torch.cat([prompt_tokens.cpu(), tokens.cpu()], dim=1)
-        speaker, mu = self._conditioning(embedding, ids, finalize=False, streaming=True)
-        cond = torch.zeros(1, frames, self.config.output_size)
-        cond[:, : prompt_feat.shape[1]] = prompt_feat.float().cpu()
         steps = [PrefixStep(keep=prefix_frames) for _ in range(self.config.cfm.n_timesteps)]
-        mel = self.decoder(mu, speaker, to_mlx(cond).astype(mu.dtype), True, steps)
+        mel = self._generated_mel(tokens, prompt_tokens, prompt_feat, embedding, False, True, steps=steps)
         mx.eval([step.tensors for step in steps])  # usable from any thread's stream
         prefix = FlowPrefix(
             tokens=prefix_tokens,
@@ -257,7 +254,7 @@ class MlxFlow(nn.Module):
             prompt_tokens=prompt_tokens[:, :prefix_tokens].clone(),
             embedding=embedding.clone(),
         )
-        return to_torch(mel[:, prompt_feat.shape[1] :].transpose(0, 2, 1)), prefix
+        return mel, prefix
 
     def build_prefix(
         self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, tokens: int

@@ -9,9 +9,9 @@ the weights move. Where capture is impossible the step runs eagerly (see :class:
 ``torch.compile`` of the same bucketed step is behind a flag (meant for MPS; off by default); on CUDA the
 graphs capture it as torch.compile fused it (``DecodeOptions.fuse``, on by default).
 In graphs mode the sampler runs on the device too (:mod:`device_sampling`, the host sampler's ids for the
-same seed): each graph is the step and its pick (fused
-together when the step is), and the next step is queued before the host reads this
-token, so the GPU does not wait for the host between tokens (:meth:`DecodeRunner.sampled_tokens`).
+same seed): each graph is the step and its pick (compiled as one when the step is fused), and the next
+step is queued before the host reads this token, so the GPU does not wait for the host between tokens
+(:meth:`DecodeRunner.sampled_tokens`).
 """
 
 from __future__ import annotations

@@ -58,9 +58,15 @@ def test_a_prefix_that_is_not_whole_chunks_inside_the_prompt_is_refused_by_name(
 
 
 def test_a_new_voice_streams_the_audio_of_a_prepared_one_without_a_separate_build(model, make_speech, monkeypatch):
+    assert_a_new_voice_streams_a_prepared_ones_audio_without_a_build(model, make_speech, monkeypatch)
+
+
+def assert_a_new_voice_streams_a_prepared_ones_audio_without_a_build(model, make_speech, monkeypatch) -> None:
+    """A voice prepared beforehand (its prefix built) and the same voice new (its prefix recorded by the first
+    chunk, no build) stream the same chunks; the recorded prefix is kept. Any engine's model."""
     speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
     model.flow_prefixes.clear()
-    model.prepare_streaming(speaker)  # today's path for a voice used before: built beforehand
+    model.prepare_streaming(speaker)  # a voice used before: its prefix built beforehand
     with _RecordFlow(model.networks.flow) as known:
         prepared = [chunk.audio for chunk in model.synthesize(TEXT, speaker=speaker, seed=3, stream=True)]
     builds = model.flow_prefixes.builds

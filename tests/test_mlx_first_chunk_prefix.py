@@ -20,8 +20,7 @@ from cosyvoice_mac.models.flow import FlowConfig  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
 from tests.fakes.onnx_models import make_tiny_model_dir  # noqa: E402
 from tests.parity.common import parity_dir  # noqa: E402
-from tests.test_flow_prefix import TEXT  # noqa: E402
-from tests.test_streaming import _RecordFlow  # noqa: E402
+from tests.test_flow_first_chunk_prefix import assert_a_new_voice_streams_a_prepared_ones_audio_without_a_build  # noqa: E402
 
 TOLERANCE = dict(atol=1e-5, rtol=1e-5)
 
@@ -93,19 +92,4 @@ def test_a_new_voice_on_the_mlx_engine_streams_the_audio_of_a_prepared_one_witho
 ):
     model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path / version), device="cpu", engine="mlx")
     assert isinstance(model.networks.flow, PipelineFlow)
-    speaker = model.prepare_prompt(make_speech("Hello there, this is a short prompt for testing.", seconds=3.0))
-    model.flow_prefixes.clear()
-    model.prepare_streaming(speaker)  # a voice used before: its prefix built beforehand
-    with _RecordFlow(model.networks.flow) as known:
-        prepared = [chunk.audio for chunk in model.synthesize(TEXT, speaker=speaker, seed=3, stream=True)]
-    builds = model.flow_prefixes.builds
-    model.flow_prefixes.clear()
-    monkeypatch.setattr(model.networks.flow, "build_prefix", lambda *a, **k: pytest.fail("a new voice built a prefix"))
-    with _RecordFlow(model.networks.flow) as new_voice:
-        new = [chunk.audio for chunk in model.synthesize(TEXT, speaker=speaker, seed=3, stream=True)]
-    assert model.flow_prefixes.builds == builds and len(model.flow_prefixes._entries) == 1  # recorded, then kept
-    assert len(new) == len(prepared) > 2 and len(new_voice.calls) == len(known.calls)
-    for (_, _, mine), (_, _, theirs) in zip(new_voice.calls, known.calls):  # every chunk's mel
-        torch.testing.assert_close(mine, theirs, **TOLERANCE)
-    for a, b in zip(new, prepared):  # the sine source turns ~1e-6 mel differences into phase (as on torch)
-        torch.testing.assert_close(torch.from_numpy(a), torch.from_numpy(b), atol=5e-4, rtol=0)
+    assert_a_new_voice_streams_a_prepared_ones_audio_without_a_build(model, make_speech, monkeypatch)

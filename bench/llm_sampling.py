@@ -56,6 +56,26 @@ def _first_difference(ids: list[int], reference: list[int]) -> int | None:
     return next((i for i, (a, b) in enumerate(zip(ids, reference)) if a != b), None)
 
 
+def _compile_setting(text: str) -> tuple[str | None, bool | None]:
+    """``MODE/DYNAMIC`` -> (torch.compile's ``mode``, ``dynamic``), or argparse's error naming what is allowed."""
+    mode, _, dynamic = text.partition("/")
+    dynamics = {"none": None, "true": True, "false": False}
+    if not mode or dynamic not in dynamics:
+        raise argparse.ArgumentTypeError(f"{text!r}: use MODE/DYNAMIC, e.g. default/none or default/true")
+    return (None if mode == "default" else mode), dynamics[dynamic]
+
+
+def _names(allowed: tuple[str, ...]):
+    def parse(text: str) -> list[str]:
+        names = text.split(",")
+        unknown = [name for name in names if name not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"{text!r}: use one or more of {', '.join(allowed)}")
+        return names
+
+    return parse
+
+
 def measure(dtype_name: str, args) -> list[dict]:
     import torch
 
@@ -99,7 +119,7 @@ def measure(dtype_name: str, args) -> list[dict]:
                 "tok_per_s": 1e3 / ms,
                 "ms_runs": [1e3 * t for t in times[(on, fuse)]],
                 "warmup_s": warmup[(on, fuse)],
-                "compile": args.compile,
+                "compile": list(args.compile) if args.compile else None,
                 "kernels_per_token": profiled.get("kernels", 0) / steps,
                 "gpu_busy_ms_per_token": profiled.get("gpu_busy_ms", 0) / steps,
                 "graph_launches_per_token": profiled.get("graph_launches", 0) / steps,
@@ -121,17 +141,19 @@ def main() -> None:
     parser.add_argument("--dtypes", default="float16,bfloat16,float32")
     parser.add_argument("--tokens", type=int, default=250)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--fuse", default="plain", help="plain, fused or plain,fused: the step under the graphs")
-    parser.add_argument("--compile", default="", help="MODE/DYNAMIC of the fused step's torch.compile: default/true")
-    parser.add_argument("--sampler", default="host,device", help="host, device or host,device")
+    parser.add_argument(
+        "--fuse", default="plain", type=_names(("plain", "fused")), help="plain, fused or plain,fused: the step"
+    )
+    parser.add_argument("--compile", type=_compile_setting, help="MODE/DYNAMIC of the fused step's torch.compile")
+    parser.add_argument("--sampler", default="host,device", type=_names(("host", "device")), help="host and/or device")
     args = parser.parse_args()
-    args.fuse = [name == "fused" for name in args.fuse.split(",")]
+    args.fuse = [name == "fused" for name in args.fuse]
+    args.sampler = ",".join(args.sampler)
     import torch
 
     if args.compile:  # the runner calls torch.compile(fn): give that call the mode and dynamic setting measured
-        mode, dynamic = args.compile.split("/")
-        dynamic = {"none": None, "true": True, "false": False}[dynamic]
-        torch.compile = functools.partial(torch.compile, mode=None if mode == "default" else mode, dynamic=dynamic)
+        mode, dynamic = args.compile
+        torch.compile = functools.partial(torch.compile, mode=mode, dynamic=dynamic)
 
     rows = []
     for dtype in args.dtypes.split(","):

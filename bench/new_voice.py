@@ -32,6 +32,7 @@ from cosyvoice_mac.pipeline import streaming  # noqa: E402
 
 HELD = streaming.HOLD_LLM_FOR_FIRST_CHUNK
 RECORDS = streaming.StreamingParts.records_new_prefixes
+MODES = ("before", "after", "built")
 
 
 def set_mode(model, mode: str) -> None:
@@ -67,7 +68,7 @@ def main() -> int:
     parser.add_argument("--version", default="cosyvoice3")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--modes", default="before,after")
-    parser.add_argument("--engine", default="torch", help="torch or mlx")
+    parser.add_argument("--engine", default="torch", choices=("torch", "mlx"))
     args = parser.parse_args()
     device = torch.device(args.device)
     model = measure.load_model(args.version, device, args.dtype, False, None, engine=args.engine)
@@ -75,6 +76,8 @@ def main() -> int:
     measure.run_once(model, 25, prompt, stream=True)  # warm-up: kernels, graphs, a prefix
     text_ids = torch.tensor([model.tokenizer.encode(measure.TEXT)])[:, : measure.REFERENCE_TEXT_IDS]
     modes = args.modes.split(",")
+    if unknown := [mode for mode in modes if mode not in MODES]:
+        parser.error(f"--modes: {', '.join(unknown)} unknown; use one or more of {', '.join(MODES)}")
     runs: dict[str, list[dict]] = {mode: [] for mode in modes}
     for _ in range(args.rounds):  # interleaved, so the machine's load falls on both alike
         for mode in modes:

@@ -70,14 +70,14 @@ def main() -> int:
     parser.add_argument("--modes", default="before,after")
     parser.add_argument("--engine", default="torch", choices=("torch", "mlx"))
     args = parser.parse_args()
+    modes = args.modes.split(",")
+    if unknown := [mode for mode in modes if mode not in MODES]:
+        parser.error(f"--modes: {', '.join(unknown)} unknown; use one or more of {', '.join(MODES)}")
     device = torch.device(args.device)
     model = measure.load_model(args.version, device, args.dtype, False, None, engine=args.engine)
     prompt = measure.synthetic_prompt()
     measure.run_once(model, 25, prompt, stream=True)  # warm-up: kernels, graphs, a prefix
     text_ids = torch.tensor([model.tokenizer.encode(measure.TEXT)])[:, : measure.REFERENCE_TEXT_IDS]
-    modes = args.modes.split(",")
-    if unknown := [mode for mode in modes if mode not in MODES]:
-        parser.error(f"--modes: {', '.join(unknown)} unknown; use one or more of {', '.join(MODES)}")
     runs: dict[str, list[dict]] = {mode: [] for mode in modes}
     for _ in range(args.rounds):  # interleaved, so the machine's load falls on both alike
         for mode in modes:

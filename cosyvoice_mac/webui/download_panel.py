@@ -201,7 +201,7 @@ def wire_download_panel(controls: dict, callbacks, language, panel, page) -> Non
             gr.update(value=button_label(lang, v, callbacks.downloads, callbacks.downloads.size(v))) for v in versions
         ]
 
-    page.load(with_sizes, language, [controls["buttons"][v] for v in versions], show_progress="hidden")
+    page.load(with_sizes, language, [controls["buttons"][v] for v in versions], queue=False, show_progress="hidden")
     outputs = [controls["msg"], panel.model_menu, panel.model_msg, panel.status_panel]
     for version, button in controls["buttons"].items():
         button.click(

@@ -171,13 +171,18 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 downloads = build_download_panel(make, callbacks, has_model)
         history_controls = build_history_section(make, lang)
         history = history_controls["table"]
-        build_longform_section(make, callbacks, callbacks.longform, language)
+        build_longform_section(make, callbacks, callbacks.longform, language, page)
         convert_controls = build_convert_section(make, ConvertCallbacks(host), language)
         bar = build_action_bar(make, can_generate, callbacks.blockers(lang, None, "", "", "", "zero_shot", ""))
         generate, stop, status, player, result = bar.generate, bar.stop, bar.status, bar.player, bar.result
         timer = gr.Timer(2.0)
 
         # -- wiring ----------------------------------------------------------------------------------
+        # Every event the page fires on its own (a change, a load, a tick, a follow-up) runs off Gradio's
+        # queue. Gradio's page client (6.31) can lose a queued event that joins in the moment the session's
+        # message stream closes after the last queued event: it posts the event but never reads its answer,
+        # so a Generate pressed just as a queued check finishes would spin forever. Off the queue, only what
+        # the user presses opens and closes that stream.
         quiet = dict(queue=False, show_progress="hidden")
 
         def prepare(audio, stream_on) -> None:  # the page waits for nothing: the worker prepares in the background
@@ -187,7 +192,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio], **quiet
         ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.stop_recording(
-            callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio]
+            callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio], **quiet
         ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
         wire_voice_section(voice_controls, callbacks, language, mode)
@@ -249,7 +254,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             concurrency_id="generate",
             show_progress="minimal",
             show_progress_on=[result],
-        ).then(callbacks.status_panel, language, panel.status_panel, show_progress="hidden").then(
+        ).then(callbacks.status_panel, language, panel.status_panel, **quiet).then(
             callbacks.history_show, history_query, history_shown, **quiet
         )
         stop.click(callbacks.stop, None, None, **quiet)
@@ -269,17 +274,16 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         )
 
         blocker_inputs = [language, prompt_audio, voices, transcript, text, mode, instruct]
-        for control in (language, prompt_audio, voices, transcript, text, mode, instruct):
-            # One at a time, in order: the last change's reasons are the ones left showing.
-            control.change(
-                callbacks.blockers,
-                blocker_inputs,
-                bar.blockers,
-                trigger_mode="always_last",
-                concurrency_id="blockers",
-                concurrency_limit=1,
-                show_progress="hidden",
-            )
+        # One event for every control, so the page runs it one at a time and the last change's reasons are
+        # the ones left showing ("always_last"); off the queue like every event the page fires on its own.
+        gr.on(
+            [control.change for control in blocker_inputs],
+            callbacks.blockers,
+            blocker_inputs,
+            bar.blockers,
+            trigger_mode="always_last",
+            **quiet,
+        )
         page.load(callbacks.blockers, blocker_inputs, bar.blockers, **quiet)
 
         language.change(book.updates, language, book.components, **quiet)

@@ -13,7 +13,7 @@ from cosyvoice_mac.webui.post_controls import build_post_controls
 GLOSSARY_HEADERS = ["key", "replacement", "language"]
 
 
-def build_longform_section(make, callbacks, longform: LongformCallbacks, language) -> None:
+def build_longform_section(make, callbacks, longform: LongformCallbacks, language, page) -> None:
     """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make."""
     with make(gr.Accordion, {"label": "longform_heading"}, open=False, elem_id="cv-longform"):
         trim, level, target = build_post_controls(make, "cv-lf")
@@ -118,7 +118,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                     gr.Dataframe,
                     {"label": "lf_glossary_table_label"},
                     headers=GLOSSARY_HEADERS,
-                    value=longform.glossary_rows,
+                    value=[["", "", "all"]],  # the saved rows arrive when the page loads
                     column_count=(3, "fixed"),
                     interactive=True,
                     elem_id="cv-lf-glossary",
@@ -181,6 +181,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
     upload.upload(longform.import_glossary, [language, upload], [table, glossary_msg], queue=False).then(
         longform.glossary_state, language, [glossary_problem, start_empty], queue=False
     )
+    page.load(longform.glossary_rows, None, table, queue=False, show_progress="hidden")
     glossary_tab.select(longform.glossary_state, language, [glossary_problem, start_empty], queue=False)
     start_empty.click(
         longform.start_empty_glossary, language, [table, glossary_msg, glossary_problem, start_empty], queue=False

@@ -65,6 +65,17 @@ def _compile_setting(text: str) -> tuple[str | None, bool | None]:
     return (None if mode == "default" else mode), dynamics[dynamic]
 
 
+def _top_kernels(events: list[dict], steps: int, count: int) -> list[dict]:
+    """The ``count`` kernels with the most GPU time: name, launches and microseconds per token."""
+    totals: dict[str, list[float]] = {}
+    for event in events:
+        entry = totals.setdefault(event["name"][:120], [0, 0.0])
+        entry[0] += 1
+        entry[1] += float(event["dur"])
+    ranked = sorted(totals.items(), key=lambda item: -item[1][1])[:count]
+    return [{"name": name, "per_token": n / steps, "us_per_token": us / steps} for name, (n, us) in ranked]
+
+
 def _names(allowed: tuple[str, ...]):
     def parse(text: str) -> list[str]:
         names = text.split(",")
@@ -107,7 +118,10 @@ def measure(dtype_name: str, args) -> list[dict]:
     for on, fuse in variants:
         lm.decoding = runners[(on, fuse)]
         steps = min(args.tokens, 120)
-        profiled = cuda_profile(device, lambda: _run(lm, embeds, steps, seed=0)) if device.type == "cuda" else {}
+        kernel_events = []
+        profiled = {}
+        if device.type == "cuda":
+            profiled = cuda_profile(device, lambda: _run(lm, embeds, steps, seed=0), kernel_events)
         ms = 1e3 * statistics.median(times[(on, fuse)])
         host = ids.get((False, fuse))  # None when only the device sampler runs: compare "ids" across runs
         rows.append(
@@ -123,6 +137,7 @@ def measure(dtype_name: str, args) -> list[dict]:
                 "kernels_per_token": profiled.get("kernels", 0) / steps,
                 "gpu_busy_ms_per_token": profiled.get("gpu_busy_ms", 0) / steps,
                 "graph_launches_per_token": profiled.get("graph_launches", 0) / steps,
+                "top_kernels": _top_kernels(kernel_events, steps, args.top_kernels),
                 "same_ids_as_host": None if host is None else ids[(on, fuse)] == host,
                 "first_difference": _first_difference(ids[(on, fuse)], host or []),
                 "ids": ids[(on, fuse)],
@@ -140,6 +155,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtypes", default="float16,bfloat16,float32")
     parser.add_argument("--tokens", type=int, default=250)
+    parser.add_argument("--top-kernels", type=int, default=0, help="list the N kernels with the most GPU time")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument(
         "--fuse", default="plain", type=_names(("plain", "fused")), help="plain, fused or plain,fused: the step"

@@ -104,28 +104,38 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
         else:
             yield outcome["value"].strip(), say(lang, "transcribe_done")
 
-    def check_transcript(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
-        """Compare the typed transcript with what the recogniser hears in the recording; yields the transcript
-        message (a warning when they differ, nothing when they agree or there is nothing to compare)."""
-        typed = (transcript or "").strip()
+    def _recording_to_check(self, audio: str | None, voice: str | None, transcript: str | None) -> str | None:
+        """The recording a typed transcript can be checked against, or None when there is nothing to compare."""
         path = audio
         if not path and voice:
             try:
                 path = self._voices().get(voice).get("audio_path")
             except EngineError:
                 path = None
-        if not typed or not path or checked_prompt(path).problem in UNTRANSCRIBABLE:
-            return
-        outcome = yield from _in_background(
-            lambda: self.host.transcriber.transcribe(path), lambda seconds: say(lang, "transcript_checking")
-        )
-        heard = (outcome.get("value") or "").strip()
-        if "error" in outcome or not heard:
-            yield ""  # no recogniser answer: nothing to warn about (Transcribe reports its own problems)
-        elif transcript_matches(typed, heard):
-            yield say(lang, "transcript_agrees")
-        else:
-            yield say(lang, "transcript_mismatch", heard=heard)
+        if not (transcript or "").strip() or not path or checked_prompt(path).problem in UNTRANSCRIBABLE:
+            return None
+        return path
+
+    def transcript_checking(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
+        """The transcript message while :meth:`check_transcript` listens (left alone when it will not)."""
+        return say(lang, "transcript_checking") if self._recording_to_check(audio, voice, transcript) else gr.skip()
+
+    def check_transcript(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
+        """Compare the typed transcript with what the recogniser hears in the recording: a warning when they
+        differ, a tick when they agree, nothing when the recogniser gave no answer; left alone when there is
+        nothing to compare. Runs in the request's thread (off Gradio's queue: see the page's wiring)."""
+        path = self._recording_to_check(audio, voice, transcript)
+        if path is None:
+            return gr.skip()
+        try:
+            heard = (self.host.transcriber.transcribe(path) or "").strip()
+        except Exception:  # no recogniser answer: nothing to warn about (Transcribe reports its own problems)
+            return ""
+        if not heard:
+            return ""
+        if transcript_matches(transcript.strip(), heard):
+            return say(lang, "transcript_agrees")
+        return say(lang, "transcript_mismatch", heard=heard)
 
     def blockers(self, lang, audio, voice, transcript, text, mode, instruct) -> str:
         """The Markdown beside Generate: every reason it would refuse the input now, or that it is ready."""

@@ -216,14 +216,10 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             )
         transcript.input(lambda: "", None, transcript_msg, **quiet)
         if transcribe is not None:  # the recogniser is there: a transcript that is not the recording's is said
-            transcript.blur(
-                callbacks.check_transcript,
-                [language, prompt_audio, voices, transcript],
-                transcript_msg,
-                concurrency_id="asr",
-                concurrency_limit=1,
-                show_progress="hidden",
-            )
+            # Leaving the field is most often a press of Generate: the check stays off the queue (see quiet).
+            checked = [language, prompt_audio, voices, transcript]
+            transcript.blur(callbacks.transcript_checking, checked, transcript_msg, **quiet)
+            transcript.blur(callbacks.check_transcript, checked, transcript_msg, **quiet)
         text.change(callbacks.counter, [language, text], counter, trigger_mode="always_last", **quiet)
         mode.change(callbacks.mode_changed, mode, [transcript_row, preset, instruct, mode_msg], **quiet)
         mode.change(lambda: "", None, transcript_msg, **quiet)

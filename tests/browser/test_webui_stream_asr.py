@@ -95,3 +95,23 @@ def test_stop_silences_a_stream_and_saves_nothing(page, app, prompt_wav):
     assert "Stopped" in status.inner_text()
     expect(page.locator("#cv-stream-player .cv-stream-player")).to_have_attribute("data-state", "stopped")
     assert app.output_files() == before
+
+
+def test_leaving_the_transcript_checks_it_and_a_generate_pressed_from_it_runs(page, app, make_speech):
+    wait_until_ready(page)
+    upload_prompt(page, make_speech(SENTENCE))
+    expect(page.locator("#cv-prompt-msg")).to_contain_text("Prompt:")
+    fill(page, "cv-text", "Spoken after the transcript was checked.")
+    message = page.locator("#cv-transcript-msg")
+    fill(page, "cv-transcript", "The weather in Paris is lovely today.")
+    page.locator("#cv-text textarea").click()  # leaving the field checks it against the recording
+    expect(message).to_contain_text("does not seem to match", timeout=GENERATE_S * 1000)
+
+    fill(page, "cv-transcript", SENTENCE)
+    page.locator("#cv-transcript textarea").focus()
+    before = app.output_files()
+    page.click("#cv-generate")  # the press leaves the field: its check and the job start together
+    expect(page.locator("#cv-status")).to_contain_text(FINISHED, timeout=GENERATE_S * 1000)
+    assert "Done" in page.locator("#cv-status").inner_text()
+    assert len(app.output_files() - before) == 1
+    expect(message).to_contain_text("matches the recording", timeout=GENERATE_S * 1000)

@@ -7,7 +7,10 @@ min_len = max_len = ``--tokens``) through ``SpeechLM._decode``, the path the pip
 variant (host sampler / device sampler, each with the plain or the ``torch.compile``-fused step under the
 graphs): ms per token from the first token to the last (prefill excluded), medians of interleaved rounds,
 the profiler's kernels and GPU-busy ms per token, and whether the two samplers chose the same ids for the
-same seed. JSON on stdout, a table on stderr.
+same seed, and the ids eager decoding (no graphs, SDPA) chose. JSON on stdout, a table on stderr.
+
+``--attention sdpa,products`` also varies how a decoded position attends (``DecodeOptions.
+attention_by_products``: SDPA, or two products and a softmax); ``auto`` (the default) is the product's choice.
 
 ``--compile MODE/DYNAMIC`` (e.g. ``max-autotune-no-cudagraphs/none``, ``default/true``) compiles the fused
 step with that ``torch.compile`` mode and ``dynamic`` setting instead of the product's defaults, to measure
@@ -99,10 +102,25 @@ def measure(dtype_name: str, args) -> list[dict]:
     lm = _full_size_lm(device, dtype)
     embeds = prompt_embeddings(lm).to(device=device, dtype=dtype)
     samplers = [name == "device" for name in args.sampler.split(",")]
-    variants = [(on, fuse) for fuse in (False, True) if fuse in args.fuse for on in (False, True) if on in samplers]
+    attentions = {"auto": None, "sdpa": False, "products": True}
+    variants = [
+        (on, fuse, attention)
+        for attention in args.attention
+        for fuse in (False, True)
+        if fuse in args.fuse
+        for on in (False, True)
+        if on in samplers
+    ]
     # one runner (cache, graphs) per variant, so switching variants between rounds recaptures nothing
-    runners = {v: DecodeRunner(lm, DecodeOptions(cuda_graphs=True, device_sampling=v[0], fuse=v[1])) for v in variants}
+    runners = {
+        v: DecodeRunner(
+            lm, DecodeOptions(cuda_graphs=True, device_sampling=v[0], fuse=v[1], attention_by_products=attentions[v[2]])
+        )
+        for v in variants
+    }
     times = {v: [] for v in variants}
+    lm.decoding = DecodeRunner(lm, DecodeOptions(cuda_graphs=False, attention_by_products=False))
+    eager = _run(lm, embeds, args.tokens, seed=0)[0]
     ids = {}
     warmup = {}
     for variant in variants:  # warm-up: captures (and compiles) for every bucket
@@ -115,32 +133,36 @@ def measure(dtype_name: str, args) -> list[dict]:
             lm.decoding = runners[variant]
             times[variant].append(_run(lm, embeds, args.tokens, seed=0)[1])
     rows = []
-    for on, fuse in variants:
-        lm.decoding = runners[(on, fuse)]
+    for on, fuse, attention in variants:
+        variant = on, fuse, attention
+        lm.decoding = runners[variant]
         steps = min(args.tokens, 120)
         kernel_events = []
         profiled = {}
         if device.type == "cuda":
             profiled = cuda_profile(device, lambda: _run(lm, embeds, steps, seed=0), kernel_events)
-        ms = 1e3 * statistics.median(times[(on, fuse)])
-        host = ids.get((False, fuse))  # None when only the device sampler runs: compare "ids" across runs
+        ms = 1e3 * statistics.median(times[variant])
+        host = ids.get((False, fuse, attention))  # None when only the device sampler runs: compare "ids" across runs
         rows.append(
             {
                 "dtype": dtype_name,
                 "sampler": "device" if on else "host",
                 "fused": fuse,
+                "attention": attention,
                 "ms_per_token": ms,
                 "tok_per_s": 1e3 / ms,
-                "ms_runs": [1e3 * t for t in times[(on, fuse)]],
-                "warmup_s": warmup[(on, fuse)],
+                "ms_runs": [1e3 * t for t in times[variant]],
+                "warmup_s": warmup[variant],
                 "compile": list(args.compile) if args.compile else None,
                 "kernels_per_token": profiled.get("kernels", 0) / steps,
                 "gpu_busy_ms_per_token": profiled.get("gpu_busy_ms", 0) / steps,
                 "graph_launches_per_token": profiled.get("graph_launches", 0) / steps,
                 "top_kernels": _top_kernels(kernel_events, steps, args.top_kernels),
-                "same_ids_as_host": None if host is None else ids[(on, fuse)] == host,
-                "first_difference": _first_difference(ids[(on, fuse)], host or []),
-                "ids": ids[(on, fuse)],
+                "same_ids_as_host": None if host is None else ids[variant] == host,
+                "first_difference": _first_difference(ids[variant], host or []),
+                "same_ids_as_eager": ids[variant] == eager,
+                "first_difference_from_eager": _first_difference(ids[variant], eager),
+                "ids": ids[variant],
                 "graph_error": lm.decoding.graph_error,
                 "fuse_error": lm.decoding.fuse_error,
                 "mode": lm.decoding.mode,
@@ -161,6 +183,9 @@ def main() -> None:
         "--fuse", default="plain", type=_names(("plain", "fused")), help="plain, fused or plain,fused: the step"
     )
     parser.add_argument("--compile", type=_compile_setting, help="MODE/DYNAMIC of the fused step's torch.compile")
+    parser.add_argument(
+        "--attention", default="auto", type=_names(("auto", "sdpa", "products")), help="auto, sdpa and/or products"
+    )
     parser.add_argument("--sampler", default="host,device", type=_names(("host", "device")), help="host and/or device")
     args = parser.parse_args()
     args.fuse = [name == "fused" for name in args.fuse]
@@ -178,14 +203,16 @@ def main() -> None:
         {"torch": torch.__version__, "tokens": args.tokens, "rounds": args.rounds, "rows": rows}, sys.stdout, indent=1
     )
     print(
-        f"{'dtype':9} {'sampler':7} {'fused':5} {'ms/tok':>7} {'tok/s':>6} {'kern/tok':>8} {'busy ms':>7} same",
+        f"{'dtype':9} {'sampler':7} {'fused':5} {'attend':8} {'ms/tok':>7} {'tok/s':>6} {'kern/tok':>8} {'busy ms':>7} "
+        "same as host, from; as eager, from",
         file=sys.stderr,
     )
     for r in rows:
         print(
-            f"{r['dtype']:9} {r['sampler']:7} {str(r['fused']):5} {r['ms_per_token']:7.3f} {r['tok_per_s']:6.0f} "
-            f"{r['kernels_per_token']:8.1f} {r['gpu_busy_ms_per_token']:7.3f} {r['same_ids_as_host']} "
-            f"{r['first_difference']}",
+            f"{r['dtype']:9} {r['sampler']:7} {str(r['fused']):5} {r['attention']:8} {r['ms_per_token']:7.3f} "
+            f"{r['tok_per_s']:6.0f} {r['kernels_per_token']:8.1f} {r['gpu_busy_ms_per_token']:7.3f} "
+            f"{r['same_ids_as_host']} {r['first_difference']}; "
+            f"{r['same_ids_as_eager']} {r['first_difference_from_eager']}",
             file=sys.stderr,
         )
 

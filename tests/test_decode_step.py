@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from cosyvoice_mac.bench.opcount import count_decode_steps, prompt_embeddings, random_tiny_speech_lm
 from cosyvoice_mac.checkpoint import load_strict
 from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM
+from cosyvoice_mac.models.llm.qwen2 import attend_by_products
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
 cuda_only = pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")
@@ -130,13 +131,15 @@ def _forced_decode(lm: SpeechLM, embeds: torch.Tensor, tokens: list[int]) -> tor
     return torch.stack(steps)
 
 
-def test_bucketed_step_equals_the_eager_step(tiny, monkeypatch):
-    """The graph-shaped step (whole buckets of slots, unwritten ones masked) computes the same numbers."""
+@pytest.mark.parametrize("by_products", [False, True], ids=["sdpa", "products"])
+def test_bucketed_step_equals_the_eager_step(tiny, monkeypatch, by_products):
+    """The graph-shaped step (whole buckets of slots, unwritten ones masked) computes the same numbers, with
+    either way of attending."""
     embeds = prompt_embeddings(tiny, prompt_speech=30, text=10)
     tokens = [int(t) for t in torch.randint(0, 300, (40,), generator=torch.Generator().manual_seed(2))]
     eager = _forced_decode(tiny, embeds, tokens)
     monkeypatch.setattr(torch, "compile", lambda function, **_: function)  # the bucketed step, uncompiled
-    tiny.decoding.options = DecodeOptions(compile=True, bucket=16)
+    tiny.decoding.options = DecodeOptions(compile=True, bucket=16, attention_by_products=by_products)
     try:
         bucketed = _forced_decode(tiny, embeds, tokens)
         reused = _forced_decode(tiny, embeds, tokens)  # the same cache, reset and zeroed
@@ -144,6 +147,33 @@ def test_bucketed_step_equals_the_eager_step(tiny, monkeypatch):
         tiny.decoding.options = DecodeOptions()
     torch.testing.assert_close(bucketed, eager, atol=1e-5, rtol=0)
     torch.testing.assert_close(reused, bucketed, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("masked", [False, True])
+def test_attention_by_products_is_sdpa_written_out(masked):
+    """A decoded position's 14 query heads over 2 KV heads (7 query rows each), 200 slots, the last 37 unwritten."""
+    generator = torch.Generator().manual_seed(5)
+    shapes = (1, 2, 7, 64), (1, 2, 200, 64), (1, 2, 200, 64)
+    queries, keys, values = (torch.randn(shape, generator=generator) for shape in shapes)
+    bias = torch.zeros(1, 200).masked_fill_(torch.arange(200) >= 163, float("-inf")) if masked else None
+    expected = F.scaled_dot_product_attention(queries, keys, values, attn_mask=bias)
+    torch.testing.assert_close(attend_by_products(queries, keys, values, bias), expected, atol=2e-6, rtol=0)
+    if masked:  # unwritten slots hold stale finite values (a reused cache is zeroed of NaNs): none leaks through
+        keys[..., 163:, :], values[..., 163:, :] = 1e4, -1e4
+        torch.testing.assert_close(attend_by_products(queries, keys, values, bias), expected, atol=2e-6, rtol=0)
+
+
+def test_the_runner_attends_by_products_exactly_in_graphs_mode_at_float32(tiny, monkeypatch):
+    runner = tiny.decoding
+    runner.options = DecodeOptions()
+    assert runner.mode == "eager" and runner._attend() is F.scaled_dot_product_attention  # CPU and MPS: SDPA
+    monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
+    assert tiny.backbone.compute_dtype == torch.float32 and runner._attend() is attend_by_products
+    monkeypatch.setattr(type(tiny.backbone), "compute_dtype", property(lambda self: torch.float16))
+    assert runner._attend() is F.scaled_dot_product_attention  # 16-bit: cuDNN's flash kernel
+    runner.options = DecodeOptions(attention_by_products=True)
+    assert runner._attend() is attend_by_products  # asked for (the bench measures both)
+    runner.options = DecodeOptions()
 
 
 def test_only_the_newest_decoder_steps_over_a_shared_cache(tiny, monkeypatch):

@@ -256,7 +256,8 @@ def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticK
     Python around the operations costs as much as they do. Attends to cache slots ``0..span-1``;
     ``bias`` (1, span) is added to the scores (-inf on slots not yet written), or None when
     ``span`` is exactly the filled length. The query heads that share a KV head are laid out as
-    that head's "query rows", so K/V are never repeated.
+    that head's "query rows", so K/V are never repeated; ``plan.attend`` attends (SDPA, or
+    :func:`attend_by_products` where the runner picks it).
     """
     heads, kv_heads, head_dim = plan.heads, plan.kv_heads, plan.head_dim
     qkv = plan.qkv_proj(torch.rms_norm(x, plan.input_norm.shape, plan.input_norm, plan.eps)).view(1, -1, head_dim)

@@ -9,6 +9,9 @@ graphs): ms per token from the first token to the last (prefill excluded), media
 the profiler's kernels and GPU-busy ms per token, and whether the two samplers chose the same ids for the
 same seed, and the ids eager decoding (no graphs, SDPA) chose. JSON on stdout, a table on stderr.
 
+``--emulate-precision-casts`` sets inductor's setting of that name (a fused chain rounds its 16-bit intermediates as
+eager does), to measure whether the fused 16-bit step then keeps eager's ids (``same_ids_as_eager``) and at what speed.
+
 ``--attention sdpa,products`` also varies how a decoded position attends (``DecodeOptions.
 attention_by_products``: SDPA, or two products and a softmax); ``auto`` (the default) is the product's choice.
 
@@ -186,6 +189,7 @@ def main() -> None:
     parser.add_argument(
         "--attention", default="auto", type=_names(("auto", "sdpa", "products")), help="auto, sdpa and/or products"
     )
+    parser.add_argument("--emulate-precision-casts", action="store_true", help="inductor rounds as eager does")
     parser.add_argument("--sampler", default="host,device", type=_names(("host", "device")), help="host and/or device")
     args = parser.parse_args()
     args.fuse = [name == "fused" for name in args.fuse]
@@ -196,6 +200,10 @@ def main() -> None:
         mode, dynamic = args.compile
         torch.compile = functools.partial(torch.compile, mode=mode, dynamic=dynamic)
 
+    if args.emulate_precision_casts:
+        import torch._inductor.config
+
+        torch._inductor.config.emulate_precision_casts = True
     rows = []
     for dtype in args.dtypes.split(","):
         rows += measure(dtype, args)

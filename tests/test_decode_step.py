@@ -165,7 +165,7 @@ def test_attention_by_products_is_sdpa_written_out(masked):
 
 def test_the_runner_attends_by_products_exactly_in_graphs_mode_at_float32(tiny, monkeypatch):
     runner = tiny.decoding
-    runner.options = DecodeOptions()
+    monkeypatch.setattr(runner, "options", DecodeOptions())  # the fixture's runner gets its options back afterwards
     assert runner.mode == "eager" and runner._attend() is F.scaled_dot_product_attention  # CPU and MPS: SDPA
     monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
     assert tiny.backbone.compute_dtype == torch.float32 and runner._attend() is attend_by_products
@@ -173,7 +173,6 @@ def test_the_runner_attends_by_products_exactly_in_graphs_mode_at_float32(tiny, 
     assert runner._attend() is F.scaled_dot_product_attention  # 16-bit: cuDNN's flash kernel
     runner.options = DecodeOptions(attention_by_products=True)
     assert runner._attend() is attend_by_products  # asked for (the bench measures both)
-    runner.options = DecodeOptions()
 
 
 def test_only_the_newest_decoder_steps_over_a_shared_cache(tiny, monkeypatch):

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from cosyvoice_mac.bench.opcount import count_decode_steps, prompt_embeddings, random_tiny_speech_lm
 from cosyvoice_mac.checkpoint import load_strict
-from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM
+from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM, decoding
 from cosyvoice_mac.models.llm.qwen2 import attend_by_products
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
@@ -139,12 +139,20 @@ def test_bucketed_step_equals_the_eager_step(tiny, monkeypatch, by_products):
     tokens = [int(t) for t in torch.randint(0, 300, (40,), generator=torch.Generator().manual_seed(2))]
     eager = _forced_decode(tiny, embeds, tokens)
     monkeypatch.setattr(torch, "compile", lambda function, **_: function)  # the bucketed step, uncompiled
+    calls = []
+
+    def counted(*args):
+        calls.append(1)
+        return attend_by_products(*args)
+
+    monkeypatch.setattr(decoding, "attend_by_products", counted)  # the steps must really attend this way
     tiny.decoding.options = DecodeOptions(compile=True, bucket=16, attention_by_products=by_products)
     try:
         bucketed = _forced_decode(tiny, embeds, tokens)
         reused = _forced_decode(tiny, embeds, tokens)  # the same cache, reset and zeroed
     finally:
         tiny.decoding.options = DecodeOptions()
+    assert len(calls) == (2 * (len(tokens) - 1) * len(tiny.backbone.layers) if by_products else 0)
     torch.testing.assert_close(bucketed, eager, atol=1e-5, rtol=0)
     torch.testing.assert_close(reused, bucketed, atol=0, rtol=0)
 

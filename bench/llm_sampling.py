@@ -9,8 +9,9 @@ graphs): ms per token from the first token to the last (prefill excluded), media
 the profiler's kernels and GPU-busy ms per token, and whether the two samplers chose the same ids for the
 same seed, and the ids eager decoding (no graphs, SDPA) chose. JSON on stdout, a table on stderr.
 
-``--emulate-precision-casts`` sets inductor's setting of that name (a fused chain rounds its 16-bit intermediates as
-eager does), to measure whether the fused 16-bit step then keeps eager's ids (``same_ids_as_eager``) and at what speed.
+``--rounding auto,eager,inductor`` also varies how a fused step rounds (``DecodeOptions.eager_rounding``): as eager
+does (projections and norms as opaque operations, inductor's ``emulate_precision_casts`` on), or inductor's own way;
+``auto`` (the default) is the product's choice. ``same_ids_as_eager`` says whether the ids stay eager's.
 
 ``--attention sdpa,products`` also varies how a decoded position attends (``DecodeOptions.
 attention_by_products``: SDPA, or two products and a softmax); ``auto`` (the default) is the product's choice.
@@ -106,8 +107,10 @@ def measure(dtype_name: str, args) -> list[dict]:
     embeds = prompt_embeddings(lm).to(device=device, dtype=dtype)
     samplers = [name == "device" for name in args.sampler.split(",")]
     attentions = {"auto": None, "sdpa": False, "products": True}
+    roundings = {"auto": None, "eager": True, "inductor": False}
     variants = [
-        (on, fuse, attention)
+        (on, fuse, attention, rounding)
+        for rounding in args.rounding
         for attention in args.attention
         for fuse in (False, True)
         if fuse in args.fuse
@@ -117,7 +120,14 @@ def measure(dtype_name: str, args) -> list[dict]:
     # one runner (cache, graphs) per variant, so switching variants between rounds recaptures nothing
     runners = {
         v: DecodeRunner(
-            lm, DecodeOptions(cuda_graphs=True, device_sampling=v[0], fuse=v[1], attention_by_products=attentions[v[2]])
+            lm,
+            DecodeOptions(
+                cuda_graphs=True,
+                device_sampling=v[0],
+                fuse=v[1],
+                attention_by_products=attentions[v[2]],
+                eager_rounding=roundings[v[3]],
+            ),
         )
         for v in variants
     }
@@ -136,8 +146,8 @@ def measure(dtype_name: str, args) -> list[dict]:
             lm.decoding = runners[variant]
             times[variant].append(_run(lm, embeds, args.tokens, seed=0)[1])
     rows = []
-    for on, fuse, attention in variants:
-        variant = on, fuse, attention
+    for on, fuse, attention, rounding in variants:
+        variant = on, fuse, attention, rounding
         lm.decoding = runners[variant]
         steps = min(args.tokens, 120)
         kernel_events = []
@@ -145,13 +155,15 @@ def measure(dtype_name: str, args) -> list[dict]:
         if device.type == "cuda":
             profiled = cuda_profile(device, lambda: _run(lm, embeds, steps, seed=0), kernel_events)
         ms = 1e3 * statistics.median(times[variant])
-        host = ids.get((False, fuse, attention))  # None when only the device sampler runs: compare "ids" across runs
+        host = ids.get((False, fuse, attention, rounding))  # None when only the device sampler runs
         rows.append(
             {
                 "dtype": dtype_name,
                 "sampler": "device" if on else "host",
                 "fused": fuse,
                 "attention": attention,
+                "rounding": rounding,
+                "eager_rounding": lm.decoding._eager_rounding(),
                 "ms_per_token": ms,
                 "tok_per_s": 1e3 / ms,
                 "ms_runs": [1e3 * t for t in times[variant]],
@@ -189,7 +201,9 @@ def main() -> None:
     parser.add_argument(
         "--attention", default="auto", type=_names(("auto", "sdpa", "products")), help="auto, sdpa and/or products"
     )
-    parser.add_argument("--emulate-precision-casts", action="store_true", help="inductor rounds as eager does")
+    parser.add_argument(
+        "--rounding", default="auto", type=_names(("auto", "eager", "inductor")), help="auto, eager and/or inductor"
+    )
     parser.add_argument("--sampler", default="host,device", type=_names(("host", "device")), help="host and/or device")
     args = parser.parse_args()
     args.fuse = [name == "fused" for name in args.fuse]
@@ -200,10 +214,6 @@ def main() -> None:
         mode, dynamic = args.compile
         torch.compile = functools.partial(torch.compile, mode=mode, dynamic=dynamic)
 
-    if args.emulate_precision_casts:
-        import torch._inductor.config
-
-        torch._inductor.config.emulate_precision_casts = True
     rows = []
     for dtype in args.dtypes.split(","):
         rows += measure(dtype, args)
@@ -211,13 +221,15 @@ def main() -> None:
         {"torch": torch.__version__, "tokens": args.tokens, "rounds": args.rounds, "rows": rows}, sys.stdout, indent=1
     )
     print(
-        f"{'dtype':9} {'sampler':7} {'fused':5} {'attend':8} {'ms/tok':>7} {'tok/s':>6} {'kern/tok':>8} {'busy ms':>7} "
+        f"{'dtype':9} {'sampler':7} {'fused':5} {'attend':8} {'rounds':6} {'ms/tok':>7} {'tok/s':>6} {'kern/tok':>8} "
+        f"{'busy ms':>7} "
         "same as host, from; as eager, from",
         file=sys.stderr,
     )
     for r in rows:
         print(
-            f"{r['dtype']:9} {r['sampler']:7} {str(r['fused']):5} {r['attention']:8} {r['ms_per_token']:7.3f} "
+            f"{r['dtype']:9} {r['sampler']:7} {str(r['fused']):5} {r['attention']:8} {r['rounding']:6} "
+            f"{r['ms_per_token']:7.3f} "
             f"{r['tok_per_s']:6.0f} {r['kernels_per_token']:8.1f} {r['gpu_busy_ms_per_token']:7.3f} "
             f"{r['same_ids_as_host']} {r['first_difference']}; "
             f"{r['same_ids_as_eager']} {r['first_difference_from_eager']}",

@@ -44,8 +44,9 @@ class DeviceError(CosyVoiceError, RuntimeError):
     """A requested device or dtype that this machine cannot provide; the message says what to use instead."""
 
 
-def env_flag(name: str, default: bool) -> bool:
-    """A yes/no setting from the environment: unset gives ``default``; 0, false, no, off or empty mean no."""
+def env_flag(name: str, default: bool | None) -> bool | None:
+    """A yes/no setting from the environment: unset gives ``default`` (None: the caller's own rule decides);
+    0, false, no, off or empty mean no."""
     value = os.environ.get(name)
     return default if value is None else value.strip().lower() not in ("0", "false", "no", "off", "")
 

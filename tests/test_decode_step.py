@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from cosyvoice_mac.bench.opcount import count_decode_steps, prompt_embeddings, random_tiny_speech_lm
 from cosyvoice_mac.checkpoint import load_strict
-from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM, decoding
+from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM, decoding, eager_kernels
 from cosyvoice_mac.models.llm.qwen2 import attend_by_products
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
@@ -183,6 +183,77 @@ def test_the_runner_attends_by_products_exactly_in_graphs_mode_at_float32(tiny, 
     assert runner._attend() is attend_by_products  # asked for (the bench measures both)
 
 
+def test_a_compiled_16_bit_step_keeps_eager_rounding_unless_told(tiny, monkeypatch):
+    """The rule for ``DecodeOptions.eager_rounding`` and what it changes: the plan's kernels and inductor's casts."""
+    runner = tiny.decoding
+    monkeypatch.setattr(runner, "options", DecodeOptions())
+    assert runner.mode == "eager" and not runner._eager_rounding()  # nothing is compiled
+    monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
+    assert not runner._eager_rounding()  # fused at float32: inductor's own rounding samples eager's ids
+    monkeypatch.setattr(type(tiny.backbone), "compute_dtype", property(lambda self: torch.bfloat16))
+    assert runner._eager_rounding()
+    runner.options = DecodeOptions(fuse=False)
+    assert not runner._eager_rounding()  # the plain graphs run eager's kernels anyway
+    monkeypatch.setattr(type(runner), "mode", property(lambda self: "compiled"))
+    assert runner._eager_rounding()
+    runner.options = DecodeOptions(eager_rounding=False)
+    assert not runner._eager_rounding()
+
+    settings = []
+    monkeypatch.setattr(torch, "compile", lambda function, **kwargs: settings.append(kwargs) or function)
+    for wanted in (True, False):
+        runner.options = DecodeOptions(eager_rounding=wanted)
+        runner._compile(runner._bucketed_step, dynamic=False)
+        runner.start(8)
+        layer = runner._plan.layers[0]
+        assert (layer.qkv_proj.func is eager_kernels.linear) == wanted
+        assert (layer.silu is eager_kernels.silu) == wanted
+        assert (layer.norm.func is eager_kernels.rms_norm) == wanted and (runner._plan.norm.func is layer.norm.func)
+        assert (runner._log_softmax is eager_kernels.float_log_softmax) == wanted
+    assert settings == [{"dynamic": False, "options": {"emulate_precision_casts": True}}, {"dynamic": False}]
+
+
+def test_the_env_switches_eager_rounding(monkeypatch):
+    assert DecodeOptions().eager_rounding is None  # the runner's rule
+    monkeypatch.setenv("COSYVOICE_EAGER_ROUNDING", "0")
+    assert DecodeOptions().eager_rounding is False
+    monkeypatch.setenv("COSYVOICE_EAGER_ROUNDING", "1")
+    assert DecodeOptions().eager_rounding is True
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_eager_kernels_compute_the_plain_functions_bit_for_bit(dtype):
+    generator = torch.Generator().manual_seed(3)
+    x, weight, bias = (torch.randn(shape, generator=generator).to(dtype) for shape in ((3, 64), (48, 64), (48,)))
+    gain = torch.rand(64, generator=generator).to(dtype)
+    assert torch.equal(eager_kernels.linear(x, weight, bias), F.linear(x, weight, bias))
+    assert torch.equal(eager_kernels.linear(x, weight, None), F.linear(x, weight))
+    assert torch.equal(eager_kernels.rms_norm(x, gain, 1e-6), eager_kernels.plain_rms_norm(x, gain, 1e-6))
+    assert torch.equal(eager_kernels.norm_with(1e-6, opaque=True)(x, gain), torch.rms_norm(x, (64,), gain, 1e-6))
+    assert torch.equal(eager_kernels.silu(x), F.silu(x))
+    logp = eager_kernels.float_log_softmax(x)
+    assert logp.dtype == torch.float32 and torch.equal(logp, eager_kernels.plain_float_log_softmax(x))
+
+
+def test_inductor_fuses_around_the_eager_kernels_and_rounds_as_eager(monkeypatch):
+    """A layer's pieces in bf16 compiled by inductor with emulated casts: bit-equal to the same code run eagerly
+    (the CPU's share; the H200's whole step is bench/README.md's "Session 10")."""
+    generator = torch.Generator().manual_seed(4)
+    x, residual = (torch.randn(2, 64, generator=generator).to(torch.bfloat16) for _ in range(2))
+    weight = (torch.randn(256, 64, generator=generator) / 8).to(torch.bfloat16)
+    down = (torch.randn(64, 128, generator=generator) / 8).to(torch.bfloat16)
+    gain = torch.rand(64, generator=generator).to(torch.bfloat16)
+
+    def block(x, residual):
+        hidden = x + residual
+        gate, up = eager_kernels.linear(eager_kernels.rms_norm(hidden, gain, 1e-6), weight, None).chunk(2, dim=-1)
+        out = hidden + eager_kernels.linear(eager_kernels.silu(gate) * up, down, None)
+        return eager_kernels.float_log_softmax(out * 1.5 - 0.25)
+
+    compiled = torch.compile(block, fullgraph=True, options={"emulate_precision_casts": True})
+    torch.testing.assert_close(compiled(x, residual), block(x, residual), atol=0, rtol=0)
+
+
 def test_only_the_newest_decoder_steps_over_a_shared_cache(tiny, monkeypatch):
     embeds = prompt_embeddings(tiny, prompt_speech=5, text=4)
     with torch.inference_mode():
@@ -258,11 +329,13 @@ def test_cuda_graph_capture_failure_falls_back_to_eager():
 
 
 @cuda_only
-def test_the_fused_step_under_the_graphs_samples_the_tokens_eager_does():
-    """torch.compile's fusion captured in the bucket graphs: the same tokens for the same seed (fp32, no TF32)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_the_fused_step_under_the_graphs_samples_the_tokens_eager_does(dtype):
+    """torch.compile's fusion captured in the bucket graphs: the same tokens for the same seed (fp32 without TF32;
+    at 16 bits through eager's rounding, ``DecodeOptions.eager_rounding``)."""
     torch.backends.cuda.matmul.allow_tf32 = False
-    lm = random_tiny_speech_lm().to("cuda")
-    embeds = prompt_embeddings(lm, prompt_speech=30, text=10)
+    lm = random_tiny_speech_lm().to("cuda", dtype)
+    embeds = prompt_embeddings(lm, prompt_speech=30, text=10).to("cuda", dtype)
 
     def sampled(options: DecodeOptions) -> list[int]:
         lm.decoding.options = options
@@ -278,6 +351,7 @@ def test_the_fused_step_under_the_graphs_samples_the_tokens_eager_does():
     fused = sampled(DecodeOptions(cuda_graphs=True, fuse=True, bucket=64))
     assert lm.decoding.mode == "graphs" and lm.decoding.graph_error is None and lm.decoding.fuse_error is None
     assert lm.decoding._fused is not None and lm.decoding.captures >= 2
+    assert lm.decoding._eager_rounding() == (dtype != torch.float32)
     assert fused == eager
 
 

@@ -26,9 +26,10 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.device import cuda_graphs_wanted, env_flag, try_cuda_capture
+from cosyvoice_mac.models.llm import eager_kernels
 from cosyvoice_mac.models.llm.device_sampling import TOKEN, DeviceRas
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
-from cosyvoice_mac.models.llm.qwen2 import Attend, attend_by_products
+from cosyvoice_mac.models.llm.qwen2 import Attend, attend_by_products, projection
 
 if TYPE_CHECKING:
     from cosyvoice_mac.models.llm.speech_lm import SpeechLM
@@ -58,6 +59,12 @@ class DecodeOptions:
     # a decoded position's attention as two products and a softmax (``attend_by_products``) instead of SDPA; None:
     # exactly in graphs mode at float32, where CUDA's only fp32 SDPA kernel took 0.71 of a token's 1.83 ms of GPU time
     attention_by_products: bool | None = None
+    # a compiled step's projections, norms and SiLU as opaque operations (eager's kernels) and its fused elementwise
+    # chains rounded as eager rounds them (inductor's emulate_precision_casts), so it samples eager's tokens for the
+    # same seed. None (``COSYVOICE_EAGER_ROUNDING`` unset): where torch.compile runs the step at 16 bits, whose own
+    # rounding parted from eager's ids at token 6 (fp16) or 1 (bf16); it costs ~12 % (805 -> 713 tok/s at fp16,
+    # bench/README.md, "Session 10"), which ``COSYVOICE_EAGER_ROUNDING=0`` buys back. fp32's fused step keeps eager's ids.
+    eager_rounding: bool | None = field(default_factory=lambda: env_flag("COSYVOICE_EAGER_ROUNDING", None))
 
 
 class DecodeRunner:
@@ -89,7 +96,9 @@ class DecodeRunner:
         self._compiled = None
         self._fused = None
         self._fused_with_pick = None
-        self._plan: list = []
+        self._plan = None  # the request's StepPlan (see start)
+        self._head = None  # the request's speech-token head, a callable (see qwen2.projection)
+        self._log_softmax = eager_kernels.plain_float_log_softmax  # its log-probabilities (see start)
         self._ticket = 0
         self._ras: DeviceRas | None = None
         self._sampled_graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -113,7 +122,10 @@ class DecodeRunner:
         """A cache with room for ``capacity`` positions, and the ticket its decoder steps with
         (None for an eager decoder's own cache, which no later request can take over)."""
         backbone = self.lm.backbone
-        self._plan = backbone.step_plan(self._attend())
+        opaque = self._eager_rounding()
+        self._plan = backbone.step_plan(self._attend(), opaque)
+        self._head = projection(self.lm.llm_decoder, opaque)
+        self._log_softmax = eager_kernels.float_log_softmax if opaque else eager_kernels.plain_float_log_softmax
         if self.mode == "eager":
             return backbone.new_cache(capacity), None
         self._ticket += 1
@@ -135,12 +147,26 @@ class DecodeRunner:
             wanted = self.mode == "graphs" and self.lm.backbone.compute_dtype == torch.float32
         return attend_by_products if wanted else F.scaled_dot_product_attention
 
+    def _eager_rounding(self) -> bool:
+        """Whether a compiled step keeps eager's rounding (see ``DecodeOptions.eager_rounding``)."""
+        wanted = self.options.eager_rounding
+        if wanted is None:
+            compiled = self.mode == "compiled" or (self.mode == "graphs" and self.options.fuse)
+            wanted = compiled and self.lm.backbone.compute_dtype in (torch.float16, torch.bfloat16)
+        return wanted
+
+    def _compile(self, function, **settings):
+        """torch.compile of a step function; keeping eager's rounding, the fused chains round as eager does."""
+        if self._eager_rounding():
+            settings["options"] = {"emulate_precision_casts": True}
+        return torch.compile(function, **settings)
+
     def _current_signature(self) -> tuple:
         """What captured graphs depend on: the addresses of the weights and of the RoPE table, and the step's
         options (a graph captured with the plain step is no fused one)."""
         table = self.lm.backbone.rotary.table
         weights = tuple(p.data_ptr() for p in self.lm.parameters())
-        options = self.options.fuse, self.options.bucket, self.options.attention_by_products
+        options = self.options.fuse, self.options.bucket, self.options.attention_by_products, self._eager_rounding()
         return (
             self.device,
             self.lm.backbone.compute_dtype,
@@ -180,7 +206,7 @@ class DecodeRunner:
             self._static_token().fill_(token)
             if mode == "compiled":
                 if self._compiled is None:
-                    self._compiled = torch.compile(self._bucketed_step, dynamic=False)
+                    self._compiled = self._compile(self._bucketed_step, dynamic=False)
                 logp = self._compiled(cache, span)
             else:
                 logp = self._replay(cache, span)
@@ -194,7 +220,7 @@ class DecodeRunner:
 
     def _logp_of(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final-norm hidden (1, D) -> (V,) float32 log-probabilities over the speech vocabulary."""
-        return self.lm.llm_decoder(hidden).float().log_softmax(dim=-1).view(-1)
+        return self._log_softmax(self._head(hidden)).view(-1)
 
     def _bucketed_step(self, cache: StaticKVCache, span: int) -> torch.Tensor:
         """The step over ``span`` slots, reading only tensors with fixed addresses (capturable)."""
@@ -230,7 +256,7 @@ class DecodeRunner:
         if not self.options.fuse or self.fuse_error is not None or self.mode != "graphs":
             return self._bucketed_step
         if self._fused is None:
-            self._fused = torch.compile(self._bucketed_step)
+            self._fused = self._compile(self._bucketed_step)
         return self._fused
 
     def _capture(self, cache: StaticKVCache, span: int) -> None:
@@ -358,5 +384,5 @@ class DecodeRunner:
         if not self.options.fuse or self.fuse_error is not None or self.mode != "graphs":
             return self._step_and_pick
         if self._fused_with_pick is None:
-            self._fused_with_pick = torch.compile(self._step_and_pick)
+            self._fused_with_pick = self._compile(self._step_and_pick)
         return self._fused_with_pick

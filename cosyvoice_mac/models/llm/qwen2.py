@@ -26,11 +26,14 @@ from torch import nn
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.models.llm import eager_kernels
 from cosyvoice_mac.models.llm.fusion import fuse_official_keys
 from cosyvoice_mac.models.llm.kv_cache import RotaryTable, StaticKVCache, apply_rope
 
 # (queries, keys, values, bias or None) -> attended: one decoded position's attention (see decode_layer)
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
+# (x, weight) -> RMSNorm of x over its last dimension, eps bound (see eager_kernels.norm_with)
+Norm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -199,32 +202,34 @@ class Qwen2DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rows, start, layer, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def step_plan(self, attend: Attend = F.scaled_dot_product_attention) -> LayerPlan:
+    def step_plan(self, attend: Attend = F.scaled_dot_product_attention, opaque: bool = False) -> LayerPlan:
         """What :func:`decode_layer` needs of this layer, looked up once per request; ``attend`` computes the
-        one position's attention (SDPA, or :func:`attend_by_products`)."""
+        one position's attention (SDPA, or :func:`attend_by_products`); ``opaque``: projections and norms as
+        :mod:`eager_kernels` operations (a step that torch.compile fuses rounds as eager does)."""
         attention, mlp = self.self_attn, self.mlp
-        project = _projection
-        return LayerPlan(self.input_layernorm.weight, self.input_layernorm.eps, project(attention.qkv_proj),
-                         project(attention.o_proj), self.post_attention_layernorm.weight,
+        project = functools.partial(projection, opaque=opaque)
+        return LayerPlan(eager_kernels.norm_with(self.input_layernorm.eps, opaque), self.input_layernorm.weight,
+                         project(attention.qkv_proj), project(attention.o_proj), self.post_attention_layernorm.weight,
                          project(mlp.gate_up_proj), project(mlp.down_proj),
-                         attention.num_heads, attention.num_kv_heads, attention.head_dim, attend)
+                         attention.num_heads, attention.num_kv_heads, attention.head_dim, attend,
+                         eager_kernels.silu if opaque else F.silu)
 
 
-def _projection(module: nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``module`` as a callable: a plain, hook-free ``nn.Linear`` becomes ``F.linear`` bound to its
-    weights (half the CPU overhead of a module call); anything else (a 16-bit-stored or quantised
-    replacement, a hooked layer) is called as the module it is."""
+def projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``module`` as a callable: a plain, hook-free ``nn.Linear`` becomes ``F.linear`` (``opaque``: the
+    :mod:`eager_kernels` one) bound to its weights (half the CPU overhead of a module call); anything else (a
+    16-bit-stored or quantised replacement, a hooked layer) is called as the module it is."""
     hooked = module._forward_hooks or module._forward_pre_hooks or _global_forward_hooks or _global_forward_pre_hooks
     if type(module) is nn.Linear and not hooked:
-        return functools.partial(F.linear, weight=module.weight, bias=module.bias)
+        return functools.partial(eager_kernels.linear if opaque else F.linear, weight=module.weight, bias=module.bias)
     return module
 
 
 class LayerPlan(NamedTuple):
     """One decoder layer's weights and projections as plain fields (no module lookups per step)."""
 
+    norm: Norm
     input_norm: torch.Tensor
-    eps: float
     qkv_proj: Callable[[torch.Tensor], torch.Tensor]
     o_proj: Callable[[torch.Tensor], torch.Tensor]
     post_norm: torch.Tensor
@@ -234,6 +239,7 @@ class LayerPlan(NamedTuple):
     kv_heads: int
     head_dim: int
     attend: Attend
+    silu: Callable[[torch.Tensor], torch.Tensor]
 
 
 def attend_by_products(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None):
@@ -260,15 +266,15 @@ def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticK
     :func:`attend_by_products` where the runner picks it).
     """
     heads, kv_heads, head_dim = plan.heads, plan.kv_heads, plan.head_dim
-    qkv = plan.qkv_proj(torch.rms_norm(x, plan.input_norm.shape, plan.input_norm, plan.eps)).view(1, -1, head_dim)
+    qkv = plan.qkv_proj(plan.norm(x, plan.input_norm)).view(1, -1, head_dim)
     apply_rope(qkv.narrow(1, 0, heads + kv_heads), *rows)
     cache.store(layer, positions, qkv.narrow(1, heads, 2 * kv_heads).view(2, 1, kv_heads, 1, head_dim))
     keys, values = cache.span(layer, span)
     queries = qkv.narrow(1, 0, heads).view(1, kv_heads, -1, head_dim)
     attended = plan.attend(queries, keys, values, bias)
     x = x + plan.o_proj(attended.reshape(1, -1))  # CUDA's fp32 kernel may return it non-contiguous
-    gate, up = plan.gate_up_proj(torch.rms_norm(x, plan.post_norm.shape, plan.post_norm, plan.eps)).chunk(2, dim=-1)
-    return x + plan.down_proj(F.silu(gate) * up)
+    gate, up = plan.gate_up_proj(plan.norm(x, plan.post_norm)).chunk(2, dim=-1)
+    return x + plan.down_proj(plan.silu(gate) * up)
 
 
 class Qwen2Model(nn.Module):
@@ -316,22 +322,32 @@ class Qwen2Model(nn.Module):
             cache.position.fill_(cache.length)
         return self.norm(hidden)
 
-    def step_plan(self, attend: Attend = F.scaled_dot_product_attention) -> list[LayerPlan]:
-        """Every layer's :class:`LayerPlan`: build one per request (weights may move between requests)."""
-        return [layer.step_plan(attend) for layer in self.layers]
+    def step_plan(self, attend: Attend = F.scaled_dot_product_attention, opaque: bool = False) -> StepPlan:
+        """Every layer's :class:`LayerPlan` and the final norm: build one per request (weights may move between
+        requests); ``attend`` and ``opaque`` as for :meth:`Qwen2DecoderLayer.step_plan`."""
+        return StepPlan([layer.step_plan(attend, opaque) for layer in self.layers],
+                        eager_kernels.norm_with(self.norm.eps, opaque))
 
     def decode(self, embed: torch.Tensor, cache: StaticKVCache, span: int, bias: torch.Tensor | None = None,
-               plan: list[LayerPlan] | None = None):
+               plan: StepPlan | None = None):
         """One decoding step (batch 1): embed (1, D) at ``cache.position`` -> final-norm hidden (1, D).
 
         Attends to cache slots ``0..span-1`` (``bias`` masks the unwritten ones) and advances
         ``cache.position`` in place; the host count ``cache.length`` is the caller's to advance
         (a CUDA graph replays this function without running its Python).
         """
+        plan = self.step_plan() if plan is None else plan
         positions = cache.position
         rows = self.rotary.table.index_select(0, positions).unbind(1)
         hidden = embed
-        for index, layer_plan in enumerate(self.step_plan() if plan is None else plan):
+        for index, layer_plan in enumerate(plan.layers):
             hidden = decode_layer(layer_plan, hidden, rows, positions, index, cache, span, bias)
         positions.add_(1)
-        return self.norm(hidden)
+        return plan.norm(hidden, self.norm.weight)
+
+
+class StepPlan(NamedTuple):
+    """A decoding step's :class:`LayerPlan` per layer and the final norm (:meth:`Qwen2Model.step_plan`)."""
+
+    layers: list[LayerPlan]
+    norm: Norm

@@ -1,0 +1,83 @@
+"""Projections and RMSNorm as opaque operations, so torch.compile calls eager's kernels for them.
+
+torch.compile's fused decoding step rounds differently from the eager step at 16 bits, and the
+sampled tokens part after a few (measured on an H200 at fp16 by ``bench/fused_rounding.py``: 14 %
+of a layer's attention inputs and 30 % of its MLP outputs not bit-equal). Inductor rewrites
+matrix products (``mm`` + add into ``addmm``, whose epilogue adds before rounding, and back), reduces
+RMSNorm and the log-softmax in its own order, computes SiLU's exp with Triton's (another last bit, now
+and then) and keeps a fused chain's intermediates in float32. As custom operations these are black
+boxes to inductor: it calls them as eager does (the same cuBLAS call, the same kernels) and fuses only
+the exact elementwise work between them (RoPE, products, residual adds, the sampler's pick), which its
+``emulate_precision_casts`` setting rounds as eager does. Measured at fp16: every piece of a layer
+bit-equal to eager's, and 250 sampled tokens equal to eager decoding's (with SiLU still fused they
+parted at token 45; bench/README.md, "Session 10"). The decoding runner uses these where its step is
+compiled at 16 bits (``DecodeOptions.eager_rounding``); everywhere else the plain functions run.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+import torch.nn.functional as F
+
+
+@torch.library.custom_op(
+    "cosyvoice_mac::linear", mutates_args=(), schema="(Tensor x, Tensor weight, Tensor? bias) -> Tensor"
+)
+def linear(x, weight, bias):
+    """``F.linear`` (x (..., in), weight (out, in), bias (out,) or None -> (..., out)) that inductor does not open."""
+    return F.linear(x, weight, bias)
+
+
+@linear.register_fake
+def _linear_shape(x, weight, bias):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op(
+    "cosyvoice_mac::rms_norm", mutates_args=(), schema="(Tensor x, Tensor weight, float eps) -> Tensor"
+)
+def rms_norm(x, weight, eps):
+    """``torch.rms_norm`` over the last dimension (x (..., D), weight (D,)) that inductor does not open."""
+    return torch.rms_norm(x, weight.shape, weight, eps)
+
+
+@rms_norm.register_fake
+def _rms_norm_shape(x, weight, eps):
+    return torch.empty_like(x)
+
+
+def plain_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.rms_norm(x, weight.shape, weight, eps)
+
+
+def norm_with(eps: float, opaque: bool):
+    """(x, weight) -> RMSNorm of x with ``eps``: the opaque operation or the plain function."""
+    return functools.partial(rms_norm if opaque else plain_rms_norm, eps=eps)
+
+
+@torch.library.custom_op("cosyvoice_mac::silu", mutates_args=(), schema="(Tensor x) -> Tensor")
+def silu(x):
+    """``F.silu`` that inductor does not open (its Triton exp rounds a 16-bit SiLU otherwise than eager's, rarely)."""
+    return F.silu(x)
+
+
+@silu.register_fake
+def _silu_shape(x):
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("cosyvoice_mac::float_log_softmax", mutates_args=(), schema="(Tensor logits) -> Tensor")
+def float_log_softmax(logits):
+    """logits (..., V) of any float dtype -> float32 log-probabilities over the last dimension, not opened."""
+    return logits.float().log_softmax(dim=-1)
+
+
+@float_log_softmax.register_fake
+def _float_log_softmax_shape(logits):
+    return torch.empty_like(logits, dtype=torch.float32)
+
+
+def plain_float_log_softmax(logits: torch.Tensor) -> torch.Tensor:
+    return logits.float().log_softmax(dim=-1)

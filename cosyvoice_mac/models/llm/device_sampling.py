@@ -20,6 +20,7 @@ import math
 
 import torch
 
+from cosyvoice_mac.models.llm import head_kernel
 from cosyvoice_mac.models.llm.sampling import RasSampler
 
 TOKEN, OFFSET, EMITTED, STEP, MIN_LEN = range(5)  # slots of DeviceRas.vector
@@ -134,8 +135,11 @@ class DeviceRas:
         ``bits << id_bits | (id_mask - id)`` is unique per id and ranks exactly as the stable sort does;
         the head's probabilities and ids come back out of the keys bit for bit.
         """
-        keys = (probs.view(torch.int32).long() << self._id_bits) | self._reversed_ids
-        top = keys.topk(self.top_k).values
+        if head_kernel.fits(probs, self.top_k):  # CUDA: one Triton program instead of ATen's 64-bit radix passes
+            top = head_kernel.ranked_head_keys(probs, self.top_k, self._id_bits)
+        else:
+            keys = (probs.view(torch.int32).long() << self._id_bits) | self._reversed_ids
+            top = keys.topk(self.top_k).values
         head = (top >> self._id_bits).to(torch.int32).view(torch.float32)
         return head, self._id_mask - (top & self._id_mask)
 

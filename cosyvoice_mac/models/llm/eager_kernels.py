@@ -1,4 +1,4 @@
-"""Projections and RMSNorm as opaque operations, so torch.compile calls eager's kernels for them.
+"""Projections (a residual added by one), RMSNorm, SiLU and the log-softmax as opaque operations, so torch.compile calls eager's kernels for them.
 
 torch.compile's fused decoding step rounds differently from the eager step at 16 bits, and the
 sampled tokens part after a few (measured on an H200 at fp16 by ``bench/fused_rounding.py``: 14 %
@@ -33,6 +33,24 @@ def linear(x, weight, bias):
 @linear.register_fake
 def _linear_shape(x, weight, bias):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op(
+    "cosyvoice_mac::linear_added", mutates_args=(), schema="(Tensor x, Tensor residual, Tensor weight) -> Tensor"
+)
+def linear_added(x, residual, weight):
+    """:func:`plain_linear_added` that inductor does not open."""
+    return torch.addmm(residual, x, weight.t())
+
+
+@linear_added.register_fake
+def _linear_added_shape(x, residual, weight):
+    return x.new_empty((x.shape[0], weight.shape[0]))
+
+
+def plain_linear_added(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """residual (N, out) + x (N, in) @ weight (out, in).T as one ``addmm`` (the product's epilogue adds)."""
+    return torch.addmm(residual, x, weight.t())
 
 
 @torch.library.custom_op(

@@ -208,9 +208,10 @@ class Qwen2DecoderLayer(nn.Module):
         :mod:`eager_kernels` operations (a step that torch.compile fuses rounds as eager does)."""
         attention, mlp = self.self_attn, self.mlp
         project = functools.partial(projection, opaque=opaque)
+        add = functools.partial(added_projection, opaque=opaque)
         return LayerPlan(eager_kernels.norm_with(self.input_layernorm.eps, opaque), self.input_layernorm.weight,
-                         project(attention.qkv_proj), project(attention.o_proj), self.post_attention_layernorm.weight,
-                         project(mlp.gate_up_proj), project(mlp.down_proj),
+                         project(attention.qkv_proj), add(attention.o_proj), self.post_attention_layernorm.weight,
+                         project(mlp.gate_up_proj), add(mlp.down_proj),
                          attention.num_heads, attention.num_kv_heads, attention.head_dim, attend,
                          eager_kernels.silu if opaque else F.silu)
 
@@ -225,16 +226,27 @@ def projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tenso
     return module
 
 
+def added_projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """``(x (1, in), residual (1, out)) -> residual + module(x)``; for a plain, hook-free, bias-free ``nn.Linear`` one
+    ``addmm``, whose epilogue adds the residual (one kernel, not two: 1.5-1.7 us a layer less on the H200 at fp16,
+    bench/README.md, "Session 10"); ``opaque`` as for :func:`projection`."""
+    linear = projection(module, opaque)
+    if isinstance(linear, functools.partial) and linear.keywords["bias"] is None:
+        weight = linear.keywords["weight"]
+        return functools.partial(eager_kernels.linear_added if opaque else eager_kernels.plain_linear_added, weight=weight)
+    return lambda x, residual: residual + linear(x)
+
+
 class LayerPlan(NamedTuple):
     """One decoder layer's weights and projections as plain fields (no module lookups per step)."""
 
     norm: Norm
     input_norm: torch.Tensor
     qkv_proj: Callable[[torch.Tensor], torch.Tensor]
-    o_proj: Callable[[torch.Tensor], torch.Tensor]
+    o_proj: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, residual) -> residual + o_proj(x)
     post_norm: torch.Tensor
     gate_up_proj: Callable[[torch.Tensor], torch.Tensor]
-    down_proj: Callable[[torch.Tensor], torch.Tensor]
+    down_proj: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, residual) -> residual + down_proj(x)
     heads: int
     kv_heads: int
     head_dim: int
@@ -256,7 +268,8 @@ def attend_by_products(queries: torch.Tensor, keys: torch.Tensor, values: torch.
 
 
 def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias):
-    """One position x (1, D) at ``positions`` (1,) through one layer -> (1, D); 15 operations.
+    """One position x (1, D) at ``positions`` (1,) through one layer -> (1, D); 13 operations (the residual adds
+    ride on their projections).
 
     Written flat (batch 1, 2-D activations, no module attribute lookups) because at this size the
     Python around the operations costs as much as they do. Attends to cache slots ``0..span-1``;
@@ -272,9 +285,9 @@ def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticK
     keys, values = cache.span(layer, span)
     queries = qkv.narrow(1, 0, heads).view(1, kv_heads, -1, head_dim)
     attended = plan.attend(queries, keys, values, bias)
-    x = x + plan.o_proj(attended.reshape(1, -1))  # CUDA's fp32 kernel may return it non-contiguous
+    x = plan.o_proj(attended.reshape(1, -1), x)  # reshape: CUDA's fp32 kernel may return it non-contiguous
     gate, up = plan.gate_up_proj(plan.norm(x, plan.post_norm)).chunk(2, dim=-1)
-    return x + plan.down_proj(plan.silu(gate) * up)
+    return plan.down_proj(plan.silu(gate) * up, x)
 
 
 class Qwen2Model(nn.Module):

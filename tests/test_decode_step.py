@@ -230,8 +230,9 @@ def test_eager_kernels_compute_the_plain_functions_bit_for_bit(dtype):
     assert torch.equal(eager_kernels.linear(x, weight, bias), F.linear(x, weight, bias))
     assert torch.equal(eager_kernels.linear(x, weight, None), F.linear(x, weight))
     residual = torch.randn(3, 48, generator=generator).to(dtype)
-    added = eager_kernels.plain_linear_added(x, residual, weight)
-    assert torch.equal(eager_kernels.linear_added(x, residual, weight), added)
+    added = eager_kernels.plain_linear_added(x, residual.clone(), weight)
+    into = residual.clone()
+    assert eager_kernels.linear_added(x, into, weight) is into and torch.equal(into, added)  # in place
     two_roundings = residual + F.linear(x, weight)  # where the sum had two, it has one: within an ulp of the largest
     ulp = torch.finfo(dtype).eps * float(two_roundings.abs().max())
     torch.testing.assert_close(added, two_roundings, atol=ulp, rtol=0)
@@ -254,7 +255,7 @@ def test_inductor_fuses_around_the_eager_kernels_and_rounds_as_eager(monkeypatch
     def block(x, residual):
         hidden = x + residual
         gate, up = eager_kernels.linear(eager_kernels.rms_norm(hidden, gain, 1e-6), weight, None).chunk(2, dim=-1)
-        out = hidden + eager_kernels.linear(eager_kernels.silu(gate) * up, down, None)
+        out = eager_kernels.linear_added(eager_kernels.silu(gate) * up, hidden, down)
         return eager_kernels.float_log_softmax(out * 1.5 - 0.25)
 
     compiled = torch.compile(block, fullgraph=True, options={"emulate_precision_casts": True})

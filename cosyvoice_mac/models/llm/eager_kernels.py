@@ -36,21 +36,30 @@ def _linear_shape(x, weight, bias):
 
 
 @torch.library.custom_op(
-    "cosyvoice_mac::linear_added", mutates_args=(), schema="(Tensor x, Tensor residual, Tensor weight) -> Tensor"
+    "cosyvoice_mac::add_linear_",
+    mutates_args=("residual",),
+    schema="(Tensor x, Tensor(a!) residual, Tensor weight) -> ()",
 )
-def linear_added(x, residual, weight):
-    """:func:`plain_linear_added` that inductor does not open."""
-    return torch.addmm(residual, x, weight.t())
+def add_linear_(x, residual, weight):
+    """residual += x @ weight.T in place, as ``addmm_`` (see :func:`plain_linear_added`), not opened by inductor."""
+    residual.addmm_(x, weight.t())
 
 
-@linear_added.register_fake
-def _linear_added_shape(x, residual, weight):
-    return x.new_empty((x.shape[0], weight.shape[0]))
+@add_linear_.register_fake
+def _add_linear_shape(x, residual, weight):
+    return None
+
+
+def linear_added(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """:func:`plain_linear_added` through the opaque :func:`add_linear_`."""
+    add_linear_(x, residual, weight)
+    return residual
 
 
 def plain_linear_added(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """residual (N, out) + x (N, in) @ weight (out, in).T as one ``addmm`` (the product's epilogue adds)."""
-    return torch.addmm(residual, x, weight.t())
+    """residual (N, out) += x (N, in) @ weight (out, in).T, in place, and returned: one ``addmm_``, whose epilogue adds
+    (out of place ATen first copies the residual into the output: another kernel)."""
+    return residual.addmm_(x, weight.t())
 
 
 @torch.library.custom_op(

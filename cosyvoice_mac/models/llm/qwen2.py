@@ -228,8 +228,8 @@ def projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tenso
 
 def added_projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
     """``(x (1, in), residual (1, out)) -> residual + module(x)``; for a plain, hook-free, bias-free ``nn.Linear`` one
-    ``addmm``, whose epilogue adds the residual (one kernel, not two: 1.5-1.7 us a layer less on the H200 at fp16,
-    bench/README.md, "Session 10"); ``opaque`` as for :func:`projection`."""
+    ``addmm_`` that adds into ``residual`` in place (one kernel, not two: bench/README.md, "Session 10"), so the
+    caller must own it; ``opaque`` as for :func:`projection`."""
     linear = projection(module, opaque)
     if isinstance(linear, functools.partial) and linear.keywords["bias"] is None:
         weight = linear.keywords["weight"]
@@ -269,7 +269,7 @@ def attend_by_products(queries: torch.Tensor, keys: torch.Tensor, values: torch.
 
 def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias):
     """One position x (1, D) at ``positions`` (1,) through one layer -> (1, D); 13 operations (the residual adds
-    ride on their projections).
+    ride on their projections, into x itself where they can: the caller owns x).
 
     Written flat (batch 1, 2-D activations, no module attribute lookups) because at this size the
     Python around the operations costs as much as they do. Attends to cache slots ``0..span-1``;
@@ -352,7 +352,7 @@ class Qwen2Model(nn.Module):
         plan = self.step_plan() if plan is None else plan
         positions = cache.position
         rows = self.rotary.table.index_select(0, positions).unbind(1)
-        hidden = embed
+        hidden = embed.clone()  # the residual stream, added into in place (embed may be a row of the table)
         for index, layer_plan in enumerate(plan.layers):
             hidden = decode_layer(layer_plan, hidden, rows, positions, index, cache, span, bias)
         positions.add_(1)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cosyvoice_mac.bench.opcount import prompt_embeddings, random_tiny_speech_lm
-from cosyvoice_mac.models.llm import DecodeOptions, decoding, head_kernel
+from cosyvoice_mac.models.llm import DecodeOptions, decoding, triton_kernels
 from cosyvoice_mac.models.llm.device_sampling import OFFSET, DeviceRas
 from cosyvoice_mac.models.llm.sampling import RasSampler
 
@@ -59,9 +59,9 @@ def test_ranked_head_is_the_head_of_the_hosts_stable_descending_sort(vocab):
 
 
 @cuda_only
-@pytest.mark.parametrize("vocab", [25, 61, 6564, 6761, head_kernel.MAX_VOCAB])
+@pytest.mark.parametrize("vocab", [25, 61, 6564, 6761, triton_kernels.MAX_VOCAB])
 def test_the_triton_head_ranks_as_atens_topk_over_the_keys(vocab):
-    """The CUDA kernel (``head_kernel``) against the keys' ``topk``: ties and masked (zero) probabilities included."""
+    """The CUDA kernel against the keys' ``topk``: ties and masked (zero) probabilities included."""
     ras = DeviceRas((0.8, 25, 10, 0.1), (), vocab, torch.device("cuda"))
     generator = torch.Generator().manual_seed(vocab)
     for finite_share in (1.0, 0.3, 3 / vocab):
@@ -69,19 +69,19 @@ def test_the_triton_head_ranks_as_atens_topk_over_the_keys(vocab):
         logits = levels.masked_fill(torch.rand(vocab, generator=generator) >= finite_share, float("-inf"))
         logits[vocab // 2] = 5.0
         probs = torch.softmax(logits, dim=0).cuda()
-        assert head_kernel.fits(probs, ras.top_k)
+        assert triton_kernels.fits(probs, ras.top_k)
         keys = (probs.view(torch.int32).long() << ras._id_bits) | ras._reversed_ids
         expected = keys.topk(ras.top_k).values
-        assert torch.equal(head_kernel.ranked_head_keys(probs, ras.top_k, ras._id_bits), expected)
-        assert torch.equal(torch.compile(head_kernel.ranked_head_keys)(probs, ras.top_k, ras._id_bits), expected)
+        assert torch.equal(triton_kernels.ranked_head_keys(probs, ras.top_k, ras._id_bits), expected)
+        assert torch.equal(torch.compile(triton_kernels.ranked_head_keys)(probs, ras.top_k, ras._id_bits), expected)
 
 
 def test_the_triton_head_serves_only_cuda_vectors_it_can_hold():
     probs = torch.full((6761,), 1 / 6761)
-    assert not head_kernel.fits(probs, 25)  # a CPU tensor: ATen's topk
-    if torch.cuda.is_available() and head_kernel.triton is not None:
-        assert head_kernel.fits(probs.cuda(), 25)
-        assert not head_kernel.fits(torch.ones(head_kernel.MAX_VOCAB + 1, device="cuda"), 25)
+    assert not triton_kernels.fits(probs, 25)  # a CPU tensor: ATen's topk
+    if torch.cuda.is_available() and triton_kernels.triton is not None:
+        assert triton_kernels.fits(probs.cuda(), 25)
+        assert not triton_kernels.fits(torch.ones(triton_kernels.MAX_VOCAB + 1, device="cuda"), 25)
 
 
 @pytest.mark.parametrize("seed, tied", [(0, False), (7, False), (3, True)])

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from cosyvoice_mac.models.llm import head_kernel
+from cosyvoice_mac.models.llm import triton_kernels
 from cosyvoice_mac.models.llm.sampling import RasSampler
 
 TOKEN, OFFSET, EMITTED, STEP, MIN_LEN = range(5)  # slots of DeviceRas.vector
@@ -135,8 +135,8 @@ class DeviceRas:
         ``bits << id_bits | (id_mask - id)`` is unique per id and ranks exactly as the stable sort does;
         the head's probabilities and ids come back out of the keys bit for bit.
         """
-        if head_kernel.fits(probs, self.top_k):  # CUDA: one Triton program instead of ATen's 64-bit radix passes
-            top = head_kernel.ranked_head_keys(probs, self.top_k, self._id_bits)
+        if triton_kernels.fits(probs, self.top_k):  # CUDA: Triton, not ATen's 64-bit radix passes
+            top = triton_kernels.ranked_head_keys(probs, self.top_k, self._id_bits)
         else:
             keys = (probs.view(torch.int32).long() << self._id_bits) | self._reversed_ids
             top = keys.topk(self.top_k).values

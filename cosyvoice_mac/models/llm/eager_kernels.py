@@ -21,6 +21,8 @@ import functools
 import torch
 import torch.nn.functional as F
 
+from cosyvoice_mac.models.llm import triton_kernels
+
 
 @torch.library.custom_op(
     "cosyvoice_mac::linear", mutates_args=(), schema="(Tensor x, Tensor weight, Tensor? bias) -> Tensor"
@@ -93,6 +95,21 @@ def silu(x):
 @silu.register_fake
 def _silu_shape(x):
     return torch.empty_like(x)
+
+
+def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """:func:`plain_silu_mul` that inductor does not open: one Triton kernel on CUDA (ATen's rounding, see
+    :mod:`triton_kernels`), elsewhere the opaque :func:`silu` times up."""
+    if triton_kernels.silu_mul_fits(gate_up):
+        return triton_kernels.silu_mul(gate_up)
+    gate, up = gate_up.chunk(2, dim=-1)
+    return silu(gate) * up
+
+
+def plain_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    """gate_up (N, 2I) -> SiLU(gate) * up (N, I): the MLP's gate, gate and up its halves."""
+    gate, up = gate_up.chunk(2, dim=-1)
+    return F.silu(gate) * up
 
 
 @torch.library.custom_op("cosyvoice_mac::float_log_softmax", mutates_args=(), schema="(Tensor logits) -> Tensor")

@@ -213,7 +213,7 @@ class Qwen2DecoderLayer(nn.Module):
                          project(attention.qkv_proj), add(attention.o_proj), self.post_attention_layernorm.weight,
                          project(mlp.gate_up_proj), add(mlp.down_proj),
                          attention.num_heads, attention.num_kv_heads, attention.head_dim, attend,
-                         eager_kernels.silu if opaque else F.silu)
+                         eager_kernels.silu_mul if opaque else eager_kernels.plain_silu_mul)
 
 
 def projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -251,7 +251,7 @@ class LayerPlan(NamedTuple):
     kv_heads: int
     head_dim: int
     attend: Attend
-    silu: Callable[[torch.Tensor], torch.Tensor]
+    silu_mul: Callable[[torch.Tensor], torch.Tensor]  # gate_up (1, 2I) -> SiLU(gate) * up (1, I)
 
 
 def attend_by_products(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None):
@@ -286,8 +286,7 @@ def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticK
     queries = qkv.narrow(1, 0, heads).view(1, kv_heads, -1, head_dim)
     attended = plan.attend(queries, keys, values, bias)
     x = plan.o_proj(attended.reshape(1, -1), x)  # reshape: CUDA's fp32 kernel may return it non-contiguous
-    gate, up = plan.gate_up_proj(plan.norm(x, plan.post_norm)).chunk(2, dim=-1)
-    return plan.down_proj(plan.silu(gate) * up, x)
+    return plan.down_proj(plan.silu_mul(plan.gate_up_proj(plan.norm(x, plan.post_norm))), x)
 
 
 class Qwen2Model(nn.Module):

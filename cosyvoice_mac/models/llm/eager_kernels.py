@@ -1,4 +1,4 @@
-"""Projections (a residual added by one), RMSNorm, SiLU and the log-softmax as opaque operations, so torch.compile calls eager's kernels for them.
+"""Projections (a residual added by one), RMSNorm, SiLU, SDPA and the log-softmax as opaque operations, so torch.compile calls eager's kernels for them.
 
 torch.compile's fused decoding step rounds differently from the eager step at 16 bits, and the
 sampled tokens part after a few (measured on an H200 at fp16 by ``bench/fused_rounding.py``: 14 %
@@ -95,6 +95,22 @@ def silu(x):
 @silu.register_fake
 def _silu_shape(x):
     return torch.empty_like(x)
+
+
+@torch.library.custom_op(
+    "cosyvoice_mac::attention",
+    mutates_args=(),
+    schema="(Tensor queries, Tensor keys, Tensor values, Tensor? bias) -> Tensor",
+)
+def attention(queries, keys, values, bias):
+    """``F.scaled_dot_product_attention`` (bias as its additive mask) that inductor does not open: where SDPA takes
+    its math backend (a head size no fused kernel takes) inductor would otherwise fuse the softmax in its own order."""
+    return F.scaled_dot_product_attention(queries, keys, values, bias).contiguous()
+
+
+@attention.register_fake
+def _attention_shape(queries, keys, values, bias):
+    return queries.new_empty((*queries.shape[:-1], values.shape[-1]))
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:

@@ -336,7 +336,9 @@ class Qwen2Model(nn.Module):
 
     def step_plan(self, attend: Attend = F.scaled_dot_product_attention, opaque: bool = False) -> StepPlan:
         """Every layer's :class:`LayerPlan` and the final norm: build one per request (weights may move between
-        requests); ``attend`` and ``opaque`` as for :meth:`Qwen2DecoderLayer.step_plan`."""
+        requests); ``attend`` and ``opaque`` as for :meth:`Qwen2DecoderLayer.step_plan` (opaque: SDPA too)."""
+        if opaque and attend is F.scaled_dot_product_attention:
+            attend = eager_kernels.attention
         return StepPlan([layer.step_plan(attend, opaque) for layer in self.layers],
                         eager_kernels.norm_with(self.norm.eps, opaque))
 

@@ -4,10 +4,11 @@
 unique int64 keys (a probability's bits above its reversed id). ATen's ``topk`` selects them by radix passes over
 the key's 64 bits, one thread block for the whole row: 51 us a token on the H200 for 6761 keys, 4 % of a fused step
 (two stages of chunks: 41 us; bench/README.md, "Session 10"). Here each program of one warp holds 256 keys in
-registers and takes the largest ``top_k`` times (a warp-wide max, then that key knocked out), and ATen sorts their
-heads (27 x 25 keys for 6761) in one block: the same keys in the same order, since no two are equal (one 16-warp
-program over all 6761 keys took 23 us, and a one-warp program over the heads 29: block-wide maxima synchronise every
-warp, and one warp's 25 passes over 1024 keys are serial).
+registers and takes the largest ``top_k`` times (a warp-wide max, then that key knocked out: 5 us for all 27
+programs), and one program sorts their heads (27 x 25 keys for 6761, bitonic): the same keys in the same order,
+since no two are equal. (Measured and left: one 16-warp program over all 6761 keys, 23 us, block-wide maxima
+synchronising every warp; the heads' head by a one-warp program, 29 us; ATen's sort of the heads, 28 us, a radix
+sort for int64.)
 
 **SiLU(gate) * up** (:func:`silu_mul`) for the step that keeps eager's rounding (``eager_kernels``): inductor's
 fused SiLU takes Triton's fast exp and parts from eager's tokens, so that step ran ATen's SiLU and a separate product
@@ -34,7 +35,7 @@ try:
 except ImportError:  # the CPU wheels (and a Mac) have no Triton: ATen's operations run there
     triton = None
 
-ELEMENTS_PER_PROGRAM = 1024  # silu_mul
+ELEMENTS_PER_PROGRAM = 128  # silu_mul: 38 programs for the model's 4864 (1024 a program: 5 of them, 2 us)
 
 
 def fits(probs: torch.Tensor, top_k: int) -> bool:
@@ -70,6 +71,13 @@ if triton is not None:
         keys = tl.where(valid, (bits << ID_BITS) | ((1 << ID_BITS) - 1 - ids).to(tl.int64), -1)
         _take_largest(keys, heads_ptr + chunk * TOP_K, TOP_K)
 
+    @triton.jit
+    def _sorted_head_kernel(heads_ptr, out_ptr, count, TOP_K: tl.constexpr, BLOCK: tl.constexpr):
+        """The TOP_K largest of ``count`` keys, largest first: one program's bitonic sort of all of them."""
+        offsets = tl.arange(0, BLOCK)
+        keys = tl.sort(tl.load(heads_ptr + offsets, mask=offsets < count, other=-1), descending=True)
+        tl.store(out_ptr + offsets, keys, mask=offsets < TOP_K)
+
     @torch.library.triton_op("cosyvoice_mac::ranked_head_keys", mutates_args=())
     def ranked_head_keys(probs: torch.Tensor, top_k: int, id_bits: int) -> torch.Tensor:
         """probs (V,) float32, non-negative -> the ``top_k`` largest keys ``bits(p) << id_bits | (2**id_bits - 1 -
@@ -77,10 +85,14 @@ if triton is not None:
         sorted (the keys are unique, so the head of the chunks' heads is the head)."""
         chunks = triton.cdiv(probs.numel(), CHUNK)
         heads = torch.empty(chunks * top_k, dtype=torch.long, device=probs.device)
+        out = torch.empty(top_k, dtype=torch.long, device=probs.device)
         torch.library.wrap_triton(_chunk_heads_kernel)[(chunks,)](
             probs, heads, probs.numel(), ID_BITS=id_bits, TOP_K=top_k, CHUNK=CHUNK, num_warps=1
         )
-        return heads.sort(descending=True).values[:top_k]  # one block's bitonic sort (<= 4096 keys)
+        torch.library.wrap_triton(_sorted_head_kernel)[(1,)](
+            heads, out, chunks * top_k, TOP_K=top_k, BLOCK=triton.next_power_of_2(chunks * top_k), num_warps=4
+        )
+        return out
 
     @triton.jit
     def _silu_mul_kernel(gate_up_ptr, out_ptr, total, inner, BLOCK: tl.constexpr):

@@ -59,11 +59,12 @@ class DecodeOptions:
     # a decoded position's attention as two products and a softmax (``attend_by_products``) instead of SDPA; None:
     # exactly in graphs mode at float32, where CUDA's only fp32 SDPA kernel took 0.71 of a token's 1.83 ms of GPU time
     attention_by_products: bool | None = None
-    # a compiled step's projections, norms and SiLU as opaque operations (eager's kernels) and its fused elementwise
-    # chains rounded as eager rounds them (inductor's emulate_precision_casts), so it samples eager's tokens for the
-    # same seed. None (``COSYVOICE_EAGER_ROUNDING`` unset): where torch.compile runs the step at 16 bits, whose own
-    # rounding parted from eager's ids at token 6 (fp16) or 1 (bf16); it costs ~12 % (805 -> 713 tok/s at fp16,
-    # bench/README.md, "Session 10"), which ``COSYVOICE_EAGER_ROUNDING=0`` buys back. fp32's fused step keeps eager's ids.
+    # a compiled step's projections, norms, SDPA and SiLU*up as opaque operations (eager's kernels, or Triton kernels
+    # rounding as ATen does) and its fused elementwise chains rounded as eager rounds them (inductor's
+    # emulate_precision_casts), so it samples eager's tokens for the same seed. None (``COSYVOICE_EAGER_ROUNDING``
+    # unset): where torch.compile runs the step at 16 bits, whose own rounding parted from eager's ids at token 6 (fp16)
+    # or 1 (bf16). Measured at fp16 on the H200: 875 tok/s with eager's ids, against 803 for inductor's own rounding
+    # (bench/README.md, "Session 10"). fp32's fused step keeps eager's ids without it.
     eager_rounding: bool | None = field(default_factory=lambda: env_flag("COSYVOICE_EAGER_ROUNDING", None))
 
 

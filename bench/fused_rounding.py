@@ -15,7 +15,6 @@ fused step can keep eager's numbers for.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -25,42 +24,23 @@ sys.path.insert(0, str(HERE))
 
 
 def _full_size_lm(device, dtype):
-    spec = importlib.util.spec_from_file_location("decode_step", HERE / "bench" / "decode_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module._full_size_lm("cosyvoice3", device, dtype)
+    sys.path.insert(0, str(HERE / "bench"))
+    from llm_sampling import _full_size_lm as full_size_lm
+
+    return full_size_lm(device, dtype)
 
 
 def _opaque_ops():
-    """(linear, rms_norm) as custom ops: torch.compile calls them as they are and fuses nothing into them."""
-    import torch
-    import torch.nn.functional as F
+    """(linear, rms_norm) as the product's opaque operations (``eager_kernels``): torch.compile calls them as they
+    are and fuses nothing into them."""
+    from cosyvoice_mac.models.llm import eager_kernels
 
-    @torch.library.custom_op(
-        "fused_rounding::linear", mutates_args=(), schema="(Tensor x, Tensor weight, Tensor? bias) -> Tensor"
-    )
-    def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        return F.linear(x, weight, bias)
-
-    @linear.register_fake
-    def _(x, weight, bias):
-        return x.new_empty((*x.shape[:-1], weight.shape[0]))
-
-    @torch.library.custom_op(
-        "fused_rounding::rms_norm", mutates_args=(), schema="(Tensor x, Tensor weight, float eps) -> Tensor"
-    )
-    def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-        return torch.rms_norm(x, weight.shape, weight, eps)
-
-    @rms_norm.register_fake
-    def _(x, weight, eps):
-        return torch.empty_like(x)
-
-    return linear, rms_norm
+    return eager_kernels.linear, eager_kernels.rms_norm
 
 
 def _pieces(eps, heads, kv_heads, head_dim, opaque_linear, opaque_norm):
-    """name -> function(x (1, D), w) of one layer's decode pieces, written as decode_layer writes them; ``w`` holds
+    """name -> function(x (1, D), w) of one layer's decode pieces, written as decode_layer wrote them when this probe
+    was measured (before the residual adds rode on addmm_ and SiLU * up became one kernel); ``w`` holds
     the layer's weights and the position's RoPE rows as arguments, so one compile serves every layer."""
     import torch
     import torch.nn.functional as F

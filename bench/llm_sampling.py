@@ -163,7 +163,7 @@ def measure(dtype_name: str, args) -> list[dict]:
                 "fused": fuse,
                 "attention": attention,
                 "rounding": rounding,
-                "eager_rounding": lm.decoding._eager_rounding(),
+                "eager_rounding": lm.decoding.keeps_eager_rounding(),
                 "ms_per_token": ms,
                 "tok_per_s": 1e3 / ms,
                 "ms_runs": [1e3 * t for t in times[variant]],

@@ -187,17 +187,17 @@ def test_a_compiled_16_bit_step_keeps_eager_rounding_unless_told(tiny, monkeypat
     """The rule for ``DecodeOptions.eager_rounding`` and what it changes: the plan's kernels and inductor's casts."""
     runner = tiny.decoding
     monkeypatch.setattr(runner, "options", DecodeOptions())
-    assert runner.mode == "eager" and not runner._eager_rounding()  # nothing is compiled
+    assert runner.mode == "eager" and not runner.keeps_eager_rounding()  # nothing is compiled
     monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
-    assert not runner._eager_rounding()  # fused at float32: inductor's own rounding samples eager's ids
+    assert not runner.keeps_eager_rounding()  # fused at float32: inductor's own rounding samples eager's ids
     monkeypatch.setattr(type(tiny.backbone), "compute_dtype", property(lambda self: torch.bfloat16))
-    assert runner._eager_rounding()
+    assert runner.keeps_eager_rounding()
     runner.options = DecodeOptions(fuse=False)
-    assert not runner._eager_rounding()  # the plain graphs run eager's kernels anyway
+    assert not runner.keeps_eager_rounding()  # the plain graphs run eager's kernels anyway
     monkeypatch.setattr(type(runner), "mode", property(lambda self: "compiled"))
-    assert runner._eager_rounding()
+    assert runner.keeps_eager_rounding()
     runner.options = DecodeOptions(eager_rounding=False)
-    assert not runner._eager_rounding()
+    assert not runner.keeps_eager_rounding()
 
     settings = []
     monkeypatch.setattr(torch, "compile", lambda function, **kwargs: settings.append(kwargs) or function)
@@ -230,6 +230,22 @@ def test_a_compiled_bf16_step_with_eager_rounding_computes_the_uncompiled_steps_
     monkeypatch.setattr(torch, "compile", lambda function, **_: function)
     uncompiled = _forced_decode(lm, embeds, tokens)
     assert torch.equal(compiled, uncompiled)
+
+
+def test_the_bench_reports_why_a_fused_step_is_not_in_use(tiny, monkeypatch):
+    """The pipeline bench's ``decode`` block carries the pipeline LM's runner state (a fused step that failed to
+    compile is slower and larger, and said nothing else)."""
+    from cosyvoice_mac.bench.decode import decode_report
+
+    monkeypatch.setattr(tiny.decoding, "fuse_error", "torch.compile of the sampled decoding step failed (...)")
+    report = decode_report(tiny)
+    assert report["mode"] == "eager" and report["fuse_error"].startswith("torch.compile of the sampled")
+    assert (report["eager_rounding"], report["sampled_graphs"], report["fused_pick"], report["graph_error"]) == (
+        False,
+        0,
+        False,
+        None,
+    )
 
 
 def test_the_env_switches_eager_rounding(monkeypatch):
@@ -404,7 +420,7 @@ def test_the_fused_step_under_the_graphs_samples_the_tokens_eager_does(dtype):
     fused = sampled(DecodeOptions(cuda_graphs=True, fuse=True, bucket=64))
     assert lm.decoding.mode == "graphs" and lm.decoding.graph_error is None and lm.decoding.fuse_error is None
     assert lm.decoding._fused is not None and lm.decoding.captures >= 2
-    assert lm.decoding._eager_rounding() == (dtype != torch.float32)
+    assert lm.decoding.keeps_eager_rounding() == (dtype != torch.float32)
     assert fused == plain
     if dtype == torch.float32:
         assert fused == eager

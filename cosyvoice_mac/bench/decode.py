@@ -136,5 +136,5 @@ def decode_report(lm, steps: int = 60) -> dict:
     if _device(lm).type == "cuda":
         report["cuda"] = cuda_kernels_per_token(lm, embeds, steps)
     if runner is not None:
-        report.update(captures=runner.captures, capture_s=runner.capture_seconds, graph_error=runner.graph_error)
+        report.update(runner.report())
     return report

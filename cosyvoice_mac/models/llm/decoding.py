@@ -123,7 +123,7 @@ class DecodeRunner:
         """A cache with room for ``capacity`` positions, and the ticket its decoder steps with
         (None for an eager decoder's own cache, which no later request can take over)."""
         backbone = self.lm.backbone
-        opaque = self._eager_rounding()
+        opaque = self.keeps_eager_rounding()
         self._plan = backbone.step_plan(self._attend(), opaque)
         self._head = projection(self.lm.llm_decoder, opaque)
         self._log_softmax = eager_kernels.float_log_softmax if opaque else eager_kernels.plain_float_log_softmax
@@ -148,7 +148,7 @@ class DecodeRunner:
             wanted = self.mode == "graphs" and self.lm.backbone.compute_dtype == torch.float32
         return attend_by_products if wanted else F.scaled_dot_product_attention
 
-    def _eager_rounding(self) -> bool:
+    def keeps_eager_rounding(self) -> bool:
         """Whether a compiled step keeps eager's rounding (see ``DecodeOptions.eager_rounding``)."""
         wanted = self.options.eager_rounding
         if wanted is None:
@@ -156,9 +156,15 @@ class DecodeRunner:
             wanted = compiled and self.lm.backbone.compute_dtype in (torch.float16, torch.bfloat16)
         return wanted
 
+    def report(self) -> dict:
+        """What a benchmark reports of this runner: its graphs, and why a graph or a fused step is not in use."""
+        return {"captures": self.captures, "capture_s": self.capture_seconds, "graph_error": self.graph_error,
+                "fuse_error": self.fuse_error, "eager_rounding": self.keeps_eager_rounding(),
+                "sampled_graphs": len(self._sampled_graphs), "fused_pick": self._fused_with_pick is not None}
+
     def _compile(self, function, **settings):
         """torch.compile of a step function; keeping eager's rounding, the fused chains round as eager does."""
-        if self._eager_rounding():
+        if self.keeps_eager_rounding():
             settings["options"] = {"emulate_precision_casts": True}
         return torch.compile(function, **settings)
 
@@ -167,7 +173,7 @@ class DecodeRunner:
         options (a graph captured with the plain step is no fused one)."""
         table = self.lm.backbone.rotary.table
         weights = tuple(p.data_ptr() for p in self.lm.parameters())
-        options = self.options.fuse, self.options.bucket, self.options.attention_by_products, self._eager_rounding()
+        options = self.options.fuse, self.options.bucket, self.options.attention_by_products, self.keeps_eager_rounding()
         return (
             self.device,
             self.lm.backbone.compute_dtype,

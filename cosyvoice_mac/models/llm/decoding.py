@@ -173,7 +173,8 @@ class DecodeRunner:
         options (a graph captured with the plain step is no fused one)."""
         table = self.lm.backbone.rotary.table
         weights = tuple(p.data_ptr() for p in self.lm.parameters())
-        options = self.options.fuse, self.options.bucket, self.options.attention_by_products, self.keeps_eager_rounding()
+        options = (self.options.fuse, self.options.bucket, self.options.attention_by_products,
+                   self.keeps_eager_rounding())
         return (
             self.device,
             self.lm.backbone.compute_dtype,

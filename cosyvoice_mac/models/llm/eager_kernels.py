@@ -1,17 +1,17 @@
-"""Projections (a residual added by one), RMSNorm, SiLU, SDPA and the log-softmax as opaque operations, so torch.compile calls eager's kernels for them.
+"""The decoding step's projections, norms, SDPA, SiLU and log-softmax as operations torch.compile cannot open.
 
 torch.compile's fused decoding step rounds differently from the eager step at 16 bits, and the
 sampled tokens part after a few (measured on an H200 at fp16 by ``bench/fused_rounding.py``: 14 %
 of a layer's attention inputs and 30 % of its MLP outputs not bit-equal). Inductor rewrites
 matrix products (``mm`` + add into ``addmm``, whose epilogue adds before rounding, and back), reduces
-RMSNorm and the log-softmax in its own order, computes SiLU's exp with Triton's (another last bit, now
-and then) and keeps a fused chain's intermediates in float32. As custom operations these are black
-boxes to inductor: it calls them as eager does (the same cuBLAS call, the same kernels) and fuses only
-the exact elementwise work between them (RoPE, products, residual adds, the sampler's pick), which its
-``emulate_precision_casts`` setting rounds as eager does. Measured at fp16: every piece of a layer
-bit-equal to eager's, and 250 sampled tokens equal to eager decoding's (with SiLU still fused they
-parted at token 45; bench/README.md, "Session 10"). The decoding runner uses these where its step is
-compiled at 16 bits (``DecodeOptions.eager_rounding``); everywhere else the plain functions run.
+RMSNorm and the log-softmax in its own order, computes SiLU's exp with Triton's fast one, fuses SDPA's
+math backend, and keeps a fused chain's intermediates in float32. As custom operations these are black
+boxes to inductor: it calls them as eager does (the same cuBLAS call, the same kernels; on CUDA SiLU * up
+is a Triton kernel that rounds as ATen's two do, ``triton_kernels``) and fuses only the exact elementwise
+work between them (RoPE, the cache write, the sampler's pick), which its ``emulate_precision_casts``
+setting rounds as eager does. Measured at fp16: every piece of a layer bit-equal to eager's, and 250
+sampled tokens equal to eager decoding's (bench/README.md, "Session 10"). The decoding runner uses these
+where its step is compiled at 16 bits (``DecodeOptions.eager_rounding``); elsewhere the plain functions run.
 """
 
 from __future__ import annotations

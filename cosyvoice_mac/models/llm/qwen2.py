@@ -233,7 +233,8 @@ def added_projection(module: nn.Module, opaque: bool = False) -> Callable[[torch
     linear = projection(module, opaque)
     if isinstance(linear, functools.partial) and linear.keywords["bias"] is None:
         weight = linear.keywords["weight"]
-        return functools.partial(eager_kernels.linear_added if opaque else eager_kernels.plain_linear_added, weight=weight)
+        added = eager_kernels.linear_added if opaque else eager_kernels.plain_linear_added
+        return functools.partial(added, weight=weight)
     return lambda x, residual: residual + linear(x)
 
 

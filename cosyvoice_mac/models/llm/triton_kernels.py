@@ -61,7 +61,9 @@ if triton is not None:
             keys = tl.where(keys == best, -1, keys)
 
     @triton.jit
-    def _chunk_heads_kernel(probs_ptr, heads_ptr, vocab, ID_BITS: tl.constexpr, TOP_K: tl.constexpr, CHUNK: tl.constexpr):
+    def _chunk_heads_kernel(
+        probs_ptr, heads_ptr, vocab, ID_BITS: tl.constexpr, TOP_K: tl.constexpr, CHUNK: tl.constexpr
+    ):
         """Program c: the TOP_K largest keys of ids c*CHUNK .. (c+1)*CHUNK-1 (-1 where the chunk has fewer)."""
         chunk = tl.program_id(0)
         ids = chunk * CHUNK + tl.arange(0, CHUNK)

@@ -56,6 +56,13 @@ def cuda_graphs_wanted() -> bool:
     return env_flag(CUDA_GRAPHS_ENV, True)
 
 
+def cuda_graphs_on(device: torch.device, part_env: str | None = None) -> bool:
+    """Whether a part's work on ``device`` may be a CUDA graph: CUDA, graphs wanted, and the part's own
+    setting (``part_env``, on unless set to 0) on."""
+    wanted = cuda_graphs_wanted() and (part_env is None or env_flag(part_env, True))
+    return torch.device(device).type == "cuda" and wanted
+
+
 def try_cuda_capture(capture, device: torch.device):
     """``(capture(), None)``, or ``(None, why)`` when the CUDA graph capture it runs fails (an operation that
     syncs with the host, say): the stream current before it is made current again, as a failed capture can
@@ -66,6 +73,25 @@ def try_cuda_capture(capture, device: torch.device):
     except Exception as error:  # noqa: BLE001 (any capture failure means: run eagerly)
         torch.cuda.set_stream(stream)
         return None, f"{type(error).__name__}: {error}"
+
+
+def weights_signature(module: torch.nn.Module) -> tuple:
+    """What a captured CUDA graph depends on besides its inputs: where (and in what dtype) the weights live."""
+    return tuple((p.data_ptr(), p.dtype) for p in module.parameters())
+
+
+def has_float64(device: torch.device) -> bool:
+    """Whether tensors on ``device`` may be float64: everywhere but MPS, which has no float64."""
+    return torch.device(device).type != "mps"
+
+
+def copy_to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``tensor`` (host memory) on ``device``. To CUDA it goes from pinned memory without blocking: a plain
+    copy from pageable memory waits for the whole stream, so the host could not queue work ahead."""
+    device = torch.device(device)
+    if device.type == "cuda" and tensor.device.type == "cpu":
+        return tensor.pin_memory().to(device, non_blocking=True)
+    return tensor.to(device)
 
 
 def mps_available() -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from torch.utils._pytree import tree_flatten
 
 from cosyvoice_mac.checkpoint import load_checkpoint
 from cosyvoice_mac.config import ConfigError, read_yaml_config
+from cosyvoice_mac.device import has_float64
 from cosyvoice_mac.models.vocoder import (
     FixedUniformSourceNoise,
     GaussianSourceNoise,
@@ -22,6 +24,7 @@ from cosyvoice_mac.models.vocoder import (
     RecordedSourceNoise,
     load_hift,
 )
+from cosyvoice_mac.models.vocoder import source as source_module
 from cosyvoice_mac.models.vocoder.f0 import F0Predictor
 from cosyvoice_mac.models.vocoder.layers import CausalUpsample, Snake
 from cosyvoice_mac.models.vocoder.stft import ConvSTFT
@@ -293,23 +296,44 @@ def run_recording_float64(model: HiFT, mel: torch.Tensor) -> Float64Ops:
     return recorder
 
 
-def test_float64_only_in_the_cpu_f0_predictor_of_cosyvoice3():
+PHASE_SUM = "aten.cumsum.default on cpu"  # the phase integral's float64 sums (HarmonicSource.frame_phase)
+
+
+def test_float64_only_in_the_cpu_f0_predictor_of_cosyvoice3_and_the_phase_sums():
     v2, v3 = (load_hift(*tiny_files(version)) for version in VERSIONS)
     assert run_recording_float64(v2, mel_frames(6)).inside == []
-    assert run_recording_float64(v2, mel_frames(6)).outside == []
+    assert run_recording_float64(v2, mel_frames(6)).outside == [PHASE_SUM]
     causal = run_recording_float64(v3, mel_frames(6))
     assert causal.inside, "CosyVoice3's f0 predictor should run in float64 on the CPU, as upstream"
-    assert causal.outside == []
+    assert causal.outside == [PHASE_SUM]
 
 
-def test_off_cpu_precision_path_creates_no_float64(monkeypatch):
+def test_the_phase_sums_are_the_cpu_float32_cumsum_and_leave_a_device_without_float64(monkeypatch):
+    """float64 sums rounded to float32 are what the CPU's float32 cumsum gives (the reference), whatever the
+    f0; where the device has no float64 (MPS) the sums run on the CPU and the phase comes back on it."""
+    source = load_hift(*tiny_files("cosyvoice3")).m_source
+    generator = torch.Generator().manual_seed(3)
+    f0 = torch.cat([torch.rand(1, 3000, generator=generator) * 400, torch.zeros(1, 40), torch.rand(1, 60) * 1e-3], 1)
+    overtones = torch.arange(1, source.harmonics + 1, dtype=torch.float32)
+    cycles = (f0[:, :, None] * overtones / source.sampling_rate) % 1
+    reference = (torch.cumsum(cycles, dim=1) * 2 * math.pi).transpose(1, 2) * source.samples_per_frame
+    assert torch.equal(source.frame_phase(f0), reference)
+    assert has_float64(torch.device("cpu")) and has_float64(torch.device("cuda")) and has_float64("meta")
+    assert not has_float64(torch.device("mps"))
+    assert source.frame_phase(f0.to("meta")).device.type == "meta"  # computed on f0's own device
+    monkeypatch.setattr(source_module, "has_float64", lambda device: False)
+    with pytest.raises(NotImplementedError, match="meta"):  # without float64 it copies f0 to the host first
+        source.frame_phase(f0.to("meta"))
+
+
+def test_off_cpu_precision_path_creates_float64_only_for_the_phase_sums(monkeypatch):
     model = load_hift(*tiny_files("cosyvoice3"))
     cpu_result, _ = model.inference(mel_frames(6))
     # What runs on MPS/CUDA: the f0 predictor picks float32 for any non-CPU device.
     assert model.f0_predictor.compute_dtype(torch.device("meta")) == torch.float32
     monkeypatch.setattr(F0Predictor, "compute_dtype", lambda self, device: torch.float32)
     recorder = run_recording_float64(model, mel_frames(6))
-    assert recorder.inside == [] and recorder.outside == []
+    assert recorder.inside == [] and recorder.outside == [PHASE_SUM]
     float32_result, _ = model.inference(mel_frames(6))
     torch.testing.assert_close(float32_result, cpu_result, atol=1e-3, rtol=0)
 
@@ -320,7 +344,9 @@ def test_vocoder_sources_use_float64_only_on_cpu_only_lines():
         f"{path.name}:{number}: {line.strip()}"
         for path in sorted(package.glob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), 1)
-        if re.search(r"torch\.float64|\.double\(\)|\.cuda\(\)|[\"'](cuda|mps)[\"']", line) and "cpu-only" not in line
+        if re.search(r"torch\.float64|\.double\(\)|\.cuda\(\)|[\"'](cuda|mps)[\"']", line)
+        and "cpu-only" not in line
+        and "has_float64 checked" not in line
     ]
     assert offending == []
 

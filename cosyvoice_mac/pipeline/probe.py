@@ -36,7 +36,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from cosyvoice_mac.device import cuda_graphs_wanted, synchronize
+from cosyvoice_mac.device import cuda_graphs_on, synchronize
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
 from cosyvoice_mac.pipeline.gate import CANDIDATES, as_dtype
 from cosyvoice_mac.pipeline.precision import (
@@ -203,7 +203,7 @@ def stored_like_the_llm(layers: nn.Module, choice: str, device: torch.device) ->
 def as_run_here(device: torch.device, work, replays: int):
     """``work`` as the stages run it here: replayed as a CUDA graph ``replays`` times on CUDA with graphs on,
     else called once eagerly. Returns (callable, calls of ``work`` per call)."""
-    if device.type != "cuda" or not cuda_graphs_wanted():
+    if not cuda_graphs_on(device):
         return work, 1
     work()  # warm-up outside the capture (kernel loading, cuBLAS workspaces)
     graph = torch.cuda.CUDAGraph()

@@ -22,14 +22,9 @@ import time
 
 import torch
 
-from cosyvoice_mac.device import cuda_graphs_wanted, try_cuda_capture
+from cosyvoice_mac.device import cuda_graphs_on, try_cuda_capture, weights_signature
 
 log = logging.getLogger(__name__)
-
-
-def weights_signature(module: torch.nn.Module) -> tuple:
-    """What a captured graph depends on besides its inputs: where (and in what dtype) the weights live."""
-    return tuple((p.data_ptr(), p.dtype) for p in module.parameters())
 
 
 class SamplerGraph:
@@ -65,7 +60,7 @@ class PrefixGraphs:
     def wanted(self, device: torch.device) -> bool:
         """Whether chunks after this prefix may run as graphs on ``device``: CUDA, graphs wanted, and no
         capture of this prefix has failed."""
-        return device.type == "cuda" and self.error is None and cuda_graphs_wanted()
+        return self.error is None and cuda_graphs_on(device)
 
     def applies(self, decoder, mu: torch.Tensor) -> bool:
         """Whether this call (``mu (B, 80, T)`` after the prefix) runs as a graph: :meth:`wanted`, and at most

@@ -37,8 +37,7 @@ from collections import OrderedDict
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.device import cuda_graphs_wanted, env_flag, try_cuda_capture
-from cosyvoice_mac.models.flow.graphs import weights_signature
+from cosyvoice_mac.device import cuda_graphs_on, try_cuda_capture, weights_signature
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +100,7 @@ class LengthGraphs:
 
     def wanted(self, device: torch.device, dtype: torch.dtype) -> bool:
         """CUDA, a 16-bit flow (``dtype``), graphs wanted (both settings), and no capture of this flow has failed."""
-        return (
-            device.type == "cuda"
-            and dtype in GRAPHED_DTYPES
-            and self.error is None
-            and cuda_graphs_wanted()
-            and env_flag(LENGTH_GRAPHS_ENV, True)
-        )
+        return dtype in GRAPHED_DTYPES and self.error is None and cuda_graphs_on(device, LENGTH_GRAPHS_ENV)
 
     def clear(self) -> None:
         """Drop every graph (the flow moved, or changed dtype)."""

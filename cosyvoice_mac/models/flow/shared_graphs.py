@@ -29,8 +29,8 @@ from collections import OrderedDict
 
 import torch
 
-from cosyvoice_mac.device import cuda_graphs_wanted, env_flag, try_cuda_capture
-from cosyvoice_mac.models.flow.graphs import SamplerGraph, weights_signature
+from cosyvoice_mac.device import cuda_graphs_on, try_cuda_capture, weights_signature
+from cosyvoice_mac.models.flow.graphs import SamplerGraph
 from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
 
 log = logging.getLogger(__name__)
@@ -99,9 +99,7 @@ class SharedFlowGraphs:
 
     def wanted(self, device: torch.device) -> bool:
         """CUDA, graphs wanted (both settings), and no capture of this flow has failed."""
-        return (
-            device.type == "cuda" and self.error is None and cuda_graphs_wanted() and env_flag(SHARED_GRAPHS_ENV, True)
-        )
+        return self.error is None and cuda_graphs_on(device, SHARED_GRAPHS_ENV)
 
     def clear(self) -> None:
         """Drop every graph and slot (the flow moved, or changed dtype)."""

@@ -26,6 +26,7 @@ from ...checkpoint import load_checkpoint, load_strict
 from ...config import ConfigError, read_yaml_config, tag_name
 from ...device import conv_length_limit
 from .f0 import F0Predictor
+from .graphs import StreamedCallGraphs
 from .layers import CausalUpsample, PaddedConv1d, ResBlock, causal_padding
 from .source import FixedUniformSourceNoise, GaussianSourceNoise, HarmonicSource, SourceNoise
 from .stft import ConvSTFT
@@ -198,6 +199,12 @@ class HiFT(nn.Module):
         )
         # "auto": the device's limit (MPS: 65536); an int forces windows (tests on the CPU); None: one shot.
         self.conv_limit: int | None | str = "auto"
+        self.streamed_graphs = StreamedCallGraphs()  # CUDA: CosyVoice3's streamed calls replayed as graphs
+
+    def _apply(self, fn, *args, **kwargs):
+        if hasattr(self, "streamed_graphs"):  # moved or cast: the graphs would read the old weights' memory
+            self.streamed_graphs.clear()
+        return super()._apply(fn, *args, **kwargs)
 
     @property
     def decoder_lookahead(self) -> int:
@@ -226,12 +233,29 @@ class HiFT(nn.Module):
         ``first_frame`` k returns only the audio (and source) from sample ``480 k`` on, computing only
         the decoder windows it needs (CosyVoice3 streaming: no re-vocoding of what was already sent).
         Under a conv length limit (:attr:`conv_limit`) the decoder runs in bounded windows.
-        Tensors come back on the module's device.
+        Tensors come back on the module's device; on CUDA CosyVoice3's streamed calls replay as graphs
+        (:mod:`.graphs`).
         """
         parameter = self.conv_pre.weight
         if parameter.dtype != torch.float32:
             raise ValueError(f"HiFT runs in float32 (Snake and phase need it), not {parameter.dtype}: call .float()")
         mel = self._checked_mel(mel, finalize).to(parameter.device, parameter.dtype)
+        fixed_noise = self.default_noise if isinstance(self.default_noise, FixedUniformSourceNoise) else None
+        if (
+            not finalize
+            and fixed_noise is not None
+            and noise in (None, fixed_noise)
+            and cache_source is None
+            and self.streamed_graphs.wanted(parameter.device)
+        ):
+            def call(static_mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                return self._vocode(static_mel, False, None, fixed_noise, first_frame)
+
+            return self.streamed_graphs.run(self, call, mel, first_frame, lambda: fixed_noise.device_copy)
+        return self._vocode(mel, finalize, cache_source, noise, first_frame)
+
+    def _vocode(self, mel, finalize: bool, cache_source, noise: SourceNoise | None, first_frame: int) -> tuple:
+        """:meth:`inference` on a checked mel on the module's device, run eagerly."""
         f0 = self.f0_predictor(mel, finalize=finalize)
         frames = f0.shape[-1]  # CosyVoice3 streaming: the f0 look-ahead frames are context only
         output_frames = frames - self.decoder_lookahead - 1 if not finalize else frames

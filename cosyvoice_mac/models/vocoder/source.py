@@ -5,7 +5,8 @@ plus noise -> ``tanh(Linear(9 -> 1))`` -> one source sample per output sample.
 
 Noise is what differs between the versions: CosyVoice2 draws fresh Gaussian noise each call,
 CosyVoice3 uses a *uniform* buffer drawn once when upstream builds the model. A :class:`SourceNoise`
-supplies it, always drawn on the CPU so that seeds give the same values on every device.
+supplies it, always drawn on the CPU so that seeds give the same values on every device, and hands it
+to the vocoder's device (:meth:`SourceNoise.on_device`; the fixed buffer keeps a device copy).
 Upstream's random initial phase never reaches the output (it is added to sample 0, which the
 frame-rate downsampling never reads), so no initial phase is drawn or accepted here.
 """
@@ -19,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...device import copy_to_device, has_float64
+
 _FIXED_NOISE_BLOCK = 30 * 24000  # grow the cached buffer in 30 s steps (26 MB for 9 harmonics)
 
 
@@ -30,6 +33,10 @@ class SourceNoise(ABC):
     @abstractmethod
     def take(self, num_samples: int) -> torch.Tensor:
         """Noise for ``num_samples`` output samples, ``(1, harmonics, num_samples)``."""
+
+    def on_device(self, num_samples: int, device: torch.device) -> torch.Tensor:
+        """:meth:`take` on ``device`` (to CUDA without waiting for the stream)."""
+        return copy_to_device(self.take(num_samples), device)
 
 
 class GaussianSourceNoise(SourceNoise):
@@ -78,17 +85,40 @@ class FixedUniformSourceNoise(SourceNoise):
     def __init__(self):
         self._start_state: torch.Tensor | None = None
         self._cache: torch.Tensor | None = None  # (1, N, 9), a prefix of the upstream buffer
+        self._device_copy: torch.Tensor | None = None  # (1, 9, N) on the vocoder's device (not the CPU)
         self._lock = threading.Lock()
+
+    @property
+    def device_copy(self) -> torch.Tensor | None:
+        """The device copy :meth:`on_device` slices now (a CUDA graph that read it keeps it alive)."""
+        return self._device_copy
+
+    def on_device(self, num_samples: int, device: torch.device) -> torch.Tensor:
+        """The buffer's first ``num_samples`` as a view of one device copy, made (one copy) when the device or
+        length changes: the same memory every call, so a CUDA graph can read it and no call copies."""
+        device = torch.device(device)
+        if device.type == "cpu":
+            return self.take(num_samples)
+        with self._lock:
+            held = self._device_copy
+            if held is None or held.device != device or held.shape[-1] < num_samples:
+                self._device_copy = None  # never two device copies at once
+                length = math.ceil(num_samples / _FIXED_NOISE_BLOCK) * _FIXED_NOISE_BLOCK
+                self._device_copy = self._take_locked(length).to(device).contiguous()
+            return self._device_copy[:, :, :num_samples]
 
     def take(self, num_samples: int) -> torch.Tensor:
         with self._lock:
-            if self._cache is None or self._cache.shape[1] < num_samples:
-                self._cache = None
-                length = math.ceil(num_samples / _FIXED_NOISE_BLOCK) * _FIXED_NOISE_BLOCK
-                generator = torch.Generator()
-                generator.set_state(self._state_before_buffer())
-                self._cache = torch.rand(1, length, self.harmonics, generator=generator)
-            return self._cache[:, :num_samples].transpose(1, 2)
+            return self._take_locked(num_samples)
+
+    def _take_locked(self, num_samples: int) -> torch.Tensor:
+        if self._cache is None or self._cache.shape[1] < num_samples:
+            self._cache = None
+            length = math.ceil(num_samples / _FIXED_NOISE_BLOCK) * _FIXED_NOISE_BLOCK
+            generator = torch.Generator()
+            generator.set_state(self._state_before_buffer())
+            self._cache = torch.rand(1, length, self.harmonics, generator=generator)
+        return self._cache[:, :num_samples].transpose(1, 2)
 
     def _state_before_buffer(self) -> torch.Tensor:
         if self._start_state is None:
@@ -117,9 +147,15 @@ def replay_cosyvoice3_draws_before_source_noise() -> torch.Tensor:
 class HarmonicSource(nn.Module):
     """Owns ``l_linear`` (upstream ``m_source``): f0 ``(1, T)`` -> source ``(1, 1, T * samples_per_frame)``.
 
-    The frame-rate phase integral (T x 9 values) is computed on the CPU in float32 with upstream's exact
-    operation order: the phase reaches ~1e5 rad, so one float32 ulp is visible in the source; doing it
-    on the CPU makes it identical on every device. The per-sample work runs on the module's device.
+    The frame-rate phase integral (T x 9 values) must be the same on every device: the phase reaches
+    ~1e5 rad, so one float32 ulp is visible in the source. Upstream's reference, torch's float32 cumsum
+    on the CPU, adds in float64 and rounds each sum to float32; so does :meth:`frame_phase`, on f0's own
+    device where it has float64 (CUDA: no sync with the host, and the call can be a CUDA graph), on the
+    CPU otherwise (MPS). Its terms are float32 values in [0, 1): float64 adds them exactly while each is
+    zero or at least 2**-14 and the sum stays below 2**16 (each term is below 1: 22 minutes of mel), so
+    the order of the device's parallel scan cannot change a sum; a tinier term (f0 under ~1 Hz) can
+    leave a float64 ulp, which moves the float32 result only at a rounding boundary (~1 in 2**29).
+    The per-sample work runs on the module's device.
     """
 
     def __init__(
@@ -144,15 +180,22 @@ class HarmonicSource(nn.Module):
         self.l_linear = nn.Linear(harmonics, 1)
 
     def frame_phase(self, f0: torch.Tensor) -> torch.Tensor:
-        """f0 ``(1, T)`` -> phase at each frame's end times ``samples_per_frame``: ``(1, H, T)`` float32 CPU.
+        """f0 ``(1, T)`` -> phase at each frame's end times ``samples_per_frame``: ``(1, H, T)`` float32, on
+        f0's device (the CPU when that device has no float64).
 
         Upstream computes the per-sample ``(f0 h / sr) mod 1``, downsamples it linearly to the frame
         rate (reading two equal samples mid-frame, so the value is exact) and takes the cumsum there.
         """
-        f0 = f0.detach().cpu().float()
-        overtones = torch.arange(1, self.harmonics + 1, dtype=torch.float32)
-        cycles_per_sample = (f0[:, :, None] * overtones / self.sampling_rate) % 1  # (1, T, H)
-        phase = torch.cumsum(cycles_per_sample, dim=1) * 2 * math.pi
+        f0 = f0.detach().float()
+        if not has_float64(f0.device):
+            f0 = f0.cpu()
+        overtones = torch.arange(1, self.harmonics + 1, dtype=torch.float32, device=f0.device)
+        # A divisor on the device: CUDA multiplies by the reciprocal of a host scalar, which rounds otherwise.
+        rate = torch.full((1,), float(self.sampling_rate), dtype=torch.float32, device=f0.device)
+        cycles_per_sample = (f0[:, :, None] * overtones / rate) % 1  # (1, T, H)
+        # float64 sums rounded to float32: what the CPU's float32 cumsum computes (see the class)
+        cycles = torch.cumsum(cycles_per_sample, dim=1, dtype=torch.float64).float()  # has_float64 checked
+        phase = cycles * 2 * math.pi
         return phase.transpose(1, 2) * self.samples_per_frame
 
     def forward(self, f0: torch.Tensor, noise: SourceNoise, first_frame: int = 0) -> torch.Tensor:
@@ -164,10 +207,10 @@ class HarmonicSource(nn.Module):
         if noise.harmonics != self.harmonics:
             raise ValueError(f"source noise has {noise.harmonics} harmonics, the vocoder uses {self.harmonics}")
         device, step = self.l_linear.weight.device, self.samples_per_frame
-        phase = self.frame_phase(f0).to(device)
-        unit_noise = noise.take(f0.shape[-1] * step)
-        if self.nearest_phase:
-            phase = phase[:, :, first_frame:].repeat_interleave(step, dim=-1)
+        phase = self.frame_phase(f0).to(device)  # already there but on MPS
+        unit_noise = noise.on_device(f0.shape[-1] * step, device)
+        if self.nearest_phase:  # each frame's phase repeated (expanded: repeat_interleave may sync on CUDA)
+            phase = phase[:, :, first_frame:, None].expand(-1, -1, -1, step).contiguous().flatten(2)
         else:  # linear interpolation reads neighbouring frames: interpolate all, then keep the tail
             phase = F.interpolate(phase, scale_factor=float(step), mode="linear")[:, :, first_frame * step:]
         f0, frames = f0[:, first_frame:], f0.shape[-1] - first_frame
@@ -175,7 +218,7 @@ class HarmonicSource(nn.Module):
 
         voiced = (f0.to(device, torch.float32) > self.voiced_threshold)[:, None, :, None]  # (1, 1, T, 1)
         noise_amp = torch.where(voiced, self.noise_std, self.sine_amp / 3).to(torch.float32)
-        unit_noise = unit_noise[:, :, first_frame * step:].to(device).unflatten(-1, (frames, step))
+        unit_noise = unit_noise[:, :, first_frame * step:].unflatten(-1, (frames, step))
         excitation.mul_(voiced).addcmul_(unit_noise, noise_amp)  # sines on voiced frames + noise
         # Upstream's layout (1, L, H) over the same memory; a GEMM, far faster than a 1x1 conv here.
         merged = self.l_linear(excitation.flatten(2).transpose(1, 2))

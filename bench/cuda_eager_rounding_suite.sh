@@ -8,12 +8,7 @@
 # Usage: bash bench/cuda_eager_rounding_suite.sh OUTDIR BASE
 set -u
 out=${1:?output folder}; base=${2:?baseline tree}
-if ls .whl/*.whl >/dev/null 2>&1; then
-  wheels=(.whl/soundfile* .whl/cffi* .whl/pycparser*)
-  python3 -c "import scipy" 2>/dev/null || wheels+=(.whl/scipy*)
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site "${wheels[@]}" || exit 1
-fi
-export PYTHONPATH=/tmp/site:$PWD OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1 COSYVOICE_CACHE_DIR=/tmp/cosyvoice-cache
+source bench/device_env.sh
 TORCHINDUCTOR_CACHE_DIR=/tmp/ind-new timeout 200 python3 bench/llm_sampling.py --dtypes float16 --tokens 250 \
   --rounds 3 --sampler device --fuse fused --rounding eager,inductor --top-kernels 16 \
   > "$out/llm_new.json" 2> "$out/llm_new.err"

@@ -2,19 +2,12 @@
 # The streamed vocoder calls as CUDA graphs and the phase integral on the device (issue 29, session 11), on a CUDA
 # machine without internet (the device tool's H200): the CUDA tests of the vocoder graphs, the vocoder and streaming,
 # then the pipeline bench of the tree before (BASE, e.g. `git archive bfe8d6b | tar -x -C .base`) and this one,
-# and this one with the vocoder graphs off (COSYVOICE_VOCODER_GRAPHS=0) when EXTRA=1. Wheels as in
-# cuda_eager_rounding_suite.sh (.whl: soundfile cffi pycparser for the tests' conftest; the image has scipy). BENCH=0: tests only.
+# and this one with the vocoder graphs off (COSYVOICE_VOCODER_GRAPHS=0) when EXTRA=1. Wheels and parity copy:
+# bench/device_env.sh. BENCH=0: tests only.
 # Usage: bash bench/cuda_vocoder_graphs_suite.sh OUTDIR BASE
 set -u
 out=${1:?output folder}; base=${2:?baseline tree}
-if ls .whl/*.whl >/dev/null 2>&1; then
-  wheels=(.whl/soundfile* .whl/cffi* .whl/pycparser*)
-  python3 -c "import scipy" 2>/dev/null || wheels+=(.whl/scipy*)
-  python3 -m pip install -q --no-index --no-deps --target /tmp/site "${wheels[@]}" || exit 1
-fi
-export PYTHONPATH=/tmp/site:$PWD OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1 COSYVOICE_CACHE_DIR=/tmp/cosyvoice-cache
-# The tests read the tiny parity models: ../shared/parity does not travel, a copy in .parity (untracked) does.
-if [ -d .parity ]; then export COSYVOICE_PARITY_DIR=$PWD/.parity; fi
+source bench/device_env.sh
 if [ "${TESTS:-1}" = 1 ]; then
   # (tests/test_streaming.py makes its prompts with espeak-ng, which the device image lacks)
   COSYVOICE_TEST_DEVICE=cuda timeout 240 python3 -m pytest -q -p no:cacheprovider tests/test_vocoder_graphs.py \

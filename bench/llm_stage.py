@@ -6,7 +6,9 @@ The pipeline bench's ``llm_s`` is ``build_prompt_embeddings`` plus ``SpeechLM._d
 included); ``bench/llm_sampling.py`` times tokens after the first only. This splits the stage the way the pipeline
 runs it (full-size CosyVoice3 LM, random weights, the product's decoding options, the bench's 80 prompt tokens and
 32 text ids), medians over rounds after a warm-up, and profiles the prefill (to the first token) and the tail (after
-the last token) on CUDA: kernels, GPU-busy and wall milliseconds. JSON on stdout.
+the last token) on CUDA: kernels, GPU-busy and wall milliseconds. ``--pipeline`` loads the whole model as the pipeline
+bench does (auto precision, flow and vocoder beside the LM), splits its stage the same way, and also times the bench's
+own stage (``bench_stage_s``). JSON on stdout.
 """
 
 from __future__ import annotations
@@ -35,13 +37,29 @@ def main() -> None:
     parser.add_argument("--dtype", default="float16")
     parser.add_argument("--tokens", type=int, default=250)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--pipeline", action="store_true", help="the pipeline bench's model, prompt and stage")
     args = parser.parse_args()
     device, dtype = torch.device(args.device), getattr(torch, args.dtype)
-    lm = _full_size_lm(device, dtype)
-    generator = torch.Generator().manual_seed(1)
-    speech = torch.randint(0, lm.config.speech_token_size, (1, 80), generator=generator)
-    text_ids = torch.randint(0, 1000, (1, 32), generator=generator)
-    text_ids[0, -1] = ENDOFPROMPT_ID  # CosyVoice3's prompt text ends so
+    bench_stage = None
+    if args.pipeline:  # the whole model as the pipeline bench loads it (auto precision), its prompt and text
+        from cosyvoice_mac.bench import measure
+
+        model = measure.load_model("cosyvoice3", device, "auto", False, None)
+        lm = model.networks.llm
+        speaker = model.prepare_prompt(measure.synthetic_prompt(), sample_rate=24000)
+        speech = speaker.speech_tokens
+        text_ids = torch.tensor([model.tokenizer.encode(measure.TEXT)])[:, : measure.REFERENCE_TEXT_IDS]
+
+        def bench_stage():
+            return measure._timed(
+                device, lambda: list(measure.forced_token_stream(model, text_ids, speaker, args.tokens))
+            )[0]
+    else:
+        lm = _full_size_lm(device, dtype)
+        generator = torch.Generator().manual_seed(1)
+        speech = torch.randint(0, lm.config.speech_token_size, (1, 80), generator=generator)
+        text_ids = torch.randint(0, 1000, (1, 32), generator=generator)
+        text_ids[0, -1] = ENDOFPROMPT_ID  # CosyVoice3's prompt text ends so
 
     def request(marks: dict) -> None:
         with torch.inference_mode():
@@ -72,7 +90,9 @@ def main() -> None:
         rounds.append(marks)
     report = {
         "device": str(device),
-        "dtype": args.dtype,
+        "dtype": str(next(lm.parameters()).dtype),
+        "pipeline": args.pipeline,
+        "bench_stage_s": [bench_stage() for _ in range(args.rounds)] if bench_stage else None,
         "median": {key: statistics.median(r[key] for r in rounds) for key in rounds[0]},
         "rounds": rounds,
         "runner": lm.decoding.report() if hasattr(lm.decoding, "report") else None,

@@ -1,11 +1,12 @@
-"""First streamed audio with CosyVoice3's streamed vocoder calls eager and as CUDA graphs, in one process.
+"""First streamed audio with a setting off and on, interleaved in one process (CUDA graphs of one part, say).
 
-    python bench/vocoder_graphs.py --rounds 8
+    python bench/first_audio_toggle.py --env COSYVOICE_VOCODER_GRAPHS --rounds 10
+    python bench/first_audio_toggle.py --env COSYVOICE_PREFILL_GRAPHS --rounds 10  # with bench/proposals/prefill_graphs.patch
 
-Full-size random weights, auto precision on CUDA, the pipeline bench's request (3 s prompt, 32 text ids, 250
-forced tokens). Each round times, for the vocoder graphs off then on (``COSYVOICE_VOCODER_GRAPHS``, read per
-call), the first audio of a voice used before and of a new one, and the wall milliseconds of each first-chunk
-vocoder call (to its output on the device). Medians and every round as JSON on stdout.
+Full-size random weights, CosyVoice3, auto precision, the pipeline bench's request (3 s prompt, 32 text ids, 250
+forced tokens). Each round times, with ``--env`` set to 0 then 1 (the parts read it per call), the first audio of
+a voice used before and of a new one, and the wall milliseconds of each first-chunk vocoder call (to its output on
+the device). Medians, the vocoder's and the LM runner's graph reports and every round as JSON on stdout.
 """
 
 from __future__ import annotations
@@ -24,11 +25,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cosyvoice_mac.bench import measure  # noqa: E402
 from cosyvoice_mac.device import synchronize  # noqa: E402
-from cosyvoice_mac.models.vocoder.graphs import VOCODER_GRAPHS_ENV  # noqa: E402
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", required=True, help="the setting to turn off (0) and on (1)")
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--tokens", type=int, default=250)
     parser.add_argument("--device", default="cuda")  # another device runs both modes eagerly (a smoke test)
@@ -54,16 +55,16 @@ def main() -> None:
         seconds = measure.time_to_first_audio(model, text_ids, speaker, args.tokens, new_voice=new_voice)
         return seconds, calls[0]
 
-    modes = {"eager": "0", "graphs": "1"}
-    for value in modes.values():  # warm-up: captures (the graphs: the second sighting of the first chunk)
-        os.environ[VOCODER_GRAPHS_ENV] = value
+    modes = {"off": "0", "on": "1"}
+    for value in modes.values():  # warm-up: captures (the vocoder's: the second sighting of the first chunk)
+        os.environ[args.env] = value
         for _ in range(2):
             first_audio(False)
         first_audio(True)
     rounds = {mode: [] for mode in modes}
     for _ in range(args.rounds):
         for mode, value in modes.items():
-            os.environ[VOCODER_GRAPHS_ENV] = value
+            os.environ[args.env] = value
             known, known_ms = first_audio(False)
             new, new_ms = first_audio(True)
             rounds[mode].append(
@@ -71,7 +72,9 @@ def main() -> None:
             )
     report = {
         "median": {mode: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for mode, rows in rounds.items()},
-        "graphs": hift.streamed_graphs.report(),
+        "env": args.env,
+        "vocoder_graphs": hift.streamed_graphs.report(),
+        "llm_runner": model.networks.llm.decoding.report(),
         "rounds": rounds,
     }
     json.dump(report, sys.stdout, indent=1)

@@ -346,7 +346,6 @@ def test_vocoder_sources_use_float64_only_on_cpu_only_lines():
         for number, line in enumerate(path.read_text().splitlines(), 1)
         if re.search(r"torch\.float64|\.double\(\)|\.cuda\(\)|[\"'](cuda|mps)[\"']", line)
         and "cpu-only" not in line
-        and "has_float64 checked" not in line
     ]
     assert offending == []
 

@@ -193,8 +193,9 @@ class HarmonicSource(nn.Module):
         # A divisor on the device: CUDA multiplies by the reciprocal of a host scalar, which rounds otherwise.
         rate = torch.full((1,), float(self.sampling_rate), dtype=torch.float32, device=f0.device)
         cycles_per_sample = (f0[:, :, None] * overtones / rate) % 1  # (1, T, H)
-        # float64 sums rounded to float32: what the CPU's float32 cumsum computes (see the class)
-        cycles = torch.cumsum(cycles_per_sample, dim=1, dtype=torch.float64).float()  # has_float64 checked
+        # float64 sums rounded to float32: what the CPU's float32 cumsum computes (see the class). Never on MPS:
+        # without float64 (has_float64 above) f0 came to the CPU; CUDA has float64.
+        cycles = torch.cumsum(cycles_per_sample, dim=1, dtype=torch.float64).float()  # cpu-only: MPS work is on the CPU
         phase = cycles * 2 * math.pi
         return phase.transpose(1, 2) * self.samples_per_frame
 

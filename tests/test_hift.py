@@ -344,8 +344,7 @@ def test_vocoder_sources_use_float64_only_on_cpu_only_lines():
         f"{path.name}:{number}: {line.strip()}"
         for path in sorted(package.glob("*.py"))
         for number, line in enumerate(path.read_text().splitlines(), 1)
-        if re.search(r"torch\.float64|\.double\(\)|\.cuda\(\)|[\"'](cuda|mps)[\"']", line)
-        and "cpu-only" not in line
+        if re.search(r"torch\.float64|\.double\(\)|\.cuda\(\)|[\"'](cuda|mps)[\"']", line) and "cpu-only" not in line
     ]
     assert offending == []
 

@@ -8,6 +8,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import soundfile
@@ -75,6 +76,34 @@ def test_bad_names_files_and_audio_are_refused_with_a_reason(engine, recording, 
     with pytest.raises(TaskFailed, match="unknown task"):
         engine.run_task("paint", {}, timeout=DEADLINE)
     assert engine.result(engine.submit(fake_request("Still working.")), timeout=DEADLINE)
+
+
+def _saved_for_another_model(engine, name: str, path: str, digit: str) -> dict:
+    """A saved voice whose features were made by another model (as after a model switch): its audio is kept."""
+    return engine.voices.save(name, audio_hash=digit * 64, model_id="another-model", audio=path)
+
+
+def test_a_jobs_voices_are_prepared_together_in_one_task_and_a_broken_one_is_named(engine, recording):
+    engine.save_voice_from_audio("Cached", recording(190.0), timeout=DEADLINE)
+    for name, frequency, digit in (("Moved 1", 191.0, "1"), ("Moved 2", 192.0, "2"), ("Broken", 193.0, "3")):
+        _saved_for_another_model(engine, name, recording(frequency), digit)
+    Path(engine.voices.get("Broken")["audio_path"]).write_text("the stored recording was damaged")
+    before = engine.status()["feature_extractions"]
+
+    outcomes = engine.prepare_voices(["Cached", "Moved 1", "Moved 2", "Broken", "Moved 1"], timeout=DEADLINE)
+
+    assert list(outcomes) == ["Cached", "Moved 1", "Moved 2", "Broken"]  # in order, each once
+    assert outcomes["Cached"]["cache"] == "memory"
+    assert outcomes["Moved 1"]["cache"] == outcomes["Moved 2"]["cache"] == "extracted"
+    assert "not an audio file this app can read" in outcomes["Broken"]["error"]
+    assert engine.status()["feature_extractions"] == before + 2
+    result = engine.result(engine.submit(Request.build("Now known.", engine.voice("Moved 2"))), timeout=DEADLINE)
+    assert result.cache_hit and result.prompt_hash == outcomes["Moved 2"]["audio_hash"]
+    assert engine.prepare_voices(["Moved 1"], timeout=DEADLINE)["Moved 1"]["cache"] == "memory"
+    assert engine.status()["feature_extractions"] == before + 2
+    with pytest.raises(VoiceError, match="no saved voice named 'Nobody'"):  # refused before the worker
+        engine.prepare_voices(["Moved 1", "Nobody"], timeout=DEADLINE)
+    assert engine.prepare_voices([], timeout=DEADLINE) == {}
 
 
 def test_a_task_runs_after_the_running_job_and_before_the_waiting_ones(engine, recording):

@@ -30,6 +30,7 @@ from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.longform import batch, dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles, result_stem
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
+from cosyvoice_mac.longform.speakers import VoiceUnusable
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.post import loudness, post_process, trim_silence
 from tests.parity.common import parity_dir
@@ -46,8 +47,14 @@ def tokenizer():
 class EspeakSpeak:
     """Speaks each line with espeak-ng (faster for speed > 1) and remembers every request."""
 
-    def __init__(self, make_speech, stop_after: int | None = None):
-        self.make_speech, self.requests, self.stop_after = make_speech, [], stop_after
+    def __init__(self, make_speech, stop_after: int | None = None, refuse: str | None = None):
+        self.make_speech, self.requests, self.stop_after, self.refuse = make_speech, [], stop_after, refuse
+        self.prepared: list[tuple[list, int]] = []  # (voices asked for, lines spoken by then)
+
+    def prepare(self, voices) -> None:
+        self.prepared.append((list(voices), len(self.requests)))
+        if self.refuse:
+            raise VoiceUnusable(f"the loaded model cannot use the saved voice {self.refuse!r}: no audio")
 
     def __call__(self, line: LineRequest) -> Spoken:
         self.requests.append(line)
@@ -351,6 +358,32 @@ def test_a_cue_that_cannot_fit_pushes_the_next_one_and_is_reported():
 
 
 # --------------------------------------------------------------------------------------------- batches
+
+
+def test_a_long_job_has_its_voices_made_ready_once_before_its_first_line(make_speech, tmp_path):
+    speak = EspeakSpeak(make_speech)
+    script = "[S1] One.\n[S2] Two.\n[S1] Three.\n"
+    run_dialogue(script, {"S1": "Anna", "S2": "Bob"}, ["Anna", "Bob"], speak, tmp_path / "talk")
+    assert speak.prepared == [(["Anna", "Bob", "Anna"], 0)]
+    dub = EspeakSpeak(make_speech)
+    run_dub(SRT, "Cleo", dub, tmp_path / "dub", speed_limit=2.0)
+    assert dub.prepared == [(["Cleo"], 0)]
+    lines = "Plain line.\n"
+    batch = EspeakSpeak(make_speech)
+    run_batch(lines, "txt", tmp_path / "batch", batch, voice="Anna")
+    assert batch.prepared == [(["Anna"], 0)]
+    again = EspeakSpeak(make_speech)  # nothing left to make: no voice is needed
+    run_batch(lines, "txt", tmp_path / "batch", again, voice="Anna")
+    assert again.prepared == [([], 0)] and again.requests == []
+
+
+def test_a_voice_the_model_cannot_use_stops_the_job_before_any_line_or_file(make_speech, tmp_path):
+    speak = EspeakSpeak(make_speech, refuse="Bob")
+    with pytest.raises(VoiceUnusable, match="'Bob'"):
+        run_dialogue("[S1] One.\n[S2] Two.\n", {"S1": "Anna", "S2": "Bob"}, ["Anna", "Bob"], speak, tmp_path / "t")
+    with pytest.raises(VoiceUnusable):
+        run_batch("A line.\n", "txt", tmp_path / "batch", speak, voice="Bob")
+    assert speak.requests == [] and not list(tmp_path.glob("t*"))
 
 
 def test_an_interrupted_batch_of_twenty_resumes_with_the_rest(make_speech, tmp_path):

@@ -11,8 +11,9 @@ import torch
 
 from cosyvoice_mac.frontend.speaker import RandomSpeakerEncoder
 from cosyvoice_mac.frontend.speech_tokenizer import RandomSpeechTokenizer
+from cosyvoice_mac.pipeline.loading import OnDemand
 from cosyvoice_mac.pipeline.speaker import PromptEncoder
-from cosyvoice_mac.pipeline.types import SynthesisError
+from cosyvoice_mac.pipeline.types import PromptAudio, SynthesisError
 
 SECONDS = 3.0
 
@@ -88,3 +89,55 @@ def test_the_speech_tokenizers_error_is_the_one_raised_and_the_encoder_works_on(
         encoder.encode(_voice(), sample_rate=24000)
     encoder.speech_tokenizer, encoder.speaker_encoder = RandomSpeechTokenizer(), RandomSpeakerEncoder()
     assert encoder.encode(_voice(), sample_rate=24000).speech_tokens.shape[1] > 0
+
+
+# ------------------------------------------------------------------------------- several prompts in one call
+
+
+def _on_demand_pair(keep_loaded: bool):
+    """The stand-ins behind OnDemand (as the low-memory mode builds them); each build records what else was
+    loaded at that moment."""
+    built: list[tuple[str, bool]] = []
+    tokenizer = OnDemand(
+        lambda: built.append(("tokenizer", speaker.loaded)) or RandomSpeechTokenizer(seed=1), keep_loaded=keep_loaded
+    )
+    speaker = OnDemand(
+        lambda: built.append(("speaker", tokenizer.loaded)) or RandomSpeakerEncoder(seed=1), keep_loaded=keep_loaded
+    )
+    return PromptEncoder(tokenizer, speaker, fmax=None, model_id="test"), tokenizer, speaker, built
+
+
+@pytest.mark.parametrize("keep_loaded", [False, True], ids=["low-memory", "resident"])
+def test_several_prompts_in_one_call_load_each_frontend_once_and_match_one_at_a_time(keep_loaded):
+    voices = [_voice(3.0), _voice(0.2), _voice(4.5), _voice(3.5) * 0.5]  # the second is far too short
+    encoder, tokenizer, speaker, built = _on_demand_pair(keep_loaded)
+    many = encoder.encode_many([PromptAudio(voice, 24000, f"text {i}") for i, voice in enumerate(voices)])
+
+    assert (tokenizer.loads, speaker.loads) == (1, 1)  # before: one load of each per prompt in low-memory mode
+    if not keep_loaded:  # one session at a time: the tokenizer is gone before CAM++ is built
+        assert built == [("tokenizer", False), ("speaker", False)]
+        assert not tokenizer.loaded and not speaker.loaded
+    assert isinstance(many[1], SynthesisError) and many[1].field == "prompt_audio" and "0.2 s" in str(many[1])
+    alone = _encoder(keep_loaded=True, delay=0.0)[0]
+    for index in (0, 2, 3):
+        one = alone.encode(voices[index], sample_rate=24000, transcript=f"text {index}")
+        assert torch.equal(many[index].speech_tokens, one.speech_tokens)
+        assert torch.equal(many[index].embedding, one.embedding)
+        assert torch.equal(many[index].mel, one.mel)
+        assert (many[index].audio_hash, many[index].transcript) == (one.audio_hash, one.transcript)
+    assert len({many[index].audio_hash for index in (0, 2, 3)}) == 3
+    assert encoder.last_timings["speech_tokens_s"] > 0
+
+
+def test_a_prompt_the_frontends_refuse_keeps_its_error_in_its_place_and_unreadable_input_too(tmp_path):
+    notes = tmp_path / "notes.wav"
+    notes.write_text("meeting notes, not a recording")
+    encoder = _encoder(keep_loaded=True, delay=0.0)[0]
+    many = encoder.encode_many(
+        [PromptAudio(str(notes)), PromptAudio(_voice(), 24000), PromptAudio(_voice(31.0), 24000)]
+    )
+    assert isinstance(many[0], SynthesisError) and isinstance(many[2], SynthesisError)
+    assert many[1].speech_tokens.shape[1] > 0
+    assert encoder.encode_many([]) == []
+    with pytest.raises(SynthesisError):  # one prompt alone still raises its error
+        encoder.encode(str(notes))

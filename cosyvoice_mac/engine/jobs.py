@@ -22,6 +22,9 @@ TERMINAL = (DONE, FAILED, CANCELLED)
 
 # args: audio (file path), transcript, prepare_streaming -> audio_hash, model_id, duration_s, streaming_ready
 TASK_EXTRACT_PROMPT = "extract_prompt"
+# args: voices ({name: library entry}) -> voices ({name: {audio_hash, cache} or {error}}), model_id, extracted,
+# seconds
+TASK_PREPARE_VOICES = "prepare_voices"
 
 
 class EngineError(CosyVoiceError, RuntimeError):

@@ -14,8 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.engine.cache import SpeakerCache
+from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.frontend.prompt_audio import decode_prompt
-from cosyvoice_mac.pipeline.types import SynthesisError
+from cosyvoice_mac.pipeline.types import PromptAudio, SynthesisError
 from cosyvoice_mac.request import Request
 
 HASH_MEMO_ENTRIES = 256
@@ -36,6 +37,54 @@ class PromptSource:
         The cache key is the hash of the decoded audio; it is remembered by the input's exact bytes, so a
         recording this worker has seen costs a read and a SHA-256 (a millisecond), not a decode.
         """
+        audio_hash, decoded = self._content_hash(source, sample_rate)
+
+        def extract():
+            self.extractions += 1
+            return pipeline.prepare_prompt(
+                decoded or decode_prompt(source, sample_rate), sample_rate=sample_rate, transcript=transcript
+            )
+
+        return self.cache.get_or_extract(pipeline.model_id, audio_hash, extract, transcript)
+
+    def prepare_saved(self, pipeline, entries: dict[str, dict]) -> dict[str, dict]:
+        """Make sure each saved voice (name -> the engine's library entry) has features for ``pipeline``'s
+        model in the cache: the ones found there cost a lookup, the others are extracted together in one
+        ``pipeline.prepare_prompts`` call (each ONNX frontend loaded once for all of them).
+
+        Returns name -> ``{"audio_hash", "cache": "memory" | "disk" | "extracted"}``, or ``{"error": why}`` for
+        a voice that cannot be used with this model (the others are prepared all the same).
+        """
+        outcomes: dict[str, dict] = {}
+        missing: list[tuple[str, str, object]] = []  # (name, audio hash, what to decode)
+        for name, entry in entries.items():
+            try:
+                if entry.get("model_id") == pipeline.model_id:
+                    prompt, source = self.cache.lookup(pipeline.model_id, entry["audio_hash"])
+                    if prompt is not None:
+                        outcomes[name] = {"audio_hash": prompt.audio_hash, "cache": source}
+                        continue
+                audio_hash, decoded = self._content_hash(self._stored_audio(name, entry), None)
+                prompt, source = self.cache.lookup(pipeline.model_id, audio_hash)
+                if prompt is not None:
+                    outcomes[name] = {"audio_hash": audio_hash, "cache": source}
+                else:
+                    missing.append((name, audio_hash, decoded or entry["audio_path"]))
+            except InputError as error:
+                outcomes[name] = {"error": str(error)}
+        if missing:
+            self.extractions += len(missing)
+            made = pipeline.prepare_prompts([PromptAudio(audio) for _, _, audio in missing])
+            for (name, audio_hash, _), prompt in zip(missing, made):
+                if isinstance(prompt, InputError):
+                    outcomes[name] = {"error": str(prompt)}
+                    continue
+                self.cache.put(replace(prompt, audio_hash=audio_hash, model_id=pipeline.model_id))
+                outcomes[name] = {"audio_hash": audio_hash, "cache": "extracted"}
+        return {name: outcomes[name] for name in entries}
+
+    def _content_hash(self, source, sample_rate) -> tuple[str, object]:
+        """(the decoded audio's content hash, the decoded prompt or None when the memo already knew the hash)."""
         if isinstance(source, np.ndarray):
             raw = hashlib.sha256(np.ascontiguousarray(source).tobytes())
             raw.update(f"{source.dtype}{source.shape}{sample_rate}".encode())
@@ -53,14 +102,18 @@ class PromptSource:
             while len(self._hash_memo) > HASH_MEMO_ENTRIES:
                 self._hash_memo.popitem(last=False)
         self._hash_memo.move_to_end(digest)
+        return self._hash_memo[digest], decoded
 
-        def extract():
-            self.extractions += 1
-            return pipeline.prepare_prompt(
-                decoded or decode_prompt(source, sample_rate), sample_rate=sample_rate, transcript=transcript
+    @staticmethod
+    def _stored_audio(name: str, entry: dict) -> str:
+        """A saved voice's stored recording; SynthesisError when it has none to extract features from."""
+        if not entry.get("audio_path"):
+            raise SynthesisError(
+                f"the saved voice {name!r} has no cached features for this model and "
+                "no stored audio; upload its prompt audio again and save it under that name",
+                field="voice",
             )
-
-        return self.cache.get_or_extract(pipeline.model_id, self._hash_memo[digest], extract, transcript)
+        return entry["audio_path"]
 
     def for_request(self, pipeline, request: Request, voice_entry: dict | None):
         """(SpeakerPrompt, cache source) for the request's saved voice or recording. ``voice_entry`` is the
@@ -85,10 +138,4 @@ class PromptSource:
             prompt, source = self.cache.lookup(voice_entry["model_id"], voice_entry["audio_hash"])
             if prompt is not None:
                 return replace(prompt, transcript=transcript), source
-        if voice_entry.get("audio_path"):
-            return self.from_audio(pipeline, voice_entry["audio_path"], None, transcript)
-        raise SynthesisError(
-            f"the saved voice {voice.saved!r} has no cached features for this model and "
-            "no stored audio; upload its prompt audio again and save it under that name",
-            field="voice",
-        )
+        return self.from_audio(pipeline, self._stored_audio(voice.saved, voice_entry), None, transcript)

@@ -14,14 +14,13 @@ import sys
 import time
 import traceback
 from dataclasses import replace
-from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from cosyvoice_mac import device as device_policy
-from cosyvoice_mac.engine import jobs
+from cosyvoice_mac.engine import jobs, worker_tasks
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
 from cosyvoice_mac.engine.job_output import finished_audio, low_memory_facts, precision_facts, save_result
 from cosyvoice_mac.engine.jobs import Job, JobResult
@@ -272,20 +271,10 @@ class WorkerRuntime:
     def run_task(self, task: jobs.Task) -> None:
         """Run one Task and answer it; never raises (a failure is the answer)."""
         try:
-            if task.kind != jobs.TASK_EXTRACT_PROMPT:
+            handler = worker_tasks.HANDLERS.get(task.kind)
+            if handler is None:
                 raise SynthesisError(f"unknown task {task.kind!r}")
-            audio_path = task.args.get("audio")
-            if not isinstance(audio_path, str) or not Path(audio_path).is_file():
-                raise SynthesisError(f"the prompt audio file {audio_path} does not exist; upload it again")
-            speaker, source = self.prompts.from_audio(self.pipeline, audio_path, None, task.args.get("transcript"))
-            streaming_ready = bool(task.args.get("prepare_streaming")) and self.pipeline.prepare_streaming(speaker)
-            result = {
-                "audio_hash": speaker.audio_hash,
-                "model_id": self.pipeline.model_id,
-                "source": source,
-                "duration_s": float(speaker.duration_s),
-                "streaming_ready": streaming_ready,
-            }
+            result = handler(self, task.args)
             event = TaskDone(task_id=task.task_id, result=result)
         except CosyVoiceError as error:
             event = TaskError(task_id=task.task_id, message=str(error))

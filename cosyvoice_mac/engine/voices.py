@@ -80,6 +80,19 @@ class VoiceSaving:
             jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "prepare_streaming": streaming}, timeout
         )
 
+    def prepare_voices(self, names, timeout: float | None = None) -> dict[str, dict]:
+        """Have the worker make sure every saved voice in ``names`` has features for the loaded model, in one
+        task: the cached ones cost a lookup, the rest are extracted together (each ONNX frontend loaded once).
+
+        Returns name -> ``{"audio_hash", "cache": "memory" | "disk" | "extracted"}`` or ``{"error": why}`` for
+        a voice this model cannot use. Raises VoiceError for a name the library does not know (before the
+        worker is asked), TaskFailed, TimeoutError past ``timeout`` s, or EngineError (engine not running).
+        """
+        entries = {name: self.voices.get(name) for name in dict.fromkeys(names)}
+        if not entries:
+            return {}
+        return self.run_task(jobs.TASK_PREPARE_VOICES, {"voices": entries}, timeout)["voices"]
+
     def save_voice(self, name: str, job_id: str, overwrite: bool = False) -> dict:
         """Name the prompt voice a finished job used (its cached features and a copy of its audio)."""
         result = self.result(job_id, timeout=0)

@@ -1,7 +1,8 @@
 """Long work as a sequence of ordinary requests: dialogue, subtitle dubbing and batches.
 
-Each job here checks all of its input before the first request (so a bad line costs no time), then asks a
-``Speak`` callable for one line at a time (the page, the API and the CLI pass ``speakers.EngineSpeak``, which
+Each job here checks all of its input before the first request (so a bad line costs no time), has the
+``Speak`` make every voice it will use ready (a voice the model cannot use stops the job before any line),
+then asks it for one line at a time (the page, the API and the CLI pass ``speakers.EngineSpeak``, which
 goes through an engine's queue), reports progress after every line, stops between lines when asked, and
 writes only whole files: what was finished before a Stop is kept and labelled as partial.
 
@@ -15,7 +16,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -48,6 +49,10 @@ class Spoken:
 
 class Speak(Protocol):
     def __call__(self, line: LineRequest) -> Spoken: ...
+
+    def prepare(self, voices: Iterable[str | None]) -> None:
+        """Make the job's voices (None: the default) ready before its first line, or raise saying which one
+        cannot be used; called once, after the input is checked and before any line is spoken."""
 
 
 @dataclass(frozen=True)
@@ -136,6 +141,7 @@ def run_dialogue(
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
     dialogue.join_lines([], [], voices, 1, pause_s)  # checks the pause before any work
+    speak.prepare(voices[line.speaker] for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     for index, line in enumerate(lines):
         if should_stop():
@@ -195,6 +201,7 @@ def run_dub(
     files = files or ResultFiles()
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
+    speak.prepare([voice])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     for index, cue in enumerate(cues):
         if should_stop():
@@ -257,6 +264,7 @@ def run_batch(
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
+    speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
     for index, item in enumerate(items):
         key = batches.settings_key(item, shared)
         if store.is_done(item, key):

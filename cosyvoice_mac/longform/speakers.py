@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from cosyvoice_mac.engine.jobs import EngineError
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
+
+
+class VoiceUnusable(EngineError):
+    """A saved voice the job needs has no features for the loaded model and none can be made from its audio."""
 
 
 class EngineSpeak:
@@ -41,6 +46,16 @@ class EngineSpeak:
         request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
         result = self._run(Job(request, interface=self.interface))
         return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate, self._facts(result))
+
+    def prepare(self, voices) -> None:
+        """Have the engine make every saved voice of ``voices`` (None: the default voice) ready for the loaded
+        model in one task, so no line waits for its voice's features and a voice the model cannot use stops
+        the job before its first line: VoiceUnusable names each such voice and why."""
+        names = [name for name in (voice or self.default_voice for voice in voices) if name]
+        outcomes = self.engine.prepare_voices(names, timeout=self.timeout_s)
+        refused = [f"{name!r}: {outcome['error']}" for name, outcome in outcomes.items() if "error" in outcome]
+        if refused:
+            raise VoiceUnusable("the loaded model cannot use the saved voice " + "; ".join(refused))
 
     def convert(self, line: SourceLine) -> Spoken:
         """Re-speak ``line.source`` in its saved voice (None: the default; neither: the backend's own voice, the

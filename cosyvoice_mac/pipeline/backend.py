@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
 from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
-from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError, SynthesisResult
+from cosyvoice_mac.pipeline.types import PromptAudio, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request, Voice
 
 if TYPE_CHECKING:
@@ -51,6 +51,9 @@ class Backend(Protocol):
 
     def prepare_prompt(self, prompt, sample_rate: int | None = None, transcript: str | None = None) -> SpeakerPrompt:
         """Features of a prompt (a path, samples, or an ``audio.DecodedPrompt``): the cacheable part."""
+
+    def prepare_prompts(self, prompts: Sequence[PromptAudio]) -> list[SpeakerPrompt | SynthesisError]:
+        """Features of several prompts in one call, in order; an unusable prompt gets its error in its place."""
 
     def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
         """Compute the voice's share of streamed requests now; False when the backend has none."""
@@ -96,6 +99,16 @@ class BackendBase:
 
     def stock_speaker(self) -> SpeakerPrompt | None:
         return None
+
+    def prepare_prompts(self, prompts: Sequence[PromptAudio]) -> list[SpeakerPrompt | SynthesisError]:
+        """One prompt after another (a backend with sessions to share, CosyVoice, overrides this)."""
+        outcomes: list[SpeakerPrompt | SynthesisError] = []
+        for prompt in prompts:
+            try:
+                outcomes.append(self.prepare_prompt(prompt.audio, prompt.sample_rate, prompt.transcript))
+            except SynthesisError as error:
+                outcomes.append(error)
+        return outcomes
 
     def run_conversion(self, request, speaker=None, should_stop=None, source=None) -> Iterator[SynthesisResult]:
         """A backend without voice conversion says so (CosyVoice and the preview voice override this)."""

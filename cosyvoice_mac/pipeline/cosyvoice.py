@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -41,7 +41,7 @@ from cosyvoice_mac.pipeline.streaming import (
     prepare_voice_for_streaming,
     stream_segment,
 )
-from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
+from cosyvoice_mac.pipeline.types import SAMPLE_RATE, PromptAudio, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.versions import spec_for
 
@@ -151,6 +151,10 @@ class CosyVoice(BackendBase):
     ) -> SpeakerPrompt:
         """Features of a prompt voice (the expensive, cacheable part of a request); decodes it at most once."""
         return self.prompt_encoder.encode(audio, sample_rate=sample_rate, transcript=transcript)
+
+    def prepare_prompts(self, prompts: Sequence[PromptAudio]) -> list[SpeakerPrompt | SynthesisError]:
+        """Features of several prompt voices in one call: each ONNX frontend loaded once for all of them."""
+        return self.prompt_encoder.encode_many(prompts)
 
     def prepare_streaming(self, speaker: SpeakerPrompt) -> bool:
         """Compute the voice's share of streamed requests ahead of time (a few seconds on a CPU, once per voice)."""

@@ -6,6 +6,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -13,7 +14,7 @@ import torch
 from cosyvoice_mac.frontend.features import prompt_mel
 from cosyvoice_mac.frontend.prompt import align_prompt
 from cosyvoice_mac.frontend.prompt_audio import DecodedPrompt, decode_prompt
-from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError
+from cosyvoice_mac.pipeline.types import PromptAudio, SpeakerPrompt, SynthesisError
 from cosyvoice_mac.sound.problems import AudioInputError
 
 TOKENIZER_RATE = 16000
@@ -65,8 +66,7 @@ class PromptEncoder:
 
     def tokenizer_held(self):
         """A block in which the speech tokenizer stays loaded (one load for many ``speech_tokens`` calls)."""
-        held = getattr(type(self.speech_tokenizer), "held", None)
-        return self.speech_tokenizer.held() if held is not None else nullcontext()
+        return _held(self.speech_tokenizer)
 
     @torch.inference_mode()
     def speech_tokens(self, wave16k: torch.Tensor) -> torch.Tensor:
@@ -83,29 +83,56 @@ class PromptEncoder:
     ) -> SpeakerPrompt:
         """Extract features of ``prompt`` (a file path, mono samples at ``sample_rate``, or a prompt the
         caller already decoded: it is decoded at most once, then read at 16 and 24 kHz)."""
-        try:
-            decoded = decode_prompt(prompt, sample_rate)
-            clip16k, clip24k = decoded.at(TOKENIZER_RATE), decoded.at(MODEL_RATE)
-        except AudioInputError as error:
-            raise SynthesisError(str(error), field="prompt_audio") from error
-        wave16k, wave24k = clip16k.wave, clip24k.wave
+        (outcome,) = self.encode_many([PromptAudio(prompt, sample_rate, transcript)])
+        if isinstance(outcome, SynthesisError):
+            raise outcome
+        return outcome
+
+    @torch.inference_mode()
+    def encode_many(self, prompts: Sequence[PromptAudio]) -> list[SpeakerPrompt | SynthesisError]:
+        """Features of several prompts in one call, in their order; a prompt that cannot be used gets its
+        SynthesisError in its place and the others are made all the same.
+
+        Each prompt is decoded once. Every speech-token pass then runs under one load of the tokenizer and
+        every speaker vector under one load of CAM++: in low-memory mode (a session loaded per call) that is
+        one load of each for the lot, one after the other, never both at once. Otherwise the speaker
+        vectors and mels of all the prompts are made on the second core while the tokens are.
+        ``last_timings`` holds the seconds of each part summed over the prompts.
+        """
+        outcomes: list[SpeakerPrompt | SynthesisError | None] = [None] * len(prompts)
+        clips = {}  # index -> (16 kHz clip, 24 kHz clip) of each prompt that decoded
+        for index, prompt in enumerate(prompts):
+            try:
+                decoded = decode_prompt(prompt.audio, prompt.sample_rate)
+                clips[index] = (decoded.at(TOKENIZER_RATE), decoded.at(MODEL_RATE))
+            except AudioInputError as error:
+                outcomes[index] = SynthesisError(str(error), field="prompt_audio")
         timings: dict[str, float] = {}
-        if self.concurrent:
+        if self.concurrent and clips:
             if self._helper is None:
                 self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-encoder")
-            voice = self._helper.submit(self._voice_features, wave16k, wave24k, timings)
+            voices = self._helper.submit(self._all_voice_features, clips, timings)
             try:
-                tokens = self._speech_tokens(wave16k, timings)
+                tokens = self._all_speech_tokens(clips, timings)
             finally:
-                wait([voice])  # a tokenizer error is raised only once the helper is idle again
-            embedding, mel = voice.result()
+                wait([voices])  # a tokenizer error is raised only once the helper is idle again
+            features = voices.result()
         else:
-            tokens = self._speech_tokens(wave16k, timings)
-            embedding, mel = self._voice_features(wave16k, wave24k, timings)
+            tokens = self._all_speech_tokens(clips, timings)
+            features = self._all_voice_features(clips, timings)
         self.last_timings = timings
+        for index, (clip16k, _) in clips.items():
+            failed = tokens[index] if isinstance(tokens[index], SynthesisError) else features[index]
+            if isinstance(failed, SynthesisError):
+                outcomes[index] = failed
+                continue
+            outcomes[index] = self._speaker_prompt(clip16k, tokens[index], *features[index], prompts[index])
+        return outcomes
+
+    def _speaker_prompt(self, clip16k, tokens, embedding, mel, prompt: PromptAudio) -> SpeakerPrompt | SynthesisError:
         tokens, mel = align_prompt(tokens, mel)
         if tokens.shape[1] == 0:
-            raise SynthesisError(
+            return SynthesisError(
                 "the prompt audio is too short to take a voice from; use 3-30 s of speech", field="prompt_audio"
             )
         return SpeakerPrompt(
@@ -114,26 +141,57 @@ class PromptEncoder:
             embedding=embedding.float().reshape(1, -1).cpu(),
             audio_hash=clip16k.content_hash,
             model_id=self.model_id,
-            transcript=transcript,
+            transcript=prompt.transcript,
             duration_s=clip16k.seconds,
         )
+
+    def _all_speech_tokens(self, clips: dict, timings: dict[str, float]) -> dict:
+        """index -> (1, T) tokens, or the SynthesisError of a prompt the tokenizer refuses; one load for all."""
+        made: dict = {}
+        if not clips:
+            return made
+        with self.tokenizer_held():
+            for index, (clip16k, _) in clips.items():
+                try:
+                    made[index] = self._speech_tokens(clip16k.wave, timings)
+                except SynthesisError as error:
+                    made[index] = error
+        return made
+
+    def _all_voice_features(self, clips: dict, timings: dict[str, float]) -> dict:
+        """index -> (speaker vector, prompt mel), or the SynthesisError of a prompt CAM++ refuses; one load."""
+        made: dict = {}
+        if not clips:
+            return made
+        with torch.inference_mode(), _held(self.speaker_encoder):  # inference mode is per thread: set here
+            for index, (clip16k, clip24k) in clips.items():
+                try:
+                    made[index] = self._voice_features(clip16k.wave, clip24k.wave, timings)
+                except SynthesisError as error:
+                    made[index] = error
+        return made
 
     def _speech_tokens(self, wave16k: torch.Tensor, timings: dict[str, float]) -> torch.Tensor:
         started = time.perf_counter()
         # read before the call: a per-call session (low-memory mode) is loaded for it anyway
         self._providers_used["speech_tokenizer"] = getattr(self.speech_tokenizer, "provider", None)
         tokens = self.speech_tokens(wave16k)
-        timings["speech_tokens_s"] = time.perf_counter() - started
+        timings["speech_tokens_s"] = timings.get("speech_tokens_s", 0.0) + time.perf_counter() - started
         return tokens
 
     def _voice_features(self, wave16k, wave24k, timings: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
-        """(speaker vector ``(1, 192)``, prompt mel ``(1, F, 80)``); inference mode is per thread, so set here."""
-        with torch.inference_mode():
-            started = time.perf_counter()
-            self._providers_used["speaker_encoder"] = getattr(self.speaker_encoder, "provider", None)
-            embedding = self.speaker_encoder.embedding(wave16k)
-            timings["speaker_embedding_s"] = time.perf_counter() - started
-            started = time.perf_counter()
-            mel = prompt_mel(wave24k, fmax=self.fmax)
-            timings["prompt_mel_s"] = time.perf_counter() - started
+        """(speaker vector ``(1, 192)``, prompt mel ``(1, F, 80)``)."""
+        started = time.perf_counter()
+        self._providers_used["speaker_encoder"] = getattr(self.speaker_encoder, "provider", None)
+        embedding = self.speaker_encoder.embedding(wave16k)
+        timings["speaker_embedding_s"] = timings.get("speaker_embedding_s", 0.0) + time.perf_counter() - started
+        started = time.perf_counter()
+        mel = prompt_mel(wave24k, fmax=self.fmax)
+        timings["prompt_mel_s"] = timings.get("prompt_mel_s", 0.0) + time.perf_counter() - started
         return embedding, mel
+
+
+def _held(model):
+    """A block in which ``model`` (an on-demand frontend session) stays loaded; a plain model needs none."""
+    held = getattr(type(model), "held", None)
+    return model.held() if held is not None else nullcontext()

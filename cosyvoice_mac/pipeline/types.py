@@ -34,6 +34,16 @@ class SpeakerPrompt:
     duration_s: float = 0.0
 
 
+@dataclass(frozen=True)
+class PromptAudio:
+    """One prompt to prepare among several (``Backend.prepare_prompts``): a path, mono samples at
+    ``sample_rate``, or an ``audio.DecodedPrompt``, and the transcript its features are kept with."""
+
+    audio: object
+    sample_rate: int | None = None
+    transcript: str | None = None
+
+
 @dataclass
 class SynthesisResult:
     """One finished sentence (or, when streaming, one chunk) of synthesised speech."""

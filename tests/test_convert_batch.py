@@ -120,3 +120,31 @@ def test_a_failure_that_is_not_the_recordings_ends_the_batch(folder, tmp_path):
 
     with pytest.raises(JobFailed, match="could not start"):
         run_convert_batch(items, skipped, tmp_path / "out", engine_gone, voice="Anna")
+
+
+def test_the_voice_is_made_ready_before_the_first_source_and_an_unusable_one_stops_the_batch(folder, tmp_path):
+    from cosyvoice_mac.longform.speakers import VoiceUnusable
+
+    items, skipped = plan_sources(sources_in_folder(folder))
+    good = [item for item in items if item.name in ("a.flac", "c.wav")]
+    events = []
+
+    def convert(line):
+        events.append(("convert", line.source.name))
+        return StandIn()(line)
+
+    def refuse(voices):
+        events.append(("prepare", list(voices)))
+        raise VoiceUnusable("the loaded model cannot use the saved voice 'Anna': its features are CosyVoice2's")
+
+    out = tmp_path / "out"
+    with pytest.raises(VoiceUnusable, match="'Anna'"):
+        run_convert_batch(good, skipped, out, convert, voice="Anna", prepare=refuse)
+    assert events == [("prepare", ["Anna"])] and not list(out.glob("*.wav"))  # stopped before any source
+
+    events.clear()
+    run_convert_batch(good, skipped, out, convert, voice="Anna", prepare=lambda v: events.append(("prepare", list(v))))
+    assert events == [("prepare", ["Anna"]), ("convert", "a.flac"), ("convert", "c.wav")]
+    events.clear()
+    run_convert_batch(good, skipped, out, convert, voice="Anna", prepare=refuse)  # all made: nothing to prepare
+    assert events == []

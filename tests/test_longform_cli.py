@@ -78,6 +78,21 @@ def test_dialogue_and_a_resumed_batch_from_the_command_line(cli, home):
     assert "2/2 lines done" in out and sorted(p.name for p in (home / "out").glob("*.wav")) == ["0001.wav", "0002.wav"]
 
 
+def test_a_folder_of_recordings_is_converted_into_a_saved_voice_from_the_command_line(cli, home, make_speech):
+    recordings = home / "recordings"
+    recordings.mkdir()
+    speech, rate = soundfile.read(make_speech("Glue the sheet to the dark blue background."), dtype="float32")
+    for name in ("one.wav", "two.wav"):
+        soundfile.write(recordings / name, speech, rate)
+    (recordings / "notes.txt").write_text("not audio")
+    code, out, err = cli("batch", "recordings", "--voice", "Anna", "--out-dir", "converted")
+    assert code == 0 and "2/2 files done" in out, (out, err)
+    assert "skipped notes.txt" in err
+    assert sorted(p.name for p in (home / "converted").glob("*.wav")) == ["one.wav", "two.wav"]
+    sidecar = json.loads((home / "converted" / "one.json").read_text())
+    assert sidecar["mode"] == "voice_conversion" and sidecar["voice"] == "Anna"
+
+
 @pytest.mark.parametrize(
     "args, files, message",
     [

@@ -264,6 +264,7 @@ def _convert_batch(args) -> int:
                 post=post,
                 on_progress=bar,
                 should_stop=stop,
+                prepare=speak.prepare,
             ),
             lambda: _check_voice(voice),
             voice,

@@ -15,7 +15,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 from cosyvoice_mac.conversion_request import VOICE_CONVERSION
 from cosyvoice_mac.engine.jobs import JobFailed
@@ -59,6 +59,7 @@ class SourceLine:
 
 
 Convert = Callable[[SourceLine], Spoken]
+Prepare = Callable[[Iterable[str | None]], None]  # ``Speak.prepare``: the voices ready before the first source
 
 
 def plan_sources(paths: list[Path]) -> tuple[list[SourceItem], list[str]]:
@@ -112,11 +113,17 @@ def run_convert_batch(
     post: PostSettings = PostSettings(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
+    prepare: Prepare | None = None,
 ) -> LongformResult:
     """One converted WAV per source in ``folder``; ``report`` lists every source's outcome (``status`` made,
-    skipped (already made), failed (with its ``reason``) or not_audio), also written to ``results.json``."""
+    skipped (already made), failed (with its ``reason``) or not_audio), also written to ``results.json``.
+    ``prepare`` makes the voice ready before the first source still to convert (one that the model cannot use
+    stops the batch there, before any file)."""
     store = BatchFolder(folder)
     shared = {**(settings or {}), "kind": "convert", "voice": voice, "speed": speed, "post": post.__dict__}
+    keys = {item.number: source_key(item, shared) for item in items}
+    if prepare is not None and any(not store.is_done(item, keys[item.number]) for item in items):
+        prepare([voice])
     tracker, report, stopped = Tracker(len(items), "files", on_progress), [], False
     files = ResultFiles(replace=True)  # the folder is the batch's: a source whose settings changed is remade
     for index, item in enumerate(items):
@@ -124,7 +131,7 @@ def run_convert_batch(
             stopped = True
             break
         try:
-            outcome = _convert_one(item, store, source_key(item, shared), convert, voice, speed, post, files)
+            outcome = _convert_one(item, store, keys[item.number], convert, voice, speed, post, files)
         except Exception:
             if should_stop():  # Stop cancelled the source in flight: the batch ends, keeping what it made
                 stopped = True

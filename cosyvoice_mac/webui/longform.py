@@ -172,6 +172,7 @@ class LongformCallbacks:
                 post=post_settings(trim, level, target),
                 on_progress=on_progress,
                 should_stop=should_stop,
+                prepare=speak.prepare,
             )
 
         yield from self._run(lang, job, "files", request, default_voice=voice or None)

@@ -262,9 +262,9 @@ def run_batch(
     items = batches.parse_batch(data, kind)
     store = batches.BatchFolder(folder)
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
-    tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False
-    files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
+    tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
+    files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     for index, item in enumerate(items):
         key = batches.settings_key(item, shared)
         if store.is_done(item, key):

@@ -71,6 +71,16 @@ def write_stand_ins(version: str, folder: Path) -> dict:
     return json.loads((folder / COMPLETE).read_text())
 
 
+def stand_ins_folder(version: str, report: dict) -> Path:
+    """The cached folder of ``version``'s full-size stand-ins, written on first use; ``report["stand_ins"]`` says
+    where and what they hold."""
+    folder = user_cache_dir() / "bench" / f"onnx-stand-ins-{version}"
+    complete = folder / COMPLETE
+    written = json.loads(complete.read_text()) if complete.is_file() else write_stand_ins(version, folder)
+    report["stand_ins"] = {"folder": str(folder), **written}
+    return folder
+
+
 def synthetic_prompt(seconds: float, seed: int = 0) -> torch.Tensor:
     """``(1, N)`` 16 kHz: a 100 Hz -> 4 kHz exponential chirp with a syllable envelope, plus noise."""
     t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
@@ -138,12 +148,7 @@ def main() -> int:
     prompts = {f"{float(s):g}s": synthetic_prompt(float(s)) for s in args.seconds.split(",")}
 
     report: dict = {"version": args.version, "threads": args.threads, "runs": args.runs}
-    folder = args.folder
-    if folder is None:
-        folder = user_cache_dir() / "bench" / f"onnx-stand-ins-{args.version}"
-        complete = folder / COMPLETE
-        written = json.loads(complete.read_text()) if complete.is_file() else write_stand_ins(args.version, folder)
-        report["stand_ins"] = {"folder": str(folder), **written}
+    folder = args.folder or stand_ins_folder(args.version, report)
     tokenizer_path, campplus_path = folder / SPEECH_TOKENIZER_FILES[args.version], folder / CAMPPLUS
     report["files"] = {str(path): path.stat().st_size for path in (tokenizer_path, campplus_path)}
 

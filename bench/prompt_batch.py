@@ -27,11 +27,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
-from bench.onnx_providers import CAMPPLUS, COMPLETE, synthetic_prompt, write_stand_ins  # noqa: E402
+from bench.onnx_providers import CAMPPLUS, stand_ins_folder, synthetic_prompt  # noqa: E402
 from cosyvoice_mac.bench.machine import describe_machine  # noqa: E402
 from cosyvoice_mac.frontend.speaker import SpeakerEncoder  # noqa: E402
 from cosyvoice_mac.frontend.speech_tokenizer import SpeechTokenizer  # noqa: E402
-from cosyvoice_mac.paths import user_cache_dir  # noqa: E402
 from cosyvoice_mac.pipeline.fullsize import official_config  # noqa: E402
 from cosyvoice_mac.pipeline.loading import OnDemand  # noqa: E402
 from cosyvoice_mac.pipeline.model_dir import SPEECH_TOKENIZER_FILES  # noqa: E402
@@ -78,12 +77,7 @@ def main() -> int:
     args = parser.parse_args()
     host = {"chip": describe_machine().chip, "cores": os.cpu_count()}
     report: dict = {"voices": args.voices, "rounds": args.rounds, "host": host}
-    folder = args.folder
-    if folder is None:
-        folder = user_cache_dir() / "bench" / f"onnx-stand-ins-{args.version}"
-        complete = folder / COMPLETE
-        written = json.loads(complete.read_text()) if complete.is_file() else write_stand_ins(args.version, folder)
-        report["stand_ins"] = {"folder": str(folder), **written}
+    folder = args.folder or stand_ins_folder(args.version, report)
     prompts = [
         PromptAudio(synthetic_prompt(3.0 + (index % 4), seed=index)[0].numpy(), 16000) for index in range(args.voices)
     ]

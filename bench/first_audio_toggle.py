@@ -1,7 +1,7 @@
 """First streamed audio with a setting off and on, interleaved in one process (CUDA graphs of one part, say).
 
     python bench/first_audio_toggle.py --env COSYVOICE_VOCODER_GRAPHS --rounds 10
-    python bench/first_audio_toggle.py --env COSYVOICE_PREFILL_GRAPHS --rounds 10  # the prefill-graphs proposal (bench/README.md), applied
+    python bench/first_audio_toggle.py --env COSYVOICE_PREFILL_GRAPHS --rounds 10  # proposal (bench/README.md)
 
 Full-size random weights, CosyVoice3, auto precision, the pipeline bench's request (3 s prompt, 32 text ids, 250
 forced tokens). Each round times, with ``--env`` set to 0 then 1 (the parts read it per call), the first audio of

@@ -63,7 +63,7 @@ def speak_gradio(app: AppServer, client, index: int) -> None:
 
 
 def speak_gradio_http(app: AppServer, index: int) -> None:
-    """``/synthesize`` as curl calls it (README): POST the inputs, then read the event's stream. Every call is a
+    """``/synthesize`` as curl calls it (docs/api.md): POST the inputs, then read the event's stream. Every call is a
     session of its own, as with any client that sends no session hash."""
     body = json.dumps({"data": [text(index), PREVIEW, "", "", index, 1.0, False, None]}).encode()
     call = urllib.request.Request(

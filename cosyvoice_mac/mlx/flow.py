@@ -151,11 +151,6 @@ class MlxFlow(nn.Module):
             estimator = CausalConditionalDecoder(config.estimator)
         self.decoder = FlowMatching(estimator, config.cfm)
 
-    @property
-    def stored_in_half(self) -> str:
-        """The regex of the parameters the low-memory mode stores in fp16 (this front end's ``STORED_IN_HALF``)."""
-        return STORED_IN_HALF[self.config.front]
-
     @classmethod
     def from_checkpoint(
         cls,

@@ -122,6 +122,7 @@ def build_mlx_networks(
     llm_config = SpeechLMConfig.from_yaml(config["llm"], qwen)
     flow_config, hift_config = FlowConfig.from_yaml(config["flow"]), HiFTConfig.from_yaml(config["hift"])
     flow_half = mx.float16 if low_memory else None  # the flow's blocks stored in fp16, computing in float32
+    half_keys = STORED_IN_HALF[flow_config.front]  # which blocks: its token front end's rule
     if random_weights:
         llm, flow, hift = MlxSpeechLM(llm_config), MlxFlow(flow_config), MlxHiFT(hift_config)
         for index, module in enumerate((llm, flow, hift)):
@@ -130,12 +131,11 @@ def build_mlx_networks(
         if low_memory:
             keep_table_on_host(llm)
         if flow_half is not None:
-            store_in_half(flow, flow.stored_in_half, flow_half)
+            store_in_half(flow, half_keys, flow_half)
     else:
         llm_weights = folder.file(folder.llm_file)  # llm.rl.pt where asked for, as the status and sidecar say
         # Cached as it runs (quantised once); read in 16 bits unless fp32: the fp32 LLM never exists whole.
         llm = load_llm(llm_weights, llm_config, chosen, cache_dir=cache, host_table=low_memory)
-        half_keys = STORED_IN_HALF[flow_config.front]  # each token front end's fp16 storage rule
         flow = MlxFlow.from_checkpoint(
             flow_config, folder.file("flow.pt"), dtype=flow_half, dtype_keys=half_keys, cache_dir=cache
         )

@@ -39,6 +39,7 @@ from cosyvoice_mac.coreml.rewrite import polyphase_istft_kernel, polyphase_stft_
 from cosyvoice_mac.coreml.split import torch_split_vocoder  # noqa: E402
 from cosyvoice_mac.models.vocoder import GaussianSourceNoise, HiFT, HiFTConfig, load_hift  # noqa: E402
 from cosyvoice_mac.pipeline.fullsize import official_config  # noqa: E402
+from cosyvoice_mac.pipeline.model_dir import detect_version  # noqa: E402
 
 
 class FFTSTFT(torch.nn.Module):
@@ -95,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.model is not None:
-        version = next(v for v in ("cosyvoice3", "cosyvoice2") if (args.model / f"{v}.yaml").is_file())
+        version = detect_version(args.model)
         hift = load_hift(args.model / f"{version}.yaml", args.model / "hift.pt")
     else:
         version = args.version

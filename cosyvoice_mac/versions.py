@@ -21,6 +21,7 @@ the speech-token count (6561 for both released models); ids at or above ``S`` ar
 | speech tokenizer file         | speech_tokenizer_v2.onnx               | speech_tokenizer_v3.onnx                  |
 | RL-tuned llm.rl.pt published  | no                                     | yes                                       |
 | stages on the MLX engine      | llm, flow, hift                        | llm, flow, hift                           |
+| audio out, prompt mel         | 24 kHz (SAMPLE_RATE)                   | 24 kHz (SAMPLE_RATE)                      |
 
 The speech LM and the flow get their row from the YAML class of their own section
 (:func:`spec_for_class`), so a network never asks which version it is: it reads flags and ids.
@@ -39,6 +40,7 @@ from cosyvoice_mac.config import ConfigError
 ENDOFPROMPT = "<|endofprompt|>"
 SYSTEM_PROMPT = "You are a helpful assistant."  # v3 system sentence that precedes the instruction/marker
 PRE_LOOKAHEAD, CONFORMER = "pre_lookahead", "conformer"  # the flow's token front ends (flow_front)
+SAMPLE_RATE = 24000  # Hz: both versions' output audio and the flow's prompt mel (the YAML's, where it says)
 MLX_STAGES = ("llm", "flow", "hift")  # the three networks; the MLX engine runs a model only when it has all
 COSYVOICE3_SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
 

@@ -16,10 +16,12 @@ import numpy as np
 import pytest
 import torch
 
+from cosyvoice_mac.config import read_yaml_config
 from cosyvoice_mac.coreml import convert as convert_module
 from cosyvoice_mac.coreml.runtime import COMPUTE_UNITS, CoreMLVocoder, coreml_unavailable_reason, load_vocoder
 from cosyvoice_mac.models.vocoder import GaussianSourceNoise
 from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
+from cosyvoice_mac.pipeline.model_dir import ModelFolderError
 from tests.coreml.models import snr_db, speechlike_mel, tiny_dir, tiny_hift
 from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.parity.common import assert_close
@@ -181,6 +183,17 @@ def test_read_only_model_folders_convert_into_the_cache(tmp_path, monkeypatch):
     vocoder, reason = load_vocoder("coreml", copy_tiny_folder(tmp_path), model_factory=lambda *a: SimpleNamespace())
     assert vocoder is not None, reason
     assert calls[0].parent == tmp_path / "cache" / "coreml"
+
+
+def test_the_conversion_reads_the_yaml_of_the_folders_version(tmp_path):
+    """Core ML takes a folder's version by the one rule (``model_dir.detect_version``): the CosyVoice2 folder's
+    ``hift:`` node is fingerprinted, and a folder holding both YAMLs is refused, not read as CosyVoice3."""
+    folder = copy_tiny_folder(tmp_path, "cosyvoice2")
+    _, node = convert_module.model_fingerprint(folder)
+    assert node == read_yaml_config(folder / "cosyvoice2.yaml")["hift"]
+    shutil.copy(tiny_dir("cosyvoice3") / "cosyvoice3.yaml", folder / "cosyvoice3.yaml")
+    with pytest.raises(ModelFolderError, match="holds both cosyvoice2.yaml and cosyvoice3.yaml"):
+        convert_module.model_fingerprint(folder)
 
 
 def test_pipeline_objects_and_in_memory_models_are_accepted(tmp_path, monkeypatch):

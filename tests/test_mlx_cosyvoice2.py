@@ -21,11 +21,11 @@ import torch  # noqa: E402
 
 from cosyvoice_mac.config import read_yaml_config  # noqa: E402
 from cosyvoice_mac.mlx import convert  # noqa: E402
-from cosyvoice_mac.mlx.flow_v2 import KEY_MAP, MlxFlowV2, mlx_flow_for  # noqa: E402
-from cosyvoice_mac.mlx.hift import MlxHiFT  # noqa: E402
-from cosyvoice_mac.mlx.hift_v2 import MlxHiFTV2, load_mlx_vocoder  # noqa: E402
+from cosyvoice_mac.mlx.flow import KEY_MAPS, MlxFlow  # noqa: E402
+from cosyvoice_mac.mlx.hift import load_mlx_hift  # noqa: E402
 from cosyvoice_mac.models.flow import Flow, FlowConfig  # noqa: E402
 from cosyvoice_mac.models.vocoder import GaussianSourceNoise, load_hift  # noqa: E402
+from cosyvoice_mac.versions import CONFORMER  # noqa: E402
 from tests.parity.common import assert_close, parity_dir  # noqa: E402
 
 TINY = parity_dir() / "cosyvoice2_tiny"
@@ -42,7 +42,7 @@ def _config() -> FlowConfig:
 
 
 @pytest.fixture(scope="module")
-def flows() -> tuple[Flow, MlxFlowV2]:
+def flows() -> tuple[Flow, MlxFlow]:
     torch.manual_seed(0)
     config = _config()
     reference = Flow(config).eval()
@@ -50,8 +50,8 @@ def flows() -> tuple[Flow, MlxFlowV2]:
         for name, parameter in reference.named_parameters():
             if "pos_bias" in name or "norm" in name:
                 parameter.add_(0.3 * torch.randn_like(parameter))
-    ours = mlx_flow_for(config)(config)
-    ours.load_weights(list(convert.convert_state(reference.state_dict(), KEY_MAP).items()), strict=True)
+    ours = MlxFlow(config)
+    ours.load_weights(list(convert.convert_state(reference.state_dict(), KEY_MAPS[CONFORMER]).items()), strict=True)
     return reference, ours
 
 
@@ -94,22 +94,22 @@ def test_a_cached_prefix_changes_nothing_but_the_work(flows, new_tokens):
 
 def test_the_cosyvoice2_checkpoints_load_through_the_cache(tmp_path, monkeypatch):
     flow_config = FlowConfig.from_yaml(read_yaml_config(TINY / "cosyvoice2.yaml")["flow"])
-    first = MlxFlowV2.from_checkpoint(flow_config, TINY / "flow.pt", cache_dir=tmp_path)
-    vocoder = load_mlx_vocoder(TINY / "cosyvoice2.yaml", TINY / "hift.pt", cache_dir=tmp_path)
-    assert isinstance(vocoder, MlxHiFTV2) and not isinstance(vocoder, MlxHiFT)
+    first = MlxFlow.from_checkpoint(flow_config, TINY / "flow.pt", cache_dir=tmp_path)
+    vocoder = load_mlx_hift(TINY / "cosyvoice2.yaml", TINY / "hift.pt", cache_dir=tmp_path)
+    assert not vocoder.config.causal and isinstance(vocoder.default_noise, GaussianSourceNoise)  # CosyVoice2's
     assert len(list(tmp_path.glob("*.safetensors"))) == 2
 
     def no_reading(*args, **kwargs):
         raise AssertionError("a checkpoint was read again despite the cache")
 
     monkeypatch.setattr(convert, "load_checkpoint", no_reading)
-    again = MlxFlowV2.from_checkpoint(flow_config, TINY / "flow.pt", cache_dir=tmp_path)
+    again = MlxFlow.from_checkpoint(flow_config, TINY / "flow.pt", cache_dir=tmp_path)
     from mlx.utils import tree_flatten
 
     for (name, a), (_, b) in zip(tree_flatten(first.parameters()), tree_flatten(again.parameters())):
         assert mx.array_equal(a, b), name
     mel = torch.randn(1, 80, 30, generator=torch.Generator().manual_seed(3))
-    cached = load_mlx_vocoder(TINY / "cosyvoice2.yaml", TINY / "hift.pt", cache_dir=tmp_path)
+    cached = load_mlx_hift(TINY / "cosyvoice2.yaml", TINY / "hift.pt", cache_dir=tmp_path)
     wave, _ = cached.inference(mel, noise=GaussianSourceNoise(seed=5))
     with torch.inference_mode():
         expected, _ = load_hift(TINY / "cosyvoice2.yaml", TINY / "hift.pt").inference(
@@ -119,7 +119,7 @@ def test_the_cosyvoice2_checkpoints_load_through_the_cache(tmp_path, monkeypatch
 
 
 def test_the_vocoder_source_cache_replaces_the_start_of_the_source():
-    vocoder = load_mlx_vocoder(TINY / "cosyvoice2.yaml", TINY / "hift.pt")
+    vocoder = load_mlx_hift(TINY / "cosyvoice2.yaml", TINY / "hift.pt")
     mel = torch.randn(1, 80, 20, generator=torch.Generator().manual_seed(4))
     cache = torch.full((1, 1, 960), 0.25)
     wave, source = vocoder.inference(mel, cache_source=cache, noise=GaussianSourceNoise(seed=6))

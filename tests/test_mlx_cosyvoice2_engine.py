@@ -20,7 +20,7 @@ import mlx.core as mx  # noqa: E402
 import torch  # noqa: E402
 
 from cosyvoice_mac.mlx import memory  # noqa: E402
-from cosyvoice_mac.mlx.hift_v2 import MlxHiFTV2  # noqa: E402
+from cosyvoice_mac.mlx.hift import MlxHiFT  # noqa: E402
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
 from cosyvoice_mac.pipeline.streaming import V2_MEL_CACHE_FRAMES  # noqa: E402
@@ -53,7 +53,8 @@ def mlx_model(tiny_cosyvoice2, monkeypatch, tmp_path):
 def test_the_first_streamed_cosyvoice2_request_with_a_16_bit_llm_works(mlx_model, prompt_wav, monkeypatch):
     monkeypatch.setenv("COSYVOICE_MLX_LLM", "fp16")
     model = mlx_model()
-    assert model.networks.llm_precision == "fp16" and isinstance(model.networks.hift, MlxHiFTV2)
+    assert model.networks.llm_precision == "fp16" and isinstance(model.networks.hift, MlxHiFT)
+    assert not model.networks.hift.config.causal  # CosyVoice2's vocoder
     monkeypatch.setattr(MlxSpeechLM, "length_limits", lambda lm, text_length: (40, 40))  # a few chunks
     request = Request.build("Please read this sentence.", Voice.recording(prompt_wav, transcript="hello"), stream=True)
     chunks = list(model.run(request))  # no warm-up first: the 16-bit LLM meets its decode thread fresh
@@ -106,13 +107,13 @@ def test_cosyvoice2_hands_the_cache_back_and_vocodes_only_new_frames_when_stream
     model.normalizer.token_max_n, model.normalizer.token_min_n, model.normalizer.merge_len = 8, 4, 2  # 2 segments
     monkeypatch.setattr(MlxSpeechLM, "length_limits", lambda lm, text_length: (60, 60))
     decoded: list[int] = []
-    real_decode = MlxHiFTV2.decode
+    real_decode = MlxHiFT.decode
 
     def counting(self, mel, source, **options):
         decoded.append(mel.shape[1])
         return real_decode(self, mel, source, **options)
 
-    monkeypatch.setattr(MlxHiFTV2, "decode", counting)
+    monkeypatch.setattr(MlxHiFT, "decode", counting)
     cleared: list[int] = []
     real_clear = memory.mx.clear_cache
     monkeypatch.setattr(memory.mx, "clear_cache", lambda: (cleared.append(len(decoded)), real_clear())[1])

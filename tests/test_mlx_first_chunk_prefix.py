@@ -14,7 +14,7 @@ pytest.importorskip("mlx.core", reason="needs mlx (Linux: pip install 'mlx[cpu]'
 import torch  # noqa: E402
 
 from cosyvoice_mac.config import read_yaml_config  # noqa: E402
-from cosyvoice_mac.mlx.flow_v2 import mlx_flow_for  # noqa: E402
+from cosyvoice_mac.mlx.flow import MlxFlow  # noqa: E402
 from cosyvoice_mac.mlx.networks import PipelineFlow  # noqa: E402
 from cosyvoice_mac.models.flow import FlowConfig  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
@@ -29,7 +29,7 @@ TOLERANCE = dict(atol=1e-5, rtol=1e-5)
 def flow(request):
     folder = parity_dir() / f"{request.param}_tiny"
     config = FlowConfig.from_yaml(read_yaml_config(folder / f"{request.param}.yaml")["flow"])
-    return mlx_flow_for(config).from_checkpoint(config, folder / "flow.pt")
+    return MlxFlow.from_checkpoint(config, folder / "flow.pt")
 
 
 def _sizes(config: FlowConfig) -> tuple[int, int]:

@@ -1,5 +1,5 @@
 """CosyVoice2's MLX vocoder in bounded windows and from a first frame, as CosyVoice3's MLX vocoder and the
-PyTorch vocoder decode (``models.vocoder.window``'s plan, :class:`cosyvoice_mac.mlx.hift.WindowedVocoder`).
+PyTorch vocoder decode (``models.vocoder.window``'s plan, :meth:`cosyvoice_mac.mlx.hift.MlxHiFT.decode_windows`).
 
 The vocoder is non-causal: a window needs context on both sides, which the plan derives from the layers'
 reach (transposed-conv upsampler, same-padded convs, the STFT pair's edges). The source (phase, noise) is
@@ -18,8 +18,7 @@ pytest.importorskip("mlx.core", reason="needs mlx (Linux: pip install 'mlx[cpu]'
 import mlx.core as mx  # noqa: E402
 import torch  # noqa: E402
 
-from cosyvoice_mac.mlx.hift import LOW_MEMORY_CONV_WINDOW, MLX_CONV_WINDOW  # noqa: E402
-from cosyvoice_mac.mlx.hift_v2 import MlxHiFTV2, load_mlx_vocoder  # noqa: E402
+from cosyvoice_mac.mlx.hift import LOW_MEMORY_CONV_WINDOW, MLX_CONV_WINDOW, MlxHiFT, load_mlx_hift  # noqa: E402
 from cosyvoice_mac.models.vocoder import GaussianSourceNoise, HiFT, load_hift  # noqa: E402
 from cosyvoice_mac.models.vocoder.window import context_frames  # noqa: E402
 from tests.parity.common import assert_close, parity_dir  # noqa: E402
@@ -31,8 +30,8 @@ STEP = 480
 
 
 @pytest.fixture(scope="module")
-def hift() -> MlxHiFTV2:
-    return load_mlx_vocoder(TINY / "cosyvoice2.yaml", TINY / "hift.pt")
+def hift() -> MlxHiFT:
+    return load_mlx_hift(TINY / "cosyvoice2.yaml", TINY / "hift.pt")
 
 
 def mel_frames(frames: int, seed: int = 0) -> torch.Tensor:
@@ -47,13 +46,13 @@ def noise(seed: int = 5) -> GaussianSourceNoise:
 def decoded_frames(monkeypatch):
     """Mel frames each decode call was given (the vocoder's expensive part)."""
     seen: list[int] = []
-    real = MlxHiFTV2.decode
+    real = MlxHiFT.decode
 
     def counting(self, mel, source, **options):
         seen.append(mel.shape[1])
         return real(self, mel, source, **options)
 
-    monkeypatch.setattr(MlxHiFTV2, "decode", counting)
+    monkeypatch.setattr(MlxHiFT, "decode", counting)
     return seen
 
 

@@ -1,9 +1,9 @@
 """The MLX low-memory mode's flow: fp16 storage, float32 arithmetic, for both versions' flows.
 
 CosyVoice3 stores its DiT blocks in fp16; CosyVoice2 its conformer layers and U-Net transformer blocks
-(each flow class's ``stored_in_half``, applied by the checkpoint read and by the random-weight build
-alike). The mel must stay within the gate's relative error of the fp32 golden vector, the tolerance
-the PyTorch low-memory flow is held to (tests/test_precision.py, ``gate.MAX_RELATIVE_ERROR``).
+(its token front end's ``mlx.flow.STORED_IN_HALF`` rule, applied by the checkpoint read and by the
+random-weight build alike). The mel must stay within the gate's relative error of the fp32 golden
+vector, the tolerance the PyTorch low-memory flow is held to (tests/test_precision.py, ``gate.MAX_RELATIVE_ERROR``).
 """
 
 from __future__ import annotations

@@ -27,8 +27,7 @@ import torch  # noqa: E402
 
 from cosyvoice_mac.config import read_yaml_config  # noqa: E402
 from cosyvoice_mac.mlx.flow import MlxFlow  # noqa: E402
-from cosyvoice_mac.mlx.flow_v2 import mlx_flow_for  # noqa: E402
-from cosyvoice_mac.mlx.hift_v2 import load_mlx_vocoder  # noqa: E402
+from cosyvoice_mac.mlx.hift import load_mlx_hift  # noqa: E402
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM, load_mlx_speech_lm  # noqa: E402
 from cosyvoice_mac.models.flow import FlowConfig  # noqa: E402
 from cosyvoice_mac.models.llm import drop_long_silent_runs  # noqa: E402
@@ -68,16 +67,14 @@ def _llm(ctx: ParityContext) -> MlxSpeechLM:
 
 
 def _flow(ctx: ParityContext) -> MlxFlow:
-    """The version's MLX flow (CosyVoice2: MlxFlowV2, a subclass) from the tiny folder's flow.pt."""
+    """The version's MLX flow (its token front end from the YAML) from the tiny folder's flow.pt."""
     config = FlowConfig.from_yaml(read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml")["flow"])
-    return _cached(ctx, "flow", lambda: mlx_flow_for(config).from_checkpoint(config, ctx.model_dir / "flow.pt"))
+    return _cached(ctx, "flow", lambda: MlxFlow.from_checkpoint(config, ctx.model_dir / "flow.pt"))
 
 
 def _hift(ctx: ParityContext):
-    """The version's MLX vocoder (causal MlxHiFT, or CosyVoice2's MlxHiFTV2) from the tiny folder's hift.pt."""
-    return _cached(
-        ctx, "hift", lambda: load_mlx_vocoder(ctx.model_dir / f"{ctx.version}.yaml", ctx.model_dir / "hift.pt")
-    )
+    """The version's MLX vocoder (causal or not, from the YAML) from the tiny folder's hift.pt."""
+    return _cached(ctx, "hift", lambda: load_mlx_hift(ctx.model_dir / f"{ctx.version}.yaml", ctx.model_dir / "hift.pt"))
 
 
 @contextmanager

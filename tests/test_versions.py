@@ -13,8 +13,9 @@ import cosyvoice_mac
 from cosyvoice_mac.config import ConfigError, tag_name
 from cosyvoice_mac.errors import SynthesisError
 from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
-from cosyvoice_mac.versions import SPECS, spec_for, spec_for_class
+from cosyvoice_mac.versions import PRE_LOOKAHEAD, SAMPLE_RATE, SPECS, spec_for, spec_for_class
 from tests.fakes.onnx_models import make_tiny_model_dir
+from tests.parity.common import parity_dir
 
 PACKAGE = Path(cosyvoice_mac.__file__).parent
 
@@ -50,6 +51,24 @@ def test_the_flow_front_end_and_the_vocoder_noise_follow_the_row(model):
     assert model.networks.hift.config.causal == (spec.stitcher == "causal")  # the causal vocoder is what streams
     assert tag_name(model.folder.config["hift"]) == spec.hift_class
     assert model.streaming_parts().stitcher == spec.stitcher
+
+
+@pytest.mark.parametrize("version", sorted(SPECS))
+def test_the_mlx_flow_front_end_and_vocoder_follow_the_row(version):
+    """One MLX flow class and one MLX vocoder class: the YAML's classes choose the networks, as in torch."""
+    pytest.importorskip("mlx.core", reason="needs mlx (Linux: pip install 'mlx[cpu]')")
+    from cosyvoice_mac.config import read_yaml_config
+    from cosyvoice_mac.mlx.flow import MlxFlow
+    from cosyvoice_mac.mlx.hift import MlxHiFT
+    from cosyvoice_mac.models.flow import FlowConfig
+    from cosyvoice_mac.models.vocoder import GaussianSourceNoise, HiFTConfig
+
+    spec, config = SPECS[version], read_yaml_config(parity_dir() / f"{version}_tiny" / f"{version}.yaml")
+    flow, hift = MlxFlow(FlowConfig.from_yaml(config["flow"])), MlxHiFT(HiFTConfig.from_yaml(config["hift"]))
+    assert hasattr(flow, "pre_lookahead_layer") == (spec.flow_front == PRE_LOOKAHEAD)
+    assert hasattr(flow, "encoder") == (spec.flow_front != PRE_LOOKAHEAD)
+    assert hift.config.causal == (spec.stitcher == "causal") == hift.m_source._rules.nearest_phase
+    assert isinstance(hift.default_noise, GaussianSourceNoise) == spec.random_vocoder_noise
 
 
 @pytest.mark.parametrize("version", sorted(SPECS))
@@ -114,3 +133,20 @@ def test_the_networks_never_name_a_version(folder):
         for name in _version_names(ast.parse(path.read_text()))
     ]
     assert named == []
+
+
+# Where 24000 may stand as a number: the table itself, the official YAML transcribed for random-weight models,
+# Opus's list of legal rates, and the torch networks (whose rates are their YAML's).
+RATE_WRITTEN_WHERE = {"versions.py", "pipeline/fullsize.py", "api/audio_formats.py", "models/vocoder/source.py"}
+
+
+def test_the_24_khz_rate_is_written_once():
+    """Every module that needs the models' rate imports ``versions.SAMPLE_RATE``; a second 24000 would drift."""
+    written = [
+        f"{path.relative_to(PACKAGE)}:{node.lineno}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if str(path.relative_to(PACKAGE)) not in RATE_WRITTEN_WHERE
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float) and node.value == SAMPLE_RATE
+    ]
+    assert written == []

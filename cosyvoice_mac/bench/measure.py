@@ -42,6 +42,7 @@ from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 from cosyvoice_mac.pipeline.engines import engine_status, network_dtypes
 from cosyvoice_mac.pipeline.gate import parse_choice
 from cosyvoice_mac.pipeline.streaming import stream_segment
+from cosyvoice_mac.versions import SAMPLE_RATE
 
 PROMPT_SECONDS = 3.0
 TOKEN_RATE = 25  # speech tokens per second of audio
@@ -52,7 +53,7 @@ TEXT = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps ove
 REFERENCE_TEXT_IDS = 32  # the reference timing's request: 9 text + 23 prompt-text tokens
 
 
-def synthetic_prompt(seconds: float = PROMPT_SECONDS, sample_rate: int = 24000) -> np.ndarray:
+def synthetic_prompt(seconds: float = PROMPT_SECONDS, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """A voiced, speech-like test signal (harmonics with a moving pitch and syllable envelope)."""
     t = np.arange(int(seconds * sample_rate)) / sample_rate
     pitch = 120 + 30 * np.sin(2 * np.pi * 0.7 * t)
@@ -119,7 +120,7 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
     """One request, stage by stage: wall and CPU seconds per stage, RTF, tokens/s, first-audio latency."""
     device = model.device
     timings: dict[str, float | bool | None] = {}
-    wall, cpu, speaker = _timed(device, lambda: model.prepare_prompt(prompt, sample_rate=24000))
+    wall, cpu, speaker = _timed(device, lambda: model.prepare_prompt(prompt, sample_rate=SAMPLE_RATE))
     timings.update(frontend_s=wall, frontend_cpu_s=cpu)
     text_ids = torch.tensor([model.tokenizer.encode(TEXT)])[:, :REFERENCE_TEXT_IDS]  # the stand-in is 1 id a byte
     wall, cpu, tokens = _timed(device, lambda: list(forced_token_stream(model, text_ids, speaker, tokens_to_decode)))

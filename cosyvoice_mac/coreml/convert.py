@@ -31,6 +31,7 @@ import torch
 from cosyvoice_mac.config import read_yaml_config
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig, load_hift
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
+from cosyvoice_mac.pipeline.model_dir import model_yaml
 
 from .host import HostSource
 from .rewrite import POLYPHASE, DecoderGraph, F0Graph, build_graphs
@@ -117,19 +118,11 @@ def hift_fingerprint(hift: HiFT) -> str:
 def model_fingerprint(model_dir: Path) -> tuple[str, dict]:
     """(fingerprint, hift yaml node) of a model folder: sha256 of ``hift.pt`` and of the ``hift:`` node."""
     model_dir = Path(model_dir)
-    yaml_path = _yaml_path(model_dir)
-    node = read_yaml_config(yaml_path).get("hift")
+    node = read_yaml_config(model_yaml(model_dir)).get("hift")
     checkpoint = model_dir / "hift.pt"
     if not checkpoint.is_file():
         raise FileNotFoundError(f"{checkpoint} is missing: the Core ML vocoder is converted from it")
     return f"hift.pt:{file_sha256(checkpoint)};hift-config:{config_sha256(node)}", node
-
-
-def _yaml_path(model_dir: Path) -> Path:
-    for version in ("cosyvoice3", "cosyvoice2"):
-        if (model_dir / f"{version}.yaml").is_file():
-            return model_dir / f"{version}.yaml"
-    raise FileNotFoundError(f"{model_dir} has no cosyvoice3.yaml or cosyvoice2.yaml")
 
 
 # where packages live --------------------------------------------------------------------------
@@ -278,7 +271,7 @@ def convert_model_dir(
         log(f"Core ML vocoder in {out_dir} is current")
         return out_dir, manifest
     log(f"converting the vocoder to Core ML ({reason}) into {out_dir}")
-    hift = load_hift(_yaml_path(Path(model_dir)), Path(model_dir) / "hift.pt")
+    hift = load_hift(model_yaml(model_dir), Path(model_dir) / "hift.pt")
     return out_dir, convert_hift(hift, out_dir, fingerprint=fingerprint, config_node=node, options=options, log=log)
 
 

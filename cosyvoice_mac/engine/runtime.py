@@ -43,7 +43,7 @@ from cosyvoice_mac.frontend.glossary import RequestGlossary, glossary_store
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request, Voice
-from cosyvoice_mac.versions import SPECS
+from cosyvoice_mac.versions import SAMPLE_RATE, SPECS
 
 # Messages of errors that mean "this device cannot run this", not "this input is bad".
 DEVICE_ERROR = re.compile(
@@ -75,7 +75,7 @@ def resolve_factory(path: str):
     return target
 
 
-def warmup_prompt(sample_rate: int = 24000, seconds: float = 4.0) -> np.ndarray:
+def warmup_prompt(sample_rate: int = SAMPLE_RATE, seconds: float = 4.0) -> np.ndarray:
     """A voice-like test signal (gliding harmonic tone with syllable rhythm and a little noise)."""
     t = np.arange(int(sample_rate * seconds), dtype=np.float32) / sample_rate
     f0 = 140.0 + 20.0 * np.sin(2 * np.pi * 0.7 * t)

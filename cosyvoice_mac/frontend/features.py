@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.versions import SAMPLE_RATE
 
 # Whisper: 25 ms Hann frames every 10 ms at 16 kHz, 128 Slaney mel bins.
 WHISPER_N_FFT = 400
@@ -166,7 +167,7 @@ class PromptMelConfig:
 
     n_fft: int = 1920
     num_mels: int = 80
-    sampling_rate: int = 24000
+    sampling_rate: int = SAMPLE_RATE
     hop_size: int = 480
     win_size: int = 1920
     fmin: float = 0.0

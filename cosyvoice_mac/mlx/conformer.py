@@ -16,7 +16,7 @@ import mlx.nn as nn
 import numpy as np
 import torch
 
-from cosyvoice_mac.mlx.flow import PreLookaheadLayer
+from cosyvoice_mac.mlx.lookahead import PreLookaheadLayer
 from cosyvoice_mac.models.flow.conformer import (
     EMBED_NORM_EPS,
     LAYER_NORM_EPS,

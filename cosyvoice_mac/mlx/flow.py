@@ -1,11 +1,12 @@
-"""The CosyVoice3 flow in MLX: speech tokens (+ voice prompt) -> 80-bin log-mel (mirrors ``models.flow``).
+"""The flow in MLX: speech tokens (+ voice prompt) -> 80-bin log-mel (mirrors ``models.flow``).
 
-Pre-look-ahead layer -> each frame repeated ``token_mel_ratio`` times -> conditional flow matching
-(Euler on the cosine time grid from the fixed start noise, classifier-free guidance as one batch of
-two) around the DiT. Streaming calls use chunk-causal attention and can start after a cached prompt
-prefix (:meth:`MlxFlow.build_prefix`). Same :class:`FlowConfig` and ``flow.pt`` as the PyTorch flow;
-the input checks and frame arithmetic are the PyTorch flow's own methods. CosyVoice2's conformer +
-U-Net flow is :class:`cosyvoice_mac.mlx.flow_v2.MlxFlowV2`, which shares this class's procedure.
+Token front end -> conditional flow matching (Euler on the cosine time grid from the fixed start noise,
+classifier-free guidance as one batch of two) around the estimator. Only the front end and the estimator
+differ between the versions (``FlowConfig.front``, the ``flow_front`` of :mod:`cosyvoice_mac.versions`):
+CosyVoice3's pre-look-ahead layer (each frame repeated ``token_mel_ratio`` times) and DiT, or CosyVoice2's
+upsampling conformer encoder + ``encoder_proj`` and U-Net. Streaming calls use chunk-causal attention and
+can start after a cached prompt prefix (:meth:`MlxFlow.build_prefix`). Same :class:`FlowConfig` and
+``flow.pt`` as the PyTorch flow; the input checks and frame arithmetic are the PyTorch flow's own methods.
 
 Inputs are PyTorch tensors as for :class:`cosyvoice_mac.models.flow.Flow`; the mel comes back as a
 CPU float32 tensor ``(1, 80, T)``.
@@ -21,20 +22,34 @@ import mlx.nn as nn
 import numpy as np
 import torch
 
+from cosyvoice_mac.mlx.conformer import KEY_MAP as CONFORMER_KEY_MAP
+from cosyvoice_mac.mlx.conformer import UpsampleConformerEncoder
 from cosyvoice_mac.mlx.convert import load_converted, to_mlx, to_torch
 from cosyvoice_mac.mlx.dit import KEY_MAP as DIT_KEY_MAP
 from cosyvoice_mac.mlx.dit import DiT, PrefixStep
+from cosyvoice_mac.mlx.lookahead import PreLookaheadLayer
+from cosyvoice_mac.mlx.unet import KEY_MAP as UNET_KEY_MAP
+from cosyvoice_mac.mlx.unet import CausalConditionalDecoder
 from cosyvoice_mac.models.flow import CFMConfig, Flow, FlowConfig, fixed_start_noise
 from cosyvoice_mac.models.flow.cfm import ConditionalFlowMatching
-from cosyvoice_mac.models.flow.lookahead import _LEAKY_SLOPE, _SECOND_KERNEL
 from cosyvoice_mac.models.flow.prefix import FlowPrefix
-from cosyvoice_mac.versions import PRE_LOOKAHEAD
+from cosyvoice_mac.versions import CONFORMER, PRE_LOOKAHEAD
 
-KEY_MAP = DIT_KEY_MAP  # the DiT's renames are the only ones (they only occur under decoder.estimator)
-# The low-memory mode stores the DiT's transformer blocks (almost all of the flow's 1.33 GB) in fp16. The
-# DiT computes in its output projection's dtype, which stays float32, so the blocks' matmuls promote their
-# fp16 weights to float32 one layer at a time: fp16 storage, float32 arithmetic (as PyTorch's low memory).
-STORED_IN_HALF = r"^decoder\.estimator\.transformer_blocks\."
+# flow.pt's names -> the modules of each token front end (the DiT's renames only occur under
+# decoder.estimator; the conformer's and the U-Net's are disjoint: encoder.* and decoder.estimator.*).
+KEY_MAPS = {PRE_LOOKAHEAD: DIT_KEY_MAP, CONFORMER: CONFORMER_KEY_MAP + UNET_KEY_MAP}
+# The parameters the low-memory mode stores in fp16, per token front end. CosyVoice3: the DiT's transformer
+# blocks (almost all of its flow's 1.33 GB). CosyVoice2: the conformer layers' and the U-Net transformer
+# blocks' projections and biases (372 of its flow's 450 MB; norms stay float32). Everything around them
+# computes in float32 (the DiT and U-Net in their output projection's dtype, the encoder in its embedding's),
+# so each matmul promotes its fp16 weight to float32 one layer at a time: fp16 storage, float32 arithmetic
+# (as PyTorch's low memory).
+STORED_IN_HALF = {
+    PRE_LOOKAHEAD: r"^decoder\.estimator\.transformer_blocks\.",
+    CONFORMER: (
+        r"^(encoder\.(encoders|up_encoders)|decoder\.estimator\.(down|mid|up)_blocks\.\d+\.transformers)\.\d+\.(?!norm)"
+    ),
+}
 
 
 def store_in_half(module: nn.Module, names: str, dtype: mx.Dtype = mx.float16) -> int:
@@ -54,35 +69,12 @@ def store_in_half(module: nn.Module, names: str, dtype: mx.Dtype = mx.float16) -
     return saved
 
 
-class MlxFlowError(ValueError):
-    """A flow config given to the MLX flow class of the other version (``flow_v2.mlx_flow_for`` picks)."""
-
-
-class PreLookaheadLayer(nn.Module):
-    """Owns ``conv1`` (k = look-ahead + 1) and causal ``conv2`` (k 3) plus the residual, ``(B, T, C)``."""
-
-    def __init__(self, in_channels: int, channels: int, pre_lookahead_len: int):
-        super().__init__()
-        self.pre_lookahead_len = pre_lookahead_len
-        self.conv1 = nn.Conv1d(in_channels, channels, pre_lookahead_len + 1)
-        self.conv2 = nn.Conv1d(channels, in_channels, _SECOND_KERNEL)
-
-    def __call__(self, x: mx.array, context: mx.array | None = None) -> mx.array:
-        """``x (B, T, C)`` plus look-ahead ``context (B, Lc, C)`` (Lc <= look-ahead, zeros fill the rest)."""
-        frames, lookahead = x, self.pre_lookahead_len
-        if context is not None and context.shape[1] > 0:
-            frames = mx.concatenate([frames, context], axis=1)
-            lookahead -= context.shape[1]
-        out = nn.leaky_relu(self.conv1(mx.pad(frames, [(0, 0), (0, lookahead), (0, 0)])), _LEAKY_SLOPE)
-        return self.conv2(mx.pad(out, [(0, 0), (_SECOND_KERNEL - 1, 0), (0, 0)])) + x
-
-
 class FlowMatching(nn.Module):
-    """Owns the DiT ``estimator`` and runs the guided Euler sampler around it (state and times in float32)."""
+    """Owns the ``estimator`` (DiT or U-Net) and runs the guided Euler sampler around it (state, times float32)."""
 
     time_grid = ConditionalFlowMatching.time_grid  # the PyTorch sampler's grid (float32, on the CPU)
 
-    def __init__(self, estimator: DiT, config: CFMConfig):
+    def __init__(self, estimator: DiT | CausalConditionalDecoder, config: CFMConfig):
         super().__init__()
         self.estimator = estimator
         self.config = config
@@ -136,9 +128,8 @@ class FlowMatching(nn.Module):
 
 
 class MlxFlow(nn.Module):
-    """Owns the token embedding, speaker projection, pre-look-ahead layer and the CFM sampler (DiT) in MLX."""
+    """Owns the token embedding, speaker projection, token front end and the CFM sampler with its estimator, in MLX."""
 
-    stored_in_half = STORED_IN_HALF  # the parameters the low-memory mode stores in fp16 (per version)
     output_frames = Flow.output_frames
     _check_inputs = Flow._check_inputs
     _check_prefix = Flow._check_prefix
@@ -146,15 +137,19 @@ class MlxFlow(nn.Module):
 
     def __init__(self, config: FlowConfig):
         super().__init__()
-        if config.front != PRE_LOOKAHEAD:
-            raise MlxFlowError("MlxFlow is CosyVoice3's DiT flow; CosyVoice2's is flow_v2.MlxFlowV2")
         self.config = config
         self.input_embedding = nn.Embedding(config.vocab_size, config.input_size)
         self.spk_embed_affine_layer = nn.Linear(config.spk_embed_dim, config.output_size)
-        self.pre_lookahead_layer = PreLookaheadLayer(
-            config.input_size, config.lookahead_channels, config.pre_lookahead_len
-        )
-        self.decoder = FlowMatching(DiT(config.estimator), config.cfm)
+        if config.front == PRE_LOOKAHEAD:
+            self.pre_lookahead_layer = PreLookaheadLayer(
+                config.input_size, config.lookahead_channels, config.pre_lookahead_len
+            )
+            estimator = DiT(config.estimator)
+        else:
+            self.encoder = UpsampleConformerEncoder(config.encoder)
+            self.encoder_proj = nn.Linear(config.encoder_output_size, config.output_size)
+            estimator = CausalConditionalDecoder(config.estimator)
+        self.decoder = FlowMatching(estimator, config.cfm)
 
     @classmethod
     def from_checkpoint(
@@ -168,10 +163,10 @@ class MlxFlow(nn.Module):
     ) -> "MlxFlow":
         """``dtype`` for the weights whose names match ``dtype_keys`` (None: all); see ``STORED_IN_HALF``."""
         flow = cls(config)
-        weights = load_converted(path, KEY_MAP, dtype=dtype, dtype_keys=dtype_keys, cache_dir=cache_dir)
-        weights["decoder.estimator.rotary_embed.inv_freq"] = weights["decoder.estimator.rotary_embed.inv_freq"].astype(
-            mx.float32
-        )  # angles up to 15 000 rad need float32 frequencies
+        weights = load_converted(path, KEY_MAPS[config.front], dtype=dtype, dtype_keys=dtype_keys, cache_dir=cache_dir)
+        if config.front == PRE_LOOKAHEAD:  # the DiT's angles reach 15 000 rad: they need float32 frequencies
+            frequencies = "decoder.estimator.rotary_embed.inv_freq"
+            weights[frequencies] = weights[frequencies].astype(mx.float32)
         flow.load_weights(list(weights.items()), strict=True)
         mx.eval(flow.parameters())
         return flow
@@ -179,18 +174,26 @@ class MlxFlow(nn.Module):
     def _conditioning(
         self, embedding: torch.Tensor, ids: torch.Tensor, finalize: bool, streaming: bool = False
     ) -> tuple[mx.array, mx.array]:
-        """(projected speaker ``(1, 80)``, frame features ``mu (1, T, 80)``) of token ``ids (1, L)``
-        (``streaming`` matters only to CosyVoice2's chunk-causal encoder, ``flow_v2.MlxFlowV2``)."""
-        raw = embedding.float().cpu()
-        unit = torch.nn.functional.normalize(raw, dim=1)  # the PyTorch flow's normalisation, on the CPU
+        """(projected speaker ``(1, 80)``, frame features ``mu (1, T, 80)``) of token ``ids (1, L)``."""
+        unit = torch.nn.functional.normalize(embedding.float().cpu(), dim=1)  # the PyTorch flow's, on the CPU
         speaker = self.spk_embed_affine_layer(to_mlx(unit).astype(self.spk_embed_affine_layer.weight.dtype))
         embedded = self.input_embedding(mx.array(ids.clamp(min=0).to(torch.int32).cpu().numpy()))
+        return speaker, self.token_features(embedded, finalize, streaming)
+
+    def token_features(self, embedded: mx.array, finalize: bool, streaming: bool) -> mx.array:
+        """Token embeddings ``(1, L, C)`` -> frame features ``mu (1, ratio * L', 80)``, as the PyTorch flow's.
+
+        When not finalising, the last ``pre_lookahead_len`` tokens are look-ahead context only (L' = L - 3);
+        ``streaming`` makes the conformer's attention chunk-causal (the pre-look-ahead layer has none).
+        """
         context = None
         if not finalize:
             split = embedded.shape[1] - self.config.pre_lookahead_len
             embedded, context = embedded[:, :split], embedded[:, split:]
-        features = self.pre_lookahead_layer(embedded, context)
-        return speaker, mx.repeat(features, self.config.token_mel_ratio, axis=1)
+        if self.config.front == PRE_LOOKAHEAD:
+            features = self.pre_lookahead_layer(embedded, context)
+            return mx.repeat(features, self.config.token_mel_ratio, axis=1)
+        return self.encoder_proj(self.encoder(embedded, context, streaming))
 
     def inference(
         self,

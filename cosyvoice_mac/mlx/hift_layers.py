@@ -1,6 +1,7 @@
 """HiFT building blocks in MLX, channels-last ``(B, T, C)`` (mirrors ``models.vocoder.layers`` / ``stft``).
 
-One-sided padded convs, the causal upsampler as its equivalent transposed convolution, Snake,
+One-sided padded convs, the two upsamplers (CosyVoice3's causal one as its equivalent transposed convolution,
+CosyVoice2's transposed convolution), Snake,
 the residual block, the f0 predictor and the real-arithmetic STFT pair with the PyTorch module's kernels.
 """
 
@@ -70,19 +71,47 @@ class CausalUpsample(nn.Module):
         self.stride = stride
         self._transposed: mx.array | None = None
 
-    def prepare(self) -> None:
-        """Sum the kernel over each box of ``stride`` taps (time-reversed), MLX layout ``(C_out, K', C_in)``."""
+    def prepare(self) -> mx.array:
+        """Sum the kernel over each box of ``stride`` taps (time-reversed), MLX layout ``(C_out, K', C_in)``;
+        returns it."""
         taps = self.weight.shape[1]
         reversed_taps = self.weight[:, ::-1]  # (out, k, in)
         padded = pad_time(reversed_taps, self.stride - 1, self.stride - 1)
         boxes = [padded[:, j : j + self.stride].sum(axis=1) for j in range(taps + self.stride - 1)]
         self._transposed = mx.stack(boxes, axis=1)
+        return self._transposed
 
     def __call__(self, x: mx.array) -> mx.array:
         if self._transposed is None:
             self.prepare()
         out = mx.conv_transpose1d(x, self._transposed, stride=self.stride) + self.bias
         return out[:, : x.shape[1] * self.stride]
+
+
+class TransposedUpsample(nn.Module):
+    """CosyVoice2 upsampler: one ConvTranspose1d (stride ``rate``, ``padding`` trimmed from each end).
+
+    ``(B, T, C) -> (B, rate T, C')``. ``weight`` arrives as the converted checkpoint's ``(C_in, k, C_out)``;
+    :meth:`prepare` lays it out as MLX's ``(C_out, k, C_in)`` once after loading.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, rate: int):
+        super().__init__()
+        self.weight = mx.zeros((in_channels, kernel_size, out_channels))
+        self.bias = mx.zeros((out_channels,))
+        self.rate, self.padding = rate, (kernel_size - rate) // 2
+        self._kernel: mx.array | None = None
+
+    def prepare(self) -> mx.array:
+        """Lay the weight out as MLX's transposed-conv kernel (after loading or changing it); returns it."""
+        self._kernel = self.weight.transpose(2, 1, 0)
+        return self._kernel
+
+    def __call__(self, x: mx.array) -> mx.array:
+        if self._kernel is None:
+            self.prepare()
+        out = mx.conv_transpose1d(x, self._kernel, stride=self.rate) + self.bias
+        return out[:, self.padding : out.shape[1] - self.padding]
 
 
 class Snake(nn.Module):

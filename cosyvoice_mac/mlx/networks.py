@@ -4,8 +4,8 @@
 pipeline runs it unchanged: each network takes and returns PyTorch CPU tensors. The LLM's precision
 (``mlx.llm_precision``: 16-bit, or its transformer layers quantized to 8 or 4 bits) is evaluated at load
 and cached as it runs (``mlx.llm_weights``). The low-memory mode keeps the LLM's text table off MLX's
-arrays (a memory map of the cached weights), stores the flow's transformer blocks in fp16 (each flow class's
-``stored_in_half`` rule; float32 arithmetic) and decodes the vocoder in smaller windows; MLX's memory and
+arrays (a memory map of the cached weights), stores the flow's transformer blocks in fp16 (its token front
+end's ``flow.STORED_IN_HALF`` rule; float32 arithmetic) and decodes the vocoder in smaller windows; MLX's memory and
 cache limits come from the machine (``mlx.memory``).
 """
 
@@ -21,10 +21,8 @@ import torch
 from mlx.utils import tree_flatten, tree_map_with_path
 
 from cosyvoice_mac.mlx.convert import default_cache_dir
-from cosyvoice_mac.mlx.flow import MlxFlow, store_in_half
-from cosyvoice_mac.mlx.flow_v2 import mlx_flow_for
+from cosyvoice_mac.mlx.flow import STORED_IN_HALF, MlxFlow, store_in_half
 from cosyvoice_mac.mlx.hift import LOW_MEMORY_CONV_WINDOW, MlxHiFT
-from cosyvoice_mac.mlx.hift_v2 import mlx_hift_for
 from cosyvoice_mac.mlx.llm_gate import MlxLlmChoice
 from cosyvoice_mac.mlx.llm_precision import (  # noqa: F401 (re-exported: the bench and tests name them here)
     LLM_PRECISION_ENV,
@@ -49,7 +47,7 @@ class PipelineFlow:
     ``first_chunk_recording_prefix`` and a ``parameters()`` whose first item tells the device and dtype of the
     tensors it takes (CPU, float32)."""
 
-    def __init__(self, flow: MlxFlow):  # or flow_v2.MlxFlowV2 (CosyVoice2), a subclass
+    def __init__(self, flow: MlxFlow):
         self.mlx = flow
         self.config = flow.config
         self.inference = flow.inference
@@ -66,7 +64,7 @@ class MlxNetworks:
 
     llm: MlxSpeechLM
     flow: PipelineFlow
-    hift: MlxHiFT  # or hift_v2.MlxHiFTV2 (CosyVoice2)
+    hift: MlxHiFT
     llm_precision: str = "fp32"
     memory_limits: MlxMemoryLimits | None = None  # what MLX may use on this machine (None: MLX's defaults)
     llm_choice: MlxLlmChoice | None = None  # why this precision (named, or the gate's), for the status panel
@@ -124,25 +122,24 @@ def build_mlx_networks(
     llm_config = SpeechLMConfig.from_yaml(config["llm"], qwen)
     flow_config, hift_config = FlowConfig.from_yaml(config["flow"]), HiFTConfig.from_yaml(config["hift"])
     flow_half = mx.float16 if low_memory else None  # the flow's blocks stored in fp16, computing in float32
+    half_keys = STORED_IN_HALF[flow_config.front]  # which blocks: its token front end's rule
     if random_weights:
-        flow_class, hift_class = mlx_flow_for(flow_config), mlx_hift_for(hift_config)  # per version (v2 / v3)
-        llm, flow, hift = MlxSpeechLM(llm_config), flow_class(flow_config), hift_class(hift_config)
+        llm, flow, hift = MlxSpeechLM(llm_config), MlxFlow(flow_config), MlxHiFT(hift_config)
         for index, module in enumerate((llm, flow, hift)):
             randomize(module, seed + index)
         llm = apply_llm_precision(llm, chosen)
         if low_memory:
             keep_table_on_host(llm)
         if flow_half is not None:
-            store_in_half(flow, flow.stored_in_half, flow_half)
+            store_in_half(flow, half_keys, flow_half)
     else:
         llm_weights = folder.file(folder.llm_file)  # llm.rl.pt where asked for, as the status and sidecar say
         # Cached as it runs (quantised once); read in 16 bits unless fp32: the fp32 LLM never exists whole.
         llm = load_llm(llm_weights, llm_config, chosen, cache_dir=cache, host_table=low_memory)
-        flow_class = mlx_flow_for(flow_config)  # each version's fp16 storage rule: its stored_in_half
-        flow = flow_class.from_checkpoint(
-            flow_config, folder.file("flow.pt"), dtype=flow_half, dtype_keys=flow_class.stored_in_half, cache_dir=cache
+        flow = MlxFlow.from_checkpoint(
+            flow_config, folder.file("flow.pt"), dtype=flow_half, dtype_keys=half_keys, cache_dir=cache
         )
-        hift = mlx_hift_for(hift_config).from_checkpoint(hift_config, folder.file("hift.pt"), cache_dir=cache)
+        hift = MlxHiFT.from_checkpoint(hift_config, folder.file("hift.pt"), cache_dir=cache)
     if low_memory:
         hift.conv_limit = LOW_MEMORY_CONV_WINDOW
     release_cache()  # the conversion's freed buffers

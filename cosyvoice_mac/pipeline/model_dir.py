@@ -71,6 +71,12 @@ def detect_version(path: Path) -> str:
     return found[0]
 
 
+def model_yaml(path: str | Path) -> Path:
+    """The folder's YAML: ``<version>.yaml`` of :func:`detect_version` (ModelFolderError as it says)."""
+    path = Path(path)
+    return path / f"{detect_version(path)}.yaml"
+
+
 @dataclass
 class ModelFolder:
     """A model folder: its path, version and parsed YAML (plain data)."""

@@ -14,11 +14,9 @@ import torch
 from cosyvoice_mac.frontend.features import prompt_mel
 from cosyvoice_mac.frontend.prompt import align_prompt
 from cosyvoice_mac.frontend.prompt_audio import DecodedPrompt, decode_prompt
-from cosyvoice_mac.pipeline.types import PromptAudio, SpeakerPrompt, SynthesisError
+from cosyvoice_mac.pipeline.types import SAMPLE_RATE, PromptAudio, SpeakerPrompt, SynthesisError
+from cosyvoice_mac.sound.limits import TOKENIZER_SAMPLE_RATE
 from cosyvoice_mac.sound.problems import AudioInputError
-
-TOKENIZER_RATE = 16000
-MODEL_RATE = 24000
 
 
 class PromptEncoder:
@@ -104,7 +102,7 @@ class PromptEncoder:
         for index, prompt in enumerate(prompts):
             try:
                 decoded = decode_prompt(prompt.audio, prompt.sample_rate)
-                clips[index] = (decoded.at(TOKENIZER_RATE), decoded.at(MODEL_RATE))
+                clips[index] = (decoded.at(TOKENIZER_SAMPLE_RATE), decoded.at(SAMPLE_RATE))
             except AudioInputError as error:
                 outcomes[index] = SynthesisError(str(error), field="prompt_audio")
         timings: dict[str, float] = {}

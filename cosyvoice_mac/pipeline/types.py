@@ -10,9 +10,9 @@ import numpy as np
 if TYPE_CHECKING:  # the UI process reads these types without loading torch
     import torch
 
-SAMPLE_RATE = 24000
 from cosyvoice_mac.errors import SynthesisError  # noqa: E402,F401 (re-exported: the pipeline's input error)
 from cosyvoice_mac.request import MODES  # noqa: E402,F401
+from cosyvoice_mac.versions import SAMPLE_RATE  # noqa: E402,F401 (re-exported: the rate of every result)
 
 
 @dataclass

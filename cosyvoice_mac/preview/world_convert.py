@@ -22,7 +22,9 @@ from math import gcd
 import numpy as np
 from scipy.signal import resample_poly
 
-ANALYSIS_RATE = 24000  # the rate we analyse and resynthesise at: CosyVoice's output rate
+from cosyvoice_mac.versions import SAMPLE_RATE
+
+ANALYSIS_RATE = SAMPLE_RATE  # the rate we analyse and resynthesise at: CosyVoice's output rate
 F0_RATE = 16000  # F0 is tracked on a 16 kHz copy: same frame times, half the cost
 FRAME_PERIOD_MS = 5.0
 F0_FLOOR, F0_CEIL = 60.0, 600.0

@@ -10,6 +10,7 @@ the prompt part is cut off. Only the token front-end and the estimator differ be
 * v3 (``CausalMaskedDiffWithDiT``): pre-look-ahead conv, each frame repeated ``token_mel_ratio`` times, DiT.
 * v2 (``CausalMaskedDiffWithXvec``): upsampling conformer encoder + ``encoder_proj``, 1-D U-Net.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -182,8 +183,9 @@ class Flow(nn.Module):
         if prefix is not None:
             self._check_prefix(prefix, prompt_tokens, embedding, streaming)
         start = 0 if prefix is None else prefix.frames
-        speaker, mu, mask, cond = self._sampler_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize,
-                                                       streaming, start)
+        speaker, mu, mask, cond = self._sampler_inputs(
+            tokens, prompt_tokens, prompt_feat, embedding, finalize, streaming, start
+        )
         device, prompt_frames = mu.device, prompt_feat.shape[1]
         if prefix is not None and self.shared_graphs.applies(self.decoder, mu, prefix):  # CUDA, any voice's first chunk
             mel = self.shared_graphs.sample(self.decoder, mu, mask, speaker, cond, prefix)
@@ -193,7 +195,7 @@ class Flow(nn.Module):
             mel = self.length_graphs.sample(self.decoder, mu, mask, speaker, cond)
         else:
             mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
-        return mel[:, :, prompt_frames - start:].float()
+        return mel[:, :, prompt_frames - start :].float()
 
     @torch.inference_mode()
     def first_chunk_recording_prefix(self, tokens, prompt_tokens, prompt_feat, embedding, prefix_tokens: int):
@@ -210,25 +212,32 @@ class Flow(nn.Module):
         speaker, mu, mask, cond = self._sampler_inputs(tokens, prompt_tokens, prompt_feat, embedding, False, True, 0)
         steps = [StepState(keep=prefix_frames) for _ in range(self.decoder.config.n_timesteps)]
         mel = self.decoder(mu, mask, speaker, cond, True, steps)
-        prefix = FlowPrefix(tokens=prefix_tokens, frames=prefix_frames, steps=steps,
-                            prompt_tokens=prompt_tokens[:, :prefix_tokens].clone(), embedding=embedding.clone())
-        return mel[:, :, prompt_feat.shape[1]:].float(), prefix
+        prefix = FlowPrefix(
+            tokens=prefix_tokens,
+            frames=prefix_frames,
+            steps=steps,
+            prompt_tokens=prompt_tokens[:, :prefix_tokens].clone(),
+            embedding=embedding.clone(),
+        )
+        return mel[:, :, prompt_feat.shape[1] :].float(), prefix
 
-    def _sampler_inputs(self, tokens, prompt_tokens, prompt_feat, embedding, finalize: bool, streaming: bool,
-                        start: int):
+    def _sampler_inputs(
+        self, tokens, prompt_tokens, prompt_feat, embedding, finalize: bool, streaming: bool, start: int
+    ):
         """The sampler's inputs for the frames from ``start`` on: (speaker ``(1, 80)``, ``mu (1, 80, T')``,
         ``mask (1, 1, T')`` all valid, ``cond (1, 80, T')`` the prompt mel then zeros)."""
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
         speaker, mu = self._conditioning(embedding, torch.cat([prompt_tokens, tokens], dim=1), finalize, streaming)
         device = mu.device
         cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
-        cond[:, :prompt_feat.shape[1]] = prompt_feat.to(device=device, dtype=mu.dtype)
+        cond[:, : prompt_feat.shape[1]] = prompt_feat.to(device=device, dtype=mu.dtype)
         mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)  # every frame valid (a prefix needs it)
         return speaker, mu[:, start:].transpose(1, 2).contiguous(), mask, cond[:, start:].transpose(1, 2)
 
     @torch.inference_mode()
-    def build_prefix(self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor,
-                     tokens: int) -> FlowPrefix:
+    def build_prefix(
+        self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, tokens: int
+    ) -> FlowPrefix:
         """Run the sampler over the first ``tokens`` prompt tokens once and keep every step's layer tensors.
 
         ``tokens`` must be a whole number of attention chunks and leave at least the look-ahead of
@@ -246,8 +255,13 @@ class Flow(nn.Module):
         if steps is None:
             steps = [StepState() for _ in range(self.decoder.config.n_timesteps)]
             self.decoder(mu, mask, speaker, cond, True, steps)
-        prefix = FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
-                            embedding=embedding.clone())
+        prefix = FlowPrefix(
+            tokens=tokens,
+            frames=frames,
+            steps=steps,
+            prompt_tokens=prompt_tokens[:, :tokens].clone(),
+            embedding=embedding.clone(),
+        )
         self.shared_graphs.after_build(prefix)
         return prefix
 
@@ -292,10 +306,14 @@ class Flow(nn.Module):
                 )
         minimum = 1 if finalize else config.pre_lookahead_len + 1
         if tokens.shape[1] < minimum:
-            why = "" if finalize else f" (the last {config.pre_lookahead_len} of an unfinished chunk are look-ahead only)"
+            why = (
+                "" if finalize else f" (the last {config.pre_lookahead_len} of an unfinished chunk are look-ahead only)"
+            )
             raise FlowInputError(f"tokens has {tokens.shape[1]} ids; at least {minimum} are needed{why}")
         if prompt_feat.dim() != 3 or prompt_feat.shape[0] != 1 or prompt_feat.shape[2] != config.output_size:
-            raise FlowInputError(f"prompt_feat must have shape (1, frames, {config.output_size}), got {tuple(prompt_feat.shape)}")
+            raise FlowInputError(
+                f"prompt_feat must have shape (1, frames, {config.output_size}), got {tuple(prompt_feat.shape)}"
+            )
         if embedding.dim() != 2 or embedding.shape != (1, config.spk_embed_dim):
             raise FlowInputError(f"embedding must have shape (1, {config.spk_embed_dim}), got {tuple(embedding.shape)}")
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)

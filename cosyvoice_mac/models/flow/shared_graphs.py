@@ -150,8 +150,9 @@ class SharedFlowGraphs:
         graph = entry.chunks.get(frames)
         if graph is None:
             graph = self._capture(
-                lambda: SamplerGraph(decoder, decoder.start_noise(mu, entry.build.slots), mu, mask, spks, cond,
-                                     entry.build.slots),
+                lambda: SamplerGraph(
+                    decoder, decoder.start_noise(mu, entry.build.slots), mu, mask, spks, cond, entry.build.slots
+                ),
                 mu.device,
             )
             if graph is None:

@@ -158,9 +158,15 @@ class DecodeRunner:
 
     def report(self) -> dict:
         """What a benchmark reports of this runner: its graphs, and why a graph or a fused step is not in use."""
-        return {"captures": self.captures, "capture_s": self.capture_seconds, "graph_error": self.graph_error,
-                "fuse_error": self.fuse_error, "eager_rounding": self.keeps_eager_rounding(),
-                "sampled_graphs": len(self._sampled_graphs), "fused_pick": self._fused_with_pick is not None}
+        return {
+            "captures": self.captures,
+            "capture_s": self.capture_seconds,
+            "graph_error": self.graph_error,
+            "fuse_error": self.fuse_error,
+            "eager_rounding": self.keeps_eager_rounding(),
+            "sampled_graphs": len(self._sampled_graphs),
+            "fused_pick": self._fused_with_pick is not None,
+        }
 
     def _compile(self, function, **settings):
         """torch.compile of a step function; keeping eager's rounding, the fused chains round as eager does."""
@@ -173,8 +179,12 @@ class DecodeRunner:
         options (a graph captured with the plain step is no fused one)."""
         table = self.lm.backbone.rotary.table
         weights = tuple(p.data_ptr() for p in self.lm.parameters())
-        options = (self.options.fuse, self.options.bucket, self.options.attention_by_products,
-                   self.keeps_eager_rounding())
+        options = (
+            self.options.fuse,
+            self.options.bucket,
+            self.options.attention_by_products,
+            self.keeps_eager_rounding(),
+        )
         return (
             self.device,
             self.lm.backbone.compute_dtype,

@@ -12,6 +12,7 @@ together in place, and one ``index_copy_`` per layer writes both keys and values
 layer (``tests/test_decode_step.py`` holds the budget). The one-position step is written flat with 2-D
 activations (:func:`decode_layer`); the general ``forward`` serves the prefill.
 """
+
 from __future__ import annotations
 
 import functools
@@ -86,8 +87,15 @@ class Qwen2Config:
         if data.get("use_sliding_window"):
             raise ConfigError(f"{path}: use_sliding_window=true is not supported")
         names = (
-            "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "rms_norm_eps", "rope_theta", "vocab_size", "max_position_embeddings",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "rms_norm_eps",
+            "rope_theta",
+            "vocab_size",
+            "max_position_embeddings",
         )
         missing = [name for name in names if name not in data]
         if missing:
@@ -209,11 +217,20 @@ class Qwen2DecoderLayer(nn.Module):
         attention, mlp = self.self_attn, self.mlp
         project = functools.partial(projection, opaque=opaque)
         add = functools.partial(added_projection, opaque=opaque)
-        return LayerPlan(eager_kernels.norm_with(self.input_layernorm.eps, opaque), self.input_layernorm.weight,
-                         project(attention.qkv_proj), add(attention.o_proj), self.post_attention_layernorm.weight,
-                         project(mlp.gate_up_proj), add(mlp.down_proj),
-                         attention.num_heads, attention.num_kv_heads, attention.head_dim, attend,
-                         eager_kernels.silu_mul if opaque else eager_kernels.plain_silu_mul)
+        return LayerPlan(
+            eager_kernels.norm_with(self.input_layernorm.eps, opaque),
+            self.input_layernorm.weight,
+            project(attention.qkv_proj),
+            add(attention.o_proj),
+            self.post_attention_layernorm.weight,
+            project(mlp.gate_up_proj),
+            add(mlp.down_proj),
+            attention.num_heads,
+            attention.num_kv_heads,
+            attention.head_dim,
+            attend,
+            eager_kernels.silu_mul if opaque else eager_kernels.plain_silu_mul,
+        )
 
 
 def projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -340,11 +357,18 @@ class Qwen2Model(nn.Module):
         requests); ``attend`` and ``opaque`` as for :meth:`Qwen2DecoderLayer.step_plan` (opaque: SDPA too)."""
         if opaque and attend is F.scaled_dot_product_attention:
             attend = eager_kernels.attention
-        return StepPlan([layer.step_plan(attend, opaque) for layer in self.layers],
-                        eager_kernels.norm_with(self.norm.eps, opaque))
+        return StepPlan(
+            [layer.step_plan(attend, opaque) for layer in self.layers], eager_kernels.norm_with(self.norm.eps, opaque)
+        )
 
-    def decode(self, embed: torch.Tensor, cache: StaticKVCache, span: int, bias: torch.Tensor | None = None,
-               plan: StepPlan | None = None):
+    def decode(
+        self,
+        embed: torch.Tensor,
+        cache: StaticKVCache,
+        span: int,
+        bias: torch.Tensor | None = None,
+        plan: StepPlan | None = None,
+    ):
         """One decoding step (batch 1): embed (1, D) at ``cache.position`` -> final-norm hidden (1, D).
 
         Attends to cache slots ``0..span-1`` (``bias`` masks the unwritten ones) and advances

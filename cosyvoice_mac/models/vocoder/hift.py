@@ -12,6 +12,7 @@ Pipeline: mel -> f0 (Hz per frame) -> harmonic source (1 sample per output sampl
 source (n_fft 16, hop 4) fused at every upsampling stage of the mel decoder -> magnitude/phase ->
 iSTFT -> clamp to +-0.99.
 """
+
 from __future__ import annotations
 
 import math
@@ -91,8 +92,11 @@ class HiFTConfig:
         values = {key: node[key] for key in known if key in node and key != "causal"}
         istft = node.get("istft_params") or {}
         values.update({key: istft[key] for key in ("n_fft", "hop_len") if key in istft})
-        for ours, theirs in (("f0_in_channels", "in_channels"), ("f0_cond_channels", "cond_channels"),
-                             ("f0_num_class", "num_class")):
+        for ours, theirs in (
+            ("f0_in_channels", "in_channels"),
+            ("f0_cond_channels", "cond_channels"),
+            ("f0_num_class", "num_class"),
+        ):
             if theirs in predictor:
                 values[ours] = predictor[theirs]
         for key in ("upsample_rates", "upsample_kernel_sizes", "resblock_kernel_sizes", "source_resblock_kernel_sizes"):
@@ -173,7 +177,7 @@ class HiFT(nn.Module):
         # The source STFT (hop 4 after the last upsampling) is brought down to each stage's rate.
         self.source_downs = nn.ModuleList()
         self.source_resblocks = nn.ModuleList()
-        downsample_rates = [math.prod(config.upsample_rates[i + 1:]) for i in range(stages)]
+        downsample_rates = [math.prod(config.upsample_rates[i + 1 :]) for i in range(stages)]
         for i, (rate, kernel, dilations) in enumerate(
             zip(downsample_rates, config.source_resblock_kernel_sizes, config.source_resblock_dilation_sizes)
         ):
@@ -194,8 +198,8 @@ class HiFT(nn.Module):
         post_padding = (causal_padding(7), 0) if causal else (3, 3)
         self.conv_post = PaddedConv1d(channels[-1], bins2, 7, padding=post_padding)
         self.stft = ConvSTFT(config.n_fft, config.hop_len)
-        self.default_noise: SourceNoise = FixedUniformSourceNoise() if causal else GaussianSourceNoise(
-            harmonics=config.nb_harmonics + 1
+        self.default_noise: SourceNoise = (
+            FixedUniformSourceNoise() if causal else GaussianSourceNoise(harmonics=config.nb_harmonics + 1)
         )
         # "auto": the device's limit (MPS: 65536); an int forces windows (tests on the CPU); None: one shot.
         self.conv_limit: int | None | str = "auto"
@@ -248,6 +252,7 @@ class HiFT(nn.Module):
             and cache_source is None
             and self.streamed_graphs.wanted(parameter.device)
         ):
+
             def call(static_mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 return self._vocode(static_mel, False, None, fixed_noise, first_frame)
 
@@ -272,12 +277,14 @@ class HiFT(nn.Module):
         pieces = []
         for window in windows:
             last = window.stop == frames
-            wave = self.decode(mel[:, :, window.start:window.stop],
-                               source[:, :, (window.start - source_start) * step:(window.stop - source_start) * step],
-                               finalize=finalize if last else True)
-            pieces.append(wave[:, (window.keep_start - window.start) * step:(window.keep_stop - window.start) * step])
+            wave = self.decode(
+                mel[:, :, window.start : window.stop],
+                source[:, :, (window.start - source_start) * step : (window.stop - source_start) * step],
+                finalize=finalize if last else True,
+            )
+            pieces.append(wave[:, (window.keep_start - window.start) * step : (window.keep_stop - window.start) * step])
         wave = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
-        return wave, source[:, :, (first_frame - source_start) * step:]
+        return wave, source[:, :, (first_frame - source_start) * step :]
 
     def active_conv_limit(self) -> int | None:
         """The longest conv time axis allowed now: :attr:`conv_limit`, or the device's policy when "auto"."""

@@ -87,7 +87,7 @@ def flow_figures(model, speaker, device: torch.device, runs: int) -> dict:
     chunk()  # captured in place
     report["first_chunk_capture_ms"] = 1e3 * (time.perf_counter() - started)
     report["first_chunk_graph"] = measured(device, chunk, runs)
-    report["first_chunk_graph"]["captures"] = prefix.graphs.captures
+    report["first_chunk_graph"]["captures"] = 0 if prefix.graphs is None else prefix.graphs.captures
     # the whole non-streaming flow (the RTF's share): eager, and its sampler as one graph
     tokens = torch.randint(0, vocab, (1, TOKENS), generator=generator).to(device)
     full = [speaker.speech_tokens.to(device), speaker.mel.to(device), speaker.embedding.to(device)]

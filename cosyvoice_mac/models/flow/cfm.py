@@ -175,7 +175,7 @@ class ConditionalFlowMatching(nn.Module):
         """The Euler steps from start noise ``x (B, 80, T)``; the other arguments as :meth:`forward`.
 
         With recorded ``states`` it only reads device tensors and never waits for the device, so a
-        CUDA graph can capture it (``graphs.py``).
+        CUDA graph can capture it (``models/cuda/flow_*graphs.py``).
         """
         if states is not None and (len(states) != self.config.n_timesteps or not streaming):
             raise ValueError(f"a cached prefix needs streaming=True and {self.config.n_timesteps} step states")

@@ -31,10 +31,8 @@ from cosyvoice_mac.models.flow.cfm import (
     check_frame_count,
 )
 from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
-from cosyvoice_mac.models.flow.length_graphs import LengthGraphs
 from cosyvoice_mac.models.flow.lookahead import PreLookaheadLayer
 from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
-from cosyvoice_mac.models.flow.shared_graphs import SharedFlowGraphs
 from cosyvoice_mac.versions import PRE_LOOKAHEAD, spec_for_class
 
 
@@ -122,14 +120,24 @@ class Flow(nn.Module):
             self.encoder_proj = nn.Linear(config.encoder_output_size, config.output_size)
             estimator = CausalConditionalDecoder(config.estimator)
         self.decoder = ConditionalFlowMatching(estimator, config.cfm)
-        self.shared_graphs = SharedFlowGraphs()  # CUDA: a new voice's prefix build and first chunk as graphs
-        self.length_graphs = LengthGraphs()  # CUDA: a whole non-streaming call as a graph of its length bucket
+        self.shared_graphs = None  # CUDA: a new voice's prefix build and first chunk as graphs (see cuda_graphs)
+        self.length_graphs = None  # CUDA: a whole non-streaming call as a graph of its length bucket (likewise)
 
     def _apply(self, fn, *args, **kwargs):
-        if hasattr(self, "length_graphs"):  # moved or cast: the graphs would read the old weights' memory
-            self.shared_graphs.clear()
-            self.length_graphs.clear()
+        for graphs in (getattr(self, "shared_graphs", None), getattr(self, "length_graphs", None)):
+            if graphs is not None:  # moved or cast: the graphs would read the old weights' memory
+                graphs.clear()
         return super()._apply(fn, *args, **kwargs)
+
+    def cuda_graphs(self, device: torch.device):
+        """Where ``device`` is CUDA, the module that picks the graph serving a call (``models/cuda/flow_graphs.py``),
+        this flow's graph owners made if new; else None. Imported here only: the CPU, MPS and MLX never load it."""
+        if device.type != "cuda":
+            return None
+        from cosyvoice_mac.models.cuda import flow_graphs
+
+        flow_graphs.attach(self)
+        return flow_graphs
 
     @classmethod
     def from_checkpoint(cls, config: FlowConfig, path: str | Path, *, hub_repo: str | None = None) -> "Flow":
@@ -186,14 +194,9 @@ class Flow(nn.Module):
         speaker, mu, mask, cond = self._sampler_inputs(
             tokens, prompt_tokens, prompt_feat, embedding, finalize, streaming, start
         )
-        device, prompt_frames = mu.device, prompt_feat.shape[1]
-        if prefix is not None and self.shared_graphs.applies(self.decoder, mu, prefix):  # CUDA, any voice's first chunk
-            mel = self.shared_graphs.sample(self.decoder, mu, mask, speaker, cond, prefix)
-        elif prefix is not None and prefix.graphs.applies(self.decoder, mu):  # CUDA, this voice's own graph
-            mel = prefix.graphs.sample(self.decoder, mu, mask, speaker, cond, prefix.steps)
-        elif prefix is None and not streaming and self.length_graphs.wanted(device, mu.dtype):  # a whole sentence
-            mel = self.length_graphs.sample(self.decoder, mu, mask, speaker, cond)
-        else:
+        prompt_frames, graphs = prompt_feat.shape[1], self.cuda_graphs(mu.device)
+        mel = None if graphs is None else graphs.sample(self, mu, mask, speaker, cond, streaming, prefix)
+        if mel is None:  # no graph serves it (or not on CUDA)
             mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
         return mel[:, :, prompt_frames - start :].float()
 
@@ -249,9 +252,8 @@ class Flow(nn.Module):
         cond = prompt_feat[:, :frames].to(device=mu.device, dtype=mu.dtype)
         mask = torch.ones(1, 1, frames, device=mu.device, dtype=mu.dtype)
         mu, cond = mu.transpose(1, 2).contiguous(), cond.transpose(1, 2).contiguous()
-        steps = None
-        if self.shared_graphs.wanted(mu.device):  # CUDA: replayed from the graph of this prefix length
-            steps = self.shared_graphs.build(self.decoder, mu, mask, speaker, cond)
+        graphs = self.cuda_graphs(mu.device)  # CUDA: replayed from the graph of this prefix length
+        steps = None if graphs is None else graphs.build(self, mu, mask, speaker, cond)
         if steps is None:
             steps = [StepState() for _ in range(self.decoder.config.n_timesteps)]
             self.decoder(mu, mask, speaker, cond, True, steps)
@@ -262,7 +264,8 @@ class Flow(nn.Module):
             prompt_tokens=prompt_tokens[:, :tokens].clone(),
             embedding=embedding.clone(),
         )
-        self.shared_graphs.after_build(prefix)
+        if graphs is not None:
+            graphs.after_build(self, prefix)
         return prefix
 
     def _check_prefix_request(self, prompt_tokens, prompt_feat, embedding, tokens: int) -> int:

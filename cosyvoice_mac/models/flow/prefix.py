@@ -15,12 +15,11 @@ prompt follows it, so no later token can reach it; :meth:`Flow.build_prefix` che
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from cosyvoice_mac.models.flow.graphs import PrefixGraphs
 
 
 @dataclass
@@ -91,7 +90,7 @@ class FlowPrefix:
     steps: list[StepState]
     prompt_tokens: torch.Tensor  # (1, tokens) the ids it covers
     embedding: torch.Tensor  # (1, 192) the raw speaker vector it was made with
-    graphs: PrefixGraphs = field(default_factory=PrefixGraphs)
+    graphs: Any = None  # on CUDA: its PrefixGraphs (models/cuda/flow_prefix_graphs.py), made on first use
 
     def matches(self, prompt_tokens: torch.Tensor, embedding: torch.Tensor) -> bool:
         """True if this prefix was made from the start of ``prompt_tokens`` with ``embedding``."""

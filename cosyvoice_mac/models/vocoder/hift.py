@@ -27,7 +27,6 @@ from ...checkpoint import load_checkpoint, load_strict
 from ...config import ConfigError, read_yaml_config, tag_name
 from ...device import conv_length_limit
 from .f0 import F0Predictor
-from .graphs import StreamedCallGraphs
 from .layers import CausalUpsample, PaddedConv1d, ResBlock, causal_padding
 from .source import FixedUniformSourceNoise, GaussianSourceNoise, HarmonicSource, SourceNoise
 from .stft import ConvSTFT
@@ -203,12 +202,23 @@ class HiFT(nn.Module):
         )
         # "auto": the device's limit (MPS: 65536); an int forces windows (tests on the CPU); None: one shot.
         self.conv_limit: int | None | str = "auto"
-        self.streamed_graphs = StreamedCallGraphs()  # CUDA: CosyVoice3's streamed calls replayed as graphs
+        self.streamed_graphs = None  # CUDA: CosyVoice3's streamed calls replayed as graphs (see _cuda_graphs)
 
     def _apply(self, fn, *args, **kwargs):
-        if hasattr(self, "streamed_graphs"):  # moved or cast: the graphs would read the old weights' memory
+        if getattr(self, "streamed_graphs", None) is not None:  # moved or cast: the graphs would read freed memory
             self.streamed_graphs.clear()
         return super()._apply(fn, *args, **kwargs)
+
+    def _cuda_graphs(self, device: torch.device):
+        """Where ``device`` is CUDA, the streamed calls' graphs (``models/cuda/vocoder_graphs.py``), made on first use;
+        else None. Imported here only: the CPU, MPS and MLX never load the CUDA tuning."""
+        if device.type != "cuda":
+            return None
+        if self.streamed_graphs is None:
+            from cosyvoice_mac.models.cuda.vocoder_graphs import StreamedCallGraphs
+
+            self.streamed_graphs = StreamedCallGraphs()
+        return self.streamed_graphs
 
     @property
     def decoder_lookahead(self) -> int:
@@ -238,7 +248,7 @@ class HiFT(nn.Module):
         the decoder windows it needs (CosyVoice3 streaming: no re-vocoding of what was already sent).
         Under a conv length limit (:attr:`conv_limit`) the decoder runs in bounded windows.
         Tensors come back on the module's device; on CUDA CosyVoice3's streamed calls replay as graphs
-        (:mod:`.graphs`).
+        (``models/cuda/vocoder_graphs.py``).
         """
         parameter = self.conv_pre.weight
         if parameter.dtype != torch.float32:
@@ -250,13 +260,14 @@ class HiFT(nn.Module):
             and fixed_noise is not None
             and noise in (None, fixed_noise)
             and cache_source is None
-            and self.streamed_graphs.wanted(parameter.device)
+            and (graphs := self._cuda_graphs(parameter.device)) is not None
+            and graphs.wanted(parameter.device)
         ):
 
             def call(static_mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 return self._vocode(static_mel, False, None, fixed_noise, first_frame)
 
-            return self.streamed_graphs.run(self, call, mel, first_frame, lambda: fixed_noise.device_copy)
+            return graphs.run(self, call, mel, first_frame, lambda: fixed_noise.device_copy)
         return self._vocode(mel, finalize, cache_source, noise, first_frame)
 
     def _vocode(self, mel, finalize: bool, cache_source, noise: SourceNoise | None, first_frame: int) -> tuple:

@@ -3,7 +3,7 @@
     python bench/flow_graphs.py --device cuda --version cosyvoice3
 
 Full-size random weights. Per flow dtype (float32, bfloat16): the first streamed chunk after a
-cached prefix (what the pipeline captures, ``models/flow/graphs.py``) and the whole non-streaming
+cached prefix (what the pipeline captures, ``models/cuda/flow_prefix_graphs.py``) and the whole non-streaming
 flow of the bench's request (3 s prompt + 250 tokens; captured here for this measurement only,
 with the mask reduced to "every frame valid", which it is). The vocoder (float32) cannot be
 captured (its sine source makes f0 on the host), so its eager wall time is set against the GPU's

@@ -1,4 +1,4 @@
-"""The whole non-streaming flow on CUDA: eager against its length-bucket graph (``models/flow/length_graphs.py``).
+"""The whole non-streaming flow on CUDA: eager against its length-bucket graph (``models/cuda/flow_length_graphs.py``).
 
     python bench/flow_length_graphs.py [--version cosyvoice3] [--calls 7] [--tokens 250,236]
 

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvoice_mac.config import ConfigError, require
+from cosyvoice_mac.device import is_cuda
 from cosyvoice_mac.models.flow.masks import chunk_causal_mask, host_may_read, new_rows_see_every_key
 from cosyvoice_mac.models.flow.prefix import StepState, causal_left_pad
 
@@ -100,7 +101,7 @@ class CausalConvPositionEmbedding(nn.Module):
         h = x.transpose(1, 2)
         for conv, mish in (self.conv1, self.conv2):
             padded = causal_left_pad(conv, h, CONV_POS_KERNEL - 1, state)
-            h = mish(conv(padded) if padded.device.type != "cuda" else _cuda_conv(conv, padded))
+            h = mish(_cuda_conv(conv, padded) if is_cuda(padded.device) else conv(padded))
         return h.transpose(1, 2)
 
 

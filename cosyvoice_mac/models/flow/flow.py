@@ -23,6 +23,7 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.config import ConfigError, require, tag_name
+from cosyvoice_mac.device import is_cuda
 from cosyvoice_mac.models.flow.cfm import (
     MEL_BINS,
     CFMConfig,
@@ -132,7 +133,7 @@ class Flow(nn.Module):
     def cuda_graphs(self, device: torch.device):
         """Where ``device`` is CUDA, the module that picks the graph serving a call (``models/cuda/flow_graphs.py``),
         this flow's graph owners made if new; else None. Imported here only: the CPU, MPS and MLX never load it."""
-        if device.type != "cuda":
+        if not is_cuda(device):
             return None
         from cosyvoice_mac.models.cuda import flow_graphs
 

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.device import cuda_graphs_wanted, env_flag
+from cosyvoice_mac.models.llm.decode_step import Attend, projection
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
-from cosyvoice_mac.models.llm.qwen2 import Attend, projection
 from cosyvoice_mac.models.llm.step_kernels import PLAIN, StepKernels
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class DecodeRunner:
         self._token: torch.Tensor | None = None
         self._compiled = None
         self._plan = None  # the request's StepPlan (see start)
-        self._head = None  # the request's speech-token head, a callable (see qwen2.projection)
+        self._head = None  # the request's speech-token head, a callable (see decode_step.projection)
         self._log_softmax = PLAIN.log_softmax  # its log-probabilities (see start)
         self._ticket = 0
         self._cuda: DecodeGraphs | None = None  # graphs mode's graphs (see cuda_graphs)

@@ -10,7 +10,7 @@ gate/up are one matrix each (the checkpoint keeps the official keys, see ``fusio
 ``F.rms_norm`` (one fused kernel on CUDA and MPS; one ATen call on the CPU), RoPE rotates q and k
 together in place, and one ``index_copy_`` per layer writes both keys and values: 15 operations a
 layer (``tests/test_decode_step.py`` holds the budget). The one-position step is written flat with 2-D
-activations (:func:`decode_layer`); the general ``forward`` serves the prefill.
+activations (``decode_step.decode_layer``); the general ``forward`` serves the prefill.
 """
 
 from __future__ import annotations
@@ -19,22 +19,16 @@ import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.models.llm.decode_step import Attend, LayerPlan, StepPlan, added_projection, decode_layer, projection
 from cosyvoice_mac.models.llm.fusion import fuse_official_keys
 from cosyvoice_mac.models.llm.kv_cache import RotaryTable, StaticKVCache, apply_rope
 from cosyvoice_mac.models.llm.step_kernels import PLAIN, StepKernels, norm_with
-
-# (queries, keys, values, bias or None) -> attended: one decoded position's attention (see decode_layer)
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
-# (x, weight) -> RMSNorm of x over its last dimension, eps bound (see step_kernels.norm_with)
-Norm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
 @dataclass
@@ -211,7 +205,7 @@ class Qwen2DecoderLayer(nn.Module):
         return x + self.mlp(self.post_attention_layernorm(x))
 
     def step_plan(self, attend: Attend = F.scaled_dot_product_attention, kernels: StepKernels = PLAIN) -> LayerPlan:
-        """What :func:`decode_layer` needs of this layer, looked up once per request; ``attend`` computes the
+        """What ``decode_step.decode_layer`` needs of this layer, looked up once per request; ``attend`` computes the
         one position's attention; ``kernels``: the step's projections, norms and SiLU * up (``step_kernels``)."""
         attention, mlp = self.self_attn, self.mlp
         project = functools.partial(projection, kernels=kernels)
@@ -230,67 +224,6 @@ class Qwen2DecoderLayer(nn.Module):
             attend,
             kernels.silu_mul,
         )
-
-
-def projection(module: nn.Module, kernels: StepKernels = PLAIN) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``module`` as a callable: a plain, hook-free ``nn.Linear`` becomes ``kernels.linear`` (``F.linear``) bound to
-    its weights (half the CPU overhead of a module call); anything else (a 16-bit-stored or quantised replacement, a
-    hooked layer) is called as the module it is."""
-    hooked = module._forward_hooks or module._forward_pre_hooks or _global_forward_hooks or _global_forward_pre_hooks
-    if type(module) is nn.Linear and not hooked:
-        return functools.partial(kernels.linear, weight=module.weight, bias=module.bias)
-    return module
-
-
-def added_projection(
-    module: nn.Module, kernels: StepKernels = PLAIN
-) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``(x (1, in), residual (1, out)) -> residual + module(x)``; for a plain, hook-free, bias-free ``nn.Linear`` one
-    ``addmm_`` that adds into ``residual`` in place (one kernel, not two: bench/README.md, "Session 10"), so the
-    caller must own it; ``kernels`` as for :func:`projection`."""
-    linear = projection(module, kernels)
-    if isinstance(linear, functools.partial) and linear.keywords["bias"] is None:
-        return functools.partial(kernels.linear_added, weight=linear.keywords["weight"])
-    return lambda x, residual: residual + linear(x)
-
-
-class LayerPlan(NamedTuple):
-    """One decoder layer's weights and projections as plain fields (no module lookups per step)."""
-
-    norm: Norm
-    input_norm: torch.Tensor
-    qkv_proj: Callable[[torch.Tensor], torch.Tensor]
-    o_proj: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, residual) -> residual + o_proj(x)
-    post_norm: torch.Tensor
-    gate_up_proj: Callable[[torch.Tensor], torch.Tensor]
-    down_proj: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, residual) -> residual + down_proj(x)
-    heads: int
-    kv_heads: int
-    head_dim: int
-    attend: Attend
-    silu_mul: Callable[[torch.Tensor], torch.Tensor]  # gate_up (1, 2I) -> SiLU(gate) * up (1, I)
-
-
-def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias):
-    """One position x (1, D) at ``positions`` (1,) through one layer -> (1, D); 13 operations (the residual adds
-    ride on their projections, into x itself where they can: the caller owns x).
-
-    Written flat (batch 1, 2-D activations, no module attribute lookups) because at this size the
-    Python around the operations costs as much as they do. Attends to cache slots ``0..span-1``;
-    ``bias`` (1, span) is added to the scores (-inf on slots not yet written), or None when
-    ``span`` is exactly the filled length. The query heads that share a KV head are laid out as
-    that head's "query rows", so K/V are never repeated; ``plan.attend`` attends (SDPA, or what the
-    decoding runner picks).
-    """
-    heads, kv_heads, head_dim = plan.heads, plan.kv_heads, plan.head_dim
-    qkv = plan.qkv_proj(plan.norm(x, plan.input_norm)).view(1, -1, head_dim)
-    apply_rope(qkv.narrow(1, 0, heads + kv_heads), *rows)
-    cache.store(layer, positions, qkv.narrow(1, heads, 2 * kv_heads).view(2, 1, kv_heads, 1, head_dim))
-    keys, values = cache.span(layer, span)
-    queries = qkv.narrow(1, 0, heads).view(1, kv_heads, -1, head_dim)
-    attended = plan.attend(queries, keys, values, bias)
-    x = plan.o_proj(attended.reshape(1, -1), x)  # reshape: CUDA's fp32 kernel may return it non-contiguous
-    return plan.down_proj(plan.silu_mul(plan.gate_up_proj(plan.norm(x, plan.post_norm))), x)
 
 
 class Qwen2Model(nn.Module):
@@ -367,10 +300,3 @@ class Qwen2Model(nn.Module):
             hidden = decode_layer(layer_plan, hidden, rows, positions, index, cache, span, bias)
         positions.add_(1)
         return plan.norm(hidden, self.norm.weight)
-
-
-class StepPlan(NamedTuple):
-    """A decoding step's :class:`LayerPlan` per layer and the final norm (:meth:`Qwen2Model.step_plan`)."""
-
-    layers: list[LayerPlan]
-    norm: Norm

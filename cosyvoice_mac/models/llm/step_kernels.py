@@ -1,6 +1,6 @@
 """The decoding step's kernels as one swappable set: the plain ATen functions every device runs.
 
-:class:`StepKernels` names what the flat decoding step (``qwen2.decode_layer``) calls for its projections,
+:class:`StepKernels` names what the flat decoding step (``decode_step.decode_layer``) calls for its projections,
 norms, attention, SiLU * up and log-softmax. :data:`PLAIN` is what runs on the CPU, MPS and CUDA by default;
 a torch.compile'd step at 16 bits swaps in the set that keeps eager's rounding
 (``cosyvoice_mac.models.cuda.eager_kernels.EAGER_ROUNDING``, chosen by the decoding runner).

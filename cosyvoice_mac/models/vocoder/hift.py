@@ -25,7 +25,7 @@ from torch import nn
 
 from ...checkpoint import load_checkpoint, load_strict
 from ...config import ConfigError, read_yaml_config, tag_name
-from ...device import conv_length_limit
+from ...device import conv_length_limit, is_cuda
 from .f0 import F0Predictor
 from .layers import CausalUpsample, PaddedConv1d, ResBlock, causal_padding
 from .source import FixedUniformSourceNoise, GaussianSourceNoise, HarmonicSource, SourceNoise
@@ -212,7 +212,7 @@ class HiFT(nn.Module):
     def _cuda_graphs(self, device: torch.device):
         """Where ``device`` is CUDA, the streamed calls' graphs (``models/cuda/vocoder_graphs.py``), made on first use;
         else None. Imported here only: the CPU, MPS and MLX never load the CUDA tuning."""
-        if device.type != "cuda":
+        if not is_cuda(device):
             return None
         if self.streamed_graphs is None:
             from cosyvoice_mac.models.cuda.vocoder_graphs import StreamedCallGraphs

@@ -37,7 +37,7 @@ NETWORK_ROOMS_MAY_IMPORT = {
 }
 # Type-hint-only circles, each a class and the cache or loop it annotates (no import at run time).
 TYPE_ONLY_CIRCLES = [
-    {"cosyvoice_mac.models.llm.kv_cache", "cosyvoice_mac.models.llm.qwen2"},
+    {"cosyvoice_mac.models.llm.kv_cache", "cosyvoice_mac.models.llm.qwen2", "cosyvoice_mac.models.llm.decode_step"},
     {"cosyvoice_mac.models.llm.decoding", "cosyvoice_mac.models.llm.speech_lm"},
 ]
 CUDA_TUNING = "cosyvoice_mac.models.cuda"

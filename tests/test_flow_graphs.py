@@ -60,6 +60,37 @@ def test_a_cpu_call_is_never_a_graph(model):
     assert prefix.graphs is None  # no graph object is even made off CUDA (nor is models/cuda/ imported for it)
 
 
+@pytest.mark.skipif(TEST_DEVICE == "cuda", reason="the CPU's case")
+def test_the_cuda_dispatch_leaves_the_eager_mel_where_every_capture_fails(model, monkeypatch):
+    """The seam between the flow and models/cuda/ on any device: the CPU posing as CUDA, every capture failing
+    (as a host sync does), a whole sentence, a prefix build and a streamed chunk go through the dispatch to the
+    length, shared and per-prefix graphs, and each falls back to exactly the eager mel."""
+    import cosyvoice_mac.models.cuda.flow_length_graphs as length_graphs
+    import cosyvoice_mac.models.cuda.flow_shared_graphs as shared_graphs
+    import cosyvoice_mac.models.flow.flow as flow_module
+
+    flow = model.networks.flow
+    prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
+    whole = flow.inference(tokens, *prompt)
+    eager_prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    chunk = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=eager_prefix)
+    monkeypatch.setattr(flow, "shared_graphs", None)  # restored to None: the module's model stays graph-free
+    monkeypatch.setattr(flow, "length_graphs", None)
+    monkeypatch.setattr(flow_module, "is_cuda", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    monkeypatch.setattr(length_graphs, "GRAPHED_DTYPES", (torch.float32,))
+    for module in (graphs, length_graphs, shared_graphs):
+        monkeypatch.setattr(module, "cuda_graphs_on", lambda device, part_env=None: True)
+        monkeypatch.setattr(module, "try_cuda_capture", lambda capture, device: (None, "RuntimeError: sync"))
+    for _ in range(2):  # the first call loads the kernels eagerly, the second tries the capture
+        assert torch.equal(flow.inference(tokens, *prompt), whole)
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    assert "shared flow graphs failed" in flow.shared_graphs.error
+    assert torch.equal(flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix), chunk)
+    assert "capture of the whole flow failed" in flow.length_graphs.error
+    assert "capture of the flow failed" in prefix.graphs.error and prefix.graphs.captures == 0
+
+
 @pytest.fixture
 def own_graphs(monkeypatch):
     """The per-prefix graphs (the fallback when the shared ones are off or failed): the shared graphs off."""

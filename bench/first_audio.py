@@ -87,7 +87,7 @@ def main() -> int:
         "dtype": args.dtype,
         "median": {mode: {kind: _median(runs) for kind, runs in kinds.items()} for mode, kinds in modes.items()},
         "flow_graph": None
-        if prefix is None
+        if prefix is None or prefix.graphs is None  # no prefix, or no CUDA graph of its own
         else {
             "captures": prefix.graphs.captures,
             "capture_s": prefix.graphs.capture_seconds,

@@ -73,7 +73,7 @@ def main() -> None:
     report = {
         "median": {mode: {k: statistics.median(r[k] for r in rows) for k in rows[0]} for mode, rows in rounds.items()},
         "env": args.env,
-        "vocoder_graphs": hift.streamed_graphs.report(),
+        "vocoder_graphs": None if hift.streamed_graphs is None else hift.streamed_graphs.report(),
         "llm_runner": model.networks.llm.decoding.report(),
         "rounds": rounds,
     }

@@ -3,7 +3,7 @@
     python bench/flow_graphs.py --device cuda --version cosyvoice3
 
 Full-size random weights. Per flow dtype (float32, bfloat16): the first streamed chunk after a
-cached prefix (what the pipeline captures, ``models/flow/graphs.py``) and the whole non-streaming
+cached prefix (what the pipeline captures, ``models/cuda/flow_prefix_graphs.py``) and the whole non-streaming
 flow of the bench's request (3 s prompt + 250 tokens; captured here for this measurement only,
 with the mask reduced to "every frame valid", which it is). The vocoder (float32) cannot be
 captured (its sine source makes f0 on the host), so its eager wall time is set against the GPU's
@@ -87,7 +87,7 @@ def flow_figures(model, speaker, device: torch.device, runs: int) -> dict:
     chunk()  # captured in place
     report["first_chunk_capture_ms"] = 1e3 * (time.perf_counter() - started)
     report["first_chunk_graph"] = measured(device, chunk, runs)
-    report["first_chunk_graph"]["captures"] = prefix.graphs.captures
+    report["first_chunk_graph"]["captures"] = 0 if prefix.graphs is None else prefix.graphs.captures
     # the whole non-streaming flow (the RTF's share): eager, and its sampler as one graph
     tokens = torch.randint(0, vocab, (1, TOKENS), generator=generator).to(device)
     full = [speaker.speech_tokens.to(device), speaker.mel.to(device), speaker.embedding.to(device)]

@@ -1,4 +1,4 @@
-"""The whole non-streaming flow on CUDA: eager against its length-bucket graph (``models/flow/length_graphs.py``).
+"""The whole non-streaming flow on CUDA: eager against its length-bucket graph (``models/cuda/flow_length_graphs.py``).
 
     python bench/flow_length_graphs.py [--version cosyvoice3] [--calls 7] [--tokens 250,236]
 
@@ -76,6 +76,7 @@ def main() -> int:
                 return flow.inference(tokens, *prompt)
 
             reserved_before = torch.cuda.memory_reserved(device)
+            flow.cuda_graphs(device)  # the flow's graph owners, made now if it has none yet
             captures_before = flow.length_graphs.captures
             first_s, _ = timed(device, graphed)  # the bucket's first call runs eagerly (unless another length saw it)
             second_s, _ = timed(device, graphed)  # captured here (if not already)

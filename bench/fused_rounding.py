@@ -33,7 +33,7 @@ def _full_size_lm(device, dtype):
 def _opaque_ops():
     """(linear, rms_norm) as the product's opaque operations (``eager_kernels``): torch.compile calls them as they
     are and fuses nothing into them."""
-    from cosyvoice_mac.models.llm import eager_kernels
+    from cosyvoice_mac.models.cuda import eager_kernels
 
     return eager_kernels.linear, eager_kernels.rms_norm
 

@@ -88,8 +88,8 @@ def first_chunk_graph_errors(flow, prompt, tokens) -> dict:
         "first_chunk_prefix_vs_full": _error(eager, full),
         "first_chunk_graph_captured_vs_eager": _error(captured, eager),
         "first_chunk_graph_replayed_vs_eager": _error(replayed, eager),
-        "first_chunk_graph_captures": prefix.graphs.captures,
-        "first_chunk_graph_error": prefix.graphs.error,
+        "first_chunk_graph_captures": 0 if prefix.graphs is None else prefix.graphs.captures,  # None: not CUDA
+        "first_chunk_graph_error": None if prefix.graphs is None else prefix.graphs.error,
     }
 
 

@@ -80,6 +80,11 @@ def weights_signature(module: torch.nn.Module) -> tuple:
     return tuple((p.data_ptr(), p.dtype) for p in module.parameters())
 
 
+def is_cuda(device: torch.device) -> bool:
+    """Whether ``device`` is a CUDA device: where the networks reach their CUDA-only tuning (``models/cuda/``)."""
+    return torch.device(device).type == "cuda"
+
+
 def has_float64(device: torch.device) -> bool:
     """Whether tensors on ``device`` may be float64: everywhere but MPS, which has no float64."""
     return torch.device(device).type != "mps"

@@ -11,8 +11,9 @@ import torch.nn.functional as F
 
 from cosyvoice_mac.bench.opcount import count_decode_steps, prompt_embeddings, random_tiny_speech_lm
 from cosyvoice_mac.checkpoint import load_strict
-from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM, decoding, eager_kernels, triton_kernels
-from cosyvoice_mac.models.llm.qwen2 import attend_by_products
+from cosyvoice_mac.models.cuda import eager_kernels, products, triton_kernels
+from cosyvoice_mac.models.cuda.products import attend_by_products
+from cosyvoice_mac.models.llm import DecodeOptions, SpeechLM, step_kernels
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
 cuda_only = pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")
@@ -145,7 +146,7 @@ def test_bucketed_step_equals_the_eager_step(tiny, monkeypatch, by_products):
         calls.append(1)
         return attend_by_products(*args)
 
-    monkeypatch.setattr(decoding, "attend_by_products", counted)  # the steps must really attend this way
+    monkeypatch.setattr(products, "attend_by_products", counted)  # the steps must really attend this way
     tiny.decoding.options = DecodeOptions(compile=True, bucket=16, attention_by_products=by_products)
     try:
         bucketed = _forced_decode(tiny, embeds, tokens)
@@ -208,8 +209,8 @@ def test_a_compiled_16_bit_step_keeps_eager_rounding_unless_told(tiny, monkeypat
         layer = runner._plan.layers[0]
         assert (layer.qkv_proj.func is eager_kernels.linear) == wanted
         assert layer.attend is (eager_kernels.attention if wanted else F.scaled_dot_product_attention)
-        assert layer.down_proj.func is (eager_kernels.linear_added if wanted else eager_kernels.plain_linear_added)
-        assert layer.silu_mul is (eager_kernels.silu_mul if wanted else eager_kernels.plain_silu_mul)
+        assert layer.down_proj.func is (eager_kernels.linear_added if wanted else step_kernels.plain_linear_added)
+        assert layer.silu_mul is (eager_kernels.silu_mul if wanted else step_kernels.plain_silu_mul)
         assert (layer.norm.func is eager_kernels.rms_norm) == wanted and (runner._plan.norm.func is layer.norm.func)
         assert (runner._log_softmax is eager_kernels.float_log_softmax) == wanted
     assert settings == [{"dynamic": False, "options": {"emulate_precision_casts": True}}, {"dynamic": False}]
@@ -264,24 +265,27 @@ def test_eager_kernels_compute_the_plain_functions_bit_for_bit(dtype):
     assert torch.equal(eager_kernels.linear(x, weight, bias), F.linear(x, weight, bias))
     assert torch.equal(eager_kernels.linear(x, weight, None), F.linear(x, weight))
     residual = torch.randn(3, 48, generator=generator).to(dtype)
-    added = eager_kernels.plain_linear_added(x, residual.clone(), weight)
+    added = step_kernels.plain_linear_added(x, residual.clone(), weight)
     into = residual.clone()
     assert eager_kernels.linear_added(x, into, weight) is into and torch.equal(into, added)  # in place
     two_roundings = residual + F.linear(x, weight)  # where the sum had two, it has one: within an ulp of the largest
     ulp = torch.finfo(dtype).eps * float(two_roundings.abs().max())
     torch.testing.assert_close(added, two_roundings, atol=ulp, rtol=0)
-    assert torch.equal(eager_kernels.rms_norm(x, gain, 1e-6), eager_kernels.plain_rms_norm(x, gain, 1e-6))
-    assert torch.equal(eager_kernels.norm_with(1e-6, opaque=True)(x, gain), torch.rms_norm(x, (64,), gain, 1e-6))
+    assert torch.equal(eager_kernels.rms_norm(x, gain, 1e-6), step_kernels.plain_rms_norm(x, gain, 1e-6))
+    opaque_norm = step_kernels.norm_with(1e-6, eager_kernels.EAGER_ROUNDING)
+    assert opaque_norm.func is eager_kernels.rms_norm and torch.equal(
+        opaque_norm(x, gain), torch.rms_norm(x, (64,), gain, 1e-6)
+    )
     assert torch.equal(eager_kernels.silu(x), F.silu(x))
     assert torch.equal(eager_kernels.silu_mul(x), F.silu(x[:, :32]) * x[:, 32:])
-    assert torch.equal(eager_kernels.plain_silu_mul(x), F.silu(x[:, :32]) * x[:, 32:])
+    assert torch.equal(step_kernels.plain_silu_mul(x), F.silu(x[:, :32]) * x[:, 32:])
     queries, keys, values = (torch.randn(1, 2, rows, 16, generator=generator).to(dtype) for rows in (7, 30, 30))
     mask = torch.zeros(1, 30, dtype=dtype).masked_fill_(torch.arange(30) >= 21, float("-inf"))
     for bias in (None, mask):
         expected = F.scaled_dot_product_attention(queries, keys, values, bias)
         assert torch.equal(eager_kernels.attention(queries, keys, values, bias), expected)
     logp = eager_kernels.float_log_softmax(x)
-    assert logp.dtype == torch.float32 and torch.equal(logp, eager_kernels.plain_float_log_softmax(x))
+    assert logp.dtype == torch.float32 and torch.equal(logp, step_kernels.plain_float_log_softmax(x))
 
 
 def test_inductor_fuses_around_the_eager_kernels_and_rounds_as_eager(monkeypatch):
@@ -419,7 +423,7 @@ def test_the_fused_step_under_the_graphs_samples_the_tokens_eager_does(dtype):
     plain = sampled(DecodeOptions(cuda_graphs=True, fuse=False, bucket=64))
     fused = sampled(DecodeOptions(cuda_graphs=True, fuse=True, bucket=64))
     assert lm.decoding.mode == "graphs" and lm.decoding.graph_error is None and lm.decoding.fuse_error is None
-    assert lm.decoding._fused is not None and lm.decoding.captures >= 2
+    assert lm.decoding.cuda_graphs().fused is not None and lm.decoding.captures >= 2
     assert lm.decoding.keeps_eager_rounding() == (dtype != torch.float32)
     assert fused == plain
     if dtype == torch.float32:
@@ -431,14 +435,15 @@ def test_a_fused_step_that_fails_to_compile_leaves_the_plain_step(tiny, monkeypa
     runner = tiny.decoding
     runner.options = DecodeOptions(fuse=True)
     monkeypatch.setattr(torch, "compile", lambda function, **_: "compiled " + function.__name__)
-    assert runner.mode == "eager" and runner._graph_step() == runner._bucketed_step  # fused only under graphs
+    graphs = runner.cuda_graphs()
+    assert runner.mode == "eager" and graphs.graph_step() == runner._bucketed_step  # fused only under graphs
     monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
-    assert runner._graph_step() == "compiled _bucketed_step"
+    assert graphs.graph_step() == "compiled _bucketed_step"
     runner.fuse_error = "torch.compile of the decoding step failed (BackendCompilerFailed: no Triton)"
-    assert runner._graph_step() == runner._bucketed_step
-    runner.fuse_error, runner._fused = None, None
+    assert graphs.graph_step() == runner._bucketed_step
+    runner.fuse_error, graphs.fused = None, None
     runner.options = DecodeOptions(fuse=False)
-    assert runner._graph_step() == runner._bucketed_step
+    assert graphs.graph_step() == runner._bucketed_step
 
 
 def test_decode_options_follow_the_environment(monkeypatch):

@@ -1,4 +1,4 @@
-"""Sampling on the device (``models/llm/device_sampling.py``) draws the host RasSampler's ids for the same
+"""Sampling on the device (``models/cuda/device_sampling.py``) draws the host RasSampler's ids for the same
 seed: the torch fact it rests on, the pick itself over long runs (repetition re-draws, min_len, the
 variate ring wrapping), and the pipelined decoding loop on a tiny model. On CUDA
 (``COSYVOICE_TEST_DEVICE=cuda``) the same loop with its graphs against the host sampler."""
@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from cosyvoice_mac.bench.opcount import prompt_embeddings, random_tiny_speech_lm
-from cosyvoice_mac.models.llm import DecodeOptions, decoding, triton_kernels
-from cosyvoice_mac.models.llm.device_sampling import OFFSET, DeviceRas
+from cosyvoice_mac.models.cuda import decode_graphs, triton_kernels
+from cosyvoice_mac.models.cuda.device_sampling import OFFSET, DeviceRas
+from cosyvoice_mac.models.llm import DecodeOptions
 from cosyvoice_mac.models.llm.sampling import RasSampler
 
 TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
@@ -111,7 +112,7 @@ def test_device_pick_chooses_the_host_samplers_ids_for_the_same_seed(seed, tied)
 
 
 def test_the_pick_compiled_by_torch_compile_chooses_the_host_samplers_ids():
-    """On CUDA the fused step compiles the pick with it (``DecodeRunner._sampled_graph_step``): inductor's
+    """On CUDA the fused step compiles the pick with it (``DecodeGraphs.sampled_graph_step``): inductor's
     version of the ranking keys (bit casts, an int64 top-k) and of the in-place state must draw the host's ids
     too, ties included. Inductor on the CPU here; the CUDA loop test runs Triton's."""
     vocab, min_len, masked = 61, 30, (58, 59, 60)
@@ -182,7 +183,7 @@ def test_a_sampled_step_whose_compile_fails_runs_the_plain_step_and_pick(monkeyp
     runner.options = DecodeOptions(cuda_graphs=True, fuse=True, bucket=16)
     monkeypatch.setattr(type(runner), "mode", property(lambda self: "graphs"))
     monkeypatch.setattr(torch, "compile", failing_compile)
-    monkeypatch.setattr(decoding, "try_cuda_capture", lambda capture, device: (False, "no CUDA here"))
+    monkeypatch.setattr(decode_graphs, "try_cuda_capture", lambda capture, device: (False, "no CUDA here"))
     device, _ = _sentences(lm, 5, on_device=True, monkeypatch=monkeypatch, lengths=lengths)
     assert device == host
     assert runner.fuse_error.startswith("torch.compile of the sampled decoding step failed (RuntimeError")

@@ -1,5 +1,5 @@
-"""CUDA graphs of the flow's first streamed chunk: a voice's own (``models/flow/graphs.py``) and the ones every
-voice of a prefix length shares, with its prefix build (``models/flow/shared_graphs.py``).
+"""CUDA graphs of the flow's first streamed chunk: a voice's own (``models/cuda/flow_prefix_graphs.py``) and the ones
+every voice of a prefix length shares, with its prefix build (``models/cuda/flow_shared_graphs.py``).
 
 A graph must change nothing but the time: every CUDA check compares the replayed mel with the
 eager one (``COSYVOICE_TEST_DEVICE=cuda``; the device tool runs them). What needs no GPU (the
@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-import cosyvoice_mac.models.flow.graphs as graphs
+import cosyvoice_mac.models.cuda.flow_prefix_graphs as graphs
 from cosyvoice_mac.bench.measure import synthetic_prompt
 from cosyvoice_mac.models.flow.masks import chunk_causal_mask, new_rows_see_every_key
 from cosyvoice_mac.pipeline import CosyVoice
@@ -57,7 +57,38 @@ def test_a_cpu_call_is_never_a_graph(model):
     flow = model.networks.flow
     prefix = flow.build_prefix(*prompt, tokens=PREFIX)
     flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
-    assert prefix.graphs.captures == 0 and not prefix.graphs.graphs and prefix.graphs.error is None
+    assert prefix.graphs is None  # no graph object is even made off CUDA (nor is models/cuda/ imported for it)
+
+
+@pytest.mark.skipif(TEST_DEVICE == "cuda", reason="the CPU's case")
+def test_the_cuda_dispatch_leaves_the_eager_mel_where_every_capture_fails(model, monkeypatch):
+    """The seam between the flow and models/cuda/ on any device: the CPU posing as CUDA, every capture failing
+    (as a host sync does), a whole sentence, a prefix build and a streamed chunk go through the dispatch to the
+    length, shared and per-prefix graphs, and each falls back to exactly the eager mel."""
+    import cosyvoice_mac.models.cuda.flow_length_graphs as length_graphs
+    import cosyvoice_mac.models.cuda.flow_shared_graphs as shared_graphs
+    import cosyvoice_mac.models.flow.flow as flow_module
+
+    flow = model.networks.flow
+    prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
+    whole = flow.inference(tokens, *prompt)
+    eager_prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    chunk = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=eager_prefix)
+    monkeypatch.setattr(flow, "shared_graphs", None)  # restored to None: the module's model stays graph-free
+    monkeypatch.setattr(flow, "length_graphs", None)
+    monkeypatch.setattr(flow_module, "is_cuda", lambda device: True)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
+    monkeypatch.setattr(length_graphs, "GRAPHED_DTYPES", (torch.float32,))
+    for module in (graphs, length_graphs, shared_graphs):
+        monkeypatch.setattr(module, "cuda_graphs_on", lambda device, part_env=None: True)
+        monkeypatch.setattr(module, "try_cuda_capture", lambda capture, device: (None, "RuntimeError: sync"))
+    for _ in range(2):  # the first call loads the kernels eagerly, the second tries the capture
+        assert torch.equal(flow.inference(tokens, *prompt), whole)
+    prefix = flow.build_prefix(*prompt, tokens=PREFIX)
+    assert "shared flow graphs failed" in flow.shared_graphs.error
+    assert torch.equal(flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix), chunk)
+    assert "capture of the whole flow failed" in flow.length_graphs.error
+    assert "capture of the flow failed" in prefix.graphs.error and prefix.graphs.captures == 0
 
 
 @pytest.fixture
@@ -140,7 +171,7 @@ def test_streamed_audio_is_the_same_with_and_without_flow_graphs(model, monkeypa
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_grouped_conv_as_matrix_products_equals_the_conv(dtype):
-    from cosyvoice_mac.models.flow.dit import grouped_conv1d_as_matmul
+    from cosyvoice_mac.models.cuda.products import grouped_conv1d_as_matmul
 
     torch.manual_seed(0)
     conv = torch.nn.Conv1d(64, 64, 31, groups=16).to(dtype)
@@ -155,7 +186,7 @@ def test_the_grouped_conv_as_matrix_products_equals_the_conv(dtype):
 def test_preparing_a_voice_for_streaming_captures_its_first_chunk_graph(model):
     speaker = model.prepare_prompt(synthetic_prompt(3.0), sample_rate=24000)
     model.flow_prefixes.clear()
-    shared = model.networks.flow.shared_graphs
+    shared = _shared_graphs(model.networks.flow)
     shared.clear()
     assert model.prepare_streaming(speaker)
     prefix = next(iter(model.flow_prefixes._entries.values()))
@@ -165,7 +196,13 @@ def test_preparing_a_voice_for_streaming_captures_its_first_chunk_graph(model):
     assert shared.captures == captures  # the request replayed it
 
 
-# -- the shared graphs of a new voice's prefix build and first chunk (models/flow/shared_graphs.py) ---------
+# -- the shared graphs of a new voice's prefix build and first chunk (models/cuda/flow_shared_graphs.py) ----
+def _shared_graphs(flow):
+    """The flow's shared graphs on the test's CUDA device (made now if no CUDA call made them yet)."""
+    flow.cuda_graphs(torch.device(TEST_DEVICE))
+    return flow.shared_graphs
+
+
 def _slots_of(prefix):
     from cosyvoice_mac.models.flow.prefix import StepState
 
@@ -177,7 +214,7 @@ def test_a_length_loads_another_voices_prefix_into_its_slots_once(model):
     one that is costs nothing, and a new prefix object never passes for an old one."""
     from types import SimpleNamespace
 
-    from cosyvoice_mac.models.flow.shared_graphs import LengthGraphs, prefix_serial
+    from cosyvoice_mac.models.cuda.flow_shared_graphs import LengthGraphs, prefix_serial
 
     flow = model.networks.flow
     first = flow.build_prefix(*_draws(model, PROMPT, FIRST_CHUNK, seed=1)[0], tokens=PREFIX)
@@ -202,13 +239,13 @@ def test_a_cpu_prefix_build_and_chunk_never_use_the_shared_graphs(model):
     prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=1)
     prefix = flow.build_prefix(*prompt, tokens=PREFIX)
     flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)
-    assert flow.shared_graphs.captures == 0 and not flow.shared_graphs.lengths
+    assert flow.shared_graphs is None and flow.length_graphs is None  # not made off CUDA
 
 
 @cuda_only
 def test_new_voices_replay_the_shared_build_and_chunk_graphs_with_the_eager_results(model, monkeypatch):
     flow = model.networks.flow
-    flow.shared_graphs.clear()
+    _shared_graphs(flow).clear()
     voices = [_draws(model, PROMPT, FIRST_CHUNK, seed=seed) for seed in (11, 12, 11)]  # A, B, then A again
     monkeypatch.setenv("COSYVOICE_FLOW_SHARED_GRAPHS", "0")
     eager = []
@@ -238,7 +275,7 @@ def test_new_voices_replay_the_shared_build_and_chunk_graphs_with_the_eager_resu
 
 @cuda_only
 def test_a_failed_shared_capture_leaves_the_eager_build_and_the_voices_own_graph(model, monkeypatch):
-    import cosyvoice_mac.models.flow.shared_graphs as shared_graphs
+    import cosyvoice_mac.models.cuda.flow_shared_graphs as shared_graphs
 
     flow = model.networks.flow
     prompt, tokens = _draws(model, PROMPT, FIRST_CHUNK, seed=21)
@@ -250,7 +287,7 @@ def test_a_failed_shared_capture_leaves_the_eager_build_and_the_voices_own_graph
     def host_sync(*args, **kwargs):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    flow.shared_graphs.clear()
+    _shared_graphs(flow).clear()
     monkeypatch.setattr(shared_graphs, "BuildGraph", host_sync)
     prefix = flow.build_prefix(*prompt, tokens=PREFIX)
     mel = flow.inference(tokens, *prompt, streaming=True, finalize=False, prefix=prefix)

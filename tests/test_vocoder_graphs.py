@@ -1,4 +1,4 @@
-"""CosyVoice3's streamed vocoder calls as CUDA graphs (``models/vocoder/graphs.py``).
+"""CosyVoice3's streamed vocoder calls as CUDA graphs (``models/cuda/vocoder_graphs.py``).
 
 Which calls go to the graphs, and the policy (a shape captured on its second sighting, replayed after,
 bounded, dropped when the weights move, eager for good after a failed capture) need no GPU: they run here
@@ -14,9 +14,9 @@ import os
 import pytest
 import torch
 
-import cosyvoice_mac.models.vocoder.graphs as graphs
+import cosyvoice_mac.models.cuda.vocoder_graphs as graphs
+from cosyvoice_mac.models.cuda.vocoder_graphs import StreamedCallGraphs
 from cosyvoice_mac.models.vocoder import load_hift
-from cosyvoice_mac.models.vocoder.graphs import StreamedCallGraphs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from tests.test_hift import mel_frames, tiny_files
 
@@ -110,6 +110,8 @@ def test_a_failed_capture_leaves_the_vocoder_eager(stand_in, monkeypatch):
 def test_only_cosyvoice3_streamed_calls_with_the_fixed_noise_go_to_the_graphs(version, monkeypatch):
     model = load_hift(*tiny_files(version))
     routed = []
+    held = StreamedCallGraphs()
+    monkeypatch.setattr(type(model), "_cuda_graphs", lambda self, device: held)  # as if the CPU were CUDA
     monkeypatch.setattr(StreamedCallGraphs, "wanted", lambda self, device: True)
 
     def run(self, module, call, mel, first_frame, noise_copy):

@@ -300,7 +300,8 @@ def bench(
     if engine == "mlx":
         report["peak_device_mb"] = report["mlx_memory"]["peak_bytes"] / 2**20
     else:  # CUDA: the streamed vocoder calls replayed as graphs
-        report["vocoder_graphs"] = model.networks.hift.streamed_graphs.report()
+        graphs = model.networks.hift.streamed_graphs  # None: no CUDA call made it
+        report["vocoder_graphs"] = None if graphs is None else graphs.report()
     if measure_floors and engine == "torch":  # the floors probe PyTorch kernels
         report["floors"] = floors(model, tokens, median, rates)
     if profile_decode and engine == "torch":  # ops per token (every device), kernels and GPU-busy per token (CUDA)

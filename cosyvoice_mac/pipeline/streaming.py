@@ -256,9 +256,8 @@ def prepare_voice_for_streaming(parts: StreamingParts, speaker) -> None:
     prefix = parts.prefix(speaker, plan, prompt)
     if prefix is None or parts.device.type != "cuda":  # the first-chunk graphs below are CUDA's (MLX has none)
         return
-    if flow.shared_graphs.has_first_chunk(prefix):  # shared: captured for an earlier voice
-        return
-    if prefix.graphs.wanted(prompt[0].device) and not prefix.graphs.graphs:
+    graphs = flow.cuda_graphs(prompt[0].device)
+    if graphs is not None and graphs.first_chunk_missing(flow, prefix, prompt[0].device):
         placeholder = torch.zeros(1, plan.first_hop + flow.config.pre_lookahead_len, dtype=torch.long)
         flow.inference(placeholder.to(prompt[0].device), *prompt, streaming=True, finalize=False, prefix=prefix)
 

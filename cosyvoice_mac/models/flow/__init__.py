@@ -1,4 +1,5 @@
 """Flow matching: speech tokens -> 80-bin log-mel (CosyVoice2 conformer + U-Net, CosyVoice3 DiT)."""
+
 from cosyvoice_mac.models.flow.cfm import (
     MAX_SECONDS,
     NOISE_FRAMES,

@@ -8,6 +8,7 @@ threads, 0.247 s on 1 thread, 0.158 s as two batch-1 branches on two threads of 
 each. The branches share nothing but their inputs, and each reads its own half of a cached prefix
 (``StepState.branch``).
 """
+
 from __future__ import annotations
 
 import os
@@ -65,10 +66,12 @@ Branch = Callable[[], torch.Tensor]
 
 def run_branches(first: Branch, second: Branch) -> tuple[torch.Tensor, torch.Tensor]:
     """Run both callables at once on the branch threads (in inference mode) and return their results."""
+
     def in_inference_mode(function):
         def run():
             with torch.inference_mode():
                 return function()
+
         return run
 
     pool = _branch_pool()

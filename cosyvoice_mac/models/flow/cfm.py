@@ -5,6 +5,7 @@ Euler steps on a cosine time grid, classifier-free guidance as one batch of two 
 unconditioned), and a start noise that is the same fixed tensor on every call, which is what makes
 the flow deterministic and lets streaming re-computations reproduce frames already emitted.
 """
+
 from __future__ import annotations
 
 import functools
@@ -47,11 +48,12 @@ def check_frame_count(frames: int) -> None:
         )
 
 
-def fixed_start_noise(frames: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32,
-                      start: int = 0) -> torch.Tensor:
+def fixed_start_noise(
+    frames: int, device: torch.device | None = None, dtype: torch.dtype = torch.float32, start: int = 0
+) -> torch.Tensor:
     """Frames ``start .. start + frames - 1`` of the fixed start noise, ``(1, 80, frames)``, on ``device``."""
     check_frame_count(start + frames)
-    return _noise_buffer()[:, :, start:start + frames].to(device=device, dtype=dtype)
+    return _noise_buffer()[:, :, start : start + frames].to(device=device, dtype=dtype)
 
 
 @dataclass
@@ -108,8 +110,14 @@ class ConditionalFlowMatching(nn.Module):
         pair = lambda z: torch.cat([z, z]).to(dtype)  # noqa: E731
         conditioned_only = lambda z: torch.cat([z, torch.zeros_like(z)]).to(dtype)  # noqa: E731
         out = self.estimator(
-            pair(x), pair(mask), conditioned_only(mu), t.reshape(1).expand(2 * batch).float(),
-            conditioned_only(spks), conditioned_only(cond), streaming=streaming, state=state,
+            pair(x),
+            pair(mask),
+            conditioned_only(mu),
+            t.reshape(1).expand(2 * batch).float(),
+            conditioned_only(spks),
+            conditioned_only(cond),
+            streaming=streaming,
+            state=state,
         ).float()
         return (1.0 + rate) * out[:batch] - rate * out[batch:]
 
@@ -125,8 +133,16 @@ class ConditionalFlowMatching(nn.Module):
 
         def branch(index: int):
             features = (mu, spks, cond) if index == 0 else tuple(torch.zeros_like(z) for z in (mu, spks, cond))
-            return lambda: self.estimator(x, mask, features[0].to(dtype), time, features[1].to(dtype),
-                                          features[2].to(dtype), streaming=streaming, state=states[index]).float()
+            return lambda: self.estimator(
+                x,
+                mask,
+                features[0].to(dtype),
+                time,
+                features[1].to(dtype),
+                features[2].to(dtype),
+                streaming=streaming,
+                state=states[index],
+            ).float()
 
         conditioned, unconditioned = run_branches(branch(0), branch(1))
         if state is not None and state.recording:
@@ -159,7 +175,7 @@ class ConditionalFlowMatching(nn.Module):
         """The Euler steps from start noise ``x (B, 80, T)``; the other arguments as :meth:`forward`.
 
         With recorded ``states`` it only reads device tensors and never waits for the device, so a
-        CUDA graph can capture it (``graphs.py``).
+        CUDA graph can capture it (``models/cuda/flow_*graphs.py``).
         """
         if states is not None and (len(states) != self.config.n_timesteps or not streaming):
             raise ValueError(f"a cached prefix needs streaming=True and {self.config.n_timesteps} step states")

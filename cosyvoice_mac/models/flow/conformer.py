@@ -6,6 +6,7 @@ feed-forward nor convolution module; attention is Transformer-XL style with ESPn
 positional encoding. Upstream: ``cosyvoice/transformer/{upsample_encoder,encoder_layer,attention,
 embedding,subsampling}.py``. Parameter names follow the official ``flow.pt`` keys under ``encoder.``.
 """
+
 from __future__ import annotations
 
 import math
@@ -105,7 +106,10 @@ def _relative_shift(scores: torch.Tensor) -> torch.Tensor:
 
 
 class LinearEmbedding(nn.Module):
-    """Owns ``out`` = Linear + LayerNorm (keys ``out.0``, ``out.1``); scales by sqrt(d). ``(B, T, C_in) -> (B, T, D)``."""
+    """Owns ``out`` = Linear + LayerNorm (keys ``out.0``, ``out.1``); scales by sqrt(d).
+
+    ``(B, T, C_in) -> (B, T, D)``.
+    """
 
     def __init__(self, input_size: int, output_size: int):
         super().__init__()
@@ -138,7 +142,8 @@ class RelPositionMultiHeadAttention(nn.Module):
         return x.view(x.shape[0], -1, self.heads, self.head_dim)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """``x (B, T, D)``, ``pos (1, 2T-1, D)``, ``mask`` bool ``(T, T)`` (True = may attend) or None -> ``(B, T, D)``."""
+        """``x (B, T, D)``, ``pos (1, 2T-1, D)``, ``mask`` bool ``(T, T)`` (True = may attend) or None
+        -> ``(B, T, D)``."""
         batch, length, _ = x.shape
         q = self._split_heads(self.linear_q(x))  # (B, T, H, d_k)
         k = self._split_heads(self.linear_k(x)).transpose(1, 2)
@@ -183,7 +188,10 @@ class ConformerLayer(nn.Module):
 
 
 class Upsample1D(nn.Module):
-    """Owns ``conv`` (k = 2*stride+1): nearest upsample by ``stride``, then a causal conv. ``(B, C, T) -> (B, C, sT)``."""
+    """Owns ``conv`` (k = 2*stride+1): nearest upsample by ``stride``, then a causal conv.
+
+    ``(B, C, T) -> (B, C, sT)``.
+    """
 
     def __init__(self, channels: int, stride: int):
         super().__init__()

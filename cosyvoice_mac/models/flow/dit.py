@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cosyvoice_mac.config import ConfigError, require
+from cosyvoice_mac.device import is_cuda
 from cosyvoice_mac.models.flow.masks import chunk_causal_mask, host_may_read, new_rows_see_every_key
 from cosyvoice_mac.models.flow.prefix import StepState, causal_left_pad
 
@@ -100,25 +101,15 @@ class CausalConvPositionEmbedding(nn.Module):
         h = x.transpose(1, 2)
         for conv, mish in (self.conv1, self.conv2):
             padded = causal_left_pad(conv, h, CONV_POS_KERNEL - 1, state)
-            # cuDNN takes an FFT algorithm for this fp32 grouped k=31 conv on CUDA: ~13 ms a call on an H200,
-            # 3/4 of the first streamed chunk's GPU time (bench/flow_kernels.py); as matrix products, well under 1 ms.
-            as_products = padded.device.type == "cuda" and padded.dtype == torch.float32
-            h = mish(grouped_conv1d_as_matmul(padded, conv) if as_products else conv(padded))
+            h = mish(_cuda_conv(conv, padded) if is_cuda(padded.device) else conv(padded))
         return h.transpose(1, 2)
 
 
-def grouped_conv1d_as_matmul(x: torch.Tensor, conv: nn.Conv1d) -> torch.Tensor:
-    """``conv(x)`` for a grouped, unpadded, stride-1 ``conv``, computed as one batched matrix product over
-    its input windows. ``x (B, C, L)`` -> ``(B, C_out, L - k + 1)``."""
-    batch, channels, length = x.shape
-    groups, kernel = conv.groups, conv.kernel_size[0]
-    frames, group_in = length - kernel + 1, channels // groups
-    windows = x.unfold(2, kernel, 1).unflatten(1, (groups, group_in))  # (B, G, C/G, T, k)
-    windows = windows.permute(0, 1, 3, 2, 4).reshape(batch, groups, frames, group_in * kernel)
-    weight = conv.weight.reshape(groups, -1, group_in * kernel)  # (G, C_out/G, C/G k)
-    out = torch.matmul(windows, weight.transpose(1, 2))  # (B, G, T, C_out/G)
-    out = out.permute(0, 1, 3, 2).reshape(batch, -1, frames)
-    return out if conv.bias is None else out + conv.bias[:, None]
+def _cuda_conv(conv: nn.Conv1d, x: torch.Tensor) -> torch.Tensor:
+    """``conv(x)`` on CUDA, through the CUDA tuning (imported here only: the CPU and MPS never load it)."""
+    from cosyvoice_mac.models.cuda.products import grouped_conv1d
+
+    return grouped_conv1d(conv, x)
 
 
 class InputEmbedding(nn.Module):
@@ -318,7 +309,7 @@ class DiT(nn.Module):
             sees_all = allowed is None or new_rows_see_every_key(prefix_frames, length, self.config.static_chunk_size)
             return AttentionMasks(None if sees_all else allowed, None)
         valid = mask.bool()
-        # A length bucket's graph (length_graphs.py) is captured with its padding masked, whatever it holds.
+        # A length bucket's graph (cuda/flow_length_graphs.py) is captured with its padding masked, whatever it holds.
         if host_may_read(mask.device) and bool(valid.all()):
             return AttentionMasks(allowed, None)
         keys = valid.unsqueeze(1)  # (B, 1, 1, T)

@@ -10,6 +10,7 @@ the prompt part is cut off. Only the token front-end and the estimator differ be
 * v3 (``CausalMaskedDiffWithDiT``): pre-look-ahead conv, each frame repeated ``token_mel_ratio`` times, DiT.
 * v2 (``CausalMaskedDiffWithXvec``): upsampling conformer encoder + ``encoder_proj``, 1-D U-Net.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.config import ConfigError, require, tag_name
+from cosyvoice_mac.device import is_cuda
 from cosyvoice_mac.models.flow.cfm import (
     MEL_BINS,
     CFMConfig,
@@ -30,10 +32,8 @@ from cosyvoice_mac.models.flow.cfm import (
     check_frame_count,
 )
 from cosyvoice_mac.models.flow.dit import DiT, DiTConfig
-from cosyvoice_mac.models.flow.length_graphs import LengthGraphs
 from cosyvoice_mac.models.flow.lookahead import PreLookaheadLayer
 from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
-from cosyvoice_mac.models.flow.shared_graphs import SharedFlowGraphs
 from cosyvoice_mac.versions import PRE_LOOKAHEAD, spec_for_class
 
 
@@ -121,14 +121,24 @@ class Flow(nn.Module):
             self.encoder_proj = nn.Linear(config.encoder_output_size, config.output_size)
             estimator = CausalConditionalDecoder(config.estimator)
         self.decoder = ConditionalFlowMatching(estimator, config.cfm)
-        self.shared_graphs = SharedFlowGraphs()  # CUDA: a new voice's prefix build and first chunk as graphs
-        self.length_graphs = LengthGraphs()  # CUDA: a whole non-streaming call as a graph of its length bucket
+        self.shared_graphs = None  # CUDA: a new voice's prefix build and first chunk as graphs (see cuda_graphs)
+        self.length_graphs = None  # CUDA: a whole non-streaming call as a graph of its length bucket (likewise)
 
     def _apply(self, fn, *args, **kwargs):
-        if hasattr(self, "length_graphs"):  # moved or cast: the graphs would read the old weights' memory
-            self.shared_graphs.clear()
-            self.length_graphs.clear()
+        for graphs in (getattr(self, "shared_graphs", None), getattr(self, "length_graphs", None)):
+            if graphs is not None:  # moved or cast: the graphs would read the old weights' memory
+                graphs.clear()
         return super()._apply(fn, *args, **kwargs)
+
+    def cuda_graphs(self, device: torch.device):
+        """Where ``device`` is CUDA, the module that picks the graph serving a call (``models/cuda/flow_graphs.py``),
+        this flow's graph owners made if new; else None. Imported here only: the CPU, MPS and MLX never load it."""
+        if not is_cuda(device):
+            return None
+        from cosyvoice_mac.models.cuda import flow_graphs
+
+        flow_graphs.attach(self)
+        return flow_graphs
 
     @classmethod
     def from_checkpoint(cls, config: FlowConfig, path: str | Path, *, hub_repo: str | None = None) -> "Flow":
@@ -182,18 +192,14 @@ class Flow(nn.Module):
         if prefix is not None:
             self._check_prefix(prefix, prompt_tokens, embedding, streaming)
         start = 0 if prefix is None else prefix.frames
-        speaker, mu, mask, cond = self._sampler_inputs(tokens, prompt_tokens, prompt_feat, embedding, finalize,
-                                                       streaming, start)
-        device, prompt_frames = mu.device, prompt_feat.shape[1]
-        if prefix is not None and self.shared_graphs.applies(self.decoder, mu, prefix):  # CUDA, any voice's first chunk
-            mel = self.shared_graphs.sample(self.decoder, mu, mask, speaker, cond, prefix)
-        elif prefix is not None and prefix.graphs.applies(self.decoder, mu):  # CUDA, this voice's own graph
-            mel = prefix.graphs.sample(self.decoder, mu, mask, speaker, cond, prefix.steps)
-        elif prefix is None and not streaming and self.length_graphs.wanted(device, mu.dtype):  # a whole sentence
-            mel = self.length_graphs.sample(self.decoder, mu, mask, speaker, cond)
-        else:
+        speaker, mu, mask, cond = self._sampler_inputs(
+            tokens, prompt_tokens, prompt_feat, embedding, finalize, streaming, start
+        )
+        prompt_frames, graphs = prompt_feat.shape[1], self.cuda_graphs(mu.device)
+        mel = None if graphs is None else graphs.sample(self, mu, mask, speaker, cond, streaming, prefix)
+        if mel is None:  # no graph serves it (or not on CUDA)
             mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
-        return mel[:, :, prompt_frames - start:].float()
+        return mel[:, :, prompt_frames - start :].float()
 
     @torch.inference_mode()
     def first_chunk_recording_prefix(self, tokens, prompt_tokens, prompt_feat, embedding, prefix_tokens: int):
@@ -210,25 +216,32 @@ class Flow(nn.Module):
         speaker, mu, mask, cond = self._sampler_inputs(tokens, prompt_tokens, prompt_feat, embedding, False, True, 0)
         steps = [StepState(keep=prefix_frames) for _ in range(self.decoder.config.n_timesteps)]
         mel = self.decoder(mu, mask, speaker, cond, True, steps)
-        prefix = FlowPrefix(tokens=prefix_tokens, frames=prefix_frames, steps=steps,
-                            prompt_tokens=prompt_tokens[:, :prefix_tokens].clone(), embedding=embedding.clone())
-        return mel[:, :, prompt_feat.shape[1]:].float(), prefix
+        prefix = FlowPrefix(
+            tokens=prefix_tokens,
+            frames=prefix_frames,
+            steps=steps,
+            prompt_tokens=prompt_tokens[:, :prefix_tokens].clone(),
+            embedding=embedding.clone(),
+        )
+        return mel[:, :, prompt_feat.shape[1] :].float(), prefix
 
-    def _sampler_inputs(self, tokens, prompt_tokens, prompt_feat, embedding, finalize: bool, streaming: bool,
-                        start: int):
+    def _sampler_inputs(
+        self, tokens, prompt_tokens, prompt_feat, embedding, finalize: bool, streaming: bool, start: int
+    ):
         """The sampler's inputs for the frames from ``start`` on: (speaker ``(1, 80)``, ``mu (1, 80, T')``,
         ``mask (1, 1, T')`` all valid, ``cond (1, 80, T')`` the prompt mel then zeros)."""
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)
         speaker, mu = self._conditioning(embedding, torch.cat([prompt_tokens, tokens], dim=1), finalize, streaming)
         device = mu.device
         cond = torch.zeros(1, frames, self.config.output_size, device=device, dtype=mu.dtype)
-        cond[:, :prompt_feat.shape[1]] = prompt_feat.to(device=device, dtype=mu.dtype)
+        cond[:, : prompt_feat.shape[1]] = prompt_feat.to(device=device, dtype=mu.dtype)
         mask = torch.ones(1, 1, frames - start, device=device, dtype=mu.dtype)  # every frame valid (a prefix needs it)
         return speaker, mu[:, start:].transpose(1, 2).contiguous(), mask, cond[:, start:].transpose(1, 2)
 
     @torch.inference_mode()
-    def build_prefix(self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor,
-                     tokens: int) -> FlowPrefix:
+    def build_prefix(
+        self, prompt_tokens: torch.Tensor, prompt_feat: torch.Tensor, embedding: torch.Tensor, tokens: int
+    ) -> FlowPrefix:
         """Run the sampler over the first ``tokens`` prompt tokens once and keep every step's layer tensors.
 
         ``tokens`` must be a whole number of attention chunks and leave at least the look-ahead of
@@ -240,15 +253,20 @@ class Flow(nn.Module):
         cond = prompt_feat[:, :frames].to(device=mu.device, dtype=mu.dtype)
         mask = torch.ones(1, 1, frames, device=mu.device, dtype=mu.dtype)
         mu, cond = mu.transpose(1, 2).contiguous(), cond.transpose(1, 2).contiguous()
-        steps = None
-        if self.shared_graphs.wanted(mu.device):  # CUDA: replayed from the graph of this prefix length
-            steps = self.shared_graphs.build(self.decoder, mu, mask, speaker, cond)
+        graphs = self.cuda_graphs(mu.device)  # CUDA: replayed from the graph of this prefix length
+        steps = None if graphs is None else graphs.build(self, mu, mask, speaker, cond)
         if steps is None:
             steps = [StepState() for _ in range(self.decoder.config.n_timesteps)]
             self.decoder(mu, mask, speaker, cond, True, steps)
-        prefix = FlowPrefix(tokens=tokens, frames=frames, steps=steps, prompt_tokens=prompt_tokens[:, :tokens].clone(),
-                            embedding=embedding.clone())
-        self.shared_graphs.after_build(prefix)
+        prefix = FlowPrefix(
+            tokens=tokens,
+            frames=frames,
+            steps=steps,
+            prompt_tokens=prompt_tokens[:, :tokens].clone(),
+            embedding=embedding.clone(),
+        )
+        if graphs is not None:
+            graphs.after_build(self, prefix)
         return prefix
 
     def _check_prefix_request(self, prompt_tokens, prompt_feat, embedding, tokens: int) -> int:
@@ -292,10 +310,14 @@ class Flow(nn.Module):
                 )
         minimum = 1 if finalize else config.pre_lookahead_len + 1
         if tokens.shape[1] < minimum:
-            why = "" if finalize else f" (the last {config.pre_lookahead_len} of an unfinished chunk are look-ahead only)"
+            why = (
+                "" if finalize else f" (the last {config.pre_lookahead_len} of an unfinished chunk are look-ahead only)"
+            )
             raise FlowInputError(f"tokens has {tokens.shape[1]} ids; at least {minimum} are needed{why}")
         if prompt_feat.dim() != 3 or prompt_feat.shape[0] != 1 or prompt_feat.shape[2] != config.output_size:
-            raise FlowInputError(f"prompt_feat must have shape (1, frames, {config.output_size}), got {tuple(prompt_feat.shape)}")
+            raise FlowInputError(
+                f"prompt_feat must have shape (1, frames, {config.output_size}), got {tuple(prompt_feat.shape)}"
+            )
         if embedding.dim() != 2 or embedding.shape != (1, config.spk_embed_dim):
             raise FlowInputError(f"embedding must have shape (1, {config.spk_embed_dim}), got {tuple(embedding.shape)}")
         frames = self.output_frames(prompt_tokens.shape[1], tokens.shape[1], finalize)

@@ -4,6 +4,7 @@ CosyVoice3 uses it as its whole token front-end (80 -> 1024 -> 80); the CosyVoic
 encoder uses the same layer inside (512 -> 512 -> 512). Upstream:
 ``cosyvoice/transformer/upsample_encoder.py::PreLookaheadLayer``.
 """
+
 from __future__ import annotations
 
 import torch

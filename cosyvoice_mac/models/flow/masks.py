@@ -3,6 +3,7 @@
 Streaming inference re-runs the flow on a growing prefix; frames already emitted stay the same
 because every attention is chunk-causal: a frame sees its own chunk and everything before it.
 """
+
 from __future__ import annotations
 
 import torch

@@ -11,15 +11,15 @@ the full computation (tests/test_flow_prefix.py and the reference's first stream
 A prefix is valid only while it ends on the chunk grid and at least the look-ahead (3 tokens) of
 prompt follows it, so no later token can reach it; :meth:`Flow.build_prefix` checks both.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from cosyvoice_mac.models.flow.graphs import PrefixGraphs
 
 
 @dataclass
@@ -42,11 +42,13 @@ class StepState:
         """``keys, values (B, H, Tn, d)`` of the new frames -> the same with the prefix's in front (dim 2)."""
         slot = id(owner)
         if self.recording:
-            kept = (keys, values) if self.keep is None else (z[:, :, :self.keep].clone() for z in (keys, values))
+            kept = (keys, values) if self.keep is None else (z[:, :, : self.keep].clone() for z in (keys, values))
             self.tensors[(slot, "k")], self.tensors[(slot, "v")] = kept
             return keys, values
-        return (torch.cat([self.tensors[(slot, "k")], keys], dim=2),
-                torch.cat([self.tensors[(slot, "v")], values], dim=2))
+        return (
+            torch.cat([self.tensors[(slot, "k")], keys], dim=2),
+            torch.cat([self.tensors[(slot, "v")], values], dim=2),
+        )
 
     def left_padded(self, owner: nn.Module, x: torch.Tensor, frames: int) -> torch.Tensor:
         """``x (B, C, T)`` with ``frames`` frames of left context: zeros at the sequence start, else the prefix's."""
@@ -54,14 +56,14 @@ class StepState:
         if self.recording:
             padded = F.pad(x, (frames, 0))
             end = padded.shape[-1] - frames if self.keep is None else self.keep  # the context of frame `end`
-            window = padded[..., end:end + frames]
+            window = padded[..., end : end + frames]
             self.tensors[slot] = window if self.keep is None else window.clone()  # a copy frees the call's rest
             return padded
         return torch.cat([self.tensors[slot], x], dim=-1)
 
     def branch(self, index: int) -> "StepState":
         """A recorded state's view of one CFG branch (batch row ``index``): views, not copies."""
-        return StepState(self.frames, False, {key: t[index:index + 1] for key, t in self.tensors.items()})
+        return StepState(self.frames, False, {key: t[index : index + 1] for key, t in self.tensors.items()})
 
     def join(self, branches: list["StepState"]) -> None:
         """Store states the CFG branches recorded separately as this state's batch, in branch order."""
@@ -88,7 +90,7 @@ class FlowPrefix:
     steps: list[StepState]
     prompt_tokens: torch.Tensor  # (1, tokens) the ids it covers
     embedding: torch.Tensor  # (1, 192) the raw speaker vector it was made with
-    graphs: PrefixGraphs = field(default_factory=PrefixGraphs)
+    graphs: Any = None  # on CUDA: its PrefixGraphs (models/cuda/flow_prefix_graphs.py), made on first use
 
     def matches(self, prompt_tokens: torch.Tensor, embedding: torch.Tensor) -> bool:
         """True if this prefix was made from the start of ``prompt_tokens`` with ``embedding``."""

@@ -7,6 +7,7 @@ Every conv is causal, so with chunk-causal attention (streaming) a frame never s
 Upstream: ``cosyvoice/flow/decoder.py`` on Matcha-TTS ``models/components/{decoder,transformer}.py``
 (diffusers attention). Parameter names follow the official ``flow.pt`` keys under ``decoder.estimator.``.
 """
+
 from __future__ import annotations
 
 import math
@@ -87,7 +88,10 @@ class TimestepEmbedding(nn.Module):
 
 
 class CausalConv1d(nn.Conv1d):
-    """A stride-1 Conv1d left-padded by ``kernel_size - 1``: frame t sees frames t-k+1..t. ``(B, C, T) -> (B, C', T)``."""
+    """A stride-1 Conv1d left-padded by ``kernel_size - 1``: frame t sees frames t-k+1..t.
+
+    ``(B, C, T) -> (B, C', T)``.
+    """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int):
         super().__init__(in_channels, out_channels, kernel_size)
@@ -136,8 +140,9 @@ class CausalResnetBlock1D(nn.Module):
         self.block2 = CausalBlock1D(dim_out, dim_out)
         self.res_conv = nn.Conv1d(dim, dim_out, 1)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, time: torch.Tensor,
-                state: StepState | None = None) -> torch.Tensor:
+    def forward(
+        self, x: torch.Tensor, mask: torch.Tensor, time: torch.Tensor, state: StepState | None = None
+    ) -> torch.Tensor:
         """``x (B, C, T)``, ``mask (B, 1, T)``, ``time (B, time_dim)`` -> ``(B, C', T)``."""
         h = self.block1(x, mask, state) + self.mlp(time).unsqueeze(-1)
         h = self.block2(h, mask, state)

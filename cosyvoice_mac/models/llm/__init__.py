@@ -1,4 +1,5 @@
 """CosyVoice2/3 speech language model: Qwen2 backbone, speech-token decoding and sampling."""
+
 from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model

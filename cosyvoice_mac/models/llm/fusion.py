@@ -8,6 +8,7 @@ A module that replaced a fused ``nn.Linear`` (16-bit storage, a quantizer) keeps
 its state dict holds a floating ``weight`` (and ``bias``) of the fused shape; any other key under
 the fused name is passed through untouched.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -37,7 +38,11 @@ def fuse_official_keys(module: nn.Module, fused: str, parts: Sequence[tuple[str,
                 continue
             pieces = [state_dict.pop(key) for key in keys]
             target = getattr(getattr(module, fused), kind, None)
-            if isinstance(target, torch.Tensor) and target.is_meta and not local_metadata.get("assign_to_params_buffers"):
+            if (
+                isinstance(target, torch.Tensor)
+                and target.is_meta
+                and not local_metadata.get("assign_to_params_buffers")
+            ):
                 pieces = [piece.to("meta") for piece in pieces]  # a key/shape check: copying into meta is a no-op
             state_dict[f"{prefix}{fused}.{kind}"] = torch.cat(pieces, dim=0)
 

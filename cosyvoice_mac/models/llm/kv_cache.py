@@ -3,6 +3,7 @@
 Both are allocated once and never resized by a decoding step, so a step reads and writes fixed
 addresses (what a CUDA graph replays) and its next position is a device tensor, advanced in place.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -90,7 +91,7 @@ class RotaryTable:
     def _build(self, length: int, device: torch.device, dtype: torch.dtype) -> None:
         # Ordinary (not inference-mode) tensors: the table is reused by later calls in any mode.
         exponent = torch.arange(0, self.head_dim, 2, dtype=torch.int64).float() / self.head_dim
-        inv_freq = 1.0 / (self.theta ** exponent)
+        inv_freq = 1.0 / (self.theta**exponent)
         positions = torch.arange(length, dtype=torch.int64).float()
         freqs = positions[:, None] * inv_freq[None, :]
         angles = torch.cat((freqs, freqs), dim=-1)

@@ -10,30 +10,25 @@ gate/up are one matrix each (the checkpoint keeps the official keys, see ``fusio
 ``F.rms_norm`` (one fused kernel on CUDA and MPS; one ATen call on the CPU), RoPE rotates q and k
 together in place, and one ``index_copy_`` per layer writes both keys and values: 15 operations a
 layer (``tests/test_decode_step.py`` holds the budget). The one-position step is written flat with 2-D
-activations (:func:`decode_layer`); the general ``forward`` serves the prefill.
+activations (``decode_step.decode_layer``); the general ``forward`` serves the prefill.
 """
+
 from __future__ import annotations
 
 import functools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from cosyvoice_mac.config import ConfigError
-from cosyvoice_mac.models.llm import eager_kernels
+from cosyvoice_mac.models.llm.decode_step import Attend, LayerPlan, StepPlan, added_projection, decode_layer, projection
 from cosyvoice_mac.models.llm.fusion import fuse_official_keys
 from cosyvoice_mac.models.llm.kv_cache import RotaryTable, StaticKVCache, apply_rope
-
-# (queries, keys, values, bias or None) -> attended: one decoded position's attention (see decode_layer)
-Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, "torch.Tensor | None"], torch.Tensor]
-# (x, weight) -> RMSNorm of x over its last dimension, eps bound (see eager_kernels.norm_with)
-Norm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+from cosyvoice_mac.models.llm.step_kernels import PLAIN, StepKernels, norm_with
 
 
 @dataclass
@@ -86,8 +81,15 @@ class Qwen2Config:
         if data.get("use_sliding_window"):
             raise ConfigError(f"{path}: use_sliding_window=true is not supported")
         names = (
-            "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "rms_norm_eps", "rope_theta", "vocab_size", "max_position_embeddings",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "rms_norm_eps",
+            "rope_theta",
+            "vocab_size",
+            "max_position_embeddings",
         )
         missing = [name for name in names if name not in data]
         if missing:
@@ -202,92 +204,26 @@ class Qwen2DecoderLayer(nn.Module):
         x = x + self.self_attn(self.input_layernorm(x), rows, start, layer, cache)
         return x + self.mlp(self.post_attention_layernorm(x))
 
-    def step_plan(self, attend: Attend = F.scaled_dot_product_attention, opaque: bool = False) -> LayerPlan:
-        """What :func:`decode_layer` needs of this layer, looked up once per request; ``attend`` computes the
-        one position's attention (SDPA, or :func:`attend_by_products`); ``opaque``: projections and norms as
-        :mod:`eager_kernels` operations (a step that torch.compile fuses rounds as eager does)."""
+    def step_plan(self, attend: Attend = F.scaled_dot_product_attention, kernels: StepKernels = PLAIN) -> LayerPlan:
+        """What ``decode_step.decode_layer`` needs of this layer, looked up once per request; ``attend`` computes the
+        one position's attention; ``kernels``: the step's projections, norms and SiLU * up (``step_kernels``)."""
         attention, mlp = self.self_attn, self.mlp
-        project = functools.partial(projection, opaque=opaque)
-        add = functools.partial(added_projection, opaque=opaque)
-        return LayerPlan(eager_kernels.norm_with(self.input_layernorm.eps, opaque), self.input_layernorm.weight,
-                         project(attention.qkv_proj), add(attention.o_proj), self.post_attention_layernorm.weight,
-                         project(mlp.gate_up_proj), add(mlp.down_proj),
-                         attention.num_heads, attention.num_kv_heads, attention.head_dim, attend,
-                         eager_kernels.silu_mul if opaque else eager_kernels.plain_silu_mul)
-
-
-def projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``module`` as a callable: a plain, hook-free ``nn.Linear`` becomes ``F.linear`` (``opaque``: the
-    :mod:`eager_kernels` one) bound to its weights (half the CPU overhead of a module call); anything else (a
-    16-bit-stored or quantised replacement, a hooked layer) is called as the module it is."""
-    hooked = module._forward_hooks or module._forward_pre_hooks or _global_forward_hooks or _global_forward_pre_hooks
-    if type(module) is nn.Linear and not hooked:
-        return functools.partial(eager_kernels.linear if opaque else F.linear, weight=module.weight, bias=module.bias)
-    return module
-
-
-def added_projection(module: nn.Module, opaque: bool = False) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """``(x (1, in), residual (1, out)) -> residual + module(x)``; for a plain, hook-free, bias-free ``nn.Linear`` one
-    ``addmm_`` that adds into ``residual`` in place (one kernel, not two: bench/README.md, "Session 10"), so the
-    caller must own it; ``opaque`` as for :func:`projection`."""
-    linear = projection(module, opaque)
-    if isinstance(linear, functools.partial) and linear.keywords["bias"] is None:
-        weight = linear.keywords["weight"]
-        added = eager_kernels.linear_added if opaque else eager_kernels.plain_linear_added
-        return functools.partial(added, weight=weight)
-    return lambda x, residual: residual + linear(x)
-
-
-class LayerPlan(NamedTuple):
-    """One decoder layer's weights and projections as plain fields (no module lookups per step)."""
-
-    norm: Norm
-    input_norm: torch.Tensor
-    qkv_proj: Callable[[torch.Tensor], torch.Tensor]
-    o_proj: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, residual) -> residual + o_proj(x)
-    post_norm: torch.Tensor
-    gate_up_proj: Callable[[torch.Tensor], torch.Tensor]
-    down_proj: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (x, residual) -> residual + down_proj(x)
-    heads: int
-    kv_heads: int
-    head_dim: int
-    attend: Attend
-    silu_mul: Callable[[torch.Tensor], torch.Tensor]  # gate_up (1, 2I) -> SiLU(gate) * up (1, I)
-
-
-def attend_by_products(queries: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, bias: torch.Tensor | None):
-    """One position's attention as two batched products and a softmax (what SDPA means, written out).
-
-    queries (1, KVH, G, hd): the G query heads sharing each KV head; keys, values (1, KVH, S, hd); bias (1, S) or
-    None -> (1, KVH, G, hd). For CUDA at float32, where SDPA's only kernel (memory-efficient attention, 64-query
-    tiles) runs one thread block per KV head here: 30 us a layer on an H200, 0.71 of a token's 1.83 ms of GPU time.
-    """
-    scores = torch.matmul(queries * queries.shape[-1] ** -0.5, keys.transpose(-1, -2))
-    if bias is not None:
-        scores = scores + bias
-    return torch.matmul(scores.softmax(dim=-1), values)
-
-
-def decode_layer(plan: LayerPlan, x, rows, positions, layer: int, cache: StaticKVCache, span: int, bias):
-    """One position x (1, D) at ``positions`` (1,) through one layer -> (1, D); 13 operations (the residual adds
-    ride on their projections, into x itself where they can: the caller owns x).
-
-    Written flat (batch 1, 2-D activations, no module attribute lookups) because at this size the
-    Python around the operations costs as much as they do. Attends to cache slots ``0..span-1``;
-    ``bias`` (1, span) is added to the scores (-inf on slots not yet written), or None when
-    ``span`` is exactly the filled length. The query heads that share a KV head are laid out as
-    that head's "query rows", so K/V are never repeated; ``plan.attend`` attends (SDPA, or
-    :func:`attend_by_products` where the runner picks it).
-    """
-    heads, kv_heads, head_dim = plan.heads, plan.kv_heads, plan.head_dim
-    qkv = plan.qkv_proj(plan.norm(x, plan.input_norm)).view(1, -1, head_dim)
-    apply_rope(qkv.narrow(1, 0, heads + kv_heads), *rows)
-    cache.store(layer, positions, qkv.narrow(1, heads, 2 * kv_heads).view(2, 1, kv_heads, 1, head_dim))
-    keys, values = cache.span(layer, span)
-    queries = qkv.narrow(1, 0, heads).view(1, kv_heads, -1, head_dim)
-    attended = plan.attend(queries, keys, values, bias)
-    x = plan.o_proj(attended.reshape(1, -1), x)  # reshape: CUDA's fp32 kernel may return it non-contiguous
-    return plan.down_proj(plan.silu_mul(plan.gate_up_proj(plan.norm(x, plan.post_norm))), x)
+        project = functools.partial(projection, kernels=kernels)
+        add = functools.partial(added_projection, kernels=kernels)
+        return LayerPlan(
+            norm_with(self.input_layernorm.eps, kernels),
+            self.input_layernorm.weight,
+            project(attention.qkv_proj),
+            add(attention.o_proj),
+            self.post_attention_layernorm.weight,
+            project(mlp.gate_up_proj),
+            add(mlp.down_proj),
+            attention.num_heads,
+            attention.num_kv_heads,
+            attention.head_dim,
+            attend,
+            kernels.silu_mul,
+        )
 
 
 class Qwen2Model(nn.Module):
@@ -335,16 +271,21 @@ class Qwen2Model(nn.Module):
             cache.position.fill_(cache.length)
         return self.norm(hidden)
 
-    def step_plan(self, attend: Attend = F.scaled_dot_product_attention, opaque: bool = False) -> StepPlan:
+    def step_plan(self, attend: Attend = F.scaled_dot_product_attention, kernels: StepKernels = PLAIN) -> StepPlan:
         """Every layer's :class:`LayerPlan` and the final norm: build one per request (weights may move between
-        requests); ``attend`` and ``opaque`` as for :meth:`Qwen2DecoderLayer.step_plan` (opaque: SDPA too)."""
-        if opaque and attend is F.scaled_dot_product_attention:
-            attend = eager_kernels.attention
-        return StepPlan([layer.step_plan(attend, opaque) for layer in self.layers],
-                        eager_kernels.norm_with(self.norm.eps, opaque))
+        requests); ``attend`` and ``kernels`` as for :meth:`Qwen2DecoderLayer.step_plan` (SDPA by ``kernels``)."""
+        if attend is F.scaled_dot_product_attention:
+            attend = kernels.attention
+        return StepPlan([layer.step_plan(attend, kernels) for layer in self.layers], norm_with(self.norm.eps, kernels))
 
-    def decode(self, embed: torch.Tensor, cache: StaticKVCache, span: int, bias: torch.Tensor | None = None,
-               plan: StepPlan | None = None):
+    def decode(
+        self,
+        embed: torch.Tensor,
+        cache: StaticKVCache,
+        span: int,
+        bias: torch.Tensor | None = None,
+        plan: StepPlan | None = None,
+    ):
         """One decoding step (batch 1): embed (1, D) at ``cache.position`` -> final-norm hidden (1, D).
 
         Attends to cache slots ``0..span-1`` (``bias`` masks the unwritten ones) and advances
@@ -359,10 +300,3 @@ class Qwen2Model(nn.Module):
             hidden = decode_layer(layer_plan, hidden, rows, positions, index, cache, span, bias)
         positions.add_(1)
         return plan.norm(hidden, self.norm.weight)
-
-
-class StepPlan(NamedTuple):
-    """A decoding step's :class:`LayerPlan` per layer and the final norm (:meth:`Qwen2Model.step_plan`)."""
-
-    layers: list[LayerPlan]
-    norm: Norm

@@ -6,6 +6,7 @@ recent window. It always runs on the CPU in float32 with its own seeded ``torch.
 request is reproducible on every device and independent of the global RNG. The random draw is a
 replaceable function ``draw(probs_1d, kind) -> index`` so tests can replay recorded draws.
 """
+
 from __future__ import annotations
 
 from typing import Callable, Sequence
@@ -85,7 +86,7 @@ class RasSampler:
         sorted_probs, sorted_ids = probs.sort(descending=True, stable=True)
         count = self.nucleus_size(sorted_probs)
         token = int(sorted_ids[self.draw(sorted_probs[:count], NUCLEUS)])
-        window = list(history[-self.win_size:])
+        window = list(history[-self.win_size :])
         if window.count(token) >= self.win_size * self.tau_r:
             scores[token] = float("-inf")
             token = self.draw(torch.softmax(scores, dim=0), FULL)

@@ -6,6 +6,7 @@ the other four are causal k3 (left padding). Upstream runs the causal predictor 
 source phase integrates f0 and streaming consistency depends on it; we do the same on the CPU and
 use float32 on any other device (MPS has no float64).
 """
+
 from __future__ import annotations
 
 import torch

@@ -12,6 +12,7 @@ Pipeline: mel -> f0 (Hz per frame) -> harmonic source (1 sample per output sampl
 source (n_fft 16, hop 4) fused at every upsampling stage of the mel decoder -> magnitude/phase ->
 iSTFT -> clamp to +-0.99.
 """
+
 from __future__ import annotations
 
 import math
@@ -24,9 +25,8 @@ from torch import nn
 
 from ...checkpoint import load_checkpoint, load_strict
 from ...config import ConfigError, read_yaml_config, tag_name
-from ...device import conv_length_limit
+from ...device import conv_length_limit, is_cuda
 from .f0 import F0Predictor
-from .graphs import StreamedCallGraphs
 from .layers import CausalUpsample, PaddedConv1d, ResBlock, causal_padding
 from .source import FixedUniformSourceNoise, GaussianSourceNoise, HarmonicSource, SourceNoise
 from .stft import ConvSTFT
@@ -91,8 +91,11 @@ class HiFTConfig:
         values = {key: node[key] for key in known if key in node and key != "causal"}
         istft = node.get("istft_params") or {}
         values.update({key: istft[key] for key in ("n_fft", "hop_len") if key in istft})
-        for ours, theirs in (("f0_in_channels", "in_channels"), ("f0_cond_channels", "cond_channels"),
-                             ("f0_num_class", "num_class")):
+        for ours, theirs in (
+            ("f0_in_channels", "in_channels"),
+            ("f0_cond_channels", "cond_channels"),
+            ("f0_num_class", "num_class"),
+        ):
             if theirs in predictor:
                 values[ours] = predictor[theirs]
         for key in ("upsample_rates", "upsample_kernel_sizes", "resblock_kernel_sizes", "source_resblock_kernel_sizes"):
@@ -173,7 +176,7 @@ class HiFT(nn.Module):
         # The source STFT (hop 4 after the last upsampling) is brought down to each stage's rate.
         self.source_downs = nn.ModuleList()
         self.source_resblocks = nn.ModuleList()
-        downsample_rates = [math.prod(config.upsample_rates[i + 1:]) for i in range(stages)]
+        downsample_rates = [math.prod(config.upsample_rates[i + 1 :]) for i in range(stages)]
         for i, (rate, kernel, dilations) in enumerate(
             zip(downsample_rates, config.source_resblock_kernel_sizes, config.source_resblock_dilation_sizes)
         ):
@@ -194,17 +197,28 @@ class HiFT(nn.Module):
         post_padding = (causal_padding(7), 0) if causal else (3, 3)
         self.conv_post = PaddedConv1d(channels[-1], bins2, 7, padding=post_padding)
         self.stft = ConvSTFT(config.n_fft, config.hop_len)
-        self.default_noise: SourceNoise = FixedUniformSourceNoise() if causal else GaussianSourceNoise(
-            harmonics=config.nb_harmonics + 1
+        self.default_noise: SourceNoise = (
+            FixedUniformSourceNoise() if causal else GaussianSourceNoise(harmonics=config.nb_harmonics + 1)
         )
         # "auto": the device's limit (MPS: 65536); an int forces windows (tests on the CPU); None: one shot.
         self.conv_limit: int | None | str = "auto"
-        self.streamed_graphs = StreamedCallGraphs()  # CUDA: CosyVoice3's streamed calls replayed as graphs
+        self.streamed_graphs = None  # CUDA: CosyVoice3's streamed calls replayed as graphs (see _cuda_graphs)
 
     def _apply(self, fn, *args, **kwargs):
-        if hasattr(self, "streamed_graphs"):  # moved or cast: the graphs would read the old weights' memory
+        if getattr(self, "streamed_graphs", None) is not None:  # moved or cast: the graphs would read freed memory
             self.streamed_graphs.clear()
         return super()._apply(fn, *args, **kwargs)
+
+    def _cuda_graphs(self, device: torch.device):
+        """Where ``device`` is CUDA, the streamed calls' graphs (``models/cuda/vocoder_graphs.py``), made on first use;
+        else None. Imported here only: the CPU, MPS and MLX never load the CUDA tuning."""
+        if not is_cuda(device):
+            return None
+        if self.streamed_graphs is None:
+            from cosyvoice_mac.models.cuda.vocoder_graphs import StreamedCallGraphs
+
+            self.streamed_graphs = StreamedCallGraphs()
+        return self.streamed_graphs
 
     @property
     def decoder_lookahead(self) -> int:
@@ -234,7 +248,7 @@ class HiFT(nn.Module):
         the decoder windows it needs (CosyVoice3 streaming: no re-vocoding of what was already sent).
         Under a conv length limit (:attr:`conv_limit`) the decoder runs in bounded windows.
         Tensors come back on the module's device; on CUDA CosyVoice3's streamed calls replay as graphs
-        (:mod:`.graphs`).
+        (``models/cuda/vocoder_graphs.py``).
         """
         parameter = self.conv_pre.weight
         if parameter.dtype != torch.float32:
@@ -246,12 +260,14 @@ class HiFT(nn.Module):
             and fixed_noise is not None
             and noise in (None, fixed_noise)
             and cache_source is None
-            and self.streamed_graphs.wanted(parameter.device)
+            and (graphs := self._cuda_graphs(parameter.device)) is not None
+            and graphs.wanted(parameter.device)
         ):
+
             def call(static_mel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
                 return self._vocode(static_mel, False, None, fixed_noise, first_frame)
 
-            return self.streamed_graphs.run(self, call, mel, first_frame, lambda: fixed_noise.device_copy)
+            return graphs.run(self, call, mel, first_frame, lambda: fixed_noise.device_copy)
         return self._vocode(mel, finalize, cache_source, noise, first_frame)
 
     def _vocode(self, mel, finalize: bool, cache_source, noise: SourceNoise | None, first_frame: int) -> tuple:
@@ -272,12 +288,14 @@ class HiFT(nn.Module):
         pieces = []
         for window in windows:
             last = window.stop == frames
-            wave = self.decode(mel[:, :, window.start:window.stop],
-                               source[:, :, (window.start - source_start) * step:(window.stop - source_start) * step],
-                               finalize=finalize if last else True)
-            pieces.append(wave[:, (window.keep_start - window.start) * step:(window.keep_stop - window.start) * step])
+            wave = self.decode(
+                mel[:, :, window.start : window.stop],
+                source[:, :, (window.start - source_start) * step : (window.stop - source_start) * step],
+                finalize=finalize if last else True,
+            )
+            pieces.append(wave[:, (window.keep_start - window.start) * step : (window.keep_stop - window.start) * step])
         wave = pieces[0] if len(pieces) == 1 else torch.cat(pieces, dim=1)
-        return wave, source[:, :, (first_frame - source_start) * step:]
+        return wave, source[:, :, (first_frame - source_start) * step :]
 
     def active_conv_limit(self) -> int | None:
         """The longest conv time axis allowed now: :attr:`conv_limit`, or the device's policy when "auto"."""

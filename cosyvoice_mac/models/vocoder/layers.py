@@ -3,6 +3,7 @@
 Module and parameter names follow the official ``hift.pt`` (after weight-norm folding), so a state
 dict loads strictly: ``convs1.0.weight``, ``activations1.0.alpha``, ...
 """
+
 from __future__ import annotations
 
 import torch

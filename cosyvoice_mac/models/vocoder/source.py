@@ -10,6 +10,7 @@ to the vocoder's device (:meth:`SourceNoise.on_device`; the fixed buffer keeps a
 Upstream's random initial phase never reaches the output (it is added to sample 0, which the
 frame-rate downsampling never reads), so no initial phase is drawn or accepted here.
 """
+
 from __future__ import annotations
 
 import math
@@ -213,13 +214,13 @@ class HarmonicSource(nn.Module):
         if self.nearest_phase:  # each frame's phase repeated (expanded: repeat_interleave may sync on CUDA)
             phase = phase[:, :, first_frame:, None].expand(-1, -1, -1, step).contiguous().flatten(2)
         else:  # linear interpolation reads neighbouring frames: interpolate all, then keep the tail
-            phase = F.interpolate(phase, scale_factor=float(step), mode="linear")[:, :, first_frame * step:]
+            phase = F.interpolate(phase, scale_factor=float(step), mode="linear")[:, :, first_frame * step :]
         f0, frames = f0[:, first_frame:], f0.shape[-1] - first_frame
         excitation = phase.sin_().mul_(self.sine_amp).unflatten(-1, (frames, step))  # (1, H, T, step)
 
         voiced = (f0.to(device, torch.float32) > self.voiced_threshold)[:, None, :, None]  # (1, 1, T, 1)
         noise_amp = torch.where(voiced, self.noise_std, self.sine_amp / 3).to(torch.float32)
-        unit_noise = unit_noise[:, :, first_frame * step:].unflatten(-1, (frames, step))
+        unit_noise = unit_noise[:, :, first_frame * step :].unflatten(-1, (frames, step))
         excitation.mul_(voiced).addcmul_(unit_noise, noise_amp)  # sines on voiced frames + noise
         # Upstream's layout (1, L, H) over the same memory; a GEMM, far faster than a 1x1 conv here.
         merged = self.l_linear(excitation.flatten(2).transpose(1, 2))

@@ -10,6 +10,7 @@ into the discrete Fourier basis:
 * synthesis: ``conv_transpose1d`` with the inverse-DFT basis times the window (overlap-add), divided by
   the overlap-added squared window, then n_fft/2 samples trimmed at each end, as ``torch.istft`` does.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -75,4 +76,4 @@ class ConvSTFT(nn.Module):
         envelope = F.conv_transpose1d(ones, self.squared_window, stride=self.hop_length)
         end = overlap_added.shape[-1] - half
         # Trim before dividing: the envelope is zero at the very first sample.
-        return (overlap_added[:, 0, half:end] / envelope[:, 0, half:end])
+        return overlap_added[:, 0, half:end] / envelope[:, 0, half:end]

@@ -9,6 +9,7 @@ with ``left``/``right`` frames of context and keeping only their middles therefo
 output to float rounding, for the causal CosyVoice3 vocoder and the non-causal CosyVoice2 one alike;
 no cross-fade is involved. :func:`context_frames` derives the context from the modules themselves.
 """
+
 from __future__ import annotations
 
 import math
@@ -68,8 +69,7 @@ def context_frames(hift) -> tuple[int, int]:
     post_left, post_right = _conv_extent(hift.conv_post, stft_rate)
     # The STFT reflects n_fft/2 samples at a window's edges; the iSTFT overlap-adds n_fft samples.
     edges = 2 * config.n_fft / (config.hop_len * stft_rate)
-    return (math.ceil(left + post_left + edges) + SAFETY_FRAMES,
-            math.ceil(right + post_right + edges) + SAFETY_FRAMES)
+    return (math.ceil(left + post_left + edges) + SAFETY_FRAMES, math.ceil(right + post_right + edges) + SAFETY_FRAMES)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """CUDA graphs of a new voice's streaming flow work, shared by every voice: its prefix build and its first chunk.
 
-``graphs.py`` keeps a voice's first-chunk graph with that voice's prefix (it reads the prefix's tensors),
+``flow_prefix_graphs.py`` keeps a voice's first-chunk graph with that voice's prefix (it reads the prefix's tensors),
 so every new voice builds its prefix eagerly (10 Euler steps of ~1 000 launches each over the prompt's
 frames) and then captures its own first chunk: host-bound work that made a new voice's first audio
 3-4x a known one's on an H200. Here both are graphs keyed by the prefix's LENGTH alone (a bucket: the
@@ -30,7 +30,7 @@ from collections import OrderedDict
 import torch
 
 from cosyvoice_mac.device import cuda_graphs_on, try_cuda_capture, weights_signature
-from cosyvoice_mac.models.flow.graphs import SamplerGraph
+from cosyvoice_mac.models.cuda.flow_prefix_graphs import SamplerGraph
 from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
 
 log = logging.getLogger(__name__)
@@ -150,8 +150,9 @@ class SharedFlowGraphs:
         graph = entry.chunks.get(frames)
         if graph is None:
             graph = self._capture(
-                lambda: SamplerGraph(decoder, decoder.start_noise(mu, entry.build.slots), mu, mask, spks, cond,
-                                     entry.build.slots),
+                lambda: SamplerGraph(
+                    decoder, decoder.start_noise(mu, entry.build.slots), mu, mask, spks, cond, entry.build.slots
+                ),
                 mu.device,
             )
             if graph is None:

@@ -20,7 +20,7 @@ import math
 
 import torch
 
-from cosyvoice_mac.models.llm import triton_kernels
+from cosyvoice_mac.models.cuda import triton_kernels
 from cosyvoice_mac.models.llm.sampling import RasSampler
 
 TOKEN, OFFSET, EMITTED, STEP, MIN_LEN = range(5)  # slots of DeviceRas.vector

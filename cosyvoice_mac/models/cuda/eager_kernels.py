@@ -11,17 +11,17 @@ is a Triton kernel that rounds as ATen's two do, ``triton_kernels``) and fuses o
 work between them (RoPE, the cache write, the sampler's pick), which its ``emulate_precision_casts``
 setting rounds as eager does. Measured at fp16: every piece of a layer bit-equal to eager's, and 250
 sampled tokens equal to eager decoding's (bench/README.md, "Session 10"). The decoding runner uses these
-where its step is compiled at 16 bits (``DecodeOptions.eager_rounding``); elsewhere the plain functions run.
+(:data:`EAGER_ROUNDING`) where its step is compiled at 16 bits (``DecodeOptions.eager_rounding``); elsewhere
+``step_kernels.PLAIN`` runs.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.models.llm import triton_kernels
+from cosyvoice_mac.models.cuda import triton_kernels
+from cosyvoice_mac.models.llm.step_kernels import StepKernels
 
 
 @torch.library.custom_op(
@@ -43,7 +43,7 @@ def _linear_shape(x, weight, bias):
     schema="(Tensor x, Tensor(a!) residual, Tensor weight) -> ()",
 )
 def add_linear_(x, residual, weight):
-    """residual += x @ weight.T in place, as ``addmm_`` (see :func:`plain_linear_added`), not opened by inductor."""
+    """residual += x @ weight.T in place, as ``addmm_`` (``step_kernels.plain_linear_added``), unopened by inductor."""
     residual.addmm_(x, weight.t())
 
 
@@ -53,15 +53,9 @@ def _add_linear_shape(x, residual, weight):
 
 
 def linear_added(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """:func:`plain_linear_added` through the opaque :func:`add_linear_`."""
+    """``step_kernels.plain_linear_added`` through the opaque :func:`add_linear_`."""
     add_linear_(x, residual, weight)
     return residual
-
-
-def plain_linear_added(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-    """residual (N, out) += x (N, in) @ weight (out, in).T, in place, and returned: one ``addmm_``, whose epilogue adds
-    (out of place ATen first copies the residual into the output: another kernel)."""
-    return residual.addmm_(x, weight.t())
 
 
 @torch.library.custom_op(
@@ -75,15 +69,6 @@ def rms_norm(x, weight, eps):
 @rms_norm.register_fake
 def _rms_norm_shape(x, weight, eps):
     return torch.empty_like(x)
-
-
-def plain_rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return torch.rms_norm(x, weight.shape, weight, eps)
-
-
-def norm_with(eps: float, opaque: bool):
-    """(x, weight) -> RMSNorm of x with ``eps``: the opaque operation or the plain function."""
-    return functools.partial(rms_norm if opaque else plain_rms_norm, eps=eps)
 
 
 @torch.library.custom_op("cosyvoice_mac::silu", mutates_args=(), schema="(Tensor x) -> Tensor")
@@ -114,18 +99,12 @@ def _attention_shape(queries, keys, values, bias):
 
 
 def silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """:func:`plain_silu_mul` that inductor does not open: one Triton kernel on CUDA (ATen's rounding, see
+    """``step_kernels.plain_silu_mul`` that inductor does not open: one Triton kernel on CUDA (ATen's rounding, see
     :mod:`triton_kernels`), elsewhere the opaque :func:`silu` times up."""
     if triton_kernels.silu_mul_fits(gate_up):
         return triton_kernels.silu_mul(gate_up)
     gate, up = gate_up.chunk(2, dim=-1)
     return silu(gate) * up
-
-
-def plain_silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
-    """gate_up (N, 2I) -> SiLU(gate) * up (N, I): the MLP's gate, gate and up its halves."""
-    gate, up = gate_up.chunk(2, dim=-1)
-    return F.silu(gate) * up
 
 
 @torch.library.custom_op("cosyvoice_mac::float_log_softmax", mutates_args=(), schema="(Tensor logits) -> Tensor")
@@ -139,5 +118,12 @@ def _float_log_softmax_shape(logits):
     return torch.empty_like(logits, dtype=torch.float32)
 
 
-def plain_float_log_softmax(logits: torch.Tensor) -> torch.Tensor:
-    return logits.float().log_softmax(dim=-1)
+# The step that keeps eager's rounding under torch.compile (``DecodeOptions.eager_rounding``).
+EAGER_ROUNDING = StepKernels(
+    linear=linear,
+    linear_added=linear_added,
+    rms_norm=rms_norm,
+    attention=attention,
+    silu_mul=silu_mul,
+    log_softmax=float_log_softmax,
+)

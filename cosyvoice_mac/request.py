@@ -250,7 +250,7 @@ class Request(SpeechRequest):
         instruct = _stripped(instruct)
         if mode is None:
             mode = "instruct" if instruct else "zero_shot" if transcript else "cross_lingual"
-        check_mode_texts(mode, transcript, instruct)  # before the other rules: the mode asked for is the news
+        check_mode_texts(mode, transcript, instruct)  # a mode asked for that cannot be is said before other rules
         voice = replace(voice, transcript=transcript if mode == "zero_shot" else None)
         return cls(
             text=text,

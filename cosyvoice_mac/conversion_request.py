@@ -1,8 +1,9 @@
 """One voice conversion, checked once where it enters (page, CLI, API, Python), trusted everywhere below.
 
 ``ConversionRequest.build(source, voice, ...)`` is the door: a ``Recording`` to re-speak and the target
-``Voice`` (``request.py``'s), with the speed and post-processing rules and limits ``request.py`` owns; this
-module adds only what a conversion is (a source recording, no text). Torch-free (numpy only).
+``Voice`` (``request.py``'s). What every job shares (the voice, speed, streaming, post-processing and their
+rules) is ``request.SpeechRequest``; this module adds only what a conversion is (a source recording, no
+text). Torch-free (numpy only).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.request import PostSettings, Voice, check_speed
+from cosyvoice_mac.request import PostSettings, SpeechRequest, Voice
 
 VOICE_CONVERSION = "voice_conversion"  # the mode of a ConversionRequest (no text: a recording is re-spoken)
 
@@ -59,27 +60,17 @@ class Recording:
 
 
 @dataclass(frozen=True, eq=False)
-class ConversionRequest:
+class ConversionRequest(SpeechRequest):
     """A valid voice conversion: ``source`` re-spoken in ``voice`` (a saved voice, a prompt recording or the
-    backend's own voice), its words and timing kept; no text, no transcript, no instruction, no seed.
+    backend's own voice), its words and timing kept; no text, no transcript, no instruction.
 
     The same input gives the same output: the flow starts from its fixed noise and the vocoder's excitation is
     fixed (CosyVoice3) or seeded with ``seed`` 0 (CosyVoice2). ``speed`` stretches the result (1.0 keeps the
-    source's timing); ``post`` trims or normalises the finished audio as for any output. Fields named as
-    ``Request``'s, so a job, its sidecar and its result read either.
+    source's timing); ``post`` trims or normalises the finished audio as for any output. ``voice``, ``speed``,
+    ``stream`` and ``post`` are ``SpeechRequest``'s (keyword-only).
     """
 
     source: Recording
-    voice: Voice
-    speed: float = 1.0
-    stream: bool = False
-    post: PostSettings = PostSettings()
-
-    mode = VOICE_CONVERSION
-    text = ""  # nothing is read: the source's words are kept
-    instruct = None
-    transcript = None
-    seed = 0  # the only randomness (CosyVoice2's vocoder excitation) is seeded with it
 
     def __post_init__(self) -> None:
         self.validate()
@@ -115,28 +106,33 @@ class ConversionRequest:
             post=PostSettings() if post is None else post,
         )
 
+    @property
+    def mode(self) -> str:
+        return VOICE_CONVERSION
+
+    @property
+    def text(self) -> str:
+        """Nothing is read: the source's words are kept."""
+        return ""
+
+    @property
+    def transcript(self) -> None:
+        """No prompt transcript is read either (the voice's is dropped at the door)."""
+        return None
+
+    @property
+    def seed(self) -> int:
+        """The only randomness (CosyVoice2's vocoder excitation) is seeded with 0: the same input, the same output."""
+        return 0
+
     def validate(self) -> None:
-        """Raise RequestError naming the field ("source", "voice", "speed", "post"); these rules live here only."""
+        """Raise RequestError naming the field ("source", then ``SpeechRequest``'s "voice", "speed", "post")."""
         if not isinstance(self.source, Recording):
             raise RequestError("source", "source_needed", "the recording to convert must be a Recording")
         self.source.validate()
-        if not isinstance(self.voice, Voice):
-            raise RequestError("voice", "voice_error", f"the voice must be a Voice, not {type(self.voice).__name__}")
-        self.voice.validate()
-        check_speed(self.speed, self.stream)
-        if not isinstance(self.post, PostSettings):
-            raise RequestError(
-                "post", "post_invalid", f"post-processing must be PostSettings, not {type(self.post).__name__}"
-            )
-        self.post.validate()
+        self.check_voice()
+        self.check_delivery()
 
     def facts(self) -> dict:
         """What the sidecar records about the request (the runtime adds the source's hash and duration)."""
-        return {
-            "text": "",
-            "mode": VOICE_CONVERSION,
-            "source": self.source.name,
-            "voice": self.voice.describe(),
-            "speed": self.speed,
-            "stream": self.stream,
-        }
+        return {"text": self.text, "mode": self.mode, "source": self.source.name, **self.delivery_facts()}

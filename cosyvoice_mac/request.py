@@ -6,8 +6,9 @@ transcript and the instruction, picks the seed once (and records it), and checks
 page, the engine, the worker, the pipeline and the preview voice all read the same numbers. A ``Request``
 built by hand is checked the same way (``__post_init__`` calls ``validate()``).
 
-The limits every request shares live here (a voice conversion, ``conversion_request.py``, reads them from
-here). Torch-free (numpy only): the page and the CLI build requests without loading a model.
+What every job shares, synthesis or voice conversion (``conversion_request.py``), is ``SpeechRequest``: the
+voice, the speed, streaming and post-processing, with their rules, written once here. Torch-free (numpy
+only): the page and the CLI build requests without loading a model.
 """
 
 from __future__ import annotations
@@ -158,23 +159,54 @@ class Voice:
         return self.saved
 
 
+@dataclass(frozen=True, eq=False, kw_only=True)
+class SpeechRequest:
+    """What every job asks for, whether it reads a text (``Request``) or re-speaks a recording
+    (``conversion_request.ConversionRequest``): the ``voice`` that speaks, the ``speed``, whether it is
+    streamed, and what is done to the finished audio (``post``). Their rules are written here once; each kind
+    adds its own fields and rules, and answers ``mode``, ``text``, ``transcript`` and ``seed``, which a job, its
+    result and its sidecar read of either kind. Keyword-only, so each kind keeps its own fields first.
+    """
+
+    voice: Voice
+    speed: float = 1.0
+    stream: bool = False
+    post: PostSettings = PostSettings()
+
+    def check_voice(self) -> None:
+        """Raise RequestError ("voice") unless the voice is one valid Voice."""
+        if not isinstance(self.voice, Voice):
+            raise RequestError("voice", "voice_error", f"the voice must be a Voice, not {type(self.voice).__name__}")
+        self.voice.validate()
+
+    def check_delivery(self) -> None:
+        """Raise RequestError ("speed" or "post") unless the speed and the post-processing are valid."""
+        check_speed(self.speed, self.stream)
+        if not isinstance(self.post, PostSettings):
+            raise RequestError(
+                "post", "post_invalid", f"post-processing must be PostSettings, not {type(self.post).__name__}"
+            )
+        self.post.validate()
+
+    def delivery_facts(self) -> dict:
+        """What every sidecar records of the shared fields (plain JSON values)."""
+        return {"voice": self.voice.describe(), "speed": self.speed, "stream": self.stream}
+
+
 @dataclass(frozen=True, eq=False)
-class Request:
+class Request(SpeechRequest):
     """A valid request: every field already stripped, decided and checked (see the module docstring).
 
     ``mode`` is "zero_shot" (the voice's transcript is read with the text), "cross_lingual" (the text
     only) or "instruct" (``instruct`` steers the style); ``seed`` is the one the audio was sampled with.
     ``typed_text`` is what the user typed where ``text`` is the glossary's rewrite of it (``spoken_as``).
+    ``voice``, ``speed``, ``stream`` and ``post`` are ``SpeechRequest``'s (keyword-only).
     """
 
     text: str
-    voice: Voice
     mode: str
     instruct: str | None = None
     seed: int = 0
-    speed: float = 1.0
-    stream: bool = False
-    post: PostSettings = PostSettings()
     typed_text: str | None = None
 
     def __post_init__(self) -> None:
@@ -218,15 +250,7 @@ class Request:
         instruct = _stripped(instruct)
         if mode is None:
             mode = "instruct" if instruct else "zero_shot" if transcript else "cross_lingual"
-        elif mode == "zero_shot" and not transcript:
-            raise RequestError(
-                "transcript",
-                "transcript_needed",
-                "zero-shot mode needs the prompt's transcript; "
-                "type what the recording says, or pick cross-lingual mode",
-            )
-        elif mode == "instruct" and not instruct:
-            raise RequestError("mode", "instruct_needed", "instruct mode needs an instruction, e.g. 'speak sadly'")
+        check_mode_texts(mode, transcript, instruct)  # a mode asked for that cannot be is said before other rules
         voice = replace(voice, transcript=transcript if mode == "zero_shot" else None)
         return cls(
             text=text,
@@ -252,15 +276,10 @@ class Request:
                 "text_unspeakable",
                 "the text has nothing to speak (only punctuation, symbols or emoji); type some words",
             )
-        if not isinstance(self.voice, Voice):
-            raise RequestError("voice", "voice_error", f"the voice must be a Voice, not {type(self.voice).__name__}")
-        self.voice.validate()
+        self.check_voice()
         if self.mode not in MODES:
             raise RequestError("mode", "mode_unknown", f"unknown mode {self.mode!r}; use one of {', '.join(MODES)}")
-        if self.mode == "zero_shot" and not _stripped(self.voice.transcript):
-            raise RequestError("transcript", "transcript_needed", "zero-shot mode needs the prompt's transcript")
-        if self.mode == "instruct" and not _stripped(self.instruct):
-            raise RequestError("mode", "instruct_needed", "instruct mode needs an instruction, e.g. 'speak sadly'")
+        check_mode_texts(self.mode, self.voice.transcript, self.instruct)
         if self.instruct is not None:
             _check_string("instruct", "the instruction", self.instruct, MAX_INSTRUCT_CHARS)
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
@@ -270,12 +289,7 @@ class Request:
                 f"seed {self.seed!r} must be a whole number from 0 to {MAX_SEED}",
                 limit=MAX_SEED,
             )
-        check_speed(self.speed, self.stream)
-        if not isinstance(self.post, PostSettings):
-            raise RequestError(
-                "post", "post_invalid", f"post-processing must be PostSettings, not {type(self.post).__name__}"
-            )
-        self.post.validate()
+        self.check_delivery()
 
     @property
     def transcript(self) -> str | None:
@@ -289,11 +303,23 @@ class Request:
             "mode": self.mode,
             "instruct": self.instruct,
             "prompt_text": self.transcript,
-            "voice": self.voice.describe(),
             "seed": self.seed,
-            "speed": self.speed,
-            "stream": self.stream,
+            **self.delivery_facts(),
         }
+
+
+def check_mode_texts(mode: str, transcript, instruct) -> None:
+    """What a mode needs besides the text, the one place it is written (``Request.build`` asks it of the mode
+    asked for, ``validate`` of every Request): zero-shot reads the prompt's transcript, instruct an instruction.
+    Blank strings count as missing."""
+    if mode == "zero_shot" and not _stripped(transcript):
+        raise RequestError(
+            "transcript",
+            "transcript_needed",
+            "zero-shot mode needs the prompt's transcript; type what the recording says, or pick cross-lingual mode",
+        )
+    if mode == "instruct" and not _stripped(instruct):
+        raise RequestError("mode", "instruct_needed", "instruct mode needs an instruction, e.g. 'speak sadly'")
 
 
 def check_speed(speed, stream: bool) -> None:

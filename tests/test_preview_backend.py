@@ -187,3 +187,15 @@ def test_chinese_without_espeak_says_what_to_install(high_speaker, monkeypatch):
     voice = PreviewVoice()
     with pytest.raises(SynthesisError, match="espeak-ng"):
         voice.synthesize("你好，世界。", speaker=high_speaker)
+
+
+def test_a_prompt_too_short_or_too_long_is_refused_by_the_one_length_rule(voice, make_speech, tmp_path):
+    """The preview voice measures the speech Silero keeps and judges it by ``limits.prompt_length_problem``
+    with no tail (nothing is appended to a WORLD prompt): under 1 s too short, over 30 s too long."""
+    speech, rate = soundfile.read(make_speech("Hi."), dtype="float32")
+    short = tmp_path / "short.wav"
+    soundfile.write(short, speech[: int(0.5 * rate)], rate)
+    with pytest.raises(SynthesisError, match="a voice prompt needs at least 1 s"):
+        voice.prepare_prompt(short)
+    with pytest.raises(SynthesisError, match="the model takes at most 30 s"):
+        voice.prepare_prompt(make_speech("This recording goes on and on and on.", seconds=35.0))

@@ -10,8 +10,9 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.frontend import prompt_audio
+from cosyvoice_mac.sound.limits import prompt_length_problem
 from cosyvoice_mac.sound.problems import AudioInputError
-from cosyvoice_mac.sound.prompt_check import inspect_prompt
+from cosyvoice_mac.sound.prompt_check import inspect_prompt, judge_samples
 
 
 def test_the_page_check_stays_torch_free():
@@ -124,3 +125,48 @@ def test_an_upload_that_is_gone_is_called_gone_not_not_audio(tmp_path):
     from cosyvoice_mac.webui.render import render_prompt_check
 
     assert "no longer on the server" in render_prompt_check("en", check)
+
+
+def _tone_between_silences(rate: int, sound_s: float) -> np.ndarray:
+    """``sound_s`` of a 220 Hz tone with half a second of silence on each side: the trim keeps about the tone."""
+    silence = np.zeros(rate // 2, np.float32)
+    tone = 0.3 * np.sin(2 * np.pi * 220 * np.arange(round(sound_s * rate)) / rate)
+    return np.concatenate([silence, tone.astype(np.float32), silence])
+
+
+def _worker_verdict(samples: np.ndarray, rate: int, at: int):
+    try:
+        prompt_audio.decode_prompt(samples, rate).at(at)
+    except AudioInputError as refused:
+        return refused.problem, refused.details["limit"]
+    return None
+
+
+@pytest.mark.parametrize("sound_s", [0.5, 0.97, 0.985, 1.0, 1.03, 5.0, 29.75, 29.78, 29.8, 29.82, 29.9, 30.5])
+def test_the_page_and_the_worker_give_one_verdict_on_one_prompt(sound_s):
+    """The page's early check and the worker judge a prompt's length by one rule (``limits.prompt_length_problem``)
+    on the speech the same trim keeps, so near either limit they agree: too short, fine, or too long."""
+    samples = _tone_between_silences(16000, sound_s)
+    page = judge_samples(samples, 16000, "p.wav")
+    said = None if page.ok else (page.problem, page.details["limit"])
+    assert said == _worker_verdict(samples, 16000, 16000)
+    assert said == prompt_length_problem(page.speech_seconds)
+
+
+@pytest.mark.parametrize("sound_s", [0.5, 1.2, 29.5, 30.2])
+def test_the_verdict_holds_at_the_rates_a_prompt_is_read_at(sound_s):
+    """Away from the limits by more than a trim frame, a 48 kHz upload gets the worker's verdict at 16 and 24 kHz."""
+    samples = _tone_between_silences(48000, sound_s)
+    page = judge_samples(samples, 48000, "p.wav")
+    said = None if page.ok else (page.problem, page.details["limit"])
+    assert said == _worker_verdict(samples, 48000, 16000)
+    worker_24k = _worker_verdict(samples, 48000, 24000)
+    assert said == (worker_24k if worker_24k is None else (worker_24k[0], pytest.approx(worker_24k[1])))
+
+
+def test_the_length_rule():
+    assert prompt_length_problem(0.99) == ("too_short", 1.0) and prompt_length_problem(1.0) is None
+    assert prompt_length_problem(29.8) is None and prompt_length_problem(29.81) == ("too_long", pytest.approx(29.8))
+    assert prompt_length_problem(29.9, tail_seconds=0.0) is None  # nothing appended: the whole 30 s is speech
+    assert prompt_length_problem(0.2, min_seconds=None) is None
+    assert prompt_length_problem(99.0, max_seconds=None) is None

@@ -24,7 +24,7 @@ PACKAGE = "cosyvoice_mac"
 
 # The house, bottom to top: a room may import its own layer and the layers below, never above.
 LAYERS = (
-    ("errors", "paths", "wire"),  # facts every layer may know
+    ("errors", "paths", "wire", "heap"),  # facts every layer may know (and the C heap's trim)
     # torch-free rules (device: torch's door)
     ("config", "checkpoint", "device", "versions", "request", "conversion_request", "sound"),
     ("models", "mlx"),  # the networks

@@ -20,7 +20,16 @@ from cosyvoice_mac.api.errors import ApiError
 from cosyvoice_mac.api.origin_guard import is_loopback
 from cosyvoice_mac.wire import KEY_VARIABLE
 
-__all__ = ["ApiAccess", "is_loopback", "keys_match"]
+__all__ = ["ApiAccess", "bearer_key", "is_loopback", "keys_match"]
+
+
+def bearer_key(authorization: str | None) -> str | None:
+    """The key an ``Authorization: Bearer <key>`` header holds (the scheme in any case, the key stripped), or
+    None when the header is missing, names another scheme or holds no key. ``/v1`` and the key lock read it so."""
+    scheme, _, given = (authorization or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return given.strip() or None
 
 
 def keys_match(given: str, expected: str) -> bool:
@@ -78,10 +87,10 @@ class ApiAccess:
                 f"so the API is off; restart it with --api-key KEY (or set {KEY_VARIABLE})",
                 code="api_key_not_configured",
             )
-        scheme, _, given = request.headers.get("authorization", "").partition(" ")
-        if scheme.lower() != "bearer" or not given:
+        given = bearer_key(request.headers.get("authorization"))
+        if given is None:
             raise ApiError(
                 401, "this API needs a key: send the header 'Authorization: Bearer <key>'", code="missing_api_key"
             )
-        if not keys_match(given.strip(), self.api_key):
+        if not keys_match(given, self.api_key):
             raise ApiError(401, "the API key is not the one this server was started with", code="invalid_api_key")

@@ -72,6 +72,18 @@ def bad_request(message: str, code: str, param: str | None = None) -> ApiError:
     return ApiError(400, message, code=code, param=param)
 
 
+def too_large_sentence(what: str, limit_bytes: int) -> str:
+    """Every 413's sentence (a /v1 upload, a request body, a Gradio event's body, the key form): ``what`` was
+    over the limit, and the limit (in MB, or KB below one MB), so the client knows how small to make it."""
+    unit, size = ("MB", 1 << 20) if limit_bytes >= 1 << 20 else ("KB", 1 << 10)
+    return f"{what} is larger than the limit of {limit_bytes / size:g} {unit}"
+
+
+def too_large(what: str, limit_bytes: int, param: str | None = None) -> ApiError:
+    """The 413 in OpenAI's shape (code ``too_large``), said by ``too_large_sentence``."""
+    return ApiError(413, too_large_sentence(what, limit_bytes), code="too_large", param=param)
+
+
 RESTART_RETRY_AFTER_S = 5  # a new model process is loading: about as long as a model that loads (model_loading)
 UNAVAILABLE_RETRY_AFTER_S = 30
 # Whose fault a failed job is (engine.messages.Fault) -> the HTTP status and code every /v1 answer gives it.

@@ -23,7 +23,8 @@ import hmac
 import html
 from urllib.parse import parse_qs
 
-from cosyvoice_mac.api.auth import keys_match
+from cosyvoice_mac.api.auth import bearer_key, keys_match
+from cosyvoice_mac.api.errors import too_large_sentence
 
 API_PREFIX = "/v1"
 LOGIN_PATH = "/key-login"
@@ -60,8 +61,8 @@ class KeyLock:
         await _answer(send, 401, NEEDS_KEY, "text/plain", [(b"www-authenticate", b'Bearer realm="cosyvoice-mac"')])
 
     def _holds_key(self, scope, headers: dict[str, str]) -> bool:
-        scheme, _, given = headers.get("authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and given.strip() and keys_match(given.strip(), self.api_key):
+        given = bearer_key(headers.get("authorization"))
+        if given is not None and keys_match(given, self.api_key):
             return True
         cookie = _cookies(headers.get("cookie", "")).get(cookie_name(scope))
         return cookie is not None and keys_match(cookie, self.cookie_value)
@@ -74,7 +75,7 @@ class KeyLock:
             message = await receive()
             body += message.get("body", b"")
             if len(body) > MAX_LOGIN_BODY:
-                return await _answer(send, 413, "the login form is larger than a key", "text/plain")
+                return await _answer(send, 413, too_large_sentence("the login form", MAX_LOGIN_BODY), "text/plain")
             if not message.get("more_body"):
                 break
         fields = parse_qs(body.decode("utf-8", "replace"))

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
-from cosyvoice_mac.api.errors import RESTART_RETRY_AFTER_S, ApiError, bad_request, job_failure
+from cosyvoice_mac.api.errors import RESTART_RETRY_AFTER_S, ApiError, bad_request, job_failure, too_large
 from cosyvoice_mac.engine.jobs import JobFailed
 from cosyvoice_mac.engine.messages import Failed
 from cosyvoice_mac.errors import CosyVoiceError, InputError, RequestError
@@ -290,12 +290,7 @@ async def _receive_sources(uploads: list[UploadFile], folder: Path, limit: int) 
         with path.open("wb") as handle:
             await asyncio.to_thread(shutil.copyfileobj, upload.file, handle, 1 << 20)
         if path.stat().st_size > limit:
-            raise ApiError(
-                413,
-                f"{given} is larger than {limit >> 20} MB, the limit of one recording",
-                code="too_large",
-                param="audio",
-            )
+            raise too_large(f"the recording {given}", limit, param="audio")
         paths.append(path)
     return paths
 
@@ -303,7 +298,7 @@ async def _receive_sources(uploads: list[UploadFile], folder: Path, limit: int) 
 async def _read(upload: UploadFile) -> bytes:
     data = await upload.read(MAX_TEXT_FILE_BYTES + 1)
     if len(data) > MAX_TEXT_FILE_BYTES:
-        raise ApiError(413, f"the file is larger than {MAX_TEXT_FILE_BYTES >> 20} MB", code="too_large", param="file")
+        raise too_large("the file", MAX_TEXT_FILE_BYTES, param="file")
     return data
 
 

@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
-from cosyvoice_mac.api.errors import ApiError, bad_request
+from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
 from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
 from cosyvoice_mac.wire import (
@@ -229,7 +229,7 @@ async def _receive_upload(upload: UploadFile, limit: int, prefix: str) -> tuple[
         with path.open("wb") as handle:
             await asyncio.to_thread(shutil.copyfileobj, upload.file, handle, 1 << 20)
         if path.stat().st_size > limit:
-            raise _too_large(limit)
+            raise too_large("the upload", limit)
     except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
         raise
@@ -335,7 +335,3 @@ def saved_headers(output_path: str | None, output_error: str | None) -> dict[str
     reason = output_error or "the result was not saved"
     quoted = reason.encode("ascii", "backslashreplace").decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
     return {SAVED_HEADER: "false", WARNING_HEADER: f'199 - "not saved: {quoted}"'}
-
-
-def _too_large(limit: int) -> ApiError:
-    return ApiError(413, f"the upload is larger than the limit of {limit // (1 << 20)} MB", code="too_large")

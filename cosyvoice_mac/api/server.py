@@ -21,7 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.convert_routes import build_convert_router
 from cosyvoice_mac.api.engine_link import EngineLink
-from cosyvoice_mac.api.errors import ApiError, install_error_handlers
+from cosyvoice_mac.api.errors import ApiError, install_error_handlers, too_large, too_large_sentence
 from cosyvoice_mac.api.gradio_api import PUBLIC_ENDPOINTS
 from cosyvoice_mac.api.key_lock import KeyLock
 from cosyvoice_mac.api.longform_routes import BATCH_PATH, build_longform_router
@@ -60,7 +60,7 @@ class BodyLimit:
             limit = max(limit, MAX_BATCH_UPLOAD_BYTES)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
-            response = ApiError(413, _too_large_message(limit), code="too_large").response()
+            response = too_large("the request body", limit).response()
             return await response(scope, receive, send)
         received = 0
 
@@ -70,7 +70,7 @@ class BodyLimit:
             if message.get("type") == "http.request":
                 received += len(message.get("body", b""))
                 if received > limit:
-                    raise StarletteHTTPException(413, _too_large_message(limit))
+                    raise StarletteHTTPException(413, too_large_sentence("the request body", limit))
             return message
 
         await self.app(scope, limited_receive, send)
@@ -92,10 +92,6 @@ class PublicGradioCalls:
                 ).response()
                 return await response(scope, receive, send)
         return await self.app(scope, receive, send)
-
-
-def _too_large_message(limit: int) -> str:
-    return f"the request body is larger than the limit of {limit / (1 << 20):g} MB"
 
 
 def build_server_app(page, link: EngineLink, settings: ApiSettings, origin_policy=None, **gradio_options) -> FastAPI:

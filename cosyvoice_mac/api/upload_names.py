@@ -18,6 +18,8 @@ import os
 from pathlib import Path, PurePosixPath
 from urllib.parse import quote
 
+from cosyvoice_mac.api.errors import too_large_sentence
+
 UPLOAD_ROUTE = "/gradio_api/upload"
 FILE_ROUTE = "/gradio_api/file="
 GRADIO_PREFIX = "/gradio_api/"
@@ -174,7 +176,7 @@ def _replay(first: dict, receive):
 
 
 async def _too_large(send) -> None:
-    body = f"the request body is larger than {MAX_JSON_BODY >> 20} MB".encode()
+    body = too_large_sentence("the request body", MAX_JSON_BODY).encode()
     headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": body})

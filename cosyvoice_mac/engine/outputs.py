@@ -1,4 +1,4 @@
-"""Saving finished audio: ``outputs/YYYYmmdd-HHMMSS-<short id>.wav`` plus a JSON sidecar.
+"""Saving finished audio: ``outputs/YYYYmmdd-HHMMSS-<short id>.wav`` plus a JSON sidecar (``sidecar.Sidecar``).
 
 Both files are written atomically (temporary file in the same folder, fsync, rename), the facts of
 the job are also stored in the WAV's LIST/INFO chunk (ICMT holds them as JSON), and the WAV is put in
@@ -9,19 +9,17 @@ each other and a half-written WAV is never visible.
 from __future__ import annotations
 
 import errno
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac.engine.sidecar import Sidecar
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.sound.wav import wav_bytes
 
-SOFTWARE = "cosyvoice-mac"
 SHORT_ID_CHARS = 8
-TITLE_CHARS = 200
 MAX_NAME_ATTEMPTS = 999  # <stem>.wav, <stem>-2.wav, ... when a name is taken
 
 # errno -> (what happened, what to do about it)
@@ -64,7 +62,7 @@ def write_output(
     Raises OutputWriteError (disk full, read-only folder, ...) with a message for the user.
     """
     folder = Path(outputs_dir)
-    created = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() if now is None else now))
+    now = time.time() if now is None else now
     stem = output_stem(job_id, now)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -73,19 +71,13 @@ def write_output(
             sidecar_path = wav_path.with_suffix(".json")
             if sidecar_path.exists():
                 continue
-            sidecar = {
-                "file": wav_path.name,
-                "created": created,
-                "sample_rate": sample_rate,
-                "duration_s": round(len(audio) / sample_rate, 3),
-                **facts,
-            }
+            sidecar = Sidecar.new(wav_path.name, len(audio), sample_rate, facts, now)
             try:
-                atomic_write(wav_path, wav_bytes(audio, sample_rate, _info(facts, created, sidecar)), replace=False)
+                atomic_write(wav_path, wav_bytes(audio, sample_rate, sidecar.wav_info()), replace=False)
             except FileExistsError:
                 continue
             try:
-                atomic_write(sidecar_path, json.dumps(sidecar, ensure_ascii=False, indent=2, sort_keys=True).encode())
+                atomic_write(sidecar_path, sidecar.json_bytes())
             except OSError:
                 _remove_quietly(wav_path)
                 raise
@@ -93,16 +85,6 @@ def write_output(
         raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder}")
     except OSError as error:
         raise explain_write_error(error, folder) from error
-
-
-def _info(facts: dict, created: str, sidecar: dict) -> dict:
-    """The WAV's LIST/INFO chunk: title, software, date, and the sidecar itself as JSON."""
-    return {
-        "INAM": str(facts.get("text", ""))[:TITLE_CHARS],
-        "ISFT": f"{SOFTWARE} ({facts.get('model', 'unknown model')})",
-        "ICRD": created,
-        "ICMT": json.dumps(sidecar, ensure_ascii=False, sort_keys=True),
-    }
 
 
 def _remove_quietly(path: Path) -> None:

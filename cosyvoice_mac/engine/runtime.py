@@ -6,11 +6,9 @@ its sidecar is ``job_output.py``. Imported only by the worker (it imports torch 
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import importlib
 import re
-import sys
 import time
 import traceback
 from dataclasses import replace
@@ -40,6 +38,7 @@ from cosyvoice_mac.engine.messages import (
 from cosyvoice_mac.engine.prompt_source import PromptSource
 from cosyvoice_mac.errors import CosyVoiceError, InputError
 from cosyvoice_mac.frontend.glossary import RequestGlossary, glossary_store
+from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request, Voice
@@ -94,11 +93,7 @@ def release_memory(*devices: torch.device) -> None:
             device_policy.empty_cache(device)
         except Exception:  # hygiene must never fail a job (e.g. a device whose runtime is gone)
             pass
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
+    return_freed_heap()
 
 
 class Attempt(NamedTuple):

@@ -37,6 +37,7 @@ from cosyvoice_mac.sound.limits import (
     TRIM_FRAME_LENGTH,
     TRIM_HOP_LENGTH,
     TRIM_TOP_DB,
+    prompt_length_problem,
 )
 from cosyvoice_mac.sound.problems import AudioInputError
 from cosyvoice_mac.sound.read import check_resampleable, check_source_rate, read_audio
@@ -125,11 +126,12 @@ class DecodedPrompt:
             wave = wave[:, round(start_s * sample_rate) : round(end_s * sample_rate)]
         speech_seconds = wave.shape[-1] / sample_rate
         tail = round(TAIL_SECONDS * sample_rate) if normalize else 0
-        if min_seconds is not None and speech_seconds < min_seconds:
-            raise AudioInputError("too_short", name=self.name, speech=speech_seconds, limit=min_seconds)
-        if max_seconds is not None and (wave.shape[-1] + tail) / sample_rate > max_seconds:
-            limit = max_seconds - tail / sample_rate
-            raise AudioInputError("too_long", name=self.name, speech=speech_seconds, limit=limit)
+        verdict = prompt_length_problem(
+            speech_seconds, tail / sample_rate, min_seconds=min_seconds, max_seconds=max_seconds
+        )
+        if verdict is not None:
+            problem, limit = verdict
+            raise AudioInputError(problem, name=self.name, speech=speech_seconds, limit=limit)
         if normalize:
             peak = wave.abs().max()
             if peak > NORMALIZED_PEAK:

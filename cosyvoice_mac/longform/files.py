@@ -16,6 +16,7 @@ import numpy as np
 
 from cosyvoice_mac.engine.jobs import new_job_id
 from cosyvoice_mac.engine.outputs import explain_write_error
+from cosyvoice_mac.engine.sidecar import Sidecar
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.sound.wav import wav_bytes
 
@@ -43,11 +44,11 @@ class ResultFiles:
             self.not_saved = reason
 
     def wav(self, path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list[Path]:
-        """A WAV and its JSON sidecar (the facts, also in the WAV's ICMT); the paths they were written to."""
-        sidecar = {"file": path.name, "sample_rate": sample_rate, "duration_s": round(len(audio) / sample_rate, 3)}
-        sidecar.update(facts)
-        wav = self._put(path, wav_bytes(audio, sample_rate, {"ICMT": json.dumps(sidecar, ensure_ascii=False)}))
-        return [wav, self.json(path.with_suffix(".json"), sidecar, indent=2)]
+        """A WAV and its sidecar (``engine.sidecar``: the facts, also in the WAV's INFO chunk); the paths they
+        were written to."""
+        sidecar = Sidecar.new(path.name, len(audio), sample_rate, facts)
+        wav = self._put(path, wav_bytes(audio, sample_rate, sidecar.wav_info()))
+        return [wav, self._put(path.with_suffix(".json"), sidecar.json_bytes())]
 
     def json(self, path: Path, data: dict, indent: int = 1) -> Path:
         return self._put(path, json.dumps(data, ensure_ascii=False, indent=indent).encode("utf-8"))

@@ -69,15 +69,6 @@ def _drop_file_pages(tensor: torch.Tensor) -> None:
         libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
-def return_freed_heap() -> None:
-    """Give the C heap's free pages back to the OS (glibc keeps the float32 temporaries' pages otherwise)."""
-    if sys.platform == "linux":
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):  # not glibc (musl): nothing to do
-            pass
-
-
 def _libc():
     if sys.platform not in ("linux", "darwin"):
         return None

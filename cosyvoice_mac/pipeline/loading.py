@@ -27,12 +27,13 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.device import text_embedding_on_host
+from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.models.flow import Flow, FlowConfig
 from cosyvoice_mac.models.flow.dit import RotaryEmbedding
 from cosyvoice_mac.models.llm import Qwen2Config, SpeechLM, SpeechLMConfig
 from cosyvoice_mac.models.llm.qwen2 import Qwen2RMSNorm
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig
-from cosyvoice_mac.pipeline.assign import Converter, assign_checkpoint, convert_own_tensors, return_freed_heap
+from cosyvoice_mac.pipeline.assign import Converter, assign_checkpoint, convert_own_tensors
 from cosyvoice_mac.pipeline.fullsize import QWEN2_0_5B
 from cosyvoice_mac.pipeline.model_dir import BLANK_EN, ModelFolder
 from cosyvoice_mac.pipeline.precision import (

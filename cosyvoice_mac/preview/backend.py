@@ -31,7 +31,7 @@ from cosyvoice_mac.preview.labels import PREVIEW, PREVIEW_NOTE
 from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
 from cosyvoice_mac.preview.piper_tts import PiperSpeaker
 from cosyvoice_mac.request import Request
-from cosyvoice_mac.sound.limits import MAX_SECONDS, MIN_SECONDS
+from cosyvoice_mac.sound.limits import prompt_length_problem
 from cosyvoice_mac.sound.problems import AudioInputError, sentence
 
 CONVERSION_VERSION = 1  # part of model_id: bump when the statistics layout or the conversion changes
@@ -146,10 +146,10 @@ class PreviewVoice(BackendBase):
         samples = vad.trim_silence(clip.wave[0].numpy(), clip.sample_rate)
         seconds = len(samples) / clip.sample_rate
         speech = {"name": "the prompt", "speech": seconds}  # measured after Silero's trim, said as the check says it
-        if seconds < MIN_SECONDS:
-            raise SynthesisError(sentence("too_short", {**speech, "limit": MIN_SECONDS}), field="prompt_audio")
-        if seconds > MAX_SECONDS:
-            raise SynthesisError(sentence("too_long", {**speech, "limit": MAX_SECONDS}), field="prompt_audio")
+        verdict = prompt_length_problem(seconds, tail_seconds=0.0)  # nothing is appended to a WORLD prompt
+        if verdict is not None:
+            problem, limit = verdict
+            raise SynthesisError(sentence(problem, {**speech, "limit": limit}), field="prompt_audio")
         try:
             stats = world_convert.voice_stats(world_convert.analyse(samples, clip.sample_rate), clip.source_sample_rate)
         except world_convert.ConversionError as error:

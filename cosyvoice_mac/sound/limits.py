@@ -24,6 +24,26 @@ TRIM_HOP_LENGTH = 220
 NORMALIZED_PEAK = 0.8
 TAIL_SECONDS = 0.2  # silence appended after trimming; it counts toward MAX_SECONDS
 
+
+def prompt_length_problem(
+    speech_seconds: float,
+    tail_seconds: float = TAIL_SECONDS,
+    *,
+    min_seconds: float | None = MIN_SECONDS,
+    max_seconds: float | None = MAX_SECONDS,
+) -> tuple[str, float] | None:
+    """The length verdict on a voice prompt, the one rule the worker (``frontend.prompt_audio``) enforces and the
+    page, the API and the CLI (``sound.prompt_check``) answer early with: ``("too_short", limit)`` when less than
+    ``min_seconds`` of speech is kept, ``("too_long", limit)`` when the speech and the silent tail appended
+    after it pass ``max_seconds`` (the limit quoted is then the speech that fits), else None. A limit of
+    None is off."""
+    if min_seconds is not None and speech_seconds < min_seconds:
+        return "too_short", min_seconds
+    if max_seconds is not None and speech_seconds + tail_seconds > max_seconds:
+        return "too_long", max_seconds - tail_seconds
+    return None
+
+
 # Containers libsndfile cannot read; only a platform decoder (Core Audio, ffmpeg, GStreamer) can.
 PLATFORM_DECODER_SUFFIXES = frozenset({".m4a", ".mp4", ".aac", ".m4b", ".alac", ".wma", ".webm", ".amr", ".3gp"})
 # What counts as an audio file where a folder or a set of uploads is sorted (a batch of recordings to convert):

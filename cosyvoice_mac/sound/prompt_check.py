@@ -17,14 +17,12 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.sound.limits import (
-    MAX_SECONDS,
-    MIN_SECONDS,
     SILENT_PEAK,
-    TAIL_SECONDS,
     TOKENIZER_SAMPLE_RATE,
     TRIM_FRAME_LENGTH,
     TRIM_HOP_LENGTH,
     TRIM_TOP_DB,
+    prompt_length_problem,
 )
 from cosyvoice_mac.sound.problems import AudioInputError, sentence
 from cosyvoice_mac.sound.read import check_source_rate, read_audio
@@ -85,10 +83,10 @@ def judge_samples(samples: np.ndarray, rate: int, name: str) -> PromptCheck:
         return PromptCheck(seconds=seconds, speech_seconds=0.0, problem="silent", details=details)
     speech = speech_seconds(samples, rate)
     details = {**details, "seconds": seconds, "speech": speech}
-    if speech + TAIL_SECONDS > MAX_SECONDS:
-        return PromptCheck(seconds, speech, "too_long", {**details, "limit": MAX_SECONDS - TAIL_SECONDS})
-    if speech < MIN_SECONDS:
-        return PromptCheck(seconds, speech, "too_short", {**details, "limit": MIN_SECONDS})
+    verdict = prompt_length_problem(speech)  # the worker's rule, on the speech its trimming keeps
+    if verdict is not None:
+        problem, limit = verdict
+        return PromptCheck(seconds, speech, problem, {**details, "limit": limit})
     return PromptCheck(seconds, speech, None, details)
 
 

@@ -18,6 +18,7 @@ from typing import Iterator
 import gradio as gr
 
 from cosyvoice_mac.download import MODELS, DownloadError, announced_size, download_model
+from cosyvoice_mac.webui.render import size_text
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
@@ -123,25 +124,18 @@ class Downloads:
 def progress_html(lang: str, job: DownloadJob, progress: dict) -> str:
     """A <progress> bar and "1.2 GB of 5.0 GB, 12 MB/s, about 5 min left (from Hugging Face)"."""
     done, total = progress["done"], progress["total"]
-    words = [say(lang, "dl_bytes", done=_size(done), total=_size(total) if total else "?")]
+    words = [say(lang, "dl_bytes", done=size_text(done), total=size_text(total) if total else "?")]
     if progress["speed"]:
-        words.append(say(lang, "dl_speed", speed=_size(progress["speed"])))
+        words.append(say(lang, "dl_speed", speed=size_text(progress["speed"])))
     if progress["left"] is not None:
         words.append(say(lang, "dl_left", minutes=int(progress["left"] // 60), seconds=int(progress["left"] % 60)))
     if job.source:
         words.append(say(lang, f"dl_from_{job.source}"))
     if progress["resumed"]:
-        words.append(say(lang, "dl_resumed", done=_size(progress["resumed"])))
+        words.append(say(lang, "dl_resumed", done=size_text(progress["resumed"])))
     bar = f'<progress id="cv-dl-progress" value="{done}" max="{total or 0}"></progress>' if total else ""
     name = html.escape(MODELS[job.version].folder)
     return f"<div><b>{name}</b> {bar} <span id='cv-dl-words'>{html.escape(', '.join(words))}</span></div>"
-
-
-def _size(count: float) -> str:
-    for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{int(count)} B"
 
 
 class DownloadCallbacks:
@@ -190,7 +184,7 @@ def button_label(lang: str, version: str, downloads: "Downloads", size: int | No
     """ "Download Fun-CosyVoice3-0.5B (5.2 GB)": the size once the hub has said it."""
     label = say(lang, "dl_button", name=MODELS[version].folder)
     size = size if size is not None else downloads.known_size(version)
-    return f"{label} ({_size(size)})" if size else label
+    return f"{label} ({size_text(size)})" if size else label
 
 
 def wire_download_panel(controls: dict, callbacks, language, panel, page) -> None:

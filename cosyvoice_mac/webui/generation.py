@@ -6,11 +6,9 @@ Problems with the input come back as text for the Markdown next to the field, ne
 
 from __future__ import annotations
 
-import ctypes
 import os
 import queue
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -26,6 +24,7 @@ from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.jobqueue import Listener
 from cosyvoice_mac.engine.messages import Done, EngineState, Progress, Queued, Retrying, Started
 from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.sound.prompt_check import checked_prompt
@@ -113,7 +112,7 @@ class Generation:
             self.active.clear(session_id, job.job_id)
             if held is not None:
                 held.unlink(missing_ok=True)
-            _return_freed_heap()
+            return_freed_heap()  # the heap pages the handler threads' prompt checks freed
         owner_stopped = job.job_id in self._stopped
         self._stopped.discard(job.job_id)
         yield out.last(self._finish(out, terminal, job, voice, owner_stopped))
@@ -382,16 +381,6 @@ def _hold_prompt(job: Job) -> tuple[Job, Path | None]:
     except OSError:  # no room for a copy: the upload itself serves, as before
         return job, None
     return replace(job, request=replace(job.request, voice=replace(voice, audio=str(held)))), held
-
-
-def _return_freed_heap() -> None:
-    """glibc keeps the heap pages each handler thread freed (prompt checks decode whole files); give them back,
-    so the page's process stays flat over a long session as the worker does."""
-    if sys.platform.startswith("linux"):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
 
 
 def _terminal_event(engine, job_id: str):

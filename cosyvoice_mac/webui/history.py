@@ -9,7 +9,6 @@ Convert section), and a Clear that only hides (the files stay in outputs/).
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from pathlib import Path
@@ -18,9 +17,9 @@ from typing import NamedTuple
 import gradio as gr
 
 from cosyvoice_mac.conversion_request import VOICE_CONVERSION
+from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
-from cosyvoice_mac.request import MODES
 from cosyvoice_mac.webui.state import HistoryEntry, is_inside
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
@@ -43,38 +42,32 @@ HISTORY_COLUMN_WIDTHS = ["12%", "30%", "9%", "10%", "8%", "5%", "6%", "8%", "12%
 CLEARED_SETTING = "history_cleared_at"
 
 
-def entry_from_sidecar(sidecar: dict, folder: Path, created: float) -> HistoryEntry | None:
+def entry_from_sidecar(sidecar: Sidecar | None, folder: Path, created: float) -> HistoryEntry | None:
     """The history entry a sidecar describes (``created``: when the sidecar was written), or None when it is
-    not one of ours or its WAV is gone."""
-    name = sidecar.get("file")
-    if not isinstance(name, str) or Path(name).name != name or not name.endswith(".wav"):
+    not one of ours or its WAV is gone. A sidecar without a known mode (an older one) is listed as zero-shot."""
+    if sidecar is None:
         return None
-    path = folder / name
+    path = folder / sidecar.file
     if not path.is_file():
         return None
-    preview = sidecar.get("version") == PREVIEW
-    model = sidecar.get("model")
-    converted = sidecar.get("mode") == VOICE_CONVERSION
+    preview = sidecar.version == PREVIEW
+    converted = sidecar.is_conversion
     return HistoryEntry(
         path=str(path),
-        text=str(sidecar.get("text") or ""),
-        mode=sidecar.get("mode") if sidecar.get("mode") in (*MODES, VOICE_CONVERSION) else "zero_shot",
-        voice=sidecar.get("voice") if isinstance(sidecar.get("voice"), str) else None,
-        seed=int(sidecar.get("seed") or 0),
-        speed=float(sidecar.get("speed") or 1.0),
-        duration_s=float(sidecar.get("duration_s") or 0.0),
+        text=sidecar.text,
+        mode=sidecar.mode or "zero_shot",
+        voice=sidecar.voice,
+        seed=sidecar.seed,
+        speed=sidecar.speed,
+        duration_s=sidecar.duration_s,
         created=created,
-        model=None if preview else (str(model) if model else None),
+        model=None if preview else sidecar.model,
         preview=preview,
-        instruct=sidecar.get("instruct") if isinstance(sidecar.get("instruct"), str) else None,
-        transcript=sidecar.get("prompt_text") if isinstance(sidecar.get("prompt_text"), str) else None,
-        source=str(sidecar.get("source") or "") if converted else None,
-        source_duration_s=_seconds(sidecar.get("source_duration_s")) if converted else None,
+        instruct=sidecar.instruct,
+        transcript=sidecar.prompt_text,
+        source=(sidecar.source or "") if converted else None,
+        source_duration_s=sidecar.source_duration_s if converted else None,
     )
-
-
-def _seconds(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 class HistoryBook:
@@ -138,11 +131,7 @@ class HistoryBook:
         return entries
 
     def _parse(self, sidecar: Path, created: float) -> HistoryEntry | None:
-        try:
-            data = json.loads(sidecar.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            return None
-        return entry_from_sidecar(data, self.folder, created) if isinstance(data, dict) else None
+        return entry_from_sidecar(read_sidecar(sidecar), self.folder, created)
 
 
 class HistoryView(NamedTuple):

@@ -169,9 +169,16 @@ _STATE_KEYS = {f"state_{name}" for name in EngineState.ALL}
 
 
 def format_bytes(count: int | None, lang: str) -> str:
+    """A memory or download figure for the status panel: ``size_text``, or the words for none and unknown."""
     if not count:
         return say(lang, "not_applicable") if count == 0 else say(lang, "not_known")
+    return size_text(count)
+
+
+def size_text(count: float) -> str:
+    """``count`` bytes (a size, or bytes per second) as the page writes every size: "1.5 KB", "2.0 GB", "512 B"
+    (binary units, one decimal)."""
     for unit, size in (("GB", 1 << 30), ("MB", 1 << 20), ("KB", 1 << 10)):
         if count >= size:
             return f"{count / size:.1f} {unit}"
-    return f"{count} B"
+    return f"{int(count)} B"

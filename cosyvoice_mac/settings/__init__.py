@@ -174,7 +174,8 @@ def slider(name: str) -> dict[str, Any]:
     """A page slider's minimum, maximum, step and starting value, as ``gr.Slider`` takes them."""
     row = setting(name)
     low, high = row.page_range or bounds(name)
-    return {"minimum": low, "maximum": high, "step": row.step, "value": row.default}
+    value = row.default if row.page_default is None else row.page_default
+    return {"minimum": low, "maximum": high, "step": row.step, "value": value}
 
 
 def as_path(value: Any) -> Path | None:

@@ -82,6 +82,7 @@ FIELD_ROWS = (
         step=0.5,
         flag="--loudness",
         metavar="LUFS",
+        page_default=-16.0,  # speech on the web and in podcasts; the page's normalise box is off by default
         default_words="off (the page's slider starts at -16)",
         doors=(*SPEECH_DOORS, *cli("synth", "convert", *LONG_COMMANDS)),
         group="request",
@@ -125,6 +126,7 @@ FIELD_ROWS = (
 
 # Letters and digits of any script, then also spaces, '.', '_' and '-'; never a path ("/", "\\", "..").
 _BATCH_NAME = re.compile(r"[^\W_][\w .-]{0,119}")
+_RESULT_FILE = re.compile(r"[^\W_][\w .-]{0,135}")
 _NOT_IN_A_NAME = re.compile(r"[^\w .-]+")
 
 
@@ -142,6 +144,12 @@ def batch_name(typed: str | None) -> str | None:
             "or digit, and be at most 120 characters",
         )
     return name
+
+
+def servable_file_name(name: str) -> bool:
+    """Whether ``name`` may name a long-form result file to download: the batch-name rule, with room for an
+    extension (``<batch name>.zip``)."""
+    return bool(_RESULT_FILE.fullmatch(name)) and ".." not in name
 
 
 def batch_name_for(folder_name: str) -> str:

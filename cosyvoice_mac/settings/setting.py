@@ -40,6 +40,7 @@ class Setting:
     range: tuple[float, float] | None = None
     step: float | None = None
     page_range: tuple[float, float] | None = None
+    page_default: Any = None  # where the page's control starts, when that differs from the default (off)
     flag: str | None = None
     env: str | None = None
     env_fills_flag: bool = False

@@ -14,6 +14,7 @@ Torch-free, on the bottom floor beside ``versions``: it imports only ``errors``,
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -153,8 +154,8 @@ def _flag_help(row: Setting) -> str:
     said = row.default_words or (f"{row.default:g}" if isinstance(row.default, float) else row.default)
     where = f"${row.env}, else " if row.env and row.env_fills_flag else ""
     if row.range is not None and row.type is not int:
-        span = f"{row.range[0]:g} to {row.range[1]:g}"
-        return f"{row.help} ({span}; default {where}{said})" if said is not None else f"{row.help} ({span})"
+        words = span(row)
+        return f"{row.help} ({words}; default {where}{said})" if said is not None else f"{row.help} ({words})"
     if said is None or said is False:
         return row.help
     return f"{row.help} (default {where}{said})".replace("%", "%%")
@@ -166,8 +167,13 @@ def out_of_range(name: str, value: Any) -> str | None:
     row = setting(name)
     if value is None or row.range is None or row.low <= value <= row.high:
         return None
-    low, high = (f"{bound:g}" for bound in row.range)
-    return f"{row.flag or row.name} must be from {low} to {high} (got {value:g})"
+    return f"{row.flag or row.name} must be {span(row)} (got {value:g})"
+
+
+def span(row: Setting) -> str:
+    """The setting's range in words: "0.5 to 2" or "at least 1"."""
+    low, high = row.range
+    return f"at least {low:g}" if high == math.inf else f"{low:g} to {high:g}"
 
 
 def slider(name: str) -> dict[str, Any]:

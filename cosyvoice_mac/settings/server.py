@@ -3,6 +3,7 @@ where and how (``serve`` and the CLI commands that may build the model in their 
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 from cosyvoice_mac.paths import CACHE_VARIABLE, DEFAULT_HOST, DEFAULT_PORT, MODELS_VARIABLE, OUTPUTS_VARIABLE
@@ -155,7 +156,7 @@ SERVER_ROWS = (
         "CPU threads for the model worker",
         "模型进程使用的 CPU 线程数",
         type=int,
-        range=(1, 1024),
+        range=(1, math.inf),
         flag="--torch-threads",
         default_words="torch's choice",
         doors=cli("serve"),
@@ -167,7 +168,7 @@ SERVER_ROWS = (
         "可同时等待模型的请求数",
         default=8,
         type=int,
-        range=(1, 10_000),
+        range=(1, math.inf),
         flag="--max-queue",
         doors=cli("serve"),
     ),
@@ -205,7 +206,7 @@ SERVER_ROWS = (
         "页面临时文件夹中的上传文件和结果副本保留的秒数（outputs/ 中的结果不受影响）",
         default=3600,
         type=int,
-        range=(1, 10**9),
+        range=(1, math.inf),
         flag="--temp-max-age",
         metavar="SECONDS",
         doors=cli("serve"),
@@ -217,7 +218,7 @@ SERVER_ROWS = (
         "模型进程无响应多少秒后被终止并重启（正在运行的任务以此原因失败，排队的任务保留）",
         default=30.0,
         type=float,
-        range=(0.001, 10**6),
+        range=(0.1, math.inf),
         flag="--hang-timeout",
         metavar="SECONDS",
         doors=cli("serve"),

@@ -26,10 +26,10 @@ MODEL_COMMANDS = ("serve", "synth", "convert", *LONG_COMMANDS)  # the commands t
 
 @dataclass(frozen=True)
 class Setting:
-    """One setting, declared once. ``range`` is inclusive (low, high); ``page_range`` narrows what the page's
-    slider offers where the rule allows more than a slider can show well. ``env_fills_flag``: the flag's
-    default is the variable's value when it is set (flag > variable > default, read when the parser is
-    built). ``default_words`` says the default in words where it is a rule rather than a value."""
+    """One setting, declared once. ``range`` is inclusive (low, high; a high of ``math.inf``: no upper bound);
+    ``page_range`` narrows what the page's slider offers where the rule allows more than a slider can show well.
+    ``env_fills_flag``: the flag's default is the variable's value when it is set (flag > variable > default,
+    read when the parser is built). ``default_words`` says the default in words where it is a rule, not a value."""
 
     name: str
     help: str

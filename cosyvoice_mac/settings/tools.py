@@ -62,7 +62,6 @@ TOOL_ROWS = (
         "每个固定分块的梅尔帧数（超过 136 会超出神经网络引擎的宽度限制）",
         default=128,
         type=int,
-        range=(1, 4096),
         flag="--chunk-frames",
         doors=cli("coreml convert"),
         group="tools",

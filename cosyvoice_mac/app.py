@@ -42,10 +42,16 @@ SERVE_SETTINGS += ("compute_units", "api_key", "no_auth")
 TEMP_PREFIX = "cosyvoice-mac-ui-"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_serve_parser() -> argparse.ArgumentParser:
+    """``serve``'s options, each as the settings table declares it."""
     parser = argparse.ArgumentParser(prog="cosyvoice-mac serve", description=f"Start the {TITLE} web UI.")
     for name in SERVE_SETTINGS:
         add_argument(parser, name)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_serve_parser()
     args = parser.parse_args(argv)
     refusal = _exposure_refusal(args)
     if refusal:

@@ -23,7 +23,7 @@ def add_coreml(commands) -> None:
         "Current packages are kept; a changed hift.pt or config is converted again.",
     )
     source = convert.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", type=Path, help="model folder (e.g. models/Fun-CosyVoice3-0.5B)")
+    add_argument(source, "coreml_model", dest="model")
     add_argument(source, "random_weights")
     add_argument(convert, "coreml_precision", dest="precision")
     add_argument(convert, "coreml_target", dest="target")

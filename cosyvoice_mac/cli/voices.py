@@ -36,7 +36,7 @@ def add_voices(commands) -> None:
     voices.add_argument("new_name", nargs="?", help="the new name (rename)")
     voices.add_argument("--audio", type=Path, help="3-30 s recording of the voice (add, replace)")
     voices.add_argument("--transcript", help="what the recording says (zero-shot mode needs it)")
-    voices.add_argument("--server", metavar="URL", help="the running app whose voices to use (default: this machine's)")
+    add_argument(voices, "voices_server", dest="server")
     add_argument(voices, "api_key")
     voices.set_defaults(handler=run_voices)
 

@@ -77,6 +77,7 @@ SERVER_ROWS = (
         "auto: each stage not named runs in the fastest dtype the quality gate allows here, measured once per "
         "machine; float32: every stage not named in float32",
         "auto：未指定的阶段使用质量门允许的最快精度（每台机器测一次）；float32：未指定的阶段全部用 float32",
+        default="auto",
         choices=("auto", "float32"),
         flag="--precision",
         env="COSYVOICE_PRECISION",
@@ -124,6 +125,7 @@ SERVER_ROWS = (
         "engine",
         "what runs the model: auto (MLX on Apple Silicon, else PyTorch), mlx or torch",
         "运行模型的引擎：auto（Apple 芯片上用 MLX，否则 PyTorch）、mlx 或 torch",
+        default="auto",
         choices=("auto", "mlx", "torch"),
         flag="--engine",
         env="COSYVOICE_ENGINE",
@@ -252,6 +254,16 @@ SERVER_ROWS = (
         default_words=f"$COSYVOICE_SERVER, else http://{DEFAULT_HOST}:{DEFAULT_PORT}",
         metavar="URL",
         doors=cli("synth", "convert", *LONG_COMMANDS, "glossary"),
+        group="cli",
+    ),
+    Setting(
+        "voices_server",
+        "the running app whose saved voices to list or change (without it: this machine's voice library)",
+        "要查看或修改其已保存声音的正在运行的应用（不填：本机的声音库）",
+        flag="--server",
+        metavar="URL",
+        default_words="this machine's voice library",
+        doors=cli("voices"),
         group="cli",
     ),
     Setting(

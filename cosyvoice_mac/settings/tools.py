@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from cosyvoice_mac.settings.setting import Setting, cli
 from cosyvoice_mac.versions import VERSIONS
 
@@ -24,6 +26,15 @@ TOOL_ROWS = (
         choices=VERSIONS,
         flag="--random-weights",
         doors=cli("synth", "coreml convert"),
+        group="tools",
+    ),
+    Setting(
+        "coreml_model",
+        "the model folder whose vocoder to convert (e.g. models/Fun-CosyVoice3-0.5B)",
+        "要转换其声码器的模型文件夹（如 models/Fun-CosyVoice3-0.5B）",
+        type=Path,
+        flag="--model",
+        doors=cli("coreml convert"),
         group="tools",
     ),
     Setting(

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from cosyvoice_mac.paths import CACHE_VARIABLE, DEFAULT_HOST, DEFAULT_PORT, MODELS_VARIABLE, OUTPUTS_VARIABLE
 from cosyvoice_mac.settings.setting import LONG_COMMANDS, MODEL_COMMANDS, PAGE, PYTHON, Setting, cli
+from cosyvoice_mac.wire import KEY_VARIABLE
 
 # What Core ML accepts (coremltools' ComputeUnit names); the vocoder menu offers "coreml:<unit>" for each.
 COMPUTE_UNITS = ("ALL", "CPU_AND_GPU", "CPU_AND_NE", "CPU_ONLY")
@@ -231,7 +232,7 @@ SERVER_ROWS = (
         "every door needs it: the page asks for it once, the Gradio API and uploads take the same header",
         "/v1 API 要求的密钥（Authorization: Bearer KEY）。--host 不是本机时必须设置，此时所有入口都需要它",
         flag="--api-key",
-        env="COSYVOICE_API_KEY",
+        env=KEY_VARIABLE,
         default_words="$COSYVOICE_API_KEY, else none",
         doors=cli("serve", "synth", "convert", *LONG_COMMANDS, "voices", "glossary"),
     ),

@@ -20,136 +20,38 @@ import tempfile
 import time
 from pathlib import Path
 
-from cosyvoice_mac.cli.common import add_precision_arguments, host_precision, host_vocoder
+from cosyvoice_mac.cli.common import host_precision, host_vocoder
 from cosyvoice_mac.config import ConfigError
 from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_engine, starting_mlx_llm
 from cosyvoice_mac.frontend.glossary import glossary_store
-from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES, requested_engine
-from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT, default_models_dir, default_outputs_dir
+from cosyvoice_mac.mlx import requested_engine
+from cosyvoice_mac.paths import default_models_dir, default_outputs_dir
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.request import MAX_UPLOAD_BYTES
+from cosyvoice_mac.settings import add_argument, out_of_range
 from cosyvoice_mac.webui.page import TITLE, build_app, page_css, title_js
 from cosyvoice_mac.webui.temp_janitor import TempJanitor
 
 MAX_UPLOAD = f"{MAX_UPLOAD_BYTES >> 20}mb"  # Gradio's spelling of request.MAX_UPLOAD_BYTES
-MAX_QUEUE = 8
-TEMP_MAX_AGE_S = 3600  # uploads and result copies in Gradio's folder: an hour covers any page still playing one
+# serve's options, in --help's order; the settings table declares each (flag, default, range, help).
+SERVE_SETTINGS = ("host", "port", "models_dir", "outputs_dir", "cache_dir", "model", "device")
+SERVE_SETTINGS += ("precision", "dtype", "llm_dtype", "flow_dtype", "reprobe", "engine", "max_queue")
+SERVE_SETTINGS += ("allowed_origin", "allowed_host", "temp_max_age", "hang_timeout", "torch_threads", "vocoder")
+SERVE_SETTINGS += ("compute_units", "api_key", "no_auth")
 TEMP_PREFIX = "cosyvoice-mac-ui-"
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+def build_serve_parser() -> argparse.ArgumentParser:
+    """``serve``'s options, each as the settings table declares it."""
     parser = argparse.ArgumentParser(prog="cosyvoice-mac serve", description=f"Start the {TITLE} web UI.")
-    parser.add_argument(
-        "--host",
-        default=DEFAULT_HOST,
-        help=f"address to listen on (default {DEFAULT_HOST}: this computer only; "
-        "give your network address to let other machines in)",
-    )
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    parser.add_argument(
-        "--models-dir",
-        type=Path,
-        default=None,
-        help="folder holding model folders (default $COSYVOICE_MODELS_DIR, else models/)",
-    )
-    parser.add_argument(
-        "--outputs-dir",
-        type=Path,
-        default=None,
-        help="where generated audio is saved (default $COSYVOICE_OUTPUTS_DIR, else outputs/)",
-    )
-    parser.add_argument(
-        "--cache-dir",
-        type=Path,
-        default=None,
-        help="speaker cache and saved voices (default: $COSYVOICE_CACHE_DIR or the user cache folder)",
-    )
-    parser.add_argument(
-        "--model",
-        default=None,
-        help="model folder name under --models-dir to load first, or "
-        "'preview' for the preview voice (default: a CosyVoice3 model if there is one, else any "
-        "model, else the preview voice)",
-    )
-    parser.add_argument(
-        "--device",
-        default=os.environ.get("COSYVOICE_DEVICE") or "auto",
-        help="auto (mps, cuda, cpu), mps, cuda, cuda:N or cpu (default $COSYVOICE_DEVICE or auto)",
-    )
-    add_precision_arguments(parser)
-    parser.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default=None,
-        help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE, else the page's engine menu as last chosen, else auto)",
-    )
-    parser.add_argument(
-        "--max-queue",
-        type=int,
-        default=MAX_QUEUE,
-        help=f"requests that may wait for the model at once (default {MAX_QUEUE})",
-    )
-    parser.add_argument(
-        "--allowed-origin",
-        action="append",
-        metavar="ORIGIN",
-        default=[item for item in os.environ.get("COSYVOICE_ALLOWED_ORIGINS", "").split(",") if item],
-        help="another web site (scheme://host:port) whose pages may send requests that change "
-        "something here, such as uploads; repeat for more ('*' for any). By default only this "
-        "app's own page may ($COSYVOICE_ALLOWED_ORIGINS, comma-separated, also works)",
-    )
-    parser.add_argument(
-        "--allowed-host",
-        action="append",
-        metavar="NAME",
-        default=[item for item in os.environ.get("COSYVOICE_ALLOWED_HOSTS", "").split(",") if item],
-        help="a name this server answers to besides its --host address (and localhost on this computer), "
-        "such as my-mac.local or the name of a proxy in front of it; repeat for more. A request for any "
-        "other name is refused, so a web page cannot reach the app through a DNS name of its own "
-        "($COSYVOICE_ALLOWED_HOSTS, comma-separated, also works)",
-    )
-    parser.add_argument(
-        "--temp-max-age",
-        type=int,
-        default=TEMP_MAX_AGE_S,
-        metavar="SECONDS",
-        help="delete uploads and copies of results from the page's temporary folder after this "
-        f"long (default {TEMP_MAX_AGE_S}; the results in outputs/ are kept)",
-    )
-    parser.add_argument(
-        "--hang-timeout",
-        type=float,
-        default=30.0,
-        help="seconds without a sign of life from the model process before it is killed and "
-        "restarted (its running job fails with that reason; waiting jobs stay; default 30)",
-    )
-    parser.add_argument("--torch-threads", type=int, default=None, help="CPU threads for the model worker")
-    parser.add_argument(
-        "--vocoder",
-        choices=("torch", "coreml"),
-        default="torch",
-        help="coreml: run the vocoder with Core ML where macOS allows (converted on first use)",
-    )
-    parser.add_argument(
-        "--compute-units",
-        choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE"),
-        default="ALL",
-        help="where Core ML may run the vocoder",
-    )
-    parser.add_argument(
-        "--api-key",
-        default=None,
-        help="key the /v1 API asks for (Authorization: Bearer KEY); default $COSYVOICE_API_KEY. "
-        "Required when --host is not this computer (127.0.0.1 / localhost), and then every door needs it: "
-        "the page asks for it once, the Gradio API and uploads take the same header",
-    )
-    parser.add_argument(
-        "--no-auth",
-        action="store_true",
-        help="with a --host beyond this computer and no key: start anyway, open to everyone who can reach "
-        "this machine (the page and the console warn); without it such a server refuses to start",
-    )
+    for name in SERVE_SETTINGS:
+        add_argument(parser, name)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = build_serve_parser()
     args = parser.parse_args(argv)
     refusal = _exposure_refusal(args)
     if refusal:
@@ -158,12 +60,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         requested_engine(args.engine)  # a bad $COSYVOICE_ENGINE is named now, not by the model process
     except ConfigError as error:
         parser.error(str(error))
-    if args.max_queue < 1:
-        parser.error("--max-queue must be at least 1")
-    if args.temp_max_age < 1:
-        parser.error("--temp-max-age must be at least 1 second")
-    if not args.hang_timeout > 0:
-        parser.error("--hang-timeout must be a positive number of seconds")
+    for name in ("max_queue", "temp_max_age", "hang_timeout", "torch_threads"):
+        problem = out_of_range(name, getattr(args, name))
+        if problem:
+            parser.error(problem)
     args.models_dir = (args.models_dir or default_models_dir()).expanduser()
     args.outputs_dir = (args.outputs_dir or default_outputs_dir()).expanduser()
     return args

@@ -18,11 +18,12 @@ import torch
 
 import cosyvoice_mac
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.settings import setting
 
-DEVICE_ENV = "COSYVOICE_DEVICE"
-DTYPE_ENV = "COSYVOICE_DTYPE"
+DEVICE_ENV = setting("device").env
+DTYPE_ENV = setting("dtype").env
 MPS_FALLBACK_ENV = "PYTORCH_ENABLE_MPS_FALLBACK"
-CUDA_GRAPHS_ENV = "COSYVOICE_CUDA_GRAPHS"
+CUDA_GRAPHS_ENV = setting("cuda_graphs").env
 
 # MPS convolutions before macOS 15.1 refuse an output dimension (or transposed-conv input dimension)
 # above this, the time axis included (torch's Convolution.mm guard; the CPU fallback does not catch it).
@@ -123,7 +124,7 @@ def conv_length_limit(device: torch.device) -> int | None:
     return MPS_CONV_LIMIT if torch.device(device).type == "mps" else None
 
 
-SERIAL_DEVICE_ENV = "COSYVOICE_SERIAL_DEVICE"
+SERIAL_DEVICE_ENV = setting("serial_device").env
 
 
 def serialize_device_work(device: torch.device) -> bool:
@@ -133,7 +134,7 @@ def serialize_device_work(device: torch.device) -> bool:
     return torch.device(device).type == "mps" or os.environ.get(SERIAL_DEVICE_ENV, "") == "1"
 
 
-LOW_MEMORY_ENV = "COSYVOICE_LOW_MEMORY"
+LOW_MEMORY_ENV = setting("low_memory").env
 LOW_MEMORY_MAX_RAM_BYTES = 12 * 2**30  # 8 GB Macs (and 12 GB ones) get the low-memory mode by default
 # Fraction of Metal's recommended working set MPS may allocate (torch's default 1.7 lets allocations
 # grow past RAM into swap; 1.0 leaves the system about a third of RAM, and a job that needs more gets

@@ -22,14 +22,15 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.settings import bounds, choices
 
-MODES = ("zero_shot", "cross_lingual", "instruct")
+MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
 MAX_TRANSCRIPT_CHARS = 1000  # a 30 s prompt holds a few hundred characters
 MAX_INSTRUCT_CHARS = 500
-SPEED_RANGE = (0.5, 2.0)  # beyond this the mel stretch audibly breaks the voice
-MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
-LUFS_RANGE = (-40.0, -5.0)  # quieter is lost under noise; louder cannot stay under the -1 dBFS peak ceiling
+SPEED_RANGE = bounds("speed")  # the settings table says why
+MAX_SEED = bounds("seed")[1]
+LUFS_RANGE = bounds("loudness_lufs")
 MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"

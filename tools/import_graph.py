@@ -26,7 +26,7 @@ PACKAGE = "cosyvoice_mac"
 LAYERS = (
     ("errors", "paths", "wire", "heap"),  # facts every layer may know (and the C heap's trim)
     # torch-free rules (device: torch's door)
-    ("config", "checkpoint", "device", "versions", "request", "conversion_request", "sound"),
+    ("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "sound"),
     ("models", "mlx"),  # the networks
     ("frontend",),  # text and prompt audio -> ids and features
     ("pipeline", "preview", "coreml"),  # Request -> audio, on either engine

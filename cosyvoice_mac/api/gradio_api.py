@@ -26,12 +26,13 @@ from cosyvoice_mac.request import (
     PostSettings,
     Request,
 )
+from cosyvoice_mac.settings import setting
 
 PUBLIC_ENDPOINTS = ("synthesize", "voices")
 SYNTHESIZE_TIMEOUT_S = 1800.0
 
 
-UNDOCUMENTED_EVENTS_ENV = "COSYVOICE_UNDOCUMENTED_EVENTS"
+UNDOCUMENTED_EVENTS_ENV = setting("undocumented_events").env
 # /synthesize's documentation (Gradio reads one "name: description" line per parameter); its ranges are the
 # request contract's own (cosyvoice_mac.request), so they cannot drift from the rule.
 _SPEEDS = f"{SPEED_RANGE[0]:g} to {SPEED_RANGE[1]:g}"

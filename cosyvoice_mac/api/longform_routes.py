@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 import shutil
 import tempfile
 import threading
@@ -40,11 +39,12 @@ from cosyvoice_mac.longform.files import ResultFiles, result_stem
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.request import MAX_UPLOAD_BYTES, PostSettings, check_speed
+from cosyvoice_mac.settings import batch_name, setting
+from cosyvoice_mac.settings.fields import servable_file_name
 
 LOG = logging.getLogger("cosyvoice_mac.api")
 BATCH_PATH = "/v1/longform/batch"  # lines to speak (file) or recordings to convert (audio, several)
 MAX_TEXT_FILE_BYTES = 2 << 20  # a script, subtitle or batch file is text: far below an audio upload
-_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,120}")
 
 
 class PostBody(BaseModel):
@@ -56,7 +56,7 @@ class PostBody(BaseModel):
 class DialogueBody(PostBody):
     script: str
     cast: dict[str, str] = Field(default_factory=dict, description="speaker tag -> saved voice name")
-    pause_s: float = 0.4
+    pause_s: float = setting("pause").default
     per_line_files: bool = False
     seed: int | None = None
 
@@ -124,7 +124,7 @@ def build_longform_router(
         request: Request,
         subtitles_file: UploadFile = File(..., alias="file"),
         voice: str = Form(...),
-        speed_limit: float = Form(1.5),
+        speed_limit: float = Form(setting("speed_limit").default),
         seed: int | None = Form(None),
         loudness_lufs: float | None = Form(None),
     ):
@@ -163,8 +163,7 @@ def build_longform_router(
         trim: bool = Form(False),
         loudness_lufs: float | None = Form(None),
     ):
-        if name is not None and (not _FILE_NAME.fullmatch(name) or ".." in name):
-            raise bad_request("the batch name may use letters, digits, '.', '_' and '-' only", "bad_name", "name")
+        name = _checked(lambda: batch_name(name), "name")
         if (lines_file is None) == (not sources):
             raise bad_request(
                 "send the lines to speak as the file 'file' (.txt or .csv), or the recordings to convert as one or "
@@ -241,7 +240,7 @@ def build_longform_router(
 
     @router.get("/longform/files/{name}")
     async def longform_file(name: str):
-        candidates = (folder / name, folder / "batches" / name, unsaved / name) if _FILE_NAME.fullmatch(name) else ()
+        candidates = (folder / name, folder / "batches" / name, unsaved / name) if servable_file_name(name) else ()
         matches = [path for path in candidates if path.is_file()]
         if not matches:
             raise ApiError(404, f"there is no long-form result named {name!r}", code="file_not_found", param="name")

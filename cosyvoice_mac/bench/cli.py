@@ -23,6 +23,7 @@ from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import qwen_config_for
 from cosyvoice_mac.pipeline.model_dir import ModelFolder
 from cosyvoice_mac.pipeline.precision_plan import plan_precision
+from cosyvoice_mac.settings import add_argument
 
 # ``auto`` first (the default everywhere), then float32 and the single configurations it chooses among
 DEFAULT_DTYPES = {
@@ -148,7 +149,7 @@ def table(reports: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m cosyvoice_mac.bench", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
+    add_argument(parser, "version")
     parser.add_argument("--devices", default="all", help="comma list of cpu, cuda, mps, auto; all: every device here")
     parser.add_argument(
         "--dtypes",
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         "LLM/FLOW such as float16/bfloat16 (int8: the LLM's weight-only int8); default: auto, "
         "float32 and the single configurations auto chooses among",
     )
-    parser.add_argument("--reprobe", action="store_true", help="measure the precision probe again for auto")
+    add_argument(parser, "reprobe")
     parser.add_argument("--engine", default="torch", help="comma list of torch, mlx (each runs every device/dtype)")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--tokens", type=int, default=250, help="speech tokens to decode (25 = 1 s)")

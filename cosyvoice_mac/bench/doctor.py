@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from cosyvoice_mac.bench.machine import Probe, describe_machine, probe_engines, probe_onnx_providers
+from cosyvoice_mac.settings import add_argument, env_value, setting
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TOKENS = 100  # four seconds of speech: long enough for a steady tokens/s, short enough for CI
@@ -41,7 +42,7 @@ STAGE_LIMITS = {"llm": 1e-4, "flow": 2e-3, "first_chunk": 2e-3, "hift": 1e-3}
 
 
 def parity_folder() -> Path | None:
-    configured = os.environ.get("COSYVOICE_PARITY_DIR")
+    configured = env_value("parity_dir")
     folder = Path(configured) if configured else REPO.parent / "shared" / "parity"
     return folder if (folder / "manifest.json").is_file() else None
 
@@ -99,7 +100,7 @@ def torch_parity(device: str, folder: Path) -> dict:
     script = REPO / "bench" / "parity_device.py"
     if not script.is_file():
         return {"ok": None, "skipped": "needs the source checkout (bench/parity_device.py)"}
-    env = {**os.environ, "COSYVOICE_PARITY_DIR": str(folder)}
+    env = {**os.environ, setting("parity_dir").env: str(folder)}
     status, stdout, stderr = _run_json([sys.executable, str(script), "--device", device], env)
     if status != 0:
         return {"ok": False, "error": (stderr.strip().splitlines() or ["(no output)"])[-1][:300]}
@@ -119,7 +120,7 @@ def mlx_parity(folder: Path) -> dict:
     tests = REPO / "tests" / "test_parity_mlx.py"
     if not tests.is_file():
         return {"ok": None, "skipped": "needs the source checkout (tests/test_parity_mlx.py)"}
-    env = {**os.environ, "COSYVOICE_PARITY_DIR": str(folder)}
+    env = {**os.environ, setting("parity_dir").env: str(folder)}
     status, stdout, _ = _run_json([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], env)
     summary = (stdout.strip().splitlines() or [""])[-1]
     return {"ok": status == 0, "summary": summary}
@@ -204,7 +205,7 @@ def healthy(document: dict) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bash run.sh doctor", description=__doc__.split("\n")[0])
-    parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
+    add_argument(parser, "version")
     parser.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="speech tokens to synthesise (25 = 1 s)")
     parser.add_argument("--engines", help="comma list of engine/device names to try (default: all), e.g. torch/cpu")
     parser.add_argument("--json", default="doctor.json", help="where to write the report (default: doctor.json)")

@@ -6,7 +6,8 @@ Torch-free and light: each command module imports this, never another command's 
 from __future__ import annotations
 
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.request import LUFS_RANGE, PostSettings
+from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.settings import add_argument, flag_default, setting
 
 EXIT_FAILED = 1  # the app or its model failed on the job (not the request's fault); the message says why
 EXIT_REFUSED = 2  # the request was refused (bad input, unknown voice, missing key); the message says what to change
@@ -65,51 +66,41 @@ CONTRACT_FLAGS = {
     "prompt_audio": "--prompt-wav",
 }
 
-LOCAL_ONLY = {  # flag -> (argument, default): how the model is built, so the app's own settings rule there
-    "--device": ("device", "auto"),
-    "--precision": ("precision", None),
-    "--dtype": ("dtype", None),
-    "--llm-dtype": ("llm_dtype", None),
-    "--flow-dtype": ("flow_dtype", None),
-    "--reprobe": ("reprobe", False),
-    "--engine": ("engine", None),
-    "--vocoder": ("vocoder", "torch"),
-    "--compute-units": ("compute_units", "ALL"),
-    "--outputs-dir": ("outputs_dir", None),
-}
+# The settings that say how the model is built, so the app's own settings rule when the job goes there.
+LOCAL_ONLY = ("device", "precision", "dtype", "llm_dtype", "flow_dtype", "reprobe", "engine", "vocoder")
+LOCAL_ONLY += ("compute_units", "outputs_dir")
+
+
+def local_only_flags() -> dict[str, tuple[str, object]]:
+    """flag -> (argument, value when not given) of LOCAL_ONLY, for ``cli.remote.note_local_only``."""
+    return {setting(name).flag: (name, flag_default(name)) for name in LOCAL_ONLY}
 
 
 def add_app_arguments(parser) -> None:
     """--server, --local, --api-key: where the work runs (``cli.remote.connect``)."""
     where = parser.add_mutually_exclusive_group()
-    where.add_argument(
-        "--server",
-        metavar="URL",
-        help="the running app to send the job to (default $COSYVOICE_SERVER, else http://127.0.0.1:7860; "
-        "when none answers there, the model runs here). Given, it must answer",
-    )
-    where.add_argument("--local", action="store_true", help="run the model in this process even if the app runs")
-    parser.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
+    add_argument(where, "server")
+    add_argument(where, "local")
+    add_argument(parser, "api_key")
 
 
 def add_precision_arguments(parser) -> None:
     """--precision, --dtype (the LLM's), --llm-dtype, --flow-dtype, --reprobe: the CLI's and the app's."""
-    parser.add_argument(
-        "--precision",
-        choices=("auto", "float32"),
-        default=None,
-        help="auto (default): each stage not named runs in the fastest dtype the quality gate "
-        "allows here, measured once per machine; float32: every stage not named in float32",
-    )
-    parser.add_argument(
-        "--dtype",
-        default=None,
-        help="the LLM's dtype (as $COSYVOICE_DTYPE): float32, float16, "
-        "bfloat16 or int8; the flow keeps its own (see --flow-dtype)",
-    )
-    parser.add_argument("--llm-dtype", default=None, help="the LLM's dtype (wins over --dtype)")
-    parser.add_argument("--flow-dtype", default=None, help="the flow's dtype: float32, float16 or bfloat16")
-    parser.add_argument("--reprobe", action="store_true", help="measure this machine's precision timings again")
+    for name in ("precision", "dtype", "llm_dtype", "flow_dtype", "reprobe"):
+        add_argument(parser, name)
+
+
+def add_model_arguments(parser, vocoder: bool = False) -> None:
+    """--device, the precision group, --engine (and --vocoder, --compute-units): how this process builds the
+    model; without ``vocoder`` the command runs the torch vocoder."""
+    add_argument(parser, "device")
+    add_precision_arguments(parser)
+    add_argument(parser, "engine")
+    if vocoder:
+        add_argument(parser, "vocoder")
+        add_argument(parser, "compute_units")
+    else:
+        parser.set_defaults(vocoder=flag_default("vocoder"), compute_units=flag_default("compute_units"))
 
 
 def precision_kwargs(args) -> dict:
@@ -132,15 +123,10 @@ def host_vocoder(args) -> str:
     return "torch" if args.vocoder == "torch" else f"coreml:{args.compute_units}"
 
 
-def add_post_arguments(parser, whose: str) -> None:
-    """--trim and --loudness LUFS (off by default): the long-form commands' and ``synth``'s."""
-    parser.add_argument("--trim", action="store_true", help=f"trim leading and trailing silence {whose}")
-    parser.add_argument(
-        "--loudness",
-        type=float,
-        metavar="LUFS",
-        help=f"normalise the loudness {whose} to LUFS ({LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g}), e.g. -16 or -23",
-    )
+def add_post_arguments(parser) -> None:
+    """--trim and --loudness LUFS (off by default): the long-form commands', ``synth``'s and ``convert``'s."""
+    add_argument(parser, "trim")
+    add_argument(parser, "loudness_lufs", dest="loudness")
 
 
 def post_settings(args) -> PostSettings:

@@ -20,16 +20,15 @@ from cosyvoice_mac.cli.common import (
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
     EXIT_TRY_LATER,
-    LOCAL_ONLY,
     add_app_arguments,
+    add_model_arguments,
     add_post_arguments,
-    add_precision_arguments,
+    local_only_flags,
     post_settings,
 )
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 from cosyvoice_mac.preview import PREVIEW
-from cosyvoice_mac.request import SPEED_RANGE
+from cosyvoice_mac.settings import add_argument
 from cosyvoice_mac.wire import CONVERSION_PATH
 
 
@@ -49,18 +48,14 @@ def add_convert(commands) -> None:
     voice.add_argument("--voice", help="the target: a saved voice's name or id ('preview': the preview voice's own)")
     voice.add_argument("--prompt-wav", type=Path, help="the target: 3-30 s of speech in that voice")
     convert.add_argument("--out", type=Path, required=True, help="output WAV path")
-    convert.add_argument(
-        "--speed", type=float, default=1.0, help=f"{SPEED_RANGE[0]:g}-{SPEED_RANGE[1]:g}, 1 = as spoken"
-    )
-    convert.add_argument("--stream", action="store_true", help="convert in chunks (prints time to first audio)")
-    convert.add_argument("--model", help="model folder, a folder name under models/, or 'preview' (as synth)")
-    convert.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
-    convert.add_argument("--engine", choices=ENGINES, default=None, help=f"{ENGINE_HELP} (default: auto)")
-    add_precision_arguments(convert)
-    add_post_arguments(convert, "of the output")
+    add_argument(convert, "speed")
+    add_argument(convert, "stream")
+    add_argument(convert, "model")
+    add_model_arguments(convert)
+    add_post_arguments(convert)
     add_app_arguments(convert)
-    convert.add_argument("--outputs-dir", type=Path, help="where --local saves the WAV (default: the app's outputs/)")
-    convert.set_defaults(handler=run_convert, vocoder="torch", compute_units="ALL", random_weights=None)
+    add_argument(convert, "outputs_dir")
+    convert.set_defaults(handler=run_convert, random_weights=None)
 
 
 def conversion_request(args):
@@ -95,7 +90,7 @@ def run_convert(args) -> int:
     if app is None:
         return _convert_here(args, request)
     try:
-        note_local_only(args, LOCAL_ONLY)
+        note_local_only(args, local_only_flags())
         return send_conversion(app, request, args.model, args.out)
     finally:
         app.close()

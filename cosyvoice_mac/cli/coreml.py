@@ -8,6 +8,8 @@ import sys
 import time
 from pathlib import Path
 
+from cosyvoice_mac.settings import add_argument
+
 
 def add_coreml(commands) -> None:
     """Register ``coreml convert`` on the main parser's subcommands (imports nothing heavy)."""
@@ -21,36 +23,12 @@ def add_coreml(commands) -> None:
         "Current packages are kept; a changed hift.pt or config is converted again.",
     )
     source = convert.add_mutually_exclusive_group(required=True)
-    source.add_argument("--model", type=Path, help="model folder (e.g. models/Fun-CosyVoice3-0.5B)")
-    source.add_argument(
-        "--random-weights",
-        choices=("cosyvoice3", "cosyvoice2"),
-        help="full-size vocoder with RANDOM weights (tests and benchmarks only)",
-    )
-    convert.add_argument(
-        "--precision",
-        choices=("fp16", "fp32"),
-        default="fp16",
-        help="decoder precision (the f0 network is always fp32); default fp16",
-    )
-    convert.add_argument(
-        "--target",
-        choices=("macOS13", "macOS14", "macOS15"),
-        default="macOS14",
-        help="minimum macOS the packages run on; default macOS14",
-    )
-    convert.add_argument(
-        "--shapes",
-        choices=("both", "flexible", "chunked"),
-        default="both",
-        help="flexible length (GPU/CPU), fixed chunks (Neural Engine) or both; default both",
-    )
-    convert.add_argument(
-        "--chunk-frames",
-        type=int,
-        default=128,
-        help="mel frames per fixed chunk (default 128; above 136 it passes the Neural Engine's reported width limit)",
-    )
+    add_argument(source, "coreml_model", dest="model")
+    add_argument(source, "random_weights")
+    add_argument(convert, "coreml_precision", dest="precision")
+    add_argument(convert, "coreml_target", dest="target")
+    add_argument(convert, "coreml_shapes", dest="shapes")
+    add_argument(convert, "chunk_frames")
     convert.add_argument("--out", type=Path, help="output folder (default: <model>/coreml or the cache folder)")
     convert.add_argument("--force", action="store_true", help="convert even if current packages exist")
     convert.set_defaults(handler=_convert)

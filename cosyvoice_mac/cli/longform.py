@@ -16,35 +16,26 @@ from pathlib import Path
 from cosyvoice_mac.cli.common import (
     EXIT_CODES_HELP,
     add_app_arguments,
+    add_model_arguments,
     add_post_arguments,
-    add_precision_arguments,
     post_settings,
 )
 from cosyvoice_mac.cli.longform_run import HereJob, speak_long_job
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.settings import add_argument
 
 
 def add_longform(commands) -> None:
-    from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
-
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--model",
-        help="model folder, a folder name under models/, or 'preview' (default: as the app picks: a "
-        "CosyVoice3 folder in models/, else any model, else the preview voice)",
-    )
-    common.add_argument("--models-dir", type=Path, default=None, help=argparse.SUPPRESS)
-    common.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
-    add_precision_arguments(common)
-    common.add_argument("--engine", choices=ENGINES, default=None, help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE)")
-    common.add_argument(
-        "--outputs-dir", type=Path, help="where each line's WAV and sidecar are saved (default: the app's outputs/)"
-    )
+    add_argument(common, "model")
+    add_argument(common, "models_dir", help=argparse.SUPPRESS)
+    add_model_arguments(common)
+    add_argument(common, "outputs_dir")
     add_app_arguments(common)
-    common.set_defaults(vocoder="torch", compute_units="ALL", random_weights=None)
-    common.add_argument("--seed", type=int, help="seed of the first line (each next line adds 1)")
-    add_post_arguments(common, "of every line")
+    common.set_defaults(random_weights=None)
+    add_argument(common, "seed", help="seed of the first line (each next line adds 1)")
+    add_post_arguments(common)
 
     dialogue = commands.add_parser(
         "dialogue", parents=[common], help="speak a script of several voices", epilog=EXIT_CODES_HELP
@@ -57,7 +48,7 @@ def add_longform(commands) -> None:
         metavar="TAG=VOICE",
         help="map a speaker tag to a saved voice (a tag that is a voice's name needs none)",
     )
-    dialogue.add_argument("--pause", type=float, default=0.4, help="seconds of silence between lines")
+    add_argument(dialogue, "pause")
     dialogue.add_argument("--per-line", action="store_true", help="also write one WAV per line")
     dialogue.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.timing.json")
     dialogue.set_defaults(handler=_dialogue)
@@ -67,7 +58,7 @@ def add_longform(commands) -> None:
     )
     dub.add_argument("subtitles", type=Path)
     dub.add_argument("--voice", required=True, help="saved voice that speaks every cue")
-    dub.add_argument("--speed-limit", type=float, default=1.5, help="speed a cue up at most this much (1-2)")
+    add_argument(dub, "speed_limit")
     dub.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.report.json")
     dub.set_defaults(handler=_dub)
 
@@ -84,7 +75,7 @@ def add_longform(commands) -> None:
     batch.add_argument(
         "--voice", help="saved voice for lines that name none; for a folder, the voice to convert into ('preview')"
     )
-    batch.add_argument("--speed", type=float, default=1.0, help="a folder's recordings: 1 keeps their timing (0.5-2)")
+    add_argument(batch, "speed", help="a folder's recordings only: 1 keeps their timing")
     batch.add_argument("--out-dir", type=Path, required=True, help="folder for the WAVs (a re-run resumes it)")
     batch.set_defaults(handler=_batch)
 

@@ -10,7 +10,7 @@ import sys
 import threading
 from pathlib import Path
 
-from cosyvoice_mac.cli.common import EXIT_INTERRUPTED, EXIT_NOT_SAVED, EXIT_REFUSED, LOCAL_ONLY
+from cosyvoice_mac.cli.common import EXIT_INTERRUPTED, EXIT_NOT_SAVED, EXIT_REFUSED, local_only_flags
 
 
 def speak_long_job(args, label: str, here, in_app) -> int:
@@ -22,7 +22,7 @@ def speak_long_job(args, label: str, here, in_app) -> int:
     if app is None:
         return _speak_here(args, label, here)
     try:
-        note_local_only(args, {"--model": ("model", None), **LOCAL_ONLY})
+        note_local_only(args, {"--model": ("model", None), **local_only_flags()})
         print(f"sent to the app at {app.url}; its lines wait in its queue", file=sys.stderr)
         return run_with_bar(lambda bar, stop: in_app(app, bar), label, None)
     finally:

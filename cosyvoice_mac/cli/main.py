@@ -21,10 +21,10 @@ from cosyvoice_mac.cli.common import (
     EXIT_CODES_HELP,
     EXIT_INTERRUPTED,
     EXIT_REFUSED,
-    LOCAL_ONLY,
     add_app_arguments,
+    add_model_arguments,
     add_post_arguments,
-    add_precision_arguments,
+    local_only_flags,
     post_settings,
 )
 from cosyvoice_mac.cli.convert import add_convert
@@ -32,9 +32,8 @@ from cosyvoice_mac.cli.coreml import add_coreml
 from cosyvoice_mac.cli.longform import add_longform
 from cosyvoice_mac.cli.voices import add_voices
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
-from cosyvoice_mac.mlx import ENGINE_HELP, ENGINES
 from cosyvoice_mac.preview import PREVIEW
-from cosyvoice_mac.request import SPEED_RANGE
+from cosyvoice_mac.settings import add_argument
 
 
 def _add_synth(commands) -> None:
@@ -47,51 +46,21 @@ def _add_synth(commands) -> None:
         epilog=EXIT_CODES_HELP,
     )
     source = synth.add_mutually_exclusive_group()
-    source.add_argument(
-        "--model",
-        help="model folder, a folder name under models/, or 'preview' (default: as the "
-        "app picks: a CosyVoice3 folder in models/, else any model, else the preview voice)",
-    )
-    source.add_argument(
-        "--random-weights",
-        choices=("cosyvoice3", "cosyvoice2"),
-        help="build the full-size architecture with RANDOM weights (benchmarks only: the audio is noise)",
-    )
+    add_argument(source, "model")
+    add_argument(source, "random_weights")
     voice = synth.add_mutually_exclusive_group(required=True)
     voice.add_argument("--prompt-wav", type=Path, help="3-30 s of speech in the target voice (sent to the app)")
     voice.add_argument("--voice", help="a saved voice's name or id ('preview': the preview voice's own)")
     synth.add_argument("--text", required=True, help="text to speak")
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
-    synth.add_argument("--instruct", help='instruction, e.g. "speak sadly" or "用四川话说" (instruct mode)')
-    synth.add_argument("--seed", type=int, help="sampling seed (the same seed gives the same audio)")
-    synth.add_argument("--speed", type=float, default=1.0, help=f"{SPEED_RANGE[0]:g}-{SPEED_RANGE[1]:g}, 1.0 = natural")
-    synth.add_argument("--device", default="auto", help="auto (mps, cuda, cpu), mps, cuda or cpu")
-    add_precision_arguments(synth)
-    synth.add_argument(
-        "--engine",
-        choices=ENGINES,
-        default=None,
-        help=f"{ENGINE_HELP} (default $COSYVOICE_ENGINE, else auto)",
-    )
-    synth.add_argument("--stream", action="store_true", help="synthesise in chunks (prints time to first audio)")
-    add_post_arguments(synth, "of the output")
-    synth.add_argument(
-        "--vocoder",
-        choices=("torch", "coreml"),
-        default="torch",
-        help="coreml: run the vocoder with Core ML (macOS; converted on first use)",
-    )
-    synth.add_argument(
-        "--compute-units",
-        default="ALL",
-        choices=("ALL", "CPU_AND_GPU", "CPU_AND_NE", "CPU_ONLY"),
-        help="where Core ML may run the vocoder",
-    )
+    for name in ("instruct", "seed", "speed"):
+        add_argument(synth, name)
+    add_model_arguments(synth, vocoder=True)
+    add_argument(synth, "stream")
+    add_post_arguments(synth)
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
     add_app_arguments(synth)
-    synth.add_argument(
-        "--outputs-dir", type=Path, help="where --local saves the WAV and its sidecar (default: the app's outputs/)"
-    )
+    add_argument(synth, "outputs_dir")
     synth.set_defaults(handler=_synth)
 
 
@@ -142,7 +111,7 @@ def _synth(args) -> int:
     if app is None:
         return _synth_here(args)
     try:
-        note_local_only(args, LOCAL_ONLY)
+        note_local_only(args, local_only_flags())
         return app.speak(request, args.model, args.out, args.stream)
     finally:
         app.close()

@@ -29,6 +29,7 @@ from cosyvoice_mac.cli.common import (
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT
 from cosyvoice_mac.preview import PREVIEW
+from cosyvoice_mac.settings import setting
 from cosyvoice_mac.sound.wav import HEADER_BYTES, wav_from_pcm16
 from cosyvoice_mac.wire import (
     FILE_HEADER,
@@ -43,7 +44,7 @@ from cosyvoice_mac.wire import (
     WARNING_HEADER,
 )
 
-SERVER_VARIABLE = "COSYVOICE_SERVER"
+SERVER_VARIABLE = setting("server").env
 OWNER = "cosyvoice-mac"  # /v1/models names this owner: the answer comes from this app, not another server
 PROBE_TIMEOUT_S = 5.0
 LOADING_WAIT_S = 900.0  # a model still loading in the app is waited for (the app's own start limit)

@@ -10,7 +10,6 @@ connection: the app cancels the line in flight and keeps what it finished in its
 from __future__ import annotations
 
 import json
-import re
 import sys
 import zipfile
 from io import BytesIO
@@ -21,10 +20,10 @@ import httpx
 from cosyvoice_mac.cli.common import EXIT_REFUSED, EXIT_TRY_LATER
 from cosyvoice_mac.cli.remote import AppClient, AppError
 from cosyvoice_mac.longform.runner import LongformResult, Progress
+from cosyvoice_mac.settings import batch_name_for
 
 LONGFORM_PATH = "/v1/longform"
 FILES_PATH = f"{LONGFORM_PATH}/files"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 def dialogue_in_app(app: AppClient, body: dict, out: Path, on_progress) -> LongformResult:
@@ -41,7 +40,7 @@ def dub_in_app(app: AppClient, srt: bytes, form: dict, out: Path, on_progress) -
 def batch_in_app(app: AppClient, lines: bytes, kind: str, form: dict, out_dir: Path, on_progress) -> LongformResult:
     """The app makes the batch in its folder of the same name (a re-run resumes there); its zip is unpacked
     into ``out_dir`` and kept beside it, as a local run leaves them."""
-    name = _UNSAFE.sub("-", out_dir.resolve().name).strip(".-") or "batch"
+    name = batch_name_for(out_dir.resolve().name)
     answer = _post(app, "batch", data=_form({**form, "name": name}), files={"file": (f"lines.{kind}", lines)})
     done = _follow(app, answer, "lines", on_progress)
     archive = out_dir.with_suffix(".zip")
@@ -64,7 +63,7 @@ def convert_batch_in_app(app: AppClient, items, skipped, form: dict, out_dir: Pa
             f"{MAX_BATCH_UPLOAD_BYTES >> 20} MB to the app. Split the folder, or add --local to convert here.",
             EXIT_REFUSED,
         )
-    name = _UNSAFE.sub("-", out_dir.resolve().name).strip(".-") or "batch"
+    name = batch_name_for(out_dir.resolve().name)
     uploads = [("audio", (item.name, item.path.read_bytes())) for item in items]
     answer = _post(app, "batch", data=_form({**form, "name": name}), files=uploads)
     done = _follow(app, answer, "files", on_progress)

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.settings import add_argument
 
 ACTIONS = ("list", "add", "rename", "replace", "delete")
 USAGE = (
@@ -35,8 +36,8 @@ def add_voices(commands) -> None:
     voices.add_argument("new_name", nargs="?", help="the new name (rename)")
     voices.add_argument("--audio", type=Path, help="3-30 s recording of the voice (add, replace)")
     voices.add_argument("--transcript", help="what the recording says (zero-shot mode needs it)")
-    voices.add_argument("--server", metavar="URL", help="the running app whose voices to use (default: this machine's)")
-    voices.add_argument("--api-key", help="the app's API key, if it was started with one (default $COSYVOICE_API_KEY)")
+    add_argument(voices, "voices_server", dest="server")
+    add_argument(voices, "api_key")
     voices.set_defaults(handler=run_voices)
 
 

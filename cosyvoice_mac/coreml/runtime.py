@@ -22,14 +22,15 @@ from typing import Callable
 import numpy as np
 
 from cosyvoice_mac.models.vocoder import HiFTConfig
+from cosyvoice_mac.settings import choices
 
 from . import convert as conversion
 from .convert import INPUT_MEL, INPUT_SOURCE, OUTPUT_F0, OUTPUT_WAVE, ConversionOptions
 from .host import HostSource
 from .split import Decoder, SplitVocoder
 
-COMPUTE_UNITS = ("ALL", "CPU_AND_GPU", "CPU_AND_NE", "CPU_ONLY")
-VOCODER_KINDS = ("torch", "coreml")
+COMPUTE_UNITS = choices("compute_units")  # what coremltools' ComputeUnit accepts
+VOCODER_KINDS = choices("vocoder")
 MIN_MACOS = (13, 0)  # ML Program packages need macOS 13 (the default target is macOS 14)
 
 # Loads a package for given compute units; returns an object with ``predict(dict) -> dict``.

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from cosyvoice_mac.settings import env_flag
 from cosyvoice_mac.sound.limits import SILENT_PEAK
 from cosyvoice_mac.sound.problems import AudioInputError
 
@@ -63,7 +64,7 @@ def bundled_english_model() -> AsrModel:
 def downloads_allowed() -> bool:
     """False when the user or environment says to stay offline."""
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    return not offline and os.environ.get("COSYVOICE_ASR_DOWNLOAD", "1").lower() not in ("0", "false", "no")
+    return not offline and env_flag("asr_download", True)
 
 
 class ModelStore:

@@ -21,13 +21,14 @@ from cosyvoice_mac.engine.jobs import EngineError
 from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.engine.transcriber import TranscriberProcess
 from cosyvoice_mac.engine.worker import WorkerConfig
-from cosyvoice_mac.mlx import ENGINE_ENV, ENGINES, requested_engine
+from cosyvoice_mac.mlx import ENGINES, requested_engine
 from cosyvoice_mac.mlx.llm_gate import LLM_PRECISION_ENV
 from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
 from cosyvoice_mac.pipeline.model_dir import ModelFolderError, detect_version
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
 from cosyvoice_mac.preview import PREVIEW, preview_available
+from cosyvoice_mac.settings import choices, env_value, resolve
 from cosyvoice_mac.versions import VERSIONS
 
 SETTINGS_FILE = "webui.json"
@@ -98,7 +99,8 @@ class HostConfig:
     mlx_llm: str = "auto"  # the MLX LLM precision menu: "auto" or a precision the gate passes (starting_mlx_llm)
 
 
-VOCODER_CHOICES = ("torch", "coreml:ALL", "coreml:CPU_AND_GPU", "coreml:CPU_AND_NE")
+# The page's vocoder menu: torch, or Core ML on each set of compute units Core ML accepts (the settings table).
+VOCODER_CHOICES = ("torch", *(f"coreml:{units}" for units in choices("compute_units")))
 
 
 class ModelHost:
@@ -267,11 +269,10 @@ def starting_engine(flag: str | None, settings: "Settings") -> str:
     """The engine setting the app starts with: ``--engine``, else ``$COSYVOICE_ENGINE``, else the choice the
     page saved last time, else ``auto``. An explicit start-up choice wins over the remembered one; a change
     on the page applies at once and is remembered for the next start without one. ConfigError for a flag
-    or variable that names no engine."""
-    if flag is not None or os.environ.get(ENGINE_ENV):
+    or variable that names no engine (checked by ``requested_engine``, which names the variable)."""
+    if flag is not None or env_value("engine") is not None:
         return requested_engine(flag)
-    saved = settings.load().get("engine")
-    return saved if saved in ENGINES else "auto"
+    return resolve("engine", saved=settings.load().get("engine"))
 
 
 def starting_mlx_llm(settings: "Settings") -> str:

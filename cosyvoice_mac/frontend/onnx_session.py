@@ -22,10 +22,11 @@ from pathlib import Path
 
 from cosyvoice_mac.checkpoint import CheckpointError
 from cosyvoice_mac.frontend.onnx_mapping import FOLDER_OPTION, mapped_model_bytes
+from cosyvoice_mac.settings import setting
 
 log = logging.getLogger(__name__)
 
-PROVIDER_ENV = "COSYVOICE_ONNX_PROVIDER"
+PROVIDER_ENV = setting("onnx_provider").env
 CPU = "CPUExecutionProvider"
 CUDA = "CUDAExecutionProvider"
 COREML = "CoreMLExecutionProvider"

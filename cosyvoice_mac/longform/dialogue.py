@@ -14,9 +14,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.settings import bounds
 
 MAX_LINES = 500
-MAX_PAUSE_S = 10.0
+MAX_PAUSE_S = bounds("pause")[1]
 _BRACKET_TAG = re.compile(r"\s*\[(S\d{1,3})\]\s*(.*)", re.DOTALL)
 _NAME_TAG = re.compile(r"\s*([^\s:\[\]{}][^:\[\]{}]{0,31}?)\s*[:：]\s*(.*)", re.DOTALL)
 _INSTRUCTION = re.compile(r"\{([^{}]*)\}\s*(.*)", re.DOTALL)

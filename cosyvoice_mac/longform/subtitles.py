@@ -15,9 +15,10 @@ import numpy as np
 import srt
 
 from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.settings import bounds
 
 MAX_CUES = 2000
-SPEED_LIMIT_RANGE = (1.0, 2.0)  # the model's own speed range ends at 2.0
+SPEED_LIMIT_RANGE = bounds("speed_limit")
 MISFIT_S = 0.005  # a cue is reported as not fitting from this slip on (what "+0.01 s" rounds from)
 _MARKUP = re.compile(r"<[^<>]{1,40}>|\{\\[^{}]{0,40}\}")  # <i>, </font>, {\an8}
 

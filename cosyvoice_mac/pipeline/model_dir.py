@@ -13,6 +13,7 @@ from pathlib import Path
 
 from cosyvoice_mac.config import ConfigError, read_yaml_config, tag_name
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.settings import setting
 from cosyvoice_mac.versions import SPECS, VERSIONS  # noqa: F401 (VERSIONS re-exported)
 
 HUB_REPOS = {name: spec.hub_repo for name, spec in SPECS.items()}
@@ -21,7 +22,7 @@ SPEECH_TOKENIZER_FILES = {name: spec.speech_tokenizer_file for name, spec in SPE
 BLANK_EN = "CosyVoice-BlankEN"
 RL_LLM_FILE = "llm.rl.pt"  # CosyVoice3's reinforcement-tuned LLM, same keys as llm.pt (upstream: lower CER/WER)
 LLM_CHOICE_FILE = "cosyvoice-mac.json"  # written by `download --rl`: {"llm": "llm.rl.pt"}; ours, not upstream's
-LLM_ENV = "COSYVOICE_LLM"  # "rl" or "base": overrides the folder's choice
+LLM_ENV = setting("llm_file").env  # "rl" or "base": overrides the folder's choice
 
 
 def inference_files(version: str) -> list[str]:

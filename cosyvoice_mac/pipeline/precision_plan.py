@@ -24,9 +24,10 @@ import torch
 from cosyvoice_mac.device import DTYPE_ENV, DeviceError
 from cosyvoice_mac.pipeline import gate
 from cosyvoice_mac.pipeline.precision import INT8
+from cosyvoice_mac.settings import choices, setting
 
-PRECISIONS = ("auto", "float32")
-PRECISION_ENV = "COSYVOICE_PRECISION"  # the default for ``precision``: auto unless set
+PRECISIONS = choices("precision")
+PRECISION_ENV = setting("precision").env  # the default for ``precision``: auto unless set
 MIN_GAIN = 1.05
 LOW_MEMORY_LLM_ORDER = (INT8, "float16", "bfloat16")  # smallest weights first
 

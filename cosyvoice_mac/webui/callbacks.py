@@ -266,6 +266,7 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
             "coreml:ALL": "vocoder_coreml_all",
             "coreml:CPU_AND_GPU": "vocoder_coreml_cpu_and_gpu",
             "coreml:CPU_AND_NE": "vocoder_coreml_cpu_and_ne",
+            "coreml:CPU_ONLY": "vocoder_coreml_cpu_only",
         }
         return [(say(lang, labels[value]), value) for value in VOCODER_CHOICES]
 

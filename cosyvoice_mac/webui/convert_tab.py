@@ -25,6 +25,7 @@ from cosyvoice_mac.engine.jobs import EngineError
 from cosyvoice_mac.engine.messages import Done, Progress, Queued
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.request import Voice
+from cosyvoice_mac.settings import slider
 from cosyvoice_mac.sound.problems import SOURCE_PROBLEMS
 from cosyvoice_mac.sound.source_check import inspect_source
 from cosyvoice_mac.webui.post_controls import build_post_controls, post_settings
@@ -187,10 +188,7 @@ def build_convert_section(make, convert: ConvertCallbacks, language) -> dict:
         speed = make(
             gr.Slider,
             {"label": "vc_speed_label"},
-            minimum=0.5,
-            maximum=2.0,
-            step=0.05,
-            value=1.0,
+            **slider("speed"),
             elem_id="cv-vc-speed",
         )
         trim, level, target = build_post_controls(make, "cv-vc")

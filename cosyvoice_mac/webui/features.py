@@ -28,9 +28,10 @@ import platform
 import sys
 
 from cosyvoice_mac.preview import preview_available
+from cosyvoice_mac.settings import setting
 
 FEATURES = ("asr", "stream", "preview_backend", "vocoder_select", "engine_select")
-ENGINE_MENU_VARIABLE = "COSYVOICE_ENGINE_MENU"
+ENGINE_MENU_VARIABLE = setting("engine_menu").env
 
 
 def detect_features() -> dict[str, bool]:

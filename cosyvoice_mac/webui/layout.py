@@ -10,8 +10,9 @@ from __future__ import annotations
 import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
+from cosyvoice_mac.settings import bounds, slider
 from cosyvoice_mac.webui.action_bar import ACTION_BAR_CSS, build_action_bar
-from cosyvoice_mac.webui.callbacks import MAX_SEED, Callbacks
+from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.convert_tab import ConvertCallbacks, build_convert_section
 from cosyvoice_mac.webui.download_panel import build_download_panel, wire_download_panel
 from cosyvoice_mac.webui.generation import GenerateOutputs
@@ -133,8 +134,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                         {"label": "seed_label", "info": "seed_info"},
                         value=0,
                         precision=0,
-                        minimum=0,
-                        maximum=MAX_SEED,
+                        minimum=bounds("seed")[0],
+                        maximum=bounds("seed")[1],
                         scale=3,
                         elem_id="cv-seed",
                     )
@@ -142,10 +143,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                     speed = make(
                         gr.Slider,
                         {"label": "speed_label"},
-                        minimum=0.5,
-                        maximum=2.0,
-                        step=0.05,
-                        value=1.0,
+                        **slider("speed"),
                         scale=3,
                         elem_id="cv-speed",
                     )

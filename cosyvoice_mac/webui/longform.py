@@ -17,7 +17,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.frontend.glossary import (
     GlossaryDamaged,
     GlossaryEntry,
@@ -38,6 +38,7 @@ from cosyvoice_mac.longform.files import result_stem
 from cosyvoice_mac.longform.runner import Progress, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.longform.subtitles import MISFIT_S
+from cosyvoice_mac.settings import batch_name
 from cosyvoice_mac.webui.post_controls import post_settings
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
@@ -119,8 +120,11 @@ class LongformCallbacks:
             return
         path = Path(lines_file)
         data, kind = path.read_bytes(), path.suffix.lower().lstrip(".")
-        folder_name = "".join(c for c in (name or "").strip() if c.isalnum() or c in "-_ ").strip() or path.stem
-        folder = self._outputs() / "batches" / folder_name
+        try:
+            folder = self._outputs() / "batches" / (batch_name(name) or path.stem)
+        except RequestError as error:
+            yield "", html.escape(say(lang, "lf_failed", message=error)), None, None
+            return
 
         def job(speak, on_progress, should_stop):
             settings = {
@@ -157,8 +161,11 @@ class LongformCallbacks:
         except LongformError as error:
             yield "", html.escape(say(lang, "lf_failed", message=error)), None, None
             return
-        folder_name = "".join(c for c in (name or "").strip() if c.isalnum() or c in "-_ ").strip()
-        folder = self._outputs() / "batches" / (folder_name or self._stem("convert").name)
+        try:
+            folder = self._outputs() / "batches" / (batch_name(name) or self._stem("convert").name)
+        except RequestError as error:
+            yield "", html.escape(say(lang, "lf_failed", message=error)), None, None
+            return
 
         def job(speak, on_progress, should_stop):
             return run_convert_batch(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gradio as gr
 
-from cosyvoice_mac.request import SPEED_RANGE
+from cosyvoice_mac.settings import slider
 from cosyvoice_mac.sound.limits import AUDIO_SUFFIXES
 from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.post_controls import build_post_controls
@@ -38,10 +38,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                     pause = make(
                         gr.Slider,
                         {"label": "lf_pause_label"},
-                        minimum=0,
-                        maximum=3,
-                        step=0.05,
-                        value=0.4,
+                        **slider("pause"),
                         elem_id="cv-lf-pause",
                     )
                     per_line = make(gr.Checkbox, {"label": "lf_per_line_label"}, value=False, elem_id="cv-lf-per-line")
@@ -62,10 +59,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                     speed_limit = make(
                         gr.Slider,
                         {"label": "lf_speed_limit_label"},
-                        minimum=1.0,
-                        maximum=2.0,
-                        step=0.05,
-                        value=1.5,
+                        **slider("speed_limit"),
                         elem_id="cv-lf-speed-limit",
                     )
                 dub_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dub-start")
@@ -105,10 +99,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                     convert_speed = make(
                         gr.Slider,
                         {"label": "lf_convert_speed_label"},
-                        minimum=SPEED_RANGE[0],
-                        maximum=SPEED_RANGE[1],
-                        step=0.05,
-                        value=1.0,
+                        **slider("speed"),
                         elem_id="cv-lf-convert-speed",
                     )
                     convert_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-convert-name")

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import gradio as gr
 
-from cosyvoice_mac.request import LUFS_RANGE, PostSettings
-
-DEFAULT_TARGET_LUFS = -16.0  # speech on the web and in podcasts
+from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.settings import slider
 
 
 def build_post_controls(make, id_prefix: str) -> tuple:
@@ -20,10 +19,7 @@ def build_post_controls(make, id_prefix: str) -> tuple:
         target = make(
             gr.Slider,
             {"label": "lf_loudness_label"},
-            minimum=LUFS_RANGE[0],
-            maximum=LUFS_RANGE[1],
-            step=0.5,
-            value=DEFAULT_TARGET_LUFS,
+            **slider("loudness_lufs"),
             elem_id=f"{id_prefix}-loudness",
         )
     return trim, level, target

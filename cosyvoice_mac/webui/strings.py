@@ -195,6 +195,7 @@ EN: dict[str, str] = {
     "vocoder_coreml_all": "Core ML: all compute units",
     "vocoder_coreml_cpu_and_gpu": "Core ML: CPU and GPU",
     "vocoder_coreml_cpu_and_ne": "Core ML: CPU and Neural Engine",
+    "vocoder_coreml_cpu_only": "Core ML: CPU only",
     "vocoder_progress": "⏳ Restarting with the new vocoder… {seconds:.0f} s",
     "engine_label": "Engine",
     "engine_info": "What runs the model (CosyVoice2 or CosyVoice3): MLX (Apple's framework, the fast path on "

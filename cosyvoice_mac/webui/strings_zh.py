@@ -173,6 +173,7 @@ ZH: dict[str, str] = {
     "vocoder_coreml_all": "Core ML：全部计算单元",
     "vocoder_coreml_cpu_and_gpu": "Core ML：CPU 与 GPU",
     "vocoder_coreml_cpu_and_ne": "Core ML：CPU 与神经网络引擎",
+    "vocoder_coreml_cpu_only": "Core ML：仅 CPU",
     "vocoder_progress": "⏳ 正在用新的声码器重启… {seconds:.0f} 秒",
     "engine_label": "引擎",
     "engine_info": "运行模型（CosyVoice2 或 CosyVoice3）的框架：MLX（苹果的框架，Apple 芯片上的快速路径）或 PyTorch。"

@@ -140,14 +140,18 @@ case "$verb" in
     ensure_test_tools
     export OMP_WAIT_POLICY=PASSIVE
     export COSYVOICE_ASR_DOWNLOAD="${COSYVOICE_ASR_DOWNLOAD:-0}"  # tests never reach for the hub
+    parallel=()
     if [ $# -eq 0 ]; then  # the whole suite: the tree must pass the linter and the formatter first
       say "ruff: lint and format check"
       "$VENV/bin/ruff" check . && "$VENV/bin/ruff" format --check --quiet . || {
         say "ruff found problems (above); fix them, or run: $VENV/bin/ruff check --fix . && $VENV/bin/ruff format ."
         exit 1
       }
+      # on every core (at most 4 workers: each starts its own app servers); a test file, or a folder sharing one
+      # app server (api, browser, reliability), stays on one worker: tests/conftest.py groups them
+      parallel=(-n auto --maxprocesses 4 --dist loadgroup)
     fi
-    exec "$VENV/bin/python" -m pytest -v "$@"
+    exec "$VENV/bin/python" -m pytest -v ${parallel[@]+"${parallel[@]}"} "$@"
     ;;
   setup)
     setup

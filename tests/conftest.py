@@ -36,7 +36,24 @@ import cosyvoice_mac  # noqa: E402,F401  (before torch: it sets PYTORCH_ENABLE_M
 
 ESPEAK_RATE = 22050  # espeak-ng writes 16-bit mono WAV at this rate
 
-torch.set_num_threads(min(2, os.cpu_count() or 1))
+# Under pytest-xdist (``bash run.sh test`` runs the suite on every core) the cores are shared between the
+# workers: each takes its share, so two workers on two cores do not fight over four threads.
+WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
+
+# Tests that share an expensive fixture run on one xdist worker (``--dist loadgroup``): the folders whose
+# session-wide app server every module uses go whole, and every other module stays together, so a module's
+# fixtures (a model built once, an app started once) are made once however the suite is spread.
+SHARED_SERVER_FOLDERS = ("api", "browser", "reliability")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
+def pytest_collection_modifyitems(config, items):
+    tests_root = Path(__file__).parent
+    for item in items:
+        relative = item.path.relative_to(tests_root)
+        whole_folder = relative.parts[0] in SHARED_SERVER_FOLDERS and len(relative.parts) > 1
+        item.add_marker(pytest.mark.xdist_group(relative.parts[0] if whole_folder else relative.as_posix()))
 
 
 @pytest.fixture(scope="session")

@@ -106,6 +106,18 @@ def test_test_verb_runs_pytest_verbosely_and_returns_its_status(project, status)
     assert pytest_call == "-m pytest -v -k audio OMP_WAIT_POLICY=PASSIVE"
 
 
+def test_the_whole_suite_is_linted_first_then_spread_over_the_cores(project):
+    ruff = project.root / ".venv" / "bin" / "ruff"  # a linter that logs its calls and passes
+    ruff.write_text('#!/usr/bin/env bash\necho "ruff $*" >>"$(dirname "$0")/../../calls.log"\n')
+    ruff.chmod(0o755)
+    assert project.run("test").returncode == 0
+    assert project.calls()[-3:] == [
+        "ruff check .",
+        "ruff format --check --quiet .",
+        "-m pytest -v -n auto --maxprocesses 4 --dist loadgroup OMP_WAIT_POLICY=PASSIVE",
+    ]
+
+
 def test_no_suitable_python_gives_a_clear_message(tmp_path):
     shutil.copy(REPO_ROOT / "run.sh", tmp_path / "run.sh")
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from cosyvoice_mac import settings
 from cosyvoice_mac.engine.host import pick_model
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import default_models_dir
@@ -42,13 +43,17 @@ def resolve_model(name: str | Path | None = None, models_dir: str | Path | None 
 
 def load_model(
     name: str | Path | None = None,
-    device: str = "auto",
+    device: str | None = None,
     dtype: str | None = None,
     *,
     models_dir: str | Path | None = None,
     **options,
 ):
-    """A loaded backend (``CosyVoice``, or ``PreviewVoice`` for the preview voice) ready to ``synthesize``."""
+    """A loaded backend (``CosyVoice``, or ``PreviewVoice`` for the preview voice) ready to ``synthesize``.
+
+    ``device`` follows the settings table's one order, as the CLI's ``--device`` does: the argument, else
+    ``$COSYVOICE_DEVICE``, else auto."""
+    device = settings.resolve("device", device)
     folder = resolve_model(name, models_dir)
     if folder is None:
         from cosyvoice_mac.preview.backend import PreviewVoice

@@ -115,3 +115,20 @@ def test_the_cli_picks_the_model_like_the_app_without_model(tmp_path, make_speec
     )
     assert done.returncode == 0, done.stderr
     assert "loaded cosyvoice2" in done.stderr.lower() and out.is_file()
+
+
+@pytest.mark.parametrize(
+    ("argument", "variable", "expected"), [(None, "cpu", "cpu"), ("cpu", "mps", "cpu"), (None, "", "auto")]
+)
+def test_load_model_takes_the_device_in_the_settings_order(monkeypatch, argument, variable, expected):
+    """The Python door follows the table's order as the CLI's --device does: argument, $COSYVOICE_DEVICE, auto."""
+    from cosyvoice_mac import load as load_module
+    from cosyvoice_mac.preview.backend import PreviewVoice
+
+    asked = []
+    monkeypatch.setattr(
+        PreviewVoice, "from_pretrained", classmethod(lambda cls, path, device, dtype: asked.append(device))
+    )
+    monkeypatch.setenv("COSYVOICE_DEVICE", variable)
+    load_module.load_model("preview", device=argument)
+    assert asked == [expected]

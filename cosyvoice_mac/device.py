@@ -18,7 +18,7 @@ import torch
 
 import cosyvoice_mac
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.settings import setting
+from cosyvoice_mac.settings import env_flag, setting
 
 DEVICE_ENV = setting("device").env
 DTYPE_ENV = setting("dtype").env
@@ -45,22 +45,15 @@ class DeviceError(CosyVoiceError, RuntimeError):
     """A requested device or dtype that this machine cannot provide; the message says what to use instead."""
 
 
-def env_flag(name: str, default: bool | None) -> bool | None:
-    """A yes/no setting from the environment: unset gives ``default`` (None: the caller's own rule decides);
-    0, false, no, off or empty mean no."""
-    value = os.environ.get(name)
-    return default if value is None else value.strip().lower() not in ("0", "false", "no", "off", "")
-
-
 def cuda_graphs_wanted() -> bool:
     """Whether CUDA graphs may replay the LLM steps and the first streamed flow chunk (``COSYVOICE_CUDA_GRAPHS``)."""
-    return env_flag(CUDA_GRAPHS_ENV, True)
+    return env_flag("cuda_graphs")
 
 
-def cuda_graphs_on(device: torch.device, part_env: str | None = None) -> bool:
+def cuda_graphs_on(device: torch.device, part: str | None = None) -> bool:
     """Whether a part's work on ``device`` may be a CUDA graph: CUDA, graphs wanted, and the part's own
-    setting (``part_env``, on unless set to 0) on."""
-    wanted = cuda_graphs_wanted() and (part_env is None or env_flag(part_env, True))
+    setting (``part``, a yes/no row of the settings table, on unless its variable says 0) on."""
+    wanted = cuda_graphs_wanted() and (part is None or env_flag(part))
     return torch.device(device).type == "cuda" and wanted
 
 

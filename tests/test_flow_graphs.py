@@ -80,7 +80,7 @@ def test_the_cuda_dispatch_leaves_the_eager_mel_where_every_capture_fails(model,
     monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: "pool")
     monkeypatch.setattr(length_graphs, "GRAPHED_DTYPES", (torch.float32,))
     for module in (graphs, length_graphs, shared_graphs):
-        monkeypatch.setattr(module, "cuda_graphs_on", lambda device, part_env=None: True)
+        monkeypatch.setattr(module, "cuda_graphs_on", lambda device, part=None: True)
         monkeypatch.setattr(module, "try_cuda_capture", lambda capture, device: (None, "RuntimeError: sync"))
     for _ in range(2):  # the first call loads the kernels eagerly, the second tries the capture
         assert torch.equal(flow.inference(tokens, *prompt), whole)

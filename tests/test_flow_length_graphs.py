@@ -19,6 +19,7 @@ import torch
 import cosyvoice_mac.models.cuda.flow_length_graphs as length_graphs
 from cosyvoice_mac.models.cuda.flow_length_graphs import BUCKET_FRAMES, bucket_frames, padded_inputs
 from cosyvoice_mac.pipeline import CosyVoice
+from cosyvoice_mac.settings import setting
 from tests.fakes.onnx_models import make_tiny_model_dir
 from tests.test_flow_graphs import _draws
 from tests.test_flow_prefix import strict_fp32  # noqa: F401 (autouse: CUDA compares in real fp32)
@@ -84,7 +85,7 @@ def test_only_16_bit_flows_on_cuda_are_graphed(monkeypatch):
     assert not graphs.wanted(torch.device("cpu"), torch.bfloat16) and not graphs.wanted(
         torch.device("mps"), torch.float16
     )
-    monkeypatch.setenv(length_graphs.LENGTH_GRAPHS_ENV, "0")
+    monkeypatch.setenv(setting("flow_length_graphs").env, "0")
     assert not graphs.wanted(cuda, torch.bfloat16)
 
 

@@ -32,8 +32,8 @@ from tools.import_graph import (
 
 ROOT = Path(__file__).resolve().parents[1]
 NETWORK_ROOMS_MAY_IMPORT = {
-    "models": {"models", "checkpoint", "config", "device", "versions", "paths", "errors"},
-    "mlx": {"mlx", "models", "checkpoint", "config", "device", "versions", "paths", "errors"},
+    "models": {"models", "checkpoint", "config", "device", "versions", "settings", "paths", "errors"},
+    "mlx": {"mlx", "models", "checkpoint", "config", "device", "versions", "settings", "paths", "errors"},
 }
 # Type-hint-only circles, each a class and the cache or loop it annotates (no import at run time).
 TYPE_ONLY_CIRCLES = [

@@ -54,6 +54,70 @@ def test_every_cosyvoice_variable_the_package_reads_is_in_the_table():
     assert not NOT_VARIABLES & set(settings.variables())
 
 
+# The bottom-floor modules the table takes a variable's name from (the table imports them, so they cannot read it).
+NAME_SOURCES = {PACKAGE / "paths.py", PACKAGE / "wire.py"}
+
+
+def _docstrings(tree) -> set[int]:
+    """ids of the module's, classes' and functions' docstring constants."""
+    owners = [
+        tree,
+        *(node for node in ast.walk(tree) if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))),
+    ]
+    return {
+        id(owner.body[0].value)
+        for owner in owners
+        if owner.body and isinstance(owner.body[0], ast.Expr) and isinstance(owner.body[0].value, ast.Constant)
+    }
+
+
+def _variable_names_in_code(tree) -> list[tuple[int, str]]:
+    """(line, name) for each string in code (not a docstring) that is a variable's name: a read or a write."""
+    skipped = _docstrings(tree)
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skipped
+        if VARIABLE.fullmatch(node.value) and node.value not in NOT_VARIABLES
+    ]
+
+
+def test_each_variable_is_named_in_code_only_by_the_table():
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {name}"
+        for path, tree in _modules()
+        if path not in NAME_SOURCES
+        for line, name in _variable_names_in_code(tree)
+    ]
+    assert not found, "a variable's name written out beside the table (read it: settings.setting(NAME).env):\n" + (
+        "\n".join(found)
+    )
+
+
+def test_the_variable_scanner_sees_a_read_and_skips_docstrings_and_prose():
+    source = (
+        '"""Reads $COSYVOICE_X."""\n'
+        "def f():\n"
+        '    """COSYVOICE_Y"""\n'
+        '    say("set COSYVOICE_Z=1 to turn it on")\n'
+        '    return os.environ.get("COSYVOICE_W")\n'
+    )
+    assert _variable_names_in_code(ast.parse(source)) == [(5, "COSYVOICE_W")]
+
+
+def test_every_variable_a_message_or_docstring_names_is_in_the_table():
+    named = {
+        name: f"{path.relative_to(ROOT)}:{node.lineno}"
+        for path, tree in _modules(skip_table=False)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        for name in VARIABLE.findall(node.value)
+        if name not in NOT_VARIABLES
+    }
+    unknown = {name: where for name, where in named.items() if name not in settings.variables()}
+    assert not unknown, f"text names variables the settings table does not have: {unknown}"
+
+
 def test_every_row_is_complete_and_every_variable_is_declared_once():
     variables = [row.env for row in SETTINGS.values() if row.env]
     assert len(variables) == len(set(variables))
@@ -168,6 +232,47 @@ def test_the_lists_outside_the_front_ends_are_the_tables():
         settings.choices("mode"),
     )
     assert settings.choices("version") == settings.choices("random_weights") == VERSIONS
+
+
+def test_the_networks_and_core_ml_lists_and_defaults_are_the_tables():
+    from cosyvoice_mac.coreml.convert import PRECISIONS, TARGETS, ConversionOptions
+    from cosyvoice_mac.coreml.split import CHUNK_FRAMES
+    from cosyvoice_mac.mlx.llm_gate import MLX_LLM_GATE
+
+    assert (PRECISIONS, TARGETS) == (settings.choices("coreml_precision"), settings.choices("coreml_target"))
+    options = ConversionOptions()
+    assert (options.precision, options.target, CHUNK_FRAMES) == tuple(
+        setting(name).default for name in ("coreml_precision", "coreml_target", "chunk_frames")
+    )
+    assert tuple(row.choice for row in MLX_LLM_GATE) == settings.choices("mlx_llm")
+    pytest.importorskip("mlx.core")
+    from cosyvoice_mac.mlx.llm_precision import LLM_PRECISIONS
+
+    assert tuple(LLM_PRECISIONS) == settings.choices("mlx_llm")
+
+
+def test_decoding_options_default_to_the_rows_and_follow_their_variables(monkeypatch):
+    from dataclasses import asdict
+
+    from cosyvoice_mac.models.llm.decoding import DecodeOptions
+
+    fields = {"cuda_graphs": "cuda_graphs", "compile": "compile_decode", "fuse": "fuse_decode"}
+    fields |= {"device_sampling": "device_sampling", "eager_rounding": "eager_rounding"}
+    for name in fields.values():
+        monkeypatch.delenv(setting(name).env, raising=False)
+    unset = asdict(DecodeOptions())
+    assert {field: unset[field] for field in fields} == {
+        "cuda_graphs": True,
+        "compile": False,
+        "fuse": True,
+        "device_sampling": True,
+        "eager_rounding": None,  # unset: the decoder's own rule (on where a 16-bit step is compiled)
+    }
+    for name in fields.values():
+        monkeypatch.setenv(setting(name).env, "0")
+    assert not any(asdict(DecodeOptions())[field] for field in fields)
+    monkeypatch.setenv(setting("eager_rounding").env, "1")
+    assert DecodeOptions().eager_rounding is True
 
 
 def test_the_pages_sliders_read_the_table(tmp_path):

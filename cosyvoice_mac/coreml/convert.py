@@ -32,14 +32,15 @@ from cosyvoice_mac.config import read_yaml_config
 from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig, load_hift
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
 from cosyvoice_mac.pipeline.model_dir import model_yaml
+from cosyvoice_mac.settings import choices, setting
 
 from .host import HostSource
 from .rewrite import POLYPHASE, DecoderGraph, F0Graph, build_graphs
 from .split import CHUNK_CONTEXT, CHUNK_FRAMES
 
 FORMAT_VERSION = 1
-PRECISIONS = ("fp16", "fp32")
-TARGETS = ("macOS13", "macOS14", "macOS15")
+PRECISIONS = choices("coreml_precision")
+TARGETS = choices("coreml_target")
 F0_MAX_FRAMES = 15000  # 300 s, the length of CosyVoice3's fixed noise
 DECODER_MAX_FRAMES = 3000  # 60 s per flexible call; longer mels are decoded in chunks
 TRACE_FRAMES = 100
@@ -55,8 +56,8 @@ class CoreMLConversionError(RuntimeError):
 class ConversionOptions:
     """What to build: decoder precision, deployment target and which decoder shapes."""
 
-    precision: str = "fp16"
-    target: str = "macOS14"
+    precision: str = setting("coreml_precision").default
+    target: str = setting("coreml_target").default
     flexible: bool = True
     chunked: bool = True
     chunk_frames: int | None = CHUNK_FRAMES  # None: any recorded size will do (loading); 128 when converting

@@ -64,7 +64,7 @@ def bundled_english_model() -> AsrModel:
 def downloads_allowed() -> bool:
     """False when the user or environment says to stay offline."""
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes")
-    return not offline and env_flag("asr_download", True)
+    return not offline and env_flag("asr_download")
 
 
 class ModelStore:

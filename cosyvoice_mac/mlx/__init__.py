@@ -11,9 +11,10 @@ from __future__ import annotations
 import importlib.util
 import os
 
-ENGINE_ENV = "COSYVOICE_ENGINE"
-ENGINES = ("auto", "mlx", "torch")
-ENGINE_HELP = "what runs the model: auto (MLX on Apple Silicon, else PyTorch), mlx or torch"  # --engine's help
+from cosyvoice_mac.settings import choices, setting
+
+ENGINE_ENV = setting("engine").env
+ENGINES = choices("engine")
 
 
 def mlx_available() -> bool:
@@ -32,7 +33,7 @@ def requested_engine(requested: str | None = None) -> str:
 
     source = "argument"
     if requested is None:
-        requested, source = os.environ.get(ENGINE_ENV) or "auto", ENGINE_ENV
+        requested, source = os.environ.get(ENGINE_ENV) or setting("engine").default, ENGINE_ENV
     name = requested.strip().lower()
     if name not in ENGINES:
         where = f"{ENGINE_ENV}={requested}" if source == ENGINE_ENV else f"engine {requested!r}"

@@ -27,8 +27,9 @@ import torch
 
 from cosyvoice_mac.checkpoint import load_checkpoint
 from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.settings import setting
 
-CACHE_ENV = "COSYVOICE_MLX_CACHE"  # folder for converted weights; "off" disables the cache
+CACHE_ENV = setting("mlx_cache").env  # folder for converted weights; "off" disables the cache
 _HASH_BLOCK = 1 << 22
 SOURCES_INDEX = "sources.json"  # resolved source path -> {size, mtime_ns, sha256}
 

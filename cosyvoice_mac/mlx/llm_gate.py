@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-LLM_PRECISION_ENV = "COSYVOICE_MLX_LLM"  # fp32 (default) | fp16 | bf16 | int8 | int4
+from cosyvoice_mac.settings import setting
+
+LLM_PRECISION_ENV = setting("mlx_llm").env  # fp32 (default) | fp16 | bf16 | int8 | int4
 AUTO = "auto"
 NAMED_IN_SETTINGS = "settings"  # MlxLlmChoice.named_by for the page's menu (else the variable's name)
 MLX_GATE_TEST = "tests/test_mlx_quantize.py::test_mlx_gate_rows_match_their_measurement"

@@ -87,10 +87,14 @@ def env_value(name: str) -> str | None:
     return value or None
 
 
-def env_flag(name: str, default: bool | None = None) -> bool | None:
-    """A yes/no setting from its variable: unset gives ``default``; 0, false, no, off or empty mean no."""
-    raw = os.environ.get(setting(name).env or "")
-    return default if raw is None else raw.strip().lower() not in _NO
+def env_flag(name: str) -> bool | None:
+    """A yes/no setting from its variable: unset gives the row's default (None: the caller's own rule
+    decides); 0, false, no, off or empty mean no."""
+    row = setting(name)
+    if row.type is not bool or row.env is None:
+        raise KeyError(f"setting {name!r} is not a yes/no environment variable")
+    raw = os.environ.get(row.env)
+    return row.default if raw is None else raw.strip().lower() not in _NO
 
 
 def _typed(row: Setting, value: str) -> Any:

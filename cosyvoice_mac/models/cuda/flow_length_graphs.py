@@ -41,7 +41,6 @@ from cosyvoice_mac.device import cuda_graphs_on, try_cuda_capture, weights_signa
 
 log = logging.getLogger(__name__)
 
-LENGTH_GRAPHS_ENV = "COSYVOICE_FLOW_LENGTH_GRAPHS"
 BUCKET_FRAMES = 64  # 1.28 s of mel: at most 63 padded frames, under 10 % of a 660-frame sentence's work
 MAX_BUCKETS = 8  # graphs held at once (lengths up to ~10 s apart); their pool is the largest one's activations
 GRAPHED_DTYPES = (torch.float16, torch.bfloat16)  # launch-bound flows; a float32 one is bound by the GPU (above)
@@ -100,7 +99,7 @@ class LengthGraphs:
 
     def wanted(self, device: torch.device, dtype: torch.dtype) -> bool:
         """CUDA, a 16-bit flow (``dtype``), graphs wanted (both settings), and no capture of this flow has failed."""
-        return dtype in GRAPHED_DTYPES and self.error is None and cuda_graphs_on(device, LENGTH_GRAPHS_ENV)
+        return dtype in GRAPHED_DTYPES and self.error is None and cuda_graphs_on(device, "flow_length_graphs")
 
     def clear(self) -> None:
         """Drop every graph (the flow moved, or changed dtype)."""

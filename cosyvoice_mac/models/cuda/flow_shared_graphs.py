@@ -35,7 +35,6 @@ from cosyvoice_mac.models.flow.prefix import FlowPrefix, StepState
 
 log = logging.getLogger(__name__)
 
-SHARED_GRAPHS_ENV = "COSYVOICE_FLOW_SHARED_GRAPHS"
 MAX_LENGTHS = 2  # prefix lengths held at once (a length's slots and pools: ~1 GB in fp32 for 2 s of prompt)
 _serials = itertools.count(1)
 
@@ -99,7 +98,7 @@ class SharedFlowGraphs:
 
     def wanted(self, device: torch.device) -> bool:
         """CUDA, graphs wanted (both settings), and no capture of this flow has failed."""
-        return self.error is None and cuda_graphs_on(device, SHARED_GRAPHS_ENV)
+        return self.error is None and cuda_graphs_on(device, "flow_shared_graphs")
 
     def clear(self) -> None:
         """Drop every graph and slot (the flow moved, or changed dtype)."""

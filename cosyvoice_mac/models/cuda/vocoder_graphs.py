@@ -29,7 +29,6 @@ from cosyvoice_mac.device import cuda_graphs_on, try_cuda_capture, weights_signa
 
 log = logging.getLogger(__name__)
 
-VOCODER_GRAPHS_ENV = "COSYVOICE_VOCODER_GRAPHS"
 MAX_GRAPHS = 8  # a sentence's first 8 chunks; each holds its outputs (a few MB), the pool its largest call
 MAX_SEEN = 64  # shapes remembered as seen once
 
@@ -72,7 +71,7 @@ class StreamedCallGraphs:
 
     def wanted(self, device: torch.device) -> bool:
         """CUDA, graphs wanted (both settings), and no capture of this vocoder has failed."""
-        return self.error is None and cuda_graphs_on(device, VOCODER_GRAPHS_ENV)
+        return self.error is None and cuda_graphs_on(device, "vocoder_graphs")
 
     def clear(self) -> None:
         """Drop every graph and what was seen (the weights moved)."""

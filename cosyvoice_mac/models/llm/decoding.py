@@ -16,10 +16,11 @@ from typing import TYPE_CHECKING
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.device import cuda_graphs_wanted, env_flag
+from cosyvoice_mac.device import cuda_graphs_wanted
 from cosyvoice_mac.models.llm.decode_step import Attend, projection
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
 from cosyvoice_mac.models.llm.step_kernels import PLAIN, StepKernels
+from cosyvoice_mac.settings import env_flag
 
 if TYPE_CHECKING:
     from cosyvoice_mac.models.cuda.decode_graphs import DecodeGraphs
@@ -36,16 +37,16 @@ class DecodeOptions:
     # on CUDA: capture the step per length bucket, replay it per token
     cuda_graphs: bool = field(default_factory=cuda_graphs_wanted)
     # torch.compile the bucketed step (any device; meant for MPS, where it is not measured yet): off by default
-    compile: bool = field(default_factory=lambda: env_flag("COSYVOICE_COMPILE_DECODE", False))
+    compile: bool = field(default_factory=lambda: env_flag("compile_decode"))
     bucket: int = 128  # cache slots per length bucket; a multiple of 16 keeps the attention mask aligned
     # CUDA graphs mode: capture the bucketed step (and the device sampler's pick) as torch.compile fused them (Triton
     # kernels under our graph), not ATen's ~450 kernels a token: 651 -> 805 tok/s at fp16 (bench/README.md, "Session
     # 7"); the compiles fall in the worker's warm-up (~60 s cold, ~11 s from the on-disk cache). A compile that fails
     # leaves the plain step (``fuse_error`` says why). Default mode and ``dynamic``: max-autotune changes the tokens.
-    fuse: bool = field(default_factory=lambda: env_flag("COSYVOICE_FUSE_DECODE", True))
+    fuse: bool = field(default_factory=lambda: env_flag("fuse_decode"))
     # CUDA graphs mode: the sampler runs on the device inside each step's graph and the next step is queued
     # before this one's token is read (same tokens as the host sampler for the same seed; see cuda/device_sampling)
-    device_sampling: bool = field(default_factory=lambda: env_flag("COSYVOICE_DEVICE_SAMPLING", True))
+    device_sampling: bool = field(default_factory=lambda: env_flag("device_sampling"))
     # a decoded position's attention as two products and a softmax (``attend_by_products``) instead of SDPA; None:
     # exactly in graphs mode at float32, where CUDA's only fp32 SDPA kernel took 0.71 of a token's 1.83 ms of GPU time
     attention_by_products: bool | None = None
@@ -55,7 +56,7 @@ class DecodeOptions:
     # unset): where torch.compile runs the step at 16 bits, whose own rounding parted from eager's ids at token 6 (fp16)
     # or 1 (bf16). Measured at fp16 on the H200: 875 tok/s with eager's ids, against 803 for inductor's own rounding
     # (bench/README.md, "Session 10"). fp32's fused step keeps eager's ids without it.
-    eager_rounding: bool | None = field(default_factory=lambda: env_flag("COSYVOICE_EAGER_ROUNDING", None))
+    eager_rounding: bool | None = field(default_factory=lambda: env_flag("eager_rounding"))
 
 
 class DecodeRunner:

@@ -176,8 +176,13 @@ def out_of_range(name: str, value: Any) -> str | None:
 
 def span(row: Setting) -> str:
     """The setting's range in words: "0.5 to 2" or "at least 1"."""
-    low, high = row.range
-    return f"at least {low:g}" if high == math.inf else f"{low:g} to {high:g}"
+    low, high = (_number(bound) for bound in row.range)
+    return f"at least {low}" if row.range[1] == math.inf else f"{low} to {high}"
+
+
+def _number(bound: float) -> str:
+    """A bound as a reader writes it: 2147483647, not 2.14748e+09; 0.5, not 0.500000."""
+    return str(int(bound)) if bound != math.inf and float(bound).is_integer() else f"{bound:g}"
 
 
 def slider(name: str) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """One user-facing setting as plain data: what it is called at each door, its default, its allowed values and
-its help in English and Chinese. Torch-free; the table's rows (``server.py``, ``requests.py``, ``advanced.py``)
-are made of these."""
+its help in English and Chinese. Torch-free; the table's rows (``server.py``, ``fields.py``, ``tools.py``,
+``advanced.py``) are made of these."""
 
 from __future__ import annotations
 

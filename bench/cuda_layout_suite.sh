@@ -3,7 +3,8 @@
 # tool's H100/H200), the CUDA tests of every moved piece on this tree and on the tree before (.base: an untracked
 # `git archive ea3218f`, carried), then the pipeline bench of both trees interleaved in one call, so "behaviour and
 # speed unchanged" is measured, not assumed. Wheels the image lacks: .whl (soundfile, cffi per Python, pycparser);
-# the tiny parity models: .parity (a copy of ../shared/parity). Usage: bash bench/cuda_layout_suite.sh OUTDIR
+# the tiny parity models: .parity (a copy of ../shared/parity). BENCH=0: the tests only.
+# Usage: [BENCH=0] bash bench/cuda_layout_suite.sh OUTDIR
 set -u
 out=${1:?output folder}
 py=$(python3 -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
@@ -21,6 +22,7 @@ run_tests() {  # tree name
 }
 run_tests "$PWD" now
 run_tests "$PWD/.base" base
+if [ "${BENCH:-1}" = 0 ]; then exit 0; fi
 for round in 1; do  # both trees in one call, one after the other
   for tree in now base; do
     dir=$PWD; [ "$tree" = base ] && dir=$PWD/.base

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 44 moved the CUDA-only tuning into cosyvoice_mac/models/cuda/: on a CUDA machine without internet (the device
 # tool's H100/H200), the CUDA tests of every moved piece on this tree and on the tree before (.base: an untracked
-# `git archive ea3218f`, carried), then the pipeline bench of both trees interleaved in one call, so "behaviour and
+# `git archive ea3218f`, carried), then the pipeline bench of both trees in the same call, so "behaviour and
 # speed unchanged" is measured, not assumed. Wheels the image lacks: .whl (soundfile, cffi per Python, pycparser);
 # the tiny parity models: .parity (a copy of ../shared/parity). BENCH=0: the tests only.
 # Usage: [BENCH=0] bash bench/cuda_layout_suite.sh OUTDIR

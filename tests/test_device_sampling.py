@@ -229,7 +229,7 @@ def test_cuda_graphs_with_device_sampling_yield_the_host_samplers_tokens():
         host, device = tokens(False, seed), tokens(True, seed)
         assert lm.decoding.graph_error is None
         assert device == host  # a float32 softmax on another device could flip a near tie: none expected here
-    assert lm.decoding._sampled_graphs  # the sampled steps were captured, not run eagerly
+    assert lm.decoding.report()["sampled_graphs"]  # the sampled steps were captured, not run eagerly
 
 
 def test_graphs_captured_with_other_step_options_are_not_reused():

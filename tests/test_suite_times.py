@@ -27,4 +27,7 @@ def test_a_run_is_summed_per_file_and_group_with_its_outcomes(tmp_path, capsys):
     assert document["groups_seconds"] == {"spread": 7.0, "api": 4.0, "browser": 0.2}
     assert document["files"][0] == {"file": "tests/test_b.py", "tests": 1, "seconds": 7.0}
     assert document["files"][1] == {"file": "tests/api/test_a.py", "tests": 2, "seconds": 4.0}
-    assert [row["test"] for row in document["slowest"]] == ["tests/test_b.py::test_three", "tests/api/test_a.py::test_one"]
+    assert [row["test"] for row in document["slowest"]] == [
+        "tests/test_b.py::test_three",
+        "tests/api/test_a.py::test_one",
+    ]

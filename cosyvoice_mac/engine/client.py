@@ -46,7 +46,7 @@ class Engine(VoiceSaving):
         cancel_grace_s: float = 10.0,
         job_timeout_s: float | None = None,
         max_load_failures: int = 3,
-        context: str = "spawn",
+        start_method: str = "auto",
         set_ui_qos: bool = True,
         liveness_timeout_s: float = 30.0,
     ):
@@ -58,7 +58,7 @@ class Engine(VoiceSaving):
             start_timeout_s, stop_timeout_s, cancel_grace_s, job_timeout_s, max_load_failures, liveness_timeout_s
         )
         self._supervisor = WorkerSupervisor(
-            config, self.queue, self.tasks, self.voices, self._lock, self.limits, context
+            config, self.queue, self.tasks, self.voices, self._lock, self.limits, start_method
         )
         if set_ui_qos:
             set_ui_thread_qos()

@@ -84,10 +84,10 @@ class WorkerSupervisor:
         voices: VoiceLibrary,
         lock: threading.RLock,
         limits: SupervisorLimits,
-        context: str = "spawn",
+        start_method: str = "auto",
     ):
         self.config, self.queue, self.tasks, self.voices = config, queue, tasks, voices
-        self.lock, self.limits, self.context = lock, limits, context
+        self.lock, self.limits, self.start_method = lock, limits, start_method
         self.worker: WorkerProcess | None = None
         self.state = EngineState.STOPPED
         self.worker_status: WorkerStatus | None = None
@@ -177,7 +177,7 @@ class WorkerSupervisor:
         config = replace(self.config, device=self.device_override) if self.device_override else self.config
         self.load_error = None
         try:
-            self.worker = WorkerProcess(config, self.context)
+            self.worker = WorkerProcess(config, self.start_method)
         except Exception as error:  # e.g. the OS refused a new process: no job can run
             self._give_up(f"the model process could not be started: {type(error).__name__}: {error}")
 

@@ -7,7 +7,6 @@ torch and the models (``runtime.py``); this module stays light so the UI process
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import threading
@@ -17,6 +16,7 @@ from dataclasses import dataclass, field
 from cosyvoice_mac.engine.jobs import Command
 from cosyvoice_mac.engine.messages import Event, LoadFailed, Loading, Ready
 from cosyvoice_mac.engine.qos import set_worker_thread_qos
+from cosyvoice_mac.engine.start_method import worker_context
 from cosyvoice_mac.paths import compile_cache_dir
 
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
@@ -131,13 +131,13 @@ def _describe_load_failure(error: BaseException, config: WorkerConfig) -> str:
 class WorkerProcess:
     """UI-side handle of one worker process: its pipes, its cancel flag, and how to stop it."""
 
-    def __init__(self, config: WorkerConfig, context_name: str = "spawn"):
-        context = multiprocessing.get_context(context_name)
+    def __init__(self, config: WorkerConfig, start_method: str = "auto"):
+        os.environ.update(unset_worker_environment())  # the child starts with our environment (start_method.py)
+        context = worker_context(start_method)
         command_reader, self._command_writer = context.Pipe(duplex=False)
         self.events, event_writer = context.Pipe(duplex=False)
         self._cancel_seq = context.Value("q", NO_JOB, lock=False)
         self._heartbeat = context.Value("q", 0, lock=False)
-        os.environ.update(unset_worker_environment())  # a spawned child starts with our environment
         self.process = context.Process(
             target=worker_main,
             args=(config, command_reader, event_writer, self._cancel_seq, self._heartbeat),

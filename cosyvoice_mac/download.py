@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cosyvoice_mac.paths import default_models_dir
+from cosyvoice_mac.paths import atomic_write, default_models_dir
 from cosyvoice_mac.pipeline.model_dir import HUB_REPOS, LLM_CHOICE_FILE, RL_LLM_FILE, VERSIONS, inference_files
 from cosyvoice_mac.versions import SPECS
 
@@ -82,7 +82,7 @@ def download_model(
     destination = Path(models_dir if models_dir is not None else default_models_dir()).expanduser() / model.folder
     folder = _fetch(model, files, destination, source, endpoint, revision, on_plan or _no_plan)
     if rl:  # the user's choice, kept beside the files (COSYVOICE_LLM=base overrides it)
-        (folder / LLM_CHOICE_FILE).write_text(json.dumps({"llm": RL_LLM_FILE}) + "\n")
+        atomic_write(folder / LLM_CHOICE_FILE, (json.dumps({"llm": RL_LLM_FILE}) + "\n").encode("utf-8"))
     return folder
 
 

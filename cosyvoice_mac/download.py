@@ -1,24 +1,26 @@
 """``bash run.sh download cosyvoice3``: fetch a model folder, only the files inference reads (spec section 1).
 
 Hugging Face first (huggingface_hub: resumable, with a progress bar), ModelScope as the fallback when
-the hub cannot be reached and the ``modelscope`` package is installed. Every file's size is checked
-against the hub's own metadata afterwards, so a cut-off download is caught here, not at load time.
+the hub cannot be reached (plain HTTP, ``download_modelscope``: no package to install). Every file's size is
+checked against the hub's own metadata afterwards, so a cut-off download is caught here, not at load time.
 Running the command again resumes: finished files are skipped, half-finished ones continue.
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import importlib.util
 import json
 import os
 import shutil
 import sys
+import urllib.error
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from cosyvoice_mac.paths import default_models_dir
+from cosyvoice_mac.paths import atomic_write, default_models_dir
 from cosyvoice_mac.pipeline.model_dir import HUB_REPOS, LLM_CHOICE_FILE, RL_LLM_FILE, VERSIONS, inference_files
 from cosyvoice_mac.versions import SPECS
 
@@ -62,6 +64,7 @@ def download_model(
     revision: str | None = None,
     rl: bool = False,
     on_plan: Callable[[str, dict[str, int | None]], None] | None = None,
+    modelscope_endpoint: str | None = None,
 ) -> Path:
     """Fetch ``version``'s inference files into ``models_dir/<folder>``; the folder's path.
 
@@ -69,7 +72,8 @@ def download_model(
     ``on_plan(source, sizes)`` is told which hub delivers and each file's size (None: not known) before the
     bytes flow, so a page can show progress by watching the folder.
 
-    ``endpoint`` overrides the Hugging Face address (default: $HF_ENDPOINT or huggingface.co).
+    ``endpoint`` overrides the Hugging Face address (default: $HF_ENDPOINT or huggingface.co),
+    ``modelscope_endpoint`` ModelScope's (default: www.modelscope.cn).
     Raises DownloadError (HubUnreachable when offline) with a message for the user.
     """
     if version not in MODELS:
@@ -80,9 +84,10 @@ def download_model(
         raise DownloadError(f"--rl is for cosyvoice3 (only Fun-CosyVoice3 publishes {RL_LLM_FILE})")
     model, files = MODELS[version], inference_files(version) + [RL_LLM_FILE] * rl
     destination = Path(models_dir if models_dir is not None else default_models_dir()).expanduser() / model.folder
-    folder = _fetch(model, files, destination, source, endpoint, revision, on_plan or _no_plan)
+    hubs = (endpoint, modelscope_endpoint)
+    folder = _fetch(model, files, destination, source, hubs, revision, on_plan or _no_plan)
     if rl:  # the user's choice, kept beside the files (COSYVOICE_LLM=base overrides it)
-        (folder / LLM_CHOICE_FILE).write_text(json.dumps({"llm": RL_LLM_FILE}) + "\n")
+        atomic_write(folder / LLM_CHOICE_FILE, (json.dumps({"llm": RL_LLM_FILE}) + "\n").encode("utf-8"))
     return folder
 
 
@@ -95,26 +100,20 @@ def _fetch(
     files: list[str],
     destination: Path,
     source: str,
-    endpoint: str | None,
+    hubs: tuple[str | None, str | None],
     revision: str | None,
     on_plan: Callable[[str, dict[str, int | None]], None],
 ) -> Path:
+    """From the hub ``source`` names (``auto``: Hugging Face, then ModelScope when Hugging Face cannot be
+    reached); ``hubs`` the (Hugging Face, ModelScope) addresses, None for the defaults."""
     if source in ("auto", "huggingface"):
         try:
-            return _from_huggingface(model, files, destination, endpoint, revision, on_plan)
+            return _from_huggingface(model, files, destination, hubs[0], revision, on_plan)
         except HubUnreachable as error:
-            if source == "huggingface" or not modelscope_installed():
+            if source == "huggingface":
                 raise
             print(f"{error}\nTrying ModelScope instead.", file=sys.stderr)
-    if not modelscope_installed():
-        raise DownloadError(
-            "ModelScope is not installed; install it (pip install modelscope) or use --source huggingface"
-        )
-    return _from_modelscope(model, files, destination, revision, on_plan)
-
-
-def modelscope_installed() -> bool:
-    return importlib.util.find_spec("modelscope") is not None
+    return _from_modelscope(model, files, destination, hubs[1], revision, on_plan)
 
 
 def verify_sizes(destination: Path, expected: dict[str, int]) -> None:
@@ -227,33 +226,48 @@ def _from_modelscope(
     model: HubModel,
     files: list[str],
     destination: Path,
+    endpoint: str | None,
     revision: str | None,
     on_plan: Callable[[str, dict[str, int | None]], None],
 ) -> Path:
-    from modelscope.hub.snapshot_download import snapshot_download
+    from cosyvoice_mac import download_modelscope as modelscope
 
-    on_plan("modelscope", _modelscope_sizes(model.modelscope, files))
-    print(f"Downloading {len(files)} files of {model.modelscope} from ModelScope into {destination}", file=sys.stderr)
+    address = endpoint or modelscope.MODELSCOPE_ENDPOINT
     try:
-        snapshot_download(model.modelscope, revision=revision, local_dir=str(destination), allow_patterns=files)
-    except Exception as error:  # modelscope raises many kinds; all mean "not downloaded"
-        raise DownloadError(f"ModelScope could not deliver {model.modelscope}: {_first_line(error)}") from error
-    verify_sizes(destination, _modelscope_sizes(model.modelscope, files))
+        listed = modelscope.list_files(model.modelscope, revision, endpoint)
+    except urllib.error.HTTPError as error:
+        raise DownloadError(f"{address} refused the file list of {model.modelscope}: {_first_line(error)}") from error
+    except (OSError, http.client.HTTPException) as error:
+        raise HubUnreachable(
+            f"cannot reach {address} either: no connection ({_first_line(error)}). Check the internet connection "
+            "and run the command again; a model folder copied by hand into models/ works too."
+        ) from error
+    except ValueError as error:
+        raise DownloadError(f"{address} gave no usable file list of {model.modelscope}: {error}") from error
+    absent = [name for name in files if name not in listed]
+    if absent:
+        raise DownloadError(f"{model.modelscope} on {address} lacks {', '.join(absent)}; is it the right repo?")
+    sizes = {name: listed[name].size for name in files}
+    _check_free_space(destination, {name: size for name, size in sizes.items() if size is not None})
+    on_plan("modelscope", sizes)
+    print(f"Downloading {len(files)} files of {model.modelscope} from {address} into {destination}", file=sys.stderr)
+    for name in files:
+        try:
+            modelscope.fetch_file(model.modelscope, listed[name], destination, revision, endpoint)
+        except ValueError as error:
+            raise DownloadError(f"{error}. Run the same command again to fetch it anew.") from error
+        except (OSError, http.client.HTTPException) as error:
+            if isinstance(error, OSError) and not isinstance(error, urllib.error.URLError) and error.filename:
+                raise DownloadError(
+                    f"could not write into {destination}: {error}. Fix that (disk space, permissions) "
+                    "and run the same command again to resume."
+                ) from error
+            raise DownloadError(
+                f"the download of {name} from {address} stopped: {_first_line(error)}. "
+                "Run the same command again to resume."
+            ) from error
+    verify_sizes(destination, sizes)
     return destination
-
-
-def _modelscope_sizes(model_id: str, files: list[str]) -> dict[str, int | None]:
-    """Sizes from ModelScope's file list; None (presence only) where it gives none."""
-    sizes: dict[str, int | None] = dict.fromkeys(files)
-    try:
-        from modelscope.hub.api import HubApi
-
-        for entry in HubApi().get_model_files(model_id, recursive=True):
-            if entry.get("Path") in sizes and entry.get("Size") is not None:
-                sizes[entry["Path"]] = int(entry["Size"])
-    except Exception:  # an older modelscope without this call: check that every file is there
-        pass
-    return sizes
 
 
 def _check_free_space(destination: Path, expected: dict[str, int]) -> None:
@@ -318,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
         "--source",
         choices=SOURCES,
         default="auto",
-        help="auto: Hugging Face, then ModelScope if installed and the hub is unreachable",
+        help="auto: Hugging Face, then ModelScope when Hugging Face cannot be reached",
     )
     parser.add_argument("--revision", default=None, help="a branch, tag or commit of the hub repo (default main)")
     parser.add_argument(

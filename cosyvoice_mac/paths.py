@@ -15,7 +15,9 @@ import errno
 import os
 import sys
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO, Iterator
 
 APP_NAME = "cosyvoice-mac"
 DEFAULT_HOST = "127.0.0.1"  # this computer only; another address only when the user asks for it
@@ -76,9 +78,17 @@ def compile_cache_dir() -> Path:
 
 def atomic_write(path: str | Path, data: bytes, *, replace: bool = True) -> None:
     """Write ``data`` to ``path`` so that a reader, or the disk after a power cut, sees the old file or the
-    whole new one, never half: a temporary file of its own in the same folder (so two writers never share
-    one), flushed to disk (fsync), made an ordinary 0644 document, then renamed over ``path``. The
-    temporary file is removed when anything fails; the error is raised.
+    whole new one, never half (:func:`atomic_file` with ``data`` as its content)."""
+    with atomic_file(path, replace=replace) as file:
+        file.write(data)
+
+
+@contextmanager
+def atomic_file(path: str | Path, *, replace: bool = True) -> Iterator[BinaryIO]:
+    """A binary file to write ``path``'s new content into, for writers that stream (a zip, a safetensors
+    file): a temporary file of its own in the same folder (so two writers never share one), flushed to disk
+    (fsync) when the block ends, made an ordinary 0644 document, then renamed over ``path``. The temporary
+    file is removed when anything fails; the error is raised.
 
     ``replace=False`` never replaces a file already at ``path`` (FileExistsError instead): the whole file is
     hard-linked into place, which fails when the name is taken, so of two writers of one name exactly one
@@ -88,7 +98,7 @@ def atomic_write(path: str | Path, data: bytes, *, replace: bool = True) -> None
     handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(handle, "wb") as file:
-            file.write(data)
+            yield file
             file.flush()
             os.fsync(file.fileno())
         os.chmod(temporary, 0o644)  # mkstemp makes 0600 files; these are the user's documents and settings

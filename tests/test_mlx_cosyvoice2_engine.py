@@ -172,10 +172,40 @@ def test_the_mlx_gate_rows_hold_for_cosyvoice2s_llm(choice):
         assert measured < gate.MIN_TOP_K_AGREEMENT, (choice, measured)
 
 
-def test_the_doctors_mlx_parity_row_runs_the_cosyvoice2_cases():
-    """``bench.doctor.mlx_parity`` runs tests/test_parity_mlx.py: its cases carry ``mlx`` and ``cosyvoice2``."""
-    from cosyvoice_mac.bench import doctor
+def _one_version_copy(source, version: str, folder):
+    """A parity folder holding ``version`` only: its manifest lists that version's files and parameters alone,
+    the files are links to ``source``'s."""
+    import json
 
+    manifest = json.loads((source / "manifest.json").read_text())
+    manifest["files"] = {
+        name: facts
+        for name, facts in manifest["files"].items()
+        if "_tiny/" not in name or name.startswith(f"{version}_tiny/")
+    }
+    manifest["case_params"] = {version: manifest["case_params"][version]}
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for entry in source.iterdir():
+        if entry.name != "manifest.json" and not (entry.name.endswith("_tiny") and entry.name != f"{version}_tiny"):
+            (folder / entry.name).symlink_to(entry)
+    return folder
+
+
+@pytest.mark.parametrize("held", ["as configured", "one version"])
+def test_the_doctors_mlx_parity_row_runs_the_cases_of_every_version_the_manifest_holds(held, tmp_path):
+    """``bench.doctor.mlx_parity`` runs tests/test_parity_mlx.py on the parity folder it is given: its cases are
+    those of the versions that folder's manifest holds (one or both), each version with every stage."""
+    import os
+
+    from cosyvoice_mac.bench import doctor
+    from tests.parity.common import parity_dir, versions_in_manifest
+
+    folder = parity_dir()
+    if held == "one version":
+        folder = _one_version_copy(folder, versions_in_manifest(folder)[-1], tmp_path / "parity")
+    held_versions = versions_in_manifest(folder)
+    assert held_versions and (held != "one version" or len(held_versions) == 1), held_versions
     tests = doctor.REPO / "tests" / "test_parity_mlx.py"
     listed = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", str(tests)],
@@ -184,7 +214,11 @@ def test_the_doctors_mlx_parity_row_runs_the_cosyvoice2_cases():
         timeout=300,
         check=True,
         cwd=doctor.REPO,
+        env={**os.environ, "COSYVOICE_PARITY_DIR": str(folder)},
     ).stdout.splitlines()
-    cosyvoice2 = [line for line in listed if "cosyvoice2" in line and "mlx" in line]
+    cases = [line for line in listed if "::test_parity_mlx[" in line]
     stages = {"flow", "hift", "llm", "e2e"}
-    assert len(cosyvoice2) >= 10 and all(any(stage in line for line in cosyvoice2) for stage in stages), cosyvoice2
+    for version in held_versions:
+        of_version = [line for line in cases if f"[{version}-mlx-" in line]
+        assert len(of_version) >= 10 and all(any(stage in line for line in of_version) for stage in stages), cases
+    assert all(any(f"[{version}-mlx-" in line for version in held_versions) for line in cases), cases

@@ -71,10 +71,31 @@ def prompt_wav(tmp_path_factory, make_speech):
     return str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
 
 
-def test_the_first_streamed_request_with_a_16_bit_llm_works(tiny_cosyvoice3, prompt_wav, monkeypatch):
-    monkeypatch.setenv("COSYVOICE_MLX_LLM", "fp16")
+@pytest.mark.parametrize(
+    ("precision", "cache", "read_in_fp32"),
+    [
+        ("fp16", None, False),  # read in fp16 from llm.pt or the cache: nothing left to cast
+        ("int8", "off", False),  # the head and tables widened to fp32 after quantising, no cache write to evaluate them
+        ("fp16", "off", True),  # weights that arrive in fp32 (as random benchmark weights do), cast to fp16 at load
+    ],
+    ids=["fp16", "int8-uncached", "fp16-cast-at-load"],
+)
+def test_the_first_streamed_request_with_a_reduced_precision_llm_works(
+    tiny_cosyvoice3, prompt_wav, monkeypatch, precision, cache, read_in_fp32
+):
+    """Every cast made while loading is evaluated on the loading thread: the decode thread, a fresh MLX stream,
+    cannot evaluate another thread's lazy cast ("There is no Stream(cpu, 0) in current thread")."""
+    from cosyvoice_mac.mlx import llm_weights
+
+    monkeypatch.setenv("COSYVOICE_MLX_LLM", precision)
+    if cache is not None:
+        monkeypatch.setenv("COSYVOICE_MLX_CACHE", cache)
+    if read_in_fp32:
+        monkeypatch.setattr(llm_weights, "read_dtype", lambda name: None)
     model = CosyVoice.from_pretrained(tiny_cosyvoice3, device="cpu", engine="mlx")
-    assert model.networks.llm_precision == "fp16"
+    assert model.networks.llm_precision == precision
+    weights = [array for _, array in tree_flatten(model.networks.llm.parameters())]
+    in_new_thread(lambda: mx.eval(weights))  # each weight is there already, readable from any thread
     request = Request.build("Please read this sentence.", Voice.recording(prompt_wav, transcript="hello"), stream=True)
     chunks = list(model.run(request))  # no non-streamed warm-up first: the LLM meets its decode thread fresh
     assert chunks[-1].is_final_chunk and sum(c.audio.size for c in chunks) > 0

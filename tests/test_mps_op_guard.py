@@ -122,6 +122,28 @@ def ops_without_mps(ops: set[str]) -> list[str]:
     return sorted(op for op in ops if mps_verdict(op) == "missing")
 
 
+MPS_MISSING = None if torch.backends.mps.is_available() else "needs MPS (macOS on Apple Silicon)"
+
+
+@pytest.mark.mac
+@pytest.mark.skipif(MPS_MISSING is not None, reason=MPS_MISSING or "")
+@pytest.mark.parametrize("version", ["cosyvoice2", "cosyvoice3"])
+def test_on_mps_a_synthesis_falls_back_to_the_cpu_for_no_op(version, tmp_path, make_speech):
+    """What the recorded ops predict, on the real device: torch warns once per op it runs on the CPU instead
+    (PYTORCH_ENABLE_MPS_FALLBACK is on), and no such warning comes, streamed or not."""
+    import warnings
+
+    model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path), device="mps", engine="torch")
+    speaker = model.prepare_prompt(make_speech(PROMPT_TEXT, seconds=3.0), transcript=PROMPT_TEXT)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for stream in (False, True):
+            chunks = list(model.synthesize(TEXT, speaker=speaker, prompt_text=PROMPT_TEXT, seed=1, stream=stream))
+            assert sum(chunk.audio.size for chunk in chunks) > 0
+    fallbacks = [str(warning.message) for warning in caught if "fall back to run on the CPU" in str(warning.message)]
+    assert not fallbacks, fallbacks
+
+
 def test_an_op_without_an_mps_kernel_is_named():
     """What a new op in the pipeline would do: torch.take and torch.mode have CPU/CUDA kernels only."""
     with OpRecorder() as recorder, torch.inference_mode():

@@ -122,7 +122,7 @@ def test_the_one_command_serves_and_runs_every_cli_command():
     assert done.returncode == 2 and "--port" in done.stderr and "Traceback" not in done.stderr
 
 
-def _glossary_write(folder: Path):
+def _glossary_write(folder: Path, monkeypatch):
     from cosyvoice_mac.frontend.glossary import GlossaryEntry, glossary_store
 
     store = glossary_store(folder)
@@ -130,7 +130,7 @@ def _glossary_write(folder: Path):
     return lambda: store.replace([GlossaryEntry("new", "lost")]), store.path
 
 
-def _batch_write(folder: Path):
+def _batch_write(folder: Path, monkeypatch):
     from cosyvoice_mac.longform.batch import BatchFolder, BatchItem
 
     batch = BatchFolder(folder / "batch")
@@ -138,7 +138,18 @@ def _batch_write(folder: Path):
     return lambda: batch.record(BatchItem(2, "second", "002.wav"), "key-2"), batch.manifest_path
 
 
-def _probe_write(folder: Path):
+def _batch_zip_write(folder: Path, monkeypatch):
+    from cosyvoice_mac.longform.batch import BatchFolder, BatchItem
+
+    batch = BatchFolder(folder / "batch")
+    batch.folder.mkdir()
+    first, second = BatchItem(1, "first", "001.wav"), BatchItem(2, "second", "002.wav")
+    (batch.folder / first.file).write_bytes(b"RIFF first")
+    (batch.folder / second.file).write_bytes(b"RIFF second")
+    return lambda: batch.zip([first, second]), batch.zip([first])
+
+
+def _probe_write(folder: Path, monkeypatch):
     from cosyvoice_mac.pipeline.probe import write_cache
 
     path = folder / "probe.json"
@@ -146,10 +157,104 @@ def _probe_write(folder: Path):
     return lambda: write_cache(path, "second", {}, 1.0), path
 
 
-@pytest.mark.parametrize("writer", [_glossary_write, _batch_write, _probe_write], ids=["glossary", "batch", "probe"])
+def _mlx_llm_cache_write(folder: Path, monkeypatch):
+    mx = pytest.importorskip("mlx.core")
+    from cosyvoice_mac.mlx.llm_weights import save
+
+    path = folder / "cache" / "llm-int8.safetensors"
+    save(path, {"weight": mx.zeros((4,))}, "int8")
+    return lambda: save(path, {"weight": mx.ones((8,))}, "int8"), path
+
+
+def _mlx_checkpoint_cache_write(folder: Path, monkeypatch):
+    pytest.importorskip("mlx.core")
+    import torch
+
+    from cosyvoice_mac.mlx.convert import load_converted, source_digest
+
+    checkpoint = folder / "flow.pt"
+    torch.save({"weight": torch.ones(4)}, checkpoint)
+    cache = folder / "cache"
+    cache.mkdir()
+    cached = cache / f"{source_digest(checkpoint, cache)}-native.safetensors"
+
+    def convert_again():
+        assert load_converted(checkpoint, cache_dir=cache)["weight"].shape == (4,)  # read all the same
+
+    return convert_again, cached  # no cache file before; a full disk leaves none
+
+
+def _asr_complete_marker_write(folder: Path, monkeypatch):
+    from cosyvoice_mac.engine.asr import COMPLETE_MARKER, ModelStore
+
+    def download(repo_id, target, progress):
+        (target / "model.bin").write_bytes(b"weights")
+
+    store = ModelStore(folder / "asr", allow_download=True, download=download)
+    # the marker says the download is whole: it is never there unless it is on disk
+    return store.fetch_multilingual, store.multilingual_folder / COMPLETE_MARKER
+
+
+def _rl_choice_write(folder: Path, monkeypatch):
+    from cosyvoice_mac import download
+    from cosyvoice_mac.pipeline.model_dir import LLM_CHOICE_FILE
+
+    model = folder / download.MODELS["cosyvoice3"].folder
+    monkeypatch.setattr(download, "_fetch", lambda model_info, files, destination, *rest: destination)
+    model.mkdir()
+    (model / LLM_CHOICE_FILE).write_text('{"llm": "llm.pt"}\n')
+    return lambda: download.download_model("cosyvoice3", folder, rl=True), model / LLM_CHOICE_FILE
+
+
+def _glossary_export_write(folder: Path, monkeypatch):
+    import argparse
+
+    from cosyvoice_mac.cli import longform
+    from cosyvoice_mac.frontend.glossary import GlossaryEntry, glossary_store
+
+    store = glossary_store(folder)
+    store.replace([GlossaryEntry("GIF", "jif")])
+    monkeypatch.setattr(longform, "_store", lambda: store)
+    exported = folder / "glossary.csv"
+    exported.write_text("key,replacement,language\nold,kept,all\n")
+    args = argparse.Namespace(action="export", file=exported, local=True, server=None, api_key=None)
+    return lambda: longform._glossary(args), exported
+
+
+def _remote_results_write(folder: Path, monkeypatch):
+    import zipfile
+
+    from cosyvoice_mac.cli.remote_longform import _unpack
+
+    archive = folder / "batch.zip"
+    with zipfile.ZipFile(archive, "w") as files:
+        files.writestr("batch/001.wav", b"RIFF new")
+    out = folder / "out"
+    out.mkdir()
+    (out / "001.wav").write_bytes(b"RIFF old")
+    return lambda: _unpack(archive, out), out / "001.wav"
+
+
+WRITERS = {
+    "glossary": _glossary_write,
+    "batch": _batch_write,
+    "batch-zip": _batch_zip_write,
+    "probe": _probe_write,
+    "mlx-llm-cache": _mlx_llm_cache_write,
+    "mlx-checkpoint-cache": _mlx_checkpoint_cache_write,
+    "asr-complete-marker": _asr_complete_marker_write,
+    "rl-choice": _rl_choice_write,
+    "glossary-export": _glossary_export_write,
+    "remote-results": _remote_results_write,
+}
+
+
+@pytest.mark.parametrize("writer", WRITERS.values(), ids=WRITERS.keys())
 def test_every_saved_state_goes_through_the_one_atomic_write(writer, tmp_path, monkeypatch):
-    write_again, path = writer(tmp_path)
-    before = path.read_bytes()
+    """Each file the app writes is flushed to disk before it takes its name: when that fails (a full disk)
+    the last whole file stays (or none, where there was none) and no temporary is left."""
+    write_again, path = writer(tmp_path, monkeypatch)
+    before = path.read_bytes() if path.exists() else None
 
     def full(fd):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -158,9 +263,9 @@ def test_every_saved_state_goes_through_the_one_atomic_write(writer, tmp_path, m
     try:
         write_again()
     except OSError:
-        pass  # the probe cache swallows it (a failure only costs a probe next time); the others report it
-    assert path.read_bytes() == before  # a full disk leaves the last whole file, as the one write promises
-    assert [name for name in os.listdir(path.parent) if name.endswith(".tmp")] == []
+        pass  # the caches and the recogniser swallow it (it costs a conversion next time); the others report it
+    assert (path.read_bytes() if path.exists() else None) == before
+    assert [name for name in os.listdir(path.parent) if name.endswith((".tmp", ".partial.safetensors"))] == []
 
 
 def test_an_exclusive_atomic_write_never_replaces_a_file_and_of_two_writers_one_wins(tmp_path):

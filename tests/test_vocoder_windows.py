@@ -93,6 +93,27 @@ def test_windows_equal_one_shot_on_a_long_mel(version):
     torch.testing.assert_close(windowed, one_shot, atol=FLOAT_TOLERANCE, rtol=0)
 
 
+MPS_MISSING = None if torch.backends.mps.is_available() else "needs MPS (macOS on Apple Silicon)"
+
+
+@pytest.mark.mac
+@pytest.mark.skipif(MPS_MISSING is not None, reason=MPS_MISSING or "")
+@pytest.mark.parametrize("version", VERSIONS)
+def test_on_mps_the_auto_limit_vocodes_a_long_mel_in_windows_like_the_cpu(version):
+    """On the device the limit is for: ``conv_limit="auto"`` is MPS's 65536, no conv is longer, and the wave is
+    the CPU's one-shot wave (to the rounding of another device's kernels)."""
+    mel = mel_frames(1300, seed=1)  # 26 s: one shot would pass the limit
+    on_cpu, _ = hift_for(version).inference(mel, noise=noise_for(version))
+    hift = hift_for(version).to("mps")
+    with ConvShapes() as shapes:
+        on_mps, _ = hift.inference(mel.to("mps"), noise=noise_for(version))
+    assert not shapes.over(MPS_CONV_LIMIT) and shapes.longest() > 60000
+    on_mps = on_mps.cpu()
+    assert on_mps.shape == on_cpu.shape and torch.isfinite(on_mps).all()
+    correlation = torch.corrcoef(torch.stack([on_mps[0], on_cpu[0]]))[0, 1]
+    assert correlation > 0.99 and (on_mps - on_cpu).abs().max() < 1e-2
+
+
 @pytest.mark.parametrize("version", VERSIONS)
 def test_many_small_windows_equal_one_shot(version):
     hift = hift_for(version)

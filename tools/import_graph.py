@@ -31,7 +31,7 @@ LAYERS = (
     ("frontend",),  # text and prompt audio -> ids and features
     ("pipeline", "preview", "coreml"),  # Request -> audio, on either engine
     ("engine",),  # the worker process, its queue, the model host
-    ("longform", "load", "download", "bench"),  # sequences of requests, the library door, tools
+    ("longform", "load", "download", "download_modelscope", "bench"),  # sequences of requests, the library door, tools
     ("webui", "api", "cli"),  # the front ends
     ("app", "__main__", "__init__"),  # the composition root (and the package's lazy front door)
 )

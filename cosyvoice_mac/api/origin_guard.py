@@ -10,20 +10,27 @@ Whatever its method, a request whose ``Host`` is not a name the server was told 
 that is how a rebinding DNS name (an attacker's name that first points at their site, then at this machine)
 would reach it and read the page's files, since its Origin then matches its Host. The names are the bind
 address, every ``--allowed-host``, the loopback names when the bind reaches this computer's loopback (a
-loopback address, or 0.0.0.0 / ::), and, on a bind to every interface, any IP address written as such
-(a rebinding attack needs a DNS name: a browser that sends an address as Host was pointed at it directly).
+loopback address, or 0.0.0.0 / ::), and, on a bind to every interface, this machine's own IP addresses (read
+from its network interfaces when such a Host arrives, so an address the machine gains later is answered too):
+a rebinding attack needs a DNS name, and an address of another machine is not a way to this one.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import socket
+import time
 from dataclasses import dataclass, field
+from typing import Callable
 from urllib.parse import urlsplit
+
+import psutil
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 WILDCARD_BINDS = ("0.0.0.0", "::", "")  # every interface, this computer's loopback included
 DEFAULT_PORTS = {"http": 80, "https": 443}
+ADDRESSES_FRESH_S = 5.0  # the interfaces are read again after this: an address gained later is answered too
 
 
 @dataclass(frozen=True)
@@ -31,14 +38,15 @@ class OriginPolicy:
     """Which origins besides the server's own may change state, and which ``Host`` names the server answers to.
 
     ``allowed_origins`` holds ``scheme://host[:port]`` strings as the user gave them (``*`` allows all);
-    ``allowed_hosts`` lower-case host names without a port; ``any_address`` admits every IP literal (a bind
-    to all interfaces); ``loopback_names`` admits localhost and the loopback addresses.
+    ``allowed_hosts`` lower-case host names without a port; ``machine_addresses`` (a bind to all interfaces)
+    says this machine's IP addresses, each of which is admitted as Host (None: none beyond those names);
+    ``loopback_names`` admits localhost and the loopback addresses.
     """
 
     allowed_origins: frozenset[str] = field(default_factory=frozenset)
     allowed_hosts: frozenset[str] = field(default_factory=frozenset)
     loopback_names: bool = True
-    any_address: bool = False
+    machine_addresses: Callable[[], frozenset[str]] | None = field(default=None, compare=False)
 
     @classmethod
     def for_server(
@@ -46,7 +54,10 @@ class OriginPolicy:
         host: str,
         allowed_origins: list[str] | tuple[str, ...] = (),
         allowed_hosts: list[str] | tuple[str, ...] = (),
+        machine_addresses: Callable[[], frozenset[str]] | None = None,
     ) -> OriginPolicy:
+        """The policy of a server bound to ``host``; ``machine_addresses`` reads this machine's addresses
+        (default: its network interfaces, read again every few seconds)."""
         bind = host.strip().strip("[]").lower()
         every_interface = bind in WILDCARD_BINDS
         names = {_host_name(name) for name in (*allowed_hosts, bind) if _host_name(name)}
@@ -54,7 +65,7 @@ class OriginPolicy:
             frozenset(_normalise(origin) or origin for origin in allowed_origins),
             frozenset(names - set(WILDCARD_BINDS)),
             loopback_names=every_interface or is_loopback(bind),
-            any_address=every_interface,
+            machine_addresses=(machine_addresses or InterfaceAddresses()) if every_interface else None,
         )
 
     def answers_to(self, host_header: str | None) -> bool:
@@ -63,7 +74,8 @@ class OriginPolicy:
             return False
         if name in self.allowed_hosts or (self.loopback_names and is_loopback(name)):
             return True
-        return self.any_address and _is_address(name)
+        address = _address(name)
+        return address is not None and self.machine_addresses is not None and address in self.machine_addresses()
 
     def refusal(
         self, method: str, host: str | None, origin: str | None, referer: str | None, scheme: str = "http"
@@ -94,7 +106,7 @@ class OriginPolicy:
         names = sorted(self.allowed_hosts)
         if self.loopback_names:
             names = ["localhost", "127.0.0.1", *[name for name in names if not is_loopback(name)]]
-        if self.any_address:
+        if self.machine_addresses is not None:
             names.append("this machine's IP addresses")
         return ", ".join(names)
 
@@ -149,12 +161,29 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def _is_address(name: str) -> bool:
+class InterfaceAddresses:
+    """This machine's IP addresses as its network interfaces have them now (read again after
+    ``ADDRESSES_FRESH_S``, so a request flood does not read them each time), the loopback ones always."""
+
+    def __init__(self, fresh_s: float = ADDRESSES_FRESH_S):
+        self.fresh_s, self._read_at, self._addresses = fresh_s, float("-inf"), frozenset()
+
+    def __call__(self) -> frozenset[str]:
+        if time.monotonic() - self._read_at > self.fresh_s:
+            found = {"127.0.0.1", "::1"}
+            for entries in psutil.net_if_addrs().values():
+                found.update(entry.address for entry in entries if entry.family in (socket.AF_INET, socket.AF_INET6))
+            self._addresses = frozenset(filter(None, map(_address, found)))
+            self._read_at = time.monotonic()
+        return self._addresses
+
+
+def _address(name: str) -> str | None:
+    """``name`` as an IP address in its canonical spelling (an IPv6 zone such as ``%en0`` dropped), or None."""
     try:
-        ipaddress.ip_address(name)
+        return str(ipaddress.ip_address(name.split("%", 1)[0]))
     except ValueError:
-        return False
-    return True
+        return None
 
 
 def _host_name(name: str) -> str | None:

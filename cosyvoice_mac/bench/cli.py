@@ -19,6 +19,7 @@ import torch
 from cosyvoice_mac.bench.floors import machine_rates
 from cosyvoice_mac.bench.measure import AUTO, PROMPT_TOKENS, bench, parse_dtypes
 from cosyvoice_mac.device import empty_cache, select_device, select_dtype
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.pipeline.fullsize import official_config
 from cosyvoice_mac.pipeline.loading import qwen_config_for
 from cosyvoice_mac.pipeline.model_dir import ModelFolder
@@ -213,6 +214,5 @@ def main(argv: list[str] | None = None) -> int:
     document = json.dumps({"benchmarks": reports}, indent=1)
     print(document)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            handle.write(document)
+        atomic_write(args.json, document.encode("utf-8"))
     return 0 if all("error" not in r for r in reports) else 1

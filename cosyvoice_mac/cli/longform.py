@@ -22,6 +22,7 @@ from cosyvoice_mac.cli.common import (
 )
 from cosyvoice_mac.cli.longform_run import HereJob, speak_long_job
 from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.settings import add_argument
 
@@ -119,7 +120,7 @@ def _glossary(args) -> int:
         elif args.action == "import":
             print(f"imported {replace(imported)} entries into the glossary of {where}")
         else:
-            args.file.write_text(entries_to_csv(read()), encoding="utf-8")
+            atomic_write(args.file, entries_to_csv(read()).encode("utf-8"))
             print(f"wrote {args.file} (the glossary of {where})")
     finally:
         if app is not None:

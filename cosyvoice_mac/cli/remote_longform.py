@@ -20,6 +20,7 @@ import httpx
 from cosyvoice_mac.cli.common import EXIT_REFUSED, EXIT_TRY_LATER
 from cosyvoice_mac.cli.remote import AppClient, AppError
 from cosyvoice_mac.longform.runner import LongformResult, Progress
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.settings import batch_name_for
 
 LONGFORM_PATH = "/v1/longform"
@@ -91,7 +92,7 @@ def _unpack(archive: Path, out_dir: Path) -> None:
         for member in files.infolist():
             target = out_dir / Path(member.filename).name  # flat: the zip's folder is the batch's
             if not member.is_dir() and target.name:
-                target.write_bytes(files.read(member))
+                atomic_write(target, files.read(member))
 
 
 def _form(fields: dict) -> dict:

@@ -22,6 +22,7 @@ from typing import Callable
 
 import numpy as np
 
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.settings import env_flag
 from cosyvoice_mac.sound.limits import SILENT_PEAK
 from cosyvoice_mac.sound.problems import AudioInputError
@@ -130,7 +131,7 @@ class ModelStore:
                     self.download(self.repo_id, folder, progress)
                     if not (folder / "model.bin").is_file():
                         raise OSError(f"the download of {self.repo_id} holds no model.bin")
-                    (folder / COMPLETE_MARKER).write_text(self.revision, encoding="utf-8")
+                    atomic_write(folder / COMPLETE_MARKER, self.revision.encode("utf-8"))
                 except Exception as error:  # offline, hub down, disk full: tiny.en still works for English
                     first_line = (str(error).strip().splitlines() or [""])[0]
                     self.download_error = f"{type(error).__name__}: {first_line}"[:200]

@@ -12,15 +12,13 @@ import csv
 import hashlib
 import io
 import json
-import os
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from cosyvoice_mac.longform import LongformError
-from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.paths import atomic_file, atomic_write
 
 MAX_ITEMS = 1000
 CSV_COLUMNS = ("text", "voice", "instruct", "file")
@@ -182,15 +180,10 @@ class BatchFolder:
         wanted = [self.folder / name for name in extra]
         for item in items:
             wanted += [self.folder / item.file, (self.folder / item.file).with_suffix(".json")]
-        handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:  # a temporary file of its own: two runs of one batch never write into the same one
-            with os.fdopen(handle, "wb") as file, zipfile.ZipFile(file, "w", zipfile.ZIP_DEFLATED) as archive:
-                for path in wanted:
-                    if path.is_file():
-                        archive.write(path, arcname=f"{self.folder.name}/{path.name}")
-            os.chmod(temporary, 0o644)  # mkstemp's 0600 is too private for the user's own results
-            os.replace(temporary, target)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
-            raise
+        # a temporary file of its own (two runs of one batch never write into the same one), on disk before
+        # it takes the zip's name
+        with atomic_file(target) as file, zipfile.ZipFile(file, "w", zipfile.ZIP_DEFLATED) as archive:
+            for path in wanted:
+                if path.is_file():
+                    archive.write(path, arcname=f"{self.folder.name}/{path.name}")
         return target

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from cosyvoice_mac.checkpoint import load_checkpoint
-from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.paths import atomic_file, atomic_write
 from cosyvoice_mac.settings import setting
 
 CACHE_ENV = setting("mlx_cache").env  # folder for converted weights; "off" disables the cache
@@ -154,10 +154,12 @@ def load_converted(
             return dict(mx.load(str(cached)))
     weights = convert_state(load_checkpoint(path), key_map, dtype, drop, dtype_keys, progress=f"converting {path.name}")
     if cached is not None:
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        partial = cached.with_suffix(".partial.safetensors")
-        mx.save_safetensors(str(partial), weights)
-        partial.replace(cached)  # never leave a half-written cache file under the final name
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_file(cached) as file:  # never a half-written cache file under the final name
+                mx.save_safetensors(file, weights)
+        except OSError:  # a full or read-only cache folder: this start runs, the next converts again
+            pass
     return weights
 
 

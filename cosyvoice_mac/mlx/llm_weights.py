@@ -31,6 +31,7 @@ from cosyvoice_mac.mlx.llm_precision import (
 )
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM
 from cosyvoice_mac.models.llm import SpeechLMConfig
+from cosyvoice_mac.paths import atomic_file
 
 TEXT_TABLE = "backbone.embed_tokens.weight"
 _NUMPY_OF_SAFETENSORS = {"F32": np.float32, "F16": np.float16, "BF16": np.uint16}  # bf16: its bits, viewed on lookup
@@ -141,9 +142,8 @@ def keep_table_on_host(llm: MlxSpeechLM, mapped_from: Path | None = None) -> Mlx
 
 def save(path: Path, weights: dict[str, mx.array], precision: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(".partial.safetensors")
-    mx.save_safetensors(str(partial), weights, metadata=cache_metadata(precision))
-    partial.replace(path)  # never a half-written file under the final name
+    with atomic_file(path) as file:  # never a half-written file under the final name, even after a power cut
+        mx.save_safetensors(file, weights, metadata=cache_metadata(precision))
 
 
 def safetensors_header(path: Path) -> tuple[dict, int]:

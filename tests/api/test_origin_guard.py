@@ -4,6 +4,7 @@ allowed origins and non-browser clients pass."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 
 import pytest
@@ -54,7 +55,7 @@ def test_a_rebinding_host_name_is_refused_on_a_loopback_server():
     assert "not a name this app answers to" in LOCAL.refusal("GET", "evil.example:7860", None, None)
     assert LOCAL.refusal("GET", "localhost:7860", None, None) is None
     assert LOCAL.refusal("GET", "[::1]:7860", None, None) is None
-    lan = OriginPolicy.for_server("0.0.0.0")
+    lan = OriginPolicy.for_server("0.0.0.0", machine_addresses=lambda: frozenset({"192.168.1.5"}))
     assert lan.refusal("POST", "192.168.1.5:7860", "http://192.168.1.5:7860", None) is None
 
 
@@ -67,10 +68,16 @@ def test_a_rebinding_name_is_refused_on_every_bind_with_its_own_origin(bind):
 
 
 def test_the_names_a_server_answers_to():
-    named = OriginPolicy.for_server("0.0.0.0", allowed_hosts=["Studio.Local", "proxy.example:443"])
+    this_machine = lambda: frozenset({"127.0.0.1", "::1", "10.0.0.7", "fe80::1"})  # noqa: E731
+    named = OriginPolicy.for_server(
+        "0.0.0.0", allowed_hosts=["Studio.Local", "proxy.example:443"], machine_addresses=this_machine
+    )
     for host in ("studio.local:7860", "STUDIO.LOCAL", "proxy.example", "10.0.0.7:7860", "[fe80::1]:7860", "localhost"):
         assert named.refusal("GET", host, None, None) is None, host
     assert named.refusal("GET", "other.local:7860", None, None)
+    for elsewhere in ("10.0.0.8:7860", "203.0.113.9", "[fe80::2]:7860"):  # an address, but another machine's
+        why = named.refusal("GET", elsewhere, None, None)
+        assert why and "this machine's IP addresses" in why, elsewhere
     one_address = OriginPolicy.for_server("192.168.1.5")
     assert one_address.refusal("GET", "192.168.1.5:7860", None, None) is None
     assert one_address.refusal("GET", "localhost:7860", None, None)  # that bind never answers on loopback
@@ -82,6 +89,40 @@ def test_the_names_a_server_answers_to():
         is None
     )
     assert LOCAL.refusal("GET", None, None, None)  # no Host at all: HTTP/1.1 requires one
+
+
+def test_a_wildcard_bind_answers_to_the_addresses_of_its_own_interfaces_only():
+    import psutil
+
+    everywhere = OriginPolicy.for_server("0.0.0.0")
+    own = [
+        entry.address.split("%")[0]
+        for entries in psutil.net_if_addrs().values()
+        for entry in entries
+        if entry.family in (socket.AF_INET, socket.AF_INET6)
+    ]
+    for address in own + ["127.0.0.1", "::1"]:
+        host = f"[{address}]:7860" if ":" in address else f"{address}:7860"
+        assert everywhere.refusal("GET", host, None, None) is None, host
+    for documentation_only in ("192.0.2.1", "203.0.113.9:7860", "[2001:db8::1]:7860"):  # never a real machine's
+        assert everywhere.refusal("GET", documentation_only, None, None), documentation_only
+    assert OriginPolicy.for_server("::").refusal("GET", "[::1]:7860", None, None) is None
+
+
+def test_an_address_the_machine_gains_later_is_answered_after_the_interfaces_are_read_again(monkeypatch):
+    from cosyvoice_mac.api import origin_guard
+
+    clock = [100.0]
+    monkeypatch.setattr(origin_guard.time, "monotonic", lambda: clock[0])
+    found = {"eth0": []}
+    gained = type("Entry", (), {"family": socket.AF_INET, "address": "198.51.100.4"})
+    monkeypatch.setattr(origin_guard.psutil, "net_if_addrs", lambda: found)
+    policy = OriginPolicy.for_server("0.0.0.0")
+    assert policy.refusal("GET", "198.51.100.4", None, None)
+    found["eth0"] = [gained]
+    assert policy.refusal("GET", "198.51.100.4", None, None)  # read a moment ago: not yet
+    clock[0] += origin_guard.ADDRESSES_FRESH_S + 1
+    assert policy.refusal("GET", "198.51.100.4", None, None) is None
 
 
 def _run(coroutine) -> None:

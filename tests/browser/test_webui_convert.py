@@ -12,7 +12,10 @@ import numpy as np
 import soundfile
 from playwright.sync_api import expect
 
+from cosyvoice_mac.pipeline import CosyVoice
+from tests.browser.conftest import MODEL_NAME
 from tests.browser.helpers import GENERATE_S, audio_duration, audio_source, wait_until_ready
+from tests.streamed_audio import rms
 
 
 def _open(page) -> None:
@@ -45,6 +48,11 @@ def test_a_long_recording_converts_with_progress_into_a_saved_result(page, app, 
     sidecars = [json.loads(p.read_text()) for p in app.outputs.glob("*.json")]
     converted = [facts for facts in sidecars if facts.get("mode") == "voice_conversion"]
     assert converted and converted[-1]["interface"] == "page"
+    saved, rate = soundfile.read(app.outputs / converted[-1]["file"], dtype="float32")
+    model = CosyVoice.from_pretrained(app.root / "models" / MODEL_NAME, device="cpu")  # the app's own folder
+    whole = np.concatenate([r.audio for r in model.convert(str(source), str(prompt_wav))])
+    assert rate == 24000 and len(saved) == len(whole) and rms(whole) > 1e-2
+    assert float(np.abs(saved - whole).max()) < 2e-3  # the model's conversion, not only its length
     assert converted[-1]["source_duration_s"] > 30 and len(converted[-1]["source_hash"]) == 64
     assert "Traceback" not in page.content()
 

@@ -156,10 +156,10 @@ def kaldi_fbank_float64(wave16k: torch.Tensor) -> torch.Tensor:
     frames = frames - frames.mean(dim=1, keepdim=True)
     previous = torch.cat([frames[:, :1], frames[:, :-1]], dim=1)
     frames = frames - FBANK_PREEMPHASIS * previous
-    povey = torch.hann_window(FBANK_FRAME_LENGTH, periodic=False, dtype=torch.float64).pow(0.85)
+    povey = torch.hann_window(FBANK_FRAME_LENGTH, periodic=False, dtype=torch.float64).pow(0.85)  # cpu-only
     frames = F.pad(frames * povey, (0, FBANK_FFT_SIZE - FBANK_FRAME_LENGTH))
     power = torch.fft.rfft(frames).abs().pow(2.0)  # (T, 257)
-    energies = power @ _kaldi_mel_banks(FBANK_N_MELS).double().T
+    energies = power @ _kaldi_mel_banks(FBANK_N_MELS).double().T  # cpu-only: the float32 filters, widened
     return torch.clamp(energies, min=_FLOAT32_EPS).log()
 
 

@@ -1,16 +1,16 @@
 """The speaker encoder's Kaldi fbank against an independent float64 oracle, on quiet, loud, short and long prompts.
 
 The reference is torchaudio's ``kaldi.fbank`` (num_mel_bins=80, dither=0), which computes in its
-input's dtype. Fed float32, its FFT rounds at about float32 eps times a frame's energy, and a mel bin
-1e8 to 1e10 times weaker than its frame (the high bands of loud speech) comes out up to ~1e-3 off
-in log energy, differently on each CPU: the golden vectors themselves are 6.7e-4 off the exact
-values in 51 of their 23840 bins. That, not the mean over frames, dither, the window or the floor,
-was the 1.32e-3 gap on a quiet prompt. ``kaldi_fbank`` now computes in float64, so it is the
-reference's exact value; here every step (DC removal, pre-emphasis repeating each frame's first
-sample, the Povey window, the 512-point power spectrum, the natural log floored at float32 eps, the
-mean over frames) is recomputed with numpy in float64, independently of ``features.py``, and both
-the fbank and its mean-normalised copy must agree within the manifest's frontend tolerance (atol
-1e-4, no relative slack) on every prompt.
+input's dtype. Fed float32, every rounding (DC removal, pre-emphasis, window, FFT) adds about eps times
+a frame's amplitude to each bin, and a mel bin 1e8 to 1e10 times weaker than its frame (the high bands
+of loud speech) comes out up to ~1e-3 off in log energy, differently on each CPU: the golden vectors
+themselves are 6.7e-4 off the exact values in 51 of their 23840 bins. That, not the mean over frames,
+dither, the window's shape or the floor, was the 1.32e-3 gap on a quiet prompt. ``kaldi_fbank`` now
+computes in float64, so it is the reference's exact value; here every step (DC removal, pre-emphasis
+repeating each frame's first sample, the Povey window, the 512-point power spectrum, the natural log
+floored at float32 eps, the mean over frames) is recomputed with numpy in float64, independently of
+``features.py``, and both the fbank and its mean-normalised copy must agree within the manifest's
+frontend tolerance (atol 1e-4, no relative slack) on every prompt.
 
 The 80 mel filters are float32 numbers in the reference (built with torch's float32 log, which
 differs from numpy's by an ulp here and there), so the oracle takes them as a matrix, checked on its

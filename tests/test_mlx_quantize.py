@@ -1,7 +1,8 @@
-"""8-bit / 4-bit MLX LLM weights: what gets quantized, the memory it saves, and top-25 agreement with fp32.
+"""8-bit / 4-bit MLX LLM weights: what gets quantized, at which group size, the memory it saves, and top-25
+overlap with fp32.
 
-A small Qwen2 (64 wide, so MLX can group 64 weights per scale) with seeded random weights stands in for
-the full-size LLM, which ``bench/mlx_quantization.py`` measures on the golden-vector requests.
+A small Qwen2 (128 wide, so MLX can group 32, 64 or 128 weights per scale) with seeded random weights. The
+gate's verdicts are measured by ``bench/mlx_gate.py`` and checked in tests/test_mlx_gate.py.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch  # noqa: E402
 from mlx.utils import tree_flatten  # noqa: E402
 
 from cosyvoice_mac.config import ConfigError  # noqa: E402
+from cosyvoice_mac.mlx import llm_gate  # noqa: E402
 from cosyvoice_mac.mlx.networks import apply_llm_precision, llm_precision, randomize  # noqa: E402
 from cosyvoice_mac.mlx.quality import top_k_agreement  # noqa: E402
 from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM  # noqa: E402
@@ -84,6 +86,7 @@ def test_quantisation_touches_the_transformer_only_and_keeps_the_top_candidates(
     assert isinstance(layer.self_attn.q_proj, nn.QuantizedLinear) and isinstance(
         layer.mlp.down_proj, nn.QuantizedLinear
     )
+    assert layer.self_attn.q_proj.group_size == llm_gate.group_size(precision)  # the size the gate measured best
     # Before: the tables and the head were quantized too. They stay floats; the text table is stored in fp16.
     assert type(quantized.speech_embedding) is nn.Embedding and type(quantized.llm_decoder) is nn.Linear
     assert quantized.llm_decoder.weight.dtype == mx.float32
@@ -113,16 +116,14 @@ def test_16_bit_storage_halves_the_llm():
     assert torch.isfinite(teacher_forced(llm)).all()
 
 
-def test_low_memory_mode_picks_the_smallest_mlx_llm_within_the_gate_unless_one_is_named(monkeypatch):
-    from cosyvoice_mac.pipeline import gate
+def test_low_memory_mode_picks_the_gates_mlx_llm_unless_one_is_named(monkeypatch):
     from cosyvoice_mac.pipeline.engines import mlx_llm_choice
 
     monkeypatch.delenv("COSYVOICE_MLX_LLM", raising=False)
     assert mlx_llm_choice(low_memory=False).precision == "fp32"
     picked = mlx_llm_choice(low_memory=True)
-    assert picked.row.passes and picked.why == "low_memory" and "within the gate" in picked.reason()
-    smaller = gate.MLX_LLM_BY_SIZE[: gate.MLX_LLM_BY_SIZE.index(picked.precision)]  # before: fp16, outside the gate
-    assert not any(gate.mlx_llm_row(name).passes for name in smaller)
+    assert picked.row.passes and picked.why == "low_memory"
+    assert picked.precision == llm_gate.gate_choice(low_memory=True).precision  # the rule: tests/test_mlx_gate.py
     monkeypatch.setenv("COSYVOICE_MLX_LLM", "int4")
     named = mlx_llm_choice(low_memory=True)  # named: never refused
     assert (named.precision, named.why, named.named_by) == ("int4", "named", "COSYVOICE_MLX_LLM")
@@ -132,39 +133,6 @@ def test_low_memory_mode_picks_the_smallest_mlx_llm_within_the_gate_unless_one_i
     assert mlx_llm_choice(low_memory=True, requested="auto").precision == "int4"
     with pytest.raises(ConfigError, match="not one of"):
         mlx_llm_choice(low_memory=True, requested="int3")
-
-
-def golden_llm(precision: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """(fp32 golden logits, this precision's) of the tiny CosyVoice3 golden LLM, teacher-forced."""
-    from cosyvoice_mac.config import read_yaml_config
-    from cosyvoice_mac.mlx.speech_lm import load_mlx_speech_lm
-    from tests.parity.common import parity_dir
-
-    root = parity_dir() / "cosyvoice3_tiny"
-    node = read_yaml_config(root / "cosyvoice3.yaml", overrides={"qwen_pretrain_path": ""})["llm"]
-    llm = apply_llm_precision(load_mlx_speech_lm(root, node), precision)
-    from safetensors.torch import load_file
-
-    vectors = load_file(str(root / "vectors" / "llm.safetensors"))
-    return vectors["logits_teacher_forced"][0], llm.teacher_forced_logits(vectors["lm_input_embeds"])[0]
-
-
-@pytest.mark.parametrize("choice", ["fp16", "bf16", "int8", "int4"])
-def test_mlx_gate_rows_match_their_measurement(choice):
-    """16-bit rows on the golden vectors; quantized rows on the 128-wide LLM (the golden one is 8 wide: MLX
-    cannot group it); the full-size figures in each row come from ``bench/mlx_quantization.py``."""
-    from cosyvoice_mac.pipeline import gate
-
-    row = gate.mlx_llm_row(choice)
-    if choice.startswith("int"):
-        reference = teacher_forced(small_llm())
-        measured = top_k_agreement(reference, teacher_forced(apply_llm_precision(small_llm(), choice)))["mean"]
-    else:
-        measured = top_k_agreement(*golden_llm(choice))["mean"]
-    if row.passes:
-        assert measured >= gate.MIN_TOP_K_AGREEMENT, (choice, measured)
-    elif choice == "int4":  # far outside the gate
-        assert measured < gate.MIN_TOP_K_AGREEMENT, (choice, measured)
 
 
 def test_int8_from_weights_read_in_16_bits_computes_in_float32_and_keeps_the_gate():

@@ -22,8 +22,9 @@ from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.engine.transcriber import TranscriberProcess
 from cosyvoice_mac.engine.worker import WorkerConfig
 from cosyvoice_mac.mlx import ENGINES, requested_engine
-from cosyvoice_mac.mlx.llm_gate import LLM_PRECISION_ENV
+from cosyvoice_mac.mlx.llm_gate import LLM_PRECISION_ENV, MLX_LLM_GATE
 from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
+from cosyvoice_mac.mlx.llm_gate import refusal as refusal_of_mlx_llm
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
 from cosyvoice_mac.pipeline.model_dir import ModelFolderError, detect_version
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
@@ -246,7 +247,9 @@ class ModelHost:
         """Run the MLX LLM in ``value`` (``auto`` or a precision the gate passes) from now on, as
         :meth:`set_engine` does (a restart; PyTorch ignores it); True once a worker with it is ready."""
         if value not in offered_mlx_llm():
-            raise ValueError(f"the MLX LLM precision {value!r} is not one the quality gate passes")
+            row = next((row for row in MLX_LLM_GATE if row.choice == value), None)
+            why = f": {refusal_of_mlx_llm(value)}" if row is not None else ""
+            raise ValueError(f"the MLX LLM precision {value!r} is not one the quality gate passes{why}")
         self.config.mlx_llm = value
         return self._restart_with("mlx_llm", value, f"the MLX LLM precision changed to {value}")
 

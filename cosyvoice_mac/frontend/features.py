@@ -133,15 +133,23 @@ def _kaldi_mel_banks(n_mels: int) -> torch.Tensor:
     return F.pad(banks, (0, 1))
 
 
-def kaldi_fbank(wave16k: torch.Tensor) -> torch.Tensor:
-    """Kaldi log mel filterbank of ``(1, N)`` 16 kHz audio in [-1, 1] -> ``(T, 80)`` float32.
+def kaldi_fbank_float64(wave16k: torch.Tensor) -> torch.Tensor:
+    """Kaldi log mel filterbank of ``(1, N)`` 16 kHz audio in [-1, 1] -> ``(T, 80)`` float64 CPU tensor.
 
     ``T = 1 + (N - 400) // 160`` (``snip_edges``). Per frame: remove the DC offset, pre-emphasis
     0.97 (first sample repeated), Povey window (Hann ** 0.85), zero-pad to 512, power spectrum,
     80 triangular mel bins from 20 Hz to Nyquist, natural log floored at float32 eps. No dither,
     no energy term. Raises ValueError for audio shorter than one 25 ms frame.
+
+    Computed in float64 (cpu-only: ``_mono_cpu`` puts the samples on the CPU; it never meets MPS). In
+    float32, each rounding (in the DC removal, pre-emphasis and window as much as in the FFT) adds an error
+    of about eps times the frame's amplitude to every bin; a mel bin 1e8 to 1e10 times weaker than its frame
+    (high bands of loud speech, near the eps floor) meets it as a cross term, and its log energy comes out
+    up to ~1e-3 off, differently on each CPU (measured: framing alone in float32 4e-4, the FFT alone 5e-4
+    to 7e-4; the mel sum and the mean over frames below 1e-6). In float64 the result is torchaudio's
+    ``kaldi.fbank`` computed exactly (its mel filters are float32 numbers, as there), on any prompt.
     """
-    wave = _mono_cpu(wave16k, "kaldi_fbank")[0]
+    wave = _mono_cpu(wave16k, "kaldi_fbank")[0].double()  # cpu-only: see above
     if wave.shape[0] < FBANK_FRAME_LENGTH:
         raise ValueError(
             f"kaldi_fbank needs at least {FBANK_FRAME_LENGTH} samples (one 25 ms frame), got {wave.shape[0]}"
@@ -150,11 +158,16 @@ def kaldi_fbank(wave16k: torch.Tensor) -> torch.Tensor:
     frames = frames - frames.mean(dim=1, keepdim=True)
     previous = torch.cat([frames[:, :1], frames[:, :-1]], dim=1)
     frames = frames - FBANK_PREEMPHASIS * previous
-    povey = torch.hann_window(FBANK_FRAME_LENGTH, periodic=False).pow(0.85)
+    povey = torch.hann_window(FBANK_FRAME_LENGTH, periodic=False, dtype=torch.float64).pow(0.85)  # cpu-only
     frames = F.pad(frames * povey, (0, FBANK_FFT_SIZE - FBANK_FRAME_LENGTH))
     power = torch.fft.rfft(frames).abs().pow(2.0)  # (T, 257)
-    energies = power @ _kaldi_mel_banks(FBANK_N_MELS).T
+    energies = power @ _kaldi_mel_banks(FBANK_N_MELS).double().T  # cpu-only: the float32 filters, widened
     return torch.clamp(energies, min=_FLOAT32_EPS).log()
+
+
+def kaldi_fbank(wave16k: torch.Tensor) -> torch.Tensor:
+    """:func:`kaldi_fbank_float64` rounded once to float32: ``(T, 80)`` float32 CPU tensor."""
+    return kaldi_fbank_float64(wave16k).float()
 
 
 @dataclass(frozen=True)

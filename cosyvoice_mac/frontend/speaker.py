@@ -14,16 +14,17 @@ import torch
 
 from cosyvoice_mac.checkpoint import CheckpointError
 from cosyvoice_mac.errors import SynthesisError
-from cosyvoice_mac.frontend.features import FBANK_FRAME_LENGTH, FBANK_N_MELS, kaldi_fbank
+from cosyvoice_mac.frontend.features import FBANK_FRAME_LENGTH, FBANK_N_MELS, kaldi_fbank_float64
 from cosyvoice_mac.frontend.onnx_session import open_session
 
 EMBEDDING_DIM = 192
 
 
 def normalised_fbank(wave16k: torch.Tensor) -> torch.Tensor:
-    """``(1, N)`` 16 kHz float audio -> ``(T, 80)`` fbank minus its mean over time.
+    """``(1, N)`` 16 kHz float audio -> ``(T, 80)`` float32 fbank minus its mean over time.
 
-    Raises SynthesisError for audio shorter than one 25 ms frame.
+    The mean is taken and subtracted in float64 (the fbank's own precision), so each value is rounded
+    to float32 once. Raises SynthesisError for audio shorter than one 25 ms frame.
     """
     if isinstance(wave16k, torch.Tensor) and wave16k.dim() == 2 and wave16k.shape[1] < FBANK_FRAME_LENGTH:
         raise SynthesisError(
@@ -31,8 +32,8 @@ def normalised_fbank(wave16k: torch.Tensor) -> torch.Tensor:
             "embedding; use a few seconds of speech.",
             field="prompt_audio",
         )
-    features = kaldi_fbank(wave16k)
-    return features - features.mean(dim=0, keepdim=True)
+    features = kaldi_fbank_float64(wave16k)  # cpu-only: a CPU tensor, see kaldi_fbank_float64
+    return (features - features.mean(dim=0, keepdim=True)).float()
 
 
 class SpeakerEncoder:

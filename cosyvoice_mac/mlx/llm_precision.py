@@ -15,10 +15,9 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from cosyvoice_mac.config import ConfigError
-from cosyvoice_mac.mlx.llm_gate import LLM_PRECISION_ENV
+from cosyvoice_mac.mlx.llm_gate import LLM_PRECISION_ENV, group_size
 
 LLM_PRECISIONS = {"fp32": None, "fp16": mx.float16, "bf16": mx.bfloat16, "int8": 8, "int4": 4}
-QUANT_GROUP_SIZE = 64
 TRANSFORMER_LAYERS = "backbone.layers."  # what quantisation touches: never the tables or the head
 
 
@@ -48,10 +47,11 @@ def cast_evaluated(module: nn.Module, dtype: mx.Dtype) -> None:
                 owner[name] = cast
 
 
-def quantize_llm(llm: nn.Module, bits: int, group_size: int = QUANT_GROUP_SIZE) -> list[str]:
+def quantize_llm(llm: nn.Module, bits: int, group: int) -> list[str]:
     """Quantize in place the Linear layers of the transformer (``backbone.layers``) whose input width is a
-    multiple of ``group_size``, layer by layer (each widened to float32 first, so scales and arithmetic are
-    float32 even when the weights were read in fp16, and evaluated before the next). The text table is
+    multiple of ``group`` (the gate's group size for the precision: ``llm_gate.group_size``), layer by layer
+    (each widened to float32 first, so scales and arithmetic are float32 even when the weights were read in
+    fp16, and evaluated before the next). The text table is
     stored in fp16; the rest (norms, the speech table, the ``llm_decoder`` head: quantising the head cost
     most of the agreement, it ranks the very candidates the sampler draws from) is float32.
 
@@ -60,15 +60,15 @@ def quantize_llm(llm: nn.Module, bits: int, group_size: int = QUANT_GROUP_SIZE) 
     skipped: list[str] = []
 
     def eligible(path: str, module: nn.Module) -> bool:
-        if isinstance(module, nn.Linear) and not quantizable(module, group_size):
+        if isinstance(module, nn.Linear) and not quantizable(module, group):
             skipped.append(path)
-        return quantizable(module, group_size)
+        return quantizable(module, group)
 
     for index, layer in enumerate(llm.backbone.layers):
         cast_evaluated(layer, mx.float32)
         nn.quantize(
             layer,
-            group_size=group_size,
+            group_size=group,
             bits=bits,
             class_predicate=lambda path, module: eligible(f"{TRANSFORMER_LAYERS}{index}.{path}", module),
         )
@@ -81,9 +81,9 @@ def quantize_llm(llm: nn.Module, bits: int, group_size: int = QUANT_GROUP_SIZE) 
     return skipped
 
 
-def quantizable(module: nn.Module, group_size: int = QUANT_GROUP_SIZE) -> bool:
-    """Whether a transformer layer's ``module`` is quantized: a Linear whose input width ``group_size`` divides."""
-    return isinstance(module, nn.Linear) and module.weight.shape[-1] % group_size == 0
+def quantizable(module: nn.Module, group: int) -> bool:
+    """Whether a transformer layer's ``module`` is quantized: a Linear whose input width ``group`` divides."""
+    return isinstance(module, nn.Linear) and module.weight.shape[-1] % group == 0
 
 
 def read_dtype(precision: str) -> mx.Dtype | None:
@@ -96,7 +96,7 @@ def apply_llm_precision(llm: nn.Module, precision: str) -> nn.Module:
     """``llm`` in ``precision`` (a name of LLM_PRECISIONS), every weight evaluated; sets ``llm.precision``."""
     setting = LLM_PRECISIONS[precision]
     if isinstance(setting, int):
-        quantize_llm(llm, setting)
+        quantize_llm(llm, setting, group_size(precision))
     elif setting is not None:
         cast_evaluated(llm, setting)
     llm.precision = precision

@@ -22,9 +22,9 @@ import numpy as np
 from mlx.utils import tree_flatten
 
 from cosyvoice_mac.mlx.convert import source_digest
+from cosyvoice_mac.mlx.llm_gate import group_size
 from cosyvoice_mac.mlx.llm_precision import (
     LLM_PRECISIONS,
-    QUANT_GROUP_SIZE,
     apply_llm_precision,
     quantizable,
     read_dtype,
@@ -79,13 +79,13 @@ def cache_path(source: Path, precision: str, cache_dir: Path) -> Path:
     """Where ``source``'s LLM in ``precision`` is cached (the group size is part of a quantised one's name)."""
     name = f"{source_digest(source, cache_dir)}-llm-{precision}"
     if isinstance(LLM_PRECISIONS[precision], int):
-        name += f"-g{QUANT_GROUP_SIZE}"
+        name += f"-g{group_size(precision)}"
     return Path(cache_dir) / f"{name}.safetensors"
 
 
 def cache_metadata(precision: str) -> dict[str, str]:
     quantised = isinstance(LLM_PRECISIONS[precision], int)
-    return {"precision": precision, "group_size": str(QUANT_GROUP_SIZE if quantised else 0)}
+    return {"precision": precision, "group_size": str(group_size(precision) if quantised else 0)}
 
 
 def load_llm(
@@ -125,8 +125,9 @@ def skeleton(config: SpeechLMConfig, precision: str) -> MlxSpeechLM:
     llm = MlxSpeechLM(config)
     bits = LLM_PRECISIONS[precision]
     if isinstance(bits, int):
+        group = group_size(precision)
         for layer in llm.backbone.layers:
-            nn.quantize(layer, group_size=QUANT_GROUP_SIZE, bits=bits, class_predicate=lambda _, m: quantizable(m))
+            nn.quantize(layer, group_size=group, bits=bits, class_predicate=lambda _, m: quantizable(m, group))
     return llm
 
 

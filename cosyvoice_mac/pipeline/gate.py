@@ -23,12 +23,11 @@ import torch
 from cosyvoice_mac.device import DeviceError, select_dtype
 
 # The MLX LLM's rows live with the MLX engine, torch-free (the page reads them): re-exported here.
-from cosyvoice_mac.mlx.llm_gate import MLX_LLM_BY_SIZE, MLX_LLM_GATE, mlx_llm_row  # noqa: F401
+from cosyvoice_mac.mlx.llm_gate import MIN_TOP_K_AGREEMENT, MLX_LLM_BY_SIZE, MLX_LLM_GATE, mlx_llm_row  # noqa: F401
 from cosyvoice_mac.pipeline.precision import INT8
 
 STAGES = ("llm", "flow", "vocoder")
 EVERY_DEVICE = ("cpu", "cuda", "mps")
-MIN_TOP_K_AGREEMENT = 0.95
 TOP_K = 25
 MAX_RELATIVE_ERROR = 1e-2
 GATE_TESTS = "tests/test_precision_gate.py"

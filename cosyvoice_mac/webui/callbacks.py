@@ -302,8 +302,8 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
         choices = [(say(lang, "mlx_llm_auto"), "auto")]
         for value in offered_mlx_llm()[1:]:
             row = mlx_llm_row(value)
-            label = "mlx_llm_reference" if row.full_size is None else "mlx_llm_passing"
-            choices.append((say(lang, label, precision=value, agreement=100 * (row.full_size or 1.0)), value))
+            label = "mlx_llm_reference" if row.agreement is None else "mlx_llm_passing"
+            choices.append((say(lang, label, precision=value, agreement=100 * (row.agreement or 1.0)), value))
         return choices
 
     def switch_mlx_llm(self, lang: str, value: str) -> Iterator[tuple[str, str]]:

@@ -152,7 +152,11 @@ def engine_line(lang: str, status: dict) -> str:
 def mlx_llm_line(lang: str, choice: dict) -> str:
     """Which precision the MLX LLM runs in and why (``MlxLlmChoice.as_dict``): the reference, the low-memory
     mode's pick on a machine of so much RAM, or a named one, with its verdict and figure from the gate."""
-    values = {"precision": choice["precision"], "agreement": 100 * (choice.get("full_size") or 1.0)}
+    values = {"precision": choice["precision"], "agreement": 100 * (choice.get("agreement") or 1.0)}
+    if choice["why"] == "low_memory" and choice.get("agreement") is None:  # no smaller precision passes
+        return say(
+            lang, "status_mlx_llm_low_memory_reference", ram=round((choice.get("ram_bytes") or 0) / 2**30), **values
+        )
     if choice["why"] == "low_memory":
         return say(lang, "status_mlx_llm_low_memory", ram=round((choice.get("ram_bytes") or 0) / 2**30), **values)
     if choice["why"] != "named":
@@ -161,7 +165,7 @@ def mlx_llm_line(lang: str, choice: dict) -> str:
     if not choice.get("passes"):
         verdict = "outside"
     else:
-        verdict = "passes" if choice.get("full_size") is not None else "reference"
+        verdict = "passes" if choice.get("agreement") is not None else "reference"
     return say(lang, f"status_mlx_llm_named_{verdict}", by=Markup(by), **values)
 
 

@@ -209,7 +209,7 @@ EN: dict[str, str] = {
     "engine_saved_preview": "The engine choice is saved; it applies to CosyVoice models (the preview voice has none).",
     "mlx_llm_label": "MLX LLM precision",
     "mlx_llm_info": "How the MLX engine stores the speech LLM. Only precisions that pass the quality gate (their "
-    "top-25 candidates agree with fp32 on at least 95 % of steps) are offered. A change restarts the model",
+    "top-25 candidates equal fp32's on at least 95 % of steps) are offered. A change restarts the model",
     "mlx_llm_auto": "Auto (fp32; on a low-memory machine the smallest that passes the gate)",
     "mlx_llm_reference": "{precision} (the reference)",
     "mlx_llm_passing": "{precision} (passes the gate at {agreement:.1f} %)",
@@ -217,11 +217,13 @@ EN: dict[str, str] = {
     "status_mlx_llm_reference": "**MLX LLM:** {precision}, the reference precision",
     "status_mlx_llm_low_memory": "**MLX LLM:** {precision}: {ram} GB of RAM (low-memory mode), passes the quality "
     "gate at {agreement:.1f} %, the smallest precision that does",
+    "status_mlx_llm_low_memory_reference": "**MLX LLM:** {precision}: {ram} GB of RAM (low-memory mode), the "
+    "reference precision: no smaller one passes the quality gate",
     "status_mlx_llm_named_passes": "**MLX LLM:** {precision}: chosen in {by}, passes the quality gate at "
     "{agreement:.1f} %",
     "status_mlx_llm_named_reference": "**MLX LLM:** {precision}: chosen in {by}, the reference precision",
     "status_mlx_llm_named_outside": "**MLX LLM:** {precision}: chosen in {by}, outside the quality gate "
-    "(top-25 agreement with fp32 under 95 %)",
+    "(top-25 candidates equal fp32's on {agreement:.1f} % of steps; it needs 95 %)",
     "mlx_llm_by_settings": "the engine settings",
     "status_fell_back": "**Device:** {device}, {dtype}, fell back to the CPU: {reason}",
     "status_memory": "**Memory:** process {rss}, device {device_memory}",

@@ -194,10 +194,12 @@ ZH: dict[str, str] = {
     "status_mlx_llm_reference": "**MLX 语言模型：** {precision}，参考精度",
     "status_mlx_llm_low_memory": "**MLX 语言模型：** {precision}：{ram} GB 内存（低内存模式），以 {agreement:.1f} % "
     "通过质量门槛，是通过门槛的最小精度",
+    "status_mlx_llm_low_memory_reference": "**MLX 语言模型：** {precision}：{ram} GB 内存（低内存模式），参考精度："
+    "没有更小的精度通过质量门槛",
     "status_mlx_llm_named_passes": "**MLX 语言模型：** {precision}：在{by}中选定，以 {agreement:.1f} % 通过质量门槛",
     "status_mlx_llm_named_reference": "**MLX 语言模型：** {precision}：在{by}中选定，参考精度",
     "status_mlx_llm_named_outside": "**MLX 语言模型：** {precision}：在{by}中选定，未通过质量门槛"
-    "（与 fp32 的前 25 候选一致率低于 95 %）",
+    "（前 25 候选与 fp32 相同的步骤占 {agreement:.1f} %，门槛为 95 %）",
     "mlx_llm_by_settings": "引擎设置",
     "status_fell_back": "**设备：** {device}，{dtype}，已退回处理器运行：{reason}",
     "status_memory": "**内存：** 进程 {rss}，设备 {device_memory}",

@@ -135,3 +135,18 @@ def test_a_damaged_batch_manifest_only_makes_its_files_again(tmp_path):
     assert folder.is_done(item, "k")
     folder.record(BatchItem(2, "Two.", "two.wav"), "j")  # resumes with the good entry kept
     assert json.loads(folder.manifest_path.read_text())["files"] == {"one.wav": "k", "two.wav": "j"}
+
+
+def test_the_probe_s_timings_and_the_core_ml_manifest_read_what_they_can(tmp_path):
+    from cosyvoice_mac.coreml.convert import read_manifest
+    from cosyvoice_mac.pipeline.probe import read_cache
+
+    timings = {"llm": {"float32": 0.5}}
+    cache = tmp_path / "probe.json"
+    cache.write_text(json.dumps({"good": {"timings": timings}, "bad": 5, "worse": {"timings": "fast"}}))
+    assert read_cache(cache) == {"good": {"timings": timings}}  # the others are probed again
+    cache.write_text("[1]")
+    assert read_cache(cache) == {}
+    options = SimpleNamespace(tag="v1-fp16-all")
+    (tmp_path / "hift_coreml-v1-fp16-all.json").write_text("[1]")
+    assert read_manifest(tmp_path, options) is None  # converted again, never an AttributeError later

@@ -99,9 +99,11 @@ def serve(argv: list[str] | None = None) -> int:
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
     if library_problem:
         print(f"Note: {library_problem}.", file=sys.stderr, flush=True)
-    glossary_problem = glossary_store(host.config.cache_dir).problem()
+    glossary = glossary_store(host.config.cache_dir)
+    glossary_problem = glossary.problem()
     if glossary_problem:
-        print(f"Note: {glossary_problem}. Until then every job is spoken without it.", file=sys.stderr, flush=True)
+        until = " Until then every job is spoken without it." if glossary.damaged() else ""
+        print(f"Note: {glossary_problem}.{until}", file=sys.stderr, flush=True)
     server = None
     # Ctrl-C (SIGINT, even when started in the background with it ignored) and SIGTERM both close the
     # server and exit 0.
@@ -125,8 +127,8 @@ def serve(argv: list[str] | None = None) -> int:
                 show_error=True,
                 max_file_size=MAX_UPLOAD,
                 origin_policy=_origin_policy(args),
-                # the saved voices' recordings play in the page's prompt player
-                allowed_paths=[str(outputs_dir), str(VoiceLibrary(host.config.cache_dir).folder)],
+                # the results; a saved voice's recording plays from a copy in the temp folder (voice_cards)
+                allowed_paths=[str(outputs_dir)],
                 blocked_paths=[str(args.models_dir.resolve())],
                 footer_links=["gradio"],
                 css=page_css(),

@@ -115,6 +115,16 @@ def test_damaged_entry_is_a_miss_and_is_removed(tmp_path):
     assert not tensors.exists() and not facts.exists()
 
 
+@pytest.mark.parametrize("facts_written", [b"[1, 2]", b'"a string"', b"{", b'{"format": "x", "shapes": 5}'])
+def test_an_entry_whose_facts_are_no_record_is_a_miss_and_is_removed(tmp_path, facts_written):
+    cache = SpeakerCache(tmp_path)
+    cache.put(_prompt("8" * 64))
+    tensors, facts = cache.paths(MODEL, "8" * 64)
+    facts.write_bytes(facts_written)
+    assert SpeakerCache(tmp_path).lookup(MODEL, "8" * 64) == (None, "miss")  # extracted again, never an error
+    assert not tensors.exists() and not facts.exists()
+
+
 def test_entry_files_are_complete_and_versioned(tmp_path):
     cache = SpeakerCache(tmp_path)
     cache.put(_prompt("7" * 64))

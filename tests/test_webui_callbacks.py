@@ -309,7 +309,8 @@ def test_a_voice_is_saved_from_the_prompt_before_any_generation_reused_and_delet
     assert "already exists" in message and "Replace" in message and question["visible"] is True
 
     audio, message, transcript, mode, card = callbacks.voice_picked("en", "Grandpa", "")
-    assert Path(audio).parent.name == "voices" and Path(audio).read_bytes() == Path(prompt).read_bytes()
+    assert Path(audio).read_bytes() == Path(prompt).read_bytes()
+    assert not Path(audio).is_relative_to(callbacks.voices.folder)  # a copy: the voices folder is never served
     assert "Grandpa" in message and transcript == TRANSCRIPT and mode == "zero_shot"
     assert "Grandpa" in card and "3.0 s" in card and "zero-shot" in card and TRANSCRIPT in card
     final = _run(callbacks, voice="Grandpa", transcript=transcript, text="Spoken by a saved voice.")[-1]
@@ -464,7 +465,7 @@ def test_a_voice_without_a_transcript_is_cross_lingual_renamed_replaced_and_give
     audio, _, transcript, mode, card = callbacks.voice_picked("en", "Renamed", "")
     assert Path(audio).read_bytes() == Path(second).read_bytes() and "4.0 s" in card
     assert transcript == TRANSCRIPT and mode == "zero_shot"
-    assert not any(path.name.startswith("Plain") for path in Path(audio).parent.iterdir())
+    assert not any(path.name.startswith("Plain") for path in callbacks.voices.folder.iterdir())
 
     message, card, mode = callbacks.save_voice_transcript("en", "Other", "The first recording of this voice.")
     assert "can speak zero-shot now" in message and mode == "zero_shot" and "The first recording" in card

@@ -24,7 +24,7 @@ PACKAGE = "cosyvoice_mac"
 
 # The house, bottom to top: a room may import its own layer and the layers below, never above.
 LAYERS = (
-    ("errors", "paths", "wire", "heap"),  # facts every layer may know (and the C heap's trim)
+    ("errors", "paths", "wire", "heap", "stored"),  # facts every layer may know, the C heap's trim, the typed reader
     # torch-free rules (device: torch's door)
     ("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "sound"),
     ("models", "mlx"),  # the networks

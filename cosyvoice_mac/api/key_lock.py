@@ -21,6 +21,7 @@ import asyncio
 import hashlib
 import hmac
 import html
+import re
 from urllib.parse import parse_qs
 
 from cosyvoice_mac.api.auth import bearer_key, keys_match
@@ -31,6 +32,7 @@ LOGIN_PATH = "/key-login"
 COOKIE = "cosyvoice-key"  # the name's stem: each port has its own cookie (cookie_name)
 FAILED_LOGIN_DELAY_S = 1.0  # slows a guesser down; a person who mistyped barely notices
 MAX_LOGIN_BODY = 4096
+SAFE_TARGET = re.compile(r"/(?!/)[!-~]*")  # a path on this server: "!"-"~" is printable ASCII, no space
 NEEDS_KEY = (
     "this server is open to the network and locked with a key: send the header 'Authorization: Bearer <key>' "
     "with the key it was started with (--api-key), or open the page in a browser and enter the key"
@@ -117,8 +119,10 @@ def _local_target(scope) -> str:
 
 
 def _safe_target(target: str) -> str:
-    """Only a path on this server: ``//evil.example`` or ``https://...`` would send the browser away."""
-    if not target.startswith("/") or target.startswith("//") or "\\" in target:
+    """Only a path on this server, else ``/``: one leading ``/``, then printable ASCII without spaces or
+    backslashes. Browsers drop tabs and newlines from a ``Location`` and read ``\\`` as ``/``, so
+    ``/<TAB>/evil.example`` or ``/\\evil.example`` would become ``//evil.example``: another site."""
+    if not SAFE_TARGET.fullmatch(target) or "\\" in target:
         return "/"
     return target
 

@@ -13,6 +13,9 @@ address, every ``--allowed-host``, the loopback names when the bind reaches this
 loopback address, or 0.0.0.0 / ::), and, on a bind to every interface, this machine's own IP addresses (read
 from its network interfaces when such a Host arrives, so an address the machine gains later is answered too):
 a rebinding attack needs a DNS name, and an address of another machine is not a way to this one.
+
+Reading is guarded too: an answer to a request from any other origin loses the CORS grant Gradio gives
+every loopback origin (any port), so a page of another local app cannot read the page's files or results.
 """
 
 from __future__ import annotations
@@ -92,15 +95,19 @@ class OriginPolicy:
         source = origin if origin is not None else _origin_of(referer)
         if source is None:
             return None
-        if "*" in self.allowed_origins or _normalise(source) in self.allowed_origins:
-            return None
-        if host and _normalise(source) == _normalise(f"{scheme}://{host}"):
+        if self.trusts(source, host, scheme):
             return None
         return (
             f"refused: this request came from the web page at {source}, not from this app's own page, so it "
             "may not change anything here. If you trust that site, start the app with --allowed-origin "
             f"{source}"
         )
+
+    def trusts(self, origin: str, host: str | None, scheme: str = "http") -> bool:
+        """Whether a page at ``origin`` is this app's own (its scheme and ``host``) or one the user allowed."""
+        if "*" in self.allowed_origins or _normalise(origin) in self.allowed_origins:
+            return True
+        return bool(host) and _normalise(origin) is not None and _normalise(origin) == _normalise(f"{scheme}://{host}")
 
     def _names(self) -> str:
         names = sorted(self.allowed_hosts)
@@ -112,7 +119,8 @@ class OriginPolicy:
 
 
 class OriginGuard:
-    """ASGI middleware applying an :class:`OriginPolicy` to every HTTP request (owns nothing else)."""
+    """ASGI middleware applying an :class:`OriginPolicy` to every HTTP request and to the CORS grant of its
+    answer (owns nothing else)."""
 
     def __init__(self, app, policy: OriginPolicy):
         self.app = app
@@ -123,14 +131,16 @@ class OriginGuard:
             return await self.app(scope, receive, send)
         headers = {name.decode("latin-1").lower(): value.decode("latin-1") for name, value in scope["headers"]}
         method = scope.get("method", "GET")
-        why = self.policy.refusal(
-            method,
-            headers.get("host"),
-            headers.get("origin"),
-            headers.get("referer"),
-            scope.get("scheme", "http").replace("ws", "http"),
-        )
+        scheme = scope.get("scheme", "http").replace("ws", "http")
+        why = self.policy.refusal(method, headers.get("host"), headers.get("origin"), headers.get("referer"), scheme)
         if why is None:
+            origin = headers.get("origin")
+            if (
+                scope["type"] == "http"
+                and origin is not None
+                and not self.policy.trusts(origin, headers.get("host"), scheme)
+            ):
+                send = _without_cors(send)
             return await self.app(scope, receive, send)
         if scope["type"] == "websocket":
             return await send({"type": "websocket.close", "code": 1008})
@@ -146,6 +156,23 @@ class OriginGuard:
             }
         )
         await send({"type": "http.response.body", "body": body})
+
+
+CORS_HEADERS = (b"access-control-allow-origin", b"access-control-allow-credentials")
+
+
+def _without_cors(send):
+    """``send`` with the CORS grant taken out of the answer. Gradio grants any page on a loopback origin (any
+    port) the right to read its answers with the user's cookies; a page of another app on this computer is
+    another site, and without the grant its browser keeps the answer from it (the voices, results, config)."""
+
+    async def guarded(message):
+        if message["type"] == "http.response.start":
+            kept = [(name, value) for name, value in message.get("headers", []) if name.lower() not in CORS_HEADERS]
+            message = {**message, "headers": kept}
+        await send(message)
+
+    return guarded
 
 
 def is_loopback(host: str | None) -> bool:

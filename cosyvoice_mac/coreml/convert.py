@@ -33,6 +33,7 @@ from cosyvoice_mac.models.vocoder import HiFT, HiFTConfig, load_hift
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
 from cosyvoice_mac.pipeline.model_dir import model_yaml
 from cosyvoice_mac.settings import choices, setting
+from cosyvoice_mac.stored import read_json
 
 from .host import HostSource
 from .rewrite import POLYPHASE, DecoderGraph, F0Graph, build_graphs
@@ -149,9 +150,10 @@ def manifest_path(out_dir: Path, options: ConversionOptions) -> Path:
 def read_manifest(out_dir: Path, options: ConversionOptions) -> dict | None:
     path = manifest_path(out_dir, options)
     try:
-        return json.loads(path.read_text())
+        manifest = read_json(path)
     except (OSError, ValueError):
         return None
+    return manifest if isinstance(manifest, dict) else None  # anything else: converted again
 
 
 def stale_reason(manifest: dict | None, fingerprint: str, options: ConversionOptions, out_dir: Path) -> str | None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Callable
 
 from cosyvoice_mac.engine.voice_library import check_audio_hash
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
+from cosyvoice_mac.stored import read_json
 
 if TYPE_CHECKING:
     from cosyvoice_mac.pipeline.types import SpeakerPrompt
@@ -162,7 +163,9 @@ class SpeakerCache:
         if not facts_path.is_file():
             return None
         try:
-            facts = json.loads(facts_path.read_text(encoding="utf-8"))
+            facts = read_json(facts_path)  # any damage below: extracted again (a cache: nothing is lost)
+            if not isinstance(facts, dict):
+                raise ValueError("entry facts are not a record")
             raw = tensor_path.read_bytes()
             tensors = load(raw)
             expected = {"format": CACHE_FORMAT, "model_id": model_id, "audio_hash": audio_hash}

@@ -30,6 +30,7 @@ from cosyvoice_mac.pipeline.model_dir import ModelFolderError, detect_version
 from cosyvoice_mac.preview import PIPELINE_FACTORY as PREVIEW_FACTORY
 from cosyvoice_mac.preview import PREVIEW, preview_available
 from cosyvoice_mac.settings import choices, env_value, resolve
+from cosyvoice_mac.stored import Field, read_json, typed
 from cosyvoice_mac.versions import VERSIONS
 
 SETTINGS_FILE = "webui.json"
@@ -287,22 +288,37 @@ def starting_mlx_llm(settings: "Settings") -> str:
     return saved if saved in offered_mlx_llm() else "auto"
 
 
+# What the page remembers, as it reads it: a wrong-typed value (edited by hand, another version) reads as
+# unset, with a note, and never takes a section down (the history's Clear time, the engine menu).
+SETTINGS_SHAPE = {
+    "notice_acknowledged": Field(("flag",), default=False),
+    "engine": Field(("text", "null")),
+    "mlx_llm": Field(("text", "null")),
+    "history_cleared_at": Field(("number", "null")),
+}
+
+
 class Settings:
     """The page's own remembered choices (whether the first-run notice was acknowledged, the engine menu's
-    choice), in the cache folder."""
+    choice, the history's Clear time), in the cache folder."""
 
     def __init__(self, cache_dir: Path | None):
         self.path = (Path(cache_dir) if cache_dir else user_cache_dir()) / SETTINGS_FILE
 
     def load(self) -> dict:
+        """Every remembered choice, typed as SETTINGS_SHAPE declares (a missing or unreadable file: none)."""
+        record, _ = typed(self._raw(), SETTINGS_SHAPE, str(self.path))
+        return record or {}
+
+    def _raw(self):
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return read_json(self.path)
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
 
     def update(self, **values) -> None:
-        data = {**self.load(), **values}
+        raw = self._raw()
+        data = {**(raw if isinstance(raw, dict) else {}), **values}  # what is not changed stays as written
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             atomic_write(self.path, json.dumps(data, indent=1).encode("utf-8"))

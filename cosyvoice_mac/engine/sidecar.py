@@ -8,7 +8,8 @@ every key as written in ``recorded`` (what is saved, unknown keys included).
 
 Reading (``Sidecar.read``, the page's history) takes any sidecar ever written: a missing key reads as its
 default, an unknown one is kept in ``recorded``, and a value of the wrong type reads as missing, never as an
-error. Torch-free, like the page that reads it.
+error (the lenient readings of ``stored``, the one reader of files the app wrote). Torch-free, like the page
+that reads it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 
 from cosyvoice_mac.conversion_request import VOICE_CONVERSION
 from cosyvoice_mac.request import MODES
+from cosyvoice_mac.stored import KINDS, as_number, as_text, as_whole, read_json
 
 SOFTWARE = "cosyvoice-mac"
 TITLE_CHARS = 200  # of the text, as the WAV's title (INAM)
@@ -75,15 +77,15 @@ class Sidecar:
         return cls(
             file=name,
             sample_rate=_rate(data.get("sample_rate")),
-            duration_s=_number(data.get("duration_s"), 0.0),
-            created=_text(data.get("created")),
+            duration_s=as_number(data.get("duration_s"), 0.0),
+            created=as_text(data.get("created")),
             text=str(data.get("text") or ""),
             mode=mode if isinstance(mode, str) and mode in KNOWN_MODES else None,
-            voice=_text(data.get("voice")),
-            instruct=_text(data.get("instruct")),
-            prompt_text=_text(data.get("prompt_text")),
-            seed=_whole(data.get("seed")),
-            speed=_number(data.get("speed"), 1.0),
+            voice=as_text(data.get("voice")),
+            instruct=as_text(data.get("instruct")),
+            prompt_text=as_text(data.get("prompt_text")),
+            seed=as_whole(data.get("seed")),
+            speed=as_number(data.get("speed"), 1.0),
             model=str(model) if model else None,
             version=version if isinstance(version, str) else None,
             source=str(data.get("source")) if data.get("source") else None,
@@ -112,34 +114,15 @@ class Sidecar:
 def read_sidecar(path: str | Path) -> Sidecar | None:
     """The record in the sidecar file ``path``; None when it cannot be read, is not JSON or is not ours."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        data = read_json(path)
+    except (OSError, ValueError):
         return None
     return Sidecar.read(data)
-
-
-def _text(value) -> str | None:
-    return value if isinstance(value, str) else None
-
-
-def _whole(value) -> int:
-    """A seed as sidecars hold it (int, float or digits; ``int()`` as the history always read it); 0 else."""
-    try:
-        return int(value or 0)
-    except (TypeError, ValueError, OverflowError):
-        return 0
 
 
 def _rate(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
-def _number(value, default: float) -> float:
-    try:
-        return float(value or default)
-    except (TypeError, ValueError, OverflowError):
-        return default
-
-
 def _seconds(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    return float(value) if KINDS["number"](value) else None

@@ -19,9 +19,11 @@ import re
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from cosyvoice_mac.engine.jobs import EngineError
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
+from cosyvoice_mac.stored import Field, Unreadable, read_json, typed_records
 
 _HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
 MAX_VOICE_NAME = 64
@@ -34,6 +36,21 @@ def check_audio_hash(audio_hash: str) -> str:
     if not isinstance(audio_hash, str) or not _HASH_PATTERN.fullmatch(audio_hash):
         raise ValueError(f"audio hash {audio_hash!r} is not a content hash")
     return audio_hash
+
+
+def _bare_name(name: str) -> bool:
+    return bool(name) and Path(name).name == name and name not in (".", "..") and "\\" not in name
+
+
+# One saved voice as the index holds it. A voice without a usable hash is skipped (with a note; it stays in the
+# file), a wrong-typed optional field reads as its default; the name is always the index's key.
+VOICE_SHAPE = {
+    "audio_hash": Field(("text",), required=True, rule=_HASH_PATTERN.fullmatch, rule_says="a content hash"),
+    "model_id": Field(("text", "null")),
+    "transcript": Field(("text", "null")),
+    "created": Field(("number", "null"), rule=lambda seconds: 0 <= seconds < 1e11, rule_says="a time"),
+    "audio_file": Field(("text", "null"), rule=_bare_name, rule_says="a file name in the voices folder"),
+}
 
 
 class VoiceError(EngineError):
@@ -110,8 +127,9 @@ class VoiceLibrary:
         check_audio_hash(audio_hash)
         check_voice_audio(audio, audio_samples, sample_rate)
         with self._lock:
-            entries = self._load()
-            if name in entries and not overwrite:
+            index = self._read()
+            entries = index.voices
+            if (name in entries or name in index.skipped) and not overwrite:
                 raise VoiceExists(f"a voice named {name!r} already exists; pick another name or replace it")
             self.folder.mkdir(parents=True, exist_ok=True)
             audio_file = self._store_audio(audio_hash, audio, audio_samples, sample_rate)
@@ -125,47 +143,52 @@ class VoiceLibrary:
                 "audio_file": audio_file,
             }
             entries[name] = entry
-            self._store(entries)
+            self._store(entries, index.skipped)
             if replaced is not None:
-                self._forget_audio(replaced.get("audio_file"), entries)
+                self._forget_audio(replaced.get("audio_file"), {**index.skipped, **entries})
         return dict(entry)
 
     def rename(self, old: str, new: str) -> dict:
         new = self.check_name(new)
         with self._lock:
-            entries = self._load()
+            index = self._read()
+            entries = index.voices
             if old not in entries:
                 raise VoiceError(f"there is no saved voice named {old!r}")
-            if new in entries and new != old:
+            if (new in entries or new in index.skipped) and new != old:
                 raise VoiceExists(f"a voice named {new!r} already exists")
             entry = entries.pop(old)
             entry["name"] = new
             entries[new] = entry
-            self._store(entries)
+            self._store(entries, index.skipped)
         return dict(entry)
 
     def set_transcript(self, name: str, transcript: str | None) -> dict:
         """Change what the voice's recording is said to say (None or blank: no transcript, cross-lingual only)."""
         with self._lock:
-            entries = self._load()
+            index = self._read()
+            entries = index.voices
             if name not in entries:
                 raise VoiceError(f"there is no saved voice named {name!r}")
             entries[name]["transcript"] = (transcript or "").strip() or None
-            self._store(entries)
+            self._store(entries, index.skipped)
             return dict(entries[name])
 
     def delete(self, name: str) -> None:
         with self._lock:
-            entries = self._load()
+            index = self._read()
+            entries = index.voices
             if name not in entries:
                 raise VoiceError(f"there is no saved voice named {name!r}")
             entry = entries.pop(name)
-            self._store(entries)
-            self._forget_audio(entry.get("audio_file"), entries)
+            self._store(entries, index.skipped)
+            self._forget_audio(entry.get("audio_file"), {**index.skipped, **entries})
 
-    def _forget_audio(self, audio_file: str | None, entries: dict[str, dict]) -> None:
-        """Remove a recording no remaining voice points at."""
-        if audio_file and not any(other.get("audio_file") == audio_file for other in entries.values()):
+    def _forget_audio(self, audio_file: str | None, entries: dict[str, object]) -> None:
+        """Remove a recording no remaining voice (a skipped one included) points at."""
+        if audio_file and not any(
+            isinstance(other, dict) and other.get("audio_file") == audio_file for other in entries.values()
+        ):
             (self.folder / audio_file).unlink(missing_ok=True)
 
     @staticmethod
@@ -210,12 +233,12 @@ class VoiceLibrary:
         deletes the set-aside index file.
         """
         try:
-            self._load()
+            index = self._read()
         except VoiceError as error:
             return str(error)
         aside = sorted(self.folder.glob(f"{self.index_path.name}{UNREADABLE_SUFFIX}*"))
         if not aside:
-            return None
+            return self._skipped_note(index)
         index_aside = aside[-1]
         backup_aside = self.folder / index_aside.name.replace(self.index_path.name, self.backup_path.name, 1)
         if backup_aside.is_file():
@@ -236,12 +259,26 @@ class VoiceLibrary:
             f"Delete {index_aside} to dismiss this note"
         )
 
+    def _skipped_note(self, index: _Index) -> str | None:
+        if not index.skipped:
+            return None
+        names = ", ".join(repr(name[:40]) for name in list(index.skipped)[:5])
+        return (
+            f"{len(index.skipped)} saved voice(s) in {self.index_path} could not be read and are left out ({names}; "
+            f"first problem: {index.notes[0]}); they stay in the file as written, for recovery by hand"
+        )
+
     def _load(self) -> dict[str, dict]:
-        """The index's voices. A damaged index is set aside and the last good copy (if any) takes its place."""
+        """The index's readable voices (VOICE_SHAPE), by name; see :meth:`_read`."""
+        return self._read().voices
+
+    def _read(self) -> _Index:
+        """The index as read. A damaged index (not JSON, no list of voices) is set aside and the last good copy
+        (if any) takes its place; a bad voice in a good index is only skipped (kept in the file, noted)."""
         try:
             return self._parse(self.index_path)
         except FileNotFoundError:
-            return {}
+            return _Index({}, {}, [])
         except _Damaged:
             pass
         except OSError as error:
@@ -254,9 +291,9 @@ class VoiceLibrary:
         except _Damaged:  # both copies: keep the backup too, beside the index, under the same time
             if stamp is not None:
                 self._set_aside(self.backup_path, stamp)
-            return {}
+            return _Index({}, {}, [])
         except OSError:
-            return {}
+            return _Index({}, {}, [])
         try:
             atomic_write(self.index_path, self.backup_path.read_bytes())
         except OSError:  # a read-only folder: keep serving the copy
@@ -264,18 +301,23 @@ class VoiceLibrary:
         return entries
 
     @staticmethod
-    def _parse(path: Path) -> dict[str, dict]:
+    def _parse(path: Path) -> _Index:
         """Raises FileNotFoundError / OSError, or _Damaged when the file is not a voice list."""
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as error:
+            data = read_json(path)
+        except Unreadable as error:
             raise _Damaged(str(error)) from error
         voices = data.get("voices") if isinstance(data, dict) else None
-        if not isinstance(voices, dict) or not all(
-            isinstance(entry, dict) and isinstance(entry.get("audio_hash"), str) for entry in voices.values()
-        ):
+        if not isinstance(voices, dict):
             raise _Damaged("not a voice list")
-        return voices
+        good, notes = typed_records(voices, VOICE_SHAPE, f"the saved-voice list {path}")
+        for name in list(good):
+            try:
+                good[name]["name"] = VoiceLibrary.check_name(name)
+            except VoiceError as error:
+                notes.append(f"the saved-voice list {path}, {name[:80]!r}: {error}; skipped")
+                del good[name]
+        return _Index(good, {name: entry for name, entry in voices.items() if name not in good}, notes)
 
     def _set_aside(self, path: Path, stamp: str | None = None) -> str | None:
         """Rename the damaged ``path`` to a new ``<name>.unreadable-<stamp>`` name, never over another file;
@@ -298,15 +340,25 @@ class VoiceLibrary:
             return tried
         return None
 
-    def _store(self, entries: dict[str, dict]) -> None:
+    def _store(self, entries: dict[str, dict], skipped: dict | None = None) -> None:
         """Write the index atomically, then the same bytes as the backup: the last good version, should
-        anything damage the index later."""
-        payload = json.dumps({"format": 1, "voices": entries}, ensure_ascii=False, indent=1).encode("utf-8")
+        anything damage the index later. ``skipped``: the voices read as unusable, written back as they were
+        (a voice saved since under one of their names replaces it)."""
+        voices = {**(skipped or {}), **entries}
+        payload = json.dumps({"format": 1, "voices": voices}, ensure_ascii=False, indent=1).encode("utf-8")
         atomic_write(self.index_path, payload)
         try:
             atomic_write(self.backup_path, payload)
         except OSError:  # the index itself was written; the next change tries the backup again
             pass
+
+
+class _Index(NamedTuple):
+    """The voice list as read: the usable voices by name, the voices skipped (as written) and why."""
+
+    voices: dict[str, dict]
+    skipped: dict[str, object]
+    notes: list[str]
 
 
 class _Damaged(ValueError):

@@ -28,12 +28,21 @@ from cosyvoice_mac.errors import InputError, RequestError
 from cosyvoice_mac.frontend.markup import find_unknown_markup
 from cosyvoice_mac.frontend.text import detect_language
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
+from cosyvoice_mac.stored import Field, read_json, typed_list
 
 LANGUAGES = ("all", "en", "zh")
 CSV_COLUMNS = ("key", "replacement", "language")
 MAX_ENTRIES = 2000
 MAX_FIELD = 200
 _LETTER = r"[^\W_\u4e00-\u9fff]"  # a word character that is not Han: Latin words end where Han begins
+
+
+# One stored entry as read back (the checks of ``check_entry`` come after).
+ENTRY_SHAPE = {
+    "key": Field(("text",), required=True),
+    "replacement": Field(("text",), required=True),
+    "language": Field(("text",), default="all"),
+}
 
 
 class GlossaryError(InputError):
@@ -171,22 +180,61 @@ class GlossaryStore:
         self._lock = threading.Lock()
 
     def entries(self) -> tuple[GlossaryEntry, ...]:
-        """The stored entries; GlossaryDamaged when the file is there but unreadable."""
-        if not self.path.is_file():
-            return ()
+        """The stored entries that can be used (see :meth:`read`); GlossaryDamaged when the file is there but
+        is no glossary at all."""
+        return self.read()[0]
+
+    def read(self) -> tuple[tuple[GlossaryEntry, ...], list[str]]:
+        """(the usable entries, a note per entry left out). An entry of the wrong shape, one the checks refuse
+        (a blank, unknown markup) or a repeat of an earlier key is left out, never the whole glossary: it stays
+        in the file until the glossary is replaced, which sets the file aside first. GlossaryDamaged when the
+        file is not JSON or holds no list of entries."""
         try:
-            rows = json.loads(self.path.read_text(encoding="utf-8"))["entries"]
-            return check_entries([GlossaryEntry(r["key"], r["replacement"], r.get("language", "all")) for r in rows])
-        except (OSError, ValueError, KeyError, TypeError) as error:
+            data = read_json(self.path)
+        except FileNotFoundError:
+            return (), []
+        except (OSError, ValueError) as error:
             raise GlossaryDamaged(self.path, str(error) or type(error).__name__) from None
+        if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+            raise GlossaryDamaged(self.path, "it holds no list of entries")
+        rows, notes = typed_list(data["entries"], ENTRY_SHAPE, f"the glossary {self.path}")
+        kept, seen = [], set()
+        for row in rows:
+            try:
+                entry = check_entry(GlossaryEntry(row["key"], row["replacement"], row["language"]), len(kept) + 1)
+            except GlossaryError as error:
+                notes.append(f"the glossary {self.path}: {error}; left out")
+                continue
+            identity = (_fold(entry.key), entry.language)
+            if identity in seen or len(kept) >= MAX_ENTRIES:
+                notes.append(f"the glossary {self.path}: {entry.key!r} is a repeat or past {MAX_ENTRIES}; left out")
+                continue
+            seen.add(identity)
+            kept.append(entry)
+        return tuple(kept), notes
 
     def problem(self) -> str | None:
-        """What the user must know about the stored glossary (it cannot be read, and what to do), or None."""
+        """What the user must know about the stored glossary (it cannot be read, entries left out, and what to
+        do), or None."""
         try:
-            self.entries()
+            entries, notes = self.read()
         except GlossaryError as error:
             return str(error)
-        return None
+        if not notes:
+            return None
+        return (
+            f"{len(notes)} entr{'y' if len(notes) == 1 else 'ies'} of the glossary {self.path} could not be used "
+            f"and {'is' if len(notes) == 1 else 'are'} left out ({notes[0]}); the other {len(entries)} apply. "
+            "Saving the glossary keeps the file as it was beside it"
+        )
+
+    def damaged(self) -> bool:
+        """Whether the file is there but is no glossary at all (every job is then spoken without it)."""
+        try:
+            self.read()
+        except GlossaryDamaged:
+            return True
+        return False
 
     def usable_entries(self) -> tuple[tuple[GlossaryEntry, ...], str | None]:
         """(the entries, None), or for a damaged file (no entries, a note saying long-form work goes on
@@ -210,9 +258,9 @@ class GlossaryStore:
 
     def start_empty(self) -> Path | None:
         """Replace a damaged glossary with an empty one; the path the damaged file is kept at (None: it was
-        readable, nothing changed)."""
+        a glossary, nothing changed)."""
         with self._lock:
-            if self.problem() is None:
+            if not self.damaged():
                 return None
             kept = self._set_aside()
             atomic_write(self.path, json.dumps({"entries": []}).encode("utf-8"))

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.paths import atomic_file, atomic_write
+from cosyvoice_mac.stored import Field, read_json, typed_map
 
 MAX_ITEMS = 1000
 CSV_COLUMNS = ("text", "voice", "instruct", "file")
@@ -158,10 +159,16 @@ class BatchFolder:
     def done(self) -> dict[str, str]:
         """file name -> settings key of every finished file still present."""
         try:
-            recorded = json.loads(self.manifest_path.read_text(encoding="utf-8")).get("files", {})
-        except (OSError, ValueError, AttributeError):
+            data = read_json(self.manifest_path)
+        except (OSError, ValueError):  # none yet, or damaged: every file is made again, nothing is lost
             return {}
-        return {name: key for name, key in recorded.items() if (self.folder / name).is_file()}
+        files = data.get("files") if isinstance(data, dict) else data
+        recorded, _ = typed_map(files, Field(("text",)), f"the batch manifest {self.manifest_path}")
+        return {
+            name: key
+            for name, key in recorded.items()
+            if Path(name).name == name and name not in (".", "..") and (self.folder / name).is_file()
+        }
 
     def is_done(self, item: BatchItem, key: str) -> bool:
         return self.done().get(item.file) == key

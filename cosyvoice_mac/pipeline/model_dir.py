@@ -6,7 +6,6 @@ The folder is used exactly as downloaded (``FunAudioLLM/Fun-CosyVoice3-0.5B-2512
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 from cosyvoice_mac.config import ConfigError, read_yaml_config, tag_name
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.settings import setting
+from cosyvoice_mac.stored import Field, read_json, typed
 from cosyvoice_mac.versions import SPECS, VERSIONS  # noqa: F401 (VERSIONS re-exported)
 
 HUB_REPOS = {name: spec.hub_repo for name, spec in SPECS.items()}
@@ -133,10 +133,14 @@ class ModelFolder:
         if asked not in ("", "rl", "base"):
             raise ModelFolderError(f"{LLM_ENV}={asked!r} is not understood; use rl or base")
         if not asked and self.has(LLM_CHOICE_FILE):
+            chosen = self.path / LLM_CHOICE_FILE
             try:
-                asked = "rl" if json.loads((self.path / LLM_CHOICE_FILE).read_text()).get("llm") == RL_LLM_FILE else ""
-            except (OSError, ValueError, AttributeError) as error:
-                raise ModelFolderError(f"{self.path / LLM_CHOICE_FILE} is unreadable ({error}); delete it") from error
+                choice, _ = typed(read_json(chosen), {"llm": Field(("text", "null"))}, str(chosen))
+            except (OSError, ValueError) as error:
+                raise ModelFolderError(f"{chosen} is unreadable ({error}); delete it") from error
+            if choice is None:
+                raise ModelFolderError(f"{chosen} is not the LLM choice `download --rl` writes; delete it")
+            asked = "rl" if choice["llm"] == RL_LLM_FILE else ""
         if asked == "rl":
             if not SPECS[self.version].rl_llm:
                 raise ModelFolderError(f"{RL_LLM_FILE} exists for Fun-CosyVoice3 only, not {self.version}")

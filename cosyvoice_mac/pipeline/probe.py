@@ -44,6 +44,7 @@ from cosyvoice_mac.pipeline.precision import (
     store_weights_in_half,
     store_weights_in_int8,
 )
+from cosyvoice_mac.stored import Field, read_json, typed_records
 
 PROBE_FORMAT = 4  # bump when what is timed changes: older cached timings are then ignored
 CACHE_FILE = "precision-probe.json"
@@ -126,16 +127,21 @@ def timed_shapes(config: dict, qwen) -> dict:
     return {"llm": llm_step_shapes(qwen), "flow": config["flow"]["decoder"]["estimator"]}
 
 
+CACHE_ENTRY = {"timings": Field(("object",), required=True)}  # one entry of the timings cache, as read back
+
+
 def default_cache_path() -> Path:
     return user_cache_dir() / CACHE_FILE
 
 
 def read_cache(path: Path) -> dict:
+    """This machine's probed timings by key; an entry without its timings is left out (probed again)."""
     try:
-        entries = json.loads(path.read_text(encoding="utf-8"))
-        return entries if isinstance(entries, dict) else {}
+        data = read_json(path)
     except (OSError, ValueError):
         return {}
+    entries, _ = typed_records(data, CACHE_ENTRY, f"the probe's timings {path}")
+    return entries
 
 
 def write_cache(path: Path, key: str, timings: Timings, seconds: float) -> None:

@@ -211,7 +211,8 @@ class LongformCallbacks:
         return self.glossary_rows(), plural(lang, "lf_glossary_saved", len(saved))
 
     def glossary_state(self, lang):
-        """(the damaged-file note, the start-empty button): both shown only while the stored file is unreadable."""
+        """(the damaged-file note, the start-empty button): both shown only while the stored file is unreadable;
+        the note alone while some entries are left out."""
         try:
             self.glossary.entries()
         except GlossaryDamaged as error:
@@ -219,7 +220,7 @@ class LongformCallbacks:
             return note, gr.update(visible=True, value=say(lang, "lf_glossary_reset"))
         except GlossaryError as error:
             return html.escape(str(error)), gr.update(visible=False)
-        return "", gr.update(visible=False)
+        return html.escape(self.glossary.problem() or ""), gr.update(visible=False)
 
     def start_empty_glossary(self, lang):
         """Set the damaged file aside (kept) and start an empty glossary; (table, message, note, button)."""

@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 
 import gradio as gr
+from gradio.utils import get_upload_folder
 
 from cosyvoice_mac.engine import EngineError, VoiceExists, VoiceLibrary
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, render_prompt_check
 from cosyvoice_mac.webui.strings import escape
@@ -30,6 +32,22 @@ UNTRANSCRIBABLE = (
     "no_decoder",
     "silent",
 )
+
+
+def playable_copy(recording: str | None) -> str | None:
+    """A copy of a saved voice's ``recording`` in the page's temporary folder, for the prompt player (None when
+    there is none): the voices folder itself is never served, since its list holds every voice's name,
+    transcript and hash. Named as the recording (its content hash), so picking a voice again reuses it."""
+    if not recording or not Path(recording).is_file():
+        return None
+    folder = Path(get_upload_folder()) / "voice-recordings"  # the janitor (--temp-max-age) clears it
+    copy = folder / Path(recording).name
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        atomic_write(copy, Path(recording).read_bytes())  # a prompt is 20 MB at most
+    except OSError:  # no room for a copy: the voice still speaks, its player stays empty
+        return None
+    return str(copy)
 
 
 def voice_modes(entry: dict) -> tuple[str, ...]:
@@ -123,8 +141,7 @@ class VoiceCallbacks:
             entry = self._voices().get(name)
         except EngineError as error:
             return gr.skip(), say(lang, "voice_error", message=error), gr.skip(), gr.skip(), ""
-        audio = entry.get("audio_path")
-        audio = audio if audio and Path(audio).is_file() else None
+        audio = playable_copy(entry.get("audio_path"))
         mode = "zero_shot" if entry.get("transcript") else "cross_lingual"
         words = entry.get("transcript") or transcript
         return audio, say(lang, "voice_in_use", name=name), words, mode, render_card(lang, entry)

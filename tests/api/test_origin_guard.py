@@ -166,3 +166,40 @@ def test_the_middleware_answers_403_and_never_calls_the_app():
     scope["headers"] = [(b"host", OWN.encode()), (b"origin", b"http://127.0.0.1:7860")]
     _run(OriginGuard(app, LOCAL)(scope, None, send))
     assert called == ["/gradio_api/upload"]
+
+
+@pytest.mark.parametrize(
+    "origin, granted",
+    [
+        ("http://localhost:9999", False),  # another app on this computer: Gradio would grant it
+        ("http://127.0.0.1:1", False),
+        ("null", False),
+        ("http://127.0.0.1:7860", True),  # the app's own page
+        ("http://allowed.example", True),  # --allowed-origin
+    ],
+)
+def test_only_the_own_and_allowed_origins_keep_the_cors_grant(origin, granted):
+    async def app(scope, receive, send):  # grants every origin, as Gradio does every loopback one
+        headers = [(b"access-control-allow-origin", origin.encode()), (b"access-control-allow-credentials", b"true")]
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"x-kept", b"1"), *headers]})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    sent = []
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/config",
+        "scheme": "http",
+        "headers": [(b"host", OWN.encode()), (b"origin", origin.encode())],
+    }
+    policy = OriginPolicy.for_server("127.0.0.1", ["http://allowed.example"])
+    _run(OriginGuard(app, policy)(scope, None, send))
+    names = {name for name, _ in sent[0]["headers"]}
+    assert b"x-kept" in names and sent[1]["body"] == b"{}"
+    assert (b"access-control-allow-origin" in names) is granted and (
+        b"access-control-allow-credentials" in names
+    ) is granted

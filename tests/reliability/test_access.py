@@ -116,6 +116,50 @@ def test_a_result_in_outputs_is_served(app, client, speech):
     assert status == 200 and body[:4] == b"RIFF"
 
 
+def test_the_voice_library_is_not_served(app):
+    """Its list names every voice with its transcript and hash; the page plays a recording from a copy."""
+    voices = app.cache / "voices"
+    recording = voices / ("e" * 64 + ".wav")
+    recording.write_bytes(b"RIFF" + os.urandom(64))
+    listed = [voices / "voices.json", voices / "voices.json.bak", recording]
+    assert all(path.is_file() for path in listed)
+    for path in listed:
+        for prefix in ("/gradio_api/file=", "/file="):
+            for spelled in (str(path), urllib.parse.quote(str(path))):
+                status, body = _request(app, prefix + spelled)
+                assert status in (403, 404) and path.read_bytes() not in body, (prefix + spelled, status)
+
+
+def _answer_headers(app, path: str, headers: dict) -> dict:
+    request = urllib.request.Request(app.url.rstrip("/") + path, headers=headers)
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    try:
+        with opener.open(request, timeout=20) as response:
+            return {name.lower(): value for name, value in response.headers.items()}
+    except urllib.error.HTTPError as error:
+        return {name.lower(): value for name, value in error.headers.items()}
+
+
+@pytest.mark.parametrize("origin", ["http://localhost:9999", "http://127.0.0.1:1", "null", "http://evil.example"])
+def test_a_page_on_another_origin_is_not_let_read_the_answers(app, origin):
+    """Gradio grants any loopback origin the right to read with the user's cookies; only the app's own keeps it."""
+    for path in ("/config", "/gradio_api/info"):
+        answer = _answer_headers(app, path, {"Origin": origin})
+        assert "access-control-allow-origin" not in answer and "access-control-allow-credentials" not in answer, (
+            path,
+            answer,
+        )
+        preflight = urllib.request.Request(
+            app.url.rstrip("/") + path,
+            method="OPTIONS",
+            headers={"Origin": origin, "Access-Control-Request-Method": "GET"},
+        )
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(preflight, timeout=20) as response:
+            assert response.headers.get("access-control-allow-origin") is None, path
+    own = app.url.rstrip("/")
+    assert _answer_headers(app, "/config", {"Origin": own}).get("access-control-allow-origin") == own
+
+
 @pytest.mark.parametrize("name", ["../../escape.txt", "..\\..\\escape.txt", "/etc/escape.txt", "a/../../escape.txt"])
 def test_an_upload_cannot_name_its_way_out_of_the_temp_folder(app, name):
     body, headers = _upload_body(name, b"upload")

@@ -105,6 +105,39 @@ def test_the_key_form_sets_a_cookie_the_page_then_opens_with(locked):
         assert _upload(http, {"Origin": own}).status_code == 200
 
 
+# Each would send the browser to evil.example after the key: it drops tabs, newlines and carriage returns from a
+# Location, reads "\" as "/" and follows a scheme.
+AWAY = [
+    "/\t/evil.example",
+    "/\n/evil.example",
+    "/\r/evil.example",
+    "/\\evil.example",
+    "/\\/evil.example",
+    "\\\\evil.example",
+    "//evil.example",
+    "/ /evil.example",
+    "https://evil.example/",
+    "https:evil.example",
+    "javascript:alert(1)",
+]
+
+
+def test_the_key_form_never_sends_the_browser_to_another_site(locked):
+    """The form is served for any page asked for (its path becomes ``next``), then the right key answers 303 to
+    ``next``: only a path on this server may come back, the rest goes to the page itself."""
+    own = locked.url.rstrip("/")
+    with _http(locked) as http:
+        for path in ("/%09/evil.example", "/%0A/evil.example", "/%0D/evil.example", "/%5C/evil.example"):
+            form = http.get(path, headers={"Accept": "text/html"})
+            assert form.status_code == 401 and 'name="next" value="/"' in form.text, (path, form.text)
+        for target in AWAY:
+            http.cookies.clear()
+            answer = http.post("/key-login", data={"key": KEY, "next": target}, headers={"Origin": own})
+            assert answer.status_code == 303 and answer.headers["location"] == "/", (target, answer.headers)
+        kept = http.post("/key-login", data={"key": KEY, "next": "/%09/here?x=1"}, headers={"Origin": own})
+        assert kept.headers["location"] == "/%09/here?x=1"  # still encoded: a path on this server, kept
+
+
 def test_a_rebinding_page_is_refused_on_an_exposed_server(locked):
     rebind = f"{REBIND}:{locked.port}"
     headers = {"Host": rebind, "Origin": f"http://{rebind}", **locked.headers}  # even with the key

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+import psutil
 import pytest
 
 from cosyvoice_mac.engine import start_method
@@ -56,5 +57,18 @@ def test_a_worker_started_after_an_environment_change_sees_the_new_value(monkeyp
         try:
             assert worker.receive(timeout=60), "the worker said nothing"
             assert _worker_environment(worker)["COSYVOICE_START_METHOD_PROBE"] == value
+            worker_process = psutil.Process(worker.pid)  # named so, whichever way it started
+            assert start_method.looks_like_worker(worker_process.name(), " ".join(worker_process.cmdline()))
+            assert worker_process.name() == start_method.WORKER_NAME
         finally:
             worker.stop(timeout=10)
+
+
+def test_a_worker_is_told_from_the_other_children_of_the_app():
+    server = "python -c from multiprocessing.forkserver import main; main(8, 9, ['cosyvoice_mac.engine.runtime'])"
+    tracker = "python -c from multiprocessing.resource_tracker import main;main(7)"
+    assert start_method.looks_like_worker(start_method.WORKER_NAME, server)  # forked: its server's command line
+    assert not start_method.looks_like_worker("python", server)  # the fork server itself
+    assert not start_method.looks_like_worker("python", tracker)
+    spawned = "python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)"
+    assert start_method.looks_like_worker("python", spawned)

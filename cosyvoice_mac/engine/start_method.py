@@ -13,6 +13,7 @@ after any change a worker starts fresh, as spawn always did.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import sys
@@ -23,6 +24,11 @@ METHODS = ("auto", "spawn", "forkserver")
 PRELOAD = ["cosyvoice_mac.engine.runtime"]
 # pytest rewrites this for every test; nothing the server imports reads it.
 PER_TEST_VARIABLES = frozenset({"PYTEST_CURRENT_TEST"})
+
+# What ps, top and psutil call a worker on Linux (a forked worker's command line is its server's, so the name is
+# how a person or a test tells them apart); the kernel keeps 15 characters.
+WORKER_NAME = "cosyvoice-worker"[:15]
+_PR_SET_NAME = 15  # <linux/prctl.h>
 
 _lock = threading.Lock()
 _server_environment: dict[str, str] | None = None  # the environment the fork server was started with
@@ -57,3 +63,21 @@ def worker_context(method: str = "auto"):
                 context.set_forkserver_preload(PRELOAD)
                 _server_environment = _environment()
     return context
+
+
+def name_this_process(name: str = WORKER_NAME) -> bool:
+    """Linux: give the calling process ``name`` (as ps and top show it); True when set. Elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(_PR_SET_NAME, ctypes.c_char_p(name.encode()[:15]), 0, 0, 0) == 0
+    except (OSError, AttributeError):  # a C library without prctl: the name is only a convenience
+        return False
+
+
+def looks_like_worker(name: str, command_line: str) -> bool:
+    """Whether a child process (its name and its command line joined) is a model worker: named by
+    :func:`name_this_process`, or a spawned interpreter other than multiprocessing's resource tracker."""
+    spawned = "spawn_main" in command_line and "resource_tracker" not in command_line
+    return name == WORKER_NAME or spawned

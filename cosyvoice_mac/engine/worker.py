@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from cosyvoice_mac.engine.jobs import Command
 from cosyvoice_mac.engine.messages import Event, LoadFailed, Loading, Ready
 from cosyvoice_mac.engine.qos import set_worker_thread_qos
-from cosyvoice_mac.engine.start_method import worker_context
+from cosyvoice_mac.engine.start_method import name_this_process, worker_context
 from cosyvoice_mac.paths import compile_cache_dir
 
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
@@ -86,6 +86,7 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     # Ctrl-C in a terminal reaches the whole process group; the parent stops this worker itself, so the
     # worker ignores it instead of printing a KeyboardInterrupt traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    name_this_process()
     os.environ.update(unset_worker_environment())
     set_worker_thread_qos()
     send = events.send

@@ -27,6 +27,7 @@ import psutil
 import pytest
 import soundfile
 
+from cosyvoice_mac.engine.start_method import looks_like_worker
 from tests.api.conftest import LONG_TEXT, sidecar_for, wait_until_ready
 from tests.browser.conftest import REPO_ROOT, free_port, start_app, stop_app
 
@@ -101,7 +102,7 @@ def _until(condition, what: str, timeout: float = WAIT_S) -> None:
 def _worker_pid(app) -> int:
     for child in psutil.Process(app.process.pid).children(recursive=True):
         command = " ".join(child.cmdline())
-        if "spawn_main" in command and "resource_tracker" not in command and child.status() != "zombie":
+        if looks_like_worker(child.name(), command) and child.status() != "zombie":
             return child.pid
     pytest.fail("the app has no model worker")
 

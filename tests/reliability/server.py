@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from cosyvoice_mac.engine.start_method import looks_like_worker
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 INJECT = Path(__file__).resolve().parent / "inject"
 STARTUP_S = 180.0  # gradio and the preview voice on a busy two-core machine
@@ -200,7 +202,7 @@ class AppServer:
         raise RuntimeError(f"the model did not become ready: {self.status(client)}")
 
     def worker_pid(self) -> int | None:
-        """The model worker: the server's spawned child that is not multiprocessing's resource tracker."""
+        """The model worker among the server's children (named so on Linux; else spawned, not the resource tracker)."""
         try:
             children = psutil.Process(self.process.pid).children(recursive=True)
         except psutil.NoSuchProcess:
@@ -208,7 +210,7 @@ class AppServer:
         for child in children:
             try:
                 command = " ".join(child.cmdline())
-                if "spawn_main" in command and "resource_tracker" not in command and child.status() != "zombie":
+                if looks_like_worker(child.name(), command) and child.status() != "zombie":
                     return child.pid
             except psutil.Error:
                 continue

@@ -153,7 +153,7 @@ class Voice:
         if self.saved is not None and (not isinstance(self.saved, str) or not self.saved.strip()):
             raise RequestError("voice", "voice_error", "a saved voice is named by a non-empty string")
         if self.transcript is not None:
-            _check_string("transcript", "the transcript", self.transcript, MAX_TRANSCRIPT_CHARS)
+            check_transcript(self.transcript)
 
     def describe(self) -> str | None:
         """What the sidecar records: the saved voice's name, or None for a recording."""
@@ -367,6 +367,13 @@ def _seed(seed) -> int:
         except ValueError:
             pass
     return seed  # validate() refuses what is not a whole number in range
+
+
+def check_transcript(transcript) -> None:
+    """The transcript's rule, a request's and a saved voice's alike (RequestError naming ``transcript``): text of
+    at most MAX_TRANSCRIPT_CHARS characters with no control characters. A voice saved with a longer one could
+    never speak."""
+    _check_string("transcript", "the transcript", transcript, MAX_TRANSCRIPT_CHARS)
 
 
 def _check_string(field: str, what: str, value, limit: int | None) -> None:

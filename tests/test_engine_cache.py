@@ -20,7 +20,7 @@ MODEL = "tiny-cosyvoice3-abc"
 
 
 def _voiced(seconds: float, rate: int = 16000) -> np.ndarray:
-    """(N,) float32 of a warbling tone that the prompt check takes for sound throughout."""
+    """(N,) float32 of a warbling tone that the prompt check takes for sound throughout (no voice, though)."""
     t = np.arange(int(seconds * rate)) / rate
     return (0.3 * np.sin(2 * np.pi * (180 + 40 * np.sin(2 * np.pi * 3 * t)) * t)).astype(np.float32)
 
@@ -149,13 +149,15 @@ def test_bad_hash_is_refused(tmp_path):
         SpeakerCache(tmp_path).lookup(MODEL, "../../etc/passwd")
 
 
-def test_named_voices_save_list_rename_delete(tmp_path):
+def test_named_voices_save_list_rename_delete(tmp_path, make_speech):
     voices = VoiceLibrary(tmp_path)
     assert voices.list() == []
-    source = tmp_path / "me.wav"
-    soundfile.write(source, _voiced(3.0), 16000)
+    source = make_speech("Somebody reads this for the narrator.", seconds=3.0, sample_rate=16000)
+    spoken, rate = soundfile.read(
+        make_speech("Alice says a few words.", seconds=2.0, sample_rate=16000), dtype="float32"
+    )
     voices.save("Narrator", audio_hash="a" * 64, model_id=MODEL, transcript="hi", audio=source)
-    voices.save("alice", audio_hash="b" * 64, model_id=MODEL, audio_samples=_voiced(2.0), sample_rate=16000)
+    voices.save("alice", audio_hash="b" * 64, model_id=MODEL, audio_samples=spoken, sample_rate=rate)
     assert [v["name"] for v in voices.list()] == ["alice", "Narrator"]
     narrator = voices.get("Narrator")
     stored = (tmp_path / "voices" / narrator["audio_file"]).read_bytes()
@@ -191,7 +193,21 @@ def test_the_library_refuses_a_recording_no_job_could_use_and_saves_nothing(tmp_
     assert voices.list() == [] and not list(voices.folder.glob("*.wav"))
 
 
-@pytest.mark.parametrize("name", ["", "   ", "x" * 65, "tab\there"])
+def test_the_library_refuses_a_tone_that_the_prompt_check_alone_took_for_a_voice(tmp_path):
+    """Sound throughout and the right length, but no one speaking: the speech detector refuses it (a recording
+    to convert is refused by the same rule), from a file and from samples alike."""
+    voices = VoiceLibrary(tmp_path)
+    warble = tmp_path / "warble.wav"
+    soundfile.write(warble, _voiced(3.0), 16000)
+    with pytest.raises(VoiceAudioRefused, match="warble.wav holds no speech") as refused:
+        voices.save("Warble", audio_hash="a" * 64, model_id=MODEL, audio=warble)
+    assert refused.value.problem == "not_speech"
+    with pytest.raises(VoiceAudioRefused, match="no speech"):
+        voices.save("Samples", audio_hash="b" * 64, model_id=MODEL, audio_samples=_voiced(3.0), sample_rate=16000)
+    assert voices.list() == [] and not list(voices.folder.glob("*.wav"))
+
+
+@pytest.mark.parametrize("name", ["", "   ", "x" * 65, "tab\there", "preview", "Preview "])
 def test_bad_voice_names_are_refused(tmp_path, name):
     with pytest.raises(VoiceError):
         VoiceLibrary(tmp_path).save(name, audio_hash="a" * 64, model_id=MODEL)

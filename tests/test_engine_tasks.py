@@ -14,7 +14,7 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, jobs
-from cosyvoice_mac.engine.voice_library import VoiceAudioRefused
+from cosyvoice_mac.engine.voice_library import VoiceAudioRefused, VoiceTranscriptRefused
 from cosyvoice_mac.request import Request
 from tests.fakes.fake_pipeline import fake_request, fake_worker_config, quick_engine, started, submit_and_wait, tone
 
@@ -30,10 +30,16 @@ def engine(tmp_path_factory):
 
 
 @pytest.fixture
-def recording(tmp_path):
-    def make(frequency: float) -> str:
-        path = tmp_path / f"voice-{frequency:g}.wav"
-        soundfile.write(path, tone(3.0, frequency=frequency), 24000, subtype="PCM_16")
+def recording(tmp_path, make_speech):
+    """``make(number)``: a recording of someone speaking, of its own for each number (the speech at another
+    level, so another content hash): a tone is no voice, and the library refuses it."""
+    speech, rate = soundfile.read(
+        make_speech("Somebody reads a sentence for this voice.", seconds=3.0), dtype="float32"
+    )
+
+    def make(number: float) -> str:
+        path = tmp_path / f"voice-{number:g}.wav"
+        soundfile.write(path, speech * (number / 400.0), rate, subtype="PCM_16")
         return str(path)
 
     return make
@@ -76,6 +82,36 @@ def test_bad_names_files_and_audio_are_refused_with_a_reason(engine, recording, 
     with pytest.raises(TaskFailed, match="unknown task"):
         engine.run_task("paint", {}, timeout=DEADLINE)
     assert engine.result(engine.submit(fake_request("Still working.")), timeout=DEADLINE)
+
+
+def test_a_voice_no_job_could_use_is_refused_before_the_worker_and_keeps_what_was_saved(engine, recording, tmp_path):
+    """One rule at every door that saves or changes a voice (the page, the API and the CLI end here): a name the
+    built-in voice answers to, a transcript the request contract refuses, and a pure tone (which has sound and
+    length, but no one speaking: the speech detector conversion uses refuses it) were all saved before."""
+    pure_tone = tmp_path / "tone.wav"
+    soundfile.write(pure_tone, tone(3.0, frequency=220.0), 24000, subtype="PCM_16")
+    engine.save_voice_from_audio("Kept", recording(212.0), "What the recording says.", timeout=DEADLINE)
+    kept = engine.voices.get("Kept")
+    extractions = engine.status()["feature_extractions"]
+    with pytest.raises(VoiceAudioRefused, match="tone.wav holds no speech") as refused:
+        engine.save_voice_from_audio("Tone", pure_tone, timeout=DEADLINE)
+    assert refused.value.problem == "not_speech" and refused.value.field == "audio"
+    with pytest.raises(VoiceError, match="built-in preview voice") as refused:
+        engine.save_voice_from_audio("Preview", recording(210.0), timeout=DEADLINE)
+    assert refused.value.field == "name"
+    with pytest.raises(VoiceTranscriptRefused, match="1,001 characters; the limit is 1,000") as refused:
+        engine.save_voice_from_audio("Wordy", recording(211.0), "x" * 1001, timeout=DEADLINE)
+    assert refused.value.field == "transcript"
+    with pytest.raises(VoiceAudioRefused, match="no speech"):
+        engine.replace_voice("Kept", pure_tone, timeout=DEADLINE)
+    with pytest.raises(VoiceError, match="built-in preview voice"):
+        engine.voices.rename("Kept", " PREVIEW ")
+    with pytest.raises(VoiceTranscriptRefused, match="the limit is 1,000"):
+        engine.voices.set_transcript("Kept", "y" * 100_000)
+    assert engine.voices.get("Kept") == kept  # its recording, name and transcript as they were
+    assert engine.status()["feature_extractions"] == extractions  # all refused before the worker was asked
+    assert not {"Tone", "Preview", "preview", "Wordy"} & {voice["name"] for voice in engine.voices.list()}
+    engine.voices.delete("Kept")
 
 
 def _saved_for_another_model(engine, name: str, path: str, digit: str) -> dict:

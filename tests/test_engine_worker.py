@@ -206,9 +206,8 @@ def test_unwritable_outputs_still_return_the_audio(tmp_path):
     assert result.samples().size > 0 and np.abs(result.samples()).max() > 0.1
 
 
-def test_named_voices_reuse_cached_features(engine, tmp_path):
-    path = tmp_path / "voice.wav"
-    soundfile.write(path, tone(3.0, frequency=133.0), 24000, subtype="PCM_16")
+def test_named_voices_reuse_cached_features(engine, make_speech):
+    path = make_speech("Hello there, this is the narrator speaking.", seconds=3.0)  # a tone is no voice to save
     first_id = engine.submit(Request.build("Hello.", Voice.recording(str(path), transcript="hello there")))
     first = engine.result(first_id, timeout=DEADLINE)
     name = f"Narrator {first_id[:6]}"

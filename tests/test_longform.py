@@ -6,6 +6,7 @@ speed), so timing, fitting, resuming and loudness are checked on speech, not on 
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import zipfile
@@ -15,6 +16,7 @@ import numpy as np
 import pytest
 import soundfile
 
+from cosyvoice_mac.engine.outputs import OutputWriteError
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.frontend.glossary import (
     GlossaryEntry,
@@ -28,9 +30,11 @@ from cosyvoice_mac.frontend.glossary import (
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.frontend.tokenizer import SpeechTextTokenizer
 from cosyvoice_mac.longform import batch, dialogue, subtitles
+from cosyvoice_mac.longform import files as files_module
 from cosyvoice_mac.longform.files import ResultFiles, result_stem
 from cosyvoice_mac.longform.runner import LineRequest, Spoken, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import VoiceUnusable
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.post import loudness, post_process, trim_silence
 from tests.parity.common import parity_dir
@@ -272,6 +276,50 @@ def test_a_dialogue_whose_folder_refuses_its_files_keeps_them_in_the_fallback_an
     assert result.audio_path == fallback / "talk.wav" and soundfile.info(result.audio_path).duration > 0.3
     assert result.not_saved and "could not save" in result.not_saved
     assert {path.parent for path in result.files} == {fallback}
+
+
+class DiskFullAt:
+    """``atomic_write`` of ``longform.files`` that raises ENOSPC at the ``step``-th file written in ``folder``
+    (0: the WAV, 1: its sidecar, 2: the timing), as a disk that fills up part-way through a result would."""
+
+    def __init__(self, folder: Path, step: int):
+        self.folder, self.step, self.count = folder, step, 0
+
+    def __call__(self, path, data, *, replace=True):
+        if Path(path).parent == self.folder:
+            self.count += 1
+            if self.count > self.step:
+                raise OSError(errno.ENOSPC, "No space left on device")
+        atomic_write(path, data, replace=replace)
+
+
+@pytest.mark.parametrize("step", [0, 1, 2], ids=["wav", "sidecar", "timing"])
+@pytest.mark.parametrize("fallback", [True, False], ids=["fallback", "no-fallback"])
+def test_a_disk_full_part_way_through_a_dialogue_leaves_no_half_result(
+    make_speech, tmp_path, monkeypatch, step, fallback
+):
+    """A full disk used to leave the small ``.json`` and ``.timing.json`` in outputs/ and the WAV elsewhere (or
+    nowhere): a result's files are written together, WAV first, or not at all."""
+    outputs, unsaved = tmp_path / "outputs", tmp_path / "unsaved"
+    monkeypatch.setattr(files_module, "atomic_write", DiskFullAt(outputs, step))
+    run = lambda: run_dialogue(  # noqa: E731
+        "[S1] Keep me.\n",
+        {"S1": "A"},
+        ["A"],
+        EspeakSpeak(make_speech),
+        outputs / "talk",
+        files=ResultFiles(fallback=unsaved if fallback else None),
+    )
+    if fallback:
+        result = run()
+        assert sorted(path.name for path in result.files) == ["talk.json", "talk.timing.json", "talk.wav"]
+        assert {path.parent for path in result.files} == {unsaved} and soundfile.info(result.audio_path).frames > 0
+        assert "disk is full" in result.not_saved and "still available" in result.not_saved
+    else:
+        with pytest.raises(OutputWriteError, match="disk is full") as caught:
+            run()
+        assert "nothing was saved" in str(caught.value) and str(tmp_path) not in str(caught.value)
+    assert list(outputs.iterdir()) == []  # no sidecar without its WAV, no temporary file
 
 
 def test_a_line_the_engine_made_but_could_not_save_is_said_in_the_result(make_speech, tmp_path):

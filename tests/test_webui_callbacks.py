@@ -14,13 +14,14 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+import soundfile
 
 from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, find_models
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
 from cosyvoice_mac.webui.state import Session, is_inside
-from tests.fakes.fake_pipeline import fake_engine_factory
+from tests.fakes.fake_pipeline import fake_engine_factory, tone
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
 TRANSCRIPT = "This is the voice I would like you to copy."
@@ -320,6 +321,28 @@ def test_a_voice_is_saved_from_the_prompt_before_any_generation_reused_and_delet
     assert "Deleted the voice" in message and update["value"] == ""
     assert ("Grandpa", "Grandpa") not in update["choices"]
     assert "Pick a saved voice" in callbacks.delete_voice("en", "")[0]
+
+
+def test_the_page_refuses_a_voice_no_job_could_use_and_a_refused_replace_keeps_the_old(
+    callbacks, make_speech, tmp_path
+):
+    """The page's save, replace, rename and transcript go by the voice library's one rule (as /v1 and the CLI)."""
+    speech = str(make_speech("Somebody speaking for the page's voice.", seconds=3.0))
+    pure_tone = tmp_path / "hum.wav"
+    soundfile.write(pure_tone, tone(3.0, frequency=220.0), 24000, subtype="PCM_16")
+    assert "hum.wav holds no speech" in _save(callbacks, "Hum", str(pure_tone))[-1][0]
+    (outputs,) = _run(callbacks, audio=str(pure_tone))  # nor is it spoken from
+    assert "hum.wav holds no speech" in outputs[PROMPT] and _is_skip(outputs[RESULT])
+    assert "built-in preview voice" in _save(callbacks, "preview", speech)[-1][0]
+    assert "the limit is 1,000" in _save(callbacks, "Wordy", speech, transcript="x" * 1001)[-1][0]
+    assert "Saved the voice" in _save(callbacks, "Page kept", speech)[-1][0]
+    kept = callbacks.voices.get("Page kept")
+    assert "holds no speech" in list(callbacks.replace_voice("en", "Page kept", str(pure_tone), TRANSCRIPT))[-1][0]
+    assert "built-in preview voice" in callbacks.rename_voice("en", "Page kept", "Preview")[0]
+    assert "the limit is 1,000" in callbacks.save_voice_transcript("en", "Page kept", "z" * 5000)[0]
+    assert callbacks.voices.get("Page kept") == kept
+    assert {"Hum", "preview", "Wordy", "Preview"}.isdisjoint(entry["name"] for entry in callbacks.voices.list())
+    callbacks.delete_voice("en", "Page kept")
 
 
 def test_restart_reports_progress_until_ready(callbacks):

@@ -97,3 +97,21 @@ def test_voice_names_with_bidi_controls_are_refused(tmp_path, control):
 def test_voice_names_with_c1_controls_are_refused(tmp_path):
     with pytest.raises(VoiceError, match="printable"):
         VoiceLibrary(tmp_path).save("bad\x85name", audio_hash=HASH, model_id="m")
+
+
+def test_the_download_panel_shows_a_failure_and_its_progress_as_plain_text():
+    """Its HTML panel escaped what ``say`` had escaped already: a message with ``_``, ``<`` or ``&`` showed
+    entities such as ``&#95;`` raw."""
+    import threading
+
+    from cosyvoice_mac.webui.download_panel import DownloadCallbacks, progress_html
+
+    failed = threading.Event()
+    failed.set()
+    error = "HTTP 404 for FunAudioLLM/Fun_CosyVoice3 <index.json> & no retry [hub]"
+    job = SimpleNamespace(finished=failed, error=error, version="cosyvoice3", source="huggingface")
+    panel = SimpleNamespace(downloads=SimpleNamespace(start=lambda version: job))
+    (message, *_), *_ = list(DownloadCallbacks.download(panel, "en", "cosyvoice3"))
+    assert _shown(message) == f"⚠️ The download stopped: {error}"
+    words = progress_html("en", job, {"done": 1 << 30, "total": 2 << 30, "speed": None, "left": None, "resumed": 0})
+    assert "&amp;" not in words and "&#" not in html.unescape(words)

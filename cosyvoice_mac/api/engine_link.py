@@ -44,6 +44,7 @@ PARAMS = {
     "trim": "trim",
     "loudness_lufs": "loudness_lufs",
     "prompt_audio": "prompt_audio",
+    "source": "audio",  # the recording to convert, the conversion route's file 'audio'
 }
 
 

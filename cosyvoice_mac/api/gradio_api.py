@@ -9,14 +9,16 @@ as the page's Generate button and the HTTP API.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import gradio as gr
 
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, contract_checks
+from cosyvoice_mac.api.engine_link import EngineLink, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError
 from cosyvoice_mac.api.gradio_inputs import describe, name_input_problems
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.request import (
     LUFS_RANGE,
     MAX_INSTRUCT_CHARS,
@@ -27,6 +29,7 @@ from cosyvoice_mac.request import (
     Request,
 )
 from cosyvoice_mac.settings import setting
+from cosyvoice_mac.sound.wav import wav_bytes
 
 PUBLIC_ENDPOINTS = ("synthesize", "voices")
 SYNTHESIZE_TIMEOUT_S = 1800.0
@@ -49,7 +52,8 @@ Args:
     trim: cut the leading and trailing silence of the result
     loudness_lufs: normalise the result to this loudness ({_LOUDNESS}, e.g. -16); empty for no change
 Returns:
-    the WAV file, and its facts: file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
+    the WAV file, and its facts: saved (false, with a warning, when outputs/ refused the file: the audio
+    comes back all the same), file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
     post (what trim and loudness did)
 """
 
@@ -76,17 +80,21 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                     text or "",
                     spoken_in,
                     instruct=instructions or None,
-                    seed=_whole(seed),
+                    seed=_seed(seed),
                     speed=_number("speed", speed, 1.0),
                     post=PostSettings(bool(trim), _number("loudness_lufs", loudness_lufs, None)),
                 )
             result = link.run(request, "gradio_api", timeout=SYNTHESIZE_TIMEOUT_S)
         except ApiError as error:
             raise gr.Error(error.message, print_exception=False) from None
-        if not result.output_path:
-            raise gr.Error(f"the audio was made but not saved: {result.output_error}", print_exception=False)
+        if result.output_path:
+            path, saved = result.output_path, {"saved": True}
+        else:  # outputs/ refused it (a full disk, a read-only folder): the audio comes back all the same
+            path, saved = _unsaved_wav(result), {"saved": False, "warning": f"not saved: {result.output_error}"}
+            gr.Warning(saved["warning"])
         facts = {
-            "file": Path(result.output_path).name,
+            "file": Path(result.output_path).name if result.output_path else None,
+            **saved,
             "seed": result.seed,
             "duration_s": round(result.duration_s, 3),
             "sample_rate": result.sample_rate,
@@ -96,7 +104,7 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
             "job_id": result.job_id,
             "post": result.post,
         }
-        return result.output_path, facts
+        return path, facts
 
     synthesize.__doc__ = SYNTHESIZE_DOC  # Gradio documents the endpoint and its parameters from it
 
@@ -114,7 +122,7 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                 gr.Textbox(label="voice", value=""),
                 gr.Textbox(label="instructions", value=""),
                 gr.Textbox(label="prompt_text", value=""),
-                gr.Number(label="seed", value=-1, precision=0),
+                gr.Number(label="seed", value=-1),  # no rounding: 1.5 is refused, not made 2
                 gr.Number(label="speed", value=1.0),
                 gr.Checkbox(label="trim", value=False),
                 gr.Number(label="loudness_lufs", value=None),
@@ -165,6 +173,16 @@ def _key_notice(access: ApiAccess) -> str | None:
     return None
 
 
+def _unsaved_wav(result) -> str:
+    """The result's samples as a WAV in Gradio's temporary folder (which Gradio serves and the app's
+    temp janitor sweeps), for a result outputs/ could not keep."""
+    folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "unsaved"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.job_id}.wav"
+    atomic_write(path, wav_bytes(*samples_of(result)))
+    return str(path)
+
+
 def _number(field: str, value, default: float | None) -> float | None:
     """``value`` as a float (a number, or text that spells one, as Gradio's Number passes it on); ``default``
     for null. Its range is the request contract's to check."""
@@ -179,9 +197,7 @@ def _number(field: str, value, default: float | None) -> float | None:
     raise ApiError(400, message, code="invalid_type", param=field)
 
 
-def _whole(value: float | None) -> int | None:
-    if value is None or value == -1:
-        return None
-    if not float(value).is_integer():
-        raise ApiError(400, f"seed {value!r} must be a whole number", code="invalid_seed", param="seed")
-    return int(value)
+def _seed(value: float | None) -> float | None:
+    """-1 (the box's default) and null for a random seed; any other value goes to the request contract, whose
+    rule (a whole number in range) is the one ``/v1`` and the page apply."""
+    return None if value is None or value == -1 else value

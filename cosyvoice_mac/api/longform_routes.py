@@ -98,6 +98,7 @@ def build_longform_router(
         lines = _checked(lambda: dialogue.parse_script(body.script), "script")
         known = [entry["name"] for entry in link.voices() if not entry.get("preview")]
         _checked(lambda: dialogue.check_cast(lines, body.cast, known), "cast")
+        _checked(lambda: dialogue.check_pause(body.pause_s), "pause_s")  # a 400 now, not an error event after the 200
         post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
         speaker = speak(request)
         return _stream(

@@ -13,6 +13,7 @@ whenever the app runs); see ``wire.py``.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -42,6 +43,7 @@ from cosyvoice_mac.wire import (
 
 STREAM_FORMATS = ("audio", "sse")
 DISCONNECT_CHECK_S = 0.5
+MAX_UPLOAD_NAME = 120  # characters of a client's file name kept (with its suffix)
 
 
 class VoiceReference(BaseModel):
@@ -221,10 +223,9 @@ async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: Speec
 
 async def _receive_upload(upload: UploadFile, limit: int, prefix: str) -> tuple[Path, Path]:
     """The uploaded file saved in a new temporary folder of this server: (folder, file). 413 over ``limit``.
-    Only the suffix is kept from the client's name: it tells the decoder the container."""
+    The file keeps the client's name (``upload_name``): refusals and sidecars name the file the user sent."""
     folder = Path(tempfile.mkdtemp(prefix=prefix))
-    suffix = Path(upload.filename or "").suffix.lower()[:8] or ".wav"
-    path = folder / f"upload{suffix if suffix.isascii() else '.wav'}"
+    path = folder / upload_name(upload.filename)
     try:
         with path.open("wb") as handle:
             await asyncio.to_thread(shutil.copyfileobj, upload.file, handle, 1 << 20)
@@ -234,6 +235,16 @@ async def _receive_upload(upload: UploadFile, limit: int, prefix: str) -> tuple[
         shutil.rmtree(folder, ignore_errors=True)
         raise
     return folder, path
+
+
+def upload_name(filename: str | None) -> str:
+    """The client's file name as this server keeps it: its last part only (no folders), no leading dots, no
+    control or text-direction characters, at most MAX_UPLOAD_NAME characters; its suffix (lower case, ASCII,
+    ``.wav`` when it has none) tells the decoder the container. ``upload.wav`` when nothing is left."""
+    name = "".join(char for char in (filename or "").replace("\\", "/").rsplit("/", 1)[-1] if char.isprintable())
+    stem, suffix = os.path.splitext(name.strip().lstrip(". "))
+    suffix = suffix.lower() if suffix.isascii() and 1 < len(suffix) <= 8 else ".wav"
+    return (stem.strip()[: MAX_UPLOAD_NAME - len(suffix)] or "upload") + suffix
 
 
 def asking_interface(http: HttpRequest) -> str:

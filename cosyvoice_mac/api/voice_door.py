@@ -12,10 +12,16 @@ import hashlib
 from cosyvoice_mac.api.errors import ApiError, bad_request, job_failure
 from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, VoiceExists
 from cosyvoice_mac.engine.messages import Failed, Fault
+from cosyvoice_mac.engine.voice_library import (
+    VoiceAudioRefused,
+    VoiceLibrary,
+    VoiceTranscriptRefused,
+    check_transcript,
+    judge_voice_audio,
+)
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import Voice
-from cosyvoice_mac.sound.prompt_check import inspect_prompt
 
 VOICE_TASK_TIMEOUT_S = 900.0
 
@@ -83,13 +89,15 @@ class VoiceDoor:
         """Save a recording as a named voice (the worker prepares its features). Blocking."""
         engine = self._engine()
         self.check_ready()
+        _checked_words(VoiceLibrary.check_name, name)
+        _checked_words(check_transcript, transcript)
         self.check_recording(audio_path, "audio")
         try:
             entry = engine.save_voice_from_audio(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
         except VoiceExists as error:
             raise ApiError(409, str(error), code="voice_exists", param="name") from error
         except VoiceError as error:
-            raise bad_request(str(error), "invalid_voice_name", "name") from error
+            raise _refusal(error) from error
         except TaskFailed as error:
             if error.fault != Fault.INPUT:  # the model process died meanwhile, ...: not the recording's fault
                 raise job_failure(Failed("", str(error), fault=error.fault), None) from error
@@ -102,6 +110,8 @@ class VoiceDoor:
         """Rename the saved voice ``reference`` (id or name) and/or change its transcript (``...``: leave it)."""
         name = self._saved_name(reference)
         library = self._engine().voices
+        if transcript is not ...:  # both changes are checked before either is made
+            _checked_words(check_transcript, transcript)
         try:
             entry = library.get(name)
             if new_name is not None and new_name != name:
@@ -111,7 +121,7 @@ class VoiceDoor:
         except VoiceExists as error:
             raise ApiError(409, str(error), code="voice_exists", param="name") from error
         except VoiceError as error:
-            raise bad_request(str(error), "invalid_voice_name", "name") from error
+            raise _refusal(error) from error
         return _describe_voice(entry)
 
     def replace_voice(self, reference: str, audio_path: str, transcript: str | None) -> dict:
@@ -119,11 +129,14 @@ class VoiceDoor:
         name = self._saved_name(reference)
         engine = self._engine()
         self.check_ready()
-        self.check_recording(audio_path, "audio")
+        _checked_words(check_transcript, transcript)
+        self.check_recording(audio_path, "audio")  # a recording refused leaves the voice's own in place
         try:
             entry = engine.replace_voice(name, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
         except TaskFailed as error:
             raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
+        except (VoiceTranscriptRefused, VoiceAudioRefused) as error:
+            raise _refusal(error) from error
         except VoiceError as error:
             raise ApiError(404, str(error), code="voice_not_found") from error
         except EngineError as error:
@@ -137,8 +150,12 @@ class VoiceDoor:
         return name
 
     def check_recording(self, audio_path: str, param: str) -> None:
-        """400 naming ``param`` when the file is no usable prompt (not audio, silent, too short or long)."""
-        check = inspect_prompt(audio_path)
+        """400 naming ``param`` when the file is no usable voice (not audio, silent, too short or long, no one
+        speaking): the voice library's one rule (``judge_voice_audio``), for a voice saved or spoken from."""
+        try:
+            check = judge_voice_audio(audio_path)
+        except VoiceError as error:  # the speech detector is not installed
+            raise ApiError(500, str(error), code="speech_detector_missing") from error
         if not check.ok:
             raise bad_request(check.sentence, f"audio_{check.problem}", param)
 
@@ -149,6 +166,24 @@ class VoiceDoor:
         except VoiceError as error:
             raise ApiError(404, str(error), code="voice_not_found") from error
         return {"id": voice_id(name), "object": "audio.voice.deleted", "deleted": True, "name": name}
+
+
+def _refusal(error: VoiceError) -> ApiError:
+    """A voice refused by the library's rule, as a 400 naming the part at fault (name, transcript or audio)."""
+    if isinstance(error, VoiceAudioRefused):
+        return bad_request(str(error), f"audio_{error.problem}", error.field)
+    code = "invalid_transcript" if isinstance(error, VoiceTranscriptRefused) else "invalid_voice_name"
+    return bad_request(str(error), code, error.field)
+
+
+def _checked_words(rule, value) -> None:
+    """``rule(value)`` (a voice's name or transcript rule), its refusal a 400 before any recording is heard."""
+    if value is None:
+        return
+    try:
+        rule(value)
+    except VoiceError as error:
+        raise _refusal(error) from error
 
 
 def _describe_voice(entry: dict) -> dict:

@@ -91,12 +91,13 @@ def _request(args, saved_transcript: str | None = None):
 
 
 def _check_prompt(path: Path) -> None:
-    """Refuse a prompt file that is no usable speech now, in the check's sentence, before it is sent or loaded."""
-    from cosyvoice_mac.sound.prompt_check import inspect_prompt
+    """Refuse a prompt file that is no usable voice now (the voice library's one rule, a tone or music included),
+    in the check's sentence, before it is sent or loaded."""
+    from cosyvoice_mac.engine.voice_library import judge_voice_audio
 
     if not path.is_file():
         raise CosyVoiceError(f"the prompt recording {path} does not exist")
-    check = inspect_prompt(path)
+    check = judge_voice_audio(path)
     if not check.ok:
         raise CosyVoiceError(check.sentence)
 

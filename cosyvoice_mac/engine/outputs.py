@@ -82,7 +82,7 @@ def write_output(
                 _remove_quietly(wav_path)
                 raise
             return OutputFiles(wav_path=wav_path, sidecar_path=sidecar_path)
-        raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder}")
+        raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder.name}/")
     except OSError as error:
         raise explain_write_error(error, folder) from error
 
@@ -94,11 +94,12 @@ def _remove_quietly(path: Path) -> None:
         pass
 
 
-def explain_write_error(error: OSError, folder: Path) -> OutputWriteError:
-    """``error`` (from writing in ``folder``) as an OutputWriteError saying what happened and what to do."""
+def explain_write_error(error: OSError, folder: Path, kept: bool = True) -> OutputWriteError:
+    """``error`` (from writing in ``folder``) as an OutputWriteError saying what happened and what to do, and
+    whether the audio is ``kept`` all the same. The folder is named by its name only: the message reaches
+    clients of a server, who have no business knowing where its files live."""
     reason, advice = _REASONS.get(error.errno, (error.strerror or str(error), "Choose another outputs folder"))
-    explained = OutputWriteError(
-        f"could not save the result in {folder}: {reason}. {advice}; the audio is still available to play and download."
-    )
+    after = "the audio is still available to play and download" if kept else "nothing was saved"
+    explained = OutputWriteError(f"could not save the result in {Path(folder).name}/: {reason}. {advice}; {after}.")
     explained.errno = error.errno
     return explained

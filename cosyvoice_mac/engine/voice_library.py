@@ -12,6 +12,7 @@ Layout under the user cache folder (``user_cache_dir()``)::
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -22,7 +23,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
+from cosyvoice_mac.preview.labels import PREVIEW
 from cosyvoice_mac.stored import Field, Unreadable, read_json, typed_records
 
 _HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
@@ -54,35 +57,105 @@ VOICE_SHAPE = {
 
 
 class VoiceError(EngineError):
-    """A named-voice request that cannot be done (unknown name, name taken, bad name)."""
+    """A named-voice request that cannot be done (unknown name, name taken, bad name); ``field`` names the part
+    of the voice at fault (a door's parameter: ``name``, ``transcript`` or ``audio``)."""
+
+    field = "name"
 
 
 class VoiceExists(VoiceError):
     """The name is taken by another saved voice (the API answers it with a 409, not a 400)."""
 
 
+class VoiceTranscriptRefused(VoiceError):
+    """The transcript breaks the request contract's rule (``request.check_transcript``): a voice saved with it
+    could never speak."""
+
+    field = "transcript"
+
+
 class VoiceAudioRefused(VoiceError):
-    """The recording is no usable voice prompt (``sound.prompt_check``): ``problem`` and ``details`` as the
+    """The recording is no usable voice prompt (``judge_voice_audio``): ``problem`` and ``details`` as the
     check's, the message its sentence. A voice every later job would refuse is never saved."""
+
+    field = "audio"
 
     def __init__(self, check):
         super().__init__(check.sentence)
         self.problem, self.details = check.problem, check.details
 
 
-def check_voice_audio(audio: str | Path | None = None, samples=None, sample_rate: int | None = None) -> None:
-    """VoiceAudioRefused unless the recording ``audio`` (a file) or ``samples`` at ``sample_rate`` passes the
-    one prompt check that the page, the API and the CLI use: every door that saves a voice ends here."""
-    from cosyvoice_mac.sound.prompt_check import checked_prompt, judge_samples  # numpy: only when saving
+def judge_voice_audio(audio: str | Path | None = None, samples=None, sample_rate: int | None = None):
+    """The one check of a recording as a voice (``sound.prompt_check.PromptCheck``; None when there is no
+    recording): the prompt check the page, the API and the CLI show, then the speech detector's ear, the same
+    that refuses a recording to convert (``frontend.vad.too_little_speech``): a pure tone or music passes the
+    first (it has sound and length) but is no one speaking, and is refused as ``not_speech``."""
+    from cosyvoice_mac.sound.prompt_check import checked_prompt, judge_samples
 
     if audio is not None:
-        check = checked_prompt(audio)
-    elif samples is not None and sample_rate:
-        check = judge_samples(samples, int(sample_rate), "the recording")
-    else:
-        return
+        try:
+            stat = os.stat(audio)
+        except OSError:
+            return checked_prompt(audio)  # it explains the missing file
+        return _judged_file(str(audio), stat.st_size, stat.st_mtime_ns)
+    if samples is None or not sample_rate:
+        return None
+    return _heard(judge_samples(samples, int(sample_rate), "the recording"), samples, int(sample_rate), "the recording")
+
+
+@functools.lru_cache(maxsize=64)
+def _judged_file(path: str, size: int, modified_ns: int):
+    """``judge_voice_audio`` of one file version: the door's check answers the library's save too, so a
+    recording is heard once."""
+    from cosyvoice_mac.sound.prompt_check import checked_prompt
+    from cosyvoice_mac.sound.read import read_audio
+
+    check = checked_prompt(path)
     if not check.ok:
+        return check
+    return _heard(check, *read_audio(path), Path(path).name)
+
+
+def _heard(check, samples, sample_rate: int, name: str):
+    """``check`` itself when it failed or the speech detector hears someone speaking; else ``not_speech``."""
+    from cosyvoice_mac.frontend import vad  # numpy and onnxruntime: only when a recording is judged
+    from cosyvoice_mac.sound.prompt_check import PromptCheck
+
+    if not check.ok:
+        return check
+    try:
+        heard = vad.hears_speech(samples, sample_rate)
+    except vad.VadUnavailable as error:
+        raise VoiceError(f"the recording cannot be checked for speech: {error}") from error
+    if not heard:
+        return PromptCheck(check.seconds, check.speech_seconds, "not_speech", {"name": name})
+    return check
+
+
+def check_voice_audio(audio: str | Path | None = None, samples=None, sample_rate: int | None = None) -> None:
+    """VoiceAudioRefused unless the recording ``audio`` (a file) or ``samples`` at ``sample_rate`` passes
+    ``judge_voice_audio``: every door that saves a voice ends here."""
+    check = judge_voice_audio(audio, samples, sample_rate)
+    if check is not None and not check.ok:
         raise VoiceAudioRefused(check)
+
+
+def check_transcript(transcript: str | None) -> str | None:
+    """``transcript`` stripped (None when blank); VoiceTranscriptRefused when the request contract would refuse
+    it in every job (too long, control characters)."""
+    from cosyvoice_mac.request import check_transcript as contract_rule
+
+    if transcript is None:
+        return None
+    if not isinstance(transcript, str):
+        raise VoiceTranscriptRefused(f"the transcript must be text, not {type(transcript).__name__}")
+    transcript = transcript.strip() or None
+    if transcript is not None:
+        try:
+            contract_rule(transcript)
+        except RequestError as error:
+            raise VoiceTranscriptRefused(str(error)) from None
+    return transcript
 
 
 class VoiceLibrary:
@@ -124,6 +197,7 @@ class VoiceLibrary:
         """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy, once
         they pass the prompt check (VoiceAudioRefused: a voice no job could use is not saved)."""
         name = self.check_name(name)
+        transcript = check_transcript(transcript)
         check_audio_hash(audio_hash)
         check_voice_audio(audio, audio_samples, sample_rate)
         with self._lock:
@@ -165,12 +239,13 @@ class VoiceLibrary:
 
     def set_transcript(self, name: str, transcript: str | None) -> dict:
         """Change what the voice's recording is said to say (None or blank: no transcript, cross-lingual only)."""
+        transcript = check_transcript(transcript)
         with self._lock:
             index = self._read()
             entries = index.voices
             if name not in entries:
                 raise VoiceError(f"there is no saved voice named {name!r}")
-            entries[name]["transcript"] = (transcript or "").strip() or None
+            entries[name]["transcript"] = transcript
             self._store(entries, index.skipped)
             return dict(entries[name])
 
@@ -204,6 +279,8 @@ class VoiceLibrary:
                 f"voice names cannot hold text-direction control characters (U+202A-U+202E, "
                 f"U+2066-U+2069); {name[:80]!r} does"
             )
+        if name.casefold() == PREVIEW:  # the built-in voice answers to it: a saved one would be shadowed
+            raise VoiceError(f"{name!r} is the built-in preview voice's name; pick another name")
         return name
 
     def _store_audio(self, audio_hash, audio, audio_samples, sample_rate) -> str | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.engine.voice_library import VoiceExists, check_voice_audio
+from cosyvoice_mac.engine.voice_library import VoiceExists, check_transcript, check_voice_audio
 from cosyvoice_mac.request import Voice
 
 
@@ -35,18 +35,19 @@ class VoiceSaving:
         """Name a prompt recording: the worker extracts (or finds cached) its features for the loaded model,
         the library keeps the name, the transcript and a copy of the audio. No generation is needed first.
 
-        Raises VoiceError (bad name; VoiceExists: taken; VoiceAudioRefused: the prompt check's problem, before
-        the worker is asked), TaskFailed (audio the model cannot use, with the reason), TimeoutError past
-        ``timeout`` s, or EngineError (no such file, engine not running).
+        Raises VoiceError (bad name; VoiceExists: taken; VoiceTranscriptRefused: a transcript no job could take;
+        VoiceAudioRefused: ``voice_library.judge_voice_audio``'s problem, before the worker is asked),
+        TaskFailed (audio the model cannot use, with the reason), TimeoutError past ``timeout`` s, or
+        EngineError (no such file, engine not running).
         """
         name = self.voices.check_name(name)
+        transcript = check_transcript(transcript)
         if not overwrite and any(entry["name"] == name for entry in self.voices.list()):
             raise VoiceExists(f"a voice named {name!r} already exists; pick another name or replace it")
         audio_path = Path(audio_path)
         if not audio_path.is_file():
             raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
         check_voice_audio(audio_path)
-        transcript = (transcript or "").strip() or None
         features = self.run_task(
             jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "transcript": transcript}, timeout
         )

@@ -22,7 +22,8 @@ from cosyvoice_mac.conversion_request import Recording
 from cosyvoice_mac.frontend.prompt_audio import audio_content_hash
 from cosyvoice_mac.frontend.resample import resample
 from cosyvoice_mac.frontend.speech_tokenizer import MAX_PROMPT_SECONDS
-from cosyvoice_mac.sound.limits import MIN_CONVERT_SPEECH_SECONDS, TOKENIZER_SAMPLE_RATE
+from cosyvoice_mac.frontend.vad import too_little_speech
+from cosyvoice_mac.sound.limits import TOKENIZER_SAMPLE_RATE
 from cosyvoice_mac.sound.problems import AudioInputError
 from cosyvoice_mac.sound.read import read_audio
 from cosyvoice_mac.sound.source_check import judge_source
@@ -89,7 +90,7 @@ def decode_source(source: Recording | DecodedSource, detector=None) -> DecodedSo
 
         detector = shared_detector()
     segments = detector.segments(wave[0].numpy(), TOKENIZER_SAMPLE_RATE)
-    if sum(segment.end_s - segment.start_s for segment in segments) < MIN_CONVERT_SPEECH_SECONDS:
+    if too_little_speech(segments):  # the voice prompts' rule too (engine.voice_library.judge_voice_audio)
         raise AudioInputError("no_speech", name=source.name)
     pauses = [
         round((before.end_s + after.start_s) / 2 * TOKENIZER_SAMPLE_RATE)

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac.sound.limits import MIN_CONVERT_SPEECH_SECONDS
+
 VAD_RATE = 16000
 WINDOW = 512  # samples per window at 16 kHz (32 ms)
 CONTEXT = 64  # samples of the previous window the graph sees first
@@ -124,6 +126,19 @@ class SpeechDetector:
         if span is None:
             return samples
         return samples[round(span[0] * sample_rate) : round(span[1] * sample_rate)]
+
+
+def too_little_speech(segments: list[SpeechSegment]) -> bool:
+    """The rule a recording to convert and a voice prompt share: less than ``MIN_CONVERT_SPEECH_SECONDS`` of
+    speech heard (a pure tone, noise, music, a click) is not someone speaking."""
+    return sum(segment.end_s - segment.start_s for segment in segments) < MIN_CONVERT_SPEECH_SECONDS
+
+
+def hears_speech(samples: np.ndarray, sample_rate: int, detector: SpeechDetector | None = None) -> bool:
+    """Whether ``detector`` (None: the process's shared one) hears someone speaking in (N,) or (N, C) ``samples``."""
+    samples = np.asarray(samples, dtype=np.float32)
+    mono = samples.mean(axis=1) if samples.ndim == 2 else samples
+    return not too_little_speech((detector or shared_detector()).segments(mono, sample_rate))
 
 
 _shared: SpeechDetector | None = None

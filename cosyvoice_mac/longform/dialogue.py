@@ -113,6 +113,14 @@ def check_cast(lines: list[DialogueLine], cast: dict[str, str], known_voices) ->
     return resolved
 
 
+def check_pause(pause_s: float) -> float:
+    """``pause_s`` itself when it is a pause between lines the settings table allows; else ScriptError naming
+    ``pause_s`` (checked where a job enters, before any line is spoken)."""
+    if not isinstance(pause_s, (int, float)) or isinstance(pause_s, bool) or not 0 <= pause_s <= MAX_PAUSE_S:
+        raise ScriptError(f"the pause between lines must be 0-{MAX_PAUSE_S:g} s (got {pause_s!r})", field="pause_s")
+    return pause_s
+
+
 def join_lines(
     waves: list[np.ndarray], lines: list[DialogueLine], cast: dict[str, str], sample_rate: int, pause_s: float
 ) -> tuple[np.ndarray, list[LineTiming]]:
@@ -120,8 +128,7 @@ def join_lines(
 
     waves: one (T_i,) float32 array per line; returns ((sum T_i + pauses,), timings).
     """
-    if not 0 <= pause_s <= MAX_PAUSE_S:
-        raise ScriptError(f"the pause between lines must be 0-{MAX_PAUSE_S:g} s (got {pause_s:g})")
+    check_pause(pause_s)
     gap = np.zeros(int(round(pause_s * sample_rate)), dtype=np.float32)
     pieces, timings, cursor = [], [], 0
     for index, (wave, line) in enumerate(zip(waves, lines)):

@@ -31,9 +31,11 @@ def result_stem(folder: Path, kind: str, job_id: str | None = None) -> Path:
 
 class ResultFiles:
     """Owns how one long job writes its files: at the paths asked for, replacing a file there only when
-    ``replace``; when that folder refuses a file (a full disk, a read-only folder) and a ``fallback`` folder
-    was given, the file goes there instead (same name) and ``not_saved`` says why, so the audio is not lost.
-    Without a fallback the refusal is raised (OutputWriteError, saying why and what to do)."""
+    ``replace``. Files that belong together (a WAV, its sidecar, a dialogue's timing) are written as one group,
+    the WAV first: when the folder refuses any of them (a full disk, a read-only folder) the group's files
+    already written there are removed, so no sidecar is ever left without its WAV. With a ``fallback`` folder
+    the whole group then goes there instead (same names) and ``not_saved`` says why, so the audio is not lost;
+    without one the refusal is raised (OutputWriteError, saying why and what to do)."""
 
     def __init__(self, replace: bool = False, fallback: Path | None = None):
         self.replace, self.fallback = replace, fallback
@@ -43,29 +45,56 @@ class ResultFiles:
         if self.not_saved is None:
             self.not_saved = reason
 
-    def wav(self, path: Path, audio: np.ndarray, sample_rate: int, facts: dict) -> list[Path]:
-        """A WAV and its sidecar (``engine.sidecar``: the facts, also in the WAV's INFO chunk); the paths they
-        were written to."""
+    def wav(
+        self, path: Path, audio: np.ndarray, sample_rate: int, facts: dict, companions: dict[Path, dict] | None = None
+    ) -> list[Path]:
+        """A WAV, its sidecar (``engine.sidecar``: the facts, also in the WAV's INFO chunk) and ``companions``
+        (JSON files that describe it), written in that order as one group; the paths they were written to."""
         sidecar = Sidecar.new(path.name, len(audio), sample_rate, facts)
-        wav = self._put(path, wav_bytes(audio, sample_rate, sidecar.wav_info()))
-        return [wav, self._put(path.with_suffix(".json"), sidecar.json_bytes())]
+        group = [
+            (path, wav_bytes(audio, sample_rate, sidecar.wav_info())),
+            (path.with_suffix(".json"), sidecar.json_bytes()),
+        ]
+        group += [(companion, _json_bytes(data)) for companion, data in (companions or {}).items()]
+        return self._put(group)
 
     def json(self, path: Path, data: dict, indent: int = 1) -> Path:
-        return self._put(path, json.dumps(data, ensure_ascii=False, indent=indent).encode("utf-8"))
+        return self._put([(path, _json_bytes(data, indent))])[0]
 
-    def _put(self, path: Path, data: bytes) -> Path:
+    def _put(self, group: list[tuple[Path, bytes]]) -> list[Path]:
+        written: list[Path] = []
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write(path, data, replace=self.replace)
-            return path
+            for path, data in group:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write(path, data, replace=self.replace)
+                written.append(path)
+            return written
         except FileExistsError:
+            _remove(written)
             raise  # a name taken is a bug of the naming, not a full disk: never hidden
         except OSError as error:
-            explained = explain_write_error(error, path.parent)
+            # a re-run replacing the user's own names has already replaced some of them: the rest are stale
+            _remove([path for path, _ in group] if self.replace else written)
+            explained = explain_write_error(error, path.parent, kept=self.fallback is not None)
             if self.fallback is None:
                 raise explained from error
             self.note_unsaved(str(explained))
-        target = self.fallback / path.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(target, data, replace=self.replace)
-        return target
+        targets = []
+        for path, data in group:
+            target = self.fallback / path.name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write(target, data, replace=self.replace)
+            targets.append(target)
+        return targets
+
+
+def _json_bytes(data: dict, indent: int = 1) -> bytes:
+    return json.dumps(data, ensure_ascii=False, indent=indent).encode("utf-8")
+
+
+def _remove(paths: list[Path]) -> None:
+    for path in paths:
+        try:
+            path.unlink()
+        except OSError:  # gone already, or the folder refuses even that: nothing more to undo
+            pass

@@ -140,7 +140,7 @@ def run_dialogue(
     files = files or ResultFiles()
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
-    dialogue.join_lines([], [], voices, 1, pause_s)  # checks the pause before any work
+    dialogue.check_pause(pause_s)  # before any work
     speak.prepare(voices[line.speaker] for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     for index, line in enumerate(lines):
@@ -176,8 +176,8 @@ def run_dialogue(
         "cast": voices,
         "post": post.__dict__,
     }
-    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts) + written
-    written.append(files.json(out_stem.with_suffix(".timing.json"), {"lines": report, "partial": stopped}))
+    timing = {out_stem.with_suffix(".timing.json"): {"lines": report, "partial": stopped}}
+    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, timing) + written
     return LongformResult(
         "dialogue", written[0], tuple(written), len(waves), len(lines), stopped, report, files.not_saved
     )
@@ -239,9 +239,10 @@ def run_dub(
         "speed_limit": limit,
         "misfits": len(report),
     }
-    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts)
     timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
-    written.append(files.json(out_stem.with_suffix(".report.json"), timeline))
+    written = files.wav(
+        out_stem.with_suffix(".wav"), audio, rate, facts, {out_stem.with_suffix(".report.json"): timeline}
+    )
     return LongformResult("dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved)
 
 

@@ -189,8 +189,8 @@ class BackendBase:
 
         try:
             return decode_source(request.source if source is None else source)
-        except InputError as error:
-            raise SynthesisError(str(error)) from error
+        except InputError as error:  # about the recording to convert: its field, whatever the reader named
+            raise SynthesisError(str(error), field="source") from error
 
     def _speaker_for(self, request: Request, speaker: SpeakerPrompt | None) -> SpeakerPrompt:
         """The prepared voice for ``request``: ``speaker`` when given (it must be this model's), else

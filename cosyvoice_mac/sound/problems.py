@@ -32,6 +32,8 @@ SENTENCES = {
     "(3-10 s of clear speech works best). Record a longer sample.",
     "too_long": "{name} has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
     "Cut it to one clear sentence or a few (5-15 s is plenty).",
+    "not_speech": "{name} holds no speech (only a tone, noise or music was heard); a voice is taken from someone "
+    "speaking. Record or pick a recording of a voice.",
 }
 PROBLEMS = tuple(SENTENCES)
 # What can be wrong with a recording to convert (voice conversion) beyond what can be wrong with any file.

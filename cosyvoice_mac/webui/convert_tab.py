@@ -111,9 +111,12 @@ class ConvertCallbacks:
         if bool(voice_name) == bool(prompt):
             return say(lang, "vc_both_voices" if voice_name else "vc_need_voice")
         if prompt:
-            from cosyvoice_mac.sound.prompt_check import checked_prompt
+            from cosyvoice_mac.engine.voice_library import VoiceError, judge_voice_audio
 
-            prompt_check = checked_prompt(prompt)
+            try:
+                prompt_check = judge_voice_audio(prompt)  # the voice library's rule, as for a voice saved
+            except VoiceError as error:  # the speech detector is not installed
+                return say(lang, "voice_error", message=error)
             if not prompt_check.ok:
                 return render_prompt_check(lang, prompt_check)
         return None

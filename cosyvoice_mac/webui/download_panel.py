@@ -135,7 +135,8 @@ def progress_html(lang: str, job: DownloadJob, progress: dict) -> str:
         words.append(say(lang, "dl_resumed", done=size_text(progress["resumed"])))
     bar = f'<progress id="cv-dl-progress" value="{done}" max="{total or 0}"></progress>' if total else ""
     name = html.escape(MODELS[job.version].folder)
-    return f"<div><b>{name}</b> {bar} <span id='cv-dl-words'>{html.escape(', '.join(words))}</span></div>"
+    # say() has made its values safe text already (``strings.escape``): escaped again, entities showed raw
+    return f"<div><b>{name}</b> {bar} <span id='cv-dl-words'>{', '.join(words)}</span></div>"
 
 
 class DownloadCallbacks:
@@ -152,11 +153,11 @@ class DownloadCallbacks:
         while not job.finished.wait(POLL_S):
             yield progress_html(lang, job, job.progress()), gr.skip(), gr.skip(), gr.skip()
         if job.error:
-            yield html.escape(say(lang, "dl_failed", message=job.error)), gr.skip(), gr.skip(), gr.skip()
+            yield say(lang, "dl_failed", message=job.error), gr.skip(), gr.skip(), gr.skip()  # its values escaped
             return
         name = job.folder.name
         menu = gr.update(choices=self.model_choices(lang), value=name, interactive=True)
-        done = html.escape(say(lang, "dl_done", name=name))
+        done = say(lang, "dl_done", name=name)
         yield done, menu, gr.skip(), self.status_panel(lang)
         for model_msg, panel in self.switch_model(lang, name):
             yield done, gr.skip(), model_msg, panel

@@ -23,11 +23,11 @@ from cosyvoice_mac.engine import jobs as job_events
 from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.jobqueue import Listener
 from cosyvoice_mac.engine.messages import Done, EngineState, Progress, Queued, Retrying, Started
+from cosyvoice_mac.engine.voice_library import judge_voice_audio
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MODES, Request, Voice
-from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.history import HistoryBook, history_view
 from cosyvoice_mac.webui.post_controls import post_settings
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, status_line
@@ -191,7 +191,10 @@ class Generation:
         elif not audio:
             return None, ("prompt", "prompt_needed", {})
         else:
-            check = checked_prompt(audio)
+            try:
+                check = judge_voice_audio(audio)  # the voice library's rule: a tone or music is no voice
+            except VoiceError as error:  # the speech detector is not installed
+                return None, ("prompt", "voice_error", {"message": str(error)})
             if not check.ok:
                 return None, ("prompt", PROMPT_PROBLEM_KEYS[check.problem], check.details)
             chosen = Voice.recording(audio, transcript=transcript)

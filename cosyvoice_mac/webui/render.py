@@ -23,6 +23,7 @@ PROMPT_PROBLEM_KEYS = {  # sound.problems.PROBLEMS -> the page's string (its Eng
     "silent": "prompt_silent",
     "too_short": "prompt_too_short",
     "too_long": "prompt_too_long",
+    "not_speech": "prompt_not_speech",
 }
 
 

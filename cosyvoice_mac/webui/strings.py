@@ -63,6 +63,8 @@ EN: dict[str, str] = {
     "(3-10 s of clear speech works best). Record a longer sample.",
     "prompt_too_long": "⚠️ {name} has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
     "Cut it to one clear sentence or a few (5-15 s is plenty).",
+    "prompt_not_speech": "⚠️ {name} holds no speech (only a tone, noise or music was heard); a voice is taken from "
+    "someone speaking. Record or pick a recording of a voice.",
     "prompt_needed": "⚠️ Upload or record a prompt voice, or pick a saved voice.",
     "transcript_label": "Transcript of the prompt audio",
     "transcript_placeholder": "Type exactly what the prompt recording says",

@@ -39,6 +39,8 @@ ZH: dict[str, str] = {
     "请录一段更长的。",
     "prompt_too_long": "⚠️ {name} 含 {speech:.1f} 秒语音，模型最多接受 {limit:g} 秒。"
     "请剪成一两句清晰的话（5–15 秒就足够）。",
+    "prompt_not_speech": "⚠️ {name} 中没有语音（只听到单音、噪声或音乐）；声音要取自有人说话的录音。"
+    "请录制或选择一段人声录音。",
     "prompt_needed": "⚠️ 请上传或录制参考音频，或选择一个已保存的声音。",
     "transcript_label": "参考音频的文字内容",
     "transcript_placeholder": "逐字输入参考录音里说的话",

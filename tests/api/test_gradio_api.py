@@ -69,3 +69,28 @@ def test_voices_lists_the_preview_voice(client):
     voices = client.predict(api_name="/voices")
     voices = json.loads(voices) if isinstance(voices, str) else voices
     assert any(voice["id"] == "preview" and voice["preview"] for voice in voices)
+
+
+def test_synthesize_refuses_a_seed_that_is_not_whole_as_v1_does(client):
+    """The seed box rounded 1.5 to 2 before the request contract could refuse it."""
+    with pytest.raises(Exception, match="seed 1.5 must be a whole number"):
+        client.predict(text="Hello.", voice="preview", seed=1.5, api_name="/synthesize")
+
+
+def test_synthesize_returns_the_audio_with_a_warning_when_outputs_refuses_it(client, api_app):
+    """outputs/ unwritable (a file where the folder should be): the audio comes back all the same, as it does
+    from /v1, the CLI and long form, with a warning that names no server path."""
+    api_app.outputs.mkdir(exist_ok=True)
+    moved = api_app.outputs.with_name("outputs-moved")
+    api_app.outputs.rename(moved)
+    api_app.outputs.write_text("a file where the folder should be")
+    try:
+        path, facts = client.predict(text="Nowhere to keep this.", voice="preview", seed=3, api_name="/synthesize")
+    finally:
+        api_app.outputs.unlink()
+        moved.rename(api_app.outputs)
+    assert facts["saved"] is False and facts["file"] is None
+    assert "could not save the result in outputs/" in facts["warning"] and str(api_app.root) not in facts["warning"]
+    samples, rate = soundfile.read(path, dtype="float32")
+    assert rate == facts["sample_rate"] and len(samples) / rate == pytest.approx(facts["duration_s"], abs=0.01)
+    assert np.sqrt(np.mean(samples**2)) > 0.01

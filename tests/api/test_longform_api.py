@@ -69,6 +69,9 @@ def test_a_subtitle_file_is_dubbed(voices):
         ("v1/longform/dialogue", {"json": {"script": "Anna: hi\nno tag here"}}, 400, "line 2 has no speaker tag"),
         ("v1/longform/dialogue", {"json": {"script": "Zed: hi"}}, 400, "speaker 'Zed' has no voice"),
         ("v1/longform/dialogue", {"json": {"script": "Anna: hi", "output": "/etc/passwd"}}, 400, "output"),
+        # a pause out of range was an error event after the 200, its param null
+        ("v1/longform/dialogue", {"json": {"script": "Anna: hi", "pause_s": 99}}, 400, '"param": "pause_s"'),
+        ("v1/longform/dialogue", {"json": {"script": "Anna: hi", "pause_s": -1}}, 400, "pause between lines"),
         (
             "v1/longform/dub",
             {"data": {"voice": "Anna"}, "files": {"file": ("x.srt", b"1\n00:00:02,000 --> 00:00:01,000\nA\n")}},

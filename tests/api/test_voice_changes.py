@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import httpx
+import numpy as np
+import soundfile
 
 from cosyvoice_mac.cli.main import main
 from tests.browser.conftest import REPO_ROOT
@@ -52,6 +54,53 @@ def test_a_voice_is_renamed_given_a_transcript_and_replaced_through_the_api(api_
     assert no_audio.status_code == 400 and no_audio.json()["error"]["param"] == "audio"
     for name in ("API renamed", "API taken"):
         assert httpx.delete(f"{url}v1/voices/{name}", timeout=30).status_code == 200
+
+
+def test_a_voice_no_job_could_use_is_refused_at_every_api_door_and_a_refused_put_keeps_the_old(
+    api_app, make_speech, tmp_path
+):
+    """A 100,000-character transcript, the name ``preview`` (then shadowed by the built-in voice) and a pure
+    tone (which conversion refuses as no speech) were all saved; now each door refuses them with a 400 naming
+    the field, and a PUT refused leaves the voice's recording as it was."""
+    url, speech = api_app.url, make_speech("Somebody speaking clearly for this voice, please.", seconds=4.0)
+    pure_tone = tmp_path / "my tone.wav"
+    soundfile.write(pure_tone, 0.3 * np.sin(2 * np.pi * 220 * np.arange(72000) / 24000), 24000, subtype="PCM_16")
+
+    def refused(answer: httpx.Response, param: str, says: str) -> None:
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["param"] == param and says in answer.json()["error"]["message"], answer.text
+
+    def post(data: dict, audio) -> httpx.Response:
+        with open(audio, "rb") as recording:
+            return httpx.post(url + "v1/voices", data=data, files={"audio": (audio.name, recording)}, timeout=300)
+
+    refused(post({"name": "preview"}, speech), "name", "built-in preview voice")
+    refused(post({"name": "Wordy", "transcript": "x" * 100_000}, speech), "transcript", "the limit is 1,000")
+    refused(post({"name": "Tone"}, pure_tone), "audio", "my tone.wav holds no speech")
+    with open(speech, "rb") as recording:
+        kept = httpx.post(url + "v1/voices", data={"name": "Kept", "transcript": "Words."}, files={"audio": recording})
+    assert kept.status_code == 201, kept.text
+    index = api_app.root / "cache" / "voices" / "voices.json"
+    before = json.loads(index.read_text())["voices"]["Kept"]
+    refused(httpx.patch(f"{url}v1/voices/Kept", json={"name": "preview"}, timeout=30), "name", "built-in")
+    long_words = {"name": "Kept too", "transcript": "y" * 1001}  # neither change is made
+    refused(httpx.patch(f"{url}v1/voices/Kept", json=long_words, timeout=30), "transcript", "1,001 characters")
+    with open(pure_tone, "rb") as recording:
+        put = httpx.put(f"{url}v1/voices/Kept", files={"audio": ("my tone.wav", recording)}, timeout=300)
+    refused(put, "audio", "holds no speech")
+    assert json.loads(index.read_text())["voices"]["Kept"] == before  # its recording, name and transcript
+    with open(pure_tone, "rb") as recording:
+        spoken = httpx.post(
+            url + "v1/audio/speech/recording",
+            data={"body": json.dumps({"model": "tts-1", "input": "Hello."})},
+            files={"prompt_audio": ("my tone.wav", recording)},
+            timeout=300,
+        )
+    refused(spoken, "prompt_audio", "my tone.wav holds no speech")
+    assert {"preview", "Wordy", "Tone", "Kept too"}.isdisjoint(
+        name for name, voice in _listed(url).items() if voice["type"] != "builtin"
+    )
+    assert httpx.delete(f"{url}v1/voices/Kept", timeout=30).status_code == 200
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -99,4 +148,15 @@ def test_the_voices_command_without_an_action_lists_this_machine_s_voices(tmp_pa
     assert capsys.readouterr().out == "Local two\tHi.\n"
     assert main(["voices", "replace", "Nobody", "--audio", recording]) == 2
     assert "no saved voice named 'Nobody'" in capsys.readouterr().err
+    pure_tone = tmp_path / "hum.wav"
+    soundfile.write(pure_tone, 0.3 * np.sin(2 * np.pi * 220 * np.arange(72000) / 24000), 24000, subtype="PCM_16")
+    for arguments, says in (  # the voice library's one rule, as the app's doors apply it
+        (["add", "preview", "--audio", recording], "built-in preview voice"),
+        (["add", "Wordy", "--audio", recording, "--transcript", "x" * 1001], "the limit is 1,000"),
+        (["add", "Hum", "--audio", str(pure_tone)], "hum.wav holds no speech"),
+        (["replace", "Local two", "--audio", str(pure_tone)], "hum.wav holds no speech"),
+        (["rename", "Local two", "Preview"], "built-in preview voice"),
+    ):
+        assert main(["voices", *arguments]) == 2, arguments
+        assert says in capsys.readouterr().err, arguments
     assert json.loads((tmp_path / "cache" / "voices" / "voices.json").read_text())["voices"].keys() == {"Local two"}

@@ -57,6 +57,7 @@ def test_curl_converts_a_recording_into_the_preview_voice(api_app, source, tmp_p
     )
     sidecar = sidecar_for(api_app, job_id)
     assert sidecar["mode"] == "voice_conversion" and sidecar["interface"] == "api"
+    assert sidecar["source"] == source.name  # the file sent, not the server's name for its copy (upload.wav)
     assert len(sidecar["source_hash"]) == 64 and sidecar["source_duration_s"] == pytest.approx(seconds, abs=0.01)
 
 
@@ -97,6 +98,9 @@ def test_bad_fields_get_openai_shaped_errors(api_app, source, prompt, tmp_path):
     noise = tmp_path / "noise.wav"
     soundfile.write(noise, 0.3 * np.random.default_rng(3).standard_normal(48000).astype(np.float32), 16000)
     error = _error(api_app, {"audio": ("noise.wav", noise.read_bytes(), "audio/wav")}, {"voice": "preview"}, 400)
-    assert "no speech to convert" in error["message"]
+    assert "no speech to convert" in error["message"] and "noise.wav" in error["message"]
+    assert error["param"] == "audio"  # the worker's refusal names the field it is about (it said null)
+    named = {"audio": ("Interview 3 (take 2).WAV", silent.read_bytes(), "audio/wav")}  # the name the user knows
+    assert "Interview 3 (take 2).wav is silent" in _error(api_app, named, {"voice": "preview"}, 400)["message"]
     huge = {"audio": ("huge.wav", b"\0" * (21 << 20), "audio/wav")}
     assert _error(api_app, huge, {"voice": "preview"}, 413)["code"] == "too_large"

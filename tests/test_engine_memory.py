@@ -42,3 +42,38 @@ def test_memory_stays_flat_over_100_jobs(tmp_path, make_speech):
     assert settled[-10:].mean() / baseline - 1.0 <= TOLERANCE
     device = np.array(device_bytes[WARM_UP_JOBS:], dtype=float)
     assert device.max() <= device[:10].mean() * (1 + TOLERANCE) + 1, device_bytes
+
+
+def test_after_the_worker_freezes_its_model_a_jobs_cycles_and_a_dropped_engines_are_still_collected():
+    """The worker freezes what its load left (``keep_for_life``), so each job's clean-up walks only the job's
+    objects; garbage a job makes is still collected then, and what the worker drops later (the MLX engine once
+    PyTorch takes over) by ``collect_everything``."""
+    import gc
+    import weakref
+
+    from cosyvoice_mac.engine.runtime import collect_everything, keep_for_life, release_memory
+
+    class Node:
+        pass
+
+    def garbage_cycle() -> weakref.ref:
+        node = Node()
+        node.itself = node
+        return weakref.ref(node)
+
+    engine_part = Node()
+    engine_part.itself = engine_part
+    dropped = weakref.ref(engine_part)
+    try:
+        keep_for_life()
+        assert gc.get_freeze_count() > 0
+        made_by_a_job = garbage_cycle()
+        release_memory()  # what the worker runs after every job
+        assert made_by_a_job() is None
+        del engine_part
+        release_memory()
+        assert dropped() is not None  # frozen: the per-job collection does not walk the loaded model
+        collect_everything()
+        assert dropped() is None and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()

@@ -1,6 +1,7 @@
 """The model worker's imports stay light: librosa's filters and effects (numba, scipy, scikit-learn, pandas:
-0.18 GB resident, measured) are not imported to encode a voice or synthesise, and the two librosa
-operations the worker needs, written out, give librosa's results to the bit."""
+0.18 GB resident, measured; seconds of numba start-up) are not imported to encode a voice or synthesise, with a
+CosyVoice model or the preview voice, and the librosa operations the worker needs, written out, give librosa's
+results to the bit."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ import pytest
 import torch
 
 from cosyvoice_mac.frontend.features import _slaney_mel_filters
+from cosyvoice_mac.preview import world_convert as wc
+from cosyvoice_mac.sound.mel import mel_filters
 from cosyvoice_mac.sound.silence import sound_bounds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -36,6 +39,25 @@ def test_the_mel_filterbank_is_librosas_to_the_bit(sr, n_fft, n_mels, fmin, fmax
     theirs = librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax)
     assert ours.dtype == torch.float32
     np.testing.assert_array_equal(ours.numpy(), theirs)
+    unscaled = librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, norm=None)
+    np.testing.assert_array_equal(mel_filters(sr, n_fft, n_mels, fmin, fmax, area_norm=False), unscaled)
+
+
+def test_the_preview_voices_mel_bands_are_librosas_to_the_bit():
+    centres = librosa.mel_frequencies(wc.BAND_COUNT + 2, fmin=wc.BAND_FMIN, fmax=wc.BAND_FMAX)[1:-1]
+    np.testing.assert_array_equal(wc.band_centres(), centres)
+    for bins in (513, 1025):
+        weights = librosa.filters.mel(
+            sr=wc.ANALYSIS_RATE,
+            n_fft=2 * (bins - 1),
+            n_mels=wc.BAND_COUNT,
+            fmin=wc.BAND_FMIN,
+            fmax=wc.BAND_FMAX,
+            norm=None,
+        )
+        np.testing.assert_array_equal(
+            wc._band_weights(bins), weights / np.maximum(weights.sum(axis=1, keepdims=True), 1e-12)
+        )
 
 
 def test_sound_bounds_are_librosa_trims_indices():
@@ -66,6 +88,10 @@ WORKER_PATH = textwrap.dedent(
     model = CosyVoice.from_pretrained(make_tiny_model_dir("cosyvoice3", Path(sys.argv[1])), device="cpu")
     speaker = model.prepare_prompt(warmup_prompt(24000, 4.0), sample_rate=24000, transcript="A short prompt.")
     list(model.synthesize("Hello world.", speaker=speaker, seed=1))
+    from cosyvoice_mac.engine.runtime import WorkerRuntime
+    from tests.fakes.fake_pipeline import preview_worker_config
+
+    WorkerRuntime(preview_worker_config(Path(sys.argv[1]) / "preview"), lambda event: None).load()  # the preview voice
     print(json.dumps(sorted(name for name in sys.modules if name.startswith(tuple(sys.argv[2:])))))
     """
 )

@@ -96,6 +96,25 @@ def release_memory(*devices: torch.device) -> None:
     return_freed_heap()
 
 
+def keep_for_life() -> None:
+    """Take every object alive now out of the collector's walks (``gc.freeze``): the worker calls it once its model
+    is loaded and warm, because the imports and the model live as long as the process. The full collection after
+    each job then walks only what was made since, instead of the 0.2-0.3 million objects torch and a model leave
+    (0.1-0.2 s of CPU per job, measured on the tiny models; more with a full one)."""
+    gc.collect()
+    gc.freeze()
+
+
+def collect_everything() -> None:
+    """After the worker dropped part of what it froze (the MLX engine, once PyTorch took a job over): a collection
+    that walks the frozen objects too, then the survivors frozen again. Without a freeze, a full collection."""
+    if not gc.get_freeze_count():
+        gc.collect()
+        return
+    gc.unfreeze()
+    keep_for_life()
+
+
 class Attempt(NamedTuple):
     """What one try of a job produced, and where."""
 
@@ -286,6 +305,7 @@ class WorkerRuntime:
         self.send(Retrying(job.job_id, "torch", reason, f"retrying this job on PyTorch because {reason}"))
         self.pipeline.use_torch_engine(reason)
         self.home_device = torch.device(self.pipeline.device)
+        collect_everything()  # the MLX engine's objects were frozen with the model
         return self._attempt(job, should_stop)
 
     def _retry_on_cpu(self, job, should_stop, reason):

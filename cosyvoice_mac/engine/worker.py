@@ -93,13 +93,14 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     source = config.model_dir or f"the backend {config.pipeline_factory} (no model folder)"
     send(Loading(f"loading the model from {source}"))
     try:
-        from cosyvoice_mac.engine.runtime import WorkerRuntime
+        from cosyvoice_mac.engine.runtime import WorkerRuntime, keep_for_life
 
         runtime = WorkerRuntime(config, send)
         runtime.load()
     except BaseException as error:  # report every load failure, then let the process end
         send(LoadFailed(_describe_load_failure(error, config)))
         return
+    keep_for_life()  # the model and the imports stay; each job's clean-up then walks only what the job made
     status = runtime.status()
     send(Ready(f"ready on {status.device}", status))
     while True:

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from cosyvoice_mac.config import ConfigError
+from cosyvoice_mac.sound.mel import mel_filters
 from cosyvoice_mac.versions import SAMPLE_RATE
 
 # Whisper: 25 ms Hann frames every 10 ms at 16 kHz, 128 Slaney mel bins.
@@ -39,41 +40,12 @@ FBANK_PREEMPHASIS = 0.97
 _FLOAT32_EPS = torch.finfo(torch.float32).eps
 
 
-_MEL_STEP_HZ, _LOG_START_HZ, _LOG_STEP = 200.0 / 3, 1000.0, np.log(6.4) / 27.0  # Slaney's mel scale
-
-
-def _hz_to_slaney_mel(hz: np.ndarray) -> np.ndarray:
-    """Slaney's mel scale (librosa's default): linear below 1 kHz, logarithmic above. cpu-only: numpy float64."""
-    mels = hz / _MEL_STEP_HZ
-    above = hz >= _LOG_START_HZ
-    mels[above] = _LOG_START_HZ / _MEL_STEP_HZ + np.log(hz[above] / _LOG_START_HZ) / _LOG_STEP
-    return mels
-
-
-def _slaney_mel_to_hz(mels: np.ndarray) -> np.ndarray:
-    hz = _MEL_STEP_HZ * mels
-    above = mels >= _LOG_START_HZ / _MEL_STEP_HZ
-    hz[above] = _LOG_START_HZ * np.exp(_LOG_STEP * (mels[above] - _LOG_START_HZ / _MEL_STEP_HZ))
-    return hz
-
-
 @lru_cache(maxsize=8)
 @torch.inference_mode(False)  # cached: an inference tensor would break later autograd callers
 def _slaney_mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | None) -> torch.Tensor:
-    """librosa's default (Slaney scale and area norm) filterbank ``(n_mels, n_fft // 2 + 1)`` float32.
-
-    The same operations as ``librosa.filters.mel`` (equal to the bit, tests/test_features.py), written
-    out because importing librosa's filters pulls numba and scipy into the model worker: 0.13 GB of
-    resident memory, which the 8 GB mode cannot spare.
-    """
-    edges = np.array([fmin, sr / 2 if fmax is None else fmax], dtype=np.float64)  # cpu-only: filter constants
-    mel_hz = _slaney_mel_to_hz(np.linspace(*_hz_to_slaney_mel(edges), n_mels + 2))
-    widths = np.diff(mel_hz)
-    ramps = np.subtract.outer(mel_hz, np.fft.rfftfreq(n=n_fft, d=1.0 / sr))
-    rising, falling = -ramps[:-2] / widths[:-1, None], ramps[2:] / widths[1:, None]
-    filters = np.maximum(0, np.minimum(rising, falling)).astype(np.float32)
-    filters *= 2.0 / (mel_hz[2 : n_mels + 2] - mel_hz[:n_mels])[:, None]  # area normalisation
-    return torch.from_numpy(np.ascontiguousarray(filters))
+    """librosa's default (Slaney scale and area norm) filterbank ``(n_mels, n_fft // 2 + 1)`` float32, without
+    librosa (``cosyvoice_mac.sound.mel`` says why)."""
+    return torch.from_numpy(np.ascontiguousarray(mel_filters(sr, n_fft, n_mels, fmin, fmax)))
 
 
 def _mono_cpu(wave: torch.Tensor, what: str) -> torch.Tensor:

@@ -3,7 +3,7 @@ by Playwright through an installed Chromium (Debian's ``/usr/bin/chromium``; nev
 
 One app serves the whole session (starting it loads gradio and warms the model up: tens of seconds on a
 busy machine); each test gets a fresh browser page, that is a fresh session. ``preview_app`` is a second
-app with no model folder at all (the preview voice stands in), started only by the modules that use it.
+app with no model folder at all (the preview voice stands in), started once, when a module first uses it.
 A failing test leaves a full-page screenshot in ``$COSYVOICE_SCREENSHOT_DIR`` (default:
 ``<tmp>/cosyvoice-browser-screens``). The speech recogniser never reaches for the network here.
 """
@@ -159,9 +159,10 @@ def app(tmp_path_factory):
     stop_app(running)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def preview_app(tmp_path_factory):
-    """The app with an empty models folder: the preview voice (Piper + WORLD) stands in for CosyVoice."""
+    """The app with an empty models folder: the preview voice (Piper + WORLD) stands in for CosyVoice. One for
+    the session: the modules that use it change nothing of it but its outputs (each reads only its own)."""
     root = tmp_path_factory.mktemp("webui-preview")
     (root / "models").mkdir()
     running = start_app(root, root / "models")

@@ -238,6 +238,9 @@ def main() -> int:
         return 0
     if not args.against:
         parser.error("--against (a tree or a kept JSON) is required")
+    for tree in [args.against, args.tree, *args.also]:
+        if not (Path(tree).is_file() or (Path(tree) / "cosyvoice_mac").is_dir()):
+            parser.error(f"{tree} is neither a checkout of this repository nor a kept JSON of this bench")
     sys.path.insert(0, str(HERE))
     from cosyvoice_mac.bench import guard
 

@@ -3,6 +3,7 @@ device fallback, speaker cache, outputs and named voices. Every wait has a deadl
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -141,6 +142,21 @@ def test_restart_forces_a_stuck_worker_down(engine):
     assert time.monotonic() - started < DEADLINE / 2
     with pytest.raises(JobCancelled, match="restarted"):
         engine.result(stuck, timeout=0)
+
+
+def test_after_loading_the_model_is_out_of_the_collectors_sight_of_every_job(tmp_path):
+    """Each job ends with a full collection (memory hygiene); the model and its libraries live as long as the
+    worker, so loading freezes them: a collection then walks only what the job made."""
+    from cosyvoice_mac.engine.runtime import WorkerRuntime
+
+    runtime = WorkerRuntime(fake_worker_config(tmp_path), lambda event: None)
+    try:
+        runtime.load()
+        tracked = {id(thing) for thing in gc.get_objects()}
+        assert gc.get_freeze_count() > 0
+        assert id(runtime.pipeline) not in tracked and id(runtime.prompts) not in tracked
+    finally:
+        gc.unfreeze()  # this is the test's process, not a worker's
 
 
 def test_second_request_for_a_voice_skips_extraction_and_the_cache_survives_restart(engine, tmp_path):

@@ -85,6 +85,14 @@ def warmup_prompt(sample_rate: int = SAMPLE_RATE, seconds: float = 4.0) -> np.nd
     return (0.15 * voiced * rhythm + noise).astype(np.float32)
 
 
+def set_model_aside() -> None:
+    """Collect once, then freeze every object alive now (torch's, the libraries', the loaded model's) out of the
+    collector's sight: the full collection that ends each job (``release_memory``) then walks only what jobs made,
+    not the ~300 000 objects the worker holds for good (0.2-0.6 s a job on two busy cores before, ~0 after)."""
+    gc.collect()
+    gc.freeze()
+
+
 def release_memory(*devices: torch.device) -> None:
     """Collect garbage, give cached device blocks back, and (glibc) return freed heap pages to the OS."""
     gc.collect()
@@ -151,6 +159,7 @@ class WorkerRuntime:
             self.pipeline.use_torch_engine(reason)
             self.home_device = torch.device(self.pipeline.device)
             self.warm_up()
+        set_model_aside()
 
     def _choose_vocoder(self) -> None:
         """Swap in the Core ML vocoder when asked and possible; otherwise say why torch stays."""
@@ -284,8 +293,10 @@ class WorkerRuntime:
 
     def _torch_takes_over(self, job, should_stop, reason):
         self.send(Retrying(job.job_id, "torch", reason, f"retrying this job on PyTorch because {reason}"))
+        gc.unfreeze()  # the MLX networks it drops were set aside with the model: let the collector see them
         self.pipeline.use_torch_engine(reason)
         self.home_device = torch.device(self.pipeline.device)
+        set_model_aside()
         return self._attempt(job, should_stop)
 
     def _retry_on_cpu(self, job, should_stop, reason):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from cosyvoice_mac.frontend.features import _slaney_mel_filters
+from cosyvoice_mac.frontend.features import slaney_mel_filters, slaney_mel_frequencies
 from cosyvoice_mac.sound.silence import sound_bounds
 
 REPO = Path(__file__).resolve().parents[1]
@@ -31,11 +31,21 @@ HEAVY_MODULES = ("numba", "librosa.filters", "librosa.effects", "sklearn", "pand
         (22050, 1024, 80, 0.0, 8000.0),
     ],
 )
-def test_the_mel_filterbank_is_librosas_to_the_bit(sr, n_fft, n_mels, fmin, fmax):
-    ours = _slaney_mel_filters(sr, n_fft, n_mels, fmin, fmax)
-    theirs = librosa.filters.mel(sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax)
+@pytest.mark.parametrize("area_norm", [True, False])
+def test_the_mel_filterbank_is_librosas_to_the_bit(sr, n_fft, n_mels, fmin, fmax, area_norm):
+    ours = slaney_mel_filters(sr, n_fft, n_mels, fmin, fmax, area_norm=area_norm)
+    theirs = librosa.filters.mel(
+        sr=sr, n_fft=n_fft, n_mels=n_mels, fmin=fmin, fmax=fmax, norm="slaney" if area_norm else None
+    )
     assert ours.dtype == torch.float32
     np.testing.assert_array_equal(ours.numpy(), theirs)
+
+
+def test_the_mel_frequencies_are_librosas_to_the_bit():
+    for count, fmin, fmax in ((42, 50.0, 12000.0), (130, 0.0, 8000.0), (82, 0.0, 11025.0)):
+        np.testing.assert_array_equal(
+            slaney_mel_frequencies(count, fmin, fmax), librosa.mel_frequencies(count, fmin=fmin, fmax=fmax)
+        )
 
 
 def test_sound_bounds_are_librosa_trims_indices():
@@ -69,6 +79,28 @@ WORKER_PATH = textwrap.dedent(
     print(json.dumps(sorted(name for name in sys.modules if name.startswith(tuple(sys.argv[2:])))))
     """
 )
+
+
+PREVIEW_BANDS = textwrap.dedent(
+    """
+    import json, sys
+    import numpy as np
+    from cosyvoice_mac.preview import world_convert
+
+    world_convert.band_powers(np.ones((4, 1025)))  # every analysis of the preview voice: the voice's mel bands
+    world_convert.band_centres()  # every conversion: the band gains' interpolation
+    print(json.dumps(sorted(name for name in sys.modules if name.startswith(tuple(sys.argv[1:])))))
+    """
+)
+
+
+def test_the_preview_voices_mel_bands_import_no_heavy_audio_library():
+    """The preview worker's WORLD conversion uses the written-out filterbank too (librosa cost each start 1-4 s)."""
+    run = subprocess.run(
+        [sys.executable, "-c", PREVIEW_BANDS, *HEAVY_MODULES], cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.strip().splitlines()[-1]) == []
 
 
 def test_encoding_a_voice_and_synthesising_import_no_heavy_audio_library(tmp_path):

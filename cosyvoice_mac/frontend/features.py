@@ -57,22 +57,31 @@ def _slaney_mel_to_hz(mels: np.ndarray) -> np.ndarray:
     return hz
 
 
+def slaney_mel_frequencies(count: int, fmin: float, fmax: float) -> np.ndarray:
+    """``count`` frequencies (Hz) evenly spaced on Slaney's mel scale from ``fmin`` to ``fmax``, float64: what
+    ``librosa.mel_frequencies`` gives (tests/test_worker_footprint.py)."""
+    edges = np.array([fmin, fmax], dtype=np.float64)  # cpu-only: filter constants
+    return _slaney_mel_to_hz(np.linspace(*_hz_to_slaney_mel(edges), count))
+
+
 @lru_cache(maxsize=8)
 @torch.inference_mode(False)  # cached: an inference tensor would break later autograd callers
-def _slaney_mel_filters(sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | None) -> torch.Tensor:
-    """librosa's default (Slaney scale and area norm) filterbank ``(n_mels, n_fft // 2 + 1)`` float32.
+def slaney_mel_filters(
+    sr: int, n_fft: int, n_mels: int, fmin: float, fmax: float | None, area_norm: bool = True
+) -> torch.Tensor:
+    """librosa's default (Slaney scale; area norm, or none) filterbank ``(n_mels, n_fft // 2 + 1)`` float32.
 
-    The same operations as ``librosa.filters.mel`` (equal to the bit, tests/test_features.py), written
+    The same operations as ``librosa.filters.mel`` (equal to the bit, tests/test_worker_footprint.py), written
     out because importing librosa's filters pulls numba and scipy into the model worker: 0.13 GB of
-    resident memory, which the 8 GB mode cannot spare.
+    resident memory, which the 8 GB mode cannot spare, and seconds of every worker's start.
     """
-    edges = np.array([fmin, sr / 2 if fmax is None else fmax], dtype=np.float64)  # cpu-only: filter constants
-    mel_hz = _slaney_mel_to_hz(np.linspace(*_hz_to_slaney_mel(edges), n_mels + 2))
+    mel_hz = slaney_mel_frequencies(n_mels + 2, fmin, sr / 2 if fmax is None else fmax)
     widths = np.diff(mel_hz)
     ramps = np.subtract.outer(mel_hz, np.fft.rfftfreq(n=n_fft, d=1.0 / sr))
     rising, falling = -ramps[:-2] / widths[:-1, None], ramps[2:] / widths[1:, None]
     filters = np.maximum(0, np.minimum(rising, falling)).astype(np.float32)
-    filters *= 2.0 / (mel_hz[2 : n_mels + 2] - mel_hz[:n_mels])[:, None]  # area normalisation
+    if area_norm:
+        filters *= 2.0 / (mel_hz[2 : n_mels + 2] - mel_hz[:n_mels])[:, None]
     return torch.from_numpy(np.ascontiguousarray(filters))
 
 
@@ -100,7 +109,7 @@ def whisper_log_mel(wave16k: torch.Tensor) -> torch.Tensor:
     window = torch.hann_window(WHISPER_N_FFT)
     spectrum = torch.stft(wave, WHISPER_N_FFT, WHISPER_HOP, window=window, return_complex=True)
     power = spectrum[..., :-1].abs() ** 2
-    mel = _slaney_mel_filters(16000, WHISPER_N_FFT, WHISPER_N_MELS, 0.0, None) @ power
+    mel = slaney_mel_filters(16000, WHISPER_N_FFT, WHISPER_N_MELS, 0.0, None) @ power
     log_mel = torch.clamp(mel, min=1e-10).log10()
     log_mel = torch.maximum(log_mel, log_mel.max() - 8.0)
     return (log_mel + 4.0) / 4.0
@@ -209,7 +218,7 @@ def mel_spectrogram(wave: torch.Tensor, config: PromptMelConfig) -> torch.Tensor
         return_complex=True,
     )
     magnitude = torch.sqrt(spectrum.real.pow(2) + spectrum.imag.pow(2) + 1e-9)
-    filters = _slaney_mel_filters(
+    filters = slaney_mel_filters(
         config.sampling_rate,
         config.n_fft,
         config.num_mels,

@@ -22,6 +22,7 @@ from math import gcd
 import numpy as np
 from scipy.signal import resample_poly
 
+from cosyvoice_mac.frontend.features import slaney_mel_filters, slaney_mel_frequencies
 from cosyvoice_mac.versions import SAMPLE_RATE
 
 ANALYSIS_RATE = SAMPLE_RATE  # the rate we analyse and resynthesise at: CosyVoice's output rate
@@ -218,9 +219,7 @@ _CACHE: dict = {}
 def band_centres() -> np.ndarray:
     """(BAND_COUNT,) centre frequencies (Hz) of the mel bands."""
     if "centres" not in _CACHE:
-        import librosa
-
-        _CACHE["centres"] = librosa.mel_frequencies(BAND_COUNT + 2, fmin=BAND_FMIN, fmax=BAND_FMAX)[1:-1]
+        _CACHE["centres"] = slaney_mel_frequencies(BAND_COUNT + 2, BAND_FMIN, BAND_FMAX)[1:-1]
     return _CACHE["centres"]
 
 
@@ -228,11 +227,9 @@ def _band_weights(bins: int) -> np.ndarray:
     """(BAND_COUNT, bins) triangular mel filters, each row summing to 1 (a weighted mean of power)."""
     key = ("bands", bins)
     if key not in _CACHE:
-        import librosa
-
-        weights = librosa.filters.mel(
-            sr=ANALYSIS_RATE, n_fft=2 * (bins - 1), n_mels=BAND_COUNT, fmin=BAND_FMIN, fmax=BAND_FMAX, norm=None
-        )
+        # librosa's filters, norm=None, written out (frontend.features): importing librosa cost every worker seconds
+        weights = slaney_mel_filters(ANALYSIS_RATE, 2 * (bins - 1), BAND_COUNT, BAND_FMIN, BAND_FMAX, area_norm=False)
+        weights = weights.numpy()
         _CACHE[key] = weights / np.maximum(weights.sum(axis=1, keepdims=True), 1e-12)
     return _CACHE[key]
 

@@ -301,6 +301,25 @@ def test_close_stops_the_worker_process(tmp_path):
         engine.submit(fake_request("Too late."))
 
 
+def test_close_while_the_model_loads_ends_the_worker_at_once(tmp_path):
+    """A loading worker reads no command until it is ready and holds no work: it is not given the polite stop's
+    grace (10 s here), which Ctrl-C during a model load used to wait out."""
+    from cosyvoice_mac.engine import Engine
+
+    engine = Engine(fake_worker_config(tmp_path, load_s=60.0), stop_timeout_s=10.0)
+    engine.start(wait=False)
+    deadline = time.monotonic() + DEADLINE
+    while engine.status().get("worker_pid") is None:
+        assert time.monotonic() < deadline, engine.status()
+        time.sleep(0.05)
+    pid = engine.status()["worker_pid"]
+    assert engine.status()["state"] == "starting"
+    started_at = time.monotonic()
+    engine.close()
+    assert time.monotonic() - started_at < 5.0
+    assert not _alive(pid)
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

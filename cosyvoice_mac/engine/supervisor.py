@@ -136,8 +136,13 @@ class WorkerSupervisor:
             self.thread.join(timeout if timeout is not None else self.limits.stop_timeout_s + 10)
         worker, self.worker = self.worker, None
         if worker is not None:
-            worker.stop(self.limits.stop_timeout_s)
+            self._stop_worker(worker)
         self.state = EngineState.CLOSED
+
+    def _stop_worker(self, worker: WorkerProcess) -> None:
+        """Politely once it has loaded (a job's files may be being written); at once while it still loads: it reads
+        no command before it is ready, so a polite stop only waited out stop_timeout_s, and it holds no work yet."""
+        worker.stop(self.limits.stop_timeout_s if worker.loaded else 0.0)
 
     # -- the supervising thread -----------------------------------------------------------------
     def _supervise(self) -> None:
@@ -213,7 +218,7 @@ class WorkerSupervisor:
                 )
             self.tasks.fail_sent(f"interrupted because the engine restarted ({ticket.reason}); try again")
         if old is not None:
-            old.stop(self.limits.stop_timeout_s)
+            self._stop_worker(old)
         self.worker = None
         self._spawn()
 
@@ -227,6 +232,8 @@ class WorkerSupervisor:
             if event.job_id is None:
                 if isinstance(event, Ready):
                     self.state, self.load_failures, self.last_error = EngineState.READY, 0, None
+                    if self.worker is not None:
+                        self.worker.loaded = True
                     if self.restart is not None:
                         self.restart.resolve(True, event.message)
                 elif isinstance(event, LoadFailed):

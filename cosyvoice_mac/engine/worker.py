@@ -152,6 +152,7 @@ class WorkerProcess:
         event_writer.close()
         self.started_at = time.monotonic()
         self._last_beat, self._heard_at = 0, self.started_at
+        self.loaded = False  # set by its supervisor when the worker says it is ready
 
     def silent_s(self) -> tuple[float, bool]:
         """(seconds since the heartbeat last moved, or since the start; whether it has ever beaten)."""

@@ -32,7 +32,9 @@ from tests.api.conftest import LONG_TEXT, sidecar_for, wait_until_ready
 from tests.browser.conftest import REPO_ROOT, free_port, start_app, stop_app
 
 KEY = "cli-test-key"
-BLOCKER_TEXT = " ".join([LONG_TEXT] * 4)  # about eight sentences of the preview voice: still running when paused
+# Four pieces of the preview voice: three still to come when it is paused after the first (a piece takes over a
+# second on any machine; the pause follows the first within milliseconds).
+BLOCKER_TEXT = " ".join([LONG_TEXT] * 2)
 AUTH = {"Authorization": f"Bearer {KEY}"}
 WAIT_S = 120.0
 
@@ -113,9 +115,10 @@ def _api_speech(app, text: str, timeout: float = 300, **extra) -> httpx.Response
 
 
 @contextmanager
-def held_queue(app):
-    """An API job is running and its worker paused: nothing in the queue moves until the block ends."""
-    started, answer = threading.Event(), {}
+def held_queue(app, finish: bool = True):
+    """An API job is running and its worker paused: nothing in the queue moves until the block ends. Then the job
+    runs to its end (``finish``), or its client leaves, which cancels it in the app (no test waits for its audio)."""
+    started, leave, answer = threading.Event(), threading.Event(), {}
 
     def blocker():
         body = {"model": "tts-1", "voice": "preview", "input": BLOCKER_TEXT, "response_format": "pcm", "stream": True}
@@ -123,6 +126,8 @@ def held_queue(app):
             answer["job_id"] = response.headers.get("x-cosyvoice-job-id")
             for _ in response.iter_raw():
                 started.set()
+                if leave.is_set():
+                    break
         started.set()
 
     thread = threading.Thread(target=blocker, daemon=True)
@@ -133,6 +138,8 @@ def held_queue(app):
     try:
         yield answer
     finally:
+        if not finish:
+            leave.set()
         os.kill(worker, signal.SIGCONT)
         thread.join(WAIT_S)
 
@@ -176,7 +183,7 @@ def test_a_cli_job_waits_in_the_apps_queue_behind_an_api_job_and_is_recorded_as_
 
 def test_a_full_queue_gives_the_cli_a_retry_message_and_ctrl_c_frees_its_place(queue_app, prompt, tmp_path):
     text = "This job is withdrawn before it runs."
-    with held_queue(queue_app):
+    with held_queue(queue_app, finish=False):
         waiting = _start(_synth_args(queue_app, tmp_path / "a.wav", "--prompt-wav", str(prompt), "--text", text))
         _until(lambda: _prompt_folders(queue_app), "the app to receive the CLI's prompt")
         time.sleep(1.0)

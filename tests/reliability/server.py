@@ -117,7 +117,8 @@ class AppServer:
     def temp_root(self) -> Path:
         return self.root / "tmp"
 
-    def start(self, disk: FullDisk | None = None) -> AppServer:
+    def start(self, disk: FullDisk | None = None, model_ready: bool = True) -> AppServer:
+        """Until the page answers and (``model_ready``) the model is ready."""
         self.temp_root.mkdir(parents=True, exist_ok=True)
         self.log_path = self.root / "server.log"
         env = {
@@ -174,7 +175,8 @@ class AppServer:
                 time.sleep(0.5)
         else:
             raise RuntimeError(f"no page at {self.url} after {STARTUP_S} s:\n{self.log()}")
-        self.wait_ready()
+        if model_ready:
+            self.wait_ready()
         return self
 
     def log(self) -> str:

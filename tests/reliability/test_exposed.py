@@ -10,10 +10,12 @@ import json
 import os
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import httpx
+import openai
 import pytest
 from gradio_client import handle_file
 
@@ -84,6 +86,21 @@ def test_with_the_key_the_gradio_api_uploads_and_the_page_s_events_work(locked, 
         stored = _upload(http)
         assert stored.status_code == 200
         assert http.get("/config").status_code == 200
+
+
+def test_the_openai_client_is_served_with_the_key_and_refused_with_a_wrong_one(locked):
+    url = locked.url
+    wrong = httpx.get(url + "v1/models", headers={"Authorization": "Bearer nope"}, timeout=30)
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    client = openai.OpenAI(base_url=url + "v1", api_key=KEY, max_retries=0, timeout=300)
+    speech = client.audio.speech.create(
+        model="tts-1", voice="preview", input="Only for key holders.", response_format="wav"
+    )
+    assert speech.content[:4] == b"RIFF" and len(speech.content) > 24000
+    with pytest.raises(openai.AuthenticationError):
+        openai.OpenAI(base_url=url + "v1", api_key="wrong", max_retries=0).models.list()
+    config = httpx.get(url + "config", headers={"Authorization": f"Bearer {KEY}"}, timeout=30).text
+    assert "Authorization: Bearer" in config  # the locked page's API view says how to send the key
 
 
 def test_the_key_form_sets_a_cookie_the_page_then_opens_with(locked):
@@ -218,8 +235,11 @@ def test_an_exposed_bind_without_a_key_refuses_to_start(tmp_path):
 
 
 def test_no_auth_opens_an_exposed_server_with_a_warning(tmp_path):
-    server = AppServer(tmp_path, ["--host", "0.0.0.0", "--no-auth"]).start()
+    server = AppServer(tmp_path, ["--host", "0.0.0.0", "--no-auth"]).start(model_ready=False)  # the doors, not speech
     try:
+        said_by = time.monotonic() + JOB_S  # printed once it serves, and the page may answer first
+        while "Warning: --no-auth" not in server.log() and time.monotonic() < said_by:
+            time.sleep(0.1)
         assert "Warning: --no-auth" in server.log()
         with _http(server) as http:
             config = http.get("/config")

@@ -6,7 +6,9 @@
 # Usage: bash bench/cuda_tests_suite.sh OUTDIR   (then keep OUTDIR's files in bench/results/)
 set -u
 out=${1:?output folder}
-python3 -m pip install -q --no-index --find-links .whl --target /tmp/site soundfile wetext || exit 1
+py=$(python3 -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')
+wheels=$(ls .whl/*-py3-none-any.whl .whl/*-py2.py3-none-*.whl .whl/*-"$py"-"$py"-*.whl)  # the image has numpy, cffi's own
+python3 -m pip install -q --no-index --no-deps --target /tmp/site $wheels || exit 1
 export OMP_WAIT_POLICY=PASSIVE PYTHONUNBUFFERED=1 COSYVOICE_CACHE_DIR=/tmp/cosyvoice-cache COSYVOICE_PARITY_DIR=$PWD/.parity
 export PYTHONPATH=/tmp/site:$PWD COSYVOICE_TEST_DEVICE=cuda COSYVOICE_ASR_DOWNLOAD=0
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; python3 -V

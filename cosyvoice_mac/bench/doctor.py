@@ -40,7 +40,7 @@ from cosyvoice_mac.settings import add_argument, env_value, setting
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TOKENS = 100  # four seconds of speech: long enough for a steady tokens/s, short enough for CI
 DEFAULT_MINUTES = 5.0  # the whole doctor, on any machine
-PARITY_S = 60.0  # each engine's parity check, kept back from the synthesis shares (MLX's tests: ~30 s)
+PARITY_S = 60.0  # each engine's parity check at least, kept back from its synthesis share (MLX's tests: ~30 s)
 MIN_SHARE_S = 30.0  # an engine's synthesis never gets less (only a --minutes too short for the engines needs it)
 CHILD_START_S = 10.0  # of a share: the child's imports before its own clock starts
 # Max abs error allowed per stage family in the doctor's summary: the parity suite's atol plus its rtol
@@ -191,10 +191,9 @@ def table(document: dict) -> str:
     return "\n".join(lines)
 
 
-def synthesis_share(seconds_left: float, engines_left: int, with_parity: bool) -> float:
-    """One engine's seconds for its synthesis: an even part of what is left, less the parity checks' reserve."""
-    reserve = PARITY_S * engines_left if with_parity else 0.0
-    return max(MIN_SHARE_S, (seconds_left - reserve) / max(engines_left, 1))
+def synthesis_share(part_s: float, with_parity: bool) -> float:
+    """An engine's seconds for its synthesis: its part of the run, less what its parity check is kept."""
+    return max(MIN_SHARE_S, part_s - (PARITY_S if with_parity else 0.0))
 
 
 def run_doctor(args: argparse.Namespace) -> dict:
@@ -216,13 +215,18 @@ def run_doctor(args: argparse.Namespace) -> dict:
     for probe in probes:
         row = {"name": probe.name, "engine": probe.engine, "device": probe.device, "works": probe.works}
         row["detail"] = probe.detail
+        part_s = (deadline - time.monotonic()) / max(engines_left, 1)  # an even part of what is left
+        part_ends = time.monotonic() + part_s
         if probe.works and not args.no_synthesis:
-            share = synthesis_share(deadline - time.monotonic(), engines_left, folder is not None)
+            share = synthesis_share(part_s, folder is not None)
             print(f"doctor: synthesising on {probe.name} (at most {share:.0f} s) ...", file=sys.stderr, flush=True)
             row["synthesis"] = synthesis(probe, args.version, args.tokens, share)
         if probe.works and folder is not None:
             print(f"doctor: parity on {probe.name} ...", file=sys.stderr, flush=True)
-            row["parity"] = mlx_parity(folder) if probe.engine == "mlx" else torch_parity(probe.device, folder)
+            timeout = max(PARITY_S, part_ends - time.monotonic())  # its reserve, and what the synthesis left
+            row["parity"] = (
+                mlx_parity(folder, timeout) if probe.engine == "mlx" else torch_parity(probe.device, folder, timeout)
+            )
         engines_left -= probe.works
         document["engines"].append(row)
     return document

@@ -170,6 +170,25 @@ def test_every_candidate_benches_with_its_floors_and_auto_reports_its_pick(versi
     )
 
 
+def test_a_budget_the_warm_up_already_spent_makes_the_warm_up_the_run_and_says_so(tiny_dir):
+    report = measure.bench(
+        "cosyvoice3",
+        "cpu",
+        "float32",
+        3,
+        50,
+        model_dir=str(tiny_dir),
+        measure_floors=False,
+        profile_decode=False,
+        budget_s=0.0,
+    )
+    assert report["runs"] == 1 and report["tokens"] == 25 and report["tokens_asked"] == 50
+    assert report["shortened"].startswith("the warm-up is the measured run (cold: first-call costs included)")
+    median = report["median"]
+    assert median["first_audio_s"] is None and median["audio_s"] == pytest.approx(1.0, abs=0.05)
+    assert median["llm_tokens_per_s"] > 0 and median["wave_finite"]
+
+
 def test_bench_rejects_an_unknown_dtype():
     with pytest.raises(Exception, match="not supported"):
         measure.parse_dtypes("float8/float32")

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from cosyvoice_mac.bench import doctor, machine
+from cosyvoice_mac.bench import budget, doctor, machine
 
 
 def test_the_cpu_flags_are_the_ones_proc_cpuinfo_lists():
@@ -107,6 +107,75 @@ def test_short_requests_are_refused_with_the_reason(capsys):
     assert "--tokens must be at least 25" in capsys.readouterr().err
 
 
+def test_a_slow_engine_gets_a_shorter_request_and_each_shortening_is_said():
+    asked = budget.plan_run(100, True, seconds_per_token=1.0, seconds_left=None)
+    assert asked == budget.RunPlan(100, True)  # no budget: what was asked
+    assert budget.plan_run(100, True, 1.0, 150.0) == budget.RunPlan(100, True)  # 100 tokens + 2 first audios fit
+    shorter = budget.plan_run(100, True, 1.0, 100.0)
+    assert (shorter.tokens, shorter.stream, shorter.warm_up_only) == (50, True, False)
+    assert shorter.shortened.startswith("50 of 100 tokens (1.00 s a token in the warm-up, 100 s of the budget left")
+    unstreamed = budget.plan_run(100, True, 1.0, 60.0)
+    assert (unstreamed.tokens, unstreamed.stream) == (50, False) and "no first-audio figures" in unstreamed.shortened
+    cold = budget.plan_run(100, True, 1.0, 10.0)
+    assert cold.warm_up_only and cold.tokens == 25 and "the warm-up is the measured run" in cold.shortened
+    assert budget.plan_run(60, False, 1.0, 55.0).tokens == 50  # whole seconds below an odd request
+
+
+def test_the_default_doctor_keeps_every_engine_within_five_minutes(tmp_path, monkeypatch, capsys):
+    """Every child (two engines' synthesis and parity) takes all the time it is allowed: the run still ends
+    within the default five minutes, and an engine too slow for its share is said, not failed."""
+    clock = [0.0]
+    children: list[tuple[str, float]] = []
+
+    def slow_child(command, *, timeout, **_):
+        children.append((" ".join(command), timeout))
+        clock[0] += timeout  # the worst case: each child runs until it is stopped
+        raise subprocess.TimeoutExpired(command, timeout)
+
+    works = [machine.Probe("torch", "cpu", True, "ok"), machine.Probe("mlx", "default", True, "mlx 0.29")]
+    monkeypatch.setattr(doctor, "probe_engines", lambda: works)
+    monkeypatch.setattr(doctor, "probe_onnx_providers", lambda: [])
+    monkeypatch.setattr(doctor, "parity_folder", lambda: tmp_path)
+    monkeypatch.setattr(doctor.subprocess, "run", slow_child)
+    monkeypatch.setattr(doctor.time, "monotonic", lambda: clock[0])
+    assert doctor.main(["--json", str(tmp_path / "doctor.json")]) == 1  # the parity checks never answered
+    assert len(children) == 4 and clock[0] <= 60 * doctor.DEFAULT_MINUTES
+    budgets = [float(c.split("--budget-s ")[1].split()[0]) for c, _ in children if "--budget-s" in c]
+    assert len(budgets) == 2 and all(b < timeout for b, (_, timeout) in zip(budgets, children[::2]))
+    table = capsys.readouterr().out
+    assert table.count("too slow here") == 2 and "--minutes gives it more" in table
+    document = json.loads((tmp_path / "doctor.json").read_text())
+    assert [row["synthesis"]["ok"] for row in document["engines"]] == [None, None]  # slow is not broken
+
+
+def test_a_shortened_run_is_said_under_its_row():
+    document = {
+        "machine": machine.describe_machine().as_dict(),
+        "onnx_providers": [],
+        "engines": [
+            {
+                "name": "mlx/default",
+                "works": True,
+                "synthesis": {
+                    "ok": True,
+                    "tokens_per_s": 0.4,
+                    "rtf": 60.0,
+                    "first_audio_s": None,
+                    "first_audio_new_voice_s": None,
+                    "peak_memory_mb": 3000.0,
+                    "shortened": "the warm-up is the measured run (cold: first-call costs included)",
+                },
+            }
+        ],
+    }
+    row, note = doctor.table(document).splitlines()[-2:]
+    assert row.startswith("mlx/default") and "0.4" in row
+    assert (
+        note.strip()
+        == "shorter run, in the doctor's time: the warm-up is the measured run (cold: first-call costs included)"
+    )
+
+
 def _doctor(tmp_path, *arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "doctor.json"
     done = subprocess.run(
@@ -122,7 +191,8 @@ def _doctor(tmp_path, *arguments: str) -> tuple[subprocess.CompletedProcess, dic
 
 def test_doctor_synthesises_on_pytorch_cpu_and_writes_its_report(tmp_path):
     """The CI run on PyTorch: full-size random weights, one short request, the table and doctor.json."""
-    done, document = _doctor(tmp_path, "--tokens", "25", "--no-parity", "--engines", "torch/cpu")
+    # An hour: the request as asked even on a loaded machine (a shorter one would have no first-audio figures).
+    done, document = _doctor(tmp_path, "--tokens", "25", "--minutes", "60", "--no-parity", "--engines", "torch/cpu")
     assert document["healthy"] and document["machine"]["cores"] >= 1
     (row,) = document["engines"]
     result = row["synthesis"]

@@ -30,6 +30,7 @@ from tests.fakes.mlx_pipeline import WITHOUT_MLX_FACTORY
 from tests.fakes.onnx_models import make_tiny_model_dir
 
 DEADLINE = 180.0
+SHORT_WARM_UP = "Hi."  # each worker start warms up; the tiny random LLM speaks any text to its length limit
 MODEL = "Fun-CosyVoice3-0.5B"
 needs_mlx = pytest.mark.skipif(not mlx_available(), reason="needs mlx (Linux: pip install 'mlx[cpu]')")
 
@@ -69,8 +70,14 @@ def _fake_engine(config, segment_s: float = 0.05, load_s: float = 0.0, **options
     return Engine(fake, stop_timeout_s=5.0, cancel_grace_s=5.0, **options)
 
 
+def _short_warm_up(config, **options):
+    """The real engine with a short warm-up: the tiny random LLM speaks to its length limit, slow on MLX-CPU."""
+    return Engine(replace(config, warmup_text=SHORT_WARM_UP), stop_timeout_s=5.0, **options)
+
+
 def _without_mlx_engine(config, **options):
-    return Engine(replace(config, pipeline_factory=WITHOUT_MLX_FACTORY), stop_timeout_s=5.0, **options)
+    fallback = replace(config, pipeline_factory=WITHOUT_MLX_FACTORY, warmup_text=SHORT_WARM_UP)
+    return Engine(fallback, stop_timeout_s=5.0, **options)
 
 
 def _switch(callbacks: Callbacks, value: str, lang: str = "en") -> tuple[str, str]:
@@ -211,7 +218,7 @@ def voice(make_speech):
 
 @needs_mlx
 def test_mlx_and_torch_chosen_on_the_page_run_the_real_model(tmp_path, voice):
-    host = _host(tmp_path, real_model=True, engine="torch")
+    host = _host(tmp_path, _short_warm_up, real_model=True, engine="torch")
     callbacks = Callbacks(host, Settings(tmp_path / "cache"))
     try:
         message, panel = _switch(callbacks, "mlx")
@@ -246,11 +253,6 @@ def test_mlx_chosen_where_it_cannot_import_says_why_and_torch_runs(tmp_path, voi
         assert done.samples().size > 0 and sidecar["engine"] == "torch" and sidecar["engine_reason"] == reason
     finally:
         host.close()
-
-
-def _short_warm_up(config, **options):
-    """The real engine with a short warm-up: the tiny random LLM speaks to its length limit, slow on MLX-CPU."""
-    return Engine(replace(config, warmup_text="Hi."), stop_timeout_s=5.0, **options)
 
 
 @needs_mlx

@@ -90,6 +90,10 @@ def test_a_prefix_that_is_not_whole_chunks_inside_the_prompt_is_refused_by_name(
 def test_a_new_voice_on_the_mlx_engine_streams_the_audio_of_a_prepared_one_without_a_separate_build(
     version, tmp_path, make_speech, monkeypatch
 ):
+    from cosyvoice_mac.mlx.speech_lm import MlxSpeechLM
+
     model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path / version), device="cpu", engine="mlx")
     assert isinstance(model.networks.flow, PipelineFlow)
+    # The tiny random LLM speaks to its length limit (up to 20 tokens a text id): 60 tokens are three chunks.
+    monkeypatch.setattr(MlxSpeechLM, "length_limits", lambda lm, text_length: (60, 60))
     assert_a_new_voice_streams_a_prepared_ones_audio_without_a_build(model, make_speech, monkeypatch)

@@ -59,6 +59,7 @@ def bench_isolated(args: argparse.Namespace, device: str, dtype: str, engine: st
     command += ["--no-floors"] * (not args.floors) + (["--model", args.model] if args.model else [])
     command += ["--threads", str(args.threads)] if args.threads else []
     command += ["--no-decode-profile"] * (not args.decode_profile)
+    command += ["--budget-s", str(args.budget_s)] if args.budget_s else []
     if args.floors and engine == "torch":  # probed here, so the child's peak memory never includes the probes
         device_type = select_device(device)
         flow_dtype = parse_dtypes(dtype)[1]
@@ -174,6 +175,11 @@ def main(argv: list[str] | None = None) -> int:
         action="store_false",
         help="skip counting ops (and on CUDA kernels) per decoded token",
     )
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="seconds each configuration may take: after a slow warm-up, a shorter request (the report says so)",
+    )
     parser.add_argument("--in-process", action="store_true", help="run every configuration in this process")
     parser.add_argument("--json", help="also write the JSON document to this file")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)  # no table (a child run)
@@ -203,6 +209,7 @@ def main(argv: list[str] | None = None) -> int:
                         rates=args.rates,
                         profile_decode=args.decode_profile,
                         engine=engine,
+                        budget_s=args.budget_s,
                     )
                 )
             else:

@@ -1,7 +1,8 @@
 """``bash run.sh doctor``: what this machine is, what runs on it and how fast, in one table and one file.
 
-    bash run.sh doctor                 # every engine and device that works here
+    bash run.sh doctor                 # every engine and device that works here, in about five minutes
     bash run.sh doctor --tokens 50     # a shorter synthesis (25 speech tokens are one second)
+    bash run.sh doctor --minutes 30    # time enough for a slow engine's whole request
     python -m cosyvoice_mac.bench.doctor --json doctor.json --engines torch/cpu,mlx/default
 
 Three parts, each recorded in ``doctor.json`` (a file to attach to a bug report):
@@ -12,6 +13,9 @@ Three parts, each recorded in ``doctor.json`` (a file to attach to a bug report)
 2. Each engine and device that works (MLX, MPS, CUDA, CPU): a short synthesis with full-size random
    weights in a process of its own (the benchmark's request, one run after a warm-up): tokens/s, RTF,
    first audio, peak memory (MLX's peak and, on macOS, the process's peak ``phys_footprint``).
+   The whole run keeps to ``--minutes`` (five): each engine gets a share of what is left, and a slow one
+   (MLX's CPU backend on Linux) a shorter request (:mod:`cosyvoice_mac.bench.budget`), said in the table;
+   one that cannot finish even its warm-up in its share is named as too slow here, not as failed.
 3. Parity on the tiny golden vectors when the parity folder is present (``COSYVOICE_PARITY_DIR`` or
    ``../shared/parity``): PyTorch stage by stage on each device (``bench/parity_device.py``), MLX
    through its parity tests.
@@ -35,7 +39,10 @@ from cosyvoice_mac.settings import add_argument, env_value, setting
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT_TOKENS = 100  # four seconds of speech: long enough for a steady tokens/s, short enough for CI
-CHILD_TIMEOUT_S = 1800
+DEFAULT_MINUTES = 5.0  # the whole doctor, on any machine
+PARITY_S = 60.0  # each engine's parity check at least, kept back from its synthesis share (MLX's tests: ~30 s)
+MIN_SHARE_S = 30.0  # an engine's synthesis never gets less (only a --minutes too short for the engines needs it)
+CHILD_START_S = 10.0  # of a share: the child's imports before its own clock starts
 # Max abs error allowed per stage family in the doctor's summary: the parity suite's atol plus its rtol
 # times the largest value of that stage (mels reach ~10; logits and waves are checked absolutely).
 STAGE_LIMITS = {"llm": 1e-4, "flow": 2e-3, "first_chunk": 2e-3, "hift": 1e-3}
@@ -47,17 +54,23 @@ def parity_folder() -> Path | None:
     return folder if (folder / "manifest.json").is_file() else None
 
 
-def synthesis(probe: Probe, version: str, tokens: int) -> dict:
-    """The benchmark's request on ``probe``'s engine and device, in a child process: the figures that matter."""
+def synthesis(probe: Probe, version: str, tokens: int, share_s: float) -> dict:
+    """The benchmark's request on ``probe``'s engine and device, in a child process that keeps to ``share_s``
+    seconds (a shorter request where the engine is slow): the figures that matter."""
     device = "auto" if probe.engine == "mlx" else probe.device
     command = [sys.executable, "-m", "cosyvoice_mac.bench", "--in-process", "--quiet", "--version", version]
     command += ["--devices", device, "--engine", probe.engine, "--dtypes", "auto", "--runs", "1"]
     command += ["--tokens", str(tokens), "--no-floors", "--no-decode-profile"]
+    command += ["--budget-s", f"{max(share_s - CHILD_START_S, 1.0):.0f}"]
     started = time.perf_counter()
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
+        done = subprocess.run(command, capture_output=True, text=True, timeout=share_s, check=False)
     except subprocess.TimeoutExpired:
-        return {"ok": False, "error": f"no result within {CHILD_TIMEOUT_S} s"}
+        return {
+            "ok": None,
+            "too_slow": f"its load and one-second warm-up need more than the {share_s:.0f} s it had of the "
+            "doctor's time (--minutes gives it more)",
+        }
     if done.returncode != 0:
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
         return {"ok": False, "error": f"exit status {done.returncode}: {last[:300]}"}
@@ -70,7 +83,9 @@ def synthesis(probe: Probe, version: str, tokens: int) -> dict:
         "engine_used": report.get("engine"),
         "llm_dtype": report.get("llm_dtype"),
         "flow_dtype": report.get("flow_dtype"),
-        "tokens": tokens,
+        "tokens": report["tokens"],
+        "tokens_asked": report.get("tokens_asked", tokens),
+        "shortened": report.get("shortened"),
         "tokens_per_s": round(median["llm_tokens_per_s"], 2),
         "rtf": round(median["rtf"], 3),
         "end_to_end_s": round(median["end_to_end_s"], 3),
@@ -88,20 +103,23 @@ def _rounded(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def _run_json(command: list[str], env: dict) -> tuple[int, str, str]:
-    done = subprocess.run(
-        command, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False, env=env, cwd=REPO
-    )
+def _run_json(command: list[str], env: dict, timeout_s: float) -> tuple[int, str, str]:
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout_s, check=False, env=env, cwd=REPO
+        )
+    except subprocess.TimeoutExpired:
+        return -1, "", f"no result within {timeout_s:.0f} s"
     return done.returncode, done.stdout, done.stderr
 
 
-def torch_parity(device: str, folder: Path) -> dict:
+def torch_parity(device: str, folder: Path, timeout_s: float = PARITY_S) -> dict:
     """Every stage's max abs error on ``device`` against the golden vectors, and whether all are within tolerance."""
     script = REPO / "bench" / "parity_device.py"
     if not script.is_file():
         return {"ok": None, "skipped": "needs the source checkout (bench/parity_device.py)"}
     env = {**os.environ, setting("parity_dir").env: str(folder)}
-    status, stdout, stderr = _run_json([sys.executable, str(script), "--device", device], env)
+    status, stdout, stderr = _run_json([sys.executable, str(script), "--device", device], env, timeout_s)
     if status != 0:
         return {"ok": False, "error": (stderr.strip().splitlines() or ["(no output)"])[-1][:300]}
     report, failures = json.loads(stdout), []
@@ -115,14 +133,15 @@ def torch_parity(device: str, folder: Path) -> dict:
     return {"ok": not failures, "failures": failures, "stages": report["versions"]}
 
 
-def mlx_parity(folder: Path) -> dict:
+def mlx_parity(folder: Path, timeout_s: float = PARITY_S) -> dict:
     """The MLX parity tests on this machine's MLX device: passed and failed counts."""
     tests = REPO / "tests" / "test_parity_mlx.py"
     if not tests.is_file():
         return {"ok": None, "skipped": "needs the source checkout (tests/test_parity_mlx.py)"}
     env = {**os.environ, setting("parity_dir").env: str(folder)}
-    status, stdout, _ = _run_json([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)], env)
-    summary = (stdout.strip().splitlines() or [""])[-1]
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tests)]
+    status, stdout, stderr = _run_json(command, env, timeout_s)
+    summary = (stdout.strip().splitlines() or [stderr.strip()])[-1]
     return {"ok": status == 0, "summary": summary}
 
 
@@ -152,6 +171,9 @@ def table(document: dict) -> str:
         if "synthesis" not in row:  # --no-synthesis: the probe and the parity only
             lines.append(f"{row['name']:<14}{'yes':<7}{'-':>8}{'-':>8}{'-':>13}{'-':>11}{'-':>10}  {verdict}")
             continue
+        if result.get("ok") is None and "too_slow" in result:
+            lines.append(f"{row['name']:<14}{'yes':<7}  too slow here: {result['too_slow']}")
+            continue
         if not result.get("ok"):
             lines.append(f"{row['name']:<14}{'yes':<7}  synthesis FAILED: {result.get('error', 'not finite')[:60]}")
             continue
@@ -164,10 +186,18 @@ def table(document: dict) -> str:
             f"{cell(result['first_audio_s'], 13, '.2f')}{cell(result['first_audio_new_voice_s'], 11, '.2f')}"
             f"{cell(result['peak_memory_mb'], 10, '.0f')}  {verdict}"
         )
+        if result.get("shortened"):  # a slow engine: what its figures are of
+            lines.append(f"{'':<14}shorter run, in the doctor's time: {result['shortened']}")
     return "\n".join(lines)
 
 
+def synthesis_share(part_s: float, with_parity: bool) -> float:
+    """An engine's seconds for its synthesis: its part of the run, less what its parity check is kept."""
+    return max(MIN_SHARE_S, part_s - (PARITY_S if with_parity else 0.0))
+
+
 def run_doctor(args: argparse.Namespace) -> dict:
+    deadline = time.monotonic() + 60 * args.minutes
     chosen = set(args.engines.split(",")) if args.engines else None
     document = {
         "doctor_version": 1,
@@ -179,17 +209,25 @@ def run_doctor(args: argparse.Namespace) -> dict:
     }
     folder = None if args.no_parity else parity_folder()
     document["parity_folder"] = str(folder) if folder else None
-    for probe in probe_engines():
-        if chosen is not None and probe.name not in chosen:
-            continue
+    document["minutes"] = args.minutes
+    probes = [probe for probe in probe_engines() if chosen is None or probe.name in chosen]
+    engines_left = sum(probe.works for probe in probes)
+    for probe in probes:
         row = {"name": probe.name, "engine": probe.engine, "device": probe.device, "works": probe.works}
         row["detail"] = probe.detail
+        part_s = (deadline - time.monotonic()) / max(engines_left, 1)  # an even part of what is left
+        part_ends = time.monotonic() + part_s
         if probe.works and not args.no_synthesis:
-            print(f"doctor: synthesising on {probe.name} ...", file=sys.stderr, flush=True)
-            row["synthesis"] = synthesis(probe, args.version, args.tokens)
+            share = synthesis_share(part_s, folder is not None)
+            print(f"doctor: synthesising on {probe.name} (at most {share:.0f} s) ...", file=sys.stderr, flush=True)
+            row["synthesis"] = synthesis(probe, args.version, args.tokens, share)
         if probe.works and folder is not None:
             print(f"doctor: parity on {probe.name} ...", file=sys.stderr, flush=True)
-            row["parity"] = mlx_parity(folder) if probe.engine == "mlx" else torch_parity(probe.device, folder)
+            timeout = max(PARITY_S, part_ends - time.monotonic())  # its reserve, and what the synthesis left
+            row["parity"] = (
+                mlx_parity(folder, timeout) if probe.engine == "mlx" else torch_parity(probe.device, folder, timeout)
+            )
+        engines_left -= probe.works
         document["engines"].append(row)
     return document
 
@@ -207,6 +245,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bash run.sh doctor", description=__doc__.split("\n")[0])
     add_argument(parser, "version")
     parser.add_argument("--tokens", type=int, default=DEFAULT_TOKENS, help="speech tokens to synthesise (25 = 1 s)")
+    parser.add_argument(
+        "--minutes",
+        type=float,
+        default=DEFAULT_MINUTES,
+        help=f"the whole run's time (default: {DEFAULT_MINUTES:g}); a slow engine gets a shorter request",
+    )
     parser.add_argument("--engines", help="comma list of engine/device names to try (default: all), e.g. torch/cpu")
     parser.add_argument("--json", default="doctor.json", help="where to write the report (default: doctor.json)")
     parser.add_argument("--no-synthesis", action="store_true", help="only the machine and the engine probes")

@@ -34,6 +34,7 @@ import numpy as np
 import psutil
 import torch
 
+from cosyvoice_mac.bench.budget import WARM_UP_TOKENS, estimated_seconds, plan_run
 from cosyvoice_mac.bench.decode import decode_report
 from cosyvoice_mac.bench.floors import floors
 from cosyvoice_mac.bench.machine import peak_footprint_mb
@@ -236,8 +237,14 @@ def bench(
     rates: dict | None = None,
     profile_decode: bool = True,
     engine: str = "torch",
+    budget_s: float | None = None,
 ) -> dict:
-    """Load one configuration, warm up, time ``runs`` requests; median per field (in this process)."""
+    """Load one configuration, warm up, time ``runs`` requests; median per field (in this process).
+
+    ``budget_s`` bounds the whole call after a slow warm-up (:mod:`cosyvoice_mac.bench.budget`): fewer
+    tokens, fewer runs, no first-audio figures or the warm-up as the run; ``shortened`` in the report says so.
+    """
+    started = time.perf_counter()
     if threads:
         torch.set_num_threads(threads)
     device = select_device(device_name)
@@ -250,9 +257,17 @@ def bench(
     rss_loaded = psutil.Process().memory_info().rss / 2**20
     peak_after_load = peak_rss_mb()
     prompt = synthetic_prompt()
-    warm_up = functools.partial(run_once, model, min(tokens, 25), prompt, stream=False)
-    warmup_s, _, _ = _timed(device, warm_up)  # the first request: kernel loads, graph captures, compiles
-    results = [run_once(model, tokens, prompt, stream=stream) for _ in range(runs)]
+    warm_up = functools.partial(run_once, model, min(tokens, WARM_UP_TOKENS), prompt, stream=False)
+    warmup_s, _, warm_up_run = _timed(device, warm_up)  # the first request: kernel loads, graph captures, compiles
+    seconds_per_token = warmup_s / min(tokens, WARM_UP_TOKENS)
+    seconds_left = None if budget_s is None else budget_s - (time.perf_counter() - started)
+    plan = plan_run(tokens, stream, seconds_per_token, seconds_left)
+    results = [warm_up_run] if plan.warm_up_only else []
+    while len(results) < runs and not plan.warm_up_only:  # further runs only while they fit the budget
+        results.append(run_once(model, plan.tokens, prompt, stream=plan.stream))
+        left = None if budget_s is None else budget_s - (time.perf_counter() - started)
+        if left is not None and estimated_seconds(seconds_per_token, plan.tokens, plan.stream) > left:
+            break
     median = {
         key: statistics.median(r[key] for r in results)
         if isinstance(results[0][key], (int, float)) and not isinstance(results[0][key], bool)
@@ -274,8 +289,11 @@ def bench(
         ),  # int8 modules hold buffers, not parameters
         "precision": model.precision.as_dict(),
         "low_memory": low_memory,
-        "runs": runs,
-        "tokens": tokens,
+        "runs": len(results),
+        "tokens": plan.tokens,
+        "tokens_asked": tokens,
+        "budget_s": budget_s,
+        "shortened": plan.shortened,
         "warmup_s": warmup_s,  # the first request after the load: captures, compiles, first kernel loads
         "load_s": load_s,
         "load_cpu_s": load_cpu_s,
@@ -303,7 +321,7 @@ def bench(
         graphs = model.networks.hift.streamed_graphs  # None: no CUDA call made it
         report["vocoder_graphs"] = None if graphs is None else graphs.report()
     if measure_floors and engine == "torch":  # the floors probe PyTorch kernels
-        report["floors"] = floors(model, tokens, median, rates)
+        report["floors"] = floors(model, plan.tokens, median, rates)
     if profile_decode and engine == "torch":  # ops per token (every device), kernels and GPU-busy per token (CUDA)
         report["decode"] = decode_report(model.networks.llm)
     del model

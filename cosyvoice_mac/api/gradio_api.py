@@ -200,4 +200,20 @@ def _number(field: str, value, default: float | None) -> float | None:
 def _seed(value: float | None) -> float | None:
     """-1 (the box's default) and null for a random seed; any other value goes to the request contract, whose
     rule (a whole number in range) is the one ``/v1`` and the page apply."""
-    return None if value is None or value == -1 else value
+    if value is None or value == -1:
+        return None
+    number = None if isinstance(value, bool) else _number("seed", value, None) if _spells_number(value) else None
+    if number is None:
+        message = f"synthesize: seed must be a whole number, got {describe(value)}"
+        raise ApiError(400, message, code="invalid_type", param="seed")
+    if number == -1:
+        return None
+    return int(number) if number.is_integer() else number  # 1.5 goes on, for the contract to refuse
+
+
+def _spells_number(value) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError):
+        return False
+    return True

@@ -40,7 +40,7 @@ WAIT_S = 120.0
 
 
 @pytest.fixture(scope="module")
-def queue_app(tmp_path_factory):
+def queue_app(tmp_path_factory, prompt):
     """The preview voice behind a queue of 1, with an API key and a temporary folder of its own."""
     root = tmp_path_factory.mktemp("cli-app")
     temp = root / "tmp"
@@ -58,6 +58,7 @@ def queue_app(tmp_path_factory):
     app.temp = temp
     try:
         wait_until_ready(app, AUTH)
+        _speak_in_the_voice_of(app, prompt)  # loads the app's speech detector, which checks every uploaded prompt
         yield app
     finally:
         stop_app(app)
@@ -144,6 +145,19 @@ def held_queue(app, finish: bool = True):
         thread.join(WAIT_S)
 
 
+def _speak_in_the_voice_of(app, recording: Path) -> None:
+    body = json.dumps({"model": "tts-1", "input": "Hello.", "response_format": "wav"})
+    with recording.open("rb") as audio:
+        answer = httpx.post(
+            app.url + "v1/audio/speech/recording",
+            data={"body": body},
+            files={"prompt_audio": ("prompt.wav", audio, "audio/wav")},
+            headers=AUTH,
+            timeout=WAIT_S,
+        )
+    assert answer.status_code == 200, answer.text
+
+
 def _refused_at_once(app) -> bool:
     """Whether a new API job is refused because the queue is full (True), or accepted to wait (False)."""
     try:
@@ -160,7 +174,7 @@ def test_a_cli_job_waits_in_the_apps_queue_behind_an_api_job_and_is_recorded_as_
     with held_queue(queue_app) as blocker:
         cli = _start(_synth_args(queue_app, out, "--prompt-wav", str(prompt), "--text", text, "--seed", "7"))
         _until(lambda: _prompt_folders(queue_app), "the app to receive the CLI's prompt")
-        time.sleep(1.0)  # the upload is checked, then queued
+        time.sleep(1.0)  # the upload is checked (the speech detector is loaded: queue_app), then queued
         assert _refused_at_once(queue_app), "the CLI's job does not hold the queue's one waiting place"
         assert cli.poll() is None, "the CLI finished while the app's only worker was paused"
     stdout, stderr = cli.communicate(timeout=300)
@@ -186,7 +200,7 @@ def test_a_full_queue_gives_the_cli_a_retry_message_and_ctrl_c_frees_its_place(q
     with held_queue(queue_app, finish=False):
         waiting = _start(_synth_args(queue_app, tmp_path / "a.wav", "--prompt-wav", str(prompt), "--text", text))
         _until(lambda: _prompt_folders(queue_app), "the app to receive the CLI's prompt")
-        time.sleep(1.0)
+        time.sleep(1.0)  # the upload is checked (the speech detector is loaded: queue_app), then queued
         refused = _run(_synth_args(queue_app, tmp_path / "b.wav", "--voice", "preview", "--text", "No room for me."))
         assert refused.returncode == 75, refused.stderr
         assert "queue is full" in refused.stderr and "try again in" in refused.stderr

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import openai
+import psutil
 import pytest
 from gradio_client import handle_file
 
@@ -167,10 +169,21 @@ def test_a_rebinding_page_is_refused_on_an_exposed_server(locked):
         assert http.get("/v1/models", headers=headers).status_code == 403
 
 
+def _own_addresses() -> list[str]:
+    return [
+        entry.address
+        for entries in psutil.net_if_addrs().values()
+        for entry in entries
+        if entry.family == socket.AF_INET and not entry.address.startswith("127.")
+    ]
+
+
 def test_an_allowed_host_name_and_this_machine_s_addresses_are_admitted(locked):
     with _http(locked, headers=locked.headers) as http:
         assert http.get("/config", headers={"Host": f"{ALLOWED}:{locked.port}"}).status_code == 200
-        assert http.get("/config", headers={"Host": f"10.9.8.7:{locked.port}"}).status_code == 200
+        for address in _own_addresses():  # the server is bound to every interface: its own addresses reach it
+            assert http.get("/config", headers={"Host": f"{address}:{locked.port}"}).status_code == 200
+        assert http.get("/config", headers={"Host": f"203.0.113.9:{locked.port}"}).status_code == 403  # not ours
         assert http.get("/config", headers={"Host": f"other.example:{locked.port}"}).status_code == 403
 
 

@@ -99,7 +99,7 @@ def _check_prompt(path: Path) -> None:
         raise CosyVoiceError(f"the prompt recording {path} does not exist")
     check = judge_voice_audio(path)
     if not check.ok:
-        raise CosyVoiceError(f"--prompt-wav: {check.sentence}")
+        raise CosyVoiceError(check.sentence)
 
 
 def _synth(args) -> int:

@@ -26,39 +26,13 @@ import sys
 import time
 from pathlib import Path
 
+from decode_step import _full_size_lm  # noqa: E402  (bench/ is this script's folder; stdlib at import)
+
 HERE = Path(__file__).resolve().parents[1]
 ENDOFPROMPT_ID = 151646  # Qwen2's <|endofprompt|> (every tree's models.llm.ENDOFPROMPT_ID)
 
 
 # the worker: one tree, one model, rounds on request ---------------------------------------------
-def _full_size_lm(version: str, device, dtype):
-    """The released-size speech LM with seeded random weights, at the product's storage for ``dtype``."""
-    import torch
-
-    from cosyvoice_mac.models.llm import SpeechLM, SpeechLMConfig
-    from cosyvoice_mac.pipeline.fullsize import official_config
-    from cosyvoice_mac.pipeline.loading import qwen_config_for
-    from cosyvoice_mac.pipeline.precision import store_weights_in_half
-
-    config = SpeechLMConfig.from_yaml(official_config(version)["llm"], qwen_config_for(None))
-    with torch.device("meta"):
-        lm = SpeechLM(config)
-    lm.to_empty(device=device)
-    generator = torch.Generator(device=device).manual_seed(0)
-    with torch.no_grad():
-        for name, tensor in lm.named_parameters():
-            if tensor.dim() == 1:
-                tensor.fill_(1.0) if "norm" in name else tensor.zero_()
-            else:
-                tensor.normal_(0.0, 0.02, generator=generator)
-    lm = lm.eval().requires_grad_(False)
-    if device.type == "cpu" and dtype in (torch.float16, torch.bfloat16):
-        store_weights_in_half(lm, dtype)  # the CPU's 16-bit choice: 16-bit storage, fp32 arithmetic
-    else:
-        lm.to(dtype)
-    return lm
-
-
 def _pipeline_lm(args: argparse.Namespace, device):
     """The speech LM of the whole random-weight model as the pipeline bench loads it (flow and vocoder beside it)."""
     from cosyvoice_mac.pipeline.cosyvoice import CosyVoice

@@ -27,8 +27,12 @@ def wait_until_ready(page: Page) -> None:
     expect(page.locator("#cv-status-panel")).to_contain_text("ready", timeout=READY_S * 1000)
 
 
-def upload_prompt(page: Page, path: Path) -> None:
+def upload_prompt(page: Page, path: Path, accepted: bool = True) -> None:
+    """Upload a prompt file; unless told it will be refused, wait until the page has taken it. The upload reaches
+    the server after set_input_files returns: a click in between acts on a page that has no prompt yet."""
     page.locator("#cv-prompt-audio input[type=file]").set_input_files(str(path))
+    if accepted:
+        expect(page.locator("#cv-prompt-msg")).to_contain_text(re.compile(r"Prompt: \d+\.\d s"), timeout=60_000)
 
 
 def fill(page: Page, element_id: str, value: str) -> None:

@@ -119,7 +119,7 @@ def test_stop_cancels_a_long_generation(page, app, prompt_wav):
 
 def test_bad_input_is_explained_next_to_the_field_and_the_page_keeps_working(page, app, not_audio, prompt_wav):
     wait_until_ready(page)
-    upload_prompt(page, not_audio)
+    upload_prompt(page, not_audio, accepted=False)
     expect(page.locator("#cv-prompt-msg")).to_contain_text("notes.wav is not an audio file")
     expect(page.locator("#cv-prompt-audio")).to_contain_text("Click to Upload")  # taken out again
     fill(page, "cv-transcript", TRANSCRIPT)

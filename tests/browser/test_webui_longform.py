@@ -33,13 +33,15 @@ def test_a_dialogue_shows_progress_and_stop_keeps_the_finished_lines(page, app, 
     fill(page, "cv-lf-script", script)
     page.click("#cv-lf-dialogue-start")
     bar = page.locator("#cv-lf-progress")
-    seen = set()
+    seen, between = set(), set(range(1, 8))  # lines done while the job still runs
     deadline = time.monotonic() + GENERATE_S * 2
-    while time.monotonic() < deadline and not {1, 2} <= seen:
+    # Two different counts in between: the bar moves line by line. (Not "1 and 2": on a loaded machine a poll
+    # can miss a count, and the test then waited out its whole deadline for a value long gone.)
+    while time.monotonic() < deadline and len(seen & between) < 2:
         if bar.count():
             seen.add(int(bar.get_attribute("value") or 0))
         time.sleep(0.2)
-    assert {1, 2} <= seen, f"the progress bar showed {sorted(seen)}"
+    assert len(seen & between) >= 2, f"the progress bar showed {sorted(seen)}"
     expect(page.locator("#cv-lf-progress-text")).to_contain_text(re.compile(r"of 8 lines done"))
     page.click("#cv-lf-stop")
     message = page.locator("#cv-lf-msg")

@@ -147,13 +147,10 @@ case "$verb" in
         say "ruff found problems (above); fix them, or run: $VENV/bin/ruff check --fix . && $VENV/bin/ruff format ."
         exit 1
       }
-      # a worker per core and one more, at most 4 (each starts its own app servers): tests spend part of their
-      # time waiting on servers, browsers and subprocesses, and with one worker a core a quarter of two cores sat
-      # idle. A test file, or a folder sharing one app server (api, browser, reliability), stays on one worker:
-      # tests/conftest.py groups them
-      workers=$(( $(nproc 2>/dev/null || sysctl -n hw.ncpu 2>/dev/null || echo 1) + 1 ))
-      [ "$workers" -gt 4 ] && workers=4
-      parallel=(-n "$workers" --dist loadgroup)
+      # a worker per core, at most 4 (each starts its own app servers; a third worker on two cores was measured
+      # no faster: bench/results/issue44_suite/session3_run2_3workers.json). A test file, or a folder sharing one
+      # app server (api, browser, reliability), stays on one worker: tests/conftest.py groups them
+      parallel=(-n auto --maxprocesses 4 --dist loadgroup)
     fi
     exec "$VENV/bin/python" -m pytest -v ${parallel[@]+"${parallel[@]}"} "$@"
     ;;

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import httpx
 import numpy as np
@@ -47,7 +48,13 @@ def _post(app, source, prompt_wav, **form) -> httpx.Response:
         "audio": (source.name, source.read_bytes(), "audio/wav"),
         "prompt_audio": ("prompt.wav", prompt_wav.read_bytes(), "audio/wav"),
     }
-    answer = httpx.post(app.url + URL, files=files, data=form, timeout=DOOR_S)
+    deadline = time.monotonic() + DOOR_S
+    while True:  # as the 503 says: the model may still be loading when this module runs first on a fresh app
+        answer = httpx.post(app.url + URL, files=files, data=form, timeout=DOOR_S)
+        loading = answer.status_code == 503 and answer.json()["error"]["code"] == "model_loading"
+        if not loading or time.monotonic() > deadline:
+            break
+        time.sleep(1.0)
     assert answer.status_code == 200, answer.text
     return answer
 

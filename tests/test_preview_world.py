@@ -137,3 +137,16 @@ def test_a_speaker_from_the_kept_graph_speaks_as_the_rewritten_one(tmp_path, mon
     assert first.bank_names == second.bank_names == ["noise_bank_0", "noise_bank_1"]
     a, b = (speaker.speak("The same words twice.", seed=3).samples for speaker in (first, second))
     assert np.array_equal(a, b)
+
+
+def test_a_damaged_kept_graph_is_made_again(tmp_path, monkeypatch):
+    from cosyvoice_mac.preview import piper_tts
+
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
+    piper_tts.kept_seeded_graph(piper_tts.bundled_voice_paths()[0])
+    (kept,) = (tmp_path / "preview").iterdir()
+    good = kept.read_bytes()
+    kept.write_bytes(good[: len(good) // 2])  # cut short on disk
+    speaker = piper_tts.PiperSpeaker(threads=1)
+    assert speaker.speak("Still speaking.", seed=1).samples.size > 0
+    assert kept.read_bytes() == good

@@ -92,20 +92,22 @@ def seeded_noise_graph(model_path: str | Path) -> tuple[bytes, list[str]]:
     return model.SerializeToString(), bank_names
 
 
-def kept_seeded_graph(model_path: str | Path) -> bytes:
+def kept_seeded_graph(model_path: str | Path, rewrite: bool = False) -> bytes:
     """:func:`seeded_noise_graph`'s model, rewritten once per voice file and kept in the user cache folder:
     importing onnx (its ml_dtypes alone) and rewriting cost ~3 s of CPU at every start of the preview voice.
     A kept graph is found by the voice file's name, size and time and the rewrite's version; when it cannot be
-    read or written, the graph is rewritten here, as if nothing were kept."""
+    read or written, the graph is rewritten here, as if nothing were kept; ``rewrite`` replaces a kept graph that
+    onnxruntime refused (damaged on disk)."""
     model_path = Path(model_path)
     stat = model_path.stat()
     identity = f"{model_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{REWRITE_VERSION}|{NOISE_BANK_SIZE}"
     digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
     kept = paths.user_cache_dir() / "preview" / f"{model_path.stem}-seeded-{digest}.onnx"
-    try:
-        return kept.read_bytes()
-    except OSError:
-        pass
+    if not rewrite:
+        try:
+            return kept.read_bytes()
+        except OSError:
+            pass
     graph, _ = seeded_noise_graph(model_path)
     try:
         kept.parent.mkdir(parents=True, exist_ok=True)
@@ -144,7 +146,11 @@ class PiperSpeaker:
         options.enable_mem_pattern = False
         if threads:
             options.intra_op_num_threads = threads
-        session = onnxruntime.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
+        try:
+            session = onnxruntime.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
+        except Exception:  # onnxruntime's own error types: a kept graph damaged on disk is made again
+            graph = kept_seeded_graph(model_path, rewrite=True)
+            session = onnxruntime.InferenceSession(graph, sess_options=options, providers=["CPUExecutionProvider"])
         # In graph order (the rewrite appends them as bank 0, 1, ...), which the seeded draws rely on.
         self.bank_names = sorted(
             (item.name for item in session.get_inputs() if item.name.startswith(BANK_PREFIX)),

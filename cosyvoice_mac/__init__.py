@@ -14,6 +14,11 @@ _MPS_FALLBACK_PRESET = _os.environ.get("PYTORCH_ENABLE_MPS_FALLBACK")
 _TORCH_IMPORTED_FIRST = "torch" in _sys.modules
 _os.environ.setdefault("PYTORCH_ENABLE_MPS_FALLBACK", "1")
 
+# Gradio rewrites its components' type stubs on every import, a third of the app's start (gradio_stubs.py).
+from cosyvoice_mac import gradio_stubs as _gradio_stubs  # noqa: E402  (after the variable above, before any Gradio)
+
+_gradio_stubs.install()
+
 
 def __getattr__(name):
     # The front door; each name loads its module on first use, so ``import cosyvoice_mac`` stays light.

@@ -24,7 +24,8 @@ PACKAGE = "cosyvoice_mac"
 
 # The house, bottom to top: a room may import its own layer and the layers below, never above.
 LAYERS = (
-    ("errors", "paths", "wire", "heap", "stored"),  # facts every layer may know, the C heap's trim, the typed reader
+    # facts every layer may know, the C heap's trim, the typed reader, Gradio's import without its stub rewrite
+    ("errors", "paths", "wire", "heap", "stored", "gradio_stubs"),
     # torch-free rules (device: torch's door)
     ("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "sound"),
     ("models", "mlx"),  # the networks

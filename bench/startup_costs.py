@@ -2,7 +2,9 @@
 
 - a CLI refusal of a bad request (``synth --text ""``): wall and CPU seconds until it exits;
 - the preview voice's load with its seeded graph kept in the cache, and with the graph rewritten (``onnx``
-  imported and the graph rebuilt, as every start did before the graph was kept).
+  imported and the graph rebuilt, as every start did before the graph was kept);
+- Gradio's import after the package's (the app, the CLI's app and every test process that imports Gradio pay it;
+  the package skips Gradio's per-import type-stub rewrite: cosyvoice_mac/gradio_stubs.py).
 
 ``python -m bench.startup_costs [--runs 3] [--prompt WAV]`` (a prompt is made with espeak-ng when not given).
 """
@@ -53,11 +55,13 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "COSYVOICE_CACHE_DIR": str(scratch / "cache")}
     refusal = [sys.executable, "-m", "cosyvoice_mac", "synth", "--random-weights", "cosyvoice3"]
     refusal += ["--prompt-wav", prompt, "--device", "cpu", "--out", str(scratch / "o.wav"), "--text", "", "--seed", "1"]
-    rows = {"cli_refusal": [], "preview_load_kept": [], "preview_load_rewritten": []}
+    rows = {"cli_refusal": [], "preview_load_kept": [], "preview_load_rewritten": [], "gradio_import": []}
     _child([sys.executable, "-c", PREVIEW_LOAD], env)  # keeps the graph for the runs below
     for _ in range(args.runs):
         wall, cpu, _ = _child(refusal, env)
         rows["cli_refusal"].append({"wall_s": wall, "cpu_s": cpu})
+        wall, cpu, _ = _child([sys.executable, "-c", "import cosyvoice_mac, gradio"], env)
+        rows["gradio_import"].append({"wall_s": wall, "cpu_s": cpu})
         for mode in ("kept", "rewritten"):
             # an empty cache folder: the graph is rewritten (onnx imported), as every start did before it was kept
             cache = {"COSYVOICE_CACHE_DIR": tempfile.mkdtemp(dir=scratch)} if mode == "rewritten" else {}

@@ -8,12 +8,15 @@ with the machine's real answers and, where a Mac is needed, with the Mac's answe
 from __future__ import annotations
 
 import json
+import os
+import re
 import subprocess
 import sys
 
 import pytest
 
 from cosyvoice_mac.bench import budget, doctor, machine
+from tests.parity.common import one_version_copy, parity_dir, versions_in_manifest
 
 
 def test_the_cpu_flags_are_the_ones_proc_cpuinfo_lists():
@@ -176,7 +179,7 @@ def test_a_shortened_run_is_said_under_its_row():
     )
 
 
-def _doctor(tmp_path, *arguments: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _doctor(tmp_path, *arguments: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, dict]:
     report = tmp_path / "doctor.json"
     done = subprocess.run(
         [sys.executable, "-m", "cosyvoice_mac.bench.doctor", "--json", str(report), *arguments],
@@ -184,6 +187,7 @@ def _doctor(tmp_path, *arguments: str) -> tuple[subprocess.CompletedProcess, dic
         text=True,
         timeout=1800,
         check=False,
+        env={**os.environ, **(env or {})},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done, json.loads(report.read_text())
@@ -209,11 +213,21 @@ def test_doctor_synthesises_on_pytorch_cpu_and_writes_its_report(tmp_path):
 @pytest.mark.skipif(doctor.parity_folder() is None, reason="needs the parity folder (../shared/parity)")
 def test_doctor_checks_mlx_against_the_golden_vectors(tmp_path):
     """The CI run on MLX's CPU backend: the probe and the parity verdict (a full-size synthesis on mlx-cpu takes
-    many minutes on two cores: MLX's CPU convolutions are slow; on a Mac the same row times Metal)."""
-    done, document = _doctor(tmp_path, "--no-synthesis", "--engines", "mlx/default")
+    many minutes on two cores: MLX's CPU convolutions are slow; on a Mac the same row times Metal). The parity
+    folder given holds the cheaper version only: every case of both versions runs in test_parity_mlx.py itself,
+    and test_mlx_cosyvoice2_engine.py checks that the doctor's row runs the cases of each version a folder holds."""
+    cheaper = (
+        "cosyvoice3" if "cosyvoice3" in versions_in_manifest(parity_dir()) else versions_in_manifest(parity_dir())[0]
+    )
+    folder = one_version_copy(parity_dir(), cheaper, tmp_path / "parity")
+    done, document = _doctor(
+        tmp_path, "--no-synthesis", "--engines", "mlx/default", env={"COSYVOICE_PARITY_DIR": str(folder)}
+    )
+    assert document["parity_folder"] == str(folder)
     (row,) = document["engines"]
     assert row["works"] and "mlx" in row["detail"] and "synthesis" not in row
     assert row["parity"]["ok"] is True, row["parity"]
+    assert re.search(r"\b([1-9]\d*) passed", row["parity"]["summary"]), row["parity"]
     assert "mlx/default" in done.stdout
 
 

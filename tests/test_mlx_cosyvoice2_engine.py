@@ -172,26 +172,6 @@ def test_the_mlx_gate_rows_hold_for_cosyvoice2s_llm(choice):
         assert measured < gate.MIN_TOP_K_AGREEMENT, (choice, measured)
 
 
-def _one_version_copy(source, version: str, folder):
-    """A parity folder holding ``version`` only: its manifest lists that version's files and parameters alone,
-    the files are links to ``source``'s."""
-    import json
-
-    manifest = json.loads((source / "manifest.json").read_text())
-    manifest["files"] = {
-        name: facts
-        for name, facts in manifest["files"].items()
-        if "_tiny/" not in name or name.startswith(f"{version}_tiny/")
-    }
-    manifest["case_params"] = {version: manifest["case_params"][version]}
-    folder.mkdir()
-    (folder / "manifest.json").write_text(json.dumps(manifest))
-    for entry in source.iterdir():
-        if entry.name != "manifest.json" and not (entry.name.endswith("_tiny") and entry.name != f"{version}_tiny"):
-            (folder / entry.name).symlink_to(entry)
-    return folder
-
-
 @pytest.mark.parametrize("held", ["as configured", "one version"])
 def test_the_doctors_mlx_parity_row_runs_the_cases_of_every_version_the_manifest_holds(held, tmp_path):
     """``bench.doctor.mlx_parity`` runs tests/test_parity_mlx.py on the parity folder it is given: its cases are
@@ -199,11 +179,11 @@ def test_the_doctors_mlx_parity_row_runs_the_cases_of_every_version_the_manifest
     import os
 
     from cosyvoice_mac.bench import doctor
-    from tests.parity.common import parity_dir, versions_in_manifest
+    from tests.parity.common import one_version_copy, parity_dir, versions_in_manifest
 
     folder = parity_dir()
     if held == "one version":
-        folder = _one_version_copy(folder, versions_in_manifest(folder)[-1], tmp_path / "parity")
+        folder = one_version_copy(folder, versions_in_manifest(folder)[-1], tmp_path / "parity")
     held_versions = versions_in_manifest(folder)
     assert held_versions and (held != "one version" or len(held_versions) == 1), held_versions
     tests = doctor.REPO / "tests" / "test_parity_mlx.py"

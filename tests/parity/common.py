@@ -134,3 +134,21 @@ def versions_in_manifest(root: Path) -> list[str]:
     manifest = json.loads((root / "manifest.json").read_text())
     found = {key.split("_tiny/")[0] for key in manifest["files"] if "_tiny/" in key}
     return sorted(found)
+
+
+def one_version_copy(source: Path, version: str, folder: Path) -> Path:
+    """A parity folder holding ``version`` only: its manifest lists that version's files and parameters alone,
+    the files are links to ``source``'s."""
+    manifest = json.loads((source / "manifest.json").read_text())
+    manifest["files"] = {
+        name: facts
+        for name, facts in manifest["files"].items()
+        if "_tiny/" not in name or name.startswith(f"{version}_tiny/")
+    }
+    manifest["case_params"] = {version: manifest["case_params"][version]}
+    folder.mkdir()
+    (folder / "manifest.json").write_text(json.dumps(manifest))
+    for entry in source.iterdir():
+        if entry.name != "manifest.json" and not (entry.name.endswith("_tiny") and entry.name != f"{version}_tiny"):
+            (folder / entry.name).symlink_to(entry)
+    return folder

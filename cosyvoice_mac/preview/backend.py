@@ -97,7 +97,8 @@ class PreviewVoice(BackendBase):
     def english(self) -> PiperSpeaker:
         with self._lock:
             if self._english is None:
-                self._english = PiperSpeaker()
+                # The worker's thread budget (--torch-threads; torch's default, the cores, when not set)
+                self._english = PiperSpeaker(threads=torch.get_num_threads())
             return self._english
 
     def mandarin(self) -> MandarinSpeaker:

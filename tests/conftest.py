@@ -45,6 +45,13 @@ torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // WORKERS)))
 # session-wide app server every module uses go whole, and every other module stays together, so a module's
 # fixtures (a model built once, an app started once) are made once however the suite is spread.
 SHARED_SERVER_FOLDERS = ("api", "browser", "reliability")
+# Modules that share a session-wide result too dear to make twice: the Core ML conversions (tests/coreml/models.py
+# ``converted``, ~25 s of CPU for a version's packages) are made once for both when their modules share a worker.
+SHARED_CACHE_GROUPS = {
+    "test_coreml_convert.py": "coreml-conversions",
+    "test_coreml_runtime.py": "coreml-conversions",
+    "test_coreml_mac.py": "coreml-conversions",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups into the test ids
@@ -53,7 +60,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         relative = item.path.relative_to(tests_root)
         whole_folder = relative.parts[0] in SHARED_SERVER_FOLDERS and len(relative.parts) > 1
-        item.add_marker(pytest.mark.xdist_group(relative.parts[0] if whole_folder else relative.as_posix()))
+        group = relative.parts[0] if whole_folder else SHARED_CACHE_GROUPS.get(relative.as_posix(), relative.as_posix())
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")

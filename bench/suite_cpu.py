@@ -25,17 +25,18 @@ RECORDER = Path(__file__).resolve().parent / "suite_cpu_recorder"
 
 
 def kind(record: dict) -> str:
-    """What a recorded process was, from its command line and how it ended."""
-    command = " ".join(record["argv"])
-    if record["how"] in ("os._exit", "sigterm") and "pytest" not in command:
+    """What a recorded process was, from its program (the command line's first word) and how it ended."""
+    program = record["argv"][0] if record["argv"] else ""
+    pytest_run = program.endswith(os.path.join("pytest", "__main__.py"))
+    if record["how"] in ("os._exit", "sigterm") and not pytest_run:
         return "forked model worker"
-    if "pytest" in command:
+    if pytest_run:
         return "pytest (tests in process)"
-    if "app.py" in command:
+    if program.endswith("app.py"):
         return "app server"
-    if command.startswith("-c") and "torch" in record["imported"]:
+    if program == "-c" and "torch" in record["imported"]:
         return "fork server or spawned worker (imports torch)"
-    if "__main__.py" in command or "cosyvoice_mac" in command:
+    if program.endswith("__main__.py"):
         return "CLI or bench run"
     return "other Python process"
 

@@ -32,7 +32,12 @@ def test_a_process_and_the_child_it_forks_each_record_their_cpu(tmp_path):
 def test_processes_are_summed_by_kind():
     records = [
         {"argv": ["/x/pytest/__main__.py", "-q"], "how": "exit", "imported": ["torch"], "cpu_s": 10.0},
-        {"argv": ["app.py", "--port", "1"], "how": "exit", "imported": ["gradio"], "cpu_s": 5.0},
+        {
+            "argv": ["app.py", "--models-dir", "/tmp/pytest-of-me/m"],
+            "how": "exit",
+            "imported": ["gradio"],
+            "cpu_s": 5.0,
+        },
         {"argv": ["app.py", "--port", "1"], "how": "os._exit", "imported": ["torch"], "cpu_s": 3.0},
         {
             "argv": ["-c", "from multiprocessing.forkserver import main"],
@@ -42,6 +47,7 @@ def test_processes_are_summed_by_kind():
         },
     ]
     assert kind(records[2]) == "forked model worker"
+    assert kind(records[1]) == "app server"  # its folders' names hold "pytest"; its program is the app
     result = summary(records)
     assert result["cpu_s"] == 20.0
     assert result["by_kind"]["app server"] == {"cpu_s": 5.0, "processes": 1}

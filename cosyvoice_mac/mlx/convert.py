@@ -81,8 +81,9 @@ def source_digest(path: Path, cache_dir: Path) -> str:
 def to_mlx(tensor: torch.Tensor, dtype: mx.Dtype | None = None) -> mx.array:
     """A CPU torch tensor as an MLX array (conv layout untouched); float tensors become ``dtype`` if given.
 
-    An fp16 ``dtype`` is cast by torch first, so no fp32 MLX copy is made on the way."""
-    tensor = tensor.detach().cpu()
+    An fp16 ``dtype`` is cast by torch first, so no fp32 MLX copy is made on the way. A view is made contiguous
+    first: ``mx.array`` of a strided numpy view copies the whole span of its base, not the view's elements."""
+    tensor = tensor.detach().cpu().contiguous()
     if not tensor.is_floating_point():
         return mx.array(tensor.numpy())
     if dtype is not None and dtype == mx.float16:

@@ -47,6 +47,7 @@ from cosyvoice_mac.models.vocoder.window import plan_windows
 
 MLX_CONV_WINDOW = 65536  # samples: ~10.9 s of audio per decoder window (the MPS limit, a bounded transient)
 LOW_MEMORY_CONV_WINDOW = 32768  # ~5.4 s per window in the low-memory mode
+SOURCE_CHUNK_FRAMES = 64  # ~1.3 s of excitation per evaluation (~5 MB of intermediates)
 
 KEY_MAP = ((r"^f0_predictor\.condnet\.(\d+)\.", lambda m: f"f0_predictor.condnet.{int(m.group(1)) // 2}."),)
 
@@ -70,23 +71,41 @@ class Source(nn.Module):
 
     def __call__(self, f0: mx.array, noise: SourceNoise, first_frame: int = 0) -> mx.array:
         """From ``first_frame`` on only: ``(1, (T - first_frame) * samples_per_frame)``, equal to those samples
-        of a whole call (the phase is integrated, and interpolated, and the noise drawn, over all T frames)."""
+        of a whole call (the phase is integrated, and interpolated, and the noise drawn, over all T frames).
+
+        The excitation is ``harmonics`` channels at the sample rate (~40 float32 per output sample over its
+        intermediates): it is built and evaluated :data:`SOURCE_CHUNK_FRAMES` frames at a time, so the MLX peak
+        stays a window's, not the call's, while only the one-channel source is kept whole."""
         rules = self._rules
         if noise.harmonics != rules.harmonics:
             raise ValueError(f"source noise has {noise.harmonics} harmonics, the vocoder uses {rules.harmonics}")
         total, step = f0.shape[-1], rules.samples_per_frame
-        frames = total - first_frame
         f0_cpu = to_torch(f0.astype(mx.float32))
         phase = rules.frame_phase(f0_cpu)  # (1, H, T) at the frame rate
+        if not rules.nearest_phase:  # linear interpolation reads neighbouring frames: interpolate all at once
+            phase = F.interpolate(phase, scale_factor=float(step), mode="linear")
+        drawn = noise.take(total * step)
+        pieces = []
+        # chunk edges on multiples of the chunk from frame 0, so a call from first_frame splits as a whole call
+        edges = range(first_frame - first_frame % SOURCE_CHUNK_FRAMES + SOURCE_CHUNK_FRAMES, total, SOURCE_CHUNK_FRAMES)
+        for start, stop in zip([first_frame, *edges], [*edges, total]):
+            piece = self.excite(f0_cpu, phase, drawn, start, stop)
+            mx.eval(piece)
+            pieces.append(piece)
+        return pieces[0] if len(pieces) == 1 else mx.concatenate(pieces, axis=1)
+
+    def excite(self, f0: torch.Tensor, phase: torch.Tensor, drawn: torch.Tensor, start: int, stop: int) -> mx.array:
+        """Frames ``start..stop`` of the source: ``(1, (stop - start) * samples_per_frame)``."""
+        rules = self._rules
+        step, frames = rules.samples_per_frame, stop - start
         if rules.nearest_phase:  # (1, T', 1, H): each frame's sines held for `step` samples
-            sines = mx.sin(to_mlx(phase[:, :, first_frame:]).transpose(0, 2, 1))[:, :, None, :] * rules.sine_amp
-        else:  # linear interpolation reads neighbouring frames: interpolate all, then keep the tail
-            phase = F.interpolate(phase, scale_factor=float(step), mode="linear")[:, :, first_frame * step :]
-            sines = mx.sin(to_mlx(phase).transpose(0, 2, 1)).reshape(1, frames, step, -1) * rules.sine_amp
-        voiced = (to_mlx(f0_cpu[:, first_frame:]) > rules.voiced_threshold)[:, :, None, None]  # (1, T', 1, 1)
+            sines = mx.sin(to_mlx(phase[:, :, start:stop]).transpose(0, 2, 1))[:, :, None, :] * rules.sine_amp
+        else:
+            held = to_mlx(phase[:, :, start * step : stop * step]).transpose(0, 2, 1)
+            sines = mx.sin(held).reshape(1, frames, step, -1) * rules.sine_amp
+        voiced = (to_mlx(f0[:, start:stop]) > rules.voiced_threshold)[:, :, None, None]  # (1, T', 1, 1)
         noise_amp = mx.where(voiced, rules.noise_std, rules.sine_amp / 3).astype(mx.float32)
-        drawn = noise.take(total * step)[:, :, first_frame * step :]
-        unit_noise = to_mlx(drawn).transpose(0, 2, 1).reshape(1, frames, step, -1)
+        unit_noise = to_mlx(drawn[:, :, start * step : stop * step]).transpose(0, 2, 1).reshape(1, frames, step, -1)
         excitation = sines * voiced + unit_noise * noise_amp  # (1, T', step, H)
         return mx.tanh(self.l_linear(excitation.reshape(1, frames * step, -1))[..., 0])
 

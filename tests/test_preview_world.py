@@ -70,7 +70,7 @@ def test_silence_has_no_voice_to_copy():
 
 
 def test_conversion_moves_pitch_to_the_target_and_keeps_length(low_voice, low_frames, high_voice):
-    base = wc.BaseVoiceModel(low_frames, low_voice[1])
+    base = wc.BaseVoiceModel.measure(low_frames, low_voice[1])
     target = wc.voice_stats(wc.analyse(*high_voice), high_voice[1])
     converted = base.convert(low_frames, target, alpha=1.0)
     assert converted.dtype == np.float32 and np.isfinite(converted).all()
@@ -84,7 +84,7 @@ def test_conversion_moves_pitch_to_the_target_and_keeps_length(low_voice, low_fr
 
 
 def test_warp_estimate_recovers_a_known_formant_shift(low_voice, low_frames):
-    base = wc.BaseVoiceModel(low_frames, low_voice[1])
+    base = wc.BaseVoiceModel.measure(low_frames, low_voice[1])
     for alpha in (0.9, 1.15):
         shifted = wc._warped(low_frames, alpha)
         target = wc.voice_stats(shifted, low_voice[1])

@@ -27,6 +27,7 @@ from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import BackendBase
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.preview import world_convert
+from cosyvoice_mac.preview.kept_base_voice import kept_or_measured, kept_path
 from cosyvoice_mac.preview.labels import PREVIEW, PREVIEW_NOTE
 from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
 from cosyvoice_mac.preview.piper_tts import PiperSpeaker
@@ -114,14 +115,22 @@ class PreviewVoice(BackendBase):
             return self._mandarin
 
     def _base_model(self, key: str) -> world_convert.BaseVoiceModel:
-        """WORLD statistics of one base voice ("en", "zh-low", "zh-high"), measured once per process."""
+        """WORLD statistics of one base voice ("en", "zh-low", "zh-high"): once per process, and the English
+        voice's kept in the cache folder for the next process (:mod:`cosyvoice_mac.preview.kept_base_voice`)."""
         with self._lock:
             model = self._base_models.get(key)
         if model is None:
-            spoken = self._speak(key, ENGLISH_REFERENCE if key == "en" else MANDARIN_REFERENCE, seed=0, speed=1.0)
-            model = world_convert.BaseVoiceModel(
-                world_convert.analyse(spoken.samples, spoken.sample_rate), spoken.sample_rate
-            )
+            text = ENGLISH_REFERENCE if key == "en" else MANDARIN_REFERENCE
+
+            def measure() -> world_convert.BaseVoiceModel:
+                spoken = self._speak(key, text, seed=0, speed=1.0)
+                return world_convert.BaseVoiceModel.measure(
+                    world_convert.analyse(spoken.samples, spoken.sample_rate), spoken.sample_rate
+                )
+
+            # espeak-ng's output has no identity to key it by (its version and voice data): measured each time
+            kept = kept_path(self.english.identity, text, CONVERSION_VERSION) if key == "en" else None
+            model = kept_or_measured(kept, measure)
             with self._lock:
                 self._base_models[key] = model
         return model

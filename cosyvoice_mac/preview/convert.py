@@ -87,7 +87,7 @@ def _source_voice(frames_of, count: int) -> world_convert.BaseVoiceModel:
             break
     joined = world_convert.WorldFrames(*(np.concatenate(values) for values in zip(*(_fields(f) for f in taken))))
     try:
-        return world_convert.BaseVoiceModel(joined, TOKENIZER_SAMPLE_RATE)
+        return world_convert.BaseVoiceModel.measure(joined, TOKENIZER_SAMPLE_RATE)
     except world_convert.ConversionError as error:
         raise SynthesisError(
             f"the recording to convert has no voiced speech the preview voice can follow ({error}); "

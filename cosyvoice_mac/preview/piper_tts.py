@@ -117,6 +117,17 @@ def kept_seeded_graph(model_path: str | Path, rewrite: bool = False) -> bytes:
     return graph
 
 
+def speaker_identity(graph: bytes, config: bytes) -> str:
+    """What decides the samples ``speak`` gives for a text and seed: the seeded graph, the voice's config and
+    the packages that phonemize and run them (a digest; what is kept from this voice's speech is found by it)."""
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(graph)
+    digest.update(config)
+    digest.update(f"|piper-tts {version('piper-tts')}|onnxruntime {version('onnxruntime')}".encode())
+    return digest.hexdigest()[:32]
+
+
 class PiperSpeaker:
     """Owns one Piper voice (config, phonemizer, seeded ONNX session); turns English text into speech.
 
@@ -162,6 +173,7 @@ class PiperSpeaker:
         self.voice = PiperVoice(config=config, session=session)
         self.sample_rate = config.sample_rate
         self.name = model_path.name.removesuffix(".onnx")
+        self.identity = speaker_identity(graph, config_path.read_bytes())
         self._lock = threading.Lock()
 
     def speak(self, text: str, seed: int = 0, speed: float = 1.0) -> SpokenAudio:

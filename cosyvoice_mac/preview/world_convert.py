@@ -66,10 +66,10 @@ class VoiceStats:
     def f0_hz(self) -> float:
         return float(np.exp(self.log_f0_mean))
 
-    def to_vector(self) -> np.ndarray:
-        """(STATS_VECTOR_SIZE,) float32: [log-F0 mean, log-F0 std, valid bands, voiced s, means, stds]."""
+    def to_vector(self, dtype=np.float32) -> np.ndarray:
+        """(STATS_VECTOR_SIZE,): [log-F0 mean, log-F0 std, valid bands, voiced s, means, stds]."""
         head = [self.log_f0_mean, self.log_f0_std, float(self.valid_bands), self.voiced_seconds]
-        return np.concatenate([head, self.band_mean, self.band_std]).astype(np.float32)
+        return np.concatenate([head, self.band_mean, self.band_std]).astype(dtype)
 
     @classmethod
     def from_vector(cls, vector) -> "VoiceStats":
@@ -149,14 +149,30 @@ class BaseVoiceModel:
     this voice's statistics, at the chosen warp, onto the prompt's.
     """
 
-    def __init__(self, frames: WorldFrames, source_sample_rate: int = ANALYSIS_RATE):
+    def __init__(self, warped_stats: dict[float, VoiceStats]):
+        self.warped_stats = warped_stats
+        self.stats = self.warped_stats[1.0]
+
+    @classmethod
+    def measure(cls, frames: WorldFrames, source_sample_rate: int = ANALYSIS_RATE) -> "BaseVoiceModel":
         frames = WorldFrames(
             *(values[::BASE_FRAME_STRIDE] for values in (frames.f0, frames.envelope, frames.aperiodicity))
         )
-        self.warped_stats = {
-            float(alpha): voice_stats(_warped(frames, float(alpha)), source_sample_rate) for alpha in WARP_GRID
-        }
-        self.stats = self.warped_stats[1.0]
+        return cls(
+            {float(alpha): voice_stats(_warped(frames, float(alpha)), source_sample_rate) for alpha in WARP_GRID}
+        )
+
+    def to_rows(self) -> np.ndarray:
+        """(len(WARP_GRID), STATS_VECTOR_SIZE) float64, one row per warp in WARP_GRID's order: all it holds."""
+        return np.stack([self.warped_stats[float(alpha)].to_vector(np.float64) for alpha in WARP_GRID])
+
+    @classmethod
+    def from_rows(cls, rows: np.ndarray) -> "BaseVoiceModel":
+        """:meth:`to_rows`' inverse; ConversionError when ``rows`` is not one finite row per warp."""
+        rows = np.asarray(rows)
+        if rows.shape != (len(WARP_GRID), STATS_VECTOR_SIZE):
+            raise ConversionError(f"base voice statistics must be {len(WARP_GRID)} rows, got shape {rows.shape}")
+        return cls({float(alpha): VoiceStats.from_vector(row) for alpha, row in zip(WARP_GRID, rows)})
 
     def estimate_warp(self, target: VoiceStats) -> float:
         """The grid alpha whose warped long-term spectrum best matches the target's shape."""

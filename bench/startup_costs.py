@@ -3,6 +3,8 @@
 - a CLI refusal of a bad request (``synth --text ""``): wall and CPU seconds until it exits;
 - the preview voice's load with its seeded graph kept in the cache, and with the graph rewritten (``onnx``
   imported and the graph rebuilt, as every start did before the graph was kept);
+- the preview voice's load and first sentence with its base voice's statistics kept in the cache, and with them
+  measured (the reference spoken and analysed, as every start did before they were kept);
 - Gradio's import after the package's (the app, the CLI's app and every test process that imports Gradio pay it;
   the package skips Gradio's per-import type-stub rewrite: cosyvoice_mac/gradio_stubs.py).
 
@@ -30,6 +32,16 @@ started = time.perf_counter()
 piper_tts.PiperSpeaker()
 print(json.dumps({"load_s": time.perf_counter() - started, "onnx_imported": "onnx" in sys.modules}))
 """
+PREVIEW_FIRST_SENTENCE = """
+import json, time
+from cosyvoice_mac.engine.runtime import warmup_prompt
+from cosyvoice_mac.preview.backend import PreviewVoice
+started = time.perf_counter()
+voice = PreviewVoice.from_pretrained()
+speaker = voice.prepare_prompt(warmup_prompt(24000), sample_rate=24000)  # the worker's warm-up prompt
+assert [result.audio for result in voice.synthesize("Hi.", speaker=speaker, seed=1)]
+print(json.dumps({"load_s": time.perf_counter() - started}))
+"""
 
 
 def _child(command: list[str], env: dict) -> tuple[float, float, str]:
@@ -55,8 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "COSYVOICE_CACHE_DIR": str(scratch / "cache")}
     refusal = [sys.executable, "-m", "cosyvoice_mac", "synth", "--random-weights", "cosyvoice3"]
     refusal += ["--prompt-wav", prompt, "--device", "cpu", "--out", str(scratch / "o.wav"), "--text", "", "--seed", "1"]
-    rows = {"cli_refusal": [], "preview_load_kept": [], "preview_load_rewritten": [], "gradio_import": []}
-    _child([sys.executable, "-c", PREVIEW_LOAD], env)  # keeps the graph for the runs below
+    rows = {name: [] for name in ("cli_refusal", "preview_load_kept", "preview_load_rewritten", "gradio_import")}
+    rows |= {"preview_first_sentence_stats_kept": [], "preview_first_sentence_stats_measured": []}
+    _child([sys.executable, "-c", PREVIEW_FIRST_SENTENCE], env)  # keeps the graph (and statistics) for the runs below
     for _ in range(args.runs):
         wall, cpu, _ = _child(refusal, env)
         rows["cli_refusal"].append({"wall_s": wall, "cpu_s": cpu})
@@ -67,6 +80,12 @@ def main(argv: list[str] | None = None) -> int:
             cache = {"COSYVOICE_CACHE_DIR": tempfile.mkdtemp(dir=scratch)} if mode == "rewritten" else {}
             wall, cpu, out = _child([sys.executable, "-c", PREVIEW_LOAD], {**env, **cache})
             rows[f"preview_load_{mode}"].append({"wall_s": wall, "cpu_s": cpu, **json.loads(out)})
+        for mode in ("kept", "measured"):
+            if mode == "measured":  # the statistics only: the graph stays kept
+                for kept in (scratch / "cache" / "preview").glob("base-voice-*.npy"):
+                    kept.unlink()
+            wall, cpu, out = _child([sys.executable, "-c", PREVIEW_FIRST_SENTENCE], env)
+            rows[f"preview_first_sentence_stats_{mode}"].append({"wall_s": wall, "cpu_s": cpu, **json.loads(out)})
     summary = {
         name: {key: round(statistics.median(run[key] for run in runs), 3) for key in ("wall_s", "cpu_s")}
         | ({"load_s": round(statistics.median(run["load_s"] for run in runs), 3)} if "load_s" in runs[0] else {})

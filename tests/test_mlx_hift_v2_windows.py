@@ -115,7 +115,8 @@ def test_the_window_limit_bounds_the_mlx_peak(hift, monkeypatch):
         hift.inference(mel, noise=noise())
         return mx.get_peak_memory() - held
 
-    # measured on mlx-cpu: 0.21 (11.5 of 53.5 MB); 0.60 while the source's excitation was built whole
+    # mlx-cpu: 0.22 (11.8 of 54.1 MB); 0.598 while the source's excitation was built whole (CI's 0.61 failed)
+    # (bench/results/issue44_suite/session5_mlx_vocoder_peak.json)
     assert peak_of(SMALL_LIMIT) < 0.35 * peak_of(None)
 
 
@@ -132,7 +133,7 @@ def source_peak(hift, frames: int) -> int:
 def test_the_source_is_excited_in_chunks_so_its_peak_barely_grows_with_length(hift):
     """Only the one-channel source is kept whole; its ``harmonics``-channel excitation (~40 float32 per sample
     over its intermediates) is built per chunk. Measured on mlx-cpu: 5.5 MB at 600 frames, 6.6 MB at 1200; whole,
-    22 and 42 MB."""
+    42.6 and 85.3 MB (bench/results/issue44_suite/session5_mlx_vocoder_peak.json)."""
     short, long = source_peak(hift, 600), source_peak(hift, 1200)
     assert long - short < 4 * (600 * STEP * 4)  # the kept source's 2.3 MB of growth and its concatenation
 

@@ -66,7 +66,7 @@ def test_the_next_voice_reads_the_kept_statistics_and_speaks_the_same(speaker, p
     assert kept.stat().st_size > 0
 
 
-@pytest.mark.parametrize("damage", [b"not numbers", "wrong rows"])
+@pytest.mark.parametrize("damage", [b"not numbers", b"", "wrong rows"])
 def test_a_damaged_kept_file_is_measured_again_and_replaced(speaker, prompt, cache, damage):
     first, _ = fresh_voice(speaker)
     measured = audio(first, prompt)

@@ -38,7 +38,7 @@ def kept_or_measured(
     if path is not None:
         try:
             return world_convert.BaseVoiceModel.from_rows(np.load(path, allow_pickle=False))
-        except (OSError, ValueError):  # missing, unreadable or not the rows (ConversionError is a ValueError)
+        except (OSError, EOFError, ValueError):  # missing, empty, unreadable or not the rows
             pass
     model = measure()
     if path is not None:

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 
 from cosyvoice_mac.bench.machine import Probe, describe_machine, probe_engines, probe_onnx_providers
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.settings import add_argument, env_value, setting
 
 REPO = Path(__file__).resolve().parents[2]
@@ -260,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--tokens must be at least 25 (one second of speech)")
     document = run_doctor(args)
     document["healthy"] = healthy(document)
-    Path(args.json).write_text(json.dumps(document, indent=1), encoding="utf-8")
+    atomic_write(args.json, json.dumps(document, indent=1).encode("utf-8"))  # a full disk keeps the last report
     print(table(document))
     print(f"\nWrote {args.json}: attach it to a bug report.", file=sys.stderr)
     return 0 if document["healthy"] else 1

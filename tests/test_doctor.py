@@ -157,14 +157,18 @@ def test_the_default_doctor_keeps_every_engine_within_five_minutes(tmp_path, mon
     monkeypatch.setattr(doctor, "parity_folder", lambda: tmp_path)
     monkeypatch.setattr(doctor.subprocess, "run", slow_child)
     monkeypatch.setattr(doctor.time, "monotonic", lambda: clock[0])
-    assert doctor.main(["--json", str(tmp_path / "doctor.json")]) == 1  # the parity checks never answered
+    # Nothing failed: all was too slow (at load 16 on this 2-core machine both engines and MLX's parity tests
+    # were; the parity timeout read as FAILED, and the doctor exited 1 with no failure in its table).
+    assert doctor.main(["--json", str(tmp_path / "doctor.json")]) == 0
     assert len(children) == 4 and clock[0] <= 60 * doctor.DEFAULT_MINUTES
     budgets = [float(c.split("--budget-s ")[1].split()[0]) for c, _ in children if "--budget-s" in c]
     assert len(budgets) == 2 and all(b < timeout for b, (_, timeout) in zip(budgets, children[::2]))
     table = capsys.readouterr().out
-    assert table.count("too slow here") == 2 and "--minutes gives it more" in table
+    assert table.count("too slow here: its load") == 2 and table.count("parity: too slow here") == 2
+    assert "FAILED" not in table and "--minutes gives it more" in table
     document = json.loads((tmp_path / "doctor.json").read_text())
     assert [row["synthesis"]["ok"] for row in document["engines"]] == [None, None]  # slow is not broken
+    assert [row["parity"]["ok"] for row in document["engines"]] == [None, None] and document["healthy"] is True
 
 
 def test_a_shortened_run_is_said_under_its_row():

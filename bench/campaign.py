@@ -11,8 +11,9 @@ exit code of 1, 2, 73 or 75) with words that name what is wrong, no traceback or
 absolute path of the server's folders, nothing new in outputs/, and the app still answering. Then the faults
 (a worker killed or stopped mid-job, outputs full or read-only, damaged voice list and glossary, a client that
 leaves, a flood, a constant prompt) and the security probes (cross-origin changes, a rebinding Host, file
-reads outside outputs/ and the temp folder). Prints JSON: counts per door and every unclean answer.
-Not a timed test: it takes minutes.
+reads outside outputs/ and the temp folder). Then issue 45's cases (``campaign_round3``: each escape of the third
+campaign, as it was found). Prints JSON: counts per door and every unclean answer.
+Not a timed test: it takes minutes. ``--only round-three`` runs issue 45's cases alone.
 """
 
 from __future__ import annotations
@@ -146,27 +147,37 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--skip-faults", action="store_true")
+    parser.add_argument("--only", choices=["round-three"], help="only issue 45's cases (bench/campaign_round3.py)")
+    parser.add_argument("--no-exposed", action="store_true", help="no second, key-locked server (issue 45 item 2)")
     args = parser.parse_args(argv)
     import campaign_faults as faults
+    import campaign_round3 as round3
 
     from tests.reliability.bad_files import make_speech, write_bad_files
 
     with tempfile.TemporaryDirectory(prefix="cosyvoice-campaign-") as folder:
         root = Path(folder)
         disk = FullDisk.prepare(root / "app" / "outputs", root / "app" / "disk-is-full")
-        app = AppServer(root / "app").start(disk)
+        disk_kind = disk.kind
+        app = AppServer(root / "app")
         try:
+            app = faults.start_on_a_free_port(app, disk)
             speech = make_speech(root / "speech.wav", "This is the voice I would like you to copy, please.", 4.0)
             files = write_bad_files(root / "bad", str(speech))
             started = time.monotonic()
-            inputs = run_doors(app, root, files)
+            everything = args.only is None
+            inputs = run_doors(app, root, files) if everything else []
             print(f"bad inputs: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
-            security = faults.security(app, root)
-            fault_rows = [] if args.skip_faults else faults.run_faults(app, disk, root, files)
+            security = faults.security(app, root) if everything else {}
+            fault_rows = faults.run_faults(app, disk, root, files) if everything and not args.skip_faults else []
+            round_three = round3.run_round_three(app, disk, root, files, exposed=not args.no_exposed)
+            print(f"all: {time.monotonic() - started:.0f} s", file=sys.stderr, flush=True)
         finally:
             app.stop()
             disk.release()
     figures = {
+        "outputs_disk": disk_kind,
+        "seconds": round(time.monotonic() - started),
         "bad_inputs": {
             "clean": sum(row["clean"] for row in inputs),
             "total": len(inputs),
@@ -180,6 +191,12 @@ def main(argv: list[str] | None = None) -> int:
             "rows": fault_rows,
         },
         "security": security,
+        "round_three": {
+            "clean": sum(bool(row["clean"]) for row in round_three),
+            "total": sum(row["clean"] is not None for row in round_three),
+            "not_run": [row["case"] for row in round_three if row["clean"] is None],
+            "rows": round_three,
+        },
     }
     text = json.dumps(figures, indent=1, ensure_ascii=False)
     print(text)

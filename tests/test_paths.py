@@ -235,6 +235,16 @@ def _remote_results_write(folder: Path, monkeypatch):
     return lambda: _unpack(archive, out), out / "001.wav"
 
 
+def _doctor_report_write(folder: Path, monkeypatch):
+    from cosyvoice_mac.bench import doctor
+
+    monkeypatch.setattr(doctor, "probe_engines", lambda: [])
+    monkeypatch.setattr(doctor, "probe_onnx_providers", lambda: [])
+    report = folder / "doctor.json"
+    report.write_text('{"doctor_version": 1}')
+    return lambda: doctor.main(["--json", str(report), "--no-synthesis", "--no-parity"]), report
+
+
 WRITERS = {
     "glossary": _glossary_write,
     "batch": _batch_write,
@@ -246,6 +256,7 @@ WRITERS = {
     "rl-choice": _rl_choice_write,
     "glossary-export": _glossary_export_write,
     "remote-results": _remote_results_write,
+    "doctor-report": _doctor_report_write,
 }
 
 

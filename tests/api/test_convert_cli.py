@@ -45,6 +45,7 @@ def test_convert_through_the_app_is_queued_there_and_recorded_as_cli(api_app, so
     job = re.search(r"job ([0-9a-f]{8})", done.stdout).group(1)
     sidecar = sidecar_for(api_app, job)
     assert sidecar["interface"] == "cli" and sidecar["mode"] == "voice_conversion"
+    assert sidecar["source"] == source.name  # the file the user named, not the server's upload.wav (issue 45 item 7)
     assert sidecar["source_duration_s"] == pytest.approx(seconds, abs=0.01)
 
 

@@ -64,7 +64,8 @@ class FullDisk:
     def kind(self) -> str:
         return "tmpfs of 64 MiB" if self.mounted else "simulated ENOSPC"
 
-    def fill(self) -> None:
+    def fill(self, leave: int = 0) -> None:
+        """No room left, or (``leave`` bytes, a mounted disk only) room for small files but not a WAV."""
         if not self.mounted:
             self.flag.touch()
             return
@@ -76,6 +77,9 @@ class FullDisk:
                     handle.flush()
             except OSError:
                 pass
+        if leave:
+            with open(self.filler, "r+b") as handle:
+                handle.truncate(max(self.filler.stat().st_size - leave, 0))
 
     def free(self) -> None:
         self.flag.unlink(missing_ok=True)

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.settings import bounds, choices
+from cosyvoice_mac.settings import bounds, choices, setting
 
 MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
@@ -34,6 +34,8 @@ LUFS_RANGE = bounds("loudness_lufs")
 MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
+MAX_INLINE_PAUSE_S = 10.0  # one [pause] tag (frontend/inline.py); a longer silence is an edit, not a pause
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_window")  # the settings table's rows
 
 
 @dataclass(frozen=True)
@@ -82,6 +84,52 @@ class PostSettings:
 
     def as_dict(self) -> dict:
         return {"trim": self.trim, "loudness_lufs": self.loudness_lufs}
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How the speech model draws its tokens; None for a field: the model's own (its YAML's ``llm.sampling``).
+    ``repetition_window`` is the repetition guard's window (upstream ``win_size``). The ranges are the settings
+    table's; the preview voice draws no tokens and records them only. Checked when built, like ``Request``."""
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    repetition_window: int | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    @classmethod
+    def build(cls, **given) -> "Sampling":
+        """From what a door received: a whole float (the page's number box) becomes an int for a whole-number
+        field; None stays the model's own. RequestError names the first bad field."""
+        return cls(**{name: _whole(value) if setting(name).type is int else value for name, value in given.items()})
+
+    def validate(self) -> None:
+        """Raise RequestError naming the field; the only place these rules are written."""
+        for name in SAMPLING_FIELDS:
+            value, row = getattr(self, name), setting(name)
+            if value is None:
+                continue
+            number = (int,) if row.type is int else (int, float)
+            if isinstance(value, bool) or not isinstance(value, number) or not row.low <= value <= row.high:
+                kind = "a whole number" if row.type is int else "a number"
+                raise RequestError(
+                    name,
+                    "sampling_invalid",
+                    f"{name} {value!r} must be {kind} from {row.low:g} to {row.high:g} "
+                    "(leave it out for the model's own)",
+                    low=row.low,
+                    high=row.high,
+                )
+
+    def given(self) -> dict:
+        """The fields set (not the model's own), for the samplers' overrides."""
+        return {name: getattr(self, name) for name in SAMPLING_FIELDS if getattr(self, name) is not None}
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name in SAMPLING_FIELDS}
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,6 +257,7 @@ class Request(SpeechRequest):
     instruct: str | None = None
     seed: int = 0
     typed_text: str | None = None
+    sampling: Sampling = Sampling()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -231,6 +280,7 @@ class Request(SpeechRequest):
         speed: float | None = 1.0,
         stream: bool = False,
         post: PostSettings | None = None,
+        sampling: Sampling | None = None,
     ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
@@ -238,6 +288,7 @@ class Request(SpeechRequest):
         cross-lingual. A mode asked for must be possible (zero-shot needs a transcript); what the mode does
         not use (the transcript outside zero-shot, the instruction outside instruct) is dropped.
         ``seed`` None picks one now. ``speed`` None means 1.0. ``post`` None means no post-processing.
+        ``sampling`` None means the model's own.
         """
         if voice is None:
             raise RequestError(
@@ -262,6 +313,7 @@ class Request(SpeechRequest):
             speed=1.0 if speed is None else speed,
             stream=bool(stream),
             post=PostSettings() if post is None else post,
+            sampling=Sampling() if sampling is None else sampling,
         )
 
     def validate(self) -> None:
@@ -291,6 +343,11 @@ class Request(SpeechRequest):
                 limit=MAX_SEED,
             )
         self.check_delivery()
+        if not isinstance(self.sampling, Sampling):
+            raise RequestError(
+                "sampling", "sampling_invalid", f"sampling must be Sampling, not {type(self.sampling).__name__}"
+            )
+        self.sampling.validate()
 
     @property
     def transcript(self) -> str | None:
@@ -305,6 +362,7 @@ class Request(SpeechRequest):
             "instruct": self.instruct,
             "prompt_text": self.transcript,
             "seed": self.seed,
+            "sampling": self.sampling.as_dict(),
             **self.delivery_facts(),
         }
 
@@ -353,6 +411,11 @@ def _stripped(value) -> str | None:
     if not isinstance(value, str):
         return value  # validate() names the wrong type
     return value.strip() or None
+
+
+def _whole(value):
+    """A whole float (a number box's 25.0) as int; anything else as given, for validate() to judge."""
+    return int(value) if isinstance(value, float) and math.isfinite(value) and value.is_integer() else value
 
 
 def _seed(seed) -> int:

@@ -1,0 +1,165 @@
+"""Inline control markup (frontend/inline.py, pipeline/prompts.py): what each tag does to the plan and, on the
+preview voice, to the sound; each malformed form refused with its position; CosyVoice3's own markup untouched."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from cosyvoice_mac.errors import InputError, RequestError
+from cosyvoice_mac.frontend.inline import Pause, Spoken, parse_inline
+from cosyvoice_mac.frontend.text import TextNormalizer
+from cosyvoice_mac.pipeline.prompts import plan_request
+from cosyvoice_mac.request import Request, Voice
+
+# -- the grammar -------------------------------------------------------------------------------------------
+
+
+def test_a_text_without_markup_is_one_run():
+    assert parse_inline("Hello there. How are you?") == [Spoken("Hello there. How are you?")]
+
+
+def test_each_tag_becomes_a_pause_a_speed_or_a_style_and_a_sentence_end_ends_them():
+    parts = parse_inline("One. [pause 250ms] [speed 1.5] Two fast (happy) and glad. Three [pause 1.5s] four.")
+    assert parts == [
+        Spoken("One. ", 1.0, None, 0),
+        Pause(0.25, 5),
+        Spoken(" Two fast ", 1.5, None, 30),
+        Spoken(" and glad.", 1.5, "happy", 47),
+        Spoken(" Three ", 1.0, None, 57),
+        Pause(1.5, 64),
+        Spoken(" four.", 1.0, None, 76),
+    ]
+
+
+def test_escapes_and_prose_and_the_models_own_markup_are_text():
+    prose = "See [1], [citation needed], (see above) and [breath] or [h][ào] [M][AY0] <strong>x</strong>."
+    assert parse_inline(prose) == [Spoken(prose)]
+    # an escaped bracket is never a tag and never a model unit: the model reads a round bracket
+    assert parse_inline(r"Write \[pause 500ms] or \(happy) or \[breath].") == [
+        Spoken("Write (pause 500ms] or (happy) or (breath].")
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "position", "advice"),
+    [
+        ("Hi [pause 500] there.", 4, "[pause 500ms]"),
+        ("Hi [pause] there.", 4, "[pause 500ms]"),
+        ("Hi [pause 20s] there.", 4, "at most 10 s"),
+        ("Hi [pause 0ms] there.", 4, "longer than 0"),
+        ("Hi [speed fast] there.", 4, "[speed 1.2]"),
+        ("Hi [speed 3] there.", 4, "0.5 to 2"),
+        ("Hi [pase 500ms] there.", 4, "did you mean [pause 500ms]"),
+        ("Hi [sped 1.2] there.", 4, "did you mean [speed 1.2]"),
+        ("Hi (hapy) there.", 4, "did you mean (happy)"),
+        ("Hi (sic) there.", 4, r"write \(sic)"),
+        ("Fine.\nHi [speed] x", 10, "line 2"),
+    ],
+)
+def test_a_malformed_or_unknown_tag_is_refused_with_its_position_and_a_suggestion(text, position, advice):
+    with pytest.raises(RequestError) as caught:
+        parse_inline(text)
+    error = caught.value
+    assert error.field == "text" and error.code == "markup_invalid"
+    assert error.values["position"] == position and f"at character {position}" in str(error)
+    assert advice in str(error)
+
+
+# -- the plan: what each model reads ------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def normalizer():
+    return TextNormalizer(lambda text: len(text.split()))
+
+
+def _plan(normalizer, text, version="cosyvoice3", styles=frozenset(), **build):
+    voice = Voice(prepared="x", transcript="This is the prompt.")
+    return plan_request(version, normalizer, Request.build(text, voice, seed=0, **build), styles)
+
+
+def test_a_style_becomes_each_versions_instruction_for_its_run_only(normalizer):
+    v3 = _plan(normalizer, "(happy) Good news. Plain words.").segments
+    assert [s.mode for s in v3] == ["instruct", "zero_shot"]
+    assert v3[0].llm_prompt_text == "You are a helpful assistant. 请非常开心地说一句话。<|endofprompt|>"
+    assert v3[1].llm_prompt_text.endswith("This is the prompt.")
+    v2 = _plan(normalizer, "(whisper) Quiet now.", version="cosyvoice2").segments
+    assert [(s.mode, s.llm_prompt_text) for s in v2] == [("instruct", "用耳语的方式轻声说这句话<|endofprompt|>")]
+
+
+def test_a_style_the_voice_has_a_recording_of_keeps_the_mode_and_names_the_recording(normalizer):
+    (segment,) = _plan(normalizer, "(happy) Good news.", styles=frozenset({"happy"})).segments
+    assert (segment.mode, segment.style) == ("zero_shot", "happy")
+    (own,) = _plan(normalizer, "(car) Good news.", styles=frozenset({"car"})).segments  # item 1's free-text styles
+    assert own.style == "car"
+
+
+def test_speed_multiplies_the_requests_within_its_range_and_a_pause_splits_the_text(normalizer):
+    plan = _plan(normalizer, "[speed 1.5] Quick one. Then [pause 300ms] slow.", speed=1.6)
+    assert [(s.display_text, s.speed, s.silence_s) for s in plan.segments] == [
+        ("Quick one.", 2.0, 0.0),  # 1.6 x 1.5, held at the model's 2.0
+        ("Then.", 1.6, 0.0),  # the normaliser ends every piece as a sentence
+        ("", 1.0, 0.3),
+        ("slow.", 1.6, 0.0),
+    ]
+
+
+def test_cosyvoice3_pronunciation_markup_still_works_beside_the_tags_and_its_typos_are_still_refused(normalizer):
+    plan = _plan(normalizer, "[h][ào] [pause 200ms] I [breath] said [M][AY0][N][UW1][T].")
+    spoken = [s.display_text for s in plan.segments if not s.silence_s]
+    assert spoken == ["[h][ào].", "I [breath] said [M][AY0][N][UW1][T]."]
+    with pytest.raises(InputError, match=r"\[zz\]"):
+        _plan(normalizer, "[pause 200ms] [zz][qq] there.")
+
+
+def test_a_speed_tag_in_a_stream_is_refused(normalizer):
+    with pytest.raises(InputError, match="streaming"):
+        _plan(normalizer, "[speed 1.2] Hello there.", stream=True)
+
+
+# -- the effect, measured on the preview voice ---------------------------------------------------------------
+
+pytest.importorskip("piper")
+pytest.importorskip("pyworld")
+
+
+@pytest.fixture(scope="module")
+def preview():
+    from cosyvoice_mac.preview.backend import PreviewVoice
+
+    return PreviewVoice.from_pretrained(None)
+
+
+def _audio(preview, text: str) -> tuple[np.ndarray, list]:
+    pieces = list(preview.synthesize(text, Voice.builtin(), seed=3))
+    return np.concatenate([piece.audio for piece in pieces]), pieces
+
+
+def _longest_silence_s(audio: np.ndarray, rate: int = 24000) -> float:
+    """The longest run of samples under -60 dBFS (the preview voice's own gaps are far shorter)."""
+    quiet = np.abs(audio) < 1e-3
+    longest = run = 0
+    for is_quiet in quiet:
+        run = run + 1 if is_quiet else 0
+        longest = max(longest, run)
+    return longest / rate
+
+
+def test_a_pause_is_silence_of_its_length_in_the_audio(preview):
+    short, _ = _audio(preview, "One. [pause 300ms] Two.")
+    long, pieces = _audio(preview, "One. [pause 800ms] Two.")
+    assert [piece.text for piece in pieces] == ["One.", "", "Two."]
+    assert abs(_longest_silence_s(long) - _longest_silence_s(short) - 0.5) <= 0.02
+    assert abs(len(long) - len(short) - 0.5 * 24000) <= 0.02 * 24000
+
+
+def test_a_speed_tag_changes_the_duration_of_its_sentence_only(preview):
+    _, plain = _audio(preview, "One two three. Four five.")
+    _, fast = _audio(preview, "[speed 1.6] One two three. Four five.")
+    assert [piece.text for piece in plain] == ["One two three. Four five."]
+    assert [piece.text for piece in fast] == ["One two three.", "Four five."]
+    assert fast[0].duration_s < 0.8 * (plain[0].duration_s - fast[1].duration_s)
+    _, slow = _audio(preview, "[speed 0.6] One two three. Four five.")
+    assert slow[0].duration_s > 2 * fast[0].duration_s
+    assert slow[1].duration_s == fast[1].duration_s  # the sentence's end ended the speed

@@ -23,6 +23,7 @@ import numpy as np
 
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.settings import bounds, choices, setting
+from cosyvoice_mac.settings.fields import SAMPLING_FIELDS
 
 MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
@@ -35,7 +36,6 @@ MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the pa
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
 MAX_INLINE_PAUSE_S = 10.0  # one [pause] tag (frontend/inline.py); a longer silence is an edit, not a pause
-SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_window")  # the settings table's rows
 
 
 @dataclass(frozen=True)

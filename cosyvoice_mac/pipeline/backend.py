@@ -84,6 +84,9 @@ class Backend(Protocol):
     def stock_speaker(self) -> SpeakerPrompt | None:
         """The backend's own voice (for ``Voice.builtin()``); None when it has none."""
 
+    def sampling_used(self, sampling: Sampling) -> dict:
+        """The sampling settings a request with ``sampling`` is drawn with (the sidecar records them)."""
+
     def run(
         self,
         request: Request,
@@ -127,6 +130,11 @@ class BackendBase:
 
     def stock_speaker(self) -> SpeakerPrompt | None:
         return None
+
+    def sampling_used(self, sampling: Sampling) -> dict:
+        """What a request's sampling settings came to: the model's own where it gave none (a backend that
+        draws no tokens, the preview voice, records what was asked, None for the model's own)."""
+        return sampling.as_dict()
 
     def prepare_prompts(self, prompts: Sequence[PromptAudio]) -> list[SpeakerPrompt | SynthesisError]:
         """One prompt after another (a backend with sessions to share, CosyVoice, overrides this)."""

@@ -42,7 +42,7 @@ from cosyvoice_mac.pipeline.streaming import (
     stream_segment,
 )
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, PromptAudio, SpeakerPrompt, SynthesisError, SynthesisResult
-from cosyvoice_mac.request import Request
+from cosyvoice_mac.request import Request, Sampling
 from cosyvoice_mac.versions import spec_for
 
 STOP_CHECK_EVERY_TOKENS = 10
@@ -199,6 +199,12 @@ class CosyVoice(BackendBase):
         sampler = self.networks.llm.make_sampler(seed=request.seed, **sampler_settings(request.sampling))
         voices = _Voices(speaker, style_speakers)
         return run(plan, voices, request.seed, sampler, should_stop or (lambda: False), frontend_s)
+
+    def sampling_used(self, sampling: Sampling) -> dict:
+        """The request's sampling settings, the model's own (its YAML's ``llm.sampling``) where it gave none."""
+        own = self.networks.llm.config
+        model = {"temperature": 1.0, "top_p": own.top_p, "top_k": own.top_k, "repetition_window": own.win_size}
+        return {**model, **sampling.given()}
 
     def run_conversion(
         self,

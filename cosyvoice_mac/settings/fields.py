@@ -11,6 +11,7 @@ from cosyvoice_mac.settings.setting import GRADIO, LONG_COMMANDS, PAGE, PYTHON, 
 
 SPEECH_DOORS = (PAGE, V1, GRADIO, PYTHON)  # every door that speaks one request
 MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_window")  # the sampling rows, a request's names
 
 FIELD_ROWS = (
     Setting(

@@ -31,6 +31,7 @@ from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.webui.history import HistoryBook, history_view
 from cosyvoice_mac.webui.post_controls import post_settings
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, status_line
+from cosyvoice_mac.webui.sampling_controls import sampling_settings
 from cosyvoice_mac.webui.state import ActiveJobs, Session, is_inside
 from cosyvoice_mac.webui.streaming import StreamBuffer
 from cosyvoice_mac.webui.strings import text as say
@@ -67,14 +68,28 @@ class Generation:
         self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
     def run(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, page, post=POST_OFF
+        self,
+        lang,
+        audio,
+        voice,
+        transcript,
+        text,
+        mode,
+        instruct,
+        seed,
+        speed,
+        stream,
+        session,
+        page,
+        post=POST_OFF,
+        sampling=(),
     ) -> Iterator[tuple]:
         """Yields GenerateOutputs. ``page`` is Gradio's request; ``post`` the post-processing controls' values
-        (trim, normalise, target)."""
+        (trim, normalise, target); ``sampling`` the sampling controls' (on, then the four values; none: off)."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
         request, problem = self.build_request(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post, sampling
         )
         if problem is not None:
             yield out.problem(*problem)
@@ -171,7 +186,19 @@ class Generation:
         return "  \n".join(lines)
 
     def build_request(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=POST_OFF
+        self,
+        lang,
+        audio,
+        voice,
+        transcript,
+        text,
+        mode,
+        instruct,
+        seed,
+        speed,
+        stream=False,
+        post=POST_OFF,
+        sampling=(),
     ):
         """(Request, None) or (None, (where, strings key, values)) for the first problem found.
 
@@ -208,6 +235,7 @@ class Generation:
                 speed=1.0 if stream else speed,
                 stream=bool(stream),
                 post=post_settings(*post),
+                sampling=sampling_settings(*sampling),
             )
         except RequestError as error:
             return None, _problem(error)

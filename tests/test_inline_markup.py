@@ -3,12 +3,17 @@ preview voice, to the sound; each malformed form refused with its position; Cosy
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
+import soundfile
 
 from cosyvoice_mac.errors import InputError, RequestError
 from cosyvoice_mac.frontend.inline import Pause, Spoken, parse_inline
 from cosyvoice_mac.frontend.text import TextNormalizer
+from cosyvoice_mac.longform import LongformError, runner
+from cosyvoice_mac.longform.runner import LineRequest, run_dialogue, run_dub
 from cosyvoice_mac.pipeline.prompts import plan_request
 from cosyvoice_mac.request import Request, Voice
 
@@ -131,35 +136,77 @@ def preview():
     return PreviewVoice.from_pretrained(None)
 
 
-def _audio(preview, text: str) -> tuple[np.ndarray, list]:
-    pieces = list(preview.synthesize(text, Voice.builtin(), seed=3))
-    return np.concatenate([piece.audio for piece in pieces]), pieces
-
-
 def _longest_silence_s(audio: np.ndarray, rate: int = 24000) -> float:
     """The longest run of samples under -60 dBFS (the preview voice's own gaps are far shorter)."""
-    quiet = np.abs(audio) < 1e-3
-    longest = run = 0
-    for is_quiet in quiet:
-        run = run + 1 if is_quiet else 0
-        longest = max(longest, run)
-    return longest / rate
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], (np.abs(audio) < 1e-3).astype(np.int8), [0]))))
+    return float((edges[1::2] - edges[::2]).max(initial=0)) / rate
 
 
-def test_a_pause_is_silence_of_its_length_in_the_audio(preview):
-    short, _ = _audio(preview, "One. [pause 300ms] Two.")
-    long, pieces = _audio(preview, "One. [pause 800ms] Two.")
-    assert [piece.text for piece in pieces] == ["One.", "", "Two."]
+# -- inside long-form lines ------------------------------------------------------------------------------------
+
+
+class PreviewSpeak:
+    """Speaks each long-form line with the preview voice in this process (its own voice for every speaker)."""
+
+    def __init__(self, preview):
+        self.preview = preview
+
+    def prepare(self, voices) -> None:
+        list(voices)
+
+    def __call__(self, line: LineRequest) -> runner.Spoken:
+        pieces = self.preview.synthesize(line.text, Voice.builtin(), seed=line.seed or 0, speed=line.speed)
+        return runner.Spoken(np.concatenate([piece.audio for piece in pieces]), 24000)
+
+
+def _dialogue(preview, out, script: str) -> tuple[float, np.ndarray]:
+    """(the first line's length in the timing report, the dialogue's audio)."""
+    result = run_dialogue(script, {"Anna": "A"}, ["A"], PreviewSpeak(preview), out, seed=1)
+    audio, _ = soundfile.read(result.audio_path, dtype="float32")
+    return result.report[0]["end"] - result.report[0]["start"], audio
+
+
+def test_a_pause_inside_a_dialogue_line_is_silence_of_its_length(preview, tmp_path):
+    short_s, short = _dialogue(preview, tmp_path / "a", "Anna: One. [pause 200ms] Two.")
+    long_s, long = _dialogue(preview, tmp_path / "b", "Anna: One. [pause 700ms] Two.")
+    assert abs(long_s - short_s - 0.5) <= 0.02
     assert abs(_longest_silence_s(long) - _longest_silence_s(short) - 0.5) <= 0.02
-    assert abs(len(long) - len(short) - 0.5 * 24000) <= 0.02 * 24000
+    assert _longest_silence_s(long) >= 0.7
 
 
-def test_a_speed_tag_changes_the_duration_of_its_sentence_only(preview):
-    _, plain = _audio(preview, "One two three. Four five.")
-    _, fast = _audio(preview, "[speed 1.6] One two three. Four five.")
-    assert [piece.text for piece in plain] == ["One two three. Four five."]
-    assert [piece.text for piece in fast] == ["One two three.", "Four five."]
-    assert fast[0].duration_s < 0.8 * (plain[0].duration_s - fast[1].duration_s)
-    _, slow = _audio(preview, "[speed 0.6] One two three. Four five.")
-    assert slow[0].duration_s > 2 * fast[0].duration_s
-    assert slow[1].duration_s == fast[1].duration_s  # the sentence's end ended the speed
+def test_a_speed_tag_inside_a_subtitle_cue_shortens_that_cue(preview, tmp_path):
+    cues = (
+        "1\n00:00:00,000 --> 00:00:05,000\nOne two three four five.\n\n"
+        "2\n00:00:05,000 --> 00:00:10,000\n[speed 1.6] One two three four five.\n"
+    )
+    result = run_dub(cues, None, PreviewSpeak(preview), tmp_path / "dub", seed=1)
+    plain, fast = (json.loads(tmp_path.joinpath("dub.report.json").read_text())["cues"][i] for i in (0, 1))
+    assert fast["speed"] == plain["speed"] == 1.0  # no fitting: the tag alone made it shorter
+    assert fast["end"] - fast["start"] < 0.8 * (plain["end"] - plain["start"])
+    assert result.done == 2
+
+
+@pytest.mark.parametrize(
+    ("run", "where"),
+    [
+        (
+            lambda speak, out: run_dialogue("Anna: Hi.\nBob: Hi (hapy) there.", {}, ["Anna", "Bob"], speak, out),
+            "line 2",
+        ),
+        (lambda speak, out: run_dub("1\n00:00:01,000 --> 00:00:02,000\nHi [pause 5] x\n", None, speak, out), "cue 1"),
+    ],
+)
+def test_a_malformed_tag_in_a_long_job_names_its_line_before_any_line_is_spoken(run, where, tmp_path):
+    class Mute:
+        spoken = 0
+
+        def prepare(self, voices):
+            list(voices)
+
+        def __call__(self, line):
+            Mute.spoken += 1
+            raise AssertionError("nothing may be spoken")
+
+    with pytest.raises(LongformError, match=rf"{where}.*at character \d+"):
+        run(Mute(), tmp_path / "x")
+    assert Mute.spoken == 0 and not list(tmp_path.iterdir())

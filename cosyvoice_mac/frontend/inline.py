@@ -34,7 +34,7 @@ CONTROL_TAGS = ("pause", "speed")
 _TOKEN = re.compile(
     r"(?P<escape>\\[\[(])"
     r"|(?P<control>\[[ \t]*(?P<word>[A-Za-z]+)(?:[ \t]+(?P<arg>[^\[\]\n]*?))?[ \t]*\])"
-    r"|(?P<style>\((?P<name>[a-z][a-z_-]{0,23})\))"
+    r"|(?P<style>\((?P<name>[a-z][a-z_-]{1,23})\))"
     r"|(?P<end>[.!?。！？…]+[\"'”’)」』]*(?=\s|$)|\n)"
 )
 _PAUSE = re.compile(r"(?P<number>\d+(?:\.\d+)?|\.\d+)[ \t]*(?P<unit>ms|s)", re.IGNORECASE)
@@ -154,7 +154,7 @@ def _style_advice(name: str, styles: tuple[str, ...]) -> str:
     hint = f"did you mean ({close[0]})? " if close else ""
     return (
         f"{hint}The styles are {', '.join(f'({style})' for style in styles)}; "
-        f"to keep round brackets as text, write \\({name})."
+        f"to keep round brackets as text, write \\({name}), or remove it."
     )
 
 

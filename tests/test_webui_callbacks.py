@@ -8,6 +8,7 @@ file, tests/test_webui_additions.py.
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from pathlib import Path
@@ -115,6 +116,21 @@ def test_bad_input_is_answered_in_the_field_s_message_and_nothing_is_queued(call
     assert outputs[STATUS] == "" or slot == STATUS
     assert _is_skip(outputs[RESULT])
     assert _outputs(callbacks) == before
+
+
+def test_a_malformed_inline_tag_or_a_sampling_setting_out_of_range_is_said_before_queueing(callbacks, prompt):
+    before = _outputs(callbacks)
+    (outputs,) = _run(callbacks, audio=prompt, text="Hello [pase 500ms] there.")
+    said = html.unescape(outputs[COUNTER])  # the page writes brackets as entities (they are Markdown)
+    assert "at character 7" in said and "did you mean [pause 500ms]" in said
+    page = SimpleNamespace(session_hash="s1")
+    off = (False, False, None)
+    args = ("en", prompt, "", TRANSCRIPT, "Hello.", "zero_shot", "", 7, 1.0, False, Session(), page, *off)
+    (outputs,) = list(callbacks.generate(*args, True, 1.0, 0.8, 0, 10))  # the sampling panel on, top-k 0
+    assert "top_k 0 must be a whole number from 1 to 100" in html.unescape(outputs[STATUS])
+    assert _outputs(callbacks) == before
+    reasons = callbacks.blockers("en", prompt, "", TRANSCRIPT, "Hi (hapy).", "zero_shot", "")
+    assert "(hapy) is not a style (at character 4)" in html.unescape(reasons)
 
 
 def test_a_file_that_is_not_audio_is_refused_before_queueing(callbacks, tmp_path):

@@ -25,6 +25,7 @@ from cosyvoice_mac.engine.jobqueue import Listener
 from cosyvoice_mac.engine.messages import Done, EngineState, Progress, Queued, Retrying, Started
 from cosyvoice_mac.engine.voice_library import judge_voice_audio
 from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.frontend.inline import parse_inline
 from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import MODES, Request, Voice
@@ -237,6 +238,7 @@ class Generation:
                 post=post_settings(*post),
                 sampling=sampling_settings(*sampling),
             )
+            parse_inline(request.text)  # a malformed inline tag is said here, before the job waits in the queue
         except RequestError as error:
             return None, _problem(error)
         return request, None

@@ -10,6 +10,7 @@ import pytest
 import soundfile
 
 from cosyvoice_mac.errors import InputError, RequestError
+from cosyvoice_mac.frontend.glossary import GlossaryEntry, apply_glossary
 from cosyvoice_mac.frontend.inline import Pause, Spoken, parse_inline
 from cosyvoice_mac.frontend.text import TextNormalizer
 from cosyvoice_mac.longform import LongformError, runner
@@ -69,6 +70,13 @@ def test_a_malformed_or_unknown_tag_is_refused_with_its_position_and_a_suggestio
     assert error.field == "text" and error.code == "markup_invalid"
     assert error.values["position"] == position and f"at character {position}" in str(error)
     assert advice in str(error)
+
+
+def test_the_glossary_never_rewrites_a_tag():
+    entries = (GlossaryEntry("happy", "glad", "all"), GlossaryEntry("pause", "stop", "all"))
+    assert apply_glossary("(happy) A happy pause [pause 300ms].", entries, "en").text == (
+        "(happy) A glad stop [pause 300ms]."
+    )
 
 
 # -- the plan: what each model reads ------------------------------------------------------------------------

@@ -104,7 +104,7 @@ def parse_inline(text: str, styles: tuple[str, ...] = STYLE_NAMES) -> list[Spoke
                 parts.append(Pause(value, match.start()))
             else:
                 speed = value
-        elif match.group("arg") is not None and match.group("arg")[:1] in "0123456789.+-":
+        elif _is_ours(match):
             close = difflib.get_close_matches(word, CONTROL_TAGS, n=1, cutoff=0.5)
             hint = f"did you mean [{close[0]} {match.group('arg')}]? " if close else ""
             raise _refused(text, match, f"{match.group()} is not a tag", hint + _KNOWN)
@@ -113,6 +113,24 @@ def parse_inline(text: str, styles: tuple[str, ...] = STYLE_NAMES) -> list[Spoke
     run.append(text[position:])
     close_run(len(text))
     return parts
+
+
+def tag_spans(text: str) -> list[tuple[int, int]]:
+    """Where this markup's tags and escapes sit in ``text`` ((start, end) character offsets), as
+    :func:`parse_inline` reads them; the glossary leaves them alone (an entry for "happy" never rewrites a
+    ``(happy)`` tag)."""
+    return [
+        match.span()
+        for match in _TOKEN.finditer(text)
+        if match.lastgroup in ("escape", "style") or (match.lastgroup == "control" and _is_ours(match))
+    ]
+
+
+def _is_ours(match: re.Match) -> bool:
+    """A bracket that is this markup's tag: ``pause`` or ``speed``, or any word followed by a number (a typo
+    of one, refused); a bracket of other words is prose or the model's own markup."""
+    arg = match.group("arg")
+    return match.group("word").lower() in CONTROL_TAGS or (arg is not None and arg[:1] in "0123456789.+-")
 
 
 _KNOWN = "The tags are [pause 500ms] (or [pause 1.5s]), [speed 1.2] and a style such as (happy)."

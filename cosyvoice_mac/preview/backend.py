@@ -219,8 +219,10 @@ class PreviewVoice(BackendBase):
         if any(detect_language(words) == "zh" for _, words in items if words):
             self.mandarin()
         notes = [PREVIEW_NOTE]
-        if any(segment.mode == "instruct" for segment, _ in items):
-            notes.append("the preview voice cannot follow instructions or style tags; they were ignored")
+        if request.mode == "instruct":
+            notes.append("the preview voice cannot follow instructions; the instruction was ignored")
+        elif any(segment.mode == "instruct" for segment, _ in items):
+            notes.append("the preview voice cannot speak in a style; the style tags were ignored")
         if any(_MARKUP.search(text) for text in texts):
             notes.append("the preview voice does not understand markup such as [breath]; it was left out")
         if request.sampling.given():

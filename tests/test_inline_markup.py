@@ -38,6 +38,14 @@ def test_each_tag_becomes_a_pause_a_speed_or_a_style_and_a_sentence_end_ends_the
     ]
 
 
+def test_a_chinese_sentence_ends_at_its_stop_without_a_space():
+    assert parse_inline("(happy)你好。[speed 1.5]我们走吧！再见。") == [
+        Spoken("你好。", 1.0, "happy", 7),
+        Spoken("我们走吧！", 1.5, None, 21),
+        Spoken("再见。", 1.0, None, 26),
+    ]
+
+
 def test_escapes_and_prose_and_the_models_own_markup_are_text():
     prose = "See [1], [citation needed], (see above) and [breath] or [h][ào] [M][AY0] <strong>x</strong>."
     assert parse_inline(prose) == [Spoken(prose)]

@@ -11,7 +11,7 @@ The grammar (docs/page.md "Inline control" says it for users)::
 A tag is one of three shapes, so it never collides with CosyVoice3's own markup (``[breath]``, ``[h][ào]``,
 ``[AY0]``, ``<strong>``): a bracket holding a word, a space and an argument (``[pause 500ms]``: the model's
 units never hold a space), a bracket holding only ``pause`` or ``speed`` (never model units), or a lowercase
-word alone in round brackets (``(happy)``: the model has no round-bracket units). A bracketed word then a
+word of two letters or more alone in round brackets (``(happy)``: the model has no round-bracket units). A bracketed word then a
 number that is not ours (``[pase 500ms]``), any ``(word)`` that is not a known style, and a tag with a bad
 argument are refused with their position and a suggestion, never spoken. Everything else (``[1]``,
 ``[citation needed]``, ``(see above)``, the model's own units) is left as it is for the model's markup check.
@@ -35,7 +35,7 @@ _TOKEN = re.compile(
     r"(?P<escape>\\[\[(])"
     r"|(?P<control>\[[ \t]*(?P<word>[A-Za-z]+)(?:[ \t]+(?P<arg>[^\[\]\n]*?))?[ \t]*\])"
     r"|(?P<style>\((?P<name>[a-z][a-z_-]{1,23})\))"
-    r"|(?P<end>[.!?。！？…]+[\"'”’)」』]*(?=\s|$)|\n)"
+    r"|(?P<end>[.!?…]+[\"'”’)」』]*(?=\s|$)|[。！？]+[”’」』）]*|\n)"
 )
 _PAUSE = re.compile(r"(?P<number>\d+(?:\.\d+)?|\.\d+)[ \t]*(?P<unit>ms|s)", re.IGNORECASE)
 _SPEED = re.compile(r"\d+(?:\.\d+)?|\.\d+")

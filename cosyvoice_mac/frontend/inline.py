@@ -11,9 +11,9 @@ The grammar (docs/page.md "Inline control" says it for users)::
 A tag is one of three shapes, so it never collides with CosyVoice3's own markup (``[breath]``, ``[h][ào]``,
 ``[AY0]``, ``<strong>``): a bracket holding a word, a space and an argument (``[pause 500ms]``: the model's
 units never hold a space), a bracket holding only ``pause`` or ``speed`` (never model units), or a lowercase
-word of two letters or more alone in round brackets (``(happy)``: the model has no round-bracket units). A bracketed word then a
-number that is not ours (``[pase 500ms]``), any ``(word)`` that is not a known style, and a tag with a bad
-argument are refused with their position and a suggestion, never spoken. Everything else (``[1]``,
+word of two letters or more alone in round brackets (``(happy)``: the model has no round-bracket units). A
+bracketed word then a number that is not ours (``[pase 500ms]``), any ``(word)`` that is not a known style, and
+a tag with a bad argument are refused with their position and a suggestion, never spoken. Everything else (``[1]``,
 ``[citation needed]``, ``(see above)``, the model's own units) is left as it is for the model's markup check.
 
 :func:`parse_inline` gives plain data: a list of :class:`Spoken` runs (text, speed, style) and

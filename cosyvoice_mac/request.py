@@ -362,7 +362,6 @@ class Request(SpeechRequest):
             "instruct": self.instruct,
             "prompt_text": self.transcript,
             "seed": self.seed,
-            "sampling": self.sampling.as_dict(),
             **self.delivery_facts(),
         }
 

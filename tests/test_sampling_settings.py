@@ -43,7 +43,7 @@ def test_the_ends_of_each_range_and_whole_floats_are_taken_and_nothing_given_is_
     Sampling.build(temperature=1.5, top_p=1.0, top_k=100, repetition_window=50)
     request = Request.build("Hello.", Voice.builtin(), seed=0)
     assert request.sampling == Sampling() and request.sampling.given() == {}
-    assert request.facts()["sampling"] == {"temperature": None, "top_p": None, "top_k": None, "repetition_window": None}
+    assert request.sampling.as_dict() == dict.fromkeys(("temperature", "top_p", "top_k", "repetition_window"))
     assert sampler_settings(Sampling(top_k=5, repetition_window=20)) == {"top_k": 5, "win_size": 20}
 
 

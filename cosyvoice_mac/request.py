@@ -22,8 +22,11 @@ from pathlib import Path
 import numpy as np
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.settings import bounds, choices, setting
-from cosyvoice_mac.settings.fields import SAMPLING_FIELDS
+from cosyvoice_mac.settings import bounds, choices
+from cosyvoice_mac.settings.fields import SAMPLING_FIELDS as SAMPLING_FIELDS  # the contract's names, read here
+from cosyvoice_mac.sound.post_settings import LUFS_RANGE as LUFS_RANGE  # the contract's limits, read here
+from cosyvoice_mac.sound.post_settings import PostSettings
+from cosyvoice_mac.token_sampling import Sampling
 
 MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
@@ -31,105 +34,10 @@ MAX_TRANSCRIPT_CHARS = 1000  # a 30 s prompt holds a few hundred characters
 MAX_INSTRUCT_CHARS = 500
 SPEED_RANGE = bounds("speed")  # the settings table says why
 MAX_SEED = bounds("seed")[1]
-LUFS_RANGE = bounds("loudness_lufs")
 MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
 MAX_INLINE_PAUSE_S = 10.0  # one [pause] tag (frontend/inline.py); a longer silence is an edit, not a pause
-
-
-@dataclass(frozen=True)
-class PostSettings:
-    """What is done to a finished waveform before it is saved (both off by default): ``trim`` its leading
-    and trailing silence, normalise its integrated loudness to ``loudness_lufs`` (None: leave it).
-
-    The same value serves every output (Generate, the APIs, ``synth``, dialogue, subtitles, batches);
-    ``sound/post.py`` does the work. Checked when built, like ``Request``.
-    """
-
-    trim: bool = False
-    loudness_lufs: float | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise RequestError naming the field ("trim" or "loudness_lufs"); the only place these rules are."""
-        if not isinstance(self.trim, bool):
-            raise RequestError("trim", "trim_invalid", f"trim must be true or false, not {self.trim!r}")
-        target, (low, high) = self.loudness_lufs, LUFS_RANGE
-        if target is None:
-            return
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be a number of LUFS from {low:g} to {high:g}, not {target!r}",
-                low=low,
-                high=high,
-            )
-        if not low <= target <= high:
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be {low:g} to {high:g} LUFS (got {target:g}); "
-                "-16 suits speech on the web, -23 broadcast",
-                low=low,
-                high=high,
-            )
-
-    @property
-    def active(self) -> bool:
-        return self.trim or self.loudness_lufs is not None
-
-    def as_dict(self) -> dict:
-        return {"trim": self.trim, "loudness_lufs": self.loudness_lufs}
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """How the speech model draws its tokens; None for a field: the model's own (its YAML's ``llm.sampling``).
-    ``repetition_window`` is the repetition guard's window (upstream ``win_size``). The ranges are the settings
-    table's; the preview voice draws no tokens and records them only. Checked when built, like ``Request``."""
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    repetition_window: int | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    @classmethod
-    def build(cls, **given) -> "Sampling":
-        """From what a door received: a whole float (the page's number box) becomes an int for a whole-number
-        field; None stays the model's own. RequestError names the first bad field."""
-        return cls(**{name: _whole(value) if setting(name).type is int else value for name, value in given.items()})
-
-    def validate(self) -> None:
-        """Raise RequestError naming the field; the only place these rules are written."""
-        for name in SAMPLING_FIELDS:
-            value, row = getattr(self, name), setting(name)
-            if value is None:
-                continue
-            number = (int,) if row.type is int else (int, float)
-            if isinstance(value, bool) or not isinstance(value, number) or not row.low <= value <= row.high:
-                kind = "a whole number" if row.type is int else "a number"
-                raise RequestError(
-                    name,
-                    "sampling_invalid",
-                    f"{name} {value!r} must be {kind} from {row.low:g} to {row.high:g} "
-                    "(leave it out for the model's own)",
-                    low=row.low,
-                    high=row.high,
-                )
-
-    def given(self) -> dict:
-        """The fields set (not the model's own), for the samplers' overrides."""
-        return {name: getattr(self, name) for name in SAMPLING_FIELDS if getattr(self, name) is not None}
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name in SAMPLING_FIELDS}
 
 
 @dataclass(frozen=True, eq=False)
@@ -410,11 +318,6 @@ def _stripped(value) -> str | None:
     if not isinstance(value, str):
         return value  # validate() names the wrong type
     return value.strip() or None
-
-
-def _whole(value):
-    """A whole float (a number box's 25.0) as int; anything else as given, for validate() to judge."""
-    return int(value) if isinstance(value, float) and math.isfinite(value) and value.is_integer() else value
 
 
 def _seed(seed) -> int:

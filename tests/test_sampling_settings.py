@@ -86,3 +86,19 @@ def test_the_cli_takes_the_tables_flags_and_refuses_by_the_same_rule():
     assert _request(args).sampling == Sampling(temperature=0.9, top_k=30, repetition_window=12)
     with pytest.raises(RequestError, match="top_p"):
         _request(build_parser().parse_args([*base, "--top-p", "1.5"]))
+
+
+def test_the_long_form_commands_take_the_same_flags_and_refuse_before_anything_is_sent(tmp_path, capsys):
+    from cosyvoice_mac.cli.main import build_parser, main
+
+    lines = tmp_path / "lines.txt"
+    lines.write_text("One.\nTwo.\n")
+    unreachable = ("--server", "http://127.0.0.1:9")  # nothing is sent: the flags are refused first
+    for command in (["batch", str(lines), "--out-dir", "b"], ["dub", str(lines), "--voice", "A", "--out", "x"]):
+        assert build_parser().parse_args([*command, "--top-k", "30"]).top_k == 30
+    assert main(["batch", str(lines), "--out-dir", str(tmp_path / "b"), "--top-k", "0", *unreachable]) == 2
+    assert "error: --top-k: top_k 0 must be a whole number from 1 to 100" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+    synth = ["synth", "--voice", "preview", "--text", "Hi [pase 500ms] there.", "--out", str(tmp_path / "s.wav")]
+    assert main([*synth, *unreachable]) == 2  # a malformed tag, said before the app is asked
+    assert "error: --text: [pase 500ms] is not a tag (at character 4)" in capsys.readouterr().err

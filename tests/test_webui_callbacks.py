@@ -511,3 +511,13 @@ def test_a_voice_without_a_transcript_is_cross_lingual_renamed_replaced_and_give
     assert callbacks.voices.get("Other")["transcript"] == "The first recording of this voice."
     for name in ("Renamed", "Other"):
         callbacks.delete_voice("en", name)
+
+
+def test_the_engine_refuses_a_malformed_inline_tag_before_the_job_waits_in_line(callbacks):
+    from cosyvoice_mac.errors import RequestError
+
+    engine = callbacks.host.engine
+    request = Request.build("Hi [pase 500ms] there.", Voice.builtin(), seed=1)  # every door's job passes here
+    with pytest.raises(RequestError, match=r"at character 4.*did you mean \[pause 500ms\]") as refused:
+        engine.submit(request)
+    assert (refused.value.field, refused.value.code) == ("text", "markup_invalid") and engine.line() == []

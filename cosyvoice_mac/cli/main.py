@@ -72,6 +72,7 @@ def _request(args, saved_transcript: str | None = None):
     """The request the page would queue for these arguments, checked before anything is sent or loaded: a
     flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.
     A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise."""
+    from cosyvoice_mac.frontend.inline import parse_inline
     from cosyvoice_mac.request import Request, Sampling, Voice
 
     mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
@@ -82,7 +83,7 @@ def _request(args, saved_transcript: str | None = None):
         voice = Voice.builtin()
     else:
         voice = Voice.saved_voice(args.voice, transcript=args.prompt_text or saved_transcript)
-    return Request.build(
+    request = Request.build(
         args.text,
         voice,
         mode=mode,
@@ -93,6 +94,8 @@ def _request(args, saved_transcript: str | None = None):
         post=post_settings(args),
         sampling=Sampling.build(**{name: getattr(args, name) for name in SAMPLING_FIELDS}),
     )
+    parse_inline(request.text)  # a malformed inline tag, said before anything is sent, loaded or queued
+    return request
 
 
 def _check_prompt(path: Path) -> None:

@@ -100,7 +100,7 @@ FIELD_ROWS = (
         flag="--temperature",
         page_default=1.0,
         default_words="the model's own (1, as trained)",
-        doors=(*SPEECH_DOORS, *cli("synth")),
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
         group="sampling",
     ),
     Setting(
@@ -113,7 +113,7 @@ FIELD_ROWS = (
         flag="--top-p",
         page_default=0.8,
         default_words="the model's own (0.8)",
-        doors=(*SPEECH_DOORS, *cli("synth")),
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
         group="sampling",
     ),
     Setting(
@@ -126,7 +126,7 @@ FIELD_ROWS = (
         flag="--top-k",
         page_default=25,
         default_words="the model's own (25)",
-        doors=(*SPEECH_DOORS, *cli("synth")),
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
         group="sampling",
     ),
     Setting(
@@ -139,7 +139,7 @@ FIELD_ROWS = (
         flag="--repetition-window",
         page_default=10,
         default_words="the model's own (10)",
-        doors=(*SPEECH_DOORS, *cli("synth")),
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
         group="sampling",
     ),
     Setting(

@@ -40,7 +40,7 @@ def test_v1_refuses_a_malformed_tag_with_its_position_and_a_suggestion(api_app, 
     answer = _speech(api_app, input="Hi [pase 500ms] there.", stream=stream)
     assert answer.status_code == 400, answer.text
     error = answer.json()["error"]
-    assert error["param"] == "input"
+    assert (error["param"], error["code"]) == ("input", "markup_invalid")  # the door's, not the worker's refusal
     assert "at character 4" in error["message"] and "did you mean [pause 500ms]" in error["message"]
 
 
@@ -56,8 +56,9 @@ def client(api_app):
 
 
 def test_the_gradio_api_refuses_a_malformed_tag_and_a_setting_out_of_range(client):
-    with pytest.raises(Exception, match=r"\(hapy\) is not a style \(at character 4\)"):
+    with pytest.raises(Exception, match=r"\(hapy\) is not a style \(at character 4\)") as refused:
         client.predict(text="Hi (hapy) there.", voice="preview", api_name="/synthesize")
+    assert "the model refused" not in str(refused.value)  # refused where it entered, never queued
     with pytest.raises(Exception, match="top_p"):
         client.predict(text="Hello.", voice="preview", top_p=5, api_name="/synthesize")
 

@@ -23,6 +23,10 @@ import numpy as np
 
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.settings import bounds, choices
+from cosyvoice_mac.settings.fields import SAMPLING_FIELDS as SAMPLING_FIELDS  # the contract's names, read here
+from cosyvoice_mac.sound.post_settings import LUFS_RANGE as LUFS_RANGE  # the contract's limits, read here
+from cosyvoice_mac.sound.post_settings import PostSettings
+from cosyvoice_mac.token_sampling import Sampling
 
 MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
@@ -30,58 +34,10 @@ MAX_TRANSCRIPT_CHARS = 1000  # a 30 s prompt holds a few hundred characters
 MAX_INSTRUCT_CHARS = 500
 SPEED_RANGE = bounds("speed")  # the settings table says why
 MAX_SEED = bounds("seed")[1]
-LUFS_RANGE = bounds("loudness_lufs")
 MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
-
-
-@dataclass(frozen=True)
-class PostSettings:
-    """What is done to a finished waveform before it is saved (both off by default): ``trim`` its leading
-    and trailing silence, normalise its integrated loudness to ``loudness_lufs`` (None: leave it).
-
-    The same value serves every output (Generate, the APIs, ``synth``, dialogue, subtitles, batches);
-    ``sound/post.py`` does the work. Checked when built, like ``Request``.
-    """
-
-    trim: bool = False
-    loudness_lufs: float | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise RequestError naming the field ("trim" or "loudness_lufs"); the only place these rules are."""
-        if not isinstance(self.trim, bool):
-            raise RequestError("trim", "trim_invalid", f"trim must be true or false, not {self.trim!r}")
-        target, (low, high) = self.loudness_lufs, LUFS_RANGE
-        if target is None:
-            return
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be a number of LUFS from {low:g} to {high:g}, not {target!r}",
-                low=low,
-                high=high,
-            )
-        if not low <= target <= high:
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be {low:g} to {high:g} LUFS (got {target:g}); "
-                "-16 suits speech on the web, -23 broadcast",
-                low=low,
-                high=high,
-            )
-
-    @property
-    def active(self) -> bool:
-        return self.trim or self.loudness_lufs is not None
-
-    def as_dict(self) -> dict:
-        return {"trim": self.trim, "loudness_lufs": self.loudness_lufs}
+MAX_INLINE_PAUSE_S = 10.0  # one [pause] tag (frontend/inline.py); a longer silence is an edit, not a pause
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,6 +165,7 @@ class Request(SpeechRequest):
     instruct: str | None = None
     seed: int = 0
     typed_text: str | None = None
+    sampling: Sampling = Sampling()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -231,6 +188,7 @@ class Request(SpeechRequest):
         speed: float | None = 1.0,
         stream: bool = False,
         post: PostSettings | None = None,
+        sampling: Sampling | None = None,
     ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
@@ -238,6 +196,7 @@ class Request(SpeechRequest):
         cross-lingual. A mode asked for must be possible (zero-shot needs a transcript); what the mode does
         not use (the transcript outside zero-shot, the instruction outside instruct) is dropped.
         ``seed`` None picks one now. ``speed`` None means 1.0. ``post`` None means no post-processing.
+        ``sampling`` None means the model's own.
         """
         if voice is None:
             raise RequestError(
@@ -262,6 +221,7 @@ class Request(SpeechRequest):
             speed=1.0 if speed is None else speed,
             stream=bool(stream),
             post=PostSettings() if post is None else post,
+            sampling=Sampling() if sampling is None else sampling,
         )
 
     def validate(self) -> None:
@@ -291,6 +251,11 @@ class Request(SpeechRequest):
                 limit=MAX_SEED,
             )
         self.check_delivery()
+        if not isinstance(self.sampling, Sampling):
+            raise RequestError(
+                "sampling", "sampling_invalid", f"sampling must be Sampling, not {type(self.sampling).__name__}"
+            )
+        self.sampling.validate()
 
     @property
     def transcript(self) -> str | None:

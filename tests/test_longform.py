@@ -572,3 +572,25 @@ def test_an_unreadable_glossary_is_skipped_with_a_note(tmp_path):
     finally:
         engine.close()
     assert result.output_path and any("glossary was not applied" in note for note in result.notes)
+
+
+def test_every_line_of_a_long_job_is_drawn_with_the_job_s_sampling_and_a_batch_remakes_on_a_change(
+    make_speech, tmp_path
+):
+    from cosyvoice_mac.request import Sampling
+
+    steady = Sampling.build(temperature=0.8, top_k=30.0)  # a number box's 30.0 is a whole number
+    speak = EspeakSpeak(make_speech)
+    cast = {"S1": "Anna", "S2": "Bob"}
+    talk = run_dialogue("[S1] One.\n[S2] Two.\n", cast, list(cast.values()), speak, tmp_path / "t", sampling=steady)
+    assert [line.sampling for line in speak.requests] == [steady, steady]
+    assert json.loads(talk.audio_path.with_suffix(".json").read_text())["sampling"]["top_k"] == 30
+    dub = EspeakSpeak(make_speech)
+    run_dub(SRT, "Cleo", dub, tmp_path / "dub", speed_limit=2.0, sampling=steady)
+    assert dub.requests and {line.sampling for line in dub.requests} == {steady}  # a re-made faster cue too
+    batch = EspeakSpeak(make_speech)
+    run_batch("One.\nTwo.\n", "txt", tmp_path / "batch", batch, voice="Anna")
+    assert {line.sampling for line in batch.requests} == {Sampling()}  # unset: the model's own
+    again = EspeakSpeak(make_speech)  # the same lines with other sampling are other audio: made again
+    run_batch("One.\nTwo.\n", "txt", tmp_path / "batch", again, voice="Anna", sampling=steady)
+    assert [line.sampling for line in again.requests] == [steady, steady]

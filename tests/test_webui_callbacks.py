@@ -8,6 +8,7 @@ file, tests/test_webui_additions.py.
 
 from __future__ import annotations
 
+import html
 import threading
 import time
 from pathlib import Path
@@ -115,6 +116,21 @@ def test_bad_input_is_answered_in_the_field_s_message_and_nothing_is_queued(call
     assert outputs[STATUS] == "" or slot == STATUS
     assert _is_skip(outputs[RESULT])
     assert _outputs(callbacks) == before
+
+
+def test_a_malformed_inline_tag_or_a_sampling_setting_out_of_range_is_said_before_queueing(callbacks, prompt):
+    before = _outputs(callbacks)
+    (outputs,) = _run(callbacks, audio=prompt, text="Hello [pase 500ms] there.")
+    said = html.unescape(outputs[COUNTER])  # the page writes brackets as entities (they are Markdown)
+    assert "at character 7" in said and "did you mean [pause 500ms]" in said
+    page = SimpleNamespace(session_hash="s1")
+    off = (False, False, None)
+    args = ("en", prompt, "", TRANSCRIPT, "Hello.", "zero_shot", "", 7, 1.0, False, Session(), page, *off)
+    (outputs,) = list(callbacks.generate(*args, True, 1.0, 0.8, 0, 10))  # the sampling panel on, top-k 0
+    assert "top_k 0 must be a whole number from 1 to 100" in html.unescape(outputs[STATUS])
+    assert _outputs(callbacks) == before
+    reasons = callbacks.blockers("en", prompt, "", TRANSCRIPT, "Hi (hapy).", "zero_shot", "")
+    assert "(hapy) is not a style (at character 4)" in html.unescape(reasons)
 
 
 def test_a_file_that_is_not_audio_is_refused_before_queueing(callbacks, tmp_path):
@@ -495,3 +511,13 @@ def test_a_voice_without_a_transcript_is_cross_lingual_renamed_replaced_and_give
     assert callbacks.voices.get("Other")["transcript"] == "The first recording of this voice."
     for name in ("Renamed", "Other"):
         callbacks.delete_voice("en", name)
+
+
+def test_the_engine_refuses_a_malformed_inline_tag_before_the_job_waits_in_line(callbacks):
+    from cosyvoice_mac.errors import RequestError
+
+    engine = callbacks.host.engine
+    request = Request.build("Hi [pase 500ms] there.", Voice.builtin(), seed=1)  # every door's job passes here
+    with pytest.raises(RequestError, match=r"at character 4.*did you mean \[pause 500ms\]") as refused:
+        engine.submit(request)
+    assert (refused.value.field, refused.value.code) == ("text", "markup_invalid") and engine.line() == []

@@ -24,9 +24,11 @@ from cosyvoice_mac.request import (
     MAX_INSTRUCT_CHARS,
     MAX_SEED,
     MAX_TEXT_CHARS,
+    SAMPLING_FIELDS,
     SPEED_RANGE,
     PostSettings,
     Request,
+    Sampling,
 )
 from cosyvoice_mac.settings import setting
 from cosyvoice_mac.sound.wav import wav_bytes
@@ -40,10 +42,16 @@ UNDOCUMENTED_EVENTS_ENV = setting("undocumented_events").env
 # request contract's own (cosyvoice_mac.request), so they cannot drift from the rule.
 _SPEEDS = f"{SPEED_RANGE[0]:g} to {SPEED_RANGE[1]:g}"
 _LOUDNESS = f"{LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS"
+_SAMPLING = "\n".join(
+    f"    {name}: {setting(name).help}, {setting(name).low:g} to {setting(name).high:g}; empty for "
+    f"{setting(name).default_words}"
+    for name in SAMPLING_FIELDS
+)
 SYNTHESIZE_DOC = f"""Speak a text in a saved voice; the WAV is saved in outputs/ like the page's results.
 
 Args:
-    text: the text to speak, at most {MAX_TEXT_CHARS:,} characters (markup such as [breath] and [h][ào] works)
+    text: the text to speak, at most {MAX_TEXT_CHARS:,} characters; inline tags [pause 500ms], [speed 1.2] and
+        (happy) work, and so does the model's markup such as [breath] and [h][ào]
     voice: a saved voice's name or id; "preview" for the built-in preview voice when no model is installed
     instructions: a style instruction (instruct mode), at most {MAX_INSTRUCT_CHARS:,} characters; empty for none
     prompt_text: what the saved voice's recording says (zero-shot mode); empty to use the saved transcript
@@ -51,6 +59,7 @@ Args:
     speed: {_SPEEDS}, 1 is normal
     trim: cut the leading and trailing silence of the result
     loudness_lufs: normalise the result to this loudness ({_LOUDNESS}, e.g. -16); empty for no change
+{_SAMPLING}
 Returns:
     the WAV file, and its facts: saved (false, with a warning, when outputs/ refused the file: the audio
     comes back all the same), file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
@@ -70,6 +79,10 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         speed: float,
         trim: bool = False,
         loudness_lufs: float | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: float | None = None,
+        repetition_window: float | None = None,
     ) -> tuple[str, dict]:
         if trim is not None and not isinstance(trim, bool):  # Gradio's Checkbox passes any value through
             raise gr.Error(f"synthesize: trim must be true or false, got {describe(trim)}", print_exception=False)
@@ -83,6 +96,12 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                     seed=_seed(seed),
                     speed=_number("speed", speed, 1.0),
                     post=PostSettings(bool(trim), _number("loudness_lufs", loudness_lufs, None)),
+                    sampling=Sampling.build(
+                        temperature=_number("temperature", temperature, None),
+                        top_p=_number("top_p", top_p, None),
+                        top_k=_number("top_k", top_k, None),
+                        repetition_window=_number("repetition_window", repetition_window, None),
+                    ),
                 )
             result = link.run(request, "gradio_api", timeout=SYNTHESIZE_TIMEOUT_S)
         except ApiError as error:
@@ -126,6 +145,7 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                 gr.Number(label="speed", value=1.0),
                 gr.Checkbox(label="trim", value=False),
                 gr.Number(label="loudness_lufs", value=None),
+                *(gr.Number(label=name, value=None) for name in SAMPLING_FIELDS),
             ]
             outputs = [gr.File(label="audio"), gr.JSON(label="metadata")]
             trigger = gr.Button()

@@ -34,6 +34,7 @@ from cosyvoice_mac.cli.voices import add_voices
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.settings import add_argument
+from cosyvoice_mac.settings.fields import SAMPLING_FIELDS
 
 
 def _add_synth(commands) -> None:
@@ -55,6 +56,9 @@ def _add_synth(commands) -> None:
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
     for name in ("instruct", "seed", "speed"):
         add_argument(synth, name)
+    sampling = synth.add_argument_group("sampling (unset: the model's own)")
+    for name in SAMPLING_FIELDS:
+        add_argument(sampling, name)
     add_model_arguments(synth, vocoder=True)
     add_argument(synth, "stream")
     add_post_arguments(synth)
@@ -68,7 +72,8 @@ def _request(args, saved_transcript: str | None = None):
     """The request the page would queue for these arguments, checked before anything is sent or loaded: a
     flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.
     A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise."""
-    from cosyvoice_mac.request import Request, Voice
+    from cosyvoice_mac.frontend.inline import parse_inline
+    from cosyvoice_mac.request import Request, Sampling, Voice
 
     mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
     if args.prompt_wav is not None:
@@ -78,7 +83,7 @@ def _request(args, saved_transcript: str | None = None):
         voice = Voice.builtin()
     else:
         voice = Voice.saved_voice(args.voice, transcript=args.prompt_text or saved_transcript)
-    return Request.build(
+    request = Request.build(
         args.text,
         voice,
         mode=mode,
@@ -87,7 +92,10 @@ def _request(args, saved_transcript: str | None = None):
         speed=args.speed,
         stream=args.stream,
         post=post_settings(args),
+        sampling=Sampling.build(**{name: getattr(args, name) for name in SAMPLING_FIELDS}),
     )
+    parse_inline(request.text)  # a malformed inline tag, said before anything is sent, loaded or queued
+    return request
 
 
 def _check_prompt(path: Path) -> None:

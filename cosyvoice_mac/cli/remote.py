@@ -213,6 +213,7 @@ class AppClient:
             **({"stream_format": "sse"} if stream else {}),
             "trim": request.post.trim,
             "loudness_lufs": request.post.loudness_lufs,
+            **request.sampling.given(),
         }
         return self.deliver(lambda: self._send(request.voice, body), out, stream)
 

@@ -39,6 +39,8 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, ext
         "id": job.job_id,
         **job.request.facts(),
         **extra,
+        # the sampling settings used: the model's own where the request gave none (only the model knows them)
+        **({"sampling": pipeline.sampling_used(job.request.sampling)} if isinstance(job.request, Request) else {}),
         "model": result.model,
         "version": pipeline.version,
         **engine_status(pipeline),

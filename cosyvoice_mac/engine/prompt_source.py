@@ -115,6 +115,12 @@ class PromptSource:
             )
         return entry["audio_path"]
 
+    def style_speakers(self, pipeline, request: Request, voice_entry: dict | None) -> dict:
+        """The voice's recordings by style (style -> SpeakerPrompt) that its ``(style)`` tags are spoken with.
+        A voice holds one recording today, so this is empty and a style tag becomes the model's instruction;
+        voices with style samples (issue 49, item 1) fill it here from ``voice_entry``."""
+        return {}
+
     def for_request(self, pipeline, request: Request, voice_entry: dict | None):
         """(SpeakerPrompt, cache source) for the request's saved voice or recording. ``voice_entry`` is the
         engine's library entry of a saved voice (the worker never reads the library itself)."""

@@ -342,7 +342,8 @@ class WorkerRuntime:
         if recording is not None:
             results = self.pipeline.run_conversion(request, speaker, should_stop, recording)
         else:
-            results = self.pipeline.run(request, speaker, should_stop)
+            styles = self.prompts.style_speakers(self.pipeline, request, self._voice_entry)
+            results = self.pipeline.run(request, speaker, should_stop, styles)
         for piece in results:
             pieces.append(piece)
             for stage, seconds in piece.timings.items():

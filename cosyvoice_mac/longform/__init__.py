@@ -5,8 +5,18 @@ request, is ``frontend/glossary.py``."""
 
 from __future__ import annotations
 
-from cosyvoice_mac.errors import InputError
+from cosyvoice_mac.errors import InputError, RequestError
+from cosyvoice_mac.frontend.inline import parse_inline
 
 
 class LongformError(InputError):
     """Input to a long job that cannot be used; the message names the line, row or cue."""
+
+
+def check_inline_markup(text: str, where: str, error: type[LongformError]) -> None:
+    """Refuse a line whose inline markup (``[pause 500ms]``, ``[speed 1.2]``, ``(happy)``) is malformed, with
+    ``where`` (e.g. "line 3") before the tag's own message, so a long job fails before any line is spoken."""
+    try:
+        parse_inline(text)
+    except RequestError as problem:
+        raise error(f"{where}: {problem}", field=problem.field) from None

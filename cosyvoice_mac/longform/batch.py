@@ -17,7 +17,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform import LongformError, check_inline_markup
 from cosyvoice_mac.paths import atomic_file, atomic_write
 from cosyvoice_mac.stored import Field, read_json, typed_map
 
@@ -66,6 +66,7 @@ def parse_batch(data: str | bytes, kind: str) -> list[BatchItem]:
         raise BatchError(f"the batch has {len(items)} lines; at most {MAX_ITEMS} are made in one go")
     seen = {}
     for item in items:
+        check_inline_markup(item.text, f"line {item.number}", BatchError)
         if item.file in seen:
             raise BatchError(
                 f"line {item.number}: the file name {item.file!r} is already used on line {seen[item.file]}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform import LongformError, check_inline_markup
 from cosyvoice_mac.settings import bounds
 
 MAX_LINES = 500
@@ -78,6 +78,7 @@ def parse_script(script: str) -> list[DialogueLine]:
             instruct, rest = braced.group(1).strip() or None, braced.group(2).strip()
         if not rest:
             raise ScriptError(f"line {number} ({speaker}) has a speaker tag but nothing to say")
+        check_inline_markup(rest, f"line {number} ({speaker})", ScriptError)
         lines.append(DialogueLine(number, speaker, rest, instruct))
     if not lines:
         raise ScriptError('the script is empty: write one line per turn, each starting with [S1] or "Name:"')

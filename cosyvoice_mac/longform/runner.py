@@ -23,19 +23,21 @@ import numpy as np
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
-from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.request import PostSettings, Sampling
 from cosyvoice_mac.sound.post import post_process, trim_silence
 
 
 @dataclass(frozen=True)
 class LineRequest:
-    """One line to speak: text in a saved voice (None: the job's default voice), instruction, speed, seed."""
+    """One line to speak: text in a saved voice (None: the job's default voice), instruction, speed, seed, and
+    how its speech tokens are drawn (the job's ``sampling``; unset: the model's own)."""
 
     text: str
     voice: str | None = None
     instruct: str | None = None
     speed: float = 1.0
     seed: int | None = None
+    sampling: Sampling = Sampling()
 
 
 @dataclass(frozen=True)
@@ -131,12 +133,14 @@ def run_dialogue(
     seed: int | None = None,
     per_line_files: bool = False,
     post: PostSettings = PostSettings(),
+    sampling: Sampling = Sampling(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
 ) -> LongformResult:
-    """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json`` (+ per-line WAVs)
-    through ``files`` (default: never over an existing file, no fallback)."""
+    """Speak ``script`` with ``cast`` (every line drawn with ``sampling``); write ``<out_stem>.wav``,
+    ``<out_stem>.timing.json`` (+ per-line WAVs) through ``files`` (default: never over an existing file, no
+    fallback)."""
     files = files or ResultFiles()
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
@@ -149,7 +153,13 @@ def run_dialogue(
             break
         spoken = _spoken(
             speak,
-            LineRequest(line.text, voices[line.speaker], line.instruct, seed=None if seed is None else seed + index),
+            LineRequest(
+                line.text,
+                voices[line.speaker],
+                line.instruct,
+                seed=None if seed is None else seed + index,
+                sampling=sampling,
+            ),
             should_stop,
             files,
         )
@@ -175,6 +185,7 @@ def run_dialogue(
         "pause_s": pause_s,
         "cast": voices,
         "post": post.__dict__,
+        "sampling": sampling.as_dict(),
     }
     timing = {out_stem.with_suffix(".timing.json"): {"lines": report, "partial": stopped}}
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, timing) + written
@@ -192,6 +203,7 @@ def run_dub(
     speed_limit: float = 1.5,
     seed: int | None = None,
     post: PostSettings = PostSettings(),
+    sampling: Sampling = Sampling(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
@@ -208,7 +220,7 @@ def run_dub(
             stopped = True
             break
         line_seed = None if seed is None else seed + index
-        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed), should_stop, files)
+        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed, sampling=sampling), should_stop, files)
         if spoken is None:
             stopped = True
             break
@@ -216,7 +228,8 @@ def run_dub(
         wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
-            spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop, files)
+            again = LineRequest(cue.text, voice, speed=faster, seed=line_seed, sampling=sampling)
+            spoken = _spoken(speak, again, should_stop, files)
             if spoken is None:
                 stopped = True
                 break
@@ -237,6 +250,7 @@ def run_dub(
         "partial": stopped,
         "voice": voice,
         "speed_limit": limit,
+        "sampling": sampling.as_dict(),
         "misfits": len(report),
     }
     timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
@@ -256,6 +270,7 @@ def run_batch(
     settings: dict | None = None,
     seed: int | None = None,
     post: PostSettings = PostSettings(),
+    sampling: Sampling = Sampling(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
 ) -> LongformResult:
@@ -263,6 +278,7 @@ def run_batch(
     items = batches.parse_batch(data, kind)
     store = batches.BatchFolder(folder)
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
+    shared |= {"sampling": sampling.as_dict()} if sampling.given() else {}  # a batch made before keeps its key
     speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
@@ -277,7 +293,13 @@ def run_batch(
             break
         spoken = _spoken(
             speak,
-            LineRequest(item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index),
+            LineRequest(
+                item.text,
+                item.voice or voice,
+                item.instruct,
+                seed=None if seed is None else seed + index,
+                sampling=sampling,
+            ),
             should_stop,
             files,
         )

@@ -43,7 +43,9 @@ class EngineSpeak:
 
         name = line.voice or self.default_voice
         voice = self.engine.voice(name) if name else Voice.builtin()
-        request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
+        request = Request.build(
+            line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed, sampling=line.sampling
+        )
         result = self._run(Job(request, interface=self.interface))
         return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate, self._facts(result))
 

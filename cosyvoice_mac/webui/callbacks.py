@@ -181,13 +181,14 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
         post_trim=False,
         post_level=False,
         post_target=None,
+        *sampling,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
-        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
-        """
+        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default),
+        then the sampling controls (off: the model's own)."""
         post = (post_trim, post_level, post_target)
         yield from self.generation.run(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post, sampling
         )
 
     def stop(self, request: gr.Request) -> None:

@@ -22,6 +22,7 @@ from cosyvoice_mac.webui.longform_layout import build_longform_section
 from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel
 from cosyvoice_mac.webui.post_controls import build_post_controls
 from cosyvoice_mac.webui.render import status_line
+from cosyvoice_mac.webui.sampling_controls import build_sampling_controls
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
@@ -164,6 +165,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 with make(gr.Accordion, {"label": "post_heading"}, open=False, elem_id="cv-post"):
                     make(gr.Markdown, {"value": "post_info"}, elem_classes="cv-message")
                     post_controls = build_post_controls(make, "cv-post")
+                with make(gr.Accordion, {"label": "sampling_heading"}, open=False, elem_id="cv-sampling"):
+                    make(gr.Markdown, {"value": "sampling_info"}, elem_classes="cv-message")
+                    sampling_controls = build_sampling_controls(make, "cv-sampling")
             with gr.Column(scale=2):
                 panel = build_model_panel(make, callbacks, features, lang, licence_words)
                 downloads = build_download_panel(make, callbacks, has_model)
@@ -240,7 +244,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
-            + list(post_controls),  # after the session: Generation.run takes them last, off by default
+            + list(post_controls)  # after the session: Generation.run takes them last, off by default
+            + list(sampling_controls),
             [generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).

@@ -37,6 +37,23 @@ ALLOWED_CONTROLS = "\t\n\r"
 
 
 @dataclass(frozen=True)
+class VoiceFileLimits:
+    """What a voices file (``voice_file.py``: an exported voice or library) may hold, checked before
+    anything in it is decoded or written: the file and its unpacked members in all, each member by kind."""
+
+    file_bytes: int = 256 << 20  # packed, and unpacked in all (a zip bomb is refused by its declared sizes)
+    members: int = 2048
+    manifest_bytes: int = 1 << 20
+    recording_bytes: int = MAX_UPLOAD_BYTES  # one recording, as one upload may be
+    features_bytes: int = 16 << 20  # one model's cached features of a 30 s prompt are well under 1 MB
+    recordings_per_voice: int = 16  # the styles of one voice
+    style_chars: int = 32
+
+
+VOICE_FILE_LIMITS = VoiceFileLimits()
+
+
+@dataclass(frozen=True)
 class PostSettings:
     """What is done to a finished waveform before it is saved (both off by default): ``trim`` its leading
     and trailing silence, normalise its integrated loudness to ``loudness_lufs`` (None: leave it).
@@ -116,6 +133,17 @@ class Voice:
     def builtin(cls) -> "Voice":
         """The backend's own voice, for clients that name no recording (the preview voice's speaker)."""
         return cls(stock=True)
+
+    @classmethod
+    def load(cls, file: str | Path, name: str | None = None, style: str | None = None) -> "Voice":
+        """A voice from a voices file (``cosyvoice-mac voices export``; ``voice_file.py``), in memory:
+        the recording of ``style`` (None: the voice's first) of the voice ``name`` (None: the file's only
+        voice) with its transcript. Nothing is written; ``voices import`` adds the file to the library, with
+        its cached features. VoiceFileRefused (an InputError) says why a file cannot be read."""
+        from cosyvoice_mac.voice_file import read_voice_file
+
+        recording = read_voice_file(file, VOICE_FILE_LIMITS).recording(name, style)
+        return cls.from_samples(recording.samples, recording.sample_rate, transcript=recording.transcript)
 
     def _sources(self) -> list[str]:
         given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]

@@ -40,6 +40,12 @@ class VoiceTranscriptRefused(VoiceError):
     field = "transcript"
 
 
+class VoiceStyleRefused(VoiceError):
+    """A style name that is no 1-MAX_STYLE_CHARS printable characters."""
+
+    field = "style"
+
+
 class VoiceAudioRefused(VoiceError):
     """The recording is no usable voice prompt (``judge_voice_audio``): ``problem`` and ``details`` as the
     check's, the message its sentence. A voice every later job would refuse is never saved."""
@@ -147,10 +153,10 @@ def check_style(style: str | None) -> str:
     if style is None or (isinstance(style, str) and not style.strip()):
         return DEFAULT_STYLE
     if not isinstance(style, str):
-        raise VoiceError(f"a style is a word or two of text, not {type(style).__name__}")
+        raise VoiceStyleRefused(f"a style is a word or two of text, not {type(style).__name__}")
     style = style.strip()
     if len(style) > MAX_STYLE_CHARS or any(not char.isprintable() or char in BIDI_CONTROLS for char in style):
-        raise VoiceError(f"style names are 1-{MAX_STYLE_CHARS} printable characters; {style[:80]!r} is not")
+        raise VoiceStyleRefused(f"style names are 1-{MAX_STYLE_CHARS} printable characters; {style[:80]!r} is not")
     return style
 
 

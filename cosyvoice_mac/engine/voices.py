@@ -11,7 +11,7 @@ from pathlib import Path
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.engine.voice_library import VoiceExists, check_transcript, check_voice_audio
+from cosyvoice_mac.engine.voice_rules import VoiceExists, check_style, check_transcript, check_voice_audio
 from cosyvoice_mac.request import Voice
 
 
@@ -53,6 +53,37 @@ class VoiceSaving:
         )
         return self.voices.save(
             name,
+            audio_hash=features["audio_hash"],
+            model_id=features["model_id"],
+            transcript=transcript,
+            audio=audio_path,
+            overwrite=overwrite,
+        )
+
+    def add_voice_style(
+        self,
+        name: str,
+        style: str,
+        audio_path: str | Path,
+        transcript: str | None = None,
+        overwrite: bool = False,
+        timeout: float | None = None,
+    ) -> dict:
+        """Give the saved voice ``name`` a recording of ``style`` (happy, whisper, ... free text): the worker
+        extracts (or finds cached) its features, the library keeps it beside the voice's own. Raises as
+        :meth:`save_voice_from_audio` (VoiceExists: the voice has that style already)."""
+        self.voices.get(name)
+        style, transcript = check_style(style), check_transcript(transcript)
+        audio_path = Path(audio_path)
+        if not audio_path.is_file():
+            raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
+        check_voice_audio(audio_path)
+        features = self.run_task(
+            jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "transcript": transcript}, timeout
+        )
+        return self.voices.add_style(
+            name,
+            style,
             audio_hash=features["audio_hash"],
             model_id=features["model_id"],
             transcript=transcript,

@@ -495,3 +495,26 @@ def test_a_voice_without_a_transcript_is_cross_lingual_renamed_replaced_and_give
     assert callbacks.voices.get("Other")["transcript"] == "The first recording of this voice."
     for name in ("Renamed", "Other"):
         callbacks.delete_voice("en", name)
+
+
+def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callbacks, make_speech, tmp_path):
+    own = str(make_speech("The page keeps this voice and carries it away.", seconds=3.0))
+    happy = str(make_speech("And here it is again, sounding rather happy!", seconds=3.0))
+    assert _save(callbacks, "Styled", own)[-1][0] == "✅ Saved the voice “Styled”."
+    assert "Upload or record" in callbacks.add_style("en", "Styled", "happy", None, None)[0]
+    message, card = callbacks.add_style("en", "Styled", "happy", happy, "And here it is again.")
+    assert message == "✅ “Styled” has a “happy” recording now." and "Styles: neutral, happy" in card
+    message, exported = callbacks.export_voice("en", "Styled")
+    assert message.startswith("✅ Exported “Styled”") and Path(exported).name == "Styled.cvvoices.zip"
+    callbacks.delete_voice("en", "Styled")
+
+    damaged = tmp_path / "damaged.cvvoices.zip"
+    damaged.write_bytes(Path(exported).read_bytes()[:-200])
+    before = callbacks.voices.list()
+    message, menu, emptied = callbacks.import_voice_file("en", str(damaged))
+    assert message.startswith("⚠️ Not imported, nothing was changed:") and "no zip archive" in message
+    assert callbacks.voices.list() == before and _is_skip(menu) and emptied is None
+    message, menu, emptied = callbacks.import_voice_file("en", exported)
+    assert message == "✅ Imported “Styled”." and menu["value"] == "Styled" and emptied is None
+    assert "Styles: neutral, happy" in callbacks.voice_picked("en", "Styled", "")[4]
+    callbacks.delete_voice("en", "Styled")

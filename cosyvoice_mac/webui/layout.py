@@ -27,6 +27,7 @@ from cosyvoice_mac.webui.streaming import STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
 from cosyvoice_mac.webui.strings import text as say
 from cosyvoice_mac.webui.voice_cards import build_voice_section, wire_voice_section
+from cosyvoice_mac.webui.voice_files import build_voice_file_controls, wire_voice_file_controls
 
 CSS = (
     """
@@ -99,6 +100,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         with gr.Row():
             with gr.Column(scale=3):
                 voice_controls = build_voice_section(make, callbacks, features)
+                voice_controls.update(build_voice_file_controls(make))
                 voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
                 prompt_msg, transcript = voice_controls["prompt_msg"], voice_controls["transcript"]
                 transcribe, transcript_row = voice_controls["transcribe"], voice_controls["transcript_row"]
@@ -194,6 +196,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
         wire_voice_section(voice_controls, callbacks, language, mode)
+        wire_voice_file_controls(voice_controls, callbacks, language)
         form = dict(
             text=text, mode=mode, instruct=instruct, seed=seed, speed=speed, voices=voices, transcript=transcript
         )

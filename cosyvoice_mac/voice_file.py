@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import stat
 import time
 import zipfile
@@ -217,6 +218,8 @@ def _read(archive: zipfile.ZipFile, members: dict, name, limit: int, what: str) 
         data = archive.read(members[name])
     except (zipfile.BadZipFile, zipfile.LargeZipFile, EOFError, OSError, ValueError, NotImplementedError) as error:
         raise VoiceFileRefused("damaged", f"{what} in the voices file is damaged ({error}); export it again") from None
+    except RuntimeError:  # zipfile's word for an encrypted member
+        raise VoiceFileRefused("damaged", f"{what} in the voices file is encrypted; export it again") from None
     _check_size(what, len(data), limit)
     return data
 
@@ -287,6 +290,7 @@ def _recording(archive: zipfile.ZipFile, members: dict, voice: str, item, limits
         facts = _read(archive, members, cached.get("facts"), limits.features_bytes, f"the features of {where}")
         features.append(Features(cached["model_id"], tensors, facts))
     suffix = PurePosixPath(item["audio"]).suffix.lower()
+    suffix = suffix if re.fullmatch(r"\.[a-z0-9]{1,8}", suffix) else ".wav"  # it names the library's copy
     model_id = item.get("model_id") if isinstance(item.get("model_id"), str) else None
     recording = Recording(
         style.strip(), transcript, audio, suffix, item["audio_hash"], _time(item.get("created")), model_id, features

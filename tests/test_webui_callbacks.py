@@ -511,10 +511,11 @@ def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callb
     damaged = tmp_path / "damaged.cvvoices.zip"
     damaged.write_bytes(Path(exported).read_bytes()[:-200])
     before = callbacks.voices.list()
-    message, menu, emptied = callbacks.import_voice_file("en", str(damaged))
+    message, menu, emptied, _ = callbacks.import_voice_file("en", str(damaged))
     assert message.startswith("⚠️ Not imported, nothing was changed:") and "no zip archive" in message
     assert callbacks.voices.list() == before and _is_skip(menu) and emptied is None
-    message, menu, emptied = callbacks.import_voice_file("en", exported)
+    message, menu, emptied, card = callbacks.import_voice_file("en", exported)
     assert message == "✅ Imported “Styled”." and menu["value"] == "Styled" and emptied is None
+    assert "Styles: neutral, happy" in card
     assert "Styles: neutral, happy" in callbacks.voice_picked("en", "Styled", "")[4]
     callbacks.delete_voice("en", "Styled")

@@ -91,10 +91,13 @@ def import_voices(library, source: str | Path | bytes, limits=VOICE_FILE_LIMITS)
     adopted, feature_files = [], []
     for voice in read.voices:
         name = _checked(check_voice_name, voice.name, f"the voice {voice.name[:80]!r}")
-        recordings, models = [], set()
+        recordings, models, styles = [], set(), set()
         for recording in voice.recordings:
             where = f"the voice {name!r}, style {recording.style!r}"
             style = _checked(check_style, recording.style, where)
+            if style.casefold() in styles:  # the library tells styles apart as it shows them: case-blind
+                raise VoiceFileRefused("manifest", f"the voice {name!r} has two recordings of the style {style!r}")
+            styles.add(style.casefold())
             transcript = _checked(check_transcript, recording.transcript, where)
             _check_recording(recording, where)
             for features in recording.features:

@@ -67,15 +67,15 @@ class VoiceFileCallbacks:
 
     def import_voice_file(self, lang: str, path: str | None):
         """The voices of an uploaded voices file added, all or none. Returns (voice message, voices menu, the
-        upload box emptied)."""
+        upload box emptied, the card of the first voice imported, which the menu now shows)."""
         if not path:
-            return gr.skip(), gr.skip(), gr.skip()
+            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         try:
             saved = import_voices(self._voices(), Path(path))
         except VoiceFileRefused as error:
-            return say(lang, "voice_import_refused", message=error), gr.skip(), None
+            return say(lang, "voice_import_refused", message=error), gr.skip(), None, gr.skip()
         except EngineError as error:
-            return say(lang, "voice_error", message=error), gr.skip(), None
+            return say(lang, "voice_error", message=error), gr.skip(), None, gr.skip()
         names = ", ".join(
             say(lang, "voice_imported_renamed", name=entry["name"], was=entry["name_in_file"])
             if entry["name"] != entry["name_in_file"]
@@ -83,7 +83,8 @@ class VoiceFileCallbacks:
             for entry in saved
         )
         menu = gr.update(choices=self.voice_choices(lang), value=saved[0]["name"])
-        return say(lang, "voice_imported", names=names), menu, None
+        card = render_card(lang, self._voices().get(saved[0]["name"]))
+        return say(lang, "voice_imported", names=names), menu, None, card
 
 
 def build_voice_file_controls(make) -> dict:
@@ -129,6 +130,6 @@ def wire_voice_file_controls(controls: dict, callbacks: VoiceFileCallbacks, lang
     controls["import_file"].upload(
         callbacks.import_voice_file,
         [language, controls["import_file"]],
-        [voice_msg, voices, controls["import_file"]],
+        [voice_msg, voices, controls["import_file"], card],
         **voice_slot,
     )

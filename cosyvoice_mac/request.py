@@ -23,6 +23,7 @@ import numpy as np
 
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.settings import bounds, choices
+from cosyvoice_mac.voice_file import VoiceFileLimits, read_voice_file
 
 MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
@@ -36,21 +37,15 @@ MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordi
 ALLOWED_CONTROLS = "\t\n\r"
 
 
-@dataclass(frozen=True)
-class VoiceFileLimits:
-    """What a voices file (``voice_file.py``: an exported voice or library) may hold, checked before
-    anything in it is decoded or written: the file and its unpacked members in all, each member by kind."""
-
-    file_bytes: int = 256 << 20  # packed, and unpacked in all (a zip bomb is refused by its declared sizes)
-    members: int = 2048
-    manifest_bytes: int = 1 << 20
-    recording_bytes: int = MAX_UPLOAD_BYTES  # one recording, as one upload may be
-    features_bytes: int = 16 << 20  # one model's cached features of a 30 s prompt are well under 1 MB
-    recordings_per_voice: int = 16  # the styles of one voice
-    style_chars: int = 32
-
-
-VOICE_FILE_LIMITS = VoiceFileLimits()
+VOICE_FILE_LIMITS = VoiceFileLimits(  # a voices file (an exported voice or library): voice_file.py
+    file_bytes=256 << 20,  # packed, and unpacked in all (a zip bomb is refused by its declared sizes)
+    members=2048,
+    manifest_bytes=1 << 20,
+    recording_bytes=MAX_UPLOAD_BYTES,  # one recording, as one upload may be
+    features_bytes=16 << 20,  # one model's cached features of a 30 s prompt are well under 1 MB
+    recordings_per_voice=16,  # the styles of one voice
+    style_chars=32,
+)
 
 
 @dataclass(frozen=True)
@@ -136,12 +131,8 @@ class Voice:
 
     @classmethod
     def load(cls, file: str | Path, name: str | None = None, style: str | None = None) -> "Voice":
-        """A voice from a voices file (``cosyvoice-mac voices export``; ``voice_file.py``), in memory:
-        the recording of ``style`` (None: the voice's first) of the voice ``name`` (None: the file's only
-        voice) with its transcript. Nothing is written; ``voices import`` adds the file to the library, with
-        its cached features. VoiceFileRefused (an InputError) says why a file cannot be read."""
-        from cosyvoice_mac.voice_file import read_voice_file
-
+        """The recording of ``style`` (None: its own) of the voice ``name`` (None: the only one) in a voices file
+        (``voice_file.py``), with its transcript, in memory; VoiceFileRefused (an InputError) says why not."""
         recording = read_voice_file(file, VOICE_FILE_LIMITS).recording(name, style)
         return cls.from_samples(recording.samples, recording.sample_rate, transcript=recording.transcript)
 

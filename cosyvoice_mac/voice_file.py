@@ -12,7 +12,7 @@ Each voice is ``{"name", "created", "recordings": [...]}``; each recording ``{"s
 first recording the voice's own (the one a request without a style speaks with).
 
 :func:`read_voice_file` refuses a file before anything is written: not a zip, damaged, over the limits
-(``request.VoiceFileLimits``, passed in), a member that is a link or names a folder outside the file
+(``request.VOICE_FILE_LIMITS``, passed in), a member that is a link or names a folder outside the file
 (``../``, an absolute or drive path), a manifest of another format or version, a recording whose bytes differ
 from the manifest's or that does not decode. What it returns is in memory. Torch-free (numpy, soundfile), and
 below the request contract, whose ``Voice.load`` reads a voice from a file: recordings are decoded by
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 import numpy as np
-import soundfile
 
 from cosyvoice_mac.errors import InputError
 
@@ -40,6 +39,20 @@ FORMAT = "cosyvoice-mac voices"
 VERSION = 1  # bump when a reader of this version would misread a newer file
 MANIFEST = "manifest.json"
 SUFFIX = ".cvvoices.zip"  # what the doors name an exported file (it opens as a zip anywhere)
+
+
+@dataclass(frozen=True)
+class VoiceFileLimits:
+    """What a voices file may hold, checked before anything in it is decoded or written (the numbers:
+    ``request.VOICE_FILE_LIMITS``): its bytes packed and unpacked in all, its members, and each member by kind."""
+
+    file_bytes: int
+    members: int
+    manifest_bytes: int
+    recording_bytes: int
+    features_bytes: int
+    recordings_per_voice: int
+    style_chars: int
 
 
 class VoiceFileRefused(InputError):
@@ -147,7 +160,7 @@ def write_voice_file(voices: list[VoiceEntry], app: str) -> bytes:
 
 def read_voice_file(source: str | Path | bytes, limits) -> VoiceFile:
     """The checked contents of a voices file (a path or its bytes), its recordings decoded; VoiceFileRefused
-    saying why not. ``limits``: a ``request.VoiceFileLimits``."""
+    saying why not. ``limits``: ``request.VOICE_FILE_LIMITS`` (tests pass smaller ones)."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         try:
@@ -301,6 +314,8 @@ def _recording(archive: zipfile.ZipFile, members: dict, voice: str, item, limits
 
 def _decoded(audio: bytes, where: str) -> tuple[np.ndarray, int]:
     """The recording's samples, (N, C) float32, and their rate."""
+    import soundfile  # here: the request contract imports this module, and most requests read no voices file
+
     try:
         samples, rate = soundfile.read(io.BytesIO(audio), dtype="float32", always_2d=True)
     except Exception as error:  # libsndfile raises several types on damaged or foreign data

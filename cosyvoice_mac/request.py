@@ -23,6 +23,8 @@ import numpy as np
 
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.settings import bounds, choices
+from cosyvoice_mac.sound.post_settings import LUFS_RANGE as LUFS_RANGE  # the contract's limits, read here
+from cosyvoice_mac.sound.post_settings import PostSettings
 from cosyvoice_mac.voice_file import VoiceFileLimits, read_voice_file
 
 MODES = choices("mode")
@@ -31,7 +33,6 @@ MAX_TRANSCRIPT_CHARS = 1000  # a 30 s prompt holds a few hundred characters
 MAX_INSTRUCT_CHARS = 500
 SPEED_RANGE = bounds("speed")  # the settings table says why
 MAX_SEED = bounds("seed")[1]
-LUFS_RANGE = bounds("loudness_lufs")
 MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
@@ -46,54 +47,6 @@ VOICE_FILE_LIMITS = VoiceFileLimits(  # a voices file (an exported voice or libr
     recordings_per_voice=16,  # the styles of one voice
     style_chars=32,
 )
-
-
-@dataclass(frozen=True)
-class PostSettings:
-    """What is done to a finished waveform before it is saved (both off by default): ``trim`` its leading
-    and trailing silence, normalise its integrated loudness to ``loudness_lufs`` (None: leave it).
-
-    The same value serves every output (Generate, the APIs, ``synth``, dialogue, subtitles, batches);
-    ``sound/post.py`` does the work. Checked when built, like ``Request``.
-    """
-
-    trim: bool = False
-    loudness_lufs: float | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise RequestError naming the field ("trim" or "loudness_lufs"); the only place these rules are."""
-        if not isinstance(self.trim, bool):
-            raise RequestError("trim", "trim_invalid", f"trim must be true or false, not {self.trim!r}")
-        target, (low, high) = self.loudness_lufs, LUFS_RANGE
-        if target is None:
-            return
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be a number of LUFS from {low:g} to {high:g}, not {target!r}",
-                low=low,
-                high=high,
-            )
-        if not low <= target <= high:
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be {low:g} to {high:g} LUFS (got {target:g}); "
-                "-16 suits speech on the web, -23 broadcast",
-                low=low,
-                high=high,
-            )
-
-    @property
-    def active(self) -> bool:
-        return self.trim or self.loudness_lufs is not None
-
-    def as_dict(self) -> dict:
-        return {"trim": self.trim, "loudness_lufs": self.loudness_lufs}
 
 
 @dataclass(frozen=True, eq=False)
@@ -111,6 +64,7 @@ class Voice:
     prepared: str | None = None
     stock: bool = False  # the backend's own voice (the preview voice has one; CosyVoice has none)
     transcript: str | None = None
+    style: str | None = None  # a saved voice's recording of this style (None: its own); the engine's library checks it
 
     @classmethod
     def recording(cls, audio: str | Path, transcript: str | None = None) -> "Voice":
@@ -121,8 +75,9 @@ class Voice:
         return cls(samples=samples, sample_rate=sample_rate, transcript=transcript)
 
     @classmethod
-    def saved_voice(cls, name: str, transcript: str | None = None) -> "Voice":
-        return cls(saved=name, transcript=transcript)
+    def saved_voice(cls, name: str, transcript: str | None = None, style: str | None = None) -> "Voice":
+        """The saved voice ``name``, speaking its recording of ``style`` (None or blank: its own)."""
+        return cls(saved=name, transcript=transcript, style=(style or "").strip() or None)
 
     @classmethod
     def builtin(cls) -> "Voice":
@@ -173,6 +128,23 @@ class Voice:
             raise RequestError("voice", "voice_error", "a saved voice is named by a non-empty string")
         if self.transcript is not None:
             check_transcript(self.transcript)
+        if self.style is not None:
+            self._check_style()
+
+    def _check_style(self) -> None:
+        """A style names one of a saved voice's recordings (which ones it has, the library says where the
+        request enters): so only a saved voice has one, and it is a short printable name."""
+        if self.saved is None:
+            raise RequestError(
+                "style",
+                "style_needs_saved_voice",
+                "a style picks one of a saved voice's recordings: pick a saved voice, or leave the style out",
+            )
+        limit = VOICE_FILE_LIMITS.style_chars
+        if not isinstance(self.style, str) or not 0 < len(self.style) <= limit or not self.style.isprintable():
+            raise RequestError(
+                "style", "style_invalid", f"a style is 1-{limit} printable characters, not {self.style!r}", limit=limit
+            )
 
     def describe(self) -> str | None:
         """What the sidecar records: the saved voice's name, or None for a recording."""
@@ -210,7 +182,8 @@ class SpeechRequest:
 
     def delivery_facts(self) -> dict:
         """What every sidecar records of the shared fields (plain JSON values)."""
-        return {"voice": self.voice.describe(), "speed": self.speed, "stream": self.stream}
+        style = {"style": self.voice.style} if self.voice.style else {}  # the saved voice's recording spoken
+        return {"voice": self.voice.describe(), **style, "speed": self.speed, "stream": self.stream}
 
 
 @dataclass(frozen=True, eq=False)

@@ -213,3 +213,28 @@ def test_voice_load_reads_a_voice_and_its_styles_from_the_file_in_memory(copied,
     with pytest.raises(VoiceFileRefused, match="has no 'happy' recording"):
         Voice.load(path, style="happy")
     assert _snapshot(root) == before
+
+
+def test_a_style_belongs_to_a_saved_voice_and_the_library_speaks_the_one_asked_for(copied, built):
+    from cosyvoice_mac.engine.voice_rules import VoiceStyleUnknown
+    from cosyvoice_mac.errors import RequestError
+    from cosyvoice_mac.request import Request
+
+    root, library = copied
+    _, hashes, clips = built
+    assert library.styled("Alice", None)["audio_hash"] == hashes["alice"]
+    with pytest.raises(VoiceStyleUnknown, match="no 'happy' recording; its styles: neutral, whisper"):
+        library.styled("Alice", "happy")
+    voice = library.recording_voice("Alice", "WHISPER")  # the Python door, for a model loaded in this process
+    assert voice.transcript == "A quieter one." and Path(voice.audio).read_bytes() == clips["whisper"].read_bytes()
+    for refused, code in [
+        (Voice.recording(clips["bob"]), "style_needs_saved_voice"),
+        (Voice.builtin(), "style_needs_saved_voice"),
+        (Voice.saved_voice("Alice"), "style_invalid"),
+    ]:
+        with pytest.raises(RequestError) as error:
+            Request.build("Hi.", replace(refused, style="x" * 33 if refused.saved else "whisper"), seed=1)
+        assert (error.value.field, error.value.code) == ("style", code)
+    request = Request.build("Hi.", Voice.saved_voice("Alice", style=" whisper "), seed=1)
+    assert request.voice.style == "whisper" and request.facts()["style"] == "whisper"
+    assert "style" not in Request.build("Hi.", Voice.saved_voice("Alice"), seed=1).facts()

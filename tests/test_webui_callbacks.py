@@ -8,6 +8,7 @@ file, tests/test_webui_additions.py.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -81,11 +82,15 @@ def _run(
     session=None,
     lang="en",
     session_id="s1",
+    style=None,
 ):
     request = SimpleNamespace(session_hash=session_id)
     session = session or Session()
+    post = (False, False, None)
     return list(
-        callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request)
+        callbacks.generate(
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, *post, style
+        )
     )
 
 
@@ -518,4 +523,19 @@ def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callb
     assert message == "✅ Imported “Styled”." and menu["value"] == "Styled" and emptied is None
     assert "Styles: neutral, happy" in card
     assert "Styles: neutral, happy" in callbacks.voice_picked("en", "Styled", "")[4]
+
+    menu = callbacks.style_choices("en", "Styled")  # Generate speaks the recording picked here
+    assert menu["choices"] == [("its own (neutral)", ""), ("happy", "happy")] and menu["visible"]
+    assert callbacks.style_picked("Styled", "happy") == "And here it is again."
+    assert not callbacks.style_choices("en", "")["visible"]
+    before = _outputs(callbacks)
+    refused = _run(callbacks, voice="Styled", transcript="", mode="cross_lingual", style="sad")
+    assert "has no 'sad' recording; its styles: neutral, happy" in refused[-1][PROMPT] and _outputs(callbacks) == before
+    _run(callbacks, voice="Styled", transcript="And here it is again.", style="happy")
+    [made] = _outputs(callbacks) - before
+    sidecar = json.loads((Path(callbacks.host.config.outputs_dir) / made).with_suffix(".json").read_text())
+    assert (
+        sidecar["style"] == "happy"
+        and sidecar["prompt_hash"] == callbacks.voices.styled("Styled", "happy")["audio_hash"]
+    )
     callbacks.delete_voice("en", "Styled")

@@ -51,6 +51,7 @@ Args:
     speed: {_SPEEDS}, 1 is normal
     trim: cut the leading and trailing silence of the result
     loudness_lufs: normalise the result to this loudness ({_LOUDNESS}, e.g. -16); empty for no change
+    style: the saved voice's recording of this style (happy, whisper, ...); empty for its own recording
 Returns:
     the WAV file, and its facts: saved (false, with a warning, when outputs/ refused the file: the audio
     comes back all the same), file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
@@ -70,11 +71,16 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         speed: float,
         trim: bool = False,
         loudness_lufs: float | None = None,
+        style: str = "",
     ) -> tuple[str, dict]:
         if trim is not None and not isinstance(trim, bool):  # Gradio's Checkbox passes any value through
             raise gr.Error(f"synthesize: trim must be true or false, got {describe(trim)}", print_exception=False)
         try:
-            spoken_in = link.voice(link.find_voice((voice or "").strip()), transcript=prompt_text or None)
+            spoken_in = link.voice(
+                link.find_voice((voice or "").strip()),
+                transcript=prompt_text or None,
+                style=(style or "").strip() or None,
+            )
             with contract_checks():
                 request = Request.build(
                     text or "",
@@ -126,6 +132,7 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                 gr.Number(label="speed", value=1.0),
                 gr.Checkbox(label="trim", value=False),
                 gr.Number(label="loudness_lufs", value=None),
+                gr.Textbox(label="style", value=""),
             ]
             outputs = [gr.File(label="audio"), gr.JSON(label="metadata")]
             trigger = gr.Button()

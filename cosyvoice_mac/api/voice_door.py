@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from cosyvoice_mac.api.errors import ApiError, bad_request, job_failure
-from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, VoiceExists
+from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, VoiceExists, VoiceStyleUnknown
 from cosyvoice_mac.engine.messages import Failed, Fault
 from cosyvoice_mac.engine.voice_library import (
     VoiceAudioRefused,
@@ -76,19 +77,30 @@ class VoiceDoor:
             param="voice",
         )
 
-    def voice(self, name: str | None, transcript: str | None = None, recording: str | None = None) -> Voice:
+    def voice(
+        self, name: str | None, transcript: str | None = None, recording: str | None = None, style: str | None = None
+    ) -> Voice:
         """The request's Voice: ``recording`` (a prompt file this server wrote from an upload, never a path a
-        client named), else the saved voice ``name`` (from :meth:`find_voice`; None: the preview voice).
+        client named), else the saved voice ``name`` (from :meth:`find_voice`; None: the preview voice) speaking
+        its recording of ``style`` (None: its own; one it lacks is a 404 naming the styles it has).
         ``transcript`` is what the recording says (for a saved voice: the client's own, over the saved one)."""
+        if style is not None and (recording is not None or name is None):
+            raise bad_request(
+                "a style picks one of a saved voice's recordings: name a saved voice, or leave 'style' out",
+                "style_needs_saved_voice",
+                "style",
+            )
         if recording is not None:
             return Voice.recording(recording, transcript=transcript)
         if name is None:
             return Voice.builtin()
         try:
-            voice = self._engine().voice(name)
+            voice = self._engine().voice(name, style)
+        except VoiceStyleUnknown as error:
+            raise ApiError(404, str(error), code="style_not_found", param="style") from error
         except VoiceError as error:
             raise ApiError(404, str(error), code="voice_not_found", param="voice") from error
-        return Voice.saved_voice(voice.saved, transcript=transcript) if transcript else voice
+        return replace(voice, transcript=transcript) if transcript else voice
 
     def create_voice(self, name: str, audio_path: str, transcript: str | None) -> dict:
         """Save a recording as a named voice (the worker prepares its features). Blocking."""

@@ -64,6 +64,7 @@ CONTRACT_FLAGS = {
     "loudness_lufs": "--loudness",
     "post": "--loudness",
     "prompt_audio": "--prompt-wav",
+    "style": "--style",
 }
 
 # The settings that say how the model is built, so the app's own settings rule when the job goes there.

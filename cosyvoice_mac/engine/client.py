@@ -136,12 +136,13 @@ class Engine(VoiceSaving):
     # -- jobs ----------------------------------------------------------------------------------
     def submit(self, request: Request | ConversionRequest | Job) -> str:
         """Queue a request (built, so checked, by ``Request.build`` or ``ConversionRequest.build``); its job id.
-        Raises QueueFull, EngineError, or VoiceError for a saved voice the library does not hold."""
+        Raises QueueFull, EngineError, or VoiceError for a saved voice the library does not hold
+        (VoiceStyleUnknown: a style the voice has no recording of)."""
         job = request if isinstance(request, Job) else Job(request)
         if not isinstance(job.request, (Request, ConversionRequest)):
             raise EngineError(f"submit takes a Request or a ConversionRequest, not {type(job.request).__name__}")
-        if job.request.voice.kind == "saved":
-            self.voices.get(job.request.voice.saved)
+        if job.request.voice.kind == "saved":  # an unknown voice or style is refused before it waits in line
+            self.voices.styled(job.request.voice.saved, job.request.voice.style)
         with self._lock:
             self._supervisor.check_usable()
             self.queue.add(job)

@@ -46,6 +46,12 @@ class VoiceStyleRefused(VoiceError):
     field = "style"
 
 
+class VoiceStyleUnknown(VoiceError):
+    """A request asked a saved voice for a style it has no recording of; the message names the ones it has."""
+
+    field = "style"
+
+
 class VoiceAudioRefused(VoiceError):
     """The recording is no usable voice prompt (``judge_voice_audio``): ``problem`` and ``details`` as the
     check's, the message its sentence. A voice every later job would refuse is never saved."""

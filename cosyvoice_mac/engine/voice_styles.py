@@ -17,6 +17,7 @@ from cosyvoice_mac.engine.voice_rules import (
     MAX_VOICE_NAME,
     VoiceError,
     VoiceExists,
+    VoiceStyleUnknown,
     check_audio_hash,
     check_style,
     check_transcript,
@@ -24,7 +25,7 @@ from cosyvoice_mac.engine.voice_rules import (
     is_bare_file_name,
 )
 from cosyvoice_mac.paths import atomic_write
-from cosyvoice_mac.request import VOICE_FILE_LIMITS
+from cosyvoice_mac.request import VOICE_FILE_LIMITS, Voice
 from cosyvoice_mac.stored import Field, typed_records
 
 # One recording as the index holds it (a voice's own fields, and each of its ``styles``).
@@ -46,15 +47,28 @@ class VoiceStyles:
         "transcript", "created", "audio_file", "audio_path"}`` (``audio_path`` None without a copy)."""
         return self._recordings_of(self.get(name))
 
-    def styled(self, name: str, style: str) -> dict:
-        """The voice's entry as a request of ``style`` speaks it: its own fields with that recording's hash,
-        model, transcript and audio. VoiceError when the voice has no recording of that style."""
+    def styled(self, name: str, style: str | None) -> dict:
+        """The voice's entry as a request of ``style`` speaks it (None: its own recording): its own fields with
+        that recording's hash, model, transcript, audio and ``style`` (as the voice spells it). VoiceError when
+        there is no such voice; VoiceStyleUnknown, naming the styles it has, when it has no such recording."""
         entry = self.get(name)
-        for recording in self._recordings_of(entry):
+        recordings = self._recordings_of(entry)
+        if style is None:
+            return {**entry, **recordings[0]}
+        for recording in recordings:
             if recording["style"].casefold() == str(style).strip().casefold():
                 return {**entry, **recording}
-        styles = ", ".join(recording["style"] for recording in self._recordings_of(entry))
-        raise VoiceError(f"the voice {name!r} has no {style!r} recording (it has: {styles})")
+        styles = ", ".join(recording["style"] for recording in recordings)
+        raise VoiceStyleUnknown(f"the voice {name!r} has no {style!r} recording; its styles: {styles}")
+
+    def recording_voice(self, name: str, style: str | None = None) -> Voice:
+        """The voice's recording of ``style`` (None: its own) as a request's Voice for a model loaded in this
+        process (``load_model``), with that recording's transcript; raises as :meth:`styled`, or VoiceError
+        when the library kept no copy of that recording."""
+        entry = self.styled(name, style)
+        if not entry.get("audio_path"):
+            raise VoiceError(f"the voice {name!r} has no copy of its {entry['style']!r} recording in {self.folder}")
+        return Voice.recording(entry["audio_path"], transcript=entry.get("transcript"))
 
     def add_style(
         self,

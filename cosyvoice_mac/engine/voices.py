@@ -18,11 +18,13 @@ from cosyvoice_mac.request import Voice
 class VoiceSaving:
     """The engine's voice-saving methods (state lives on the engine)."""
 
-    def voice(self, name: str) -> Voice:
-        """The saved voice ``name`` as a request's Voice, with the transcript it was saved with (so a request
-        built from it speaks zero-shot when it has one). VoiceError if there is none by that name."""
-        entry = self.voices.get(name)
-        return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
+    def voice(self, name: str, style: str | None = None) -> Voice:
+        """The saved voice ``name`` as a request's Voice, speaking its recording of ``style`` (None: its own)
+        with that recording's transcript (so a request built from it speaks zero-shot when it has one).
+        VoiceError if there is none by that name; VoiceStyleUnknown (naming its styles) if it has no such style."""
+        style = (style or "").strip() or None
+        entry = self.voices.styled(name, style)
+        return Voice.saved_voice(entry["name"], entry.get("transcript"), style and entry["style"])
 
     def save_voice_from_audio(
         self,
@@ -113,14 +115,18 @@ class VoiceSaving:
         )
 
     def prepare_voices(self, names, timeout: float | None = None) -> dict[str, dict]:
-        """Have the worker make sure every saved voice in ``names`` has features for the loaded model, in one
-        task: the cached ones cost a lookup, the rest are extracted together (each ONNX frontend loaded once).
+        """Have the worker make sure every saved voice in ``names`` (names, or (name, style) pairs: that
+        recording) has features for the loaded model, in one task: the cached ones cost a lookup, the rest are
+        extracted together (each ONNX frontend loaded once).
 
-        Returns name -> ``{"audio_hash", "cache": "memory" | "disk" | "extracted"}`` or ``{"error": why}`` for
-        a voice this model cannot use. Raises VoiceError for a name the library does not know (before the
-        worker is asked), TaskFailed, TimeoutError past ``timeout`` s, or EngineError (engine not running).
+        Returns name (``name (style)`` for a pair with a style) -> ``{"audio_hash", "cache": "memory" | "disk"
+        | "extracted"}`` or ``{"error": why}`` for a voice this model cannot use. Raises VoiceError for a name
+        the library does not know (VoiceStyleUnknown: a style it has no recording of) before the worker is
+        asked, TaskFailed, TimeoutError past ``timeout`` s, or EngineError (engine not running).
         """
-        entries = {name: self.voices.get(name) for name in dict.fromkeys(names)}
+        entries = {}
+        for name, style in (item if isinstance(item, tuple) else (item, None) for item in dict.fromkeys(names)):
+            entries[f"{name} ({style})" if style else name] = self.voices.styled(name, style)
         if not entries:
             return {}
         return self.run_task(jobs.TASK_PREPARE_VOICES, {"voices": entries}, timeout)["voices"]

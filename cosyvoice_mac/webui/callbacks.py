@@ -182,13 +182,15 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
         post_trim=False,
         post_level=False,
         post_target=None,
+        style=None,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
-        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
+        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default),
+        then the saved voice's style to speak with (None or "": its own recording).
         """
         post = (post_trim, post_level, post_target)
         yield from self.generation.run(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post, style
         )
 
     def stop(self, request: gr.Request) -> None:

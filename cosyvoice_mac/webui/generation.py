@@ -67,14 +67,28 @@ class Generation:
         self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
     def run(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, page, post=POST_OFF
+        self,
+        lang,
+        audio,
+        voice,
+        transcript,
+        text,
+        mode,
+        instruct,
+        seed,
+        speed,
+        stream,
+        session,
+        page,
+        post=POST_OFF,
+        style=None,
     ) -> Iterator[tuple]:
         """Yields GenerateOutputs. ``page`` is Gradio's request; ``post`` the post-processing controls' values
-        (trim, normalise, target)."""
+        (trim, normalise, target); ``style`` the saved voice's recording to speak with (None or "": its own)."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
         request, problem = self.build_request(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post, style
         )
         if problem is not None:
             yield out.problem(*problem)
@@ -171,7 +185,7 @@ class Generation:
         return "  \n".join(lines)
 
     def build_request(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=POST_OFF
+        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=POST_OFF, style=None
     ):
         """(Request, None) or (None, (where, strings key, values)) for the first problem found.
 
@@ -185,7 +199,7 @@ class Generation:
             if engine is None:
                 return None, ("status", "status_no_model", {})
             try:
-                chosen = replace(engine.voice(voice), transcript=transcript)
+                chosen = replace(engine.voice(voice, style or None), transcript=transcript)
             except VoiceError as error:
                 return None, ("prompt", "voice_error", {"message": str(error)})
         elif not audio:

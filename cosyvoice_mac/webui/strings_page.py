@@ -44,6 +44,8 @@ EN: dict[str, str] = {
     # a voice's styles and voices files
     "voice_card_styles": "Styles: {styles}",
     "voice_files_heading": "Styles and voices files: add a style, export, import",
+    "voice_speak_style": "Speak with its recording of the style",
+    "voice_speak_style_own": "its own ({style})",
     "voice_style_label": "Style of the recording above",
     "voice_style_placeholder": "happy, whisper, outdoor…",
     "voice_add_style": "Add to the picked voice",
@@ -137,6 +139,8 @@ ZH: dict[str, str] = {
     # a voice's styles and voices files
     "voice_card_styles": "风格：{styles}",
     "voice_files_heading": "风格与声音文件：添加风格、导出、导入",
+    "voice_speak_style": "用它哪种风格的录音来说",
+    "voice_speak_style_own": "它自己的录音（{style}）",
     "voice_style_label": "上面录音的风格",
     "voice_style_placeholder": "开心、耳语、户外……",
     "voice_add_style": "加到所选声音",

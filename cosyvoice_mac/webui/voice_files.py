@@ -26,6 +26,27 @@ class VoiceFileCallbacks:
     """The style and voices-file controls' callbacks, mixed into ``callbacks.Callbacks`` (which provides
     ``host`` and ``_voices``, ``voice_choices`` from ``voice_cards.VoiceCallbacks``)."""
 
+    def style_choices(self, lang: str, name: str | None):
+        """The style menu for the picked voice: its own recording (the value "") first, then its other styles;
+        hidden when no saved voice is picked."""
+        try:
+            recordings = self._voices().recordings(name) if name else []
+        except EngineError:  # no engine, or the voice went away meanwhile
+            recordings = []
+        if not recordings:
+            return gr.update(choices=[], value=None, visible=False)
+        own, *others = recordings
+        choices = [(say(lang, "voice_speak_style_own", style=own["style"]), "")]
+        choices += [(recording["style"], recording["style"]) for recording in others]
+        return gr.update(choices=choices, value="", visible=len(choices) > 1)
+
+    def style_picked(self, name: str | None, style: str | None):
+        """The transcript field follows the recording picked to speak with (its own for "")."""
+        try:
+            return self._voices().styled(name, style or None).get("transcript") or "" if name else gr.skip()
+        except EngineError:
+            return gr.skip()
+
     def add_style(self, lang: str, name: str, style: str, audio: str | None, transcript: str | None):
         """The recording in the prompt player kept as the picked voice's ``style`` (the worker prepares its
         features). Returns (voice message, card)."""
@@ -88,8 +109,12 @@ class VoiceFileCallbacks:
 
 
 def build_voice_file_controls(make) -> dict:
-    """The style and voices-file controls, in a closed section of their own."""
+    """The menu of the picked voice's styles to speak with (shown when it has more than its own), then the
+    style and voices-file controls, in a closed section of their own."""
     controls: dict = {}
+    controls["speak_style"] = make(
+        gr.Dropdown, {"label": "voice_speak_style"}, choices=[], visible=False, elem_id="cv-speak-style"
+    )
     with make(gr.Accordion, {"label": "voice_files_heading"}, open=False, elem_id="cv-voice-files"):
         _build_controls(make, controls)
     return controls
@@ -125,6 +150,10 @@ def wire_voice_file_controls(controls: dict, callbacks: VoiceFileCallbacks, lang
         [voice_msg, card],
         **voice_slot,
     )
+    style_menu = controls["speak_style"]
+    voices.change(callbacks.style_choices, [language, voices], style_menu, show_progress="hidden", queue=False)
+    card.change(callbacks.style_choices, [language, voices], style_menu, show_progress="hidden", queue=False)
+    style_menu.input(callbacks.style_picked, [voices, style_menu], controls["transcript"], queue=False)
     controls["export_voice"].click(callbacks.export_voice, [language, voices], [voice_msg, controls["exported"]])
     controls["export_all"].click(callbacks.export_all_voices, [language], [voice_msg, controls["exported"]])
     controls["import_file"].upload(

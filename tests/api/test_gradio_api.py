@@ -25,7 +25,9 @@ def test_view_api_lists_only_the_public_endpoints(client):
     assert set(info["named_endpoints"]) == {"/synthesize", "/voices"}
     assert info["unnamed_endpoints"] == {}
     parameters = [parameter["parameter_name"] for parameter in info["named_endpoints"]["/synthesize"]["parameters"]]
-    assert parameters == ["text", "voice", "instructions", "prompt_text", "seed", "speed", "trim", "loudness_lufs"]
+    assert parameters == [
+        *("text", "voice", "instructions", "prompt_text", "seed", "speed", "trim", "loudness_lufs", "style")
+    ]
 
 
 def test_internal_page_events_cannot_be_called(client):
@@ -42,7 +44,7 @@ def test_gradio_rest_calls_reach_only_the_public_endpoints(api_app):
     started = httpx.post(
         api_app.url + "gradio_api/call/synthesize",
         timeout=30,
-        json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0, False, None]},
+        json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0, False, None, ""]},
     )
     assert started.status_code == 200
     events = httpx.get(api_app.url + f"gradio_api/call/synthesize/{started.json()['event_id']}", timeout=300).text

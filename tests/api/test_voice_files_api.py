@@ -5,11 +5,14 @@ command does the same against the running app (``--server``) and this machine's 
 from __future__ import annotations
 
 import io
+import json
 import zipfile
 
 import httpx
 
 from cosyvoice_mac.cli.main import main
+from cosyvoice_mac.wire import JOB_ID_HEADER
+from tests.api.conftest import sidecar_for
 
 
 def _speak(url: str) -> bytes:
@@ -17,6 +20,40 @@ def _speak(url: str) -> bytes:
     answer = httpx.post(url + "v1/audio/speech", json=body, timeout=300)
     assert answer.status_code == 200, answer.text
     return answer.content
+
+
+def _gradio_synthesize(url: str, voice: str, style: str) -> str:
+    """The event stream of the Gradio API's /synthesize called over REST (its nine values, style last)."""
+    values = ["Hi.", voice, "", "", 3, 1.0, False, None, style]
+    started = httpx.post(url + "gradio_api/call/synthesize", json={"data": values}, timeout=30)
+    assert started.status_code == 200, started.text
+    return httpx.get(url + f"gradio_api/call/synthesize/{started.json()['event_id']}", timeout=300).text
+
+
+def _speaks_its_styles_and_refuses_another_before_queueing(api_app) -> None:
+    """/v1 and the Gradio API speak the voice's whisper recording when asked; an unknown style is refused
+    naming the styles it has, and no job is made."""
+    url, body = api_app.url, {"model": "tts-1", "input": "Hush.", "voice": "Portable", "response_format": "pcm"}
+    whispered = httpx.post(url + "v1/audio/speech", json={**body, "style": "Whisper"}, timeout=300)
+    plain = httpx.post(url + "v1/audio/speech", json=body, timeout=300)
+    assert whispered.status_code == plain.status_code == 200, whispered.text
+    facts = [sidecar_for(api_app, answer.headers[JOB_ID_HEADER]) for answer in (whispered, plain)]
+    assert facts[0]["style"] == "whisper" and "style" not in facts[1]
+    assert facts[0]["prompt_hash"] != facts[1]["prompt_hash"]  # the whisper recording spoke
+    made = sorted(api_app.outputs.glob("*.json"))
+    loud = httpx.post(url + "v1/audio/speech", json={**body, "style": "loud"}, timeout=60)
+    assert loud.status_code == 404 and loud.json()["error"]["code"] == "style_not_found", loud.text
+    assert "its styles: neutral, whisper" in loud.json()["error"]["message"]
+    preview = httpx.post(url + "v1/audio/speech", json={**body, "voice": "preview", "style": "whisper"}, timeout=60)
+    assert preview.status_code == 400 and preview.json()["error"]["code"] == "style_needs_saved_voice"
+    assert "its styles: neutral, whisper" in _gradio_synthesize(url, "Portable", "loud")
+    assert sorted(api_app.outputs.glob("*.json")) == made  # nothing was queued
+    assert "event: complete" in _gradio_synthesize(url, "Portable", "whisper")
+    assert [fact["style"] for fact in _newest_sidecars(api_app, made)] == ["whisper"]
+
+
+def _newest_sidecars(api_app, before: list) -> list[dict]:
+    return [json.loads(path.read_text()) for path in sorted(set(api_app.outputs.glob("*.json")) - set(before))]
 
 
 def _library_files(api_app) -> dict[str, bytes]:
@@ -40,6 +77,7 @@ def test_a_voice_file_round_trips_through_the_api_and_a_bad_one_changes_nothing(
         )
     assert styled.status_code == 201 and styled.json()["styles"] == ["neutral", "whisper"], styled.text
     spoken = _speak(url)
+    _speaks_its_styles_and_refuses_another_before_queueing(api_app)
 
     exported = httpx.get(f"{url}v1/voices/{made.json()['id']}/export", timeout=60)
     assert exported.status_code == 200 and exported.headers["content-type"] == "application/zip"
@@ -74,6 +112,14 @@ def test_the_voices_command_exports_and_imports_through_the_app_and_on_this_mach
     recording = str(make_speech("The command line carries this voice too.", seconds=4.0))
     assert main(["voices", "add", "Carried", "--audio", recording, *server]) == 0
     assert main(["voices", "style", "Carried", "happy", "--audio", recording, *server]) == 0
+    said = tmp_path / "said.wav"
+    synth = ["synth", "--voice", "Carried", "--text", "Cheer up.", "--out", str(said), *server]
+    capsys.readouterr()
+    assert main([*synth, "--style", "sad"]) == 2 and not said.exists()  # refused by the app before queueing
+    assert "no 'sad' recording; its styles: neutral, happy" in capsys.readouterr().err
+    made = sorted(api_app.outputs.glob("*.json"))
+    assert main([*synth, "--style", "happy"]) == 0 and said.is_file()
+    assert [fact["style"] for fact in _newest_sidecars(api_app, made)] == ["happy"]
     exported = tmp_path / "carried.cvvoices.zip"
     assert main(["voices", "export", "Carried", "--output", str(exported), *server]) == 0
     assert main(["voices", "export", "Carried", "--output", str(exported), *server]) == 2  # never overwritten

@@ -27,6 +27,7 @@ from cosyvoice_mac.settings.fields import SAMPLING_FIELDS as SAMPLING_FIELDS  # 
 from cosyvoice_mac.sound.post_settings import LUFS_RANGE as LUFS_RANGE  # the contract's limits, read here
 from cosyvoice_mac.sound.post_settings import PostSettings
 from cosyvoice_mac.token_sampling import Sampling
+from cosyvoice_mac.voice_file import VoiceFileLimits, read_voice_file
 
 MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
@@ -38,6 +39,17 @@ MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the pa
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
 MAX_INLINE_PAUSE_S = 10.0  # one [pause] tag (frontend/inline.py); a longer silence is an edit, not a pause
+
+
+VOICE_FILE_LIMITS = VoiceFileLimits(  # a voices file (an exported voice or library): voice_file.py
+    file_bytes=256 << 20,  # packed, and unpacked in all (a zip bomb is refused by its declared sizes)
+    members=2048,
+    manifest_bytes=1 << 20,
+    recording_bytes=MAX_UPLOAD_BYTES,  # one recording, as one upload may be
+    features_bytes=16 << 20,  # one model's cached features of a 30 s prompt are well under 1 MB
+    recordings_per_voice=16,  # the styles of one voice
+    style_chars=32,
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,6 +67,7 @@ class Voice:
     prepared: str | None = None
     stock: bool = False  # the backend's own voice (the preview voice has one; CosyVoice has none)
     transcript: str | None = None
+    style: str | None = None  # a saved voice's recording of this style (None: its own); the engine's library checks it
 
     @classmethod
     def recording(cls, audio: str | Path, transcript: str | None = None) -> "Voice":
@@ -65,13 +78,21 @@ class Voice:
         return cls(samples=samples, sample_rate=sample_rate, transcript=transcript)
 
     @classmethod
-    def saved_voice(cls, name: str, transcript: str | None = None) -> "Voice":
-        return cls(saved=name, transcript=transcript)
+    def saved_voice(cls, name: str, transcript: str | None = None, style: str | None = None) -> "Voice":
+        """The saved voice ``name``, speaking its recording of ``style`` (None or blank: its own)."""
+        return cls(saved=name, transcript=transcript, style=(style or "").strip() or None)
 
     @classmethod
     def builtin(cls) -> "Voice":
         """The backend's own voice, for clients that name no recording (the preview voice's speaker)."""
         return cls(stock=True)
+
+    @classmethod
+    def load(cls, file: str | Path, name: str | None = None, style: str | None = None) -> "Voice":
+        """The recording of ``style`` (None: its own) of the voice ``name`` (None: the only one) in a voices file
+        (``voice_file.py``), with its transcript, in memory; VoiceFileRefused (an InputError) says why not."""
+        recording = read_voice_file(file, VOICE_FILE_LIMITS).recording(name, style)
+        return cls.from_samples(recording.samples, recording.sample_rate, transcript=recording.transcript)
 
     def _sources(self) -> list[str]:
         given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]
@@ -110,6 +131,23 @@ class Voice:
             raise RequestError("voice", "voice_error", "a saved voice is named by a non-empty string")
         if self.transcript is not None:
             check_transcript(self.transcript)
+        if self.style is not None:
+            self._check_style()
+
+    def _check_style(self) -> None:
+        """A style names one of a saved voice's recordings (which ones it has, the library says where the
+        request enters): so only a saved voice has one, and it is a short printable name."""
+        if self.saved is None:
+            raise RequestError(
+                "style",
+                "style_needs_saved_voice",
+                "a style picks one of a saved voice's recordings: pick a saved voice, or leave the style out",
+            )
+        limit = VOICE_FILE_LIMITS.style_chars
+        if not isinstance(self.style, str) or not 0 < len(self.style) <= limit or not self.style.isprintable():
+            raise RequestError(
+                "style", "style_invalid", f"a style is 1-{limit} printable characters, not {self.style!r}", limit=limit
+            )
 
     def describe(self) -> str | None:
         """What the sidecar records: the saved voice's name, or None for a recording."""
@@ -147,7 +185,8 @@ class SpeechRequest:
 
     def delivery_facts(self) -> dict:
         """What every sidecar records of the shared fields (plain JSON values)."""
-        return {"voice": self.voice.describe(), "speed": self.speed, "stream": self.stream}
+        style = {"style": self.voice.style} if self.voice.style else {}  # the saved voice's recording spoken
+        return {"voice": self.voice.describe(), **style, "speed": self.speed, "stream": self.stream}
 
 
 @dataclass(frozen=True, eq=False)

@@ -47,3 +47,46 @@ def test_preview_streams_its_audio_and_a_voice_can_be_saved_first(engine, make_s
     chunks = [event.audio for event in events if event.kind == "progress"]
     assert chunks and result.cache_hit  # a short text is one segment, so maybe one chunk
     assert np.allclose(np.concatenate(chunks), result.samples(), atol=1e-4)
+
+
+def test_a_request_speaks_a_saved_voice_s_style_and_an_unknown_style_is_refused_before_queueing(
+    engine, make_speech, tmp_path
+):
+    from cosyvoice_mac.engine import VoiceStyleUnknown
+    from cosyvoice_mac.longform.runner import run_dialogue
+    from cosyvoice_mac.longform.speakers import EngineSpeak, VoiceUnusable
+
+    own = str(make_speech("The narrator's own recording, read in a plain voice.", seconds=4.0))
+    calm = str(make_speech("The same narrator again, reading slowly and calmly now.", seconds=4.0))
+    engine.save_voice_from_audio("Styled narrator", own, "Own words.", timeout=DEADLINE)
+    engine.add_voice_style("Styled narrator", "calm", calm, "Calm words.", timeout=DEADLINE)
+    calm_hash = engine.voices.styled("Styled narrator", "calm")["audio_hash"]
+    voice = engine.voice("Styled narrator", " CALM ")  # as the voice spells it, with that recording's transcript
+    assert (voice.style, voice.transcript) == ("calm", "Calm words.")
+    result = engine.result(engine.submit(Request.build("Hello there.", voice, seed=3)), timeout=DEADLINE)
+    assert result.prompt_hash == calm_hash != engine.voices.get("Styled narrator")["audio_hash"]
+    assert json.loads(open(result.sidecar_path).read())["style"] == "calm"
+    loud = Request.build("Hello there.", Voice.saved_voice("Styled narrator", style="loud"), seed=3)
+    with pytest.raises(VoiceStyleUnknown, match="no 'loud' recording; its styles: neutral, calm"):
+        engine.submit(loud)
+    assert engine.line() == []  # refused before it waited in line
+
+    speak = EngineSpeak(engine, timeout_s=DEADLINE)  # long form: a dialogue line names its style in its tag
+    script = "Styled narrator: Hi.\nStyled narrator (loud): Hi!"
+    with pytest.raises(VoiceUnusable, match="no 'loud' recording; its styles: neutral, calm"):
+        run_dialogue(script, {}, ["Styled narrator"], speak, tmp_path / "a")
+    assert list(tmp_path.iterdir()) == [] and engine.line() == []  # before any line was spoken
+    spoken = []
+
+    class NotingSpeak(EngineSpeak):  # notes which recording each line's job spoke with
+        def _facts(self, result) -> dict:
+            spoken.append(result.prompt_hash)
+            return super()._facts(result)
+
+    script = "Styled narrator (calm): Slowly.\nStyled narrator: Plainly."
+    run_dialogue(script, {}, ["Styled narrator"], NotingSpeak(engine, timeout_s=DEADLINE), tmp_path / "talk")
+    assert spoken == [calm_hash, engine.voices.get("Styled narrator")["audio_hash"]]
+
+    python_door = engine.voices.recording_voice("Styled narrator", "calm")  # for a model loaded in this process
+    assert python_door.kind == "audio" and python_door.transcript == "Calm words."
+    assert open(python_door.audio, "rb").read() == open(calm, "rb").read()

@@ -410,16 +410,20 @@ def test_a_cue_that_cannot_fit_pushes_the_next_one_and_is_reported():
 
 def test_a_long_job_has_its_voices_made_ready_once_before_its_first_line(make_speech, tmp_path):
     speak = EspeakSpeak(make_speech)
-    script = "[S1] One.\n[S2] Two.\n[S1] Three.\n"
+    script = "[S1] One.\n[S2 (happy)] Two.\nAnna (whisper): Three.\n"
     run_dialogue(script, {"S1": "Anna", "S2": "Bob"}, ["Anna", "Bob"], speak, tmp_path / "talk")
-    assert speak.prepared == [(["Anna", "Bob", "Anna"], 0)]
+    assert speak.prepared == [([("Anna", None), ("Bob", "happy"), ("Anna", "whisper")], 0)]
+    assert [(line.voice, line.style) for line in speak.requests] == speak.prepared[0][0]  # each line its style
     dub = EspeakSpeak(make_speech)
-    run_dub(SRT, "Cleo", dub, tmp_path / "dub", speed_limit=2.0)
-    assert dub.prepared == [(["Cleo"], 0)]
+    run_dub(SRT, "Cleo", dub, tmp_path / "dub", style="calm", speed_limit=2.0)
+    assert dub.prepared == [([("Cleo", "calm")], 0)] and {line.style for line in dub.requests} == {"calm"}
+    styled = EspeakSpeak(make_speech)
+    run_batch("text,voice,style\nOne.,Bob,happy\nTwo.,,\n", "csv", tmp_path / "styled", styled, voice="Anna")
+    assert styled.prepared == [([("Bob", "happy"), ("Anna", None)], 0)]
     lines = "Plain line.\n"
     batch = EspeakSpeak(make_speech)
     run_batch(lines, "txt", tmp_path / "batch", batch, voice="Anna")
-    assert batch.prepared == [(["Anna"], 0)]
+    assert batch.prepared == [([("Anna", None)], 0)]
     again = EspeakSpeak(make_speech)  # nothing left to make: no voice is needed
     run_batch(lines, "txt", tmp_path / "batch", again, voice="Anna")
     assert again.prepared == [([], 0)] and again.requests == []

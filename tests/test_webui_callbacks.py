@@ -9,6 +9,7 @@ file, tests/test_webui_additions.py.
 from __future__ import annotations
 
 import html
+import json
 import threading
 import time
 from pathlib import Path
@@ -21,6 +22,7 @@ from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, find_mode
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
+from cosyvoice_mac.webui.sampling_controls import SAMPLING_CONTROLS
 from cosyvoice_mac.webui.state import Session, is_inside
 from tests.fakes.fake_pipeline import fake_engine_factory, tone
 
@@ -82,11 +84,18 @@ def _run(
     session=None,
     lang="en",
     session_id="s1",
+    style=None,
 ):
     request = SimpleNamespace(session_hash=session_id)
     session = session or Session()
+    post = (False, False, None)
+    sampling_off = (False,) + (None,) * (SAMPLING_CONTROLS - 1)  # the panel off: its sliders are not read
     return list(
-        callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request)
+        callbacks.generate(
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, *post,
+            *sampling_off,
+            style,
+        )
     )
 
 
@@ -521,3 +530,40 @@ def test_the_engine_refuses_a_malformed_inline_tag_before_the_job_waits_in_line(
     with pytest.raises(RequestError, match=r"at character 4.*did you mean \[pause 500ms\]") as refused:
         engine.submit(request)
     assert (refused.value.field, refused.value.code) == ("text", "markup_invalid") and engine.line() == []
+def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callbacks, make_speech, tmp_path):
+    own = str(make_speech("The page keeps this voice and carries it away.", seconds=3.0))
+    happy = str(make_speech("And here it is again, sounding rather happy!", seconds=3.0))
+    assert _save(callbacks, "Styled", own)[-1][0] == "✅ Saved the voice “Styled”."
+    assert "Upload or record" in callbacks.add_style("en", "Styled", "happy", None, None)[0]
+    message, card = callbacks.add_style("en", "Styled", "happy", happy, "And here it is again.")
+    assert message == "✅ “Styled” has a “happy” recording now." and "Styles: neutral, happy" in card
+    message, exported = callbacks.export_voice("en", "Styled")
+    assert message.startswith("✅ Exported “Styled”") and Path(exported).name == "Styled.cvvoices.zip"
+    callbacks.delete_voice("en", "Styled")
+
+    damaged = tmp_path / "damaged.cvvoices.zip"
+    damaged.write_bytes(Path(exported).read_bytes()[:-200])
+    before = callbacks.voices.list()
+    message, menu, emptied, _ = callbacks.import_voice_file("en", str(damaged))
+    assert message.startswith("⚠️ Not imported, nothing was changed:") and "no zip archive" in message
+    assert callbacks.voices.list() == before and _is_skip(menu) and emptied is None
+    message, menu, emptied, card = callbacks.import_voice_file("en", exported)
+    assert message == "✅ Imported “Styled”." and menu["value"] == "Styled" and emptied is None
+    assert "Styles: neutral, happy" in card
+    assert "Styles: neutral, happy" in callbacks.voice_picked("en", "Styled", "")[4]
+
+    menu = callbacks.style_choices("en", "Styled")  # Generate speaks the recording picked here
+    assert menu["choices"] == [("its own (neutral)", ""), ("happy", "happy")] and menu["visible"]
+    assert callbacks.style_picked("Styled", "happy") == "And here it is again."
+    assert not callbacks.style_choices("en", "")["visible"]
+    before = _outputs(callbacks)
+    refused = _run(callbacks, voice="Styled", transcript="", mode="cross_lingual", style="sad")
+    assert "has no 'sad' recording; its styles: neutral, happy" in refused[-1][PROMPT] and _outputs(callbacks) == before
+    _run(callbacks, voice="Styled", transcript="And here it is again.", style="happy")
+    [made] = _outputs(callbacks) - before
+    sidecar = json.loads((Path(callbacks.host.config.outputs_dir) / made).with_suffix(".json").read_text())
+    assert (
+        sidecar["style"] == "happy"
+        and sidecar["prompt_hash"] == callbacks.voices.styled("Styled", "happy")["audio_hash"]
+    )
+    callbacks.delete_voice("en", "Styled")

@@ -60,6 +60,7 @@ Args:
     trim: cut the leading and trailing silence of the result
     loudness_lufs: normalise the result to this loudness ({_LOUDNESS}, e.g. -16); empty for no change
 {_SAMPLING}
+    style: the saved voice's recording of this style (happy, whisper, ...); empty for its own recording
 Returns:
     the WAV file, and its facts: saved (false, with a warning, when outputs/ refused the file: the audio
     comes back all the same), file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
@@ -83,11 +84,16 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         top_p: float | None = None,
         top_k: float | None = None,
         repetition_window: float | None = None,
+        style: str = "",
     ) -> tuple[str, dict]:
         if trim is not None and not isinstance(trim, bool):  # Gradio's Checkbox passes any value through
             raise gr.Error(f"synthesize: trim must be true or false, got {describe(trim)}", print_exception=False)
         try:
-            spoken_in = link.voice(link.find_voice((voice or "").strip()), transcript=prompt_text or None)
+            spoken_in = link.voice(
+                link.find_voice((voice or "").strip()),
+                transcript=prompt_text or None,
+                style=(style or "").strip() or None,
+            )
             with contract_checks():
                 request = Request.build(
                     text or "",
@@ -146,6 +152,7 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                 gr.Checkbox(label="trim", value=False),
                 gr.Number(label="loudness_lufs", value=None),
                 *(gr.Number(label=name, value=None) for name in SAMPLING_FIELDS),
+                gr.Textbox(label="style", value=""),
             ]
             outputs = [gr.File(label="audio"), gr.JSON(label="metadata")]
             trigger = gr.Button()

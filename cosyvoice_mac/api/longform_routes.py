@@ -101,6 +101,7 @@ def build_longform_router(
         request: Request,
         subtitles_file: UploadFile = File(..., alias="file"),
         voice: str = Form(...),
+        style: str | None = Form(None),
         speed_limit: float = Form(setting("speed_limit").default),
         seed: int | None = Form(None),
         loudness_lufs: float | None = Form(None),
@@ -111,6 +112,8 @@ def build_longform_router(
         _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
         post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
         name = link.find_voice(voice)
+        style = (style or "").strip() or None
+        link.voice(name, style=style)  # a style the voice has no recording of: a 404 naming its styles, now
         speaker = speak(request, name)
         return _stream(
             request,
@@ -120,6 +123,7 @@ def build_longform_router(
                 name,
                 speaker,
                 result_stem(folder, "dub"),
+                style=style,
                 speed_limit=speed_limit,
                 seed=seed,
                 post=post,

@@ -75,6 +75,7 @@ class SpeechBody(BaseModel):
     stream_format: str = "audio"
     seed: int | None = Field(default=None, description="extension: the same seed and text give the same audio")
     prompt_text: str | None = Field(default=None, description="extension: what the saved voice's recording says")
+    style: str | None = Field(default=None, description="extension: the saved voice's recording of this style")
     trim: StrictBool = Field(default=False, description="extension: cut the leading and trailing silence")
     loudness_lufs: float | None = Field(
         default=None,
@@ -310,7 +311,7 @@ def _request(link: EngineLink, body: SpeechBody, recording: str | None = None) -
     link.check_model(body.model)
     reference = body.voice.id if isinstance(body.voice, VoiceReference) else body.voice
     name = None if recording is not None else link.find_voice(reference)
-    voice = link.voice(name, transcript=body.prompt_text, recording=recording)
+    voice = link.voice(name, transcript=body.prompt_text, recording=recording, style=(body.style or "").strip() or None)
     with contract_checks():
         return Request.build(
             body.input,

@@ -65,6 +65,7 @@ CONTRACT_FLAGS = {
     "post": "--loudness",
     "prompt_audio": "--prompt-wav",
     **{name: setting(name).flag for name in SAMPLING_FIELDS},  # --temperature, --top-p, --top-k, ...
+    "style": "--style",
 }
 
 # The settings that say how the model is built, so the app's own settings rule when the job goes there.

@@ -62,6 +62,7 @@ def add_longform(commands) -> None:
     )
     dub.add_argument("subtitles", type=Path)
     dub.add_argument("--voice", required=True, help="saved voice that speaks every cue")
+    dub.add_argument("--style", help="the voice's recording of this style (happy, whisper, ...); default its own")
     add_argument(dub, "speed_limit")
     dub.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.report.json")
     dub.set_defaults(handler=_dub)
@@ -137,12 +138,12 @@ def _read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _check_voice(name: str | None) -> None:
-    """Refuse an unknown saved voice before the model loads."""
+def _check_voice(name: str | None, style: str | None = None) -> None:
+    """Refuse an unknown saved voice, or a style it has no recording of, before the model loads."""
     if name is not None:
         from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
-        VoiceLibrary().get(name)
+        VoiceLibrary().styled(name, style)
 
 
 def _dialogue(args) -> int:
@@ -210,8 +211,10 @@ def _dub(args) -> int:
     subtitles.check_speed_limit(args.speed_limit)
     post, sampling = post_settings(args), _sampling(args)
     # a cue keeps its silence (its place on the timeline): the route takes only the loudness
+    style = (args.style or "").strip() or None
     form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
     form |= sampling.given()
+    form |= {"style": style} if style else {}
     return speak_long_job(
         args,
         "cues",
@@ -221,6 +224,7 @@ def _dub(args) -> int:
                 args.voice,
                 speak,
                 args.out,
+                style=style,
                 speed_limit=args.speed_limit,
                 seed=args.seed,
                 post=post,
@@ -229,7 +233,7 @@ def _dub(args) -> int:
                 should_stop=stop,
                 files=ResultFiles(replace=True),
             ),
-            lambda: _check_voice(args.voice),
+            lambda: _check_voice(args.voice, style),
             args.voice,
         ),
         lambda app, bar: dub_in_app(app, data, form, args.out, bar),

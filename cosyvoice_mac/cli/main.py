@@ -52,6 +52,7 @@ def _add_synth(commands) -> None:
     voice = synth.add_mutually_exclusive_group(required=True)
     voice.add_argument("--prompt-wav", type=Path, help="3-30 s of speech in the target voice (sent to the app)")
     voice.add_argument("--voice", help="a saved voice's name or id ('preview': the preview voice's own)")
+    synth.add_argument("--style", help="with --voice: its recording of this style (happy, whisper, ...)")
     synth.add_argument("--text", required=True, help="text to speak")
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
     for name in ("instruct", "seed", "speed"):
@@ -72,6 +73,8 @@ def _request(args, saved_transcript: str | None = None):
     """The request the page would queue for these arguments, checked before anything is sent or loaded: a
     flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.
     A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise."""
+    from dataclasses import replace
+
     from cosyvoice_mac.frontend.inline import parse_inline
     from cosyvoice_mac.request import Request, Sampling, Voice
 
@@ -85,7 +88,7 @@ def _request(args, saved_transcript: str | None = None):
         voice = Voice.saved_voice(args.voice, transcript=args.prompt_text or saved_transcript)
     request = Request.build(
         args.text,
-        voice,
+        replace(voice, style=(args.style or "").strip() or None),  # the contract refuses a style of no saved voice
         mode=mode,
         instruct=args.instruct,
         seed=args.seed,
@@ -134,7 +137,8 @@ def _synth_here(args) -> int:
     if args.voice is not None and args.voice != PREVIEW:
         from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
-        saved = VoiceLibrary().get(args.voice).get("transcript")  # an unknown name is refused before loading
+        # an unknown name or style is refused before loading, naming the voice's styles
+        saved = VoiceLibrary().styled(args.voice, (args.style or "").strip() or None).get("transcript")
     request = _request(args, saved_transcript=saved)
     if args.outputs_dir is not None:
         outputs = args.outputs_dir

@@ -187,7 +187,7 @@ class AppClient:
                 "POST", RECORDING_SPEECH_PATH, data={"body": json.dumps(body)}, files=upload, timeout=timeout
             )
         else:
-            body = {**body, "voice": voice.saved if voice.kind == "saved" else PREVIEW}
+            body = {**body, "voice": voice.saved if voice.kind == "saved" else PREVIEW, "style": voice.style}
             self._voice_asked = body["voice"]
             built = self.http.build_request("POST", SPEECH_PATH, json=body, timeout=timeout)
         return self.http.send(built, stream=True)
@@ -339,6 +339,7 @@ FLAGS = {
     "seed": "--seed",
     "speed": "--speed",
     "voice": "--voice",
+    "style": "--style",
     "prompt_audio": "--prompt-wav",
     "model": "--model",
     "trim": "--trim",

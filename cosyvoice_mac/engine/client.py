@@ -137,16 +137,17 @@ class Engine(VoiceSaving):
     # -- jobs ----------------------------------------------------------------------------------
     def submit(self, request: Request | ConversionRequest | Job) -> str:
         """Queue a request (built, so checked, by ``Request.build`` or ``ConversionRequest.build``); its job id.
-        Raises QueueFull, EngineError, VoiceError for a saved voice the library does not hold, or RequestError
-        ("text", "markup_invalid") for a malformed inline tag, with its position: every door's job is refused
-        here before it waits in line, as the worker would refuse it after (``frontend.inline``)."""
+        Raises QueueFull, EngineError, VoiceError for a saved voice the library does not hold (VoiceStyleUnknown:
+        a style the voice has no recording of), or RequestError ("text", "markup_invalid") for a malformed inline
+        tag, with its position: every door's job is refused here before it waits in line, as the worker would
+        refuse it after (``frontend.inline``)."""
         job = request if isinstance(request, Job) else Job(request)
         if not isinstance(job.request, (Request, ConversionRequest)):
             raise EngineError(f"submit takes a Request or a ConversionRequest, not {type(job.request).__name__}")
+        if job.request.voice.kind == "saved":  # an unknown voice or style is refused before it waits in line
+            self.voices.styled(job.request.voice.saved, job.request.voice.style)
         if isinstance(job.request, Request):
             parse_inline(job.request.text)
-        if job.request.voice.kind == "saved":
-            self.voices.get(job.request.voice.saved)
         with self._lock:
             self._supervisor.check_usable()
             self.queue.add(job)

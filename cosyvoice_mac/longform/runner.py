@@ -29,8 +29,9 @@ from cosyvoice_mac.sound.post import post_process, trim_silence
 
 @dataclass(frozen=True)
 class LineRequest:
-    """One line to speak: text in a saved voice (None: the job's default voice), instruction, speed, seed, and
-    how its speech tokens are drawn (the job's ``sampling``; unset: the model's own)."""
+    """One line to speak: text in a saved voice (None: the job's default voice) and its recording of ``style``
+    (None: its own), instruction, speed, seed, and how its speech tokens are drawn (the job's ``sampling``;
+    unset: the model's own)."""
 
     text: str
     voice: str | None = None
@@ -38,6 +39,7 @@ class LineRequest:
     speed: float = 1.0
     seed: int | None = None
     sampling: Sampling = Sampling()
+    style: str | None = None
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,10 @@ class Spoken:
 class Speak(Protocol):
     def __call__(self, line: LineRequest) -> Spoken: ...
 
-    def prepare(self, voices: Iterable[str | None]) -> None:
-        """Make the job's voices (None: the default) ready before its first line, or raise saying which one
-        cannot be used; called once, after the input is checked and before any line is spoken."""
+    def prepare(self, voices: Iterable[tuple[str | None, str | None]]) -> None:
+        """Make the job's (voice, style) pairs (None: the default voice; its own recording) ready before its
+        first line, or raise saying which one cannot be used (a style the voice has no recording of included);
+        called once, after the input is checked and before any line is spoken."""
 
 
 @dataclass(frozen=True)
@@ -145,7 +148,7 @@ def run_dialogue(
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
     dialogue.check_pause(pause_s)  # before any work
-    speak.prepare(voices[line.speaker] for line in lines)
+    speak.prepare((voices[line.speaker], line.style) for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     for index, line in enumerate(lines):
         if should_stop():
@@ -159,6 +162,7 @@ def run_dialogue(
                 line.instruct,
                 seed=None if seed is None else seed + index,
                 sampling=sampling,
+                style=line.style,
             ),
             should_stop,
             files,
@@ -200,6 +204,7 @@ def run_dub(
     speak: Speak,
     out_stem: Path,
     *,
+    style: str | None = None,
     speed_limit: float = 1.5,
     seed: int | None = None,
     post: PostSettings = PostSettings(),
@@ -208,19 +213,21 @@ def run_dub(
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
 ) -> LongformResult:
-    """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits.
+    """Dub every cue in ``voice``'s recording of ``style`` (None: its own) into ``<out_stem>.wav`` on the subtitle
+    timeline; ``<out_stem>.report.json`` lists misfits.
     Written through ``files`` (default: never over an existing file, no fallback)."""
     files = files or ResultFiles()
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
-    speak.prepare([voice])
+    speak.prepare([(voice, style)])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     for index, cue in enumerate(cues):
         if should_stop():
             stopped = True
             break
         line_seed = None if seed is None else seed + index
-        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed, sampling=sampling), should_stop, files)
+        line_request = LineRequest(cue.text, voice, seed=line_seed, sampling=sampling, style=style)
+        spoken = _spoken(speak, line_request, should_stop, files)
         if spoken is None:
             stopped = True
             break
@@ -228,7 +235,7 @@ def run_dub(
         wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
-            again = LineRequest(cue.text, voice, speed=faster, seed=line_seed, sampling=sampling)
+            again = LineRequest(cue.text, voice, speed=faster, seed=line_seed, sampling=sampling, style=style)
             spoken = _spoken(speak, again, should_stop, files)
             if spoken is None:
                 stopped = True
@@ -249,6 +256,7 @@ def run_dub(
         "of_cues": len(cues),
         "partial": stopped,
         "voice": voice,
+        "style": style,
         "speed_limit": limit,
         "sampling": sampling.as_dict(),
         "misfits": len(report),
@@ -279,7 +287,8 @@ def run_batch(
     store = batches.BatchFolder(folder)
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
     shared |= {"sampling": sampling.as_dict()} if sampling.given() else {}  # a batch made before keeps its key
-    speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
+    to_make = [item for item in items if not store.is_done(item, batches.settings_key(item, shared))]
+    speak.prepare((item.voice or voice, item.style) for item in to_make)
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     for index, item in enumerate(items):
@@ -299,6 +308,7 @@ def run_batch(
                 item.instruct,
                 seed=None if seed is None else seed + index,
                 sampling=sampling,
+                style=item.style,
             ),
             should_stop,
             files,
@@ -316,6 +326,7 @@ def run_batch(
                 "line": item.number,
                 "text": item.text,
                 "voice": item.voice or voice,
+                "style": item.style,
                 "instruct": item.instruct,
                 "post_notes": applied.notes,
                 **spoken.facts,

@@ -78,13 +78,15 @@ class Generation(PageRequest):
         page,
         post=POST_OFF,
         sampling=(),
+        style=None,
     ) -> Iterator[tuple]:
         """Yields GenerateOutputs. ``page`` is Gradio's request; ``post`` the post-processing controls' values
-        (trim, normalise, target); ``sampling`` the sampling controls' (on, then the four values; none: off)."""
+        (trim, normalise, target); ``sampling`` the sampling controls' (on, then the four values; none: off);
+        ``style`` the saved voice's recording to speak with (None or "": its own)."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
         request, problem = self.build_request(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post, sampling
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post, sampling, style
         )
         if problem is not None:
             yield out.problem(*problem)

@@ -38,8 +38,10 @@ class PageRequest:
         stream=False,
         post=POST_OFF,
         sampling=(),
+        style=None,
     ):
-        """(Request, None) or (None, (where, strings key, values)) for the first problem found.
+        """(Request, None) or (None, (where, strings key, values)) for the first problem found. ``style``: the saved
+        voice's recording to speak with (None or "": its own).
 
         The rules are the request's own (``Request.build``); this only adds the page's quick look at the
         prompt file and says where each problem shows. Streaming plays at speed 1.0 (the model cannot change
@@ -51,7 +53,7 @@ class PageRequest:
             if engine is None:
                 return None, ("status", "status_no_model", {})
             try:
-                chosen = replace(engine.voice(voice), transcript=transcript)
+                chosen = replace(engine.voice(voice, style or None), transcript=transcript)
             except VoiceError as error:
                 return None, ("prompt", "voice_error", {"message": str(error)})
         elif not audio:

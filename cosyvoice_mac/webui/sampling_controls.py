@@ -9,6 +9,8 @@ from cosyvoice_mac.request import Sampling
 from cosyvoice_mac.settings import slider
 from cosyvoice_mac.settings.fields import SAMPLING_FIELDS
 
+SAMPLING_CONTROLS = 1 + len(SAMPLING_FIELDS)  # how many values the controls pass: the on box, then a slider each
+
 
 def build_sampling_controls(make, id_prefix: str) -> tuple:
     """(on checkbox, temperature, top-p, top-k, repetition window sliders); the checkbox starts off and the

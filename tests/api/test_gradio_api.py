@@ -35,6 +35,7 @@ def test_view_api_lists_only_the_public_endpoints(client):
         "trim",
         "loudness_lufs",
         *("temperature", "top_p", "top_k", "repetition_window"),  # the sampling settings (none: the model's own)
+        "style",  # last: the saved voice's recording of that style (empty: its own)
     ]
 
 
@@ -52,7 +53,7 @@ def test_gradio_rest_calls_reach_only_the_public_endpoints(api_app):
     started = httpx.post(
         api_app.url + "gradio_api/call/synthesize",
         timeout=30,
-        json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0, False, None, None, None, None, None]},
+        json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0, False, None, None, None, None, None, ""]},
     )
     assert started.status_code == 200
     events = httpx.get(api_app.url + f"gradio_api/call/synthesize/{started.json()['event_id']}", timeout=300).text

@@ -109,6 +109,15 @@ def test_a_subtitle_file_is_dubbed(voices):
             400,
             "top_p",
         ),
+        (
+            "v1/longform/dub",
+            {
+                "data": {"voice": "Anna", "style": "loud"},
+                "files": {"file": ("x.srt", b"1\n00:00:01,000 --> 00:00:02,000\nA\n")},
+            },
+            404,
+            "no 'loud' recording; its styles: neutral",
+        ),
         ("v1/longform/batch", {"data": {"name": "../up"}, "files": {"file": ("x.txt", b"hi\n")}}, 400, "batch name"),
         ("v1/longform/files/..%2F..%2Fetc%2Fpasswd", {}, 404, ""),
     ],

@@ -26,7 +26,7 @@ PACKAGE = "cosyvoice_mac"
 LAYERS = (
     ("errors", "paths", "wire", "heap", "stored"),  # facts every layer may know, the C heap's trim, the typed reader
     # torch-free rules (device: torch's door)
-    ("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "sound"),
+    ("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "sound", "provenance"),
     ("models", "mlx"),  # the networks
     ("frontend",),  # text and prompt audio -> ids and features
     ("pipeline", "preview", "coreml"),  # Request -> audio, on either engine

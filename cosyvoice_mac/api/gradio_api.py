@@ -14,8 +14,9 @@ from pathlib import Path
 
 import gradio as gr
 
+from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, contract_checks, samples_of
+from cosyvoice_mac.api.engine_link import EngineLink, contract_checks, facts_of, samples_of
 from cosyvoice_mac.api.errors import ApiError
 from cosyvoice_mac.api.gradio_inputs import describe, name_input_problems
 from cosyvoice_mac.paths import atomic_write
@@ -29,7 +30,6 @@ from cosyvoice_mac.request import (
     Request,
 )
 from cosyvoice_mac.settings import setting
-from cosyvoice_mac.sound.wav import wav_bytes
 
 PUBLIC_ENDPOINTS = ("synthesize", "voices")
 SYNTHESIZE_TIMEOUT_S = 1800.0
@@ -179,7 +179,7 @@ def _unsaved_wav(result) -> str:
     folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "unsaved"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{result.job_id}.wav"
-    atomic_write(path, wav_bytes(*samples_of(result)))
+    atomic_write(path, audio_formats.encode(*samples_of(result), "wav", facts_of(result)))
     return str(path)
 
 

@@ -12,6 +12,7 @@ GROUPS = {
     "request": "One request (page, `/v1`, Gradio API, Python, CLI)",
     "longform": "Long form",
     "tools": "Tools (`coreml convert`, `bench`, `doctor`)",
+    "credentials": "Content credentials (C2PA) on every output (environment only)",
     "machine": "This machine (environment only)",
     "advanced": "Advanced: tuning and diagnostics (environment only)",
 }

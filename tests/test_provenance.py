@@ -109,13 +109,16 @@ def test_a_saved_output_verifies_and_one_edited_byte_makes_verify_say_it_was_cha
 
     data = saved.read_bytes()
     in_audio, in_manifest = data.index(b"data") + 8 + 1000, data.index(b"C2PA") + 8 + 500
-    for name, offset in (("audio.wav", in_audio), ("manifest.wav", in_manifest)):
+    in_box_header = data.index(b"C2PA") + 12  # the credentials can no longer be read whole
+    for name, offset in (("audio.wav", in_audio), ("manifest.wav", in_manifest), ("header.wav", in_box_header)):
         edited = bytearray(data)
         edited[offset] ^= 0x01
         path = _file(tmp_path / name, bytes(edited))
         assert read_credentials(path).verdict == CHANGED, name
         assert main(["verify", str(path)]) == 1
         assert "CHANGED after signing" in capsys.readouterr().out
+    assert main(["verify", str(_file(tmp_path / "torn.wav", b"RIFFxxxxWAVEjunk"))]) == 2
+    assert "cannot be read" in capsys.readouterr().out
 
 
 def test_the_setting_turns_the_credentials_off(tmp_path, monkeypatch, capsys):

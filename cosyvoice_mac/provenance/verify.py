@@ -98,11 +98,17 @@ def read_credentials(path: str | Path, anchors_pem: bytes | None = None) -> Cred
                 results = reader.get_validation_results() or {}
     except OSError as error:
         return Credentials(path.name, UNREADABLE, problems=(error.strerror or str(error),))
-    except c2pa.C2paError as error:
-        # a manifest damaged past parsing is a changed file too; no container c2pa knows is another matter
-        verdict = UNREADABLE if "could not be parsed" in str(error) or "NotSupported" in str(error) else CHANGED
-        return Credentials(path.name, verdict, problems=(str(error),))
+    except _damaged_credentials(c2pa) as error:  # credentials damaged past reading: the file was changed too
+        return Credentials(path.name, CHANGED, problems=(str(error),))
+    except c2pa.C2paError as error:  # not a container c2pa reads (not audio, a torn header)
+        return Credentials(path.name, UNREADABLE, problems=(str(error),))
     return _credentials(path.name, manifest, results)
+
+
+def _damaged_credentials(c2pa) -> tuple[type, ...]:
+    """c2pa's errors for credentials that are there but cannot be read whole (a changed byte in their boxes)."""
+    found = c2pa.C2paError
+    return (found.Verify, found.Signature, found.Manifest, found.Json, found.Decoding, found.Assertion)
 
 
 def _credentials(name: str, manifest: dict, results: dict) -> Credentials:

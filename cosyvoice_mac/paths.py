@@ -70,6 +70,12 @@ def user_cache_dir() -> Path:
     return Path(base).expanduser() / APP_NAME
 
 
+def temporary_folder(name: str) -> Path:
+    """``name`` inside the front ends' temporary folder: ``$GRADIO_TEMP_DIR``, which the app points at a folder
+    of its own that its janitor sweeps (uploads, copies of results), else the system's temporary folder."""
+    return Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / name
+
+
 def compile_cache_dir() -> Path:
     """Where torch.compile keeps its compiled kernels between runs (the fused LLM step on CUDA: ~30 s to compile
     the first time), inside the user cache folder rather than a temporary folder a reboot empties."""

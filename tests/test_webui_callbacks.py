@@ -157,6 +157,22 @@ def test_generate_reports_progress_then_the_saved_result(callbacks, prompt):
         saved.write_bytes(data)
 
 
+def test_a_result_outputs_refuses_still_plays_and_carries_its_credentials(callbacks, prompt):
+    outputs = Path(callbacks.host.config.outputs_dir)
+    outputs.mkdir(exist_ok=True)
+    moved = outputs.with_name("outputs-moved")
+    outputs.rename(moved)
+    outputs.write_text("a file where the folder should be")
+    try:
+        final = _run(callbacks, audio=prompt, text="Nowhere to keep this.")[-1]
+    finally:
+        outputs.unlink()
+        moved.rename(outputs)
+    assert "could not save the result" in final[STATUS]
+    made = ai_credentials(Path(final[RESULT]).read_bytes(), "wav")["org.cosyvoice-mac.generation"]
+    assert made["model"].endswith("Fun-CosyVoice3-0.5B") and made["mode"] == "zero_shot"
+
+
 def test_the_history_replays_only_results_in_outputs(callbacks, tmp_path):
     outputs = Path(callbacks.host.config.outputs_dir)
     outside = tmp_path / "secret.wav"

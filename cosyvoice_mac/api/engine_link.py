@@ -25,7 +25,6 @@ from cosyvoice_mac.engine import EngineError, Job, JobResult, QueueFull
 from cosyvoice_mac.engine import jobs as engine_jobs
 from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.messages import Cancelled, Done, EngineState, Progress
-from cosyvoice_mac.engine.sidecar import read_sidecar
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
@@ -261,16 +260,6 @@ class EngineLink(VoiceDoor):
 def samples_of(result: JobResult) -> tuple[np.ndarray, int]:
     """A finished job's (N,) float32 samples and rate (read back from its saved WAV when not kept)."""
     return np.asarray(result.samples(), dtype=np.float32), result.sample_rate
-
-
-def facts_of(result: JobResult) -> dict:
-    """What a finished job's content credentials say: its saved sidecar's facts, else (outputs/ refused the
-    file) what the result itself knows of what made it."""
-    saved = read_sidecar(result.sidecar_path) if result.sidecar_path else None
-    if saved is not None:
-        return saved.recorded
-    known = {"model": result.model, "mode": result.mode, "prompt_hash": result.prompt_hash}
-    return {**known, "source_hash": result.source_hash, "file": f"{result.job_id[:8]}.wav"}
 
 
 def _waker(loop: asyncio.AbstractEventLoop, arrived: asyncio.Event) -> Callable[[], None]:

@@ -27,9 +27,10 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, facts_of, samples_of
+from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
+from cosyvoice_mac.engine.outputs import credential_facts
 from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
 from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
@@ -207,7 +208,7 @@ async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: Speec
         if body.response_format == "wav" and result.output_path:  # the saved file is the answer, as it is
             encoded = await asyncio.to_thread(Path(result.output_path).read_bytes)
         else:
-            encoded = audio_formats.encode(*samples_of(result), body.response_format, facts_of(result))
+            encoded = audio_formats.encode(*samples_of(result), body.response_format, credential_facts(result))
         return Response(encoded, media_type=audio_formats.media_type(body.response_format), headers=headers)
     first = await _next(pieces, http)  # an early failure still gets its own status
     if body.stream_format == "sse":

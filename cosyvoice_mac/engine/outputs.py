@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyvoice_mac.engine.sidecar import Sidecar
+from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.provenance import MEDIA_TYPES, with_credentials
 from cosyvoice_mac.provenance.claim import utc_time
@@ -91,6 +91,28 @@ def write_output(
         raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder.name}/")
     except OSError as error:
         raise explain_write_error(error, folder) from error
+
+
+def credential_facts(result) -> dict:
+    """What a finished job's content credentials say (``result``: a JobResult): its saved sidecar's facts, else
+    (outputs/ refused the file) what the result itself knows of what made it."""
+    saved = read_sidecar(result.sidecar_path) if result.sidecar_path else None
+    if saved is not None:
+        return saved.recorded
+    known = {"model": result.model, "mode": result.mode, "prompt_hash": result.prompt_hash}
+    return {**known, "source_hash": result.source_hash, "file": f"{result.job_id[:SHORT_ID_CHARS]}.wav"}
+
+
+def unsaved_copy(result, folder: Path) -> Path:
+    """The audio of a result outputs/ refused (``result.audio``) as a WAV with its content credentials, in
+    ``folder`` (a front end's temporary folder, which its janitor sweeps), so the user still gets the sound."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.job_id}.wav"
+    data, _ = with_credentials(
+        wav_bytes(result.samples(), result.sample_rate), MEDIA_TYPES["wav"], credential_facts(result), path.name
+    )
+    atomic_write(path, data)
+    return path
 
 
 def _remove_quietly(path: Path) -> None:

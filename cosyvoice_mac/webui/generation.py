@@ -286,7 +286,10 @@ class Generation:
                 "status_done_unsaved",
                 {"duration": result.duration_s, "seed": result.seed, "error": result.output_error or "?"},
             )
-            playable = str(unsaved_copy(result, temporary_folder("unsaved")))  # with its content credentials
+            try:  # a copy with its content credentials, where the page's temporary folder has room
+                playable = str(unsaved_copy(result, temporary_folder("unsaved")))
+            except OSError:
+                playable = (result.sample_rate, result.audio)
         status[1].update(notes="; ".join(notes), preview=preview)
         if out.first_audio_s is not None:
             status[1].update(streamed=True, first=out.first_audio_s, elapsed=time.monotonic() - out.started)

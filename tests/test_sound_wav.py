@@ -90,10 +90,12 @@ def test_the_worker_the_api_the_page_and_the_cli_store_the_same_pcm(tmp_path):
     ]
     streamed = httpx.Response(200, content="".join(f"data: {json.dumps(event)}\n\n" for event in events).encode())
     remote._write_stream(None, streamed, tmp_path / "cli-stream.wav", 0.0, "job-1")
-    whole = httpx.Response(200, content=expected, headers={"x-cosyvoice-sample-rate": str(RATE)})
+    saved_file = saved.wav_path.read_bytes()  # a whole answer is the app's saved WAV, kept byte for byte
+    whole = httpx.Response(200, content=saved_file, headers={"x-cosyvoice-sample-rate": str(RATE)})
     remote._write_whole(whole, tmp_path / "cli-whole.wav", "job-1")
     write_wav(tmp_path / "synth.wav", samples[None], RATE)  # `synth --local` when no output was saved
-    for name in ("cli-stream.wav", "cli-whole.wav", "synth.wav"):
+    assert (tmp_path / "cli-whole.wav").read_bytes() == saved_file
+    for name in ("cli-stream.wav", "synth.wav"):
         assert (tmp_path / name).read_bytes() == wav_bytes(samples, RATE), name
 
 

@@ -25,6 +25,7 @@ from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
 from cosyvoice_mac.webui.sampling_controls import SAMPLING_CONTROLS
 from cosyvoice_mac.webui.state import Session, is_inside
 from tests.fakes.fake_pipeline import fake_engine_factory, tone
+from tests.provenance_check import ai_credentials
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
 TRANSCRIPT = "This is the voice I would like you to copy."
@@ -167,6 +168,34 @@ def test_generate_reports_progress_then_the_saved_result(callbacks, prompt):
     assert final[HISTORY]["data"][0][7].endswith("Fun-CosyVoice3-0.5B")  # the model column (the fake names it so)
     assert final[SESSION] is session and all(_is_skip(step[PLAYER]) for step in steps)  # not streaming
     assert callbacks.history_picked(new_file, session) == final[RESULT]
+    saved = Path(final[RESULT])
+    made = ai_credentials(saved.read_bytes(), "wav")["org.cosyvoice-mac.generation"]  # the page's output is signed
+    assert made["interface"] == "page" and made["model"].endswith("Fun-CosyVoice3-0.5B")
+    said = callbacks.history_credentials("en", new_file)
+    assert "Content credentials hold" in said and "Fun-CosyVoice3-0.5B" in said and "own key" in said
+    data = saved.read_bytes()
+    edit = data.index(b"C2PA") - 2000  # in the audio, which ends where the credentials' chunk starts
+    saved.write_bytes(data[:edit] + bytes([data[edit] ^ 1]) + data[edit + 1 :])  # one byte of the audio edited
+    try:
+        assert "changed after it was made" in callbacks.history_credentials("en", new_file)
+    finally:
+        saved.write_bytes(data)
+
+
+def test_a_result_outputs_refuses_still_plays_and_carries_its_credentials(callbacks, prompt):
+    outputs = Path(callbacks.host.config.outputs_dir)
+    outputs.mkdir(exist_ok=True)
+    moved = outputs.with_name("outputs-moved")
+    outputs.rename(moved)
+    outputs.write_text("a file where the folder should be")
+    try:
+        final = _run(callbacks, audio=prompt, text="Nowhere to keep this.")[-1]
+    finally:
+        outputs.unlink()
+        moved.rename(outputs)
+    assert "could not save the result" in final[STATUS]
+    made = ai_credentials(Path(final[RESULT]).read_bytes(), "wav")["org.cosyvoice-mac.generation"]
+    assert made["model"].endswith("Fun-CosyVoice3-0.5B") and made["mode"] == "zero_shot"
 
 
 def test_the_history_replays_only_results_in_outputs(callbacks, tmp_path):
@@ -182,6 +211,7 @@ def test_the_history_replays_only_results_in_outputs(callbacks, tmp_path):
     assert callbacks.history_picked("lonely.wav") is None
     assert callbacks.history_picked("../../etc/passwd") is None
     assert callbacks.history_picked(None) is None
+    assert callbacks.history_credentials("en", "secret.wav") == callbacks.history_credentials("en", None) == ""
     for name in ("stray.json", "broken.json", "lonely.wav"):
         (outputs / name).unlink()
 

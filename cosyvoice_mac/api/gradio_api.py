@@ -9,16 +9,16 @@ as the page's Generate button and the HTTP API.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import gradio as gr
 
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, contract_checks, samples_of
+from cosyvoice_mac.api.engine_link import EngineLink, contract_checks
 from cosyvoice_mac.api.errors import ApiError
 from cosyvoice_mac.api.gradio_inputs import describe, name_input_problems
-from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.engine.outputs import unsaved_copy
+from cosyvoice_mac.paths import temporary_folder
 from cosyvoice_mac.request import (
     LUFS_RANGE,
     MAX_INSTRUCT_CHARS,
@@ -31,7 +31,6 @@ from cosyvoice_mac.request import (
     Sampling,
 )
 from cosyvoice_mac.settings import setting
-from cosyvoice_mac.sound.wav import wav_bytes
 
 PUBLIC_ENDPOINTS = ("synthesize", "voices")
 SYNTHESIZE_TIMEOUT_S = 1800.0
@@ -115,7 +114,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         if result.output_path:
             path, saved = result.output_path, {"saved": True}
         else:  # outputs/ refused it (a full disk, a read-only folder): the audio comes back all the same
-            path, saved = _unsaved_wav(result), {"saved": False, "warning": f"not saved: {result.output_error}"}
+            path = str(unsaved_copy(result, temporary_folder("unsaved")))
+            saved = {"saved": False, "warning": f"not saved: {result.output_error}"}
             gr.Warning(saved["warning"])
         facts = {
             "file": Path(result.output_path).name if result.output_path else None,
@@ -198,16 +198,6 @@ def _key_notice(access: ApiAccess) -> str | None:
     if access.key_required:
         return "**API:** `/v1` requests need the header `Authorization: Bearer <your API key>`."
     return None
-
-
-def _unsaved_wav(result) -> str:
-    """The result's samples as a WAV in Gradio's temporary folder (which Gradio serves and the app's
-    temp janitor sweeps), for a result outputs/ could not keep."""
-    folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "unsaved"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{result.job_id}.wav"
-    atomic_write(path, wav_bytes(*samples_of(result)))
-    return str(path)
 
 
 def _number(field: str, value, default: float | None) -> float | None:

@@ -30,6 +30,7 @@ from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
+from cosyvoice_mac.engine.outputs import credential_facts
 from cosyvoice_mac.request import LUFS_RANGE, SAMPLING_FIELDS, SPEED_RANGE, PostSettings, Request, Sampling
 from cosyvoice_mac.settings import setting
 from cosyvoice_mac.wire import (
@@ -225,7 +226,7 @@ async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: Speec
         if body.response_format == "wav" and result.output_path:  # the saved file is the answer, as it is
             encoded = await asyncio.to_thread(Path(result.output_path).read_bytes)
         else:
-            encoded = audio_formats.encode(*samples_of(result), body.response_format)
+            encoded = audio_formats.encode(*samples_of(result), body.response_format, credential_facts(result))
         return Response(encoded, media_type=audio_formats.media_type(body.response_format), headers=headers)
     first = await _next(pieces, http)  # an early failure still gets its own status
     if body.stream_format == "sse":

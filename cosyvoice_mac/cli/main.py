@@ -1,5 +1,6 @@
 """The ``cosyvoice-mac`` command (also ``python -m cosyvoice_mac``): ``serve`` starts the app; ``synth``,
-``voices``, ``dialogue``, ``dub``, ``batch``, ``glossary``, ``download``, ``bench`` and ``coreml`` do the rest.
+``voices``, ``dialogue``, ``dub``, ``batch``, ``glossary``, ``download``, ``bench``, ``coreml`` and ``verify`` do
+the rest.
 
 ``cosyvoice-mac synth --prompt-wav F --text T --out F.wav`` sends its job to the running app (``--server``,
 default http://127.0.0.1:7860), so it waits in the same queue as the page's and the API's jobs
@@ -30,6 +31,7 @@ from cosyvoice_mac.cli.common import (
 from cosyvoice_mac.cli.convert import add_convert
 from cosyvoice_mac.cli.coreml import add_coreml
 from cosyvoice_mac.cli.longform import add_longform
+from cosyvoice_mac.cli.verify import add_verify
 from cosyvoice_mac.cli.voices import add_voices
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.preview import PREVIEW
@@ -168,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_coreml(commands)
     add_longform(commands)
     add_voices(commands)
+    add_verify(commands)
     return parser
 
 

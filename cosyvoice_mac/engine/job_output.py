@@ -62,6 +62,8 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, ext
         result.output_error = str(error)
         return
     result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
+    if files.unsigned:
+        result.notes.append(files.unsigned)
     result.audio = None  # the page plays the file: the samples need not cross the pipe
 
 

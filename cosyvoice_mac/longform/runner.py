@@ -122,6 +122,7 @@ def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: Res
         raise
     if spoken.facts.get("not_saved"):
         files.note_unsaved(f"a line was made but not saved in outputs: {spoken.facts['not_saved']}")
+    files.note_line(spoken.facts)
     return spoken
 
 

@@ -13,6 +13,7 @@ GROUPS = {
     "sampling": "Sampling: how the speech model draws its tokens (unset: the model's own)",
     "longform": "Long form",
     "tools": "Tools (`coreml convert`, `bench`, `doctor`)",
+    "credentials": "Content credentials (C2PA) on every output (environment only)",
     "machine": "This machine (environment only)",
     "advanced": "Advanced: tuning and diagnostics (environment only)",
 }

@@ -6,10 +6,8 @@ Problems with the input come back as text for the Markdown next to the field, ne
 
 from __future__ import annotations
 
-import os
 import queue
 import shutil
-import tempfile
 import threading
 import time
 from dataclasses import replace
@@ -23,7 +21,9 @@ from cosyvoice_mac.engine import jobs as job_events
 from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.jobqueue import Listener
 from cosyvoice_mac.engine.messages import Done, EngineState, Progress, Queued, Retrying, Started
+from cosyvoice_mac.engine.outputs import unsaved_copy
 from cosyvoice_mac.heap import return_freed_heap
+from cosyvoice_mac.paths import temporary_folder
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.webui.history import HistoryBook, history_view
 from cosyvoice_mac.webui.page_request import POST_OFF, PageRequest
@@ -255,7 +255,10 @@ class Generation(PageRequest):
                 "status_done_unsaved",
                 {"duration": result.duration_s, "seed": result.seed, "error": result.output_error or "?"},
             )
-            playable = (result.sample_rate, result.audio)
+            try:  # a copy with its content credentials, where the page's temporary folder has room
+                playable = str(unsaved_copy(result, temporary_folder("unsaved")))
+            except OSError:
+                playable = (result.sample_rate, result.audio)
         status[1].update(notes="; ".join(notes), preview=preview)
         if out.first_audio_s is not None:
             status[1].update(streamed=True, first=out.first_audio_s, elapsed=time.monotonic() - out.started)
@@ -321,7 +324,7 @@ def _hold_prompt(job: Job) -> tuple[Job, Path | None]:
     voice = job.request.voice
     if voice.kind != "audio":
         return job, None
-    folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "job-prompts"
+    folder = temporary_folder("job-prompts")
     held = folder / f"{job.job_id}{Path(voice.audio).suffix.lower()}"
     try:
         folder.mkdir(parents=True, exist_ok=True)

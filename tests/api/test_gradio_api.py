@@ -13,6 +13,7 @@ import soundfile
 from gradio_client import Client
 
 from tests.api.conftest import sidecar_for
+from tests.provenance_check import ai_credentials
 
 
 @pytest.fixture(scope="module")
@@ -69,6 +70,7 @@ def test_synthesize_by_name_returns_the_wav_and_its_facts(client, api_app):
     saved = api_app.outputs / facts["file"]
     assert saved.is_file() and Path(path).read_bytes() == saved.read_bytes()
     assert sidecar_for(api_app, facts["job_id"])["interface"] == "gradio_api"
+    assert ai_credentials(saved.read_bytes(), "wav")["org.cosyvoice-mac.generation"]["interface"] == "gradio_api"
 
 
 def test_synthesize_errors_are_messages(client):
@@ -105,3 +107,4 @@ def test_synthesize_returns_the_audio_with_a_warning_when_outputs_refuses_it(cli
     samples, rate = soundfile.read(path, dtype="float32")
     assert rate == facts["sample_rate"] and len(samples) / rate == pytest.approx(facts["duration_s"], abs=0.01)
     assert np.sqrt(np.mean(samples**2)) > 0.01
+    ai_credentials(Path(path).read_bytes(), "wav")  # unsaved, and signed all the same

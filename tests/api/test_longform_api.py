@@ -9,6 +9,8 @@ import httpx
 import pytest
 import soundfile
 
+from tests.provenance_check import ai_credentials
+
 
 def _events(answer: httpx.Response) -> list[dict]:
     return [json.loads(line[len("data: ") :]) for line in answer.text.splitlines() if line.startswith("data: ")]
@@ -46,7 +48,10 @@ def test_a_dialogue_streams_progress_then_its_files(voices):
     done = events[-1]
     assert done["type"] == "done" and done["done"] == 3 and not done["partial"]
     wav = next(name for name in done["files"] if name.endswith(".wav"))
-    audio, rate = soundfile.read(io.BytesIO(httpx.get(app.url + f"v1/longform/files/{wav}", timeout=60).content))
+    data = httpx.get(app.url + f"v1/longform/files/{wav}", timeout=60).content
+    audio, rate = soundfile.read(io.BytesIO(data))
+    made = ai_credentials(data, "wav")["org.cosyvoice-mac.generation"]  # the joined file names what made its lines
+    assert made["long_form_kind"] == "dialogue" and made["model"] and made["engine"] and len(made["voice_hashes"]) == 2
     timing_name = next(name for name in done["files"] if name.endswith(".timing.json"))
     timing = httpx.get(app.url + f"v1/longform/files/{timing_name}", timeout=60).json()["lines"]
     assert [t["voice"] for t in timing] == ["Anna", "Bob", "Anna"]

@@ -23,8 +23,9 @@ def _speak(url: str) -> bytes:
 
 
 def _gradio_synthesize(url: str, voice: str, style: str) -> str:
-    """The event stream of the Gradio API's /synthesize called over REST (its nine values, style last)."""
-    values = ["Hi.", voice, "", "", 3, 1.0, False, None, style]
+    """The event stream of the Gradio API's /synthesize called over REST (its thirteen values: the four sampling
+    ones empty, style last)."""
+    values = ["Hi.", voice, "", "", 3, 1.0, False, None, None, None, None, None, style]
     started = httpx.post(url + "gradio_api/call/synthesize", json={"data": values}, timeout=30)
     assert started.status_code == 200, started.text
     return httpx.get(url + f"gradio_api/call/synthesize/{started.json()['event_id']}", timeout=300).text

@@ -26,6 +26,7 @@ from cosyvoice_mac.settings import bounds, choices
 from cosyvoice_mac.settings.fields import SAMPLING_FIELDS as SAMPLING_FIELDS  # the contract's names, read here
 from cosyvoice_mac.sound.post_settings import LUFS_RANGE as LUFS_RANGE  # the contract's limits, read here
 from cosyvoice_mac.sound.post_settings import PostSettings
+from cosyvoice_mac.style_names import style_name
 from cosyvoice_mac.token_sampling import Sampling
 from cosyvoice_mac.voice_file import VoiceFileLimits, read_voice_file
 
@@ -48,7 +49,6 @@ VOICE_FILE_LIMITS = VoiceFileLimits(  # a voices file (an exported voice or libr
     recording_bytes=MAX_UPLOAD_BYTES,  # one recording, as one upload may be
     features_bytes=16 << 20,  # one model's cached features of a 30 s prompt are well under 1 MB
     recordings_per_voice=16,  # the styles of one voice
-    style_chars=32,
 )
 
 
@@ -136,18 +136,17 @@ class Voice:
 
     def _check_style(self) -> None:
         """A style names one of a saved voice's recordings (which ones it has, the library says where the
-        request enters): so only a saved voice has one, and it is a short printable name."""
+        request enters): so only a saved voice has one, and its name follows the one style rule (``style_names``)."""
         if self.saved is None:
             raise RequestError(
                 "style",
                 "style_needs_saved_voice",
                 "a style picks one of a saved voice's recordings: pick a saved voice, or leave the style out",
             )
-        limit = VOICE_FILE_LIMITS.style_chars
-        if not isinstance(self.style, str) or not 0 < len(self.style) <= limit or not self.style.isprintable():
-            raise RequestError(
-                "style", "style_invalid", f"a style is 1-{limit} printable characters, not {self.style!r}", limit=limit
-            )
+        try:
+            style_name(self.style)
+        except ValueError as error:
+            raise RequestError("style", "style_invalid", str(error)) from None
 
     def describe(self) -> str | None:
         """What the sidecar records: the saved voice's name, or None for a recording."""

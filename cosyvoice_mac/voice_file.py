@@ -34,6 +34,7 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 
 from cosyvoice_mac.errors import InputError
+from cosyvoice_mac.style_names import style_name
 
 FORMAT = "cosyvoice-mac voices"
 VERSION = 1  # bump when a reader of this version would misread a newer file
@@ -52,7 +53,6 @@ class VoiceFileLimits:
     recording_bytes: int
     features_bytes: int
     recordings_per_voice: int
-    style_chars: int
 
 
 class VoiceFileRefused(InputError):
@@ -75,8 +75,8 @@ class Features:
 
 @dataclass
 class Recording:
-    """One recording of a voice: its style (free text), transcript and bytes; ``samples`` (N, C) float32 at
-    ``sample_rate`` once read."""
+    """One recording of a voice: its style (``style_names``: one lowercase word), transcript and bytes;
+    ``samples`` (N, C) float32 at ``sample_rate`` once read."""
 
     style: str
     transcript: str | None
@@ -114,7 +114,7 @@ class VoiceFile:
         if style is None:
             return voice.recordings[0]
         for recording in voice.recordings:
-            if recording.style == style:
+            if recording.style == style.strip().lower():  # names are kept lowercased (style_names)
                 return recording
         styles = ", ".join(recording.style for recording in voice.recordings)
         raise VoiceFileRefused("voice", f"the voice {voice.name!r} has no {style!r} recording (it has {styles})")
@@ -281,11 +281,10 @@ def _recording(archive: zipfile.ZipFile, members: dict, voice: str, item, limits
     where = f"the voice {voice[:80]!r}"
     if not isinstance(item, dict):
         raise VoiceFileRefused("manifest", f"{where} lists a recording that is not a record")
-    style = item.get("style")
-    if not isinstance(style, str) or not style.strip() or len(style) > limits.style_chars:
-        raise VoiceFileRefused(
-            "manifest", f"{where} has a recording whose style is not 1-{limits.style_chars} characters"
-        )
+    try:  # the one style rule, the library's and the inline tags' (a file made elsewhere may break it)
+        style = style_name(item.get("style"))
+    except ValueError as error:
+        raise VoiceFileRefused("manifest", f"{where} has a recording whose style breaks the rule: {error}") from None
     transcript = item.get("transcript")
     if transcript is not None and not isinstance(transcript, str):
         raise VoiceFileRefused("manifest", f"{where}, style {style!r}: the transcript is not text")
@@ -306,7 +305,7 @@ def _recording(archive: zipfile.ZipFile, members: dict, voice: str, item, limits
     suffix = suffix if re.fullmatch(r"\.[a-z0-9]{1,8}", suffix) else ".wav"  # it names the library's copy
     model_id = item.get("model_id") if isinstance(item.get("model_id"), str) else None
     recording = Recording(
-        style.strip(), transcript, audio, suffix, item["audio_hash"], _time(item.get("created")), model_id, features
+        style, transcript, audio, suffix, item["audio_hash"], _time(item.get("created")), model_id, features
     )
     recording.samples, recording.sample_rate = _decoded(audio, where)
     return recording

@@ -49,17 +49,25 @@ def test_preview_streams_its_audio_and_a_voice_can_be_saved_first(engine, make_s
     assert np.allclose(np.concatenate(chunks), result.samples(), atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def calm_recording(engine, make_speech) -> str:
+    """The file of the "calm" recording of the saved voice "Styled narrator", made here with its own recording;
+    the calm one is in a higher voice, so a style is heard."""
+    own = str(make_speech("The narrator's own recording, read in a plain voice.", seconds=4.0))
+    calm = str(make_speech("The same narrator again, reading slowly and calmly now.", seconds=4.0, voice="en-us+f4"))
+    engine.save_voice_from_audio("Styled narrator", own, "Own words.", timeout=DEADLINE)
+    engine.add_voice_style("Styled narrator", "calm", calm, "Calm words.", timeout=DEADLINE)
+    return calm
+
+
 def test_a_request_speaks_a_saved_voice_s_style_and_an_unknown_style_is_refused_before_queueing(
-    engine, make_speech, tmp_path
+    engine, calm_recording, tmp_path
 ):
     from cosyvoice_mac.engine import VoiceStyleUnknown
     from cosyvoice_mac.longform.runner import run_dialogue
     from cosyvoice_mac.longform.speakers import EngineSpeak, VoiceUnusable
 
-    own = str(make_speech("The narrator's own recording, read in a plain voice.", seconds=4.0))
-    calm = str(make_speech("The same narrator again, reading slowly and calmly now.", seconds=4.0))
-    engine.save_voice_from_audio("Styled narrator", own, "Own words.", timeout=DEADLINE)
-    engine.add_voice_style("Styled narrator", "calm", calm, "Calm words.", timeout=DEADLINE)
+    calm = calm_recording
     calm_hash = engine.voices.styled("Styled narrator", "calm")["audio_hash"]
     voice = engine.voice("Styled narrator", " CALM ")  # as the voice spells it, with that recording's transcript
     assert (voice.style, voice.transcript) == ("calm", "Calm words.")
@@ -90,3 +98,26 @@ def test_a_request_speaks_a_saved_voice_s_style_and_an_unknown_style_is_refused_
     python_door = engine.voices.recording_voice("Styled narrator", "calm")  # for a model loaded in this process
     assert python_door.kind == "audio" and python_door.transcript == "Calm words."
     assert open(python_door.audio, "rb").read() == open(calm, "rb").read()
+
+
+def test_an_inline_style_tag_speaks_the_voice_s_recording_of_it_and_its_credentials_name_that_recording(
+    engine, calm_recording
+):
+    from cosyvoice_mac.errors import RequestError
+
+    voice = engine.voice("Styled narrator")  # its own recording, zero-shot with its own words
+    own_hash, calm_hash = (engine.voices.styled("Styled narrator", style)["audio_hash"] for style in (None, "calm"))
+    plain_result, tagged_result = (
+        engine.result(engine.submit(Request.build(text, voice, seed=4)), timeout=DEADLINE)
+        for text in ("Plain words here. Plain words here.", "Plain words here. (calm) Plain words here.")
+    )
+    plain, tagged = plain_result.samples(), tagged_result.samples()
+    assert plain.size == tagged.size  # the same words at the same speed: only the voice of the second changed
+    half = plain.size // 2
+    assert np.allclose(plain[: half // 2], tagged[: half // 2], atol=1e-4)  # the untagged sentence is the same
+    assert not np.allclose(plain[-half // 2 :], tagged[-half // 2 :], atol=1e-2)  # the calm recording spoke this
+    sidecar = json.loads(open(tagged_result.sidecar_path).read())
+    assert (sidecar["prompt_hash"], sidecar["voice_hashes"]) == (own_hash, [own_hash, calm_hash])
+    with pytest.raises(RequestError, match=r"\(calmer\) is not a style \(at character 1\): did you mean \(calm\)"):
+        engine.submit(Request.build("(calmer) Hello.", voice, seed=4))  # the voice's styles are named among them
+    assert engine.line() == []

@@ -80,6 +80,35 @@ def test_a_malformed_or_unknown_tag_is_refused_with_its_position_and_a_suggestio
     assert advice in str(error)
 
 
+def test_a_style_tag_may_name_the_voice_s_recordings_and_any_well_formed_name_where_the_voice_is_not_known():
+    with pytest.raises(RequestError, match=r"\(car-noisy\) is not a style \(at character 4\)"):
+        parse_inline("Hi (car-noisy) there.")  # a voice without that recording
+    assert parse_inline("Hi (car-noisy) there.", ("neutral", "car-noisy"))[1] == Spoken(" there.", 1.0, "car-noisy", 14)
+    assert parse_inline("Hi (anything) there.", None)[1].style == "anything"  # the door that knows the voice checks
+    with pytest.raises(RequestError, match=r"did you mean \[pause 500ms\]"):
+        parse_inline("Hi [pase 500ms] there.", None)  # a malformed tag is malformed whatever the voice
+
+
+@pytest.mark.parametrize("typed", ["neutral", "Car-Noisy", " whisper_2 ", "two words", "x", "y" * 25, "快乐", "sad!"])
+def test_one_rule_names_a_voice_s_recordings_and_the_inline_style_tags(typed):
+    """Whatever a voice's recording may be called, a tag can ask for, and nothing else: the library, the request
+    contract and the inline grammar read the one rule (style_names.py)."""
+    from cosyvoice_mac.engine.voice_rules import VoiceStyleRefused, check_style
+
+    try:
+        kept = check_style(typed)
+    except VoiceStyleRefused:
+        kept = None
+    if kept is not None:
+        assert kept == typed.strip().lower()
+        assert parse_inline(f"Hi ({kept}) there.", (kept,))[1].style == kept
+        assert Voice.saved_voice("Anna", style=typed).style == typed.strip()
+    else:
+        assert all(part.style is None for part in parse_inline(f"Hi ({typed}) there.", None))  # prose, not a tag
+        with pytest.raises(RequestError, match="a style is one word of 2 to 24 letters"):
+            Request.build("Hi.", Voice.saved_voice("Anna", style=typed), seed=0)
+
+
 def test_the_glossary_never_rewrites_a_tag():
     entries = (GlossaryEntry("happy", "glad", "all"), GlossaryEntry("pause", "stop", "all"))
     assert apply_glossary("(happy) A happy pause [pause 300ms].", entries, "en").text == (
@@ -95,7 +124,7 @@ def normalizer():
     return TextNormalizer(lambda text: len(text.split()))
 
 
-def _plan(normalizer, text, version="cosyvoice3", styles=frozenset(), **build):
+def _plan(normalizer, text, version="cosyvoice3", styles=None, **build):
     voice = Voice(prepared="x", transcript="This is the prompt.")
     return plan_request(version, normalizer, Request.build(text, voice, seed=0, **build), styles)
 
@@ -109,11 +138,13 @@ def test_a_style_becomes_each_versions_instruction_for_its_run_only(normalizer):
     assert [(s.mode, s.llm_prompt_text) for s in v2] == [("instruct", "用耳语的方式轻声说这句话<|endofprompt|>")]
 
 
-def test_a_style_the_voice_has_a_recording_of_keeps_the_mode_and_names_the_recording(normalizer):
-    (segment,) = _plan(normalizer, "(happy) Good news.", styles=frozenset({"happy"})).segments
-    assert (segment.mode, segment.style) == ("zero_shot", "happy")
-    (own,) = _plan(normalizer, "(car) Good news.", styles=frozenset({"car"})).segments  # item 1's free-text styles
-    assert own.style == "car"
+def test_a_style_the_voice_has_a_recording_of_keeps_the_mode_and_reads_that_recording_s_transcript(normalizer):
+    plain, happy = _plan(normalizer, "Good news. (happy) Good news.", styles={"happy": "Happy words."}).segments
+    assert (happy.mode, happy.style) == ("zero_shot", "happy") and happy.llm_prompt_text.endswith("Happy words.")
+    assert plain.style is None and plain.llm_prompt_text.endswith("This is the prompt.")
+    # a recording without a transcript cannot prompt zero-shot: its run speaks cross-lingual, in its voice
+    (car,) = _plan(normalizer, "(car-noisy) Good news.", styles={"car-noisy": None}).segments
+    assert (car.mode, car.style, car.llm_prompt_text) == ("cross_lingual", "car-noisy", "")
 
 
 def test_speed_multiplies_the_requests_within_its_range_and_a_pause_splits_the_text(normalizer):
@@ -170,6 +201,9 @@ class PreviewSpeak:
     def prepare(self, voices) -> None:
         list(voices)
 
+    def styles(self, voice) -> tuple[str, ...]:
+        return ()
+
     def __call__(self, line: LineRequest) -> runner.Spoken:
         pieces = self.preview.synthesize(line.text, Voice.builtin(), seed=line.seed or 0, speed=line.speed)
         return runner.Spoken(np.concatenate([piece.audio for piece in pieces]), 24000)
@@ -218,6 +252,9 @@ def test_a_malformed_tag_in_a_long_job_names_its_line_before_any_line_is_spoken(
 
         def prepare(self, voices):
             list(voices)
+
+        def styles(self, voice):
+            return ()
 
         def __call__(self, line):
             Mute.spoken += 1

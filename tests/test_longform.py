@@ -60,6 +60,9 @@ class EspeakSpeak:
         if self.refuse:
             raise VoiceUnusable(f"the loaded model cannot use the saved voice {self.refuse!r}: no audio")
 
+    def styles(self, voice) -> tuple[str, ...]:
+        return ("calm",) if voice == "A" else ()  # the voice A has a calm recording its lines' (calm) tags may name
+
     def __call__(self, line: LineRequest) -> Spoken:
         self.requests.append(line)
         audio, rate = soundfile.read(self.make_speech(line.text), dtype="float32")
@@ -330,6 +333,20 @@ def test_a_line_the_engine_made_but_could_not_save_is_said_in_the_result(make_sp
 
     result = run_dialogue("[S1] One.\n[S1] Two.\n", {"S1": "A"}, ["A"], Unsaved(make_speech), tmp_path / "t")
     assert result.audio_path.is_file() and "the disk is full" in result.not_saved
+
+
+def test_a_line_s_style_tags_are_checked_against_its_own_voice_s_recordings_before_any_line(make_speech, tmp_path):
+    """The script's own check cannot know the voices; once the cast is read, each line's (style) tags are checked
+    against the styles its voice has recordings of (EspeakSpeak: the voice A has a "calm" one, B none)."""
+    script = "[S1] (calm) Slowly now.\n[S2] And (calm) me?\n"
+    speak = EspeakSpeak(make_speech, stop_after=0)  # stops before its first line: the check alone is run
+    result = run_dialogue(script, {"S1": "A", "S2": "A"}, ["A"], speak, tmp_path / "a", should_stop=speak.should_stop)
+    assert (result.done, speak.requests) == (0, [])  # both speak as A, which has a calm recording
+    with pytest.raises(dialogue.ScriptError, match=r"line 2 \(S2\): \(calm\) is not a style \(at character 5\)"):
+        run_dialogue(script, {"S1": "A", "S2": "B"}, ["A", "B"], speak, tmp_path / "b")
+    with pytest.raises(batch.BatchError, match=r"line 1: \(calmly\) is not a style .*did you mean \(calm\)"):
+        run_batch("Say it (calmly).\n", "txt", tmp_path / "batch", speak, voice="A")
+    assert speak.requests == [] and list(tmp_path.iterdir()) == []
 
 
 def test_a_bad_script_writes_nothing(make_speech, tmp_path):

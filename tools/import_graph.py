@@ -29,7 +29,7 @@ LAYERS = (
     # torch-free rules (device: torch's door)
     (
         *("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "token_sampling"),
-        *("sound", "voice_file", "provenance"),
+        *("sound", "style_names", "voice_file", "provenance"),
     ),
     ("models", "mlx"),  # the networks
     ("frontend",),  # text and prompt audio -> ids and features

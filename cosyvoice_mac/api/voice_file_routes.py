@@ -1,7 +1,8 @@
 """A saved voice's style recordings and voices files through ``/v1``:
 
 - ``POST /v1/voices/{id}/styles`` (multipart ``style``, ``audio``, optional ``transcript``): one more
-  recording of the voice, in a style (happy, whisper, ... free text); 409 when it has that style.
+  recording of the voice, in a style (happy, whisper, car-noisy: one lowercase word, the inline tags' rule);
+  409 when it has that style.
 - ``DELETE /v1/voices/{id}/styles/{style}``: forget that recording.
 - ``GET /v1/voices/{id}/export`` and ``GET /v1/voices/export`` (every saved voice): the voices file, a zip
   (its format and checked reader: ``voice_file.py``).

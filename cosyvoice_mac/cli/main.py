@@ -71,10 +71,12 @@ def _add_synth(commands) -> None:
     synth.set_defaults(handler=_synth)
 
 
-def _request(args, saved_transcript: str | None = None):
+def _request(args, saved_transcript: str | None = None, voice_styles: tuple[str, ...] | None = None):
     """The request the page would queue for these arguments, checked before anything is sent or loaded: a
     flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.
-    A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise."""
+    A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise;
+    its inline style tags may name ``voice_styles`` (None: its styles are the app's to know, which checks them
+    as the job enters its queue, so any well-formed style name passes here)."""
     from dataclasses import replace
 
     from cosyvoice_mac.frontend.inline import parse_inline
@@ -99,7 +101,8 @@ def _request(args, saved_transcript: str | None = None):
         post=post_settings(args),
         sampling=Sampling.build(**{name: getattr(args, name) for name in SAMPLING_FIELDS}),
     )
-    parse_inline(request.text)  # a malformed inline tag, said before anything is sent, loaded or queued
+    # a malformed inline tag, said before anything is sent, loaded or queued
+    parse_inline(request.text, voice_styles if voice.kind == "saved" else ())
     return request
 
 
@@ -135,13 +138,14 @@ def _synth_here(args) -> int:
     """The app's engine in this process (``cli.local``): outputs/ and the voice library are the app's."""
     from cosyvoice_mac.cli.local import synth_locally
 
-    saved = None
+    saved, styles = None, ()
     if args.voice is not None and args.voice != PREVIEW:
         from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
         # an unknown name or style is refused before loading, naming the voice's styles
-        saved = VoiceLibrary().styled(args.voice, (args.style or "").strip() or None).get("transcript")
-    request = _request(args, saved_transcript=saved)
+        entry = VoiceLibrary().styled(args.voice, (args.style or "").strip() or None)
+        saved, styles = entry.get("transcript"), tuple(recording["style"] for recording in entry["recordings"])
+    request = _request(args, saved, styles)
     if args.outputs_dir is not None:
         outputs = args.outputs_dir
     else:

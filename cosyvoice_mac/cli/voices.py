@@ -91,7 +91,7 @@ def _act(args, library) -> int:
     transcript = (args.transcript or "").strip() or None
     if action == "style":
         if not args.new_name:
-            raise CosyVoiceError("voices style needs the NAME and the STYLE (happy, whisper, ... free text)")
+            raise CosyVoiceError("voices style needs the NAME and the STYLE (one lowercase word: happy, whisper, ...)")
         library.add_style(args.name, args.new_name, args.audio, transcript)
         print(f"saved the {args.new_name.strip()!r} recording of voice {args.name!r}")
         return 0

@@ -139,15 +139,16 @@ class Engine(VoiceSaving):
         """Queue a request (built, so checked, by ``Request.build`` or ``ConversionRequest.build``); its job id.
         Raises QueueFull, EngineError, VoiceError for a saved voice the library does not hold (VoiceStyleUnknown:
         a style the voice has no recording of), or RequestError ("text", "markup_invalid") for a malformed inline
-        tag, with its position: every door's job is refused here before it waits in line, as the worker would
-        refuse it after (``frontend.inline``)."""
+        tag, with its position (a style tag may name the saved voice's recordings too): every door's job is refused
+        here before it waits in line, as the worker would refuse it after (``frontend.inline``)."""
         job = request if isinstance(request, Job) else Job(request)
         if not isinstance(job.request, (Request, ConversionRequest)):
             raise EngineError(f"submit takes a Request or a ConversionRequest, not {type(job.request).__name__}")
-        if job.request.voice.kind == "saved":  # an unknown voice or style is refused before it waits in line
-            self.voices.styled(job.request.voice.saved, job.request.voice.style)
+        voice, recordings = job.request.voice, ()
+        if voice.kind == "saved":  # an unknown voice or style is refused before it waits in line
+            recordings = self.voices.styled(voice.saved, voice.style)["recordings"]
         if isinstance(job.request, Request):
-            parse_inline(job.request.text)
+            parse_inline(job.request.text, (recording["style"] for recording in recordings))
         with self._lock:
             self._supervisor.check_usable()
             self.queue.add(job)

@@ -1,5 +1,6 @@
 """Named voices: each name points at a cached prompt (model id + audio content hash), with its transcript and a
-copy of its recording, and may hold more recordings, one per style (happy, whisper, outdoor, ... free text).
+copy of its recording, and may hold more recordings, one per style (happy, whisper, outdoor, ...: one lowercase
+word, ``style_names``).
 The rule every recording passes is ``voice_rules.py``'s; carrying voices to another machine is
 ``voice_transfer.py``'s. Torch-free: the UI process, the API and the CLI use it without a model.
 

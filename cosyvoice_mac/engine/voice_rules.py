@@ -13,10 +13,9 @@ from pathlib import Path
 from cosyvoice_mac.engine.jobs import EngineError
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.preview.labels import PREVIEW
-from cosyvoice_mac.request import VOICE_FILE_LIMITS
+from cosyvoice_mac.style_names import style_name
 
 MAX_VOICE_NAME = 64
-MAX_STYLE_CHARS = VOICE_FILE_LIMITS.style_chars
 DEFAULT_STYLE = "neutral"  # the style of a voice's own recording when none was named
 HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")  # a content hash names files: nothing else may pass
 BIDI_CONTROLS = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
@@ -41,7 +40,7 @@ class VoiceTranscriptRefused(VoiceError):
 
 
 class VoiceStyleRefused(VoiceError):
-    """A style name that is no 1-MAX_STYLE_CHARS printable characters."""
+    """A style name that breaks the one style rule (``style_names.py``, the inline tags' rule too)."""
 
     field = "style"
 
@@ -154,16 +153,15 @@ def check_voice_name(name: str) -> str:
 
 
 def check_style(style: str | None) -> str:
-    """``style`` stripped (DEFAULT_STYLE when None or blank); VoiceError unless it is 1-MAX_STYLE_CHARS
-    printable characters. Free text: neutral, happy, whisper, outdoor..."""
+    """``style`` as a style's name (stripped, lowercased; DEFAULT_STYLE when None or blank); VoiceStyleRefused
+    unless it passes the one style rule (``style_names.style_name``: neutral, happy, whisper, car-noisy...), the
+    rule an inline ``(style)`` tag follows, so every recording can be asked for inline."""
     if style is None or (isinstance(style, str) and not style.strip()):
         return DEFAULT_STYLE
-    if not isinstance(style, str):
-        raise VoiceStyleRefused(f"a style is a word or two of text, not {type(style).__name__}")
-    style = style.strip()
-    if len(style) > MAX_STYLE_CHARS or any(not char.isprintable() or char in BIDI_CONTROLS for char in style):
-        raise VoiceStyleRefused(f"style names are 1-{MAX_STYLE_CHARS} printable characters; {style[:80]!r} is not")
-    return style
+    try:
+        return style_name(style)
+    except ValueError as error:
+        raise VoiceStyleRefused(str(error)) from None
 
 
 def check_audio_hash(audio_hash: str) -> str:

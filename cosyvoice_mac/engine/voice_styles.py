@@ -1,6 +1,7 @@
 """A saved voice's recordings: its own (the one a request without a style speaks with, of the style
-``style``) and more, one per style (happy, whisper, outdoor, ... free text), each with its transcript and a
-copy of its audio. Every recording passes the one voice rule (``voice_rules.py``) before it is kept.
+``style``) and more, one per style (happy, whisper, outdoor, ...: one lowercase word, ``style_names``), each
+with its transcript and a copy of its audio. Every recording passes the one voice rule (``voice_rules.py``)
+before it is kept.
 
 Mixed into :class:`cosyvoice_mac.engine.voice_library.VoiceLibrary`, which provides the index (``_read``,
 ``_store``), the lock, the folder and the recording files (``_store_audio``, ``_forget_audio``). Torch-free.
@@ -47,17 +48,23 @@ class VoiceStyles:
         "transcript", "created", "audio_file", "audio_path"}`` (``audio_path`` None without a copy)."""
         return self._recordings_of(self.get(name))
 
+    def style_names(self, name: str) -> tuple[str, ...]:
+        """The styles the voice has recordings of, its own first: what its inline ``(style)`` tags may name beside
+        the model's own. VoiceError when there is no such voice."""
+        return tuple(recording["style"] for recording in self.recordings(name))
+
     def styled(self, name: str, style: str | None) -> dict:
         """The voice's entry as a request of ``style`` speaks it (None: its own recording): its own fields with
-        that recording's hash, model, transcript, audio and ``style`` (as the voice spells it). VoiceError when
-        there is no such voice; VoiceStyleUnknown, naming the styles it has, when it has no such recording."""
+        that recording's hash, model, transcript, audio and ``style`` (as the voice spells it), and all its
+        ``recordings`` (for its inline style tags). VoiceError when there is no such voice; VoiceStyleUnknown,
+        naming the styles it has, when it has no such recording."""
         entry = self.get(name)
         recordings = self._recordings_of(entry)
         if style is None:
-            return {**entry, **recordings[0]}
+            return {**entry, **recordings[0], "recordings": recordings}
         for recording in recordings:
             if recording["style"].casefold() == str(style).strip().casefold():
-                return {**entry, **recording}
+                return {**entry, **recording, "recordings": recordings}
         styles = ", ".join(recording["style"] for recording in recordings)
         raise VoiceStyleUnknown(f"the voice {name!r} has no {style!r} recording; its styles: {styles}")
 

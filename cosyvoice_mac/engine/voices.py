@@ -71,9 +71,9 @@ class VoiceSaving:
         overwrite: bool = False,
         timeout: float | None = None,
     ) -> dict:
-        """Give the saved voice ``name`` a recording of ``style`` (happy, whisper, ... free text): the worker
-        extracts (or finds cached) its features, the library keeps it beside the voice's own. Raises as
-        :meth:`save_voice_from_audio` (VoiceExists: the voice has that style already)."""
+        """Give the saved voice ``name`` a recording of ``style`` (happy, whisper, car-noisy: one lowercase word,
+        the inline tags' rule): the worker extracts (or finds cached) its features, the library keeps it beside the
+        voice's own. Raises as :meth:`save_voice_from_audio` (VoiceExists: the voice has that style already)."""
         self.voices.get(name)
         style, transcript = check_style(style), check_transcript(transcript)
         audio_path = Path(audio_path)

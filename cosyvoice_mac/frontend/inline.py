@@ -10,9 +10,10 @@ The grammar (docs/page.md "Inline control" says it for users)::
 
 A tag is one of three shapes, so it never collides with CosyVoice3's own markup (``[breath]``, ``[h][ào]``,
 ``[AY0]``, ``<strong>``): a bracket holding a word, a space and an argument (``[pause 500ms]``: the model's
-units never hold a space), a bracket holding only ``pause`` or ``speed`` (never model units), or a lowercase
-word of two letters or more alone in round brackets (``(happy)``: the model has no round-bracket units). A
-bracketed word then a number that is not ours (``[pase 500ms]``), any ``(word)`` that is not a known style, and
+units never hold a space), a bracket holding only ``pause`` or ``speed`` (never model units), or a style's name
+(``style_names.py``: one lowercase word, the rule a voice's recordings are named by too) alone in round brackets
+(``(happy)``: the model has no round-bracket units). A bracketed word then a number that is not ours
+(``[pase 500ms]``), any ``(word)`` that is neither the model's style nor one the voice has a recording of, and
 a tag with a bad argument are refused with their position and a suggestion, never spoken. Everything else (``[1]``,
 ``[citation needed]``, ``(see above)``, the model's own units) is left as it is for the model's markup check.
 
@@ -24,17 +25,19 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.request import MAX_INLINE_PAUSE_S, SPEED_RANGE
+from cosyvoice_mac.style_names import STYLE_PATTERN
 from cosyvoice_mac.versions import STYLE_NAMES
 
 CONTROL_TAGS = ("pause", "speed")
 _TOKEN = re.compile(
     r"(?P<escape>\\[\[(])"
     r"|(?P<control>\[[ \t]*(?P<word>[A-Za-z]+)(?:[ \t]+(?P<arg>[^\[\]\n]*?))?[ \t]*\])"
-    r"|(?P<style>\((?P<name>[a-z][a-z_-]{1,23})\))"
+    rf"|(?P<style>\((?P<name>{STYLE_PATTERN})\))"
     r"|(?P<end>[.!?…]+[\"'”’)」』]*(?=\s|$)|[。！？]+[”’」』）]*|\n)"
 )
 _PAUSE = re.compile(r"(?P<number>\d+(?:\.\d+)?|\.\d+)[ \t]*(?P<unit>ms|s)", re.IGNORECASE)
@@ -63,10 +66,14 @@ class Pause:
     start: int = 0
 
 
-def parse_inline(text: str, styles: tuple[str, ...] = STYLE_NAMES) -> list[Spoken | Pause]:
+def parse_inline(text: str, voice_styles: Iterable[str] | None = ()) -> list[Spoken | Pause]:
     """``text`` as runs and pauses in order; RequestError ("text", "markup_invalid") naming the first bad tag,
-    its position (1-based, as typed) and what to write instead. ``styles`` are the style names known (a voice
-    with style samples adds its own). Runs that hold only spaces are dropped; a text without markup is one run."""
+    its position (1-based, as typed) and what to write instead. A style tag may name one of the model's styles
+    (``versions.STYLE_NAMES``) or one of ``voice_styles``, the styles the request's voice has recordings of;
+    None where the voice is not known yet (a long job's script before its cast is read, the CLI before the app
+    answers): then any well-formed style name passes, for the door that knows the voice to check. Runs that
+    hold only spaces are dropped; a text without markup is one run."""
+    styles = None if voice_styles is None else tuple(dict.fromkeys((*STYLE_NAMES, *voice_styles)))
     parts: list[Spoken | Pause] = []
     run: list[str] = []
     run_start, speed, style = 0, 1.0, None
@@ -93,7 +100,7 @@ def parse_inline(text: str, styles: tuple[str, ...] = STYLE_NAMES) -> list[Spoke
                 speed, style = 1.0, None
         elif kind == "style":
             name = match.group("name")
-            if name not in styles:
+            if styles is not None and name not in styles:
                 raise _refused(text, match, f"{match.group()} is not a style", _style_advice(name, styles))
             close_run(match.end())
             style = name

@@ -55,8 +55,10 @@ class ResultFiles:
             if made.get(key):
                 self.made_by.setdefault(key, made[key])
         hashes = self.made_by.setdefault("voice_hashes", [])
-        if made.get("prompt_hash") and made["prompt_hash"] not in hashes:
-            hashes.append(made["prompt_hash"])
+        listed = made.get("voice_hashes") if isinstance(made.get("voice_hashes"), list) else []
+        for voice_hash in [made.get("prompt_hash"), *listed]:  # and the recordings its style tags spoke with
+            if isinstance(voice_hash, str) and voice_hash not in hashes:
+                hashes.append(voice_hash)
 
     def note_unsaved(self, reason: str) -> None:
         if self.not_saved is None:

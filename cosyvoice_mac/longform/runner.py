@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Protocol
 import numpy as np
 
 from cosyvoice_mac.longform import batch as batches
-from cosyvoice_mac.longform import dialogue, subtitles
+from cosyvoice_mac.longform import check_inline_markup, dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
 from cosyvoice_mac.request import PostSettings, Sampling
 from cosyvoice_mac.sound.post import post_process, trim_silence
@@ -58,6 +58,10 @@ class Speak(Protocol):
         """Make the job's (voice, style) pairs (None: the default voice; its own recording) ready before its
         first line, or raise saying which one cannot be used (a style the voice has no recording of included);
         called once, after the input is checked and before any line is spoken."""
+
+    def styles(self, voice: str | None) -> tuple[str, ...]:
+        """The styles the saved voice ``voice`` (None: the default voice) has recordings of, which a line's inline
+        ``(style)`` tags may name beside the model's own; none for a voice that is no saved one."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,17 @@ class Tracker:
             self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
 
 
+def check_line_markup(speak: Speak, lines: Iterable[tuple[str, str | None, str]], error) -> None:
+    """Every line's inline markup against the styles its voice has recordings of (``speak.styles``), before any
+    line is spoken: ``lines`` are (where, voice, text); ``error`` the job's LongformError type. The script's or
+    file's own check let any well-formed style name pass, not knowing the voices yet."""
+    styles: dict[str | None, tuple[str, ...]] = {}
+    for where, voice, text in lines:
+        if voice not in styles:
+            styles[voice] = speak.styles(voice)
+        check_inline_markup(text, where, error, styles[voice])
+
+
 def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: ResultFiles) -> Spoken | None:
     """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines).
     A line made but not saved in outputs/ (``facts["not_saved"]``) is noted in ``files``."""
@@ -149,6 +164,8 @@ def run_dialogue(
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
     dialogue.check_pause(pause_s)  # before any work
+    spoken_as = ((f"line {line.number} ({line.speaker})", voices[line.speaker], line.text) for line in lines)
+    check_line_markup(speak, spoken_as, dialogue.ScriptError)
     speak.prepare((voices[line.speaker], line.style) for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     for index, line in enumerate(lines):
@@ -220,6 +237,7 @@ def run_dub(
     files = files or ResultFiles()
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
+    check_line_markup(speak, ((f"cue {cue.number}", voice, cue.text) for cue in cues), subtitles.SubtitleError)
     speak.prepare([(voice, style)])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     for index, cue in enumerate(cues):
@@ -289,6 +307,8 @@ def run_batch(
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
     shared |= {"sampling": sampling.as_dict()} if sampling.given() else {}  # a batch made before keeps its key
     to_make = [item for item in items if not store.is_done(item, batches.settings_key(item, shared))]
+    spoken_as = ((f"line {item.number}", item.voice or voice, item.text) for item in to_make)
+    check_line_markup(speak, spoken_as, batches.BatchError)
     speak.prepare((item.voice or voice, item.style) for item in to_make)
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's

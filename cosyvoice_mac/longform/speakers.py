@@ -12,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.engine.voice_rules import VoiceStyleUnknown
+from cosyvoice_mac.engine.voice_rules import VoiceError, VoiceStyleUnknown
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
@@ -68,6 +68,17 @@ class EngineSpeak:
         refused = [f"{name!r}: {outcome['error']}" for name, outcome in outcomes.items() if "error" in outcome]
         if refused:
             raise VoiceUnusable("the loaded model cannot use the saved voice " + "; ".join(refused))
+
+    def styles(self, voice: str | None) -> tuple[str, ...]:
+        """The styles the saved voice ``voice`` (None: the default voice) has recordings of; none for the
+        backend's own voice, or for a name the library does not hold (``prepare`` says so, naming it)."""
+        name = voice or self.default_voice
+        if not name:
+            return ()
+        try:
+            return self.engine.voices.style_names(name)
+        except VoiceError:
+            return ()
 
     def convert(self, line: SourceLine) -> Spoken:
         """Re-speak ``line.source`` in its saved voice (None: the default; neither: the backend's own voice, the

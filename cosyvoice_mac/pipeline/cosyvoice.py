@@ -191,7 +191,8 @@ class CosyVoice(BackendBase):
         Model-specific input errors (unknown markup, a prompt too short) raise before any audio.
         """
         style_speakers = dict(style_speakers or {})
-        plan = prompts.plan_request(self.version, self.normalizer, request, frozenset(style_speakers))
+        transcripts = {style: prompt.transcript for style, prompt in style_speakers.items()}
+        plan = prompts.plan_request(self.version, self.normalizer, request, transcripts)
         started = time.perf_counter()
         speaker = self._speaker_for(request, speaker)
         frontend_s = time.perf_counter() - started

@@ -7,19 +7,21 @@ instruct: the instruction as the "prompt text", no prompt speech tokens.
 Inline markup (``frontend/inline.py``) is read first: a ``[pause]`` becomes a silent segment and splits the text
 there, a ``[speed]`` run keeps its own speed, and a ``(style)`` run is spoken in instruct mode with the style's
 instruction (``versions.py`` says each version's wording) unless the voice has a recording of that style
-(``style_voices``: the styles whose samples the caller passes the backend; a run of one keeps the request's mode
-and is spoken with that sample).
+(``style_voices``: the styles whose samples the caller passes the backend, each with its recording's transcript; a
+run of one keeps the request's mode, reads that transcript as its prompt in zero-shot, and is spoken with that
+sample).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cosyvoice_mac.frontend.inline import Pause, parse_inline
 from cosyvoice_mac.frontend.markup import build_llm_text, validate_markup
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import SPEED_RANGE, Request
-from cosyvoice_mac.versions import SPECS, STYLE_NAMES, spec_for
+from cosyvoice_mac.versions import SPECS, spec_for
 
 
 @dataclass(frozen=True)
@@ -45,18 +47,19 @@ class RequestPlan:
     speed: float
 
 
-def plan_request(version: str, normalizer, request: Request, style_voices: frozenset[str] = frozenset()) -> RequestPlan:
+def plan_request(
+    version: str, normalizer, request: Request, style_voices: Mapping[str, str | None] | None = None
+) -> RequestPlan:
     """The segments of a (valid) request for model ``version``, with ``normalizer`` splitting the sentences.
 
     The request's own rules were checked when it was built; what is left is what only the text front end can
     tell: inline markup that is malformed, model markup this version does not know, or text that normalises to
-    nothing. ``style_voices`` are the styles the voice has recordings of (see the module docstring).
+    nothing. ``style_voices``: style -> the transcript of the voice's recording of it (None: it has none; see the
+    module docstring).
     """
-    parts = parse_inline(request.text, tuple(dict.fromkeys((*STYLE_NAMES, *style_voices))))  # RequestError("text")
-    transcript = ""
-    if request.mode == "zero_shot":
-        validate_markup(request.transcript, version)
-        transcript = "".join(normalizer.normalize(request.transcript, split=False))
+    style_voices = dict(style_voices or {})
+    parts = parse_inline(request.text, style_voices)  # RequestError("text")
+    transcript = _prompt_text(request.transcript, request.mode, version, normalizer)
     segments: list[Segment] = []
     low, high = SPEED_RANGE
     for part in parts:
@@ -70,13 +73,14 @@ def plan_request(version: str, normalizer, request: Request, style_voices: froze
                 f"[speed {part.speed:g}] cannot be used while streaming; turn streaming off or remove the tag",
                 field="text",
             )
-        mode, instruct, style = request.mode, request.instruct or "", None
-        if part.style in style_voices:
-            style = part.style
+        mode, instruct, style, prompt = request.mode, request.instruct or "", None, transcript
+        if part.style in style_voices:  # the recording's own words prompt its run (none: it speaks cross-lingual)
+            style, prompt = part.style, _prompt_text(style_voices[part.style], request.mode, version, normalizer)
+            mode = "cross_lingual" if mode == "zero_shot" and not prompt else mode
         elif part.style is not None:
             mode, instruct = "instruct", _style_instruction(version, part.style)
         for sentence in normalizer.normalize(part.text, split=True):
-            llm = build_llm_text(mode, version, sentence, transcript, instruct)
+            llm = build_llm_text(mode, version, sentence, prompt, instruct)
             segments.append(Segment(llm.text, sentence, mode, llm.prompt_text, speed, style=style))
     spoken = [segment for segment in segments if not segment.silence_s]
     if not spoken:
@@ -84,6 +88,14 @@ def plan_request(version: str, normalizer, request: Request, style_voices: froze
     return RequestPlan(
         mode=request.mode, segments=segments, llm_prompt_text=spoken[0].llm_prompt_text, speed=request.speed
     )
+
+
+def _prompt_text(transcript: str | None, mode: str, version: str, normalizer) -> str:
+    """A recording's transcript as the LLM's prompt text in zero-shot mode (its markup checked); "" otherwise."""
+    if mode != "zero_shot" or not transcript:
+        return ""
+    validate_markup(transcript, version)
+    return "".join(normalizer.normalize(transcript, split=False))
 
 
 def _style_instruction(version: str, style: str) -> str:

@@ -202,7 +202,8 @@ class PreviewVoice(BackendBase):
         """
         style_speakers = dict(style_speakers or {})
         try:  # checked as for CosyVoice3 (same limits, same messages)
-            plan = prompts.plan_request("cosyvoice3", self.normalizer, request, frozenset(style_speakers))
+            transcripts = {style: prompt.transcript for style, prompt in style_speakers.items()}
+            plan = prompts.plan_request("cosyvoice3", self.normalizer, request, transcripts)
         except SynthesisError as error:  # say which voice refused it: this one, by CosyVoice3's rules
             raise SynthesisError(
                 str(error).replace("for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1),

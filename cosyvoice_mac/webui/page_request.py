@@ -78,10 +78,22 @@ class PageRequest:
                 post=post_settings(*post),
                 sampling=sampling_settings(*sampling),
             )
-            parse_inline(request.text)  # a malformed inline tag is said here, before the job waits in the queue
+            # a malformed inline tag is said here, before the job waits in the queue
+            parse_inline(request.text, voice_styles(self.host.engine if self.host is not None else None, voice))
         except RequestError as error:
             return None, _problem(error)
         return request, None
+
+
+def voice_styles(engine, name: str | None) -> tuple[str, ...]:
+    """The styles the saved voice ``name`` has recordings of, which its inline tags may name beside the model's
+    own; none for no saved voice (or one gone since it was picked: the voice's own check says so)."""
+    if engine is None or not name:
+        return ()
+    try:
+        return engine.voices.style_names(name)
+    except VoiceError:
+        return ()
 
 
 # Where each request rule's problem shows, and the page's own words for it where it has them.

@@ -1,6 +1,7 @@
 """The page's voice styles and voices files, a section below the voice column's Manage section: give the
-picked voice the recording above as one more style (happy, whisper, ... free text), export the picked voice or
-every voice as a voices file to download, import one (``engine.voice_transfer``: checked whole, all or none).
+picked voice the recording above as one more style (happy, whisper, car-noisy: one lowercase word, the inline
+tags' rule), export the picked voice or every voice as a voices file to download, import one
+(``engine.voice_transfer``: checked whole, all or none).
 
 Element ids (``elem_id``) are the browser tests' handles; keep them stable.
 """

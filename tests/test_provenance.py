@@ -20,6 +20,7 @@ from cosyvoice_mac.api import audio_formats
 from cosyvoice_mac.cli.main import main
 from cosyvoice_mac.engine.outputs import write_output
 from cosyvoice_mac.longform.files import ResultFiles
+from cosyvoice_mac.longform.runner import Spoken, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.provenance import keys, read_credentials, with_credentials
 from cosyvoice_mac.provenance.claim import GENERATION_LABEL
 from cosyvoice_mac.provenance.verify import CHANGED, NONE, VALID
@@ -160,6 +161,30 @@ def test_a_long_jobs_file_names_what_made_its_lines(tmp_path):
     assert generation["long_form_kind"] == "dialogue" and generation["voice_hashes"] == ["ab" * 32]
     assert (generation["model"], generation["engine"]) == (FACTS["model"], FACTS["engine"])
     assert json.loads(joined.with_suffix(".json").read_text())["kind"] == "dialogue"
+
+
+class ToneSpeak:
+    """A long job's lines as a tone each (no model): what the long-form writers make of them is checked here."""
+
+    def prepare(self, voices) -> None:
+        list(voices)
+
+    def styles(self, voice) -> tuple[str, ...]:
+        return ()
+
+    def __call__(self, line) -> Spoken:
+        return Spoken(_speechlike(0.3), RATE, {})
+
+
+def test_every_long_form_file_a_dub_a_batch_and_a_dialogue_s_lines_carries_the_ai_claim(tmp_path):
+    cues = "1\n00:00:00,000 --> 00:00:01,000\nOne.\n\n2\n00:00:01,000 --> 00:00:02,000\nTwo.\n"
+    dub = run_dub(cues, None, ToneSpeak(), tmp_path / "dub")
+    talk = run_dialogue("[S1] One.\n[S1] Two.\n", {"S1": "A"}, ["A"], ToneSpeak(), tmp_path / "talk", per_line_files=True)
+    assert run_batch("One.\nTwo.\n", "txt", tmp_path / "batch", ToneSpeak()).done == 2
+    batch_wavs = sorted((tmp_path / "batch").glob("*.wav"))  # (the result names the folder and its zip)
+    wavs = [dub.audio_path, *(path for path in talk.files if path.suffix == ".wav"), *batch_wavs]
+    kinds = [ai_credentials(path.read_bytes(), "wav")[GENERATION_LABEL].get("long_form_kind") for path in wavs]
+    assert kinds == ["dub", "dialogue", None, None, "batch", "batch"]  # the joined files say their kind
 
 
 def _file(path, data: bytes):

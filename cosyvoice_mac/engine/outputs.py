@@ -103,15 +103,21 @@ def credential_facts(result) -> dict:
     return {**known, "source_hash": result.source_hash, "file": f"{result.job_id[:SHORT_ID_CHARS]}.wav"}
 
 
+def signed_wav(result, name: str) -> bytes:
+    """The audio of a result outputs/ refused (``result.audio``) as the bytes of a WAV called ``name`` with its
+    content credentials (as they are when credentials are off or signing fails: the sound is never withheld)."""
+    data, _ = with_credentials(
+        wav_bytes(result.samples(), result.sample_rate), MEDIA_TYPES["wav"], credential_facts(result), name
+    )
+    return data
+
+
 def unsaved_copy(result, folder: Path) -> Path:
-    """The audio of a result outputs/ refused (``result.audio``) as a WAV with its content credentials, in
-    ``folder`` (a front end's temporary folder, which its janitor sweeps), so the user still gets the sound."""
+    """:func:`signed_wav` of a result outputs/ refused, in ``folder`` (a front end's temporary folder, which its
+    janitor sweeps), so the user still gets the sound."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{result.job_id}.wav"
-    data, _ = with_credentials(
-        wav_bytes(result.samples(), result.sample_rate), MEDIA_TYPES["wav"], credential_facts(result), path.name
-    )
-    atomic_write(path, data)
+    atomic_write(path, signed_wav(result, path.name))
     return path
 
 

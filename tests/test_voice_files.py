@@ -168,6 +168,10 @@ def _lying_hash(manifest):
     recordings[0]["audio_hash"] = recordings[1]["audio_hash"]
 
 
+def _unspeakable_style(manifest):  # made elsewhere: a name no inline (style) tag could ask for
+    manifest["voices"][0]["recordings"][1]["style"] = "very quiet"
+
+
 @pytest.mark.parametrize(
     ("damage", "code", "says"),
     [
@@ -178,9 +182,10 @@ def _lying_hash(manifest):
         (lambda data: _rezip(data, extra=[(_link("audio/link.wav"), b"/etc/passwd")]), "unsafe_member", "a link"),
         (lambda data: _rezip(data, _newer), "version", "made by a newer cosyvoice-mac"),
         (lambda data: _rezip(data, _lying_hash), "damaged", "content hash differs"),
+        (lambda data: _rezip(data, _unspeakable_style), "manifest", "style breaks the rule: a style is one word"),
         (lambda data: b"PK\x03\x04 not really", "not_zip", "no zip archive"),
     ],
-    ids=["truncated", "corrupted", "dotdot", "absolute", "symlink", "newer-version", "lying-hash", "not-a-zip"],
+    ids=["truncated", "corrupted", "dotdot", "absolute", "symlink", "newer-version", "lying-hash", "bad-style", "not-a-zip"],
 )
 def test_a_bad_voices_file_is_refused_with_its_reason_and_nothing_written(copied, damage, code, says):
     root, library = copied

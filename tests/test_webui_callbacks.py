@@ -596,4 +596,11 @@ def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callb
         sidecar["style"] == "happy"
         and sidecar["prompt_hash"] == callbacks.voices.styled("Styled", "happy")["audio_hash"]
     )
+    # a text's (style) tag may name the picked voice's recordings ("neutral" is its own: no model style)
+    tagged = ("Hi (neutral) there.", "cross_lingual", "")
+    assert callbacks.blockers("en", None, "Styled", "", *tagged) == "✅ Ready: press Generate."
+    request, problem = callbacks.generation.build_request("en", None, "Styled", "", *tagged, 1, 1.0)
+    assert problem is None and request.text == tagged[0]
+    said = html.unescape(callbacks.blockers("en", own, "", "", *tagged))  # an uploaded recording has no styles
+    assert "(neutral) is not a style (at character 4)" in said
     callbacks.delete_voice("en", "Styled")

@@ -179,7 +179,9 @@ class ToneSpeak:
 def test_every_long_form_file_a_dub_a_batch_and_a_dialogue_s_lines_carries_the_ai_claim(tmp_path):
     cues = "1\n00:00:00,000 --> 00:00:01,000\nOne.\n\n2\n00:00:01,000 --> 00:00:02,000\nTwo.\n"
     dub = run_dub(cues, None, ToneSpeak(), tmp_path / "dub")
-    talk = run_dialogue("[S1] One.\n[S1] Two.\n", {"S1": "A"}, ["A"], ToneSpeak(), tmp_path / "talk", per_line_files=True)
+    talk = run_dialogue(
+        "[S1] One.\n[S1] Two.\n", {"S1": "A"}, ["A"], ToneSpeak(), tmp_path / "talk", per_line_files=True
+    )
     assert run_batch("One.\nTwo.\n", "txt", tmp_path / "batch", ToneSpeak()).done == 2
     batch_wavs = sorted((tmp_path / "batch").glob("*.wav"))  # (the result names the folder and its zip)
     wavs = [dub.audio_path, *(path for path in talk.files if path.suffix == ".wav"), *batch_wavs]

@@ -185,7 +185,17 @@ def _unspeakable_style(manifest):  # made elsewhere: a name no inline (style) ta
         (lambda data: _rezip(data, _unspeakable_style), "manifest", "style breaks the rule: a style is one word"),
         (lambda data: b"PK\x03\x04 not really", "not_zip", "no zip archive"),
     ],
-    ids=["truncated", "corrupted", "dotdot", "absolute", "symlink", "newer-version", "lying-hash", "bad-style", "not-a-zip"],
+    ids=[
+        "truncated",
+        "corrupted",
+        "dotdot",
+        "absolute",
+        "symlink",
+        "newer-version",
+        "lying-hash",
+        "bad-style",
+        "not-a-zip",
+    ],
 )
 def test_a_bad_voices_file_is_refused_with_its_reason_and_nothing_written(copied, damage, code, says):
     root, library = copied

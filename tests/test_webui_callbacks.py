@@ -91,13 +91,8 @@ def _run(
     session = session or Session()
     post = (False, False, None)
     sampling_off = (False,) + (None,) * (SAMPLING_CONTROLS - 1)  # the panel off: its sliders are not read
-    return list(
-        callbacks.generate(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, *post,
-            *sampling_off,
-            style,
-        )
-    )
+    fields = (lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request)
+    return list(callbacks.generate(*fields, *post, *sampling_off, style))
 
 
 def _outputs(callbacks) -> set[str]:
@@ -560,6 +555,8 @@ def test_the_engine_refuses_a_malformed_inline_tag_before_the_job_waits_in_line(
     with pytest.raises(RequestError, match=r"at character 4.*did you mean \[pause 500ms\]") as refused:
         engine.submit(request)
     assert (refused.value.field, refused.value.code) == ("text", "markup_invalid") and engine.line() == []
+
+
 def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callbacks, make_speech, tmp_path):
     own = str(make_speech("The page keeps this voice and carries it away.", seconds=3.0))
     happy = str(make_speech("And here it is again, sounding rather happy!", seconds=3.0))

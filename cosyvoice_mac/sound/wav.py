@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-
 PCM16_SCALE = 32767.0
 UNKNOWN_SIZE = 0xFFFFFFFF  # a streamed WAV's sizes: players and decoders read it as "until the end"
 HEADER_BYTES = 44  # RIFF + fmt (16 bytes) + data, without a LIST chunk

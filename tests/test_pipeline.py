@@ -7,6 +7,7 @@ gives our clear error (never a crash or a hang).
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -182,3 +183,33 @@ def test_inline_tags_and_sampling_reach_the_model(model, prompt_wav, monkeypatch
         "top_k": 1,
         "repetition_window": own.win_size,
     }
+
+
+def test_a_voice_carried_in_a_voices_file_speaks_the_same_audio_for_a_seed(model, prompt_wav, tmp_path):
+    """Issue 49's round trip on each version's tiny model: export, delete, import; the features the import reads
+    from the file (never extracted again) give the audio the voice gave before for the same seed."""
+    from dataclasses import replace
+
+    from cosyvoice_mac.engine.cache import SpeakerCache
+    from cosyvoice_mac.engine.voice_library import VoiceLibrary
+    from cosyvoice_mac.engine.voice_transfer import export_voices, import_voices
+
+    root = tmp_path / "cache"
+    library, prompt = VoiceLibrary(root), model.prepare_prompt(prompt_wav)
+    SpeakerCache(root).put(prompt)
+    library.save(
+        "Tiny", audio_hash=prompt.audio_hash, model_id=model.model_id, transcript="Hello there.", audio=prompt_wav
+    )
+
+    def spoken() -> np.ndarray:  # as the worker speaks a saved voice: its cached features and transcript
+        entry = library.styled("Tiny", None)
+        speaker, source = SpeakerCache(root).lookup(entry["model_id"], entry["audio_hash"])
+        assert source == "disk"  # read from the cache folder, never extracted again
+        return list(model.synthesize("Hi.", replace(speaker, transcript=entry["transcript"]), seed=5))[0].audio
+
+    before = spoken()
+    exported = export_voices(library)
+    library.delete("Tiny")
+    shutil.rmtree(root / "speakers")
+    import_voices(library, exported)
+    assert np.array_equal(spoken(), before)

@@ -112,10 +112,13 @@ def test_an_inline_style_tag_speaks_the_voice_s_recording_of_it_and_its_credenti
         for text in ("Plain words here. Plain words here.", "Plain words here. (calm) Plain words here.")
     )
     plain, tagged = plain_result.samples(), tagged_result.samples()
-    assert plain.size == tagged.size  # the same words at the same speed: only the voice of the second changed
-    half = plain.size // 2
-    assert np.allclose(plain[: half // 2], tagged[: half // 2], atol=1e-4)  # the untagged sentence is the same
-    assert not np.allclose(plain[-half // 2 :], tagged[-half // 2 :], atol=1e-2)  # the calm recording spoke this
+    quarter = min(plain.size, tagged.size) // 4  # each sentence is about half (the voices differ in length a little)
+
+    def change(part: slice) -> float:  # how far the tagged text's audio is from the plain one's, relative
+        return float(np.sqrt(np.mean((plain[part] - tagged[part]) ** 2) / np.mean(plain[part] ** 2)))
+
+    head, tail = change(slice(None, quarter)), change(slice(-quarter, None))
+    assert head < 0.2 < tail, (head, tail)  # the untagged sentence stays, the calm recording spoke the other
     sidecar = json.loads(open(tagged_result.sidecar_path).read())
     assert (sidecar["prompt_hash"], sidecar["voice_hashes"]) == (own_hash, [own_hash, calm_hash])
     with pytest.raises(RequestError, match=r"\(calmer\) is not a style \(at character 1\): did you mean \(calm\)"):

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from gradio_client import handle_file
 
-from tests.reliability.server import JOB_S, POST_OFF, REPO_ROOT, AppServer, free_port
+from tests.reliability.server import GENERATE_OFF, JOB_S, REPO_ROOT, AppServer, free_port
 
 KEY = "exposed-" + uuid.uuid4().hex
 REBIND = "rebind.evil.example"
@@ -81,7 +81,7 @@ def test_with_the_key_the_gradio_api_uploads_and_the_page_s_events_work(locked, 
     assert (locked.outputs / facts["file"]).is_file() and open(path, "rb").read(4) == b"RIFF"
     answer = locked.call(
         client, "/generate", "en", handle_file(speech), "", "", "Uploaded, then spoken.", "cross_lingual", "", 2, 1.0,
-        False, *POST_OFF,
+        False, *GENERATE_OFF,
     )  # fmt: skip
     assert answer[STATUS].startswith("✅ Done"), answer[STATUS]
     with _http(locked, headers=locked.headers) as http:

@@ -11,7 +11,7 @@ import pytest
 from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
-from tests.reliability.server import JOB_S, POST_OFF
+from tests.reliability.server import GENERATE_OFF, JOB_S
 
 RAW = re.compile(r"Traceback|\b\w+Error\b|__round__|0x[0-9a-f]{6,}|<gradio\.|object at")
 GOOD = ["Hello.", "preview", "", "", 1, 1.0, False, None]
@@ -93,7 +93,7 @@ def test_the_page_s_own_events_name_the_field_too(app, client, speech, seed, spe
     with pytest.raises(AppError) as refusal:
         app.call(
             client, "/generate", "en", handle_file(speech), "", "", "Hello.", "cross_lingual", "", seed, speed, False,
-            *POST_OFF,
+            *GENERATE_OFF,
         )  # fmt: skip
     assert words in str(refusal.value) and not RAW.search(str(refusal.value)), refusal.value
 

@@ -31,6 +31,8 @@ TEMP_MAX_AGE_S = 8
 POST_OFF = (False, False, -16.0, False, 1.0, 0.8, 25, 10)
 # Generate's last input after them: the saved voice's style menu, empty (its own recording).
 GENERATE_OFF = (*POST_OFF, None)
+# /synthesize's last inputs after loudness_lufs: the four sampling values (none: the model's own), then the style.
+SYNTHESIZE_TAIL = (None, None, None, None, "")
 
 
 def free_port() -> int:

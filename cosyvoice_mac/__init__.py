@@ -30,7 +30,7 @@ def __getattr__(name):
         from cosyvoice_mac.load import load_model
 
         return load_model
-    if name in ("Request", "Voice"):
+    if name in ("Request", "Sampling", "Voice"):
         from cosyvoice_mac import request
 
         return getattr(request, name)
@@ -41,4 +41,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'cosyvoice_mac' has no attribute {name!r}")
 
 
-__all__ = ["CosyVoice", "CosyVoiceError", "Request", "Voice", "load_model"]
+__all__ = ["CosyVoice", "CosyVoiceError", "Request", "Sampling", "Voice", "load_model"]

@@ -70,24 +70,31 @@ def user_cache_dir() -> Path:
     return Path(base).expanduser() / APP_NAME
 
 
+def temporary_folder(name: str) -> Path:
+    """``name`` inside the front ends' temporary folder: ``$GRADIO_TEMP_DIR``, which the app points at a folder
+    of its own that its janitor sweeps (uploads, copies of results), else the system's temporary folder."""
+    return Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / name
+
+
 def compile_cache_dir() -> Path:
     """Where torch.compile keeps its compiled kernels between runs (the fused LLM step on CUDA: ~30 s to compile
     the first time), inside the user cache folder rather than a temporary folder a reboot empties."""
     return user_cache_dir() / "torch-compile"
 
 
-def atomic_write(path: str | Path, data: bytes, *, replace: bool = True) -> None:
+def atomic_write(path: str | Path, data: bytes, *, replace: bool = True, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` so that a reader, or the disk after a power cut, sees the old file or the
     whole new one, never half (:func:`atomic_file` with ``data`` as its content)."""
-    with atomic_file(path, replace=replace) as file:
+    with atomic_file(path, replace=replace, mode=mode) as file:
         file.write(data)
 
 
 @contextmanager
-def atomic_file(path: str | Path, *, replace: bool = True) -> Iterator[BinaryIO]:
+def atomic_file(path: str | Path, *, replace: bool = True, mode: int = 0o644) -> Iterator[BinaryIO]:
     """A binary file to write ``path``'s new content into, for writers that stream (a zip, a safetensors
     file): a temporary file of its own in the same folder (so two writers never share one), flushed to disk
-    (fsync) when the block ends, made an ordinary 0644 document, then renamed over ``path``. The temporary
+    (fsync) when the block ends, made an ordinary 0644 document (``mode``: 0600 for a secret, which then is
+    never readable by others, not even while it is written), then renamed over ``path``. The temporary
     file is removed when anything fails; the error is raised.
 
     ``replace=False`` never replaces a file already at ``path`` (FileExistsError instead): the whole file is
@@ -101,7 +108,7 @@ def atomic_file(path: str | Path, *, replace: bool = True) -> Iterator[BinaryIO]
             yield file
             file.flush()
             os.fsync(file.fileno())
-        os.chmod(temporary, 0o644)  # mkstemp makes 0600 files; these are the user's documents and settings
+        os.chmod(temporary, mode)  # mkstemp makes 0600 files; most are the user's documents and settings
         if replace:
             os.replace(temporary, path)
         else:

@@ -23,6 +23,12 @@ import numpy as np
 
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.settings import bounds, choices
+from cosyvoice_mac.settings.fields import SAMPLING_FIELDS as SAMPLING_FIELDS  # the contract's names, read here
+from cosyvoice_mac.sound.post_settings import LUFS_RANGE as LUFS_RANGE  # the contract's limits, read here
+from cosyvoice_mac.sound.post_settings import PostSettings
+from cosyvoice_mac.style_names import style_name
+from cosyvoice_mac.token_sampling import Sampling
+from cosyvoice_mac.voice_file import VoiceFileLimits, read_voice_file
 
 MODES = choices("mode")
 MAX_TEXT_CHARS = 5000  # one request; longer texts are split into several requests
@@ -30,58 +36,20 @@ MAX_TRANSCRIPT_CHARS = 1000  # a 30 s prompt holds a few hundred characters
 MAX_INSTRUCT_CHARS = 500
 SPEED_RANGE = bounds("speed")  # the settings table says why
 MAX_SEED = bounds("seed")[1]
-LUFS_RANGE = bounds("loudness_lufs")
 MAX_UPLOAD_BYTES = 20 << 20  # one uploaded file (a prompt recording), on the page and through /v1 alike
 MAX_BATCH_UPLOAD_BYTES = 25 * MAX_UPLOAD_BYTES  # one request of several recordings to convert (a batch), in all
 ALLOWED_CONTROLS = "\t\n\r"
+MAX_INLINE_PAUSE_S = 10.0  # one [pause] tag (frontend/inline.py); a longer silence is an edit, not a pause
 
 
-@dataclass(frozen=True)
-class PostSettings:
-    """What is done to a finished waveform before it is saved (both off by default): ``trim`` its leading
-    and trailing silence, normalise its integrated loudness to ``loudness_lufs`` (None: leave it).
-
-    The same value serves every output (Generate, the APIs, ``synth``, dialogue, subtitles, batches);
-    ``sound/post.py`` does the work. Checked when built, like ``Request``.
-    """
-
-    trim: bool = False
-    loudness_lufs: float | None = None
-
-    def __post_init__(self) -> None:
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise RequestError naming the field ("trim" or "loudness_lufs"); the only place these rules are."""
-        if not isinstance(self.trim, bool):
-            raise RequestError("trim", "trim_invalid", f"trim must be true or false, not {self.trim!r}")
-        target, (low, high) = self.loudness_lufs, LUFS_RANGE
-        if target is None:
-            return
-        if isinstance(target, bool) or not isinstance(target, (int, float)) or not math.isfinite(target):
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be a number of LUFS from {low:g} to {high:g}, not {target!r}",
-                low=low,
-                high=high,
-            )
-        if not low <= target <= high:
-            raise RequestError(
-                "loudness_lufs",
-                "loudness_invalid",
-                f"the loudness target must be {low:g} to {high:g} LUFS (got {target:g}); "
-                "-16 suits speech on the web, -23 broadcast",
-                low=low,
-                high=high,
-            )
-
-    @property
-    def active(self) -> bool:
-        return self.trim or self.loudness_lufs is not None
-
-    def as_dict(self) -> dict:
-        return {"trim": self.trim, "loudness_lufs": self.loudness_lufs}
+VOICE_FILE_LIMITS = VoiceFileLimits(  # a voices file (an exported voice or library): voice_file.py
+    file_bytes=256 << 20,  # packed, and unpacked in all (a zip bomb is refused by its declared sizes)
+    members=2048,
+    manifest_bytes=1 << 20,
+    recording_bytes=MAX_UPLOAD_BYTES,  # one recording, as one upload may be
+    features_bytes=16 << 20,  # one model's cached features of a 30 s prompt are well under 1 MB
+    recordings_per_voice=16,  # the styles of one voice
+)
 
 
 @dataclass(frozen=True, eq=False)
@@ -99,6 +67,7 @@ class Voice:
     prepared: str | None = None
     stock: bool = False  # the backend's own voice (the preview voice has one; CosyVoice has none)
     transcript: str | None = None
+    style: str | None = None  # a saved voice's recording of this style (None: its own); the engine's library checks it
 
     @classmethod
     def recording(cls, audio: str | Path, transcript: str | None = None) -> "Voice":
@@ -109,13 +78,21 @@ class Voice:
         return cls(samples=samples, sample_rate=sample_rate, transcript=transcript)
 
     @classmethod
-    def saved_voice(cls, name: str, transcript: str | None = None) -> "Voice":
-        return cls(saved=name, transcript=transcript)
+    def saved_voice(cls, name: str, transcript: str | None = None, style: str | None = None) -> "Voice":
+        """The saved voice ``name``, speaking its recording of ``style`` (None or blank: its own)."""
+        return cls(saved=name, transcript=transcript, style=(style or "").strip() or None)
 
     @classmethod
     def builtin(cls) -> "Voice":
         """The backend's own voice, for clients that name no recording (the preview voice's speaker)."""
         return cls(stock=True)
+
+    @classmethod
+    def load(cls, file: str | Path, name: str | None = None, style: str | None = None) -> "Voice":
+        """The recording of ``style`` (None: its own) of the voice ``name`` (None: the only one) in a voices file
+        (``voice_file.py``), with its transcript, in memory; VoiceFileRefused (an InputError) says why not."""
+        recording = read_voice_file(file, VOICE_FILE_LIMITS).recording(name, style)
+        return cls.from_samples(recording.samples, recording.sample_rate, transcript=recording.transcript)
 
     def _sources(self) -> list[str]:
         given = [name for name in ("audio", "samples", "saved", "prepared") if getattr(self, name) is not None]
@@ -154,6 +131,22 @@ class Voice:
             raise RequestError("voice", "voice_error", "a saved voice is named by a non-empty string")
         if self.transcript is not None:
             check_transcript(self.transcript)
+        if self.style is not None:
+            self._check_style()
+
+    def _check_style(self) -> None:
+        """A style names one of a saved voice's recordings (which ones it has, the library says where the
+        request enters): so only a saved voice has one, and its name follows the one style rule (``style_names``)."""
+        if self.saved is None:
+            raise RequestError(
+                "style",
+                "style_needs_saved_voice",
+                "a style picks one of a saved voice's recordings: pick a saved voice, or leave the style out",
+            )
+        try:
+            style_name(self.style)
+        except ValueError as error:
+            raise RequestError("style", "style_invalid", str(error)) from None
 
     def describe(self) -> str | None:
         """What the sidecar records: the saved voice's name, or None for a recording."""
@@ -191,7 +184,8 @@ class SpeechRequest:
 
     def delivery_facts(self) -> dict:
         """What every sidecar records of the shared fields (plain JSON values)."""
-        return {"voice": self.voice.describe(), "speed": self.speed, "stream": self.stream}
+        style = {"style": self.voice.style} if self.voice.style else {}  # the saved voice's recording spoken
+        return {"voice": self.voice.describe(), **style, "speed": self.speed, "stream": self.stream}
 
 
 @dataclass(frozen=True, eq=False)
@@ -209,6 +203,7 @@ class Request(SpeechRequest):
     instruct: str | None = None
     seed: int = 0
     typed_text: str | None = None
+    sampling: Sampling = Sampling()
 
     def __post_init__(self) -> None:
         self.validate()
@@ -231,6 +226,7 @@ class Request(SpeechRequest):
         speed: float | None = 1.0,
         stream: bool = False,
         post: PostSettings | None = None,
+        sampling: Sampling | None = None,
     ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
@@ -238,6 +234,7 @@ class Request(SpeechRequest):
         cross-lingual. A mode asked for must be possible (zero-shot needs a transcript); what the mode does
         not use (the transcript outside zero-shot, the instruction outside instruct) is dropped.
         ``seed`` None picks one now. ``speed`` None means 1.0. ``post`` None means no post-processing.
+        ``sampling`` None means the model's own.
         """
         if voice is None:
             raise RequestError(
@@ -262,6 +259,7 @@ class Request(SpeechRequest):
             speed=1.0 if speed is None else speed,
             stream=bool(stream),
             post=PostSettings() if post is None else post,
+            sampling=Sampling() if sampling is None else sampling,
         )
 
     def validate(self) -> None:
@@ -291,6 +289,11 @@ class Request(SpeechRequest):
                 limit=MAX_SEED,
             )
         self.check_delivery()
+        if not isinstance(self.sampling, Sampling):
+            raise RequestError(
+                "sampling", "sampling_invalid", f"sampling must be Sampling, not {type(self.sampling).__name__}"
+            )
+        self.sampling.validate()
 
     @property
     def transcript(self) -> str | None:

@@ -43,6 +43,28 @@ PRE_LOOKAHEAD, CONFORMER = "pre_lookahead", "conformer"  # the flow's token fron
 SAMPLE_RATE = 24000  # Hz: both versions' output audio and the flow's prompt mel (the YAML's, where it says)
 MLX_STAGES = ("llm", "flow", "hift")  # the three networks; the MLX engine runs a model only when it has all
 COSYVOICE3_SILENT_TOKENS = (1, 2, 28, 29, 55, 248, 494, 2241, 2242, 2322, 2323)
+# The inline style tags (``(happy)``, frontend/inline.py) as each version's instruct mode was trained to read
+# them: CosyVoice3 its instruction presets (frontend/special_tokens.INSTRUCTIONS), CosyVoice2 instruct2's
+# "用…的语气说这句话" form. Both versions know the same style names.
+COSYVOICE3_STYLES = (
+    ("happy", "请非常开心地说一句话。"),
+    ("sad", "请非常伤心地说一句话。"),
+    ("angry", "请非常生气地说一句话。"),
+    ("whisper", "Please say a sentence in a very soft voice."),
+    ("loud", "Please say a sentence as loudly as possible."),
+    ("slow", "请用尽可能慢地语速说一句话。"),
+    ("fast", "请用尽可能快地语速说一句话。"),
+)
+COSYVOICE2_STYLES = (
+    ("happy", "用开心的语气说这句话"),
+    ("sad", "用伤心的语气说这句话"),
+    ("angry", "用生气的语气说这句话"),
+    ("whisper", "用耳语的方式轻声说这句话"),
+    ("loud", "用很大的声音说这句话"),
+    ("slow", "用很慢的语速说这句话"),
+    ("fast", "用很快的语速说这句话"),
+)
+STYLE_NAMES = tuple(name for name, _ in COSYVOICE3_STYLES)  # the inline style tags every version knows
 
 
 @dataclass(frozen=True)
@@ -68,6 +90,11 @@ class VersionSpec:
     pronunciation_markup: bool  # pinyin and ARPAbet units are tokens
     rl_llm: bool  # the hub publishes an RL-tuned llm.rl.pt beside llm.pt
     mlx_stages: tuple[str, ...]  # the networks cosyvoice_mac.mlx runs for this version (of MLX_STAGES)
+    style_instructions: tuple[tuple[str, str], ...] = ()  # an inline (style) tag -> the instruction it becomes
+
+    def style_instruction(self, style: str) -> str | None:
+        """The instruction this version reads for the inline style tag ``(style)``; None for a style it lacks."""
+        return dict(self.style_instructions).get(style)
 
     @property
     def mlx_engine(self) -> bool:
@@ -111,6 +138,7 @@ COSYVOICE2 = VersionSpec(
     pronunciation_markup=False,
     rl_llm=False,
     mlx_stages=MLX_STAGES,
+    style_instructions=COSYVOICE2_STYLES,
 )
 COSYVOICE3 = VersionSpec(
     name="cosyvoice3",
@@ -132,6 +160,7 @@ COSYVOICE3 = VersionSpec(
     pronunciation_markup=True,
     rl_llm=True,
     mlx_stages=MLX_STAGES,
+    style_instructions=COSYVOICE3_STYLES,
 )
 SPECS = {spec.name: spec for spec in (COSYVOICE3, COSYVOICE2)}
 VERSIONS = tuple(SPECS)  # newest first

@@ -22,6 +22,7 @@ RECORDING_SPEECH_PATH = "/v1/audio/speech/recording"
 CONVERSION_PATH = "/v1/audio/voice-conversion"  # multipart: audio (the recording to re-speak), voice or prompt_audio
 MODELS_PATH = "/v1/models"
 VOICES_PATH = "/v1/voices"
+VOICES_IMPORT_PATH = "/v1/voices/import"  # POST multipart: file (a voices file); its own body limit
 GLOSSARY_PATH = "/v1/glossary"  # GET: {"data": [{key, replacement, language}, ...]}; PUT {"entries": [...]}
 JOB_ID_HEADER = "x-cosyvoice-job-id"
 FILE_HEADER = "x-cosyvoice-file"

@@ -1,8 +1,7 @@
-"""Loading voice prompts: containers, resampling, trimming, normalising, hashing, errors, atomic writes."""
+"""Loading voice prompts: containers, resampling, trimming, normalising, hashing, errors."""
 
 from __future__ import annotations
 
-import os
 import struct
 
 import audioread
@@ -13,11 +12,9 @@ import torch
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from cosyvoice_mac import paths
 from cosyvoice_mac.frontend.prompt_audio import LoadedAudio, load_audio
 from cosyvoice_mac.sound import limits
 from cosyvoice_mac.sound.problems import AudioInputError
-from cosyvoice_mac.sound.wav import write_wav
 
 SENTENCE = "The quick brown fox jumps over the lazy dog, and then it runs away."
 PROPERTY_SETTINGS = settings(
@@ -220,29 +217,6 @@ def test_m4a_goes_through_the_platform_decoder_and_hashes_like_the_wav(tmp_path,
     m4a = load_audio(m4a_path)
     assert m4a.content_hash == wav.content_hash
     assert torch.equal(m4a.wave, wav.wave)
-
-
-def test_write_wav_is_atomic_and_round_trips(tmp_path, monkeypatch, speech):
-    samples, rate = speech
-    target = tmp_path / "out" / "take.wav"
-    write_wav(target, torch.from_numpy(samples)[None], rate)
-    read_back, read_rate = soundfile.read(target, dtype="float32")
-    assert read_rate == rate and np.abs(read_back - samples).max() <= 1 / 32768
-    before = target.read_bytes()
-
-    def broken_write(*args, **kwargs):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(paths.os, "fsync", broken_write)
-    with pytest.raises(OSError, match="disk full"):
-        write_wav(target, np.zeros(rate, np.float32), rate)
-    assert target.read_bytes() == before  # the old take survives a failed write
-    assert os.listdir(target.parent) == ["take.wav"]  # and no temporary file is left behind
-
-
-def test_write_wav_refuses_multichannel_audio(tmp_path):
-    with pytest.raises(ValueError, match="mono"):
-        write_wav(tmp_path / "x.wav", np.zeros((2, 100), np.float32), 16000)
 
 
 def _wav_header(rate: int, channels: int, bits: int) -> bytes:

@@ -140,11 +140,11 @@ def test_the_voice_is_made_ready_before_the_first_source_and_an_unusable_one_sto
     out = tmp_path / "out"
     with pytest.raises(VoiceUnusable, match="'Anna'"):
         run_convert_batch(good, skipped, out, convert, voice="Anna", prepare=refuse)
-    assert events == [("prepare", ["Anna"])] and not list(out.glob("*.wav"))  # stopped before any source
+    assert events == [("prepare", [("Anna", None)])] and not list(out.glob("*.wav"))  # stopped before any source
 
     events.clear()
     run_convert_batch(good, skipped, out, convert, voice="Anna", prepare=lambda v: events.append(("prepare", list(v))))
-    assert events == [("prepare", ["Anna"]), ("convert", "a.flac"), ("convert", "c.wav")]
+    assert events == [("prepare", [("Anna", None)]), ("convert", "a.flac"), ("convert", "c.wav")]
     events.clear()
     run_convert_batch(good, skipped, out, convert, voice="Anna", prepare=refuse)  # all made: nothing to prepare
     assert events == []

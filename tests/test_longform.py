@@ -60,6 +60,9 @@ class EspeakSpeak:
         if self.refuse:
             raise VoiceUnusable(f"the loaded model cannot use the saved voice {self.refuse!r}: no audio")
 
+    def styles(self, voice) -> tuple[str, ...]:
+        return ("calm",) if voice == "A" else ()  # the voice A has a calm recording its lines' (calm) tags may name
+
     def __call__(self, line: LineRequest) -> Spoken:
         self.requests.append(line)
         audio, rate = soundfile.read(self.make_speech(line.text), dtype="float32")
@@ -332,6 +335,20 @@ def test_a_line_the_engine_made_but_could_not_save_is_said_in_the_result(make_sp
     assert result.audio_path.is_file() and "the disk is full" in result.not_saved
 
 
+def test_a_line_s_style_tags_are_checked_against_its_own_voice_s_recordings_before_any_line(make_speech, tmp_path):
+    """The script's own check cannot know the voices; once the cast is read, each line's (style) tags are checked
+    against the styles its voice has recordings of (EspeakSpeak: the voice A has a "calm" one, B none)."""
+    script = "[S1] (calm) Slowly now.\n[S2] And (calm) me?\n"
+    speak = EspeakSpeak(make_speech, stop_after=0)  # stops before its first line: the check alone is run
+    result = run_dialogue(script, {"S1": "A", "S2": "A"}, ["A"], speak, tmp_path / "a", should_stop=speak.should_stop)
+    assert (result.done, speak.requests) == (0, [])  # both speak as A, which has a calm recording
+    with pytest.raises(dialogue.ScriptError, match=r"line 2 \(S2\): \(calm\) is not a style \(at character 5\)"):
+        run_dialogue(script, {"S1": "A", "S2": "B"}, ["A", "B"], speak, tmp_path / "b")
+    with pytest.raises(batch.BatchError, match=r"line 1: \(calmly\) is not a style .*did you mean \(calm\)"):
+        run_batch("Say it (calmly).\n", "txt", tmp_path / "batch", speak, voice="A")
+    assert speak.requests == [] and list(tmp_path.iterdir()) == []
+
+
 def test_a_bad_script_writes_nothing(make_speech, tmp_path):
     with pytest.raises(dialogue.ScriptError):
         run_dialogue("[S1] fine\nno tag here\n", {"S1": "A"}, ["A"], EspeakSpeak(make_speech), tmp_path / "x")
@@ -410,16 +427,20 @@ def test_a_cue_that_cannot_fit_pushes_the_next_one_and_is_reported():
 
 def test_a_long_job_has_its_voices_made_ready_once_before_its_first_line(make_speech, tmp_path):
     speak = EspeakSpeak(make_speech)
-    script = "[S1] One.\n[S2] Two.\n[S1] Three.\n"
+    script = "[S1] One.\n[S2 (happy)] Two.\nAnna (whisper): Three.\n"
     run_dialogue(script, {"S1": "Anna", "S2": "Bob"}, ["Anna", "Bob"], speak, tmp_path / "talk")
-    assert speak.prepared == [(["Anna", "Bob", "Anna"], 0)]
+    assert speak.prepared == [([("Anna", None), ("Bob", "happy"), ("Anna", "whisper")], 0)]
+    assert [(line.voice, line.style) for line in speak.requests] == speak.prepared[0][0]  # each line its style
     dub = EspeakSpeak(make_speech)
-    run_dub(SRT, "Cleo", dub, tmp_path / "dub", speed_limit=2.0)
-    assert dub.prepared == [(["Cleo"], 0)]
+    run_dub(SRT, "Cleo", dub, tmp_path / "dub", style="calm", speed_limit=2.0)
+    assert dub.prepared == [([("Cleo", "calm")], 0)] and {line.style for line in dub.requests} == {"calm"}
+    styled = EspeakSpeak(make_speech)
+    run_batch("text,voice,style\nOne.,Bob,happy\nTwo.,,\n", "csv", tmp_path / "styled", styled, voice="Anna")
+    assert styled.prepared == [([("Bob", "happy"), ("Anna", None)], 0)]
     lines = "Plain line.\n"
     batch = EspeakSpeak(make_speech)
     run_batch(lines, "txt", tmp_path / "batch", batch, voice="Anna")
-    assert batch.prepared == [(["Anna"], 0)]
+    assert batch.prepared == [([("Anna", None)], 0)]
     again = EspeakSpeak(make_speech)  # nothing left to make: no voice is needed
     run_batch(lines, "txt", tmp_path / "batch", again, voice="Anna")
     assert again.prepared == [([], 0)] and again.requests == []
@@ -572,3 +593,25 @@ def test_an_unreadable_glossary_is_skipped_with_a_note(tmp_path):
     finally:
         engine.close()
     assert result.output_path and any("glossary was not applied" in note for note in result.notes)
+
+
+def test_every_line_of_a_long_job_is_drawn_with_the_job_s_sampling_and_a_batch_remakes_on_a_change(
+    make_speech, tmp_path
+):
+    from cosyvoice_mac.request import Sampling
+
+    steady = Sampling.build(temperature=0.8, top_k=30.0)  # a number box's 30.0 is a whole number
+    speak = EspeakSpeak(make_speech)
+    cast = {"S1": "Anna", "S2": "Bob"}
+    talk = run_dialogue("[S1] One.\n[S2] Two.\n", cast, list(cast.values()), speak, tmp_path / "t", sampling=steady)
+    assert [line.sampling for line in speak.requests] == [steady, steady]
+    assert json.loads(talk.audio_path.with_suffix(".json").read_text())["sampling"]["top_k"] == 30
+    dub = EspeakSpeak(make_speech)
+    run_dub(SRT, "Cleo", dub, tmp_path / "dub", speed_limit=2.0, sampling=steady)
+    assert dub.requests and {line.sampling for line in dub.requests} == {steady}  # a re-made faster cue too
+    batch = EspeakSpeak(make_speech)
+    run_batch("One.\nTwo.\n", "txt", tmp_path / "batch", batch, voice="Anna")
+    assert {line.sampling for line in batch.requests} == {Sampling()}  # unset: the model's own
+    again = EspeakSpeak(make_speech)  # the same lines with other sampling are other audio: made again
+    run_batch("One.\nTwo.\n", "txt", tmp_path / "batch", again, voice="Anna", sampling=steady)
+    assert [line.sampling for line in again.requests] == [steady, steady]

@@ -17,8 +17,10 @@ from cosyvoice_mac.api.errors import ApiError, too_large_sentence
 from cosyvoice_mac.api.key_lock import MAX_LOGIN_BODY, KeyLock
 from cosyvoice_mac.api.server import BodyLimit
 from cosyvoice_mac.api.upload_names import MAX_JSON_BODY, UploadNames
+from cosyvoice_mac.request import MAX_UPLOAD_BYTES, VOICE_FILE_LIMITS
 from cosyvoice_mac.webui.download_panel import progress_html
 from cosyvoice_mac.webui.render import format_bytes, size_text
+from cosyvoice_mac.wire import VOICES_IMPORT_PATH
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cosyvoice_mac"
 
@@ -186,3 +188,19 @@ def test_every_413_says_what_was_too_large_and_the_limit_in_the_same_words(tmp_p
 
 def test_the_413_sentence_is_written_once():
     assert _modules_whose_code_holds("is larger than") == {"cosyvoice_mac/api/errors.py"}
+
+
+def test_the_voices_import_route_has_its_own_body_limit_the_voices_file_limit():
+    async def routes(scope, receive, send):  # what the limit lets through is answered 200
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    def answer(path: str, declared: int) -> tuple[int, bytes]:
+        scope = {"type": "http", "method": "POST", "path": path, "headers": [(b"content-length", b"%d" % declared)]}
+        return _answer(BodyLimit(routes, MAX_UPLOAD_BYTES), scope, b"")
+
+    bigger_than_an_upload = MAX_UPLOAD_BYTES + 1  # a library: several recordings and their features
+    assert answer(VOICES_IMPORT_PATH, bigger_than_an_upload)[0] == 200
+    assert answer("/v1/voices", bigger_than_an_upload)[0] == 413  # every other upload keeps the one-file limit
+    status, body = answer(VOICES_IMPORT_PATH, VOICE_FILE_LIMITS.file_bytes + 1)
+    assert status == 413 and too_large_sentence("the request body", VOICE_FILE_LIMITS.file_bytes).encode() in body

@@ -7,6 +7,7 @@ gives our clear error (never a crash or a hang).
 from __future__ import annotations
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -15,6 +16,7 @@ import torch
 from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.pipeline import CosyVoice, SynthesisError
 from cosyvoice_mac.pipeline.model_dir import ModelFolderError
+from cosyvoice_mac.request import Sampling
 from tests.fakes.onnx_models import make_tiny_model_dir
 
 # The suite runs on the CPU in CI; COSYVOICE_TEST_DEVICE=cuda (or mps) runs it on an accelerator.
@@ -152,3 +154,62 @@ def test_missing_checkpoint_names_the_file_and_hub_repo(tmp_path):
     (folder / "flow.pt").unlink()
     with pytest.raises(ModelFolderError, match=r"flow\.pt.*FunAudioLLM/Fun-CosyVoice3-0\.5B-2512"):
         CosyVoice.from_pretrained(folder, device=TEST_DEVICE)
+
+
+def test_inline_tags_and_sampling_reach_the_model(model, prompt_wav, monkeypatch):
+    """A style runs in instruct mode, a pause is exact silence, a speed run is stretched, and the sampling
+    settings reach the sampler (the model's own given explicitly change nothing; top_k=1 changes the tokens)."""
+    if model.version != "cosyvoice3":
+        pytest.skip("one version is enough: the plan tests cover CosyVoice2's wording")
+    monkeypatch.setattr(model.networks.llm, "length_limits", lambda text_length: (20, 20))  # a short run each
+    text = "(happy) Good news. [pause 250ms] [speed 2] Bye now."
+    pieces = _speak(model, prompt_wav, text=text, seed=5, prompt_text="Hello there, this is a short prompt.")
+    assert [(p.mode, p.text) for p in pieces] == [
+        ("instruct", "Good news."),
+        ("zero_shot", ""),
+        ("zero_shot", "Bye now."),
+    ]
+    assert len(pieces[1].audio) == 6000 and not pieces[1].audio.any()
+    assert len(pieces[2].audio) == 480 * int(2 * pieces[2].speech_token_count / 2)
+    own = model.networks.llm.config
+    plain = _speak(model, prompt_wav, seed=5)[0]
+    same = _speak(model, prompt_wav, seed=5, sampling=Sampling(top_p=own.top_p, top_k=own.top_k))[0]
+    greedy = _speak(model, prompt_wav, seed=5, sampling=Sampling(top_k=1))[0]
+    assert np.array_equal(plain.audio, same.audio)
+    assert not np.array_equal(plain.audio, greedy.audio)
+    assert model.sampling_used(Sampling(top_k=1)) == {
+        "temperature": 1.0,
+        "top_p": own.top_p,
+        "top_k": 1,
+        "repetition_window": own.win_size,
+    }
+
+
+def test_a_voice_carried_in_a_voices_file_speaks_the_same_audio_for_a_seed(model, prompt_wav, tmp_path):
+    """Issue 49's round trip on each version's tiny model: export, delete, import; the features the import reads
+    from the file (never extracted again) give the audio the voice gave before for the same seed."""
+    from dataclasses import replace
+
+    from cosyvoice_mac.engine.cache import SpeakerCache
+    from cosyvoice_mac.engine.voice_library import VoiceLibrary
+    from cosyvoice_mac.engine.voice_transfer import export_voices, import_voices
+
+    root = tmp_path / "cache"
+    library, prompt = VoiceLibrary(root), model.prepare_prompt(prompt_wav)
+    SpeakerCache(root).put(prompt)
+    library.save(
+        "Tiny", audio_hash=prompt.audio_hash, model_id=model.model_id, transcript="Hello there.", audio=prompt_wav
+    )
+
+    def spoken() -> np.ndarray:  # as the worker speaks a saved voice: its cached features and transcript
+        entry = library.styled("Tiny", None)
+        speaker, source = SpeakerCache(root).lookup(entry["model_id"], entry["audio_hash"])
+        assert source == "disk"  # read from the cache folder, never extracted again
+        return list(model.synthesize("Hi.", replace(speaker, transcript=entry["transcript"]), seed=5))[0].audio
+
+    before = spoken()
+    exported = export_voices(library)
+    library.delete("Tiny")
+    shutil.rmtree(root / "speakers")
+    import_voices(library, exported)
+    assert np.array_equal(spoken(), before)

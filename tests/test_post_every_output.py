@@ -107,8 +107,8 @@ def runtime(tmp_path_factory):
     worker.sent, worker.raw = sent, []
     made = worker.pipeline.run
 
-    def recorded(request, speaker, should_stop=None):
-        for piece in made(request, speaker, should_stop):
+    def recorded(request, speaker, should_stop=None, style_speakers=None):
+        for piece in made(request, speaker, should_stop, style_speakers):
             worker.raw.append(piece.audio)
             yield piece
 
@@ -211,8 +211,9 @@ def test_generate_with_the_page_s_controls_saves_post_processed_audio(tmp_path, 
         page = build_app(host=host)
         generate = next(fn for fn in page.fns.values() if getattr(fn.fn, "__name__", "") == "generate")
         ids = [getattr(block, "elem_id", None) for block in generate.inputs]
-        assert ids[-3:] == ["cv-post-trim", "cv-post-level", "cv-post-loudness"]  # the button sends the panel
-        defaults = [block.value for block in generate.inputs[-3:]]
+        post = ids.index("cv-post-trim")  # after the session, before the sampling controls
+        assert ids[post : post + 3] == ["cv-post-trim", "cv-post-level", "cv-post-loudness"]  # the panel is sent
+        defaults = [block.value for block in generate.inputs[post : post + 3]]
         assert defaults[:2] == [False, False]  # off until the user turns it on
         assert host.start() is not None and host.engine.start(wait=True, timeout=180), host.status()
         upload = str(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))

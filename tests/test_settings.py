@@ -410,7 +410,7 @@ def _page_batch(tmp_path, monkeypatch, name):
     lines.write_text("hello\n", encoding="utf-8")
     host = SimpleNamespace(config=SimpleNamespace(outputs_dir=tmp_path / "outputs"), current=None, engine=None)
     callbacks = page.LongformCallbacks(host, glossary=None)
-    updates = list(callbacks.batch("en", str(lines), "", name, False, False, -16, SimpleNamespace(session_hash="s")))
+    updates = list(callbacks.batch(SimpleNamespace(session_hash="s"), "en", str(lines), "", name, False, False, -16))
     return (folders[0] if folders else None), " ".join(str(update[1]) for update in updates)
 
 

@@ -8,6 +8,7 @@ import json
 import struct
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import httpx
 import numpy as np
@@ -21,8 +22,8 @@ from cosyvoice_mac.sound.wav import (
     streaming_wav_header,
     wav_bytes,
     wav_from_pcm16,
-    write_wav,
 )
+from tests.provenance_check import ai_credentials
 
 RATE = 24000
 SAMPLES = np.array([2.0, -2.0, np.nan, 0.5, -0.25, 1e-6, 0.999], np.float32)
@@ -66,8 +67,10 @@ def test_info_chunk_and_streaming_header_share_the_format(tmp_path):
 
 def test_the_worker_the_api_the_page_and_the_cli_store_the_same_pcm(tmp_path):
     from cosyvoice_mac.api import audio_formats
-    from cosyvoice_mac.cli import remote
+    from cosyvoice_mac.cli import local, remote
+    from cosyvoice_mac.cli.common import EXIT_NOT_SAVED
     from cosyvoice_mac.engine.outputs import write_output
+    from cosyvoice_mac.provenance.claim import GENERATION_LABEL
     from cosyvoice_mac.webui.streaming import StreamBuffer, decode_value
 
     samples = _noise()
@@ -90,11 +93,19 @@ def test_the_worker_the_api_the_page_and_the_cli_store_the_same_pcm(tmp_path):
     ]
     streamed = httpx.Response(200, content="".join(f"data: {json.dumps(event)}\n\n" for event in events).encode())
     remote._write_stream(None, streamed, tmp_path / "cli-stream.wav", 0.0, "job-1")
-    whole = httpx.Response(200, content=expected, headers={"x-cosyvoice-sample-rate": str(RATE)})
+    saved_file = saved.wav_path.read_bytes()  # a whole answer is the app's saved WAV, kept byte for byte
+    whole = httpx.Response(200, content=saved_file, headers={"x-cosyvoice-sample-rate": str(RATE)})
     remote._write_whole(whole, tmp_path / "cli-whole.wav", "job-1")
-    write_wav(tmp_path / "synth.wav", samples[None], RATE)  # `synth --local` when no output was saved
-    for name in ("cli-stream.wav", "cli-whole.wav", "synth.wav"):
-        assert (tmp_path / name).read_bytes() == wav_bytes(samples, RATE), name
+    assert (tmp_path / "cli-whole.wav").read_bytes() == saved_file
+    assert (tmp_path / "cli-stream.wav").read_bytes() == wav_bytes(samples, RATE)
+    unsaved = SimpleNamespace(  # `synth --local` when outputs/ refused the file: the samples, signed
+        job_id="job-1", samples=lambda: samples, sample_rate=RATE, duration_s=0.3, seed=1, timings={}, notes=[],
+        output_path=None, output_error="the disk is full", sidecar_path=None,
+        model="Fun-CosyVoice3-0.5B", mode="zero_shot", prompt_hash="ab" * 32, source_hash=None,
+    )  # fmt: skip
+    assert local._deliver(unsaved, tmp_path / "synth.wav") == EXIT_NOT_SAVED
+    assert soundfile.read(str(tmp_path / "synth.wav"), dtype="int16")[0].tobytes() == expected
+    assert ai_credentials((tmp_path / "synth.wav").read_bytes(), "wav")[GENERATION_LABEL]["model"] == unsaved.model
 
 
 def test_the_sound_package_stays_torch_free():

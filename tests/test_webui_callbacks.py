@@ -8,6 +8,8 @@ file, tests/test_webui_additions.py.
 
 from __future__ import annotations
 
+import html
+import json
 import threading
 import time
 from pathlib import Path
@@ -20,8 +22,10 @@ from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, find_mode
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.render import format_bytes, render_status, status_line
+from cosyvoice_mac.webui.sampling_controls import SAMPLING_CONTROLS
 from cosyvoice_mac.webui.state import Session, is_inside
 from tests.fakes.fake_pipeline import fake_engine_factory, tone
+from tests.provenance_check import ai_credentials
 
 PROMPT, COUNTER, MODE, STATUS, RESULT, HISTORY, PICKS, SESSION, PLAYER = range(9)
 TRANSCRIPT = "This is the voice I would like you to copy."
@@ -81,12 +85,14 @@ def _run(
     session=None,
     lang="en",
     session_id="s1",
+    style=None,
 ):
     request = SimpleNamespace(session_hash=session_id)
     session = session or Session()
-    return list(
-        callbacks.generate(lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request)
-    )
+    post = (False, False, None)
+    sampling_off = (False,) + (None,) * (SAMPLING_CONTROLS - 1)  # the panel off: its sliders are not read
+    fields = (lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request)
+    return list(callbacks.generate(*fields, *post, *sampling_off, style))
 
 
 def _outputs(callbacks) -> set[str]:
@@ -117,6 +123,21 @@ def test_bad_input_is_answered_in_the_field_s_message_and_nothing_is_queued(call
     assert _outputs(callbacks) == before
 
 
+def test_a_malformed_inline_tag_or_a_sampling_setting_out_of_range_is_said_before_queueing(callbacks, prompt):
+    before = _outputs(callbacks)
+    (outputs,) = _run(callbacks, audio=prompt, text="Hello [pase 500ms] there.")
+    said = html.unescape(outputs[COUNTER])  # the page writes brackets as entities (they are Markdown)
+    assert "at character 7" in said and "did you mean [pause 500ms]" in said
+    page = SimpleNamespace(session_hash="s1")
+    off = (False, False, None)
+    args = ("en", prompt, "", TRANSCRIPT, "Hello.", "zero_shot", "", 7, 1.0, False, Session(), page, *off)
+    (outputs,) = list(callbacks.generate(*args, True, 1.0, 0.8, 0, 10))  # the sampling panel on, top-k 0
+    assert "top_k 0 must be a whole number from 1 to 100" in html.unescape(outputs[STATUS])
+    assert _outputs(callbacks) == before
+    reasons = callbacks.blockers("en", prompt, "", TRANSCRIPT, "Hi (hapy).", "zero_shot", "")
+    assert "(hapy) is not a style (at character 4)" in html.unescape(reasons)
+
+
 def test_a_file_that_is_not_audio_is_refused_before_queueing(callbacks, tmp_path):
     fake = tmp_path / "notes.wav"
     fake.write_text("not a recording")
@@ -142,6 +163,34 @@ def test_generate_reports_progress_then_the_saved_result(callbacks, prompt):
     assert final[HISTORY]["data"][0][7].endswith("Fun-CosyVoice3-0.5B")  # the model column (the fake names it so)
     assert final[SESSION] is session and all(_is_skip(step[PLAYER]) for step in steps)  # not streaming
     assert callbacks.history_picked(new_file, session) == final[RESULT]
+    saved = Path(final[RESULT])
+    made = ai_credentials(saved.read_bytes(), "wav")["org.cosyvoice-mac.generation"]  # the page's output is signed
+    assert made["interface"] == "page" and made["model"].endswith("Fun-CosyVoice3-0.5B")
+    said = callbacks.history_credentials("en", new_file)
+    assert "Content credentials hold" in said and "Fun-CosyVoice3-0.5B" in said and "own key" in said
+    data = saved.read_bytes()
+    edit = data.index(b"C2PA") - 2000  # in the audio, which ends where the credentials' chunk starts
+    saved.write_bytes(data[:edit] + bytes([data[edit] ^ 1]) + data[edit + 1 :])  # one byte of the audio edited
+    try:
+        assert "changed after it was made" in callbacks.history_credentials("en", new_file)
+    finally:
+        saved.write_bytes(data)
+
+
+def test_a_result_outputs_refuses_still_plays_and_carries_its_credentials(callbacks, prompt):
+    outputs = Path(callbacks.host.config.outputs_dir)
+    outputs.mkdir(exist_ok=True)
+    moved = outputs.with_name("outputs-moved")
+    outputs.rename(moved)
+    outputs.write_text("a file where the folder should be")
+    try:
+        final = _run(callbacks, audio=prompt, text="Nowhere to keep this.")[-1]
+    finally:
+        outputs.unlink()
+        moved.rename(outputs)
+    assert "could not save the result" in final[STATUS]
+    made = ai_credentials(Path(final[RESULT]).read_bytes(), "wav")["org.cosyvoice-mac.generation"]
+    assert made["model"].endswith("Fun-CosyVoice3-0.5B") and made["mode"] == "zero_shot"
 
 
 def test_the_history_replays_only_results_in_outputs(callbacks, tmp_path):
@@ -157,6 +206,7 @@ def test_the_history_replays_only_results_in_outputs(callbacks, tmp_path):
     assert callbacks.history_picked("lonely.wav") is None
     assert callbacks.history_picked("../../etc/passwd") is None
     assert callbacks.history_picked(None) is None
+    assert callbacks.history_credentials("en", "secret.wav") == callbacks.history_credentials("en", None) == ""
     for name in ("stray.json", "broken.json", "lonely.wav"):
         (outputs / name).unlink()
 
@@ -495,3 +545,59 @@ def test_a_voice_without_a_transcript_is_cross_lingual_renamed_replaced_and_give
     assert callbacks.voices.get("Other")["transcript"] == "The first recording of this voice."
     for name in ("Renamed", "Other"):
         callbacks.delete_voice("en", name)
+
+
+def test_the_engine_refuses_a_malformed_inline_tag_before_the_job_waits_in_line(callbacks):
+    from cosyvoice_mac.errors import RequestError
+
+    engine = callbacks.host.engine
+    request = Request.build("Hi [pase 500ms] there.", Voice.builtin(), seed=1)  # every door's job passes here
+    with pytest.raises(RequestError, match=r"at character 4.*did you mean \[pause 500ms\]") as refused:
+        engine.submit(request)
+    assert (refused.value.field, refused.value.code) == ("text", "markup_invalid") and engine.line() == []
+
+
+def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callbacks, make_speech, tmp_path):
+    own = str(make_speech("The page keeps this voice and carries it away.", seconds=3.0))
+    happy = str(make_speech("And here it is again, sounding rather happy!", seconds=3.0))
+    assert _save(callbacks, "Styled", own)[-1][0] == "✅ Saved the voice “Styled”."
+    assert "Upload or record" in callbacks.add_style("en", "Styled", "happy", None, None)[0]
+    message, card = callbacks.add_style("en", "Styled", "happy", happy, "And here it is again.")
+    assert message == "✅ “Styled” has a “happy” recording now." and "Styles: neutral, happy" in card
+    message, exported = callbacks.export_voice("en", "Styled")
+    assert message.startswith("✅ Exported “Styled”") and Path(exported).name == "Styled.cvvoices.zip"
+    callbacks.delete_voice("en", "Styled")
+
+    damaged = tmp_path / "damaged.cvvoices.zip"
+    damaged.write_bytes(Path(exported).read_bytes()[:-200])
+    before = callbacks.voices.list()
+    message, menu, emptied, _ = callbacks.import_voice_file("en", str(damaged))
+    assert message.startswith("⚠️ Not imported, nothing was changed:") and "no zip archive" in message
+    assert callbacks.voices.list() == before and _is_skip(menu) and emptied is None
+    message, menu, emptied, card = callbacks.import_voice_file("en", exported)
+    assert message == "✅ Imported “Styled”." and menu["value"] == "Styled" and emptied is None
+    assert "Styles: neutral, happy" in card
+    assert "Styles: neutral, happy" in callbacks.voice_picked("en", "Styled", "")[4]
+
+    menu = callbacks.style_choices("en", "Styled")  # Generate speaks the recording picked here
+    assert menu["choices"] == [("its own (neutral)", ""), ("happy", "happy")] and menu["visible"]
+    assert callbacks.style_picked("Styled", "happy") == "And here it is again."
+    assert not callbacks.style_choices("en", "")["visible"]
+    before = _outputs(callbacks)
+    refused = _run(callbacks, voice="Styled", transcript="", mode="cross_lingual", style="sad")
+    assert "has no 'sad' recording; its styles: neutral, happy" in refused[-1][PROMPT] and _outputs(callbacks) == before
+    _run(callbacks, voice="Styled", transcript="And here it is again.", style="happy")
+    [made] = _outputs(callbacks) - before
+    sidecar = json.loads((Path(callbacks.host.config.outputs_dir) / made).with_suffix(".json").read_text())
+    assert (
+        sidecar["style"] == "happy"
+        and sidecar["prompt_hash"] == callbacks.voices.styled("Styled", "happy")["audio_hash"]
+    )
+    # a text's (style) tag may name the picked voice's recordings ("neutral" is its own: no model style)
+    tagged = ("Hi (neutral) there.", "cross_lingual", "")
+    assert callbacks.blockers("en", None, "Styled", "", *tagged) == "✅ Ready: press Generate."
+    request, problem = callbacks.generation.build_request("en", None, "Styled", "", *tagged, 1, 1.0)
+    assert problem is None and request.text == tagged[0]
+    said = html.unescape(callbacks.blockers("en", own, "", "", *tagged))  # an uploaded recording has no styles
+    assert "(neutral) is not a style (at character 4)" in said
+    callbacks.delete_voice("en", "Styled")

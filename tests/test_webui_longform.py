@@ -43,7 +43,10 @@ def _request(session="s1"):
 
 def test_a_dialogue_reports_progress_after_every_line_and_writes_its_files(callbacks):
     script = "Anna: Hello Bob.\n[S2] Hi Anna.\nAnna: Bye now.\n"
-    updates = list(callbacks.longform.dialogue("en", script, [["S2", "Bob"]], 0.3, True, False, False, -16, _request()))
+    sampling = (True, 1.0, 0.8, 30, 10)  # the sampling controls turned on: every line is drawn with them
+    updates = list(
+        callbacks.longform.dialogue(_request(), "en", script, [["S2", "Bob"]], 0.3, True, False, False, -16, *sampling)
+    )
     bars = [u[PROGRESS] for u in updates if isinstance(u[PROGRESS], str) and "<progress" in u[PROGRESS]]
     assert any('value="1" max="3"' in bar for bar in bars) and 'value="3" max="3"' in bars[-1]
     final = updates[-1]
@@ -54,12 +57,14 @@ def test_a_dialogue_reports_progress_after_every_line_and_writes_its_files(callb
         len(audio), abs=rate * 0.01
     )
     assert sum(name.endswith(".wav") for name in final[FILES]) == 4  # the whole and one per line
+    facts = json.loads(Path(final[AUDIO]).with_suffix(".json").read_text())
+    assert facts["sampling"] == {"temperature": 1.0, "top_p": 0.8, "top_k": 30, "repetition_window": 10}
 
 
 def test_stop_keeps_the_finished_lines(callbacks):
     script = "\n".join(f"Anna: Line number {n}. It is slow." for n in range(1, 9)) + "\n"
     updates, stopper = [], None
-    for update in callbacks.longform.dialogue("en", script, [], 0.1, False, False, False, -16, _request("s2")):
+    for update in callbacks.longform.dialogue(_request("s2"), "en", script, [], 0.1, False, False, False, -16):
         updates.append(update)
         if stopper is None and 'value="2"' in str(update[PROGRESS]):
             stopper = threading.Thread(target=callbacks.longform.stop, args=(_request("s2"),))
@@ -73,11 +78,11 @@ def test_stop_keeps_the_finished_lines(callbacks):
 def test_bad_input_is_a_message_and_user_text_is_escaped(callbacks):
     final = list(
         callbacks.longform.dialogue(
-            "en", "<img src=x onerror=alert(1)>\n", [], 0.3, False, False, False, -16, _request()
+            _request(), "en", "<img src=x onerror=alert(1)>\n", [], 0.3, False, False, False, -16
         )
     )[-1]
     assert "line 1 has no speaker tag" in final[MESSAGE] and "<img" not in final[MESSAGE]
-    final = list(callbacks.longform.dialogue("en", "Zed: hi\n", [], 0.3, False, False, False, -16, _request()))[-1]
+    final = list(callbacks.longform.dialogue(_request(), "en", "Zed: hi\n", [], 0.3, False, False, False, -16))[-1]
     assert "speaker &#x27;Zed&#x27; has no voice" in final[MESSAGE] and final[AUDIO] is None
 
 
@@ -104,9 +109,9 @@ def test_the_long_form_words_count_right_and_say_what_is_missing(callbacks):
     assert plural("en", "lf_misfits", 2, cues="3, 4") == "2 cues did not fit their slots: 3, 4."
     assert plural("en", "lf_glossary_saved", 0) == "Saved 0 entries."
     for run, words in (
-        (lambda lang: callbacks.longform.dub(lang, None, "", 1.5, False, False, -16, _request()), "subtitle file"),
-        (lambda lang: callbacks.longform.batch(lang, None, "", "b", False, False, -16, _request()), ".txt"),
-        (lambda lang: callbacks.longform.dialogue(lang, " ", [], 0.3, False, False, False, -16, _request()), "script"),
+        (lambda lang: callbacks.longform.dub(_request(), lang, None, "", 1.5, False, False, -16), "subtitle file"),
+        (lambda lang: callbacks.longform.batch(_request(), lang, None, "", "b", False, False, -16), ".txt"),
+        (lambda lang: callbacks.longform.dialogue(_request(), lang, " ", [], 0.3, False, False, False, -16), "script"),
     ):
         assert words in list(run("en"))[-1][MESSAGE] and "Give the" not in list(run("en"))[-1][MESSAGE]
         assert "请先" in list(run("zh"))[-1][MESSAGE]

@@ -27,7 +27,10 @@ LAYERS = (
     # facts every layer may know, the C heap's trim, the typed reader, Gradio's import without its stub rewrite
     ("errors", "paths", "wire", "heap", "stored", "gradio_stubs"),
     # torch-free rules (device: torch's door)
-    ("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "sound"),
+    (
+        *("config", "checkpoint", "device", "versions", "settings", "request", "conversion_request", "token_sampling"),
+        *("sound", "style_names", "voice_file", "provenance"),
+    ),
     ("models", "mlx"),  # the networks
     ("frontend",),  # text and prompt audio -> ids and features
     ("pipeline", "preview", "coreml"),  # Request -> audio, on either engine

@@ -5,14 +5,21 @@ with soundfile (libsndfile >= 1.1 writes MP3 and Ogg Opus as well as FLAC). Stre
 makes them: ``pcm`` is raw 16-bit little-endian mono, as OpenAI sends it; ``wav`` is the same samples
 behind a header whose sizes say "unknown length" (``sound.wav.streaming_wav_header``), which players and
 decoders read as a stream.
+
+A whole WAV, FLAC or MP3 answer carries content credentials (``provenance``) when its facts are given: the
+saved WAV has them already, and an answer encoded here is signed with the saved file's facts. Opus and raw
+PCM cannot carry them (C2PA has no place in those containers), nor can a stream, whose end is not known
+when its first bytes leave.
 """
 
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 
 import numpy as np
 
+from cosyvoice_mac.provenance import MEDIA_TYPES, with_credentials
 from cosyvoice_mac.sound.wav import clean, pcm16, wav_bytes
 
 # response_format -> (media type, soundfile format, soundfile subtype)
@@ -31,8 +38,17 @@ def media_type(response_format: str) -> str:
     return FORMATS[response_format][0]
 
 
-def encode(samples: np.ndarray, sample_rate: int, response_format: str) -> bytes:
-    """``samples`` (N,) float in [-1, 1] as a complete file (or raw PCM) of ``response_format``."""
+def encode(samples: np.ndarray, sample_rate: int, response_format: str, credentials: Mapping | None = None) -> bytes:
+    """``samples`` (N,) float in [-1, 1] as a complete file (or raw PCM) of ``response_format``, with content
+    credentials saying what ``credentials`` (a sidecar's facts) records, where given and the format holds them."""
+    encoded = _encode(samples, sample_rate, response_format)
+    if credentials is None or response_format not in MEDIA_TYPES:
+        return encoded
+    title = f"{credentials.get('file') or 'speech'}".rsplit(".", 1)[0] + f".{response_format}"
+    return with_credentials(encoded, MEDIA_TYPES[response_format], credentials, title)[0]
+
+
+def _encode(samples: np.ndarray, sample_rate: int, response_format: str) -> bytes:
     if response_format == "pcm":
         return pcm16(samples)
     if response_format == "wav":

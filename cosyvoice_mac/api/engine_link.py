@@ -164,6 +164,10 @@ class EngineLink(VoiceDoor):
         feed = engine.subscribe(_waker(asyncio.get_running_loop(), arrived)) if listen else None
         try:
             engine.submit(job)
+        except RequestError as error:  # a malformed inline tag: the input's 400, before the job is queued
+            if feed is not None:
+                engine.unsubscribe(feed)
+            raise _contract_error(error) from error
         except EngineError as error:
             if feed is not None:
                 engine.unsubscribe(feed)

@@ -9,27 +9,28 @@ as the page's Generate button and the HTTP API.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import gradio as gr
 
 from cosyvoice_mac.api.auth import ApiAccess
-from cosyvoice_mac.api.engine_link import EngineLink, contract_checks, samples_of
+from cosyvoice_mac.api.engine_link import EngineLink, contract_checks
 from cosyvoice_mac.api.errors import ApiError
 from cosyvoice_mac.api.gradio_inputs import describe, name_input_problems
-from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.engine.outputs import unsaved_copy
+from cosyvoice_mac.paths import temporary_folder
 from cosyvoice_mac.request import (
     LUFS_RANGE,
     MAX_INSTRUCT_CHARS,
     MAX_SEED,
     MAX_TEXT_CHARS,
+    SAMPLING_FIELDS,
     SPEED_RANGE,
     PostSettings,
     Request,
+    Sampling,
 )
 from cosyvoice_mac.settings import setting
-from cosyvoice_mac.sound.wav import wav_bytes
 
 PUBLIC_ENDPOINTS = ("synthesize", "voices")
 SYNTHESIZE_TIMEOUT_S = 1800.0
@@ -40,10 +41,16 @@ UNDOCUMENTED_EVENTS_ENV = setting("undocumented_events").env
 # request contract's own (cosyvoice_mac.request), so they cannot drift from the rule.
 _SPEEDS = f"{SPEED_RANGE[0]:g} to {SPEED_RANGE[1]:g}"
 _LOUDNESS = f"{LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS"
+_SAMPLING = "\n".join(
+    f"    {name}: {setting(name).help}, {setting(name).low:g} to {setting(name).high:g}; empty for "
+    f"{setting(name).default_words}"
+    for name in SAMPLING_FIELDS
+)
 SYNTHESIZE_DOC = f"""Speak a text in a saved voice; the WAV is saved in outputs/ like the page's results.
 
 Args:
-    text: the text to speak, at most {MAX_TEXT_CHARS:,} characters (markup such as [breath] and [h][ào] works)
+    text: the text to speak, at most {MAX_TEXT_CHARS:,} characters; inline tags [pause 500ms], [speed 1.2] and
+        (happy) work, and so does the model's markup such as [breath] and [h][ào]
     voice: a saved voice's name or id; "preview" for the built-in preview voice when no model is installed
     instructions: a style instruction (instruct mode), at most {MAX_INSTRUCT_CHARS:,} characters; empty for none
     prompt_text: what the saved voice's recording says (zero-shot mode); empty to use the saved transcript
@@ -51,6 +58,8 @@ Args:
     speed: {_SPEEDS}, 1 is normal
     trim: cut the leading and trailing silence of the result
     loudness_lufs: normalise the result to this loudness ({_LOUDNESS}, e.g. -16); empty for no change
+{_SAMPLING}
+    style: the saved voice's recording of this style (happy, whisper, ...); empty for its own recording
 Returns:
     the WAV file, and its facts: saved (false, with a warning, when outputs/ refused the file: the audio
     comes back all the same), file name, seed, duration_s, sample_rate, mode, model, notes, job_id,
@@ -70,11 +79,20 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         speed: float,
         trim: bool = False,
         loudness_lufs: float | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: float | None = None,
+        repetition_window: float | None = None,
+        style: str = "",
     ) -> tuple[str, dict]:
         if trim is not None and not isinstance(trim, bool):  # Gradio's Checkbox passes any value through
             raise gr.Error(f"synthesize: trim must be true or false, got {describe(trim)}", print_exception=False)
         try:
-            spoken_in = link.voice(link.find_voice((voice or "").strip()), transcript=prompt_text or None)
+            spoken_in = link.voice(
+                link.find_voice((voice or "").strip()),
+                transcript=prompt_text or None,
+                style=(style or "").strip() or None,
+            )
             with contract_checks():
                 request = Request.build(
                     text or "",
@@ -83,6 +101,12 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                     seed=_seed(seed),
                     speed=_number("speed", speed, 1.0),
                     post=PostSettings(bool(trim), _number("loudness_lufs", loudness_lufs, None)),
+                    sampling=Sampling.build(
+                        temperature=_number("temperature", temperature, None),
+                        top_p=_number("top_p", top_p, None),
+                        top_k=_number("top_k", top_k, None),
+                        repetition_window=_number("repetition_window", repetition_window, None),
+                    ),
                 )
             result = link.run(request, "gradio_api", timeout=SYNTHESIZE_TIMEOUT_S)
         except ApiError as error:
@@ -90,7 +114,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
         if result.output_path:
             path, saved = result.output_path, {"saved": True}
         else:  # outputs/ refused it (a full disk, a read-only folder): the audio comes back all the same
-            path, saved = _unsaved_wav(result), {"saved": False, "warning": f"not saved: {result.output_error}"}
+            path = str(unsaved_copy(result, temporary_folder("unsaved")))
+            saved = {"saved": False, "warning": f"not saved: {result.output_error}"}
             gr.Warning(saved["warning"])
         facts = {
             "file": Path(result.output_path).name if result.output_path else None,
@@ -126,6 +151,8 @@ def attach_public_api(page: gr.Blocks, link: EngineLink, access: ApiAccess, conc
                 gr.Number(label="speed", value=1.0),
                 gr.Checkbox(label="trim", value=False),
                 gr.Number(label="loudness_lufs", value=None),
+                *(gr.Number(label=name, value=None) for name in SAMPLING_FIELDS),
+                gr.Textbox(label="style", value=""),
             ]
             outputs = [gr.File(label="audio"), gr.JSON(label="metadata")]
             trigger = gr.Button()
@@ -171,16 +198,6 @@ def _key_notice(access: ApiAccess) -> str | None:
     if access.key_required:
         return "**API:** `/v1` requests need the header `Authorization: Bearer <your API key>`."
     return None
-
-
-def _unsaved_wav(result) -> str:
-    """The result's samples as a WAV in Gradio's temporary folder (which Gradio serves and the app's
-    temp janitor sweeps), for a result outputs/ could not keep."""
-    folder = Path(os.environ.get("GRADIO_TEMP_DIR") or tempfile.gettempdir()) / "unsaved"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{result.job_id}.wav"
-    atomic_write(path, wav_bytes(*samples_of(result)))
-    return str(path)
 
 
 def _number(field: str, value, default: float | None) -> float | None:

@@ -25,11 +25,11 @@ from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
 from fastapi.responses import FileResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
 
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
 from cosyvoice_mac.api.errors import RESTART_RETRY_AFTER_S, ApiError, bad_request, job_failure, too_large
+from cosyvoice_mac.api.longform_bodies import DialogueBody, GlossaryBody, sampling_form
 from cosyvoice_mac.engine.jobs import JobFailed
 from cosyvoice_mac.engine.messages import Failed
 from cosyvoice_mac.errors import CosyVoiceError, InputError, RequestError
@@ -38,39 +38,13 @@ from cosyvoice_mac.longform import LongformError, batch, convert_batch, dialogue
 from cosyvoice_mac.longform.files import ResultFiles, result_stem
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
-from cosyvoice_mac.request import MAX_UPLOAD_BYTES, PostSettings, check_speed
+from cosyvoice_mac.request import MAX_UPLOAD_BYTES, PostSettings, Sampling, check_speed
 from cosyvoice_mac.settings import batch_name, setting
 from cosyvoice_mac.settings.fields import servable_file_name
 
 LOG = logging.getLogger("cosyvoice_mac.api")
 BATCH_PATH = "/v1/longform/batch"  # lines to speak (file) or recordings to convert (audio, several)
 MAX_TEXT_FILE_BYTES = 2 << 20  # a script, subtitle or batch file is text: far below an audio upload
-
-
-class PostBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    trim: bool = False
-    loudness_lufs: float | None = None
-
-
-class DialogueBody(PostBody):
-    script: str
-    cast: dict[str, str] = Field(default_factory=dict, description="speaker tag -> saved voice name")
-    pause_s: float = setting("pause").default
-    per_line_files: bool = False
-    seed: int | None = None
-
-
-class GlossaryRow(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    key: str
-    replacement: str
-    language: str = "all"
-
-
-class GlossaryBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    entries: list[GlossaryRow]
 
 
 def build_longform_router(
@@ -100,6 +74,7 @@ def build_longform_router(
         _checked(lambda: dialogue.check_cast(lines, body.cast, known), "cast")
         _checked(lambda: dialogue.check_pause(body.pause_s), "pause_s")  # a 400 now, not an error event after the 200
         post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
+        sampling = _checked(body.sampling, "sampling")
         speaker = speak(request)
         return _stream(
             request,
@@ -114,6 +89,7 @@ def build_longform_router(
                 seed=body.seed,
                 per_line_files=body.per_line_files,
                 post=post,
+                sampling=sampling,
                 on_progress=on_progress,
                 should_stop=should_stop,
                 files=ResultFiles(fallback=unsaved),
@@ -125,15 +101,19 @@ def build_longform_router(
         request: Request,
         subtitles_file: UploadFile = File(..., alias="file"),
         voice: str = Form(...),
+        style: str | None = Form(None),
         speed_limit: float = Form(setting("speed_limit").default),
         seed: int | None = Form(None),
         loudness_lufs: float | None = Form(None),
+        sampling: Sampling = Depends(sampling_form),
     ):
         data = await _read(subtitles_file)
         _checked(lambda: subtitles.parse_srt(data), "file")
         _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
         post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
         name = link.find_voice(voice)
+        style = (style or "").strip() or None
+        link.voice(name, style=style)  # a style the voice has no recording of: a 404 naming its styles, now
         speaker = speak(request, name)
         return _stream(
             request,
@@ -143,9 +123,11 @@ def build_longform_router(
                 name,
                 speaker,
                 result_stem(folder, "dub"),
+                style=style,
                 speed_limit=speed_limit,
                 seed=seed,
                 post=post,
+                sampling=sampling,
                 on_progress=on_progress,
                 should_stop=should_stop,
                 files=ResultFiles(fallback=unsaved),
@@ -163,6 +145,7 @@ def build_longform_router(
         speed: float = Form(1.0),
         trim: bool = Form(False),
         loudness_lufs: float | None = Form(None),
+        sampling: Sampling = Depends(sampling_form),
     ):
         name = _checked(lambda: batch_name(name), "name")
         if (lines_file is None) == (not sources):
@@ -197,6 +180,7 @@ def build_longform_router(
                 settings=settings,
                 seed=seed,
                 post=post,
+                sampling=sampling,
                 on_progress=on_progress,
                 should_stop=should_stop,
             ),

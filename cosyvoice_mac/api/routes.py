@@ -30,7 +30,9 @@ from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
-from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
+from cosyvoice_mac.engine.outputs import credential_facts
+from cosyvoice_mac.request import LUFS_RANGE, SAMPLING_FIELDS, SPEED_RANGE, PostSettings, Request, Sampling
+from cosyvoice_mac.settings import setting
 from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
     FILE_HEADER,
@@ -46,6 +48,12 @@ DISCONNECT_CHECK_S = 0.5
 MAX_UPLOAD_NAME = 120  # characters of a client's file name kept (with its suffix)
 
 
+def sampling_help(name: str) -> str:
+    """A sampling field's help from the settings table, with its range and default in words."""
+    row = setting(name)
+    return f"{row.help}; {row.low:g} to {row.high:g}; leave it out for {row.default_words}"
+
+
 class VoiceReference(BaseModel):
     """OpenAI's custom-voice form: ``{"id": "voice_..."}``."""
 
@@ -54,8 +62,8 @@ class VoiceReference(BaseModel):
 
 
 class SpeechBody(BaseModel):
-    """OpenAI's speech request, plus ``seed``, ``prompt_text``, ``stream``, ``trim`` and ``loudness_lufs``
-    (our extensions)."""
+    """OpenAI's speech request, plus ``seed``, ``prompt_text``, ``stream``, ``trim``, ``loudness_lufs`` and the
+    sampling settings (our extensions). ``input`` may hold inline markup (docs/page.md "Inline control")."""
 
     model_config = ConfigDict(extra="forbid")
     model: str
@@ -68,11 +76,22 @@ class SpeechBody(BaseModel):
     stream_format: str = "audio"
     seed: int | None = Field(default=None, description="extension: the same seed and text give the same audio")
     prompt_text: str | None = Field(default=None, description="extension: what the saved voice's recording says")
+    style: str | None = Field(default=None, description="extension: the saved voice's recording of this style")
     trim: StrictBool = Field(default=False, description="extension: cut the leading and trailing silence")
     loudness_lufs: float | None = Field(
         default=None,
         description=f"extension: normalise to this loudness, {LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS",
     )
+    temperature: float | None = Field(default=None, description=f"extension: {sampling_help('temperature')}")
+    top_p: float | None = Field(default=None, description=f"extension: {sampling_help('top_p')}")
+    top_k: float | None = Field(default=None, description=f"extension: {sampling_help('top_k')}")
+    repetition_window: float | None = Field(
+        default=None, description=f"extension: {sampling_help('repetition_window')}"
+    )
+
+    def sampling(self) -> Sampling:
+        """The sampling settings asked for (RequestError naming a bad one; the rule is the contract's)."""
+        return Sampling.build(**{name: getattr(self, name) for name in SAMPLING_FIELDS})
 
 
 class RecordingSpeechBody(SpeechBody):
@@ -207,7 +226,7 @@ async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: Speec
         if body.response_format == "wav" and result.output_path:  # the saved file is the answer, as it is
             encoded = await asyncio.to_thread(Path(result.output_path).read_bytes)
         else:
-            encoded = audio_formats.encode(*samples_of(result), body.response_format)
+            encoded = audio_formats.encode(*samples_of(result), body.response_format, credential_facts(result))
         return Response(encoded, media_type=audio_formats.media_type(body.response_format), headers=headers)
     first = await _next(pieces, http)  # an early failure still gets its own status
     if body.stream_format == "sse":
@@ -293,7 +312,7 @@ def _request(link: EngineLink, body: SpeechBody, recording: str | None = None) -
     link.check_model(body.model)
     reference = body.voice.id if isinstance(body.voice, VoiceReference) else body.voice
     name = None if recording is not None else link.find_voice(reference)
-    voice = link.voice(name, transcript=body.prompt_text, recording=recording)
+    voice = link.voice(name, transcript=body.prompt_text, recording=recording, style=(body.style or "").strip() or None)
     with contract_checks():
         return Request.build(
             body.input,
@@ -303,6 +322,7 @@ def _request(link: EngineLink, body: SpeechBody, recording: str | None = None) -
             speed=body.speed,
             stream=stream,
             post=PostSettings(body.trim, body.loudness_lufs),
+            sampling=body.sampling(),
         )
 
 

@@ -28,8 +28,10 @@ from cosyvoice_mac.api.longform_routes import BATCH_PATH, build_longform_router
 from cosyvoice_mac.api.routes import build_router
 from cosyvoice_mac.api.sessions import SessionBound
 from cosyvoice_mac.api.upload_names import UploadNames
+from cosyvoice_mac.api.voice_file_routes import build_voice_file_router
 from cosyvoice_mac.frontend.glossary import glossary_store
-from cosyvoice_mac.request import MAX_BATCH_UPLOAD_BYTES, MAX_UPLOAD_BYTES
+from cosyvoice_mac.request import MAX_BATCH_UPLOAD_BYTES, MAX_UPLOAD_BYTES, VOICE_FILE_LIMITS
+from cosyvoice_mac.wire import VOICES_IMPORT_PATH
 
 API_PREFIX = "/v1"
 GRADIO_CALL_PREFIX = "/gradio_api/call/"
@@ -58,6 +60,8 @@ class BodyLimit:
         limit = MAX_SPEECH_BODY_BYTES if scope["path"].endswith("/speech") else self.upload_limit_bytes
         if scope["path"] == BATCH_PATH:  # several recordings at once; the route holds each to the one-file limit
             limit = max(limit, MAX_BATCH_UPLOAD_BYTES)
+        if scope["path"] == VOICES_IMPORT_PATH:  # a voices file: several recordings and their features
+            limit = max(limit, VOICE_FILE_LIMITS.file_bytes)
         declared = dict(scope.get("headers") or []).get(b"content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             response = too_large("the request body", limit).response()
@@ -113,6 +117,7 @@ def build_server_app(page, link: EngineLink, settings: ApiSettings, origin_polic
         app.add_middleware(OriginGuard, policy=origin_policy)
     app.include_router(build_router(link, settings.access, settings.upload_limit_bytes))
     app.include_router(build_convert_router(link, settings.access, settings.upload_limit_bytes))
+    app.include_router(build_voice_file_router(link, settings.access, settings.upload_limit_bytes))
     config = link.host.config
     glossary = glossary_store(config.cache_dir)
     app.include_router(

@@ -1,5 +1,6 @@
 """The APIs' saved-voice door: list, find, create, rename, replace and delete voices in the engine's
-voice library, in the shape of OpenAI's voice objects.
+voice library, in the shape of OpenAI's voice objects; add and remove a voice's style recordings; export
+voices as a voices file and import one (``engine.voice_transfer``).
 
 :class:`VoiceDoor` is a part of :class:`~cosyvoice_mac.api.engine_link.EngineLink` (it owns no state of its
 own): it reaches the engine through the link's ``_engine()``, ``check_ready()``, ``uses_preview`` and ``host``.
@@ -8,9 +9,12 @@ own): it reaches the engine through the link's ``_engine()``, ``check_ready()``,
 from __future__ import annotations
 
 import hashlib
+import re
+from dataclasses import replace
+from pathlib import Path
 
 from cosyvoice_mac.api.errors import ApiError, bad_request, job_failure
-from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, VoiceExists
+from cosyvoice_mac.engine import EngineError, TaskFailed, VoiceError, VoiceExists, VoiceStyleUnknown
 from cosyvoice_mac.engine.messages import Failed, Fault
 from cosyvoice_mac.engine.voice_library import (
     VoiceAudioRefused,
@@ -19,6 +23,8 @@ from cosyvoice_mac.engine.voice_library import (
     check_transcript,
     judge_voice_audio,
 )
+from cosyvoice_mac.engine.voice_rules import DEFAULT_STYLE, VoiceStyleRefused, check_style
+from cosyvoice_mac.engine.voice_transfer import SUFFIX, VoiceFileRefused, export_voices, import_voices
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import Voice
@@ -71,19 +77,30 @@ class VoiceDoor:
             param="voice",
         )
 
-    def voice(self, name: str | None, transcript: str | None = None, recording: str | None = None) -> Voice:
+    def voice(
+        self, name: str | None, transcript: str | None = None, recording: str | None = None, style: str | None = None
+    ) -> Voice:
         """The request's Voice: ``recording`` (a prompt file this server wrote from an upload, never a path a
-        client named), else the saved voice ``name`` (from :meth:`find_voice`; None: the preview voice).
+        client named), else the saved voice ``name`` (from :meth:`find_voice`; None: the preview voice) speaking
+        its recording of ``style`` (None: its own; one it lacks is a 404 naming the styles it has).
         ``transcript`` is what the recording says (for a saved voice: the client's own, over the saved one)."""
+        if style is not None and (recording is not None or name is None):
+            raise bad_request(
+                "a style picks one of a saved voice's recordings: name a saved voice, or leave 'style' out",
+                "style_needs_saved_voice",
+                "style",
+            )
         if recording is not None:
             return Voice.recording(recording, transcript=transcript)
         if name is None:
             return Voice.builtin()
         try:
-            voice = self._engine().voice(name)
+            voice = self._engine().voice(name, style)
+        except VoiceStyleUnknown as error:
+            raise ApiError(404, str(error), code="style_not_found", param="style") from error
         except VoiceError as error:
             raise ApiError(404, str(error), code="voice_not_found", param="voice") from error
-        return Voice.saved_voice(voice.saved, transcript=transcript) if transcript else voice
+        return replace(voice, transcript=transcript) if transcript else voice
 
     def create_voice(self, name: str, audio_path: str, transcript: str | None) -> dict:
         """Save a recording as a named voice (the worker prepares its features). Blocking."""
@@ -143,6 +160,59 @@ class VoiceDoor:
             raise bad_request(str(error), "invalid_voice", "audio") from error
         return _describe_voice(entry)
 
+    def add_style(self, reference: str, style: str, audio_path: str, transcript: str | None) -> dict:
+        """Give the saved voice ``reference`` a recording of ``style`` (the worker prepares its features)."""
+        name = self._saved_name(reference)
+        engine = self._engine()
+        self.check_ready()
+        _checked_words(check_style, style)
+        _checked_words(check_transcript, transcript)
+        self.check_recording(audio_path, "audio")
+        try:
+            entry = engine.add_voice_style(name, style, audio_path, transcript, timeout=VOICE_TASK_TIMEOUT_S)
+        except VoiceExists as error:
+            raise ApiError(409, str(error), code="style_exists", param="style") from error
+        except TaskFailed as error:
+            raise bad_request(f"the recording cannot be used: {error}", "invalid_audio", "audio") from error
+        except VoiceError as error:
+            raise _refusal(error) from error
+        except EngineError as error:
+            raise bad_request(str(error), "invalid_voice", "audio") from error
+        return _describe_voice(entry)
+
+    def remove_style(self, reference: str, style: str) -> dict:
+        name = self._saved_name(reference)
+        try:
+            return _describe_voice(self._engine().voices.remove_style(name, style))
+        except VoiceError as error:
+            raise ApiError(404, str(error), code="style_not_found", param="style") from error
+
+    def export_voices(self, reference: str | None) -> tuple[bytes, str]:
+        """The voices file of the saved voice ``reference`` (None: every saved voice), and its file name."""
+        library = self._engine().voices
+        names = None if reference is None else [self._saved_name(reference)]
+        try:
+            data = export_voices(library, names)
+        except VoiceError as error:
+            raise bad_request(str(error), "voice_not_exportable", "voice_id") from error
+        stem = "voices" if names is None else re.sub(r"[^A-Za-z0-9._-]+", "_", names[0]).strip("._") or "voice"
+        return data, stem + SUFFIX
+
+    def import_voices(self, path: str) -> list[dict]:
+        """Add the voices of an uploaded voices file, all or none: a 400 (413 over the limits) saying why not."""
+        library = self._engine().voices
+        try:
+            saved = import_voices(library, Path(path))
+        except VoiceFileRefused as error:
+            status = 413 if error.code == "too_large" else 400
+            raise ApiError(status, str(error), code=f"voice_file_{error.code}", param="file") from error
+        except VoiceError as error:  # the voice list itself cannot be read or written
+            raise ApiError(500, str(error), code="voice_library_unreadable") from error
+        return [
+            {**_describe_voice(entry), "name_in_file": entry["name_in_file"], "features_for": entry["features"]}
+            for entry in saved
+        ]
+
     def _saved_name(self, reference: str) -> str:
         name = self.find_voice(reference)
         if name is None:
@@ -173,6 +243,7 @@ def _refusal(error: VoiceError) -> ApiError:
     if isinstance(error, VoiceAudioRefused):
         return bad_request(str(error), f"audio_{error.problem}", error.field)
     code = "invalid_transcript" if isinstance(error, VoiceTranscriptRefused) else "invalid_voice_name"
+    code = "invalid_style" if isinstance(error, VoiceStyleRefused) else code
     return bad_request(str(error), code, error.field)
 
 
@@ -197,4 +268,5 @@ def _describe_voice(entry: dict) -> dict:
         "preview": False,
         "transcript": entry.get("transcript"),
         "model": entry.get("model_id"),
+        "styles": [entry.get("style") or DEFAULT_STYLE, *sorted(entry.get("styles") or {})],
     }

@@ -6,7 +6,7 @@ Torch-free and light: each command module imports this, never another command's 
 from __future__ import annotations
 
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.request import SAMPLING_FIELDS, PostSettings
 from cosyvoice_mac.settings import add_argument, flag_default, setting
 
 EXIT_FAILED = 1  # the app or its model failed on the job (not the request's fault); the message says why
@@ -64,6 +64,8 @@ CONTRACT_FLAGS = {
     "loudness_lufs": "--loudness",
     "post": "--loudness",
     "prompt_audio": "--prompt-wav",
+    **{name: setting(name).flag for name in SAMPLING_FIELDS},  # --temperature, --top-p, --top-k, ...
+    "style": "--style",
 }
 
 # The settings that say how the model is built, so the app's own settings rule when the job goes there.

@@ -119,7 +119,7 @@ def send_conversion(app, request, model: str | None, out: Path) -> int:
     stream = request.stream and not request.post.active
     if request.stream and request.post.active:
         print("note: --trim/--loudness need the whole audio, so the app sends it in one piece", file=sys.stderr)
-    form = {"response_format": "wav" if stream else "pcm", "speed": str(request.speed), "stream": str(stream).lower()}
+    form = {"response_format": "wav", "speed": str(request.speed), "stream": str(stream).lower()}
     if stream:  # server-sent events: the last one says whether the app saved the result
         form["stream_format"] = "sse"
     form["trim"] = str(request.post.trim).lower()

@@ -180,7 +180,8 @@ def _cancel(engine, job_id: str) -> None:
 
 
 def _deliver(result, out: Path) -> int:
-    """Copy the saved WAV to ``out`` (or write the samples when outputs/ could not take them)."""
+    """Copy the saved WAV to ``out`` (or, when outputs/ could not take it, write the samples there with their
+    content credentials, as the page's and the API's copies of an unsaved result carry them)."""
     for note in result.notes:
         print(f"note: {note}", file=sys.stderr)
     out = Path(out)
@@ -190,9 +191,11 @@ def _deliver(result, out: Path) -> int:
             shutil.copyfile(result.output_path, out)
         saved = f"; saved in outputs as {Path(result.output_path).name} with its sidecar"
     else:
-        from cosyvoice_mac.sound.wav import write_wav
+        from cosyvoice_mac.engine.outputs import signed_wav
+        from cosyvoice_mac.paths import atomic_write
 
-        write_wav(out, result.audio, result.sample_rate)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(out, signed_wav(result, out.name))
         saved = ""
     seconds = result.timings.get("synthesis") or result.timings.get("total") or 0.0
     rtf = f", RTF {seconds / result.duration_s:.2f}" if result.duration_s else ""

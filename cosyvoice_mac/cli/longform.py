@@ -23,7 +23,7 @@ from cosyvoice_mac.cli.common import (
 from cosyvoice_mac.cli.longform_run import HereJob, speak_long_job
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.paths import atomic_write
-from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.request import SAMPLING_FIELDS, PostSettings, Sampling
 from cosyvoice_mac.settings import add_argument
 
 
@@ -37,6 +37,9 @@ def add_longform(commands) -> None:
     common.set_defaults(random_weights=None)
     add_argument(common, "seed", help="seed of the first line (each next line adds 1)")
     add_post_arguments(common)
+    sampling = common.add_argument_group("sampling of every line (unset: the model's own)")
+    for name in SAMPLING_FIELDS:
+        add_argument(sampling, name)
 
     dialogue = commands.add_parser(
         "dialogue", parents=[common], help="speak a script of several voices", epilog=EXIT_CODES_HELP
@@ -59,6 +62,7 @@ def add_longform(commands) -> None:
     )
     dub.add_argument("subtitles", type=Path)
     dub.add_argument("--voice", required=True, help="saved voice that speaks every cue")
+    dub.add_argument("--style", help="the voice's recording of this style (happy, whisper, ...); default its own")
     add_argument(dub, "speed_limit")
     dub.add_argument("--out", type=Path, required=True, help="output stem: writes OUT.wav and OUT.report.json")
     dub.set_defaults(handler=_dub)
@@ -134,12 +138,12 @@ def _read_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _check_voice(name: str | None) -> None:
-    """Refuse an unknown saved voice before the model loads."""
+def _check_voice(name: str | None, style: str | None = None) -> None:
+    """Refuse an unknown saved voice, or a style it has no recording of, before the model loads."""
     if name is not None:
         from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
-        VoiceLibrary().get(name)
+        VoiceLibrary().styled(name, style)
 
 
 def _dialogue(args) -> int:
@@ -154,7 +158,7 @@ def _dialogue(args) -> int:
     if len(cast) != len(args.cast):
         raise LongformError("--cast takes TAG=VOICE, e.g. --cast S1=Anna")
     lines = dialogue.parse_script(script)
-    post = post_settings(args)
+    post, sampling = post_settings(args), _sampling(args)
     known = []
 
     def check():
@@ -176,18 +180,24 @@ def _dialogue(args) -> int:
                 seed=args.seed,
                 per_line_files=args.per_line,
                 post=post,
+                sampling=sampling,
                 on_progress=bar,
                 should_stop=stop,
                 files=ResultFiles(replace=True),  # --out is the user's own name: a re-run replaces it
             ),
             check,
         ),
-        lambda app, bar: dialogue_in_app(app, {**body, **_post_fields(post)}, args.out, bar),
+        lambda app, bar: dialogue_in_app(app, {**body, **_post_fields(post), **sampling.given()}, args.out, bar),
     )
 
 
 def _post_fields(post: PostSettings) -> dict:
     return {"trim": post.trim, "loudness_lufs": post.loudness_lufs}
+
+
+def _sampling(args) -> Sampling:
+    """The sampling flags as the request contract's Sampling, checked before anything is sent or loaded."""
+    return Sampling.build(**{name: getattr(args, name) for name in SAMPLING_FIELDS})
 
 
 def _dub(args) -> int:
@@ -199,9 +209,12 @@ def _dub(args) -> int:
     data = _read_bytes(args.subtitles)
     subtitles.parse_srt(data)
     subtitles.check_speed_limit(args.speed_limit)
-    post = post_settings(args)
+    post, sampling = post_settings(args), _sampling(args)
     # a cue keeps its silence (its place on the timeline): the route takes only the loudness
+    style = (args.style or "").strip() or None
     form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
+    form |= sampling.given()
+    form |= {"style": style} if style else {}
     return speak_long_job(
         args,
         "cues",
@@ -211,14 +224,16 @@ def _dub(args) -> int:
                 args.voice,
                 speak,
                 args.out,
+                style=style,
                 speed_limit=args.speed_limit,
                 seed=args.seed,
                 post=post,
+                sampling=sampling,
                 on_progress=bar,
                 should_stop=stop,
                 files=ResultFiles(replace=True),
             ),
-            lambda: _check_voice(args.voice),
+            lambda: _check_voice(args.voice, style),
             args.voice,
         ),
         lambda app, bar: dub_in_app(app, data, form, args.out, bar),
@@ -277,8 +292,8 @@ def _batch(args) -> int:
     data = _read_bytes(args.lines)
     kind = args.lines.suffix.lower().lstrip(".")
     batch.parse_batch(data, kind)
-    post = post_settings(args)
-    form = {"voice": args.voice, "seed": args.seed, **_post_fields(post)}
+    post, sampling = post_settings(args), _sampling(args)
+    form = {"voice": args.voice, "seed": args.seed, **_post_fields(post), **sampling.given()}
     return speak_long_job(
         args,
         "lines",
@@ -292,6 +307,7 @@ def _batch(args) -> int:
                 settings={"model": str(args.model), "glossary": [entry.key for entry in speak.glossary]},
                 seed=args.seed,
                 post=post,
+                sampling=sampling,
                 on_progress=bar,
                 should_stop=stop,
             ),

@@ -1,5 +1,6 @@
 """The ``cosyvoice-mac`` command (also ``python -m cosyvoice_mac``): ``serve`` starts the app; ``synth``,
-``voices``, ``dialogue``, ``dub``, ``batch``, ``glossary``, ``download``, ``bench`` and ``coreml`` do the rest.
+``voices``, ``dialogue``, ``dub``, ``batch``, ``glossary``, ``download``, ``bench``, ``coreml`` and ``verify`` do
+the rest.
 
 ``cosyvoice-mac synth --prompt-wav F --text T --out F.wav`` sends its job to the running app (``--server``,
 default http://127.0.0.1:7860), so it waits in the same queue as the page's and the API's jobs
@@ -30,10 +31,12 @@ from cosyvoice_mac.cli.common import (
 from cosyvoice_mac.cli.convert import add_convert
 from cosyvoice_mac.cli.coreml import add_coreml
 from cosyvoice_mac.cli.longform import add_longform
+from cosyvoice_mac.cli.verify import add_verify
 from cosyvoice_mac.cli.voices import add_voices
 from cosyvoice_mac.errors import CosyVoiceError, RequestError
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.settings import add_argument
+from cosyvoice_mac.settings.fields import SAMPLING_FIELDS
 
 
 def _add_synth(commands) -> None:
@@ -51,10 +54,14 @@ def _add_synth(commands) -> None:
     voice = synth.add_mutually_exclusive_group(required=True)
     voice.add_argument("--prompt-wav", type=Path, help="3-30 s of speech in the target voice (sent to the app)")
     voice.add_argument("--voice", help="a saved voice's name or id ('preview': the preview voice's own)")
+    synth.add_argument("--style", help="with --voice: its recording of this style (happy, whisper, ...)")
     synth.add_argument("--text", required=True, help="text to speak")
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
     for name in ("instruct", "seed", "speed"):
         add_argument(synth, name)
+    sampling = synth.add_argument_group("sampling (unset: the model's own)")
+    for name in SAMPLING_FIELDS:
+        add_argument(sampling, name)
     add_model_arguments(synth, vocoder=True)
     add_argument(synth, "stream")
     add_post_arguments(synth)
@@ -64,11 +71,16 @@ def _add_synth(commands) -> None:
     synth.set_defaults(handler=_synth)
 
 
-def _request(args, saved_transcript: str | None = None):
+def _request(args, saved_transcript: str | None = None, voice_styles: tuple[str, ...] | None = None):
     """The request the page would queue for these arguments, checked before anything is sent or loaded: a
     flag given asks for its mode, so ``--instruct ""`` is refused as the page refuses an empty instruction.
-    A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise."""
-    from cosyvoice_mac.request import Request, Voice
+    A saved voice speaks zero-shot with ``saved_transcript`` (its own) unless --prompt-text says otherwise;
+    its inline style tags may name ``voice_styles`` (None: its styles are the app's to know, which checks them
+    as the job enters its queue, so any well-formed style name passes here)."""
+    from dataclasses import replace
+
+    from cosyvoice_mac.frontend.inline import parse_inline
+    from cosyvoice_mac.request import Request, Sampling, Voice
 
     mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
     if args.prompt_wav is not None:
@@ -78,16 +90,20 @@ def _request(args, saved_transcript: str | None = None):
         voice = Voice.builtin()
     else:
         voice = Voice.saved_voice(args.voice, transcript=args.prompt_text or saved_transcript)
-    return Request.build(
+    request = Request.build(
         args.text,
-        voice,
+        replace(voice, style=(args.style or "").strip() or None),  # the contract refuses a style of no saved voice
         mode=mode,
         instruct=args.instruct,
         seed=args.seed,
         speed=args.speed,
         stream=args.stream,
         post=post_settings(args),
+        sampling=Sampling.build(**{name: getattr(args, name) for name in SAMPLING_FIELDS}),
     )
+    # a malformed inline tag, said before anything is sent, loaded or queued
+    parse_inline(request.text, voice_styles if voice.kind == "saved" else ())
+    return request
 
 
 def _check_prompt(path: Path) -> None:
@@ -122,12 +138,14 @@ def _synth_here(args) -> int:
     """The app's engine in this process (``cli.local``): outputs/ and the voice library are the app's."""
     from cosyvoice_mac.cli.local import synth_locally
 
-    saved = None
+    saved, styles = None, ()
     if args.voice is not None and args.voice != PREVIEW:
         from cosyvoice_mac.engine.voice_library import VoiceLibrary
 
-        saved = VoiceLibrary().get(args.voice).get("transcript")  # an unknown name is refused before loading
-    request = _request(args, saved_transcript=saved)
+        # an unknown name or style is refused before loading, naming the voice's styles
+        entry = VoiceLibrary().styled(args.voice, (args.style or "").strip() or None)
+        saved, styles = entry.get("transcript"), tuple(recording["style"] for recording in entry["recordings"])
+    request = _request(args, saved, styles)
     if args.outputs_dir is not None:
         outputs = args.outputs_dir
     else:
@@ -156,6 +174,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_coreml(commands)
     add_longform(commands)
     add_voices(commands)
+    add_verify(commands)
     return parser
 
 

@@ -187,7 +187,7 @@ class AppClient:
                 "POST", RECORDING_SPEECH_PATH, data={"body": json.dumps(body)}, files=upload, timeout=timeout
             )
         else:
-            body = {**body, "voice": voice.saved if voice.kind == "saved" else PREVIEW}
+            body = {**body, "voice": voice.saved if voice.kind == "saved" else PREVIEW, "style": voice.style}
             self._voice_asked = body["voice"]
             built = self.http.build_request("POST", SPEECH_PATH, json=body, timeout=timeout)
         return self.http.send(built, stream=True)
@@ -205,14 +205,15 @@ class AppClient:
             "prompt_text": request.voice.transcript,
             "seed": request.seed,
             "speed": request.speed,
-            # 16-bit PCM exactly as the app saved it (soundfile's WAV encoder scales differently); a stream
-            # comes as a WAV whose header gives the rate, a whole answer says it in a header. A stream comes
-            # as server-sent events: the last one says whether the app saved the result, or why it failed.
-            "response_format": "wav" if stream else "pcm",
+            # A whole answer is the WAV file the app saved, as it is (its content credentials and INFO chunk
+            # included). A stream comes as a WAV whose header gives the rate, in server-sent events: the last
+            # one says whether the app saved the result, or why it failed.
+            "response_format": "wav",
             "stream": stream,
             **({"stream_format": "sse"} if stream else {}),
             "trim": request.post.trim,
             "loudness_lufs": request.post.loudness_lufs,
+            **request.sampling.given(),
         }
         return self.deliver(lambda: self._send(request.voice, body), out, stream)
 
@@ -254,7 +255,8 @@ class AppClient:
 
 
 def _write_whole(answer: httpx.Response, out: Path, job_id: str) -> int:
-    _save(out, wav_from_pcm16(answer.read(), int(answer.headers["x-cosyvoice-sample-rate"])))
+    """The app's whole WAV file, written to ``out`` byte for byte (the file it saved, credentials and all)."""
+    _save(out, answer.read())
     name = answer.headers.get(FILE_HEADER)
     saved = f"; the app saved it as {name} with its sidecar" if name else ""
     print(
@@ -338,6 +340,7 @@ FLAGS = {
     "seed": "--seed",
     "speed": "--speed",
     "voice": "--voice",
+    "style": "--style",
     "prompt_audio": "--prompt-wav",
     "model": "--model",
     "trim": "--trim",

@@ -21,6 +21,7 @@ from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.engine.tasks import TaskFailed
 from cosyvoice_mac.engine.transcriber import TranscriberProcess, TranscriptionFailed
 from cosyvoice_mac.engine.voice_library import VoiceError, VoiceExists, VoiceLibrary
+from cosyvoice_mac.engine.voice_rules import VoiceStyleUnknown
 from cosyvoice_mac.engine.worker import WorkerConfig
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "VoiceError",
     "VoiceExists",
     "VoiceLibrary",
+    "VoiceStyleUnknown",
     "WorkerConfig",
     "WorkerStatus",
     "write_output",

@@ -37,6 +37,66 @@ def _model_key(model_id: str) -> str:
     return f"{readable}-{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
 
 
+def cache_folder(root: str | Path) -> Path:
+    """The speaker cache's folder of this format under the cache root ``root``."""
+    return Path(root) / "speakers" / f"v{CACHE_FORMAT}"
+
+
+def entry_files(root: str | Path, audio_hash: str) -> list[tuple[str, Path, Path]]:
+    """Every model's complete entry of ``audio_hash`` under ``root``: (model id, tensors file, facts file),
+    read from the facts each entry wrote (torch-free: a voices file carries them as they are)."""
+    found = []
+    for facts_path in sorted(cache_folder(root).glob(f"*/{check_audio_hash(audio_hash)}.json")):
+        tensor_path = facts_path.with_suffix(".safetensors")
+        try:
+            facts = read_json(facts_path)
+        except (OSError, ValueError):
+            continue
+        if isinstance(facts, dict) and isinstance(facts.get("model_id"), str) and tensor_path.is_file():
+            if facts_path.parent.name == _model_key(facts["model_id"]):
+                found.append((facts["model_id"], tensor_path, facts_path))
+    return found
+
+
+def entry_problem(model_id: str, audio_hash: str, tensors: bytes, facts: bytes) -> str | None:
+    """Why the entry's files (a safetensors file and its facts) are not an entry of this format for
+    (``model_id``, ``audio_hash``), or None. Torch-free: the safetensors header is read as JSON."""
+    try:
+        described = json.loads(facts.decode("utf-8"))
+        expected = {"format": CACHE_FORMAT, "model_id": model_id, "audio_hash": audio_hash}
+        if not isinstance(described, dict) or any(described.get(key) != value for key, value in expected.items()):
+            return "its facts are not of this cache format, model and recording"
+        header_size = int.from_bytes(tensors[:8], "little")
+        if len(tensors) < 8 or header_size > len(tensors) - 8:
+            return "its tensors file is cut short"
+        header = json.loads(tensors[8 : 8 + header_size].decode("utf-8"))
+        body = len(tensors) - 8 - header_size
+        shapes = {}
+        for name, info in header.items():
+            if name != "__metadata__":
+                begin, end = info["data_offsets"]
+                if not 0 <= begin <= end <= body:
+                    return f"its tensor {name!r} lies outside the file"
+                shapes[name] = list(info["shape"])
+        if shapes != {name: list(described["shapes"][name]) for name in TENSOR_NAMES}:
+            return "its tensors do not match its facts"
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return "its files cannot be read"
+    return None
+
+
+def store_entry_files(root: str | Path, model_id: str, audio_hash: str, tensors: bytes, facts: bytes) -> bool:
+    """Write an entry checked by :func:`entry_problem` under ``root`` (the facts last, marking it complete),
+    unless the cache holds one already; whether it was written."""
+    stem = cache_folder(root) / _model_key(model_id) / check_audio_hash(audio_hash)
+    if stem.with_suffix(".json").is_file():
+        return False
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(stem.with_suffix(".safetensors"), tensors)
+    atomic_write(stem.with_suffix(".json"), facts)
+    return True
+
+
 @dataclass
 class CacheStats:
     memory_hits: int = 0
@@ -65,7 +125,7 @@ class SpeakerCache:
 
     def __init__(self, root: str | Path | None = None, memory_entries: int = 16):
         self.root = Path(root) if root is not None else user_cache_dir()
-        self.folder = self.root / "speakers" / f"v{CACHE_FORMAT}"
+        self.folder = cache_folder(self.root)
         self.memory_entries = max(0, memory_entries)
         self._memory: OrderedDict[tuple[str, str], SpeakerPrompt] = OrderedDict()
         self.stats = CacheStats()

@@ -22,6 +22,7 @@ from cosyvoice_mac.engine.tasks import TaskBook
 from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.engine.voices import VoiceSaving
 from cosyvoice_mac.engine.worker import WorkerConfig
+from cosyvoice_mac.frontend.inline import parse_inline
 from cosyvoice_mac.request import Request
 
 
@@ -136,12 +137,18 @@ class Engine(VoiceSaving):
     # -- jobs ----------------------------------------------------------------------------------
     def submit(self, request: Request | ConversionRequest | Job) -> str:
         """Queue a request (built, so checked, by ``Request.build`` or ``ConversionRequest.build``); its job id.
-        Raises QueueFull, EngineError, or VoiceError for a saved voice the library does not hold."""
+        Raises QueueFull, EngineError, VoiceError for a saved voice the library does not hold (VoiceStyleUnknown:
+        a style the voice has no recording of), or RequestError ("text", "markup_invalid") for a malformed inline
+        tag, with its position (a style tag may name the saved voice's recordings too): every door's job is refused
+        here before it waits in line, as the worker would refuse it after (``frontend.inline``)."""
         job = request if isinstance(request, Job) else Job(request)
         if not isinstance(job.request, (Request, ConversionRequest)):
             raise EngineError(f"submit takes a Request or a ConversionRequest, not {type(job.request).__name__}")
-        if job.request.voice.kind == "saved":
-            self.voices.get(job.request.voice.saved)
+        voice, recordings = job.request.voice, ()
+        if voice.kind == "saved":  # an unknown voice or style is refused before it waits in line
+            recordings = self.voices.styled(voice.saved, voice.style)["recordings"]
+        if isinstance(job.request, Request):
+            parse_inline(job.request.text, (recording["style"] for recording in recordings))
         with self._lock:
             self._supervisor.check_usable()
             self.queue.add(job)

@@ -39,6 +39,8 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, ext
         "id": job.job_id,
         **job.request.facts(),
         **extra,
+        # the sampling settings used: the model's own where the request gave none (only the model knows them)
+        **({"sampling": pipeline.sampling_used(job.request.sampling)} if isinstance(job.request, Request) else {}),
         "model": result.model,
         "version": pipeline.version,
         **engine_status(pipeline),
@@ -60,6 +62,8 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, ext
         result.output_error = str(error)
         return
     result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
+    if files.unsigned:
+        result.notes.append(files.unsigned)
     result.audio = None  # the page plays the file: the samples need not cross the pipe
 
 

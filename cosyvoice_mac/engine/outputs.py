@@ -1,9 +1,10 @@
 """Saving finished audio: ``outputs/YYYYmmdd-HHMMSS-<short id>.wav`` plus a JSON sidecar (``sidecar.Sidecar``).
 
 Both files are written atomically (temporary file in the same folder, fsync, rename), the facts of
-the job are also stored in the WAV's LIST/INFO chunk (ICMT holds them as JSON), and the WAV is put in
-place only where no file has that name (``atomic_write(replace=False)``), so two jobs never overwrite
-each other and a half-written WAV is never visible.
+the job are also stored in the WAV's LIST/INFO chunk (ICMT holds them as JSON), the WAV carries content
+credentials (``provenance``: signed, saying it is AI-generated and what made it) unless they are turned off,
+and the WAV is put in place only where no file has that name (``atomic_write(replace=False)``), so two jobs
+never overwrite each other and a half-written WAV is never visible.
 """
 
 from __future__ import annotations
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyvoice_mac.engine.sidecar import Sidecar
+from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.provenance import MEDIA_TYPES, with_credentials
+from cosyvoice_mac.provenance.claim import utc_time
 from cosyvoice_mac.sound.wav import wav_bytes
 
 SHORT_ID_CHARS = 8
@@ -41,6 +44,7 @@ class OutputWriteError(OSError):
 class OutputFiles:
     wav_path: Path
     sidecar_path: Path
+    unsigned: str | None = None  # why the WAV was saved without its content credentials (None: signed, or off)
 
 
 def output_stem(job_id: str, now: float | None = None) -> str:
@@ -72,8 +76,10 @@ def write_output(
             if sidecar_path.exists():
                 continue
             sidecar = Sidecar.new(wav_path.name, len(audio), sample_rate, facts, now)
+            wav = wav_bytes(audio, sample_rate, sidecar.wav_info())
+            wav, unsigned = with_credentials(wav, MEDIA_TYPES["wav"], facts, wav_path.name, utc_time(now))
             try:
-                atomic_write(wav_path, wav_bytes(audio, sample_rate, sidecar.wav_info()), replace=False)
+                atomic_write(wav_path, wav, replace=False)
             except FileExistsError:
                 continue
             try:
@@ -81,10 +87,38 @@ def write_output(
             except OSError:
                 _remove_quietly(wav_path)
                 raise
-            return OutputFiles(wav_path=wav_path, sidecar_path=sidecar_path)
+            return OutputFiles(wav_path=wav_path, sidecar_path=sidecar_path, unsigned=unsigned)
         raise FileExistsError(errno.EEXIST, f"no free output name for {stem} in {folder.name}/")
     except OSError as error:
         raise explain_write_error(error, folder) from error
+
+
+def credential_facts(result) -> dict:
+    """What a finished job's content credentials say (``result``: a JobResult): its saved sidecar's facts, else
+    (outputs/ refused the file) what the result itself knows of what made it."""
+    saved = read_sidecar(result.sidecar_path) if result.sidecar_path else None
+    if saved is not None:
+        return saved.recorded
+    known = {"model": result.model, "mode": result.mode, "prompt_hash": result.prompt_hash}
+    return {**known, "source_hash": result.source_hash, "file": f"{result.job_id[:SHORT_ID_CHARS]}.wav"}
+
+
+def signed_wav(result, name: str) -> bytes:
+    """The audio of a result outputs/ refused (``result.audio``) as the bytes of a WAV called ``name`` with its
+    content credentials (as they are when credentials are off or signing fails: the sound is never withheld)."""
+    data, _ = with_credentials(
+        wav_bytes(result.samples(), result.sample_rate), MEDIA_TYPES["wav"], credential_facts(result), name
+    )
+    return data
+
+
+def unsaved_copy(result, folder: Path) -> Path:
+    """:func:`signed_wav` of a result outputs/ refused, in ``folder`` (a front end's temporary folder, which its
+    janitor sweeps), so the user still gets the sound."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{result.job_id}.wav"
+    atomic_write(path, signed_wav(result, path.name))
+    return path
 
 
 def _remove_quietly(path: Path) -> None:

@@ -15,6 +15,7 @@ import numpy as np
 
 from cosyvoice_mac.engine.cache import SpeakerCache
 from cosyvoice_mac.errors import InputError
+from cosyvoice_mac.frontend.inline import Spoken, parse_inline
 from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 from cosyvoice_mac.pipeline.types import PromptAudio, SynthesisError
 from cosyvoice_mac.request import Request
@@ -115,6 +116,31 @@ class PromptSource:
             )
         return entry["audio_path"]
 
+    def style_speakers(self, pipeline, request: Request, voice_entry: dict | None) -> dict:
+        """The saved voice's recordings (style -> SpeakerPrompt, with each recording's transcript) that the
+        request's ``(style)`` tags name: only those, each found in the cache or extracted once like the voice's
+        own. Empty for any other voice, and for a text without such a tag (a tag of a style the voice has no
+        recording of becomes the model's instruction). ``voice_entry["recordings"]`` lists the voice's
+        recordings as the engine's library keeps them (``VoiceStyles.styled``)."""
+        if request.voice.kind != "saved" or not voice_entry:
+            return {}
+        recordings = {recording["style"]: recording for recording in voice_entry.get("recordings") or ()}
+        asked = {part.style for part in parse_inline(request.text, recordings) if isinstance(part, Spoken)}
+        speakers = {}
+        for style in recordings.keys() & asked:
+            name, recording = f"{request.voice.saved} ({style})", recordings[style]
+            speakers[style], _ = self._saved_prompt(pipeline, name, recording, recording["transcript"])
+        return speakers
+
+    def _saved_prompt(self, pipeline, name: str, entry: dict, transcript: str | None):
+        """(SpeakerPrompt, cache source) of a saved recording for ``pipeline``'s model, with ``transcript``: the
+        cache's when the recording was prepared for this model, else made from its stored audio (then cached)."""
+        if entry.get("model_id") == pipeline.model_id:
+            prompt, source = self.cache.lookup(entry["model_id"], entry["audio_hash"])
+            if prompt is not None:
+                return replace(prompt, transcript=transcript), source
+        return self.from_audio(pipeline, self._stored_audio(name, entry), None, transcript)
+
     def for_request(self, pipeline, request: Request, voice_entry: dict | None):
         """(SpeakerPrompt, cache source) for the request's saved voice or recording. ``voice_entry`` is the
         engine's library entry of a saved voice (the worker never reads the library itself)."""
@@ -134,8 +160,4 @@ class PromptSource:
             raise SynthesisError(
                 f"the saved voice {voice.saved!r} reached the model without its library entry", field="voice"
             )
-        if voice_entry["model_id"] == pipeline.model_id:
-            prompt, source = self.cache.lookup(voice_entry["model_id"], voice_entry["audio_hash"])
-            if prompt is not None:
-                return replace(prompt, transcript=transcript), source
-        return self.from_audio(pipeline, self._stored_audio(voice.saved, voice_entry), None, transcript)
+        return self._saved_prompt(pipeline, voice.saved, voice_entry, transcript)

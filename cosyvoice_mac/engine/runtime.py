@@ -125,6 +125,7 @@ class Attempt(NamedTuple):
     mode: str
     device: str
     source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
+    styles: dict = {}  # style -> the audio hash of the saved voice's recording its (style) tags spoke with
 
 
 class WorkerRuntime:
@@ -276,6 +277,8 @@ class WorkerRuntime:
         result.notes += post.notes
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
             extra = {"glossary": self._glossary_hits, "post": result.post}
+            if outcome.styles:  # every recording of the voice that spoke: the content credentials name each
+                extra["voice_hashes"] = [result.prompt_hash, *outcome.styles.values()]
             if job.is_conversion:  # what was re-spoken: the recording's hash and length
                 extra = {"post": result.post, "source_hash": result.source_hash}
                 extra["source_duration_s"] = result.source_duration_s
@@ -327,7 +330,7 @@ class WorkerRuntime:
 
     def _attempt(self, job: Job, should_stop) -> "Attempt":
         """One try of ``job`` on the current device: a synthesis, or a voice conversion (no glossary: no text)."""
-        request, self._glossary_hits, note, recording = job.request, [], None, None
+        request, self._glossary_hits, note, recording, styles = job.request, [], None, None, {}
         timings: dict[str, float] = {}
         clock = time.perf_counter()
         if job.is_conversion:  # decoded once, before the voice: a recording without speech fails at once
@@ -342,7 +345,8 @@ class WorkerRuntime:
         if recording is not None:
             results = self.pipeline.run_conversion(request, speaker, should_stop, recording)
         else:
-            results = self.pipeline.run(request, speaker, should_stop)
+            styles = self.prompts.style_speakers(self.pipeline, request, self._voice_entry)
+            results = self.pipeline.run(request, speaker, should_stop, styles)
         for piece in results:
             pieces.append(piece)
             for stage, seconds in piece.timings.items():
@@ -365,7 +369,8 @@ class WorkerRuntime:
         timings["synthesis"] = time.perf_counter() - clock
         if note and pieces:
             pieces[-1] = replace(pieces[-1], notes=[*pieces[-1].notes, note])
-        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording)
+        used = {style: prompt.audio_hash for style, prompt in styles.items()}
+        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording, used)
 
     def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""

@@ -355,8 +355,8 @@ class WorkerSupervisor:
                 return
             voice = record.job.request.voice
             try:
-                entry = self.voices.get(voice.saved) if voice.kind == "saved" else None
-            except EngineError as error:  # deleted while the job waited
+                entry = self.voices.styled(voice.saved, voice.style) if voice.kind == "saved" else None
+            except EngineError as error:  # deleted (or its style removed) while the job waited
                 self.queue.finish(record, jobs.FAILED, str(error), fault=Fault.INPUT, field="voice")
                 return
             try:

@@ -1,9 +1,13 @@
 """Named voices: each name points at a cached prompt (model id + audio content hash), with its transcript and a
-copy of its recording. Torch-free: the UI process, the API and the CLI use it without a model.
+copy of its recording, and may hold more recordings, one per style (happy, whisper, outdoor, ...: one lowercase
+word, ``style_names``).
+The rule every recording passes is ``voice_rules.py``'s; carrying voices to another machine is
+``voice_transfer.py``'s. Torch-free: the UI process, the API and the CLI use it without a model.
 
 Layout under the user cache folder (``user_cache_dir()``)::
 
-    voices/voices.json                                        name -> audio hash, model id, transcript
+    voices/voices.json                                        name -> audio hash, model id, transcript, style,
+                                                              and ``styles``: style -> another recording's facts
     voices/voices.json.bak                                    a copy of the index as last written
     voices/voices.json.unreadable-<time>                      a damaged index, set aside (never overwritten)
     voices/voices.json.bak.unreadable-<time>                  a damaged backup, set aside with it (the same time)
@@ -12,155 +16,61 @@ Layout under the user cache folder (``user_cache_dir()``)::
 
 from __future__ import annotations
 
-import functools
 import io
 import json
 import os
-import re
 import threading
 import time
 from pathlib import Path
 from typing import NamedTuple
 
-from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.engine.voice_rules import (
+    DEFAULT_STYLE,
+    VoiceAudioRefused,
+    VoiceError,
+    VoiceExists,
+    VoiceTranscriptRefused,
+    check_audio_hash,
+    check_style,
+    check_transcript,
+    check_voice_audio,
+    check_voice_name,
+    judge_voice_audio,
+)
+from cosyvoice_mac.engine.voice_styles import RECORDING_SHAPE, VoiceStyles
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
-from cosyvoice_mac.preview.labels import PREVIEW
 from cosyvoice_mac.stored import Field, Unreadable, read_json, typed_records
 
-_HASH_PATTERN = re.compile(r"[A-Za-z0-9_-]{8,128}")
-MAX_VOICE_NAME = 64
 UNREADABLE_SUFFIX = ".unreadable-"
-BIDI_CONTROLS = frozenset(chr(code) for code in (*range(0x202A, 0x202F), *range(0x2066, 0x206A)))
-
-
-def check_audio_hash(audio_hash: str) -> str:
-    """``audio_hash`` itself when it is a content hash (it names files: nothing else may pass)."""
-    if not isinstance(audio_hash, str) or not _HASH_PATTERN.fullmatch(audio_hash):
-        raise ValueError(f"audio hash {audio_hash!r} is not a content hash")
-    return audio_hash
-
-
-def _bare_name(name: str) -> bool:
-    return bool(name) and Path(name).name == name and name not in (".", "..") and "\\" not in name
+# Where the rules now live; kept importable from here, where every door has always found them.
+__all__ = [
+    "VoiceAudioRefused",
+    "VoiceError",
+    "VoiceExists",
+    "VoiceLibrary",
+    "VoiceTranscriptRefused",
+    "check_audio_hash",
+    "check_transcript",
+    "check_voice_audio",
+    "judge_voice_audio",
+]
 
 
 # One saved voice as the index holds it. A voice without a usable hash is skipped (with a note; it stays in the
 # file), a wrong-typed optional field reads as its default; the name is always the index's key.
 VOICE_SHAPE = {
-    "audio_hash": Field(("text",), required=True, rule=_HASH_PATTERN.fullmatch, rule_says="a content hash"),
-    "model_id": Field(("text", "null")),
-    "transcript": Field(("text", "null")),
-    "created": Field(("number", "null"), rule=lambda seconds: 0 <= seconds < 1e11, rule_says="a time"),
-    "audio_file": Field(("text", "null"), rule=_bare_name, rule_says="a file name in the voices folder"),
+    **RECORDING_SHAPE,
+    "style": Field(("text", "null")),  # the style of the voice's own recording (None: DEFAULT_STYLE)
+    "styles": Field(("object", "null")),  # style -> RECORDING_SHAPE: the voice's other recordings
 }
 
 
-class VoiceError(EngineError):
-    """A named-voice request that cannot be done (unknown name, name taken, bad name); ``field`` names the part
-    of the voice at fault (a door's parameter: ``name``, ``transcript`` or ``audio``)."""
-
-    field = "name"
-
-
-class VoiceExists(VoiceError):
-    """The name is taken by another saved voice (the API answers it with a 409, not a 400)."""
-
-
-class VoiceTranscriptRefused(VoiceError):
-    """The transcript breaks the request contract's rule (``request.check_transcript``): a voice saved with it
-    could never speak."""
-
-    field = "transcript"
-
-
-class VoiceAudioRefused(VoiceError):
-    """The recording is no usable voice prompt (``judge_voice_audio``): ``problem`` and ``details`` as the
-    check's, the message its sentence. A voice every later job would refuse is never saved."""
-
-    field = "audio"
-
-    def __init__(self, check):
-        super().__init__(check.sentence)
-        self.problem, self.details = check.problem, check.details
-
-
-def judge_voice_audio(audio: str | Path | None = None, samples=None, sample_rate: int | None = None):
-    """The one check of a recording as a voice (``sound.prompt_check.PromptCheck``; None when there is no
-    recording): the prompt check the page, the API and the CLI show, then the speech detector's ear, the same
-    that refuses a recording to convert (``frontend.vad.too_little_speech``): a pure tone or music passes the
-    first (it has sound and length) but is no one speaking, and is refused as ``not_speech``."""
-    from cosyvoice_mac.sound.prompt_check import checked_prompt, judge_samples
-
-    if audio is not None:
-        try:
-            stat = os.stat(audio)
-        except OSError:
-            return checked_prompt(audio)  # it explains the missing file
-        return _judged_file(str(audio), stat.st_size, stat.st_mtime_ns)
-    if samples is None or not sample_rate:
-        return None
-    return _heard(judge_samples(samples, int(sample_rate), "the recording"), samples, int(sample_rate), "the recording")
-
-
-@functools.lru_cache(maxsize=64)
-def _judged_file(path: str, size: int, modified_ns: int):
-    """``judge_voice_audio`` of one file version: the door's check answers the library's save too, so a
-    recording is heard once."""
-    from cosyvoice_mac.sound.prompt_check import checked_prompt
-    from cosyvoice_mac.sound.read import read_audio
-
-    check = checked_prompt(path)
-    if not check.ok:
-        return check
-    return _heard(check, *read_audio(path), Path(path).name)
-
-
-def _heard(check, samples, sample_rate: int, name: str):
-    """``check`` itself when it failed or the speech detector hears someone speaking; else ``not_speech``."""
-    from cosyvoice_mac.frontend import vad  # numpy and onnxruntime: only when a recording is judged
-    from cosyvoice_mac.sound.prompt_check import PromptCheck
-
-    if not check.ok:
-        return check
-    try:
-        heard = vad.hears_speech(samples, sample_rate)
-    except vad.VadUnavailable as error:
-        raise VoiceError(f"the recording cannot be checked for speech: {error}") from error
-    if not heard:
-        return PromptCheck(check.seconds, check.speech_seconds, "not_speech", {"name": name})
-    return check
-
-
-def check_voice_audio(audio: str | Path | None = None, samples=None, sample_rate: int | None = None) -> None:
-    """VoiceAudioRefused unless the recording ``audio`` (a file) or ``samples`` at ``sample_rate`` passes
-    ``judge_voice_audio``: every door that saves a voice ends here."""
-    check = judge_voice_audio(audio, samples, sample_rate)
-    if check is not None and not check.ok:
-        raise VoiceAudioRefused(check)
-
-
-def check_transcript(transcript: str | None) -> str | None:
-    """``transcript`` stripped (None when blank); VoiceTranscriptRefused when the request contract would refuse
-    it in every job (too long, control characters)."""
-    from cosyvoice_mac.request import check_transcript as contract_rule
-
-    if transcript is None:
-        return None
-    if not isinstance(transcript, str):
-        raise VoiceTranscriptRefused(f"the transcript must be text, not {type(transcript).__name__}")
-    transcript = transcript.strip() or None
-    if transcript is not None:
-        try:
-            contract_rule(transcript)
-        except RequestError as error:
-            raise VoiceTranscriptRefused(str(error)) from None
-    return transcript
-
-
-class VoiceLibrary:
+class VoiceLibrary(VoiceStyles):
     """Owns the user's named voices: each name points at a cached prompt (model id + audio hash)
-    and, when given, a copy of the prompt audio so the voice outlives a cache purge."""
+    and, when given, a copy of the prompt audio so the voice outlives a cache purge; a voice's other
+    recordings, one per style, are :class:`~cosyvoice_mac.engine.voice_styles.VoiceStyles`'s methods."""
+
+    check_name = staticmethod(check_voice_name)
 
     def __init__(self, root: str | Path | None = None):
         self.folder = (Path(root) if root is not None else user_cache_dir()) / "voices"
@@ -193,11 +103,15 @@ class VoiceLibrary:
         audio_samples=None,
         sample_rate: int | None = None,
         overwrite: bool = False,
+        style: str | None = None,
     ) -> dict:
         """Name a cached prompt. ``audio`` (a file) or ``audio_samples`` + ``sample_rate`` keep a copy, once
-        they pass the prompt check (VoiceAudioRefused: a voice no job could use is not saved)."""
+        they pass the prompt check (VoiceAudioRefused: a voice no job could use is not saved). ``style``:
+        the recording's style (None: DEFAULT_STYLE, or the replaced voice's); a replaced voice keeps its
+        other styles' recordings."""
         name = self.check_name(name)
         transcript = check_transcript(transcript)
+        style = check_style(style) if style is not None else None
         check_audio_hash(audio_hash)
         check_voice_audio(audio, audio_samples, sample_rate)
         with self._lock:
@@ -215,7 +129,11 @@ class VoiceLibrary:
                 "transcript": transcript,
                 "created": time.time(),
                 "audio_file": audio_file,
+                "style": style or (replaced or {}).get("style") or DEFAULT_STYLE,
+                "styles": (replaced or {}).get("styles") or {},
             }
+            if entry["style"] in entry["styles"]:
+                raise VoiceExists(f"the voice {name!r} has another recording of the style {entry['style']!r}")
             entries[name] = entry
             self._store(entries, index.skipped)
             if replaced is not None:
@@ -257,31 +175,18 @@ class VoiceLibrary:
                 raise VoiceError(f"there is no saved voice named {name!r}")
             entry = entries.pop(name)
             self._store(entries, index.skipped)
-            self._forget_audio(entry.get("audio_file"), {**index.skipped, **entries})
+            for recording in [entry, *_style_records(entry)]:
+                self._forget_audio(recording.get("audio_file"), {**index.skipped, **entries})
 
     def _forget_audio(self, audio_file: str | None, entries: dict[str, object]) -> None:
-        """Remove a recording no remaining voice (a skipped one included) points at."""
+        """Remove a recording no remaining voice (a skipped one included), nor any of its styles, points at."""
         if audio_file and not any(
-            isinstance(other, dict) and other.get("audio_file") == audio_file for other in entries.values()
+            recording.get("audio_file") == audio_file
+            for other in entries.values()
+            if isinstance(other, dict)
+            for recording in [other, *_style_records(other)]
         ):
             (self.folder / audio_file).unlink(missing_ok=True)
-
-    @staticmethod
-    def check_name(name: str) -> str:
-        """``name`` stripped; VoiceError unless it is 1-MAX_VOICE_NAME printable characters."""
-        if not isinstance(name, str) or not name.strip():
-            raise VoiceError("a voice needs a name")
-        name = name.strip()
-        if len(name) > MAX_VOICE_NAME or any(ord(char) < 32 or 0x7F <= ord(char) < 0xA0 for char in name):
-            raise VoiceError(f"voice names are 1-{MAX_VOICE_NAME} printable characters; {name[:80]!r} is not")
-        if any(char in BIDI_CONTROLS for char in name):  # they reorder what is shown around the name
-            raise VoiceError(
-                f"voice names cannot hold text-direction control characters (U+202A-U+202E, "
-                f"U+2066-U+2069); {name[:80]!r} does"
-            )
-        if name.casefold() == PREVIEW:  # the built-in voice answers to it: a saved one would be shadowed
-            raise VoiceError(f"{name!r} is the built-in preview voice's name; pick another name")
-        return name
 
     def _store_audio(self, audio_hash, audio, audio_samples, sample_rate) -> str | None:
         if audio is not None:
@@ -428,6 +333,12 @@ class VoiceLibrary:
             atomic_write(self.backup_path, payload)
         except OSError:  # the index itself was written; the next change tries the backup again
             pass
+
+
+def _style_records(entry: dict) -> list[dict]:
+    """The records of a voice's other recordings as written (any that is a record), for its files."""
+    styles = entry.get("styles")
+    return [record for record in styles.values() if isinstance(record, dict)] if isinstance(styles, dict) else []
 
 
 class _Index(NamedTuple):

@@ -11,18 +11,20 @@ from pathlib import Path
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError
-from cosyvoice_mac.engine.voice_library import VoiceExists, check_transcript, check_voice_audio
+from cosyvoice_mac.engine.voice_rules import VoiceExists, check_style, check_transcript, check_voice_audio
 from cosyvoice_mac.request import Voice
 
 
 class VoiceSaving:
     """The engine's voice-saving methods (state lives on the engine)."""
 
-    def voice(self, name: str) -> Voice:
-        """The saved voice ``name`` as a request's Voice, with the transcript it was saved with (so a request
-        built from it speaks zero-shot when it has one). VoiceError if there is none by that name."""
-        entry = self.voices.get(name)
-        return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
+    def voice(self, name: str, style: str | None = None) -> Voice:
+        """The saved voice ``name`` as a request's Voice, speaking its recording of ``style`` (None: its own)
+        with that recording's transcript (so a request built from it speaks zero-shot when it has one).
+        VoiceError if there is none by that name; VoiceStyleUnknown (naming its styles) if it has no such style."""
+        style = (style or "").strip() or None
+        entry = self.voices.styled(name, style)
+        return Voice.saved_voice(entry["name"], entry.get("transcript"), style and entry["style"])
 
     def save_voice_from_audio(
         self,
@@ -60,6 +62,37 @@ class VoiceSaving:
             overwrite=overwrite,
         )
 
+    def add_voice_style(
+        self,
+        name: str,
+        style: str,
+        audio_path: str | Path,
+        transcript: str | None = None,
+        overwrite: bool = False,
+        timeout: float | None = None,
+    ) -> dict:
+        """Give the saved voice ``name`` a recording of ``style`` (happy, whisper, car-noisy: one lowercase word,
+        the inline tags' rule): the worker extracts (or finds cached) its features, the library keeps it beside the
+        voice's own. Raises as :meth:`save_voice_from_audio` (VoiceExists: the voice has that style already)."""
+        self.voices.get(name)
+        style, transcript = check_style(style), check_transcript(transcript)
+        audio_path = Path(audio_path)
+        if not audio_path.is_file():
+            raise EngineError(f"the prompt audio file {audio_path} does not exist; upload it again")
+        check_voice_audio(audio_path)
+        features = self.run_task(
+            jobs.TASK_EXTRACT_PROMPT, {"audio": str(audio_path), "transcript": transcript}, timeout
+        )
+        return self.voices.add_style(
+            name,
+            style,
+            audio_hash=features["audio_hash"],
+            model_id=features["model_id"],
+            transcript=transcript,
+            audio=audio_path,
+            overwrite=overwrite,
+        )
+
     def replace_voice(
         self, name: str, audio_path: str | Path, transcript: str | None = None, timeout: float | None = None
     ) -> dict:
@@ -82,14 +115,18 @@ class VoiceSaving:
         )
 
     def prepare_voices(self, names, timeout: float | None = None) -> dict[str, dict]:
-        """Have the worker make sure every saved voice in ``names`` has features for the loaded model, in one
-        task: the cached ones cost a lookup, the rest are extracted together (each ONNX frontend loaded once).
+        """Have the worker make sure every saved voice in ``names`` (names, or (name, style) pairs: that
+        recording) has features for the loaded model, in one task: the cached ones cost a lookup, the rest are
+        extracted together (each ONNX frontend loaded once).
 
-        Returns name -> ``{"audio_hash", "cache": "memory" | "disk" | "extracted"}`` or ``{"error": why}`` for
-        a voice this model cannot use. Raises VoiceError for a name the library does not know (before the
-        worker is asked), TaskFailed, TimeoutError past ``timeout`` s, or EngineError (engine not running).
+        Returns name (``name (style)`` for a pair with a style) -> ``{"audio_hash", "cache": "memory" | "disk"
+        | "extracted"}`` or ``{"error": why}`` for a voice this model cannot use. Raises VoiceError for a name
+        the library does not know (VoiceStyleUnknown: a style it has no recording of) before the worker is
+        asked, TaskFailed, TimeoutError past ``timeout`` s, or EngineError (engine not running).
         """
-        entries = {name: self.voices.get(name) for name in dict.fromkeys(names)}
+        entries = {}
+        for name, style in (item if isinstance(item, tuple) else (item, None) for item in dict.fromkeys(names)):
+            entries[f"{name} ({style})" if style else name] = self.voices.styled(name, style)
         if not entries:
             return {}
         return self.run_task(jobs.TASK_PREPARE_VOICES, {"voices": entries}, timeout)["voices"]

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from cosyvoice_mac.errors import InputError, RequestError
+from cosyvoice_mac.frontend.inline import tag_spans
 from cosyvoice_mac.frontend.markup import find_unknown_markup
 from cosyvoice_mac.frontend.text import detect_language
 from cosyvoice_mac.paths import atomic_write, user_cache_dir
@@ -120,7 +121,11 @@ def apply_glossary(text: str, entries, language: str | None = None) -> GlossaryR
     pattern = re.compile("|".join(_pattern(e.key) for e in usable), re.IGNORECASE)
     counts: dict[GlossaryEntry, int] = {}
 
+    tags = tag_spans(text)
+
     def replace(match: re.Match) -> str:
+        if any(start <= match.start() < end for start, end in tags):  # an inline tag is markup, not a word
+            return match.group()
         entry = by_key[_fold(match.group())]
         counts[entry] = counts.get(entry, 0) + 1
         return entry.replacement

@@ -5,8 +5,25 @@ request, is ``frontend/glossary.py``."""
 
 from __future__ import annotations
 
-from cosyvoice_mac.errors import InputError
+from collections.abc import Iterable
+
+from cosyvoice_mac.errors import InputError, RequestError
+from cosyvoice_mac.frontend.inline import parse_inline
 
 
 class LongformError(InputError):
     """Input to a long job that cannot be used; the message names the line, row or cue."""
+
+
+def check_inline_markup(
+    text: str, where: str, error: type[LongformError], voice_styles: Iterable[str] | None = None
+) -> None:
+    """Refuse a line whose inline markup (``[pause 500ms]``, ``[speed 1.2]``, ``(happy)``) is malformed, with
+    ``where`` (e.g. "line 3") before the tag's own message, so a long job fails before any line is spoken.
+    ``voice_styles``: the styles the line's voice has recordings of; None while the voice is not known (a
+    script's or a file's own check: any well-formed style name passes, for the runner to check each line
+    against its voice's styles before the first line is spoken)."""
+    try:
+        parse_inline(text, voice_styles)
+    except RequestError as problem:
+        raise error(f"{where}: {problem}", field=problem.field) from None

@@ -1,9 +1,10 @@
 """Batches: many lines from a file, one WAV each, in a folder of outputs/ that a re-run resumes.
 
 Input is a .txt (one text per non-blank line) or a .csv with a header naming its columns: ``text`` (required),
-``voice``, ``instruct``, ``file`` (a file name without folders). The folder's ``batch.json`` records, per
-file, a hash of everything that decides its audio (text, voice, instruction, seed, speed, model, glossary,
-post-processing); a re-run skips the lines whose file is there with the same hash and makes the rest.
+``voice``, ``style`` (that voice's recording of this style), ``instruct``, ``file`` (a file name without
+folders). The folder's ``batch.json`` records, per file, a hash of everything that decides its audio (text,
+voice, style, instruction, seed, speed, model, glossary, post-processing); a re-run skips the lines whose file
+is there with the same hash and makes the rest.
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform import LongformError, check_inline_markup
 from cosyvoice_mac.paths import atomic_file, atomic_write
 from cosyvoice_mac.stored import Field, read_json, typed_map
 
 MAX_ITEMS = 1000
-CSV_COLUMNS = ("text", "voice", "instruct", "file")
+CSV_COLUMNS = ("text", "voice", "style", "instruct", "file")
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9 ._-]{0,79}")
 MANIFEST = "batch.json"
 
@@ -40,6 +41,7 @@ class BatchItem:
     file: str
     voice: str | None = None
     instruct: str | None = None
+    style: str | None = None  # the voice's recording of this style (None: its own)
 
 
 def parse_batch(data: str | bytes, kind: str) -> list[BatchItem]:
@@ -66,6 +68,7 @@ def parse_batch(data: str | bytes, kind: str) -> list[BatchItem]:
         raise BatchError(f"the batch has {len(items)} lines; at most {MAX_ITEMS} are made in one go")
     seen = {}
     for item in items:
+        check_inline_markup(item.text, f"line {item.number}", BatchError)
         if item.file in seen:
             raise BatchError(
                 f"line {item.number}: the file name {item.file!r} is already used on line {seen[item.file]}"
@@ -135,14 +138,24 @@ def _parse_csv(data: str) -> list[BatchItem]:
                 f"line {number}: the file name {file!r} may use letters, digits, spaces, '.', '_' "
                 "and '-' only (no folders)"
             )
-        items.append(BatchItem(number, cells["text"], file, cells.get("voice") or None, cells.get("instruct") or None))
+        items.append(
+            BatchItem(
+                number,
+                cells["text"],
+                file,
+                cells.get("voice") or None,
+                cells.get("instruct") or None,
+                cells.get("style") or None,
+            )
+        )
     return items
 
 
 def settings_key(item: BatchItem, settings: dict) -> str:
     """A hash of everything that decides ``item``'s audio (``settings``: JSON-able shared choices)."""
     payload = json.dumps(
-        {"text": item.text, "voice": item.voice, "instruct": item.instruct, **settings},
+        {"text": item.text, "voice": item.voice, "instruct": item.instruct, **settings}
+        | ({"style": item.style} if item.style else {}),  # a line made before styles keeps its key
         sort_keys=True,
         ensure_ascii=False,
     )

@@ -59,7 +59,9 @@ class SourceLine:
 
 
 Convert = Callable[[SourceLine], Spoken]
-Prepare = Callable[[Iterable[str | None]], None]  # ``Speak.prepare``: the voices ready before the first source
+Prepare = Callable[
+    [Iterable[tuple[str | None, str | None]]], None
+]  # ``Speak.prepare``: (voice, style) pairs ready first
 
 
 def plan_sources(paths: list[Path]) -> tuple[list[SourceItem], list[str]]:
@@ -123,7 +125,7 @@ def run_convert_batch(
     shared = {**(settings or {}), "kind": "convert", "voice": voice, "speed": speed, "post": post.__dict__}
     keys = {item.number: source_key(item, shared) for item in items}
     if prepare is not None and any(not store.is_done(item, keys[item.number]) for item in items):
-        prepare([voice])
+        prepare([(voice, None)])  # (voice, style): a conversion speaks the voice's own recording
     tracker, report, stopped = Tracker(len(items), "files", on_progress), [], False
     files = ResultFiles(replace=True)  # the folder is the batch's: a source whose settings changed is remade
     for index, item in enumerate(items):

@@ -1,7 +1,9 @@
 """Dialogue scripts: lines tagged with a speaker, spoken by saved voices in order, joined with pauses.
 
 A script line is ``[S1] text`` or ``Anna: text`` (a name of up to 32 characters before a colon); an optional
-instruction for that line follows the tag in braces: ``Anna: {speak softly} Good night.``. Blank lines are
+instruction for that line follows the tag in braces: ``Anna: {speak softly} Good night.``. A style in
+parentheses ends the tag, ``Anna (whisper): ...`` or ``[S1 (whisper)] ...``: that line speaks the voice's
+recording of that style (its other lines, its own recording). Blank lines are
 skipped. Every problem (an untagged line, a tag with no text, a speaker that maps to no voice) is found
 before any audio is made, and each message names the line number.
 """
@@ -13,13 +15,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform import LongformError, check_inline_markup
 from cosyvoice_mac.settings import bounds
 
 MAX_LINES = 500
 MAX_PAUSE_S = bounds("pause")[1]
-_BRACKET_TAG = re.compile(r"\s*\[(S\d{1,3})\]\s*(.*)", re.DOTALL)
+_BRACKET_TAG = re.compile(r"\s*\[(S\d{1,3})(?:\s*\(([^()]*)\))?\]\s*(.*)", re.DOTALL)
 _NAME_TAG = re.compile(r"\s*([^\s:\[\]{}][^:\[\]{}]{0,31}?)\s*[:：]\s*(.*)", re.DOTALL)
+_STYLED_NAME = re.compile(r"(.+?)\s*\(([^()]*)\)")  # a name tag's closing "(style)"
 _INSTRUCTION = re.compile(r"\{([^{}]*)\}\s*(.*)", re.DOTALL)
 
 
@@ -35,6 +38,7 @@ class DialogueLine:
     speaker: str
     text: str
     instruct: str | None = None
+    style: str | None = None  # the voice's recording of this style (None: its own)
 
 
 @dataclass(frozen=True)
@@ -65,20 +69,27 @@ def parse_script(script: str) -> list[DialogueLine]:
     for number, raw in enumerate(script.splitlines(), start=1):
         if not raw.strip():
             continue
-        match = _BRACKET_TAG.fullmatch(raw) or _NAME_TAG.fullmatch(raw)
+        bracket = _BRACKET_TAG.fullmatch(raw)
+        match = bracket or _NAME_TAG.fullmatch(raw)
         if match is None:
             raise ScriptError(
                 f"line {number} has no speaker tag: start it with [S1] or a name and a colon "
                 f'("Anna: ..."); it reads {raw.strip()[:40]!r}'
             )
-        speaker, rest = match.group(1).strip(), match.group(2).strip()
+        speaker, style, rest = bracket.groups() if bracket else (match.group(1), None, match.group(2))
+        styled = None if bracket else _STYLED_NAME.fullmatch(speaker.strip())
+        speaker, style = (styled.group(1), styled.group(2)) if styled else (speaker, style)
+        speaker, rest = speaker.strip(), rest.strip()
+        if style is not None and not style.strip():
+            raise ScriptError(f"line {number} ({speaker}) has empty parentheses where a style belongs")
         instruct = None
         braced = _INSTRUCTION.fullmatch(rest)
         if braced:
             instruct, rest = braced.group(1).strip() or None, braced.group(2).strip()
         if not rest:
             raise ScriptError(f"line {number} ({speaker}) has a speaker tag but nothing to say")
-        lines.append(DialogueLine(number, speaker, rest, instruct))
+        check_inline_markup(rest, f"line {number} ({speaker})", ScriptError)
+        lines.append(DialogueLine(number, speaker, rest, instruct, style and style.strip()))
     if not lines:
         raise ScriptError('the script is empty: write one line per turn, each starting with [S1] or "Name:"')
     if len(lines) > MAX_LINES:

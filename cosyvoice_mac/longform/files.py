@@ -3,7 +3,8 @@
 A result in outputs/ is named by :func:`result_stem`: the time and the long job's own id (fresh for each job,
 never reused), so two jobs started in the same second keep apart; and every file is written whole and never
 over an existing one (``atomic_write(replace=False)``), unless the name is the user's own (a command's
-``--out``, or a batch's folder, which a re-run resumes).
+``--out``, or a batch's folder, which a re-run resumes). Every WAV carries content credentials
+(``provenance``) unless they are turned off.
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ import numpy as np
 
 from cosyvoice_mac.engine.jobs import new_job_id
 from cosyvoice_mac.engine.outputs import explain_write_error
-from cosyvoice_mac.engine.sidecar import Sidecar
+from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.provenance import MEDIA_TYPES, with_credentials
 from cosyvoice_mac.sound.wav import wav_bytes
 
 STEM_ID_CHARS = 12  # of the long job's id: 48 random bits, so no two jobs ever share a name
+MADE_BY = ("model", "version", "engine")  # what a line's sidecar says made it, for a long job's credentials
 
 
 def result_stem(folder: Path, kind: str, job_id: str | None = None) -> Path:
@@ -40,6 +43,22 @@ class ResultFiles:
     def __init__(self, replace: bool = False, fallback: Path | None = None):
         self.replace, self.fallback = replace, fallback
         self.not_saved: str | None = None  # the first reason something was not saved where it belongs
+        self.unsigned: str | None = None  # the first reason a WAV was saved without its content credentials
+        self.made_by: dict = {}  # the lines' model, version, engine and voices' hashes (``note_line``)
+
+    def note_line(self, facts: dict) -> None:
+        """Remember what made a line whose ``facts`` (``longform.speakers``) name its saved file: the model,
+        version and engine of its sidecar, and its voice's hash, for the content credentials of the files
+        that join the lines (a dialogue, a dub)."""
+        made = _made_by(facts)
+        for key in MADE_BY:
+            if made.get(key):
+                self.made_by.setdefault(key, made[key])
+        hashes = self.made_by.setdefault("voice_hashes", [])
+        listed = made.get("voice_hashes") if isinstance(made.get("voice_hashes"), list) else []
+        for voice_hash in [made.get("prompt_hash"), *listed]:  # and the recordings its style tags spoke with
+            if isinstance(voice_hash, str) and voice_hash not in hashes:
+                hashes.append(voice_hash)
 
     def note_unsaved(self, reason: str) -> None:
         if self.not_saved is None:
@@ -48,11 +67,17 @@ class ResultFiles:
     def wav(
         self, path: Path, audio: np.ndarray, sample_rate: int, facts: dict, companions: dict[Path, dict] | None = None
     ) -> list[Path]:
-        """A WAV, its sidecar (``engine.sidecar``: the facts, also in the WAV's INFO chunk) and ``companions``
-        (JSON files that describe it), written in that order as one group; the paths they were written to."""
+        """A WAV (with its content credentials), its sidecar (``engine.sidecar``: the facts, also in the WAV's
+        INFO chunk) and ``companions`` (JSON files that describe it), written in that order as one group; the
+        paths they were written to."""
         sidecar = Sidecar.new(path.name, len(audio), sample_rate, facts)
+        made_by = {**self.made_by, **_made_by(facts), **facts}
+        wav, unsigned = with_credentials(
+            wav_bytes(audio, sample_rate, sidecar.wav_info()), MEDIA_TYPES["wav"], made_by, path.name
+        )
+        self.unsigned = self.unsigned or unsigned
         group = [
-            (path, wav_bytes(audio, sample_rate, sidecar.wav_info())),
+            (path, wav),
             (path.with_suffix(".json"), sidecar.json_bytes()),
         ]
         group += [(companion, _json_bytes(data)) for companion, data in (companions or {}).items()]
@@ -86,6 +111,13 @@ class ResultFiles:
             atomic_write(target, data, replace=self.replace)
             targets.append(target)
         return targets
+
+
+def _made_by(facts: dict) -> dict:
+    """The facts recorded in the sidecar of the line ``facts["line_output"]`` names (empty when none)."""
+    line_output = facts.get("line_output")
+    found = read_sidecar(Path(line_output).with_suffix(".json")) if isinstance(line_output, str) else None
+    return found.recorded if found is not None else {}
 
 
 def _json_bytes(data: dict, indent: int = 1) -> bytes:

@@ -21,21 +21,25 @@ from typing import Callable, Iterable, Protocol
 import numpy as np
 
 from cosyvoice_mac.longform import batch as batches
-from cosyvoice_mac.longform import dialogue, subtitles
+from cosyvoice_mac.longform import check_inline_markup, dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
-from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.request import PostSettings, Sampling
 from cosyvoice_mac.sound.post import post_process, trim_silence
 
 
 @dataclass(frozen=True)
 class LineRequest:
-    """One line to speak: text in a saved voice (None: the job's default voice), instruction, speed, seed."""
+    """One line to speak: text in a saved voice (None: the job's default voice) and its recording of ``style``
+    (None: its own), instruction, speed, seed, and how its speech tokens are drawn (the job's ``sampling``;
+    unset: the model's own)."""
 
     text: str
     voice: str | None = None
     instruct: str | None = None
     speed: float = 1.0
     seed: int | None = None
+    sampling: Sampling = Sampling()
+    style: str | None = None
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,14 @@ class Spoken:
 class Speak(Protocol):
     def __call__(self, line: LineRequest) -> Spoken: ...
 
-    def prepare(self, voices: Iterable[str | None]) -> None:
-        """Make the job's voices (None: the default) ready before its first line, or raise saying which one
-        cannot be used; called once, after the input is checked and before any line is spoken."""
+    def prepare(self, voices: Iterable[tuple[str | None, str | None]]) -> None:
+        """Make the job's (voice, style) pairs (None: the default voice; its own recording) ready before its
+        first line, or raise saying which one cannot be used (a style the voice has no recording of included);
+        called once, after the input is checked and before any line is spoken."""
+
+    def styles(self, voice: str | None) -> tuple[str, ...]:
+        """The styles the saved voice ``voice`` (None: the default voice) has recordings of, which a line's inline
+        ``(style)`` tags may name beside the model's own; none for a voice that is no saved one."""
 
 
 @dataclass(frozen=True)
@@ -106,6 +115,17 @@ class Tracker:
             self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
 
 
+def check_line_markup(speak: Speak, lines: Iterable[tuple[str, str | None, str]], error) -> None:
+    """Every line's inline markup against the styles its voice has recordings of (``speak.styles``), before any
+    line is spoken: ``lines`` are (where, voice, text); ``error`` the job's LongformError type. The script's or
+    file's own check let any well-formed style name pass, not knowing the voices yet."""
+    styles: dict[str | None, tuple[str, ...]] = {}
+    for where, voice, text in lines:
+        if voice not in styles:
+            styles[voice] = speak.styles(voice)
+        check_inline_markup(text, where, error, styles[voice])
+
+
 def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: ResultFiles) -> Spoken | None:
     """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines).
     A line made but not saved in outputs/ (``facts["not_saved"]``) is noted in ``files``."""
@@ -117,6 +137,7 @@ def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: Res
         raise
     if spoken.facts.get("not_saved"):
         files.note_unsaved(f"a line was made but not saved in outputs: {spoken.facts['not_saved']}")
+    files.note_line(spoken.facts)
     return spoken
 
 
@@ -131,17 +152,21 @@ def run_dialogue(
     seed: int | None = None,
     per_line_files: bool = False,
     post: PostSettings = PostSettings(),
+    sampling: Sampling = Sampling(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
 ) -> LongformResult:
-    """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json`` (+ per-line WAVs)
-    through ``files`` (default: never over an existing file, no fallback)."""
+    """Speak ``script`` with ``cast`` (every line drawn with ``sampling``); write ``<out_stem>.wav``,
+    ``<out_stem>.timing.json`` (+ per-line WAVs) through ``files`` (default: never over an existing file, no
+    fallback)."""
     files = files or ResultFiles()
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
     dialogue.check_pause(pause_s)  # before any work
-    speak.prepare(voices[line.speaker] for line in lines)
+    spoken_as = ((f"line {line.number} ({line.speaker})", voices[line.speaker], line.text) for line in lines)
+    check_line_markup(speak, spoken_as, dialogue.ScriptError)
+    speak.prepare((voices[line.speaker], line.style) for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     for index, line in enumerate(lines):
         if should_stop():
@@ -149,7 +174,14 @@ def run_dialogue(
             break
         spoken = _spoken(
             speak,
-            LineRequest(line.text, voices[line.speaker], line.instruct, seed=None if seed is None else seed + index),
+            LineRequest(
+                line.text,
+                voices[line.speaker],
+                line.instruct,
+                seed=None if seed is None else seed + index,
+                sampling=sampling,
+                style=line.style,
+            ),
             should_stop,
             files,
         )
@@ -175,6 +207,7 @@ def run_dialogue(
         "pause_s": pause_s,
         "cast": voices,
         "post": post.__dict__,
+        "sampling": sampling.as_dict(),
     }
     timing = {out_stem.with_suffix(".timing.json"): {"lines": report, "partial": stopped}}
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, timing) + written
@@ -189,26 +222,31 @@ def run_dub(
     speak: Speak,
     out_stem: Path,
     *,
+    style: str | None = None,
     speed_limit: float = 1.5,
     seed: int | None = None,
     post: PostSettings = PostSettings(),
+    sampling: Sampling = Sampling(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
 ) -> LongformResult:
-    """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits.
+    """Dub every cue in ``voice``'s recording of ``style`` (None: its own) into ``<out_stem>.wav`` on the subtitle
+    timeline; ``<out_stem>.report.json`` lists misfits.
     Written through ``files`` (default: never over an existing file, no fallback)."""
     files = files or ResultFiles()
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
-    speak.prepare([voice])
+    check_line_markup(speak, ((f"cue {cue.number}", voice, cue.text) for cue in cues), subtitles.SubtitleError)
+    speak.prepare([(voice, style)])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     for index, cue in enumerate(cues):
         if should_stop():
             stopped = True
             break
         line_seed = None if seed is None else seed + index
-        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed), should_stop, files)
+        line_request = LineRequest(cue.text, voice, seed=line_seed, sampling=sampling, style=style)
+        spoken = _spoken(speak, line_request, should_stop, files)
         if spoken is None:
             stopped = True
             break
@@ -216,7 +254,8 @@ def run_dub(
         wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
-            spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop, files)
+            again = LineRequest(cue.text, voice, speed=faster, seed=line_seed, sampling=sampling, style=style)
+            spoken = _spoken(speak, again, should_stop, files)
             if spoken is None:
                 stopped = True
                 break
@@ -236,7 +275,9 @@ def run_dub(
         "of_cues": len(cues),
         "partial": stopped,
         "voice": voice,
+        "style": style,
         "speed_limit": limit,
+        "sampling": sampling.as_dict(),
         "misfits": len(report),
     }
     timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
@@ -256,6 +297,7 @@ def run_batch(
     settings: dict | None = None,
     seed: int | None = None,
     post: PostSettings = PostSettings(),
+    sampling: Sampling = Sampling(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
 ) -> LongformResult:
@@ -263,7 +305,11 @@ def run_batch(
     items = batches.parse_batch(data, kind)
     store = batches.BatchFolder(folder)
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
-    speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
+    shared |= {"sampling": sampling.as_dict()} if sampling.given() else {}  # a batch made before keeps its key
+    to_make = [item for item in items if not store.is_done(item, batches.settings_key(item, shared))]
+    spoken_as = ((f"line {item.number}", item.voice or voice, item.text) for item in to_make)
+    check_line_markup(speak, spoken_as, batches.BatchError)
+    speak.prepare((item.voice or voice, item.style) for item in to_make)
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     for index, item in enumerate(items):
@@ -277,7 +323,14 @@ def run_batch(
             break
         spoken = _spoken(
             speak,
-            LineRequest(item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index),
+            LineRequest(
+                item.text,
+                item.voice or voice,
+                item.instruct,
+                seed=None if seed is None else seed + index,
+                sampling=sampling,
+                style=item.style,
+            ),
             should_stop,
             files,
         )
@@ -294,6 +347,7 @@ def run_batch(
                 "line": item.number,
                 "text": item.text,
                 "voice": item.voice or voice,
+                "style": item.style,
                 "instruct": item.instruct,
                 "post_notes": applied.notes,
                 **spoken.facts,

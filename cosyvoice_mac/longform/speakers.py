@@ -7,9 +7,12 @@ pronunciation glossary to every line, as to any job.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.engine.voice_rules import VoiceError, VoiceStyleUnknown
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
@@ -42,20 +45,40 @@ class EngineSpeak:
         from cosyvoice_mac.request import Request, Voice
 
         name = line.voice or self.default_voice
-        voice = self.engine.voice(name) if name else Voice.builtin()
-        request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
+        voice = self.engine.voice(name, line.style) if name else replace(Voice.builtin(), style=line.style)
+        request = Request.build(
+            line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed, sampling=line.sampling
+        )
         result = self._run(Job(request, interface=self.interface))
         return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate, self._facts(result))
 
     def prepare(self, voices) -> None:
-        """Have the engine make every saved voice of ``voices`` (None: the default voice) ready for the loaded
-        model in one task, so no line waits for its voice's features and a voice the model cannot use stops
-        the job before its first line: VoiceUnusable names each such voice and why."""
-        names = [name for name in (voice or self.default_voice for voice in voices) if name]
-        outcomes = self.engine.prepare_voices(names, timeout=self.timeout_s)
+        """Have the engine make every saved voice of ``voices`` ((voice, style) pairs; None: the default voice,
+        its own recording) ready for the loaded model in one task, so no line waits for its voice's features,
+        and a voice the model cannot use or a style it has no recording of stops the job before its first line:
+        VoiceUnusable names each such voice and why."""
+        wanted = list(dict.fromkeys((voice or self.default_voice, style or None) for voice, style in voices))
+        unstyled = [style for name, style in wanted if style and not name]
+        if unstyled:
+            raise VoiceUnusable(f"the style {unstyled[0]!r} needs a saved voice: pick one for the job or the line")
+        try:
+            outcomes = self.engine.prepare_voices([pair for pair in wanted if pair[0]], timeout=self.timeout_s)
+        except VoiceStyleUnknown as error:  # said before the worker is asked, naming the styles the voice has
+            raise VoiceUnusable(str(error)) from error
         refused = [f"{name!r}: {outcome['error']}" for name, outcome in outcomes.items() if "error" in outcome]
         if refused:
             raise VoiceUnusable("the loaded model cannot use the saved voice " + "; ".join(refused))
+
+    def styles(self, voice: str | None) -> tuple[str, ...]:
+        """The styles the saved voice ``voice`` (None: the default voice) has recordings of; none for the
+        backend's own voice, or for a name the library does not hold (``prepare`` says so, naming it)."""
+        name = voice or self.default_voice
+        if not name:
+            return ()
+        try:
+            return self.engine.voices.style_names(name)
+        except VoiceError:
+            return ()
 
     def convert(self, line: SourceLine) -> Spoken:
         """Re-speak ``line.source`` in its saved voice (None: the default; neither: the backend's own voice, the

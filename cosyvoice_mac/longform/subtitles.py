@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import srt
 
-from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform import LongformError, check_inline_markup
 from cosyvoice_mac.settings import bounds
 
 MAX_CUES = 2000
@@ -98,6 +98,7 @@ def parse_srt(data: str | bytes) -> list[Cue]:
         text = " ".join(_MARKUP.sub("", item.content).split())
         cue = Cue(number, start, end, text)
         if text:
+            check_inline_markup(text, f"cue {number}", SubtitleError)
             cues.append(cue)
         previous = cue
     if not cues:

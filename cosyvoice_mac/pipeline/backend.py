@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterator, Protocol, Sequence, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
@@ -18,13 +18,36 @@ from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.errors import InputError
 from cosyvoice_mac.mlx.choice import TORCH, EngineChoice
 from cosyvoice_mac.pipeline.types import PromptAudio, SpeakerPrompt, SynthesisError, SynthesisResult
-from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.request import Request, Sampling, Voice
 
 if TYPE_CHECKING:
     import torch
 
     from cosyvoice_mac.device import LowMemoryChoice
     from cosyvoice_mac.pipeline.precision_plan import PrecisionPlan
+
+
+_SAMPLER_NAMES = {"repetition_window": "win_size"}  # the request's name -> the sampler's (upstream's)
+
+
+def sampler_settings(sampling: Sampling) -> dict:
+    """The sampler's keyword overrides for the settings a request gave (none: the model's own sampler)."""
+    return {_SAMPLER_NAMES.get(name, name): value for name, value in sampling.given().items()}
+
+
+def silence_result(segment, index: int, count: int, sample_rate: int, seed: int) -> SynthesisResult:
+    """A ``[pause]`` segment's piece: ``segment.silence_s`` of digital silence (no speech tokens drawn)."""
+    return SynthesisResult(
+        audio=np.zeros(round(segment.silence_s * sample_rate), np.float32),
+        sample_rate=sample_rate,
+        speech_token_count=0,
+        seconds=0.0,
+        text="",
+        segment_index=index,
+        segment_count=count,
+        seed=seed,
+        mode=segment.mode,
+    )
 
 
 @runtime_checkable
@@ -61,10 +84,18 @@ class Backend(Protocol):
     def stock_speaker(self) -> SpeakerPrompt | None:
         """The backend's own voice (for ``Voice.builtin()``); None when it has none."""
 
+    def sampling_used(self, sampling: Sampling) -> dict:
+        """The sampling settings a request with ``sampling`` is drawn with (the sidecar records them)."""
+
     def run(
-        self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
+        self,
+        request: Request,
+        speaker: SpeakerPrompt | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        style_speakers: Mapping[str, SpeakerPrompt] | None = None,
     ) -> Iterator[SynthesisResult]:
-        """Speak a valid request; ``speaker`` None prepares the request's recording first."""
+        """Speak a valid request; ``speaker`` None prepares the request's recording first. ``style_speakers``:
+        the voice's recordings by style, which its ``(style)`` runs are spoken with (none: instructions)."""
 
     def run_conversion(
         self,
@@ -100,6 +131,11 @@ class BackendBase:
     def stock_speaker(self) -> SpeakerPrompt | None:
         return None
 
+    def sampling_used(self, sampling: Sampling) -> dict:
+        """What a request's sampling settings came to: the model's own where it gave none (a backend that
+        draws no tokens, the preview voice, records what was asked, None for the model's own)."""
+        return sampling.as_dict()
+
     def prepare_prompts(self, prompts: Sequence[PromptAudio]) -> list[SpeakerPrompt | SynthesisError]:
         """One prompt after another (a backend with sessions to share, CosyVoice, overrides this)."""
         outcomes: list[SpeakerPrompt | SynthesisError] = []
@@ -128,6 +164,7 @@ class BackendBase:
         speed: float = 1.0,
         stream: bool = False,
         mode: str | None = None,
+        sampling: Sampling | None = None,
         should_stop: Callable[[], bool] | None = None,
         prompt_audio: str | Path | np.ndarray | None = None,
         prompt_text: str | None = None,
@@ -139,6 +176,8 @@ class BackendBase:
         ``voice`` is a :class:`Voice`, a prepared SpeakerPrompt (its transcript is honoured), or a prompt
         file. ``prompt_audio`` / ``prompt_text`` / ``speaker`` say the same in keywords. The mode follows
         the request rules: an instruction -> instruct, a transcript -> zero-shot, else cross-lingual.
+        ``text`` may hold inline markup (``[pause 500ms]``, ``[speed 1.2]``, ``(happy)``; docs/page.md);
+        ``sampling`` sets how the speech tokens are drawn (None: the model's own).
         Bad input raises a CosyVoiceError (RequestError, SynthesisError) before any audio is produced.
         """
         if isinstance(voice, SpeakerPrompt):
@@ -153,7 +192,9 @@ class BackendBase:
             voice = Voice(prepared=speaker.audio_hash, transcript=speaker.transcript)
         if voice is not None and prompt_text is not None:
             voice = replace(voice, transcript=prompt_text)
-        request = Request.build(text, voice, mode=mode, instruct=instruct, seed=seed, speed=speed, stream=stream)
+        request = Request.build(
+            text, voice, mode=mode, instruct=instruct, seed=seed, speed=speed, stream=stream, sampling=sampling
+        )
         return self.run(request, speaker, should_stop)
 
     def convert(

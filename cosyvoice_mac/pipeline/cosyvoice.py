@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from cosyvoice_mac.mlx.choice import MLX, TORCH, EngineChoice
 from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
-from cosyvoice_mac.pipeline.backend import BackendBase
+from cosyvoice_mac.pipeline.backend import BackendBase, sampler_settings, silence_result
 from cosyvoice_mac.pipeline.constructors import pretrained_parts, random_full_size_parts
 from cosyvoice_mac.pipeline.convert import convert_source
 from cosyvoice_mac.pipeline.engines import mlx_settle, release_engine_memory, torch_takes_over
@@ -42,7 +42,7 @@ from cosyvoice_mac.pipeline.streaming import (
     stream_segment,
 )
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, PromptAudio, SpeakerPrompt, SynthesisError, SynthesisResult
-from cosyvoice_mac.request import Request
+from cosyvoice_mac.request import Request, Sampling
 from cosyvoice_mac.versions import spec_for
 
 STOP_CHECK_EVERY_TOKENS = 10
@@ -178,18 +178,34 @@ class CosyVoice(BackendBase):
         )
 
     def run(
-        self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
+        self,
+        request: Request,
+        speaker: SpeakerPrompt | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        style_speakers: Mapping[str, SpeakerPrompt] | None = None,
     ) -> Iterator[SynthesisResult]:
-        """Speak a valid ``request``, one result per sentence (per chunk when streaming) as it is done.
+        """Speak a valid ``request``, one result per sentence (per chunk when streaming) as it is done; a
+        ``[pause]`` is a result of silence. ``style_speakers`` are the voice's recordings of a style, which its
+        ``(style)`` runs are spoken with (a style without one becomes an instruction).
 
         Model-specific input errors (unknown markup, a prompt too short) raise before any audio.
         """
-        plan = prompts.plan_request(self.version, self.normalizer, request)
+        style_speakers = dict(style_speakers or {})
+        transcripts = {style: prompt.transcript for style, prompt in style_speakers.items()}
+        plan = prompts.plan_request(self.version, self.normalizer, request, transcripts)
         started = time.perf_counter()
         speaker = self._speaker_for(request, speaker)
         frontend_s = time.perf_counter() - started
         run = self._run_streaming if request.stream else self._run
-        return run(plan, speaker, request.seed, should_stop or (lambda: False), frontend_s)
+        sampler = self.networks.llm.make_sampler(seed=request.seed, **sampler_settings(request.sampling))
+        voices = _Voices(speaker, style_speakers)
+        return run(plan, voices, request.seed, sampler, should_stop or (lambda: False), frontend_s)
+
+    def sampling_used(self, sampling: Sampling) -> dict:
+        """The request's sampling settings, the model's own (its YAML's ``llm.sampling``) where it gave none."""
+        own = self.networks.llm.config
+        model = {"temperature": 1.0, "top_p": own.top_p, "top_k": own.top_k, "repetition_window": own.win_size}
+        return {**model, **sampling.given()}
 
     def run_conversion(
         self,
@@ -205,17 +221,20 @@ class CosyVoice(BackendBase):
             self, request, speaker, self.decoded_source(request, source), should_stop or (lambda: False)
         )
 
-    def _run(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
-        sampler = self.networks.llm.make_sampler(seed=seed)
+    def _run(self, request, voices, seed, sampler, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         for index, segment in enumerate(request.segments):
             if should_stop():
                 return
+            if segment.silence_s:
+                yield silence_result(segment, index, len(request.segments), self.sample_rate, seed)
+                continue
             timings, notes = {"frontend": frontend_s if index == 0 else 0.0}, []
             started = time.perf_counter()
-            tokens = self._speech_tokens(segment, request, speaker, sampler, should_stop, timings)
+            speaker = voices.of(segment)
+            tokens = self._speech_tokens(segment, speaker, sampler, should_stop, timings)
             if tokens is None:
                 return
-            wave = self._tokens_to_wave(tokens, speaker, request.speed, timings, self._noise(seed, index), notes)
+            wave = self._tokens_to_wave(tokens, speaker, segment.speed, timings, self._noise(seed, index), notes)
             yield SynthesisResult(
                 audio=wave,
                 sample_rate=self.sample_rate,
@@ -226,17 +245,20 @@ class CosyVoice(BackendBase):
                 segment_count=len(request.segments),
                 timings=timings,
                 seed=seed,
-                mode=request.mode,
+                mode=segment.mode,
                 notes=notes,
             )
             self._between_sentences()
 
-    def _run_streaming(self, request, speaker, seed, should_stop, frontend_s) -> Iterator[SynthesisResult]:
+    def _run_streaming(self, request, voices, seed, sampler, should_stop, frontend_s) -> Iterator[SynthesisResult]:
         """Like ``_run`` but yields chunks as the LLM decodes (``is_final_chunk`` ends a sentence)."""
-        sampler = self.networks.llm.make_sampler(seed=seed)
         for index, segment in enumerate(request.segments):
+            if segment.silence_s:
+                yield silence_result(segment, index, len(request.segments), self.sample_rate, seed)
+                continue
             started = time.perf_counter()
-            tokens = self._token_stream(segment, request, speaker, sampler)
+            speaker = voices.of(segment)
+            tokens = self._token_stream(segment, speaker, sampler)
             chunks = stream_segment(self.streaming_parts(), tokens, speaker, self._noise(seed, index), should_stop)
             for chunk in chunks:
                 timings = {"frontend": frontend_s if index == 0 else 0.0, "first_chunk": time.perf_counter() - started}
@@ -251,7 +273,7 @@ class CosyVoice(BackendBase):
                     is_final_chunk=chunk.is_final,
                     timings=timings,
                     seed=seed,
-                    mode=request.mode,
+                    mode=segment.mode,
                     notes=chunk.notes,
                 )
                 started = time.perf_counter()
@@ -268,22 +290,22 @@ class CosyVoice(BackendBase):
         """A random vocoder excitation (CosyVoice2's) is seeded per sentence; a fixed one (CosyVoice3's) is kept."""
         return GaussianSourceNoise(seed=seed + index) if self.spec.random_vocoder_noise else None
 
-    def _token_stream(self, segment, request, speaker, sampler) -> Iterator[int]:
+    def _token_stream(self, segment, speaker, sampler) -> Iterator[int]:
         llm = self.networks.llm
-        prompt_speech = speaker.speech_tokens if request.mode == "zero_shot" else speaker.speech_tokens[:, :0]
+        prompt_speech = speaker.speech_tokens if segment.mode == "zero_shot" else speaker.speech_tokens[:, :0]
         stream = llm.generate(
             _ids(self.tokenizer.encode(segment.llm_text)),
-            _ids(self.tokenizer.encode(request.llm_prompt_text)),
+            _ids(self.tokenizer.encode(segment.llm_prompt_text)),
             prompt_speech,
             sampler,
         )
         return filter_silent_runs(stream, llm.silent_ids)
 
     @torch.inference_mode()
-    def _speech_tokens(self, segment, request, speaker, sampler, should_stop, timings) -> list[int] | None:
+    def _speech_tokens(self, segment, speaker, sampler, should_stop, timings) -> list[int] | None:
         started = time.perf_counter()
         tokens: list[int] = []
-        for token in self._token_stream(segment, request, speaker, sampler):
+        for token in self._token_stream(segment, speaker, sampler):
             tokens.append(token)
             if len(tokens) % STOP_CHECK_EVERY_TOKENS == 0 and should_stop():
                 return None
@@ -355,6 +377,16 @@ class CosyVoice(BackendBase):
                 self.vocoder_fallbacks += 1
                 notes.append(f"the swapped-in vocoder failed ({type(error).__name__}: {error}); used torch")
         return self.networks.hift.inference(mel, noise=noise)[0]
+
+
+class _Voices:
+    """The request's prepared voice and its style recordings: the one a segment is spoken with."""
+
+    def __init__(self, speaker: SpeakerPrompt, styles: Mapping[str, SpeakerPrompt]):
+        self.speaker, self.styles = speaker, styles
+
+    def of(self, segment) -> SpeakerPrompt:
+        return self.styles.get(segment.style, self.speaker) if segment.style else self.speaker
 
 
 def _ids(ids: list[int]) -> torch.Tensor:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -24,7 +24,7 @@ from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
 from cosyvoice_mac.pipeline import prompts
-from cosyvoice_mac.pipeline.backend import BackendBase
+from cosyvoice_mac.pipeline.backend import BackendBase, silence_result
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.preview import world_convert
 from cosyvoice_mac.preview.kept_base_voice import kept_or_measured, kept_path
@@ -196,43 +196,62 @@ class PreviewVoice(BackendBase):
         )
 
     def run(
-        self, request: Request, speaker: SpeakerPrompt | None = None, should_stop: Callable[[], bool] | None = None
+        self,
+        request: Request,
+        speaker: SpeakerPrompt | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        style_speakers: Mapping[str, SpeakerPrompt] | None = None,
     ) -> Iterator[SynthesisResult]:
-        """Speak a valid request in a voice moved toward the prompt's; one result per sentence.
+        """Speak a valid request in a voice moved toward the prompt's; one result per sentence, and one of
+        silence per ``[pause]``; a ``[speed]`` run is spoken at its speed.
 
         Text is planned as for CosyVoice3 (same markup check, same messages), so a request that works here
-        works there. ``stream`` yields the same sentence-sized pieces. Instructions and markup are not
-        understood here (a note says so).
+        works there. ``stream`` yields the same sentence-sized pieces. Instructions, style tags, sampling
+        settings and model markup are not understood here (a note says so).
         """
+        style_speakers = dict(style_speakers or {})
         try:  # checked as for CosyVoice3 (same limits, same messages)
-            plan = prompts.plan_request("cosyvoice3", self.normalizer, request)
+            transcripts = {style: prompt.transcript for style, prompt in style_speakers.items()}
+            plan = prompts.plan_request("cosyvoice3", self.normalizer, request, transcripts)
         except SynthesisError as error:  # say which voice refused it: this one, by CosyVoice3's rules
             raise SynthesisError(
                 str(error).replace("for cosyvoice3:", "(the preview voice accepts what CosyVoice3 accepts):", 1),
                 field=error.field,
             ) from error
-        segments = [segment.display_text for segment in plan.segments]
-        spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
-        plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]
-        if not plan:
+        texts = [segment.display_text for segment in plan.segments]
+        spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", text)).strip() for text in texts]
+        items = [
+            (segment, words)
+            for segment, words in zip(plan.segments, spoken)
+            if segment.silence_s or re.search(r"\w", words)
+        ]
+        if not any(words for _, words in items):
             raise SynthesisError("the text has nothing to speak (only punctuation, symbols or markup)", field="text")
-        if any(detect_language(words) == "zh" for _, words in plan):
+        if any(detect_language(words) == "zh" for _, words in items if words):
             self.mandarin()
         notes = [PREVIEW_NOTE]
         if request.mode == "instruct":
             notes.append("the preview voice cannot follow instructions; the instruction was ignored")
-        if any(_MARKUP.search(segment) for segment in segments):
+        elif any(segment.mode == "instruct" for segment, _ in items):
+            notes.append("the preview voice cannot speak in a style; the style tags were ignored")
+        if any(_MARKUP.search(text) for text in texts):
             notes.append("the preview voice does not understand markup such as [breath]; it was left out")
+        if request.sampling.given():
+            notes.append("the preview voice draws no speech tokens; the sampling settings were recorded only")
         started = time.perf_counter()
         speaker = self._speaker_for(request, speaker)
-        try:
-            target = world_convert.VoiceStats.from_vector(speaker.embedding.detach().cpu().numpy())
-        except world_convert.ConversionError as error:
-            raise SynthesisError(str(error)) from error
+        voices = {style: self._target(sample) for style, sample in style_speakers.items()}
         frontend_s = time.perf_counter() - started
         return self._run(
-            plan, target, request.seed, request.speed, request.mode, notes, should_stop or (lambda: False), frontend_s
+            items, (self._target(speaker), voices), request.seed, notes, should_stop or (lambda: False), frontend_s
         )
+
+    @staticmethod
+    def _target(speaker: SpeakerPrompt) -> world_convert.VoiceStats:
+        try:
+            return world_convert.VoiceStats.from_vector(speaker.embedding.detach().cpu().numpy())
+        except world_convert.ConversionError as error:
+            raise SynthesisError(str(error)) from error
 
     def run_conversion(
         self,
@@ -252,10 +271,15 @@ class PreviewVoice(BackendBase):
             raise SynthesisError(str(error)) from error
         return convert_source(request, target, self.decoded_source(request, source), should_stop or (lambda: False))
 
-    def _run(self, plan, target, seed, speed, mode, notes, should_stop, frontend_s) -> Iterator[SynthesisResult]:
-        for index, (segment, words) in enumerate(plan):
+    def _run(self, items, targets, seed, notes, should_stop, frontend_s) -> Iterator[SynthesisResult]:
+        voice, styles = targets
+        for index, (segment, words) in enumerate(items):
             if should_stop():
                 return
+            if segment.silence_s:
+                yield silence_result(segment, index, len(items), self.sample_rate, seed)
+                continue
+            target = styles.get(segment.style, voice)
             started = time.perf_counter()
             timings = {"frontend": frontend_s if index == 0 else 0.0}
             key = "en"
@@ -264,7 +288,7 @@ class PreviewVoice(BackendBase):
             base = self._base_model(key)
             timings["reference"] = time.perf_counter() - started
             clock = time.perf_counter()
-            spoken = self._speak(key, words, seed=seed + index, speed=speed)
+            spoken = self._speak(key, words, seed=seed + index, speed=segment.speed)
             timings["tts"] = time.perf_counter() - clock
             if should_stop():
                 return
@@ -277,11 +301,11 @@ class PreviewVoice(BackendBase):
                 sample_rate=self.sample_rate,
                 speech_token_count=0,
                 seconds=time.perf_counter() - started + timings["frontend"],
-                text=segment,
+                text=segment.display_text,
                 segment_index=index,
-                segment_count=len(plan),
+                segment_count=len(items),
                 seed=seed,
-                mode=mode,
+                mode=segment.mode,
                 timings=timings,
                 notes=list(notes),
             )

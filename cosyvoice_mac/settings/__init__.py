@@ -7,7 +7,7 @@ and :func:`choices`, and ``docs/configuration.md`` from ``python -m cosyvoice_ma
 
 One order decides a value (:func:`resolve`): the flag, else the environment variable, else the choice the page
 saved, else the default. To add a setting, add a row to one of the row modules (``server``, ``fields``,
-``tools``, ``advanced``), read it through this module at each door, and regenerate the docs page.
+``tools``, ``credentials``, ``advanced``), read it through this module at each door, and regenerate the docs page.
 
 Torch-free, on the bottom floor beside ``versions``: it imports only ``errors``, ``paths`` and ``versions``.
 """
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from cosyvoice_mac.settings.advanced import ADVANCED_ROWS
+from cosyvoice_mac.settings.credentials import CREDENTIAL_ROWS
 from cosyvoice_mac.settings.fields import FIELD_ROWS, batch_name, batch_name_for
 from cosyvoice_mac.settings.server import SERVER_ROWS
 from cosyvoice_mac.settings.setting import ENV, GRADIO, PAGE, PYTHON, V1, Setting, cli
@@ -49,7 +50,9 @@ __all__ = [
     "variables",
 ]
 
-SETTINGS: dict[str, Setting] = {row.name: row for row in (*SERVER_ROWS, *FIELD_ROWS, *TOOL_ROWS, *ADVANCED_ROWS)}
+SETTINGS: dict[str, Setting] = {
+    row.name: row for row in (*SERVER_ROWS, *FIELD_ROWS, *TOOL_ROWS, *CREDENTIAL_ROWS, *ADVANCED_ROWS)
+}
 _NO = ("0", "false", "no", "off", "")
 
 

@@ -11,6 +11,7 @@ from cosyvoice_mac.settings.setting import GRADIO, LONG_COMMANDS, PAGE, PYTHON, 
 
 SPEECH_DOORS = (PAGE, V1, GRADIO, PYTHON)  # every door that speaks one request
 MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "repetition_window")  # the sampling rows, a request's names
 
 FIELD_ROWS = (
     Setting(
@@ -86,6 +87,60 @@ FIELD_ROWS = (
         default_words="off (the page's slider starts at -16)",
         doors=(*SPEECH_DOORS, *cli("synth", "convert", *LONG_COMMANDS)),
         group="request",
+    ),
+    # Sampling: how the speech LM draws each token (repetition-aware sampling). Unset, each is the model's own
+    # (its YAML's llm.sampling; both CosyVoice versions ship top_p 0.8, top_k 25, window 10, no temperature).
+    Setting(
+        "temperature",
+        "sampling temperature of the speech tokens: lower is steadier, higher more varied",
+        "语音 token 的采样温度：越低越稳定，越高越多变",
+        type=float,
+        range=(0.5, 1.5),  # lower: flat, drawn-out speech the repetition guard keeps re-drawing; higher: babble
+        step=0.05,
+        flag="--temperature",
+        page_default=1.0,
+        default_words="the model's own (1, as trained)",
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
+        group="sampling",
+    ),
+    Setting(
+        "top_p",
+        "nucleus: draw among the likeliest speech tokens that together hold this much probability",
+        "核采样：在累计概率达到此值的最可能语音 token 中抽取",
+        type=float,
+        range=(0.1, 1.0),  # below 0.1 the nucleus is one token: greedy decoding, which loops
+        step=0.05,
+        flag="--top-p",
+        page_default=0.8,
+        default_words="the model's own (0.8)",
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
+        group="sampling",
+    ),
+    Setting(
+        "top_k",
+        "draw among at most this many of the likeliest speech tokens",
+        "最多在这么多个最可能的语音 token 中抽取",
+        type=int,
+        range=(1, 100),  # past 100 of 6561 speech tokens the tail is noise the nucleus cuts anyway
+        step=1,
+        flag="--top-k",
+        page_default=25,
+        default_words="the model's own (25)",
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
+        group="sampling",
+    ),
+    Setting(
+        "repetition_window",
+        "repetition guard: a token drawn again within this many recent tokens is re-drawn from all tokens",
+        "重复保护：在最近这么多个 token 内再次抽到的 token 会从全部 token 中重新抽取",
+        type=int,
+        range=(1, 50),  # the model's guard fires at window x 0.1 repeats: past 50 it lets 5-token loops through
+        step=1,
+        flag="--repetition-window",
+        page_default=10,
+        default_words="the model's own (10)",
+        doors=(*SPEECH_DOORS, *cli("synth", *LONG_COMMANDS)),
+        group="sampling",
     ),
     Setting(
         "pause",

@@ -10,8 +10,10 @@ GROUPS = {
     "model": "Model: which one, where and how it runs",
     "cli": "Command line: where a command's job runs",
     "request": "One request (page, `/v1`, Gradio API, Python, CLI)",
+    "sampling": "Sampling: how the speech model draws its tokens (unset: the model's own)",
     "longform": "Long form",
     "tools": "Tools (`coreml convert`, `bench`, `doctor`)",
+    "credentials": "Content credentials (C2PA) on every output (environment only)",
     "machine": "This machine (environment only)",
     "advanced": "Advanced: tuning and diagnostics (environment only)",
 }

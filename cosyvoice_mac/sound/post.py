@@ -1,6 +1,6 @@
 """Post-processing of a finished waveform (off by default): silence trim and loudness normalisation.
 
-What to do is the request's ``PostSettings`` (``cosyvoice_mac.request``, where its limits are checked); this
+What to do is the request's ``PostSettings`` (``post_settings.py``, where its limits are checked); this
 module does it, for every output: the worker applies it to each job before saving, ``synth`` before
 writing, and the long-form runner to each line (loudness over a dub's whole timeline).
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from cosyvoice_mac.request import PostSettings
+from cosyvoice_mac.sound.post_settings import PostSettings
 from cosyvoice_mac.sound.silence import sound_bounds
 
 TRIM_TOP_DB = 40.0  # quieter than the loudest frame by this much counts as silence

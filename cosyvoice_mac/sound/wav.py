@@ -13,8 +13,6 @@ from pathlib import Path
 
 import numpy as np
 
-from cosyvoice_mac.paths import atomic_write
-
 PCM16_SCALE = 32767.0
 UNKNOWN_SIZE = 0xFFFFFFFF  # a streamed WAV's sizes: players and decoders read it as "until the end"
 HEADER_BYTES = 44  # RIFF + fmt (16 bytes) + data, without a LIST chunk
@@ -55,20 +53,6 @@ def streaming_wav_header(sample_rate: int) -> bytes:
     fmt = _format(sample_rate)
     unknown = struct.pack("<I", UNKNOWN_SIZE)
     return b"RIFF" + unknown + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + unknown
-
-
-def write_wav(path: str | Path, samples, sample_rate: int) -> Path:
-    """Write mono audio ``(N,)`` or ``(1, N)`` (numpy, or anything numpy reads) to ``path`` as ``wav_bytes``,
-    with the one atomic write (``paths.atomic_write``)."""
-    path = Path(path)
-    samples = np.asarray(samples)
-    if samples.ndim == 2 and samples.shape[0] == 1:
-        samples = samples[0]
-    if samples.ndim != 1:
-        raise ValueError(f"write_wav takes mono audio (N,) or (1, N), got shape {samples.shape}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, wav_bytes(samples, sample_rate))
-    return path
 
 
 def read_samples(path: str | Path) -> np.ndarray:

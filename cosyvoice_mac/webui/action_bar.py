@@ -15,9 +15,10 @@ import gradio as gr
 
 from cosyvoice_mac.engine import VoiceError
 from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.frontend.inline import parse_inline
 from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.sound.prompt_check import checked_prompt
-from cosyvoice_mac.webui.generation import problem_words
+from cosyvoice_mac.webui.page_request import problem_words, voice_styles
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS
 from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS
 from cosyvoice_mac.webui.strings import text as say
@@ -89,6 +90,8 @@ def blocking_reasons(host, lang, audio, voice, transcript, text, mode, instruct)
     _ask(reasons, lang, lambda: Request.build(STAND_IN_TEXT, stand_in, mode=mode, instruct=instruct, seed=0))
     # The text's side, with a voice that needs nothing.
     _ask(reasons, lang, lambda: Request.build(text or "", Voice.builtin(), mode="cross_lingual", seed=0))
+    # a malformed inline tag, with its position (a style tag may name the saved voice's recordings)
+    _ask(reasons, lang, lambda: parse_inline(text or "", voice_styles(host.engine, voice)))
     return reasons
 
 

@@ -29,16 +29,18 @@ from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.history import HistoryBook, HistoryCallbacks
 from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render_status
+from cosyvoice_mac.webui.sampling_controls import SAMPLING_CONTROLS
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
 from cosyvoice_mac.webui.transcript_check import transcript_matches
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
+from cosyvoice_mac.webui.voice_files import VoiceFileCallbacks
 
 POLL_S = 0.5
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
 
 
-class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
+class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCallbacks):
     """Owns nothing but references: the model host and the generation runner. The voice library belongs to
     the engine; the page reads and changes it only through ``host.engine.voices``."""
 
@@ -181,13 +183,30 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
         post_trim=False,
         post_level=False,
         post_target=None,
+        *sampling_then_style,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
-        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
-        """
+        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default),
+        then the sampling controls (off: the model's own), then the saved voice's style to speak with (None or
+        "": its own recording)."""
         post = (post_trim, post_level, post_target)
+        sampling, style = sampling_then_style[:SAMPLING_CONTROLS], sampling_then_style[SAMPLING_CONTROLS:]
         yield from self.generation.run(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post
+            lang,
+            audio,
+            voice,
+            transcript,
+            text,
+            mode,
+            instruct,
+            seed,
+            speed,
+            stream,
+            session,
+            request,
+            post,
+            sampling,
+            style[0] if style else None,
         )
 
     def stop(self, request: gr.Request) -> None:

@@ -1,7 +1,8 @@
 """The page's history: every result in outputs/ (generations and voice conversions), read from the sidecars
 the worker writes beside each WAV (so it outlives a reload and a restart), newest first, searched by text,
-voice or converted recording and paged; play, download, "use these settings again" (a conversion's opens the
-Convert section), and a Clear that only hides (the files stay in outputs/).
+voice or converted recording and paged; play, download, what the picked file's content credentials say
+(``provenance``: still valid, or changed since it was made), "use these settings again" (a conversion's opens
+the Convert section), and a Clear that only hides (the files stay in outputs/).
 
 ``HistoryBook`` owns the reading (a sidecar is parsed once per change of its file); the layout's section is
 ``build_history_section``. Element ids (``elem_id``) are the browser tests' handles; keep them stable.
@@ -20,6 +21,7 @@ from cosyvoice_mac.conversion_request import VOICE_CONVERSION
 from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
+from cosyvoice_mac.provenance import Credentials
 from cosyvoice_mac.webui.state import HistoryEntry, is_inside
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
@@ -184,6 +186,24 @@ def _row(lang: str, entry: HistoryEntry) -> list:
     ]
 
 
+def credentials_line(lang: str, found: Credentials) -> str:
+    """One line on a result's content credentials: they hold (what made it, who signed), the file was changed
+    since it was made, their signature fails, or it carries none."""
+    from cosyvoice_mac.provenance.verify import BAD_SIGNATURE, CHANGED, VALID
+
+    if found.verdict == VALID:
+        made = [str(found.generation[key]) for key in ("model", "model_version", "engine") if found.generation.get(key)]
+        trust = say(lang, "history_credentials_ours" if found.trusted else "history_credentials_unknown")
+        return say(
+            lang, "history_credentials_valid", made=", ".join(made) or "?", signer=found.signer or "?", trust=trust
+        )
+    if found.verdict == CHANGED:
+        return say(lang, "history_credentials_changed")
+    if found.verdict == BAD_SIGNATURE:
+        return say(lang, "history_credentials_bad")
+    return say(lang, "history_credentials_none")
+
+
 def build_history_section(make, lang: str):
     """The history section's controls, in page order; a dict by name."""
     controls: dict = {}
@@ -235,6 +255,7 @@ def build_history_section(make, lang: str):
             buttons=["download"],
             elem_id="cv-history-audio",
         )
+        controls["credentials"] = gr.Markdown(elem_id="cv-history-credentials", elem_classes="cv-message")
         controls["page"] = gr.State(0)
     return controls
 
@@ -257,6 +278,13 @@ class HistoryCallbacks:
         """The chosen earlier result's WAV, if it is one of outputs/ (a name the list gave, never a path)."""
         entry = self.history_book.find(file_name)
         return entry.path if entry is not None else None
+
+    def history_credentials(self, lang: str, file_name: str | None) -> str:
+        """What the picked result's content credentials say (empty when nothing of outputs/ is picked)."""
+        from cosyvoice_mac.provenance import read_credentials
+
+        entry = self.history_book.find(file_name)
+        return credentials_line(lang, read_credentials(entry.path)) if entry is not None else ""
 
     def history_reuse(self, lang: str, file_name: str | None):
         """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
@@ -321,6 +349,9 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
         **quiet,
     )
     controls["pick"].input(callbacks.history_picked, controls["pick"], controls["audio"], **quiet)
+    controls["pick"].input(
+        callbacks.history_credentials, [language, controls["pick"]], controls["credentials"], **quiet
+    )
     filled = [
         form[name]
         for name in (

@@ -22,11 +22,13 @@ from cosyvoice_mac.webui.longform_layout import build_longform_section
 from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel
 from cosyvoice_mac.webui.post_controls import build_post_controls
 from cosyvoice_mac.webui.render import status_line
+from cosyvoice_mac.webui.sampling_controls import build_sampling_controls
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
 from cosyvoice_mac.webui.strings import text as say
 from cosyvoice_mac.webui.voice_cards import build_voice_section, wire_voice_section
+from cosyvoice_mac.webui.voice_files import build_voice_file_controls, wire_voice_file_controls
 
 CSS = (
     """
@@ -99,6 +101,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         with gr.Row():
             with gr.Column(scale=3):
                 voice_controls = build_voice_section(make, callbacks, features)
+                voice_controls.update(build_voice_file_controls(make))
                 voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
                 prompt_msg, transcript = voice_controls["prompt_msg"], voice_controls["transcript"]
                 transcribe, transcript_row = voice_controls["transcribe"], voice_controls["transcript_row"]
@@ -164,6 +167,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 with make(gr.Accordion, {"label": "post_heading"}, open=False, elem_id="cv-post"):
                     make(gr.Markdown, {"value": "post_info"}, elem_classes="cv-message")
                     post_controls = build_post_controls(make, "cv-post")
+                with make(gr.Accordion, {"label": "sampling_heading"}, open=False, elem_id="cv-sampling"):
+                    make(gr.Markdown, {"value": "sampling_info"}, elem_classes="cv-message")
+                    sampling_controls = build_sampling_controls(make, "cv-sampling")
             with gr.Column(scale=2):
                 panel = build_model_panel(make, callbacks, features, lang, licence_words)
                 downloads = build_download_panel(make, callbacks, has_model)
@@ -194,6 +200,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
         wire_voice_section(voice_controls, callbacks, language, mode)
+        wire_voice_file_controls(voice_controls, callbacks, language)
         form = dict(
             text=text, mode=mode, instruct=instruct, seed=seed, speed=speed, voices=voices, transcript=transcript
         )
@@ -240,7 +247,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
-            + list(post_controls),  # after the session: Generation.run takes them last, off by default
+            + list(post_controls)  # after the session: Generation.run takes them last, off by default
+            + list(sampling_controls)  # then the sampling controls (off: the model's own)
+            + [voice_controls["speak_style"]],  # last, the saved voice's recording to speak with ("": its own)
             [generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).

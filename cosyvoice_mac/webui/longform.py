@@ -40,6 +40,7 @@ from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.longform.subtitles import MISFIT_S
 from cosyvoice_mac.settings import batch_name
 from cosyvoice_mac.webui.post_controls import post_settings
+from cosyvoice_mac.webui.sampling_controls import sampling_settings
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
 
@@ -70,7 +71,10 @@ class LongformCallbacks:
         self._lock = threading.Lock()
 
     # -- the three jobs ----------------------------------------------------------------------------
-    def dialogue(self, lang, script, cast_rows, pause, per_line, trim, level, target, request: gr.Request):
+    # Each job's ``controls`` are the post-processing panel's values (trim, normalise, target), then the sampling
+    # controls' (on, then the four settings: every line is drawn with them). ``request`` comes first: Gradio
+    # hands it over by position, and a variable number of controls can only follow it.
+    def dialogue(self, request: gr.Request, lang, script, cast_rows, pause, per_line, *controls):
         if not (script or "").strip():
             yield self._message(lang, "lf_need_script")
             return
@@ -87,14 +91,15 @@ class LongformCallbacks:
                 self._stem("dialogue"),
                 pause_s=float(pause),
                 per_line_files=bool(per_line),
-                post=post_settings(trim, level, target),
+                post=post_settings(*controls[:3]),
+                sampling=sampling_settings(*controls[3:]),
                 on_progress=on_progress,
                 should_stop=should_stop,
             )
 
         yield from self._run(lang, job, "lines", request)
 
-    def dub(self, lang, srt_file, voice, speed_limit, trim, level, target, request: gr.Request):
+    def dub(self, request: gr.Request, lang, srt_file, voice, speed_limit, *controls):
         if not srt_file:
             yield self._message(lang, "lf_need_srt")
             return
@@ -107,14 +112,15 @@ class LongformCallbacks:
                 speak,
                 self._stem("dub"),
                 speed_limit=float(speed_limit),
-                post=post_settings(trim, level, target),
+                post=post_settings(*controls[:3]),
+                sampling=sampling_settings(*controls[3:]),
                 on_progress=on_progress,
                 should_stop=should_stop,
             )
 
         yield from self._run(lang, job, "cues", request, default_voice=voice or None)
 
-    def batch(self, lang, lines_file, voice, name, trim, level, target, request: gr.Request):
+    def batch(self, request: gr.Request, lang, lines_file, voice, name, *controls):
         if not lines_file:
             yield self._message(lang, "lf_need_lines")
             return
@@ -138,7 +144,8 @@ class LongformCallbacks:
                 speak,
                 voice=voice or None,
                 settings=settings,
-                post=post_settings(trim, level, target),
+                post=post_settings(*controls[:3]),
+                sampling=sampling_settings(*controls[3:]),
                 on_progress=on_progress,
                 should_stop=should_stop,
             )

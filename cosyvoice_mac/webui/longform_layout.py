@@ -9,6 +9,7 @@ from cosyvoice_mac.settings import slider
 from cosyvoice_mac.sound.limits import AUDIO_SUFFIXES
 from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.post_controls import build_post_controls
+from cosyvoice_mac.webui.sampling_controls import build_sampling_controls
 
 GLOSSARY_HEADERS = ["key", "replacement", "language"]
 
@@ -17,6 +18,8 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
     """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make."""
     with make(gr.Accordion, {"label": "longform_heading"}, open=False, elem_id="cv-longform"):
         trim, level, target = build_post_controls(make, "cv-lf")
+        with make(gr.Accordion, {"label": "sampling_heading"}, open=False, elem_id="cv-lf-sampling"):
+            sampling = build_sampling_controls(make, "cv-lf-sampling")  # every spoken line's (not conversions')
         with gr.Tabs():
             with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
                 script = make(
@@ -140,13 +143,10 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
 
     outputs = [progress, message, audio, files]
     busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")
-    dialogue_start.click(
-        longform.dialogue, [language, script, cast, pause, per_line, trim, level, target], outputs, **busy
-    )
-    dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, trim, level, target], outputs, **busy)
-    batch_start.click(
-        longform.batch, [language, lines_file, batch_voice, batch_name, trim, level, target], outputs, **busy
-    )
+    post = [trim, level, target, *sampling]  # the post-processing panel, then the sampling controls
+    dialogue_start.click(longform.dialogue, [language, script, cast, pause, per_line, *post], outputs, **busy)
+    dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, *post], outputs, **busy)
+    batch_start.click(longform.batch, [language, lines_file, batch_voice, batch_name, *post], outputs, **busy)
     convert_start.click(
         longform.convert_batch,
         [language, sources, convert_voice, convert_name, convert_speed, trim, level, target],

@@ -100,7 +100,9 @@ EN: dict[str, str] = {
     "counter": "{count} / {limit} characters",
     "counter_over": "⚠️ {count} / {limit} characters: too long, split the text into several requests.",
     "text_empty": "⚠️ There is no text to speak: type a sentence.",
-    "markup_help": "Pronunciation markup (CosyVoice3): pinyin `[h][ào]`, English phones "
+    "markup_help": "Inline control: `[pause 500ms]`, `[speed 1.2]` (to the sentence's end), styles `(happy)` "
+    "`(sad)` `(angry)` `(whisper)` `(loud)` `(slow)` `(fast)`; `\\[` and `\\(` keep a bracket as text. "
+    "Pronunciation markup (CosyVoice3): pinyin `[h][ào]`, English phones "
     "`[M][AY0][N][UW1][T]`; sounds `[breath]` `[laughter]`; emphasis `<strong>…</strong>`.",
     "mode_label": "Mode",
     "mode_short_zero_shot": "zero-shot",

@@ -75,7 +75,9 @@ ZH: dict[str, str] = {
     "counter": "{count} / {limit} 个字符",
     "counter_over": "⚠️ {count} / {limit} 个字符：太长了，请把文本拆成几次生成。",
     "text_empty": "⚠️ 没有要朗读的文本：请输入一句话。",
-    "markup_help": "发音标注（仅 CosyVoice3）：拼音 `[h][ào]`，英语音素 `[M][AY0][N][UW1][T]`；"
+    "markup_help": "行内控制：`[pause 500ms]` 停顿、`[speed 1.2]` 语速（到句末为止）、风格 `(happy)` `(sad)` "
+    "`(angry)` `(whisper)` `(loud)` `(slow)` `(fast)`；`\\[` 和 `\\(` 表示普通括号。"
+    "发音标注（仅 CosyVoice3）：拼音 `[h][ào]`，英语音素 `[M][AY0][N][UW1][T]`；"
     "声音事件 `[breath]` `[laughter]`；重读 `<strong>…</strong>`。",
     "mode_label": "模式",
     "mode_short_zero_shot": "零样本",

@@ -15,6 +15,7 @@ import gradio as gr
 from gradio.utils import get_upload_folder
 
 from cosyvoice_mac.engine import EngineError, VoiceExists, VoiceLibrary
+from cosyvoice_mac.engine.voice_rules import DEFAULT_STYLE
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, render_prompt_check
@@ -66,6 +67,9 @@ def render_card(lang: str, entry: dict | None) -> str:
     if entry.get("created"):
         facts.append(time.strftime("%Y-%m-%d %H:%M", time.localtime(entry["created"])))
     facts.append(", ".join(say(lang, f"mode_short_{mode}") for mode in voice_modes(entry)))
+    if entry.get("styles"):  # a voice of one recording shows no style list
+        styles = [entry.get("style") or DEFAULT_STYLE, *sorted(entry["styles"])]
+        facts.append(say(lang, "voice_card_styles", styles=", ".join(styles)))
     transcript = entry.get("transcript")
     second = (
         say(lang, "voice_card_transcript", transcript=transcript)

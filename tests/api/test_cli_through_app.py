@@ -30,6 +30,7 @@ import soundfile
 from cosyvoice_mac.engine.start_method import looks_like_worker
 from tests.api.conftest import LONG_TEXT, sidecar_for, wait_until_ready
 from tests.browser.conftest import REPO_ROOT, free_port, start_app, stop_app
+from tests.provenance_check import ai_credentials
 
 KEY = "cli-test-key"
 # Four pieces of the preview voice: three still to come when it is paused after the first (a piece takes over a
@@ -192,6 +193,8 @@ def test_a_cli_job_waits_in_the_apps_queue_behind_an_api_job_and_is_recorded_as_
     samples, rate = soundfile.read(out, dtype="int16")
     saved, saved_rate = soundfile.read(queue_app.outputs / cli_sidecar["file"], dtype="int16")
     assert rate == saved_rate == 24000 and np.array_equal(samples, saved)
+    assert out.read_bytes() == (queue_app.outputs / cli_sidecar["file"]).read_bytes()  # credentials and all
+    assert ai_credentials(out.read_bytes(), "wav")["org.cosyvoice-mac.generation"]["interface"] == "cli"
     assert not _prompt_folders(queue_app), "the uploaded prompt outlived its job"
 
 

@@ -13,6 +13,7 @@ import soundfile
 from gradio_client import Client
 
 from tests.api.conftest import sidecar_for
+from tests.provenance_check import ai_credentials
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,18 @@ def test_view_api_lists_only_the_public_endpoints(client):
     assert set(info["named_endpoints"]) == {"/synthesize", "/voices"}
     assert info["unnamed_endpoints"] == {}
     parameters = [parameter["parameter_name"] for parameter in info["named_endpoints"]["/synthesize"]["parameters"]]
-    assert parameters == ["text", "voice", "instructions", "prompt_text", "seed", "speed", "trim", "loudness_lufs"]
+    assert parameters == [
+        "text",
+        "voice",
+        "instructions",
+        "prompt_text",
+        "seed",
+        "speed",
+        "trim",
+        "loudness_lufs",
+        *("temperature", "top_p", "top_k", "repetition_window"),  # the sampling settings (none: the model's own)
+        "style",  # last: the saved voice's recording of that style (empty: its own)
+    ]
 
 
 def test_internal_page_events_cannot_be_called(client):
@@ -42,7 +54,7 @@ def test_gradio_rest_calls_reach_only_the_public_endpoints(api_app):
     started = httpx.post(
         api_app.url + "gradio_api/call/synthesize",
         timeout=30,
-        json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0, False, None]},
+        json={"data": ["Hello over REST.", "preview", "", "", -1, 1.0, False, None, None, None, None, None, ""]},
     )
     assert started.status_code == 200
     events = httpx.get(api_app.url + f"gradio_api/call/synthesize/{started.json()['event_id']}", timeout=300).text
@@ -58,6 +70,7 @@ def test_synthesize_by_name_returns_the_wav_and_its_facts(client, api_app):
     saved = api_app.outputs / facts["file"]
     assert saved.is_file() and Path(path).read_bytes() == saved.read_bytes()
     assert sidecar_for(api_app, facts["job_id"])["interface"] == "gradio_api"
+    assert ai_credentials(saved.read_bytes(), "wav")["org.cosyvoice-mac.generation"]["interface"] == "gradio_api"
 
 
 def test_synthesize_errors_are_messages(client):
@@ -94,3 +107,4 @@ def test_synthesize_returns_the_audio_with_a_warning_when_outputs_refuses_it(cli
     samples, rate = soundfile.read(path, dtype="float32")
     assert rate == facts["sample_rate"] and len(samples) / rate == pytest.approx(facts["duration_s"], abs=0.01)
     assert np.sqrt(np.mean(samples**2)) > 0.01
+    ai_credentials(Path(path).read_bytes(), "wav")  # unsaved, and signed all the same

@@ -9,6 +9,8 @@ import httpx
 import pytest
 import soundfile
 
+from tests.provenance_check import ai_credentials
+
 
 def _events(answer: httpx.Response) -> list[dict]:
     return [json.loads(line[len("data: ") :]) for line in answer.text.splitlines() if line.startswith("data: ")]
@@ -33,7 +35,12 @@ def voices(api_app, make_speech):
 
 def test_a_dialogue_streams_progress_then_its_files(voices):
     app = voices
-    body = {"script": "Anna: Hello Bob.\n[S2] Hi Anna.\nAnna: Bye.", "cast": {"S2": "Bob"}, "pause_s": 0.25}
+    body = {
+        "script": "Anna: Hello Bob.\n[S2] Hi Anna.\nAnna: Bye.",
+        "cast": {"S2": "Bob"},
+        "pause_s": 0.25,
+        "top_k": 30,
+    }
     answer = httpx.post(app.url + "v1/longform/dialogue", json=body, timeout=600)
     assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
     events = _events(answer)
@@ -41,11 +48,17 @@ def test_a_dialogue_streams_progress_then_its_files(voices):
     done = events[-1]
     assert done["type"] == "done" and done["done"] == 3 and not done["partial"]
     wav = next(name for name in done["files"] if name.endswith(".wav"))
-    audio, rate = soundfile.read(io.BytesIO(httpx.get(app.url + f"v1/longform/files/{wav}", timeout=60).content))
+    data = httpx.get(app.url + f"v1/longform/files/{wav}", timeout=60).content
+    audio, rate = soundfile.read(io.BytesIO(data))
+    made = ai_credentials(data, "wav")["org.cosyvoice-mac.generation"]  # the joined file names what made its lines
+    assert made["long_form_kind"] == "dialogue" and made["model"] and made["engine"] and len(made["voice_hashes"]) == 2
     timing_name = next(name for name in done["files"] if name.endswith(".timing.json"))
     timing = httpx.get(app.url + f"v1/longform/files/{timing_name}", timeout=60).json()["lines"]
     assert [t["voice"] for t in timing] == ["Anna", "Bob", "Anna"]
     assert timing[-1]["end"] == pytest.approx(len(audio) / rate, abs=0.01)
+    sidecar = next(name for name in done["files"] if name.endswith(".json") and not name.endswith(".timing.json"))
+    facts = httpx.get(app.url + f"v1/longform/files/{sidecar}", timeout=60).json()
+    assert facts["sampling"] == {"temperature": None, "top_p": None, "top_k": 30, "repetition_window": None}
 
 
 def test_a_subtitle_file_is_dubbed(voices):
@@ -83,6 +96,32 @@ def test_a_subtitle_file_is_dubbed(voices):
             {"data": {"voice": "Nobody"}, "files": {"file": ("x.srt", b"1\n00:00:01,000 --> 00:00:02,000\nA\n")}},
             404,
             "there is no voice 'Nobody'",
+        ),
+        # sampling out of range: a 400 naming the field before the job starts, JSON or multipart alike
+        ("v1/longform/dialogue", {"json": {"script": "Anna: hi", "top_k": 0}}, 400, '"param": "top_k"'),
+        (
+            "v1/longform/dub",
+            {
+                "data": {"voice": "Anna", "temperature": "9"},
+                "files": {"file": ("x.srt", b"1\n00:00:01,000 --> 00:00:02,000\nA")},
+            },
+            400,
+            '"param": "temperature"',
+        ),
+        (
+            "v1/longform/batch",
+            {"data": {"name": "b", "top_p": "0"}, "files": {"file": ("x.txt", b"hi\n")}},
+            400,
+            "top_p",
+        ),
+        (
+            "v1/longform/dub",
+            {
+                "data": {"voice": "Anna", "style": "loud"},
+                "files": {"file": ("x.srt", b"1\n00:00:01,000 --> 00:00:02,000\nA\n")},
+            },
+            404,
+            "no 'loud' recording; its styles: neutral",
         ),
         ("v1/longform/batch", {"data": {"name": "../up"}, "files": {"file": ("x.txt", b"hi\n")}}, 400, "batch name"),
         ("v1/longform/files/..%2F..%2Fetc%2Fpasswd", {}, 404, ""),

@@ -16,6 +16,7 @@ import pytest
 import soundfile
 
 from tests.api.conftest import LONG_TEXT, sidecar_for
+from tests.provenance_check import MEDIA_TYPES, ai_credentials
 
 SAMPLE_RATE = 24000
 TEXT = "Hello from the speech API. It speaks the way the page does."
@@ -52,6 +53,9 @@ def test_each_format_decodes_to_speech_of_the_right_length(client, api_app, resp
     assert loud > 0.01, f"{response_format}: silent ({loud})"
     sidecar = sidecar_for(api_app, response.response.headers["x-cosyvoice-job-id"])
     assert sidecar["interface"] == "api" and sidecar["text"] == TEXT
+    if response_format in MEDIA_TYPES:  # content credentials: a valid signature and the AI-generated claim
+        made = ai_credentials(response.content, response_format)["org.cosyvoice-mac.generation"]
+        assert made["model"] == sidecar["model"] and made["engine"] == sidecar["engine"] and made["interface"] == "api"
 
 
 def test_a_wav_answer_is_the_saved_file_byte_for_byte(client, api_app):
@@ -88,7 +92,9 @@ def test_streamed_audio_arrives_before_the_job_ends(client, api_app):
     deadline = time.monotonic() + 30
     while sidecar_for(api_app, job_id) is None and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert sidecar_for(api_app, job_id)["duration_s"] == pytest.approx(len(samples) / rate, abs=0.05)
+    sidecar = sidecar_for(api_app, job_id)
+    assert sidecar["duration_s"] == pytest.approx(len(samples) / rate, abs=0.05)
+    ai_credentials((api_app.outputs / sidecar["file"]).read_bytes(), "wav")  # what is saved of a stream is signed
 
 
 def test_sse_stream_sends_base64_deltas_then_done(api_app):

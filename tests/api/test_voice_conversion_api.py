@@ -11,6 +11,7 @@ import pytest
 import soundfile
 
 from tests.api.conftest import sidecar_for
+from tests.provenance_check import ai_credentials
 
 URL = "v1/audio/voice-conversion"
 
@@ -59,6 +60,8 @@ def test_curl_converts_a_recording_into_the_preview_voice(api_app, source, tmp_p
     assert sidecar["mode"] == "voice_conversion" and sidecar["interface"] == "api"
     assert sidecar["source"] == source.name  # the file sent, not the server's name for its copy (upload.wav)
     assert len(sidecar["source_hash"]) == 64 and sidecar["source_duration_s"] == pytest.approx(seconds, abs=0.01)
+    made = ai_credentials(target.read_bytes(), "wav")["org.cosyvoice-mac.generation"]
+    assert made["mode"] == "voice_conversion" and made["converted_recording_hash"] == sidecar["source_hash"]
 
 
 def test_raw_httpx_multipart_with_a_prompt_recording_streams_pcm(api_app, source, prompt):

@@ -34,6 +34,7 @@ def test_the_history_survives_a_reload_and_reuses_settings(laptop_page, app, pro
     page.get_by_role("option", name=new_file).click()
     assert audio_duration(page, "cv-history-audio") > 0.1
     expect(page.locator("#cv-history-audio a[download]")).to_have_count(1)
+    expect(page.locator("#cv-history-credentials")).to_contain_text("Content credentials hold")  # C2PA, signed
     fill(page, "cv-text", "")
     page.locator("#cv-mode input[value=zero_shot]").check()
     page.click("#cv-history-reuse")

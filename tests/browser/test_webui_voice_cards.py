@@ -1,5 +1,6 @@
 """Saved voices at 1366x900: a picked voice plays its own recording and sets the mode it can speak in; a
-Save under a taken name asks before replacing; a voice is renamed from its card."""
+Save under a taken name asks before replacing; a voice is renamed from its card, exported as a voices file,
+deleted and imported again."""
 
 from __future__ import annotations
 
@@ -30,7 +31,9 @@ def _save(page, name: str) -> None:
     page.click("#cv-save-voice")
 
 
-def test_a_saved_voice_plays_its_recording_is_replaced_and_renamed(laptop_page, prompt_wav, make_speech):
+def test_a_saved_voice_plays_its_recording_is_replaced_renamed_and_carried_in_a_file(
+    laptop_page, prompt_wav, make_speech, tmp_path
+):
     page = laptop_page
     wait_until_ready(page)
     upload_prompt(page, prompt_wav)
@@ -72,6 +75,20 @@ def test_a_saved_voice_plays_its_recording_is_replaced_and_renamed(laptop_page, 
     expect(message).to_contain_text("Renamed “Card voice” to “Card voice renamed”")
     expect(card).to_contain_text("Card voice renamed")
     expect(page.locator("#cv-voice-list")).to_contain_text("Card voice renamed")
-    settle(page)
-    page.click("#cv-delete-voice")
-    expect(message).to_contain_text("Deleted the voice “Card voice renamed”")
+
+    # Carried away and back: exported, deleted, imported (the voices file's own checks: tests/test_voice_files.py).
+    page.click("#cv-voice-files button, #cv-voice-files .label-wrap")
+    page.click("#cv-export-voice")
+    expect(message).to_contain_text("Exported “Card voice renamed”")
+    with page.expect_download() as download:
+        page.locator("#cv-voice-file a").first.click()
+    exported = tmp_path / "card.cvvoices.zip"
+    download.value.save_as(exported)
+    for imported in (False, True):
+        settle(page)
+        page.click("#cv-delete-voice")
+        expect(message).to_contain_text("Deleted the voice “Card voice renamed”")
+        if not imported:
+            page.locator("#cv-import-voices input[type=file]").set_input_files(str(exported))
+            expect(message).to_contain_text("Imported “Card voice renamed”", timeout=GENERATE_S * 1000)
+            expect(card).to_contain_text(TRANSCRIPT)

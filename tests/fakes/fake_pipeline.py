@@ -121,7 +121,7 @@ class FakeCosyVoice(BackendBase):
             duration_s=2.0,
         )
 
-    def run(self, request, speaker=None, should_stop=None):
+    def run(self, request, speaker=None, should_stop=None, style_speakers=None):
         text = request.text
         if "[bad]" in text:
             raise SynthesisError("the text contains unknown markup [bad]; remove it")

@@ -26,8 +26,13 @@ JOB_S = 60.0  # the most one preview job may take here, waiting included
 MAX_QUEUE = 4
 HANG_TIMEOUT_S = 3.0
 TEMP_MAX_AGE_S = 8
-# The Generate event's last inputs, its post-processing controls (trim, normalise, target): off, as by default.
-POST_OFF = (False, False, -16.0)
+# The last inputs of Generate and the long-form jobs: the post-processing controls (trim, normalise, target),
+# then the sampling controls (on, then temperature, top-p, top-k, repetition window): off, as by default.
+POST_OFF = (False, False, -16.0, False, 1.0, 0.8, 25, 10)
+# Generate's last input after them: the saved voice's style menu, empty (its own recording).
+GENERATE_OFF = (*POST_OFF, None)
+# /synthesize's last inputs after loudness_lufs: the four sampling values (none: the model's own), then the style.
+SYNTHESIZE_TAIL = (None, None, None, None, "")
 
 
 def free_port() -> int:

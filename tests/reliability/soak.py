@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tests.reliability.server import JOB_S, AppServer
+from tests.reliability.server import JOB_S, SYNTHESIZE_TAIL, AppServer
 
 PREVIEW = "preview"
 # Texts of several lengths, in turn: a worker whose buffers grow to the longest text seen shows it early.
@@ -65,7 +65,7 @@ def speak_gradio(app: AppServer, client, index: int) -> None:
 def speak_gradio_http(app: AppServer, index: int) -> None:
     """``/synthesize`` as curl calls it (docs/api.md): POST the inputs, then read the event's stream. Every call is a
     session of its own, as with any client that sends no session hash."""
-    body = json.dumps({"data": [text(index), PREVIEW, "", "", index, 1.0, False, None]}).encode()
+    body = json.dumps({"data": [text(index), PREVIEW, "", "", index, 1.0, False, None, *SYNTHESIZE_TAIL]}).encode()
     call = urllib.request.Request(
         app.url + "gradio_api/call/synthesize", data=body, headers={"Content-Type": "application/json"}, method="POST"
     )

@@ -15,7 +15,7 @@ import psutil
 import pytest
 from gradio_client import handle_file
 
-from tests.reliability.server import POST_OFF
+from tests.reliability.server import GENERATE_OFF
 
 SECRET = "not-for-the-web-" + uuid.uuid4().hex
 
@@ -109,7 +109,7 @@ def test_a_result_in_outputs_is_served(app, client, speech):
         3,
         1.0,
         False,
-        *POST_OFF,
+        *GENERATE_OFF,
     )
     name = answer[3].split("Saved as ")[1].split(".wav")[0] + ".wav"
     status, body = _request(app, "/gradio_api/file=" + str(app.outputs / name))

@@ -16,7 +16,7 @@ from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
 from tests.reliability.bad_files import write_bad_files
-from tests.reliability.server import JOB_S, POST_OFF, REPO_ROOT
+from tests.reliability.server import GENERATE_OFF, JOB_S, REPO_ROOT
 
 RAW_ERROR = re.compile(r"Traceback|\b(?:Value|Type|Index|Key|Attribute|Runtime|OS|Zero)Error\b|Exception")
 PROMPT_MSG, COUNTER, MODE_MSG, STATUS = range(4)
@@ -110,7 +110,7 @@ def test_generate_refuses_bad_input_clearly(app, client, files, case):
             seed,
             speed,
             False,
-            *POST_OFF,
+            *GENERATE_OFF,
         )
     except AppError as refusal:
         assert where == GRADIO and words in str(refusal), (name, refusal)
@@ -127,7 +127,7 @@ def test_generate_refuses_bad_input_clearly(app, client, files, case):
 
 def test_an_unknown_language_is_refused_by_the_language_menu(app, client):
     for endpoint, args in (
-        ("/generate", ("xx", None, "", "", "", "cross_lingual", "", 1, 1.0, False, *POST_OFF)),
+        ("/generate", ("xx", None, "", "", "", "cross_lingual", "", 1, 1.0, False, *GENERATE_OFF)),
         ("/counter", ("<script>", "abc")),
     ):
         with pytest.raises(AppError, match="not in the list of choices"):

@@ -21,7 +21,7 @@ import psutil
 import pytest
 from gradio_client import handle_file
 
-from tests.reliability.server import JOB_S, POST_OFF, REPO_ROOT, AppServer, free_port
+from tests.reliability.server import GENERATE_OFF, JOB_S, REPO_ROOT, SYNTHESIZE_TAIL, AppServer, free_port
 
 KEY = "exposed-" + uuid.uuid4().hex
 REBIND = "rebind.evil.example"
@@ -81,7 +81,7 @@ def test_with_the_key_the_gradio_api_uploads_and_the_page_s_events_work(locked, 
     assert (locked.outputs / facts["file"]).is_file() and open(path, "rb").read(4) == b"RIFF"
     answer = locked.call(
         client, "/generate", "en", handle_file(speech), "", "", "Uploaded, then spoken.", "cross_lingual", "", 2, 1.0,
-        False, *POST_OFF,
+        False, *GENERATE_OFF,
     )  # fmt: skip
     assert answer[STATUS].startswith("✅ Done"), answer[STATUS]
     with _http(locked, headers=locked.headers) as http:
@@ -212,7 +212,8 @@ def test_an_upload_answer_names_no_server_path(app):
 def test_a_result_in_the_event_stream_names_no_server_path_and_still_downloads(app):
     with _http(app) as http:
         started = http.post(
-            "/gradio_api/call/synthesize", json={"data": ["Hi there.", "preview", "", "", 1, 1.0, False, None]}
+            "/gradio_api/call/synthesize",
+            json={"data": ["Hi there.", "preview", "", "", 1, 1.0, False, None, *SYNTHESIZE_TAIL]},
         )
         stream = http.get(f"/gradio_api/call/synthesize/{started.json()['event_id']}", timeout=JOB_S).text
         assert "event: complete" in stream, stream

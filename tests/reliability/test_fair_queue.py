@@ -11,7 +11,7 @@ import time
 import urllib.error
 import urllib.request
 
-from tests.reliability.server import JOB_S, MAX_QUEUE
+from tests.reliability.server import JOB_S, MAX_QUEUE, SYNTHESIZE_TAIL
 
 SENTENCE = "This is sentence number {} of a request long enough to keep the queue busy."
 LONG = " ".join(SENTENCE.format(index) for index in range(6))
@@ -33,7 +33,7 @@ def _v1(app, text: str, seed: int):
 
 
 def _gradio_http(app, text: str) -> str:
-    body = json.dumps({"data": [text, "preview", "", "", 1, 1.0, False, None]}).encode()
+    body = json.dumps({"data": [text, "preview", "", "", 1, 1.0, False, None, *SYNTHESIZE_TAIL]}).encode()
     call = urllib.request.Request(
         app.url + "gradio_api/call/synthesize", data=body, headers={"Content-Type": "application/json"}, method="POST"
     )

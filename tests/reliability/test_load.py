@@ -14,7 +14,7 @@ import soundfile
 from gradio_client import handle_file
 
 from cosyvoice_mac.app import TEMP_PREFIX
-from tests.reliability.server import JOB_S, MAX_QUEUE, POST_OFF, TEMP_MAX_AGE_S
+from tests.reliability.server import GENERATE_OFF, JOB_S, MAX_QUEUE, TEMP_MAX_AGE_S
 
 STATUS, RESULT = 3, 4
 FLOOD = 30
@@ -26,7 +26,18 @@ MEMORY_SLACK = 10 * 2**20
 
 def _generate(client, prompt, text, seed):
     return client.submit(
-        "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False, *POST_OFF, api_name="/generate"
+        "en",
+        handle_file(prompt),
+        "",
+        "",
+        text,
+        "cross_lingual",
+        "",
+        seed,
+        1.0,
+        False,
+        *GENERATE_OFF,
+        api_name="/generate",
     )
 
 

@@ -12,7 +12,7 @@ import psutil
 from gradio_client import handle_file
 
 from tests.reliability.conftest import KEPT_VOICE
-from tests.reliability.server import HANG_TIMEOUT_S, JOB_S, POST_OFF
+from tests.reliability.server import GENERATE_OFF, HANG_TIMEOUT_S, JOB_S
 
 STATUS, RESULT = 3, 4
 LONG_TEXT = " ".join(f"This is sentence number {i} of a long request." for i in range(1, 5))
@@ -24,13 +24,36 @@ UNFINISHED_TEXT = " ".join(f"This is sentence number {i} of a long request." for
 
 def _generate(app, client, prompt, text, seed=1):
     return app.call(
-        client, "/generate", "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False, *POST_OFF
+        client,
+        "/generate",
+        "en",
+        handle_file(prompt),
+        "",
+        "",
+        text,
+        "cross_lingual",
+        "",
+        seed,
+        1.0,
+        False,
+        *GENERATE_OFF,
     )
 
 
 def _submit(client, prompt, text, seed=1):
     return client.submit(
-        "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False, *POST_OFF, api_name="/generate"
+        "en",
+        handle_file(prompt),
+        "",
+        "",
+        text,
+        "cross_lingual",
+        "",
+        seed,
+        1.0,
+        False,
+        *GENERATE_OFF,
+        api_name="/generate",
     )
 
 

@@ -11,11 +11,14 @@ import pytest
 from gradio_client import handle_file
 from gradio_client.exceptions import AppError
 
-from tests.reliability.server import JOB_S, POST_OFF
+from tests.reliability.server import GENERATE_OFF, JOB_S, SYNTHESIZE_TAIL
 
 RAW = re.compile(r"Traceback|\b\w+Error\b|__round__|0x[0-9a-f]{6,}|<gradio\.|object at")
-GOOD = ["Hello.", "preview", "", "", 1, 1.0, False, None]
-INPUTS = "text, voice, instructions, prompt_text, seed, speed, trim, loudness_lufs"
+GOOD = ["Hello.", "preview", "", "", 1, 1.0, False, None, *SYNTHESIZE_TAIL]
+INPUTS = (
+    "text, voice, instructions, prompt_text, seed, speed, trim, loudness_lufs, temperature, top_p, top_k, "
+    "repetition_window, style"
+)
 
 
 def _call(app, data: list) -> str:
@@ -41,9 +44,9 @@ def _with(index: int, value) -> list:
         (_with(5, {"x": 1}), "speed must be a number, got an object"),
         (_with(6, "yes"), "synthesize: trim must be true or false, got the text 'yes'"),
         (_with(7, "loud"), "synthesize: loudness_lufs must be a number, got the text 'loud'"),
-        (["Hi."], f"synthesize needs 8 inputs ({INPUTS}), got 1"),
-        ([], f"synthesize needs 8 inputs ({INPUTS}), got 0"),
-        ([*GOOD, 1, 2, 3], f"synthesize needs 8 inputs ({INPUTS}), got 11"),
+        (["Hi."], f"synthesize needs 13 inputs ({INPUTS}), got 1"),
+        ([], f"synthesize needs 13 inputs ({INPUTS}), got 0"),
+        ([*GOOD, 1, 2, 3], f"synthesize needs 13 inputs ({INPUTS}), got 16"),
         (_with(0, ["a"]), "synthesize: text must be text, got a list of 1"),
         (_with(0, 123), "synthesize: text must be text, got the number 123"),
         (_with(2, 123), "synthesize: instructions must be text, got the number 123"),
@@ -58,7 +61,7 @@ def _with(index: int, value) -> list:
         "loudness_text",
         "one_input",
         "none",
-        "eleven_inputs",
+        "sixteen_inputs",
         "text_list",
         "text_number",
         "instructions_number",
@@ -93,7 +96,7 @@ def test_the_page_s_own_events_name_the_field_too(app, client, speech, seed, spe
     with pytest.raises(AppError) as refusal:
         app.call(
             client, "/generate", "en", handle_file(speech), "", "", "Hello.", "cross_lingual", "", seed, speed, False,
-            *POST_OFF,
+            *GENERATE_OFF,
         )  # fmt: skip
     assert words in str(refusal.value) and not RAW.search(str(refusal.value)), refusal.value
 

@@ -69,8 +69,9 @@ class DeviceRas:
 
     @staticmethod
     def serves(sampler) -> bool:
-        """Only a plain RasSampler drawing with its own generator (not a test's replayed draws)."""
-        return type(sampler) is RasSampler and sampler.draw == sampler._multinomial
+        """Only a plain RasSampler drawing with its own generator (not a test's replayed draws), at the model's
+        temperature (a request's own temperature is drawn on the host)."""
+        return type(sampler) is RasSampler and sampler.draw == sampler._multinomial and sampler.temperature == 1.0
 
     # host side ------------------------------------------------------------------------------------
     def begin(self, sampler: RasSampler, min_len: int) -> int:

@@ -35,7 +35,8 @@ class RasSampler:
     ``__call__(logp (V,), history, ignore_ids) -> id``:
 
     1. ``ignore_ids`` get probability 0 (the LM passes its stop ids while ``step < min_len``).
-    2. ``p = softmax(logp)``, sorted descending (stable). Item i joins the candidates while the
+    2. ``p = softmax(logp / temperature)`` (1: the model's own; upstream has none), sorted descending
+       (stable). Item i joins the candidates while the
        summed probability of the items before it is ``< top_p`` and fewer than ``top_k`` joined
        (float32 running sum, as the reference). One candidate is drawn in proportion to ``p``.
     3. If the drawn id occurs ``>= win_size * tau_r`` times in the last ``win_size`` emitted ids,
@@ -49,6 +50,7 @@ class RasSampler:
         top_k: int = 25,
         win_size: int = 10,
         tau_r: float = 0.1,
+        temperature: float = 1.0,
         seed: int | None = None,
         draw: DrawFn | None = None,
     ):
@@ -58,6 +60,9 @@ class RasSampler:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         if win_size < 1 or tau_r < 0:
             raise ValueError(f"win_size must be at least 1 and tau_r not negative, got {win_size}, {tau_r}")
+        if not temperature > 0:
+            raise ValueError(f"temperature must be positive, got {temperature}")
+        self.temperature = temperature
         self.top_p = top_p
         self.top_k = top_k
         self.win_size = win_size
@@ -82,6 +87,8 @@ class RasSampler:
 
     def __call__(self, logp: torch.Tensor, history: Sequence[int], ignore_ids: Sequence[int] = ()) -> int:
         scores = _masked_copy(logp, ignore_ids)
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
         probs = torch.softmax(scores, dim=0)
         sorted_probs, sorted_ids = probs.sort(descending=True, stable=True)
         count = self.nucleus_size(sorted_probs)

@@ -169,10 +169,12 @@ class SpeechLM(nn.Module):
         config = self.config
         return int(text_length * config.min_token_text_ratio), int(text_length * config.max_token_text_ratio)
 
-    def make_sampler(self, seed: int | None = None, **kwargs) -> RasSampler:
-        """The config's repetition-aware sampler with its own generator seeded by ``seed``."""
+    def make_sampler(self, seed: int | None = None, **overrides) -> RasSampler:
+        """The config's repetition-aware sampler with its own generator seeded by ``seed``; ``overrides`` (a
+        request's ``top_p``, ``top_k``, ``win_size``, ``temperature``, or a test's ``draw``) replace the config's."""
         c = self.config
-        return RasSampler(top_p=c.top_p, top_k=c.top_k, win_size=c.win_size, tau_r=c.tau_r, seed=seed, **kwargs)
+        settings = {"top_p": c.top_p, "top_k": c.top_k, "win_size": c.win_size, "tau_r": c.tau_r, **overrides}
+        return RasSampler(seed=seed, **settings)
 
     # inputs ---------------------------------------------------------------------------------
     def _ids(self, ids: torch.Tensor, name: str, upper: int, what: str) -> torch.Tensor:

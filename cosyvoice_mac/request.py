@@ -209,6 +209,7 @@ class Request(SpeechRequest):
     instruct: str | None = None
     seed: int = 0
     typed_text: str | None = None
+    check: bool = True  # each sentence checked, retaken when it fails, its words timed (``engine.takes``)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -231,6 +232,7 @@ class Request(SpeechRequest):
         speed: float | None = 1.0,
         stream: bool = False,
         post: PostSettings | None = None,
+        check: bool = True,
     ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
@@ -262,6 +264,7 @@ class Request(SpeechRequest):
             speed=1.0 if speed is None else speed,
             stream=bool(stream),
             post=PostSettings() if post is None else post,
+            check=check,
         )
 
     def validate(self) -> None:
@@ -290,6 +293,8 @@ class Request(SpeechRequest):
                 f"seed {self.seed!r} must be a whole number from 0 to {MAX_SEED}",
                 limit=MAX_SEED,
             )
+        if not isinstance(self.check, bool):
+            raise RequestError("check", "check_invalid", f"check must be true or false, not {self.check!r}")
         self.check_delivery()
 
     @property
@@ -305,6 +310,7 @@ class Request(SpeechRequest):
             "instruct": self.instruct,
             "prompt_text": self.transcript,
             "seed": self.seed,
+            "check": self.check,
             **self.delivery_facts(),
         }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.settings.setting import GRADIO, LONG_COMMANDS, PAGE, PYTHON, V1, Setting, cli
+from cosyvoice_mac.settings.setting import ENV, GRADIO, LONG_COMMANDS, PAGE, PYTHON, V1, Setting, cli
 
 SPEECH_DOORS = (PAGE, V1, GRADIO, PYTHON)  # every door that speaks one request
 MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
@@ -85,6 +85,28 @@ FIELD_ROWS = (
         page_default=-16.0,  # speech on the web and in podcasts; the page's normalise box is off by default
         default_words="off (the page's slider starts at -16)",
         doors=(*SPEECH_DOORS, *cli("synth", "convert", *LONG_COMMANDS)),
+        group="request",
+    ),
+    Setting(
+        "check",
+        "check each finished sentence (a recogniser compares it with the text; length, repeats, silences and the "
+        "ending are measured) and retake the ones that fail; also times the words for captions",
+        "检查每个合成完的句子（语音识别与文本对比，并检查时长、重复、静音和结尾），不合格则重新生成；同时给出逐词时间用于字幕",
+        default=True,
+        type=bool,
+        env="COSYVOICE_TAKE_CHECK",
+        doors=(V1, PYTHON),
+        group="request",
+    ),
+    Setting(
+        "retakes",
+        "how many more takes, each with a new seed, a sentence that fails the check gets before the best one is kept",
+        "未通过检查的句子最多再用新种子重新生成几次（之后保留最好的一次）",
+        default=2,
+        type=int,
+        range=(0, 5),  # each retake costs a sentence's synthesis again; past 5 a fault is the text's, not luck
+        env="COSYVOICE_RETAKES",
+        doors=(ENV,),
         group="request",
     ),
     Setting(

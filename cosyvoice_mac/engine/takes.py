@@ -1,0 +1,148 @@
+"""Inside the worker: each sentence of a synthesis checked as it is made, retaken with a new seed when it fails,
+and its words timed, with Whisper (``asr``) as the recogniser. ``pipeline.takes`` judges; this module owns
+the loaded recogniser, the voices' learned speaking rates and the sentences' outcomes for one job."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+
+from cosyvoice_mac.engine import asr
+from cosyvoice_mac.frontend.resample import resample
+from cosyvoice_mac.pipeline.takes import (
+    FLAGGED,
+    PASSED,
+    RETAKEN,
+    Heard,
+    NoRecogniser,
+    TakeChoice,
+    VoiceRates,
+    Word,
+    check_take,
+    retake_until_passed,
+)
+from cosyvoice_mac.pipeline.takes.words import align_words, estimated_words, on_timeline
+from cosyvoice_mac.request import Request
+from cosyvoice_mac.settings import resolve
+
+RANDOM_WEIGHTS_SUFFIX = "-random-weights"  # loading.model_identity's mark: such a model speaks noise by design
+
+
+class WhisperRecogniser:
+    """``takes.Recogniser`` over Whisper: the multilingual model when it has been downloaded, else the bundled
+    tiny.en for English. It never downloads in the middle of a job: a language no model here speaks is "not
+    checked"."""
+
+    def __init__(self, transcriber: asr.Transcriber | None = None):
+        self.transcriber = transcriber or asr.shared_transcriber()
+
+    def hear(self, audio: np.ndarray, sample_rate: int, language: str | None) -> Heard:
+        model = self.transcriber.store.cached_multilingual()
+        if model is None:
+            if language != "en":
+                raise NoRecogniser(f"no recogniser for {language or 'this language'}")
+            try:
+                model = asr.bundled_english_model()
+            except asr.TranscriptionError as error:
+                raise NoRecogniser(f"no recogniser ({error})") from error
+        wave = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None]
+        samples = resample(wave, sample_rate, asr.ASR_RATE)[0].numpy()
+        try:
+            text, words = self.transcriber.hear_words(model, samples, language)
+        except asr.TranscriptionError as error:  # faster-whisper missing: synthesis goes on unchecked
+            raise NoRecogniser(str(error)) from error
+        return Heard(text, tuple(Word(word, start, end) for word, start, end in words), model.name)
+
+
+@dataclass
+class JobTakes:
+    """One job's sentences as checked: each one's TakeChoice and timed words (times from the sentence's start)."""
+
+    choices: list[TakeChoice] = field(default_factory=list)
+    words: list[tuple[float, list[Word]]] = field(default_factory=list)  # (the sentence's length, its words)
+    seconds: float = 0.0  # the checks' and retakes' wall time
+
+    @property
+    def status(self) -> str:
+        statuses = {choice.status for choice in self.choices}
+        return FLAGGED if FLAGGED in statuses else RETAKEN if RETAKEN in statuses else PASSED
+
+    def timeline(self, trimmed_start_s: float = 0.0) -> list[Word]:
+        """Every sentence's words on the job's audio (sentences back to back, less what the trim cut at the start)."""
+        offsets, at = [], -trimmed_start_s
+        for length, words in self.words:
+            offsets.append((at, words))
+            at += length
+        return [word for word in on_timeline(offsets) if word.end > 0]
+
+    def as_dict(self) -> dict:
+        return {
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "sentences": [choice.as_dict() for choice in self.choices],
+        }
+
+
+class TakeChecker:
+    """Owns the recogniser (loaded on the first check, kept for the worker's life) and the voices' rates."""
+
+    def __init__(self, recogniser=None):
+        self._recogniser = recogniser
+        self.rates = VoiceRates()
+
+    @property
+    def recogniser(self):
+        if self._recogniser is None:
+            self._recogniser = WhisperRecogniser()
+        return self._recogniser
+
+    @staticmethod
+    def wanted(pipeline, request, is_conversion: bool) -> bool:
+        """Whether this job's sentences are checked: a finished (not streamed) synthesis, asked for by the request
+        and the global switch, on a model that speaks (random weights make noise on purpose: never checked)."""
+        if is_conversion or request.stream or not getattr(request, "check", True) or not resolve("check"):
+            return False
+        return not str(pipeline.model_id).endswith(RANDOM_WEIGHTS_SUFFIX)
+
+    def settle(self, pipeline, request: Request, speaker, piece, should_stop, job: JobTakes):
+        """Check ``piece`` (one sentence); retake it while it fails and retakes are left; the kept take, with the
+        note of what happened, replaces it. Its outcome and words are added to ``job``."""
+        started = time.perf_counter()
+        voice = getattr(speaker, "audio_hash", None)
+
+        def check(candidate):
+            return check_take(
+                candidate.audio,
+                candidate.sample_rate,
+                piece.text,
+                self.recogniser,
+                speed=request.speed,
+                voice=voice,
+                rates=self.rates,
+            )
+
+        def remake(seed: int):
+            sentence = replace(request, text=piece.text, seed=seed)
+            parts = list(pipeline.run(sentence, speaker, should_stop))
+            if not parts:
+                return replace(piece, audio=np.zeros(0, np.float32), seed=seed)
+            audio = np.concatenate([part.audio for part in parts]).astype(np.float32)
+            notes = [note for part in parts for note in part.notes]
+            tokens = sum(part.speech_token_count for part in parts)
+            return replace(piece, audio=audio, seed=seed, speech_token_count=tokens, notes=[*piece.notes, *notes])
+
+        choice = retake_until_passed(piece, piece.seed, check, remake, int(resolve("retakes")), should_stop)
+        kept = choice.piece
+        heard = choice.verdict.words
+        if heard:
+            words = align_words(piece.text, heard, kept.duration_s)
+        else:  # no recogniser for the language (or it heard nothing): times shared out over the sound
+            words = estimated_words(piece.text, kept.audio, kept.sample_rate) if kept.audio.size else []
+        job.choices.append(choice)
+        job.words.append((kept.duration_s, words))
+        job.seconds += time.perf_counter() - started
+        notes = list(kept.notes) + ([choice.note] if choice.note else [])
+        return replace(kept, notes=list(dict.fromkeys(notes)))

@@ -1,0 +1,74 @@
+"""What the take was asked to say against what the recogniser heard: one normalisation for both sides, the
+text's units (words, or characters for Chinese/Japanese), the error rate between them and phrases heard more
+often than written. Torch-free."""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import Counter
+
+from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
+
+_MARKUP = re.compile("|".join(re.escape(token) for token in sorted(ALL_SPECIAL_TOKENS, key=len, reverse=True)))
+_HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+_KANA = re.compile(r"[\u3040-\u30ff]")
+_NOT_WORD = re.compile(r"[^\w']+")
+_EDGE_APOSTROPHES = re.compile(r"(?<!\w)'|'(?!\w)")
+CHARACTER_LANGUAGES = ("zh", "ja")  # scripts written without spaces: compared character by character
+
+
+def language_of(text: str) -> str | None:
+    """``"zh"``, ``"ja"``, ``"en"`` (plain ASCII letters), or None for another language the text does not name."""
+    if _KANA.search(text):
+        return "ja"
+    if _HAN.search(text):
+        return "zh"
+    letters = [char for char in _MARKUP.sub(" ", text) if char.isalpha()]
+    return "en" if letters and all(char.isascii() for char in letters) else None
+
+
+def normalise(text: str) -> str:
+    """The one normalisation both sides get: markup dropped, NFKC, lower case, punctuation and hyphens as
+    spaces (apostrophes inside words kept: "don't"), runs of spaces as one."""
+    text = unicodedata.normalize("NFKC", _MARKUP.sub(" ", text)).lower().replace("’", "'")
+    text = _EDGE_APOSTROPHES.sub(" ", _NOT_WORD.sub(" ", text).replace("_", " "))
+    return " ".join(text.split())
+
+
+def units(text: str, language: str | None) -> list[str]:
+    """The text's units after :func:`normalise`: characters for Chinese/Japanese, else words."""
+    normalised = normalise(text)
+    if language in CHARACTER_LANGUAGES:
+        return [char for char in normalised if not char.isspace()]
+    return normalised.split()
+
+
+def edit_distance(reference: list[str], hypothesis: list[str]) -> int:
+    """Levenshtein distance between two unit lists (substitution, insertion and deletion each cost one)."""
+    row = list(range(len(hypothesis) + 1))
+    for i, ref_unit in enumerate(reference, 1):
+        diagonal, row[0] = row[0], i
+        for j, hyp_unit in enumerate(hypothesis, 1):
+            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (ref_unit != hyp_unit))
+    return row[-1]
+
+
+def error_rate(reference: str, hypothesis: str, language: str | None) -> float:
+    """Word error rate (character error rate for Chinese/Japanese) of ``hypothesis`` against ``reference``."""
+    ref, hyp = units(reference, language), units(hypothesis, language)
+    return edit_distance(ref, hyp) / max(1, len(ref))
+
+
+def repeated_phrases(reference: str, hypothesis: str, language: str | None, length: int) -> list[str]:
+    """Phrases of ``length`` units the recogniser heard more often than the text says them (a looped model)."""
+    if language in CHARACTER_LANGUAGES:
+        length *= 2  # two characters make about one word
+    joiner = "" if language in CHARACTER_LANGUAGES else " "
+
+    def phrases(text: str) -> Counter:
+        found = units(text, language)
+        return Counter(joiner.join(found[i : i + length]) for i in range(len(found) - length + 1))
+
+    written, heard = phrases(reference), phrases(hypothesis)
+    return [phrase for phrase, count in heard.items() if count > max(1, written[phrase])]

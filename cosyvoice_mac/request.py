@@ -209,7 +209,9 @@ class Request(SpeechRequest):
     instruct: str | None = None
     seed: int = 0
     typed_text: str | None = None
-    check: bool = True  # each sentence checked, retaken when it fails, its words timed (``engine.takes``)
+    check: bool | None = (
+        None  # each sentence checked, retaken, timed (``engine.takes``); None: as the check setting says
+    )
 
     def __post_init__(self) -> None:
         self.validate()
@@ -232,7 +234,7 @@ class Request(SpeechRequest):
         speed: float | None = 1.0,
         stream: bool = False,
         post: PostSettings | None = None,
-        check: bool = True,
+        check: bool | None = None,
     ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
@@ -240,6 +242,7 @@ class Request(SpeechRequest):
         cross-lingual. A mode asked for must be possible (zero-shot needs a transcript); what the mode does
         not use (the transcript outside zero-shot, the instruction outside instruct) is dropped.
         ``seed`` None picks one now. ``speed`` None means 1.0. ``post`` None means no post-processing.
+        ``check`` None follows the global switch (the ``check`` setting); True or False decides for this request.
         """
         if voice is None:
             raise RequestError(
@@ -293,7 +296,7 @@ class Request(SpeechRequest):
                 f"seed {self.seed!r} must be a whole number from 0 to {MAX_SEED}",
                 limit=MAX_SEED,
             )
-        if not isinstance(self.check, bool):
+        if self.check is not None and not isinstance(self.check, bool):
             raise RequestError("check", "check_invalid", f"check must be true or false, not {self.check!r}")
         self.check_delivery()
 

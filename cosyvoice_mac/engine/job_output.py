@@ -12,6 +12,8 @@ from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.pipeline.backend import Backend
 from cosyvoice_mac.pipeline.engines import engine_status
+from cosyvoice_mac.pipeline.takes import Word
+from cosyvoice_mac.pipeline.takes.captions import write_captions
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.sound.post import PostReport, post_process
 
@@ -60,6 +62,11 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, ext
         result.output_error = str(error)
         return
     result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
+    if result.words is not None:
+        try:
+            result.captions = write_captions(files.wav_path, [Word(**word) for word in result.words])
+        except OSError as error:  # the audio is saved; the captions are a convenience
+            result.notes.append(f"the captions could not be written: {error}")
     result.audio = None  # the page plays the file: the samples need not cross the pipe
 
 

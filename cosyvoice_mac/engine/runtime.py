@@ -36,6 +36,7 @@ from cosyvoice_mac.engine.messages import (
     WorkerStatus,
 )
 from cosyvoice_mac.engine.prompt_source import PromptSource
+from cosyvoice_mac.engine.takes import JobTakes, TakeChecker
 from cosyvoice_mac.errors import CosyVoiceError, InputError
 from cosyvoice_mac.frontend.glossary import RequestGlossary, glossary_store
 from cosyvoice_mac.heap import return_freed_heap
@@ -125,6 +126,7 @@ class Attempt(NamedTuple):
     mode: str
     device: str
     source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
+    takes: JobTakes | None = None  # each sentence's checked takes, when the job is checked
 
 
 class WorkerRuntime:
@@ -137,6 +139,7 @@ class WorkerRuntime:
         self.send = send
         self.cache = SpeakerCache(config.cache_dir, config.memory_cache_entries)
         self.prompts = PromptSource(self.cache)
+        self.takes = TakeChecker()  # the recogniser loads on the first checked sentence
         self.glossary = RequestGlossary(glossary_store(config.cache_dir))
         self._glossary_hits: list[dict] = []  # the running job's glossary entries that matched (for its sidecar)
         self._voice_entry: dict | None = None  # the running job's saved voice, as the engine sent it
@@ -274,8 +277,13 @@ class WorkerRuntime:
         if engine_note is not None:
             result.notes.append(engine_note)
         result.notes += post.notes
+        if outcome.takes is not None:
+            result.timings["check"] = round(outcome.takes.seconds, 4)
+            result.check = outcome.takes.as_dict()
+            words = outcome.takes.timeline(post.trimmed_start_ms / 1000)
+            result.words = [word.as_dict() for word in words if word.start < result.duration_s]
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
-            extra = {"glossary": self._glossary_hits, "post": result.post}
+            extra = {"glossary": self._glossary_hits, "post": result.post, "check": result.check}
             if job.is_conversion:  # what was re-spoken: the recording's hash and length
                 extra = {"post": result.post, "source_hash": result.source_hash}
                 extra["source_duration_s"] = result.source_duration_s
@@ -339,11 +347,14 @@ class WorkerRuntime:
         timings["prompt"] = time.perf_counter() - clock - timings.get("source", 0.0)
         clock = time.perf_counter()
         pieces = []
+        takes = JobTakes() if TakeChecker.wanted(self.pipeline, request, job.is_conversion) else None
         if recording is not None:
             results = self.pipeline.run_conversion(request, speaker, should_stop, recording)
         else:
             results = self.pipeline.run(request, speaker, should_stop)
         for piece in results:
+            if takes is not None:  # checked, and retaken while it fails, before anyone hears of it
+                piece = self.takes.settle(self.pipeline, request, speaker, piece, should_stop, takes)
             pieces.append(piece)
             for stage, seconds in piece.timings.items():
                 timings[stage] = timings.get(stage, 0.0) + seconds
@@ -365,7 +376,7 @@ class WorkerRuntime:
         timings["synthesis"] = time.perf_counter() - clock
         if note and pieces:
             pieces[-1] = replace(pieces[-1], notes=[*pieces[-1].notes, note])
-        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording)
+        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording, takes)
 
     def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""

@@ -102,8 +102,9 @@ class TakeChecker:
     @staticmethod
     def wanted(pipeline, request, is_conversion: bool) -> bool:
         """Whether this job's sentences are checked: a finished (not streamed) synthesis, asked for by the request
-        and the global switch, on a model that speaks (random weights make noise on purpose: never checked)."""
-        if is_conversion or request.stream or not getattr(request, "check", True) or not resolve("check"):
+        (``check``) or, when it does not say, by the global switch, on a model that speaks (random weights make noise on purpose: never checked)."""
+        asked = getattr(request, "check", None)
+        if is_conversion or request.stream or not (resolve("check") if asked is None else asked):
             return False
         return not str(pipeline.model_id).endswith(RANDOM_WEIGHTS_SUFFIX)
 

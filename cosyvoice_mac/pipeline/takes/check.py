@@ -10,7 +10,13 @@ from typing import Protocol
 import numpy as np
 
 from cosyvoice_mac.pipeline.takes import thresholds as limits
-from cosyvoice_mac.pipeline.takes.signal_checks import duration_bounds, duration_problem, sound_problems, unusable
+from cosyvoice_mac.pipeline.takes.signal_checks import (
+    NOISE,
+    duration_bounds,
+    duration_problem,
+    sound_problems,
+    unusable,
+)
 from cosyvoice_mac.pipeline.takes.text_match import (
     CHARACTER_LANGUAGES,
     error_rate,
@@ -68,7 +74,7 @@ class TakeVerdict:
     heard: str | None = None
     recogniser: str | None = None  # its name, or "not checked: <why>"
     words: list[Word] = field(default_factory=list)  # the recogniser's words, times from the take's start
-    unusable: bool = False  # no sound to keep at all (silent, non-finite): always the worst take
+    unusable: bool = False  # no speech to keep at all (silent, non-finite, noise): always the worst take
 
     @property
     def passed(self) -> bool:
@@ -135,8 +141,8 @@ def check_take(
     bounds = duration_bounds(unit_count, language, speed, learned)
     problems = [problem for problem in (duration_problem(duration, bounds),) if problem]
     problems += sound_problems(audio, sample_rate)
-    verdict = TakeVerdict(problems, duration, bounds)
-    if recogniser is not None:
+    verdict = TakeVerdict(problems, duration, bounds, unusable=NOISE in problems)
+    if recogniser is not None and NOISE not in problems:  # Whisper on noise only hallucinates, slowly
         _compare_heard(verdict, audio, sample_rate, text, language, recogniser)
     if verdict.passed and rates is not None:
         rates.learn(voice, language, unit_count, duration * speed)

@@ -12,6 +12,9 @@ from cosyvoice_mac.pipeline.takes import thresholds as limits
 from cosyvoice_mac.pipeline.takes.text_match import CHARACTER_LANGUAGES
 
 
+NOISE = "it sounds like noise, not speech"
+
+
 def frame_rms(audio: np.ndarray, sample_rate: int) -> np.ndarray:
     """(F,) RMS of consecutive FRAME_S frames (the tail shorter than a frame dropped)."""
     size = max(1, round(limits.FRAME_S * sample_rate))
@@ -43,6 +46,9 @@ def sound_problems(audio: np.ndarray, sample_rate: int) -> list[str]:
     if loud <= 0.0:
         return []
     voiced = rms > loud * 10 ** (-limits.QUIET_FRAME_DB / 20)
+    features = frame_spectra(audio, sample_rate)
+    if voiced.any() and float(np.median(flatness(features)[voiced[: len(features)]])) > limits.MAX_SPEECH_FLATNESS:
+        return [NOISE]  # its silences and its ending say nothing about speech
     problems = []
     longest = longest_inner_silence(voiced) * limits.FRAME_S
     if longest > limits.MAX_INNER_SILENCE_S:
@@ -50,10 +56,7 @@ def sound_problems(audio: np.ndarray, sample_rate: int) -> list[str]:
     end = audio[-max(1, round(limits.END_WINDOW_S * sample_rate)) :]
     if float(np.sqrt(np.mean(np.square(end)))) > limits.MAX_END_LOUDNESS * loud:
         problems.append("the ending is cut off")
-    features = frame_spectra(audio, sample_rate)
-    if voiced.any() and float(np.median(flatness(features)[voiced[: len(features)]])) > limits.MAX_SPEECH_FLATNESS:
-        problems.append("it sounds like noise, not speech")
-    elif looped_copy(features, voiced):
+    if looped_copy(features, voiced):
         problems.append("a stretch of audio is repeated")
     return problems
 

@@ -1,0 +1,117 @@
+"""Retakes, through the worker's runtime (the one place every non-streamed synthesis and long-form line is made):
+a test backend speaking real recorded speech drops a sentence, repeats itself, loses its ending or returns noise;
+each fault is caught and the sentence retaken with a new seed, and after the last try the best take stands with a
+plain note. Every take's seed and verdict reaches the result and the sidecar."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile
+
+from cosyvoice_mac.engine.jobs import Job
+from cosyvoice_mac.engine.runtime import WorkerRuntime
+from cosyvoice_mac.engine.takes import TakeChecker
+from cosyvoice_mac.pipeline.takes import FLAGGED, RETAKEN, NoRecogniser
+from cosyvoice_mac.pipeline.takes.retake import next_seed
+from cosyvoice_mac.request import Request, Voice
+from tests.fakes.fake_pipeline import fake_worker_config
+from tests.fakes.faulty_voice import FAULTY_FACTORY
+
+FIRST = "Please call Stella and ask her to bring these things with her from the store."
+TEXT = f"{FIRST} We will meet at the old railway station at noon tomorrow, and then walk home together."
+
+
+class NoRecogniserHere:
+    """The machine without a recogniser for the text's language: only the recogniser-free checks judge."""
+
+    def hear(self, audio, sample_rate, language):
+        raise NoRecogniser("no recogniser in this test")
+
+
+@pytest.fixture(scope="module")
+def speech(make_speech):
+    return {"speech": str(make_speech(TEXT)), "first": str(make_speech(FIRST))}
+
+
+@pytest.fixture(scope="module")
+def prompt(make_speech):
+    return Voice.recording(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
+
+
+def _run(tmp_path, speech, prompt, faults, recogniser, **request):
+    sent: list = []
+    config = replace(
+        fake_worker_config(tmp_path, text=TEXT, faults=faults, **speech),
+        pipeline_factory=FAULTY_FACTORY,
+        warmup_text="Hi.",
+    )
+    worker = WorkerRuntime(config, sent.append)
+    worker.load()
+    if recogniser is not None:
+        worker.takes = TakeChecker(recogniser)
+    worker.run(Job(Request.build(TEXT, prompt, seed=7, **request)), should_stop=lambda: False)
+    assert sent[-1].kind == "done", sent[-1]
+    return sent[-1].result, worker.pipeline
+
+
+def test_each_fault_is_caught_and_retaken_until_a_take_passes(tmp_path, speech, prompt, monkeypatch):
+    monkeypatch.setenv("COSYVOICE_RETAKES", "3")
+    result, voice = _run(tmp_path, speech, prompt, ["drop", "repeat", "truncate"], NoRecogniserHere(), check=True)
+    takes = result.check["sentences"][0]["takes"]
+    assert result.check_status == RETAKEN and result.check["sentences"][0]["kept"] == 4
+    assert (
+        [take["seed"] for take in takes] == voice.seeds == [7, next_seed(7), next_seed(next_seed(7)), takes[3]["seed"]]
+    )
+    assert any(problem.startswith("too short for the text") for problem in takes[0]["problems"])
+    assert "a stretch of audio is repeated" in takes[1]["problems"]
+    assert "the ending is cut off" in takes[2]["problems"]
+    assert takes[3]["passed"] and takes[3]["recogniser"] == "not checked: no recogniser in this test"
+    assert any(note.startswith("retaken: take 4 of 4 passed (take 1: too short") for note in result.notes)
+    saved, _ = soundfile.read(result.output_path, dtype="float32")
+    assert len(saved) == len(voice.audio)  # the good take is the one kept
+    sidecar = json.loads(Path(result.sidecar_path).read_text())
+    assert sidecar["check"] == result.check and sidecar["check"]["sentences"][0]["takes"][1]["seed"] == next_seed(7)
+
+
+def test_after_the_last_retake_the_best_take_stands_with_a_note(tmp_path, speech, prompt, monkeypatch):
+    monkeypatch.setenv("COSYVOICE_TAKE_CHECK", "1")  # the global switch on; the request does not say
+    result, voice = _run(tmp_path, speech, prompt, ["noise", "repeat", "truncate"], None)
+    sentence = result.check["sentences"][0]
+    assert result.check_status == FLAGGED and len(sentence["takes"]) == 3 and len(voice.seeds) == 3
+    noise, repeat, truncate = sentence["takes"]
+    assert "it sounds like noise, not speech" in noise["problems"] and noise["error_rate"] is None
+    assert "a phrase repeated" in repeat["problems"] and "tiny.en" in repeat["recogniser"]
+    assert "the ending is cut off" in truncate["problems"] and truncate["metric"] == "WER"
+    kept = sentence["takes"][sentence["kept"] - 1]
+    assert sentence["kept"] != 1 and len(kept["problems"]) == min(len(take["problems"]) for take in sentence["takes"])
+    note = f"kept take {sentence['kept']} of 3: {', '.join(kept['problems'])}"
+    assert sentence["note"] == note and note in result.notes
+
+
+def test_the_off_switches_and_a_random_weight_model_make_one_unchecked_take(tmp_path, speech, prompt, monkeypatch):
+    monkeypatch.setenv("COSYVOICE_TAKE_CHECK", "1")
+    result, voice = _run(tmp_path, speech, prompt, ["noise"], NoRecogniserHere(), check=False)
+    assert result.check is None and result.words is None and voice.seeds == [7]
+    monkeypatch.setenv("COSYVOICE_RETAKES", "0")
+    result, voice = _run(tmp_path / "no-retakes", speech, prompt, ["noise"], NoRecogniserHere())
+    assert result.check_status == FLAGGED and voice.seeds == [7]
+    assert "kept take 1 of 1: it sounds like noise, not speech" in result.notes
+    request = Request.build(TEXT, prompt, check=True)
+    assert not TakeChecker.wanted(replace_model(voice, "cosyvoice3-random-weights"), request, False)
+    assert TakeChecker.wanted(replace_model(voice, "cosyvoice3-0123abcd"), request, False)
+
+
+def replace_model(voice, model_id):
+    voice.model_id = model_id
+    return voice
+
+
+def test_the_kept_take_is_whole_audio_not_a_mixture(tmp_path, speech, prompt):
+    result, voice = _run(tmp_path, speech, prompt, ["truncate"], NoRecogniserHere(), check=True)
+    saved, _ = soundfile.read(result.output_path, dtype="float32")
+    assert np.allclose(saved, np.clip(voice.audio, -0.99, 0.99), atol=1e-4)

@@ -209,9 +209,7 @@ class Request(SpeechRequest):
     instruct: str | None = None
     seed: int = 0
     typed_text: str | None = None
-    check: bool | None = (
-        None  # each sentence checked, retaken, timed (``engine.takes``); None: as the check setting says
-    )
+    check: bool | None = None  # sentences checked and retaken (``engine.takes``); None: as the check setting says
 
     def __post_init__(self) -> None:
         self.validate()

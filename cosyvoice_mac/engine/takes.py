@@ -26,9 +26,19 @@ from cosyvoice_mac.pipeline.takes import (
 )
 from cosyvoice_mac.pipeline.takes.words import align_words, estimated_words, on_timeline
 from cosyvoice_mac.request import Request
-from cosyvoice_mac.settings import resolve
+from cosyvoice_mac.settings import bounds, resolve, setting
 
 RANDOM_WEIGHTS_SUFFIX = "-random-weights"  # loading.model_identity's mark: such a model speaks noise by design
+
+
+def retakes_allowed() -> int:
+    """The ``retakes`` setting, held to its range (a typo in the variable means the default, not a crash)."""
+    low, high = bounds("retakes")
+    try:
+        wanted = int(resolve("retakes"))
+    except ValueError:
+        wanted = setting("retakes").default
+    return int(min(max(wanted, low), high))
 
 
 class WhisperRecogniser:
@@ -102,7 +112,8 @@ class TakeChecker:
     @staticmethod
     def wanted(pipeline, request, is_conversion: bool) -> bool:
         """Whether this job's sentences are checked: a finished (not streamed) synthesis, asked for by the request
-        (``check``) or, when it does not say, by the global switch, on a model that speaks (random weights make noise on purpose: never checked)."""
+        (``check``) or, when it does not say, by the global switch, on a model that speaks (random weights make
+        noise on purpose: never checked)."""
         asked = getattr(request, "check", None)
         if is_conversion or request.stream or not (resolve("check") if asked is None else asked):
             return False
@@ -135,7 +146,7 @@ class TakeChecker:
             tokens = sum(part.speech_token_count for part in parts)
             return replace(piece, audio=audio, seed=seed, speech_token_count=tokens, notes=[*piece.notes, *notes])
 
-        choice = retake_until_passed(piece, piece.seed, check, remake, int(resolve("retakes")), should_stop)
+        choice = retake_until_passed(piece, piece.seed, check, remake, retakes_allowed(), should_stop)
         kept = choice.piece
         heard = choice.verdict.words
         if heard:

@@ -11,7 +11,6 @@ import numpy as np
 from cosyvoice_mac.pipeline.takes import thresholds as limits
 from cosyvoice_mac.pipeline.takes.text_match import CHARACTER_LANGUAGES
 
-
 NOISE = "it sounds like noise, not speech"
 
 

@@ -74,6 +74,8 @@ def test_each_fault_is_caught_and_retaken_until_a_take_passes(tmp_path, speech, 
     assert any(note.startswith("retaken: take 4 of 4 passed (take 1: too short") for note in result.notes)
     saved, _ = soundfile.read(result.output_path, dtype="float32")
     assert len(saved) == len(voice.audio)  # the good take is the one kept
+    assert result.words[0]["word"] == "Please" and result.words[-1]["word"] == "together."
+    assert Path(result.captions["srt"]).read_text().startswith("1\n00:00:0")  # beside the WAV, for the timeline
     sidecar = json.loads(Path(result.sidecar_path).read_text())
     assert sidecar["check"] == result.check and sidecar["check"]["sentences"][0]["takes"][1]["seed"] == next_seed(7)
 

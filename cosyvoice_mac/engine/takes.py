@@ -150,11 +150,11 @@ class TakeChecker:
         kept = choice.piece
         heard = choice.verdict.words
         if heard:
-            words = align_words(piece.text, heard, kept.duration_s)
+            words = align_words(piece.text, heard, kept.duration_s, kept.audio, kept.sample_rate)
         else:  # no recogniser for the language (or it heard nothing): times shared out over the sound
             words = estimated_words(piece.text, kept.audio, kept.sample_rate) if kept.audio.size else []
         job.choices.append(choice)
         job.words.append((kept.duration_s, words))
         job.seconds += time.perf_counter() - started
         notes = list(kept.notes) + ([choice.note] if choice.note else [])
-        return replace(kept, notes=list(dict.fromkeys(notes)))
+        return replace(kept, notes=list(dict.fromkeys(notes)), words=words)

@@ -23,8 +23,10 @@ import numpy as np
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
+from cosyvoice_mac.longform.timed_words import caption_companions, line_words, on_timeline
+from cosyvoice_mac.pipeline.takes import Word
 from cosyvoice_mac.request import PostSettings
-from cosyvoice_mac.sound.post import post_process, trim_silence
+from cosyvoice_mac.sound.post import post_process, trim_bounds
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Spoken:
     audio: np.ndarray
     sample_rate: int
     facts: dict = field(default_factory=dict)
+    words: list[dict] | None = None  # the line's words and their times in ``audio`` (None: not timed)
 
 
 class Speak(Protocol):
@@ -85,6 +88,7 @@ class LongformResult:
     stopped: bool
     report: list[dict] = field(default_factory=list)
     not_saved: str | None = None  # why some of it is not where it belongs in outputs/ (None: all saved)
+    timestamps: list[dict] | None = None  # every word on the main WAV's timeline: {word, start, end}
 
 
 OnProgress = Callable[[Progress], None]
@@ -143,6 +147,7 @@ def run_dialogue(
     dialogue.check_pause(pause_s)  # before any work
     speak.prepare(voices[line.speaker] for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
+    words: list[list[Word]] = []
     for index, line in enumerate(lines):
         if should_stop():
             stopped = True
@@ -156,9 +161,10 @@ def run_dialogue(
         if spoken is None:
             stopped = True
             break
-        wave, _ = post_process(spoken.audio, spoken.sample_rate, post)
+        wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
         rate = spoken.sample_rate
         waves.append(wave)
+        words.append(line_words(spoken.words, applied.trimmed_start_ms / 1000, len(wave) / rate))
         if per_line_files:
             name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
             written += files.wav(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
@@ -167,6 +173,7 @@ def run_dialogue(
         return LongformResult("dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved)
     audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
     report = [t.as_dict() for t in timings]
+    timeline = on_timeline([(timing.start, line) for timing, line in zip(timings, words)])
     facts = {
         "kind": "dialogue",
         "lines": len(waves),
@@ -177,9 +184,11 @@ def run_dialogue(
         "post": post.__dict__,
     }
     timing = {out_stem.with_suffix(".timing.json"): {"lines": report, "partial": stopped}}
-    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, timing) + written
+    companions = {**timing, **caption_companions(out_stem, timeline)}
+    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions) + written
+    stamps = [word.as_dict() for word in timeline] if timeline else None
     return LongformResult(
-        "dialogue", written[0], tuple(written), len(waves), len(lines), stopped, report, files.not_saved
+        "dialogue", written[0], tuple(written), len(waves), len(lines), stopped, report, files.not_saved, stamps
     )
 
 
@@ -203,6 +212,7 @@ def run_dub(
     limit = subtitles.check_speed_limit(speed_limit)
     speak.prepare([voice])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
+    words: list[list[Word]] = []
     for index, cue in enumerate(cues):
         if should_stop():
             stopped = True
@@ -213,16 +223,19 @@ def run_dub(
             stopped = True
             break
         rate, speed = spoken.sample_rate, 1.0
-        wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
+        cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
+        wave = spoken.audio[cut:end]
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
             spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop, files)
             if spoken is None:
                 stopped = True
                 break
-            wave, speed = trim_silence(spoken.audio, rate, keep_s=0.0), faster
+            cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)
+            wave, speed = spoken.audio[cut:end], faster
         wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
         waves.append(wave)
+        words.append(line_words(spoken.words, cut / rate, len(wave) / rate))
         speeds.append(speed)
         tracker.report(index + 1)
     if not waves:
@@ -240,10 +253,13 @@ def run_dub(
         "misfits": len(report),
     }
     timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
-    written = files.wav(
-        out_stem.with_suffix(".wav"), audio, rate, facts, {out_stem.with_suffix(".report.json"): timeline}
+    spoken_words = on_timeline([(cue.start, line) for cue, line in zip(placed, words)])
+    companions = {out_stem.with_suffix(".report.json"): timeline, **caption_companions(out_stem, spoken_words)}
+    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions)
+    stamps = [word.as_dict() for word in spoken_words] if spoken_words else None
+    return LongformResult(
+        "dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved, stamps
     )
-    return LongformResult("dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved)
 
 
 def run_batch(

@@ -13,6 +13,7 @@ from cosyvoice_mac.engine.jobs import EngineError
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
+from cosyvoice_mac.pipeline.takes.retake import CHECK_NOTE_STARTS
 
 
 class VoiceUnusable(EngineError):
@@ -45,7 +46,8 @@ class EngineSpeak:
         voice = self.engine.voice(name) if name else Voice.builtin()
         request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
         result = self._run(Job(request, interface=self.interface))
-        return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate, self._facts(result))
+        samples = np.asarray(result.samples(), dtype=np.float32)
+        return Spoken(samples, result.sample_rate, self._facts(result), result.words)
 
     def prepare(self, voices) -> None:
         """Have the engine make every saved voice of ``voices`` (None: the default voice) ready for the loaded
@@ -86,6 +88,8 @@ class EngineSpeak:
             "line_output": result.output_path,
             "not_saved": result.output_error,  # made, but outputs/ refused it (the audio is here all the same)
             "interface": self.interface,
+            "check": result.check_status,  # passed, retaken, flagged; None: not checked
+            "check_notes": [note for note in result.notes if note.startswith(CHECK_NOTE_STARTS)],
         }
 
     def stop(self) -> None:

@@ -11,6 +11,7 @@ from cosyvoice_mac.pipeline.takes.check import FLAGGED, PASSED, RETAKEN, TakeVer
 from cosyvoice_mac.settings.fields import MAX_SEED
 
 Piece = TypeVar("Piece")
+CHECK_NOTE_STARTS = ("retaken: ", "kept take ")  # how the check's notes begin (a door finds them among the rest)
 
 
 @dataclass

@@ -56,6 +56,10 @@ REPEAT_MIN_S = 0.8
 REPEAT_SIMILARITY = 0.93
 REPEAT_WINDOW_AGREEMENT = 0.85  # of a window's frame pairs: a copy's frames sit off the original's, some miss
 
+# A word's sound starts and ends where its frames rise this far under the take's loud frames: deeper than a
+# word's own dips (stops, fricatives' onsets), shallower than the room between words.
+WORD_EDGE_DB = 35.0
+
 # -- retakes ---------------------------------------------------------------------------------------------------
 # Each retake samples with a seed this far from the last one (a prime: never the seed of a neighbouring sentence,
 # which samples with seed + index).

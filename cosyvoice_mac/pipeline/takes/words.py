@@ -8,12 +8,16 @@ neighbours, shared by length. A take without recogniser words gets times spread 
 
 from __future__ import annotations
 
+from difflib import SequenceMatcher
+
 import numpy as np
 
 from cosyvoice_mac.pipeline.takes.check import Word
 from cosyvoice_mac.pipeline.takes.signal_checks import frame_rms, loud_level
 from cosyvoice_mac.pipeline.takes.text_match import CHARACTER_LANGUAGES, language_of, normalise
-from cosyvoice_mac.pipeline.takes.thresholds import FRAME_S, QUIET_FRAME_DB
+from cosyvoice_mac.pipeline.takes.thresholds import FRAME_S, QUIET_FRAME_DB, WORD_EDGE_DB
+
+EDGE_CRUMB_FRAMES = 3  # a run of sound this short at a word window's edge belongs to the neighbouring word
 
 
 def display_words(text: str, language: str | None) -> list[tuple[str, list[str]]]:
@@ -46,31 +50,68 @@ def _heard_units(words: list[Word], language: str | None) -> list[tuple[str, flo
     return found
 
 
+def _substitution_cost(written: str, heard: str) -> float:
+    """0 for the same unit; a near miss ("quick"/"quack") costs less than an unrelated word, so a misheard word
+    pairs with the word it was heard as rather than with its neighbour."""
+    return 0.0 if written == heard else 1.0 - 0.5 * SequenceMatcher(None, written, heard).ratio()
+
+
 def _alignment(reference: list[str], hypothesis: list[str]) -> list[int | None]:
     """For each reference unit, the hypothesis unit it was matched or substituted with (None: not heard)."""
     rows, cols = len(reference) + 1, len(hypothesis) + 1
-    cost = np.zeros((rows, cols), dtype=np.int32)
+    cost = np.zeros((rows, cols), dtype=np.float32)
     cost[:, 0], cost[0, :] = np.arange(rows), np.arange(cols)
+    swap = [[_substitution_cost(written, heard) for heard in hypothesis] for written in reference]
     for i in range(1, rows):
         for j in range(1, cols):
-            cost[i, j] = min(
-                cost[i - 1, j] + 1, cost[i, j - 1] + 1, cost[i - 1, j - 1] + (reference[i - 1] != hypothesis[j - 1])
-            )
+            cost[i, j] = min(cost[i - 1, j] + 1, cost[i, j - 1] + 1, cost[i - 1, j - 1] + swap[i - 1][j - 1])
     paired: list[int | None] = [None] * len(reference)
     i, j = len(reference), len(hypothesis)
     while i > 0 and j > 0:
-        if cost[i, j] == cost[i - 1, j - 1] + (reference[i - 1] != hypothesis[j - 1]):
+        if np.isclose(cost[i, j], cost[i - 1, j - 1] + swap[i - 1][j - 1]):
             paired[i - 1] = j - 1
             i, j = i - 1, j - 1
-        elif cost[i, j] == cost[i - 1, j] + 1:
+        elif np.isclose(cost[i, j], cost[i - 1, j] + 1):
             i -= 1
         else:
             j -= 1
     return paired
 
 
-def align_words(text: str, heard: list[Word], duration_s: float) -> list[Word]:
-    """The words of ``text`` (as written) with times taken from the recogniser's ``heard`` words."""
+def tightened(heard: list[Word], audio: np.ndarray, sample_rate: int) -> list[Word]:
+    """The recogniser's words with their edges moved onto the sound: Whisper's word windows tile the audio, so a
+    pause is given to the word beside it; each word keeps only the sounding frames inside its window."""
+    rms = frame_rms(audio, sample_rate)
+    if not rms.size:
+        return list(heard)
+    voiced = rms > loud_level(rms) * 10 ** (-WORD_EDGE_DB / 20)
+    found = []
+    for word in heard:
+        first, last = int(word.start / FRAME_S), int(np.ceil(word.end / FRAME_S))
+        runs = _runs(voiced[first:last])
+        if len(runs) > 1 and runs[0][0] == 0 and runs[0][1] <= EDGE_CRUMB_FRAMES:
+            runs = runs[1:]  # the previous word's last frames, over the window's edge
+        if len(runs) > 1 and runs[-1][1] >= last - first and runs[-1][1] - runs[-1][0] <= EDGE_CRUMB_FRAMES:
+            runs = runs[:-1]  # the next word's first frames
+        if runs:
+            word = Word(word.word, round((first + runs[0][0]) * FRAME_S, 3), round((first + runs[-1][1]) * FRAME_S, 3))
+        found.append(word)
+    return found
+
+
+def _runs(flags: np.ndarray) -> list[tuple[int, int]]:
+    """(start, stop) of each run of True in ``flags``."""
+    edges = np.flatnonzero(np.diff(np.concatenate(([0], flags.astype(np.int8), [0]))))
+    return [(int(start), int(stop)) for start, stop in zip(edges[::2], edges[1::2])]
+
+
+def align_words(
+    text: str, heard: list[Word], duration_s: float, audio: np.ndarray | None = None, sample_rate: int = 0
+) -> list[Word]:
+    """The words of ``text`` (as written) with times taken from the recogniser's ``heard`` words, their edges
+    moved onto the sound of ``audio`` when it is given."""
+    if audio is not None and sample_rate:
+        heard = tightened(heard, audio, sample_rate)
     language = language_of(text)
     shown = display_words(text, language)
     reference = [unit for _, found in shown for unit in found]

@@ -360,6 +360,7 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
             "partial": result.stopped,
             "files": [Path(path).name for path in result.files],
             "report": result.report,
+            "timestamps": result.timestamps,  # every word on the result's timeline (None: no line was timed)
             **saved,
         },
     )

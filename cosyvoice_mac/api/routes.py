@@ -30,14 +30,18 @@ from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
+from cosyvoice_mac.api.timestamps import timestamped_answer
 from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
 from cosyvoice_mac.wire import (
+    CHECK_HEADER,
+    CHECK_NOTE_HEADER,
     CLIENT_INTERFACES,
     FILE_HEADER,
     INTERFACE_HEADER,
     JOB_ID_HEADER,
     RECORDING_SPEECH_PATH,
     SAVED_HEADER,
+    TIMESTAMPS_SPEECH_PATH,
     WARNING_HEADER,
 )
 
@@ -73,6 +77,10 @@ class SpeechBody(BaseModel):
         default=None,
         description=f"extension: normalise to this loudness, {LUFS_RANGE[0]:g} to {LUFS_RANGE[1]:g} LUFS",
     )
+    check: StrictBool | None = Field(
+        default=None,
+        description="extension: check each sentence and retake the ones that fail (absent: as the server is set)",
+    )
 
 
 class RecordingSpeechBody(SpeechBody):
@@ -99,6 +107,21 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
         speech_request = _request(link, body)
         ticket = link.submit(speech_request, asking_interface(http))
         return await _answer(link, ticket, speech_request, body, http)
+
+    @router.post(TIMESTAMPS_SPEECH_PATH.removeprefix("/v1"))
+    async def speech_with_timestamps(body: SpeechBody, http: HttpRequest):
+        """The audio as base64 with each word's and character's times (the take check's recogniser times them)."""
+        if body.stream or body.stream_format == "sse" or body.check is False:
+            raise bad_request(
+                "timestamps come from checking the whole finished audio: leave stream off and check on",
+                "timestamps_need_check",
+                "check" if body.check is False else "stream",
+            )
+        speech_request = _request(link, body.model_copy(update={"check": True}))
+        ticket = link.submit(speech_request, asking_interface(http))
+        result = await _last(link.follow(ticket), http)
+        encoded = await asyncio.to_thread(audio_formats.encode, *samples_of(result), body.response_format)
+        return JSONResponse(timestamped_answer(result, encoded, body.response_format), headers=_result_headers(result))
 
     @router.post(RECORDING_SPEECH_PATH.removeprefix("/v1"))
     async def speech_with_recording(
@@ -303,6 +326,7 @@ def _request(link: EngineLink, body: SpeechBody, recording: str | None = None) -
             speed=body.speed,
             stream=stream,
             post=PostSettings(body.trim, body.loudness_lufs),
+            check=body.check,
         )
 
 
@@ -335,7 +359,23 @@ def _result_headers(result) -> dict[str, str]:
         "x-cosyvoice-sample-rate": str(result.sample_rate),
         "x-cosyvoice-duration": f"{result.duration_s:.3f}",
     }
-    return {**headers, **saved_headers(result.output_path, result.output_error)}
+    return {**headers, **check_headers(result), **saved_headers(result.output_path, result.output_error)}
+
+
+def check_headers(result) -> dict[str, str]:
+    """``X-CosyVoice-Check`` (passed, retaken or flagged; absent when the job was not checked) and, after a retake
+    or a flag, ``X-CosyVoice-Check-Note`` with what each sentence's note says."""
+    if result.check_status is None:
+        return {}
+    notes = [sentence["note"] for sentence in result.check["sentences"] if sentence.get("note")]
+    headers = {CHECK_HEADER: result.check_status}
+    if notes:
+        headers[CHECK_NOTE_HEADER] = _ascii("; ".join(notes))
+    return headers
+
+
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def saved_headers(output_path: str | None, output_error: str | None) -> dict[str, str]:
@@ -344,5 +384,5 @@ def saved_headers(output_path: str | None, output_error: str | None) -> dict[str
     if output_path:
         return {SAVED_HEADER: "true", FILE_HEADER: Path(output_path).name}
     reason = output_error or "the result was not saved"
-    quoted = reason.encode("ascii", "backslashreplace").decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+    quoted = _ascii(reason).replace("\\", "\\\\").replace('"', '\\"')
     return {SAVED_HEADER: "false", WARNING_HEADER: f'199 - "not saved: {quoted}"'}

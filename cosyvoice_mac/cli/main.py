@@ -57,6 +57,8 @@ def _add_synth(commands) -> None:
         add_argument(synth, name)
     add_model_arguments(synth, vocoder=True)
     add_argument(synth, "stream")
+    add_argument(synth, "no_check")
+    add_argument(synth, "captions")
     add_post_arguments(synth)
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
     add_app_arguments(synth)
@@ -87,6 +89,7 @@ def _request(args, saved_transcript: str | None = None):
         speed=args.speed,
         stream=args.stream,
         post=post_settings(args),
+        check=False if args.no_check else None,
     )
 
 
@@ -113,7 +116,7 @@ def _synth(args) -> int:
         return _synth_here(args)
     try:
         note_local_only(args, local_only_flags())
-        return app.speak(request, args.model, args.out, args.stream)
+        return app.speak(request, args.model, args.out, args.stream, args.captions)
     finally:
         app.close()
 

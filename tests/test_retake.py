@@ -117,3 +117,11 @@ def test_the_kept_take_is_whole_audio_not_a_mixture(tmp_path, speech, prompt):
     result, voice = _run(tmp_path, speech, prompt, ["truncate"], NoRecogniserHere(), check=True)
     saved, _ = soundfile.read(result.output_path, dtype="float32")
     assert np.allclose(saved, np.clip(voice.audio, -0.99, 0.99), atol=1e-4)
+
+
+def test_the_best_take_stands_even_when_it_came_first(tmp_path, speech, prompt):
+    result, voice = _run(tmp_path, speech, prompt, ["truncate", "noise", "noise"], NoRecogniserHere(), check=True)
+    assert result.check_status == FLAGGED and voice.seeds == [7, next_seed(7), next_seed(next_seed(7))]
+    assert "kept take 1 of 3: the ending is cut off" in result.notes
+    saved, _ = soundfile.read(result.output_path, dtype="float32")
+    assert len(voice.audio) * 0.5 < len(saved) < len(voice.audio)  # the truncated take, not the noise

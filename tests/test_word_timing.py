@@ -96,10 +96,11 @@ class TimedSpeak:
     def __call__(self, line: LineRequest) -> Spoken:
         t = np.arange(24000, dtype=np.float32) / 24000
         words = [{"word": w, "start": 0.2 * i, "end": 0.2 * i + 0.15} for i, w in enumerate(line.text.split())]
-        return Spoken((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 24000, {}, words)
+        check = {"check": "flagged", "check_notes": ["kept take 3 of 3: WER 40 %"]} if "Four" in line.text else {}
+        return Spoken((0.3 * np.sin(2 * np.pi * 220 * t)).astype(np.float32), 24000, check, words)
 
 
-def test_a_dialogues_captions_line_up_with_its_timing(tmp_path):
+def test_a_dialogues_captions_line_up_with_its_timing_and_a_flagged_line_is_named(tmp_path):
     script = "[S1] One two three.\n[S2] Four five.\n[S1] Six.\n"
     result = run_dialogue(script, {"S1": "A", "S2": "B"}, ["A", "B"], TimedSpeak(), tmp_path / "talk", pause_s=0.5)
     lines = json.loads((tmp_path / "talk.timing.json").read_text())["lines"]
@@ -111,3 +112,4 @@ def test_a_dialogues_captions_line_up_with_its_timing(tmp_path):
     assert [cue.start.total_seconds() for cue in cues] == [line["start"] for line in lines]
     assert json.loads((tmp_path / "talk.words.json").read_text()) == result.timestamps
     assert (tmp_path / "talk.vtt").is_file() and {p.name for p in result.files} >= {"talk.srt", "talk.vtt"}
+    assert result.flagged == ["line 2: kept take 3 of 3: WER 40 %"]  # the CLI warns with it; the job succeeds

@@ -361,6 +361,7 @@ async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[
             "files": [Path(path).name for path in result.files],
             "report": result.report,
             "timestamps": result.timestamps,  # every word on the result's timeline (None: no line was timed)
+            "flagged": result.flagged,  # "line 3: kept take 3 of 3: ..." for each line the check left flagged
             **saved,
         },
     )

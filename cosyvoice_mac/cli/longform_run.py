@@ -125,6 +125,8 @@ def run_with_bar(job, label: str, cancel_current) -> int:
             print(f"{entry['source']}: not converted: {entry['reason']}", file=sys.stderr)
     if result.stopped:
         return EXIT_INTERRUPTED
+    for line in result.flagged:  # the best take is kept: a warning, not a failure
+        print(f"warning: the take check flagged {line}", file=sys.stderr)
     if result.not_saved:
         print(f"warning: made, but not saved in outputs: {result.not_saved}", file=sys.stderr)
         return EXIT_NOT_SAVED

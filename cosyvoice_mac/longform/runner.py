@@ -24,7 +24,7 @@ from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
 from cosyvoice_mac.longform.timed_words import caption_companions, line_words, on_timeline
-from cosyvoice_mac.pipeline.takes import Word
+from cosyvoice_mac.pipeline.takes import FLAGGED, Word
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.post import post_process, trim_bounds
 
@@ -89,6 +89,7 @@ class LongformResult:
     report: list[dict] = field(default_factory=list)
     not_saved: str | None = None  # why some of it is not where it belongs in outputs/ (None: all saved)
     timestamps: list[dict] | None = None  # every word on the main WAV's timeline: {word, start, end}
+    flagged: list[str] = field(default_factory=list)  # the lines whose best take still failed the check, and why
 
 
 OnProgress = Callable[[Progress], None]
@@ -108,6 +109,12 @@ class Tracker:
     def report(self, done: int) -> None:
         if self.on_progress is not None:
             self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
+
+
+def _flag(spoken: Spoken, where: str, flagged: list[str]) -> None:
+    """Note ``where`` (e.g. "line 3") in ``flagged`` when the take check left its best take flagged."""
+    if spoken.facts.get("check") == FLAGGED:
+        flagged.append(f"{where}: {'; '.join(spoken.facts.get('check_notes') or ['flagged'])}")
 
 
 def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: ResultFiles) -> Spoken | None:
@@ -148,6 +155,7 @@ def run_dialogue(
     speak.prepare(voices[line.speaker] for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     words: list[list[Word]] = []
+    flagged: list[str] = []
     for index, line in enumerate(lines):
         if should_stop():
             stopped = True
@@ -161,6 +169,7 @@ def run_dialogue(
         if spoken is None:
             stopped = True
             break
+        _flag(spoken, f"line {line.number}", flagged)
         wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
         rate = spoken.sample_rate
         waves.append(wave)
@@ -170,7 +179,9 @@ def run_dialogue(
             written += files.wav(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
         tracker.report(index + 1)
     if not waves:
-        return LongformResult("dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved)
+        return LongformResult(
+            "dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved, flagged=flagged
+        )
     audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
     report = [t.as_dict() for t in timings]
     timeline = on_timeline([(timing.start, line) for timing, line in zip(timings, words)])
@@ -188,7 +199,16 @@ def run_dialogue(
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions) + written
     stamps = [word.as_dict() for word in timeline] if timeline else None
     return LongformResult(
-        "dialogue", written[0], tuple(written), len(waves), len(lines), stopped, report, files.not_saved, stamps
+        "dialogue",
+        written[0],
+        tuple(written),
+        len(waves),
+        len(lines),
+        stopped,
+        report,
+        files.not_saved,
+        stamps,
+        flagged,
     )
 
 
@@ -213,6 +233,7 @@ def run_dub(
     speak.prepare([voice])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     words: list[list[Word]] = []
+    flagged: list[str] = []
     for index, cue in enumerate(cues):
         if should_stop():
             stopped = True
@@ -233,13 +254,14 @@ def run_dub(
                 break
             cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)
             wave, speed = spoken.audio[cut:end], faster
+        _flag(spoken, f"cue {cue.number}", flagged)
         wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
         waves.append(wave)
         words.append(line_words(spoken.words, cut / rate, len(wave) / rate))
         speeds.append(speed)
         tracker.report(index + 1)
     if not waves:
-        return LongformResult("dub", None, (), 0, len(cues), stopped, not_saved=files.not_saved)
+        return LongformResult("dub", None, (), 0, len(cues), stopped, not_saved=files.not_saved, flagged=flagged)
     placed = subtitles.place(cues[: len(waves)], [len(w) / rate for w in waves], speeds)
     audio = subtitles.render_timeline(placed, waves, rate)
     report = subtitles.misfit_report(placed)
@@ -258,7 +280,7 @@ def run_dub(
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions)
     stamps = [word.as_dict() for word in spoken_words] if spoken_words else None
     return LongformResult(
-        "dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved, stamps
+        "dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved, stamps, flagged
     )
 
 
@@ -281,6 +303,7 @@ def run_batch(
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
     speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
+    flagged: list[str] = []
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     for index, item in enumerate(items):
         key = batches.settings_key(item, shared)
@@ -300,6 +323,7 @@ def run_batch(
         if spoken is None:
             stopped = True
             break
+        _flag(spoken, f"line {item.number}", flagged)
         wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
         files.wav(
             folder / item.file,
@@ -321,5 +345,5 @@ def run_batch(
     archive = store.zip(items)
     report = [{"made": made, "skipped": skipped}]
     return LongformResult(
-        "batch", None, (folder, archive), made + skipped, len(items), stopped, report, files.not_saved
+        "batch", None, (folder, archive), made + skipped, len(items), stopped, report, files.not_saved, flagged=flagged
     )

@@ -37,10 +37,10 @@ class Word:
     end: float
 
     def shifted(self, seconds: float) -> "Word":
-        return Word(self.word, round(self.start + seconds, 3), round(self.end + seconds, 3))
+        return Word(self.word, round(float(self.start + seconds), 3), round(float(self.end + seconds), 3))
 
     def as_dict(self) -> dict:
-        return {"word": self.word, "start": round(self.start, 3), "end": round(self.end, 3)}
+        return {"word": self.word, "start": round(float(self.start), 3), "end": round(float(self.end), 3)}
 
 
 @dataclass(frozen=True)

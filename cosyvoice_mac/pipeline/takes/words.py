@@ -157,8 +157,8 @@ def estimated_words(text: str, audio: np.ndarray, sample_rate: int) -> list[Word
     """Times for the words of ``text`` without a recogniser: its sounding span shared out by the words' length."""
     rms = frame_rms(audio, sample_rate)
     voiced = np.flatnonzero(rms > loud_level(rms) * 10 ** (-QUIET_FRAME_DB / 20)) if rms.size else np.array([])
-    start = voiced[0] * FRAME_S if voiced.size else 0.0
-    end = (voiced[-1] + 1) * FRAME_S if voiced.size else len(audio) / sample_rate
+    start = float(voiced[0] * FRAME_S) if voiced.size else 0.0
+    end = float((voiced[-1] + 1) * FRAME_S) if voiced.size else len(audio) / sample_rate
     times: list = [None] * len(_units_of(text))
     if not times:
         return []

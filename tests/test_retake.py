@@ -125,3 +125,35 @@ def test_the_best_take_stands_even_when_it_came_first(tmp_path, speech, prompt):
     assert "kept take 1 of 3: the ending is cut off" in result.notes
     saved, _ = soundfile.read(result.output_path, dtype="float32")
     assert len(voice.audio) * 0.5 < len(saved) < len(voice.audio)  # the truncated take, not the noise
+
+
+class RecordingEngine:
+    """Takes each job and answers it at once with a second of silence, keeping the jobs it was given."""
+
+    def __init__(self):
+        self.jobs = []
+
+    def voice(self, name):
+        return Voice.builtin()
+
+    def submit(self, job):
+        self.jobs.append(job)
+        return job.job_id
+
+    def result(self, job_id, timeout=None):
+        from cosyvoice_mac.engine.jobs import JobResult
+
+        return JobResult(job_id, 24000, 1.0, "", "zero_shot", 1, 1.0, "m", "cpu", audio=np.zeros(24000, np.float32))
+
+
+def test_a_long_jobs_off_switch_reaches_every_line_and_the_cli_offers_it():
+    from cosyvoice_mac.cli.main import build_parser
+    from cosyvoice_mac.longform.runner import LineRequest
+    from cosyvoice_mac.longform.speakers import EngineSpeak
+
+    engine = RecordingEngine()
+    for check in (False, None):
+        EngineSpeak(engine, check=check)(LineRequest("One line."))
+    assert [job.request.check for job in engine.jobs] == [False, None]
+    args = build_parser().parse_args(["dialogue", "talk.txt", "--out", "talk", "--no-check"])
+    assert args.no_check

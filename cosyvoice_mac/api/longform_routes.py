@@ -51,6 +51,7 @@ class PostBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     trim: bool = False
     loudness_lufs: float | None = None
+    check: bool | None = None  # the take check for every line (None: as the server is set)
 
 
 class DialogueBody(PostBody):
@@ -84,14 +85,15 @@ def build_longform_router(
     folder = Path(outputs_dir) / "longform"
     unsaved = Path(tempfile.mkdtemp(prefix="cosyvoice-longform-unsaved-"))  # what outputs/ could not take
 
-    def speak(request: Request, default_voice=None) -> EngineSpeak:
+    def speak(request: Request, default_voice=None, check: bool | None = None) -> EngineSpeak:
         """Lines as engine jobs recorded with the interface that asked (``api``, or ``cli`` by its header)."""
         from cosyvoice_mac.api.routes import asking_interface  # the speech routes' rule, at the point of use
 
         interface = asking_interface(request)
         link.check_ready()
         entries, note = glossary.usable_entries()  # a damaged glossary is skipped, with a note, not a 500
-        return EngineSpeak(link._engine(), entries, default_voice, interface=interface, notes=(note,) if note else ())
+        notes = (note,) if note else ()
+        return EngineSpeak(link._engine(), entries, default_voice, interface=interface, notes=notes, check=check)
 
     @router.post("/longform/dialogue")
     async def longform_dialogue(body: DialogueBody, request: Request):
@@ -100,7 +102,7 @@ def build_longform_router(
         _checked(lambda: dialogue.check_cast(lines, body.cast, known), "cast")
         _checked(lambda: dialogue.check_pause(body.pause_s), "pause_s")  # a 400 now, not an error event after the 200
         post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
-        speaker = speak(request)
+        speaker = speak(request, check=body.check)
         return _stream(
             request,
             speaker,
@@ -128,13 +130,14 @@ def build_longform_router(
         speed_limit: float = Form(setting("speed_limit").default),
         seed: int | None = Form(None),
         loudness_lufs: float | None = Form(None),
+        check: bool | None = Form(None),
     ):
         data = await _read(subtitles_file)
         _checked(lambda: subtitles.parse_srt(data), "file")
         _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
         post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
         name = link.find_voice(voice)
-        speaker = speak(request, name)
+        speaker = speak(request, name, check)
         return _stream(
             request,
             speaker,
@@ -163,6 +166,7 @@ def build_longform_router(
         speed: float = Form(1.0),
         trim: bool = Form(False),
         loudness_lufs: float | None = Form(None),
+        check: bool | None = Form(None),
     ):
         name = _checked(lambda: batch_name(name), "name")
         if (lines_file is None) == (not sources):
@@ -180,7 +184,7 @@ def build_longform_router(
         data, kind = await _read(lines_file), Path(lines_file.filename or "").suffix.lower().lstrip(".")
         _checked(lambda: batch.parse_batch(data, kind), "file")
         default = link.find_voice(voice) if voice else None
-        speaker = speak(request, default)
+        speaker = speak(request, default, check)
         settings = {
             "model": link.host.current.name if link.host.current else None,
             "glossary": [entry.key for entry in speaker.glossary],

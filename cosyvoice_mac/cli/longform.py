@@ -37,6 +37,7 @@ def add_longform(commands) -> None:
     common.set_defaults(random_weights=None)
     add_argument(common, "seed", help="seed of the first line (each next line adds 1)")
     add_post_arguments(common)
+    add_argument(common, "no_check")
 
     dialogue = commands.add_parser(
         "dialogue", parents=[common], help="speak a script of several voices", epilog=EXIT_CODES_HELP
@@ -162,6 +163,7 @@ def _dialogue(args) -> int:
         dialogue.check_cast(lines, cast, known)
 
     body = {"script": script, "cast": cast, "pause_s": args.pause, "per_line_files": args.per_line, "seed": args.seed}
+    body["check"] = False if args.no_check else None
     return speak_long_job(
         args,
         "lines",
@@ -202,6 +204,7 @@ def _dub(args) -> int:
     post = post_settings(args)
     # a cue keeps its silence (its place on the timeline): the route takes only the loudness
     form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
+    form["check"] = False if args.no_check else None
     return speak_long_job(
         args,
         "cues",
@@ -279,6 +282,7 @@ def _batch(args) -> int:
     batch.parse_batch(data, kind)
     post = post_settings(args)
     form = {"voice": args.voice, "seed": args.seed, **_post_fields(post)}
+    form["check"] = False if args.no_check else None
     return speak_long_job(
         args,
         "lines",

@@ -47,7 +47,8 @@ def _speak_here(args, label: str, here) -> int:
         print(f"note: {note}", file=sys.stderr)
     engine = start_engine(args, Path(outputs).expanduser(), args.models_dir)
     try:
-        speak = EngineSpeak(engine, glossary, here.default_voice, interface="cli", timeout_s=None)
+        check = False if args.no_check else None
+        speak = EngineSpeak(engine, glossary, here.default_voice, interface="cli", timeout_s=None, check=check)
         return run_with_bar(lambda bar, stop: here(speak, bar, stop), label, speak.stop)
     finally:
         engine.close()

@@ -34,8 +34,10 @@ class EngineSpeak:
         interface: str = "page",
         timeout_s: float | None = 900.0,
         notes: tuple[str, ...] = (),
+        check: bool | None = None,
     ):
         self.engine, self.glossary, self.default_voice, self.notes = engine, glossary, default_voice, notes
+        self.check = check  # the take check for every line: None follows the global switch
         self.interface, self.timeout_s, self.current_job = interface, timeout_s, None
 
     def __call__(self, line: LineRequest) -> Spoken:
@@ -44,7 +46,9 @@ class EngineSpeak:
 
         name = line.voice or self.default_voice
         voice = self.engine.voice(name) if name else Voice.builtin()
-        request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
+        request = Request.build(
+            line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed, check=self.check
+        )
         result = self._run(Job(request, interface=self.interface))
         samples = np.asarray(result.samples(), dtype=np.float32)
         return Spoken(samples, result.sample_rate, self._facts(result), result.words)

@@ -105,7 +105,7 @@ FIELD_ROWS = (
         default=False,
         type=bool,
         flag="--no-check",
-        doors=cli("synth"),
+        doors=cli("synth", *LONG_COMMANDS),
         group="request",
     ),
     Setting(

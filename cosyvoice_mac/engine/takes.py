@@ -42,22 +42,15 @@ def retakes_allowed() -> int:
 
 
 class WhisperRecogniser:
-    """``takes.Recogniser`` over Whisper: the multilingual model when it has been downloaded, else the bundled
-    tiny.en for English. It never downloads in the middle of a job: a language no model here speaks is "not
+    """``takes.Recogniser`` over Whisper: the bundled tiny.en for English, the multilingual model for other languages
+    when it has been downloaded. It never downloads in the middle of a job: a language no model here speaks is "not
     checked"."""
 
     def __init__(self, transcriber: asr.Transcriber | None = None):
         self.transcriber = transcriber or asr.shared_transcriber()
 
     def hear(self, audio: np.ndarray, sample_rate: int, language: str | None) -> Heard:
-        model = self.transcriber.store.cached_multilingual()
-        if model is None:
-            if language != "en":
-                raise NoRecogniser(f"no recogniser for {language or 'this language'}")
-            try:
-                model = asr.bundled_english_model()
-            except asr.TranscriptionError as error:
-                raise NoRecogniser(f"no recogniser ({error})") from error
+        model = self._model_for(language)
         wave = torch.from_numpy(np.ascontiguousarray(audio, dtype=np.float32))[None]
         samples = resample(wave, sample_rate, asr.ASR_RATE)[0].numpy()
         try:
@@ -65,6 +58,20 @@ class WhisperRecogniser:
         except asr.TranscriptionError as error:  # faster-whisper missing: synthesis goes on unchecked
             raise NoRecogniser(str(error)) from error
         return Heard(text, tuple(Word(word, start, end) for word, start, end in words), model.name)
+
+    def _model_for(self, language: str | None) -> asr.AsrModel:
+        """English: the bundled tiny.en (a fraction of the multilingual model's cost, and enough to tell a dropped or
+        doubled phrase); another language: the multilingual model if it is here."""
+        multilingual = self.transcriber.store.cached_multilingual()
+        if language == "en":
+            try:
+                return asr.bundled_english_model()
+            except asr.TranscriptionError as error:
+                if multilingual is None:
+                    raise NoRecogniser(f"no recogniser ({error})") from error
+        if multilingual is None:
+            raise NoRecogniser(f"no recogniser for {language or 'this language'}")
+        return multilingual
 
 
 @dataclass

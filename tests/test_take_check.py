@@ -99,6 +99,7 @@ def test_both_sides_get_the_same_normalisation_and_chinese_is_compared_by_charac
     assert normalise("Don't STOP — well-known, [laughter] 'quoted'!") == "don't stop well known quoted"
     assert error_rate("Don't stop - it's 9 o'clock!", "don't stop, it's 9 o'clock", "en") == 0.0
     assert error_rate("今天天气很好。", "今天天汽很好", "zh") == pytest.approx(1 / 6)
+    assert error_rate("I have twenty-one cats and one thousand dogs.", "I have 21 cats and 1,000 dogs", "en") == 0.0
     assert language_of("今天天气") == "zh" and language_of("こんにちは") == "ja" and language_of("Hello") == "en"
     assert language_of("Où est la gare ?") is None
     assert repeated_phrases("the cat sat down", "the cat sat the cat sat down", "en", 3) == ["the cat sat"]

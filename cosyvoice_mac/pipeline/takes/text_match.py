@@ -14,6 +14,7 @@ _MARKUP = re.compile("|".join(re.escape(token) for token in sorted(ALL_SPECIAL_T
 _HAN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
 _KANA = re.compile(r"[\u3040-\u30ff]")
 _NOT_WORD = re.compile(r"[^\w']+")
+_DIGIT_GROUPS = re.compile(r"(?<=\d),(?=\d{3}\b)")  # "1,000" is one number, not 1 and 000
 _EDGE_APOSTROPHES = re.compile(r"(?<!\w)'|'(?!\w)")
 CHARACTER_LANGUAGES = ("zh", "ja")  # scripts written without spaces: compared character by character
 
@@ -37,11 +38,33 @@ def normalise(text: str) -> str:
 
 
 def units(text: str, language: str | None) -> list[str]:
-    """The text's units after :func:`normalise`: characters for Chinese/Japanese, else words."""
-    normalised = normalise(text)
+    """The text's units after :func:`normalise`: characters for Chinese/Japanese, else words (digits spelled out as
+    the text front end spells them, so "3" heard matches the "three" the model was given)."""
     if language in CHARACTER_LANGUAGES:
-        return [char for char in normalised if not char.isspace()]
-    return normalised.split()
+        return [char for char in normalise(text) if not char.isspace()]
+    return normalise(spell_digits(normalise(_DIGIT_GROUPS.sub("", text)))).split()
+
+
+_spelling = None
+
+
+def spell_digits(text: str) -> str:
+    """Each run of digits as English words (inflect's ``number_to_words``, the front end's own reading)."""
+    if not any(char.isdecimal() for char in text):
+        return text
+    global _spelling
+    if _spelling is None:
+        import inflect  # ~2 s to import: only once a number appears
+
+        _spelling = inflect.engine()
+
+    def words(match: re.Match) -> str:
+        try:
+            return _spelling.number_to_words(match.group())
+        except Exception:  # inflect refuses very long digit runs: read them digit by digit
+            return " ".join(_spelling.number_to_words(digit) for digit in match.group())
+
+    return re.sub(r"\d+", words, text)
 
 
 def edit_distance(reference: list[str], hypothesis: list[str]) -> int:

@@ -126,6 +126,12 @@ class TakeChecker:
             return False
         return not str(pipeline.model_id).endswith(RANDOM_WEIGHTS_SUFFIX)
 
+    def checked(self, pipeline, request: Request, speaker, results, should_stop):
+        """``results`` (one synthesis's sentences) each settled in turn: the library door's checked iterator."""
+        job = JobTakes()
+        for piece in results:
+            yield self.settle(pipeline, request, speaker, piece, should_stop, job)
+
     def settle(self, pipeline, request: Request, speaker, piece, should_stop, job: JobTakes):
         """Check ``piece`` (one sentence); retake it while it fails and retakes are left; the kept take, with the
         note of what happened, replaces it. Its outcome and words are added to ``job``."""

@@ -96,6 +96,9 @@ class BackendBase:
     low_memory_choice: "LowMemoryChoice | None" = None
     llm_weights: str | None = None
     flow_prefix_builds: int = 0
+    # The take check the library door hands in (``engine.takes.TakeChecker``: the recogniser lives above this
+    # layer); None: ``synthesize`` yields the sentences unchecked.
+    take_checker = None
 
     def stock_speaker(self) -> SpeakerPrompt | None:
         return None
@@ -133,6 +136,7 @@ class BackendBase:
         prompt_text: str | None = None,
         prompt_sample_rate: int | None = None,
         speaker: SpeakerPrompt | None = None,
+        check: bool | None = None,
     ) -> Iterator[SynthesisResult]:
         """Speak ``text`` in ``voice``; yield one result per sentence (or streamed chunk) as it is done.
 
@@ -140,6 +144,8 @@ class BackendBase:
         file. ``prompt_audio`` / ``prompt_text`` / ``speaker`` say the same in keywords. The mode follows
         the request rules: an instruction -> instruct, a transcript -> zero-shot, else cross-lingual.
         Bad input raises a CosyVoiceError (RequestError, SynthesisError) before any audio is produced.
+        With a ``take_checker`` (``load_model`` hands one in), each sentence is checked and retaken when it fails
+        and carries its ``words``; ``check`` False skips that (None: as the ``check`` setting says).
         """
         if isinstance(voice, SpeakerPrompt):
             voice, speaker = None, voice
@@ -153,8 +159,14 @@ class BackendBase:
             voice = Voice(prepared=speaker.audio_hash, transcript=speaker.transcript)
         if voice is not None and prompt_text is not None:
             voice = replace(voice, transcript=prompt_text)
-        request = Request.build(text, voice, mode=mode, instruct=instruct, seed=seed, speed=speed, stream=stream)
-        return self.run(request, speaker, should_stop)
+        request = Request.build(
+            text, voice, mode=mode, instruct=instruct, seed=seed, speed=speed, stream=stream, check=check
+        )
+        results = self.run(request, speaker, should_stop)
+        checker = self.take_checker
+        if checker is None or not checker.wanted(self, request, False):
+            return results
+        return checker.checked(self, request, speaker, results, should_stop or (lambda: False))
 
     def convert(
         self,

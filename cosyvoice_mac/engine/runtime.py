@@ -278,10 +278,7 @@ class WorkerRuntime:
             result.notes.append(engine_note)
         result.notes += post.notes
         if outcome.takes is not None:
-            result.timings["check"] = round(outcome.takes.seconds, 4)
-            result.check = outcome.takes.as_dict()
-            words = outcome.takes.timeline(post.trimmed_start_ms / 1000)
-            result.words = [word.as_dict() for word in words if word.start < result.duration_s]
+            outcome.takes.record(result, post.trimmed_start_ms / 1000)
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
             extra = {"glossary": self._glossary_hits, "post": result.post, "check": result.check}
             if job.is_conversion:  # what was re-spoken: the recording's hash and length

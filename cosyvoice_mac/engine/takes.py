@@ -95,6 +95,12 @@ class JobTakes:
             at += length
         return [word for word in on_timeline(offsets) if word.end > 0]
 
+    def record(self, result, trimmed_start_s: float) -> None:
+        """Put the check's outcome, its time and the words on the saved audio's timeline into the JobResult."""
+        result.timings["check"] = round(self.seconds, 4)
+        result.check = self.as_dict()
+        result.words = [word.as_dict() for word in self.timeline(trimmed_start_s) if word.start < result.duration_s]
+
     def as_dict(self) -> dict:
         return {
             "status": self.status,

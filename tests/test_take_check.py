@@ -11,7 +11,7 @@ pytest.importorskip("piper")
 pytest.importorskip("faster_whisper")
 
 from cosyvoice_mac.engine.asr import ModelStore, Transcriber  # noqa: E402
-from cosyvoice_mac.engine.takes import WhisperRecogniser  # noqa: E402
+from cosyvoice_mac.engine.takes import TakeChecker, WhisperRecogniser  # noqa: E402
 from cosyvoice_mac.load import load_model  # noqa: E402
 from cosyvoice_mac.pipeline.takes import VoiceRates, check_take  # noqa: E402
 from cosyvoice_mac.pipeline.takes.signal_checks import duration_bounds  # noqa: E402
@@ -75,10 +75,15 @@ def test_an_ending_cut_mid_word_is_caught_without_a_recogniser(take):
     assert check_take(audio, rate, FIRST, None).passed
 
 
-def test_the_recogniser_hears_the_missing_end_of_a_truncated_take(take, recogniser):
+def test_the_recogniser_hears_the_missing_end_of_a_truncated_take_after_being_freed(take, recogniser):
+    checker = TakeChecker(recogniser)
+    assert recogniser.transcriber.loaded  # the earlier checks loaded tiny.en
+    checker.release()  # what the low-memory mode does when the worker goes idle
+    assert not recogniser.transcriber.loaded
     audio, rate = take
     verdict = check_take(audio[: int(len(audio) * 0.55)], rate, FIRST, recogniser)
     assert verdict.error_rate > 0.25 and f"WER {round(verdict.error_rate * 100)} %" in verdict.problems
+    assert recogniser.transcriber.loaded  # loaded again for the next check
 
 
 def test_noise_a_hole_and_nothing_at_all_are_named(take):

@@ -226,6 +226,16 @@ class Transcriber:
             words = [(word.word.strip(), float(word.start), float(word.end)) for word in timed]
         return " ".join(word for word, _, _ in words), [word for word in words if word[0]]
 
+    @property
+    def loaded(self) -> list[Path]:
+        """The folders of the models in memory now."""
+        return list(self._models)
+
+    def release(self) -> None:
+        """Let go of the loaded models (the next transcription loads its model again)."""
+        with self._lock:
+            self._models.clear()
+
     def _load(self, model_info: AsrModel):
         if model_info.path not in self._models:
             try:

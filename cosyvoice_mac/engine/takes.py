@@ -122,6 +122,13 @@ class TakeChecker:
             self._recogniser = WhisperRecogniser()
         return self._recogniser
 
+    def release(self) -> None:
+        """Free the recogniser's model (the low-memory mode does when the worker goes idle); it loads again when
+        the next sentence is checked."""
+        transcriber = getattr(self._recogniser, "transcriber", None)
+        if transcriber is not None:
+            transcriber.release()
+
     @staticmethod
     def wanted(pipeline, request, is_conversion: bool) -> bool:
         """Whether this job's sentences are checked: a finished (not streamed) synthesis, asked for by the request

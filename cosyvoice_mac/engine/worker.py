@@ -22,6 +22,7 @@ from cosyvoice_mac.paths import compile_cache_dir
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
 NO_JOB = -1
 HEARTBEAT_S = 0.5  # how often the worker's heartbeat thread counts up; the engine watches the count
+RECOGNISER_IDLE_S = 30.0  # low-memory mode: the take check's recogniser is freed after this long without a job
 
 # Read by torch and its libraries when they load, so they are set before the worker starts (a user's
 # own value wins). Idle OpenMP threads sleep instead of spinning, but only after a short spin: a decoding
@@ -105,6 +106,8 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     send(Ready(f"ready on {status.device}", status))
     while True:
         try:
+            if getattr(runtime.pipeline, "low_memory", False) and not commands.poll(RECOGNISER_IDLE_S):
+                runtime.takes.release()  # idle (a long job's lines follow each other at once): the 8 GB mode frees it
             command: Command = commands.recv()
         except (EOFError, OSError):  # the UI process went away
             return

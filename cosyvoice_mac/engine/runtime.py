@@ -349,31 +349,37 @@ class WorkerRuntime:
             results = self.pipeline.run_conversion(request, speaker, should_stop, recording)
         else:
             results = self.pipeline.run(request, speaker, should_stop)
-        for piece in results:
-            if takes is not None:  # checked, and retaken while it fails, before anyone hears of it
-                piece = self.takes.settle(self.pipeline, request, speaker, piece, should_stop, takes)
-            pieces.append(piece)
-            for stage, seconds in piece.timings.items():
-                timings[stage] = timings.get(stage, 0.0) + seconds
-            self.send(
-                Progress(
-                    job.job_id,
-                    piece.segment_index,
-                    piece.segment_count,
-                    piece.text,
-                    piece.mode,
-                    piece.duration_s,
-                    piece.is_final_chunk,
-                    piece.audio if request.stream else None,
-                    piece.sample_rate if request.stream else None,
-                )
-            )
-            if should_stop():
-                break
+        with self.takes.beside(self.pipeline, request, speaker, should_stop, takes) as sentences:
+            for made in results:
+                for piece in sentences.add(made):  # checked (and retaken) beside the next sentence's synthesis
+                    self._made(job, request, piece, pieces, timings)
+                if should_stop():
+                    break
+            for piece in sentences.rest():
+                self._made(job, request, piece, pieces, timings)
         timings["synthesis"] = time.perf_counter() - clock
         if note and pieces:
             pieces[-1] = replace(pieces[-1], notes=[*pieces[-1].notes, note])
         return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording, takes)
+
+    def _made(self, job: Job, request, piece, pieces: list, timings: dict) -> None:
+        """One sentence (or streamed chunk) done: kept, its stage times counted, the page told."""
+        pieces.append(piece)
+        for stage, seconds in piece.timings.items():
+            timings[stage] = timings.get(stage, 0.0) + seconds
+        self.send(
+            Progress(
+                job.job_id,
+                piece.segment_index,
+                piece.segment_count,
+                piece.text,
+                piece.mode,
+                piece.duration_s,
+                piece.is_final_chunk,
+                piece.audio if request.stream else None,
+                piece.sample_rate if request.stream else None,
+            )
+        )
 
     def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""

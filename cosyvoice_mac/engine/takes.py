@@ -5,6 +5,7 @@ the loaded recogniser, the voices' learned speaking rates and the sentences' out
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -19,6 +20,7 @@ from cosyvoice_mac.pipeline.takes import (
     Heard,
     NoRecogniser,
     TakeChoice,
+    TakeVerdict,
     VoiceRates,
     Word,
     check_take,
@@ -80,7 +82,9 @@ class JobTakes:
 
     choices: list[TakeChoice] = field(default_factory=list)
     words: list[tuple[float, list[Word]]] = field(default_factory=list)  # (the sentence's length, its words)
-    seconds: float = 0.0  # the checks' and retakes' wall time
+    seconds: float = 0.0  # the checks' own time (on the checking thread, beside the synthesis)
+    waited_s: float = 0.0  # what the job waited for them (and for retakes): what the check added to its time
+    streamed: bool = False  # heard as it was made: checked after the fact, flagged, never retaken
 
     @property
     def status(self) -> str:
@@ -98,23 +102,40 @@ class JobTakes:
     def record(self, result, trimmed_start_s: float) -> None:
         """Put the check's outcome, its time and the words on the saved audio's timeline into the JobResult."""
         result.timings["check"] = round(self.seconds, 4)
+        result.timings["check_wait"] = round(self.waited_s, 4)
         result.check = self.as_dict()
         result.words = [word.as_dict() for word in self.timeline(trimmed_start_s) if word.start < result.duration_s]
+        if self.streamed:  # heard as it was made: a failing sentence can only be flagged, and retaken on request
+            for index, choice in enumerate(self.choices, 1):
+                if choice.status == FLAGGED:
+                    summary = choice.verdict.summary()
+                    result.notes.append(f"sentence {index}, heard before its check, was flagged: {summary}")
 
     def as_dict(self) -> dict:
         return {
             "status": self.status,
             "seconds": round(self.seconds, 3),
+            "waited_s": round(self.waited_s, 3),
+            "streamed": self.streamed,
             "sentences": [choice.as_dict() for choice in self.choices],
         }
 
 
 class TakeChecker:
-    """Owns the recogniser (loaded on the first check, kept for the worker's life) and the voices' rates."""
+    """Owns the recogniser (loaded on the first check, kept for the worker's life), the thread it runs on and the
+    voices' rates."""
 
     def __init__(self, recogniser=None):
         self._recogniser = recogniser
         self.rates = VoiceRates()
+        self._thread: ThreadPoolExecutor | None = None
+
+    @property
+    def thread(self) -> ThreadPoolExecutor:
+        """The checking thread: every take is judged there, one at a time, beside the pipeline's work."""
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="take-check")
+        return self._thread
 
     @property
     def recogniser(self):
@@ -131,36 +152,56 @@ class TakeChecker:
 
     @staticmethod
     def wanted(pipeline, request, is_conversion: bool) -> bool:
-        """Whether this job's sentences are checked: a finished (not streamed) synthesis, asked for by the request
-        (``check``) or, when it does not say, by the global switch, on a model that speaks (random weights make
-        noise on purpose: never checked)."""
+        """Whether this job's sentences are checked: a synthesis (a streamed one after the fact), asked for by the
+        request (``check``) or, when it does not say, by the global switch, on a model that speaks (random weights
+        make noise on purpose: never checked)."""
         asked = getattr(request, "check", None)
-        if is_conversion or request.stream or not (resolve("check") if asked is None else asked):
+        if is_conversion or not (resolve("check") if asked is None else asked):
             return False
         return not str(pipeline.model_id).endswith(RANDOM_WEIGHTS_SUFFIX)
 
     def checked(self, pipeline, request: Request, speaker, results, should_stop):
-        """``results`` (one synthesis's sentences) each settled in turn: the library door's checked iterator."""
+        """``results`` (one synthesis's sentences) each settled in turn, each checked while the next is made: the
+        library door's checked iterator."""
         job = JobTakes()
-        for piece in results:
-            yield self.settle(pipeline, request, speaker, piece, should_stop, job)
+        with self.beside(pipeline, request, speaker, should_stop, job) as sentences:
+            for piece in results:
+                yield from sentences.add(piece)
+            yield from sentences.rest()
 
-    def settle(self, pipeline, request: Request, speaker, piece, should_stop, job: JobTakes):
-        """Check ``piece`` (one sentence); retake it while it fails and retakes are left; the kept take, with the
-        note of what happened, replaces it. Its outcome and words are added to ``job``."""
+    def beside(self, pipeline, request: Request, speaker, should_stop, job: JobTakes | None):
+        """A job's sentences on their way out (``CheckedPieces``): each checked on the checking thread while the
+        next is made; ``job`` None: the job is not checked, every piece goes on as it is made."""
+        from cosyvoice_mac.engine.checked_pieces import CheckedPieces, UncheckedPieces  # it builds on this module
+
+        if job is None:
+            return UncheckedPieces()
+        return CheckedPieces(self, pipeline, request, speaker, should_stop, job)
+
+    def verdict(self, request: Request, speaker, piece, job: JobTakes) -> TakeVerdict:
+        """One take of ``piece.text`` judged (on the checking thread: the recogniser is only ever used there); its
+        time is counted in ``job.seconds``."""
         started = time.perf_counter()
-        voice = getattr(speaker, "audio_hash", None)
-
-        def check(candidate):
+        try:
             return check_take(
-                candidate.audio,
-                candidate.sample_rate,
+                piece.audio,
+                piece.sample_rate,
                 piece.text,
                 self.recogniser,
                 speed=request.speed,
-                voice=voice,
+                voice=getattr(speaker, "audio_hash", None),
                 rates=self.rates,
             )
+        finally:
+            job.seconds += time.perf_counter() - started
+
+    def settle(self, pipeline, request: Request, speaker, piece, should_stop, job: JobTakes, first=None, **how):
+        """``piece`` (one sentence) judged (``first``: its verdict, when it was checked already; ``how["check"]``:
+        how a take is judged, by default here and now); retaken while it fails and retakes are left
+        (``how["retakes"]``: the setting's, unless the caller says); the kept take, with the note of what happened,
+        replaces it. Its outcome and words are added to ``job``."""
+        check = how.get("check") or (lambda candidate: self.verdict(request, speaker, candidate, job))
+        retakes = how.get("retakes")
 
         def remake(seed: int):
             sentence = replace(request, text=piece.text, seed=seed)
@@ -172,7 +213,8 @@ class TakeChecker:
             tokens = sum(part.speech_token_count for part in parts)
             return replace(piece, audio=audio, seed=seed, speech_token_count=tokens, notes=[*piece.notes, *notes])
 
-        choice = retake_until_passed(piece, piece.seed, check, remake, retakes_allowed(), should_stop)
+        allowed = retakes_allowed() if retakes is None else retakes
+        choice = retake_until_passed(piece, piece.seed, check, remake, allowed, should_stop, first)
         kept = choice.piece
         heard = choice.verdict.words
         if heard:
@@ -181,6 +223,5 @@ class TakeChecker:
             words = estimated_words(piece.text, kept.audio, kept.sample_rate) if kept.audio.size else []
         job.choices.append(choice)
         job.words.append((kept.duration_s, words))
-        job.seconds += time.perf_counter() - started
         notes = list(kept.notes) + ([choice.note] if choice.note else [])
         return replace(kept, notes=list(dict.fromkeys(notes)), words=words)

@@ -77,10 +77,12 @@ def retake_until_passed(
     remake: Callable[[int], Piece],
     retakes: int,
     should_stop: Callable[[], bool] = lambda: False,
+    first_verdict: TakeVerdict | None = None,
 ) -> TakeChoice[Piece]:
-    """Check ``first`` (made with ``first_seed``); while the last take fails and retakes are left, ``remake`` the
-    sentence with the next seed and check that. The best take (``TakeVerdict.badness``, earliest on a tie) is kept."""
-    takes = [Take(first, first_seed, check(first))]
+    """Check ``first`` (made with ``first_seed``; ``first_verdict`` when it was checked already); while the last take
+    fails and retakes are left, ``remake`` the sentence with the next seed and check that. The best take
+    (``TakeVerdict.badness``, earliest on a tie) is kept."""
+    takes = [Take(first, first_seed, first_verdict if first_verdict is not None else check(first))]
     seed = first_seed
     while not takes[-1].verdict.passed and len(takes) <= retakes and not should_stop():
         seed = next_seed(seed)

@@ -90,9 +90,11 @@ def looped_copy(spectra: np.ndarray, voiced: np.ndarray) -> bool:
         return False
     bands = np.log(spectra[:, : spectra.shape[1] // 32 * 32].reshape(count, 32, -1).mean(axis=2))
     bands = (bands[:-2] + bands[1:-1] + bands[2:]) / 3  # over 60 ms: a copy need not start on a frame's edge
-    bands -= bands.mean(axis=0)  # the voice's average colour would make every frame look alike
-    bands /= np.linalg.norm(bands, axis=1, keepdims=True) + 1e-9
     sounding = voiced[1 : count - 1]
+    # the voice's average colour would make every frame look alike; averaged over the voiced frames only, or a
+    # long silence drags the mean down until every voiced frame looks like every other
+    bands -= bands[sounding].mean(axis=0) if sounding.any() else bands.mean(axis=0)
+    bands /= np.linalg.norm(bands, axis=1, keepdims=True) + 1e-9
     both = sounding[:, None] & sounding[None, :]
     similar = bands @ bands.T > limits.REPEAT_SIMILARITY
     for lag in range(run, len(bands) - run + 1):

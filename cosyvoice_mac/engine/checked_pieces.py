@@ -17,14 +17,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from cosyvoice_mac.engine.takes import JobTakes, TakeChecker
 from cosyvoice_mac.pipeline.takes import TakeVerdict
 
 
 class CheckedPieces:
-    """Owns the sentences of one job whose checks are under way, in the order they were made."""
+    """Owns the sentences of one job whose checks are under way, in the order they were made. ``checker`` is the
+    worker's ``engine.takes.TakeChecker`` (its thread judges), ``job`` the job's ``JobTakes`` (the outcomes)."""
 
-    def __init__(self, checker: TakeChecker, pipeline, request, speaker, should_stop, job: JobTakes):
+    def __init__(self, checker, pipeline, request, speaker, should_stop, job):
         self.checker, self.pipeline, self.request = checker, pipeline, request
         self.speaker, self.should_stop, self.job = speaker, should_stop, job
         job.streamed = bool(request.stream)

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from cosyvoice_mac.engine import asr
+from cosyvoice_mac.engine.checked_pieces import CheckedPieces, UncheckedPieces
 from cosyvoice_mac.frontend.resample import resample
 from cosyvoice_mac.pipeline.takes import (
     FLAGGED,
@@ -129,6 +130,7 @@ class TakeChecker:
         self._recogniser = recogniser
         self.rates = VoiceRates()
         self._thread: ThreadPoolExecutor | None = None
+        self.last_job: JobTakes | None = None  # the library door's last checked synthesis
 
     @property
     def thread(self) -> ThreadPoolExecutor:
@@ -162,8 +164,8 @@ class TakeChecker:
 
     def checked(self, pipeline, request: Request, speaker, results, should_stop):
         """``results`` (one synthesis's sentences) each settled in turn, each checked while the next is made: the
-        library door's checked iterator."""
-        job = JobTakes()
+        library door's checked iterator. ``last_job`` keeps its outcome (what was retaken, what the checks cost)."""
+        job = self.last_job = JobTakes()
         with self.beside(pipeline, request, speaker, should_stop, job) as sentences:
             for piece in results:
                 yield from sentences.add(piece)
@@ -172,8 +174,6 @@ class TakeChecker:
     def beside(self, pipeline, request: Request, speaker, should_stop, job: JobTakes | None):
         """A job's sentences on their way out (``CheckedPieces``): each checked on the checking thread while the
         next is made; ``job`` None: the job is not checked, every piece goes on as it is made."""
-        from cosyvoice_mac.engine.checked_pieces import CheckedPieces, UncheckedPieces  # it builds on this module
-
         if job is None:
             return UncheckedPieces()
         return CheckedPieces(self, pipeline, request, speaker, should_stop, job)

@@ -95,7 +95,7 @@ FIELD_ROWS = (
         default=True,
         type=bool,
         env="COSYVOICE_TAKE_CHECK",
-        doors=(V1, PYTHON),
+        doors=(PAGE, V1, PYTHON),
         group="request",
     ),
     Setting(

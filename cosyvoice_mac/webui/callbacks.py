@@ -21,6 +21,7 @@ from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import ENGINES
 from cosyvoice_mac.mlx.llm_gate import mlx_llm_row
 from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
+from cosyvoice_mac.pipeline.takes.retake import next_seed
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.action_bar import blocking_reasons, render_reasons
@@ -31,6 +32,7 @@ from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.takes_view import takes_shown
 from cosyvoice_mac.webui.transcript_check import transcript_matches
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
 
@@ -181,14 +183,26 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
         post_trim=False,
         post_level=False,
         post_target=None,
+        check=None,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
-        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
+        result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default),
+        then the take check's box (None: as the check setting says).
         """
         post = (post_trim, post_level, post_target)
         yield from self.generation.run(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post, check
         )
+
+    @staticmethod
+    def last_takes(lang: str, session: Session):
+        """The last result's check and captions (check words, captions, caption files, the Retake button)."""
+        return takes_shown(lang, session.last_output if isinstance(session, Session) else None)
+
+    @staticmethod
+    def retake_seed(seed) -> int:
+        """The seed a Retake uses: the next one the take check would use."""
+        return next_seed(int(seed or 0))
 
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)

@@ -67,14 +67,28 @@ class Generation:
         self._stopped: set[str] = set()  # jobs whose owner pressed Stop: only those end as "Stopped."
 
     def run(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, page, post=POST_OFF
+        self,
+        lang,
+        audio,
+        voice,
+        transcript,
+        text,
+        mode,
+        instruct,
+        seed,
+        speed,
+        stream,
+        session,
+        page,
+        post=POST_OFF,
+        check=None,
     ) -> Iterator[tuple]:
         """Yields GenerateOutputs. ``page`` is Gradio's request; ``post`` the post-processing controls' values
-        (trim, normalise, target)."""
+        (trim, normalise, target); ``check`` the take check's box (None: as the setting says)."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
         request, problem = self.build_request(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post, check
         )
         if problem is not None:
             yield out.problem(*problem)
@@ -171,7 +185,19 @@ class Generation:
         return "  \n".join(lines)
 
     def build_request(
-        self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream=False, post=POST_OFF
+        self,
+        lang,
+        audio,
+        voice,
+        transcript,
+        text,
+        mode,
+        instruct,
+        seed,
+        speed,
+        stream=False,
+        post=POST_OFF,
+        take_check=None,
     ):
         """(Request, None) or (None, (where, strings key, values)) for the first problem found.
 
@@ -208,6 +234,7 @@ class Generation:
                 speed=1.0 if stream else speed,
                 stream=bool(stream),
                 post=post_settings(*post),
+                check=None if take_check is None else bool(take_check),
             )
         except RequestError as error:
             return None, _problem(error)
@@ -270,7 +297,9 @@ class Generation:
         preview = any(PREVIEW_LABEL in note for note in notes)
         notes = [note for note in notes if PREVIEW_LABEL not in note]  # the page shows its own label
         seconds = result.timings.get("total", 0.0)
-        if result.output_path and is_inside(result.output_path, self.host.config.outputs_dir):
+        saved = result.output_path and is_inside(result.output_path, self.host.config.outputs_dir)
+        out.session.last_output = result.output_path if saved else None  # its check and captions are shown
+        if saved:
             status = (
                 "status_done",
                 {

@@ -23,6 +23,7 @@ from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.state import HistoryEntry, is_inside
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.takes_view import CHECK_MARKS, build_takes_panel, takes_shown
 
 PER_PAGE = 10
 TEXT_IN_HISTORY = 60
@@ -35,10 +36,11 @@ HISTORY_COLUMNS = (
     "col_speed",
     "col_duration",
     "col_model",
+    "col_check",
     "col_file",
 )
-HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "str", "str"]
-HISTORY_COLUMN_WIDTHS = ["12%", "30%", "9%", "10%", "8%", "5%", "6%", "8%", "12%"]
+HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "str", "str", "str"]
+HISTORY_COLUMN_WIDTHS = ["12%", "28%", "9%", "10%", "8%", "5%", "6%", "8%", "3%", "11%"]
 CLEARED_SETTING = "history_cleared_at"
 
 
@@ -67,6 +69,7 @@ def entry_from_sidecar(sidecar: Sidecar | None, folder: Path, created: float) ->
         transcript=sidecar.prompt_text,
         source=(sidecar.source or "") if converted else None,
         source_duration_s=sidecar.source_duration_s if converted else None,
+        check=(sidecar.recorded.get("check") or {}).get("status"),
     )
 
 
@@ -180,6 +183,7 @@ def _row(lang: str, entry: HistoryEntry) -> list:
         f"{entry.speed:g}",
         f"{entry.duration_s:.1f}",
         "🔶 " + say(lang, "history_preview_short") if entry.preview else entry.model or "",  # a plain-text cell
+        CHECK_MARKS.get(entry.check or "", ""),
         entry.file_name,
     ]
 
@@ -235,6 +239,7 @@ def build_history_section(make, lang: str):
             buttons=["download"],
             elem_id="cv-history-audio",
         )
+        controls["takes"] = build_takes_panel(make, "cv-history-takes")
         controls["page"] = gr.State(0)
     return controls
 
@@ -257,6 +262,11 @@ class HistoryCallbacks:
         """The chosen earlier result's WAV, if it is one of outputs/ (a name the list gave, never a path)."""
         entry = self.history_book.find(file_name)
         return entry.path if entry is not None else None
+
+    def history_takes(self, lang: str, file_name: str | None):
+        """The picked result's check and captions (check words, captions, caption files)."""
+        entry = self.history_book.find(file_name)
+        return takes_shown(lang, entry.path if entry is not None else None)[:3]
 
     def history_reuse(self, lang: str, file_name: str | None):
         """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
@@ -321,6 +331,7 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
         **quiet,
     )
     controls["pick"].input(callbacks.history_picked, controls["pick"], controls["audio"], **quiet)
+    controls["pick"].input(callbacks.history_takes, [language, controls["pick"]], list(controls["takes"]), **quiet)
     filled = [
         form[name]
         for name in (

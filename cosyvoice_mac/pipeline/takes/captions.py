@@ -18,17 +18,10 @@ CUE_PAUSE_S = 0.8  # a pause this long between words starts a new cue
 SENTENCE_ENDS = tuple(".!?。！？…")
 
 
-def cues(words: list[Word]) -> list[tuple[float, float, str]]:
-    """(start, end, text) of each caption cue, in order."""
-    found: list[tuple[float, float, str]] = []
+def cue_groups(words: list[Word]) -> list[list[Word]]:
+    """The words of each caption cue, in order."""
+    groups: list[list[Word]] = []
     group: list[Word] = []
-
-    def close() -> None:
-        if group:
-            joiner = "" if all(len(word.word) == 1 and not word.word.isascii() for word in group) else " "
-            found.append((group[0].start, max(group[-1].end, group[0].start), joiner.join(w.word for w in group)))
-            group.clear()
-
     for word in words:
         if group:
             text_length = sum(len(w.word) + 1 for w in group) + len(word.word)
@@ -37,11 +30,23 @@ def cues(words: list[Word]) -> list[tuple[float, float, str]]:
                 or word.start - group[-1].end > CUE_PAUSE_S
                 or word.end - group[0].start > MAX_CUE_S
             ):
-                close()
+                groups.append(group)
+                group = []
         group.append(word)
         if word.word.endswith(SENTENCE_ENDS):
-            close()
-    close()
+            groups.append(group)
+            group = []
+    if group:
+        groups.append(group)
+    return groups
+
+
+def cues(words: list[Word]) -> list[tuple[float, float, str]]:
+    """(start, end, text) of each caption cue, in order."""
+    found = []
+    for group in cue_groups(words):
+        joiner = "" if all(len(word.word) == 1 and not word.word.isascii() for word in group) else " "
+        found.append((group[0].start, max(group[-1].end, group[0].start), joiner.join(w.word for w in group)))
     return found
 
 

@@ -157,3 +157,31 @@ def test_a_long_jobs_off_switch_reaches_every_line_and_the_cli_offers_it():
     assert [job.request.check for job in engine.jobs] == [False, None]
     args = build_parser().parse_args(["dialogue", "talk.txt", "--out", "talk", "--no-check"])
     assert args.no_check
+
+
+def test_a_converted_piece_is_checked_against_the_recordings_words_which_become_its_captions(
+    tmp_path, make_speech, monkeypatch
+):
+    """Voice conversion (the preview voice, in-process): each piece is heard and compared with what the recogniser
+    hears in its part of the recording; the captions carry the recording's words on the converted audio's timeline.
+    A conversion follows its recording, so it is never retaken."""
+    from cosyvoice_mac.conversion_request import ConversionRequest
+    from tests.fakes.fake_pipeline import preview_worker_config
+
+    monkeypatch.setenv("COSYVOICE_TAKE_CHECK", "1")  # a conversion follows the global switch
+    source = make_speech("The birch canoe slid on the smooth planks.")
+    sent: list = []
+    worker = WorkerRuntime(preview_worker_config(tmp_path, torch_threads=1), sent.append)
+    worker.load()
+    voice = Voice.recording(make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
+    worker.run(Job(ConversionRequest.build(str(source), voice)), should_stop=lambda: False)
+    result = sent[-1].result
+    assert sent[-1].kind == "done" and result.check is not None, sent[-1]
+    (sentence,) = result.check["sentences"]
+    (take,) = sentence["takes"]
+    assert take["metric"] == "WER" and "tiny.en" in take["recogniser"] and "planks" in take["heard"].lower(), take
+    assert sentence["status"] == ("passed" if take["passed"] else "flagged")  # one take: a conversion is not retaken
+    words = [word["word"].lower().strip(".,") for word in result.words]
+    assert words[-2:] == ["smooth", "planks"] and result.words[-1]["end"] <= result.duration_s + 0.05, words
+    assert Path(result.captions["vtt"]).read_text().startswith("WEBVTT")
+    assert json.loads(Path(result.sidecar_path).read_text())["check"] == result.check

@@ -24,9 +24,10 @@ class CheckedPieces:
     """Owns the sentences of one job whose checks are under way, in the order they were made. ``checker`` is the
     worker's ``engine.takes.TakeChecker`` (its thread judges), ``job`` the job's ``JobTakes`` (the outcomes)."""
 
-    def __init__(self, checker, pipeline, request, speaker, should_stop, job):
+    def __init__(self, checker, pipeline, request, speaker, should_stop, job, source=None):
         self.checker, self.pipeline, self.request = checker, pipeline, request
         self.speaker, self.should_stop, self.job = speaker, should_stop, job
+        self.source = source  # a conversion's recording: each piece must say what its part of it says
         job.streamed = bool(request.stream)
         self._waiting: deque[tuple[object, Future]] = deque()  # (a whole sentence, its verdict to come)
         self._chunks: list = []  # a stream: the chunks of the sentence being made
@@ -57,13 +58,22 @@ class CheckedPieces:
     def _start(self, sentence) -> None:
         self._waiting.append((sentence, self.checker.thread.submit(self._judge, sentence)))
 
-    def _judge(self, take) -> TakeVerdict:
-        return self.checker.verdict(self.request, self.speaker, take, self.job)
+    def _judge(self, take) -> tuple[TakeVerdict, str]:
+        """The take's verdict and the text it was judged against (a conversion's: its source piece's words)."""
+        text = take.text
+        if self.source is not None:
+            text = self.checker.source_words(self.source, take.segment_index)
+            if not text:  # nothing heard in the recording: nothing to compare, and no words to time
+                return TakeVerdict([], take.duration_s, recogniser="not checked: no words heard in the recording"), ""
+            take = replace(take, text=text)
+        return self.checker.verdict(self.request, self.speaker, take, self.job), text
 
     def _settle(self):
         sentence, verdict = self._waiting.popleft()
         started = time.perf_counter()
-        first = verdict.result()
+        first, text = verdict.result()
+        said = sentence.text  # a conversion's piece keeps its own text; its words are the recording's
+        sentence = replace(sentence, text=text)
         settled = self.checker.settle(
             self.pipeline,
             self.request,
@@ -72,11 +82,12 @@ class CheckedPieces:
             self.should_stop,
             self.job,
             first=first,
-            check=lambda take: self.checker.thread.submit(self._judge, take).result(),
-            retakes=0 if self.request.stream else None,
+            check=lambda take: self.checker.thread.submit(self._judge, take).result()[0],
+            # heard already (a stream), or the same every time (a conversion follows its recording): never retaken
+            retakes=0 if self.request.stream or self.source is not None else None,
         )
         self.job.waited_s += time.perf_counter() - started
-        return settled
+        return replace(settled, text=said)
 
 
 def _whole_sentence(chunks: list):

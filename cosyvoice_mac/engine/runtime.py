@@ -282,7 +282,7 @@ class WorkerRuntime:
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
             extra = {"glossary": self._glossary_hits, "post": result.post, "check": result.check}
             if job.is_conversion:  # what was re-spoken: the recording's hash and length
-                extra = {"post": result.post, "source_hash": result.source_hash}
+                extra = {"post": result.post, "source_hash": result.source_hash, "check": result.check}
                 extra["source_duration_s"] = result.source_duration_s
             save_result(self.config.outputs_dir, job, result, self.pipeline, extra)
         self._finish(Done(job.job_id, result, "done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
@@ -349,7 +349,7 @@ class WorkerRuntime:
             results = self.pipeline.run_conversion(request, speaker, should_stop, recording)
         else:
             results = self.pipeline.run(request, speaker, should_stop)
-        with self.takes.beside(self.pipeline, request, speaker, should_stop, takes) as sentences:
+        with self.takes.beside(self.pipeline, request, speaker, should_stop, takes, recording) as sentences:
             for made in results:
                 for piece in sentences.add(made):  # checked (and retaken) beside the next sentence's synthesis
                     self._made(job, request, piece, pieces, timings)

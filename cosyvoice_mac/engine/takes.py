@@ -154,11 +154,11 @@ class TakeChecker:
 
     @staticmethod
     def wanted(pipeline, request, is_conversion: bool) -> bool:
-        """Whether this job's sentences are checked: a synthesis (a streamed one after the fact), asked for by the
-        request (``check``) or, when it does not say, by the global switch, on a model that speaks (random weights
-        make noise on purpose: never checked)."""
+        """Whether this job's sentences are checked: a synthesis (a streamed one after the fact) or a conversion's
+        pieces (against the recording's words), asked for by the request (``check``) or, when it does not say, by
+        the global switch, on a model that speaks (random weights make noise on purpose: never checked)."""
         asked = getattr(request, "check", None)
-        if is_conversion or not (resolve("check") if asked is None else asked):
+        if not (resolve("check") if asked is None else asked):
             return False
         return not str(pipeline.model_id).endswith(RANDOM_WEIGHTS_SUFFIX)
 
@@ -171,12 +171,28 @@ class TakeChecker:
                 yield from sentences.add(piece)
             yield from sentences.rest()
 
-    def beside(self, pipeline, request: Request, speaker, should_stop, job: JobTakes | None):
+    def beside(self, pipeline, request, speaker, should_stop, job: JobTakes | None, source=None):
         """A job's sentences on their way out (``CheckedPieces``): each checked on the checking thread while the
-        next is made; ``job`` None: the job is not checked, every piece goes on as it is made."""
+        next is made; ``job`` None: the job is not checked, every piece goes on as it is made. ``source``: a voice
+        conversion's recording (``DecodedSource``), whose pieces' words are what each converted piece must say."""
         if job is None:
             return UncheckedPieces()
-        return CheckedPieces(self, pipeline, request, speaker, should_stop, job)
+        return CheckedPieces(self, pipeline, request, speaker, should_stop, job, source)
+
+    def source_words(self, source, index: int) -> str:
+        """What the recogniser hears in piece ``index`` of a conversion's recording: the text its converted piece
+        must say (empty when nothing is heard or no recogniser is here). A multilingual model, when downloaded,
+        finds the language itself; otherwise the bundled English one listens."""
+        wave = source.piece_wave(source.pieces[index])[0].numpy()
+        language = None if self.recogniser_is_multilingual() else "en"
+        try:
+            return self.recogniser.hear(wave, asr.ASR_RATE, language).text.strip()
+        except NoRecogniser:
+            return ""
+
+    def recogniser_is_multilingual(self) -> bool:
+        store = getattr(getattr(self.recogniser, "transcriber", None), "store", None)
+        return store is not None and store.cached_multilingual() is not None
 
     def verdict(self, request: Request, speaker, piece, job: JobTakes) -> TakeVerdict:
         """One take of ``piece.text`` judged (on the checking thread: the recogniser is only ever used there); its

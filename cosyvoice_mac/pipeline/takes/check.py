@@ -12,6 +12,7 @@ import numpy as np
 from cosyvoice_mac.pipeline.takes import thresholds as limits
 from cosyvoice_mac.pipeline.takes.signal_checks import (
     NOISE,
+    REPEATED_STRETCH,
     duration_bounds,
     duration_problem,
     sound_problems,
@@ -22,6 +23,7 @@ from cosyvoice_mac.pipeline.takes.text_match import (
     error_rate,
     language_of,
     repeated_phrases,
+    says_a_phrase_twice,
     units,
 )
 
@@ -141,6 +143,8 @@ def check_take(
     bounds = duration_bounds(unit_count, language, speed, learned)
     problems = [problem for problem in (duration_problem(duration, bounds),) if problem]
     problems += sound_problems(audio, sample_rate)
+    if REPEATED_STRETCH in problems and says_a_phrase_twice(text, language, limits.REPEAT_PHRASE_WORDS):
+        problems.remove(REPEATED_STRETCH)  # the text repeats itself: the recogniser's count of phrases judges it
     verdict = TakeVerdict(problems, duration, bounds, unusable=NOISE in problems)
     if recogniser is not None and NOISE not in problems:  # Whisper on noise only hallucinates, slowly
         _compare_heard(verdict, audio, sample_rate, text, language, recogniser)

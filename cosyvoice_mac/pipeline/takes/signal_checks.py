@@ -38,6 +38,9 @@ def unusable(audio: np.ndarray) -> str | None:
     return None
 
 
+REPEATED_STRETCH = "a stretch of audio is repeated"
+
+
 def sound_problems(audio: np.ndarray, sample_rate: int) -> list[str]:
     """A long silence inside the take, an ending cut off mid-sound, noise instead of speech, a looped copy."""
     rms = frame_rms(audio, sample_rate)
@@ -56,7 +59,7 @@ def sound_problems(audio: np.ndarray, sample_rate: int) -> list[str]:
     if float(np.sqrt(np.mean(np.square(end)))) > limits.MAX_END_LOUDNESS * loud:
         problems.append("the ending is cut off")
     if looped_copy(features, voiced):
-        problems.append("a stretch of audio is repeated")
+        problems.append(REPEATED_STRETCH)
     return problems
 
 

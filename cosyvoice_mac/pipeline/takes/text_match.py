@@ -83,6 +83,12 @@ def error_rate(reference: str, hypothesis: str, language: str | None) -> float:
     return edit_distance(ref, hyp) / max(1, len(ref))
 
 
+def says_a_phrase_twice(text: str, language: str | None, length: int) -> bool:
+    """Whether ``text`` itself repeats a phrase of ``length`` units (a refrain, a repeated line): its take then
+    holds a repeated stretch by right."""
+    return bool(repeated_phrases("", text, language, length))
+
+
 def repeated_phrases(reference: str, hypothesis: str, language: str | None, length: int) -> list[str]:
     """Phrases of ``length`` units the recogniser heard more often than the text says them (a looped model)."""
     if language in CHARACTER_LANGUAGES:

@@ -13,6 +13,7 @@ import pytest
 import srt
 
 from cosyvoice_mac.api.routes import check_headers
+from cosyvoice_mac.api.streams import check_facts
 from cosyvoice_mac.api.timestamps import character_alignment
 from cosyvoice_mac.cli.main import build_parser
 from cosyvoice_mac.cli.takes import say_check, write_captions_beside
@@ -58,6 +59,8 @@ def test_the_header_says_retaken_or_flagged_with_the_note_and_nothing_when_unche
         "x-cosyvoice-check": "passed"
     }
     assert check_headers(_result(None)) == {}
+    assert check_facts(_result(flagged)) == {"check": "flagged", "check_note": flagged["sentences"][0]["note"]}
+    assert check_facts(_result(None)) == {}  # the stream's done event says nothing of a check that did not run
 
 
 def test_the_cli_warns_on_a_flagged_take_and_writes_the_captions_asked_for(tmp_path, capsys):

@@ -19,6 +19,7 @@ from cosyvoice_mac.engine.takes import TakeChecker
 from cosyvoice_mac.pipeline.takes import FLAGGED, RETAKEN, NoRecogniser
 from cosyvoice_mac.pipeline.takes.retake import next_seed
 from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.webui.takes_view import takes_html
 from tests.fakes.fake_pipeline import fake_worker_config
 from tests.fakes.faulty_voice import FAULTY_FACTORY
 
@@ -78,6 +79,11 @@ def test_each_fault_is_caught_and_retaken_until_a_take_passes(tmp_path, speech, 
     assert Path(result.captions["srt"]).read_text().startswith("1\n00:00:0")  # beside the WAV, for the timeline
     sidecar = json.loads(Path(result.sidecar_path).read_text())
     assert sidecar["check"] == result.check and sidecar["check"]["sentences"][0]["takes"][1]["seed"] == next_seed(7)
+    outputs = Path(result.output_path).parent  # every take kept, as made, for the page to play
+    lengths = [len(soundfile.read(outputs / take["file"])[0]) for take in takes]
+    assert lengths[0] < lengths[3] < lengths[1] and lengths[3] == len(voice.audio)  # dropped, looped, whole
+    players = takes_html("en", result.check, outputs)
+    assert players.count("<audio") == 4 and "Sentence 1, take 4 (seed" in players and "s1-t4.wav" in players
 
 
 def test_after_the_last_retake_the_best_take_stands_with_a_note(tmp_path, speech, prompt, monkeypatch):

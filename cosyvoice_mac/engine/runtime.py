@@ -278,7 +278,7 @@ class WorkerRuntime:
             result.notes.append(engine_note)
         result.notes += post.notes
         if outcome.takes is not None:
-            outcome.takes.record(result, post.trimmed_start_ms / 1000)
+            outcome.takes.record(result, post.trimmed_start_ms / 1000, self.config.outputs_dir)
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
             extra = {"glossary": self._glossary_hits, "post": result.post, "check": result.check}
             if job.is_conversion:  # what was re-spoken: the recording's hash and length

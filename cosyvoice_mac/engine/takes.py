@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -30,7 +31,9 @@ from cosyvoice_mac.pipeline.takes import (
 from cosyvoice_mac.pipeline.takes.words import align_words, estimated_words, on_timeline
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.settings import bounds, resolve, setting
+from cosyvoice_mac.sound.wav import write_wav
 
+TAKES_FOLDER = "takes"  # in outputs/: every take of a sentence made more than once, one folder per job
 RANDOM_WEIGHTS_SUFFIX = "-random-weights"  # loading.model_identity's mark: such a model speaks noise by design
 
 
@@ -86,6 +89,7 @@ class JobTakes:
     seconds: float = 0.0  # the checks' own time (on the checking thread, beside the synthesis)
     waited_s: float = 0.0  # what the job waited for them (and for retakes): what the check added to its time
     streamed: bool = False  # heard as it was made: checked after the fact, flagged, never retaken
+    take_files: dict[tuple[int, int], str] = field(default_factory=dict)  # (sentence, take) -> its kept WAV
 
     @property
     def status(self) -> str:
@@ -100,8 +104,14 @@ class JobTakes:
             at += length
         return [word for word in on_timeline(offsets) if word.end > 0]
 
-    def record(self, result, trimmed_start_s: float) -> None:
-        """Put the check's outcome, its time and the words on the saved audio's timeline into the JobResult."""
+    def record(self, result, trimmed_start_s: float, outputs_dir=None) -> None:
+        """Put the check's outcome, its time and the words on the saved audio's timeline into the JobResult; with
+        ``outputs_dir``, keep the takes of every sentence made more than once there (``keep_takes``)."""
+        if outputs_dir:
+            try:
+                self.keep_takes(Path(outputs_dir), result.job_id)
+            except OSError as error:  # the result stands; only the other takes are not kept
+                result.notes.append(f"the other takes could not be kept: {error}")
         result.timings["check"] = round(self.seconds, 4)
         result.timings["check_wait"] = round(self.waited_s, 4)
         result.check = self.as_dict()
@@ -112,13 +122,28 @@ class JobTakes:
                     summary = choice.verdict.summary()
                     result.notes.append(f"sentence {index}, heard before its check, was flagged: {summary}")
 
+    def keep_takes(self, outputs_dir: Path, job_id: str) -> None:
+        """Each take of every sentence made more than once, as the model made it (before post-processing), in
+        ``outputs_dir/takes/<job id>/s<sentence>-t<take>.wav`` (the page plays them); each take's ``file`` in the
+        check names its WAV, relative to ``outputs_dir``."""
+        for sentence, choice in enumerate(self.choices, 1):
+            if len(choice.takes) < 2:
+                continue
+            for number, take in enumerate(choice.takes, 1):
+                relative = Path(TAKES_FOLDER) / job_id / f"s{sentence}-t{number}.wav"
+                write_wav(outputs_dir / relative, take.piece.audio, take.piece.sample_rate)
+                self.take_files[(sentence - 1, number - 1)] = relative.as_posix()
+
     def as_dict(self) -> dict:
+        sentences = [choice.as_dict() for choice in self.choices]
+        for (sentence, number), file in self.take_files.items():
+            sentences[sentence]["takes"][number]["file"] = file
         return {
             "status": self.status,
             "seconds": round(self.seconds, 3),
             "waited_s": round(self.waited_s, 3),
             "streamed": self.streamed,
-            "sentences": [choice.as_dict() for choice in self.choices],
+            "sentences": sentences,
         }
 
 

@@ -97,6 +97,8 @@ EN: dict[str, str] = {
     "check_streamed_flagged": "It was streamed, so it was heard before its check: press Retake to make it again "
     "with a new seed.",
     "retake": "Retake with a new seed",
+    "takes_players_heading": "Every take, to hear (kept in outputs/takes/)",
+    "takes_player": "Sentence {index}, take {number} (seed {seed})",
     "captions_heading": "Captions (the word being spoken is marked as it plays)",
     "captions_files_label": "Caption files: SubRip (.srt), WebVTT (.vtt), the words' times (.words.json)",
 }
@@ -190,6 +192,8 @@ ZH: dict[str, str] = {
     "check_take_passed": "通过",
     "check_streamed_flagged": "它是边生成边播放的，检查前已经播出：按“重新生成”用新种子再生成一次。",
     "retake": "用新种子重新生成",
+    "takes_players_heading": "每一次生成，都可以听（保存在输出文件夹的子文件夹里）",
+    "takes_player": "第 {index} 句，第 {number} 次（种子 {seed}）",
     "captions_heading": "字幕（播放时标出正在说的词）",
     "captions_files_label": "字幕文件：两种字幕格式和逐词时间表",
 }

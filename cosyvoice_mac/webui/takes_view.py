@@ -68,7 +68,7 @@ def takes_shown(lang: str, wav_path: str | None) -> tuple:
     words = _words(wav)
     return (
         check_words(lang, check),
-        captions_html(lang, words, wav),
+        takes_html(lang, check, wav.parent) + captions_html(lang, words, wav),
         gr.update(value=files or None, visible=bool(files)),
         gr.update(visible=bool(check) and check.get("status") == FLAGGED),
     )
@@ -109,6 +109,23 @@ def captions_html(lang: str, words: list[Word], wav: Path) -> str:
     heading = html.escape(say(lang, "captions_heading"))
     player = f'<audio controls preload="none" src="{html.escape(f"gradio_api/file={wav}", quote=True)}"></audio>'
     return f'<div class="cv-captions"><b>{heading}</b><br>{player}{"".join(lines)}</div>'
+
+
+def takes_html(lang: str, check: dict | None, outputs: Path) -> str:
+    """A player for each take of every sentence made more than once (kept in ``outputs``/takes/), to hear them."""
+    rows = []
+    for index, sentence in enumerate((check or {}).get("sentences", []), 1):
+        for number, take in enumerate(sentence.get("takes", []), 1):
+            path = outputs / take["file"] if take.get("file") else None
+            if path is None or not path.is_file():
+                continue
+            label = say(lang, "takes_player", index=index, number=number, seed=take.get("seed"))
+            kept = " ▶" if number == sentence.get("kept") else ""
+            source = html.escape(f"gradio_api/file={path}", quote=True)
+            rows.append(f'<div>{html.escape(label)}{kept} <audio controls preload="none" src="{source}"></audio></div>')
+    if not rows:
+        return ""
+    return f'<div class="cv-takes"><b>{html.escape(say(lang, "takes_players_heading"))}</b>{"".join(rows)}</div>'
 
 
 def caption_files(wav: Path) -> list[str]:

@@ -1,18 +1,17 @@
 """Inside the worker process: the pipeline, the speaker cache, device fallback and one job's run.
 
 Where a job's speaker prompt comes from is ``prompt_source.py``; how its audio is finished and saved with
-its sidecar is ``job_output.py``. Imported only by the worker (it imports torch and the models).
+its sidecar is ``job_output.py``; what the worker gives back after each job is ``worker_memory.py``; how each
+sentence is checked and retaken is ``takes.py``. Imported only by the worker (it imports torch and the models).
 """
 
 from __future__ import annotations
 
-import gc
 import importlib
 import re
 import time
 import traceback
 from dataclasses import replace
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -20,7 +19,7 @@ import torch
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs, worker_tasks
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
-from cosyvoice_mac.engine.job_output import finished_audio, low_memory_facts, precision_facts, save_result
+from cosyvoice_mac.engine.job_output import Attempt, finished_audio, low_memory_facts, precision_facts, save_result
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.messages import (
     Cancelled,
@@ -37,9 +36,9 @@ from cosyvoice_mac.engine.messages import (
 )
 from cosyvoice_mac.engine.prompt_source import PromptSource
 from cosyvoice_mac.engine.takes import JobTakes, TakeChecker
+from cosyvoice_mac.engine.worker_memory import collect_everything, release_memory
 from cosyvoice_mac.errors import CosyVoiceError, InputError
 from cosyvoice_mac.frontend.glossary import RequestGlossary, glossary_store
-from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request, Voice
@@ -84,49 +83,6 @@ def warmup_prompt(sample_rate: int = SAMPLE_RATE, seconds: float = 4.0) -> np.nd
     rhythm = 0.3 + 0.7 * np.sin(2 * np.pi * 2.5 * t) ** 2
     noise = 0.01 * np.random.default_rng(0).standard_normal(t.shape[0])
     return (0.15 * voiced * rhythm + noise).astype(np.float32)
-
-
-def release_memory(*devices: torch.device) -> None:
-    """Collect garbage, give cached device blocks back, and (glibc) return freed heap pages to the OS."""
-    gc.collect()
-    for device in {str(d) for d in devices if d is not None}:
-        try:
-            device_policy.empty_cache(device)
-        except Exception:  # hygiene must never fail a job (e.g. a device whose runtime is gone)
-            pass
-    return_freed_heap()
-
-
-def keep_for_life() -> None:
-    """Take every object alive now out of the collector's walks (``gc.freeze``): the worker calls it once its model
-    is loaded and warm, because the imports and the model live as long as the process. The full collection after
-    each job then walks only what was made since, instead of the 0.2-0.3 million objects torch and a model leave
-    (0.1-0.2 s of CPU per job, measured on the tiny models; more with a full one)."""
-    gc.collect()
-    gc.freeze()
-
-
-def collect_everything() -> None:
-    """After the worker dropped part of what it froze (the MLX engine, once PyTorch took a job over): a collection
-    that walks the frozen objects too, then the survivors frozen again. Without a freeze, a full collection."""
-    if not gc.get_freeze_count():
-        gc.collect()
-        return
-    gc.unfreeze()
-    keep_for_life()
-
-
-class Attempt(NamedTuple):
-    """What one try of a job produced, and where."""
-
-    pieces: list
-    speaker: object  # SpeakerPrompt or None
-    cache_source: str  # "memory", "disk", "extracted" or "none"
-    timings: dict
-    mode: str
-    device: str
-    source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
-    takes: JobTakes | None = None  # each sentence's checked takes, when the job is checked
 
 
 class WorkerRuntime:
@@ -330,7 +286,7 @@ class WorkerRuntime:
                     self.pipeline.to(torch.device("cpu"))
                     self._stay_on_cpu(f"moving back to {self.home_device} failed: {error}")
 
-    def _attempt(self, job: Job, should_stop) -> "Attempt":
+    def _attempt(self, job: Job, should_stop) -> Attempt:
         """One try of ``job`` on the current device: a synthesis, or a voice conversion (no glossary: no text)."""
         request, self._glossary_hits, note, recording = job.request, [], None, None
         timings: dict[str, float] = {}

@@ -94,7 +94,8 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     source = config.model_dir or f"the backend {config.pipeline_factory} (no model folder)"
     send(Loading(f"loading the model from {source}"))
     try:
-        from cosyvoice_mac.engine.runtime import WorkerRuntime, keep_for_life
+        from cosyvoice_mac.engine.runtime import WorkerRuntime
+        from cosyvoice_mac.engine.worker_memory import keep_for_life
 
         runtime = WorkerRuntime(config, send)
         runtime.load()

@@ -17,7 +17,7 @@ from cosyvoice_mac.engine import VoiceError
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.sound.prompt_check import checked_prompt
-from cosyvoice_mac.webui.generation import problem_words
+from cosyvoice_mac.webui.page_request import problem_words
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS
 from cosyvoice_mac.webui.streaming import PLAYER_HTML, PLAYER_JS
 from cosyvoice_mac.webui.strings import text as say

@@ -18,19 +18,16 @@ from typing import Iterator, NamedTuple
 
 import gradio as gr
 
-from cosyvoice_mac.engine import EngineError, Job, QueueFull, VoiceError
+from cosyvoice_mac.engine import EngineError, Job, QueueFull
 from cosyvoice_mac.engine import jobs as job_events
 from cosyvoice_mac.engine.host import ModelHost
 from cosyvoice_mac.engine.jobqueue import Listener
 from cosyvoice_mac.engine.messages import Done, EngineState, Progress, Queued, Retrying, Started
-from cosyvoice_mac.engine.voice_library import judge_voice_audio
-from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
-from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.webui.history import HistoryBook, history_view
-from cosyvoice_mac.webui.post_controls import post_settings
-from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, status_line
+from cosyvoice_mac.webui.page_request import POST_OFF, PageRequest
+from cosyvoice_mac.webui.render import status_line
 from cosyvoice_mac.webui.state import ActiveJobs, Session, is_inside
 from cosyvoice_mac.webui.streaming import StreamBuffer
 from cosyvoice_mac.webui.strings import text as say
@@ -38,7 +35,6 @@ from cosyvoice_mac.webui.strings import text as say
 POLL_S = 0.5
 CLOSED_TAB_GRACE_S = 5.0  # a closed tab's jobs are cancelled after this (a reload or a flaky connection)
 QUEUE_TEXT_CHARS = 40
-POST_OFF = (False, False, None)  # the post-processing controls (trim, normalise, target) as they start: off
 
 
 class GenerateOutputs(NamedTuple):
@@ -56,7 +52,7 @@ class GenerateOutputs(NamedTuple):
     player: object
 
 
-class Generation:
+class Generation(PageRequest):
     """Owns each browser session's running job (so its Stop button can cancel it); a finished one shows in
     the history (``history``: outputs/ read back)."""
 
@@ -183,62 +179,6 @@ class Generation:
             else:
                 lines.append(say(lang, "queue_other", where=where, interface=entry.interface or "?"))
         return "  \n".join(lines)
-
-    def build_request(
-        self,
-        lang,
-        audio,
-        voice,
-        transcript,
-        text,
-        mode,
-        instruct,
-        seed,
-        speed,
-        stream=False,
-        post=POST_OFF,
-        take_check=None,
-    ):
-        """(Request, None) or (None, (where, strings key, values)) for the first problem found.
-
-        The rules are the request's own (``Request.build``); this only adds the page's quick look at the
-        prompt file and says where each problem shows. Streaming plays at speed 1.0 (the model cannot change
-        the speed of audio it has already sent), so the slider is ignored then; the page says so.
-        """
-        mode = mode if mode in MODES else "zero_shot"
-        if voice:
-            engine = self.host.engine if self.host is not None else None
-            if engine is None:
-                return None, ("status", "status_no_model", {})
-            try:
-                chosen = replace(engine.voice(voice), transcript=transcript)
-            except VoiceError as error:
-                return None, ("prompt", "voice_error", {"message": str(error)})
-        elif not audio:
-            return None, ("prompt", "prompt_needed", {})
-        else:
-            try:
-                check = judge_voice_audio(audio)  # the voice library's rule: a tone or music is no voice
-            except VoiceError as error:  # the speech detector is not installed
-                return None, ("prompt", "voice_error", {"message": str(error)})
-            if not check.ok:
-                return None, ("prompt", PROMPT_PROBLEM_KEYS[check.problem], check.details)
-            chosen = Voice.recording(audio, transcript=transcript)
-        try:
-            request = Request.build(
-                text,
-                chosen,
-                mode=mode,
-                instruct=instruct,
-                seed=seed,
-                speed=1.0 if stream else speed,
-                stream=bool(stream),
-                post=post_settings(*post),
-                check=None if take_check is None else bool(take_check),
-            )
-        except RequestError as error:
-            return None, _problem(error)
-        return request, None
 
     @staticmethod
     def _waiting_status(engine, job_id: str) -> tuple:
@@ -373,30 +313,6 @@ class _Outputs:
         return self._tuple(
             status=status_line(self.lang, *status), result=playable, history=rows, picks=gr.update(choices=picks)
         )
-
-
-# Where each request rule's problem shows, and the page's own words for it where it has them.
-FIELD_SLOTS = {"text": "text", "voice": "prompt", "transcript": "prompt", "mode": "mode", "instruct": "mode"}
-PAGE_KEYS = {
-    "text_empty": "text_empty",
-    "text_too_long": "counter_over",
-    "transcript_needed": "transcript_needed",
-    "instruct_needed": "instruct_needed",
-    "seed_invalid": "seed_invalid",
-    "prompt_needed": "prompt_needed",
-}
-
-
-def _problem(error: RequestError) -> tuple[str, str, dict]:
-    key = PAGE_KEYS.get(error.code)
-    values = dict(error.values) if key else {"message": str(error)}
-    return FIELD_SLOTS.get(error.field, "status"), key or "status_invalid", values
-
-
-def problem_words(lang: str, error: RequestError) -> str:
-    """A request rule's problem in the page's words."""
-    _, key, values = _problem(error)
-    return say(lang, key, **values)
 
 
 def _hold_prompt(job: Job) -> tuple[Job, Path | None]:

@@ -1,0 +1,104 @@
+"""The Speak tab's fields as one request: the saved voice or the uploaded recording, checked with the voice
+library's rule, then the request contract's own rules (``Request.build``), so every problem is said in the field it
+belongs to before anything is queued. Mixed into ``generation.Generation`` (which provides ``host``);
+``problem_words`` gives a rule's problem in the page's words (the action bar's too).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from cosyvoice_mac.engine import VoiceError
+from cosyvoice_mac.engine.voice_library import judge_voice_audio
+from cosyvoice_mac.errors import RequestError
+from cosyvoice_mac.request import MODES, Request, Voice
+from cosyvoice_mac.webui.post_controls import post_settings
+from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS
+from cosyvoice_mac.webui.strings import text as say
+
+POST_OFF = (False, False, None)  # the post-processing controls (trim, normalise, target) as they start: off
+
+
+class PageRequest:
+    """The Speak tab's request building (state lives on the ``Generation`` it is mixed into)."""
+
+    def build_request(
+        self,
+        lang,
+        audio,
+        voice,
+        transcript,
+        text,
+        mode,
+        instruct,
+        seed,
+        speed,
+        stream=False,
+        post=POST_OFF,
+        take_check=None,
+    ):
+        """(Request, None) or (None, (where, strings key, values)) for the first problem found.
+
+        The rules are the request's own (``Request.build``); this only adds the page's quick look at the
+        prompt file and says where each problem shows. Streaming plays at speed 1.0 (the model cannot change
+        the speed of audio it has already sent), so the slider is ignored then; the page says so. ``take_check``
+        is the take check's box (None: as the check setting says).
+        """
+        mode = mode if mode in MODES else "zero_shot"
+        if voice:
+            engine = self.host.engine if self.host is not None else None
+            if engine is None:
+                return None, ("status", "status_no_model", {})
+            try:
+                chosen = replace(engine.voice(voice), transcript=transcript)
+            except VoiceError as error:
+                return None, ("prompt", "voice_error", {"message": str(error)})
+        elif not audio:
+            return None, ("prompt", "prompt_needed", {})
+        else:
+            try:
+                check = judge_voice_audio(audio)  # the voice library's rule: a tone or music is no voice
+            except VoiceError as error:  # the speech detector is not installed
+                return None, ("prompt", "voice_error", {"message": str(error)})
+            if not check.ok:
+                return None, ("prompt", PROMPT_PROBLEM_KEYS[check.problem], check.details)
+            chosen = Voice.recording(audio, transcript=transcript)
+        try:
+            request = Request.build(
+                text,
+                chosen,
+                mode=mode,
+                instruct=instruct,
+                seed=seed,
+                speed=1.0 if stream else speed,
+                stream=bool(stream),
+                post=post_settings(*post),
+                check=None if take_check is None else bool(take_check),
+            )
+        except RequestError as error:
+            return None, _problem(error)
+        return request, None
+
+
+# Where each request rule's problem shows, and the page's own words for it where it has them.
+FIELD_SLOTS = {"text": "text", "voice": "prompt", "transcript": "prompt", "mode": "mode", "instruct": "mode"}
+PAGE_KEYS = {
+    "text_empty": "text_empty",
+    "text_too_long": "counter_over",
+    "transcript_needed": "transcript_needed",
+    "instruct_needed": "instruct_needed",
+    "seed_invalid": "seed_invalid",
+    "prompt_needed": "prompt_needed",
+}
+
+
+def _problem(error: RequestError) -> tuple[str, str, dict]:
+    key = PAGE_KEYS.get(error.code)
+    values = dict(error.values) if key else {"message": str(error)}
+    return FIELD_SLOTS.get(error.field, "status"), key or "status_invalid", values
+
+
+def problem_words(lang: str, error: RequestError) -> str:
+    """A request rule's problem in the page's words."""
+    _, key, values = _problem(error)
+    return say(lang, key, **values)

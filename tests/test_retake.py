@@ -191,3 +191,34 @@ def test_a_converted_piece_is_checked_against_the_recordings_words_which_become_
     assert words[-2:] == ["smooth", "planks"] and result.words[-1]["end"] <= result.duration_s + 0.05, words
     assert Path(result.captions["vtt"]).read_text().startswith("WEBVTT")
     assert json.loads(Path(result.sidecar_path).read_text())["check"] == result.check
+
+
+def test_another_kept_take_picked_on_the_page_becomes_the_output_and_the_sidecar_says_so(
+    tmp_path, speech, prompt, monkeypatch
+):
+    """The check keeps the third take (the first dropped a sentence, the second lost its ending); the page puts the
+    second in the output instead: the saved WAV is that take, its captions follow it, the sidecar records the pick,
+    and every take stays in outputs/takes/ (the check's kept take can be picked back)."""
+    from cosyvoice_mac.webui.takes_view import put_take_in, takes_shown
+
+    monkeypatch.setenv("COSYVOICE_RETAKES", "2")
+    result, voice = _run(tmp_path, speech, prompt, ["drop", "truncate"], NoRecogniserHere(), check=True)
+    assert result.check["sentences"][0]["kept"] == 3 and result.check_status == RETAKEN
+    outputs, wav = Path(result.output_path).parent, result.output_path
+    files = [outputs / take["file"] for take in result.check["sentences"][0]["takes"]]
+    assert [choice[1] for choice in takes_shown("en", wav)[3]["choices"]] == ["1:1", "1:2"]
+    played, (check, *_, pick, use) = put_take_in("en", wav, "1:2")
+    assert played == wav and "Sentence 1 now uses take 2" in check and "picked by hand" in check
+    saved, _ = soundfile.read(wav, dtype="float32")
+    assert len(saved) == len(soundfile.read(files[1])[0]) < len(voice.audio)  # the truncated take, as made
+    sidecar = json.loads(Path(result.sidecar_path).read_text())
+    sentence = sidecar["check"]["sentences"][0]
+    assert sentence["kept"] == 2 and sentence["picked"] and sentence["status"] == sidecar["check"]["status"] == FLAGGED
+    assert sidecar["duration_s"] == round(len(saved) / voice.sample_rate, 3) and sentence["note"] in sidecar["notes"]
+    words = json.loads(Path(result.captions["json"]).read_text())
+    assert words[0]["word"] == "Please" and words[-1]["end"] <= len(saved) / voice.sample_rate + 1e-3
+    assert all(path.is_file() for path in files) and [c[1] for c in pick["choices"]] == ["1:1", "1:3"]
+    played, (check, *_) = put_take_in("en", wav, "1:2")  # the take in the output already: nothing changes
+    assert played is None and "already" in check
+    assert put_take_in("en", wav, "1:3")[0] == wav  # back to the check's choice
+    assert len(soundfile.read(wav)[0]) == len(voice.audio)

@@ -28,12 +28,14 @@ from cosyvoice_mac.pipeline.takes import (
     check_take,
     retake_until_passed,
 )
+from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.pipeline.takes.captions import SUFFIXES, caption_text
 from cosyvoice_mac.pipeline.takes.words import align_words, estimated_words, on_timeline
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.settings import bounds, resolve, setting
 from cosyvoice_mac.sound.wav import write_wav
 
-TAKES_FOLDER = "takes"  # in outputs/: every take of a sentence made more than once, one folder per job
+TAKES_FOLDER = "takes"  # in outputs/: every take of a job with a sentence made more than once, a folder per job
 RANDOM_WEIGHTS_SUFFIX = "-random-weights"  # loading.model_identity's mark: such a model speaks noise by design
 
 
@@ -45,6 +47,14 @@ def retakes_allowed() -> int:
     except ValueError:
         wanted = setting("retakes").default
     return int(min(max(wanted, low), high))
+
+
+def take_words(piece, verdict: TakeVerdict) -> list[Word]:
+    """The words of ``piece.text`` timed on the take's own audio: the recogniser's times moved onto the text's
+    words, or (no recogniser for the language, or nothing heard) times shared out over the sound."""
+    if verdict.words:
+        return align_words(piece.text, verdict.words, piece.duration_s, piece.audio, piece.sample_rate)
+    return estimated_words(piece.text, piece.audio, piece.sample_rate) if piece.audio.size else []
 
 
 class WhisperRecogniser:
@@ -123,16 +133,20 @@ class JobTakes:
                     result.notes.append(f"sentence {index}, heard before its check, was flagged: {summary}")
 
     def keep_takes(self, outputs_dir: Path, job_id: str) -> None:
-        """Each take of every sentence made more than once, as the model made it (before post-processing), in
-        ``outputs_dir/takes/<job id>/s<sentence>-t<take>.wav`` (the page plays them); each take's ``file`` in the
-        check names its WAV, relative to ``outputs_dir``."""
-        for sentence, choice in enumerate(self.choices, 1):
-            if len(choice.takes) < 2:
-                continue
-            for number, take in enumerate(choice.takes, 1):
-                relative = Path(TAKES_FOLDER) / job_id / f"s{sentence}-t{number}.wav"
+        """When a sentence was made more than once: every take of each sentence, as the model made it (before
+        post-processing), in ``outputs_dir/takes/<job id>/s<sentence>-t<take>.wav`` with its timed words beside it
+        (``.words.json``). The page plays them, and a take picked there is put in the output from them
+        (``engine.take_pick``); each take's ``file`` in the check names its WAV, relative to ``outputs_dir``."""
+        if all(len(choice.takes) < 2 for choice in self.choices):
+            return
+        for sentence, choice in enumerate(self.choices):
+            for number, take in enumerate(choice.takes):
+                relative = Path(TAKES_FOLDER) / job_id / f"s{sentence + 1}-t{number + 1}.wav"
                 write_wav(outputs_dir / relative, take.piece.audio, take.piece.sample_rate)
-                self.take_files[(sentence - 1, number - 1)] = relative.as_posix()
+                words = self.words[sentence][1] if number == choice.kept else take_words(take.piece, take.verdict)
+                captions = (outputs_dir / relative).with_suffix(SUFFIXES["json"])
+                atomic_write(captions, caption_text(words, "json").encode("utf-8"))
+                self.take_files[(sentence, number)] = relative.as_posix()
 
     def as_dict(self) -> dict:
         sentences = [choice.as_dict() for choice in self.choices]
@@ -257,11 +271,7 @@ class TakeChecker:
         allowed = retakes_allowed() if retakes is None else retakes
         choice = retake_until_passed(piece, piece.seed, check, remake, allowed, should_stop, first)
         kept = choice.piece
-        heard = choice.verdict.words
-        if heard:
-            words = align_words(piece.text, heard, kept.duration_s, kept.audio, kept.sample_rate)
-        else:  # no recogniser for the language (or it heard nothing): times shared out over the sound
-            words = estimated_words(piece.text, kept.audio, kept.sample_rate) if kept.audio.size else []
+        words = take_words(kept, choice.verdict)
         job.choices.append(choice)
         job.words.append((kept.duration_s, words))
         notes = list(kept.notes) + ([choice.note] if choice.note else [])

@@ -32,7 +32,7 @@ from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
-from cosyvoice_mac.webui.takes_view import takes_shown
+from cosyvoice_mac.webui.takes_view import put_take_in, retake_offered, takes_shown
 from cosyvoice_mac.webui.transcript_check import transcript_matches
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
 
@@ -196,8 +196,17 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
 
     @staticmethod
     def last_takes(lang: str, session: Session):
-        """The last result's check and captions (check words, captions, caption files, the Retake button)."""
-        return takes_shown(lang, session.last_output if isinstance(session, Session) else None)
+        """The last result's ``TakesPanel`` values (check, captions, their files, the takes to pick), then the
+        Retake button's."""
+        wav = session.last_output if isinstance(session, Session) else None
+        return (*takes_shown(lang, wav), retake_offered(wav))
+
+    @staticmethod
+    def use_last_take(lang: str, session: Session, choice: str | None):
+        """The picked take put in the last result: (its player, its ``TakesPanel`` values, the Retake button)."""
+        wav = session.last_output if isinstance(session, Session) else None
+        played, panel = put_take_in(lang, wav, choice)
+        return (played or gr.skip(), *panel, retake_offered(wav))
 
     @staticmethod
     def retake_seed(seed) -> int:

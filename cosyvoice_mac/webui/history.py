@@ -23,7 +23,7 @@ from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.webui.state import HistoryEntry, is_inside
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
-from cosyvoice_mac.webui.takes_view import CHECK_MARKS, build_takes_panel, takes_shown
+from cosyvoice_mac.webui.takes_view import CHECK_MARKS, build_takes_panel, put_take_in, takes_shown
 
 PER_PAGE = 10
 TEXT_IN_HISTORY = 60
@@ -264,9 +264,15 @@ class HistoryCallbacks:
         return entry.path if entry is not None else None
 
     def history_takes(self, lang: str, file_name: str | None):
-        """The picked result's check and captions (check words, captions, caption files)."""
+        """The picked result's ``TakesPanel`` values (check, captions, their files, the takes to pick)."""
         entry = self.history_book.find(file_name)
-        return takes_shown(lang, entry.path if entry is not None else None)[:3]
+        return takes_shown(lang, entry.path if entry is not None else None)
+
+    def history_use_take(self, lang: str, file_name: str | None, choice: str | None):
+        """Another take put in the picked result: (its player, its ``TakesPanel`` values)."""
+        entry = self.history_book.find(file_name)
+        played, panel = put_take_in(lang, entry.path if entry is not None else None, choice)
+        return (played or gr.skip(), *panel)
 
     def history_reuse(self, lang: str, file_name: str | None):
         """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
@@ -331,7 +337,11 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
         **quiet,
     )
     controls["pick"].input(callbacks.history_picked, controls["pick"], controls["audio"], **quiet)
-    controls["pick"].input(callbacks.history_takes, [language, controls["pick"]], list(controls["takes"]), **quiet)
+    takes = controls["takes"]
+    controls["pick"].input(callbacks.history_takes, [language, controls["pick"]], list(takes), **quiet)
+    takes.use.click(
+        callbacks.history_use_take, [language, controls["pick"], takes.pick], [controls["audio"], *takes], **quiet
+    )
     filled = [
         form[name]
         for name in (

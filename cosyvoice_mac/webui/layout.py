@@ -268,6 +268,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             ).then(callbacks.last_takes, [language, session], [*takes, retake], **quiet)
 
         after_run(generate.click(**generating))
+        takes.use.click(  # another kept take put in the last result, then the history shows its new length
+            callbacks.use_last_take, [language, session, takes.pick], [result, *takes, retake], **quiet
+        ).then(callbacks.history_show, history_query, history_shown, **quiet)
         # A Retake (offered when a sentence stayed flagged, as a streamed one can) is Generate with the next seed.
         after_run(retake.click(callbacks.retake_seed, seed, seed, **quiet).then(**generating))
         stop.click(callbacks.stop, None, None, **quiet)

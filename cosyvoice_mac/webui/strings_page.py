@@ -101,6 +101,11 @@ EN: dict[str, str] = {
     "takes_player": "Sentence {index}, take {number} (seed {seed})",
     "captions_heading": "Captions (the word being spoken is marked as it plays)",
     "captions_files_label": "Caption files: SubRip (.srt), WebVTT (.vtt), the words' times (.words.json)",
+    "take_pick_label": "Another take for the output (every take stays in outputs/takes/)",
+    "take_pick_choice": "Sentence {index}, take {number} (seed {seed}): {verdict}",
+    "take_use": "Use this take",
+    "take_pick_first": "⚠️ Pick a take first (the menu beside the button).",
+    "take_used": "✅ Sentence {index} now uses take {number}: the output, its captions and its sidecar say so.",
 }
 
 ZH: dict[str, str] = {
@@ -196,4 +201,9 @@ ZH: dict[str, str] = {
     "takes_player": "第 {index} 句，第 {number} 次（种子 {seed}）",
     "captions_heading": "字幕（播放时标出正在说的词）",
     "captions_files_label": "字幕文件：两种字幕格式和逐词时间表",
+    "take_pick_label": "换用另一次生成作为输出（每一次都保留在输出文件夹的子文件夹里）",
+    "take_pick_choice": "第 {index} 句，第 {number} 次（种子 {seed}）：{verdict}",
+    "take_use": "使用这一次",
+    "take_pick_first": "⚠️ 请先选择一次生成（按钮旁边的菜单）。",
+    "take_used": "✅ 第 {index} 句现在使用第 {number} 次：输出、字幕和说明文件都已更新。",
 }

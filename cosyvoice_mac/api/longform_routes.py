@@ -2,8 +2,11 @@
 A batch is either lines to speak (the file ``file``) or recordings to convert (several files ``audio`` and a
 ``voice``: each bad recording is reported in ``done``'s ``report`` by name and reason, the others go on).
 
-A job's whole input is checked before the response starts (a bad line is a 400 naming it). The answer is
-a stream of server-sent events: ``note`` first for what the job goes without (a damaged glossary is skipped,
+A job's whole input is checked before the response starts (a bad line is a 400 naming it). "Retake these": a
+dialogue's ``retake_from`` (a dub's form field too) names an earlier result (as ``done``'s ``files`` list it) whose
+lines the take check left flagged; only those lines are made again, with new seeds, the others reused, and every
+earlier take stays in outputs/; a batch's ``retake`` does the same for its folder. The answer is a stream of
+server-sent events (``longform_events``): ``note`` first for what the job goes without (a damaged glossary is skipped,
 never a failure), ``progress`` after every line (done, total, seconds left), then ``done`` with the result's
 files (download them from ``/v1/longform/files/{name}``) or ``error`` (OpenAI's error shape: ``error.type``
 says whether the request or the server was at fault). ``done`` says ``saved``: false (with ``warning``, the
@@ -15,34 +18,29 @@ was finished is kept, labelled partial.
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import shutil
 import tempfile
-import threading
 from pathlib import Path
-from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import FileResponse
 from pydantic import BaseModel, ConfigDict, Field
 
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
-from cosyvoice_mac.api.errors import RESTART_RETRY_AFTER_S, ApiError, bad_request, job_failure, too_large
-from cosyvoice_mac.engine.jobs import JobFailed
-from cosyvoice_mac.engine.messages import Failed
-from cosyvoice_mac.errors import CosyVoiceError, InputError, RequestError
+from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
+from cosyvoice_mac.api.longform_events import stream_job
+from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.frontend.glossary import GlossaryEntry, GlossaryError, GlossaryStore, check_entries
 from cosyvoice_mac.longform import LongformError, batch, convert_batch, dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles, result_stem
+from cosyvoice_mac.longform.retakes import Retake
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.request import MAX_UPLOAD_BYTES, PostSettings, check_speed
 from cosyvoice_mac.settings import batch_name, setting
 from cosyvoice_mac.settings.fields import servable_file_name
 
-LOG = logging.getLogger("cosyvoice_mac.api")
 BATCH_PATH = "/v1/longform/batch"  # lines to speak (file) or recordings to convert (audio, several)
 MAX_TEXT_FILE_BYTES = 2 << 20  # a script, subtitle or batch file is text: far below an audio upload
 
@@ -60,6 +58,7 @@ class DialogueBody(PostBody):
     pause_s: float = setting("pause").default
     per_line_files: bool = False
     seed: int | None = None
+    retake_from: str | None = None  # an earlier dialogue's result (its name in ``files``): only its flagged lines anew
 
 
 class GlossaryRow(BaseModel):
@@ -95,6 +94,14 @@ def build_longform_router(
         notes = (note,) if note else ()
         return EngineSpeak(link._engine(), entries, default_voice, interface=interface, notes=notes, check=check)
 
+    def retake_of(name: str | None) -> Retake | None:
+        """The earlier result ``name`` (in outputs/longform) whose flagged lines a job makes again; None: none."""
+        if name is None:
+            return None
+        if not servable_file_name(name) or not (folder / name).is_file():
+            raise bad_request(f"there is no long-form result named {name!r} to retake", "file_not_found", "retake_from")
+        return _checked(lambda: Retake.flagged_of(folder / name), "retake_from")
+
     @router.post("/longform/dialogue")
     async def longform_dialogue(body: DialogueBody, request: Request):
         lines = _checked(lambda: dialogue.parse_script(body.script), "script")
@@ -102,8 +109,9 @@ def build_longform_router(
         _checked(lambda: dialogue.check_cast(lines, body.cast, known), "cast")
         _checked(lambda: dialogue.check_pause(body.pause_s), "pause_s")  # a 400 now, not an error event after the 200
         post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
+        retake = retake_of(body.retake_from)
         speaker = speak(request, check=body.check)
-        return _stream(
+        return stream_job(
             request,
             speaker,
             lambda on_progress, should_stop: run_dialogue(
@@ -119,6 +127,7 @@ def build_longform_router(
                 on_progress=on_progress,
                 should_stop=should_stop,
                 files=ResultFiles(fallback=unsaved),
+                retake=retake,
             ),
         )
 
@@ -131,14 +140,16 @@ def build_longform_router(
         seed: int | None = Form(None),
         loudness_lufs: float | None = Form(None),
         check: bool | None = Form(None),
+        retake_from: str | None = Form(None),
     ):
         data = await _read(subtitles_file)
         _checked(lambda: subtitles.parse_srt(data), "file")
         _checked(lambda: subtitles.check_speed_limit(speed_limit), "speed_limit")
         post = _checked(lambda: PostSettings(False, loudness_lufs), "loudness_lufs")
         name = link.find_voice(voice)
+        retake = retake_of(retake_from)
         speaker = speak(request, name, check)
-        return _stream(
+        return stream_job(
             request,
             speaker,
             lambda on_progress, should_stop: run_dub(
@@ -152,6 +163,7 @@ def build_longform_router(
                 on_progress=on_progress,
                 should_stop=should_stop,
                 files=ResultFiles(fallback=unsaved),
+                retake=retake,
             ),
         )
 
@@ -167,6 +179,7 @@ def build_longform_router(
         trim: bool = Form(False),
         loudness_lufs: float | None = Form(None),
         check: bool | None = Form(None),
+        retake: bool = Form(False),  # the lines the take check left flagged in the batch's folder, made again
     ):
         name = _checked(lambda: batch_name(name), "name")
         if (lines_file is None) == (not sources):
@@ -189,7 +202,7 @@ def build_longform_router(
             "model": link.host.current.name if link.host.current else None,
             "glossary": [entry.key for entry in speaker.glossary],
         }
-        return _stream(
+        return stream_job(
             request,
             speaker,
             lambda on_progress, should_stop: run_batch(
@@ -203,6 +216,7 @@ def build_longform_router(
                 post=post,
                 on_progress=on_progress,
                 should_stop=should_stop,
+                retake_flagged=retake,
             ),
         )
 
@@ -241,7 +255,7 @@ def build_longform_router(
             finally:
                 shutil.rmtree(received, ignore_errors=True)
 
-        return _stream(request, speaker, job)
+        return stream_job(request, speaker, job)
 
     @router.get("/longform/files/{name}")
     async def longform_file(name: str):
@@ -304,86 +318,3 @@ async def _read(upload: UploadFile) -> bytes:
     if len(data) > MAX_TEXT_FILE_BYTES:
         raise too_large("the file", MAX_TEXT_FILE_BYTES, param="file")
     return data
-
-
-def _stream(request: Request, speaker: EngineSpeak, job) -> StreamingResponse:
-    """Run ``job(on_progress, should_stop)`` on a thread; stream its progress and outcome as SSE."""
-    return StreamingResponse(_events(request, speaker, job), media_type="text/event-stream")
-
-
-async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[bytes]:
-    loop, updates, stop, outcome = asyncio.get_running_loop(), asyncio.Queue(), threading.Event(), {}
-
-    def work():
-        try:
-            outcome["result"] = job(lambda p: loop.call_soon_threadsafe(updates.put_nowait, p), stop.is_set)
-        except Exception as error:  # noqa: BLE001 - travels to the client as an error event
-            outcome["error"] = error
-        loop.call_soon_threadsafe(updates.put_nowait, None)
-
-    thread = threading.Thread(target=work, name="cosyvoice-api-longform", daemon=True)
-    thread.start()
-    for note in speaker.notes:  # said first: what the whole job goes without
-        yield _event("note", {"message": note})
-    try:
-        while True:
-            try:
-                progress = await asyncio.wait_for(updates.get(), timeout=0.5)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    raise asyncio.CancelledError
-                continue
-            if progress is None:
-                break
-            yield _event(
-                "progress",
-                {
-                    "done": progress.done,
-                    "total": progress.total,
-                    "elapsed_s": round(progress.elapsed_s, 2),
-                    "left_s": None if progress.left_s is None else round(progress.left_s, 1),
-                },
-            )
-    finally:
-        if thread.is_alive():  # the client went away: stop between lines, cancel the line in flight
-            stop.set()
-            speaker.stop()
-    if "error" in outcome:
-        failure = _failure(outcome["error"])
-        LOG.warning("long-form job ended with an error (%s): %s", failure.code, failure.message)
-        yield _event("error", {"message": failure.message, **failure.event()})
-        return
-    result = outcome["result"]
-    saved = {"saved": True} if result.not_saved is None else {"saved": False, "warning": result.not_saved}
-    yield _event(
-        "done",
-        {
-            "kind": result.kind,
-            "done": result.done,
-            "total": result.total,
-            "partial": result.stopped,
-            "files": [Path(path).name for path in result.files],
-            "report": result.report,
-            "timestamps": result.timestamps,  # every word on the result's timeline (None: no line was timed)
-            "flagged": result.flagged,  # "line 3: kept take 3 of 3: ..." for each line the check left flagged
-            **saved,
-        },
-    )
-
-
-def _failure(error: Exception) -> ApiError:
-    """What ended a long job, as the ApiError a request would get for it (logged by the caller)."""
-    if isinstance(error, JobFailed) and isinstance(error.event, Failed):
-        return job_failure(error.event, error.event.field)
-    if isinstance(error, JobFailed):  # cancelled: by a restart of the engine, or a Stop
-        return ApiError(503, str(error), code="cancelled", headers={"Retry-After": str(RESTART_RETRY_AFTER_S)})
-    if isinstance(error, InputError):
-        return bad_request(str(error), "invalid_longform_input", error.field)
-    if isinstance(error, CosyVoiceError):  # ours and explained: a full disk, an engine that is not running
-        return ApiError(500, str(error), code="longform_failed")
-    LOG.error("long-form job failed unexpectedly", exc_info=error)
-    return ApiError(500, f"{type(error).__name__}: {error}", code="internal_error")
-
-
-def _event(kind: str, data: dict) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, ensure_ascii=False)}\n\n".encode("utf-8")

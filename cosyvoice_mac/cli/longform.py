@@ -38,6 +38,7 @@ def add_longform(commands) -> None:
     add_argument(common, "seed", help="seed of the first line (each next line adds 1)")
     add_post_arguments(common)
     add_argument(common, "no_check")
+    add_argument(common, "retake")
 
     dialogue = commands.add_parser(
         "dialogue", parents=[common], help="speak a script of several voices", epilog=EXIT_CODES_HELP
@@ -164,6 +165,8 @@ def _dialogue(args) -> int:
 
     body = {"script": script, "cast": cast, "pause_s": args.pause, "per_line_files": args.per_line, "seed": args.seed}
     body["check"] = False if args.no_check else None
+    retake = _earlier_run(args)
+    body["retake_from"] = retake.result if retake is not None else None
     return speak_long_job(
         args,
         "lines",
@@ -181,11 +184,22 @@ def _dialogue(args) -> int:
                 on_progress=bar,
                 should_stop=stop,
                 files=ResultFiles(replace=True),  # --out is the user's own name: a re-run replaces it
+                retake=retake,
             ),
             check,
         ),
         lambda app, bar: dialogue_in_app(app, {**body, **_post_fields(post)}, args.out, bar),
     )
+
+
+def _earlier_run(args):
+    """With ``--retake``: the lines the run that wrote ``--out`` left flagged (its ``OUT.lines.json``), to make
+    again; None without it."""
+    if not args.retake:
+        return None
+    from cosyvoice_mac.longform.retakes import LINES_SUFFIX, Retake
+
+    return Retake.flagged_of(args.out.with_suffix(LINES_SUFFIX))
 
 
 def _post_fields(post: PostSettings) -> dict:
@@ -205,6 +219,8 @@ def _dub(args) -> int:
     # a cue keeps its silence (its place on the timeline): the route takes only the loudness
     form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
     form["check"] = False if args.no_check else None
+    retake = _earlier_run(args)
+    form["retake_from"] = retake.result if retake is not None else None
     return speak_long_job(
         args,
         "cues",
@@ -220,6 +236,7 @@ def _dub(args) -> int:
                 on_progress=bar,
                 should_stop=stop,
                 files=ResultFiles(replace=True),
+                retake=retake,
             ),
             lambda: _check_voice(args.voice),
             args.voice,
@@ -237,6 +254,8 @@ def _convert_batch(args) -> int:
 
     if not args.voice:
         raise LongformError("converting a folder of recordings needs --voice: the saved voice to convert into")
+    if args.retake:
+        raise LongformError("--retake is for lines to speak: a converted recording is never retaken (it follows the recording)")
     check_speed(args.speed, False)
     items, skipped = plan_sources(sources_in_folder(args.lines))
     for name in skipped:
@@ -283,6 +302,7 @@ def _batch(args) -> int:
     post = post_settings(args)
     form = {"voice": args.voice, "seed": args.seed, **_post_fields(post)}
     form["check"] = False if args.no_check else None
+    form["retake"] = args.retake
     return speak_long_job(
         args,
         "lines",
@@ -298,6 +318,7 @@ def _batch(args) -> int:
                 post=post,
                 on_progress=bar,
                 should_stop=stop,
+                retake_flagged=args.retake,
             ),
             lambda: _check_voice(args.voice),
             args.voice,

@@ -126,8 +126,10 @@ def run_with_bar(job, label: str, cancel_current) -> int:
             print(f"{entry['source']}: not converted: {entry['reason']}", file=sys.stderr)
     if result.stopped:
         return EXIT_INTERRUPTED
+    if result.retaken:
+        print(f"made again with new seeds: {label} {', '.join(map(str, result.retaken))} (earlier takes kept)")
     for line in result.flagged:  # the best take is kept: a warning, not a failure
-        print(f"warning: the take check flagged {line}", file=sys.stderr)
+        print(f"warning: the take check flagged {line} (--retake makes the flagged {label} again)", file=sys.stderr)
     if result.not_saved:
         print(f"warning: made, but not saved in outputs: {result.not_saved}", file=sys.stderr)
         return EXIT_NOT_SAVED

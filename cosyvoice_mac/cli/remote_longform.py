@@ -56,6 +56,7 @@ def batch_in_app(app: AppClient, lines: bytes, kind: str, form: dict, out_dir: P
         done["partial"],
         not_saved=_not_saved(done),
         flagged=done.get("flagged") or [],
+        retaken=done.get("retaken") or [],
     )
 
 
@@ -161,6 +162,7 @@ def _fetch_stem(app: AppClient, done: dict, out: Path) -> LongformResult:
             done["report"],
             not_saved,
             flagged=done.get("flagged") or [],
+            retaken=done.get("retaken") or [],
         )
     stem = Path(names[0]).stem
     out = Path(out)
@@ -180,6 +182,7 @@ def _fetch_stem(app: AppClient, done: dict, out: Path) -> LongformResult:
         not_saved,
         done.get("timestamps"),
         done.get("flagged") or [],
+        done.get("retaken") or [],
     )
 
 

@@ -23,6 +23,7 @@ import numpy as np
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
+from cosyvoice_mac.longform.retakes import LINES_SUFFIX, LineTakes, Retake
 from cosyvoice_mac.longform.timed_words import caption_companions, line_words, on_timeline
 from cosyvoice_mac.pipeline.takes import FLAGGED, Word
 from cosyvoice_mac.request import PostSettings
@@ -38,6 +39,7 @@ class LineRequest:
     instruct: str | None = None
     speed: float = 1.0
     seed: int | None = None
+    number: int | None = None  # the line's number in its script, subtitles or batch file (``retakes`` keys by it)
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,7 @@ class LongformResult:
     not_saved: str | None = None  # why some of it is not where it belongs in outputs/ (None: all saved)
     timestamps: list[dict] | None = None  # every word on the main WAV's timeline: {word, start, end}
     flagged: list[str] = field(default_factory=list)  # the lines whose best take still failed the check, and why
+    retaken: list[int] = field(default_factory=list)  # the lines a retake made again (``retakes.Retake``)
 
 
 OnProgress = Callable[[Progress], None]
@@ -145,13 +148,16 @@ def run_dialogue(
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
+    retake: Retake | None = None,
 ) -> LongformResult:
-    """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json`` (+ per-line WAVs)
-    through ``files`` (default: never over an existing file, no fallback)."""
+    """Speak ``script`` with ``cast``; write ``<out_stem>.wav``, ``<out_stem>.timing.json``, ``.lines.json`` (+
+    per-line WAVs) through ``files`` (default: never over an existing file, no fallback). ``retake``: an earlier
+    run's lines, each reused but those it names, which are made again."""
     files = files or ResultFiles()
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
     dialogue.check_pause(pause_s)  # before any work
+    speak = LineTakes(speak, retake)
     speak.prepare(voices[line.speaker] for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     words: list[list[Word]] = []
@@ -160,12 +166,9 @@ def run_dialogue(
         if should_stop():
             stopped = True
             break
-        spoken = _spoken(
-            speak,
-            LineRequest(line.text, voices[line.speaker], line.instruct, seed=None if seed is None else seed + index),
-            should_stop,
-            files,
-        )
+        line_seed = None if seed is None else seed + index
+        request = LineRequest(line.text, voices[line.speaker], line.instruct, seed=line_seed, number=line.number)
+        spoken = _spoken(speak, request, should_stop, files)
         if spoken is None:
             stopped = True
             break
@@ -182,6 +185,7 @@ def run_dialogue(
         return LongformResult(
             "dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved, flagged=flagged
         )
+    lines_file = {out_stem.with_suffix(LINES_SUFFIX): speak.lines_file(out_stem.with_suffix(".wav").name)}
     audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
     report = [t.as_dict() for t in timings]
     timeline = on_timeline([(timing.start, line) for timing, line in zip(timings, words)])
@@ -195,7 +199,7 @@ def run_dialogue(
         "post": post.__dict__,
     }
     timing = {out_stem.with_suffix(".timing.json"): {"lines": report, "partial": stopped}}
-    companions = {**timing, **caption_companions(out_stem, timeline)}
+    companions = {**timing, **lines_file, **caption_companions(out_stem, timeline)}
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions) + written
     stamps = [word.as_dict() for word in timeline] if timeline else None
     return LongformResult(
@@ -209,6 +213,7 @@ def run_dialogue(
         files.not_saved,
         stamps,
         flagged,
+        speak.retaken,
     )
 
 
@@ -224,12 +229,15 @@ def run_dub(
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
+    retake: Retake | None = None,
 ) -> LongformResult:
-    """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits.
-    Written through ``files`` (default: never over an existing file, no fallback)."""
+    """Dub every cue into ``<out_stem>.wav`` on the subtitle timeline; ``<out_stem>.report.json`` lists misfits,
+    ``.lines.json`` the cues' takes. Written through ``files`` (default: never over an existing file, no fallback).
+    ``retake``: an earlier run's cues, each reused but those it names, which are made again."""
     files = files or ResultFiles()
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
+    speak = LineTakes(speak, retake)
     speak.prepare([voice])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     words: list[list[Word]] = []
@@ -239,7 +247,7 @@ def run_dub(
             stopped = True
             break
         line_seed = None if seed is None else seed + index
-        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed), should_stop, files)
+        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed, number=cue.number), should_stop, files)
         if spoken is None:
             stopped = True
             break
@@ -248,7 +256,8 @@ def run_dub(
         wave = spoken.audio[cut:end]
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
-            spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop, files)
+            faster_line = LineRequest(cue.text, voice, speed=faster, seed=line_seed, number=cue.number)
+            spoken = _spoken(speak, faster_line, should_stop, files)
             if spoken is None:
                 stopped = True
                 break
@@ -277,10 +286,21 @@ def run_dub(
     timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
     spoken_words = on_timeline([(cue.start, line) for cue, line in zip(placed, words)])
     companions = {out_stem.with_suffix(".report.json"): timeline, **caption_companions(out_stem, spoken_words)}
+    companions[out_stem.with_suffix(LINES_SUFFIX)] = speak.lines_file(out_stem.with_suffix(".wav").name)
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions)
     stamps = [word.as_dict() for word in spoken_words] if spoken_words else None
     return LongformResult(
-        "dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved, stamps, flagged
+        "dub",
+        written[0],
+        tuple(written),
+        len(waves),
+        len(cues),
+        stopped,
+        report,
+        files.not_saved,
+        stamps,
+        flagged,
+        speak.retaken,
     )
 
 
@@ -296,18 +316,26 @@ def run_batch(
     post: PostSettings = PostSettings(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
+    retake_flagged: bool = False,
 ) -> LongformResult:
-    """One WAV per line in ``folder``; lines already made with the same settings are skipped; a zip at the end."""
+    """One WAV per line in ``folder``; lines already made with the same settings are skipped; a zip at the end.
+    ``retake_flagged``: the lines whose WAV the take check left flagged are made again with a new seed."""
     items = batches.parse_batch(data, kind)
     store = batches.BatchFolder(folder)
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
-    speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
+    retake = Retake.flagged_in_batch(folder, items) if retake_flagged else Retake((), frozenset())
+    speak = LineTakes(speak, retake)
+
+    def is_done(item) -> bool:
+        return item.number not in retake.numbers and store.is_done(item, batches.settings_key(item, shared))
+
+    speak.prepare(item.voice or voice for item in items if not is_done(item))
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
     flagged: list[str] = []
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     for index, item in enumerate(items):
         key = batches.settings_key(item, shared)
-        if store.is_done(item, key):
+        if is_done(item):
             skipped += 1
             tracker.report(index + 1)
             continue
@@ -316,7 +344,9 @@ def run_batch(
             break
         spoken = _spoken(
             speak,
-            LineRequest(item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index),
+            LineRequest(
+                item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index, number=item.number
+            ),
             should_stop,
             files,
         )
@@ -345,5 +375,14 @@ def run_batch(
     archive = store.zip(items)
     report = [{"made": made, "skipped": skipped}]
     return LongformResult(
-        "batch", None, (folder, archive), made + skipped, len(items), stopped, report, files.not_saved, flagged=flagged
+        "batch",
+        None,
+        (folder, archive),
+        made + skipped,
+        len(items),
+        stopped,
+        report,
+        files.not_saved,
+        flagged=flagged,
+        retaken=speak.retaken,
     )

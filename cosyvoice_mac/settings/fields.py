@@ -163,6 +163,20 @@ FIELD_ROWS = (
         doors=(PAGE, V1, *cli("batch")),
         group="longform",
     ),
+    Setting(
+        "retake",
+        "make again, with new seeds, the lines an earlier run left flagged by the take check, reusing its other lines "
+        "and keeping every earlier take (the CLI: the run whose OUT.lines.json or --out-dir is given; /v1: "
+        "retake_from names a dialogue's or dub's result, a batch's retake is true; the page: the last job's)",
+        "用新种子重新生成上一次运行中被检查标记的行，其他行沿用，之前的每一次生成都保留（命令行：--out 旁的 "
+        "OUT.lines.json 或 --out-dir 的那次运行；/v1：retake_from 指定对话或配音的结果，批量用 retake=true；"
+        "页面：最近一次任务）",
+        default=False,
+        type=bool,
+        flag="--retake",
+        doors=(PAGE, V1, *cli(*LONG_COMMANDS)),
+        group="longform",
+    ),
 )
 
 # Letters and digits of any script, then also spaces, '.', '_' and '-'; never a path ("/", "\\", "..").

@@ -58,12 +58,13 @@ class Retake:
     @classmethod
     def flagged_in_batch(cls, folder: Path, items) -> "Retake":
         """The lines of a batch (``items``, ``batch.BatchItem``) whose WAV in ``folder`` the check left flagged,
-        from their sidecars; a batch with none flagged retakes nothing."""
+        from their sidecars; a batch with none flagged retakes nothing. Only those are records: the batch's resume
+        decides the rest (a line whose settings changed is made again, never reused)."""
         records = []
         for item in items:
             sidecar = read_sidecar((Path(folder) / item.file).with_suffix(".json"))
             facts = sidecar.recorded if sidecar is not None else {}
-            if facts.get("line") == item.number and facts.get("line_output"):
+            if facts.get("line") == item.number and facts.get("check") == FLAGGED:
                 records.append(_record(item.number, item.text, facts.get("voice"), item.instruct, 1.0, facts))
         return cls(tuple(records), frozenset(_flagged_numbers(records)))
 
@@ -95,7 +96,8 @@ class LineTakes:
         if line.number in self._seeds or (earlier is not None and line.number in self._retaking):
             if line.number not in self._seeds:
                 self._seeds[line.number] = next_seed(int(earlier.get("seed") or 0))
-                self._before[line.number] = [*earlier.get("earlier_takes", []), earlier["output"]]
+                made = [earlier["output"]] if earlier.get("output") else []  # none: that take was not saved
+                self._before[line.number] = [*earlier.get("earlier_takes", []), *made]
             spoken = self.speak(replace(line, seed=self._seeds[line.number]))
             spoken = replace(spoken, facts={**spoken.facts, "earlier_takes": self._before[line.number]})
         else:

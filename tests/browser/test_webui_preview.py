@@ -3,6 +3,7 @@ labelled as a preview wherever its results appear."""
 
 from __future__ import annotations
 
+import pytest
 from playwright.sync_api import expect
 
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
@@ -48,3 +49,29 @@ def test_without_a_model_the_preview_voice_generates_and_is_labelled(preview_pag
     if folder:
         page.screenshot(path=str(folder / "preview-after.png"), full_page=True)
     assert "Traceback" not in page.content()
+
+
+def test_a_checked_result_shows_its_verdict_and_captions_that_mark_the_word_being_spoken(preview_page, prompt_wav):
+    """The page's Check box on (the suite runs with the check off): the preview voice's real speech passes, the
+    captions list the text's words with their times, and the page's script marks the word at the player's time."""
+    pytest.importorskip("faster_whisper")
+    page = preview_page
+    wait_until_ready(page)
+    upload_prompt(page, prompt_wav)
+    fill(page, "cv-transcript", TRANSCRIPT)
+    fill(page, "cv-text", "Please call Stella and ask her to bring these things.")
+    page.locator("#cv-check input").check()
+    assert "Done" in generate(page)
+    expect(page.locator("#cv-takes-check")).to_contain_text("Every sentence passed the check", timeout=30_000)
+    words = page.locator("#cv-takes-captions .cv-word")
+    expect(words).to_have_count(9)
+    expect(words.first).to_have_text("Please")
+    third = words.nth(2)
+    start, end = (float(third.get_attribute(name)) for name in ("data-start", "data-end"))
+    page.evaluate(
+        "(at) => { const player = document.querySelector('#cv-takes-captions audio'); player.currentTime = at;"
+        " player.dispatchEvent(new Event('timeupdate')); }",
+        (start + end) / 2,
+    )
+    expect(page.locator("#cv-takes-captions .cv-word-now")).to_have_text("Stella")
+    expect(page.locator("#cv-takes-files")).to_contain_text(".srt")

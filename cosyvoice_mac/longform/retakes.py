@@ -1,8 +1,8 @@
 """A long job's lines as spoken, and "retake these": the lines the take check left flagged made again in one action.
 
 Every line a job speaks goes through ``LineTakes``, which records its take: the line's number and request, the seed,
-the check's verdict and the WAV the engine saved for it in outputs/ (a dialogue's and a dub's records are written
-beside the result as ``<stem>.lines.json``; a batch's are its lines' sidecars). A retake (``Retake``) runs the job
+the check's verdict and the WAV the engine saved for it in outputs/ (a checked dialogue's and dub's records are
+written beside the result as ``<stem>.lines.json``; a batch's are its lines' sidecars). A retake (``Retake``) runs the job
 again with an earlier run's records: each line it does not retake is its earlier take, read back from that WAV (not
 spoken again), and each line it retakes is spoken with the next seed. Nothing is removed: the earlier takes stay in
 outputs/ and the new take's record lists them (``earlier_takes``), as does its sidecar in a batch.
@@ -105,9 +105,12 @@ class LineTakes:
         self.records.append(_record(line.number, line.text, line.voice, line.instruct, line.speed, spoken.facts))
         return spoken
 
-    def lines_file(self, result_name: str) -> dict:
-        """The companion ``<stem>.lines.json`` of the result named ``result_name``."""
-        return {"result": result_name, "lines": self.records}
+    def companion(self, out_stem: Path) -> dict[Path, dict]:
+        """``<out_stem>.lines.json``, the record beside the result ``<out_stem>.wav``, when a line was checked (an
+        unchecked job has nothing to retake: none)."""
+        if all(record["check"] is None for record in self.records):
+            return {}
+        return {out_stem.with_suffix(LINES_SUFFIX): {"result": out_stem.with_suffix(".wav").name, "lines": self.records}}
 
 
 def _record(number, text: str, voice, instruct, speed: float, facts: dict) -> dict:

@@ -23,7 +23,7 @@ import numpy as np
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
-from cosyvoice_mac.longform.retakes import LINES_SUFFIX, LineTakes, Retake
+from cosyvoice_mac.longform.retakes import LineTakes, Retake
 from cosyvoice_mac.longform.timed_words import caption_companions, line_words, on_timeline
 from cosyvoice_mac.pipeline.takes import FLAGGED, Word
 from cosyvoice_mac.request import PostSettings
@@ -185,7 +185,6 @@ def run_dialogue(
         return LongformResult(
             "dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved, flagged=flagged
         )
-    lines_file = {out_stem.with_suffix(LINES_SUFFIX): speak.lines_file(out_stem.with_suffix(".wav").name)}
     audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
     report = [t.as_dict() for t in timings]
     timeline = on_timeline([(timing.start, line) for timing, line in zip(timings, words)])
@@ -199,7 +198,7 @@ def run_dialogue(
         "post": post.__dict__,
     }
     timing = {out_stem.with_suffix(".timing.json"): {"lines": report, "partial": stopped}}
-    companions = {**timing, **lines_file, **caption_companions(out_stem, timeline)}
+    companions = {**timing, **speak.companion(out_stem), **caption_companions(out_stem, timeline)}
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions) + written
     stamps = [word.as_dict() for word in timeline] if timeline else None
     return LongformResult(
@@ -286,7 +285,7 @@ def run_dub(
     timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
     spoken_words = on_timeline([(cue.start, line) for cue, line in zip(placed, words)])
     companions = {out_stem.with_suffix(".report.json"): timeline, **caption_companions(out_stem, spoken_words)}
-    companions[out_stem.with_suffix(LINES_SUFFIX)] = speak.lines_file(out_stem.with_suffix(".wav").name)
+    companions.update(speak.companion(out_stem))
     written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions)
     stamps = [word.as_dict() for word in spoken_words] if spoken_words else None
     return LongformResult(

@@ -151,8 +151,8 @@ class LongformCallbacks:
         yield from self._run(lang, job, "lines", request, default_voice=voice or None)
 
     def retake_flagged(self, lang, request: gr.Request):
-        """"Retake these": the last job of this session whose take check left lines flagged, run again with only
-        those lines made anew (with new seeds; the others reused, every earlier take kept in outputs/)."""
+        """Retake these: this session's last job whose take check left lines flagged, run again with only those
+        lines made anew (with new seeds; the others reused, every earlier take kept in outputs/)."""
         with self._lock:
             last = self._flagged.get(_session(request))
         if last is None:

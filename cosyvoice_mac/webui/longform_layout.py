@@ -154,14 +154,14 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
             longform.batch, [language, lines_file, batch_voice, batch_name, trim, level, target], outputs, **busy
         ),
         retake.click(longform.retake_flagged, [language], outputs, **busy),
+        convert_start.click(
+            longform.convert_batch,
+            [language, sources, convert_voice, convert_name, convert_speed, trim, level, target],
+            outputs,
+            **busy,
+        ),
     ):
         started.then(longform.retake_offered, None, retake, **quiet)
-    convert_start.click(
-        longform.convert_batch,
-        [language, sources, convert_voice, convert_name, convert_speed, trim, level, target],
-        outputs,
-        **busy,
-    )
     stop.click(longform.stop, None, None, queue=False, show_progress="hidden")
     for menu in (
         dub_voice,

@@ -2,10 +2,10 @@
 
 Every line a job speaks goes through ``LineTakes``, which records its take: the line's number and request, the seed,
 the check's verdict and the WAV the engine saved for it in outputs/ (a checked dialogue's and dub's records are
-written beside the result as ``<stem>.lines.json``; a batch's are its lines' sidecars). A retake (``Retake``) runs the job
-again with an earlier run's records: each line it does not retake is its earlier take, read back from that WAV (not
-spoken again), and each line it retakes is spoken with the next seed. Nothing is removed: the earlier takes stay in
-outputs/ and the new take's record lists them (``earlier_takes``), as does its sidecar in a batch.
+written beside the result as ``<stem>.lines.json``; a batch's are its lines' sidecars). A retake (``Retake``) runs
+the job again with an earlier run's records: each line it does not retake is its earlier take, read back from that
+WAV (not spoken again), and each line it retakes is spoken with the next seed. Nothing is removed: the earlier takes
+stay in outputs/ and the new take's record lists them (``earlier_takes``), as does its sidecar in a batch.
 """
 
 from __future__ import annotations
@@ -110,7 +110,8 @@ class LineTakes:
         unchecked job has nothing to retake: none)."""
         if all(record["check"] is None for record in self.records):
             return {}
-        return {out_stem.with_suffix(LINES_SUFFIX): {"result": out_stem.with_suffix(".wav").name, "lines": self.records}}
+        record = {"result": out_stem.with_suffix(".wav").name, "lines": self.records}
+        return {out_stem.with_suffix(LINES_SUFFIX): record}
 
 
 def _record(number, text: str, voice, instruct, speed: float, facts: dict) -> dict:

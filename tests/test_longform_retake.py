@@ -83,7 +83,10 @@ def test_a_dialogues_flagged_line_is_retaken_with_a_new_seed_and_every_other_lin
     assert [line["output"] for line in lines[::2]] == [line["output"] for line in earlier["lines"][::2]]
     assert lines[1]["earlier_takes"] == [earlier["lines"][1]["output"]] and Path(lines[1]["output"]).is_file()
     assert Path(earlier["lines"][1]["output"]).is_file()  # the earlier take stays in outputs/
-    timing = [json.loads(stem.with_suffix(".timing.json").read_text())["lines"] for stem in (tmp_path / "talk", tmp_path / "talk-2")]
+    timing = [
+        json.loads(stem.with_suffix(".timing.json").read_text())["lines"]
+        for stem in (tmp_path / "talk", tmp_path / "talk-2")
+    ]
     assert timing[0][0] == timing[1][0]  # line 1 is the same take, in the same place
     assert [word["word"] for word in again.timestamps][:2] == ["Hello", "there."]
     with pytest.raises(LongformError, match="nothing to retake"):
@@ -195,7 +198,9 @@ def test_v1_retakes_the_flagged_lines_of_the_result_it_names(tmp_path, monkeypat
     app = FastAPI()
     install_error_handlers(app, "/v1")
     glossary = SimpleNamespace(usable_entries=lambda: ((), None))
-    app.include_router(routes.build_longform_router(link, ApiAccess.from_settings("127.0.0.1", None), tmp_path, glossary))
+    app.include_router(
+        routes.build_longform_router(link, ApiAccess.from_settings("127.0.0.1", None), tmp_path, glossary)
+    )
     client = TestClient(app)
 
     def done(body: dict) -> dict:

@@ -34,8 +34,14 @@ def saved(tmp_path):
     silence_then_sound = np.concatenate([np.zeros(int(0.2 * RATE), np.float32), _sound(0.5, 1)])
     takes = {
         "s1-t1": (silence_then_sound, [{"word": "Hello.", "start": 0.2, "end": 0.7}]),
-        "s2-t1": (_sound(1.0, 2), [{"word": "There", "start": 0.0, "end": 0.4}, {"word": "now.", "start": 0.5, "end": 1.0}]),
-        "s2-t2": (_sound(0.6, 3), [{"word": "There", "start": 0.0, "end": 0.25}, {"word": "now.", "start": 0.3, "end": 0.6}]),
+        "s2-t1": (
+            _sound(1.0, 2),
+            [{"word": "There", "start": 0.0, "end": 0.4}, {"word": "now.", "start": 0.5, "end": 1.0}],
+        ),
+        "s2-t2": (
+            _sound(0.6, 3),
+            [{"word": "There", "start": 0.0, "end": 0.25}, {"word": "now.", "start": 0.3, "end": 0.6}],
+        ),
     }
     entries = {name: _take(tmp_path, name, *take) for name, take in takes.items()}
     check = {
@@ -53,7 +59,9 @@ def saved(tmp_path):
 
 def test_the_output_is_rebuilt_from_each_sentences_take_trimmed_as_before_with_its_captions_moved(saved):
     files, takes = saved
-    assert [(index, number) for index, number, _ in takes_to_pick(json.loads(files.sidecar_path.read_text())["check"])] == [(2, 2)]
+    assert [
+        (index, number) for index, number, _ in takes_to_pick(json.loads(files.sidecar_path.read_text())["check"])
+    ] == [(2, 2)]
     check = use_take(files.wav_path, 2, 2)
     audio = read_samples(files.wav_path)
     joined = np.concatenate([takes["s1-t1"], takes["s2-t2"]])

@@ -525,4 +525,10 @@ def test_a_checked_result_shows_its_verdict_takes_and_captions_and_offers_a_reta
     )
     assert list(again)[-1][STATUS].startswith("✅ Done")  # the box unticked: this request is not checked
     check, captions, files, pick, use, retake = callbacks.last_takes("en", session)
-    assert "was not checked" in check and not pick["visible"] and captions == "" and not files["visible"] and not retake["visible"]
+    assert (
+        "was not checked" in check
+        and not pick["visible"]
+        and captions == ""
+        and not files["visible"]
+        and not retake["visible"]
+    )

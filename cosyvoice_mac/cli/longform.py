@@ -255,7 +255,9 @@ def _convert_batch(args) -> int:
     if not args.voice:
         raise LongformError("converting a folder of recordings needs --voice: the saved voice to convert into")
     if args.retake:
-        raise LongformError("--retake is for lines to speak: a converted recording follows its recording, never retaken")
+        raise LongformError(
+            "--retake is for lines to speak: a converted recording follows its recording, never retaken"
+        )
     check_speed(args.speed, False)
     items, skipped = plan_sources(sources_in_folder(args.lines))
     for name in skipped:

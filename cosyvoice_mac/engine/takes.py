@@ -15,6 +15,7 @@ import torch
 from cosyvoice_mac.engine import asr
 from cosyvoice_mac.engine.checked_pieces import CheckedPieces, UncheckedPieces
 from cosyvoice_mac.frontend.resample import resample
+from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.pipeline.takes import (
     FLAGGED,
     PASSED,
@@ -28,7 +29,6 @@ from cosyvoice_mac.pipeline.takes import (
     check_take,
     retake_until_passed,
 )
-from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.pipeline.takes.captions import SUFFIXES, caption_text
 from cosyvoice_mac.pipeline.takes.words import align_words, estimated_words, on_timeline
 from cosyvoice_mac.request import Request

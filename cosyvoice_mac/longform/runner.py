@@ -344,7 +344,11 @@ def run_batch(
         spoken = _spoken(
             speak,
             LineRequest(
-                item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index, number=item.number
+                item.text,
+                item.voice or voice,
+                item.instruct,
+                seed=None if seed is None else seed + index,
+                number=item.number,
             ),
             should_stop,
             files,

@@ -61,7 +61,12 @@ def build_takes_panel(make, id_prefix: str) -> TakesPanel:
     )
     with gr.Row():
         pick = make(
-            gr.Dropdown, {"label": "take_pick_label"}, choices=[], value=None, visible=False, elem_id=f"{id_prefix}-pick"
+            gr.Dropdown,
+            {"label": "take_pick_label"},
+            choices=[],
+            value=None,
+            visible=False,
+            elem_id=f"{id_prefix}-pick",
         )
         use = make(gr.Button, {"value": "take_use"}, size="sm", visible=False, elem_id=f"{id_prefix}-use")
     return TakesPanel(check, captions, files, pick, use)
@@ -77,8 +82,17 @@ def takes_shown(lang: str, wav_path: str | None, said: str = "") -> tuple:
     check = _check(wav)
     files = caption_files(wav)
     choices = [
-        (say(lang, "take_pick_choice", index=index, number=number, seed=take.get("seed"), verdict=_verdict(lang, take)),
-         f"{index}:{number}")
+        (
+            say(
+                lang,
+                "take_pick_choice",
+                index=index,
+                number=number,
+                seed=take.get("seed"),
+                verdict=_verdict(lang, take),
+            ),
+            f"{index}:{number}",
+        )
         for index, number, take in takes_to_pick(check)
     ]
     return (

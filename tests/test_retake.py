@@ -16,22 +16,22 @@ import soundfile
 from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.runtime import WorkerRuntime
 from cosyvoice_mac.engine.takes import TakeChecker
-from cosyvoice_mac.pipeline.takes import FLAGGED, RETAKEN, NoRecogniser
+from cosyvoice_mac.pipeline.takes import FLAGGED, RETAKEN
 from cosyvoice_mac.pipeline.takes.retake import next_seed
 from cosyvoice_mac.request import Request, Voice
 from cosyvoice_mac.webui.takes_view import takes_html
 from tests.fakes.fake_pipeline import fake_worker_config
-from tests.fakes.faulty_voice import FAULTY_FACTORY
+from tests.fakes.faulty_voice import FAULTY_FACTORY, NoRecogniserHere
 
 FIRST = "Please call Stella and ask her to bring these things with her from the store."
 TEXT = f"{FIRST} We will meet at the old railway station at noon tomorrow, and then walk home together."
 
 
-class NoRecogniserHere:
-    """The machine without a recogniser for the text's language: only the recogniser-free checks judge."""
-
-    def hear(self, audio, sample_rate, language):
-        raise NoRecogniser("no recogniser in this test")
+@pytest.fixture(autouse=True)
+def no_full_collections(monkeypatch):
+    """The worker's collection after each job walks this whole test process (the worker's own is frozen once its
+    model is loaded): most of a job's time here, and not what these tests look at."""
+    monkeypatch.setattr("cosyvoice_mac.engine.runtime.release_memory", lambda *devices: None)
 
 
 @pytest.fixture(scope="module")

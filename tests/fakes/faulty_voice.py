@@ -19,10 +19,18 @@ import numpy as np
 import soundfile
 
 from cosyvoice_mac.frontend.resample import resample
+from cosyvoice_mac.pipeline.takes import NoRecogniser
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SynthesisResult
 from tests.fakes.fake_pipeline import FakeCosyVoice
 
 FAULTY_FACTORY = "tests.fakes.faulty_voice:FaultyVoice.from_pretrained"
+
+
+class NoRecogniserHere:
+    """The machine without a recogniser for the text's language: only the recogniser-free checks judge."""
+
+    def hear(self, audio, sample_rate, language):
+        raise NoRecogniser("no recogniser in this test")
 
 
 def _read(path: str) -> np.ndarray:

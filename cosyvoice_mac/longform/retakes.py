@@ -13,17 +13,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from cosyvoice_mac.engine.sidecar import read_sidecar
 from cosyvoice_mac.longform import LongformError
+from cosyvoice_mac.longform.lines import LineRequest, Spoken
 from cosyvoice_mac.pipeline.takes import FLAGGED
 from cosyvoice_mac.pipeline.takes.captions import SUFFIXES
 from cosyvoice_mac.pipeline.takes.retake import next_seed
 from cosyvoice_mac.sound.wav import read_samples
-
-if TYPE_CHECKING:  # the runner speaks through LineTakes: it imports this module
-    from cosyvoice_mac.longform.runner import LineRequest, Spoken
 
 LINES_SUFFIX = ".lines.json"  # beside a dialogue's or a dub's WAV: its lines' takes
 
@@ -145,8 +142,6 @@ def _key_of(line: LineRequest) -> tuple:
 def _read_back(record: dict) -> Spoken | None:
     """An earlier line's take as it was spoken, from the WAV the engine saved (None: it is gone, so it is spoken
     again)."""
-    from cosyvoice_mac.longform.runner import Spoken  # here: the runner imports this module
-
     wav = Path(record.get("output") or "")
     sidecar = read_sidecar(wav.with_suffix(".json")) if record.get("output") else None
     if sidecar is None or sidecar.sample_rate is None or not wav.is_file():

@@ -16,48 +16,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
-
-import numpy as np
+from typing import Callable
 
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
+from cosyvoice_mac.longform.lines import LineRequest, Speak, Spoken
 from cosyvoice_mac.longform.retakes import LineTakes, Retake
 from cosyvoice_mac.longform.timed_words import caption_companions, line_words, on_timeline
 from cosyvoice_mac.pipeline.takes import FLAGGED, Word
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.post import post_process, trim_bounds
-
-
-@dataclass(frozen=True)
-class LineRequest:
-    """One line to speak: text in a saved voice (None: the job's default voice), instruction, speed, seed."""
-
-    text: str
-    voice: str | None = None
-    instruct: str | None = None
-    speed: float = 1.0
-    seed: int | None = None
-    number: int | None = None  # the line's number in its script, subtitles or batch file (``retakes`` keys by it)
-
-
-@dataclass(frozen=True)
-class Spoken:
-    """A spoken line: (T,) float32 audio at ``sample_rate`` and the facts of the request (for sidecars)."""
-
-    audio: np.ndarray
-    sample_rate: int
-    facts: dict = field(default_factory=dict)
-    words: list[dict] | None = None  # the line's words and their times in ``audio`` (None: not timed)
-
-
-class Speak(Protocol):
-    def __call__(self, line: LineRequest) -> Spoken: ...
-
-    def prepare(self, voices: Iterable[str | None]) -> None:
-        """Make the job's voices (None: the default) ready before its first line, or raise saying which one
-        cannot be used; called once, after the input is checked and before any line is spoken."""
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def test_a_checked_result_shows_its_verdict_and_captions_that_mark_the_word_bein
     assert "Done" in generate(page)
     expect(page.locator("#cv-takes-check")).to_contain_text("Every sentence passed the check", timeout=30_000)
     words = page.locator("#cv-takes-captions .cv-word")
-    expect(words).to_have_count(9)
+    expect(words).to_have_count(10)
     expect(words.first).to_have_text("Please")
     third = words.nth(2)
     start, end = (float(third.get_attribute(name)) for name in ("data-start", "data-end"))

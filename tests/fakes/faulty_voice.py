@@ -61,8 +61,13 @@ class FaultyVoice(FakeCosyVoice):
     def __init__(self, *args, text="", speech=None, first=None, faults=(), **settings):
         super().__init__(*args, **settings)
         self.text, self.faults, self.seeds = text, list(faults), []
+        self.speech = speech
         self.audio = _read(speech) if speech else np.zeros(0, np.float32)
         self.first = _read(first) if first else self.audio
+
+    def stock_speaker(self):
+        """Its own voice (it stands in for the preview voice, whose requests name no recording): the speech's."""
+        return self.prepare_prompt(self.speech) if self.speech else None
 
     def run(self, request, speaker=None, should_stop=None):
         if request.text != self.text:

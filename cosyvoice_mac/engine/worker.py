@@ -105,10 +105,17 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     keep_for_life()  # the model and the imports stay; each job's clean-up then walks only what the job made
     status = runtime.status()
     send(Ready(f"ready on {status.device}", status))
+    serve_commands(runtime, commands, cancel_seq)
+
+
+def serve_commands(runtime, commands, cancel_seq, idle_s: float = RECOGNISER_IDLE_S) -> None:
+    """Run ``commands`` (a pipe's end) on ``runtime`` until stop or EOF. In the low-memory mode the take check's
+    recogniser is freed once no command has come for ``idle_s``: a long job's lines follow each other at once, so
+    it stays loaded through the job and goes after it."""
     while True:
         try:
-            if getattr(runtime.pipeline, "low_memory", False) and not commands.poll(RECOGNISER_IDLE_S):
-                runtime.takes.release()  # idle (a long job's lines follow each other at once): the 8 GB mode frees it
+            if getattr(runtime.pipeline, "low_memory", False) and not commands.poll(idle_s):
+                runtime.takes.release()
             command: Command = commands.recv()
         except (EOFError, OSError):  # the UI process went away
             return

@@ -53,12 +53,17 @@ def load_model(
 
     ``device`` follows the settings table's one order, as the CLI's ``--device`` does: the argument, else
     ``$COSYVOICE_DEVICE``, else auto."""
+    from cosyvoice_mac.engine.takes import TakeChecker
+
     device = settings.resolve("device", device)
     folder = resolve_model(name, models_dir)
     if folder is None:
         from cosyvoice_mac.preview.backend import PreviewVoice
 
-        return PreviewVoice.from_pretrained(None, device=device, dtype=dtype)
-    from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
+        model = PreviewVoice.from_pretrained(None, device=device, dtype=dtype)
+    else:
+        from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 
-    return CosyVoice.from_pretrained(folder, device=device, dtype=dtype, **options)
+        model = CosyVoice.from_pretrained(folder, device=device, dtype=dtype, **options)
+    model.take_checker = TakeChecker()  # each sentence checked, retaken and timed, as the app's are
+    return model

@@ -204,6 +204,7 @@ class Request(SpeechRequest):
     seed: int = 0
     typed_text: str | None = None
     sampling: Sampling = Sampling()
+    check: bool | None = None  # sentences checked and retaken (``engine.takes``); None: as the check setting says
 
     def __post_init__(self) -> None:
         self.validate()
@@ -227,6 +228,7 @@ class Request(SpeechRequest):
         stream: bool = False,
         post: PostSettings | None = None,
         sampling: Sampling | None = None,
+        check: bool | None = None,
     ) -> "Request":
         """Normalise what a user typed into a valid Request; RequestError names the first problem.
 
@@ -234,7 +236,8 @@ class Request(SpeechRequest):
         cross-lingual. A mode asked for must be possible (zero-shot needs a transcript); what the mode does
         not use (the transcript outside zero-shot, the instruction outside instruct) is dropped.
         ``seed`` None picks one now. ``speed`` None means 1.0. ``post`` None means no post-processing.
-        ``sampling`` None means the model's own.
+        ``sampling`` None means the model's own. ``check`` None follows the global switch (the ``check`` setting);
+        True or False decides for this request.
         """
         if voice is None:
             raise RequestError(
@@ -260,6 +263,7 @@ class Request(SpeechRequest):
             stream=bool(stream),
             post=PostSettings() if post is None else post,
             sampling=Sampling() if sampling is None else sampling,
+            check=check,
         )
 
     def validate(self) -> None:
@@ -288,6 +292,8 @@ class Request(SpeechRequest):
                 f"seed {self.seed!r} must be a whole number from 0 to {MAX_SEED}",
                 limit=MAX_SEED,
             )
+        if self.check is not None and not isinstance(self.check, bool):
+            raise RequestError("check", "check_invalid", f"check must be true or false, not {self.check!r}")
         self.check_delivery()
         if not isinstance(self.sampling, Sampling):
             raise RequestError(
@@ -308,6 +314,7 @@ class Request(SpeechRequest):
             "instruct": self.instruct,
             "prompt_text": self.transcript,
             "seed": self.seed,
+            "check": self.check,
             **self.delivery_facts(),
         }
 

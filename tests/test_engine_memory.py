@@ -51,7 +51,7 @@ def test_after_the_worker_freezes_its_model_a_jobs_cycles_and_a_dropped_engines_
     import gc
     import weakref
 
-    from cosyvoice_mac.engine.runtime import collect_everything, keep_for_life, release_memory
+    from cosyvoice_mac.engine.worker_memory import collect_everything, keep_for_life, release_memory
 
     class Node:
         pass

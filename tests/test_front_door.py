@@ -126,9 +126,12 @@ def test_load_model_takes_the_device_in_the_settings_order(monkeypatch, argument
     from cosyvoice_mac.preview.backend import PreviewVoice
 
     asked = []
-    monkeypatch.setattr(
-        PreviewVoice, "from_pretrained", classmethod(lambda cls, path, device, dtype: asked.append(device))
-    )
+
+    def loaded(cls, path, device, dtype):
+        asked.append(device)
+        return PreviewVoice()  # building it loads nothing (its voices load on first use)
+
+    monkeypatch.setattr(PreviewVoice, "from_pretrained", classmethod(loaded))
     monkeypatch.setenv("COSYVOICE_DEVICE", variable)
     load_module.load_model("preview", device=argument)
     assert asked == [expected]

@@ -41,7 +41,15 @@ class InstantEngine:
     def result(self, job_id, timeout=None):
         tone = 0.1 * np.sin(np.arange(RATE // 5) * 0.05).astype(np.float32)
         return SimpleNamespace(
-            samples=lambda: tone, sample_rate=RATE, seed=1, model="stand-in", output_path=None, output_error=None
+            samples=lambda: tone,
+            sample_rate=RATE,
+            seed=1,
+            model="stand-in",
+            output_path=None,
+            output_error=None,
+            check_status=None,  # not checked: no words either
+            notes=[],
+            words=None,
         )
 
     def cancel(self, job_id):

@@ -80,11 +80,11 @@ def test_the_heap_is_trimmed_on_linux_only_and_a_libc_without_trim_is_no_error(m
 
 def test_the_page_the_worker_and_the_loader_trim_through_the_one_function(monkeypatch):
     assert _modules_whose_code_holds("malloc_trim") == {"cosyvoice_mac/heap.py"}
-    from cosyvoice_mac.engine import runtime
+    from cosyvoice_mac.engine import worker_memory
 
     trims = []
-    monkeypatch.setattr(runtime, "return_freed_heap", lambda: trims.append("worker"))
-    runtime.release_memory()
+    monkeypatch.setattr(worker_memory, "return_freed_heap", lambda: trims.append("worker"))
+    worker_memory.release_memory()
     assert trims == ["worker"]
 
 

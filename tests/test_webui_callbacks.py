@@ -601,3 +601,40 @@ def test_a_voice_gets_a_style_is_exported_deleted_and_imported_on_the_page(callb
     said = html.unescape(callbacks.blockers("en", own, "", "", *tagged))  # an uploaded recording has no styles
     assert "(neutral) is not a style (at character 4)" in said
     callbacks.delete_voice("en", "Styled")
+
+
+def test_a_checked_result_shows_its_verdict_takes_and_captions_and_offers_a_retake(callbacks, prompt):
+    """The page's box switches the take check on for one request: the fake's tones are no speech, so every take
+    fails and the best stands; the page shows the verdict with each take, the captions and their files, marks the
+    history row, and offers a Retake with the next seed."""
+    from cosyvoice_mac.pipeline.takes.retake import next_seed
+
+    session, page = Session(), SimpleNamespace(session_hash="s-check")
+    text = "Hello there, how are you today?"
+    ran = list(
+        callbacks.generate(
+            "en", prompt, "", TRANSCRIPT, text, "zero_shot", "", 7, 1.0, False, session, page, check=True
+        )
+    )
+    check, captions, files, pick, use, retake = callbacks.last_takes("en", session)
+    assert "still fails the check" in check and "**Sentence 1**: kept take" in check, check
+    assert len(pick["choices"]) == 2 and pick["visible"] and use["visible"]  # the two takes not kept, to pick
+    assert "· take 1, seed 7: " in check or "▶ take 1, seed 7 (kept): " in check
+    assert f"seed {next_seed(7)}" in check and retake["visible"]
+    assert captions.count('class="cv-word"') == len(text.split()) and 'data-start="0.' in captions
+    assert [Path(path).name.split(".", 1)[1] for path in files["value"]] == ["srt", "vtt", "words.json"]
+    assert ran[-1][HISTORY]["data"][0][8] == "⚠️"  # the history's check column
+    assert callbacks.history_takes("en", Path(ran[-1][RESULT]).name) == (check, captions, files, pick, use)
+    assert callbacks.retake_seed(7) == next_seed(7)
+    again = callbacks.generate(
+        "en", prompt, "", TRANSCRIPT, text, "zero_shot", "", 7, 1.0, False, session, page, check=False
+    )
+    assert list(again)[-1][STATUS].startswith("✅ Done")  # the box unticked: this request is not checked
+    check, captions, files, pick, use, retake = callbacks.last_takes("en", session)
+    assert (
+        "was not checked" in check
+        and not pick["visible"]
+        and captions == ""
+        and not files["visible"]
+        and not retake["visible"]
+    )

@@ -15,6 +15,7 @@ class PostBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     trim: bool = False
     loudness_lufs: float | None = None
+    check: bool | None = None  # the take check for every line (None: as the server is set)
 
 
 class SamplingBody(PostBody):
@@ -50,6 +51,7 @@ class DialogueBody(SamplingBody):
     pause_s: float = setting("pause").default
     per_line_files: bool = False
     seed: int | None = None
+    retake_from: str | None = None  # an earlier dialogue's result (its name in ``files``): only its flagged lines anew
 
 
 class GlossaryRow(BaseModel):

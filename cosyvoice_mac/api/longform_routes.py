@@ -2,8 +2,11 @@
 A batch is either lines to speak (the file ``file``) or recordings to convert (several files ``audio`` and a
 ``voice``: each bad recording is reported in ``done``'s ``report`` by name and reason, the others go on).
 
-A job's whole input is checked before the response starts (a bad line is a 400 naming it). The answer is
-a stream of server-sent events: ``note`` first for what the job goes without (a damaged glossary is skipped,
+A job's whole input is checked before the response starts (a bad line is a 400 naming it). "Retake these": a
+dialogue's ``retake_from`` (a dub's form field too) names an earlier result (as ``done``'s ``files`` list it) whose
+lines the take check left flagged; only those lines are made again, with new seeds, the others reused, and every
+earlier take stays in outputs/; a batch's ``retake`` does the same for its folder. The answer is a stream of
+server-sent events (``longform_events``): ``note`` first for what the job goes without (a damaged glossary is skipped,
 never a failure), ``progress`` after every line (done, total, seconds left), then ``done`` with the result's
 files (download them from ``/v1/longform/files/{name}``) or ``error`` (OpenAI's error shape: ``error.type``
 says whether the request or the server was at fault). ``done`` says ``saved``: false (with ``warning``, the
@@ -15,34 +18,29 @@ was finished is kept, labelled partial.
 from __future__ import annotations
 
 import asyncio
-import json
-import logging
 import shutil
 import tempfile
-import threading
 from pathlib import Path
-from typing import AsyncIterator
 
 from fastapi import APIRouter, Depends, File, Form, Request, UploadFile
-from fastapi.responses import FileResponse, StreamingResponse
+from fastapi.responses import FileResponse
 
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink
-from cosyvoice_mac.api.errors import RESTART_RETRY_AFTER_S, ApiError, bad_request, job_failure, too_large
+from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.longform_bodies import DialogueBody, GlossaryBody, sampling_form
-from cosyvoice_mac.engine.jobs import JobFailed
-from cosyvoice_mac.engine.messages import Failed
-from cosyvoice_mac.errors import CosyVoiceError, InputError, RequestError
+from cosyvoice_mac.api.longform_events import stream_job
+from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.frontend.glossary import GlossaryEntry, GlossaryError, GlossaryStore, check_entries
 from cosyvoice_mac.longform import LongformError, batch, convert_batch, dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles, result_stem
+from cosyvoice_mac.longform.retakes import Retake
 from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.request import MAX_UPLOAD_BYTES, PostSettings, Sampling, check_speed
 from cosyvoice_mac.settings import batch_name, setting
 from cosyvoice_mac.settings.fields import servable_file_name
 
-LOG = logging.getLogger("cosyvoice_mac.api")
 BATCH_PATH = "/v1/longform/batch"  # lines to speak (file) or recordings to convert (audio, several)
 MAX_TEXT_FILE_BYTES = 2 << 20  # a script, subtitle or batch file is text: far below an audio upload
 
@@ -58,14 +56,23 @@ def build_longform_router(
     folder = Path(outputs_dir) / "longform"
     unsaved = Path(tempfile.mkdtemp(prefix="cosyvoice-longform-unsaved-"))  # what outputs/ could not take
 
-    def speak(request: Request, default_voice=None) -> EngineSpeak:
+    def speak(request: Request, default_voice=None, check: bool | None = None) -> EngineSpeak:
         """Lines as engine jobs recorded with the interface that asked (``api``, or ``cli`` by its header)."""
         from cosyvoice_mac.api.routes import asking_interface  # the speech routes' rule, at the point of use
 
         interface = asking_interface(request)
         link.check_ready()
         entries, note = glossary.usable_entries()  # a damaged glossary is skipped, with a note, not a 500
-        return EngineSpeak(link._engine(), entries, default_voice, interface=interface, notes=(note,) if note else ())
+        notes = (note,) if note else ()
+        return EngineSpeak(link._engine(), entries, default_voice, interface=interface, notes=notes, check=check)
+
+    def retake_of(name: str | None) -> Retake | None:
+        """The earlier result ``name`` (in outputs/longform) whose flagged lines a job makes again; None: none."""
+        if name is None:
+            return None
+        if not servable_file_name(name) or not (folder / name).is_file():
+            raise bad_request(f"there is no long-form result named {name!r} to retake", "file_not_found", "retake_from")
+        return _checked(lambda: Retake.flagged_of(folder / name), "retake_from")
 
     @router.post("/longform/dialogue")
     async def longform_dialogue(body: DialogueBody, request: Request):
@@ -75,8 +82,9 @@ def build_longform_router(
         _checked(lambda: dialogue.check_pause(body.pause_s), "pause_s")  # a 400 now, not an error event after the 200
         post = _checked(lambda: PostSettings(body.trim, body.loudness_lufs), "loudness_lufs")
         sampling = _checked(body.sampling, "sampling")
-        speaker = speak(request)
-        return _stream(
+        retake = retake_of(body.retake_from)
+        speaker = speak(request, check=body.check)
+        return stream_job(
             request,
             speaker,
             lambda on_progress, should_stop: run_dialogue(
@@ -93,6 +101,7 @@ def build_longform_router(
                 on_progress=on_progress,
                 should_stop=should_stop,
                 files=ResultFiles(fallback=unsaved),
+                retake=retake,
             ),
         )
 
@@ -106,6 +115,8 @@ def build_longform_router(
         seed: int | None = Form(None),
         loudness_lufs: float | None = Form(None),
         sampling: Sampling = Depends(sampling_form),
+        check: bool | None = Form(None),
+        retake_from: str | None = Form(None),
     ):
         data = await _read(subtitles_file)
         _checked(lambda: subtitles.parse_srt(data), "file")
@@ -114,8 +125,9 @@ def build_longform_router(
         name = link.find_voice(voice)
         style = (style or "").strip() or None
         link.voice(name, style=style)  # a style the voice has no recording of: a 404 naming its styles, now
-        speaker = speak(request, name)
-        return _stream(
+        retake = retake_of(retake_from)
+        speaker = speak(request, name, check)
+        return stream_job(
             request,
             speaker,
             lambda on_progress, should_stop: run_dub(
@@ -131,6 +143,7 @@ def build_longform_router(
                 on_progress=on_progress,
                 should_stop=should_stop,
                 files=ResultFiles(fallback=unsaved),
+                retake=retake,
             ),
         )
 
@@ -146,6 +159,8 @@ def build_longform_router(
         trim: bool = Form(False),
         loudness_lufs: float | None = Form(None),
         sampling: Sampling = Depends(sampling_form),
+        check: bool | None = Form(None),
+        retake: bool = Form(False),  # the lines the take check left flagged in the batch's folder, made again
     ):
         name = _checked(lambda: batch_name(name), "name")
         if (lines_file is None) == (not sources):
@@ -163,12 +178,12 @@ def build_longform_router(
         data, kind = await _read(lines_file), Path(lines_file.filename or "").suffix.lower().lstrip(".")
         _checked(lambda: batch.parse_batch(data, kind), "file")
         default = link.find_voice(voice) if voice else None
-        speaker = speak(request, default)
+        speaker = speak(request, default, check)
         settings = {
             "model": link.host.current.name if link.host.current else None,
             "glossary": [entry.key for entry in speaker.glossary],
         }
-        return _stream(
+        return stream_job(
             request,
             speaker,
             lambda on_progress, should_stop: run_batch(
@@ -183,6 +198,7 @@ def build_longform_router(
                 sampling=sampling,
                 on_progress=on_progress,
                 should_stop=should_stop,
+                retake_flagged=retake,
             ),
         )
 
@@ -221,7 +237,7 @@ def build_longform_router(
             finally:
                 shutil.rmtree(received, ignore_errors=True)
 
-        return _stream(request, speaker, job)
+        return stream_job(request, speaker, job)
 
     @router.get("/longform/files/{name}")
     async def longform_file(name: str):
@@ -284,84 +300,3 @@ async def _read(upload: UploadFile) -> bytes:
     if len(data) > MAX_TEXT_FILE_BYTES:
         raise too_large("the file", MAX_TEXT_FILE_BYTES, param="file")
     return data
-
-
-def _stream(request: Request, speaker: EngineSpeak, job) -> StreamingResponse:
-    """Run ``job(on_progress, should_stop)`` on a thread; stream its progress and outcome as SSE."""
-    return StreamingResponse(_events(request, speaker, job), media_type="text/event-stream")
-
-
-async def _events(request: Request, speaker: EngineSpeak, job) -> AsyncIterator[bytes]:
-    loop, updates, stop, outcome = asyncio.get_running_loop(), asyncio.Queue(), threading.Event(), {}
-
-    def work():
-        try:
-            outcome["result"] = job(lambda p: loop.call_soon_threadsafe(updates.put_nowait, p), stop.is_set)
-        except Exception as error:  # noqa: BLE001 - travels to the client as an error event
-            outcome["error"] = error
-        loop.call_soon_threadsafe(updates.put_nowait, None)
-
-    thread = threading.Thread(target=work, name="cosyvoice-api-longform", daemon=True)
-    thread.start()
-    for note in speaker.notes:  # said first: what the whole job goes without
-        yield _event("note", {"message": note})
-    try:
-        while True:
-            try:
-                progress = await asyncio.wait_for(updates.get(), timeout=0.5)
-            except asyncio.TimeoutError:
-                if await request.is_disconnected():
-                    raise asyncio.CancelledError
-                continue
-            if progress is None:
-                break
-            yield _event(
-                "progress",
-                {
-                    "done": progress.done,
-                    "total": progress.total,
-                    "elapsed_s": round(progress.elapsed_s, 2),
-                    "left_s": None if progress.left_s is None else round(progress.left_s, 1),
-                },
-            )
-    finally:
-        if thread.is_alive():  # the client went away: stop between lines, cancel the line in flight
-            stop.set()
-            speaker.stop()
-    if "error" in outcome:
-        failure = _failure(outcome["error"])
-        LOG.warning("long-form job ended with an error (%s): %s", failure.code, failure.message)
-        yield _event("error", {"message": failure.message, **failure.event()})
-        return
-    result = outcome["result"]
-    saved = {"saved": True} if result.not_saved is None else {"saved": False, "warning": result.not_saved}
-    yield _event(
-        "done",
-        {
-            "kind": result.kind,
-            "done": result.done,
-            "total": result.total,
-            "partial": result.stopped,
-            "files": [Path(path).name for path in result.files],
-            "report": result.report,
-            **saved,
-        },
-    )
-
-
-def _failure(error: Exception) -> ApiError:
-    """What ended a long job, as the ApiError a request would get for it (logged by the caller)."""
-    if isinstance(error, JobFailed) and isinstance(error.event, Failed):
-        return job_failure(error.event, error.event.field)
-    if isinstance(error, JobFailed):  # cancelled: by a restart of the engine, or a Stop
-        return ApiError(503, str(error), code="cancelled", headers={"Retry-After": str(RESTART_RETRY_AFTER_S)})
-    if isinstance(error, InputError):
-        return bad_request(str(error), "invalid_longform_input", error.field)
-    if isinstance(error, CosyVoiceError):  # ours and explained: a full disk, an engine that is not running
-        return ApiError(500, str(error), code="longform_failed")
-    LOG.error("long-form job failed unexpectedly", exc_info=error)
-    return ApiError(500, f"{type(error).__name__}: {error}", code="internal_error")
-
-
-def _event(kind: str, data: dict) -> bytes:
-    return f"event: {kind}\ndata: {json.dumps({'type': kind, **data}, ensure_ascii=False)}\n\n".encode("utf-8")

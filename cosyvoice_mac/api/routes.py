@@ -30,16 +30,20 @@ from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, samples_of
 from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
+from cosyvoice_mac.api.timestamps import timestamped_answer
 from cosyvoice_mac.engine.outputs import credential_facts
 from cosyvoice_mac.request import LUFS_RANGE, SAMPLING_FIELDS, SPEED_RANGE, PostSettings, Request, Sampling
 from cosyvoice_mac.settings import setting
 from cosyvoice_mac.wire import (
+    CHECK_HEADER,
+    CHECK_NOTE_HEADER,
     CLIENT_INTERFACES,
     FILE_HEADER,
     INTERFACE_HEADER,
     JOB_ID_HEADER,
     RECORDING_SPEECH_PATH,
     SAVED_HEADER,
+    TIMESTAMPS_SPEECH_PATH,
     WARNING_HEADER,
 )
 
@@ -93,6 +97,11 @@ class SpeechBody(BaseModel):
         """The sampling settings asked for (RequestError naming a bad one; the rule is the contract's)."""
         return Sampling.build(**{name: getattr(self, name) for name in SAMPLING_FIELDS})
 
+    check: StrictBool | None = Field(
+        default=None,
+        description="extension: check each sentence and retake the ones that fail (absent: as the server is set)",
+    )
+
 
 class RecordingSpeechBody(SpeechBody):
     """The body of ``/v1/audio/speech/recording``: the voice is the recording sent with it, so none is named
@@ -118,6 +127,21 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
         speech_request = _request(link, body)
         ticket = link.submit(speech_request, asking_interface(http))
         return await _answer(link, ticket, speech_request, body, http)
+
+    @router.post(TIMESTAMPS_SPEECH_PATH.removeprefix("/v1"))
+    async def speech_with_timestamps(body: SpeechBody, http: HttpRequest):
+        """The audio as base64 with each word's and character's times (the take check's recogniser times them)."""
+        if body.stream or body.stream_format == "sse" or body.check is False:
+            raise bad_request(
+                "timestamps come from checking the whole finished audio: leave stream off and check on",
+                "timestamps_need_check",
+                "check" if body.check is False else "stream",
+            )
+        speech_request = _request(link, body.model_copy(update={"check": True}))
+        ticket = link.submit(speech_request, asking_interface(http))
+        result = await _last(link.follow(ticket), http)
+        encoded = await asyncio.to_thread(_finished_audio, result, body.response_format)
+        return JSONResponse(timestamped_answer(result, encoded, body.response_format), headers=_result_headers(result))
 
     @router.post(RECORDING_SPEECH_PATH.removeprefix("/v1"))
     async def speech_with_recording(
@@ -216,6 +240,14 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
     return router
 
 
+def _finished_audio(result, response_format: str) -> bytes:
+    """A finished job's audio in ``response_format``: for WAV the saved file as it is (credentials and all), else the
+    samples encoded with the credentials the format can carry."""
+    if response_format == "wav" and result.output_path:
+        return Path(result.output_path).read_bytes()
+    return audio_formats.encode(*samples_of(result), response_format, credential_facts(result))
+
+
 async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: SpeechBody, http: HttpRequest):
     """The job's audio: the whole file once it is done, or a stream (raw chunks or SSE) as the model makes it."""
     headers = {JOB_ID_HEADER: ticket.job_id}
@@ -223,10 +255,7 @@ async def _answer(link: EngineLink, ticket: Ticket, speech: Request, body: Speec
     if not speech.stream:
         result = await _last(pieces, http)
         headers.update(_result_headers(result))
-        if body.response_format == "wav" and result.output_path:  # the saved file is the answer, as it is
-            encoded = await asyncio.to_thread(Path(result.output_path).read_bytes)
-        else:
-            encoded = audio_formats.encode(*samples_of(result), body.response_format, credential_facts(result))
+        encoded = await asyncio.to_thread(_finished_audio, result, body.response_format)
         return Response(encoded, media_type=audio_formats.media_type(body.response_format), headers=headers)
     first = await _next(pieces, http)  # an early failure still gets its own status
     if body.stream_format == "sse":
@@ -323,6 +352,7 @@ def _request(link: EngineLink, body: SpeechBody, recording: str | None = None) -
             stream=stream,
             post=PostSettings(body.trim, body.loudness_lufs),
             sampling=body.sampling(),
+            check=body.check,
         )
 
 
@@ -355,7 +385,23 @@ def _result_headers(result) -> dict[str, str]:
         "x-cosyvoice-sample-rate": str(result.sample_rate),
         "x-cosyvoice-duration": f"{result.duration_s:.3f}",
     }
-    return {**headers, **saved_headers(result.output_path, result.output_error)}
+    return {**headers, **check_headers(result), **saved_headers(result.output_path, result.output_error)}
+
+
+def check_headers(result) -> dict[str, str]:
+    """``X-CosyVoice-Check`` (passed, retaken or flagged; absent when the job was not checked) and, after a retake
+    or a flag, ``X-CosyVoice-Check-Note`` with what each sentence's note says."""
+    if result.check_status is None:
+        return {}
+    notes = [sentence["note"] for sentence in result.check["sentences"] if sentence.get("note")]
+    headers = {CHECK_HEADER: result.check_status}
+    if notes:
+        headers[CHECK_NOTE_HEADER] = _ascii("; ".join(notes))
+    return headers
+
+
+def _ascii(text: str) -> str:
+    return text.encode("ascii", "backslashreplace").decode("ascii")
 
 
 def saved_headers(output_path: str | None, output_error: str | None) -> dict[str, str]:
@@ -364,5 +410,5 @@ def saved_headers(output_path: str | None, output_error: str | None) -> dict[str
     if output_path:
         return {SAVED_HEADER: "true", FILE_HEADER: Path(output_path).name}
     reason = output_error or "the result was not saved"
-    quoted = reason.encode("ascii", "backslashreplace").decode("ascii").replace("\\", "\\\\").replace('"', '\\"')
+    quoted = _ascii(reason).replace("\\", "\\\\").replace('"', '\\"')
     return {SAVED_HEADER: "false", WARNING_HEADER: f'199 - "not saved: {quoted}"'}

@@ -4,7 +4,8 @@ A streamed answer's status line and headers leave before the job is over, so wha
 the body, in a way a client can tell apart from success:
 
 * ``stream_format: "sse"``: OpenAI's ``speech.audio.delta`` events, then ``speech.audio.done``, which also
-  says whether the result was saved in outputs/ (``saved``, and ``warning`` with the reason when it was not);
+  says whether the result was saved in outputs/ (``saved``, and ``warning`` with the reason when it was not) and
+  how the take check judged the sentences after they were sent (``check``, ``check_note``);
   a failure instead ends the stream with an ``error`` event in OpenAI's error shape (``error.type``
   ``server_error`` for a fault of the server; ``retry_after``, seconds, when the same request should work then).
 * raw ``wav`` / ``pcm``: the audio bytes only. A failure (e.g. the model process was killed) closes the
@@ -99,8 +100,19 @@ async def sse_stream(
             "type": "speech.audio.done",
             "usage": {"input_tokens": characters, "output_tokens": 0, "total_tokens": characters},
             **saved,
+            **check_facts(end.result),
         }
     )
+
+
+def check_facts(result) -> dict:
+    """A streamed job's take check, for its last event: ``check`` (passed or flagged: a sentence already heard is
+    judged after the fact, never replaced) and ``check_note``; nothing when the job was not checked."""
+    status = getattr(result, "check_status", None)
+    if status is None:
+        return {}
+    notes = [sentence["note"] for sentence in result.check["sentences"] if sentence.get("note")]
+    return {"check": status, **({"check_note": "; ".join(notes)} if notes else {})}
 
 
 def save_facts(result) -> dict:

@@ -21,7 +21,9 @@ from cosyvoice_mac.cli.common import (
     CommandFailed,
     exit_code_for_fault,
 )
+from cosyvoice_mac.cli.takes import say_check, write_captions_beside
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.pipeline.takes.retake import CHECK_NOTE_STARTS
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 
@@ -108,7 +110,11 @@ def synth_locally(args, request, outputs_dir: Path) -> int:
         return EXIT_INTERRUPTED
     finally:
         engine.close()
-    return _deliver(result, args.out)
+    code = _deliver(result, args.out)
+    check_notes = [note for note in result.notes if note.startswith(CHECK_NOTE_STARTS)]
+    say_check(result.check_status, check_notes)
+    write_captions_beside(args.out, result.words, args.captions)
+    return code
 
 
 def _say_loaded(status: dict, seconds: float, args) -> None:
@@ -183,7 +189,8 @@ def _deliver(result, out: Path) -> int:
     """Copy the saved WAV to ``out`` (or, when outputs/ could not take it, write the samples there with their
     content credentials, as the page's and the API's copies of an unsaved result carry them)."""
     for note in result.notes:
-        print(f"note: {note}", file=sys.stderr)
+        if not note.startswith(CHECK_NOTE_STARTS):  # the check's notes are said once, after the file is written
+            print(f"note: {note}", file=sys.stderr)
     out = Path(out)
     if result.output_path:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,8 @@ def add_longform(commands) -> None:
     sampling = common.add_argument_group("sampling of every line (unset: the model's own)")
     for name in SAMPLING_FIELDS:
         add_argument(sampling, name)
+    add_argument(common, "no_check")
+    add_argument(common, "retake")
 
     dialogue = commands.add_parser(
         "dialogue", parents=[common], help="speak a script of several voices", epilog=EXIT_CODES_HELP
@@ -166,6 +168,9 @@ def _dialogue(args) -> int:
         dialogue.check_cast(lines, cast, known)
 
     body = {"script": script, "cast": cast, "pause_s": args.pause, "per_line_files": args.per_line, "seed": args.seed}
+    body["check"] = False if args.no_check else None
+    retake = _earlier_run(args)
+    body["retake_from"] = retake.result if retake is not None else None
     return speak_long_job(
         args,
         "lines",
@@ -184,11 +189,22 @@ def _dialogue(args) -> int:
                 on_progress=bar,
                 should_stop=stop,
                 files=ResultFiles(replace=True),  # --out is the user's own name: a re-run replaces it
+                retake=retake,
             ),
             check,
         ),
         lambda app, bar: dialogue_in_app(app, {**body, **_post_fields(post), **sampling.given()}, args.out, bar),
     )
+
+
+def _earlier_run(args):
+    """With ``--retake``: the lines the run that wrote ``--out`` left flagged (its ``OUT.lines.json``), to make
+    again; None without it."""
+    if not args.retake:
+        return None
+    from cosyvoice_mac.longform.retakes import LINES_SUFFIX, Retake
+
+    return Retake.flagged_of(args.out.with_suffix(LINES_SUFFIX))
 
 
 def _post_fields(post: PostSettings) -> dict:
@@ -215,6 +231,9 @@ def _dub(args) -> int:
     form = {"voice": args.voice, "speed_limit": args.speed_limit, "seed": args.seed, "loudness_lufs": args.loudness}
     form |= sampling.given()
     form |= {"style": style} if style else {}
+    form["check"] = False if args.no_check else None
+    retake = _earlier_run(args)
+    form["retake_from"] = retake.result if retake is not None else None
     return speak_long_job(
         args,
         "cues",
@@ -232,6 +251,7 @@ def _dub(args) -> int:
                 on_progress=bar,
                 should_stop=stop,
                 files=ResultFiles(replace=True),
+                retake=retake,
             ),
             lambda: _check_voice(args.voice, style),
             args.voice,
@@ -249,6 +269,10 @@ def _convert_batch(args) -> int:
 
     if not args.voice:
         raise LongformError("converting a folder of recordings needs --voice: the saved voice to convert into")
+    if args.retake:
+        raise LongformError(
+            "--retake is for lines to speak: a converted recording follows its recording, never retaken"
+        )
     check_speed(args.speed, False)
     items, skipped = plan_sources(sources_in_folder(args.lines))
     for name in skipped:
@@ -294,6 +318,8 @@ def _batch(args) -> int:
     batch.parse_batch(data, kind)
     post, sampling = post_settings(args), _sampling(args)
     form = {"voice": args.voice, "seed": args.seed, **_post_fields(post), **sampling.given()}
+    form["check"] = False if args.no_check else None
+    form["retake"] = args.retake
     return speak_long_job(
         args,
         "lines",
@@ -310,6 +336,7 @@ def _batch(args) -> int:
                 sampling=sampling,
                 on_progress=bar,
                 should_stop=stop,
+                retake_flagged=args.retake,
             ),
             lambda: _check_voice(args.voice),
             args.voice,

@@ -47,7 +47,8 @@ def _speak_here(args, label: str, here) -> int:
         print(f"note: {note}", file=sys.stderr)
     engine = start_engine(args, Path(outputs).expanduser(), args.models_dir)
     try:
-        speak = EngineSpeak(engine, glossary, here.default_voice, interface="cli", timeout_s=None)
+        check = False if args.no_check else None
+        speak = EngineSpeak(engine, glossary, here.default_voice, interface="cli", timeout_s=None, check=check)
         return run_with_bar(lambda bar, stop: here(speak, bar, stop), label, speak.stop)
     finally:
         engine.close()
@@ -125,6 +126,10 @@ def run_with_bar(job, label: str, cancel_current) -> int:
             print(f"{entry['source']}: not converted: {entry['reason']}", file=sys.stderr)
     if result.stopped:
         return EXIT_INTERRUPTED
+    if result.retaken:
+        print(f"made again with new seeds: {label} {', '.join(map(str, result.retaken))} (earlier takes kept)")
+    for line in result.flagged:  # the best take is kept: a warning, not a failure
+        print(f"warning: the take check flagged {line} (--retake makes the flagged {label} again)", file=sys.stderr)
     if result.not_saved:
         print(f"warning: made, but not saved in outputs: {result.not_saved}", file=sys.stderr)
         return EXIT_NOT_SAVED

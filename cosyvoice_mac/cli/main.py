@@ -64,6 +64,8 @@ def _add_synth(commands) -> None:
         add_argument(sampling, name)
     add_model_arguments(synth, vocoder=True)
     add_argument(synth, "stream")
+    add_argument(synth, "no_check")
+    add_argument(synth, "captions")
     add_post_arguments(synth)
     synth.add_argument("--out", type=Path, required=True, help="output WAV path")
     add_app_arguments(synth)
@@ -100,6 +102,7 @@ def _request(args, saved_transcript: str | None = None, voice_styles: tuple[str,
         stream=args.stream,
         post=post_settings(args),
         sampling=Sampling.build(**{name: getattr(args, name) for name in SAMPLING_FIELDS}),
+        check=False if args.no_check else None,
     )
     # a malformed inline tag, said before anything is sent, loaded or queued
     parse_inline(request.text, voice_styles if voice.kind == "saved" else ())
@@ -129,7 +132,7 @@ def _synth(args) -> int:
         return _synth_here(args)
     try:
         note_local_only(args, local_only_flags())
-        return app.speak(request, args.model, args.out, args.stream)
+        return app.speak(request, args.model, args.out, args.stream, args.captions)
     finally:
         app.close()
 

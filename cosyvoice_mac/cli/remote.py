@@ -26,12 +26,15 @@ from cosyvoice_mac.cli.common import (
     CommandFailed,
     exit_code_for_error,
 )
+from cosyvoice_mac.cli.takes import say_check, write_captions_beside
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.settings import setting
 from cosyvoice_mac.sound.wav import HEADER_BYTES, wav_from_pcm16
 from cosyvoice_mac.wire import (
+    CHECK_HEADER,
+    CHECK_NOTE_HEADER,
     FILE_HEADER,
     INTERFACE_HEADER,
     JOB_ID_HEADER,
@@ -40,6 +43,7 @@ from cosyvoice_mac.wire import (
     RECORDING_SPEECH_PATH,
     SAVED_HEADER,
     SPEECH_PATH,
+    TIMESTAMPS_SPEECH_PATH,
     VOICES_PATH,
     WARNING_HEADER,
 )
@@ -176,9 +180,9 @@ class AppClient:
             return "unknown"
         return ", ".join(names) or "none saved yet"
 
-    def _send(self, voice, body: dict) -> httpx.Response:
+    def _send(self, voice, body: dict, path: str = SPEECH_PATH) -> httpx.Response:
         """The speech request, its answer's body still to be read (the caller closes it): the recording
-        uploaded with the request, or the saved voice named in its body."""
+        uploaded with the request, or the saved voice named in its body (sent to ``path``)."""
         timeout = httpx.Timeout(PROBE_TIMEOUT_S, read=None, write=120.0)
         if voice.kind == "audio":
             prompt = Path(voice.audio)
@@ -189,11 +193,12 @@ class AppClient:
         else:
             body = {**body, "voice": voice.saved if voice.kind == "saved" else PREVIEW, "style": voice.style}
             self._voice_asked = body["voice"]
-            built = self.http.build_request("POST", SPEECH_PATH, json=body, timeout=timeout)
+            built = self.http.build_request("POST", path, json=body, timeout=timeout)
         return self.http.send(built, stream=True)
 
-    def speak(self, request, model: str | None, out: Path, stream: bool) -> int:
-        """Send ``request`` (a checked Request) to the app's queue and write the audio to ``out``."""
+    def speak(self, request, model: str | None, out: Path, stream: bool, captions: str | None = None) -> int:
+        """Send ``request`` (a checked Request) to the app's queue and write the audio to ``out`` (and, with
+        ``captions``, its words' times beside it: the app's with-timestamps answer, for a saved voice)."""
         if stream and (request.post.trim or request.post.loudness_lufs is not None):
             # the app streams the model's raw audio only; post-processing needs the whole of it
             print("note: --trim/--loudness need the whole audio, so the app sends it in one piece", file=sys.stderr)
@@ -214,10 +219,16 @@ class AppClient:
             "trim": request.post.trim,
             "loudness_lufs": request.post.loudness_lufs,
             **request.sampling.given(),
+            "check": request.check,
         }
+        if captions and not stream and request.voice.kind != "audio" and request.check is not False:
+            timed = lambda: self._send(request.voice, body, TIMESTAMPS_SPEECH_PATH)  # noqa: E731
+            return self.deliver(timed, out, stream, captions)
+        if captions:
+            print("note: the app times the words of a saved voice's whole take; use --local for this", file=sys.stderr)
         return self.deliver(lambda: self._send(request.voice, body), out, stream)
 
-    def deliver(self, send, out: Path, stream: bool) -> int:
+    def deliver(self, send, out: Path, stream: bool, captions: str | None = None) -> int:
         """Send with ``send()`` (an ``httpx.Response`` opened as a stream) until the app takes the job (again
         while its model loads), then write the audio to ``out``; the exit status. Ctrl-C closes the
         connection, which makes the app drop the job."""
@@ -240,7 +251,7 @@ class AppClient:
                 job_id = answer.headers.get(JOB_ID_HEADER, "?")
                 if stream:
                     return _write_stream(self, answer, out, clock, job_id)
-                return _write_whole(answer, out, job_id)
+                return _write_whole(answer, out, job_id, captions)
             finally:
                 answer.close()  # early (Ctrl-C): the app sees its client leave and cancels the job
         except KeyboardInterrupt:
@@ -254,15 +265,22 @@ class AppClient:
             ) from None
 
 
-def _write_whole(answer: httpx.Response, out: Path, job_id: str) -> int:
-    """The app's whole WAV file, written to ``out`` byte for byte (the file it saved, credentials and all)."""
-    _save(out, answer.read())
+def _write_whole(answer: httpx.Response, out: Path, job_id: str, captions: str | None = None) -> int:
+    """The app's whole WAV file, written to ``out`` byte for byte (the file it saved, credentials and all); with
+    ``captions``, the with-timestamps answer: that file in base64 beside its words."""
+    body = answer.read()
+    timed = json.loads(body) if captions else None
+    _save(out, base64.b64decode(timed["audio_base64"]) if timed else body)
     name = answer.headers.get(FILE_HEADER)
     saved = f"; the app saved it as {name} with its sidecar" if name else ""
     print(
         f"wrote {out} ({float(answer.headers.get('x-cosyvoice-duration', 0)):.2f} s, "
         f"seed {answer.headers.get('x-cosyvoice-seed', '?')}, job {job_id[:8]}){saved}"
     )
+    note = answer.headers.get(CHECK_NOTE_HEADER)
+    say_check(answer.headers.get(CHECK_HEADER), [note] if note else [])
+    if timed:
+        write_captions_beside(out, timed["words"], captions)
     if answer.headers.get(SAVED_HEADER) == "false":
         return _not_saved(_warning_text(answer.headers.get(WARNING_HEADER, "")))
     return 0

@@ -48,7 +48,15 @@ def batch_in_app(app: AppClient, lines: bytes, kind: str, form: dict, out_dir: P
     _download(app, f"{name}.zip", archive)
     _unpack(archive, out_dir)
     return LongformResult(
-        "batch", None, (out_dir, archive), done["done"], done["total"], done["partial"], not_saved=_not_saved(done)
+        "batch",
+        None,
+        (out_dir, archive),
+        done["done"],
+        done["total"],
+        done["partial"],
+        not_saved=_not_saved(done),
+        flagged=done.get("flagged") or [],
+        retaken=done.get("retaken") or [],
     )
 
 
@@ -145,7 +153,16 @@ def _fetch_stem(app: AppClient, done: dict, out: Path) -> LongformResult:
     names, not_saved = done["files"], _not_saved(done)
     if not names:
         return LongformResult(
-            done["kind"], None, (), done["done"], done["total"], done["partial"], done["report"], not_saved
+            done["kind"],
+            None,
+            (),
+            done["done"],
+            done["total"],
+            done["partial"],
+            done["report"],
+            not_saved,
+            flagged=done.get("flagged") or [],
+            retaken=done.get("retaken") or [],
         )
     stem = Path(names[0]).stem
     out = Path(out)
@@ -155,7 +172,17 @@ def _fetch_stem(app: AppClient, done: dict, out: Path) -> LongformResult:
         _download(app, name, target)
         paths.append(target)
     return LongformResult(
-        done["kind"], paths[0], tuple(paths), done["done"], done["total"], done["partial"], done["report"], not_saved
+        done["kind"],
+        paths[0],
+        tuple(paths),
+        done["done"],
+        done["total"],
+        done["partial"],
+        done["report"],
+        not_saved,
+        done.get("timestamps"),
+        done.get("flagged") or [],
+        done.get("retaken") or [],
     )
 
 

@@ -23,6 +23,7 @@ from typing import Callable
 import numpy as np
 
 from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.pipeline.takes.text_match import error_rate
 from cosyvoice_mac.settings import env_flag
 from cosyvoice_mac.sound.limits import SILENT_PEAK
 from cosyvoice_mac.sound.problems import AudioInputError
@@ -206,6 +207,35 @@ class Transcriber:
             text = " ".join(segment.text.strip() for segment in segments)
         return re.sub(r"\s+", " ", text).strip()
 
+    def hear_words(
+        self, model_info: AsrModel, samples: np.ndarray, language: str | None
+    ) -> tuple[str, list[tuple[str, float, float]]]:
+        """The text and timed words (word, start s, end s) of 16 kHz ``samples``, untrimmed (times stay the take's)."""
+        language = "en" if not model_info.multilingual else language
+        with self._lock:
+            model = self._load(model_info)
+            segments, _ = model.transcribe(
+                samples,
+                language=language,
+                beam_size=5,
+                vad_filter=False,
+                condition_on_previous_text=False,
+                word_timestamps=True,
+            )
+            timed = [word for segment in segments for word in segment.words or ()]
+            words = [(word.word.strip(), float(word.start), float(word.end)) for word in timed]
+        return " ".join(word for word, _, _ in words), [word for word in words if word[0]]
+
+    @property
+    def loaded(self) -> list[Path]:
+        """The folders of the models in memory now."""
+        return list(self._models)
+
+    def release(self) -> None:
+        """Let go of the loaded models (the next transcription loads its model again)."""
+        with self._lock:
+            self._models.clear()
+
     def _load(self, model_info: AsrModel):
         if model_info.path not in self._models:
             try:
@@ -252,6 +282,15 @@ _default: Transcriber | None = None
 _default_lock = threading.Lock()
 
 
+def shared_transcriber() -> Transcriber:
+    """The process-wide :class:`Transcriber` (its models load once)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Transcriber()
+    return _default
+
+
 def transcribe(
     audio: str | Path | np.ndarray,
     sample_rate: int | None = None,
@@ -259,23 +298,9 @@ def transcribe(
     progress: Progress | None = None,
 ) -> str:
     """Transcribe with a process-wide :class:`Transcriber` (models load once)."""
-    global _default
-    with _default_lock:
-        if _default is None:
-            _default = Transcriber()
-    return _default.transcribe(audio, sample_rate, language, progress)
+    return shared_transcriber().transcribe(audio, sample_rate, language, progress)
 
 
 def word_error_rate(reference: str, hypothesis: str) -> float:
-    """Word-level Levenshtein distance / reference length, ignoring case and punctuation."""
-
-    def words(text: str) -> list[str]:
-        return re.sub(r"[^\w' ]+", " ", text.lower()).split()
-
-    ref, hyp = words(reference), words(hypothesis)
-    row = list(range(len(hyp) + 1))
-    for i, ref_word in enumerate(ref, 1):
-        diagonal, row[0] = row[0], i
-        for j, hyp_word in enumerate(hyp, 1):
-            diagonal, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, diagonal + (ref_word != hyp_word))
-    return row[-1] / max(1, len(ref))
+    """Word-level Levenshtein distance / reference length, ignoring case and punctuation (the take check's rule)."""
+    return error_rate(reference, hypothesis, "en")

@@ -6,16 +6,34 @@ Imported only by the worker's runtime; the files themselves are written by ``out
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.pipeline.backend import Backend
 from cosyvoice_mac.pipeline.engines import engine_status
+from cosyvoice_mac.pipeline.takes import Word
+from cosyvoice_mac.pipeline.takes.captions import write_captions
 from cosyvoice_mac.request import Request
 from cosyvoice_mac.sound.post import PostReport, post_process
 
 STREAMED_RAW_NOTE = "the streamed audio played as it was made; the saved file is the post-processed one"
+
+
+class Attempt(NamedTuple):
+    """What one try of a job produced, and where."""
+
+    pieces: list
+    speaker: object  # SpeakerPrompt or None
+    cache_source: str  # "memory", "disk", "extracted" or "none"
+    timings: dict
+    mode: str
+    device: str
+    source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
+    takes: object = None  # each sentence's checked takes (engine.takes.JobTakes), when the job is checked
+    styles: dict = {}  # style -> the audio hash of the saved voice's recording its (style) tags spoke with
 
 
 def finished_audio(request: Request, pieces: list, sample_rate: int) -> tuple[np.ndarray, PostReport]:
@@ -64,6 +82,11 @@ def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, ext
     result.output_path, result.sidecar_path = str(files.wav_path), str(files.sidecar_path)
     if files.unsigned:
         result.notes.append(files.unsigned)
+    if result.words is not None:
+        try:
+            result.captions = write_captions(files.wav_path, [Word(**word) for word in result.words])
+        except OSError as error:  # the audio is saved; the captions are a convenience
+            result.notes.append(f"the captions could not be written: {error}")
     result.audio = None  # the page plays the file: the samples need not cross the pipe
 
 

@@ -104,6 +104,14 @@ class JobResult:
     post: dict | None = None  # what post-processing did (``PostReport.as_dict``): trimmed ms, loudness, notes
     source_hash: str | None = None  # a voice conversion's recording: the hash of its 16 kHz samples
     source_duration_s: float | None = None  # ... and its length
+    check: dict | None = None  # the take check (``engine.takes.JobTakes.as_dict``): status, each sentence's takes
+    words: list[dict] | None = None  # each word of the text and its times in the audio: {word, start, end}
+    captions: dict[str, str] | None = None  # the caption files beside the WAV: {"srt"|"vtt"|"json": path}
+
+    @property
+    def check_status(self) -> str | None:
+        """passed, retaken or flagged (``/v1``'s X-CosyVoice-Check); None when the job was not checked."""
+        return self.check["status"] if self.check else None
 
     @property
     def is_conversion(self) -> bool:

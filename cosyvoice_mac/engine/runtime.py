@@ -1,18 +1,17 @@
 """Inside the worker process: the pipeline, the speaker cache, device fallback and one job's run.
 
 Where a job's speaker prompt comes from is ``prompt_source.py``; how its audio is finished and saved with
-its sidecar is ``job_output.py``. Imported only by the worker (it imports torch and the models).
+its sidecar is ``job_output.py``; what the worker gives back after each job is ``worker_memory.py``; how each
+sentence is checked and retaken is ``takes.py``. Imported only by the worker (it imports torch and the models).
 """
 
 from __future__ import annotations
 
-import gc
 import importlib
 import re
 import time
 import traceback
 from dataclasses import replace
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -20,7 +19,7 @@ import torch
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs, worker_tasks
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
-from cosyvoice_mac.engine.job_output import finished_audio, low_memory_facts, precision_facts, save_result
+from cosyvoice_mac.engine.job_output import Attempt, finished_audio, low_memory_facts, precision_facts, save_result
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.messages import (
     Cancelled,
@@ -36,9 +35,10 @@ from cosyvoice_mac.engine.messages import (
     WorkerStatus,
 )
 from cosyvoice_mac.engine.prompt_source import PromptSource
+from cosyvoice_mac.engine.takes import JobTakes, TakeChecker
+from cosyvoice_mac.engine.worker_memory import collect_everything, release_memory
 from cosyvoice_mac.errors import CosyVoiceError, InputError
 from cosyvoice_mac.frontend.glossary import RequestGlossary, glossary_store
-from cosyvoice_mac.heap import return_freed_heap
 from cosyvoice_mac.pipeline.engines import engine_status, mlx_failure, release_engine_memory
 from cosyvoice_mac.pipeline.types import SynthesisError
 from cosyvoice_mac.request import Request, Voice
@@ -85,49 +85,6 @@ def warmup_prompt(sample_rate: int = SAMPLE_RATE, seconds: float = 4.0) -> np.nd
     return (0.15 * voiced * rhythm + noise).astype(np.float32)
 
 
-def release_memory(*devices: torch.device) -> None:
-    """Collect garbage, give cached device blocks back, and (glibc) return freed heap pages to the OS."""
-    gc.collect()
-    for device in {str(d) for d in devices if d is not None}:
-        try:
-            device_policy.empty_cache(device)
-        except Exception:  # hygiene must never fail a job (e.g. a device whose runtime is gone)
-            pass
-    return_freed_heap()
-
-
-def keep_for_life() -> None:
-    """Take every object alive now out of the collector's walks (``gc.freeze``): the worker calls it once its model
-    is loaded and warm, because the imports and the model live as long as the process. The full collection after
-    each job then walks only what was made since, instead of the 0.2-0.3 million objects torch and a model leave
-    (0.1-0.2 s of CPU per job, measured on the tiny models; more with a full one)."""
-    gc.collect()
-    gc.freeze()
-
-
-def collect_everything() -> None:
-    """After the worker dropped part of what it froze (the MLX engine, once PyTorch took a job over): a collection
-    that walks the frozen objects too, then the survivors frozen again. Without a freeze, a full collection."""
-    if not gc.get_freeze_count():
-        gc.collect()
-        return
-    gc.unfreeze()
-    keep_for_life()
-
-
-class Attempt(NamedTuple):
-    """What one try of a job produced, and where."""
-
-    pieces: list
-    speaker: object  # SpeakerPrompt or None
-    cache_source: str  # "memory", "disk", "extracted" or "none"
-    timings: dict
-    mode: str
-    device: str
-    source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
-    styles: dict = {}  # style -> the audio hash of the saved voice's recording its (style) tags spoke with
-
-
 class WorkerRuntime:
     """Owns, inside the worker, the pipeline, the speaker cache (its PromptSource finds each job's prompt in
     it), the running job's saved-voice entry and glossary hits, and the device state (the home device,
@@ -138,6 +95,7 @@ class WorkerRuntime:
         self.send = send
         self.cache = SpeakerCache(config.cache_dir, config.memory_cache_entries)
         self.prompts = PromptSource(self.cache)
+        self.takes = TakeChecker()  # the recogniser loads on the first checked sentence
         self.glossary = RequestGlossary(glossary_store(config.cache_dir))
         self._glossary_hits: list[dict] = []  # the running job's glossary entries that matched (for its sidecar)
         self._voice_entry: dict | None = None  # the running job's saved voice, as the engine sent it
@@ -275,12 +233,14 @@ class WorkerRuntime:
         if engine_note is not None:
             result.notes.append(engine_note)
         result.notes += post.notes
+        if outcome.takes is not None:
+            outcome.takes.record(result, post.trimmed_start_ms / 1000, self.config.outputs_dir)
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
-            extra = {"glossary": self._glossary_hits, "post": result.post}
+            extra = {"glossary": self._glossary_hits, "post": result.post, "check": result.check}
             if outcome.styles:  # every recording of the voice that spoke: the content credentials name each
                 extra["voice_hashes"] = [result.prompt_hash, *outcome.styles.values()]
             if job.is_conversion:  # what was re-spoken: the recording's hash and length
-                extra = {"post": result.post, "source_hash": result.source_hash}
+                extra = {"post": result.post, "source_hash": result.source_hash, "check": result.check}
                 extra["source_duration_s"] = result.source_duration_s
             save_result(self.config.outputs_dir, job, result, self.pipeline, extra)
         self._finish(Done(job.job_id, result, "done" + (f" (retried on the CPU: {fallback})" if fallback else "")))
@@ -328,7 +288,7 @@ class WorkerRuntime:
                     self.pipeline.to(torch.device("cpu"))
                     self._stay_on_cpu(f"moving back to {self.home_device} failed: {error}")
 
-    def _attempt(self, job: Job, should_stop) -> "Attempt":
+    def _attempt(self, job: Job, should_stop) -> Attempt:
         """One try of ``job`` on the current device: a synthesis, or a voice conversion (no glossary: no text)."""
         request, self._glossary_hits, note, recording, styles = job.request, [], None, None, {}
         timings: dict[str, float] = {}
@@ -342,35 +302,45 @@ class WorkerRuntime:
         timings["prompt"] = time.perf_counter() - clock - timings.get("source", 0.0)
         clock = time.perf_counter()
         pieces = []
+        takes = JobTakes() if TakeChecker.wanted(self.pipeline, request, job.is_conversion) else None
         if recording is not None:
             results = self.pipeline.run_conversion(request, speaker, should_stop, recording)
         else:
             styles = self.prompts.style_speakers(self.pipeline, request, self._voice_entry)
             results = self.pipeline.run(request, speaker, should_stop, styles)
-        for piece in results:
-            pieces.append(piece)
-            for stage, seconds in piece.timings.items():
-                timings[stage] = timings.get(stage, 0.0) + seconds
-            self.send(
-                Progress(
-                    job.job_id,
-                    piece.segment_index,
-                    piece.segment_count,
-                    piece.text,
-                    piece.mode,
-                    piece.duration_s,
-                    piece.is_final_chunk,
-                    piece.audio if request.stream else None,
-                    piece.sample_rate if request.stream else None,
-                )
-            )
-            if should_stop():
-                break
+        with self.takes.beside(self.pipeline, request, speaker, should_stop, takes, recording) as sentences:
+            for made in results:
+                for piece in sentences.add(made):  # checked (and retaken) beside the next sentence's synthesis
+                    self._made(job, request, piece, pieces, timings)
+                if should_stop():
+                    break
+            for piece in sentences.rest():
+                self._made(job, request, piece, pieces, timings)
         timings["synthesis"] = time.perf_counter() - clock
         if note and pieces:
             pieces[-1] = replace(pieces[-1], notes=[*pieces[-1].notes, note])
         used = {style: prompt.audio_hash for style, prompt in styles.items()}
-        return Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording, used)
+        attempt = Attempt(pieces, speaker, source, timings, request.mode, str(self.pipeline.device), recording)
+        return attempt._replace(takes=takes, styles=used)
+
+    def _made(self, job: Job, request, piece, pieces: list, timings: dict) -> None:
+        """One sentence (or streamed chunk) done: kept, its stage times counted, the page told."""
+        pieces.append(piece)
+        for stage, seconds in piece.timings.items():
+            timings[stage] = timings.get(stage, 0.0) + seconds
+        self.send(
+            Progress(
+                job.job_id,
+                piece.segment_index,
+                piece.segment_count,
+                piece.text,
+                piece.mode,
+                piece.duration_s,
+                piece.is_final_chunk,
+                piece.audio if request.stream else None,
+                piece.sample_rate if request.stream else None,
+            )
+        )
 
     def _finish(self, event) -> None:
         """Free this job's memory, then send its terminal event with the worker status attached."""

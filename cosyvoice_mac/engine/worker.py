@@ -22,6 +22,7 @@ from cosyvoice_mac.paths import compile_cache_dir
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
 NO_JOB = -1
 HEARTBEAT_S = 0.5  # how often the worker's heartbeat thread counts up; the engine watches the count
+RECOGNISER_IDLE_S = 30.0  # low-memory mode: the take check's recogniser is freed after this long without a job
 
 # Read by torch and its libraries when they load, so they are set before the worker starts (a user's
 # own value wins). Idle OpenMP threads sleep instead of spinning, but only after a short spin: a decoding
@@ -93,7 +94,8 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     source = config.model_dir or f"the backend {config.pipeline_factory} (no model folder)"
     send(Loading(f"loading the model from {source}"))
     try:
-        from cosyvoice_mac.engine.runtime import WorkerRuntime, keep_for_life
+        from cosyvoice_mac.engine.runtime import WorkerRuntime
+        from cosyvoice_mac.engine.worker_memory import keep_for_life
 
         runtime = WorkerRuntime(config, send)
         runtime.load()
@@ -103,8 +105,17 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     keep_for_life()  # the model and the imports stay; each job's clean-up then walks only what the job made
     status = runtime.status()
     send(Ready(f"ready on {status.device}", status))
+    serve_commands(runtime, commands, cancel_seq)
+
+
+def serve_commands(runtime, commands, cancel_seq, idle_s: float = RECOGNISER_IDLE_S) -> None:
+    """Run ``commands`` (a pipe's end) on ``runtime`` until stop or EOF. In the low-memory mode the take check's
+    recogniser is freed once no command has come for ``idle_s``: a long job's lines follow each other at once, so
+    it stays loaded through the job and goes after it."""
     while True:
         try:
+            if getattr(runtime.pipeline, "low_memory", False) and not commands.poll(idle_s):
+                runtime.takes.release()
             command: Command = commands.recv()
         except (EOFError, OSError):  # the UI process went away
             return

@@ -65,11 +65,16 @@ class ResultFiles:
             self.not_saved = reason
 
     def wav(
-        self, path: Path, audio: np.ndarray, sample_rate: int, facts: dict, companions: dict[Path, dict] | None = None
+        self,
+        path: Path,
+        audio: np.ndarray,
+        sample_rate: int,
+        facts: dict,
+        companions: dict[Path, dict | bytes] | None = None,
     ) -> list[Path]:
         """A WAV (with its content credentials), its sidecar (``engine.sidecar``: the facts, also in the WAV's
-        INFO chunk) and ``companions`` (JSON files that describe it), written in that order as one group; the
-        paths they were written to."""
+        INFO chunk) and ``companions`` (files that describe it: a dict is written as JSON, bytes as they are),
+        written in that order as one group; the paths they were written to."""
         sidecar = Sidecar.new(path.name, len(audio), sample_rate, facts)
         made_by = {**self.made_by, **_made_by(facts), **facts}
         wav, unsigned = with_credentials(
@@ -80,7 +85,10 @@ class ResultFiles:
             (path, wav),
             (path.with_suffix(".json"), sidecar.json_bytes()),
         ]
-        group += [(companion, _json_bytes(data)) for companion, data in (companions or {}).items()]
+        group += [
+            (companion, data if isinstance(data, bytes) else _json_bytes(data))
+            for companion, data in (companions or {}).items()
+        ]
         return self._put(group)
 
     def json(self, path: Path, data: dict, indent: int = 1) -> Path:

@@ -16,52 +16,17 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
-
-import numpy as np
+from typing import Callable, Iterable
 
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import check_inline_markup, dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
+from cosyvoice_mac.longform.lines import LineRequest, Speak, Spoken
+from cosyvoice_mac.longform.retakes import LineTakes, Retake
+from cosyvoice_mac.longform.timed_words import caption_companions, line_words, on_timeline
+from cosyvoice_mac.pipeline.takes import FLAGGED, Word
 from cosyvoice_mac.request import PostSettings, Sampling
-from cosyvoice_mac.sound.post import post_process, trim_silence
-
-
-@dataclass(frozen=True)
-class LineRequest:
-    """One line to speak: text in a saved voice (None: the job's default voice) and its recording of ``style``
-    (None: its own), instruction, speed, seed, and how its speech tokens are drawn (the job's ``sampling``;
-    unset: the model's own)."""
-
-    text: str
-    voice: str | None = None
-    instruct: str | None = None
-    speed: float = 1.0
-    seed: int | None = None
-    sampling: Sampling = Sampling()
-    style: str | None = None
-
-
-@dataclass(frozen=True)
-class Spoken:
-    """A spoken line: (T,) float32 audio at ``sample_rate`` and the facts of the request (for sidecars)."""
-
-    audio: np.ndarray
-    sample_rate: int
-    facts: dict = field(default_factory=dict)
-
-
-class Speak(Protocol):
-    def __call__(self, line: LineRequest) -> Spoken: ...
-
-    def prepare(self, voices: Iterable[tuple[str | None, str | None]]) -> None:
-        """Make the job's (voice, style) pairs (None: the default voice; its own recording) ready before its
-        first line, or raise saying which one cannot be used (a style the voice has no recording of included);
-        called once, after the input is checked and before any line is spoken."""
-
-    def styles(self, voice: str | None) -> tuple[str, ...]:
-        """The styles the saved voice ``voice`` (None: the default voice) has recordings of, which a line's inline
-        ``(style)`` tags may name beside the model's own; none for a voice that is no saved one."""
+from cosyvoice_mac.sound.post import post_process, trim_bounds
 
 
 @dataclass(frozen=True)
@@ -94,6 +59,9 @@ class LongformResult:
     stopped: bool
     report: list[dict] = field(default_factory=list)
     not_saved: str | None = None  # why some of it is not where it belongs in outputs/ (None: all saved)
+    timestamps: list[dict] | None = None  # every word on the main WAV's timeline: {word, start, end}
+    flagged: list[str] = field(default_factory=list)  # the lines whose best take still failed the check, and why
+    retaken: list[int] = field(default_factory=list)  # the lines a retake made again (``retakes.Retake``)
 
 
 OnProgress = Callable[[Progress], None]
@@ -126,6 +94,12 @@ def check_line_markup(speak: Speak, lines: Iterable[tuple[str, str | None, str]]
         check_inline_markup(text, where, error, styles[voice])
 
 
+def _flag(spoken: Spoken, where: str, flagged: list[str]) -> None:
+    """Note ``where`` (e.g. "line 3") in ``flagged`` when the take check left its best take flagged."""
+    if spoken.facts.get("check") == FLAGGED:
+        flagged.append(f"{where}: {'; '.join(spoken.facts.get('check_notes') or ['flagged'])}")
+
+
 def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: ResultFiles) -> Spoken | None:
     """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines).
     A line made but not saved in outputs/ (``facts["not_saved"]``) is noted in ``files``."""
@@ -156,49 +130,57 @@ def run_dialogue(
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
+    retake: Retake | None = None,
 ) -> LongformResult:
     """Speak ``script`` with ``cast`` (every line drawn with ``sampling``); write ``<out_stem>.wav``,
-    ``<out_stem>.timing.json`` (+ per-line WAVs) through ``files`` (default: never over an existing file, no
-    fallback)."""
+    ``<out_stem>.timing.json``, ``.lines.json`` (+ per-line WAVs) through ``files`` (default: never over an
+    existing file, no fallback). ``retake``: an earlier run's lines, each reused but those it names, which are made
+    again."""
     files = files or ResultFiles()
     lines = dialogue.parse_script(script)
     voices = dialogue.check_cast(lines, cast, known_voices)
     dialogue.check_pause(pause_s)  # before any work
     spoken_as = ((f"line {line.number} ({line.speaker})", voices[line.speaker], line.text) for line in lines)
     check_line_markup(speak, spoken_as, dialogue.ScriptError)
+    speak = LineTakes(speak, retake)
     speak.prepare((voices[line.speaker], line.style) for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
+    words: list[list[Word]] = []
+    flagged: list[str] = []
     for index, line in enumerate(lines):
         if should_stop():
             stopped = True
             break
-        spoken = _spoken(
-            speak,
-            LineRequest(
-                line.text,
-                voices[line.speaker],
-                line.instruct,
-                seed=None if seed is None else seed + index,
-                sampling=sampling,
-                style=line.style,
-            ),
-            should_stop,
-            files,
+        line_seed = None if seed is None else seed + index
+        request = LineRequest(
+            line.text,
+            voices[line.speaker],
+            line.instruct,
+            seed=line_seed,
+            number=line.number,
+            sampling=sampling,
+            style=line.style,
         )
+        spoken = _spoken(speak, request, should_stop, files)
         if spoken is None:
             stopped = True
             break
-        wave, _ = post_process(spoken.audio, spoken.sample_rate, post)
+        _flag(spoken, f"line {line.number}", flagged)
+        wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
         rate = spoken.sample_rate
         waves.append(wave)
+        words.append(line_words(spoken.words, applied.trimmed_start_ms / 1000, len(wave) / rate))
         if per_line_files:
             name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
             written += files.wav(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
         tracker.report(index + 1)
     if not waves:
-        return LongformResult("dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved)
+        return LongformResult(
+            "dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved, flagged=flagged
+        )
     audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
     report = [t.as_dict() for t in timings]
+    timeline = on_timeline([(timing.start, line) for timing, line in zip(timings, words)])
     facts = {
         "kind": "dialogue",
         "lines": len(waves),
@@ -210,9 +192,21 @@ def run_dialogue(
         "sampling": sampling.as_dict(),
     }
     timing = {out_stem.with_suffix(".timing.json"): {"lines": report, "partial": stopped}}
-    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, timing) + written
+    companions = {**timing, **speak.companion(out_stem), **caption_companions(out_stem, timeline)}
+    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions) + written
+    stamps = [word.as_dict() for word in timeline] if timeline else None
     return LongformResult(
-        "dialogue", written[0], tuple(written), len(waves), len(lines), stopped, report, files.not_saved
+        "dialogue",
+        written[0],
+        tuple(written),
+        len(waves),
+        len(lines),
+        stopped,
+        report,
+        files.not_saved,
+        stamps,
+        flagged,
+        speak.retaken,
     )
 
 
@@ -230,42 +224,53 @@ def run_dub(
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     files: ResultFiles | None = None,
+    retake: Retake | None = None,
 ) -> LongformResult:
     """Dub every cue in ``voice``'s recording of ``style`` (None: its own) into ``<out_stem>.wav`` on the subtitle
-    timeline; ``<out_stem>.report.json`` lists misfits.
-    Written through ``files`` (default: never over an existing file, no fallback)."""
+    timeline; ``<out_stem>.report.json`` lists misfits, ``.lines.json`` the cues' takes. Written through ``files``
+    (default: never over an existing file, no fallback). ``retake``: an earlier run's cues, each reused but those it
+    names, which are made again."""
     files = files or ResultFiles()
     cues = subtitles.parse_srt(srt_data)
     limit = subtitles.check_speed_limit(speed_limit)
     check_line_markup(speak, ((f"cue {cue.number}", voice, cue.text) for cue in cues), subtitles.SubtitleError)
+    speak = LineTakes(speak, retake)
     speak.prepare([(voice, style)])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
+    words: list[list[Word]] = []
+    flagged: list[str] = []
     for index, cue in enumerate(cues):
         if should_stop():
             stopped = True
             break
         line_seed = None if seed is None else seed + index
-        line_request = LineRequest(cue.text, voice, seed=line_seed, sampling=sampling, style=style)
+        line_request = LineRequest(cue.text, voice, seed=line_seed, number=cue.number, sampling=sampling, style=style)
         spoken = _spoken(speak, line_request, should_stop, files)
         if spoken is None:
             stopped = True
             break
         rate, speed = spoken.sample_rate, 1.0
-        wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
+        cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
+        wave = spoken.audio[cut:end]
         faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
         if faster is not None:
-            again = LineRequest(cue.text, voice, speed=faster, seed=line_seed, sampling=sampling, style=style)
+            again = LineRequest(
+                cue.text, voice, speed=faster, seed=line_seed, number=cue.number, sampling=sampling, style=style
+            )
             spoken = _spoken(speak, again, should_stop, files)
             if spoken is None:
                 stopped = True
                 break
-            wave, speed = trim_silence(spoken.audio, rate, keep_s=0.0), faster
+            cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)
+            wave, speed = spoken.audio[cut:end], faster
+        _flag(spoken, f"cue {cue.number}", flagged)
         wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
         waves.append(wave)
+        words.append(line_words(spoken.words, cut / rate, len(wave) / rate))
         speeds.append(speed)
         tracker.report(index + 1)
     if not waves:
-        return LongformResult("dub", None, (), 0, len(cues), stopped, not_saved=files.not_saved)
+        return LongformResult("dub", None, (), 0, len(cues), stopped, not_saved=files.not_saved, flagged=flagged)
     placed = subtitles.place(cues[: len(waves)], [len(w) / rate for w in waves], speeds)
     audio = subtitles.render_timeline(placed, waves, rate)
     report = subtitles.misfit_report(placed)
@@ -281,10 +286,24 @@ def run_dub(
         "misfits": len(report),
     }
     timeline = {"cues": [p.as_dict() for p in placed], "misfits": report, "partial": stopped}
-    written = files.wav(
-        out_stem.with_suffix(".wav"), audio, rate, facts, {out_stem.with_suffix(".report.json"): timeline}
+    spoken_words = on_timeline([(cue.start, line) for cue, line in zip(placed, words)])
+    companions = {out_stem.with_suffix(".report.json"): timeline, **caption_companions(out_stem, spoken_words)}
+    companions.update(speak.companion(out_stem))
+    written = files.wav(out_stem.with_suffix(".wav"), audio, rate, facts, companions)
+    stamps = [word.as_dict() for word in spoken_words] if spoken_words else None
+    return LongformResult(
+        "dub",
+        written[0],
+        tuple(written),
+        len(waves),
+        len(cues),
+        stopped,
+        report,
+        files.not_saved,
+        stamps,
+        flagged,
+        speak.retaken,
     )
-    return LongformResult("dub", written[0], tuple(written), len(waves), len(cues), stopped, report, files.not_saved)
 
 
 def run_batch(
@@ -300,21 +319,30 @@ def run_batch(
     sampling: Sampling = Sampling(),
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
+    retake_flagged: bool = False,
 ) -> LongformResult:
-    """One WAV per line in ``folder``; lines already made with the same settings are skipped; a zip at the end."""
+    """One WAV per line in ``folder``; lines already made with the same settings are skipped; a zip at the end.
+    ``retake_flagged``: the lines whose WAV the take check left flagged are made again with a new seed."""
     items = batches.parse_batch(data, kind)
     store = batches.BatchFolder(folder)
     shared = {**(settings or {}), "default_voice": voice, "seed": seed, "post": post.__dict__}
     shared |= {"sampling": sampling.as_dict()} if sampling.given() else {}  # a batch made before keeps its key
-    to_make = [item for item in items if not store.is_done(item, batches.settings_key(item, shared))]
+    retake = Retake.flagged_in_batch(folder, items) if retake_flagged else Retake((), frozenset())
+    speak = LineTakes(speak, retake)
+
+    def is_done(item) -> bool:
+        return item.number not in retake.numbers and store.is_done(item, batches.settings_key(item, shared))
+
+    to_make = [item for item in items if not is_done(item)]
     spoken_as = ((f"line {item.number}", item.voice or voice, item.text) for item in to_make)
     check_line_markup(speak, spoken_as, batches.BatchError)
     speak.prepare((item.voice or voice, item.style) for item in to_make)
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
+    flagged: list[str] = []
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
     for index, item in enumerate(items):
         key = batches.settings_key(item, shared)
-        if store.is_done(item, key):
+        if is_done(item):
             skipped += 1
             tracker.report(index + 1)
             continue
@@ -330,6 +358,7 @@ def run_batch(
                 seed=None if seed is None else seed + index,
                 sampling=sampling,
                 style=item.style,
+                number=item.number,
             ),
             should_stop,
             files,
@@ -337,6 +366,7 @@ def run_batch(
         if spoken is None:
             stopped = True
             break
+        _flag(spoken, f"line {item.number}", flagged)
         wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
         files.wav(
             folder / item.file,
@@ -359,5 +389,14 @@ def run_batch(
     archive = store.zip(items)
     report = [{"made": made, "skipped": skipped}]
     return LongformResult(
-        "batch", None, (folder, archive), made + skipped, len(items), stopped, report, files.not_saved
+        "batch",
+        None,
+        (folder, archive),
+        made + skipped,
+        len(items),
+        stopped,
+        report,
+        files.not_saved,
+        flagged=flagged,
+        retaken=speak.retaken,
     )

@@ -16,6 +16,7 @@ from cosyvoice_mac.engine.voice_rules import VoiceError, VoiceStyleUnknown
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
+from cosyvoice_mac.pipeline.takes.retake import CHECK_NOTE_STARTS
 
 
 class VoiceUnusable(EngineError):
@@ -36,8 +37,10 @@ class EngineSpeak:
         interface: str = "page",
         timeout_s: float | None = 900.0,
         notes: tuple[str, ...] = (),
+        check: bool | None = None,
     ):
         self.engine, self.glossary, self.default_voice, self.notes = engine, glossary, default_voice, notes
+        self.check = check  # the take check for every line: None follows the global switch
         self.interface, self.timeout_s, self.current_job = interface, timeout_s, None
 
     def __call__(self, line: LineRequest) -> Spoken:
@@ -47,10 +50,17 @@ class EngineSpeak:
         name = line.voice or self.default_voice
         voice = self.engine.voice(name, line.style) if name else replace(Voice.builtin(), style=line.style)
         request = Request.build(
-            line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed, sampling=line.sampling
+            line.text,
+            voice,
+            instruct=line.instruct,
+            seed=line.seed,
+            speed=line.speed,
+            sampling=line.sampling,
+            check=self.check,
         )
         result = self._run(Job(request, interface=self.interface))
-        return Spoken(np.asarray(result.samples(), dtype=np.float32), result.sample_rate, self._facts(result))
+        samples = np.asarray(result.samples(), dtype=np.float32)
+        return Spoken(samples, result.sample_rate, self._facts(result), result.words)
 
     def prepare(self, voices) -> None:
         """Have the engine make every saved voice of ``voices`` ((voice, style) pairs; None: the default voice,
@@ -109,6 +119,8 @@ class EngineSpeak:
             "line_output": result.output_path,
             "not_saved": result.output_error,  # made, but outputs/ refused it (the audio is here all the same)
             "interface": self.interface,
+            "check": result.check_status,  # passed, retaken, flagged; None: not checked
+            "check_notes": [note for note in result.notes if note.startswith(CHECK_NOTE_STARTS)],
         }
 
     def stop(self) -> None:

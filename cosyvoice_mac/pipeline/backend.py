@@ -127,6 +127,9 @@ class BackendBase:
     low_memory_choice: "LowMemoryChoice | None" = None
     llm_weights: str | None = None
     flow_prefix_builds: int = 0
+    # The take check the library door hands in (``engine.takes.TakeChecker``: the recogniser lives above this
+    # layer); None: ``synthesize`` yields the sentences unchecked.
+    take_checker = None
 
     def stock_speaker(self) -> SpeakerPrompt | None:
         return None
@@ -170,6 +173,7 @@ class BackendBase:
         prompt_text: str | None = None,
         prompt_sample_rate: int | None = None,
         speaker: SpeakerPrompt | None = None,
+        check: bool | None = None,
     ) -> Iterator[SynthesisResult]:
         """Speak ``text`` in ``voice``; yield one result per sentence (or streamed chunk) as it is done.
 
@@ -179,6 +183,8 @@ class BackendBase:
         ``text`` may hold inline markup (``[pause 500ms]``, ``[speed 1.2]``, ``(happy)``; docs/page.md);
         ``sampling`` sets how the speech tokens are drawn (None: the model's own).
         Bad input raises a CosyVoiceError (RequestError, SynthesisError) before any audio is produced.
+        With a ``take_checker`` (``load_model`` hands one in), each sentence is checked and retaken when it fails
+        and carries its ``words``; ``check`` False skips that (None: as the ``check`` setting says).
         """
         if isinstance(voice, SpeakerPrompt):
             voice, speaker = None, voice
@@ -193,9 +199,21 @@ class BackendBase:
         if voice is not None and prompt_text is not None:
             voice = replace(voice, transcript=prompt_text)
         request = Request.build(
-            text, voice, mode=mode, instruct=instruct, seed=seed, speed=speed, stream=stream, sampling=sampling
+            text,
+            voice,
+            mode=mode,
+            instruct=instruct,
+            seed=seed,
+            speed=speed,
+            stream=stream,
+            sampling=sampling,
+            check=check,
         )
-        return self.run(request, speaker, should_stop)
+        results = self.run(request, speaker, should_stop)
+        checker = self.take_checker
+        if checker is None or not checker.wanted(self, request, False):
+            return results
+        return checker.checked(self, request, speaker, results, should_stop or (lambda: False))
 
     def convert(
         self,

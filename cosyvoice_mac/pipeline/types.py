@@ -60,6 +60,7 @@ class SynthesisResult:
     mode: str = "zero_shot"
     timings: dict[str, float] = field(default_factory=dict)  # per stage: frontend, llm, flow, vocoder
     notes: list[str] = field(default_factory=list)  # things a user should know (e.g. a vocoder fallback)
+    words: list | None = None  # the sentence's words (``takes.Word``: word, start, end in this audio) once timed
 
     @property
     def duration_s(self) -> float:

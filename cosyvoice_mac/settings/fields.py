@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.settings.setting import GRADIO, LONG_COMMANDS, PAGE, PYTHON, V1, Setting, cli
+from cosyvoice_mac.settings.setting import ENV, GRADIO, LONG_COMMANDS, PAGE, PYTHON, V1, Setting, cli
 
 SPEECH_DOORS = (PAGE, V1, GRADIO, PYTHON)  # every door that speaks one request
 MAX_SEED = 2**31 - 1  # sentence i samples with seed + i: stays a valid generator seed
@@ -143,6 +143,47 @@ FIELD_ROWS = (
         group="sampling",
     ),
     Setting(
+        "check",
+        "check each finished sentence (a recogniser compares it with the text; length, repeats, silences and the "
+        "ending are measured) and retake the ones that fail; also times the words for captions",
+        "检查每个合成完的句子（语音识别与文本对比，并检查时长、重复、静音和结尾），不合格则重新生成；同时给出逐词时间用于字幕",
+        default=True,
+        type=bool,
+        env="COSYVOICE_TAKE_CHECK",
+        doors=(PAGE, V1, PYTHON),
+        group="request",
+    ),
+    Setting(
+        "no_check",
+        "skip the take check, its retakes and the word timing (the audio comes sooner, unchecked)",
+        "跳过句子检查、重新生成和逐词计时（更快出结果，但未经检查）",
+        default=False,
+        type=bool,
+        flag="--no-check",
+        doors=cli("synth", *LONG_COMMANDS),
+        group="request",
+    ),
+    Setting(
+        "captions",
+        "also write the words' times as captions in this format beside the audio and print where",
+        "同时在音频旁写出此格式的逐词时间字幕，并显示其路径",
+        choices=("srt", "vtt", "json"),
+        flag="--captions",
+        doors=cli("synth"),
+        group="request",
+    ),
+    Setting(
+        "retakes",
+        "how many more takes, each with a new seed, a sentence that fails the check gets before the best one is kept",
+        "未通过检查的句子最多再用新种子重新生成几次（之后保留最好的一次）",
+        default=2,
+        type=int,
+        range=(0, 5),  # each retake costs a sentence's synthesis again; past 5 a fault is the text's, not luck
+        env="COSYVOICE_RETAKES",
+        doors=(ENV,),
+        group="request",
+    ),
+    Setting(
         "pause",
         "seconds of silence between a dialogue's lines",
         "对话各行之间的静音秒数",
@@ -175,6 +216,20 @@ FIELD_ROWS = (
         "最多 120 个字符",
         default_words="the lines file's name (page), a new folder of its own (conversions); the CLI: --out-dir's name",
         doors=(PAGE, V1, *cli("batch")),
+        group="longform",
+    ),
+    Setting(
+        "retake",
+        "make again, with new seeds, the lines an earlier run left flagged by the take check, reusing its other lines "
+        "and keeping every earlier take (the CLI: the run whose OUT.lines.json or --out-dir is given; /v1: "
+        "retake_from names a dialogue's or dub's result, a batch's retake is true; the page: the last job's)",
+        "用新种子重新生成上一次运行中被检查标记的行，其他行沿用，之前的每一次生成都保留（命令行：--out 旁的 "
+        "OUT.lines.json 或 --out-dir 的那次运行；/v1：retake_from 指定对话或配音的结果，批量用 retake=true；"
+        "页面：最近一次任务）",
+        default=False,
+        type=bool,
+        flag="--retake",
+        doors=(PAGE, V1, *cli(*LONG_COMMANDS)),
         group="longform",
     ),
 )

@@ -21,6 +21,7 @@ from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import ENGINES
 from cosyvoice_mac.mlx.llm_gate import mlx_llm_row
 from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
+from cosyvoice_mac.pipeline.takes.retake import next_seed
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.action_bar import blocking_reasons, render_reasons
@@ -32,6 +33,7 @@ from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render
 from cosyvoice_mac.webui.sampling_controls import SAMPLING_CONTROLS
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.takes_view import put_take_in, retake_offered, takes_shown
 from cosyvoice_mac.webui.transcript_check import transcript_matches
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
 from cosyvoice_mac.webui.voice_files import VoiceFileCallbacks
@@ -183,14 +185,17 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
         post_trim=False,
         post_level=False,
         post_target=None,
-        *sampling_then_style,
+        *sampling_style_check,
+        check=None,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
         result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default),
         then the sampling controls (off: the model's own), then the saved voice's style to speak with (None or
-        "": its own recording)."""
+        "": its own recording), then the take check's box (None: as the check setting says; or by name)."""
         post = (post_trim, post_level, post_target)
-        sampling, style = sampling_then_style[:SAMPLING_CONTROLS], sampling_then_style[SAMPLING_CONTROLS:]
+        sampling = sampling_style_check[:SAMPLING_CONTROLS]
+        style, box = (*sampling_style_check[SAMPLING_CONTROLS:], None, None)[:2]
+        check = box if check is None else check
         yield from self.generation.run(
             lang,
             audio,
@@ -206,8 +211,28 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
             request,
             post,
             sampling,
-            style[0] if style else None,
+            style,
+            check,
         )
+
+    @staticmethod
+    def last_takes(lang: str, session: Session):
+        """The last result's ``TakesPanel`` values (check, captions, their files, the takes to pick), then the
+        Retake button's."""
+        wav = session.last_output if isinstance(session, Session) else None
+        return (*takes_shown(lang, wav), retake_offered(wav))
+
+    @staticmethod
+    def use_last_take(lang: str, session: Session, choice: str | None):
+        """The picked take put in the last result: (its player, its ``TakesPanel`` values, the Retake button)."""
+        wav = session.last_output if isinstance(session, Session) else None
+        played, panel = put_take_in(lang, wav, choice)
+        return (played or gr.skip(), *panel, retake_offered(wav))
+
+    @staticmethod
+    def retake_seed(seed) -> int:
+        """The seed a Retake uses: the next one the take check would use."""
+        return next_seed(int(seed or 0))
 
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)

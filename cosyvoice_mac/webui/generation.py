@@ -79,14 +79,16 @@ class Generation(PageRequest):
         post=POST_OFF,
         sampling=(),
         style=None,
+        check=None,
     ) -> Iterator[tuple]:
         """Yields GenerateOutputs. ``page`` is Gradio's request; ``post`` the post-processing controls' values
         (trim, normalise, target); ``sampling`` the sampling controls' (on, then the four values; none: off);
-        ``style`` the saved voice's recording to speak with (None or "": its own)."""
+        ``style`` the saved voice's recording to speak with (None or "": its own); ``check`` the take check's box
+        (None: as the setting says)."""
         session = session if isinstance(session, Session) else Session()
         out = _Outputs(lang, session, StreamBuffer() if stream else None)
         request, problem = self.build_request(
-            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post, sampling, style
+            lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, post, sampling, style, check
         )
         if problem is not None:
             yield out.problem(*problem)
@@ -239,7 +241,9 @@ class Generation(PageRequest):
         preview = any(PREVIEW_LABEL in note for note in notes)
         notes = [note for note in notes if PREVIEW_LABEL not in note]  # the page shows its own label
         seconds = result.timings.get("total", 0.0)
-        if result.output_path and is_inside(result.output_path, self.host.config.outputs_dir):
+        saved = result.output_path and is_inside(result.output_path, self.host.config.outputs_dir)
+        out.session.last_output = result.output_path if saved else None  # its check and captions are shown
+        if saved:
             status = (
                 "status_done",
                 {

@@ -25,6 +25,7 @@ from cosyvoice_mac.provenance import Credentials
 from cosyvoice_mac.webui.state import HistoryEntry, is_inside
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.takes_view import CHECK_MARKS, build_takes_panel, put_take_in, takes_shown
 
 PER_PAGE = 10
 TEXT_IN_HISTORY = 60
@@ -37,10 +38,11 @@ HISTORY_COLUMNS = (
     "col_speed",
     "col_duration",
     "col_model",
+    "col_check",
     "col_file",
 )
-HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "str", "str"]
-HISTORY_COLUMN_WIDTHS = ["12%", "30%", "9%", "10%", "8%", "5%", "6%", "8%", "12%"]
+HISTORY_DATATYPES = ["str", "str", "str", "str", "number", "str", "str", "str", "str", "str"]
+HISTORY_COLUMN_WIDTHS = ["12%", "28%", "9%", "10%", "8%", "5%", "6%", "8%", "3%", "11%"]
 CLEARED_SETTING = "history_cleared_at"
 
 
@@ -69,6 +71,7 @@ def entry_from_sidecar(sidecar: Sidecar | None, folder: Path, created: float) ->
         transcript=sidecar.prompt_text,
         source=(sidecar.source or "") if converted else None,
         source_duration_s=sidecar.source_duration_s if converted else None,
+        check=(sidecar.recorded.get("check") or {}).get("status"),
     )
 
 
@@ -182,6 +185,7 @@ def _row(lang: str, entry: HistoryEntry) -> list:
         f"{entry.speed:g}",
         f"{entry.duration_s:.1f}",
         "🔶 " + say(lang, "history_preview_short") if entry.preview else entry.model or "",  # a plain-text cell
+        CHECK_MARKS.get(entry.check or "", ""),
         entry.file_name,
     ]
 
@@ -256,6 +260,7 @@ def build_history_section(make, lang: str):
             elem_id="cv-history-audio",
         )
         controls["credentials"] = gr.Markdown(elem_id="cv-history-credentials", elem_classes="cv-message")
+        controls["takes"] = build_takes_panel(make, "cv-history-takes")
         controls["page"] = gr.State(0)
     return controls
 
@@ -285,6 +290,17 @@ class HistoryCallbacks:
 
         entry = self.history_book.find(file_name)
         return credentials_line(lang, read_credentials(entry.path)) if entry is not None else ""
+
+    def history_takes(self, lang: str, file_name: str | None):
+        """The picked result's ``TakesPanel`` values (check, captions, their files, the takes to pick)."""
+        entry = self.history_book.find(file_name)
+        return takes_shown(lang, entry.path if entry is not None else None)
+
+    def history_use_take(self, lang: str, file_name: str | None, choice: str | None):
+        """Another take put in the picked result: (its player, its ``TakesPanel`` values)."""
+        entry = self.history_book.find(file_name)
+        played, panel = put_take_in(lang, entry.path if entry is not None else None, choice)
+        return (played or gr.skip(), *panel)
 
     def history_reuse(self, lang: str, file_name: str | None):
         """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
@@ -351,6 +367,11 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
     controls["pick"].input(callbacks.history_picked, controls["pick"], controls["audio"], **quiet)
     controls["pick"].input(
         callbacks.history_credentials, [language, controls["pick"]], controls["credentials"], **quiet
+    )
+    takes = controls["takes"]
+    controls["pick"].input(callbacks.history_takes, [language, controls["pick"]], list(takes), **quiet)
+    takes.use.click(
+        callbacks.history_use_take, [language, controls["pick"], takes.pick], [controls["audio"], *takes], **quiet
     )
     filled = [
         form[name]

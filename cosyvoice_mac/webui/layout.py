@@ -10,7 +10,7 @@ from __future__ import annotations
 import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
-from cosyvoice_mac.settings import bounds, slider
+from cosyvoice_mac.settings import bounds, resolve, slider
 from cosyvoice_mac.webui.action_bar import ACTION_BAR_CSS, build_action_bar
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.convert_tab import ConvertCallbacks, build_convert_section
@@ -27,6 +27,7 @@ from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.takes_view import CAPTIONS_CSS, build_takes_panel
 from cosyvoice_mac.webui.voice_cards import build_voice_section, wire_voice_section
 from cosyvoice_mac.webui.voice_files import build_voice_file_controls, wire_voice_file_controls
 
@@ -42,6 +43,7 @@ CSS = (
 #cv-notice-box.cv-accepted #cv-notice-short { display: block; }
 """
     + ACTION_BAR_CSS
+    + CAPTIONS_CSS
 )
 NOTICE_KEY = "cosyvoice-notice-accepted"
 NOTICE_LOAD_JS = (
@@ -157,6 +159,12 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                     visible=bool(features.get("stream")),
                     elem_id="cv-stream",
                 )
+                check = make(
+                    gr.Checkbox,
+                    {"label": "check_label", "info": "check_info"},
+                    value=bool(resolve("check")),
+                    elem_id="cv-check",
+                )
                 stream_note = make(
                     gr.Markdown,
                     {"value": "stream_speed_note"},
@@ -173,6 +181,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             with gr.Column(scale=2):
                 panel = build_model_panel(make, callbacks, features, lang, licence_words)
                 downloads = build_download_panel(make, callbacks, has_model)
+        with make(gr.Accordion, {"label": "takes_heading"}, open=True, elem_id="cv-takes-section"):
+            takes = build_takes_panel(make, "cv-takes")
+            retake = make(gr.Button, {"value": "retake"}, size="sm", visible=False, elem_id="cv-retake")
         history_controls = build_history_section(make, lang)
         history = history_controls["table"]
         build_longform_section(make, callbacks, callbacks.longform, language, page)
@@ -244,22 +255,33 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             session=session,
             player=player,
         )
-        generate.click(
-            callbacks.generate,
-            [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
+        generating = dict(
+            fn=callbacks.generate,
+            inputs=[language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
             + list(post_controls)  # after the session: Generation.run takes them last, off by default
             + list(sampling_controls)  # then the sampling controls (off: the model's own)
-            + [voice_controls["speak_style"]],  # last, the saved voice's recording to speak with ("": its own)
-            [generate_outputs[name] for name in GenerateOutputs._fields],
+            + [voice_controls["speak_style"]]  # the saved voice's recording to speak with ("": its own)
+            + [check],  # last, the take check's box
+            outputs=[generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).
             concurrency_limit=None,
             concurrency_id="generate",
             show_progress="minimal",
             show_progress_on=[result],
-        ).then(callbacks.status_panel, language, panel.status_panel, **quiet).then(
-            callbacks.history_show, history_query, history_shown, **quiet
         )
+
+        def after_run(event) -> None:  # the status panel, the history and the result's check and captions
+            event.then(callbacks.status_panel, language, panel.status_panel, **quiet).then(
+                callbacks.history_show, history_query, history_shown, **quiet
+            ).then(callbacks.last_takes, [language, session], [*takes, retake], **quiet)
+
+        after_run(generate.click(**generating))
+        takes.use.click(  # another kept take put in the last result, then the history shows its new length
+            callbacks.use_last_take, [language, session, takes.pick], [result, *takes, retake], **quiet
+        ).then(callbacks.history_show, history_query, history_shown, **quiet)
+        # A Retake (offered when a sentence stayed flagged, as a streamed one can) is Generate with the next seed.
+        after_run(retake.click(callbacks.retake_seed, seed, seed, **quiet).then(**generating))
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
         wire_model_panel(panel, callbacks, language)

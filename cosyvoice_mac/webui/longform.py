@@ -35,6 +35,7 @@ from cosyvoice_mac.longform.convert_batch import (
     run_convert_batch,
 )
 from cosyvoice_mac.longform.files import result_stem
+from cosyvoice_mac.longform.retakes import Retake
 from cosyvoice_mac.longform.runner import Progress, run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.longform.subtitles import MISFIT_S
@@ -68,6 +69,7 @@ class LongformCallbacks:
     def __init__(self, host, glossary: GlossaryStore):
         self.host, self.glossary = host, glossary
         self._running: dict[str, tuple[threading.Event, EngineSpeak]] = {}
+        self._flagged: dict[str, tuple] = {}  # session -> (job, what, default voice, result) of its last flagged job
         self._lock = threading.Lock()
 
     # -- the three jobs ----------------------------------------------------------------------------
@@ -82,7 +84,7 @@ class LongformCallbacks:
         engine = self.host.engine
         known = [entry["name"] for entry in engine.voices.list()] if engine is not None else []
 
-        def job(speak, on_progress, should_stop):
+        def job(speak, on_progress, should_stop, retake=None):
             return run_dialogue(
                 script,
                 cast,
@@ -95,6 +97,7 @@ class LongformCallbacks:
                 sampling=sampling_settings(*controls[3:]),
                 on_progress=on_progress,
                 should_stop=should_stop,
+                retake=retake,
             )
 
         yield from self._run(lang, job, "lines", request)
@@ -105,7 +108,7 @@ class LongformCallbacks:
             return
         data = Path(srt_file).read_bytes()
 
-        def job(speak, on_progress, should_stop):
+        def job(speak, on_progress, should_stop, retake=None):
             return run_dub(
                 data,
                 voice or None,
@@ -116,6 +119,7 @@ class LongformCallbacks:
                 sampling=sampling_settings(*controls[3:]),
                 on_progress=on_progress,
                 should_stop=should_stop,
+                retake=retake,
             )
 
         yield from self._run(lang, job, "cues", request, default_voice=voice or None)
@@ -132,7 +136,7 @@ class LongformCallbacks:
             yield "", html.escape(say(lang, "lf_failed", message=error)), None, None
             return
 
-        def job(speak, on_progress, should_stop):
+        def job(speak, on_progress, should_stop, retake=None):
             settings = {
                 "model": self.host.current.name if self.host.current else None,
                 "glossary": [entry.key for entry in speak.glossary],
@@ -148,9 +152,35 @@ class LongformCallbacks:
                 sampling=sampling_settings(*controls[3:]),
                 on_progress=on_progress,
                 should_stop=should_stop,
+                retake_flagged=retake is not None,
             )
 
         yield from self._run(lang, job, "lines", request, default_voice=voice or None)
+
+    def retake_flagged(self, lang, request: gr.Request):
+        """Retake these: this session's last job whose take check left lines flagged, run again with only those
+        lines made anew (with new seeds; the others reused, every earlier take kept in outputs/)."""
+        with self._lock:
+            last = self._flagged.get(_session(request))
+        if last is None:
+            yield self._message(lang, "lf_nothing_to_retake")
+            return
+        job, what, default_voice, result = last
+        try:  # a batch finds its flagged lines in its folder; a dialogue or dub in its result's record
+            retake = True if result.kind == "batch" else Retake.flagged_of(result.audio_path)
+        except LongformError as error:
+            yield "", html.escape(say(lang, "lf_failed", message=error)), None, None
+            return
+
+        def again(speak, on_progress, should_stop):
+            return job(speak, on_progress, should_stop, retake=retake)
+
+        yield from self._run(lang, again, what, request, default_voice, retry=job)
+
+    def retake_offered(self, request: gr.Request):
+        """The "Retake the flagged lines" button: shown while this session's last long job left lines flagged."""
+        with self._lock:
+            return gr.update(visible=_session(request) in self._flagged)
 
     def convert_batch(self, lang, sources, voice, name, speed, trim, level, target, request: gr.Request):
         """Every uploaded recording re-spoken in ``voice``, one WAV each in a batch folder (``name``: resumed by
@@ -248,7 +278,8 @@ class LongformCallbacks:
         return self.glossary_rows(), plural(lang, "lf_glossary_saved", len(saved))
 
     # -- the running of one job --------------------------------------------------------------------
-    def _run(self, lang, job, what, request, default_voice=None):
+    def _run(self, lang, job, what, request, default_voice=None, retry=None):
+        """Run ``job`` (``retry``: the job a retake runs again, when this is one), yielding the section's outputs."""
         engine = self.host.engine
         if engine is None:
             yield self._message(lang, "lf_no_engine")
@@ -288,6 +319,12 @@ class LongformCallbacks:
             with self._lock:
                 self._running.pop(_session(request), None)
         thread.join()
+        result = outcome.get("result")
+        with self._lock:  # what "Retake the flagged lines" runs again
+            if result is not None and result.flagged and result.kind in ("dialogue", "dub", "batch"):
+                self._flagged[_session(request)] = (retry or job, what, default_voice, result)
+            else:
+                self._flagged.pop(_session(request), None)
         progress, message, audio, files = self._finished(lang, outcome, last, what)
         yield progress, " ".join((message, *map(html.escape, speak.notes))), audio, files
 
@@ -307,6 +344,10 @@ class LongformCallbacks:
             message += " " + plural(lang, "lf_misfits", len(result.report), cues=cues)
         if result.kind == "batch":
             message += " " + say(lang, "lf_batch_done", **result.report[0])
+        if result.retaken:
+            message += " " + say(lang, "lf_retaken", numbers=", ".join(map(str, result.retaken)))
+        if result.flagged:
+            message += " " + say(lang, "lf_flagged", lines="; ".join(result.flagged))
         files = [str(path) for path in result.files if Path(path).is_file()]
         if result.kind == "convert_batch":
             message += " " + conversion_summary(lang, result.report)

@@ -131,7 +131,9 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                 start_empty = make(
                     gr.Button, {"value": "lf_glossary_reset"}, visible=False, elem_id="cv-lf-glossary-reset"
                 )
-        stop = make(gr.Button, {"value": "lf_stop"}, variant="secondary", elem_id="cv-lf-stop")
+        with gr.Row():
+            stop = make(gr.Button, {"value": "lf_stop"}, variant="secondary", elem_id="cv-lf-stop")
+            retake = make(gr.Button, {"value": "lf_retake"}, visible=False, elem_id="cv-lf-retake")
         progress = gr.HTML("", elem_id="cv-lf-progress-html")
         message = gr.Markdown(elem_id="cv-lf-msg", elem_classes="cv-message")
         audio = make(
@@ -144,15 +146,20 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
     outputs = [progress, message, audio, files]
     busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")
     post = [trim, level, target, *sampling]  # the post-processing panel, then the sampling controls
-    dialogue_start.click(longform.dialogue, [language, script, cast, pause, per_line, *post], outputs, **busy)
-    dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, *post], outputs, **busy)
-    batch_start.click(longform.batch, [language, lines_file, batch_voice, batch_name, *post], outputs, **busy)
-    convert_start.click(
-        longform.convert_batch,
-        [language, sources, convert_voice, convert_name, convert_speed, trim, level, target],
-        outputs,
-        **busy,
-    )
+    quiet = dict(queue=False, show_progress="hidden")
+    for started in (  # each job then offers "Retake the flagged lines" when its check left some flagged
+        dialogue_start.click(longform.dialogue, [language, script, cast, pause, per_line, *post], outputs, **busy),
+        dub_start.click(longform.dub, [language, srt_file, dub_voice, speed_limit, *post], outputs, **busy),
+        batch_start.click(longform.batch, [language, lines_file, batch_voice, batch_name, *post], outputs, **busy),
+        retake.click(longform.retake_flagged, [language], outputs, **busy),
+        convert_start.click(
+            longform.convert_batch,
+            [language, sources, convert_voice, convert_name, convert_speed, trim, level, target],
+            outputs,
+            **busy,
+        ),
+    ):
+        started.then(longform.retake_offered, None, retake, **quiet)
     stop.click(longform.stop, None, None, queue=False, show_progress="hidden")
     for menu in (
         dub_voice,

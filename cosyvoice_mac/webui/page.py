@@ -32,11 +32,14 @@ def page_css() -> str:
 
 
 def title_js() -> str:
-    """Keeps the browser tab's title in the page's language when the language switch changes."""
+    """The page's load script: keeps the browser tab's title in the page's language when the language switch
+    changes, and marks the caption word being spoken (``takes_view``)."""
+    from cosyvoice_mac.webui.takes_view import CAPTIONS_FOLLOW_JS
+
     titles = json.dumps({"en": EN["title"], "zh": ZH["title"]}, ensure_ascii=False)
     return (
         "() => { const titles = " + titles + ";"
         " document.addEventListener('change', () => { const picked = document.querySelector("
         "'#cv-language input:checked'); if (picked && titles[picked.value]) document.title = titles[picked.value];"
-        " }); }"
+        " }); " + CAPTIONS_FOLLOW_JS + " }"
     )

@@ -39,9 +39,11 @@ class PageRequest:
         post=POST_OFF,
         sampling=(),
         style=None,
+        take_check=None,
     ):
         """(Request, None) or (None, (where, strings key, values)) for the first problem found. ``style``: the saved
-        voice's recording to speak with (None or "": its own).
+        voice's recording to speak with (None or "": its own); ``take_check`` the take check's box (None: as the
+        check setting says).
 
         The rules are the request's own (``Request.build``); this only adds the page's quick look at the
         prompt file and says where each problem shows. Streaming plays at speed 1.0 (the model cannot change
@@ -77,6 +79,7 @@ class PageRequest:
                 stream=bool(stream),
                 post=post_settings(*post),
                 sampling=sampling_settings(*sampling),
+                check=None if take_check is None else bool(take_check),
             )
             # a malformed inline tag is said here, before the job waits in the queue
             parse_inline(request.text, voice_styles(self.host.engine if self.host is not None else None, voice))

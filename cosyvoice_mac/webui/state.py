@@ -30,6 +30,7 @@ class HistoryEntry:
     transcript: str | None = None  # what the prompt recording says (zero-shot)
     source: str | None = None  # a voice conversion's recording (its file name; the recording is not kept)
     source_duration_s: float | None = None
+    check: str | None = None  # the take check's outcome: passed, retaken, flagged; None: not checked
 
     @property
     def file_name(self) -> str:
@@ -42,6 +43,7 @@ class Session:
     language switch). Its results are the history's (outputs/), shared by every tab."""
 
     last_status: tuple[str, dict] | None = None  # (strings key, values): re-rendered on a language switch
+    last_output: str | None = None  # the last saved result's WAV (its check and captions are shown under it)
 
 
 class ActiveJobs:

@@ -50,6 +50,12 @@ EN: dict[str, str] = {
     "lf_misfit_late": "{cue} (starts {seconds:.2f} s late)",
     "lf_batch_done": "Made {made}, skipped {skipped} already done.",
     "lf_failed": "Stopped by an error: {message}",
+    "lf_retake": "Retake the flagged lines",
+    "lf_nothing_to_retake": "⚠️ No long job of this tab left lines flagged by the take check: nothing to retake.",
+    "lf_retaken": "🔁 Made again with new seeds: {numbers} (the other lines reused; every earlier take stays in "
+    "outputs/).",
+    "lf_flagged": "⚠️ The take check flagged {lines}. The best take of each is kept; Retake the flagged lines makes "
+    "them again.",
     "lf_need_script": "Type or paste the dialogue script first: one line per turn, e.g. 'Anna: Good morning!'.",
     "lf_need_srt": "Choose the subtitle file (.srt) to dub first.",
     "lf_need_lines": "Choose the file of lines first: a .txt (one line each) or a .csv (text, voice, instruct, file).",
@@ -115,6 +121,10 @@ ZH: dict[str, str] = {
     "lf_misfit_late": "{cue}（晚 {seconds:.2f} 秒开始）",
     "lf_batch_done": "新做 {made} 条，跳过已完成的 {skipped} 条。",
     "lf_failed": "因错误停止：{message}",
+    "lf_retake": "重新生成被标记的行",
+    "lf_nothing_to_retake": "⚠️ 这个标签页的长任务没有被检查标记的行：无需重新生成。",
+    "lf_retaken": "🔁 已用新种子重新生成：{numbers}（其他行沿用原来的；之前的每一次生成都保留在输出文件夹中）。",
+    "lf_flagged": "⚠️ 检查标记了 {lines}。每行保留了最好的一次；“重新生成被标记的行”会再生成它们。",
     "lf_need_script": "请先输入或粘贴对话脚本：每行一句，例如 `Anna: 早上好！`。",
     "lf_need_srt": "请先选择要配音的字幕文件（`.srt`）。",
     "lf_need_lines": "请先选择文本行文件：`.txt`（每行一条）或 `.csv`（文本、声音、指令、文件）。",

@@ -116,6 +116,34 @@ EN: dict[str, str] = {
     "dl_done": "✅ Downloaded {name}; switching to it.",
     "dl_failed": "⚠️ The download stopped: {message}",
     "dl_unknown": "⚠️ Unknown model.",
+    # the take check and the captions (takes_view.py)
+    "col_check": "Check",
+    "check_label": "Check each sentence",
+    "check_info": "A speech recogniser compares each sentence with the text, and its length, repeats, silences and "
+    "ending are measured; a sentence that fails is made again with a new seed. Also times the words for captions.",
+    "takes_heading": "The last result: its check and captions",
+    "check_not_run": "ℹ️ This result was not checked (the check was off, or it is a voice conversion).",
+    "check_passed": "Every sentence passed the check ({seconds:.1f} s of checking).",
+    "check_retaken": "A sentence failed the check and was made again: the take that passed is kept "
+    "({seconds:.1f} s of checking).",
+    "check_flagged": "A sentence still fails the check: the best of its takes is kept. Listen to it "
+    "({seconds:.1f} s of checking).",
+    "check_sentence": "**Sentence {index}**: {note}",
+    "check_take": "· take {number}, seed {seed}: {verdict}",
+    "check_take_kept": "▶ take {number}, seed {seed} (kept): {verdict}",
+    "check_take_passed": "passed",
+    "check_streamed_flagged": "It was streamed, so it was heard before its check: press Retake to make it again "
+    "with a new seed.",
+    "retake": "Retake with a new seed",
+    "takes_players_heading": "Every take, to hear (kept in outputs/takes/)",
+    "takes_player": "Sentence {index}, take {number} (seed {seed})",
+    "captions_heading": "Captions (the word being spoken is marked as it plays)",
+    "captions_files_label": "Caption files: SubRip (.srt), WebVTT (.vtt), the words' times (.words.json)",
+    "take_pick_label": "Another take for the output (every take stays in outputs/takes/)",
+    "take_pick_choice": "Sentence {index}, take {number} (seed {seed}): {verdict}",
+    "take_use": "Use this take",
+    "take_pick_first": "⚠️ Pick a take first (the menu beside the button).",
+    "take_used": "✅ Sentence {index} now uses take {number}: the output, its captions and its sidecar say so.",
 }
 
 ZH: dict[str, str] = {
@@ -225,4 +253,29 @@ ZH: dict[str, str] = {
     "dl_done": "✅ 已下载 {name}，正在切换到它。",
     "dl_failed": "⚠️ 下载中断：{message}",
     "dl_unknown": "⚠️ 未知的模型。",
+    # the take check and the captions (takes_view.py)
+    "col_check": "检查",
+    "check_label": "检查每个句子",
+    "check_info": "用语音识别把每个句子与文本对比，并检查时长、重复、静音和结尾；不合格的句子用新种子重新生成。"
+    "同时给出逐词时间用于字幕。",
+    "takes_heading": "最近一次结果：检查与字幕",
+    "check_not_run": "ℹ️ 这个结果没有经过检查（检查已关闭，或这是声音转换）。",
+    "check_passed": "所有句子都通过了检查（检查用时 {seconds:.1f} 秒）。",
+    "check_retaken": "有句子未通过检查，已重新生成：保留通过的那一次（检查用时 {seconds:.1f} 秒）。",
+    "check_flagged": "有句子仍未通过检查：保留了最好的一次，请听一下（检查用时 {seconds:.1f} 秒）。",
+    "check_sentence": "**第 {index} 句**：{note}",
+    "check_take": "· 第 {number} 次，种子 {seed}：{verdict}",
+    "check_take_kept": "▶ 第 {number} 次，种子 {seed}（保留）：{verdict}",
+    "check_take_passed": "通过",
+    "check_streamed_flagged": "它是边生成边播放的，检查前已经播出：按“重新生成”用新种子再生成一次。",
+    "retake": "用新种子重新生成",
+    "takes_players_heading": "每一次生成，都可以听（保存在输出文件夹的子文件夹里）",
+    "takes_player": "第 {index} 句，第 {number} 次（种子 {seed}）",
+    "captions_heading": "字幕（播放时标出正在说的词）",
+    "captions_files_label": "字幕文件：两种字幕格式和逐词时间表",
+    "take_pick_label": "换用另一次生成作为输出（每一次都保留在输出文件夹的子文件夹里）",
+    "take_pick_choice": "第 {index} 句，第 {number} 次（种子 {seed}）：{verdict}",
+    "take_use": "使用这一次",
+    "take_pick_first": "⚠️ 请先选择一次生成（按钮旁边的菜单）。",
+    "take_used": "✅ 第 {index} 句现在使用第 {number} 次：输出、字幕和说明文件都已更新。",
 }

@@ -28,6 +28,7 @@ def test_without_a_model_the_preview_voice_generates_and_is_labelled(preview_pag
     upload_prompt(page, prompt_wav)
     fill(page, "cv-transcript", TRANSCRIPT)
     fill(page, "cv-text", "Hello from the preview voice.")
+    page.locator("#cv-check input").check()  # the suite runs with the take check off: this result is checked
     status = generate(page)
 
     assert "Done" in status and PREVIEW_LABEL in status and DOWNLOAD_COMMAND in status, status
@@ -39,6 +40,7 @@ def test_without_a_model_the_preview_voice_generates_and_is_labelled(preview_pag
     expect(page.locator("#cv-history-badge")).to_contain_text(PREVIEW_LABEL)
     expect(history).not_to_contain_text(PREVIEW_LABEL)
     assert audio_source(page, "cv-result")
+    _checked_with_captions(page)
     expect(no_model).to_contain_text(DOWNLOAD_COMMAND)  # still there after generating
 
     page.locator("#cv-licences").get_by_text("Licences").click()
@@ -48,3 +50,21 @@ def test_without_a_model_the_preview_voice_generates_and_is_labelled(preview_pag
     if folder:
         page.screenshot(path=str(folder / "preview-after.png"), full_page=True)
     assert "Traceback" not in page.content()
+
+
+def _checked_with_captions(page) -> None:
+    """The preview voice's real speech passes the take check; the captions list the text's words with their times,
+    and the page's script marks the word at the captions player's time."""
+    expect(page.locator("#cv-takes-check")).to_contain_text("Every sentence passed the check", timeout=30_000)
+    words = page.locator("#cv-takes-captions .cv-word")
+    expect(words).to_have_count(5)
+    expect(words.first).to_have_text("Hello")
+    preview = words.nth(3)
+    start, end = (float(preview.get_attribute(name)) for name in ("data-start", "data-end"))
+    page.evaluate(
+        "(at) => { const player = document.querySelector('#cv-takes-captions audio'); player.currentTime = at;"
+        " player.dispatchEvent(new Event('timeupdate')); }",
+        (start + end) / 2,
+    )
+    expect(page.locator("#cv-takes-captions .cv-word-now")).to_have_text("preview")
+    expect(page.locator("#cv-takes-files")).to_contain_text(".srt")

@@ -1,5 +1,7 @@
-"""``voices``: list, add, rename, replace and delete saved voices, in this machine's voice library or, with
-``--server``, in the running app's (through ``/v1/voices``, so the app's worker prepares a new recording).
+"""``voices``: list, add, rename, replace and delete saved voices in the running app's library (through
+``/v1/voices``, so the app's worker prepares a new recording and its page's menus follow), found as every other
+command finds it (``--server``, else ``$COSYVOICE_SERVER``, else the address the app recorded, else the default
+address); with no app answering there, in this machine's voice library.
 
 Without an action it lists the voices and says what the actions are, rather than failing on a missing argument.
 """
@@ -7,6 +9,7 @@ Without an action it lists the voices and says what the actions are, rather than
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,7 +23,8 @@ USAGE = (
     "voices rename NAME NEW_NAME                    give a voice another name\n"
     "voices replace NAME --audio FILE [--transcript T]  overwrite a voice's recording, keeping its name\n"
     "voices delete NAME                             forget a voice\n"
-    "add --server URL (and --api-key) to change the running app's voices"
+    "they are the running app's voices (--server URL, else $COSYVOICE_SERVER, else the app on this machine);\n"
+    "with no app running, this machine's voice library"
 )
 
 
@@ -42,7 +46,7 @@ def add_voices(commands) -> None:
 
 
 def run_voices(args) -> int:
-    library = _AppVoices(args.server, args.api_key) if args.server else _LocalVoices()
+    library = _library(args)
     try:
         return _act(args, library)
     finally:
@@ -80,6 +84,26 @@ def _act(args, library) -> int:
     entry = library.save(args.name, args.audio, transcript, replace=action == "replace")
     print(f"{'replaced' if action == 'replace' else 'saved'} voice {entry['name']!r}")
     return 0
+
+
+def _library(args):
+    """The running app's voices, else (no ``--server`` given and no app answering) this machine's library."""
+    from cosyvoice_mac.cli.remote import SERVER_VARIABLE, AppClient, NoApp, default_server
+
+    app = AppClient(args.server or default_server(), args.api_key)
+    try:
+        app.probe()
+    except NoApp as error:
+        app.close()
+        if args.server:
+            raise CosyVoiceError(f"{error}; start the app, or leave out --server to use this machine's voices")
+        if os.environ.get(SERVER_VARIABLE, "").strip():
+            print(f"note: {error} (${SERVER_VARIABLE}); these are this machine's saved voices", file=sys.stderr)
+        return _LocalVoices()
+    except BaseException:
+        app.close()
+        raise
+    return _AppVoices(app)
 
 
 class _LocalVoices:
@@ -121,15 +145,8 @@ class _LocalVoices:
 class _AppVoices:
     """The running app's voice library, through ``/v1/voices``."""
 
-    def __init__(self, url: str, api_key: str | None):
-        from cosyvoice_mac.cli.remote import AppClient, NoApp
-
-        self.app = AppClient(url, api_key)
-        try:
-            self.app.probe()
-        except NoApp as error:
-            self.app.close()
-            raise CosyVoiceError(f"{error}; start the app, or leave out --server to use this machine's voices")
+    def __init__(self, app):
+        self.app = app  # a probed ``cli.remote.AppClient``
 
     def close(self) -> None:
         self.app.close()

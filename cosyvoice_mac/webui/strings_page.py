@@ -76,7 +76,11 @@ EN: dict[str, str] = {
     "dl_from_modelscope": "from ModelScope",
     "dl_resumed": "resumed with {done} already there",
     "dl_done": "✅ Downloaded {name}; switching to it.",
-    "dl_failed": "⚠️ The download stopped: {message}",
+    "dl_failed": "⚠️ The download stopped: {message}.",
+    "dl_again": "Press the download button again: it resumes where it stopped.",
+    "dl_offline": "⚠️ No model could be downloaded: neither Hugging Face nor ModelScope answered (tried in that "
+    "order). Check the internet connection, then press the download button again. A model folder copied into "
+    "models/ works too.",
     "dl_unknown": "⚠️ Unknown model.",
 }
 
@@ -151,6 +155,9 @@ ZH: dict[str, str] = {
     "dl_from_modelscope": "来自 ModelScope",
     "dl_resumed": "续传，已有 {done}",
     "dl_done": "✅ 已下载 {name}，正在切换到它。",
-    "dl_failed": "⚠️ 下载中断：{message}",
+    "dl_failed": "⚠️ 下载中断：{message}。",
+    "dl_again": "再按一次下载按钮：会从停下的地方继续。",
+    "dl_offline": "⚠️ 无法下载模型：先后尝试了 Hugging Face 和 ModelScope，都没有应答。请检查网络连接，然后再按一次"
+    "下载按钮。也可以把模型文件夹直接复制到 models/ 中。",
     "dl_unknown": "⚠️ 未知的模型。",
 }

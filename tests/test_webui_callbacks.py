@@ -495,3 +495,38 @@ def test_a_voice_without_a_transcript_is_cross_lingual_renamed_replaced_and_give
     assert callbacks.voices.get("Other")["transcript"] == "The first recording of this voice."
     for name in ("Renamed", "Other"):
         callbacks.delete_voice("en", name)
+
+
+def test_the_status_lines_are_derived_from_the_engine_the_library_and_this_tab(callbacks, make_speech, monkeypatch):
+    """Issue 50 item 2: no line outlives what it describes. A rename, a transcript or a delete through any door
+    (the library itself: /v1 and the CLI end there) reaches the menu, the list, the card and the prompt line;
+    the line beside Generate says Ready only while nothing of this tab runs and the model is ready."""
+    prompt = str(make_speech("A voice for the derived status lines.", seconds=3.0))
+    _save(callbacks, "Ada", prompt)
+    seen = callbacks.library_seen()
+    assert all(_is_skip(value) for value in callbacks.library_changed("en", seen, "Ada")[:3])
+    assert callbacks.prompt_status("en", None, "Ada") == "Using the saved voice “Ada”."
+    callbacks.voices.rename("Ada", "Ada two")
+    menu, listing, card, seen = callbacks.library_changed("en", seen, "Ada")
+    assert menu["value"] == "" and ("Ada two", "Ada two") in menu["choices"] and "Ada two" in listing and card == ""
+    assert callbacks.prompt_status("en", None, "Ada") == ""
+    assert callbacks.prompt_status("zh", None, "Ada two") == "正在使用已保存的声音“Ada two”。"
+    callbacks.voices.set_transcript("Ada two", "Other words entirely.")
+    menu, listing, card, seen = callbacks.library_changed("en", seen, "Ada two")
+    assert menu["value"] == "Ada two" and "Other words entirely." in listing and "Other words entirely." in card
+    callbacks.voices.delete("Ada two")
+    menu, listing, card, _ = callbacks.library_changed("en", seen, "Ada two")
+    assert menu["value"] == "" and "Ada two" not in listing and callbacks.prompt_status("en", None, "Ada two") == ""
+
+    tab = SimpleNamespace(session_hash="derived")
+    form = ("en", prompt, "", TRANSCRIPT, "Hello.", "zero_shot", "")
+    assert callbacks.blockers(*form, tab) == "✅ Ready: press Generate."
+    steps = _run(callbacks, audio=prompt, session_id="derived", text="A job of this tab.")
+    running = [step.blockers for step in steps if not _is_skip(step.blockers)]
+    assert running == ["⏳ Your job is running; Stop stops it."]
+    assert steps[-1].status.startswith("✅ Done")
+    callbacks.generation.active.set("derived", "a-job")
+    assert callbacks.blockers(*form, tab).startswith("⏳ Your job is running")
+    callbacks.generation.active.clear("derived", "a-job")
+    monkeypatch.setattr(callbacks, "engine_state", lambda: "restarting")
+    assert callbacks.blockers(*form, tab) == "⏳ The model is restarting; a job waits until it is ready."

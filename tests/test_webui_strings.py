@@ -37,6 +37,7 @@ KEPT_IN_CHINESE = {
     "Face",
     "ModelScope",
     "fp32",  # a number format, as the menu names it
+    "models",  # the folder's own name
 }  # product names stay as they are
 
 

@@ -4,6 +4,8 @@ player, in one strip fixed to the bottom of the window, so the action and its re
 ``blocking_reasons`` lists every reason a press of Generate would be refused with the page's current input
 (not just the first): the rules are the request's own (``Request.build``, asked once for the voice's side
 and once for the text's side), and the prompt file's quick look is ``sound.prompt_check``'s.
+``render_reasons`` turns them into the line beside Generate, derived from the engine's state and this tab's
+running job as well, never appended: it says "Ready" only when a press would start at once.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import NamedTuple
 import gradio as gr
 
 from cosyvoice_mac.engine import VoiceError
+from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.errors import RequestError
 from cosyvoice_mac.request import MODES, Request, Voice
 from cosyvoice_mac.sound.prompt_check import checked_prompt
@@ -92,11 +95,26 @@ def blocking_reasons(host, lang, audio, voice, transcript, text, mode, instruct)
     return reasons
 
 
-def render_reasons(lang: str, reasons: list[str]) -> str:
-    """The Markdown beside Generate: one line per reason, or the ready line."""
-    if not reasons:
+# The engine's states in which a job waits for the model (the line says so instead of "Ready").
+MODEL_WAIT_KEYS = {
+    EngineState.STARTING: "action_model_loading",
+    EngineState.RESTARTING: "action_model_restarting",
+    EngineState.UNRESPONSIVE: "action_model_unresponsive",
+    EngineState.ERROR: "action_model_failed",
+}
+
+
+def render_reasons(lang: str, reasons: list[str], *, running: bool = False, state: str = EngineState.READY) -> str:
+    """The Markdown beside Generate, from the input's ``reasons``, this tab's ``running`` job and the engine's
+    ``state``: what is running, whether the model is ready, then one line per reason; "Ready" only when
+    nothing blocks, nothing of this tab runs and the model is ready."""
+    lines = [say(lang, "action_running")] if running else []
+    if state in MODEL_WAIT_KEYS:
+        lines.append(say(lang, MODEL_WAIT_KEYS[state]))
+    lines += reasons
+    if not lines:
         return say(lang, "ready_to_generate")
-    return "  \n".join(reasons)
+    return "  \n".join(lines)
 
 
 def _chosen_voice(host, lang, audio, voice, transcript, reasons: list[str]) -> Voice | None:

@@ -23,7 +23,7 @@ from cosyvoice_mac.mlx.llm_gate import mlx_llm_row
 from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.sound.prompt_check import checked_prompt
-from cosyvoice_mac.webui.action_bar import blocking_reasons, render_reasons
+from cosyvoice_mac.webui.derived_status import StatusCallbacks
 from cosyvoice_mac.webui.download_panel import DownloadCallbacks, Downloads
 from cosyvoice_mac.webui.generation import Generation
 from cosyvoice_mac.webui.history import HistoryBook, HistoryCallbacks
@@ -38,7 +38,7 @@ POLL_S = 0.5
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
 
 
-class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
+class Callbacks(StatusCallbacks, VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
     """Owns nothing but references: the model host and the generation runner. The voice library belongs to
     the engine; the page reads and changes it only through ``host.engine.voices``."""
 
@@ -136,10 +136,6 @@ class Callbacks(VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
         if transcript_matches(transcript.strip(), heard):
             return say(lang, "transcript_agrees")
         return say(lang, "transcript_mismatch", heard=heard)
-
-    def blockers(self, lang, audio, voice, transcript, text, mode, instruct) -> str:
-        """The Markdown beside Generate: every reason it would refuse the input now, or that it is ready."""
-        return render_reasons(lang, blocking_reasons(self.host, lang, audio, voice, transcript, text, mode, instruct))
 
     # -- text ------------------------------------------------------------------------------------
     @staticmethod

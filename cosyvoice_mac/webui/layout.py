@@ -236,7 +236,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             history_pick=history_controls["pick"],
             session=session,
             player=player,
+            blockers=bar.blockers,
         )
+        blocker_inputs = [language, prompt_audio, voices, transcript, text, mode, instruct]
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
@@ -250,6 +252,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             show_progress_on=[result],
         ).then(callbacks.status_panel, language, panel.status_panel, **quiet).then(
             callbacks.history_show, history_query, history_shown, **quiet
+        ).then(callbacks.blockers, blocker_inputs, bar.blockers, **quiet).then(
+            callbacks.queue_words, language, bar.queue, **quiet
         )
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
@@ -257,6 +261,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         wire_download_panel(downloads, callbacks, language, panel, page)
         timer.tick(callbacks.status_panel, language, panel.status_panel, **quiet)  # off the queue: never "busy"
         timer.tick(callbacks.queue_words, language, bar.queue, **quiet)
+        _wire_derived_lines(callbacks, page, timer, language, voice_controls, blocker_inputs, bar.blockers)
         page.unload(callbacks.session_closed)
         notice_ok.click(callbacks.acknowledge_notice, None, None, js=NOTICE_ACCEPT_JS, **quiet)
         page.load(None, None, None, js=NOTICE_LOAD_JS)
@@ -267,7 +272,6 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             **quiet,
         )
 
-        blocker_inputs = [language, prompt_audio, voices, transcript, text, mode, instruct]
         # One event for every control, so the page runs it one at a time and the last change's reasons are
         # the ones left showing ("always_last"); off the queue like every event the page fires on its own.
         gr.on(
@@ -308,10 +312,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
 def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> tuple:
     """Messages rebuilt in the new language; one-off messages are cleared rather than left untranslated."""
     session = session if isinstance(session, Session) else Session()
-    if voice:
-        prompt = say(lang, "voice_in_use", name=voice)
-    else:
-        prompt = callbacks.prompt_message(lang, audio)
+    prompt = callbacks.prompt_status(lang, audio, voice)
     status = status_line(lang, *session.last_status) if session.last_status else ""
     return (
         callbacks.counter(lang, words),
@@ -323,6 +324,25 @@ def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> 
         "",
         "",
     )
+
+
+def _wire_derived_lines(callbacks: Callbacks, page, timer, language, voice_controls, blocker_inputs, blockers) -> None:
+    """The lines that follow the state they describe (``derived_status``): recomputed when the selection changes,
+    and on each tick for what changes elsewhere (the library through another door, the model's state)."""
+    quiet = dict(queue=False, show_progress="hidden")
+    voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
+    voices.change(callbacks.prompt_status, [language, prompt_audio, voices], voice_controls["prompt_msg"], **quiet)
+    # A check of the transcript against a recording says nothing about the next recording or voice.
+    gr.on([prompt_audio.change, voices.change], lambda: "", None, voice_controls["transcript_msg"], **quiet)
+    seen = gr.State("")
+    page.load(callbacks.library_seen, None, seen, **quiet)
+    timer.tick(
+        callbacks.library_changed,
+        [language, seen, voices],
+        [voices, voice_controls["voice_list"], voice_controls["card"], seen],
+        **quiet,
+    )
+    timer.tick(callbacks.blockers, blocker_inputs, blockers, **quiet)
 
 
 def _mode_choices(lang: str) -> list[tuple[str, str]]:

@@ -6,6 +6,11 @@ from __future__ import annotations
 EN: dict[str, str] = {
     # action bar
     "ready_to_generate": "✅ Ready: press Generate.",
+    "action_running": "⏳ Your job is running; Stop stops it.",
+    "action_model_loading": "⏳ The model is loading; a job waits until it is ready.",
+    "action_model_restarting": "⏳ The model is restarting; a job waits until it is ready.",
+    "action_model_unresponsive": "⚠️ The model is not answering; it is restarted if it stays silent.",
+    "action_model_failed": "⚠️ The model failed to start: see the model panel, then press Restart model.",
     "transcript_checking": "⏳ Checking the transcript against the recording…",
     "transcript_agrees": "✅ The transcript matches the recording.",
     "transcript_mismatch": "⚠️ The transcript does not seem to match the recording, which sounds like: “{heard}”. "
@@ -87,6 +92,11 @@ EN: dict[str, str] = {
 ZH: dict[str, str] = {
     # action bar
     "ready_to_generate": "✅ 已就绪：请按“生成”。",
+    "action_running": "⏳ 你的任务正在运行；按“停止”可停止。",
+    "action_model_loading": "⏳ 模型正在加载；任务会等到它就绪。",
+    "action_model_restarting": "⏳ 模型正在重启；任务会等到它就绪。",
+    "action_model_unresponsive": "⚠️ 模型没有应答；若一直没有应答会自动重启。",
+    "action_model_failed": "⚠️ 模型未能启动：请查看模型面板，然后按“重启模型”。",
     "transcript_checking": "⏳ 正在把文字稿与录音对照…",
     "transcript_agrees": "✅ 文字稿与录音一致。",
     "transcript_mismatch": "⚠️ 文字稿似乎与录音不符，录音听起来是：“{heard}”。请改正文字稿（或按“识别文字”），"

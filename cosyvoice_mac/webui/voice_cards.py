@@ -316,5 +316,5 @@ def wire_voice_section(controls: dict, callbacks: VoiceCallbacks, language, mode
     )
     controls["save_transcript"].click(
         callbacks.save_voice_transcript, [language, voices, transcript], [voice_msg, card, mode], **quiet
-    )
+    ).then(callbacks.voice_list, language, controls["voice_list"], **quiet)
     controls["delete_voice"].click(callbacks.delete_voice, [language, voices], [voice_msg, voices])

@@ -317,9 +317,23 @@ def test_a_voice_is_saved_from_the_prompt_before_any_generation_reused_and_delet
     final = _run(callbacks, voice="Grandpa", transcript=transcript, text="Spoken by a saved voice.")[-1]
     assert final[STATUS].startswith("✅ Done") and final[HISTORY]["data"][0][3] == "Grandpa"
 
-    message, update = callbacks.delete_voice("en", "Grandpa")
-    assert "Deleted the voice" in message and update["value"] == ""
-    assert ("Grandpa", "Grandpa") not in update["choices"]
+    # Issue 50 item 7: asked first, then undoable for a few seconds (the recording kept until then).
+    question, shown = callbacks.ask_delete("en", "Grandpa")
+    assert question.startswith("⚠️ Delete the voice “Grandpa”?") and shown["visible"] is True
+    assert callbacks.voices.get("Grandpa")  # asking deletes nothing
+    message, update, shown, undo, kept, timer = callbacks.delete_voice("en", "Grandpa")
+    assert message.startswith("🗑 Deleted the voice “Grandpa”. Undo") and update["value"] == ""
+    assert ("Grandpa", "Grandpa") not in update["choices"] and undo["visible"] is True and timer.active
+    assert "Grandpa" not in [entry["name"] for entry in callbacks.voices.list()]
+    message, update, undo, kept_now, timer = callbacks.undo_delete("en", kept)
+    assert message == "✅ The voice “Grandpa” is back." and update["value"] == "Grandpa" and kept_now is None
+    back = callbacks.voices.get("Grandpa")
+    assert back["transcript"] == TRANSCRIPT and Path(back["audio_path"]).read_bytes() == Path(prompt).read_bytes()
+    kept = callbacks.delete_voice("en", "Grandpa")[4]
+    assert Path(kept["copy"]).is_file()
+    callbacks.undo_expired(kept)  # the time is up: the copy goes
+    assert not Path(kept["copy"]).exists() and "Too late" in callbacks.undo_delete("en", kept)[0]
+    assert "Grandpa" not in [entry["name"] for entry in callbacks.voices.list()]
     assert "Pick a saved voice" in callbacks.delete_voice("en", "")[0]
 
 

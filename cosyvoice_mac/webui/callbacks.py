@@ -33,12 +33,13 @@ from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
 from cosyvoice_mac.webui.transcript_check import transcript_matches
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
+from cosyvoice_mac.webui.voice_delete import VoiceDeleteCallbacks
 
 POLL_S = 0.5
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
 
 
-class Callbacks(StatusCallbacks, VoiceCallbacks, HistoryCallbacks, DownloadCallbacks):
+class Callbacks(StatusCallbacks, VoiceCallbacks, VoiceDeleteCallbacks, HistoryCallbacks, DownloadCallbacks):
     """Owns nothing but references: the model host and the generation runner. The voice library belongs to
     the engine; the page reads and changes it only through ``host.engine.voices``."""
 

@@ -1,6 +1,6 @@
 """The page's saved voices: pick one (its recording fills the prompt player, the mode follows what it can do),
 see its card (transcript, length, date, modes), rename it, give it a transcript, replace it (a Save under a
-taken name asks first), delete it; and what each of those controls triggers.
+taken name asks first), delete it (asked, then undoable: ``voice_delete``); and what each of those controls triggers.
 
 The voice library belongs to the engine (``host.engine.voices``); this module only reads and changes it.
 Element ids (``elem_id``) are the browser tests' handles; keep them stable.
@@ -20,6 +20,7 @@ from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, render_prompt_check
 from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.voice_delete import build_delete_controls, wire_delete_controls
 
 SAVE_VOICE_TIMEOUT_S = 900.0  # covers a model that is still loading when Save is pressed
 UNTRANSCRIBABLE = (
@@ -211,15 +212,6 @@ class VoiceCallbacks:
         mode = "zero_shot" if entry.get("transcript") else "cross_lingual"
         return say(lang, key, name=name), render_card(lang, entry), mode
 
-    def delete_voice(self, lang: str, name: str):
-        if not name:
-            return say(lang, "voice_pick_to_delete"), gr.skip()
-        try:
-            self._voices().delete(name)
-        except EngineError as error:
-            return say(lang, "voice_error", message=error), gr.skip()
-        return say(lang, "voice_deleted", name=name), gr.update(choices=self.voice_choices(lang), value="")
-
     def voice_menu_cleared(self, name: str):
         """The card empties with the menu (an upload replaced the voice, or it was deleted)."""
         return "" if not name else gr.skip()
@@ -278,6 +270,7 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
             gr.Button, {"value": "voice_replace_no"}, size="sm", elem_id="cv-replace-cancel"
         )
     controls["replace_row"] = replace_row
+    controls.update(build_delete_controls(make))
     controls["voice_msg"] = gr.Markdown(elem_id="cv-voice-msg", elem_classes="cv-message")
     with make(gr.Accordion, {"label": "voice_manage_heading"}, open=False, elem_id="cv-voice-manage"):
         with gr.Row():
@@ -317,4 +310,4 @@ def wire_voice_section(controls: dict, callbacks: VoiceCallbacks, language, mode
     controls["save_transcript"].click(
         callbacks.save_voice_transcript, [language, voices, transcript], [voice_msg, card, mode], **quiet
     ).then(callbacks.voice_list, language, controls["voice_list"], **quiet)
-    controls["delete_voice"].click(callbacks.delete_voice, [language, voices], [voice_msg, voices])
+    wire_delete_controls(controls, callbacks, language)

@@ -92,7 +92,10 @@ def test_the_voice_lines_follow_every_door_and_a_delete_asks_then_can_be_undone(
     wait_until_ready(page)
     with open(prompt_wav, "rb") as recording:
         added = httpx.post(
-            app.url + "v1/voices", data={"name": "Via the API", "transcript": TRANSCRIPT}, files={"audio": recording}
+            app.url + "v1/voices",
+            data={"name": "Via the API", "transcript": TRANSCRIPT},
+            files={"audio": recording},
+            timeout=300,
         )
     assert added.status_code == 201, added.text
     try:

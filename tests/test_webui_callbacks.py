@@ -171,8 +171,11 @@ def test_the_history_is_read_from_the_sidecars_searched_paged_reused_and_cleared
     assert "Page 1 of 1" in words and badge == ""
     table, _, words, _, picks = fresh.history_show("en", "APPLES", 0)
     assert [row[1] for row in table["data"]] == [first.text] and "(1 result)" in words
-    text, mode, instruct, seed, speed, voice, transcript, *convert, message = fresh.history_reuse("en", first.file_name)
+    text, mode, instruct, seed, speed, voice, transcript, kept, *convert, message = fresh.history_reuse(
+        "en", first.file_name
+    )
     assert (text, mode, seed, speed) == (first.text, first.mode, first.seed, first.speed)
+    assert kept is True  # "Keep this seed": the next Generate speaks with the result's own seed
     assert all(_is_skip(value) for value in convert)  # a generation leaves the Convert section as it is
     assert "uploaded prompt" in message and transcript == first.transcript
     assert "Pick a result first" in fresh.history_reuse("en", "nothing.wav")[-1]
@@ -544,3 +547,25 @@ def test_the_status_lines_are_derived_from_the_engine_the_library_and_this_tab(c
     callbacks.generation.active.clear("derived", "a-job")
     monkeypatch.setattr(callbacks, "engine_state", lambda: "restarting")
     assert callbacks.blockers(*form, tab) == "⏳ The model is restarting; a job waits until it is ready."
+
+
+def test_each_generate_speaks_with_a_new_seed_unless_the_user_keeps_it(callbacks, prompt):
+    """Issue 50 item 12: pressing Generate again gives new audio (a new seed, shown in the field so it can be kept
+    or reused); with "Keep this seed" ticked the field's seed is the one used."""
+    import json
+
+    def generate(seed_fixed: bool) -> tuple[list, int]:
+        steps = list(
+            callbacks.generate(
+                "en", prompt, "", TRANSCRIPT, "Seeds.", "zero_shot", "", 7, 1.0, False, Session(),
+                SimpleNamespace(session_hash="seeds"), seed_fixed=seed_fixed,
+            )
+        )  # fmt: skip
+        assert steps[-1].status.startswith("✅ Done")
+        newest = max(Path(callbacks.host.config.outputs_dir).glob("*.json"), key=lambda path: path.stat().st_mtime)
+        return [step.seed for step in steps if not _is_skip(step.seed)], json.loads(newest.read_text())["seed"]
+
+    (first,), used_first = generate(seed_fixed=False)
+    (second,), used_second = generate(seed_fixed=False)
+    assert first != second and (used_first, used_second) == (first, second)  # shown = used, and new each time
+    assert generate(seed_fixed=True) == ([], 7)

@@ -178,14 +178,20 @@ class Callbacks(StatusCallbacks, VoiceCallbacks, VoiceDeleteCallbacks, HistoryCa
         post_trim=False,
         post_level=False,
         post_target=None,
+        seed_fixed=True,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
         result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
-        """
+        Unless ``seed_fixed`` (the page's "Keep this seed"), each press speaks with a new seed, shown in the seed
+        field so it can be kept or reused."""
         post = (post_trim, post_level, post_target)
-        yield from self.generation.run(
+        if not seed_fixed:
+            seed = self.roll_seed()
+        updates = self.generation.run(
             lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session, request, post
         )
+        for index, update in enumerate(updates):
+            yield update._replace(seed=seed) if index == 0 and not seed_fixed else update
 
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)

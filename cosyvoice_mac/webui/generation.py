@@ -55,6 +55,7 @@ class GenerateOutputs(NamedTuple):
     session: object
     player: object
     blockers: object  # the line beside Generate: "your job is running" once it is queued (derived_status)
+    seed: object  # the seed field: the new seed a Generate rolled (``Callbacks.generate``)
 
 
 class Generation:
@@ -311,7 +312,9 @@ class _Outputs:
         skip = gr.skip()
         values = (prompt, counter, mode, status, result, history, picks)
         player = self.player.value if self.player is not None else skip
-        return GenerateOutputs(*(skip if value is None else value for value in values), self.session, player, skip)
+        return GenerateOutputs(
+            *(skip if value is None else value for value in values), self.session, player, skip, skip
+        )
 
     def status(self, key: str, values: dict | None = None, **more) -> tuple:
         self.session.last_status = (key, {**(values or {}), **more})

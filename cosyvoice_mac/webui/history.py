@@ -260,14 +260,15 @@ class HistoryCallbacks:
 
     def history_reuse(self, lang: str, file_name: str | None):
         """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
-        the Convert section, its voice, its speed, message). A recording uploaded for it is not kept, so only a
+        "Keep this seed" (ticked: the result's seed is the point of reusing it), the Convert section, its voice,
+        its speed, message). A recording uploaded for it is not kept, so only a
         saved voice comes back; a conversion opens the Convert section instead (its recording is not kept)."""
         entry = self.history_book.find(file_name)
         skip = gr.skip()
         if entry is None:
-            return (skip,) * 10 + (say(lang, "history_pick_first"),)
+            return (skip,) * 11 + (say(lang, "history_pick_first"),)
         if entry.mode == VOICE_CONVERSION:
-            return (skip,) * 7 + self._reuse_conversion(lang, entry)
+            return (skip,) * 8 + self._reuse_conversion(lang, entry)
         voice, words = skip, say(lang, "history_reused")
         if entry.voice:
             try:
@@ -279,7 +280,8 @@ class HistoryCallbacks:
             words = say(lang, "history_reused_upload")
         transcript = entry.transcript if entry.transcript is not None else skip
         instruct = entry.instruct or ""
-        return entry.text, entry.mode, instruct, entry.seed, entry.speed, voice, transcript, skip, skip, skip, words
+        kept = (entry.seed, entry.speed, voice, transcript, True)
+        return entry.text, entry.mode, instruct, *kept, skip, skip, skip, words
 
     def _reuse_conversion(self, lang: str, entry: HistoryEntry) -> tuple:
         """(the Convert section opened, its voice menu, its speed, message) for an earlier conversion."""
@@ -331,6 +333,7 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
             "speed",
             "voices",
             "transcript",
+            "seed_fixed",
             "convert_section",
             "convert_voice",
             "convert_speed",

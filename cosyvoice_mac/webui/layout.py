@@ -140,6 +140,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                         elem_id="cv-seed",
                     )
                     dice = gr.Button(DICE, scale=0, elem_id="cv-dice")
+                    seed_fixed = make(
+                        gr.Checkbox, {"label": "seed_fixed_label"}, value=False, scale=1, elem_id="cv-seed-fixed"
+                    )
                     speed = make(
                         gr.Slider,
                         {"label": "speed_label"},
@@ -197,6 +200,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         form = dict(
             text=text, mode=mode, instruct=instruct, seed=seed, speed=speed, voices=voices, transcript=transcript
         )
+        form["seed_fixed"] = seed_fixed
         form.update({f"convert_{name}": control for name, control in convert_controls.items()})
         wire_history_section(history_controls, callbacks, language, form)
         history_shown = [history_controls[name] for name in ("table", "badge", "page_words", "page", "pick")]
@@ -225,6 +229,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         stream.input(prepare, [prompt_audio, stream], None, **quiet)
         preset.input(lambda chosen: chosen or gr.skip(), preset, instruct, **quiet)
         dice.click(callbacks.roll_seed, None, seed, **quiet)
+        # A seed typed in is one the user wants kept: ticked in the browser at once, before a Generate can follow.
+        seed.input(None, None, seed_fixed, js="() => true", **quiet)
 
         generate_outputs = dict(
             prompt_msg=prompt_msg,
@@ -237,12 +243,14 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             session=session,
             player=player,
             blockers=bar.blockers,
+            seed=seed,
         )
         blocker_inputs = [language, prompt_audio, voices, transcript, text, mode, instruct]
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
-            + list(post_controls),  # after the session: Generation.run takes them last, off by default
+            + list(post_controls)  # after the session: Generation.run takes them last, off by default
+            + [seed_fixed],
             [generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).

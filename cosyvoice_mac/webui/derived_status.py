@@ -53,6 +53,15 @@ class StatusCallbacks:
             return say(lang, "voice_in_use", name=voice)
         return self.prompt_message(lang, audio)
 
+    def voice_words(self, lang: str, voice: str | None):
+        """The picked voice's card and the voice list, in ``lang`` (a language switch re-renders them)."""
+        try:
+            entries = self._voices().list()
+            card = render_card(lang, self._voices().get(voice)) if voice else ""
+        except EngineError:
+            return "", render_voice_list(lang, [])
+        return card, render_voice_list(lang, entries)
+
     def library_seen(self) -> str:
         """The library's signature now ("" when it cannot be read)."""
         try:

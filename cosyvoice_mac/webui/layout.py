@@ -51,6 +51,13 @@ NOTICE_ACCEPT_JS = (
     "document.getElementById('cv-notice-box')?.classList.add('cv-accepted'); }"
 )
 DICE = "🎲"
+LANGUAGE_KEY = "cosyvoice-language"
+# The language this browser chose before, else the browser's own (Chinese for any zh-*), else English.
+LANGUAGE_LOAD_JS = (
+    "() => { const kept = localStorage.getItem('" + LANGUAGE_KEY + "'); if (kept === 'en' || kept === 'zh') "
+    "return kept; return (navigator.language || '').toLowerCase().startsWith('zh') ? 'zh' : 'en'; }"
+)
+LANGUAGE_KEEP_JS = "(lang) => { localStorage.setItem('" + LANGUAGE_KEY + "', lang); return lang; }"
 
 
 def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool) -> gr.Blocks:
@@ -309,6 +316,14 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             **quiet,
         )
         language.change(None, language, None, js=gradio_locale_js())
+        language.change(None, language, None, js=LANGUAGE_KEEP_JS)
+        page.load(None, None, language, js=LANGUAGE_LOAD_JS)  # a change from English relabels the page
+        language.change(
+            callbacks.voice_words,
+            [language, voices],
+            [voice_controls["card"], voice_controls["voice_list"]],
+            **quiet,
+        )
         # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
         remounted = [prompt_audio, result, history_controls["audio"]]
         language.change(lambda: [gr.update(visible=False)] * len(remounted), None, remounted, **quiet).then(

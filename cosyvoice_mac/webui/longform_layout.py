@@ -9,8 +9,28 @@ from cosyvoice_mac.settings import slider
 from cosyvoice_mac.sound.limits import AUDIO_SUFFIXES
 from cosyvoice_mac.webui.longform import LongformCallbacks
 from cosyvoice_mac.webui.post_controls import build_post_controls
+from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE
+from cosyvoice_mac.webui.strings import text as say
 
-GLOSSARY_HEADERS = ["key", "replacement", "language"]
+GLOSSARY_COLUMNS = ("lf_glossary_col_key", "lf_glossary_col_replacement", "lf_glossary_col_language")
+CAST_COLUMNS = ("lf_cast_col_speaker", "lf_cast_col_voice")
+
+
+def _headers(keys: tuple[str, ...], lang: str = DEFAULT_LANGUAGE) -> list[str]:
+    return [say(lang, key) for key in keys]
+
+
+def _relabelled(keys: tuple[str, ...]):
+    """The table's rows as they are, under its column names in the new language: Gradio takes a table's names
+    from its value, and the callbacks read the rows by position, not by name."""
+
+    def relabel(lang: str, table):
+        import pandas as pd
+
+        rows = table.values.tolist() if hasattr(table, "values") else list(table or [])
+        return pd.DataFrame(rows, columns=_headers(keys, lang))
+
+    return relabel
 
 
 def build_longform_section(make, callbacks, longform: LongformCallbacks, language, page) -> None:
@@ -28,7 +48,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                 cast = make(
                     gr.Dataframe,
                     {"label": "lf_cast_label"},
-                    headers=["speaker", "voice"],
+                    headers=_headers(CAST_COLUMNS),
                     value=[["", ""]],
                     column_count=(2, "fixed"),
                     interactive=True,
@@ -108,7 +128,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                 table = make(
                     gr.Dataframe,
                     {"label": "lf_glossary_table_label"},
-                    headers=GLOSSARY_HEADERS,
+                    headers=_headers(GLOSSARY_COLUMNS),
                     value=[["", "", "all"]],  # the saved rows arrive when the page loads
                     column_count=(3, "fixed"),
                     interactive=True,
@@ -173,6 +193,8 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
         longform.glossary_state, language, [glossary_problem, start_empty], queue=False
     )
     page.load(longform.glossary_rows, None, table, queue=False, show_progress="hidden")
+    for keys, shown in ((GLOSSARY_COLUMNS, table), (CAST_COLUMNS, cast)):
+        language.change(_relabelled(keys), [language, shown], shown, queue=False, show_progress="hidden")
     glossary_tab.select(longform.glossary_state, language, [glossary_problem, start_empty], queue=False)
     start_empty.click(
         longform.start_empty_glossary, language, [table, glossary_msg, glossary_problem, start_empty], queue=False

@@ -25,10 +25,10 @@ ZH: dict[str, str] = {
     "prompt_unreadable": "⚠️ 无法读取 {name}（{why}）。请选择一个你有权读取的音频文件，或把它复制到这台电脑上。",
     "prompt_empty": "⚠️ {name} 是一个空文件（0 字节）。请重新录制或导出。",
     "prompt_no_samples": "⚠️ {name} 里没有任何音频采样。请重新录制或导出。",
-    "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件（应为 WAV、FLAC、`OGG`、MP3 或 M4A）。"
+    "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件（应为 WAV、FLAC、OGG、MP3 或 M4A）。"
     "请把录音导出为 WAV 后重试。",
     "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
-    "prompt_no_decoder": "⚠️ {name}：这台电脑没有 {suffix} 文件的解码器。请安装 ffmpeg（`macOS`：`brew install ffmpeg`；"
+    "prompt_no_decoder": "⚠️ {name}：这台电脑没有 {suffix} 文件的解码器。请安装 ffmpeg（macOS：`brew install ffmpeg`；"
     "`Debian/Ubuntu`：`sudo apt-get install ffmpeg`），或把录音保存为 WAV、FLAC 或 MP3。",
     "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹"
     "（电话音质的音频缺少模型所需的高频）。请以 16 千赫或更高的采样率录制或导出。",
@@ -135,7 +135,7 @@ ZH: dict[str, str] = {
     "status_notes": "ℹ️ {notes}",
     "result_preview": "🔶 **{label}**（`{command}`）",
     # history
-    "history_label": "结果（最新的在前，保存在 `outputs/` 中）",
+    "history_label": "结果（最新的在前，保存在 outputs/ 中）",
     "col_time": "时间",
     "col_text": "文本",
     "col_mode": "模式",
@@ -151,15 +151,14 @@ ZH: dict[str, str] = {
     # model status
     "section_model": "### 模型",
     "model_label": "模型",
-    "model_info": "在 `models/` 中找到的模型文件夹，或预览声音",
+    "model_info": "在 models/ 中找到的模型文件夹，或预览声音",
     "preview_choice": "预览声音（近似，无需下载）",
     "preview_label": "预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3",
     "licence_heading": "许可证",
-    "licence_cosyvoice": "`CosyVoice2` / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
-    "licence_preview": "预览声音：`Piper TTS`（`piper-tts`，`GPL-3.0-or-later`）和 `en_US-joe-medium` 声音"
-    "（`CC0`），`WORLD` 声码器（`pyworld`，`MIT`）；中文在安装了 `espeak-ng`"
-    "（`GPL-3.0-or-later`）时由它朗读。`Piper` 是本软件包的可选组件（`[preview]`），"
-    "核心部分仍采用 `Apache-2.0` 许可证。",
+    "licence_cosyvoice": "CosyVoice2 / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
+    "licence_preview": "预览声音使用 Piper TTS（`piper-tts`，`GPL-3.0-or-later`）及其 `en_US-joe-medium` 声音"
+    "（CC0），以及 WORLD 声码器（pyworld，MIT）；若已安装 `espeak-ng`（`GPL-3.0-or-later`），"
+    "中文由它朗读。Piper 是本软件包的可选组件（`[preview]`），核心部分仍采用 `Apache-2.0` 许可证。",
     "restart": "重启模型",
     "restart_progress": "⏳ 正在重启模型… {seconds:.0f} 秒",
     "switch_progress": "⏳ 正在加载 {name}… {seconds:.0f} 秒",

@@ -167,6 +167,27 @@ def test_the_language_switch_relabels_everything(page, app):
     expect(page.locator("#cv-prompt-audio")).to_contain_text("Click to Upload")
 
 
+def test_the_language_follows_the_browser_then_the_user_s_choice_across_reloads(browser, app):
+    """Issue 50 item 6: a Chinese browser gets the Chinese page on its first visit (no Markdown backticks shown as
+    themselves); the language picked is remembered over a reload."""
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, locale="zh-CN")
+    try:
+        tab = context.new_page()
+        tab.goto(app.url, timeout=120_000)
+        expect(tab.locator("#cv-generate")).to_have_text("生成", timeout=60_000)
+        expect(tab.locator("#cv-seed-fixed")).to_contain_text("保留这个种子")
+        assert "`" not in tab.locator("body").inner_text()
+        tab.locator("#cv-language label", has_text="English").click()
+        expect(tab.locator("#cv-generate")).to_have_text("Generate")
+        tab.reload()
+        tab.wait_for_selector("#cv-generate", timeout=120_000)
+        tab.wait_for_timeout(2000)  # the page's load events have run: the remembered choice, not the browser's
+        expect(tab.locator("#cv-generate")).to_have_text("Generate")
+        expect(tab.locator("#cv-language input[value=en]")).to_be_checked()
+    finally:
+        context.close()
+
+
 def _http_status(url: str, data: bytes | None = None, headers: dict | None = None) -> int:
     request = urllib.request.Request(url, data=data, headers=headers or {})
     try:

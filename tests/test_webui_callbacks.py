@@ -569,3 +569,27 @@ def test_each_generate_speaks_with_a_new_seed_unless_the_user_keeps_it(callbacks
     (second,), used_second = generate(seed_fixed=False)
     assert first != second and (used_first, used_second) == (first, second)  # shown = used, and new each time
     assert generate(seed_fixed=True) == ([], 7)
+
+
+def test_a_tab_s_own_conversion_is_marked_as_its_own_in_the_queue_and_generate_s_stop_leaves_it_alone():
+    """Issue 50 item 2: the queue line said "another job (page)" for the tab's own conversion."""
+    from contextlib import nullcontext
+
+    from cosyvoice_mac.engine.jobqueue import QueueEntry
+    from cosyvoice_mac.webui.convert_tab import ConvertCallbacks
+    from cosyvoice_mac.webui.generation import Generation
+
+    line = [QueueEntry("vc-1", 0, "page", "talk.wav"), QueueEntry("api-1", 1, "api", "Hello.")]
+    stopped = SimpleNamespace(terminal=True, kind="cancelled", message="")
+    feed = SimpleNamespace(of=lambda job_id: iter([stopped]))
+    engine = SimpleNamespace(
+        line=lambda: line, submit=lambda job: None, position=lambda job_id: 1, subscribe=lambda: nullcontext(feed)
+    )
+    generation = Generation(SimpleNamespace(engine=engine), history=None)
+    converting = ConvertCallbacks(SimpleNamespace(engine=engine), generation.active)
+    steps = list(converting._follow("en", engine, SimpleNamespace(job_id="vc-1"), "tab"))
+    assert steps[-1][0] == "Stopped: nothing was saved."
+    words = generation.queue_words("en", SimpleNamespace(session_hash="tab"))
+    assert "▶ running: yours, “talk.wav”" in words and "waiting, number 1: another job (api)" in words
+    assert "yours" not in generation.queue_words("en", SimpleNamespace(session_hash="another tab"))
+    assert generation.active.get("tab") is None  # Generate's Stop has no conversion to cancel

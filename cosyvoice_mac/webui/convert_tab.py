@@ -30,6 +30,7 @@ from cosyvoice_mac.sound.problems import SOURCE_PROBLEMS
 from cosyvoice_mac.sound.source_check import inspect_source
 from cosyvoice_mac.webui.post_controls import build_post_controls, post_settings
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, preview_line, render_prompt_check
+from cosyvoice_mac.webui.state import ActiveJobs
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
@@ -59,8 +60,9 @@ def source_message(lang: str, path: str | None) -> str:
 class ConvertCallbacks:
     """Owns each browser session's running conversion (for Stop); the engine belongs to the model host."""
 
-    def __init__(self, host):
+    def __init__(self, host, jobs: ActiveJobs | None = None):
         self.host = host
+        self.jobs = jobs  # the page's record of each tab's own jobs (the queue line marks them as the tab's)
         self._running: dict[str, str] = {}  # session hash -> job id
         self._lock = threading.Lock()
 
@@ -127,6 +129,8 @@ class ConvertCallbacks:
             engine.submit(job)
             with self._lock:
                 self._running[session] = job.job_id
+            if self.jobs is not None and session:
+                self.jobs.own(session, job.job_id)
             try:
                 done, total = 0, 0
                 yield say(lang, "vc_queued", position=max(1, engine.position(job.job_id) or 1)), "", None

@@ -180,7 +180,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         history_controls = build_history_section(make, lang)
         history = history_controls["table"]
         build_longform_section(make, callbacks, callbacks.longform, language, page)
-        convert_controls = build_convert_section(make, ConvertCallbacks(host), language)
+        convert_controls = build_convert_section(make, ConvertCallbacks(host, callbacks.generation.active), language)
         bar = build_action_bar(make, can_generate, callbacks.blockers(lang, None, "", "", "", "zero_shot", ""))
         generate, stop, status, player, result = bar.generate, bar.stop, bar.status, bar.player, bar.result
         timer = gr.Timer(2.0)

@@ -85,3 +85,17 @@ class StatusCallbacks:
         picked = voice if voice in names else ""
         card = render_card(lang, self._voices().get(picked)) if picked else ""
         return gr.update(choices=choices, value=picked), render_voice_list(lang, entries), card, signature
+
+    def tick(self, lang, seen, audio, voice, transcript, text, mode, instruct, request: gr.Request = None):
+        """Everything the page's timer keeps true, in one answer: (status panel, queue line, voice menu, voice
+        list, card, library signature, the line beside Generate)."""
+        menu, voice_list, card, seen = self.library_changed(lang, seen, voice)
+        return (
+            self.status_panel(lang),
+            self.queue_words(lang, request),
+            menu,
+            voice_list,
+            card,
+            seen,
+            self.blockers(lang, audio, voice, transcript, text, mode, instruct, request),
+        )

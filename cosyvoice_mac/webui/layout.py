@@ -7,6 +7,8 @@ long-form section ``longform.py``. Element ids (``elem_id``) are the browser tes
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
@@ -213,7 +215,6 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         history_shown = [history_controls[name] for name in ("table", "badge", "page_words", "page", "pick")]
         history_query = [language, history_controls["search"]]
         page.load(callbacks.history_show, history_query, history_shown, **quiet)
-        language.change(callbacks.history_show, history_query, history_shown, **quiet)
         if transcribe is not None:
             transcribe.click(
                 callbacks.transcribe,
@@ -274,9 +275,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         stop.click(None, None, None, js=STOP_JS)
         wire_model_panel(panel, callbacks, language)
         wire_download_panel(downloads, callbacks, language, panel, page)
-        timer.tick(callbacks.status_panel, language, panel.status_panel, **quiet)  # off the queue: never "busy"
-        timer.tick(callbacks.queue_words, language, bar.queue, **quiet)
-        _wire_derived_lines(callbacks, page, timer, language, voice_controls, blocker_inputs, bar.blockers)
+        _wire_derived_lines(callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel)
         page.unload(callbacks.session_closed)
         notice_ok.click(callbacks.acknowledge_notice, None, None, js=NOTICE_ACCEPT_JS, **quiet)
         page.load(None, None, None, js=NOTICE_LOAD_JS)
@@ -299,11 +298,12 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         )
         page.load(callbacks.blockers, blocker_inputs, bar.blockers, **quiet)
 
-        language.change(book.updates, language, book.components, **quiet)
-        language.change(
-            lambda lang, words, audio, voice, session: _dynamic_words(callbacks, lang, words, audio, voice, session),
-            [language, text, prompt_audio, voices, session],
-            [
+        history_search = history_controls["search"]
+        # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
+        remounted = [prompt_audio, result, history_controls["audio"]]
+        relabelled = LanguageOutputs(
+            book=book.components,
+            lines=[
                 counter,
                 prompt_msg,
                 status,
@@ -313,45 +313,84 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 panel.model_msg,
                 transcript_msg,
             ],
-            **quiet,
+            voice=[voice_controls["card"], voice_controls["voice_list"]],
+            history=history_shown,
+            remounted=remounted,
         )
+        # The browser-side parts first (they need no answer), then ONE request for every word on the page and
+        # one to show the re-mounted players again: each event the page fires off the queue is a request of its
+        # own, answered one after another with the timer's, and a dozen of them took several seconds to reach
+        # the last (the Gradio words), seen as a flaky language test on a loaded machine.
         language.change(None, language, None, js=gradio_locale_js())
         language.change(None, language, None, js=LANGUAGE_KEEP_JS)
-        page.load(None, None, language, js=LANGUAGE_LOAD_JS)  # a change from English relabels the page
         language.change(
-            callbacks.voice_words,
-            [language, voices],
-            [voice_controls["card"], voice_controls["voice_list"]],
+            lambda lang, words, audio, voice, session, query: _switch_language(
+                callbacks, book, relabelled, lang, words, audio, voice, session, query
+            ),
+            [language, text, prompt_audio, voices, session, history_search],
+            relabelled.components,
             **quiet,
-        )
-        # Gradio words inside these (upload area, record button) follow the new locale only when re-mounted.
-        remounted = [prompt_audio, result, history_controls["audio"]]
-        language.change(lambda: [gr.update(visible=False)] * len(remounted), None, remounted, **quiet).then(
-            lambda: [gr.update(visible=True)] * len(remounted), None, remounted, **quiet
-        )
+        ).then(lambda: [gr.update(visible=True)] * len(remounted), None, remounted, **quiet)
+        page.load(None, None, language, js=LANGUAGE_LOAD_JS)  # a change from English relabels the page
     return page
 
 
-def _dynamic_words(callbacks: Callbacks, lang, words, audio, voice, session) -> tuple:
-    """Messages rebuilt in the new language; one-off messages are cleared rather than left untranslated."""
+class LanguageOutputs(NamedTuple):
+    """What a language switch rewrites, in the order of its one event's outputs."""
+
+    book: list  # every registered control's labels
+    lines: list  # counter, prompt, status, status panel, voice, mode, model and transcript messages
+    voice: list  # the picked voice's card, the voice list
+    history: list  # table, badge, page words, page, pick menu
+    remounted: list  # hidden here, shown again by the event's follow-up (Gradio's own words re-render)
+
+    @property
+    def components(self) -> list:
+        return _unique(self.book + self.lines + self.voice + self.history + self.remounted)
+
+
+def _switch_language(
+    callbacks: Callbacks, book: LabelBook, outputs: LanguageOutputs, lang, words, audio, voice, session, query
+) -> list:
+    """Every word the page shows, in ``lang``, as one list of updates (a control named twice gets one update
+    holding both). Messages are rebuilt in the new language; one-off messages are cleared rather than left
+    untranslated."""
     session = session if isinstance(session, Session) else Session()
-    prompt = callbacks.prompt_status(lang, audio, voice)
     status = status_line(lang, *session.last_status) if session.last_status else ""
-    return (
+    lines = [
         callbacks.counter(lang, words),
-        prompt,
+        callbacks.prompt_status(lang, audio, voice),
         status,
         callbacks.status_panel(lang),
         "",
         "",
         "",
         "",
-    )
+    ]
+    merged: dict[int, dict] = {}
+    pairs = list(zip(outputs.book, book.updates(lang)))
+    pairs += zip(outputs.lines, lines)
+    pairs += zip(outputs.voice, callbacks.voice_words(lang, voice))
+    pairs += zip(outputs.history, callbacks.history_show(lang, query))
+    pairs += [(component, gr.update(visible=False)) for component in outputs.remounted]
+    for component, update in pairs:
+        update = update if isinstance(update, dict) else gr.update(value=update)
+        merged.setdefault(id(component), {}).update({k: v for k, v in update.items() if k != "__type__"})
+    return [gr.update(**merged[id(component)]) for component in outputs.components]
 
 
-def _wire_derived_lines(callbacks: Callbacks, page, timer, language, voice_controls, blocker_inputs, blockers) -> None:
+def _unique(components: list) -> list:
+    seen: set[int] = set()
+    return [c for c in components if not (id(c) in seen or seen.add(id(c)))]
+
+
+def _wire_derived_lines(
+    callbacks: Callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel
+) -> None:
     """The lines that follow the state they describe (``derived_status``): recomputed when the selection changes,
-    and on each tick for what changes elsewhere (the library through another door, the model's state)."""
+    and on each tick for what changes elsewhere (the library through another door, the model's state, the queue).
+    The tick is one request (off the queue: never "busy"), not one per line: the page's own events are answered
+    one after another, and four per tick kept a language switch's answers waiting."""
     quiet = dict(queue=False, show_progress="hidden")
     voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
     voices.change(callbacks.prompt_status, [language, prompt_audio, voices], voice_controls["prompt_msg"], **quiet)
@@ -360,12 +399,19 @@ def _wire_derived_lines(callbacks: Callbacks, page, timer, language, voice_contr
     seen = gr.State("")
     page.load(callbacks.library_seen, None, seen, **quiet)
     timer.tick(
-        callbacks.library_changed,
-        [language, seen, voices],
-        [voices, voice_controls["voice_list"], voice_controls["card"], seen],
+        callbacks.tick,
+        [language, seen, *blocker_inputs[1:]],
+        [
+            panel.status_panel,
+            bar.queue,
+            voices,
+            voice_controls["voice_list"],
+            voice_controls["card"],
+            seen,
+            bar.blockers,
+        ],
         **quiet,
     )
-    timer.tick(callbacks.blockers, blocker_inputs, blockers, **quiet)
 
 
 def _mode_choices(lang: str) -> list[tuple[str, str]]:

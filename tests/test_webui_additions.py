@@ -296,7 +296,10 @@ def test_a_transcript_that_is_not_the_recording_s_is_warned_about(callbacks, mon
 
     heard = "This is the voice I would like you to copy, please."
     monkeypatch.setattr(callbacks.host, "transcriber", _StubTranscriber(heard))
-    check = callbacks.check_transcript
+
+    def check(*args):
+        return callbacks.check_transcript(*args)[0]  # the message (the verdict and the choices: test_webui_workspaces)
+
     assert (
         check("en", prompt, "", "this is the voice i'd like you to copy please")
         == "✅ The transcript matches the recording."
@@ -304,13 +307,12 @@ def test_a_transcript_that_is_not_the_recording_s_is_warned_about(callbacks, mon
     other = check("en", prompt, "", "The weather in Paris is lovely today.")
     assert other.startswith("⚠️ The transcript does not seem to match") and heard in other
     assert "录音听起来是" in check("zh", prompt, "", "完全不同的句子。")
-    assert (
-        callbacks.transcript_checking("en", prompt, "", "Anything.")
-        == "⏳ Checking the transcript against the recording…"
+    assert callbacks.transcript_checking("en", prompt, "", "Anything.")[0] == (
+        "⏳ Checking the transcript against the recording…"
     )
     monkeypatch.setattr(callbacks.host, "transcriber", _StubTranscriber(RuntimeError("no recogniser")))
     assert check("en", prompt, "", "Anything at all.") == ""  # nothing to warn
     for nothing_to_compare in (check("en", None, "", "No recording yet."), check("en", prompt, "", "  ")):
         assert isinstance(nothing_to_compare, type(gr.skip()))  # the message is left as it was
-    assert isinstance(callbacks.transcript_checking("en", None, "", "No recording yet."), type(gr.skip()))
+    assert isinstance(callbacks.transcript_checking("en", None, "", "No recording yet.")[0], type(gr.skip()))
     assert transcript_agreement("你好，世界！", "你好世界") == 1.0 and transcript_agreement("", "x") == 0.0

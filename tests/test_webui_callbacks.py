@@ -176,9 +176,11 @@ def test_the_history_is_read_from_the_sidecars_searched_paged_reused_and_cleared
     )
     assert (text, mode, seed, speed) == (first.text, first.mode, first.seed, first.speed)
     assert kept is True  # "Keep this seed": the next Generate speaks with the result's own seed
-    assert all(_is_skip(value) for value in convert)  # a generation leaves the Convert section as it is
+    shown, *convert = convert
+    assert shown["selected"] == "speak"  # reused from the History workspace: Speak, where the settings are
+    assert all(_is_skip(value) for value in convert)  # a generation leaves the Convert workspace as it is
     assert "uploaded prompt" in message and transcript == first.transcript
-    assert "Pick a result first" in fresh.history_reuse("en", "nothing.wav")[-1]
+    assert "Click a result in the table first" in fresh.history_reuse("en", "nothing.wav")[-1]
     cleared = fresh.history_cleared("en", "")
     assert cleared[0]["data"] == [] and "still in outputs/" in cleared[-1]
     assert Path(first.path).is_file()  # Clear hides; the files stay
@@ -537,16 +539,16 @@ def test_the_status_lines_are_derived_from_the_engine_the_library_and_this_tab(c
 
     tab = SimpleNamespace(session_hash="derived")
     form = ("en", prompt, "", TRANSCRIPT, "Hello.", "zero_shot", "")
-    assert callbacks.blockers(*form, tab) == "✅ Ready: press Generate."
+    assert callbacks.blockers(*form, request=tab) == "✅ Ready: press Generate."
     steps = _run(callbacks, audio=prompt, session_id="derived", text="A job of this tab.")
     running = [step.blockers for step in steps if not _is_skip(step.blockers)]
     assert running == ["⏳ Your job is running; Stop stops it."]
     assert steps[-1].status.startswith("✅ Done")
     callbacks.generation.active.set("derived", "a-job")
-    assert callbacks.blockers(*form, tab).startswith("⏳ Your job is running")
+    assert callbacks.blockers(*form, request=tab).startswith("⏳ Your job is running")
     callbacks.generation.active.clear("derived", "a-job")
     monkeypatch.setattr(callbacks, "engine_state", lambda: "restarting")
-    assert callbacks.blockers(*form, tab) == "⏳ The model is restarting; a job waits until it is ready."
+    assert callbacks.blockers(*form, request=tab) == "⏳ The model is restarting; a job waits until it is ready."
 
 
 def test_each_generate_speaks_with_a_new_seed_unless_the_user_keeps_it(callbacks, prompt):

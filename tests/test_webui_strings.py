@@ -14,6 +14,8 @@ from cosyvoice_mac.webui import strings
 WEBUI = Path(strings.__file__).parent
 # Names and codes that stay as they are in Chinese text: product and format names, units, commands.
 KEPT_IN_CHINESE = {
+    "Esc",  # key names, as printed on the keys
+    "Ctrl",
     "CosyVoice",
     "CosyVoice2",
     "CosyVoice3",

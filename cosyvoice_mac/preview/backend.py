@@ -21,13 +21,13 @@ import torch
 
 from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.frontend.prompt_audio import decode_prompt
-from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import BackendBase
 from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.preview import world_convert
 from cosyvoice_mac.preview.labels import PREVIEW, PREVIEW_NOTE
+from cosyvoice_mac.preview.limits import MARKUP, instruction_note, markup_example, markup_note
 from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
 from cosyvoice_mac.preview.piper_tts import PiperSpeaker
 from cosyvoice_mac.request import Request
@@ -43,7 +43,6 @@ ENGLISH_REFERENCE = (
     "It is easy to tell the depth of a well."
 )
 MANDARIN_REFERENCE = "今天天气很好，我们一起去公园散步吧。他的声音听起来非常温和。请把窗户打开。"
-_MARKUP = re.compile("|".join(re.escape(t) for t in sorted(ALL_SPECIAL_TOKENS, key=len, reverse=True)))
 
 
 def _count_tokens(text: str) -> int:
@@ -203,7 +202,7 @@ class PreviewVoice(BackendBase):
                 field=error.field,
             ) from error
         segments = [segment.display_text for segment in plan.segments]
-        spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", segment)).strip() for segment in segments]
+        spoken = [re.sub(r"\s+", " ", MARKUP.sub(" ", segment)).strip() for segment in segments]
         plan = [(segment, words) for segment, words in zip(segments, spoken) if re.search(r"\w", words)]
         if not plan:
             raise SynthesisError("the text has nothing to speak (only punctuation, symbols or markup)", field="text")
@@ -211,9 +210,10 @@ class PreviewVoice(BackendBase):
             self.mandarin()
         notes = [PREVIEW_NOTE]
         if request.mode == "instruct":
-            notes.append("the preview voice cannot follow instructions; the instruction was ignored")
-        if any(_MARKUP.search(segment) for segment in segments):
-            notes.append("the preview voice does not understand markup such as [breath]; it was left out")
+            notes.append(instruction_note())
+        example = markup_example(request.text)
+        if example is not None:
+            notes.append(markup_note(example))
         started = time.perf_counter()
         speaker = self._speaker_for(request, speaker)
         try:

@@ -25,13 +25,14 @@ from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 
 from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.derived_status import StatusCallbacks
 from cosyvoice_mac.webui.download_panel import DownloadCallbacks, Downloads
-from cosyvoice_mac.webui.generation import Generation
+from cosyvoice_mac.webui.generation import GenerateOutputs, Generation
 from cosyvoice_mac.webui.history import HistoryBook, HistoryCallbacks
 from cosyvoice_mac.webui.longform import LongformCallbacks
+from cosyvoice_mac.webui.prompt_trim import PromptTrimCallbacks
 from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
-from cosyvoice_mac.webui.transcript_check import transcript_matches
+from cosyvoice_mac.webui.transcript_verdict import TranscriptCheckCallbacks, blocks_generate, transcript_blocker
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
 from cosyvoice_mac.webui.voice_delete import VoiceDeleteCallbacks
 
@@ -39,7 +40,15 @@ POLL_S = 0.5
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
 
 
-class Callbacks(StatusCallbacks, VoiceCallbacks, VoiceDeleteCallbacks, HistoryCallbacks, DownloadCallbacks):
+class Callbacks(
+    StatusCallbacks,
+    VoiceCallbacks,
+    VoiceDeleteCallbacks,
+    HistoryCallbacks,
+    DownloadCallbacks,
+    TranscriptCheckCallbacks,
+    PromptTrimCallbacks,
+):
     """Owns nothing but references: the model host and the generation runner. The voice library belongs to
     the engine; the page reads and changes it only through ``host.engine.voices``."""
 
@@ -105,39 +114,6 @@ class Callbacks(StatusCallbacks, VoiceCallbacks, VoiceDeleteCallbacks, HistoryCa
         else:
             yield outcome["value"].strip(), say(lang, "transcribe_done")
 
-    def _recording_to_check(self, audio: str | None, voice: str | None, transcript: str | None) -> str | None:
-        """The recording a typed transcript can be checked against, or None when there is nothing to compare."""
-        path = audio
-        if not path and voice:
-            try:
-                path = self._voices().get(voice).get("audio_path")
-            except EngineError:
-                path = None
-        if not (transcript or "").strip() or not path or checked_prompt(path).problem in UNTRANSCRIBABLE:
-            return None
-        return path
-
-    def transcript_checking(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
-        """The transcript message while :meth:`check_transcript` listens (left alone when it will not)."""
-        return say(lang, "transcript_checking") if self._recording_to_check(audio, voice, transcript) else gr.skip()
-
-    def check_transcript(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
-        """Compare the typed transcript with what the recogniser hears in the recording: a warning when they
-        differ, a tick when they agree, nothing when the recogniser gave no answer; left alone when there is
-        nothing to compare. Runs in the request's thread (off Gradio's queue: see the page's wiring)."""
-        path = self._recording_to_check(audio, voice, transcript)
-        if path is None:
-            return gr.skip()
-        try:
-            heard = (self.host.transcriber.transcribe(path) or "").strip()
-        except Exception:  # no recogniser answer: nothing to warn about (Transcribe reports its own problems)
-            return ""
-        if not heard:
-            return ""
-        if transcript_matches(transcript.strip(), heard):
-            return say(lang, "transcript_agrees")
-        return say(lang, "transcript_mismatch", heard=heard)
-
     # -- text ------------------------------------------------------------------------------------
     @staticmethod
     def counter(lang: str, text: str | None) -> str:
@@ -179,11 +155,18 @@ class Callbacks(StatusCallbacks, VoiceCallbacks, VoiceDeleteCallbacks, HistoryCa
         post_level=False,
         post_target=None,
         seed_fixed=True,
+        verdict=None,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
         result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
         Unless ``seed_fixed`` (the page's "Keep this seed"), each press speaks with a new seed, shown in the seed
-        field so it can be kept or reused."""
+        field so it can be kept or reused. A transcript the check found other words in (``verdict``) refuses
+        zero-shot until the user chooses to use what was heard or keep theirs."""
+        if blocks_generate(verdict, audio, voice, transcript, mode):
+            refusal = transcript_blocker(lang, verdict, audio, voice, transcript, mode)
+            skip = gr.skip()
+            yield GenerateOutputs(*(skip,) * len(GenerateOutputs._fields))._replace(status=refusal, blockers=refusal)
+            return
         post = (post_trim, post_level, post_target)
         if not seed_fixed:
             seed = self.roll_seed()

@@ -170,43 +170,54 @@ def _held(path: str | None, folder: Path) -> str | None:
 
 
 def build_convert_section(make, convert: ConvertCallbacks, language) -> dict:
-    """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make.
-    Returns what the history's "use these settings again" fills: ``section``, ``voice`` and ``speed``."""
-    with make(gr.Accordion, {"label": "vc_heading"}, open=False, elem_id="cv-convert") as section:
-        make(gr.Markdown, {"value": "vc_info"}, elem_classes="cv-message")
-        with gr.Row():
-            source = make(
+    """The Convert workspace's controls and wiring (inside its tab); ``make`` is the page's LabelBook.make.
+    Start, Stop and the status sit in the workspace's action row. Returns what the history's "use these settings
+    again" fills: ``voice`` and ``speed``."""
+    make(gr.Markdown, {"value": "vc_heading"}, elem_id="cv-convert", elem_classes="cv-message")
+    make(gr.Markdown, {"value": "vc_info"}, elem_classes="cv-message")
+    with gr.Row():
+        source = make(
+            gr.Audio,
+            {"label": "vc_source_label"},
+            sources=["upload", "microphone"],
+            type="filepath",
+            elem_id="cv-vc-source",
+        )
+        with gr.Column():
+            voice = make(gr.Dropdown, {"label": "vc_voice_label"}, choices=[], value=None, elem_id="cv-vc-voice")
+            prompt = make(
                 gr.Audio,
-                {"label": "vc_source_label"},
+                {"label": "vc_prompt_label"},
                 sources=["upload", "microphone"],
                 type="filepath",
-                elem_id="cv-vc-source",
+                elem_id="cv-vc-prompt",
             )
-            with gr.Column():
-                voice = make(gr.Dropdown, {"label": "vc_voice_label"}, choices=[], value=None, elem_id="cv-vc-voice")
-                prompt = make(
-                    gr.Audio,
-                    {"label": "vc_prompt_label"},
-                    sources=["upload", "microphone"],
-                    type="filepath",
-                    elem_id="cv-vc-prompt",
-                )
-        source_msg = gr.Markdown(elem_id="cv-vc-source-msg", elem_classes="cv-message")
-        speed = make(
-            gr.Slider,
-            {"label": "vc_speed_label"},
-            **slider("speed"),
-            elem_id="cv-vc-speed",
-        )
-        trim, level, target = build_post_controls(make, "cv-vc")
-        with gr.Row():
-            start = make(gr.Button, {"value": "vc_start"}, variant="primary", elem_id="cv-vc-start")
-            stop = make(gr.Button, {"value": "vc_stop"}, variant="secondary", elem_id="cv-vc-stop")
-        status = gr.Markdown(elem_id="cv-vc-status", elem_classes="cv-message")
-        progress = gr.HTML("", elem_id="cv-vc-progress-html")
-        result = make(
-            gr.Audio, {"label": "vc_result_label"}, interactive=False, buttons=["download"], elem_id="cv-vc-result"
-        )
+    source_msg = gr.Markdown(elem_id="cv-vc-source-msg", elem_classes="cv-message")
+    speed = make(
+        gr.Slider,
+        {"label": "vc_speed_label"},
+        **slider("speed"),
+        elem_id="cv-vc-speed",
+    )
+    trim, level, target = build_post_controls(make, "cv-vc")
+    result = make(
+        gr.Audio, {"label": "vc_result_label"}, interactive=False, buttons=["download"], elem_id="cv-vc-result"
+    )
+    with gr.Row(elem_id="cv-vc-action-row", elem_classes="cv-action-row", equal_height=False):
+        with gr.Row(scale=0, elem_classes="cv-action-buttons"):
+            start = make(
+                gr.Button, {"value": "vc_start"}, variant="primary", elem_id="cv-vc-start", elem_classes="cv-action"
+            )
+            stop = make(
+                gr.Button,
+                {"value": "vc_stop"},
+                variant="secondary",
+                elem_id="cv-vc-stop",
+                elem_classes="cv-stop-action",
+            )
+        with gr.Column(scale=3, min_width=240):
+            status = gr.Markdown(elem_id="cv-vc-status", elem_classes="cv-message")
+            progress = gr.HTML("", elem_id="cv-vc-progress-html")
     quiet = dict(queue=False, show_progress="hidden")
     source.upload(source_message, [language, source], source_msg, **quiet)
     source.stop_recording(source_message, [language, source], source_msg, **quiet)
@@ -221,4 +232,4 @@ def build_convert_section(make, convert: ConvertCallbacks, language) -> dict:
         show_progress="hidden",
     )
     stop.click(convert.stop, None, None, **quiet)
-    return {"section": section, "voice": voice, "speed": speed}
+    return {"voice": voice, "speed": speed}

@@ -13,8 +13,10 @@ import gradio as gr
 
 from cosyvoice_mac.engine import EngineError
 from cosyvoice_mac.engine.messages import EngineState
+from cosyvoice_mac.preview.limits import markup_example
 from cosyvoice_mac.webui.action_bar import blocking_reasons, render_reasons
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.transcript_verdict import transcript_blocker
 from cosyvoice_mac.webui.voice_cards import render_card, render_voice_list
 
 
@@ -33,14 +35,30 @@ class StatusCallbacks:
         engine = self.host.engine
         return engine.status()["state"] if engine is not None else EngineState.STOPPED
 
-    def blockers(self, lang, audio, voice, transcript, text, mode, instruct, request: gr.Request = None) -> str:
+    def blockers(
+        self, lang, audio, voice, transcript, text, mode, instruct, verdict=None, request: gr.Request = None
+    ) -> str:
         """The line beside Generate: this tab's running job, the model's state, every reason a press would be
-        refused now; "Ready" only when a press would start at once."""
+        refused now (first the transcript check's, when it found other words than those typed), what the preview
+        voice will leave out; "Ready" only when a press would start at once."""
         reasons = blocking_reasons(self.host, lang, audio, voice, transcript, text, mode, instruct)
+        checked = transcript_blocker(lang, verdict, audio, voice, transcript, mode)
+        reasons = ([checked] if checked else []) + reasons
         session = getattr(request, "session_hash", None)
         running = bool(session) and self.generation.active.get(session) is not None
         state = self.engine_state() if self.host.choices() else EngineState.READY  # "no model" says it already
-        return render_reasons(lang, reasons, running=running, state=state)
+        return render_reasons(lang, reasons, running=running, state=state, notes=self.preview_notes(lang, text, mode))
+
+    def preview_notes(self, lang: str, text: str | None, mode: str | None) -> list[str]:
+        """What the preview voice (when it is the model) will leave out of this input, said before the job."""
+        current = self.host.current
+        if current is None or not current.is_preview:
+            return []
+        notes = [say(lang, "preview_ignores_instruction")] if mode == "instruct" else []
+        example = markup_example(text)
+        if example is not None:
+            notes.append(say(lang, "preview_ignores_markup", example=example))
+        return notes
 
     def prompt_status(self, lang: str, audio: str | None, voice: str | None) -> str:
         """The line under the prompt: the saved voice in use while it exists under that name, else the check of
@@ -86,7 +104,7 @@ class StatusCallbacks:
         card = render_card(lang, self._voices().get(picked)) if picked else ""
         return gr.update(choices=choices, value=picked), render_voice_list(lang, entries), card, signature
 
-    def tick(self, lang, seen, audio, voice, transcript, text, mode, instruct, request: gr.Request = None):
+    def tick(self, lang, seen, audio, voice, transcript, text, mode, instruct, verdict, request: gr.Request = None):
         """Everything the page's timer keeps true, in one answer: (status panel, queue line, voice menu, voice
         list, card, library signature, the line beside Generate)."""
         menu, voice_list, card, seen = self.library_changed(lang, seen, voice)
@@ -97,5 +115,5 @@ class StatusCallbacks:
             voice_list,
             card,
             seen,
-            self.blockers(lang, audio, voice, transcript, text, mode, instruct, request),
+            self.blockers(lang, audio, voice, transcript, text, mode, instruct, verdict, request),
         )

@@ -185,57 +185,59 @@ def _row(lang: str, entry: HistoryEntry) -> list:
 
 
 def build_history_section(make, lang: str):
-    """The history section's controls, in page order; a dict by name."""
+    """The History workspace's controls (inside its tab), in page order; a dict by name. A row clicked plays;
+    the page turns in a row as small as a search field."""
     controls: dict = {}
-    with make(gr.Accordion, {"label": "history_heading"}, open=True, elem_id="cv-history-section"):
-        with gr.Row(equal_height=True):
-            controls["search"] = make(
-                gr.Textbox,
-                {"label": "history_search_label", "placeholder": "history_search_placeholder"},
-                scale=3,
-                elem_id="cv-history-search",
+    with gr.Row(equal_height=False, elem_id="cv-history-pager"):
+        controls["search"] = make(
+            gr.Textbox,
+            {"label": "history_search_label", "placeholder": "history_search_placeholder"},
+            scale=3,
+            elem_id="cv-history-search",
+        )
+        with gr.Row(scale=1, elem_classes="cv-history-turn"):
+            controls["prev"] = make(
+                gr.Button, {"value": "history_prev"}, size="sm", min_width=40, scale=0, elem_id="cv-history-prev"
             )
-            controls["prev"] = make(gr.Button, {"value": "history_prev"}, size="sm", scale=0, elem_id="cv-history-prev")
             controls["page_words"] = gr.Markdown(elem_id="cv-history-page", elem_classes="cv-message")
-            controls["next"] = make(gr.Button, {"value": "history_next"}, size="sm", scale=0, elem_id="cv-history-next")
-        controls["badge"] = gr.Markdown(elem_id="cv-history-badge", elem_classes="cv-message")
-        controls["table"] = make(
-            gr.Dataframe,
-            {"label": "history_label"},
-            interactive=False,
-            wrap=True,
-            column_widths=HISTORY_COLUMN_WIDTHS,
-            datatype=HISTORY_DATATYPES,
-            elem_id="cv-history",
+            controls["next"] = make(
+                gr.Button, {"value": "history_next"}, size="sm", min_width=40, scale=0, elem_id="cv-history-next"
+            )
+    controls["badge"] = gr.Markdown(elem_id="cv-history-badge", elem_classes="cv-message")
+    make(gr.Markdown, {"value": "history_row_hint"}, elem_classes="cv-message")
+    controls["table"] = make(
+        gr.Dataframe,
+        {"label": "history_label"},
+        interactive=False,
+        wrap=True,
+        column_widths=HISTORY_COLUMN_WIDTHS,
+        datatype=HISTORY_DATATYPES,
+        max_height=420,
+        elem_id="cv-history",
+    )
+    # The row clicked (its file name): the menu is not shown, it only holds the pick for the buttons.
+    controls["pick"] = gr.Dropdown(choices=[], value=None, visible=False, elem_id="cv-history-pick")
+    controls["audio"] = make(
+        gr.Audio,
+        {"label": "history_audio_label"},
+        interactive=False,
+        buttons=["download"],
+        elem_id="cv-history-audio",
+    )
+    with gr.Row(equal_height=True):
+        controls["reuse"] = make(
+            gr.Button, {"value": "history_reuse"}, size="sm", variant="primary", elem_id="cv-history-reuse"
         )
-        with gr.Row(equal_height=True):
-            controls["pick"] = make(
-                gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None, scale=2, elem_id="cv-history-pick"
-            )
-            controls["reuse"] = make(
-                gr.Button, {"value": "history_reuse"}, size="sm", scale=1, elem_id="cv-history-reuse"
-            )
-            controls["clear"] = make(
-                gr.Button, {"value": "history_clear"}, size="sm", scale=1, elem_id="cv-history-clear"
-            )
-        with gr.Row(visible=False, elem_id="cv-history-clear-row") as clear_row:
-            make(gr.Markdown, {"value": "history_clear_question"}, elem_classes="cv-message")
-            controls["clear_yes"] = make(
-                gr.Button, {"value": "history_clear_yes"}, size="sm", variant="stop", elem_id="cv-history-clear-yes"
-            )
-            controls["clear_no"] = make(
-                gr.Button, {"value": "voice_replace_no"}, size="sm", elem_id="cv-history-clear-no"
-            )
-        controls["clear_row"] = clear_row
-        controls["msg"] = gr.Markdown(elem_id="cv-history-msg", elem_classes="cv-message")
-        controls["audio"] = make(
-            gr.Audio,
-            {"label": "history_audio_label"},
-            interactive=False,
-            buttons=["download"],
-            elem_id="cv-history-audio",
+        controls["clear"] = make(gr.Button, {"value": "history_clear"}, size="sm", elem_id="cv-history-clear")
+    with gr.Row(visible=False, elem_id="cv-history-clear-row") as clear_row:
+        make(gr.Markdown, {"value": "history_clear_question"}, elem_classes="cv-message")
+        controls["clear_yes"] = make(
+            gr.Button, {"value": "history_clear_yes"}, size="sm", variant="stop", elem_id="cv-history-clear-yes"
         )
-        controls["page"] = gr.State(0)
+        controls["clear_no"] = make(gr.Button, {"value": "voice_replace_no"}, size="sm", elem_id="cv-history-clear-no")
+    controls["clear_row"] = clear_row
+    controls["msg"] = gr.Markdown(elem_id="cv-history-msg", elem_classes="cv-message")
+    controls["page"] = gr.State(0)
     return controls
 
 
@@ -258,11 +260,20 @@ class HistoryCallbacks:
         entry = self.history_book.find(file_name)
         return entry.path if entry is not None else None
 
+    def history_row_clicked(self, lang: str, event: gr.SelectData):
+        """A row of the table clicked: (the pick, its WAV for the player, the line naming it). The row's last
+        cell is its file name, looked up among outputs/ like any pick (never a path)."""
+        row = list(getattr(event, "row_value", None) or [])
+        entry = self.history_book.find(str(row[-1])) if row else None
+        if entry is None:
+            return gr.skip(), gr.skip(), say(lang, "history_pick_first")
+        return entry.file_name, entry.path, say(lang, "history_picked_row", name=entry.file_name)
+
     def history_reuse(self, lang: str, file_name: str | None):
         """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
-        "Keep this seed" (ticked: the result's seed is the point of reusing it), the Convert section, its voice,
-        its speed, message). A recording uploaded for it is not kept, so only a
-        saved voice comes back; a conversion opens the Convert section instead (its recording is not kept)."""
+        "Keep this seed" (ticked: the result's seed is the point of reusing it), the workspace shown (Speak), the
+        Convert voice, its speed, message). A recording uploaded for it is not kept, so only a saved voice comes
+        back; a conversion opens the Convert workspace instead (its recording is not kept)."""
         entry = self.history_book.find(file_name)
         skip = gr.skip()
         if entry is None:
@@ -281,10 +292,10 @@ class HistoryCallbacks:
         transcript = entry.transcript if entry.transcript is not None else skip
         instruct = entry.instruct or ""
         kept = (entry.seed, entry.speed, voice, transcript, True)
-        return entry.text, entry.mode, instruct, *kept, skip, skip, skip, words
+        return entry.text, entry.mode, instruct, *kept, gr.update(selected="speak"), skip, skip, words
 
     def _reuse_conversion(self, lang: str, entry: HistoryEntry) -> tuple:
-        """(the Convert section opened, its voice menu, its speed, message) for an earlier conversion."""
+        """(the Convert workspace shown, its voice menu, its speed, message) for an earlier conversion."""
         source = entry.source or "?"
         try:
             names = [known["name"] for known in self._voices().list()]
@@ -297,7 +308,7 @@ class HistoryCallbacks:
             voice, words = "", say(lang, "history_reused_conversion_gone", voice=entry.voice, source=source)
         else:
             voice, words = "", say(lang, "history_reused_conversion_upload", source=source)
-        return gr.update(open=True), gr.update(choices=menu, value=voice), entry.speed, words
+        return gr.update(selected="convert"), gr.update(choices=menu, value=voice), entry.speed, words
 
     def history_cleared(self, lang: str, query: str):
         self.history_book.clear()
@@ -323,6 +334,9 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
         **quiet,
     )
     controls["pick"].input(callbacks.history_picked, controls["pick"], controls["audio"], **quiet)
+    controls["table"].select(
+        callbacks.history_row_clicked, language, [controls["pick"], controls["audio"], controls["msg"]], **quiet
+    )
     filled = [
         form[name]
         for name in (
@@ -334,7 +348,7 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
             "voices",
             "transcript",
             "seed_fixed",
-            "convert_section",
+            "workspaces",
             "convert_voice",
             "convert_speed",
         )

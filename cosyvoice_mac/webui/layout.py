@@ -7,13 +7,11 @@ long-form section ``longform.py``. Element ids (``elem_id``) are the browser tes
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import gradio as gr
 
 from cosyvoice_mac.frontend.special_tokens import INSTRUCTIONS
 from cosyvoice_mac.settings import bounds, slider
-from cosyvoice_mac.webui.action_bar import ACTION_BAR_CSS, build_action_bar
+from cosyvoice_mac.webui.action_bar import ACTION_BAR_CSS, build_action_bar, compact_player
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.convert_tab import ConvertCallbacks, build_convert_section
 from cosyvoice_mac.webui.download_panel import build_download_panel, wire_download_panel
@@ -22,13 +20,21 @@ from cosyvoice_mac.webui.history import build_history_section, wire_history_sect
 from cosyvoice_mac.webui.language import LabelBook, gradio_locale_js
 from cosyvoice_mac.webui.longform_layout import build_longform_section
 from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel
+from cosyvoice_mac.webui.page_events import LanguageOutputs, switch_language, wire_derived_lines
 from cosyvoice_mac.webui.post_controls import build_post_controls
-from cosyvoice_mac.webui.render import status_line
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import STOP_JS
-from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_label
+from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_choice
 from cosyvoice_mac.webui.strings import text as say
-from cosyvoice_mac.webui.voice_cards import build_voice_section, wire_voice_section
+from cosyvoice_mac.webui.voice_cards import build_voice_library, build_voice_section, wire_voice_section
+from cosyvoice_mac.webui.workspaces import (
+    DEFAULT_WORKSPACE,
+    WORKSPACE_CSS,
+    WORKSPACE_LOAD_JS,
+    WORKSPACES,
+    remember_js,
+    workspace,
+)
 
 CSS = (
     """
@@ -42,6 +48,7 @@ CSS = (
 #cv-notice-box.cv-accepted #cv-notice-short { display: block; }
 """
     + ACTION_BAR_CSS
+    + WORKSPACE_CSS
 )
 NOTICE_KEY = "cosyvoice-notice-accepted"
 NOTICE_LOAD_JS = (
@@ -105,86 +112,120 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             notice_ok = make(gr.Button, {"value": "notice_ok"}, size="sm", elem_id="cv-notice-ok")
         make(gr.Markdown, {"value": no_model_words}, visible=not has_model, elem_id="cv-no-model")
 
-        with gr.Row():
-            with gr.Column(scale=3):
-                voice_controls = build_voice_section(make, callbacks, features)
-                voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
-                prompt_msg, transcript = voice_controls["prompt_msg"], voice_controls["transcript"]
-                transcribe, transcript_row = voice_controls["transcribe"], voice_controls["transcript_row"]
-                transcript_msg, voice_msg = voice_controls["transcript_msg"], voice_controls["voice_msg"]
-
-                make(gr.Markdown, {"value": "section_text"})
-                text = make(
-                    gr.Textbox, {"label": "text_label", "placeholder": "text_placeholder"}, lines=4, elem_id="cv-text"
-                )
-                counter = gr.Markdown(callbacks.counter(lang, ""), elem_id="cv-counter", elem_classes="cv-message")
-                make(gr.Markdown, {"value": "markup_help"}, elem_id="cv-markup-help")
-                mode = make(
-                    gr.Radio, {"choices": _mode_choices, "label": "mode_label"}, value="zero_shot", elem_id="cv-mode"
-                )
+        with gr.Tabs(selected=DEFAULT_WORKSPACE, elem_id="cv-workspaces") as workspaces:
+            with workspace(make, "speak") as speak_tab:
                 with gr.Row():
-                    preset = make(
-                        gr.Dropdown,
-                        {"choices": _preset_choices, "label": "preset_label", "info": "preset_info"},
-                        value=None,
-                        visible=False,
-                        elem_id="cv-preset",
-                    )
-                    instruct = make(
-                        gr.Textbox,
-                        {"label": "instruct_label", "placeholder": "instruct_placeholder"},
-                        visible=False,
-                        elem_id="cv-instruct",
-                    )
-                mode_msg = gr.Markdown(elem_id="cv-mode-msg", elem_classes="cv-message")
-                with gr.Row(equal_height=True):
-                    seed = make(
-                        gr.Number,
-                        {"label": "seed_label", "info": "seed_info"},
-                        value=0,
-                        precision=0,
-                        minimum=bounds("seed")[0],
-                        maximum=bounds("seed")[1],
-                        scale=3,
-                        elem_id="cv-seed",
-                    )
-                    dice = gr.Button(DICE, scale=0, elem_id="cv-dice")
-                    seed_fixed = make(
-                        gr.Checkbox, {"label": "seed_fixed_label"}, value=False, scale=1, elem_id="cv-seed-fixed"
-                    )
-                    speed = make(
-                        gr.Slider,
-                        {"label": "speed_label"},
-                        **slider("speed"),
-                        scale=3,
-                        elem_id="cv-speed",
-                    )
-                stream = make(
-                    gr.Checkbox,
-                    {"label": "stream_label", "info": "stream_info"},
-                    value=False,
-                    visible=bool(features.get("stream")),
-                    elem_id="cv-stream",
+                    with gr.Column(scale=3):
+                        voice_controls = build_voice_section(make, callbacks, features)
+                        voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
+                        prompt_msg, transcript = voice_controls["prompt_msg"], voice_controls["transcript"]
+                        transcribe, transcript_row = voice_controls["transcribe"], voice_controls["transcript_row"]
+                        transcript_msg, voice_msg = voice_controls["transcript_msg"], voice_controls["voice_msg"]
+
+                        make(gr.Markdown, {"value": "section_text"})
+                        text = make(
+                            gr.Textbox,
+                            {"label": "text_label", "placeholder": "text_placeholder"},
+                            lines=4,
+                            elem_id="cv-text",
+                        )
+                        counter = gr.Markdown(
+                            callbacks.counter(lang, ""), elem_id="cv-counter", elem_classes="cv-message"
+                        )
+                        make(gr.Markdown, {"value": "markup_help"}, elem_id="cv-markup-help")
+                        mode = make(
+                            gr.Radio,
+                            {"choices": _mode_choices, "label": "mode_label"},
+                            value="zero_shot",
+                            elem_id="cv-mode",
+                        )
+                        with gr.Row():
+                            preset = make(
+                                gr.Dropdown,
+                                {"choices": _preset_choices, "label": "preset_label", "info": "preset_info"},
+                                value=None,
+                                visible=False,
+                                elem_id="cv-preset",
+                            )
+                            instruct = make(
+                                gr.Textbox,
+                                {"label": "instruct_label", "placeholder": "instruct_placeholder"},
+                                visible=False,
+                                elem_id="cv-instruct",
+                            )
+                        mode_msg = gr.Markdown(elem_id="cv-mode-msg", elem_classes="cv-message")
+                        with gr.Row(equal_height=True):
+                            seed = make(
+                                gr.Number,
+                                {"label": "seed_label", "info": "seed_info"},
+                                value=0,
+                                precision=0,
+                                minimum=bounds("seed")[0],
+                                maximum=bounds("seed")[1],
+                                scale=3,
+                                elem_id="cv-seed",
+                            )
+                            dice = gr.Button(DICE, scale=0, elem_id="cv-dice")
+                            seed_fixed = make(
+                                gr.Checkbox,
+                                {"label": "seed_fixed_label"},
+                                value=False,
+                                scale=1,
+                                elem_id="cv-seed-fixed",
+                            )
+                            speed = make(
+                                gr.Slider,
+                                {"label": "speed_label"},
+                                **slider("speed"),
+                                scale=3,
+                                elem_id="cv-speed",
+                            )
+                        stream = make(
+                            gr.Checkbox,
+                            {"label": "stream_label", "info": "stream_info"},
+                            value=False,
+                            visible=bool(features.get("stream")),
+                            elem_id="cv-stream",
+                        )
+                        stream_note = make(
+                            gr.Markdown,
+                            {"value": "stream_speed_note"},
+                            visible=False,
+                            elem_id="cv-stream-note",
+                            elem_classes="cv-message",
+                        )
+                        with make(gr.Accordion, {"label": "post_heading"}, open=False, elem_id="cv-post"):
+                            make(gr.Markdown, {"value": "post_info"}, elem_classes="cv-message")
+                            post_controls = build_post_controls(make, "cv-post")
+                    with gr.Column(scale=2):
+                        make(gr.Markdown, {"value": "result_heading"})
+                        result = make(
+                            gr.Audio,
+                            {"label": "result_label"},
+                            interactive=False,
+                            type="filepath",
+                            buttons=["download"],
+                            elem_id="cv-result",
+                        )
+                        queue_line = gr.Markdown(elem_id="cv-queue", elem_classes="cv-message")
+                        panel = build_model_panel(make, callbacks, features, lang, licence_words)
+                        downloads = build_download_panel(make, callbacks, has_model)
+                bar = build_action_bar(make, can_generate, callbacks.blockers(lang, None, "", "", "", "zero_shot", ""))
+            with workspace(make, "convert") as convert_tab:
+                convert_controls = build_convert_section(
+                    make, ConvertCallbacks(host, callbacks.generation.active), language
                 )
-                stream_note = make(
-                    gr.Markdown,
-                    {"value": "stream_speed_note"},
-                    visible=False,
-                    elem_id="cv-stream-note",
-                    elem_classes="cv-message",
-                )
-                with make(gr.Accordion, {"label": "post_heading"}, open=False, elem_id="cv-post"):
-                    make(gr.Markdown, {"value": "post_info"}, elem_classes="cv-message")
-                    post_controls = build_post_controls(make, "cv-post")
-            with gr.Column(scale=2):
-                panel = build_model_panel(make, callbacks, features, lang, licence_words)
-                downloads = build_download_panel(make, callbacks, has_model)
-        history_controls = build_history_section(make, lang)
+            with workspace(make, "longform") as longform_tab:
+                build_longform_section(make, callbacks, callbacks.longform, language, page)
+            with workspace(make, "voices") as voices_tab:
+                build_voice_library(make, voice_controls)
+            with workspace(make, "history") as history_tab:
+                history_controls = build_history_section(make, lang)
+        make(gr.Markdown, {"value": "ws_keys"}, elem_id="cv-keys", elem_classes="cv-message")
         history = history_controls["table"]
-        build_longform_section(make, callbacks, callbacks.longform, language, page)
-        convert_controls = build_convert_section(make, ConvertCallbacks(host, callbacks.generation.active), language)
-        bar = build_action_bar(make, can_generate, callbacks.blockers(lang, None, "", "", "", "zero_shot", ""))
-        generate, stop, status, player, result = bar.generate, bar.stop, bar.status, bar.player, bar.result
+        generate, stop, status, player = bar.generate, bar.stop, bar.status, bar.player
+        for name, tab in zip(WORKSPACES, (speak_tab, convert_tab, longform_tab, voices_tab, history_tab)):
+            tab.select(None, None, None, js=remember_js(name))
         timer = gr.Timer(2.0)
 
         # -- wiring ----------------------------------------------------------------------------------
@@ -205,12 +246,16 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio], **quiet
         ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
+        trim = voice_controls["prompt_trim"]  # a prompt over the limit: its clearest stretch, on offer
+        prompt_audio.change(callbacks.trim_offer, [language, prompt_audio], trim, **quiet)
+        trim.click(callbacks.keep_clearest, [language, prompt_audio], [prompt_audio, prompt_msg, trim], **quiet)
         wire_voice_section(voice_controls, callbacks, language, mode)
         form = dict(
             text=text, mode=mode, instruct=instruct, seed=seed, speed=speed, voices=voices, transcript=transcript
         )
         form["seed_fixed"] = seed_fixed
         form.update({f"convert_{name}": control for name, control in convert_controls.items()})
+        form["workspaces"] = workspaces  # "use these settings again" opens Speak or Convert
         wire_history_section(history_controls, callbacks, language, form)
         history_shown = [history_controls[name] for name in ("table", "badge", "page_words", "page", "pick")]
         history_query = [language, history_controls["search"]]
@@ -224,12 +269,27 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
                 concurrency_limit=1,
                 show_progress="hidden",
             )
-        transcript.input(lambda: "", None, transcript_msg, **quiet)
+        verdict, choices = gr.State({}), voice_controls["transcript_choices"]  # the transcript check's (its module)
+        blocker_inputs = [language, prompt_audio, voices, transcript, text, mode, instruct, verdict]
+        transcript.input(lambda: ("", gr.update(visible=False)), None, [transcript_msg, choices], **quiet)
         if transcribe is not None:  # the recogniser is there: a transcript that is not the recording's is said
             # Leaving the field is most often a press of Generate: the check stays off the queue (see quiet).
             checked = [language, prompt_audio, voices, transcript]
-            transcript.blur(callbacks.transcript_checking, checked, transcript_msg, **quiet)
-            transcript.blur(callbacks.check_transcript, checked, transcript_msg, **quiet)
+            transcript.blur(callbacks.transcript_checking, checked, [transcript_msg, verdict], **quiet).then(
+                callbacks.blockers, blocker_inputs, bar.blockers, **quiet
+            )
+            transcript.blur(callbacks.check_transcript, checked, [transcript_msg, verdict, choices], **quiet).then(
+                callbacks.blockers, blocker_inputs, bar.blockers, **quiet
+            )
+            voice_controls["use_heard"].click(
+                callbacks.transcript_use_heard,
+                [language, verdict],
+                [transcript, transcript_msg, verdict, choices],
+                **quiet,
+            ).then(callbacks.blockers, blocker_inputs, bar.blockers, **quiet)
+            voice_controls["keep_mine"].click(
+                callbacks.transcript_keep_mine, [language, verdict], [transcript_msg, verdict, choices], **quiet
+            ).then(callbacks.blockers, blocker_inputs, bar.blockers, **quiet)
         text.change(callbacks.counter, [language, text], counter, trigger_mode="always_last", **quiet)
         mode.change(callbacks.mode_changed, mode, [transcript_row, preset, instruct, mode_msg], **quiet)
         mode.change(lambda: "", None, transcript_msg, **quiet)
@@ -253,12 +313,11 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             blockers=bar.blockers,
             seed=seed,
         )
-        blocker_inputs = [language, prompt_audio, voices, transcript, text, mode, instruct]
         generate.click(
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
             + list(post_controls)  # after the session: Generation.run takes them last, off by default
-            + [seed_fixed],
+            + [seed_fixed, verdict],
             [generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).
@@ -269,13 +328,15 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         ).then(callbacks.status_panel, language, panel.status_panel, **quiet).then(
             callbacks.history_show, history_query, history_shown, **quiet
         ).then(callbacks.blockers, blocker_inputs, bar.blockers, **quiet).then(
-            callbacks.queue_words, language, bar.queue, **quiet
+            callbacks.queue_words, language, queue_line, **quiet
         )
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
+        result.change(compact_player, result, bar.compact, **quiet)
+        page.load(None, None, None, js=WORKSPACE_LOAD_JS)
         wire_model_panel(panel, callbacks, language)
         wire_download_panel(downloads, callbacks, language, panel, page)
-        _wire_derived_lines(callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel)
+        wire_derived_lines(callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel, queue_line)
         page.unload(callbacks.session_closed)
         notice_ok.click(callbacks.acknowledge_notice, None, None, js=NOTICE_ACCEPT_JS, **quiet)
         page.load(None, None, None, js=NOTICE_LOAD_JS)
@@ -324,7 +385,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         language.change(None, language, None, js=gradio_locale_js())
         language.change(None, language, None, js=LANGUAGE_KEEP_JS)
         language.change(
-            lambda lang, words, audio, voice, session, query: _switch_language(
+            lambda lang, words, audio, voice, session, query: switch_language(
                 callbacks, book, relabelled, lang, words, audio, voice, session, query
             ),
             [language, text, prompt_audio, voices, session, history_search],
@@ -335,88 +396,9 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
     return page
 
 
-class LanguageOutputs(NamedTuple):
-    """What a language switch rewrites, in the order of its one event's outputs."""
-
-    book: list  # every registered control's labels
-    lines: list  # counter, prompt, status, status panel, voice, mode, model and transcript messages
-    voice: list  # the picked voice's card, the voice list
-    history: list  # table, badge, page words, page, pick menu
-    remounted: list  # hidden here, shown again by the event's follow-up (Gradio's own words re-render)
-
-    @property
-    def components(self) -> list:
-        return _unique(self.book + self.lines + self.voice + self.history + self.remounted)
-
-
-def _switch_language(
-    callbacks: Callbacks, book: LabelBook, outputs: LanguageOutputs, lang, words, audio, voice, session, query
-) -> list:
-    """Every word the page shows, in ``lang``, as one list of updates (a control named twice gets one update
-    holding both). Messages are rebuilt in the new language; one-off messages are cleared rather than left
-    untranslated."""
-    session = session if isinstance(session, Session) else Session()
-    status = status_line(lang, *session.last_status) if session.last_status else ""
-    lines = [
-        callbacks.counter(lang, words),
-        callbacks.prompt_status(lang, audio, voice),
-        status,
-        callbacks.status_panel(lang),
-        "",
-        "",
-        "",
-        "",
-    ]
-    merged: dict[int, dict] = {}
-    pairs = list(zip(outputs.book, book.updates(lang)))
-    pairs += zip(outputs.lines, lines)
-    pairs += zip(outputs.voice, callbacks.voice_words(lang, voice))
-    pairs += zip(outputs.history, callbacks.history_show(lang, query))
-    pairs += [(component, gr.update(visible=False)) for component in outputs.remounted]
-    for component, update in pairs:
-        update = update if isinstance(update, dict) else gr.update(value=update)
-        merged.setdefault(id(component), {}).update({k: v for k, v in update.items() if k != "__type__"})
-    return [gr.update(**merged[id(component)]) for component in outputs.components]
-
-
-def _unique(components: list) -> list:
-    seen: set[int] = set()
-    return [c for c in components if not (id(c) in seen or seen.add(id(c)))]
-
-
-def _wire_derived_lines(
-    callbacks: Callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel
-) -> None:
-    """The lines that follow the state they describe (``derived_status``): recomputed when the selection changes,
-    and on each tick for what changes elsewhere (the library through another door, the model's state, the queue).
-    The tick is one request (off the queue: never "busy"), not one per line: the page's own events are answered
-    one after another, and four per tick kept a language switch's answers waiting."""
-    quiet = dict(queue=False, show_progress="hidden")
-    voices, prompt_audio = voice_controls["voices"], voice_controls["prompt_audio"]
-    voices.change(callbacks.prompt_status, [language, prompt_audio, voices], voice_controls["prompt_msg"], **quiet)
-    # A check of the transcript against a recording says nothing about the next recording or voice.
-    gr.on([prompt_audio.change, voices.change], lambda: "", None, voice_controls["transcript_msg"], **quiet)
-    seen = gr.State("")
-    page.load(callbacks.library_seen, None, seen, **quiet)
-    timer.tick(
-        callbacks.tick,
-        [language, seen, *blocker_inputs[1:]],
-        [
-            panel.status_panel,
-            bar.queue,
-            voices,
-            voice_controls["voice_list"],
-            voice_controls["card"],
-            seen,
-            bar.blockers,
-        ],
-        **quiet,
-    )
-
-
 def _mode_choices(lang: str) -> list[tuple[str, str]]:
     return [(say(lang, f"mode_{mode}"), mode) for mode in ("zero_shot", "cross_lingual", "instruct")]
 
 
 def _preset_choices(lang: str) -> list[tuple[str, str]]:
-    return [(preset_label(lang, preset.label), preset.text) for preset in INSTRUCTIONS]
+    return [(preset_choice(lang, preset.label, preset.text), preset.text) for preset in INSTRUCTIONS]

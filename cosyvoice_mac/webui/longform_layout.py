@@ -34,129 +34,151 @@ def _relabelled(keys: tuple[str, ...]):
 
 
 def build_longform_section(make, callbacks, longform: LongformCallbacks, language, page) -> None:
-    """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make."""
-    with make(gr.Accordion, {"label": "longform_heading"}, open=False, elem_id="cv-longform"):
-        trim, level, target = build_post_controls(make, "cv-lf")
-        with gr.Tabs():
-            with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
-                script = make(
-                    gr.Textbox,
-                    {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
-                    lines=6,
-                    elem_id="cv-lf-script",
+    """The Long form workspace's controls and wiring (inside its tab); ``make`` is the page's LabelBook.make."""
+    make(gr.Markdown, {"value": "longform_heading"}, elem_id="cv-longform", elem_classes="cv-message")
+    trim, level, target = build_post_controls(make, "cv-lf")
+    with gr.Tabs():
+        with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
+            script = make(
+                gr.Textbox,
+                {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
+                lines=6,
+                elem_id="cv-lf-script",
+            )
+            cast = make(
+                gr.Dataframe,
+                {"label": "lf_cast_label"},
+                headers=_headers(CAST_COLUMNS),
+                value=[["", ""]],
+                column_count=(2, "fixed"),
+                interactive=True,
+                elem_id="cv-lf-cast",
+            )
+            with gr.Row():
+                pause = make(
+                    gr.Slider,
+                    {"label": "lf_pause_label"},
+                    **slider("pause"),
+                    elem_id="cv-lf-pause",
                 )
-                cast = make(
-                    gr.Dataframe,
-                    {"label": "lf_cast_label"},
-                    headers=_headers(CAST_COLUMNS),
-                    value=[["", ""]],
-                    column_count=(2, "fixed"),
-                    interactive=True,
-                    elem_id="cv-lf-cast",
+                per_line = make(gr.Checkbox, {"label": "lf_per_line_label"}, value=False, elem_id="cv-lf-per-line")
+            dialogue_start = make(
+                gr.Button,
+                {"value": "lf_start"},
+                variant="primary",
+                elem_id="cv-lf-dialogue-start",
+                elem_classes="cv-action",
+            )
+        with make(gr.Tab, {"label": "lf_tab_subtitles"}, elem_id="cv-lf-tab-subtitles"):
+            srt_file = make(
+                gr.File, {"label": "lf_srt_label"}, file_types=[".srt"], type="filepath", elem_id="cv-lf-srt"
+            )
+            with gr.Row():
+                dub_voice = make(
+                    gr.Dropdown,
+                    {"label": "lf_voice_label", "choices": callbacks.voice_choices},
+                    value="",
+                    elem_id="cv-lf-dub-voice",
                 )
-                with gr.Row():
-                    pause = make(
-                        gr.Slider,
-                        {"label": "lf_pause_label"},
-                        **slider("pause"),
-                        elem_id="cv-lf-pause",
-                    )
-                    per_line = make(gr.Checkbox, {"label": "lf_per_line_label"}, value=False, elem_id="cv-lf-per-line")
-                dialogue_start = make(
-                    gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dialogue-start"
+                speed_limit = make(
+                    gr.Slider,
+                    {"label": "lf_speed_limit_label"},
+                    **slider("speed_limit"),
+                    elem_id="cv-lf-speed-limit",
                 )
-            with make(gr.Tab, {"label": "lf_tab_subtitles"}, elem_id="cv-lf-tab-subtitles"):
-                srt_file = make(
-                    gr.File, {"label": "lf_srt_label"}, file_types=[".srt"], type="filepath", elem_id="cv-lf-srt"
+            dub_start = make(
+                gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dub-start", elem_classes="cv-action"
+            )
+        with make(gr.Tab, {"label": "lf_tab_batch"}, elem_id="cv-lf-tab-batch"):
+            lines_file = make(
+                gr.File,
+                {"label": "lf_batch_label"},
+                file_types=[".txt", ".csv"],
+                type="filepath",
+                elem_id="cv-lf-lines",
+            )
+            with gr.Row():
+                batch_voice = make(
+                    gr.Dropdown,
+                    {"label": "lf_voice_label", "choices": callbacks.voice_choices},
+                    value="",
+                    elem_id="cv-lf-batch-voice",
                 )
-                with gr.Row():
-                    dub_voice = make(
-                        gr.Dropdown,
-                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
-                        value="",
-                        elem_id="cv-lf-dub-voice",
-                    )
-                    speed_limit = make(
-                        gr.Slider,
-                        {"label": "lf_speed_limit_label"},
-                        **slider("speed_limit"),
-                        elem_id="cv-lf-speed-limit",
-                    )
-                dub_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dub-start")
-            with make(gr.Tab, {"label": "lf_tab_batch"}, elem_id="cv-lf-tab-batch"):
-                lines_file = make(
+                batch_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-batch-name")
+            batch_start = make(
+                gr.Button,
+                {"value": "lf_start"},
+                variant="primary",
+                elem_id="cv-lf-batch-start",
+                elem_classes="cv-action",
+            )
+        with make(gr.Tab, {"label": "lf_tab_convert"}, elem_id="cv-lf-tab-convert"):
+            sources = make(
+                gr.File,
+                {"label": "lf_sources_label"},
+                file_count="multiple",
+                file_types=sorted(AUDIO_SUFFIXES),
+                type="filepath",
+                elem_id="cv-lf-sources",
+            )
+            with gr.Row():
+                convert_voice = make(
+                    gr.Dropdown,
+                    {"label": "lf_convert_voice_label", "choices": callbacks.voice_choices},
+                    value="",
+                    elem_id="cv-lf-convert-voice",
+                )
+                convert_speed = make(
+                    gr.Slider,
+                    {"label": "lf_convert_speed_label"},
+                    **slider("speed"),
+                    elem_id="cv-lf-convert-speed",
+                )
+                convert_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-convert-name")
+            convert_start = make(
+                gr.Button,
+                {"value": "lf_start"},
+                variant="primary",
+                elem_id="cv-lf-convert-start",
+                elem_classes="cv-action",
+            )
+        with make(gr.Tab, {"label": "lf_tab_glossary"}, elem_id="cv-lf-tab-glossary") as glossary_tab:
+            table = make(
+                gr.Dataframe,
+                {"label": "lf_glossary_table_label"},
+                headers=_headers(GLOSSARY_COLUMNS),
+                value=[["", "", "all"]],  # the saved rows arrive when the page loads
+                column_count=(3, "fixed"),
+                interactive=True,
+                elem_id="cv-lf-glossary",
+            )
+            with gr.Row():
+                save = make(gr.Button, {"value": "lf_glossary_save"}, elem_id="cv-lf-glossary-save")
+                upload = make(
                     gr.File,
-                    {"label": "lf_batch_label"},
-                    file_types=[".txt", ".csv"],
+                    {"label": "lf_glossary_import_label"},
+                    file_types=[".csv"],
                     type="filepath",
-                    elem_id="cv-lf-lines",
+                    elem_id="cv-lf-glossary-import",
                 )
-                with gr.Row():
-                    batch_voice = make(
-                        gr.Dropdown,
-                        {"label": "lf_voice_label", "choices": callbacks.voice_choices},
-                        value="",
-                        elem_id="cv-lf-batch-voice",
-                    )
-                    batch_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-batch-name")
-                batch_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-batch-start")
-            with make(gr.Tab, {"label": "lf_tab_convert"}, elem_id="cv-lf-tab-convert"):
-                sources = make(
-                    gr.File,
-                    {"label": "lf_sources_label"},
-                    file_count="multiple",
-                    file_types=sorted(AUDIO_SUFFIXES),
-                    type="filepath",
-                    elem_id="cv-lf-sources",
-                )
-                with gr.Row():
-                    convert_voice = make(
-                        gr.Dropdown,
-                        {"label": "lf_convert_voice_label", "choices": callbacks.voice_choices},
-                        value="",
-                        elem_id="cv-lf-convert-voice",
-                    )
-                    convert_speed = make(
-                        gr.Slider,
-                        {"label": "lf_convert_speed_label"},
-                        **slider("speed"),
-                        elem_id="cv-lf-convert-speed",
-                    )
-                    convert_name = make(gr.Textbox, {"label": "lf_batch_name_label"}, elem_id="cv-lf-convert-name")
-                convert_start = make(gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-convert-start")
-            with make(gr.Tab, {"label": "lf_tab_glossary"}, elem_id="cv-lf-tab-glossary") as glossary_tab:
-                table = make(
-                    gr.Dataframe,
-                    {"label": "lf_glossary_table_label"},
-                    headers=_headers(GLOSSARY_COLUMNS),
-                    value=[["", "", "all"]],  # the saved rows arrive when the page loads
-                    column_count=(3, "fixed"),
-                    interactive=True,
-                    elem_id="cv-lf-glossary",
-                )
-                with gr.Row():
-                    save = make(gr.Button, {"value": "lf_glossary_save"}, elem_id="cv-lf-glossary-save")
-                    upload = make(
-                        gr.File,
-                        {"label": "lf_glossary_import_label"},
-                        file_types=[".csv"],
-                        type="filepath",
-                        elem_id="cv-lf-glossary-import",
-                    )
-                glossary_msg = gr.Markdown(elem_id="cv-lf-glossary-msg", elem_classes="cv-message")
-                glossary_problem = gr.Markdown(elem_id="cv-lf-glossary-problem", elem_classes="cv-message")
-                start_empty = make(
-                    gr.Button, {"value": "lf_glossary_reset"}, visible=False, elem_id="cv-lf-glossary-reset"
-                )
-        stop = make(gr.Button, {"value": "lf_stop"}, variant="secondary", elem_id="cv-lf-stop")
-        progress = gr.HTML("", elem_id="cv-lf-progress-html")
-        message = gr.Markdown(elem_id="cv-lf-msg", elem_classes="cv-message")
-        audio = make(
-            gr.Audio, {"label": "lf_audio_label"}, interactive=False, buttons=["download"], elem_id="cv-lf-audio"
+            glossary_msg = gr.Markdown(elem_id="cv-lf-glossary-msg", elem_classes="cv-message")
+            glossary_problem = gr.Markdown(elem_id="cv-lf-glossary-problem", elem_classes="cv-message")
+            start_empty = make(gr.Button, {"value": "lf_glossary_reset"}, visible=False, elem_id="cv-lf-glossary-reset")
+    audio = make(gr.Audio, {"label": "lf_audio_label"}, interactive=False, buttons=["download"], elem_id="cv-lf-audio")
+    files = make(gr.File, {"label": "lf_files_label"}, file_count="multiple", interactive=False, elem_id="cv-lf-files")
+    # The workspace's action row: each sub-tab has its own Start (the shown one is the keyboard's action).
+    with gr.Row(elem_id="cv-lf-action-row", elem_classes="cv-action-row", equal_height=False):
+        stop = make(
+            gr.Button,
+            {"value": "lf_stop"},
+            variant="secondary",
+            scale=0,
+            elem_id="cv-lf-stop",
+            elem_classes="cv-stop-action",
         )
-        files = make(
-            gr.File, {"label": "lf_files_label"}, file_count="multiple", interactive=False, elem_id="cv-lf-files"
-        )
+        with gr.Column(scale=3, min_width=240):
+            progress = gr.HTML("", elem_id="cv-lf-progress-html")
+            message = gr.Markdown(elem_id="cv-lf-msg", elem_classes="cv-message")
 
     outputs = [progress, message, audio, files]
     busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")

@@ -18,6 +18,8 @@ from cosyvoice_mac.webui.strings_longform import EN as LONGFORM_EN
 from cosyvoice_mac.webui.strings_longform import ZH as LONGFORM_ZH
 from cosyvoice_mac.webui.strings_page import EN as PAGE_PARTS_EN
 from cosyvoice_mac.webui.strings_page import ZH as PAGE_PARTS_ZH
+from cosyvoice_mac.webui.strings_workspaces import EN as WORKSPACES_EN
+from cosyvoice_mac.webui.strings_workspaces import ZH as WORKSPACES_ZH
 from cosyvoice_mac.webui.strings_zh import PRESET_LABELS_ZH
 from cosyvoice_mac.webui.strings_zh import ZH as PAGE_ZH
 
@@ -118,7 +120,8 @@ EN: dict[str, str] = {
     "mode_cross_lingual": "Cross-lingual: no transcript needed",
     "mode_instruct": "Instruct: style, emotion or dialect",
     "preset_label": "Trained instructions",
-    "preset_info": "Pick one to fill the instruction, or write your own.",
+    "preset_info": "Each fills the instruction with the words the model was trained on, most of them Chinese: "
+    "they work with English text too. Or write your own.",
     "instruct_label": "Instruction",
     "instruct_placeholder": "e.g. 请用四川话表达。 or Please say a sentence in a very soft voice.",
     "instruct_needed": "⚠️ Instruct mode needs an instruction: pick one from the menu or type your own.",
@@ -260,7 +263,8 @@ EN: dict[str, str] = {
 EN.update(LONGFORM_EN)
 EN.update(PAGE_PARTS_EN)
 EN.update(CONVERT_EN)
-ZH: dict[str, str] = {**PAGE_ZH, **LONGFORM_ZH, **PAGE_PARTS_ZH, **CONVERT_ZH}
+EN.update(WORKSPACES_EN)
+ZH: dict[str, str] = {**PAGE_ZH, **LONGFORM_ZH, **PAGE_PARTS_ZH, **CONVERT_ZH, **WORKSPACES_ZH}
 TABLES = {"en": EN, "zh": ZH}
 # Characters Markdown or HTML would read as markup; each becomes its numeric character reference, which
 # renders as the character itself.
@@ -299,3 +303,10 @@ def plural(lang: str | None, key: str, count: int, **values) -> str:
 def preset_label(lang: str | None, english_label: str) -> str:
     """The menu label of one trained instruction."""
     return PRESET_LABELS_ZH[english_label] if language(lang) == "zh" else english_label
+
+
+def preset_choice(lang: str | None, english_label: str, instruction: str) -> str:
+    """A trained instruction as its menu shows it: in English with the words it puts in the box (they are the
+    model's, often Chinese, so an English name alone would surprise); in Chinese its name alone."""
+    label = preset_label(lang, english_label)
+    return label if language(lang) == "zh" or instruction.isascii() else f"{label} · {instruction}"

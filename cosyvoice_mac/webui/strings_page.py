@@ -62,7 +62,7 @@ EN: dict[str, str] = {
     "history_clear_question": "Hide every result listed now? The files stay in outputs/.",
     "history_clear_yes": "Clear",
     "history_was_cleared": "🗑 History cleared; the files are still in outputs/.",
-    "history_pick_first": "⚠️ Pick a result first (the menu above the player).",
+    "history_pick_first": "⚠️ Click a result in the table first.",
     "history_reused": "✅ The result's text, mode, voice, seed and speed are back in the form.",
     "history_reused_upload": "✅ The result's text, mode, seed and speed are back in the form. It was made with an "
     "uploaded prompt, which is not kept: upload it again or pick a saved voice.",
@@ -147,7 +147,7 @@ ZH: dict[str, str] = {
     "history_clear_question": "隐藏现在列出的所有结果吗？文件仍保留在 `outputs/` 中。",
     "history_clear_yes": "清除",
     "history_was_cleared": "🗑 历史记录已清除；文件仍在 `outputs/` 中。",
-    "history_pick_first": "⚠️ 请先选择一个结果（播放器上方的菜单）。",
+    "history_pick_first": "⚠️ 请先在表格中点击一条结果。",
     "history_reused": "✅ 该结果的文本、模式、声音、种子和语速已填回表单。",
     "history_reused_upload": "✅ 该结果的文本、模式、种子和语速已填回表单。它使用的是上传的参考音频，该音频没有保留："
     "请重新上传，或选择一个已保存的声音。",

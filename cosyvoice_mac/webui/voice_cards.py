@@ -237,6 +237,7 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
         elem_id="cv-prompt-audio",
     )
     controls["prompt_msg"] = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
+    controls["prompt_trim"] = gr.Button(visible=False, size="sm", variant="primary", elem_id="cv-prompt-trim")
     with gr.Row(equal_height=False, elem_id="cv-transcript-row") as transcript_row:
         controls["transcript"] = make(
             gr.Textbox,
@@ -252,6 +253,18 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
             )
     controls["transcript_row"] = transcript_row
     controls["transcript_msg"] = gr.Markdown(elem_id="cv-transcript-msg", elem_classes="cv-message")
+    with gr.Row(visible=False, elem_id="cv-transcript-choices") as choices:  # the check found other words
+        controls["use_heard"] = make(
+            gr.Button,
+            {"value": "transcript_use_heard"},
+            size="sm",
+            variant="primary",
+            elem_id="cv-transcript-use-heard",
+        )
+        controls["keep_mine"] = make(
+            gr.Button, {"value": "transcript_keep_mine"}, size="sm", elem_id="cv-transcript-keep-mine"
+        )
+    controls["transcript_choices"] = choices
     with gr.Row():
         controls["voice_name"] = make(
             gr.Textbox,
@@ -272,16 +285,21 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
     controls["replace_row"] = replace_row
     controls.update(build_delete_controls(make))
     controls["voice_msg"] = gr.Markdown(elem_id="cv-voice-msg", elem_classes="cv-message")
-    with make(gr.Accordion, {"label": "voice_manage_heading"}, open=False, elem_id="cv-voice-manage"):
-        with gr.Row():
-            controls["rename_to"] = make(gr.Textbox, {"label": "voice_rename_label"}, scale=3, elem_id="cv-rename-to")
-            controls["rename"] = make(
-                gr.Button, {"value": "voice_rename"}, size="sm", scale=1, elem_id="cv-rename-voice"
-            )
-        controls["save_transcript"] = make(
-            gr.Button, {"value": "voice_save_transcript"}, size="sm", elem_id="cv-voice-save-transcript"
-        )
-        controls["voice_list"] = gr.Markdown(elem_id="cv-voice-list")
+    return controls
+
+
+def build_voice_library(make, controls: dict) -> dict:
+    """The Voices workspace (inside its tab): rename the voice picked in Speak, save the transcript typed there as
+    its own, and every saved voice; added to the voice section's ``controls``."""
+    make(gr.Markdown, {"value": "voices_workspace_info"}, elem_classes="cv-message")
+    with gr.Row():
+        controls["rename_to"] = make(gr.Textbox, {"label": "voice_rename_label"}, scale=3, elem_id="cv-rename-to")
+        controls["rename"] = make(gr.Button, {"value": "voice_rename"}, size="sm", scale=1, elem_id="cv-rename-voice")
+    controls["save_transcript"] = make(
+        gr.Button, {"value": "voice_save_transcript"}, size="sm", elem_id="cv-voice-save-transcript"
+    )
+    controls["library_msg"] = gr.Markdown(elem_id="cv-library-msg", elem_classes="cv-message")
+    controls["voice_list"] = gr.Markdown(elem_id="cv-voice-list")
     return controls
 
 
@@ -304,10 +322,13 @@ def wire_voice_section(controls: dict, callbacks: VoiceCallbacks, language, mode
     controls["save_voice"].click(callbacks.save_voice, save_inputs, menu_and_row, **voice_slot)
     controls["replace_confirm"].click(callbacks.replace_voice, save_inputs, menu_and_row, **voice_slot)
     controls["replace_cancel"].click(lambda: ("", gr.update(visible=False)), None, [voice_msg, controls["replace_row"]])
+    # Said in the Voices workspace where the button is, and in Speak where the voice is picked.
     controls["rename"].click(
         callbacks.rename_voice, [language, voices, controls["rename_to"]], [voice_msg, voices, card], **quiet
-    )
+    ).then(lambda words: words, voice_msg, controls["library_msg"], **quiet)
     controls["save_transcript"].click(
         callbacks.save_voice_transcript, [language, voices, transcript], [voice_msg, card, mode], **quiet
-    ).then(callbacks.voice_list, language, controls["voice_list"], **quiet)
+    ).then(callbacks.voice_list, language, controls["voice_list"], **quiet).then(
+        lambda words: words, voice_msg, controls["library_msg"], **quiet
+    )
     wire_delete_controls(controls, callbacks, language)

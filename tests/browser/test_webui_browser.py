@@ -17,6 +17,7 @@ from tests.browser.helpers import (
     audio_source,
     fill,
     generate,
+    open_workspace,
     screens_dir,
     settle,
     upload_prompt,
@@ -45,7 +46,6 @@ def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav
     assert len(new_files) == 1, (new_files, status)
     (new_file,) = new_files
     assert new_file in status
-    expect(page.locator("#cv-history")).to_contain_text(new_file)
     source = audio_source(page, "cv-result")
     assert source, "the result player got no audio source"
     assert audio_duration(page, "cv-result") > 0.1
@@ -53,6 +53,10 @@ def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav
     with urllib.request.urlopen(download, timeout=30) as response:
         assert response.read(4) == b"RIFF"
     assert _http_status(f"{app.url}gradio_api/file={app.outputs / new_file}") == 200  # outputs/ is served
+    compact = page.locator("#cv-result-compact audio")  # the action row's own small player of the same result
+    expect(compact).to_have_attribute("src", re.compile(r"gradio_api/file="))
+    open_workspace(page, "history")
+    expect(page.locator("#cv-history")).to_contain_text(new_file)
     if folder:
         page.screenshot(path=str(folder / "main-after.png"), full_page=True)
 
@@ -78,7 +82,9 @@ def test_a_saved_voice_is_reused_in_a_new_session_and_deleted(page, app, browser
     before = app.output_files()
     assert "Done" in generate(page)
     assert len(app.output_files() - before) == 1
+    open_workspace(page, "history")
     expect(page.locator("#cv-history")).to_contain_text("Narrator")
+    open_workspace(page, "speak")
 
     settle(page)
     page.click("#cv-delete-voice")

@@ -8,7 +8,15 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.browser.helpers import GENERATE_S, audio_duration, audio_source, fill, upload_prompt, wait_until_ready
+from tests.browser.helpers import (
+    GENERATE_S,
+    audio_duration,
+    audio_source,
+    fill,
+    open_workspace,
+    upload_prompt,
+    wait_until_ready,
+)
 
 TRANSCRIPT = "This is the voice I would like you to copy, please."
 SRT = (
@@ -28,7 +36,7 @@ def _save_voice(page, prompt_wav, name):
 def test_a_dialogue_shows_progress_and_stop_keeps_the_finished_lines(page, app, prompt_wav):
     wait_until_ready(page)
     _save_voice(page, prompt_wav, "Host")
-    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    open_workspace(page, "longform")
     script = "\n".join(f"Host: This is line number {n} of the show." for n in range(1, 9))
     fill(page, "cv-lf-script", script)
     page.click("#cv-lf-dialogue-start")
@@ -56,7 +64,7 @@ def test_a_dialogue_shows_progress_and_stop_keeps_the_finished_lines(page, app, 
 def test_a_subtitle_file_is_dubbed_through_the_page(page, app, prompt_wav, tmp_path):
     wait_until_ready(page)
     _save_voice(page, prompt_wav, "Dubber")
-    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    open_workspace(page, "longform")
     page.get_by_role("tab", name="Subtitles").click()
     srt = tmp_path / "scene.srt"
     srt.write_text(SRT)
@@ -80,7 +88,7 @@ def test_several_recordings_are_converted_through_the_page_and_a_bad_one_is_name
     soundfile.write(recordings[0], speech, rate)
     soundfile.write(recordings[1], np.zeros(rate * 2, np.float32), rate)  # silence: named, the rest go on
     soundfile.write(recordings[2], speech[: len(speech) // 2], rate)
-    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    open_workspace(page, "longform")
     page.get_by_role("tab", name="Convert recordings").click()
     page.locator("#cv-lf-sources input[type=file]").set_input_files([str(path) for path in recordings])
     page.locator("#cv-lf-convert-voice input").click()

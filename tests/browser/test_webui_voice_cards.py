@@ -13,6 +13,7 @@ from tests.browser.helpers import (
     audio_duration,
     audio_source,
     fill,
+    open_workspace,
     settle,
     upload_prompt,
     wait_until_ready,
@@ -66,13 +67,15 @@ def test_a_saved_voice_plays_its_recording_is_replaced_and_renamed(laptop_page, 
     expect(card).to_contain_text(TRANSCRIPT)
     expect(page.locator("#cv-mode input[value=zero_shot]")).to_be_checked()
 
-    page.click("#cv-voice-manage button, #cv-voice-manage .label-wrap")
+    open_workspace(page, "voices")
     fill(page, "cv-rename-to", "Card voice renamed")
     settle(page)
     page.click("#cv-rename-voice")
+    expect(page.locator("#cv-library-msg")).to_contain_text("Renamed “Card voice” to “Card voice renamed”")
+    expect(page.locator("#cv-voice-list")).to_contain_text("Card voice renamed")
+    open_workspace(page, "speak")
     expect(message).to_contain_text("Renamed “Card voice” to “Card voice renamed”")
     expect(card).to_contain_text("Card voice renamed")
-    expect(page.locator("#cv-voice-list")).to_contain_text("Card voice renamed")
     settle(page)
     page.click("#cv-delete-voice")
     expect(message).to_contain_text("Delete the voice “Card voice renamed”?")

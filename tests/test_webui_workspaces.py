@@ -22,6 +22,7 @@ from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.derived_status import StatusCallbacks
 from cosyvoice_mac.webui.strings import preset_choice
 from cosyvoice_mac.webui.transcript_verdict import TranscriptCheckCallbacks, blocks_generate, transcript_blocker
+from tests.test_webui_additions import checked_transcript
 
 TYPED = "The weather in Paris is lovely today."
 HEARD = "This is the voice I would like you to copy, please."
@@ -51,11 +52,12 @@ def test_a_transcript_the_recogniser_disagrees_with_blocks_zero_shot_until_the_u
     soundfile.write(recording, 0.3 * np.sin(np.linspace(0, 3000, 4 * rate)).astype(np.float32), rate)
     monkeypatch.setattr(callbacks.host, "transcriber", _Hears(HEARD))
     audio = str(recording)
-    message, checking = callbacks.transcript_checking("en", audio, "", TYPED)
+    message, checking = callbacks.check_transcript("en", audio, "", TYPED)  # the recogniser listens on a thread
     assert transcript_blocker("en", checking, audio, "", TYPED, "zero_shot") == message  # said, not blocking
     assert not blocks_generate(checking, audio, "", TYPED, "zero_shot")
+    assert callbacks.blockers("en", audio, "", TYPED, "Hello.", "zero_shot", "", checking).startswith("✅ Ready")
 
-    message, verdict, choices = callbacks.check_transcript("en", audio, "", TYPED)
+    message, verdict, choices = checked_transcript(callbacks, "en", audio, "", TYPED)
     assert choices["visible"] is True and HEARD in message
     assert blocks_generate(verdict, audio, "", TYPED, "zero_shot")
     line = callbacks.blockers("en", audio, "", TYPED, "Hello.", "zero_shot", "", verdict)

@@ -31,6 +31,7 @@ from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, s
 from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
 from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
+from cosyvoice_mac.settings import flag_default, setting
 from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
     FILE_HEADER,
@@ -102,9 +103,19 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
 
     @router.post(RECORDING_SPEECH_PATH.removeprefix("/v1"))
     async def speech_with_recording(
-        http: HttpRequest, body: str = Form(...), prompt_audio: UploadFile | None = File(None)
+        http: HttpRequest,
+        body: str = Form(...),
+        prompt_audio: UploadFile | None = File(None),
+        prompt_trim: str = Form(flag_default("prompt_trim")),
     ):
-        """``body``: the JSON of /v1/audio/speech without ``voice``; ``prompt_audio``: 3-30 s of speech."""
+        """``body``: the JSON of /v1/audio/speech without ``voice``; ``prompt_audio``: 3-30 s of speech;
+        ``prompt_trim``: "auto" keeps the clearest 12 s of a longer one (the settings table's row)."""
+        if prompt_trim not in setting("prompt_trim").choices:
+            raise bad_request(
+                f"prompt_trim is one of {', '.join(setting('prompt_trim').choices)}",
+                "invalid_prompt_trim",
+                "prompt_trim",
+            )
         try:
             parsed = RecordingSpeechBody.model_validate_json(body)
         except ValidationError as error:
@@ -122,7 +133,7 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
             )
         folder, path = await _receive_upload(prompt_audio, upload_limit_bytes, "cosyvoice-api-prompt-")
         try:
-            await asyncio.to_thread(link.check_recording, str(path), "prompt_audio")
+            path = await asyncio.to_thread(link.check_recording, str(path), "prompt_audio", prompt_trim)
             speech_request = _request(link, parsed, recording=str(path))
             ticket = link.submit(speech_request, asking_interface(http))
         except BaseException:

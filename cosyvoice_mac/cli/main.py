@@ -53,6 +53,7 @@ def _add_synth(commands) -> None:
     voice.add_argument("--voice", help="a saved voice's name or id ('preview': the preview voice's own)")
     synth.add_argument("--text", required=True, help="text to speak")
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
+    add_argument(synth, "prompt_trim")
     for name in ("instruct", "seed", "speed"):
         add_argument(synth, name)
     add_model_arguments(synth, vocoder=True)
@@ -72,7 +73,7 @@ def _request(args, saved_transcript: str | None = None):
 
     mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
     if args.prompt_wav is not None:
-        _check_prompt(args.prompt_wav)
+        args.prompt_wav = _check_prompt(args.prompt_wav, getattr(args, "prompt_trim", "off"))
         voice = Voice.recording(args.prompt_wav, transcript=args.prompt_text)
     elif args.voice == PREVIEW:
         voice = Voice.builtin()
@@ -90,16 +91,29 @@ def _request(args, saved_transcript: str | None = None):
     )
 
 
-def _check_prompt(path: Path) -> None:
-    """Refuse a prompt file that is no usable voice now (the voice library's one rule, a tone or music included),
-    in the check's sentence, before it is sent or loaded."""
+def _check_prompt(path: Path, trim: str = "off") -> Path:
+    """The prompt file to send: ``path``, or with ``--prompt-trim auto`` its clearest 12 s when it is too long
+    (a file in a temporary folder, said on stderr). A file that is no usable voice (the voice library's one rule,
+    a tone or music included) is refused in the check's sentence, before anything is sent or loaded."""
+    import sys
+    import tempfile
+
     from cosyvoice_mac.engine.voice_library import judge_voice_audio
+    from cosyvoice_mac.sound.clearest import keep_clearest, with_trim_hint
 
     if not path.is_file():
         raise CosyVoiceError(f"the prompt recording {path} does not exist")
     check = judge_voice_audio(path)
+    if check.problem == "too_long" and trim == "auto":
+        path, span = keep_clearest(path, tempfile.mkdtemp(prefix="cosyvoice-prompt-"))
+        kept = f"{span.seconds:.1f} s of the prompt ({span.start:.1f}-{span.end:.1f} s)"
+        print(f"kept the clearest {kept}", file=sys.stderr)
+        check = judge_voice_audio(path)
+    if check.problem == "too_long":
+        raise CosyVoiceError(with_trim_hint(check.sentence, "cli"))
     if not check.ok:
         raise CosyVoiceError(check.sentence)
+    return path
 
 
 def _synth(args) -> int:

@@ -53,6 +53,17 @@ FIELD_ROWS = (
         group="request",
     ),
     Setting(
+        "prompt_trim",
+        "a prompt recording over the 30 s limit: off refuses it, auto keeps its clearest 12 s (the span with the most "
+        "speech, cut in pauses)",
+        "超过 30 秒上限的提示录音：off 拒绝，auto 保留其中最清晰的 12 秒（语音最多的一段，在停顿处切开）",
+        default="off",
+        choices=("off", "auto"),
+        flag="--prompt-trim",
+        doors=(V1, *cli("synth")),
+        group="request",
+    ),
+    Setting(
         "stream",
         "synthesise in chunks: the first audio comes sooner (prints time to first audio)",
         "分段合成：更快听到第一段音频（并显示首段音频的耗时）",

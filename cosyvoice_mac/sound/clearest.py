@@ -61,14 +61,16 @@ def clearest_span(samples: np.ndarray, rate: int, seconds: float = CLEAREST_SECO
 
 
 def _into_pause(levels: np.ndarray, index: int, direction: int) -> int:
-    """The quietest frame within EDGE_SEARCH_SECONDS of ``index`` on the window's outer side, when it is a pause;
-    else ``index``. Moving outwards keeps every frame the window counted."""
+    """The nearest pause frame at ``index`` or beyond it on the window's outer side (``direction`` -1: before,
+    1: after), within EDGE_SEARCH_SECONDS; else ``index``. Moving outwards keeps every frame the window counted."""
     reach = round(EDGE_SEARCH_SECONDS / HOP_SECONDS)
-    low, high = (max(0, index - reach), index + 1) if direction < 0 else (index, min(len(levels), index + reach))
-    if high <= low:
-        return min(max(index, 0), len(levels))
-    quietest = low + int(np.argmin(levels[low:high]))
-    return quietest if levels[quietest] < -PAUSE_DB else index
+    for step in range(reach + 1):
+        frame = index + direction * step
+        if frame < 0 or frame >= len(levels):
+            break
+        if levels[frame] < -PAUSE_DB:
+            return frame
+    return min(max(index, 0), len(levels))
 
 
 def keep_clearest(path: str | Path, folder: str | Path, seconds: float = CLEAREST_SECONDS) -> tuple[Path, Span]:
@@ -82,3 +84,14 @@ def keep_clearest(path: str | Path, folder: str | Path, seconds: float = CLEARES
     out = folder / f"{Path(path).stem}-clearest-{span.start:.1f}-{span.end:.1f}.wav"
     soundfile.write(out, kept, rate, subtype="PCM_16")
     return out, span
+
+
+TRIM_HINT = {  # how each door asks for the clearest stretch, said where a prompt is refused as too long
+    "cli": "or pass --prompt-trim auto to keep its clearest 12 s",
+    "v1": "or send prompt_trim=auto to keep its clearest 12 s",
+}
+
+
+def with_trim_hint(sentence: str, door: str) -> str:
+    """A too-long prompt's sentence with the door's way to keep the clearest stretch instead."""
+    return f"{sentence.rstrip('.')}; {TRIM_HINT[door]}."

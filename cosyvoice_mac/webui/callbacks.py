@@ -32,7 +32,12 @@ from cosyvoice_mac.webui.prompt_trim import PromptTrimCallbacks
 from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
-from cosyvoice_mac.webui.transcript_verdict import TranscriptCheckCallbacks, blocks_generate, transcript_blocker
+from cosyvoice_mac.webui.transcript_verdict import (
+    TranscriptCheckCallbacks,
+    TranscriptChecks,
+    blocks_generate,
+    transcript_blocker,
+)
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
 from cosyvoice_mac.webui.voice_delete import VoiceDeleteCallbacks
 
@@ -59,6 +64,7 @@ class Callbacks(
         self.downloads = Downloads(host.config.models_dir)
         self.generation = Generation(host, self.history_book)
         self.longform = LongformCallbacks(host, glossary_store(host.config.cache_dir))
+        self.transcript_checks = TranscriptChecks()
 
     # -- voice -----------------------------------------------------------------------------------
     def prompt_message(self, lang: str, audio: str | None) -> str:

@@ -16,7 +16,7 @@ from cosyvoice_mac.engine.messages import EngineState
 from cosyvoice_mac.preview.limits import markup_example
 from cosyvoice_mac.webui.action_bar import blocking_reasons, render_reasons
 from cosyvoice_mac.webui.strings import text as say
-from cosyvoice_mac.webui.transcript_verdict import transcript_blocker
+from cosyvoice_mac.webui.transcript_verdict import blocks_generate, transcript_blocker
 from cosyvoice_mac.webui.voice_cards import render_card, render_voice_list
 
 
@@ -43,11 +43,13 @@ class StatusCallbacks:
         voice will leave out; "Ready" only when a press would start at once."""
         reasons = blocking_reasons(self.host, lang, audio, voice, transcript, text, mode, instruct)
         checked = transcript_blocker(lang, verdict, audio, voice, transcript, mode)
-        reasons = ([checked] if checked else []) + reasons
+        blocking = blocks_generate(verdict, audio, voice, transcript, mode)  # else a check still running: a note
+        reasons = ([checked] if checked and blocking else []) + reasons
+        notes = ([checked] if checked and not blocking else []) + self.preview_notes(lang, text, mode)
         session = getattr(request, "session_hash", None)
         running = bool(session) and self.generation.active.get(session) is not None
         state = self.engine_state() if self.host.choices() else EngineState.READY  # "no model" says it already
-        return render_reasons(lang, reasons, running=running, state=state, notes=self.preview_notes(lang, text, mode))
+        return render_reasons(lang, reasons, running=running, state=state, notes=notes)
 
     def preview_notes(self, lang: str, text: str | None, mode: str | None) -> list[str]:
         """What the preview voice (when it is the model) will leave out of this input, said before the job."""
@@ -106,8 +108,12 @@ class StatusCallbacks:
 
     def tick(self, lang, seen, audio, voice, transcript, text, mode, instruct, verdict, request: gr.Request = None):
         """Everything the page's timer keeps true, in one answer: (status panel, queue line, voice menu, voice
-        list, card, library signature, the line beside Generate)."""
+        list, card, library signature, the line beside Generate, and the transcript check's message, verdict and
+        choices once the recogniser has answered)."""
         menu, voice_list, card, seen = self.library_changed(lang, seen, voice)
+        checked = self.transcript_result(lang, verdict, request)
+        if isinstance(checked[1], dict):  # the answer came: the line beside Generate follows it now
+            verdict = checked[1]
         return (
             self.status_panel(lang),
             self.queue_words(lang, request),
@@ -116,4 +122,5 @@ class StatusCallbacks:
             card,
             seen,
             self.blockers(lang, audio, voice, transcript, text, mode, instruct, verdict, request),
+            *checked,
         )

@@ -15,6 +15,7 @@ from cosyvoice_mac.webui.action_bar import ACTION_BAR_CSS, build_action_bar, com
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.convert_tab import ConvertCallbacks, build_convert_section
 from cosyvoice_mac.webui.download_panel import build_download_panel, wire_download_panel
+from cosyvoice_mac.webui.form_memory import wire_form_memory
 from cosyvoice_mac.webui.generation import GenerateOutputs
 from cosyvoice_mac.webui.history import build_history_section, wire_history_section
 from cosyvoice_mac.webui.language import LabelBook, gradio_locale_js
@@ -27,14 +28,7 @@ from cosyvoice_mac.webui.streaming import STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_choice
 from cosyvoice_mac.webui.strings import text as say
 from cosyvoice_mac.webui.voice_cards import build_voice_library, build_voice_section, wire_voice_section
-from cosyvoice_mac.webui.workspaces import (
-    DEFAULT_WORKSPACE,
-    WORKSPACE_CSS,
-    WORKSPACE_LOAD_JS,
-    WORKSPACES,
-    remember_js,
-    workspace,
-)
+from cosyvoice_mac.webui.workspaces import DEFAULT_WORKSPACE, WORKSPACE_CSS, wire_workspaces, workspace
 
 CSS = (
     """
@@ -224,8 +218,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         make(gr.Markdown, {"value": "ws_keys"}, elem_id="cv-keys", elem_classes="cv-message")
         history = history_controls["table"]
         generate, stop, status, player = bar.generate, bar.stop, bar.status, bar.player
-        for name, tab in zip(WORKSPACES, (speak_tab, convert_tab, longform_tab, voices_tab, history_tab)):
-            tab.select(None, None, None, js=remember_js(name))
+        wire_workspaces(page, workspaces, (speak_tab, convert_tab, longform_tab, voices_tab, history_tab))
         timer = gr.Timer(2.0)
 
         # -- wiring ----------------------------------------------------------------------------------
@@ -274,22 +267,18 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         transcript.input(lambda: ("", gr.update(visible=False)), None, [transcript_msg, choices], **quiet)
         if transcribe is not None:  # the recogniser is there: a transcript that is not the recording's is said
             # Leaving the field is most often a press of Generate: the check stays off the queue (see quiet).
+            # The verdict is one of the row's inputs: its change recomputes the row; the tick brings the answer.
             checked = [language, prompt_audio, voices, transcript]
-            transcript.blur(callbacks.transcript_checking, checked, [transcript_msg, verdict], **quiet).then(
-                callbacks.blockers, blocker_inputs, bar.blockers, **quiet
-            )
-            transcript.blur(callbacks.check_transcript, checked, [transcript_msg, verdict, choices], **quiet).then(
-                callbacks.blockers, blocker_inputs, bar.blockers, **quiet
-            )
+            transcript.blur(callbacks.check_transcript, checked, [transcript_msg, verdict], **quiet)
             voice_controls["use_heard"].click(
                 callbacks.transcript_use_heard,
                 [language, verdict],
                 [transcript, transcript_msg, verdict, choices],
                 **quiet,
-            ).then(callbacks.blockers, blocker_inputs, bar.blockers, **quiet)
+            )
             voice_controls["keep_mine"].click(
                 callbacks.transcript_keep_mine, [language, verdict], [transcript_msg, verdict, choices], **quiet
-            ).then(callbacks.blockers, blocker_inputs, bar.blockers, **quiet)
+            )
         text.change(callbacks.counter, [language, text], counter, trigger_mode="always_last", **quiet)
         mode.change(callbacks.mode_changed, mode, [transcript_row, preset, instruct, mode_msg], **quiet)
         mode.change(lambda: "", None, transcript_msg, **quiet)
@@ -333,10 +322,12 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
         result.change(compact_player, result, bar.compact, **quiet)
-        page.load(None, None, None, js=WORKSPACE_LOAD_JS)
+        wire_form_memory(page, form)
         wire_model_panel(panel, callbacks, language)
         wire_download_panel(downloads, callbacks, language, panel, page)
-        wire_derived_lines(callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel, queue_line)
+        wire_derived_lines(
+            callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel, queue_line, verdict
+        )
         page.unload(callbacks.session_closed)
         notice_ok.click(callbacks.acknowledge_notice, None, None, js=NOTICE_ACCEPT_JS, **quiet)
         page.load(None, None, None, js=NOTICE_LOAD_JS)

@@ -38,7 +38,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
     make(gr.Markdown, {"value": "longform_heading"}, elem_id="cv-longform", elem_classes="cv-message")
     trim, level, target = build_post_controls(make, "cv-lf")
     with gr.Tabs():
-        with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue"):
+        with make(gr.Tab, {"label": "lf_tab_dialogue"}, elem_id="cv-lf-tab-dialogue") as dialogue_tab:
             script = make(
                 gr.Textbox,
                 {"label": "lf_script_label", "placeholder": "lf_script_placeholder"},
@@ -69,7 +69,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                 elem_id="cv-lf-dialogue-start",
                 elem_classes="cv-action",
             )
-        with make(gr.Tab, {"label": "lf_tab_subtitles"}, elem_id="cv-lf-tab-subtitles"):
+        with make(gr.Tab, {"label": "lf_tab_subtitles"}, elem_id="cv-lf-tab-subtitles") as subtitles_tab:
             srt_file = make(
                 gr.File, {"label": "lf_srt_label"}, file_types=[".srt"], type="filepath", elem_id="cv-lf-srt"
             )
@@ -89,7 +89,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
             dub_start = make(
                 gr.Button, {"value": "lf_start"}, variant="primary", elem_id="cv-lf-dub-start", elem_classes="cv-action"
             )
-        with make(gr.Tab, {"label": "lf_tab_batch"}, elem_id="cv-lf-tab-batch"):
+        with make(gr.Tab, {"label": "lf_tab_batch"}, elem_id="cv-lf-tab-batch") as batch_tab:
             lines_file = make(
                 gr.File,
                 {"label": "lf_batch_label"},
@@ -112,7 +112,7 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
                 elem_id="cv-lf-batch-start",
                 elem_classes="cv-action",
             )
-        with make(gr.Tab, {"label": "lf_tab_convert"}, elem_id="cv-lf-tab-convert"):
+        with make(gr.Tab, {"label": "lf_tab_convert"}, elem_id="cv-lf-tab-convert") as convert_tab:
             sources = make(
                 gr.File,
                 {"label": "lf_sources_label"},
@@ -181,6 +181,10 @@ def build_longform_section(make, callbacks, longform: LongformCallbacks, languag
             message = gr.Markdown(elem_id="cv-lf-msg", elem_classes="cv-message")
 
     outputs = [progress, message, audio, files]
+    # The results area is shared by the sub-tabs: another one shown starts it empty (the results stay in History),
+    # so a dialogue's result never shows under the subtitles (issue 50 item 12).
+    for shown in (dialogue_tab, subtitles_tab, batch_tab, convert_tab, glossary_tab):
+        shown.select(lambda: ("", "", None, None), None, outputs, queue=False, show_progress="hidden")
     busy = dict(concurrency_id="longform", concurrency_limit=2, show_progress="hidden")
     dialogue_start.click(
         longform.dialogue, [language, script, cast, pause, per_line, trim, level, target], outputs, **busy

@@ -69,7 +69,7 @@ def _unique(components: list) -> list:
 
 
 def wire_derived_lines(
-    callbacks: Callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel, queue
+    callbacks: Callbacks, page, timer, language, voice_controls, blocker_inputs, bar, panel, queue, verdict
 ) -> None:
     """The lines that follow the state they describe (``derived_status``): recomputed when the selection changes,
     and on each tick for what changes elsewhere (the library through another door, the model's state, the queue).
@@ -99,6 +99,9 @@ def wire_derived_lines(
             voice_controls["card"],
             seen,
             bar.blockers,
+            voice_controls["transcript_msg"],
+            verdict,
+            voice_controls["transcript_choices"],
         ],
         **quiet,
     )

@@ -10,6 +10,8 @@ silent without an event of its own.
 
 from __future__ import annotations
 
+import threading
+
 import gradio as gr
 
 from cosyvoice_mac.engine import EngineError
@@ -55,10 +57,37 @@ def blocks_generate(verdict, audio, voice, transcript, mode) -> bool:
     return verdict.get("heard") is not None and not verdict.get("matches") and not verdict.get("kept")
 
 
+def _shown(lang: str, verdict: dict) -> tuple:
+    """(message, verdict, the choices' row) for a concluded verdict."""
+    if verdict.get("heard") is None:
+        return "", NO_VERDICT, gr.update(visible=False)
+    if verdict["matches"]:
+        return say(lang, "transcript_agrees"), verdict, gr.update(visible=False)
+    return say(lang, "transcript_mismatch", heard=verdict["heard"]), verdict, gr.update(visible=True)
+
+
+class TranscriptChecks:
+    """Owns the verdicts the recogniser's threads found, by browser session, until the tab's tick takes them."""
+
+    def __init__(self):
+        self._done: dict[str, dict] = {}
+        self._lock = threading.Lock()
+
+    def put(self, session: str, verdict: dict) -> None:
+        with self._lock:
+            self._done[session] = verdict
+
+    def take(self, session: str) -> dict | None:
+        with self._lock:
+            return self._done.pop(session, None)
+
+
 class TranscriptCheckCallbacks:
-    """The check's callbacks, mixed into ``callbacks.Callbacks`` (which provides ``host`` and ``_voices``)."""
+    """The check's callbacks, mixed into ``callbacks.Callbacks`` (which provides ``host``, ``_voices`` and
+    ``transcript_checks``)."""
 
     host = None
+    transcript_checks: TranscriptChecks
 
     def _recording_to_check(self, audio: str | None, voice: str | None, transcript: str | None) -> str | None:
         """The recording a typed transcript can be checked against, or None when there is nothing to compare."""
@@ -72,33 +101,48 @@ class TranscriptCheckCallbacks:
             return None
         return path
 
-    def transcript_checking(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
-        """(message, verdict) while :meth:`check_transcript` listens (both left alone when it will not)."""
-        if not self._recording_to_check(audio, voice, transcript):
-            return gr.skip(), gr.skip()
-        verdict = {"recording": recording_key(audio, voice), "typed": transcript.strip(), "checking": True}
-        return say(lang, "transcript_checking"), verdict
-
-    def check_transcript(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
-        """Compare the typed transcript with what the recogniser hears in the recording: (message, verdict, the
-        row of the two choices shown or not). A warning and the choices when they differ, a tick when they
-        agree, nothing when the recogniser gave no answer; left alone when there is nothing to compare. Runs in
-        the request's thread (off Gradio's queue: see the page's wiring)."""
+    def check_transcript(self, lang: str, audio, voice, transcript, request: gr.Request = None):
+        """The field was left: (message, verdict) saying the check runs, at once, while the recogniser listens on
+        a thread of its own (a recording takes it seconds, and an answer that waited for it held the page's
+        other answers back); the page's tick brings its verdict (:meth:`transcript_result`). Both are left
+        alone when there is nothing to compare."""
         path = self._recording_to_check(audio, voice, transcript)
         if path is None:
-            return gr.skip(), gr.skip(), gr.skip()
+            return gr.skip(), gr.skip()
+        checking = {"recording": recording_key(audio, voice), "typed": transcript.strip(), "checking": True}
+        session = getattr(request, "session_hash", None) or ""
+        threading.Thread(
+            target=lambda: self.transcript_checks.put(session, self.judge_transcript(path, checking)),
+            name="transcript-check",
+            daemon=True,
+        ).start()
+        return say(lang, "transcript_checking"), checking
+
+    def judge_transcript(self, path: str, checking: dict) -> dict:
+        """The verdict on ``checking``'s transcript against the recording at ``path``: what the recogniser heard
+        (None when it gave no answer: nothing to warn about) and whether it matches."""
         try:
-            heard = (self.host.transcriber.transcribe(path) or "").strip()
+            heard = (self.host.transcriber.transcribe(path) or "").strip() or None
         except Exception:  # no recogniser answer: nothing to warn about (Transcribe reports its own problems)
-            heard = ""
-        if not heard:
-            return "", NO_VERDICT, gr.update(visible=False)
-        matches = transcript_matches(transcript.strip(), heard)
-        verdict = {"recording": recording_key(audio, voice), "typed": transcript.strip(), "heard": heard}
-        verdict["matches"] = matches
-        if matches:
-            return say(lang, "transcript_agrees"), verdict, gr.update(visible=False)
-        return say(lang, "transcript_mismatch", heard=heard), verdict, gr.update(visible=True)
+            heard = None
+        verdict = {"recording": checking["recording"], "typed": checking["typed"], "heard": heard}
+        verdict["matches"] = heard is None or transcript_matches(checking["typed"], heard)
+        return verdict
+
+    def transcript_result(self, lang: str, verdict, request: gr.Request = None):
+        """For the page's tick: (message, verdict, the row of the two choices) once the check this tab waits for
+        has an answer; all left alone before, or when the tab has since moved on (another recording or text)."""
+        session = getattr(request, "session_hash", None) or ""
+        done = self.transcript_checks.take(session)
+        waiting = isinstance(verdict, dict) and verdict.get("checking")
+        same = (
+            waiting
+            and done is not None
+            and (done["recording"], done["typed"]) == (verdict["recording"], verdict["typed"])
+        )
+        if not same:
+            return gr.skip(), gr.skip(), gr.skip()
+        return _shown(lang, done)
 
     @staticmethod
     def transcript_use_heard(lang: str, verdict):

@@ -31,24 +31,27 @@ def remember_js(name: str) -> str:
     return "() => { history.replaceState(null, '', '#" + name + "'); }"
 
 
-# Runs once when the page loads: the workspace the address names (and names later: a link), and the keyboard's
-# two keys. The tab button is pressed as a user would (Gradio's Tabs follow their own buttons), once drawn.
-WORKSPACE_LOAD_JS = (
+def asked_workspace(name: str | None):
+    """The workspace the address names (``#convert``) shown when the page loads; a name not ours changes nothing.
+    Gradio's Tabs take their selection from the server, so this is the page's load event, not browser code
+    pressing a tab button that may not be drawn yet."""
+    return gr.update(selected=name) if name in WORKSPACES else gr.skip()
+
+
+ADDRESS_JS = "() => decodeURIComponent((location.hash || '').slice(1))"
+
+# Runs once when the page loads: a link to another workspace later in the same page (the address's #name
+# changes without a load), and the keyboard's two keys.
+WORKSPACE_KEYS_JS = (
     "() => { const names = "
     + json.dumps(list(WORKSPACES))
     + """;
-  const follow = () => {
-    const wanted = decodeURIComponent((location.hash || '').slice(1));
-    if (!names.includes(wanted)) return;
-    let tries = 0;
-    const press = () => { const button = document.getElementById('cv-ws-' + wanted + '-button');
-      if (button) button.click(); else if (tries++ < 50) setTimeout(press, 100); };
-    press();
-  };
-  follow();
   if (window.cvKeys) return;
   window.cvKeys = true;
-  window.addEventListener('hashchange', follow);  // a link to another workspace on this page
+  window.addEventListener('hashchange', () => {
+    const wanted = decodeURIComponent((location.hash || '').slice(1));
+    if (names.includes(wanted)) document.getElementById('cv-ws-' + wanted + '-button')?.click();
+  });
   const shown = (selector) => [...document.querySelectorAll(selector)].find(
     (element) => element.offsetParent !== null && !element.disabled);
   document.addEventListener('keydown', (event) => {
@@ -62,3 +65,12 @@ WORKSPACE_LOAD_JS = (
   });
 }"""
 )
+
+
+def wire_workspaces(page, workspaces, tabs) -> None:
+    """The address follows the workspace chosen, the page opens on the one the address names, and the keys."""
+    asked = gr.Textbox(visible=False)  # carries the address's #name from the browser to asked_workspace
+    for name, tab in zip(WORKSPACES, tabs):
+        tab.select(None, None, None, js=remember_js(name))
+    page.load(asked_workspace, asked, workspaces, js=ADDRESS_JS, queue=False, show_progress="hidden")
+    page.load(None, None, None, js=WORKSPACE_KEYS_JS)

@@ -1,7 +1,8 @@
 """The workspaces and their action rows (issue 50 item 1): at 1366x900 and on a 390x844 phone, Generate and the
 one most important reason it would refuse stay in sight (the others folded under "N more"), the row is at most
 ~90 px (~120 px on the phone), the workspace shown is in the address and survives a reload, Convert's row says
-nothing of Generate's reasons, and Ctrl/Cmd+Enter and Esc press the shown workspace's action and Stop."""
+nothing of Generate's reasons, Ctrl/Cmd+Enter and Esc press the shown workspace's action and Stop, and the text
+typed is still there after a reload (item 12)."""
 
 from __future__ import annotations
 
@@ -84,5 +85,7 @@ def test_each_workspace_keeps_its_row_its_address_and_its_keys_on_a_phone(phone_
     page.reload()
     expect(page.locator("#cv-vc-start")).to_be_visible(timeout=120_000)  # the address kept the workspace
     expect(page.locator("#cv-generate")).to_be_hidden()
+    open_workspace(page, "speak")  # item 12: the form is not empty after a reload
+    expect(page.locator("#cv-text textarea")).to_have_value("Pressed from the keyboard.")
     page.evaluate("location.hash = 'history'")  # a link to another workspace
     expect(page.locator("#cv-history-search")).to_be_visible(timeout=120_000)  # a link opens a workspace

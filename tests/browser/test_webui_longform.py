@@ -59,6 +59,9 @@ def test_a_dialogue_shows_progress_and_stop_keeps_the_finished_lines(page, app, 
     assert audio_source(page, "cv-lf-audio") and audio_duration(page, "cv-lf-audio") > 0.1
     timings = list((app.outputs / "longform").glob("*-dialogue-*.timing.json"))
     assert len(timings) == 1 and timings[0].read_text().count('"line"') == done
+    page.get_by_role("tab", name="Subtitles").click()  # item 12: the dialogue's result stays with the dialogue
+    expect(message).to_be_empty()
+    expect(page.locator("#cv-lf-audio audio[src]")).to_have_count(0)
 
 
 def test_a_subtitle_file_is_dubbed_through_the_page(page, app, prompt_wav, tmp_path):

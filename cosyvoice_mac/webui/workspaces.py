@@ -17,6 +17,9 @@ DEFAULT_WORKSPACE = "speak"
 
 WORKSPACE_CSS = """
 #cv-workspaces .tab-wrapper button { font-weight: 600; }
+@media (max-width: 640px) {  /* the five names fit a phone's width, none hidden in the tabs' overflow menu */
+  #cv-workspaces .tab-wrapper button { padding: 0 0.45em; font-size: 0.85em; min-width: 0; }
+}
 """
 
 
@@ -27,8 +30,10 @@ def workspace(make, name: str) -> gr.Tab:
 
 
 def remember_js(name: str) -> str:
-    """Browser code run when workspace ``name`` is chosen: the address says so (no new history entry)."""
-    return "() => { history.replaceState(null, '', '#" + name + "'); }"
+    """Browser code run when workspace ``name`` is chosen: the address says so (no new history entry). Not before
+    the page has read the address it was opened with: Gradio selects the first tab as it draws the page, which
+    would otherwise overwrite a link's #name before it is read."""
+    return "() => { if (window.cvAddressRead) history.replaceState(null, '', '#" + name + "'); }"
 
 
 def asked_workspace(name: str | None):
@@ -38,7 +43,7 @@ def asked_workspace(name: str | None):
     return gr.update(selected=name) if name in WORKSPACES else gr.skip()
 
 
-ADDRESS_JS = "() => decodeURIComponent((location.hash || '').slice(1))"
+ADDRESS_JS = "() => { window.cvAddressRead = true; return decodeURIComponent((location.hash || '').slice(1)); }"
 
 # Runs once when the page loads: a link to another workspace later in the same page (the address's #name
 # changes without a load), and the keyboard's two keys.
@@ -50,7 +55,9 @@ WORKSPACE_KEYS_JS = (
   window.cvKeys = true;
   window.addEventListener('hashchange', () => {
     const wanted = decodeURIComponent((location.hash || '').slice(1));
-    if (names.includes(wanted)) document.getElementById('cv-ws-' + wanted + '-button')?.click();
+    if (!names.includes(wanted)) return;
+    const button = document.getElementById('cv-ws-' + wanted + '-button');
+    if (button) button.click(); else location.reload();  // in the tabs' overflow menu: the load event picks it
   });
   const shown = (selector) => [...document.querySelectorAll(selector)].find(
     (element) => element.offsetParent !== null && !element.disabled);

@@ -44,9 +44,13 @@ def take(url: str, out: Path) -> list[Path]:
                 page.wait_for_selector("#cv-generate", timeout=120_000)
                 page.wait_for_timeout(3000)  # the load events' answers (labels, lists) have landed
                 for workspace in WORKSPACES:
-                    page.click(f"#cv-ws-{workspace}-button")
-                    page.wait_for_selector(f"#cv-ws-{workspace}", state="visible", timeout=60_000)
-                    page.wait_for_timeout(500)
+                    button = page.locator(f"#cv-ws-{workspace}-button")
+                    if button.count() and button.is_visible():
+                        button.click()
+                    else:  # in the tabs' overflow menu on a narrow screen: the address opens it
+                        page.evaluate(f"location.hash = '{workspace}'")
+                    page.wait_for_selector(f"#cv-ws-{workspace}", state="visible", timeout=120_000)
+                    page.wait_for_timeout(1500)
                     path = out / f"{workspace}-{lang}-{size}.png"
                     page.screenshot(path=str(path))
                     shots.append(path)

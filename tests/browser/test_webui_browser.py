@@ -87,7 +87,10 @@ def test_a_saved_voice_is_reused_in_a_new_session_and_deleted(page, app, browser
     open_workspace(page, "speak")
 
     settle(page)
-    page.click("#cv-delete-voice")
+    page.click("#cv-delete-voice")  # asks first (issue 50 item 7)
+    expect(page.locator("#cv-voice-msg")).to_contain_text("Delete the voice “Narrator”?")
+    settle(page)
+    page.click("#cv-delete-confirm")
     expect(page.locator("#cv-voice-msg")).to_contain_text("Deleted the voice “Narrator”")
     page.locator("#cv-voices input").click()
     expect(page.get_by_role("option", name="Narrator")).to_have_count(0)

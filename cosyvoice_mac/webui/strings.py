@@ -41,7 +41,8 @@ EN: dict[str, str] = {
     "not real cloning.",
     # voice
     "section_voice": "### 1. Voice",
-    "prompt_audio_label": "Prompt audio: 3-30 s of clear speech (WAV, MP3, FLAC or M4A; upload or record)",
+    "prompt_audio_label": "Prompt audio: 5-15 s of clear speech works best, 3-30 s is taken "
+    "(WAV, MP3, FLAC or M4A; upload or record)",
     "prompt_duration": "Prompt: {seconds:.1f} s ({speech:.1f} s of speech).",
     # the prompt's problems: "⚠️ " and sound.problems.SENTENCES, word for word (tests/test_sound_prompt.py)
     "prompt_missing": "⚠️ {name} does not exist, or is no longer on the server (uploads are kept for a while only). "
@@ -62,7 +63,7 @@ EN: dict[str, str] = {
     "prompt_silent": "⚠️ {name} is silent (its loudest sample is below -60 dBFS). Check the microphone and record "
     "again.",
     "prompt_too_short": "⚠️ {name} holds only {speech:.1f} s of sound; a voice prompt needs at least {limit:g} s "
-    "(3-10 s of clear speech works best). Record a longer sample.",
+    "(5-15 s of clear speech works best). Record a longer sample.",
     "prompt_too_long": "⚠️ {name} has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
     "Cut it to one clear sentence or a few (5-15 s is plenty).",
     "prompt_not_speech": "⚠️ {name} holds no speech (only a tone, noise or music was heard); a voice is taken from "

@@ -19,7 +19,7 @@ ZH: dict[str, str] = {
     "no_model_preview": "在此之前由**预览声音**朗读：它只是近似参考音频的声音，并不是真正的克隆。",
     # voice
     "section_voice": "### 1. 声音",
-    "prompt_audio_label": "参考音频：3–30 秒清晰的语音（WAV、MP3、FLAC 或 M4A；上传或录音）",
+    "prompt_audio_label": "参考音频：5–15 秒清晰语音最好，可用 3–30 秒（WAV、MP3、FLAC 或 M4A；上传或录音）",
     "prompt_duration": "参考音频：{seconds:.1f} 秒（语音 {speech:.1f} 秒）。",
     "prompt_missing": "⚠️ {name} 不存在，或者服务器上已经没有它了（上传的文件只保留一段时间）。请检查文件名或重新上传。",
     "prompt_unreadable": "⚠️ 无法读取 {name}（{why}）。请选择一个你有权读取的音频文件，或把它复制到这台电脑上。",
@@ -35,7 +35,7 @@ ZH: dict[str, str] = {
     "prompt_odd_rate": "⚠️ {name} 的采样率（{rate} 赫兹）不常见，无法高效地转换为 {target} 赫兹。"
     "请以 16000、44100 或 48000 赫兹等标准采样率导出。",
     "prompt_silent": "⚠️ {name} 没有声音（最响的采样也低于 `-60 dBFS`）。请检查麦克风后重新录制。",
-    "prompt_too_short": "⚠️ {name} 只有 {speech:.1f} 秒声音，参考音频至少需要 {limit:g} 秒（3–10 秒清晰语音最好）。"
+    "prompt_too_short": "⚠️ {name} 只有 {speech:.1f} 秒声音，参考音频至少需要 {limit:g} 秒（5–15 秒清晰语音最好）。"
     "请录一段更长的。",
     "prompt_too_long": "⚠️ {name} 含 {speech:.1f} 秒语音，模型最多接受 {limit:g} 秒。"
     "请剪成一两句清晰的话（5–15 秒就足够）。",

@@ -81,27 +81,8 @@ def open_workspace(page: Page, name: str) -> None:
     expect(page.locator(f"#cv-ws-{name}")).to_be_visible()
 
 
-# The leaf element in the history table that shows ``words`` and has a size, scrolled into view: its centre.
-# (The table draws hidden, zero-height copies of its cells to measure them; a person clicks the drawn one.)
-DRAWN_CELL_JS = """(words) => {
-  const leaves = [...document.querySelectorAll('#cv-history *')].filter(
-    (element) => element.children.length === 0 && element.textContent.includes(words));
-  for (const leaf of leaves) {
-    const box = leaf.getBoundingClientRect();
-    if (box.width > 0 && box.height > 0) {
-      leaf.scrollIntoView({block: 'center'});
-      const shown = leaf.getBoundingClientRect();
-      return {x: shown.x + shown.width / 2, y: shown.y + shown.height / 2};
-    }
-  }
-  return null;
-}"""
-
-
 def click_history_row(page: Page, words: str) -> None:
-    """Click the history row that shows ``words`` (the History workspace shown), as a person does: it plays."""
-    expect(page.locator("#cv-history")).to_contain_text(words)
-    where = page.evaluate(DRAWN_CELL_JS, words)
-    assert where is not None, f"no drawn cell shows {words!r}"
-    page.mouse.click(where["x"], where["y"])
+    """Click the history row that shows ``words`` (the History workspace shown), on the cell the table draws
+    (``role=gridcell``; it also keeps hidden copies of its cells to measure them), as a person does: it plays."""
+    page.locator("#cv-history [role=gridcell]", has_text=words).first.click()
     expect(page.locator("#cv-history-msg")).to_contain_text("▶")

@@ -89,3 +89,17 @@ def test_each_workspace_keeps_its_row_its_address_and_its_keys_on_a_phone(phone_
     expect(page.locator("#cv-text textarea")).to_have_value("Pressed from the keyboard.")
     page.evaluate("location.hash = 'history'")  # a link to another workspace
     expect(page.locator("#cv-history-search")).to_be_visible(timeout=120_000)  # a link opens a workspace
+
+
+def test_a_prompt_over_the_limit_is_offered_its_clearest_stretch(page, make_speech):
+    """Issue 50 item 10: a 40 s prompt is not only refused: the page offers its clearest 12 s, and takes it."""
+    wait_until_ready(page)
+    long = make_speech("The birch canoe slid on the smooth planks, and the wind blew.", seconds=40.0)
+    upload_prompt(page, long, accepted=False)
+    expect(page.locator("#cv-prompt-msg")).to_contain_text("the model takes at most")
+    offer = page.locator("#cv-prompt-trim")
+    expect(offer).to_have_text("Use the clearest 12 s")
+    offer.click()
+    expect(page.locator("#cv-prompt-msg")).to_contain_text("Kept the clearest")
+    expect(offer).to_be_hidden()
+    expect(page.locator("#cv-blockers")).not_to_contain_text("at most")  # the prompt is usable now

@@ -225,6 +225,10 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
         gr.Dropdown,
         {"choices": callbacks.voice_choices, "label": "voices_label", "info": "voices_info"},
         value="",
+        # A name is checked against the library by every callback (a voice gone is said so), not by Gradio
+        # against the menu's last choices: a tick sent with a voice that a delete has just taken off the menu
+        # was refused with Gradio's own error (and a traceback in the log).
+        allow_custom_value=True,
         elem_id="cv-voices",
     )
     controls["card"] = gr.Markdown(elem_id="cv-voice-card", elem_classes="cv-message")

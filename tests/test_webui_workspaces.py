@@ -21,7 +21,7 @@ from cosyvoice_mac.webui.action_bar import render_reasons
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.derived_status import StatusCallbacks
 from cosyvoice_mac.webui.strings import preset_choice
-from cosyvoice_mac.webui.transcript_verdict import TranscriptCheckCallbacks, blocks_generate, transcript_blocker
+from cosyvoice_mac.webui.transcript_verdict import blocks_generate, transcript_blocker
 from tests.test_webui_additions import checked_transcript
 
 TYPED = "The weather in Paris is lovely today."
@@ -62,11 +62,8 @@ def test_a_transcript_the_recogniser_disagrees_with_blocks_zero_shot_until_the_u
     assert blocks_generate(verdict, audio, "", TYPED, "zero_shot")
     line = callbacks.blockers("en", audio, "", TYPED, "Hello.", "zero_shot", "", verdict)
     assert line.startswith("⚠️ The transcript does not match the recording") and "Use what I hear" in line
-    refused = list(
-        callbacks.generate(
-            "en", audio, "", TYPED, "Hello.", "zero_shot", "", 1, 1.0, False, None, None, verdict=verdict
-        )
-    )
+    tab = SimpleNamespace(session_hash="check")  # the session checked_transcript ran the check in
+    refused = list(callbacks.generate("en", audio, "", TYPED, "Hello.", "zero_shot", "", 1, 1.0, False, None, tab))
     assert len(refused) == 1 and HEARD in refused[0].status  # refused before the engine is asked
     # Stale as soon as the recording, the transcript or the mode is another: it blocks nothing then.
     for other in (
@@ -76,12 +73,13 @@ def test_a_transcript_the_recogniser_disagrees_with_blocks_zero_shot_until_the_u
     ):
         assert not blocks_generate(verdict, *other)
 
-    transcript, message, agreed, choices = TranscriptCheckCallbacks.transcript_use_heard("en", verdict)
+    transcript, message, agreed, choices = callbacks.transcript_use_heard("en", verdict, tab)
     assert transcript == HEARD and choices["visible"] is False
     assert not blocks_generate(agreed, audio, "", HEARD, "zero_shot")
-    _, kept, _ = TranscriptCheckCallbacks.transcript_keep_mine("zh", verdict)
-    assert not blocks_generate(kept, audio, "", TYPED, "zero_shot")
-    assert "保留" in TranscriptCheckCallbacks.transcript_keep_mine("zh", verdict)[0]
+    assert callbacks.transcript_checks.latest("check") == agreed  # what Generate reads now
+    words, kept, _ = callbacks.transcript_keep_mine("zh", verdict, tab)
+    assert not blocks_generate(kept, audio, "", TYPED, "zero_shot") and "保留" in words
+    assert len(list(callbacks.generate("en", audio, "", TYPED, "Hello.", "zero_shot", "", 1, 1.0, False, None, tab)))
 
 
 def test_the_action_row_shows_the_first_reason_and_folds_the_others():

@@ -161,13 +161,13 @@ class Callbacks(
         post_level=False,
         post_target=None,
         seed_fixed=True,
-        verdict=None,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
         result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default).
         Unless ``seed_fixed`` (the page's "Keep this seed"), each press speaks with a new seed, shown in the seed
         field so it can be kept or reused. A transcript the check found other words in (``verdict``) refuses
         zero-shot until the user chooses to use what was heard or keep theirs."""
+        verdict = self.transcript_checks.latest(getattr(request, "session_hash", None) or "")
         if blocks_generate(verdict, audio, voice, transcript, mode):
             refusal = transcript_blocker(lang, verdict, audio, voice, transcript, mode)
             skip = gr.skip()
@@ -186,8 +186,9 @@ class Callbacks(
         self.generation.stop(request)
 
     def session_closed(self, request: gr.Request) -> None:
-        """The tab closed: its jobs are cancelled after a short grace period."""
+        """The tab closed: its jobs are cancelled after a short grace period; its transcript verdicts go."""
         self.generation.session_closed(request)
+        self.transcript_checks.forget(getattr(request, "session_hash", None) or "")
 
     def queue_words(self, lang: str, request: gr.Request) -> str:
         return self.generation.queue_words(lang, request)

@@ -306,7 +306,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             callbacks.generate,
             [language, prompt_audio, voices, transcript, text, mode, instruct, seed, speed, stream, session]
             + list(post_controls)  # after the session: Generation.run takes them last, off by default
-            + [seed_fixed, verdict],
+            + [seed_fixed],
             [generate_outputs[name] for name in GenerateOutputs._fields],
             # Every request reaches the engine at once: its queue is the one bound, and it answers a request
             # over the bound with the app's own message (a Gradio-side limit would hold requests unseen).

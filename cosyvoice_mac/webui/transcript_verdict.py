@@ -67,15 +67,33 @@ def _shown(lang: str, verdict: dict) -> tuple:
 
 
 class TranscriptChecks:
-    """Owns the verdicts the recogniser's threads found, by browser session, until the tab's tick takes them."""
+    """Owns, by browser session, the verdicts the recogniser's threads found until the tab's tick takes them,
+    and each tab's latest verdict (the user's choice included), which Generate reads: the page's /generate event
+    keeps its inputs, so the API's callers are not asked for one more value."""
 
     def __init__(self):
         self._done: dict[str, dict] = {}
+        self._latest: dict[str, dict] = {}
         self._lock = threading.Lock()
 
     def put(self, session: str, verdict: dict) -> None:
         with self._lock:
             self._done[session] = verdict
+            self._latest[session] = verdict
+
+    def settle(self, session: str, verdict: dict) -> None:
+        """The user chose (use what was heard, or keep theirs): the tab's latest verdict."""
+        with self._lock:
+            self._latest[session] = verdict
+
+    def latest(self, session: str) -> dict:
+        with self._lock:
+            return self._latest.get(session, NO_VERDICT)
+
+    def forget(self, session: str) -> None:
+        with self._lock:
+            self._done.pop(session, None)
+            self._latest.pop(session, None)
 
     def take(self, session: str) -> dict | None:
         with self._lock:
@@ -144,17 +162,18 @@ class TranscriptCheckCallbacks:
             return gr.skip(), gr.skip(), gr.skip()
         return _shown(lang, done)
 
-    @staticmethod
-    def transcript_use_heard(lang: str, verdict):
+    def transcript_use_heard(self, lang: str, verdict, request: gr.Request = None):
         """ "Use what I hear": the recogniser's words become the transcript. (transcript, message, verdict, row)"""
         if not (isinstance(verdict, dict) and verdict.get("heard")):
             return gr.skip(), gr.skip(), gr.skip(), gr.update(visible=False)
         agreed = {**verdict, "typed": verdict["heard"], "matches": True}
+        self.transcript_checks.settle(getattr(request, "session_hash", None) or "", agreed)
         return verdict["heard"], say(lang, "transcript_agrees"), agreed, gr.update(visible=False)
 
-    @staticmethod
-    def transcript_keep_mine(lang: str, verdict):
+    def transcript_keep_mine(self, lang: str, verdict, request: gr.Request = None):
         """ "Keep mine": the typed words stay and block nothing for this recording. (message, verdict, row)"""
         if not isinstance(verdict, dict) or not verdict:
             return gr.skip(), gr.skip(), gr.update(visible=False)
-        return say(lang, "transcript_kept"), {**verdict, "kept": True}, gr.update(visible=False)
+        kept = {**verdict, "kept": True}
+        self.transcript_checks.settle(getattr(request, "session_hash", None) or "", kept)
+        return say(lang, "transcript_kept"), kept, gr.update(visible=False)

@@ -110,6 +110,7 @@ def test_a_result_in_outputs_is_served(app, client, speech):
         1.0,
         False,
         *POST_OFF,
+        True,
     )
     name = answer[3].split("Saved as ")[1].split(".wav")[0] + ".wav"
     status, body = _request(app, "/gradio_api/file=" + str(app.outputs / name))

@@ -81,7 +81,7 @@ def test_with_the_key_the_gradio_api_uploads_and_the_page_s_events_work(locked, 
     assert (locked.outputs / facts["file"]).is_file() and open(path, "rb").read(4) == b"RIFF"
     answer = locked.call(
         client, "/generate", "en", handle_file(speech), "", "", "Uploaded, then spoken.", "cross_lingual", "", 2, 1.0,
-        False, *POST_OFF,
+        False, *POST_OFF, True,
     )  # fmt: skip
     assert answer[STATUS].startswith("✅ Done"), answer[STATUS]
     with _http(locked, headers=locked.headers) as http:

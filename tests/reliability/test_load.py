@@ -26,7 +26,19 @@ MEMORY_SLACK = 10 * 2**20
 
 def _generate(client, prompt, text, seed):
     return client.submit(
-        "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False, *POST_OFF, api_name="/generate"
+        "en",
+        handle_file(prompt),
+        "",
+        "",
+        text,
+        "cross_lingual",
+        "",
+        seed,
+        1.0,
+        False,
+        *POST_OFF,
+        True,
+        api_name="/generate",
     )
 
 

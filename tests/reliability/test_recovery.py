@@ -24,13 +24,38 @@ UNFINISHED_TEXT = " ".join(f"This is sentence number {i} of a long request." for
 
 def _generate(app, client, prompt, text, seed=1):
     return app.call(
-        client, "/generate", "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False, *POST_OFF
+        client,
+        "/generate",
+        "en",
+        handle_file(prompt),
+        "",
+        "",
+        text,
+        "cross_lingual",
+        "",
+        seed,
+        1.0,
+        False,
+        *POST_OFF,
+        True,
     )
 
 
 def _submit(client, prompt, text, seed=1):
     return client.submit(
-        "en", handle_file(prompt), "", "", text, "cross_lingual", "", seed, 1.0, False, *POST_OFF, api_name="/generate"
+        "en",
+        handle_file(prompt),
+        "",
+        "",
+        text,
+        "cross_lingual",
+        "",
+        seed,
+        1.0,
+        False,
+        *POST_OFF,
+        True,
+        api_name="/generate",
     )
 
 

@@ -93,7 +93,7 @@ def test_the_page_s_own_events_name_the_field_too(app, client, speech, seed, spe
     with pytest.raises(AppError) as refusal:
         app.call(
             client, "/generate", "en", handle_file(speech), "", "", "Hello.", "cross_lingual", "", seed, speed, False,
-            *POST_OFF,
+            *POST_OFF, True,
         )  # fmt: skip
     assert words in str(refusal.value) and not RAW.search(str(refusal.value)), refusal.value
 

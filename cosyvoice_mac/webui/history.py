@@ -1,7 +1,8 @@
 """The page's history: every result in outputs/ (generations and voice conversions), read from the sidecars
-the worker writes beside each WAV (so it outlives a reload and a restart), newest first, searched by text,
-voice or converted recording and paged; play, download, "use these settings again" (a conversion's opens the
-Convert section), and a Clear that only hides (the files stay in outputs/).
+the worker writes beside each WAV (so it outlives a reload and a restart), newest first with each line's takes
+grouped under it (``history_lines``), searched by text, voice or converted recording and paged; play, download,
+"use these settings again" (a conversion's opens the Convert section), and a Clear that only hides (the files stay
+in outputs/).
 
 ``HistoryBook`` owns the reading (a sidecar is parsed once per change of its file); the layout's section is
 ``build_history_section``. Element ids (``elem_id``) are the browser tests' handles; keep them stable.
@@ -20,6 +21,7 @@ from cosyvoice_mac.conversion_request import VOICE_CONVERSION
 from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
+from cosyvoice_mac.webui.history_lines import Take, take_pages
 from cosyvoice_mac.webui.state import HistoryEntry, is_inside
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
@@ -145,20 +147,21 @@ class HistoryView(NamedTuple):
 
 
 def history_view(lang: str, entries: list[HistoryEntry], page: int = 0) -> HistoryView:
-    """Page ``page`` (from 0, clamped) of ``entries``: the table, the one-line model badge, "page 1 of 3"."""
-    pages = max(1, -(-len(entries) // PER_PAGE))
-    page = min(max(int(page or 0), 0), pages - 1)
-    shown = entries[page * PER_PAGE : (page + 1) * PER_PAGE]
+    """Page ``page`` (from 0, clamped) of ``entries``, takes grouped under their line (``history_lines``): the
+    table, the one-line model badge, "page 1 of 3"."""
+    pages = take_pages(entries, PER_PAGE)
+    page = min(max(int(page or 0), 0), len(pages) - 1)
+    shown = pages[page]
     headers = [say(lang, key) for key in HISTORY_COLUMNS]
-    rows = [_row(lang, entry) for entry in shown]
+    rows = [_row(lang, take) for take in shown]
     badge = ""
-    if any(entry.preview for entry in shown):
+    if any(take.entry.preview for take in shown):
         badge = say(lang, "history_preview_badge", label=say(lang, "preview_label"), command=DOWNLOAD_COMMAND)
     if not entries:
         words = say(lang, "history_none")
     else:
-        words = plural(lang, "history_page", len(entries), page=page + 1, pages=pages)
-    picks = [(f"{_when(entry)}  {entry.file_name}", entry.file_name) for entry in shown]
+        words = plural(lang, "history_page", len(entries), page=page + 1, pages=len(pages))
+    picks = [(f"{_when(take.entry)}  {take.entry.file_name}", take.entry.file_name) for take in shown]
     return HistoryView({"headers": headers, "data": rows}, badge, words, page, picks)
 
 
@@ -166,14 +169,26 @@ def _when(entry: HistoryEntry) -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime(entry.created))
 
 
-def _row(lang: str, entry: HistoryEntry) -> list:
+def _what(lang: str, take: Take) -> str:
+    """The row's text cell: the line's words on the first row of a line (with the take's number when it has
+    several), "↳ take 2 of 3" on the rows under it."""
+    entry = take.entry
+    if take.count > 1 and not take.heads:
+        return say(lang, "history_take", number=take.number, count=take.count)
     text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[: TEXT_IN_HISTORY - 1] + "…"
     if entry.mode == VOICE_CONVERSION:  # no text was read: what was re-spoken, and how long it was
         seconds = entry.source_duration_s if entry.source_duration_s is not None else entry.duration_s
         text = say(lang, "history_converted", source=entry.source or "?", seconds=seconds)
+    if take.count > 1:
+        return say(lang, "history_take_first", text=text, number=take.number, count=take.count)
+    return text
+
+
+def _row(lang: str, take: Take) -> list:
+    entry = take.entry
     return [
         _when(entry),
-        text,
+        _what(lang, take),
         say(lang, f"mode_short_{entry.mode}"),
         entry.voice or say(lang, "history_prompt_voice"),
         entry.seed,

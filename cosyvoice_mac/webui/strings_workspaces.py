@@ -1,6 +1,6 @@
 """The words of the page's workspaces (Speak, Convert, Long form, Voices, History), their action rows, the
-transcript check's choices, the history's rows and the preview voice's limits said before a job, in English and
-Chinese (merged into the page's two tables by ``strings.py``; the same keys in both)."""
+transcript check's choices, the history's rows and takes, a long prompt's part and the preview voice's limits said
+before a job, in English and Chinese (merged into the page's two tables by ``strings.py``; the same keys in both)."""
 
 from __future__ import annotations
 
@@ -26,8 +26,11 @@ EN: dict[str, str] = {
     "(download CosyVoice3 for instruct mode).",
     "preview_ignores_markup": "ℹ️ The preview voice does not understand markup such as {example}: it will be left out.",
     # history rows
-    "history_row_hint": "Click a row to play it; “Use these settings again” puts its settings back in Speak.",
+    "history_row_hint": "Click a row to play it; “Use these settings again” puts its settings back in Speak. The "
+    "takes of one line (the same text, voice and mode) are listed together, newest first.",
     "history_picked_row": "▶ {name}",
+    "history_take_first": "{text} · take {number} of {count}",
+    "history_take": "↳ take {number} of {count}",
     # a long prompt
     "prompt_trim_offer": "Use the clearest {seconds:.0f} s",
     "prompt_trimmed": "✅ Kept the clearest {seconds:.1f} s of the recording ({start:.1f}-{end:.1f} s of "
@@ -53,8 +56,11 @@ ZH: dict[str, str] = {
     "transcript_kept": "ℹ️ 已保留你的文字稿；这段录音不再重复检查。",
     "preview_ignores_instruction": "ℹ️ 预览声音无法按指令说话：这条指令会被忽略（下载 CosyVoice3 才能使用指令模式）。",
     "preview_ignores_markup": "ℹ️ 预览声音不理解 {example} 这类标记：它们会被略过。",
-    "history_row_hint": "点击一行即可播放；“再次使用这些设置”会把它的设置放回“朗读”。",
+    "history_row_hint": "点击一行即可播放；“再次使用这些设置”会把它的设置放回“朗读”。"
+    "同一句（相同的文本、声音和模式）的各条排在一起，最新的在前。",
     "history_picked_row": "▶ {name}",
+    "history_take_first": "{text} · 第 {number} 条（共 {count} 条）",
+    "history_take": "↳ 第 {number} 条（共 {count} 条）",
     "prompt_trim_offer": "使用最清晰的 {seconds:.0f} 秒",
     "prompt_trimmed": "✅ 已保留录音中最清晰的 {seconds:.1f} 秒（共 {total:.1f} 秒中的 {start:.1f}-{end:.1f} 秒）。",
     "prompt_trim_failed": "⚠️ 录音中找不到清晰的 {seconds:.0f} 秒片段：请录一段更短的。",

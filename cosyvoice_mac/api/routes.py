@@ -31,7 +31,8 @@ from cosyvoice_mac.api.engine_link import EngineLink, Ticket, contract_checks, s
 from cosyvoice_mac.api.errors import ApiError, bad_request, too_large
 from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_stream
 from cosyvoice_mac.request import LUFS_RANGE, SPEED_RANGE, PostSettings, Request
-from cosyvoice_mac.settings import flag_default, setting
+from cosyvoice_mac.settings import flag_default
+from cosyvoice_mac.sound.clearest import parse_trim
 from cosyvoice_mac.wire import (
     CLIENT_INTERFACES,
     FILE_HEADER,
@@ -109,13 +110,12 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
         prompt_trim: str = Form(flag_default("prompt_trim")),
     ):
         """``body``: the JSON of /v1/audio/speech without ``voice``; ``prompt_audio``: 3-30 s of speech;
-        ``prompt_trim``: "auto" keeps the clearest 12 s of a longer one (the settings table's row)."""
-        if prompt_trim not in setting("prompt_trim").choices:
-            raise bad_request(
-                f"prompt_trim is one of {', '.join(setting('prompt_trim').choices)}",
-                "invalid_prompt_trim",
-                "prompt_trim",
-            )
+        ``prompt_trim``: "auto" keeps the clearest 12 s of a longer one, "START-END" that span in seconds (the
+        settings table's row)."""
+        try:
+            trim = parse_trim(prompt_trim, "prompt_trim")
+        except ValueError as error:
+            raise bad_request(str(error), "invalid_prompt_trim", "prompt_trim") from None
         try:
             parsed = RecordingSpeechBody.model_validate_json(body)
         except ValidationError as error:
@@ -133,7 +133,7 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
             )
         folder, path = await _receive_upload(prompt_audio, upload_limit_bytes, "cosyvoice-api-prompt-")
         try:
-            path = await asyncio.to_thread(link.check_recording, str(path), "prompt_audio", prompt_trim)
+            path = await asyncio.to_thread(link.check_recording, str(path), "prompt_audio", trim)
             speech_request = _request(link, parsed, recording=str(path))
             ticket = link.submit(speech_request, asking_interface(http))
         except BaseException:

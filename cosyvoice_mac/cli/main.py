@@ -91,23 +91,30 @@ def _request(args, saved_transcript: str | None = None):
     )
 
 
-def _check_prompt(path: Path, trim: str = "off") -> Path:
-    """The prompt file to send: ``path``, or with ``--prompt-trim auto`` its clearest 12 s when it is too long
-    (a file in a temporary folder, said on stderr). A file that is no usable voice (the voice library's one rule,
-    a tone or music included) is refused in the check's sentence, before anything is sent or loaded."""
+def _check_prompt(path: Path, trim: str | None = "off") -> Path:
+    """The prompt file to send: ``path``, or the part ``--prompt-trim`` keeps (auto: the clearest 12 s of one over
+    the limit; START-END: that span, whatever the length), a file in a temporary folder, said on stderr. A file that
+    is no usable voice (the voice library's one rule, a tone or music included) is refused in the check's sentence,
+    before anything is sent or loaded."""
     import sys
     import tempfile
 
     from cosyvoice_mac.engine.voice_library import judge_voice_audio
-    from cosyvoice_mac.sound.clearest import keep_clearest, with_trim_hint
+    from cosyvoice_mac.sound.clearest import cut_prompt, parse_trim, wants_cut, with_trim_hint
 
+    try:
+        chosen = parse_trim(trim, "--prompt-trim")
+    except ValueError as error:
+        raise CosyVoiceError(str(error)) from None
     if not path.is_file():
         raise CosyVoiceError(f"the prompt recording {path} does not exist")
     check = judge_voice_audio(path)
-    if check.problem == "too_long" and trim == "auto":
-        path, span = keep_clearest(path, tempfile.mkdtemp(prefix="cosyvoice-prompt-"))
-        kept = f"{span.seconds:.1f} s of the prompt ({span.start:.1f}-{span.end:.1f} s)"
-        print(f"kept the clearest {kept}", file=sys.stderr)
+    if wants_cut(chosen, check.problem == "too_long"):
+        try:
+            path, span = cut_prompt(path, chosen, tempfile.mkdtemp(prefix="cosyvoice-prompt-"))
+        except ValueError as error:  # the span starts after the recording ends
+            raise CosyVoiceError(f"--prompt-trim: {error}") from None
+        print(f"kept {span.seconds:.1f} s of the prompt ({span.start:.1f}-{span.end:.1f} s)", file=sys.stderr)
         check = judge_voice_audio(path)
     if check.problem == "too_long":
         raise CosyVoiceError(with_trim_hint(check.sentence, "cli"))

@@ -23,6 +23,7 @@ from cosyvoice_mac.webui.longform_layout import build_longform_section
 from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel
 from cosyvoice_mac.webui.page_events import LanguageOutputs, switch_language, wire_derived_lines
 from cosyvoice_mac.webui.post_controls import build_post_controls
+from cosyvoice_mac.webui.prompt_trim import wire_prompt_trim
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.streaming import STOP_JS
 from cosyvoice_mac.webui.strings import DEFAULT_LANGUAGE, LANGUAGES, preset_choice
@@ -239,9 +240,7 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
             callbacks.prompt_uploaded, [language, prompt_audio], [prompt_msg, voices, prompt_audio], **quiet
         ).then(prepare, [prompt_audio, stream], None, **quiet)
         prompt_audio.clear(lambda: "", None, prompt_msg, **quiet)
-        trim = voice_controls["prompt_trim"]  # a prompt over the limit: its clearest stretch, on offer
-        prompt_audio.change(callbacks.trim_offer, [language, prompt_audio], trim, **quiet)
-        trim.click(callbacks.keep_clearest, [language, prompt_audio], [prompt_audio, prompt_msg, trim], **quiet)
+        wire_prompt_trim(voice_controls, callbacks, language)  # a prompt over the limit: a part picked on its wave
         wire_voice_section(voice_controls, callbacks, language, mode)
         form = dict(
             text=text, mode=mode, instruct=instruct, seed=seed, speed=speed, voices=voices, transcript=transcript

@@ -34,8 +34,11 @@ EN: dict[str, str] = {
     # a long prompt
     "prompt_trim_offer": "Use the clearest {seconds:.0f} s",
     "prompt_trimmed": "✅ Kept the clearest {seconds:.1f} s of the recording ({start:.1f}-{end:.1f} s of "
-    "{total:.1f} s).",
+    "{total:.1f} s); move the selection on its waveform to use another part.",
     "prompt_trim_failed": "⚠️ No clear {seconds:.0f} s span was found in the recording: record a shorter clip.",
+    "prompt_span_chosen": "✅ Kept the part you chose: {seconds:.1f} s ({start:.1f}-{end:.1f} s of {total:.1f} s).",
+    "prompt_span_hint": "The whole recording, the part in use selected: drag the selection to move it, or an edge "
+    "to change its length (3-30 s); ← and → move it too.",
 }
 
 ZH: dict[str, str] = {
@@ -62,6 +65,10 @@ ZH: dict[str, str] = {
     "history_take_first": "{text} · 第 {number} 条（共 {count} 条）",
     "history_take": "↳ 第 {number} 条（共 {count} 条）",
     "prompt_trim_offer": "使用最清晰的 {seconds:.0f} 秒",
-    "prompt_trimmed": "✅ 已保留录音中最清晰的 {seconds:.1f} 秒（共 {total:.1f} 秒中的 {start:.1f}-{end:.1f} 秒）。",
+    "prompt_trimmed": "✅ 已保留录音中最清晰的 {seconds:.1f} 秒（共 {total:.1f} 秒中的 {start:.1f}-{end:.1f} 秒）；"
+    "在波形上移动选区可改用别的部分。",
     "prompt_trim_failed": "⚠️ 录音中找不到清晰的 {seconds:.0f} 秒片段：请录一段更短的。",
+    "prompt_span_chosen": "✅ 已保留你选的部分：{seconds:.1f} 秒（共 {total:.1f} 秒中的 {start:.1f}-{end:.1f} 秒）。",
+    "prompt_span_hint": "整段录音，选中的是正在使用的部分：拖动选区可移动它，拖动两端可改变长度（3-30 秒）；"
+    "← 和 → 键也能移动。",
 }

@@ -17,6 +17,7 @@ from gradio.utils import get_upload_folder
 from cosyvoice_mac.engine import EngineError, VoiceExists, VoiceLibrary
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.sound.prompt_check import checked_prompt
+from cosyvoice_mac.webui.prompt_trim import build_prompt_trim
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, render_prompt_check
 from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
@@ -241,7 +242,7 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
         elem_id="cv-prompt-audio",
     )
     controls["prompt_msg"] = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
-    controls["prompt_trim"] = gr.Button(visible=False, size="sm", variant="primary", elem_id="cv-prompt-trim")
+    controls.update(build_prompt_trim(make))  # a recording over the limit: its clearest part, on its waveform
     with gr.Row(equal_height=False, elem_id="cv-transcript-row") as transcript_row:
         controls["transcript"] = make(
             gr.Textbox,

@@ -97,6 +97,14 @@ def test_a_voice_no_job_could_use_is_refused_at_every_api_door_and_a_refused_put
             timeout=300,
         )
     refused(spoken, "prompt_audio", "my tone.wav holds no speech")
+    with open(speech, "rb") as recording:  # issue 50 item 10: the part of the prompt to use, in words it can read
+        trimmed = httpx.post(
+            url + "v1/audio/speech/recording",
+            data={"body": json.dumps({"model": "tts-1", "input": "Hello."}), "prompt_trim": "the best bit"},
+            files={"prompt_audio": ("speech.wav", recording)},
+            timeout=300,
+        )
+    refused(trimmed, "prompt_trim", "a span of the recording in seconds such as 12.5-24.5")
     assert {"preview", "Wordy", "Tone", "Kept too"}.isdisjoint(
         name for name, voice in _listed(url).items() if voice["type"] != "builtin"
     )

@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from playwright.sync_api import expect
 
-from tests.browser.helpers import GENERATE_S, fill, open_workspace, upload_prompt, wait_until_ready
+from tests.browser.helpers import (
+    GENERATE_S,
+    audio_duration,
+    audio_source,
+    fill,
+    open_workspace,
+    upload_prompt,
+    wait_until_ready,
+)
 
 TRANSCRIPT = "This is the voice I would like you to copy, please."
 
@@ -91,8 +99,10 @@ def test_each_workspace_keeps_its_row_its_address_and_its_keys_on_a_phone(phone_
     expect(page.locator("#cv-history-search")).to_be_visible(timeout=120_000)  # a link opens a workspace
 
 
-def test_a_prompt_over_the_limit_is_offered_its_clearest_stretch(page, make_speech):
-    """Issue 50 item 10: a 40 s prompt is not only refused: the page offers its clearest 12 s, and takes it."""
+def test_a_prompt_over_the_limit_is_offered_its_clearest_stretch_on_its_waveform(page, make_speech):
+    """Issue 50 item 10: a 40 s prompt is not only refused: the page offers its clearest 12 s, shows it selected on
+    the recording's waveform, and the part the person moves the selection to (by mouse, then by keys) is the one the
+    prompt player holds, which is what Generate and Save voice read."""
     wait_until_ready(page)
     long = make_speech("The birch canoe slid on the smooth planks, and the wind blew.", seconds=40.0)
     upload_prompt(page, long, accepted=False)
@@ -103,3 +113,26 @@ def test_a_prompt_over_the_limit_is_offered_its_clearest_stretch(page, make_spee
     expect(page.locator("#cv-prompt-msg")).to_contain_text("Kept the clearest")
     expect(offer).to_be_hidden()
     expect(page.locator("#cv-blockers")).not_to_contain_text("at most")  # the prompt is usable now
+    selection = page.locator("#cv-span-picker .cv-span-sel")
+    expect(selection).to_be_visible()
+    expect(page.locator("#cv-span-hint")).to_be_visible()
+    start, end = (float(selection.get_attribute(f"data-{edge}")) for edge in ("start", "end"))
+    assert 0 <= start < end < 40 and abs(audio_duration(page, "cv-prompt-audio") - (end - start)) < 0.1
+    before = audio_source(page, "cv-prompt-audio")
+
+    held, wave = selection.bounding_box(), page.locator("#cv-span-picker .cv-span").bounding_box()
+    page.mouse.move(held["x"] + held["width"] / 2, held["y"] + held["height"] / 2)
+    page.mouse.down()
+    page.mouse.move(wave["x"] + wave["width"] + 40, held["y"] + held["height"] / 2, steps=6)  # to the very end
+    page.mouse.up()
+    message = page.locator("#cv-prompt-msg")
+    expect(message).to_contain_text("Kept the part you chose")
+    expect(message).to_contain_text("-40.0 s of 40.0 s)")
+    expect(selection).to_have_attribute("data-end", "40.00")
+    expect(page.locator("#cv-prompt-audio audio[src]").first).not_to_have_attribute("src", before)
+    assert abs(audio_duration(page, "cv-prompt-audio") - (end - start)) < 0.1  # the same length, moved
+    selection.focus()
+    page.keyboard.press("ArrowLeft")
+    page.keyboard.press("ArrowLeft")
+    expect(message).to_contain_text("-39.0 s of 40.0 s)")
+    expect(selection).to_be_visible()  # the picker stays while the player holds its part

@@ -55,6 +55,9 @@ def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav
     assert _http_status(f"{app.url}gradio_api/file={app.outputs / new_file}") == 200  # outputs/ is served
     compact = page.locator("#cv-result-compact audio")  # the action row's own small player of the same result
     expect(compact).to_have_attribute("src", re.compile(r"gradio_api/file="))
+    # Issue 50 item 2: the lines follow the job's end, none says it still runs.
+    expect(page.locator("#cv-queue")).to_contain_text("nothing waiting or running")
+    expect(page.locator("#cv-blockers")).to_contain_text("Ready: press Generate")
     open_workspace(page, "history")
     expect(page.locator("#cv-history")).to_contain_text(new_file)
     if folder:
@@ -120,9 +123,13 @@ def test_stop_cancels_a_long_generation(page, app, prompt_wav):
     before = app.output_files()
     page.click("#cv-generate")
     expect(page.locator("#cv-status")).to_contain_text("Sentence", timeout=GENERATE_S * 1000)
+    blockers = page.locator("#cv-blockers")  # issue 50 item 2: never "Ready" above a job that runs
+    expect(blockers).to_contain_text("Your job is running")
+    expect(blockers).not_to_contain_text("Ready: press Generate")
     page.click("#cv-stop")
     expect(page.locator("#cv-status")).to_contain_text(FINISHED, timeout=GENERATE_S * 1000)
     assert "Stopped" in page.locator("#cv-status").inner_text()
+    expect(blockers).to_contain_text("Ready: press Generate")
     assert app.output_files() == before
 
 

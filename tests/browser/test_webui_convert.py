@@ -62,6 +62,8 @@ def test_a_long_recording_converts_with_progress_into_a_saved_result(page, app, 
     assert rate == 24000 and len(saved) == len(whole) and rms(whole) > 1e-2
     assert float(np.abs(saved - whole).max()) < 2e-3  # the model's conversion, not only its length
     assert converted[-1]["source_duration_s"] > 30 and len(converted[-1]["source_hash"]) == 64
+    open_workspace(page, "speak")  # issue 50 item 2: the tab's own finished conversion runs no more
+    expect(page.locator("#cv-queue")).to_contain_text("nothing waiting or running")
     assert "Traceback" not in page.content()
 
 

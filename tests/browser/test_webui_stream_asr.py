@@ -138,3 +138,6 @@ def test_leaving_the_transcript_checks_it_and_a_generate_pressed_from_it_runs(pa
     assert "Done" in page.locator("#cv-status").inner_text()
     assert len(app.output_files() - before) == 1
     expect(message).to_contain_text("matches the recording", timeout=GENERATE_S * 1000)
+    page.locator("#cv-prompt-audio").get_by_role("button", name=re.compile("clear", re.I)).click()
+    upload_prompt(page, make_speech("A different recording, which nobody has checked."))  # issue 50 item 2
+    expect(message).not_to_contain_text("matches the recording")

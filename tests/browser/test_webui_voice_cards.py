@@ -67,7 +67,14 @@ def test_a_saved_voice_plays_its_recording_is_replaced_and_renamed(laptop_page, 
     expect(card).to_contain_text(TRANSCRIPT)
     expect(page.locator("#cv-mode input[value=zero_shot]")).to_be_checked()
 
+    # Issue 50 item 2: the voice list follows a transcript saved for the voice.
+    fill(page, "cv-transcript", "Words typed later for this voice.")
     open_workspace(page, "voices")
+    voice_list = page.locator("#cv-voice-list")
+    expect(voice_list).not_to_contain_text("Words typed later for this voice.")
+    settle(page)
+    page.click("#cv-voice-save-transcript")
+    expect(voice_list).to_contain_text("Words typed later for this voice.")
     fill(page, "cv-rename-to", "Card voice renamed")
     settle(page)
     page.click("#cv-rename-voice")

@@ -26,7 +26,13 @@ from cosyvoice_mac.engine import VoiceLibrary
 from cosyvoice_mac.engine.host import HostConfig, ModelHost, Settings, starting_engine, starting_mlx_llm
 from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import requested_engine
-from cosyvoice_mac.paths import default_models_dir, default_outputs_dir
+from cosyvoice_mac.paths import (
+    DEFAULT_HOST,
+    default_models_dir,
+    default_outputs_dir,
+    forget_running_app,
+    record_running_app,
+)
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.request import MAX_UPLOAD_BYTES
 from cosyvoice_mac.settings import add_argument, out_of_range
@@ -142,6 +148,10 @@ def serve(argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
             return 1
+        try:  # where the CLI finds this app, whatever its port
+            record_running_app(_address_for_this_machine(server), host.config.cache_dir)
+        except OSError as error:
+            print(f"Note: the CLI will not find this app by itself ({error.strerror}); give it --server", flush=True)
         print(f"{TITLE} is running at {server.url}  (Ctrl-C to stop)", flush=True)
         print(f"OpenAI-compatible API: {server.url}v1/audio/speech" + _api_access_note(args), flush=True)
         if _access(args).open_to_everyone:
@@ -165,11 +175,20 @@ def serve(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         if server is not None:
+            forget_running_app(host.config.cache_dir)
             server.close()
         host.close()
         janitor.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def _address_for_this_machine(server) -> str:
+    """The server's address as a client on this machine reaches it (a bind to every address answers on
+    127.0.0.1 too)."""
+    if server.host in ("0.0.0.0", "::", ""):
+        return f"http://{DEFAULT_HOST}:{server.port}/"
+    return server.url
 
 
 def _origin_policy(args: argparse.Namespace):

@@ -13,6 +13,7 @@ import http.client
 import importlib.util
 import json
 import os
+import re
 import shutil
 import sys
 import urllib.error
@@ -47,12 +48,28 @@ MODELS = {
 }
 
 
+RESUME = "Run the same command again to resume."
+
+
 class DownloadError(RuntimeError):
-    """The download could not finish; the message says why and what to do."""
+    """The download could not finish. ``reason`` says why in plain words (no library's wrapping, no errno),
+    ``fix`` what to do about the world (free space, a connection); ``resumable`` that starting it again
+    continues where it stopped. ``str()`` is the terminal's message (``RESUME`` said there); the page says its
+    own words for starting again (``webui.download_panel``)."""
+
+    def __init__(self, reason: str, *, fix: str = "", resumable: bool = False):
+        self.reason, self.fix, self.resumable = reason, fix, resumable
+        said = " ".join(part for part in (fix, RESUME if resumable else "") if part)
+        super().__init__(f"{reason}. {said}" if said else reason)
 
 
 class HubUnreachable(DownloadError):
-    """No answer from the hub at all (offline, DNS, firewall, HF_HUB_OFFLINE=1)."""
+    """No answer from the hubs at all (offline, DNS, firewall, HF_HUB_OFFLINE=1); ``tried`` names them in the
+    order they were asked ("huggingface", "modelscope")."""
+
+    def __init__(self, reason: str, *, tried: tuple[str, ...], fix: str = ""):
+        super().__init__(reason, fix=fix)
+        self.tried = tried
 
 
 def download_model(
@@ -113,7 +130,12 @@ def _fetch(
             if source == "huggingface":
                 raise
             print(f"{error}\nTrying ModelScope instead.", file=sys.stderr)
-    return _from_modelscope(model, files, destination, hubs[1], revision, on_plan)
+    try:
+        return _from_modelscope(model, files, destination, hubs[1], revision, on_plan)
+    except HubUnreachable as error:
+        if source != "auto":
+            raise
+        raise HubUnreachable(error.reason, tried=("huggingface", "modelscope"), fix=error.fix) from error
 
 
 def verify_sizes(destination: Path, expected: dict[str, int]) -> None:
@@ -126,10 +148,7 @@ def verify_sizes(destination: Path, expected: dict[str, int]) -> None:
         elif size is not None and path.stat().st_size != size:
             problems.append(f"{name} has {path.stat().st_size:,} bytes, the hub says {size:,}")
     if problems:
-        raise DownloadError(
-            f"the download into {destination} is incomplete: {'; '.join(problems)}. "
-            "Run the same command again to resume it."
-        )
+        raise DownloadError(f"the download into {destination} is incomplete: {'; '.join(problems)}", resumable=True)
 
 
 def _from_huggingface(
@@ -165,18 +184,11 @@ def _from_huggingface(
             max_workers=DOWNLOAD_WORKERS,
         )
     except _connection_errors() as error:
-        raise DownloadError(
-            f"the connection to {address} broke off: {_first_line(error)}. Run the same command again to resume."
-        ) from error
+        raise DownloadError(f"the connection to {address} broke off ({_plain(error)})", resumable=True) from error
     except OSError as error:
-        raise DownloadError(
-            f"could not write into {destination}: {error}. Fix that (disk space, permissions) "
-            "and run the same command again to resume."
-        ) from error
+        raise _unwritable(destination, error) from error
     except HfHubHTTPError as error:
-        raise DownloadError(
-            f"{address} stopped the download: {_first_line(error)}. Run the same command again to resume."
-        ) from error
+        raise DownloadError(f"{address} stopped the download ({_plain(error)})", resumable=True) from error
     verify_sizes(destination, expected)
     return destination
 
@@ -195,11 +207,11 @@ def _huggingface_sizes(
     except (RepositoryNotFoundError, RevisionNotFoundError) as error:
         raise DownloadError(
             f"{address} has no model {model.huggingface}"
-            f"{f' at revision {revision}' if revision else ''}: {_first_line(error)}"
+            f"{f' at revision {revision}' if revision else ''} ({_plain(error)})"
         ) from error
     except HfHubHTTPError as error:
         raise DownloadError(
-            f"{address} refused the file list of {model.huggingface}: {_first_line(error)}. Try again later."
+            f"{address} refused the file list of {model.huggingface} ({_plain(error)})", fix="Try again later."
         ) from error
     except _connection_errors() as error:
         raise _unreachable(address, error) from error
@@ -236,11 +248,13 @@ def _from_modelscope(
     try:
         listed = modelscope.list_files(model.modelscope, revision, endpoint)
     except urllib.error.HTTPError as error:
-        raise DownloadError(f"{address} refused the file list of {model.modelscope}: {_first_line(error)}") from error
+        raise DownloadError(f"{address} refused the file list of {model.modelscope} ({_plain(error)})") from error
     except (OSError, http.client.HTTPException) as error:
         raise HubUnreachable(
-            f"cannot reach {address} either: no connection ({_first_line(error)}). Check the internet connection "
-            "and run the command again; a model folder copied by hand into models/ works too."
+            f"cannot reach {address} either: no connection ({_plain(error)})",
+            tried=("modelscope",),
+            fix="Check the internet connection and run the command again; a model folder copied by hand into "
+            "models/ works too.",
         ) from error
     except ValueError as error:
         raise DownloadError(f"{address} gave no usable file list of {model.modelscope}: {error}") from error
@@ -255,16 +269,12 @@ def _from_modelscope(
         try:
             modelscope.fetch_file(model.modelscope, listed[name], destination, revision, endpoint)
         except ValueError as error:
-            raise DownloadError(f"{error}. Run the same command again to fetch it anew.") from error
+            raise DownloadError(str(error), fix="Run the same command again to fetch it anew.") from error
         except (OSError, http.client.HTTPException) as error:
             if isinstance(error, OSError) and not isinstance(error, urllib.error.URLError) and error.filename:
-                raise DownloadError(
-                    f"could not write into {destination}: {error}. Fix that (disk space, permissions) "
-                    "and run the same command again to resume."
-                ) from error
+                raise _unwritable(destination, error) from error
             raise DownloadError(
-                f"the download of {name} from {address} stopped: {_first_line(error)}. "
-                "Run the same command again to resume."
+                f"the download of {name} from {address} stopped ({_plain(error)})", resumable=True
             ) from error
     verify_sizes(destination, sizes)
     return destination
@@ -278,8 +288,9 @@ def _check_free_space(destination: Path, expected: dict[str, int]) -> None:
     free = shutil.disk_usage(probe).free
     if needed > free:
         raise DownloadError(
-            f"the download needs {needed / 1e9:.1f} GB more but {probe} has only "
-            f"{free / 1e9:.1f} GB free; free some space and run the command again"
+            f"the download needs {needed / 1e9:.1f} GB more but {probe} has only {free / 1e9:.1f} GB free",
+            fix="Free some space.",
+            resumable=True,
         )
 
 
@@ -307,16 +318,36 @@ def _unreachable(address: str, error: BaseException) -> HubUnreachable:
     if type(error).__name__ == "OfflineModeIsEnabled":
         why = "HF_HUB_OFFLINE is set, so huggingface_hub will not go online"
     else:
-        why = f"no connection ({_first_line(error)})"
+        why = f"no connection ({_plain(error)})"
     return HubUnreachable(
-        f"cannot reach {address}: {why}. Check the internet connection (or HF_ENDPOINT) and run "
-        "the command again; a model folder copied by hand into models/ works too."
+        f"cannot reach {address}: {why}",
+        tried=("huggingface",),
+        fix="Check the internet connection (or HF_ENDPOINT) and run the command again; a model folder copied by "
+        "hand into models/ works too.",
     )
 
 
-def _first_line(error: BaseException) -> str:
+def _unwritable(destination: Path, error: OSError) -> DownloadError:
+    return DownloadError(
+        f"could not write into {destination} ({_plain(error)})",
+        fix="Free some space or fix the folder's permissions.",
+        resumable=True,
+    )
+
+
+_ERRNO = re.compile(r"\[Errno -?\d+\]\s*")
+
+
+def _plain(error: BaseException) -> str:
+    """An exception's first line as words for a person: urllib's ``<urlopen error ...>`` unwrapped, an OS error
+    by its own words ("Connection refused", "Name or service not known"), never its ``[Errno N]``."""
+    if isinstance(error, urllib.error.URLError) and not isinstance(error, urllib.error.HTTPError):
+        reason = error.reason
+        return _plain(reason) if isinstance(reason, BaseException) else _ERRNO.sub("", str(reason))
+    if isinstance(error, OSError) and error.strerror and not isinstance(error, urllib.error.HTTPError):
+        return error.strerror
     text = str(error).strip() or type(error).__name__
-    return text.splitlines()[0]
+    return _ERRNO.sub("", text.splitlines()[0]).strip() or type(error).__name__
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -6,12 +6,14 @@ or a launcher reaches every interface the same way:
 * models: ``$COSYVOICE_MODELS_DIR``, else ``models/`` of the checkout (``bash run.sh``), else the user's
   data folder (an installed ``cosyvoice-mac`` command has no checkout beside it);
 * outputs: ``$COSYVOICE_OUTPUTS_DIR``, else ``outputs/`` beside the models' default in the same way;
-* the per-user cache (speaker cache, saved voices, recogniser models): :func:`user_cache_dir`.
+* the per-user cache (speaker cache, saved voices, recogniser models): :func:`user_cache_dir`;
+* the address of the app serving that cache, which the CLI looks up: :func:`running_app_url`.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import sys
 import tempfile
@@ -137,3 +139,50 @@ def _move_exclusively(temporary: str, path: Path) -> None:
         os.replace(temporary, path)
         return
     os.unlink(temporary)
+
+
+RUNNING_APP_FILE = "running-app.json"
+
+
+def running_app_file(cache_dir: str | Path | None = None) -> Path:
+    """Where a serving app records its address: in its cache folder, beside the voice library it serves, so a
+    command using that library finds the app on whatever port it listens (:func:`running_app_url`)."""
+    return (Path(cache_dir).expanduser() if cache_dir else user_cache_dir()) / RUNNING_APP_FILE
+
+
+def record_running_app(url: str, cache_dir: str | Path | None = None) -> None:
+    """Say that this process serves the app at ``url`` (``serve``, once it listens)."""
+    record = running_app_file(cache_dir)
+    record.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(record, json.dumps({"url": url, "pid": os.getpid()}).encode())
+
+
+def forget_running_app(cache_dir: str | Path | None = None) -> None:
+    """Remove this process's record (``serve``, closing); a later app's record is left alone."""
+    record = running_app_file(cache_dir)
+    if _read_record(record).get("pid") == os.getpid():
+        record.unlink(missing_ok=True)
+
+
+def running_app_url(cache_dir: str | Path | None = None) -> str | None:
+    """The address the app serving this cache folder recorded, or None when none did or its process is gone
+    (an app killed without closing leaves its record behind)."""
+    record = _read_record(running_app_file(cache_dir))
+    url, pid = record.get("url"), record.get("pid")
+    if not isinstance(url, str) or not isinstance(pid, int) or pid <= 0:
+        return None
+    try:
+        os.kill(pid, 0)  # signal 0 only asks whether the process exists
+    except ProcessLookupError:
+        return None
+    except PermissionError:  # it exists, run by another user
+        pass
+    return url
+
+
+def _read_record(record: Path) -> dict:
+    try:
+        content = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}
+    return content if isinstance(content, dict) else {}

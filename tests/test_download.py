@@ -428,3 +428,40 @@ def test_without_the_hub_the_button_has_no_size_and_is_not_asked_again_at_once(t
     assert downloads.size("cosyvoice2") is None and downloads.size("cosyvoice2") is None
     assert asked == ["cosyvoice2"]
     assert download_panel.button_label("en", "cosyvoice2", downloads) == "Download CosyVoice2-0.5B"
+
+
+def test_the_page_says_an_offline_download_plainly_in_both_languages(tmp_path):
+    """Issue 50 item 5: no escaped entities, no errno, no variable name and no "run the command again" on a page
+    that has a button; it says Hugging Face was tried, then ModelScope, and what to press."""
+    from cosyvoice_mac.webui.download_panel import DownloadCallbacks, Downloads, failure_html
+
+    page = DownloadCallbacks()
+    dead_huggingface, dead_modelscope = (f"http://127.0.0.1:{_closed_port()}" for _ in range(2))
+    page.downloads = Downloads(tmp_path, endpoint=dead_huggingface, modelscope_endpoint=dead_modelscope)
+    said = {"en": [update[0] for update in page.download("en", "cosyvoice2")][-1]}
+    said["zh"] = failure_html("zh", page.downloads.current.error)  # the same failure, the other language
+    assert "Hugging Face" in said["en"] and "then ModelScope" not in said["zh"]
+    assert "neither Hugging Face nor ModelScope answered" in said["en"] and "press the download button" in said["en"]
+    assert "先后尝试了 Hugging Face 和 ModelScope" in said["zh"] and "下载按钮" in said["zh"]
+    for message in said.values():
+        for leftover in ("&#", "Errno", "HF_", "command", "127.0.0.1"):
+            assert leftover not in message, (leftover, message)
+
+
+def test_a_failure_s_reason_is_plain_words_and_a_resumable_one_says_what_to_press():
+    import urllib.error
+
+    import httpx
+
+    from cosyvoice_mac.download import DownloadError, _plain
+    from cosyvoice_mac.webui.download_panel import failure_html
+
+    assert _plain(urllib.error.URLError(OSError(-2, "Name or service not known"))) == "Name or service not known"
+    assert _plain(httpx.ConnectError("[Errno 111] Connection refused")) == "Connection refused"
+    assert _plain(OSError(28, "No space left on device")) == "No space left on device"
+    error = DownloadError("could not write into models/Fun_x [1] (No space left on device)", resumable=True)
+    assert str(error).endswith("Run the same command again to resume.")
+    shown = failure_html("en", error)
+    assert "models/Fun_x [1]" in shown and "&#" not in shown and "command" not in shown
+    assert "Press the download button again: it resumes where it stopped." in shown
+    assert "再按一次下载按钮" in failure_html("zh", error)

@@ -291,12 +291,33 @@ def test_the_page_builds_without_torch_in_the_ui_process(tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "False False"  # nor the preview voice's Piper
 
 
+def checked_transcript(callbacks, lang, audio, voice, typed, session: str = "check") -> tuple:
+    """The check as the page runs it: its field left (the recogniser listens on a thread), then the tick that
+    brings the answer: (message, verdict, the choices' row); skips when there is nothing to compare."""
+    import time
+
+    tab = SimpleNamespace(session_hash=session)
+    message, checking = callbacks.check_transcript(lang, audio, voice, typed, tab)
+    if _is_skip(checking):
+        return message, checking, gr.skip()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        answer = callbacks.transcript_result(lang, checking, tab)
+        if not _is_skip(answer[1]):
+            return answer
+        time.sleep(0.02)
+    raise AssertionError("the transcript check never answered")
+
+
 def test_a_transcript_that_is_not_the_recording_s_is_warned_about(callbacks, monkeypatch, prompt):
     from cosyvoice_mac.webui.transcript_check import transcript_agreement
 
     heard = "This is the voice I would like you to copy, please."
     monkeypatch.setattr(callbacks.host, "transcriber", _StubTranscriber(heard))
-    check = callbacks.check_transcript
+
+    def check(lang, audio, voice, typed):
+        return checked_transcript(callbacks, lang, audio, voice, typed)[0]  # the message
+
     assert (
         check("en", prompt, "", "this is the voice i'd like you to copy please")
         == "✅ The transcript matches the recording."
@@ -304,13 +325,11 @@ def test_a_transcript_that_is_not_the_recording_s_is_warned_about(callbacks, mon
     other = check("en", prompt, "", "The weather in Paris is lovely today.")
     assert other.startswith("⚠️ The transcript does not seem to match") and heard in other
     assert "录音听起来是" in check("zh", prompt, "", "完全不同的句子。")
-    assert (
-        callbacks.transcript_checking("en", prompt, "", "Anything.")
-        == "⏳ Checking the transcript against the recording…"
+    assert callbacks.check_transcript("en", prompt, "", "Anything.")[0] == (
+        "⏳ Checking the transcript against the recording…"
     )
     monkeypatch.setattr(callbacks.host, "transcriber", _StubTranscriber(RuntimeError("no recogniser")))
     assert check("en", prompt, "", "Anything at all.") == ""  # nothing to warn
     for nothing_to_compare in (check("en", None, "", "No recording yet."), check("en", prompt, "", "  ")):
         assert isinstance(nothing_to_compare, type(gr.skip()))  # the message is left as it was
-    assert isinstance(callbacks.transcript_checking("en", None, "", "No recording yet."), type(gr.skip()))
     assert transcript_agreement("你好，世界！", "你好世界") == 1.0 and transcript_agreement("", "x") == 0.0

@@ -221,11 +221,16 @@ def test_the_history_is_read_from_the_sidecars_searched_paged_reused_and_cleared
     assert "Page 1 of 1" in words and badge == ""
     table, _, words, _, picks = fresh.history_show("en", "APPLES", 0)
     assert [row[1] for row in table["data"]] == [first.text] and "(1 result)" in words
-    text, mode, instruct, seed, speed, voice, transcript, *convert, message = fresh.history_reuse("en", first.file_name)
+    text, mode, instruct, seed, speed, voice, transcript, kept, *convert, message = fresh.history_reuse(
+        "en", first.file_name
+    )
     assert (text, mode, seed, speed) == (first.text, first.mode, first.seed, first.speed)
-    assert all(_is_skip(value) for value in convert)  # a generation leaves the Convert section as it is
+    assert kept is True  # "Keep this seed": the next Generate speaks with the result's own seed
+    shown, *convert = convert
+    assert shown["selected"] == "speak"  # reused from the History workspace: Speak, where the settings are
+    assert all(_is_skip(value) for value in convert)  # a generation leaves the Convert workspace as it is
     assert "uploaded prompt" in message and transcript == first.transcript
-    assert "Pick a result first" in fresh.history_reuse("en", "nothing.wav")[-1]
+    assert "Click a result in the table first" in fresh.history_reuse("en", "nothing.wav")[-1]
     cleared = fresh.history_cleared("en", "")
     assert cleared[0]["data"] == [] and "still in outputs/" in cleared[-1]
     assert Path(first.path).is_file()  # Clear hides; the files stay
@@ -367,9 +372,23 @@ def test_a_voice_is_saved_from_the_prompt_before_any_generation_reused_and_delet
     final = _run(callbacks, voice="Grandpa", transcript=transcript, text="Spoken by a saved voice.")[-1]
     assert final[STATUS].startswith("✅ Done") and final[HISTORY]["data"][0][3] == "Grandpa"
 
-    message, update = callbacks.delete_voice("en", "Grandpa")
-    assert "Deleted the voice" in message and update["value"] == ""
-    assert ("Grandpa", "Grandpa") not in update["choices"]
+    # Issue 50 item 7: asked first, then undoable for a few seconds (the recording kept until then).
+    question, shown = callbacks.ask_delete("en", "Grandpa")
+    assert question.startswith("⚠️ Delete the voice “Grandpa”?") and shown["visible"] is True
+    assert callbacks.voices.get("Grandpa")  # asking deletes nothing
+    message, update, shown, undo, kept, timer = callbacks.delete_voice("en", "Grandpa")
+    assert message.startswith("🗑 Deleted the voice “Grandpa”. Undo") and update["value"] == ""
+    assert ("Grandpa", "Grandpa") not in update["choices"] and undo["visible"] is True and timer.active
+    assert "Grandpa" not in [entry["name"] for entry in callbacks.voices.list()]
+    message, update, undo, kept_now, timer = callbacks.undo_delete("en", kept)
+    assert message == "✅ The voice “Grandpa” is back." and update["value"] == "Grandpa" and kept_now is None
+    back = callbacks.voices.get("Grandpa")
+    assert back["transcript"] == TRANSCRIPT and Path(back["audio_path"]).read_bytes() == Path(prompt).read_bytes()
+    kept = callbacks.delete_voice("en", "Grandpa")[4]
+    assert Path(kept["copy"]).is_file()
+    callbacks.undo_expired(kept)  # the time is up: the copy goes
+    assert not Path(kept["copy"]).exists() and "Too late" in callbacks.undo_delete("en", kept)[0]
+    assert "Grandpa" not in [entry["name"] for entry in callbacks.voices.list()]
     assert "Pick a saved voice" in callbacks.delete_voice("en", "")[0]
 
 
@@ -638,3 +657,84 @@ def test_a_checked_result_shows_its_verdict_takes_and_captions_and_offers_a_reta
         and not files["visible"]
         and not retake["visible"]
     )
+
+
+def test_the_status_lines_are_derived_from_the_engine_the_library_and_this_tab(callbacks, make_speech, monkeypatch):
+    """Issue 50 item 2: no line outlives what it describes. A rename, a transcript or a delete through any door
+    (the library itself: /v1 and the CLI end there) reaches the menu, the list, the card and the prompt line;
+    the line beside Generate says Ready only while nothing of this tab runs and the model is ready."""
+    prompt = str(make_speech("A voice for the derived status lines.", seconds=3.0))
+    _save(callbacks, "Ada", prompt)
+    seen = callbacks.library_seen()
+    assert all(_is_skip(value) for value in callbacks.library_changed("en", seen, "Ada")[:3])
+    assert callbacks.prompt_status("en", None, "Ada") == "Using the saved voice “Ada”."
+    callbacks.voices.rename("Ada", "Ada two")
+    menu, listing, card, seen = callbacks.library_changed("en", seen, "Ada")
+    assert menu["value"] == "" and ("Ada two", "Ada two") in menu["choices"] and "Ada two" in listing and card == ""
+    assert callbacks.prompt_status("en", None, "Ada") == ""
+    assert callbacks.prompt_status("zh", None, "Ada two") == "正在使用已保存的声音“Ada two”。"
+    callbacks.voices.set_transcript("Ada two", "Other words entirely.")
+    menu, listing, card, seen = callbacks.library_changed("en", seen, "Ada two")
+    assert menu["value"] == "Ada two" and "Other words entirely." in listing and "Other words entirely." in card
+    callbacks.voices.delete("Ada two")
+    menu, listing, card, _ = callbacks.library_changed("en", seen, "Ada two")
+    assert menu["value"] == "" and "Ada two" not in listing and callbacks.prompt_status("en", None, "Ada two") == ""
+
+    tab = SimpleNamespace(session_hash="derived")
+    form = ("en", prompt, "", TRANSCRIPT, "Hello.", "zero_shot", "")
+    assert callbacks.blockers(*form, request=tab) == "✅ Ready: press Generate."
+    steps = _run(callbacks, audio=prompt, session_id="derived", text="A job of this tab.")
+    running = [step.blockers for step in steps if not _is_skip(step.blockers)]
+    assert running == ["⏳ Your job is running; Stop stops it."]
+    assert steps[-1].status.startswith("✅ Done")
+    callbacks.generation.active.set("derived", "a-job")
+    assert callbacks.blockers(*form, request=tab).startswith("⏳ Your job is running")
+    callbacks.generation.active.clear("derived", "a-job")
+    monkeypatch.setattr(callbacks, "engine_state", lambda: "restarting")
+    assert callbacks.blockers(*form, request=tab) == "⏳ The model is restarting; a job waits until it is ready."
+
+
+def test_each_generate_speaks_with_a_new_seed_unless_the_user_keeps_it(callbacks, prompt):
+    """Issue 50 item 12: pressing Generate again gives new audio (a new seed, shown in the field so it can be kept
+    or reused); with "Keep this seed" ticked the field's seed is the one used."""
+    import json
+
+    def generate(seed_fixed: bool) -> tuple[list, int]:
+        steps = list(
+            callbacks.generate(
+                "en", prompt, "", TRANSCRIPT, "Seeds.", "zero_shot", "", 7, 1.0, False, Session(),
+                SimpleNamespace(session_hash="seeds"), seed_fixed=seed_fixed,
+            )
+        )  # fmt: skip
+        assert steps[-1].status.startswith("✅ Done")
+        newest = max(Path(callbacks.host.config.outputs_dir).glob("*.json"), key=lambda path: path.stat().st_mtime)
+        return [step.seed for step in steps if not _is_skip(step.seed)], json.loads(newest.read_text())["seed"]
+
+    (first,), used_first = generate(seed_fixed=False)
+    (second,), used_second = generate(seed_fixed=False)
+    assert first != second and (used_first, used_second) == (first, second)  # shown = used, and new each time
+    assert generate(seed_fixed=True) == ([], 7)
+
+
+def test_a_tab_s_own_conversion_is_marked_as_its_own_in_the_queue_and_generate_s_stop_leaves_it_alone():
+    """Issue 50 item 2: the queue line said "another job (page)" for the tab's own conversion."""
+    from contextlib import nullcontext
+
+    from cosyvoice_mac.engine.jobqueue import QueueEntry
+    from cosyvoice_mac.webui.convert_tab import ConvertCallbacks
+    from cosyvoice_mac.webui.generation import Generation
+
+    line = [QueueEntry("vc-1", 0, "page", "talk.wav"), QueueEntry("api-1", 1, "api", "Hello.")]
+    stopped = SimpleNamespace(terminal=True, kind="cancelled", message="")
+    feed = SimpleNamespace(of=lambda job_id: iter([stopped]))
+    engine = SimpleNamespace(
+        line=lambda: line, submit=lambda job: None, position=lambda job_id: 1, subscribe=lambda: nullcontext(feed)
+    )
+    generation = Generation(SimpleNamespace(engine=engine), history=None)
+    converting = ConvertCallbacks(SimpleNamespace(engine=engine), generation.active)
+    steps = list(converting._follow("en", engine, SimpleNamespace(job_id="vc-1"), "tab"))
+    assert steps[-1][0] == "Stopped: nothing was saved."
+    words = generation.queue_words("en", SimpleNamespace(session_hash="tab"))
+    assert "▶ running: yours, “talk.wav”" in words and "waiting, number 1: another job (api)" in words
+    assert "yours" not in generation.queue_words("en", SimpleNamespace(session_hash="another tab"))
+    assert generation.active.get("tab") is None  # Generate's Stop has no conversion to cancel

@@ -104,14 +104,15 @@ def test_the_download_panel_shows_a_failure_and_its_progress_as_plain_text():
     entities such as ``&#95;`` raw."""
     import threading
 
+    from cosyvoice_mac.download import DownloadError
     from cosyvoice_mac.webui.download_panel import DownloadCallbacks, progress_html
 
     failed = threading.Event()
     failed.set()
-    error = "HTTP 404 for FunAudioLLM/Fun_CosyVoice3 <index.json> & no retry [hub]"
-    job = SimpleNamespace(finished=failed, error=error, version="cosyvoice3", source="huggingface")
+    reason = "HTTP 404 for FunAudioLLM/Fun_CosyVoice3 <index.json> & no retry [hub]"
+    job = SimpleNamespace(finished=failed, error=DownloadError(reason), version="cosyvoice3", source="huggingface")
     panel = SimpleNamespace(downloads=SimpleNamespace(start=lambda version: job))
     (message, *_), *_ = list(DownloadCallbacks.download(panel, "en", "cosyvoice3"))
-    assert _shown(message) == f"⚠️ The download stopped: {error}"
+    assert _shown(message) == f"⚠️ The download stopped: {reason}."
     words = progress_html("en", job, {"done": 1 << 30, "total": 2 << 30, "speed": None, "left": None, "resumed": 0})
     assert "&amp;" not in words and "&#" not in html.unescape(words)

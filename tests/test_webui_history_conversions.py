@@ -1,6 +1,6 @@
 """Voice conversions in the page's history (read from their sidecars, ``mode: voice_conversion``): listed with
 their recording's name and length, found by that name, played from outputs/, and "use these settings again"
-opens the Convert section with the same voice and speed, or says why it cannot be repeated."""
+opens the Convert workspace with the same voice and speed, or says why it cannot be repeated."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def test_a_conversion_is_listed_with_its_recording_and_found_and_played_by_its_n
 def test_using_a_conversion_again_opens_the_convert_section_with_its_voice_and_speed(page):
     *form, section, voice, speed, message = page.history_reuse("en", "2-vc.wav")
     assert all(value == {"__type__": "update"} for value in form)  # the Generate form is left as it is
-    assert section["open"] is True and voice["value"] == "Anna" and ("Anna", "Anna") in voice["choices"]
+    assert section["selected"] == "convert" and voice["value"] == "Anna" and ("Anna", "Anna") in voice["choices"]
     assert speed == 1.25 and "upload it again" in message and "talk.mp3" in message
 
     *_, voice, speed, message = page.history_reuse("en", "3-vc-upload.wav")

@@ -33,7 +33,8 @@ from cosyvoice_mac.api.streams import CutOnFailure, StreamEnd, audio_bytes, sse_
 from cosyvoice_mac.api.timestamps import timestamped_answer
 from cosyvoice_mac.engine.outputs import credential_facts
 from cosyvoice_mac.request import LUFS_RANGE, SAMPLING_FIELDS, SPEED_RANGE, PostSettings, Request, Sampling
-from cosyvoice_mac.settings import setting
+from cosyvoice_mac.settings import flag_default, setting
+from cosyvoice_mac.sound.clearest import parse_trim
 from cosyvoice_mac.wire import (
     CHECK_HEADER,
     CHECK_NOTE_HEADER,
@@ -145,9 +146,18 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
 
     @router.post(RECORDING_SPEECH_PATH.removeprefix("/v1"))
     async def speech_with_recording(
-        http: HttpRequest, body: str = Form(...), prompt_audio: UploadFile | None = File(None)
+        http: HttpRequest,
+        body: str = Form(...),
+        prompt_audio: UploadFile | None = File(None),
+        prompt_trim: str = Form(flag_default("prompt_trim")),
     ):
-        """``body``: the JSON of /v1/audio/speech without ``voice``; ``prompt_audio``: 3-30 s of speech."""
+        """``body``: the JSON of /v1/audio/speech without ``voice``; ``prompt_audio``: 3-30 s of speech;
+        ``prompt_trim``: "auto" keeps the clearest 12 s of a longer one, "START-END" that span in seconds (the
+        settings table's row)."""
+        try:
+            trim = parse_trim(prompt_trim, "prompt_trim")
+        except ValueError as error:
+            raise bad_request(str(error), "invalid_prompt_trim", "prompt_trim") from None
         try:
             parsed = RecordingSpeechBody.model_validate_json(body)
         except ValidationError as error:
@@ -165,7 +175,7 @@ def build_router(link: EngineLink, access: ApiAccess, upload_limit_bytes: int) -
             )
         folder, path = await _receive_upload(prompt_audio, upload_limit_bytes, "cosyvoice-api-prompt-")
         try:
-            await asyncio.to_thread(link.check_recording, str(path), "prompt_audio")
+            path = await asyncio.to_thread(link.check_recording, str(path), "prompt_audio", trim)
             speech_request = _request(link, parsed, recording=str(path))
             ticket = link.submit(speech_request, asking_interface(http))
         except BaseException:

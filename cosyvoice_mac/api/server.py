@@ -8,6 +8,7 @@ the public-endpoints rule of Gradio's REST route, the ``/v1`` body limit.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi import Request as HttpRequest
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Mount
 
 from cosyvoice_mac.api.auth import ApiAccess
 from cosyvoice_mac.api.convert_routes import build_convert_router
@@ -156,9 +158,18 @@ class RunningServer:
             self.socket.close()
             raise
         self.host, self.port = host, self.socket.getsockname()[1]
+        self.app = app
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.server = uvicorn.Server(
             uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
         )
+        serve = self.server.serve
+
+        async def serve_and_remember_the_loop(sockets=None):
+            self.loop = asyncio.get_running_loop()
+            await serve(sockets)
+
+        self.server.serve = serve_and_remember_the_loop
         self.thread = threading.Thread(
             target=self.server.run, kwargs={"sockets": [self.socket]}, name="cosyvoice-server", daemon=True
         )
@@ -176,6 +187,19 @@ class RunningServer:
         return f"http://{shown}:{self.port}/"
 
     def close(self) -> None:
+        """Stop serving. The page's open streams (each tab's heartbeat) are told to end first: uvicorn would
+        otherwise wait for them, then cancel them with a traceback in the console."""
+        self._end_streams()
         self.server.should_exit = True
         self.thread.join(10.0)
         self.socket.close()
+
+    def _end_streams(self) -> None:
+        """Set the stop event of each mounted app that has one (Gradio's, which its heartbeat streams wait on),
+        in the server's own event loop (an asyncio.Event is not set safely from another thread)."""
+        events = [getattr(route.app, "stop_event", None) for route in self.app.routes if isinstance(route, Mount)]
+        events = [event for event in events if isinstance(event, asyncio.Event)]
+        if not events or self.loop is None or self.loop.is_closed():
+            return
+        for event in events:
+            self.loop.call_soon_threadsafe(event.set)

@@ -28,6 +28,7 @@ from cosyvoice_mac.engine.voice_transfer import SUFFIX, VoiceFileRefused, export
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import PREVIEW_LABEL
 from cosyvoice_mac.request import Voice
+from cosyvoice_mac.sound.clearest import cut_prompt, wants_cut, with_trim_hint
 
 VOICE_TASK_TIMEOUT_S = 900.0
 
@@ -219,15 +220,26 @@ class VoiceDoor:
             raise bad_request("the preview voice is built in and cannot be changed", "builtin_voice", "voice_id")
         return name
 
-    def check_recording(self, audio_path: str, param: str) -> None:
-        """400 naming ``param`` when the file is no usable voice (not audio, silent, too short or long, no one
-        speaking): the voice library's one rule (``judge_voice_audio``), for a voice saved or spoken from."""
+    def check_recording(self, audio_path: str, param: str, trim: str | tuple[float, float] | None = None) -> str:
+        """The recording to use: ``audio_path``, or the part ``trim`` keeps (``parse_trim``'s reading of
+        prompt_trim: auto, the clearest 12 s of one over the limit; a span, that part), a file beside it. 400 naming
+        ``param`` when the file is no usable voice (not audio, silent, too short or long, no one speaking): the
+        voice library's one rule (``judge_voice_audio``), for a voice saved or spoken from; a too-long one's names
+        ``prompt_trim`` where the request can send it (``trim`` not None)."""
         try:
             check = judge_voice_audio(audio_path)
+            if trim is not None and wants_cut(trim, check.problem == "too_long"):
+                kept, _ = cut_prompt(audio_path, trim, Path(audio_path).parent / "clearest")
+                audio_path, check = str(kept), judge_voice_audio(kept)
         except VoiceError as error:  # the speech detector is not installed
             raise ApiError(500, str(error), code="speech_detector_missing") from error
+        except ValueError as error:  # the chosen span starts after the recording ends
+            raise bad_request(f"prompt_trim: {error}", "invalid_prompt_trim", "prompt_trim") from error
+        if check.problem == "too_long" and trim is not None:
+            raise bad_request(with_trim_hint(check.sentence, "v1"), "audio_too_long", param)
         if not check.ok:
             raise bad_request(check.sentence, f"audio_{check.problem}", param)
+        return audio_path
 
     def delete_voice(self, reference: str) -> dict:
         name = self._saved_name(reference)

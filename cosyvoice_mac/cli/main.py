@@ -57,6 +57,7 @@ def _add_synth(commands) -> None:
     synth.add_argument("--style", help="with --voice: its recording of this style (happy, whisper, ...)")
     synth.add_argument("--text", required=True, help="text to speak")
     synth.add_argument("--prompt-text", help="transcript of the prompt (zero-shot mode)")
+    add_argument(synth, "prompt_trim")
     for name in ("instruct", "seed", "speed"):
         add_argument(synth, name)
     sampling = synth.add_argument_group("sampling (unset: the model's own)")
@@ -86,7 +87,7 @@ def _request(args, saved_transcript: str | None = None, voice_styles: tuple[str,
 
     mode = "instruct" if args.instruct is not None else "zero_shot" if args.prompt_text is not None else None
     if args.prompt_wav is not None:
-        _check_prompt(args.prompt_wav)
+        args.prompt_wav = _check_prompt(args.prompt_wav, getattr(args, "prompt_trim", "off"))
         voice = Voice.recording(args.prompt_wav, transcript=args.prompt_text)
     elif args.voice == PREVIEW:
         voice = Voice.builtin()
@@ -109,16 +110,36 @@ def _request(args, saved_transcript: str | None = None, voice_styles: tuple[str,
     return request
 
 
-def _check_prompt(path: Path) -> None:
-    """Refuse a prompt file that is no usable voice now (the voice library's one rule, a tone or music included),
-    in the check's sentence, before it is sent or loaded."""
-    from cosyvoice_mac.engine.voice_library import judge_voice_audio
+def _check_prompt(path: Path, trim: str | None = "off") -> Path:
+    """The prompt file to send: ``path``, or the part ``--prompt-trim`` keeps (auto: the clearest 12 s of one over
+    the limit; START-END: that span, whatever the length), a file in a temporary folder, said on stderr. A file that
+    is no usable voice (the voice library's one rule, a tone or music included) is refused in the check's sentence,
+    before anything is sent or loaded."""
+    import sys
+    import tempfile
 
+    from cosyvoice_mac.engine.voice_library import judge_voice_audio
+    from cosyvoice_mac.sound.clearest import cut_prompt, parse_trim, wants_cut, with_trim_hint
+
+    try:
+        chosen = parse_trim(trim, "--prompt-trim")
+    except ValueError as error:
+        raise CosyVoiceError(str(error)) from None
     if not path.is_file():
         raise CosyVoiceError(f"the prompt recording {path} does not exist")
     check = judge_voice_audio(path)
+    if wants_cut(chosen, check.problem == "too_long"):
+        try:
+            path, span = cut_prompt(path, chosen, tempfile.mkdtemp(prefix="cosyvoice-prompt-"))
+        except ValueError as error:  # the span starts after the recording ends
+            raise CosyVoiceError(f"--prompt-trim: {error}") from None
+        print(f"kept {span.seconds:.1f} s of the prompt ({span.start:.1f}-{span.end:.1f} s)", file=sys.stderr)
+        check = judge_voice_audio(path)
+    if check.problem == "too_long":
+        raise CosyVoiceError(with_trim_hint(check.sentence, "cli"))
     if not check.ok:
         raise CosyVoiceError(check.sentence)
+    return path
 
 
 def _synth(args) -> int:

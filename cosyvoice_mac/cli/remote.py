@@ -28,7 +28,7 @@ from cosyvoice_mac.cli.common import (
 )
 from cosyvoice_mac.cli.takes import say_check, write_captions_beside
 from cosyvoice_mac.errors import CosyVoiceError
-from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT
+from cosyvoice_mac.paths import DEFAULT_HOST, DEFAULT_PORT, running_app_url
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.settings import setting
 from cosyvoice_mac.sound.wav import HEADER_BYTES, wav_from_pcm16
@@ -55,8 +55,9 @@ LOADING_WAIT_S = 900.0  # a model still loading in the app is waited for (the ap
 
 
 def default_server() -> str:
-    """Where ``synth`` looks for the app unless --server names it: $COSYVOICE_SERVER, else the app's default."""
-    return os.environ.get(SERVER_VARIABLE, "").strip() or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
+    """Where a command looks for the app unless --server names it: $COSYVOICE_SERVER, else the address the app
+    serving this machine's voice library recorded (any port), else the app's default address."""
+    return os.environ.get(SERVER_VARIABLE, "").strip() or running_app_url() or f"http://{DEFAULT_HOST}:{DEFAULT_PORT}"
 
 
 class AppError(CommandFailed):

@@ -1,6 +1,8 @@
 """``voices``: list, add, rename, replace and delete saved voices, give a voice recordings in more styles, and
-export voices to a voices file or import one, in this machine's voice library or, with ``--server``, in the
-running app's (through ``/v1/voices``, so the app's worker prepares a new recording).
+export voices to a voices file or import one, in the running app's library (through ``/v1/voices``, so the app's
+worker prepares a new recording and its page's menus follow), found as every other command finds it (``--server``,
+else ``$COSYVOICE_SERVER``, else the address the app recorded, else the default address); with no app answering
+there, in this machine's voice library.
 
 Without an action it lists the voices and says what the actions are, rather than failing on a missing argument.
 """
@@ -8,6 +10,7 @@ Without an action it lists the voices and says what the actions are, rather than
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -24,7 +27,8 @@ USAGE = (
     "voices style NAME STYLE --audio FILE [--transcript T]  one more recording of a voice, in a style\n"
     "voices export [NAME] [--output FILE]           a voice (no NAME: every voice) as one voices file\n"
     "voices import FILE                             add the voices of a voices file (a taken name is renamed)\n"
-    "add --server URL (and --api-key) to change the running app's voices"
+    "they are the running app's voices (--server URL, else $COSYVOICE_SERVER, else the app on this machine);\n"
+    "with no app running, this machine's voice library"
 )
 
 
@@ -47,7 +51,7 @@ def add_voices(commands) -> None:
 
 
 def run_voices(args) -> int:
-    library = _AppVoices(args.server, args.api_key) if args.server else _LocalVoices()
+    library = _library(args)
     try:
         return _act(args, library)
     finally:
@@ -124,6 +128,26 @@ def _file_name(name: str | None) -> str:
     return (re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._") or "voice" if name else "voices") + SUFFIX
 
 
+def _library(args):
+    """The running app's voices, else (no ``--server`` given and no app answering) this machine's library."""
+    from cosyvoice_mac.cli.remote import SERVER_VARIABLE, AppClient, NoApp, default_server
+
+    app = AppClient(args.server or default_server(), args.api_key)
+    try:
+        app.probe()
+    except NoApp as error:
+        app.close()
+        if args.server:
+            raise CosyVoiceError(f"{error}; start the app, or leave out --server to use this machine's voices")
+        if os.environ.get(SERVER_VARIABLE, "").strip():
+            print(f"note: {error} (${SERVER_VARIABLE}); these are this machine's saved voices", file=sys.stderr)
+        return _LocalVoices()
+    except BaseException:
+        app.close()
+        raise
+    return _AppVoices(app)
+
+
 class _LocalVoices:
     """This machine's voice library (the app's, when it runs with the default cache folder)."""
 
@@ -191,15 +215,8 @@ class _LocalVoices:
 class _AppVoices:
     """The running app's voice library, through ``/v1/voices``."""
 
-    def __init__(self, url: str, api_key: str | None):
-        from cosyvoice_mac.cli.remote import AppClient, NoApp
-
-        self.app = AppClient(url, api_key)
-        try:
-            self.app.probe()
-        except NoApp as error:
-            self.app.close()
-            raise CosyVoiceError(f"{error}; start the app, or leave out --server to use this machine's voices")
+    def __init__(self, app):
+        self.app = app  # a probed ``cli.remote.AppClient``
 
     def close(self) -> None:
         self.app.close()

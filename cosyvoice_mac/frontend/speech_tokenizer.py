@@ -41,7 +41,7 @@ def check_prompt_wave(wave16k: torch.Tensor) -> torch.Tensor:
     if seconds > MAX_PROMPT_SECONDS:
         raise SynthesisError(
             f"the prompt audio is {seconds:.1f} s long; the speech tokenizer accepts at most "
-            f"{MAX_PROMPT_SECONDS:.0f} s. Trim the prompt (3-10 s of clean speech works best).",
+            f"{MAX_PROMPT_SECONDS:.0f} s. Trim the prompt (5-15 s of clean speech works best).",
             field="prompt_audio",
         )
     if wave16k.shape[1] < MIN_PROMPT_SAMPLES:

@@ -21,7 +21,6 @@ import torch
 
 from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.frontend.prompt_audio import decode_prompt
-from cosyvoice_mac.frontend.special_tokens import ALL_SPECIAL_TOKENS
 from cosyvoice_mac.frontend.text import TextNormalizer, detect_language
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import BackendBase, silence_result
@@ -29,6 +28,7 @@ from cosyvoice_mac.pipeline.types import SAMPLE_RATE, SpeakerPrompt, SynthesisEr
 from cosyvoice_mac.preview import world_convert
 from cosyvoice_mac.preview.kept_base_voice import kept_or_measured, kept_path
 from cosyvoice_mac.preview.labels import PREVIEW, PREVIEW_NOTE
+from cosyvoice_mac.preview.limits import MARKUP, instruction_note, markup_example, markup_note
 from cosyvoice_mac.preview.mandarin import MandarinSpeaker, MandarinUnavailable
 from cosyvoice_mac.preview.piper_tts import PiperSpeaker
 from cosyvoice_mac.request import Request
@@ -44,7 +44,6 @@ ENGLISH_REFERENCE = (
     "It is easy to tell the depth of a well."
 )
 MANDARIN_REFERENCE = "今天天气很好，我们一起去公园散步吧。他的声音听起来非常温和。请把窗户打开。"
-_MARKUP = re.compile("|".join(re.escape(t) for t in sorted(ALL_SPECIAL_TOKENS, key=len, reverse=True)))
 
 
 def _count_tokens(text: str) -> int:
@@ -219,7 +218,7 @@ class PreviewVoice(BackendBase):
                 field=error.field,
             ) from error
         texts = [segment.display_text for segment in plan.segments]
-        spoken = [re.sub(r"\s+", " ", _MARKUP.sub(" ", text)).strip() for text in texts]
+        spoken = [re.sub(r"\s+", " ", MARKUP.sub(" ", text)).strip() for text in texts]
         items = [
             (segment, words)
             for segment, words in zip(plan.segments, spoken)
@@ -231,11 +230,12 @@ class PreviewVoice(BackendBase):
             self.mandarin()
         notes = [PREVIEW_NOTE]
         if request.mode == "instruct":
-            notes.append("the preview voice cannot follow instructions; the instruction was ignored")
+            notes.append(instruction_note())
         elif any(segment.mode == "instruct" for segment, _ in items):
             notes.append("the preview voice cannot speak in a style; the style tags were ignored")
-        if any(_MARKUP.search(text) for text in texts):
-            notes.append("the preview voice does not understand markup such as [breath]; it was left out")
+        example = markup_example(request.text)
+        if example is not None:
+            notes.append(markup_note(example))
         if request.sampling.given():
             notes.append("the preview voice draws no speech tokens; the sampling settings were recorded only")
         started = time.perf_counter()

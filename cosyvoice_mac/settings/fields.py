@@ -54,6 +54,19 @@ FIELD_ROWS = (
         group="request",
     ),
     Setting(
+        "prompt_trim",
+        "the part of a prompt recording that is used: off, the whole (one over the 30 s limit is refused); auto, the "
+        "clearest 12 s of one over the limit (the span with the most speech, cut in pauses); START-END, that span in "
+        "seconds, e.g. 12.5-24.5 (the page: a selection on the recording's waveform)",
+        "使用提示录音的哪一部分：off 使用整段（超过 30 秒上限的会被拒绝）；auto 对超过上限的录音保留最清晰的 12 秒"
+        "（语音最多的一段，在停顿处切开）；START-END 使用该时间段（秒），如 12.5-24.5（网页上：在录音波形上拖动选区）",
+        default="off",
+        flag="--prompt-trim",
+        metavar="off|auto|START-END",
+        doors=(PAGE, V1, *cli("synth")),
+        group="request",
+    ),
+    Setting(
         "stream",
         "synthesise in chunks: the first audio comes sooner (prints time to first audio)",
         "分段合成：更快听到第一段音频（并显示首段音频的耗时）",

@@ -252,18 +252,21 @@ SERVER_ROWS = (
         "接收任务的正在运行的应用（无应答时在本进程运行模型）；显式给出时必须能应答",
         flag="--server",
         env="COSYVOICE_SERVER",
-        default_words=f"$COSYVOICE_SERVER, else http://{DEFAULT_HOST}:{DEFAULT_PORT}",
+        default_words=f"$COSYVOICE_SERVER, else the app running on this machine (any port), else "
+        f"http://{DEFAULT_HOST}:{DEFAULT_PORT}",
         metavar="URL",
         doors=cli("synth", "convert", *LONG_COMMANDS, "glossary"),
         group="cli",
     ),
     Setting(
         "voices_server",
-        "the running app whose saved voices to list or change (without it: this machine's voice library)",
-        "要查看或修改其已保存声音的正在运行的应用（不填：本机的声音库）",
+        "the running app whose saved voices to list or change (when none answers: this machine's voice "
+        "library); given, it must answer",
+        "要查看或修改其已保存声音的正在运行的应用（无应答时：本机的声音库）；显式给出时必须能应答",
         flag="--server",
         metavar="URL",
-        default_words="this machine's voice library",
+        default_words="$COSYVOICE_SERVER, else the app running on this machine (any port), else this machine's "
+        "voice library",
         doors=cli("voices"),
         group="cli",
     ),

@@ -29,7 +29,7 @@ SENTENCES = {
     "efficiently. Export it at a standard rate such as 16000, 44100 or 48000 Hz.",
     "silent": "{name} is silent (its loudest sample is below -60 dBFS). Check the microphone and record again.",
     "too_short": "{name} holds only {speech:.1f} s of sound; a voice prompt needs at least {limit:g} s "
-    "(3-10 s of clear speech works best). Record a longer sample.",
+    "(5-15 s of clear speech works best). Record a longer sample.",
     "too_long": "{name} has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
     "Cut it to one clear sentence or a few (5-15 s is plenty).",
     "not_speech": "{name} holds no speech (only a tone, noise or music was heard); a voice is taken from someone "

@@ -24,25 +24,41 @@ from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
 from cosyvoice_mac.pipeline.takes.retake import next_seed
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.sound.prompt_check import checked_prompt
-from cosyvoice_mac.webui.action_bar import blocking_reasons, render_reasons
+from cosyvoice_mac.webui.derived_status import StatusCallbacks
 from cosyvoice_mac.webui.download_panel import DownloadCallbacks, Downloads
-from cosyvoice_mac.webui.generation import Generation
+from cosyvoice_mac.webui.generation import GenerateOutputs, Generation
 from cosyvoice_mac.webui.history import HistoryBook, HistoryCallbacks
 from cosyvoice_mac.webui.longform import LongformCallbacks
+from cosyvoice_mac.webui.prompt_trim import PromptTrimCallbacks
 from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render_status
 from cosyvoice_mac.webui.sampling_controls import SAMPLING_CONTROLS
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
 from cosyvoice_mac.webui.takes_view import put_take_in, retake_offered, takes_shown
-from cosyvoice_mac.webui.transcript_check import transcript_matches
+from cosyvoice_mac.webui.transcript_verdict import (
+    TranscriptCheckCallbacks,
+    TranscriptChecks,
+    blocks_generate,
+    transcript_blocker,
+)
 from cosyvoice_mac.webui.voice_cards import UNTRANSCRIBABLE, VoiceCallbacks
+from cosyvoice_mac.webui.voice_delete import VoiceDeleteCallbacks
 from cosyvoice_mac.webui.voice_files import VoiceFileCallbacks
 
 POLL_S = 0.5
 PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
 
 
-class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCallbacks):
+class Callbacks(
+    StatusCallbacks,
+    VoiceCallbacks,
+    VoiceFileCallbacks,
+    VoiceDeleteCallbacks,
+    HistoryCallbacks,
+    DownloadCallbacks,
+    TranscriptCheckCallbacks,
+    PromptTrimCallbacks,
+):
     """Owns nothing but references: the model host and the generation runner. The voice library belongs to
     the engine; the page reads and changes it only through ``host.engine.voices``."""
 
@@ -53,6 +69,7 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
         self.downloads = Downloads(host.config.models_dir)
         self.generation = Generation(host, self.history_book)
         self.longform = LongformCallbacks(host, glossary_store(host.config.cache_dir))
+        self.transcript_checks = TranscriptChecks()
 
     # -- voice -----------------------------------------------------------------------------------
     def prompt_message(self, lang: str, audio: str | None) -> str:
@@ -108,43 +125,6 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
         else:
             yield outcome["value"].strip(), say(lang, "transcribe_done")
 
-    def _recording_to_check(self, audio: str | None, voice: str | None, transcript: str | None) -> str | None:
-        """The recording a typed transcript can be checked against, or None when there is nothing to compare."""
-        path = audio
-        if not path and voice:
-            try:
-                path = self._voices().get(voice).get("audio_path")
-            except EngineError:
-                path = None
-        if not (transcript or "").strip() or not path or checked_prompt(path).problem in UNTRANSCRIBABLE:
-            return None
-        return path
-
-    def transcript_checking(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
-        """The transcript message while :meth:`check_transcript` listens (left alone when it will not)."""
-        return say(lang, "transcript_checking") if self._recording_to_check(audio, voice, transcript) else gr.skip()
-
-    def check_transcript(self, lang: str, audio: str | None, voice: str | None, transcript: str | None):
-        """Compare the typed transcript with what the recogniser hears in the recording: a warning when they
-        differ, a tick when they agree, nothing when the recogniser gave no answer; left alone when there is
-        nothing to compare. Runs in the request's thread (off Gradio's queue: see the page's wiring)."""
-        path = self._recording_to_check(audio, voice, transcript)
-        if path is None:
-            return gr.skip()
-        try:
-            heard = (self.host.transcriber.transcribe(path) or "").strip()
-        except Exception:  # no recogniser answer: nothing to warn about (Transcribe reports its own problems)
-            return ""
-        if not heard:
-            return ""
-        if transcript_matches(transcript.strip(), heard):
-            return say(lang, "transcript_agrees")
-        return say(lang, "transcript_mismatch", heard=heard)
-
-    def blockers(self, lang, audio, voice, transcript, text, mode, instruct) -> str:
-        """The Markdown beside Generate: every reason it would refuse the input now, or that it is ready."""
-        return render_reasons(lang, blocking_reasons(self.host, lang, audio, voice, transcript, text, mode, instruct))
-
     # -- text ------------------------------------------------------------------------------------
     @staticmethod
     def counter(lang: str, text: str | None) -> str:
@@ -185,18 +165,31 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
         post_trim=False,
         post_level=False,
         post_target=None,
-        *sampling_style_check,
+        *sampling_style_check_fixed,
         check=None,
+        seed_fixed=True,
     ) -> Iterator[tuple]:
         """Check the input, queue the job, then report position, each sentence (or streamed chunk), and the
         result. Yields GenerateOutputs (named fields). The post-processing controls come last (off by default),
         then the sampling controls (off: the model's own), then the saved voice's style to speak with (None or
-        "": its own recording), then the take check's box (None: as the check setting says; or by name)."""
+        "": its own recording), then the take check's box (None: as the check setting says; or by name), then
+        the page's "Keep this seed" (``seed_fixed``): unless it is ticked, each press speaks with a new seed, shown
+        in the seed field so it can be kept or reused. A transcript the check found other words in (``verdict``)
+        refuses zero-shot until the user chooses to use what was heard or keep theirs."""
+        verdict = self.transcript_checks.latest(getattr(request, "session_hash", None) or "")
+        if blocks_generate(verdict, audio, voice, transcript, mode):
+            refusal = transcript_blocker(lang, verdict, audio, voice, transcript, mode)
+            skip = gr.skip()
+            yield GenerateOutputs(*(skip,) * len(GenerateOutputs._fields))._replace(status=refusal, blockers=refusal)
+            return
         post = (post_trim, post_level, post_target)
-        sampling = sampling_style_check[:SAMPLING_CONTROLS]
-        style, box = (*sampling_style_check[SAMPLING_CONTROLS:], None, None)[:2]
+        sampling = sampling_style_check_fixed[:SAMPLING_CONTROLS]
+        style, box, fixed = (*sampling_style_check_fixed[SAMPLING_CONTROLS:], None, None, None)[:3]
         check = box if check is None else check
-        yield from self.generation.run(
+        seed_fixed = seed_fixed if fixed is None else fixed
+        if not seed_fixed:
+            seed = self.roll_seed()
+        updates = self.generation.run(
             lang,
             audio,
             voice,
@@ -214,6 +207,8 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
             style,
             check,
         )
+        for index, update in enumerate(updates):
+            yield update._replace(seed=seed) if index == 0 and not seed_fixed else update
 
     @staticmethod
     def last_takes(lang: str, session: Session):
@@ -238,8 +233,9 @@ class Callbacks(VoiceCallbacks, VoiceFileCallbacks, HistoryCallbacks, DownloadCa
         self.generation.stop(request)
 
     def session_closed(self, request: gr.Request) -> None:
-        """The tab closed: its jobs are cancelled after a short grace period."""
+        """The tab closed: its jobs are cancelled after a short grace period; its transcript verdicts go."""
         self.generation.session_closed(request)
+        self.transcript_checks.forget(getattr(request, "session_hash", None) or "")
 
     def queue_words(self, lang: str, request: gr.Request) -> str:
         return self.generation.queue_words(lang, request)

@@ -30,6 +30,7 @@ from cosyvoice_mac.sound.problems import SOURCE_PROBLEMS
 from cosyvoice_mac.sound.source_check import inspect_source
 from cosyvoice_mac.webui.post_controls import build_post_controls, post_settings
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, preview_line, render_prompt_check
+from cosyvoice_mac.webui.state import ActiveJobs
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
@@ -59,8 +60,9 @@ def source_message(lang: str, path: str | None) -> str:
 class ConvertCallbacks:
     """Owns each browser session's running conversion (for Stop); the engine belongs to the model host."""
 
-    def __init__(self, host):
+    def __init__(self, host, jobs: ActiveJobs | None = None):
         self.host = host
+        self.jobs = jobs  # the page's record of each tab's own jobs (the queue line marks them as the tab's)
         self._running: dict[str, str] = {}  # session hash -> job id
         self._lock = threading.Lock()
 
@@ -127,6 +129,8 @@ class ConvertCallbacks:
             engine.submit(job)
             with self._lock:
                 self._running[session] = job.job_id
+            if self.jobs is not None and session:
+                self.jobs.own(session, job.job_id)
             try:
                 done, total = 0, 0
                 yield say(lang, "vc_queued", position=max(1, engine.position(job.job_id) or 1)), "", None
@@ -166,43 +170,54 @@ def _held(path: str | None, folder: Path) -> str | None:
 
 
 def build_convert_section(make, convert: ConvertCallbacks, language) -> dict:
-    """The section's controls and wiring (inside the page's Blocks); ``make`` is the page's LabelBook.make.
-    Returns what the history's "use these settings again" fills: ``section``, ``voice`` and ``speed``."""
-    with make(gr.Accordion, {"label": "vc_heading"}, open=False, elem_id="cv-convert") as section:
-        make(gr.Markdown, {"value": "vc_info"}, elem_classes="cv-message")
-        with gr.Row():
-            source = make(
+    """The Convert workspace's controls and wiring (inside its tab); ``make`` is the page's LabelBook.make.
+    Start, Stop and the status sit in the workspace's action row. Returns what the history's "use these settings
+    again" fills: ``voice`` and ``speed``."""
+    make(gr.Markdown, {"value": "vc_heading"}, elem_id="cv-convert", elem_classes="cv-message")
+    make(gr.Markdown, {"value": "vc_info"}, elem_classes="cv-message")
+    with gr.Row():
+        source = make(
+            gr.Audio,
+            {"label": "vc_source_label"},
+            sources=["upload", "microphone"],
+            type="filepath",
+            elem_id="cv-vc-source",
+        )
+        with gr.Column():
+            voice = make(gr.Dropdown, {"label": "vc_voice_label"}, choices=[], value=None, elem_id="cv-vc-voice")
+            prompt = make(
                 gr.Audio,
-                {"label": "vc_source_label"},
+                {"label": "vc_prompt_label"},
                 sources=["upload", "microphone"],
                 type="filepath",
-                elem_id="cv-vc-source",
+                elem_id="cv-vc-prompt",
             )
-            with gr.Column():
-                voice = make(gr.Dropdown, {"label": "vc_voice_label"}, choices=[], value=None, elem_id="cv-vc-voice")
-                prompt = make(
-                    gr.Audio,
-                    {"label": "vc_prompt_label"},
-                    sources=["upload", "microphone"],
-                    type="filepath",
-                    elem_id="cv-vc-prompt",
-                )
-        source_msg = gr.Markdown(elem_id="cv-vc-source-msg", elem_classes="cv-message")
-        speed = make(
-            gr.Slider,
-            {"label": "vc_speed_label"},
-            **slider("speed"),
-            elem_id="cv-vc-speed",
-        )
-        trim, level, target = build_post_controls(make, "cv-vc")
-        with gr.Row():
-            start = make(gr.Button, {"value": "vc_start"}, variant="primary", elem_id="cv-vc-start")
-            stop = make(gr.Button, {"value": "vc_stop"}, variant="secondary", elem_id="cv-vc-stop")
-        status = gr.Markdown(elem_id="cv-vc-status", elem_classes="cv-message")
-        progress = gr.HTML("", elem_id="cv-vc-progress-html")
-        result = make(
-            gr.Audio, {"label": "vc_result_label"}, interactive=False, buttons=["download"], elem_id="cv-vc-result"
-        )
+    source_msg = gr.Markdown(elem_id="cv-vc-source-msg", elem_classes="cv-message")
+    speed = make(
+        gr.Slider,
+        {"label": "vc_speed_label"},
+        **slider("speed"),
+        elem_id="cv-vc-speed",
+    )
+    trim, level, target = build_post_controls(make, "cv-vc")
+    result = make(
+        gr.Audio, {"label": "vc_result_label"}, interactive=False, buttons=["download"], elem_id="cv-vc-result"
+    )
+    with gr.Row(elem_id="cv-vc-action-row", elem_classes="cv-action-row", equal_height=False):
+        with gr.Row(scale=0, elem_classes="cv-action-buttons"):
+            start = make(
+                gr.Button, {"value": "vc_start"}, variant="primary", elem_id="cv-vc-start", elem_classes="cv-action"
+            )
+            stop = make(
+                gr.Button,
+                {"value": "vc_stop"},
+                variant="secondary",
+                elem_id="cv-vc-stop",
+                elem_classes="cv-stop-action",
+            )
+        with gr.Column(scale=3, min_width=240):
+            status = gr.Markdown(elem_id="cv-vc-status", elem_classes="cv-message")
+            progress = gr.HTML("", elem_id="cv-vc-progress-html")
     quiet = dict(queue=False, show_progress="hidden")
     source.upload(source_message, [language, source], source_msg, **quiet)
     source.stop_recording(source_message, [language, source], source_msg, **quiet)
@@ -217,4 +232,4 @@ def build_convert_section(make, convert: ConvertCallbacks, language) -> dict:
         show_progress="hidden",
     )
     stop.click(convert.stop, None, None, **quiet)
-    return {"section": section, "voice": voice, "speed": speed}
+    return {"voice": voice, "speed": speed}

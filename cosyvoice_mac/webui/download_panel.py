@@ -17,8 +17,9 @@ from typing import Iterator
 
 import gradio as gr
 
-from cosyvoice_mac.download import MODELS, DownloadError, announced_size, download_model
+from cosyvoice_mac.download import MODELS, DownloadError, HubUnreachable, announced_size, download_model
 from cosyvoice_mac.webui.render import size_text
+from cosyvoice_mac.webui.strings import Markup
 from cosyvoice_mac.webui.strings import text as say
 
 POLL_S = 0.5
@@ -40,30 +41,32 @@ def folder_bytes(folder: Path) -> int:
 class DownloadJob:
     """One model's download in a background thread: where it goes, what the hub announced, how it ended."""
 
-    def __init__(self, version: str, models_dir: Path):
+    def __init__(self, version: str, models_dir: Path, hubs: tuple[str | None, str | None] = (None, None)):
         self.version = version
         self.destination = Path(models_dir) / MODELS[version].folder
         self.source: str | None = None
         self.total: int | None = None
-        self.error: str | None = None
+        self.error: DownloadError | None = None
         self.folder: Path | None = None
         self.finished = threading.Event()
         self._samples: list[tuple[float, int]] = []  # (monotonic time, bytes) for the speed
         self._start_bytes = folder_bytes(self.destination)  # a resumed download starts from what is there
-        self._thread = threading.Thread(target=self._run, args=(models_dir,), name="model-download", daemon=True)
+        self._thread = threading.Thread(target=self._run, args=(models_dir, hubs), name="model-download", daemon=True)
         self._thread.start()
 
     def _plan(self, source: str, sizes: dict[str, int | None]) -> None:
         self.source = source
         self.total = sum(size for size in sizes.values() if size) or None
 
-    def _run(self, models_dir: Path) -> None:
+    def _run(self, models_dir: Path, hubs: tuple[str | None, str | None]) -> None:
         try:
-            self.folder = download_model(self.version, models_dir, on_plan=self._plan)
+            self.folder = download_model(
+                self.version, models_dir, on_plan=self._plan, endpoint=hubs[0], modelscope_endpoint=hubs[1]
+            )
         except DownloadError as error:
-            self.error = str(error)
+            self.error = error
         except Exception as error:  # noqa: BLE001 - shown to the user; the page must keep working
-            self.error = f"{type(error).__name__}: {error}"
+            self.error = DownloadError(f"{type(error).__name__}: {error}", resumable=True)
         finally:
             self.finished.set()
 
@@ -83,9 +86,10 @@ class DownloadJob:
 class Downloads:
     """Owns the app's one running (or last) model download, and each model's size as the hub announced it."""
 
-    def __init__(self, models_dir: Path, endpoint: str | None = None):
+    def __init__(self, models_dir: Path, endpoint: str | None = None, modelscope_endpoint: str | None = None):
         self.models_dir = Path(models_dir)
         self.endpoint = endpoint  # the hub asked for sizes (None: $HF_ENDPOINT or huggingface.co)
+        self.modelscope_endpoint = modelscope_endpoint  # the fallback (None: www.modelscope.cn)
         self.current: DownloadJob | None = None
         self._lock = threading.Lock()
         self._sizes: dict[str, int | None] = {}  # by version; None: the hub could not say (offline)
@@ -117,8 +121,18 @@ class Downloads:
         """The running download (whatever model it is), else a new one of ``version``."""
         with self._lock:
             if self.current is None or self.current.finished.is_set():
-                self.current = DownloadJob(version, self.models_dir)
+                self.current = DownloadJob(version, self.models_dir, (self.endpoint, self.modelscope_endpoint))
             return self.current
+
+
+def failure_html(lang: str, error: DownloadError) -> str:
+    """Why the download stopped, as sentences for a person on this page: what was tried and what to press, never
+    an errno or the terminal's "run the command again"."""
+    if isinstance(error, HubUnreachable) and len(error.tried) > 1:
+        return say(lang, "dl_offline")
+    # html.escape, not the Markdown escape: this goes into HTML, where a path's "_" or "[" must stay itself
+    words = say(lang, "dl_failed", message=Markup(html.escape(error.reason.rstrip("."))))
+    return f"{words} {say(lang, 'dl_again')}" if error.resumable else words
 
 
 def progress_html(lang: str, job: DownloadJob, progress: dict) -> str:
@@ -153,7 +167,7 @@ class DownloadCallbacks:
         while not job.finished.wait(POLL_S):
             yield progress_html(lang, job, job.progress()), gr.skip(), gr.skip(), gr.skip()
         if job.error:
-            yield say(lang, "dl_failed", message=job.error), gr.skip(), gr.skip(), gr.skip()  # its values escaped
+            yield failure_html(lang, job.error), gr.skip(), gr.skip(), gr.skip()
             return
         name = job.folder.name
         menu = gr.update(choices=self.model_choices(lang), value=name, interactive=True)

@@ -50,6 +50,8 @@ class GenerateOutputs(NamedTuple):
     history_pick: object
     session: object
     player: object
+    blockers: object  # the line beside Generate: "your job is running" once it is queued (derived_status)
+    seed: object  # the seed field: the new seed a Generate rolled (``Callbacks.generate``)
 
 
 class Generation(PageRequest):
@@ -119,7 +121,8 @@ class Generation(PageRequest):
                 yield out.status("status_model_error", message=str(error).rstrip("."))
                 return
             self.active.set(session_id, job.job_id)
-            yield out.status(*self._waiting_status(engine, job.job_id))
+            waiting = out.status(*self._waiting_status(engine, job.job_id))
+            yield waiting._replace(blockers=say(lang, "action_running"))
             terminal = yield from self._follow(engine, job.job_id, subscriber, out)
         finally:
             engine.unsubscribe(subscriber)
@@ -285,7 +288,9 @@ class _Outputs:
         skip = gr.skip()
         values = (prompt, counter, mode, status, result, history, picks)
         player = self.player.value if self.player is not None else skip
-        return GenerateOutputs(*(skip if value is None else value for value in values), self.session, player)
+        return GenerateOutputs(
+            *(skip if value is None else value for value in values), self.session, player, skip, skip
+        )
 
     def status(self, key: str, values: dict | None = None, **more) -> tuple:
         self.session.last_status = (key, {**(values or {}), **more})

@@ -1,8 +1,9 @@
 """The page's history: every result in outputs/ (generations and voice conversions), read from the sidecars
-the worker writes beside each WAV (so it outlives a reload and a restart), newest first, searched by text,
-voice or converted recording and paged; play, download, what the picked file's content credentials say
-(``provenance``: still valid, or changed since it was made), "use these settings again" (a conversion's opens
-the Convert section), and a Clear that only hides (the files stay in outputs/).
+the worker writes beside each WAV (so it outlives a reload and a restart), newest first with each line's takes
+grouped under it (``history_lines``), searched by text, voice or converted recording and paged; play, download,
+what the picked file's content credentials say (``provenance``: still valid, or changed since it was made), "use
+these settings again" (a conversion's opens the Convert section), and a Clear that only hides (the files stay in
+outputs/).
 
 ``HistoryBook`` owns the reading (a sidecar is parsed once per change of its file); the layout's section is
 ``build_history_section``. Element ids (``elem_id``) are the browser tests' handles; keep them stable.
@@ -22,6 +23,7 @@ from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.preview import PREVIEW
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND
 from cosyvoice_mac.provenance import Credentials
+from cosyvoice_mac.webui.history_lines import Take, take_pages
 from cosyvoice_mac.webui.state import HistoryEntry, is_inside
 from cosyvoice_mac.webui.strings import plural
 from cosyvoice_mac.webui.strings import text as say
@@ -150,20 +152,21 @@ class HistoryView(NamedTuple):
 
 
 def history_view(lang: str, entries: list[HistoryEntry], page: int = 0) -> HistoryView:
-    """Page ``page`` (from 0, clamped) of ``entries``: the table, the one-line model badge, "page 1 of 3"."""
-    pages = max(1, -(-len(entries) // PER_PAGE))
-    page = min(max(int(page or 0), 0), pages - 1)
-    shown = entries[page * PER_PAGE : (page + 1) * PER_PAGE]
+    """Page ``page`` (from 0, clamped) of ``entries``, takes grouped under their line (``history_lines``): the
+    table, the one-line model badge, "page 1 of 3"."""
+    pages = take_pages(entries, PER_PAGE)
+    page = min(max(int(page or 0), 0), len(pages) - 1)
+    shown = pages[page]
     headers = [say(lang, key) for key in HISTORY_COLUMNS]
-    rows = [_row(lang, entry) for entry in shown]
+    rows = [_row(lang, take) for take in shown]
     badge = ""
-    if any(entry.preview for entry in shown):
+    if any(take.entry.preview for take in shown):
         badge = say(lang, "history_preview_badge", label=say(lang, "preview_label"), command=DOWNLOAD_COMMAND)
     if not entries:
         words = say(lang, "history_none")
     else:
-        words = plural(lang, "history_page", len(entries), page=page + 1, pages=pages)
-    picks = [(f"{_when(entry)}  {entry.file_name}", entry.file_name) for entry in shown]
+        words = plural(lang, "history_page", len(entries), page=page + 1, pages=len(pages))
+    picks = [(f"{_when(take.entry)}  {take.entry.file_name}", take.entry.file_name) for take in shown]
     return HistoryView({"headers": headers, "data": rows}, badge, words, page, picks)
 
 
@@ -171,14 +174,26 @@ def _when(entry: HistoryEntry) -> str:
     return time.strftime("%m-%d %H:%M:%S", time.localtime(entry.created))
 
 
-def _row(lang: str, entry: HistoryEntry) -> list:
+def _what(lang: str, take: Take) -> str:
+    """The row's text cell: the line's words on the first row of a line (with the take's number when it has
+    several), "↳ take 2 of 3" on the rows under it."""
+    entry = take.entry
+    if take.count > 1 and not take.heads:
+        return say(lang, "history_take", number=take.number, count=take.count)
     text = entry.text if len(entry.text) <= TEXT_IN_HISTORY else entry.text[: TEXT_IN_HISTORY - 1] + "…"
     if entry.mode == VOICE_CONVERSION:  # no text was read: what was re-spoken, and how long it was
         seconds = entry.source_duration_s if entry.source_duration_s is not None else entry.duration_s
         text = say(lang, "history_converted", source=entry.source or "?", seconds=seconds)
+    if take.count > 1:
+        return say(lang, "history_take_first", text=text, number=take.number, count=take.count)
+    return text
+
+
+def _row(lang: str, take: Take) -> list:
+    entry = take.entry
     return [
         _when(entry),
-        text,
+        _what(lang, take),
         say(lang, f"mode_short_{entry.mode}"),
         entry.voice or say(lang, "history_prompt_voice"),
         entry.seed,
@@ -209,59 +224,61 @@ def credentials_line(lang: str, found: Credentials) -> str:
 
 
 def build_history_section(make, lang: str):
-    """The history section's controls, in page order; a dict by name."""
+    """The History workspace's controls (inside its tab), in page order; a dict by name. A row clicked plays;
+    the page turns in a row as small as a search field."""
     controls: dict = {}
-    with make(gr.Accordion, {"label": "history_heading"}, open=True, elem_id="cv-history-section"):
-        with gr.Row(equal_height=True):
-            controls["search"] = make(
-                gr.Textbox,
-                {"label": "history_search_label", "placeholder": "history_search_placeholder"},
-                scale=3,
-                elem_id="cv-history-search",
+    with gr.Row(equal_height=False, elem_id="cv-history-pager"):
+        controls["search"] = make(
+            gr.Textbox,
+            {"label": "history_search_label", "placeholder": "history_search_placeholder"},
+            scale=3,
+            elem_id="cv-history-search",
+        )
+        with gr.Row(scale=1, elem_classes="cv-history-turn"):
+            controls["prev"] = make(
+                gr.Button, {"value": "history_prev"}, size="sm", min_width=40, scale=0, elem_id="cv-history-prev"
             )
-            controls["prev"] = make(gr.Button, {"value": "history_prev"}, size="sm", scale=0, elem_id="cv-history-prev")
             controls["page_words"] = gr.Markdown(elem_id="cv-history-page", elem_classes="cv-message")
-            controls["next"] = make(gr.Button, {"value": "history_next"}, size="sm", scale=0, elem_id="cv-history-next")
-        controls["badge"] = gr.Markdown(elem_id="cv-history-badge", elem_classes="cv-message")
-        controls["table"] = make(
-            gr.Dataframe,
-            {"label": "history_label"},
-            interactive=False,
-            wrap=True,
-            column_widths=HISTORY_COLUMN_WIDTHS,
-            datatype=HISTORY_DATATYPES,
-            elem_id="cv-history",
+            controls["next"] = make(
+                gr.Button, {"value": "history_next"}, size="sm", min_width=40, scale=0, elem_id="cv-history-next"
+            )
+    controls["badge"] = gr.Markdown(elem_id="cv-history-badge", elem_classes="cv-message")
+    make(gr.Markdown, {"value": "history_row_hint"}, elem_classes="cv-message")
+    controls["table"] = make(
+        gr.Dataframe,
+        {"label": "history_label"},
+        interactive=False,
+        wrap=True,
+        column_widths=HISTORY_COLUMN_WIDTHS,
+        datatype=HISTORY_DATATYPES,
+        max_height=420,
+        elem_id="cv-history",
+    )
+    # The row clicked (its file name): the menu is not shown, it only holds the pick for the buttons.
+    controls["pick"] = gr.Dropdown(choices=[], value=None, visible=False, elem_id="cv-history-pick")
+    controls["audio"] = make(
+        gr.Audio,
+        {"label": "history_audio_label"},
+        interactive=False,
+        buttons=["download"],
+        elem_id="cv-history-audio",
+    )
+    with gr.Row(equal_height=True):
+        controls["reuse"] = make(
+            gr.Button, {"value": "history_reuse"}, size="sm", variant="primary", elem_id="cv-history-reuse"
         )
-        with gr.Row(equal_height=True):
-            controls["pick"] = make(
-                gr.Dropdown, {"label": "history_pick_label"}, choices=[], value=None, scale=2, elem_id="cv-history-pick"
-            )
-            controls["reuse"] = make(
-                gr.Button, {"value": "history_reuse"}, size="sm", scale=1, elem_id="cv-history-reuse"
-            )
-            controls["clear"] = make(
-                gr.Button, {"value": "history_clear"}, size="sm", scale=1, elem_id="cv-history-clear"
-            )
-        with gr.Row(visible=False, elem_id="cv-history-clear-row") as clear_row:
-            make(gr.Markdown, {"value": "history_clear_question"}, elem_classes="cv-message")
-            controls["clear_yes"] = make(
-                gr.Button, {"value": "history_clear_yes"}, size="sm", variant="stop", elem_id="cv-history-clear-yes"
-            )
-            controls["clear_no"] = make(
-                gr.Button, {"value": "voice_replace_no"}, size="sm", elem_id="cv-history-clear-no"
-            )
-        controls["clear_row"] = clear_row
-        controls["msg"] = gr.Markdown(elem_id="cv-history-msg", elem_classes="cv-message")
-        controls["audio"] = make(
-            gr.Audio,
-            {"label": "history_audio_label"},
-            interactive=False,
-            buttons=["download"],
-            elem_id="cv-history-audio",
+        controls["clear"] = make(gr.Button, {"value": "history_clear"}, size="sm", elem_id="cv-history-clear")
+    with gr.Row(visible=False, elem_id="cv-history-clear-row") as clear_row:
+        make(gr.Markdown, {"value": "history_clear_question"}, elem_classes="cv-message")
+        controls["clear_yes"] = make(
+            gr.Button, {"value": "history_clear_yes"}, size="sm", variant="stop", elem_id="cv-history-clear-yes"
         )
-        controls["credentials"] = gr.Markdown(elem_id="cv-history-credentials", elem_classes="cv-message")
-        controls["takes"] = build_takes_panel(make, "cv-history-takes")
-        controls["page"] = gr.State(0)
+        controls["clear_no"] = make(gr.Button, {"value": "voice_replace_no"}, size="sm", elem_id="cv-history-clear-no")
+    controls["clear_row"] = clear_row
+    controls["msg"] = gr.Markdown(elem_id="cv-history-msg", elem_classes="cv-message")
+    controls["credentials"] = gr.Markdown(elem_id="cv-history-credentials", elem_classes="cv-message")
+    controls["takes"] = build_takes_panel(make, "cv-history-takes")
+    controls["page"] = gr.State(0)
     return controls
 
 
@@ -302,16 +319,26 @@ class HistoryCallbacks:
         played, panel = put_take_in(lang, entry.path if entry is not None else None, choice)
         return (played or gr.skip(), *panel)
 
+    def history_row_clicked(self, lang: str, event: gr.SelectData):
+        """A row of the table clicked: (the pick, its WAV for the player, the line naming it). The row's last
+        cell is its file name, looked up among outputs/ like any pick (never a path)."""
+        row = list(getattr(event, "row_value", None) or [])
+        entry = self.history_book.find(str(row[-1])) if row else None
+        if entry is None:
+            return gr.skip(), gr.skip(), say(lang, "history_pick_first")
+        return entry.file_name, entry.path, say(lang, "history_picked_row", name=entry.file_name)
+
     def history_reuse(self, lang: str, file_name: str | None):
         """The picked result's settings back in the form: (text, mode, instruct, seed, speed, voice, transcript,
-        the Convert section, its voice, its speed, message). A recording uploaded for it is not kept, so only a
-        saved voice comes back; a conversion opens the Convert section instead (its recording is not kept)."""
+        "Keep this seed" (ticked: the result's seed is the point of reusing it), the workspace shown (Speak), the
+        Convert voice, its speed, message). A recording uploaded for it is not kept, so only a saved voice comes
+        back; a conversion opens the Convert workspace instead (its recording is not kept)."""
         entry = self.history_book.find(file_name)
         skip = gr.skip()
         if entry is None:
-            return (skip,) * 10 + (say(lang, "history_pick_first"),)
+            return (skip,) * 11 + (say(lang, "history_pick_first"),)
         if entry.mode == VOICE_CONVERSION:
-            return (skip,) * 7 + self._reuse_conversion(lang, entry)
+            return (skip,) * 8 + self._reuse_conversion(lang, entry)
         voice, words = skip, say(lang, "history_reused")
         if entry.voice:
             try:
@@ -323,10 +350,11 @@ class HistoryCallbacks:
             words = say(lang, "history_reused_upload")
         transcript = entry.transcript if entry.transcript is not None else skip
         instruct = entry.instruct or ""
-        return entry.text, entry.mode, instruct, entry.seed, entry.speed, voice, transcript, skip, skip, skip, words
+        kept = (entry.seed, entry.speed, voice, transcript, True)
+        return entry.text, entry.mode, instruct, *kept, gr.update(selected="speak"), skip, skip, words
 
     def _reuse_conversion(self, lang: str, entry: HistoryEntry) -> tuple:
-        """(the Convert section opened, its voice menu, its speed, message) for an earlier conversion."""
+        """(the Convert workspace shown, its voice menu, its speed, message) for an earlier conversion."""
         source = entry.source or "?"
         try:
             names = [known["name"] for known in self._voices().list()]
@@ -339,7 +367,7 @@ class HistoryCallbacks:
             voice, words = "", say(lang, "history_reused_conversion_gone", voice=entry.voice, source=source)
         else:
             voice, words = "", say(lang, "history_reused_conversion_upload", source=source)
-        return gr.update(open=True), gr.update(choices=menu, value=voice), entry.speed, words
+        return gr.update(selected="convert"), gr.update(choices=menu, value=voice), entry.speed, words
 
     def history_cleared(self, lang: str, query: str):
         self.history_book.clear()
@@ -365,11 +393,14 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
         **quiet,
     )
     controls["pick"].input(callbacks.history_picked, controls["pick"], controls["audio"], **quiet)
-    controls["pick"].input(
-        callbacks.history_credentials, [language, controls["pick"]], controls["credentials"], **quiet
-    )
     takes = controls["takes"]
-    controls["pick"].input(callbacks.history_takes, [language, controls["pick"]], list(takes), **quiet)
+    picked = controls["table"].select(
+        callbacks.history_row_clicked, language, [controls["pick"], controls["audio"], controls["msg"]], **quiet
+    )
+    # What the picked file's credentials say, and its takes: picked by its row (or by the menu, as the API does).
+    for then in (picked.then, controls["pick"].input):
+        then(callbacks.history_credentials, [language, controls["pick"]], controls["credentials"], **quiet)
+        then(callbacks.history_takes, [language, controls["pick"]], list(takes), **quiet)
     takes.use.click(
         callbacks.history_use_take, [language, controls["pick"], takes.pick], [controls["audio"], *takes], **quiet
     )
@@ -383,7 +414,8 @@ def wire_history_section(controls: dict, callbacks: HistoryCallbacks, language, 
             "speed",
             "voices",
             "transcript",
-            "convert_section",
+            "seed_fixed",
+            "workspaces",
             "convert_voice",
             "convert_speed",
         )

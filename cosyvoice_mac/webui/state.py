@@ -59,8 +59,15 @@ class ActiveJobs:
         self._lock = threading.Lock()
 
     def set(self, session: str, job_id: str) -> None:
+        """``job_id`` is the session's running generation (its Stop button cancels it), and one of its own."""
         with self._lock:
             self._jobs[session] = job_id
+        self.own(session, job_id)
+
+    def own(self, session: str, job_id: str) -> None:
+        """``job_id`` is one of the session's own jobs (a conversion, say): the queue marks it as the tab's and
+        closing the tab cancels it, while Generate's Stop is left to the generation."""
+        with self._lock:
             owned = self._owned.setdefault(session, [])
             owned.append(job_id)
             del owned[: -self.OWNED_PER_SESSION]

@@ -18,6 +18,8 @@ from cosyvoice_mac.webui.strings_longform import EN as LONGFORM_EN
 from cosyvoice_mac.webui.strings_longform import ZH as LONGFORM_ZH
 from cosyvoice_mac.webui.strings_page import EN as PAGE_PARTS_EN
 from cosyvoice_mac.webui.strings_page import ZH as PAGE_PARTS_ZH
+from cosyvoice_mac.webui.strings_workspaces import EN as WORKSPACES_EN
+from cosyvoice_mac.webui.strings_workspaces import ZH as WORKSPACES_ZH
 from cosyvoice_mac.webui.strings_zh import PRESET_LABELS_ZH
 from cosyvoice_mac.webui.strings_zh import ZH as PAGE_ZH
 
@@ -39,7 +41,8 @@ EN: dict[str, str] = {
     "not real cloning.",
     # voice
     "section_voice": "### 1. Voice",
-    "prompt_audio_label": "Prompt audio: 3-30 s of clear speech (WAV, MP3, FLAC or M4A; upload or record)",
+    "prompt_audio_label": "Prompt audio: 5-15 s of clear speech works best, 3-30 s is taken "
+    "(WAV, MP3, FLAC or M4A; upload or record)",
     "prompt_duration": "Prompt: {seconds:.1f} s ({speech:.1f} s of speech).",
     # the prompt's problems: "⚠️ " and sound.problems.SENTENCES, word for word (tests/test_sound_prompt.py)
     "prompt_missing": "⚠️ {name} does not exist, or is no longer on the server (uploads are kept for a while only). "
@@ -60,7 +63,7 @@ EN: dict[str, str] = {
     "prompt_silent": "⚠️ {name} is silent (its loudest sample is below -60 dBFS). Check the microphone and record "
     "again.",
     "prompt_too_short": "⚠️ {name} holds only {speech:.1f} s of sound; a voice prompt needs at least {limit:g} s "
-    "(3-10 s of clear speech works best). Record a longer sample.",
+    "(5-15 s of clear speech works best). Record a longer sample.",
     "prompt_too_long": "⚠️ {name} has {speech:.1f} s of speech; the model takes at most {limit:g} s. "
     "Cut it to one clear sentence or a few (5-15 s is plenty).",
     "prompt_not_speech": "⚠️ {name} holds no speech (only a tone, noise or music was heard); a voice is taken from "
@@ -86,7 +89,15 @@ EN: dict[str, str] = {
     "save_voice": "Save voice",
     "delete_voice": "Delete voice",
     "voice_saved": "✅ Saved the voice “{name}”.",
-    "voice_deleted": "🗑 Deleted the voice “{name}”.",
+    "voice_deleted_undo": "🗑 Deleted the voice “{name}”. Undo brings it back for {seconds} s.",
+    "voice_delete_ask": "⚠️ Delete the voice “{name}”? Its recording goes with it (Undo brings it back for a few "
+    "seconds).",
+    "voice_delete_yes": "Delete it",
+    "voice_delete_no": "Keep it",
+    "voice_undo": "Undo delete",
+    "voice_restored": "✅ The voice “{name}” is back.",
+    "voice_undo_gone": "⚠️ Too late to undo: the deleted voice's recording is gone.",
+    "voice_undo_taken": "⚠️ A voice named “{name}” was saved meanwhile; rename that one, then press Undo again.",
     "voice_save_needs_audio": "⚠️ Upload or record the prompt audio you want to keep as a voice.",
     "voice_saving": "⏳ Preparing the voice (the model extracts its features)…",
     "voice_save_no_model": "⚠️ No model is running, so the voice cannot be prepared. See the note at the top.",
@@ -112,12 +123,14 @@ EN: dict[str, str] = {
     "mode_cross_lingual": "Cross-lingual: no transcript needed",
     "mode_instruct": "Instruct: style, emotion or dialect",
     "preset_label": "Trained instructions",
-    "preset_info": "Pick one to fill the instruction, or write your own.",
+    "preset_info": "Each fills the instruction with the words the model was trained on, most of them Chinese: "
+    "they work with English text too. Or write your own.",
     "instruct_label": "Instruction",
     "instruct_placeholder": "e.g. 请用四川话表达。 or Please say a sentence in a very soft voice.",
     "instruct_needed": "⚠️ Instruct mode needs an instruction: pick one from the menu or type your own.",
     "seed_label": "Seed",
-    "seed_info": "The same seed and settings give the same audio; 🎲 picks a new one.",
+    "seed_info": "Each Generate picks a new seed and shows it here; the same seed and settings give the same audio.",
+    "seed_fixed_label": "Keep this seed",
     "seed_invalid": "⚠️ The seed must be a whole number from 0 to {limit}.",
     "dice_title": "Pick a random seed",
     "speed_label": "Speed",
@@ -253,7 +266,8 @@ EN: dict[str, str] = {
 EN.update(LONGFORM_EN)
 EN.update(PAGE_PARTS_EN)
 EN.update(CONVERT_EN)
-ZH: dict[str, str] = {**PAGE_ZH, **LONGFORM_ZH, **PAGE_PARTS_ZH, **CONVERT_ZH}
+EN.update(WORKSPACES_EN)
+ZH: dict[str, str] = {**PAGE_ZH, **LONGFORM_ZH, **PAGE_PARTS_ZH, **CONVERT_ZH, **WORKSPACES_ZH}
 TABLES = {"en": EN, "zh": ZH}
 # Characters Markdown or HTML would read as markup; each becomes its numeric character reference, which
 # renders as the character itself.
@@ -292,3 +306,10 @@ def plural(lang: str | None, key: str, count: int, **values) -> str:
 def preset_label(lang: str | None, english_label: str) -> str:
     """The menu label of one trained instruction."""
     return PRESET_LABELS_ZH[english_label] if language(lang) == "zh" else english_label
+
+
+def preset_choice(lang: str | None, english_label: str, instruction: str) -> str:
+    """A trained instruction as its menu shows it: in English with the words it puts in the box (they are the
+    model's, often Chinese, so an English name alone would surprise); in Chinese its name alone."""
+    label = preset_label(lang, english_label)
+    return label if language(lang) == "zh" or instruction.isascii() else f"{label} · {instruction}"

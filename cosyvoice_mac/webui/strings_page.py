@@ -6,6 +6,11 @@ from __future__ import annotations
 EN: dict[str, str] = {
     # action bar
     "ready_to_generate": "✅ Ready: press Generate.",
+    "action_running": "⏳ Your job is running; Stop stops it.",
+    "action_model_loading": "⏳ The model is loading; a job waits until it is ready.",
+    "action_model_restarting": "⏳ The model is restarting; a job waits until it is ready.",
+    "action_model_unresponsive": "⚠️ The model is not answering; it is restarted if it stays silent.",
+    "action_model_failed": "⚠️ The model failed to start: see the model panel, then press Restart model.",
     "transcript_checking": "⏳ Checking the transcript against the recording…",
     "transcript_agrees": "✅ The transcript matches the recording.",
     "transcript_mismatch": "⚠️ The transcript does not seem to match the recording, which sounds like: “{heard}”. "
@@ -85,7 +90,7 @@ EN: dict[str, str] = {
     "history_clear_question": "Hide every result listed now? The files stay in outputs/.",
     "history_clear_yes": "Clear",
     "history_was_cleared": "🗑 History cleared; the files are still in outputs/.",
-    "history_pick_first": "⚠️ Pick a result first (the menu above the player).",
+    "history_pick_first": "⚠️ Click a result in the table first.",
     "history_reused": "✅ The result's text, mode, voice, seed and speed are back in the form.",
     "history_reused_upload": "✅ The result's text, mode, seed and speed are back in the form. It was made with an "
     "uploaded prompt, which is not kept: upload it again or pick a saved voice.",
@@ -114,7 +119,11 @@ EN: dict[str, str] = {
     "dl_from_modelscope": "from ModelScope",
     "dl_resumed": "resumed with {done} already there",
     "dl_done": "✅ Downloaded {name}; switching to it.",
-    "dl_failed": "⚠️ The download stopped: {message}",
+    "dl_failed": "⚠️ The download stopped: {message}.",
+    "dl_again": "Press the download button again: it resumes where it stopped.",
+    "dl_offline": "⚠️ No model could be downloaded: neither Hugging Face nor ModelScope answered (tried in that "
+    "order). Check the internet connection, then press the download button again. A model folder copied into "
+    "models/ works too.",
     "dl_unknown": "⚠️ Unknown model.",
     # the take check and the captions (takes_view.py)
     "col_check": "Check",
@@ -149,6 +158,11 @@ EN: dict[str, str] = {
 ZH: dict[str, str] = {
     # action bar
     "ready_to_generate": "✅ 已就绪：请按“生成”。",
+    "action_running": "⏳ 你的任务正在运行；按“停止”可停止。",
+    "action_model_loading": "⏳ 模型正在加载；任务会等到它就绪。",
+    "action_model_restarting": "⏳ 模型正在重启；任务会等到它就绪。",
+    "action_model_unresponsive": "⚠️ 模型没有应答；若一直没有应答会自动重启。",
+    "action_model_failed": "⚠️ 模型未能启动：请查看模型面板，然后按“重启模型”。",
     "transcript_checking": "⏳ 正在把文字稿与录音对照…",
     "transcript_agrees": "✅ 文字稿与录音一致。",
     "transcript_mismatch": "⚠️ 文字稿似乎与录音不符，录音听起来是：“{heard}”。请改正文字稿（或按“识别文字”），"
@@ -226,7 +240,7 @@ ZH: dict[str, str] = {
     "history_clear_question": "隐藏现在列出的所有结果吗？文件仍保留在 `outputs/` 中。",
     "history_clear_yes": "清除",
     "history_was_cleared": "🗑 历史记录已清除；文件仍在 `outputs/` 中。",
-    "history_pick_first": "⚠️ 请先选择一个结果（播放器上方的菜单）。",
+    "history_pick_first": "⚠️ 请先在表格中点击一条结果。",
     "history_reused": "✅ 该结果的文本、模式、声音、种子和语速已填回表单。",
     "history_reused_upload": "✅ 该结果的文本、模式、种子和语速已填回表单。它使用的是上传的参考音频，该音频没有保留："
     "请重新上传，或选择一个已保存的声音。",
@@ -251,7 +265,10 @@ ZH: dict[str, str] = {
     "dl_from_modelscope": "来自 ModelScope",
     "dl_resumed": "续传，已有 {done}",
     "dl_done": "✅ 已下载 {name}，正在切换到它。",
-    "dl_failed": "⚠️ 下载中断：{message}",
+    "dl_failed": "⚠️ 下载中断：{message}。",
+    "dl_again": "再按一次下载按钮：会从停下的地方继续。",
+    "dl_offline": "⚠️ 无法下载模型：先后尝试了 Hugging Face 和 ModelScope，都没有应答。请检查网络连接，然后再按一次"
+    "下载按钮。也可以把模型文件夹直接复制到 models/ 中。",
     "dl_unknown": "⚠️ 未知的模型。",
     # the take check and the captions (takes_view.py)
     "col_check": "检查",

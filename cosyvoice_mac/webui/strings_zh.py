@@ -19,23 +19,23 @@ ZH: dict[str, str] = {
     "no_model_preview": "在此之前由**预览声音**朗读：它只是近似参考音频的声音，并不是真正的克隆。",
     # voice
     "section_voice": "### 1. 声音",
-    "prompt_audio_label": "参考音频：3–30 秒清晰的语音（WAV、MP3、FLAC 或 M4A；上传或录音）",
+    "prompt_audio_label": "参考音频：5–15 秒清晰语音最好，可用 3–30 秒（WAV、MP3、FLAC 或 M4A；上传或录音）",
     "prompt_duration": "参考音频：{seconds:.1f} 秒（语音 {speech:.1f} 秒）。",
     "prompt_missing": "⚠️ {name} 不存在，或者服务器上已经没有它了（上传的文件只保留一段时间）。请检查文件名或重新上传。",
     "prompt_unreadable": "⚠️ 无法读取 {name}（{why}）。请选择一个你有权读取的音频文件，或把它复制到这台电脑上。",
     "prompt_empty": "⚠️ {name} 是一个空文件（0 字节）。请重新录制或导出。",
     "prompt_no_samples": "⚠️ {name} 里没有任何音频采样。请重新录制或导出。",
-    "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件（应为 WAV、FLAC、`OGG`、MP3 或 M4A）。"
+    "prompt_not_audio": "⚠️ {name} 不是本应用能读取的音频文件（应为 WAV、FLAC、OGG、MP3 或 M4A）。"
     "请把录音导出为 WAV 后重试。",
     "prompt_invalid_samples": "⚠️ {name} 含有无效的采样值（非数值或无穷大）；请重新导出为 WAV 或 FLAC。",
-    "prompt_no_decoder": "⚠️ {name}：这台电脑没有 {suffix} 文件的解码器。请安装 ffmpeg（`macOS`：`brew install ffmpeg`；"
+    "prompt_no_decoder": "⚠️ {name}：这台电脑没有 {suffix} 文件的解码器。请安装 ffmpeg（macOS：`brew install ffmpeg`；"
     "`Debian/Ubuntu`：`sudo apt-get install ffmpeg`），或把录音保存为 WAV、FLAC 或 MP3。",
     "prompt_low_rate": "⚠️ {name} 的采样率是 {rate} 赫兹，参考音频至少需要 {limit} 赫兹"
     "（电话音质的音频缺少模型所需的高频）。请以 16 千赫或更高的采样率录制或导出。",
     "prompt_odd_rate": "⚠️ {name} 的采样率（{rate} 赫兹）不常见，无法高效地转换为 {target} 赫兹。"
     "请以 16000、44100 或 48000 赫兹等标准采样率导出。",
     "prompt_silent": "⚠️ {name} 没有声音（最响的采样也低于 `-60 dBFS`）。请检查麦克风后重新录制。",
-    "prompt_too_short": "⚠️ {name} 只有 {speech:.1f} 秒声音，参考音频至少需要 {limit:g} 秒（3–10 秒清晰语音最好）。"
+    "prompt_too_short": "⚠️ {name} 只有 {speech:.1f} 秒声音，参考音频至少需要 {limit:g} 秒（5–15 秒清晰语音最好）。"
     "请录一段更长的。",
     "prompt_too_long": "⚠️ {name} 含 {speech:.1f} 秒语音，模型最多接受 {limit:g} 秒。"
     "请剪成一两句清晰的话（5–15 秒就足够）。",
@@ -61,7 +61,14 @@ ZH: dict[str, str] = {
     "save_voice": "保存声音",
     "delete_voice": "删除声音",
     "voice_saved": "✅ 已保存声音“{name}”。",
-    "voice_deleted": "🗑 已删除声音“{name}”。",
+    "voice_deleted_undo": "🗑 已删除声音“{name}”。{seconds} 秒内可以撤销。",
+    "voice_delete_ask": "⚠️ 要删除声音“{name}”吗？它的录音也会一起删除（几秒内可以撤销）。",
+    "voice_delete_yes": "删除",
+    "voice_delete_no": "保留",
+    "voice_undo": "撤销删除",
+    "voice_restored": "✅ 声音“{name}”已恢复。",
+    "voice_undo_gone": "⚠️ 已无法撤销：被删除声音的录音已经清除。",
+    "voice_undo_taken": "⚠️ 这期间已有人保存了名为“{name}”的声音；请先给它改名，再按一次撤销。",
     "voice_save_needs_audio": "⚠️ 请上传或录制要保存为声音的参考音频。",
     "voice_saving": "⏳ 正在准备声音（模型正在提取它的特征）…",
     "voice_save_no_model": "⚠️ 没有运行中的模型，无法准备声音。请看页面顶部的说明。",
@@ -92,7 +99,8 @@ ZH: dict[str, str] = {
     "instruct_placeholder": "例如：请用四川话表达。",
     "instruct_needed": "⚠️ 指令模式需要一条指令：从菜单中选择，或自己输入。",
     "seed_label": "随机种子",
-    "seed_info": "相同的种子和设置会得到相同的音频；🎲 换一个新的。",
+    "seed_info": "每次生成都会换一个新的种子并显示在这里；相同的种子和设置会得到相同的音频。",
+    "seed_fixed_label": "保留这个种子",
     "seed_invalid": "⚠️ 随机种子必须是 0 到 {limit} 之间的整数。",
     "dice_title": "随机选一个种子",
     "speed_label": "语速",
@@ -129,7 +137,7 @@ ZH: dict[str, str] = {
     "status_notes": "ℹ️ {notes}",
     "result_preview": "🔶 **{label}**（`{command}`）",
     # history
-    "history_label": "结果（最新的在前，保存在 `outputs/` 中）",
+    "history_label": "结果（最新的在前，保存在 outputs/ 中）",
     "col_time": "时间",
     "col_text": "文本",
     "col_mode": "模式",
@@ -145,15 +153,14 @@ ZH: dict[str, str] = {
     # model status
     "section_model": "### 模型",
     "model_label": "模型",
-    "model_info": "在 `models/` 中找到的模型文件夹，或预览声音",
+    "model_info": "在 models/ 中找到的模型文件夹，或预览声音",
     "preview_choice": "预览声音（近似，无需下载）",
     "preview_label": "预览声音：只是近似匹配。要真正克隆声音，请下载 CosyVoice3",
     "licence_heading": "许可证",
-    "licence_cosyvoice": "`CosyVoice2` / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
-    "licence_preview": "预览声音：`Piper TTS`（`piper-tts`，`GPL-3.0-or-later`）和 `en_US-joe-medium` 声音"
-    "（`CC0`），`WORLD` 声码器（`pyworld`，`MIT`）；中文在安装了 `espeak-ng`"
-    "（`GPL-3.0-or-later`）时由它朗读。`Piper` 是本软件包的可选组件（`[preview]`），"
-    "核心部分仍采用 `Apache-2.0` 许可证。",
+    "licence_cosyvoice": "CosyVoice2 / `Fun-CosyVoice3` 的权重和本实现：`Apache-2.0` 许可证。",
+    "licence_preview": "预览声音使用 Piper TTS（`piper-tts`，`GPL-3.0-or-later`）及其 `en_US-joe-medium` 声音"
+    "（CC0），以及 WORLD 声码器（pyworld，MIT）；若已安装 `espeak-ng`（`GPL-3.0-or-later`），"
+    "中文由它朗读。Piper 是本软件包的可选组件（`[preview]`），核心部分仍采用 `Apache-2.0` 许可证。",
     "restart": "重启模型",
     "restart_progress": "⏳ 正在重启模型… {seconds:.0f} 秒",
     "switch_progress": "⏳ 正在加载 {name}… {seconds:.0f} 秒",

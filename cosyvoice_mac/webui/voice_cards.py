@@ -1,6 +1,6 @@
 """The page's saved voices: pick one (its recording fills the prompt player, the mode follows what it can do),
 see its card (transcript, length, date, modes), rename it, give it a transcript, replace it (a Save under a
-taken name asks first), delete it; and what each of those controls triggers.
+taken name asks first), delete it (asked, then undoable: ``voice_delete``); and what each of those controls triggers.
 
 The voice library belongs to the engine (``host.engine.voices``); this module only reads and changes it.
 Element ids (``elem_id``) are the browser tests' handles; keep them stable.
@@ -18,9 +18,11 @@ from cosyvoice_mac.engine import EngineError, VoiceExists, VoiceLibrary
 from cosyvoice_mac.engine.voice_rules import DEFAULT_STYLE
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.sound.prompt_check import checked_prompt
+from cosyvoice_mac.webui.prompt_trim import build_prompt_trim
 from cosyvoice_mac.webui.render import PROMPT_PROBLEM_KEYS, render_prompt_check
 from cosyvoice_mac.webui.strings import escape
 from cosyvoice_mac.webui.strings import text as say
+from cosyvoice_mac.webui.voice_delete import build_delete_controls, wire_delete_controls
 
 SAVE_VOICE_TIMEOUT_S = 900.0  # covers a model that is still loading when Save is pressed
 UNTRANSCRIBABLE = (
@@ -215,15 +217,6 @@ class VoiceCallbacks:
         mode = "zero_shot" if entry.get("transcript") else "cross_lingual"
         return say(lang, key, name=name), render_card(lang, entry), mode
 
-    def delete_voice(self, lang: str, name: str):
-        if not name:
-            return say(lang, "voice_pick_to_delete"), gr.skip()
-        try:
-            self._voices().delete(name)
-        except EngineError as error:
-            return say(lang, "voice_error", message=error), gr.skip()
-        return say(lang, "voice_deleted", name=name), gr.update(choices=self.voice_choices(lang), value="")
-
     def voice_menu_cleared(self, name: str):
         """The card empties with the menu (an upload replaced the voice, or it was deleted)."""
         return "" if not name else gr.skip()
@@ -237,6 +230,10 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
         gr.Dropdown,
         {"choices": callbacks.voice_choices, "label": "voices_label", "info": "voices_info"},
         value="",
+        # A name is checked against the library by every callback (a voice gone is said so), not by Gradio
+        # against the menu's last choices: a tick sent with a voice that a delete has just taken off the menu
+        # was refused with Gradio's own error (and a traceback in the log).
+        allow_custom_value=True,
         elem_id="cv-voices",
     )
     controls["card"] = gr.Markdown(elem_id="cv-voice-card", elem_classes="cv-message")
@@ -249,6 +246,7 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
         elem_id="cv-prompt-audio",
     )
     controls["prompt_msg"] = gr.Markdown(elem_id="cv-prompt-msg", elem_classes="cv-message")
+    controls.update(build_prompt_trim(make))  # a recording over the limit: its clearest part, on its waveform
     with gr.Row(equal_height=False, elem_id="cv-transcript-row") as transcript_row:
         controls["transcript"] = make(
             gr.Textbox,
@@ -264,6 +262,18 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
             )
     controls["transcript_row"] = transcript_row
     controls["transcript_msg"] = gr.Markdown(elem_id="cv-transcript-msg", elem_classes="cv-message")
+    with gr.Row(visible=False, elem_id="cv-transcript-choices") as choices:  # the check found other words
+        controls["use_heard"] = make(
+            gr.Button,
+            {"value": "transcript_use_heard"},
+            size="sm",
+            variant="primary",
+            elem_id="cv-transcript-use-heard",
+        )
+        controls["keep_mine"] = make(
+            gr.Button, {"value": "transcript_keep_mine"}, size="sm", elem_id="cv-transcript-keep-mine"
+        )
+    controls["transcript_choices"] = choices
     with gr.Row():
         controls["voice_name"] = make(
             gr.Textbox,
@@ -282,17 +292,23 @@ def build_voice_section(make, callbacks: VoiceCallbacks, features: dict[str, boo
             gr.Button, {"value": "voice_replace_no"}, size="sm", elem_id="cv-replace-cancel"
         )
     controls["replace_row"] = replace_row
+    controls.update(build_delete_controls(make))
     controls["voice_msg"] = gr.Markdown(elem_id="cv-voice-msg", elem_classes="cv-message")
-    with make(gr.Accordion, {"label": "voice_manage_heading"}, open=False, elem_id="cv-voice-manage"):
-        with gr.Row():
-            controls["rename_to"] = make(gr.Textbox, {"label": "voice_rename_label"}, scale=3, elem_id="cv-rename-to")
-            controls["rename"] = make(
-                gr.Button, {"value": "voice_rename"}, size="sm", scale=1, elem_id="cv-rename-voice"
-            )
-        controls["save_transcript"] = make(
-            gr.Button, {"value": "voice_save_transcript"}, size="sm", elem_id="cv-voice-save-transcript"
-        )
-        controls["voice_list"] = gr.Markdown(elem_id="cv-voice-list")
+    return controls
+
+
+def build_voice_library(make, controls: dict) -> dict:
+    """The Voices workspace (inside its tab): rename the voice picked in Speak, save the transcript typed there as
+    its own, and every saved voice; added to the voice section's ``controls``."""
+    make(gr.Markdown, {"value": "voices_workspace_info"}, elem_classes="cv-message")
+    with gr.Row():
+        controls["rename_to"] = make(gr.Textbox, {"label": "voice_rename_label"}, scale=3, elem_id="cv-rename-to")
+        controls["rename"] = make(gr.Button, {"value": "voice_rename"}, size="sm", scale=1, elem_id="cv-rename-voice")
+    controls["save_transcript"] = make(
+        gr.Button, {"value": "voice_save_transcript"}, size="sm", elem_id="cv-voice-save-transcript"
+    )
+    controls["library_msg"] = gr.Markdown(elem_id="cv-library-msg", elem_classes="cv-message")
+    controls["voice_list"] = gr.Markdown(elem_id="cv-voice-list")
     return controls
 
 
@@ -315,10 +331,13 @@ def wire_voice_section(controls: dict, callbacks: VoiceCallbacks, language, mode
     controls["save_voice"].click(callbacks.save_voice, save_inputs, menu_and_row, **voice_slot)
     controls["replace_confirm"].click(callbacks.replace_voice, save_inputs, menu_and_row, **voice_slot)
     controls["replace_cancel"].click(lambda: ("", gr.update(visible=False)), None, [voice_msg, controls["replace_row"]])
+    # Said in the Voices workspace where the button is, and in Speak where the voice is picked.
     controls["rename"].click(
         callbacks.rename_voice, [language, voices, controls["rename_to"]], [voice_msg, voices, card], **quiet
-    )
+    ).then(lambda words: words, voice_msg, controls["library_msg"], **quiet)
     controls["save_transcript"].click(
         callbacks.save_voice_transcript, [language, voices, transcript], [voice_msg, card, mode], **quiet
+    ).then(callbacks.voice_list, language, controls["voice_list"], **quiet).then(
+        lambda words: words, voice_msg, controls["library_msg"], **quiet
     )
-    controls["delete_voice"].click(callbacks.delete_voice, [language, voices], [voice_msg, voices])
+    wire_delete_controls(controls, callbacks, language)

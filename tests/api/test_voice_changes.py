@@ -97,6 +97,14 @@ def test_a_voice_no_job_could_use_is_refused_at_every_api_door_and_a_refused_put
             timeout=300,
         )
     refused(spoken, "prompt_audio", "my tone.wav holds no speech")
+    with open(speech, "rb") as recording:  # issue 50 item 10: the part of the prompt to use, in words it can read
+        trimmed = httpx.post(
+            url + "v1/audio/speech/recording",
+            data={"body": json.dumps({"model": "tts-1", "input": "Hello."}), "prompt_trim": "the best bit"},
+            files={"prompt_audio": ("speech.wav", recording)},
+            timeout=300,
+        )
+    refused(trimmed, "prompt_trim", "a span of the recording in seconds such as 12.5-24.5")
     assert {"preview", "Wordy", "Tone", "Kept too"}.isdisjoint(
         name for name, voice in _listed(url).items() if voice["type"] != "builtin"
     )
@@ -136,6 +144,7 @@ def test_the_voices_command_changes_the_running_app_s_voices(api_app, make_speec
 
 def test_the_voices_command_without_an_action_lists_this_machine_s_voices(tmp_path, monkeypatch, capsys, make_speech):
     monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("COSYVOICE_SERVER", raising=False)
     assert main(["voices"]) == 0
     out = capsys.readouterr()
     assert "no saved voices yet" in out.err and "voices add NAME --audio FILE" in out.err
@@ -160,3 +169,35 @@ def test_the_voices_command_without_an_action_lists_this_machine_s_voices(tmp_pa
         assert main(["voices", *arguments]) == 2, arguments
         assert says in capsys.readouterr().err, arguments
     assert json.loads((tmp_path / "cache" / "voices" / "voices.json").read_text())["voices"].keys() == {"Local two"}
+
+
+def test_the_cli_finds_the_running_app_by_cosyvoice_server_or_by_the_address_it_recorded(
+    api_app, make_speech, monkeypatch, capsys, tmp_path
+):
+    """Issue 50 item 9: ``voices`` follows $COSYVOICE_SERVER as every command does, and with no variable the
+    commands find the app on its own port (not the default) through the address it recorded in its cache folder."""
+    _create(api_app.url, make_speech("The app keeps this voice for the command line.", seconds=4.0), "Found")
+    elsewhere = tmp_path / "elsewhere"  # this machine's voice library as the CLI sees it: empty
+    elsewhere.mkdir()
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(elsewhere))
+    try:
+        monkeypatch.setenv("COSYVOICE_SERVER", api_app.url)
+        assert main(["voices"]) == 0
+        assert "Found\t" in capsys.readouterr().out
+        monkeypatch.delenv("COSYVOICE_SERVER")
+        record = json.loads((api_app.root / "cache" / "running-app.json").read_text())
+        assert record == {"url": api_app.url, "pid": api_app.process.pid}
+        (elsewhere / "running-app.json").write_text(json.dumps(record))  # as if the app served this library
+        assert main(["voices", "list"]) == 0
+        assert "Found\t" in capsys.readouterr().out
+        out = tmp_path / "found.wav"
+        assert main(["synth", "--voice", "Found", "--text", "Found by its address.", "--out", str(out)]) == 0
+        sidecars = [json.loads(path.read_text()) for path in api_app.outputs.glob("*.json")]
+        assert any(s["interface"] == "cli" and s["text"] == "Found by its address." for s in sidecars)
+        ended = subprocess.Popen([sys.executable, "-c", ""])
+        ended.wait()  # an app killed without closing leaves its record behind, naming a process that is gone
+        (elsewhere / "running-app.json").write_text(json.dumps({"url": api_app.url, "pid": ended.pid}))
+        assert main(["voices"]) == 0
+        assert "no saved voices yet" in capsys.readouterr().err  # a stale record is not followed
+    finally:
+        httpx.delete(f"{api_app.url}v1/voices/Found", timeout=30)

@@ -171,6 +171,7 @@ def preview_app(tmp_path_factory):
 
 
 NEWCOMER_VIEWPORT = {"width": 1366, "height": 900}  # a common laptop screen
+PHONE_VIEWPORT = {"width": 390, "height": 844}  # a common phone
 
 
 @contextmanager
@@ -201,6 +202,13 @@ def page(browser, app, request):
 def laptop_page(browser, app, request):
     """A fresh session in a 1366x900 window."""
     with open_page(browser, app, request, NEWCOMER_VIEWPORT) as tab:
+        yield tab
+
+
+@pytest.fixture
+def phone_page(browser, app, request):
+    """A fresh session in a 390x844 window."""
+    with open_page(browser, app, request, PHONE_VIEWPORT) as tab:
         yield tab
 
 

@@ -73,3 +73,16 @@ def audio_duration(page: Page, element_id: str, timeout_s: float = 30) -> float:
         " setTimeout(() => done(audio.duration || 0), ms); })",
         timeout_s * 1000,
     )
+
+
+def open_workspace(page: Page, name: str) -> None:
+    """Show workspace ``name`` (speak, convert, longform, voices, history) by its tab, as a user does."""
+    page.click(f"#cv-ws-{name}-button")
+    expect(page.locator(f"#cv-ws-{name}")).to_be_visible()
+
+
+def click_history_row(page: Page, words: str) -> None:
+    """Click the history row that shows ``words`` (the History workspace shown), on the cell the table draws
+    (``role=gridcell``; it also keeps hidden copies of its cells to measure them), as a person does: it plays."""
+    page.locator("#cv-history [role=gridcell]", has_text=words).first.click()
+    expect(page.locator("#cv-history-msg")).to_contain_text("▶")

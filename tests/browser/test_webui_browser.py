@@ -17,6 +17,7 @@ from tests.browser.helpers import (
     audio_source,
     fill,
     generate,
+    open_workspace,
     screens_dir,
     settle,
     upload_prompt,
@@ -45,7 +46,6 @@ def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav
     assert len(new_files) == 1, (new_files, status)
     (new_file,) = new_files
     assert new_file in status
-    expect(page.locator("#cv-history")).to_contain_text(new_file)
     source = audio_source(page, "cv-result")
     assert source, "the result player got no audio source"
     assert audio_duration(page, "cv-result") > 0.1
@@ -53,6 +53,13 @@ def test_generate_plays_the_result_and_saves_it_in_outputs(page, app, prompt_wav
     with urllib.request.urlopen(download, timeout=30) as response:
         assert response.read(4) == b"RIFF"
     assert _http_status(f"{app.url}gradio_api/file={app.outputs / new_file}") == 200  # outputs/ is served
+    compact = page.locator("#cv-result-compact audio")  # the action row's own small player of the same result
+    expect(compact).to_have_attribute("src", re.compile(r"gradio_api/file="))
+    # Issue 50 item 2: the lines follow the job's end, none says it still runs.
+    expect(page.locator("#cv-queue")).to_contain_text("nothing waiting or running")
+    expect(page.locator("#cv-blockers")).to_contain_text("Ready: press Generate")
+    open_workspace(page, "history")
+    expect(page.locator("#cv-history")).to_contain_text(new_file)
     if folder:
         page.screenshot(path=str(folder / "main-after.png"), full_page=True)
 
@@ -78,10 +85,15 @@ def test_a_saved_voice_is_reused_in_a_new_session_and_deleted(page, app, browser
     before = app.output_files()
     assert "Done" in generate(page)
     assert len(app.output_files() - before) == 1
+    open_workspace(page, "history")
     expect(page.locator("#cv-history")).to_contain_text("Narrator")
+    open_workspace(page, "speak")
 
     settle(page)
-    page.click("#cv-delete-voice")
+    page.click("#cv-delete-voice")  # asks first (issue 50 item 7)
+    expect(page.locator("#cv-voice-msg")).to_contain_text("Delete the voice “Narrator”?")
+    settle(page)
+    page.click("#cv-delete-confirm")
     expect(page.locator("#cv-voice-msg")).to_contain_text("Deleted the voice “Narrator”")
     page.locator("#cv-voices input").click()
     expect(page.get_by_role("option", name="Narrator")).to_have_count(0)
@@ -111,9 +123,13 @@ def test_stop_cancels_a_long_generation(page, app, prompt_wav):
     before = app.output_files()
     page.click("#cv-generate")
     expect(page.locator("#cv-status")).to_contain_text("Sentence", timeout=GENERATE_S * 1000)
+    blockers = page.locator("#cv-blockers")  # issue 50 item 2: never "Ready" above a job that runs
+    expect(blockers).to_contain_text("Your job is running")
+    expect(blockers).not_to_contain_text("Ready: press Generate")
     page.click("#cv-stop")
     expect(page.locator("#cv-status")).to_contain_text(FINISHED, timeout=GENERATE_S * 1000)
     assert "Stopped" in page.locator("#cv-status").inner_text()
+    expect(blockers).to_contain_text("Ready: press Generate")
     assert app.output_files() == before
 
 
@@ -165,6 +181,27 @@ def test_the_language_switch_relabels_everything(page, app):
     page.locator("#cv-language label", has_text="English").click()
     expect(page.locator("#cv-generate")).to_have_text(english)
     expect(page.locator("#cv-prompt-audio")).to_contain_text("Click to Upload")
+
+
+def test_the_language_follows_the_browser_then_the_user_s_choice_across_reloads(browser, app):
+    """Issue 50 item 6: a Chinese browser gets the Chinese page on its first visit (no Markdown backticks shown as
+    themselves); the language picked is remembered over a reload."""
+    context = browser.new_context(viewport={"width": 1366, "height": 900}, locale="zh-CN")
+    try:
+        tab = context.new_page()
+        tab.goto(app.url, timeout=120_000)
+        expect(tab.locator("#cv-generate")).to_have_text("生成", timeout=60_000)
+        expect(tab.locator("#cv-seed-fixed")).to_contain_text("保留这个种子")
+        assert "`" not in tab.locator("body").inner_text()
+        tab.locator("#cv-language label", has_text="English").click()
+        expect(tab.locator("#cv-generate")).to_have_text("Generate")
+        tab.reload()
+        tab.wait_for_selector("#cv-generate", timeout=120_000)
+        tab.wait_for_timeout(2000)  # the page's load events have run: the remembered choice, not the browser's
+        expect(tab.locator("#cv-generate")).to_have_text("Generate")
+        expect(tab.locator("#cv-language input[value=en]")).to_be_checked()
+    finally:
+        context.close()
 
 
 def _http_status(url: str, data: bytes | None = None, headers: dict | None = None) -> int:

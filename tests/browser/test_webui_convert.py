@@ -14,13 +14,20 @@ from playwright.sync_api import expect
 
 from cosyvoice_mac.pipeline import CosyVoice
 from tests.browser.conftest import MODEL_NAME
-from tests.browser.helpers import GENERATE_S, audio_duration, audio_source, wait_until_ready
+from tests.browser.helpers import (
+    GENERATE_S,
+    audio_duration,
+    audio_source,
+    click_history_row,
+    open_workspace,
+    wait_until_ready,
+)
 from tests.streamed_audio import rms
 
 
 def _open(page) -> None:
     wait_until_ready(page)
-    page.locator("#cv-convert").get_by_text("Convert").first.click()
+    open_workspace(page, "convert")
 
 
 def _long_source(make_speech, folder):
@@ -55,6 +62,8 @@ def test_a_long_recording_converts_with_progress_into_a_saved_result(page, app, 
     assert rate == 24000 and len(saved) == len(whole) and rms(whole) > 1e-2
     assert float(np.abs(saved - whole).max()) < 2e-3  # the model's conversion, not only its length
     assert converted[-1]["source_duration_s"] > 30 and len(converted[-1]["source_hash"]) == 64
+    open_workspace(page, "speak")  # issue 50 item 2: the tab's own finished conversion runs no more
+    expect(page.locator("#cv-queue")).to_contain_text("nothing waiting or running")
     assert "Traceback" not in page.content()
 
 
@@ -96,17 +105,17 @@ def test_a_conversion_is_in_the_history_and_its_settings_come_back_in_the_conver
     page.click("#cv-vc-start")
     expect(page.locator("#cv-vc-status")).to_contain_text("Done:", timeout=GENERATE_S * 2 * 1000)
 
-    page.reload()
-    page.wait_for_selector("#cv-generate")
+    page.reload()  # the address keeps the workspace: Convert again
+    expect(page.locator("#cv-vc-start")).to_be_visible(timeout=120_000)
+    open_workspace(page, "history")
     fill(page, "cv-history-search", "interview")
     history = page.locator("#cv-history")
     expect(history).to_contain_text("converted from interview.wav")
     expect(history).to_contain_text("conversion")
-    page.locator("#cv-history-pick input").click()
-    page.get_by_role("option").first.click()
+    click_history_row(page, "converted from interview.wav")
     assert audio_duration(page, "cv-history-audio") > 0.1
     page.click("#cv-history-reuse")
     expect(page.locator("#cv-history-msg")).to_contain_text("Convert section is open with the same voice (Teller)")
     expect(page.locator("#cv-vc-voice input")).to_have_value("Teller")
     expect(page.locator("#cv-vc-speed input[type=number]")).to_have_value("1.5")
-    expect(page.locator("#cv-vc-start")).to_be_visible()  # the section was opened
+    expect(page.locator("#cv-vc-start")).to_be_visible()  # the Convert workspace is shown

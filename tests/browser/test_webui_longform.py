@@ -8,7 +8,15 @@ import time
 
 from playwright.sync_api import expect
 
-from tests.browser.helpers import GENERATE_S, audio_duration, audio_source, fill, upload_prompt, wait_until_ready
+from tests.browser.helpers import (
+    GENERATE_S,
+    audio_duration,
+    audio_source,
+    fill,
+    open_workspace,
+    upload_prompt,
+    wait_until_ready,
+)
 
 TRANSCRIPT = "This is the voice I would like you to copy, please."
 SRT = (
@@ -28,7 +36,7 @@ def _save_voice(page, prompt_wav, name):
 def test_a_dialogue_shows_progress_and_stop_keeps_the_finished_lines(page, app, prompt_wav):
     wait_until_ready(page)
     _save_voice(page, prompt_wav, "Host")
-    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    open_workspace(page, "longform")
     script = "\n".join(f"Host: This is line number {n} of the show." for n in range(1, 9))
     fill(page, "cv-lf-script", script)
     page.click("#cv-lf-dialogue-start")
@@ -51,12 +59,15 @@ def test_a_dialogue_shows_progress_and_stop_keeps_the_finished_lines(page, app, 
     assert audio_source(page, "cv-lf-audio") and audio_duration(page, "cv-lf-audio") > 0.1
     timings = list((app.outputs / "longform").glob("*-dialogue-*.timing.json"))
     assert len(timings) == 1 and timings[0].read_text().count('"line"') == done
+    page.get_by_role("tab", name="Subtitles").click()  # item 12: the dialogue's result stays with the dialogue
+    expect(message).to_be_empty()
+    expect(page.locator("#cv-lf-audio audio[src]")).to_have_count(0)
 
 
 def test_a_subtitle_file_is_dubbed_through_the_page(page, app, prompt_wav, tmp_path):
     wait_until_ready(page)
     _save_voice(page, prompt_wav, "Dubber")
-    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    open_workspace(page, "longform")
     page.get_by_role("tab", name="Subtitles").click()
     srt = tmp_path / "scene.srt"
     srt.write_text(SRT)
@@ -80,7 +91,7 @@ def test_several_recordings_are_converted_through_the_page_and_a_bad_one_is_name
     soundfile.write(recordings[0], speech, rate)
     soundfile.write(recordings[1], np.zeros(rate * 2, np.float32), rate)  # silence: named, the rest go on
     soundfile.write(recordings[2], speech[: len(speech) // 2], rate)
-    page.locator("#cv-longform").get_by_text("Long form").first.click()
+    open_workspace(page, "longform")
     page.get_by_role("tab", name="Convert recordings").click()
     page.locator("#cv-lf-sources input[type=file]").set_input_files([str(path) for path in recordings])
     page.locator("#cv-lf-convert-voice input").click()

@@ -6,7 +6,15 @@ from __future__ import annotations
 from playwright.sync_api import expect
 
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
-from tests.browser.helpers import audio_source, fill, generate, screens_dir, upload_prompt, wait_until_ready
+from tests.browser.helpers import (
+    audio_source,
+    fill,
+    generate,
+    open_workspace,
+    screens_dir,
+    upload_prompt,
+    wait_until_ready,
+)
 
 TRANSCRIPT = "This is the voice I would like you to copy, please."
 
@@ -27,18 +35,25 @@ def test_without_a_model_the_preview_voice_generates_and_is_labelled(preview_pag
     before = preview_app.output_files()
     upload_prompt(page, prompt_wav)
     fill(page, "cv-transcript", TRANSCRIPT)
+    # Issue 50 item 11: what the preview voice will leave out is said before the job, naming the markup typed.
+    fill(page, "cv-text", "Hello [M][AY0][N][UW1][T] preview.")
+    expect(page.locator("#cv-blockers")).to_contain_text("does not understand markup such as [M][AY0][N][UW1][T]")
     fill(page, "cv-text", "Hello from the preview voice.")
     page.locator("#cv-check input").check()  # the suite runs with the take check off: this result is checked
+    expect(page.locator("#cv-blockers")).not_to_contain_text("markup")
     status = generate(page)
 
     assert "Done" in status and PREVIEW_LABEL in status and DOWNLOAD_COMMAND in status, status
     (new_file,) = preview_app.output_files() - before
     assert new_file in status
+    assert audio_source(page, "cv-result")
+    open_workspace(page, "history")
     history = page.locator("#cv-history")
     expect(history).to_contain_text(new_file)
     expect(history).to_contain_text("🔶 preview")  # each row marked; the label once, above the table
     expect(page.locator("#cv-history-badge")).to_contain_text(PREVIEW_LABEL)
     expect(history).not_to_contain_text(PREVIEW_LABEL)
+    open_workspace(page, "speak")
     assert audio_source(page, "cv-result")
     _checked_with_captions(page)
     expect(no_model).to_contain_text(DOWNLOAD_COMMAND)  # still there after generating

@@ -11,7 +11,16 @@ import re
 from playwright.sync_api import expect
 
 from cosyvoice_mac.engine.asr import word_error_rate
-from tests.browser.helpers import FINISHED, GENERATE_S, audio_source, fill, upload_prompt, wait_until_ready
+from tests.browser.helpers import (
+    FINISHED,
+    GENERATE_S,
+    audio_source,
+    fill,
+    open_workspace,
+    settle,
+    upload_prompt,
+    wait_until_ready,
+)
 
 SENTENCE = "This is the voice I would like you to copy, please."
 LONG_TEXT = " ".join(f"This is sentence number {n}, spoken while the rest is still being made." for n in range(1, 9))
@@ -57,8 +66,10 @@ def test_streaming_plays_the_first_chunk_before_the_job_is_done(page, app, promp
 
     (new_file,) = app.output_files() - before  # the whole take is still saved, and listed
     assert new_file in final
-    expect(page.locator("#cv-history")).to_contain_text(new_file)
     assert audio_source(page, "cv-result")
+    open_workspace(page, "history")
+    expect(page.locator("#cv-history")).to_contain_text(new_file)
+    open_workspace(page, "speak")
 
     page.locator("#cv-stream input[type=checkbox]").uncheck()
     expect(page.locator("#cv-speed input[type=range]")).to_be_enabled()
@@ -106,6 +117,18 @@ def test_leaving_the_transcript_checks_it_and_a_generate_pressed_from_it_runs(pa
     fill(page, "cv-transcript", "The weather in Paris is lovely today.")
     page.locator("#cv-text textarea").click()  # leaving the field checks it against the recording
     expect(message).to_contain_text("does not seem to match", timeout=GENERATE_S * 1000)
+    # Issue 50 item 3: the mismatch is the action row's blocker, and refuses zero-shot until the user chooses.
+    blockers = page.locator("#cv-blockers")
+    expect(blockers).to_contain_text("does not match the recording")
+    before = app.output_files()
+    settle(page)
+    page.click("#cv-generate")
+    expect(page.locator("#cv-status")).to_contain_text("does not match the recording")
+    assert app.output_files() == before
+    page.click("#cv-transcript-use-heard")
+    expect(page.locator("#cv-transcript textarea")).not_to_have_value("The weather in Paris is lovely today.")
+    expect(blockers).to_contain_text("Ready: press Generate")
+    expect(page.locator("#cv-transcript-choices")).to_be_hidden()
 
     fill(page, "cv-transcript", SENTENCE)
     page.locator("#cv-transcript textarea").focus()
@@ -115,3 +138,6 @@ def test_leaving_the_transcript_checks_it_and_a_generate_pressed_from_it_runs(pa
     assert "Done" in page.locator("#cv-status").inner_text()
     assert len(app.output_files() - before) == 1
     expect(message).to_contain_text("matches the recording", timeout=GENERATE_S * 1000)
+    page.locator("#cv-prompt-audio").get_by_role("button", name=re.compile("clear", re.I)).click()
+    upload_prompt(page, make_speech("A different recording, which nobody has checked."))  # issue 50 item 2
+    expect(message).not_to_contain_text("matches the recording")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import httpx
 from playwright.sync_api import expect
 
 from tests.browser.helpers import (
@@ -13,6 +14,7 @@ from tests.browser.helpers import (
     audio_duration,
     audio_source,
     fill,
+    open_workspace,
     settle,
     upload_prompt,
     wait_until_ready,
@@ -23,7 +25,7 @@ TRANSCRIPT = "This is the voice I would like you to copy, please."
 
 def _pick(page, name: str) -> None:
     page.locator("#cv-voices input").click()
-    page.get_by_role("option", name=name, exact=True).click()
+    page.get_by_role("option", name=name, exact=True).click(timeout=15_000)
 
 
 def _save(page, name: str) -> None:
@@ -68,14 +70,22 @@ def test_a_saved_voice_plays_its_recording_is_replaced_renamed_and_carried_in_a_
     expect(card).to_contain_text(TRANSCRIPT)
     expect(page.locator("#cv-mode input[value=zero_shot]")).to_be_checked()
 
-    page.click("#cv-voice-manage button, #cv-voice-manage .label-wrap")
+    # Issue 50 item 2: the voice list follows a transcript saved for the voice.
+    fill(page, "cv-transcript", "Words typed later for this voice.")
+    open_workspace(page, "voices")
+    voice_list = page.locator("#cv-voice-list")
+    expect(voice_list).not_to_contain_text("Words typed later for this voice.")
+    settle(page)
+    page.click("#cv-voice-save-transcript")
+    expect(voice_list).to_contain_text("Words typed later for this voice.")
     fill(page, "cv-rename-to", "Card voice renamed")
     settle(page)
     page.click("#cv-rename-voice")
+    expect(page.locator("#cv-library-msg")).to_contain_text("Renamed “Card voice” to “Card voice renamed”")
+    expect(page.locator("#cv-voice-list")).to_contain_text("Card voice renamed")
+    open_workspace(page, "speak")
     expect(message).to_contain_text("Renamed “Card voice” to “Card voice renamed”")
     expect(card).to_contain_text("Card voice renamed")
-    expect(page.locator("#cv-voice-list")).to_contain_text("Card voice renamed")
-
     # Carried away and back: exported, deleted, imported (the voices file's own checks: tests/test_voice_files.py).
     page.click("#cv-voice-files button, #cv-voice-files .label-wrap")
     page.click("#cv-export-voice")
@@ -87,8 +97,58 @@ def test_a_saved_voice_plays_its_recording_is_replaced_renamed_and_carried_in_a_
     for imported in (False, True):
         settle(page)
         page.click("#cv-delete-voice")
+        expect(message).to_contain_text("Delete the voice “Card voice renamed”?")
+        settle(page)
+        page.click("#cv-delete-confirm")
         expect(message).to_contain_text("Deleted the voice “Card voice renamed”")
         if not imported:
             page.locator("#cv-import-voices input[type=file]").set_input_files(str(exported))
             expect(message).to_contain_text("Imported “Card voice renamed”", timeout=GENERATE_S * 1000)
             expect(card).to_contain_text(TRANSCRIPT)
+
+
+def _names(app) -> set[str]:
+    return {voice["name"] for voice in httpx.get(app.url + "v1/voices", timeout=30).json()["data"]}
+
+
+def test_the_voice_lines_follow_every_door_and_a_delete_asks_then_can_be_undone(laptop_page, app, prompt_wav):
+    """Issue 50 items 2, 7 and 8: a voice saved or renamed through /v1 reaches the open page's menu without a
+    reload, and no line keeps naming a voice that is gone; Delete asks first and Undo brings the voice back."""
+    page = laptop_page
+    wait_until_ready(page)
+    with open(prompt_wav, "rb") as recording:
+        added = httpx.post(
+            app.url + "v1/voices",
+            data={"name": "Via the API", "transcript": TRANSCRIPT},
+            files={"audio": recording},
+            timeout=300,
+        )
+    assert added.status_code == 201, added.text
+    try:
+        _pick(page, "Via the API")  # offered by the page's next tick
+        prompt_msg, message = page.locator("#cv-prompt-msg"), page.locator("#cv-voice-msg")
+        expect(prompt_msg).to_contain_text("Using the saved voice “Via the API”")
+        renamed = httpx.patch(f"{app.url}v1/voices/Via the API", json={"name": "Renamed via the API"}, timeout=30)
+        assert renamed.status_code == 200, renamed.text
+        expect(prompt_msg).not_to_contain_text("Via the API", timeout=15_000)
+        expect(page.locator("#cv-voice-card")).to_be_empty()
+        _pick(page, "Renamed via the API")
+        expect(prompt_msg).to_contain_text("Using the saved voice “Renamed via the API”")
+
+        settle(page)
+        page.click("#cv-delete-voice")
+        expect(message).to_contain_text("Delete the voice “Renamed via the API”?")
+        assert "Renamed via the API" in _names(app)  # asking deletes nothing
+        settle(page)
+        page.click("#cv-delete-confirm")
+        expect(message).to_contain_text("Deleted the voice “Renamed via the API”. Undo")
+        expect(prompt_msg).not_to_contain_text("Renamed via the API")
+        assert "Renamed via the API" not in _names(app)
+        settle(page)
+        page.click("#cv-undo-delete")
+        expect(message).to_contain_text("The voice “Renamed via the API” is back")
+        expect(page.locator("#cv-voices input")).to_have_value("Renamed via the API")
+        assert "Renamed via the API" in _names(app)
+    finally:
+        for name in {"Via the API", "Renamed via the API"} & _names(app):
+            httpx.delete(f"{app.url}v1/voices/{name}", timeout=30)

@@ -29,8 +29,9 @@ TEMP_MAX_AGE_S = 8
 # The last inputs of Generate and the long-form jobs: the post-processing controls (trim, normalise, target),
 # then the sampling controls (on, then temperature, top-p, top-k, repetition window): off, as by default.
 POST_OFF = (False, False, -16.0, False, 1.0, 0.8, 25, 10)
-# Generate's last input after them: the saved voice's style menu, empty (its own recording).
-GENERATE_OFF = (*POST_OFF, None)
+# Generate's last inputs after them: the saved voice's style menu, empty (its own recording), the take check's box
+# (None: as the app is set), and "Keep this seed" ticked (the seed given is the one spoken).
+GENERATE_OFF = (*POST_OFF, None, None, True)
 # /synthesize's last inputs after loudness_lufs: the four sampling values (none: the model's own), then the style.
 SYNTHESIZE_TAIL = (None, None, None, None, "")
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.config import ConfigError, require, tag_name
+from cosyvoice_mac.models.llm.batch_decoding import BatchLine, decode_batch
 from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import RasSampler
@@ -253,6 +254,23 @@ class SpeechLM(nn.Module):
         embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
         min_len, max_len = self.length_limits(text_ids.shape[-1])
         return self._decode(embeds, min_len, max_len, sampler, on_step)
+
+    @torch.inference_mode()
+    def generate_batch(
+        self, lines: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], samplers: Sequence[Sampler]
+    ) -> list[list[int]]:
+        """Each line's speech ids (stop id excluded), decoded together (``batch_decoding``): line ``i`` is
+        ``(text_ids, prompt_text_ids, prompt_speech_ids)`` as for :meth:`generate`, sampled by ``samplers[i]``, and
+        gets the ids :meth:`generate` gives it alone with the same sampler. Inputs are checked before any decoding."""
+        if len(lines) != len(samplers):
+            raise ValueError(f"{len(lines)} lines but {len(samplers)} samplers: each line needs its own sampler")
+        weight = self.speech_embedding.weight
+        batch = []
+        for (text_ids, prompt_text_ids, prompt_speech_ids), sampler in zip(lines, samplers):
+            embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
+            min_len, max_len = self.length_limits(text_ids.shape[-1])
+            batch.append(BatchLine(embeds.to(device=weight.device, dtype=weight.dtype), min_len, max_len, sampler))
+        return decode_batch(self, batch)
 
     @torch.inference_mode()
     def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:

@@ -25,6 +25,7 @@ from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import BackendBase
+from cosyvoice_mac.pipeline.batch import batch_size_for, batches_on, run_batch
 from cosyvoice_mac.pipeline.constructors import pretrained_parts, random_full_size_parts
 from cosyvoice_mac.pipeline.convert import convert_source
 from cosyvoice_mac.pipeline.engines import mlx_settle, release_engine_memory, torch_takes_over
@@ -190,6 +191,31 @@ class CosyVoice(BackendBase):
         frontend_s = time.perf_counter() - started
         run = self._run_streaming if request.stream else self._run
         return run(plan, speaker, request.seed, should_stop or (lambda: False), frontend_s)
+
+    def run_batch(
+        self,
+        requests: Sequence[Request],
+        speakers: Sequence[SpeakerPrompt | None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        batch_size: int | None = None,
+    ) -> Iterator[tuple[int, SynthesisResult | SynthesisError]]:
+        """Speak several valid non-streamed requests, ``batch_size`` at once (None: :func:`.batch.batch_size_for`):
+        ``(request index, result)`` per sentence, or ``(index, SynthesisError)`` for a request that fails (alone).
+        Each result is the one :meth:`run` gives that request alone, within the parity tolerances."""
+        speakers = list(speakers) if speakers is not None else [None] * len(requests)
+        size = batch_size or batch_size_for(self.device, self.low_memory)
+        should_stop = should_stop or (lambda: False)
+        if size > 1 and batches_on(self.networks.llm):
+            yield from run_batch(self, requests, speakers, should_stop, size)
+            return
+        for index, (request, speaker) in enumerate(zip(requests, speakers)):
+            if should_stop():
+                return
+            try:
+                for result in self.run(request, speaker, should_stop):
+                    yield index, result
+            except SynthesisError as error:
+                yield index, error
 
     def run_conversion(
         self,

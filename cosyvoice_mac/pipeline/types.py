@@ -60,6 +60,7 @@ class SynthesisResult:
     mode: str = "zero_shot"
     timings: dict[str, float] = field(default_factory=dict)  # per stage: frontend, llm, flow, vocoder
     notes: list[str] = field(default_factory=list)  # things a user should know (e.g. a vocoder fallback)
+    batch_size: int = 1  # lines spoken at once with this one (long-form jobs batch them: pipeline/batch.py)
 
     @property
     def duration_s(self) -> float:

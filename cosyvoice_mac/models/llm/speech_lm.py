@@ -256,6 +256,16 @@ class SpeechLM(nn.Module):
         return self._decode(embeds, min_len, max_len, sampler, on_step)
 
     @torch.inference_mode()
+    def batch_line(
+        self, text_ids: torch.Tensor, prompt_text_ids: torch.Tensor, prompt_speech_ids: torch.Tensor, sampler: Sampler
+    ) -> BatchLine:
+        """One line of a batch for :func:`decode_batch`, its inputs checked as :meth:`generate` checks them
+        (a bad line raises :class:`SpeechLMInputError` here, before it joins a batch)."""
+        weight = self.speech_embedding.weight
+        embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
+        min_len, max_len = self.length_limits(text_ids.shape[-1])
+        return BatchLine(embeds.to(device=weight.device, dtype=weight.dtype), min_len, max_len, sampler)
+
     def generate_batch(
         self, lines: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], samplers: Sequence[Sampler]
     ) -> list[list[int]]:
@@ -264,13 +274,7 @@ class SpeechLM(nn.Module):
         gets the ids :meth:`generate` gives it alone with the same sampler. Inputs are checked before any decoding."""
         if len(lines) != len(samplers):
             raise ValueError(f"{len(lines)} lines but {len(samplers)} samplers: each line needs its own sampler")
-        weight = self.speech_embedding.weight
-        batch = []
-        for (text_ids, prompt_text_ids, prompt_speech_ids), sampler in zip(lines, samplers):
-            embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
-            min_len, max_len = self.length_limits(text_ids.shape[-1])
-            batch.append(BatchLine(embeds.to(device=weight.device, dtype=weight.dtype), min_len, max_len, sampler))
-        return decode_batch(self, batch)
+        return decode_batch(self, [self.batch_line(*line, sampler) for line, sampler in zip(lines, samplers)])
 
     @torch.inference_mode()
     def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:

@@ -4,10 +4,13 @@ Speech tokens identical (each line has its own seeded sampler), mel and waveform
 tolerances. Every case comes from the manifest in ``COSYVOICE_PARITY_DIR`` (its ``case_params`` and vectors),
 as the parity harness reads it, so any vector set runs. The batch is ragged on purpose: the lines' prompts and
 texts differ in length, so the prompts are padded and the lines leave the batch at different steps.
+``COSYVOICE_TEST_DEVICE=cuda`` (or mps) runs the same comparisons with the models there (CUDA's solo path
+replays its decoding graphs and samples on the device; the batch decodes eagerly).
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 from pathlib import Path
 
@@ -28,6 +31,7 @@ if not (ROOT / "manifest.json").is_file():
         f"no parity manifest at {ROOT}: set COSYVOICE_PARITY_DIR to a folder in the shared/parity format"
     )
 VERSIONS = versions_in_manifest(ROOT)
+TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
 
 
 @pytest.fixture(scope="module", params=VERSIONS)
@@ -50,7 +54,7 @@ def _seeds(ctx: ParityContext) -> list[int]:
 
 def test_batched_speech_tokens_equal_solo(ctx):
     config = read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml", overrides={"qwen_pretrain_path": ""})
-    lm = load_speech_lm(ctx.model_dir, config["llm"])
+    lm = load_speech_lm(ctx.model_dir, config["llm"]).to(TEST_DEVICE)
     inputs, e2e_text = ctx.vectors("inputs"), ctx.vectors("e2e")["text"]
     texts = [inputs["text"], e2e_text, inputs["text"][:, : inputs["text"].shape[1] // 2]]
     lines = [
@@ -65,7 +69,7 @@ def test_batched_speech_tokens_equal_solo(ctx):
 
 def test_batched_flow_mel_within_tolerance_of_solo(ctx):
     node = read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml")["flow"]
-    flow = Flow.from_checkpoint(FlowConfig.from_yaml(node), ctx.model_dir / "flow.pt")
+    flow = Flow.from_checkpoint(FlowConfig.from_yaml(node), ctx.model_dir / "flow.pt").to(TEST_DEVICE)
     inputs = ctx.vectors("inputs")
     tokens = inputs["flow_tokens"].long()
     token_cuts = [tokens.shape[1], ctx.case_params.stream_chunk1_tokens, ctx.case_params.pre_lookahead_len + 1]
@@ -86,7 +90,7 @@ def test_batched_flow_mel_within_tolerance_of_solo(ctx):
 @pytest.fixture(scope="module")
 def model(ctx) -> CosyVoice:
     folder = make_tiny_model_dir(ctx.version, Path(tempfile.mkdtemp(prefix=f"batch-{ctx.version}-")))
-    return CosyVoice.from_pretrained(folder, device="cpu")
+    return CosyVoice.from_pretrained(folder, device=TEST_DEVICE)
 
 
 def _speaker(ctx: ParityContext, model: CosyVoice, tokens: int, model_id: str | None = None) -> SpeakerPrompt:

@@ -2,9 +2,9 @@
 
 The speech LM decodes the requests' sentences as one batch (``models/llm/batch_decoding``: each line keeps its
 own sampler, so its tokens are the ones it gets alone with the same seed) and the flow samples them as one batch
-with the padding masked (``Flow.inference_batch``); the vocoder then runs line by line (its convolutions and
-STFT would let a shorter line's padding reach its last samples). Each line's audio therefore equals its solo
-``CosyVoice.run`` within the parity tolerances (tests/test_batched_parity.py).
+with the padding masked (``Flow.inference_batch``), and so does the vocoder (``models/vocoder/batch.py``: its
+convolution stack batched, each line's padding zeroed after every convolution). Each line's audio therefore equals
+its solo ``CosyVoice.run`` within the parity tolerances (tests/test_batched_parity.py).
 
 A request of several sentences keeps one sampler across them, as alone, so its sentences go in successive
 rounds: round ``k`` decodes sentence ``k`` of every request in the group that has one. A line whose input is
@@ -19,9 +19,11 @@ from typing import TYPE_CHECKING, Callable, Iterator, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from cosyvoice_mac.models.llm import SpeechLM, SpeechLMInputError, decode_batch, filter_silent_runs
 from cosyvoice_mac.models.llm.sampling import RasSampler
+from cosyvoice_mac.models.vocoder.batch import vocode_batch
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.types import SpeakerPrompt, SynthesisError, SynthesisResult
 from cosyvoice_mac.request import Request
@@ -142,34 +144,34 @@ def _round(model: CosyVoice, live: list[_Line], segment_index: int) -> Iterator[
     started = time.perf_counter()
     mels = _flow_batch(model, speaking)
     flow_s = time.perf_counter() - started
-    for (line, tokens), mel in zip(speaking, mels):
+    noises = [model._noise(line.seed, segment_index) for line, _ in speaking]  # CosyVoice2's: seeded per sentence
+    notes: list[list[str]] = [[] for _ in speaking]
+    started = time.perf_counter()
+    waves = _vocode_batch(model, mels, [line.plan.speed for line, _ in speaking], noises, notes)
+    vocoder_s = time.perf_counter() - started
+    for index, ((line, tokens), wave) in enumerate(zip(speaking, waves)):
         segment = line.plan.segments[segment_index]
-        timings = {
-            "frontend": line.frontend_s if segment_index == 0 else 0.0,
-            "llm": llm_s,
-            "flow": flow_s,
-        }
-        notes: list[str] = []
-        noise = model._noise(line.seed, segment_index)  # CosyVoice2's excitation is seeded per sentence, as alone
+        timings = {"frontend": line.frontend_s if segment_index == 0 else 0.0, "llm": llm_s, "flow": flow_s}
         started = time.perf_counter()
-        if mel is None:  # a non-finite mel: the solo path redoes it in float32
-            wave = model._tokens_to_wave(tokens, line.speaker, line.plan.speed, timings, noise, notes)
+        if wave is None:  # a non-finite mel: the solo path redoes it in float32
+            noise = noises[index]
+            wave = model._tokens_to_wave(tokens, line.speaker, line.plan.speed, timings, noise, notes[index])
         else:
-            wave = _vocode(model, mel, line.plan.speed, timings, noise, notes)
+            timings["vocoder"] = vocoder_s
         yield (
             line.index,
             SynthesisResult(
                 audio=wave,
                 sample_rate=model.sample_rate,
                 speech_token_count=len(tokens),
-                seconds=llm_s + flow_s + time.perf_counter() - started + timings["frontend"],
+                seconds=llm_s + flow_s + vocoder_s + time.perf_counter() - started + timings["frontend"],
                 text=segment.display_text,
                 segment_index=segment_index,
                 segment_count=len(line.plan.segments),
                 timings=timings,
                 seed=line.seed,
                 mode=line.plan.mode,
-                notes=notes,
+                notes=notes[index],
                 batch_size=len(live),
             ),
         )
@@ -193,14 +195,26 @@ def _flow_batch(model: CosyVoice, speaking: list[tuple[_Line, list[int]]]) -> li
 
 
 @torch.inference_mode()
-def _vocode(model: CosyVoice, mel: torch.Tensor, speed: float, timings: dict, noise, notes: list[str]) -> np.ndarray:
-    if speed != 1.0:
-        mel = torch.nn.functional.interpolate(mel, size=max(1, int(mel.shape[2] / speed)), mode="linear")
-    started = time.perf_counter()
-    wave = model._vocode(mel.float(), noise, notes)
-    samples = wave[0].float().cpu().numpy()
-    timings["vocoder"] = time.perf_counter() - started
-    return samples
+def _vocode_batch(model: CosyVoice, mels, speeds, noises, notes: list[list[str]]) -> list[np.ndarray | None]:
+    """Each line's waveform (None where its mel is None); the torch vocoder makes them in one batch
+    (``models/vocoder/batch.py``), a swapped-in one (Core ML) line by line, falling back as alone."""
+    scaled = [
+        None if mel is None else mel if speed == 1.0 else F.interpolate(mel, size=_stretched(mel, speed), mode="linear")
+        for mel, speed in zip(mels, speeds)
+    ]
+    ready = [index for index, mel in enumerate(scaled) if mel is not None]
+    waves: list[np.ndarray | None] = [None] * len(mels)
+    if model.vocoder is model.networks.hift:
+        made = vocode_batch(model.networks.hift, [scaled[i].float() for i in ready], [noises[i] for i in ready])
+    else:
+        made = [model._vocode(scaled[i].float(), noises[i], notes[i]) for i in ready]
+    for index, wave in zip(ready, made):
+        waves[index] = wave[0].float().cpu().numpy()
+    return waves
+
+
+def _stretched(mel: torch.Tensor, speed: float) -> int:
+    return max(1, int(mel.shape[2] / speed))  # as CosyVoice._tokens_to_wave stretches a mel
 
 
 def batches_on(llm) -> bool:

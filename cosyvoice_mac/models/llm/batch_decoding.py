@@ -71,12 +71,12 @@ class _Batch:
         lengths = [line.embeds.shape[1] for line in lines]
         longest = max(lengths)
         self.cache = backbone.new_cache(longest + max(line.max_len for line in lines), batch_size=len(lines))
-        device = self.cache.kv.device
-        pads = torch.tensor([longest - length for length in lengths], dtype=torch.long, device=device)
-        self.first_logp = [self._prefill(row, line.embeds, int(pads[row])) for row, line in enumerate(lines)]
+        padding = [longest - length for length in lengths]
+        pads = torch.tensor(padding, dtype=torch.long, device=self.cache.kv.device)
+        self.first_logp = [self._prefill(row, line.embeds, padding[row]) for row, line in enumerate(lines)]
         self.cache.length = longest
         self.positions = longest - pads  # each row's next RoPE position: its own prompt length
-        self.bias = left_padded_key_bias(pads, self.cache.capacity, self.cache.kv.dtype) if bool(pads.any()) else None
+        self.bias = left_padded_key_bias(pads, self.cache.capacity, self.cache.kv.dtype) if any(padding) else None
         self.plan: StepPlan = backbone.step_plan()
         self.head = projection(lm.llm_decoder)
 

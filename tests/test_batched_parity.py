@@ -143,3 +143,19 @@ def test_batched_pipeline_lines_equal_solo_and_a_bad_line_fails_alone(ctx, model
         for mine, theirs in zip(together, alone):
             what = f"{ctx.version} line {index} waveform"
             assert_close(torch.from_numpy(mine.audio), torch.from_numpy(theirs.audio), "waveform", what)
+
+
+def test_batch_size_comes_from_the_setting_capped_by_its_range_else_the_device(monkeypatch):
+    from cosyvoice_mac.pipeline.batch import CPU_BATCH, DEVICE_BATCH, LOW_MEMORY_BATCH, batch_size_for
+    from cosyvoice_mac.settings import bounds
+
+    monkeypatch.delenv("COSYVOICE_BATCH_LINES", raising=False)
+    assert batch_size_for(torch.device("cpu"), low_memory=False) == CPU_BATCH
+    assert batch_size_for(torch.device("cuda"), low_memory=False) == DEVICE_BATCH
+    assert batch_size_for(torch.device("mps"), low_memory=True) == LOW_MEMORY_BATCH
+    monkeypatch.setenv("COSYVOICE_BATCH_LINES", "3")
+    assert batch_size_for(torch.device("cuda"), low_memory=False) == 3
+    for bad in (str(int(bounds("batch_lines")[1]) + 1), "0", "many"):
+        monkeypatch.setenv("COSYVOICE_BATCH_LINES", bad)
+        with pytest.raises(SynthesisError, match="COSYVOICE_BATCH_LINES"):
+            batch_size_for(torch.device("cpu"), low_memory=False)

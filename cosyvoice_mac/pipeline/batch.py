@@ -77,10 +77,10 @@ def run_batch(
     ``(index, SynthesisError)`` once for a request that cannot be spoken (the others go on)."""
     if len(speakers) != len(requests):
         raise ValueError(f"{len(requests)} requests but {len(speakers)} voices")
+    if any(request.stream for request in requests):
+        raise ValueError("a streamed request is spoken alone (CosyVoice.run), never in a batch")
     lines: list[_Line] = []
     for index, (request, speaker) in enumerate(zip(requests, speakers)):
-        if request.stream:
-            raise ValueError("a streamed request is spoken alone (CosyVoice.run), never in a batch")
         started = time.perf_counter()
         try:
             plan = prompts.plan_request(model.version, model.normalizer, request)

@@ -92,7 +92,8 @@ class CosyVoice(BackendBase):
         self.llm_weights = folder.llm_file if folder is not None else None  # llm.pt, or llm.rl.pt when asked for
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
         self.engine = engine  # MLX or PyTorch, and why not the one asked for
-        self.decode_thread = DecodeThread()  # every streamed sentence's LLM (one MLX stream, not one per sentence)
+        # MLX: every streamed sentence's LLM on one long-lived thread (one MLX stream, not one per sentence)
+        self.decode_thread = DecodeThread()
 
     # construction (the parts: pipeline.constructors) ------------------------------------------
     @classmethod
@@ -173,7 +174,10 @@ class CosyVoice(BackendBase):
             prefixes=self.flow_prefixes,
             max_prefix_tokens=LOW_MEMORY_PREFIX_TOKENS if self.low_memory else MAX_PREFIX_TOKENS,
             widen_flow=self.redo_flow_in_float32,
-            decode_thread=self.decode_thread,
+            # torch: a thread per sentence, ended with it. A long-lived thread keeps its OpenMP team, and with more
+            # OpenMP threads than cores GNU OpenMP stops spinning between parallel regions: every later op of the
+            # process (the non-streamed LLM step's ~1360 a token) then pays a sleep and a wake-up (issue 47).
+            decode_thread=self.decode_thread if self.engine.engine == MLX else None,
             takes_turns=self.engine.engine == MLX,  # Metal: two threads must never evaluate at once
             settle_llm_step=mlx_settle() if self.engine.engine == MLX else None,
         )

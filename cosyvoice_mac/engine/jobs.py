@@ -104,6 +104,7 @@ class JobResult:
     post: dict | None = None  # what post-processing did (``PostReport.as_dict``): trimmed ms, loudness, notes
     source_hash: str | None = None  # a voice conversion's recording: the hash of its 16 kHz samples
     source_duration_s: float | None = None  # ... and its length
+    batch_size: int = 1  # jobs spoken together with this one, itself included (1: alone)
 
     @property
     def is_conversion(self) -> bool:
@@ -133,10 +134,12 @@ class Task:
 class Command:
     """UI process -> worker. ``run`` carries a job and its sequence number (the cancel flag
     compares against it) and, for a saved voice, its library entry (the engine owns the library; the
-    worker never reads it); ``task`` carries a Task; ``stop`` asks the worker to exit after the current job."""
+    worker never reads it); ``batch`` carries several such runs, spoken together; ``task`` carries a Task;
+    ``stop`` asks the worker to exit after the current job."""
 
-    kind: str  # "run" | "task" | "stop"
+    kind: str  # "run" | "batch" | "task" | "stop"
     job: Job | None = None
     seq: int = 0
     task: Task | None = None
     voice_entry: dict | None = None
+    runs: list["Command"] = field(default_factory=list)  # "batch": one "run" command per job

@@ -19,6 +19,7 @@ import torch
 
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs, worker_tasks
+from cosyvoice_mac.engine.batch_runner import batch_lines_of, run_jobs_together
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
 from cosyvoice_mac.engine.job_output import finished_audio, low_memory_facts, precision_facts, save_result
 from cosyvoice_mac.engine.jobs import Job, JobResult
@@ -221,7 +222,7 @@ class WorkerRuntime:
         self.send(Started(job.job_id, str(self.pipeline.device)))
         if should_stop():  # cancelled while it was being handed over
             return self._finish(Cancelled(job.job_id))
-        request, fallback, engine_note = job.request, None, None
+        fallback, engine_note = None, None
         self._voice_entry = voice_entry
         try:
             try:
@@ -246,6 +247,17 @@ class WorkerRuntime:
             return self._finish(Failed(job.job_id, message, traceback.format_exc(limit=8), fault=Fault.ENGINE))
         if should_stop():
             return self._finish(Cancelled(job.job_id))
+        self.deliver(job, outcome, started, fallback, engine_note)
+
+    def run_batch(self, batch: list[Job], stops: list, voice_entries: list[dict | None]) -> None:
+        """Run several jobs together (``engine/batch_runner.py``); each ends with its own event."""
+        run_jobs_together(self, batch, stops, voice_entries)
+
+    def deliver(self, job: Job, outcome: "Attempt", started: float, fallback=None, engine_note=None, batch_size=1):
+        """Send ``job``'s result made of ``outcome`` (saved with its sidecar where outputs are kept): ``fallback``
+        says why it was retried on the CPU, ``engine_note`` why PyTorch took over from MLX, ``batch_size`` how
+        many jobs it was spoken with (1: alone)."""
+        request = job.request
         pieces = outcome.pieces
         audio, post = finished_audio(request, pieces, self.pipeline.sample_rate)
         outcome.timings["total"] = time.perf_counter() - started
@@ -270,12 +282,13 @@ class WorkerRuntime:
             post=post.as_dict(),
             source_hash=outcome.source.content_hash if outcome.source is not None else None,
             source_duration_s=round(outcome.source.seconds, 3) if outcome.source is not None else None,
+            batch_size=batch_size,
         )
         if engine_note is not None:
             result.notes.append(engine_note)
         result.notes += post.notes
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
-            extra = {"glossary": self._glossary_hits, "post": result.post}
+            extra = {"glossary": self._glossary_hits, "post": result.post, "batch_size": batch_size}
             if job.is_conversion:  # what was re-spoken: the recording's hash and length
                 extra = {"post": result.post, "source_hash": result.source_hash}
                 extra["source_duration_s"] = result.source_duration_s
@@ -405,4 +418,5 @@ class WorkerRuntime:
             low_memory=low_memory_facts(pipeline),
             llm_weights=pipeline.llm_weights,
             precision=precision_facts(pipeline),
+            batch_lines=batch_lines_of(pipeline),
         )

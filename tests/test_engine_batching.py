@@ -107,3 +107,63 @@ def test_the_engine_coalesces_waiting_jobs_and_keeps_a_streamed_one_alone(tmp_pa
         together = [engine.submit(_door_job(f"Line {index}.", door)) for index, door in enumerate(doors)]
         assert engine.result(streamed, timeout=30).batch_size == 1
         assert [engine.result(job_id, timeout=30).batch_size for job_id in together] == [3, 3, 3]
+
+
+class _RecordingEngine:
+    """The parts of an Engine that EngineSpeak uses: records what was submitted, waited for and cancelled."""
+
+    def __init__(self, batch_lines: int):
+        self.batch_lines = batch_lines
+        self.submitted: list[Job] = []
+        self.waited: list[tuple[str, int]] = []  # (job id, jobs submitted by then)
+        self.cancelled: list[str] = []
+
+    def status(self) -> dict:
+        return {"batch_lines": self.batch_lines}
+
+    def voice(self, name):
+        return fake_request("x").voice
+
+    def prepare_voices(self, names, timeout=None) -> dict:
+        return {name: {} for name in names}
+
+    def submit(self, job: Job) -> str:
+        self.submitted.append(job)
+        return job.job_id
+
+    def result(self, job_id: str, timeout=None):
+        from types import SimpleNamespace
+
+        self.waited.append((job_id, len(self.submitted)))
+        audio = np.full(2400, 0.1, np.float32)
+        return SimpleNamespace(
+            samples=lambda: audio, sample_rate=24000, seed=1, model="fake", output_path=None, output_error=None,
+            batch_size=self.batch_lines,
+        )  # fmt: skip
+
+    def cancel(self, job_id: str) -> bool:
+        self.cancelled.append(job_id)
+        return True
+
+
+def test_a_line_batch_hands_the_engine_a_batch_of_lines_and_cancels_those_sent_ahead_when_stopped(tmp_path):
+    from cosyvoice_mac.longform.runner import run_batch
+    from cosyvoice_mac.longform.speakers import EngineSpeak
+
+    lines = "".join(f"Line {number}.\n" for number in range(5))
+    engine = _RecordingEngine(batch_lines=3)
+    result = run_batch(lines, "txt", tmp_path / "all", EngineSpeak(engine, default_voice="Anna"), seed=7)
+    assert result.done == 5 and [job.request.text for job in engine.submitted] == [f"Line {n}." for n in range(5)]
+    assert engine.waited[0] == (engine.submitted[0].job_id, 3)  # the first line waited with two more in the queue
+    assert [job.request.seed for job in engine.submitted] == [7, 8, 9, 10, 11]  # each line's own seed, as alone
+    assert engine.cancelled == []
+
+    engine = _RecordingEngine(batch_lines=3)
+    asked = []
+    stopped = run_batch(
+        lines, "txt", tmp_path / "stopped", EngineSpeak(engine, default_voice="Anna"),
+        on_progress=lambda progress: asked.append(progress.done), should_stop=lambda: len(asked) >= 2,
+    )  # fmt: skip
+    assert stopped.stopped and stopped.done == 2
+    waited = {job_id for job_id, _ in engine.waited}
+    assert engine.cancelled == [job.job_id for job in engine.submitted if job.job_id not in waited] != []

@@ -167,3 +167,34 @@ def test_a_line_batch_hands_the_engine_a_batch_of_lines_and_cancels_those_sent_a
     assert stopped.stopped and stopped.done == 2
     waited = {job_id for job_id, _ in engine.waited}
     assert engine.cancelled == [job.job_id for job in engine.submitted if job.job_id not in waited] != []
+
+
+def test_on_the_tiny_model_a_job_batched_sounds_as_it_does_alone(tmp_path_factory, make_speech):
+    """The worker's batch passes each job its own voice and seed: the same tokens, so the same audio (within the
+    batched flow's and vocoder's rounding, tests/test_batched_parity.py), as the job alone."""
+    from cosyvoice_mac.engine.runtime import WorkerRuntime
+    from cosyvoice_mac.engine.worker import WorkerConfig
+    from cosyvoice_mac.request import Request, Voice
+    from tests.fakes.onnx_models import make_tiny_model_dir
+
+    folder = tmp_path_factory.mktemp("tiny-batch")
+    config = WorkerConfig(
+        model_dir=str(make_tiny_model_dir("cosyvoice3", folder / "model")),
+        device="cpu",
+        outputs_dir=str(folder / "outputs"),
+        cache_dir=str(folder / "cache"),
+        warmup_text="Hi.",
+    )
+    sent: list = []
+    runtime = WorkerRuntime(config, sent.append)
+    runtime.load()
+    voice = Voice.recording(make_speech("The prompt voice speaks.", seconds=3.0), transcript="The prompt voice speaks.")
+    line = Request.build("A short line.", voice, seed=11)
+    longer = Request.build("A second line, rather longer, so that the batch is ragged.", voice, seed=12)
+    never = lambda: False  # noqa: E731
+    runtime.run(Job(line), never)
+    runtime.run_batch([Job(longer), Job(line)], [never, never], [None, None])
+    done = [event.result for event in sent if isinstance(event, Done)]
+    assert [result.batch_size for result in done] == [1, 2, 2]
+    alone, batched = (sf.read(result.output_path, dtype="float32")[0] for result in (done[0], done[2]))
+    assert alone.shape == batched.shape and np.allclose(alone, batched, atol=1e-3)

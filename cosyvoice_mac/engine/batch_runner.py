@@ -15,12 +15,12 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Callable
 
+from cosyvoice_mac.engine.job_output import Attempt
 from cosyvoice_mac.engine.messages import Cancelled, Failed, Fault, Progress, Started
 from cosyvoice_mac.errors import CosyVoiceError, InputError
 
 if TYPE_CHECKING:
     from cosyvoice_mac.engine.jobs import Job
-    from cosyvoice_mac.engine.runtime import WorkerRuntime
 
 
 @dataclass
@@ -52,8 +52,9 @@ def batch_lines_of(pipeline) -> int:
         return 1
 
 
-def run_jobs_together(runtime: WorkerRuntime, batch: list[Job], stops: list, voice_entries: list) -> None:
-    """Run ``batch`` (non-streamed syntheses) as one batch on ``runtime``'s pipeline; never raises for a job."""
+def run_jobs_together(runtime, batch: list[Job], stops: list, voice_entries: list) -> None:
+    """Run ``batch`` (non-streamed syntheses) as one batch on the pipeline of ``runtime`` (the worker's
+    ``WorkerRuntime``, which calls this); never raises for a job."""
     if len(batch) == 1 or batch_lines_of(runtime.pipeline) == 1:
         for job, should_stop, entry in zip(batch, stops, voice_entries):
             runtime.run(job, should_stop, entry)
@@ -78,7 +79,7 @@ def run_jobs_together(runtime: WorkerRuntime, batch: list[Job], stops: list, voi
             _deliver(runtime, member, started, len(live))
 
 
-def _prepared(runtime: WorkerRuntime, member: _Member) -> bool:
+def _prepared(runtime, member: _Member) -> bool:
     """The job's request (glossary applied) and voice; False when it ended here (cancelled, or failed alone)."""
     job = member.job
     if member.should_stop():
@@ -104,7 +105,7 @@ def _prepared(runtime: WorkerRuntime, member: _Member) -> bool:
     return True
 
 
-def _speak(runtime: WorkerRuntime, live: list[_Member]) -> None:
+def _speak(runtime, live: list[_Member]) -> None:
     """The pipeline's batch over ``live``: each piece to its job, a line's error or a cancel ending its job alone."""
 
     def everyone_stopped() -> bool:
@@ -138,9 +139,7 @@ def _speak(runtime: WorkerRuntime, live: list[_Member]) -> None:
         )
 
 
-def _deliver(runtime: WorkerRuntime, member: _Member, started: float, batch_size: int) -> None:
-    from cosyvoice_mac.engine.runtime import Attempt  # runtime imports this module
-
+def _deliver(runtime, member: _Member, started: float, batch_size: int) -> None:
     member.ended = True
     if member.should_stop() or not member.pieces:
         runtime._finish(Cancelled(member.job.job_id))
@@ -158,6 +157,6 @@ def _deliver(runtime: WorkerRuntime, member: _Member, started: float, batch_size
     runtime.deliver(member.job, outcome, started, batch_size=batch_size)
 
 
-def _end(runtime: WorkerRuntime, member: _Member, event) -> None:
+def _end(runtime, member: _Member, event) -> None:
     member.ended = True
     runtime._finish(event)

@@ -6,6 +6,8 @@ Imported only by the worker's runtime; the files themselves are written by ``out
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from cosyvoice_mac.engine.jobs import Job, JobResult
@@ -16,6 +18,18 @@ from cosyvoice_mac.request import Request
 from cosyvoice_mac.sound.post import PostReport, post_process
 
 STREAMED_RAW_NOTE = "the streamed audio played as it was made; the saved file is the post-processed one"
+
+
+class Attempt(NamedTuple):
+    """What one try of a job produced, and where."""
+
+    pieces: list
+    speaker: object  # SpeakerPrompt or None
+    cache_source: str  # "memory", "disk", "extracted" or "none"
+    timings: dict
+    mode: str
+    device: str
+    source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
 
 
 def finished_audio(request: Request, pieces: list, sample_rate: int) -> tuple[np.ndarray, PostReport]:

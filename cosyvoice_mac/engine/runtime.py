@@ -12,7 +12,6 @@ import re
 import time
 import traceback
 from dataclasses import replace
-from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -21,7 +20,7 @@ from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs, worker_tasks
 from cosyvoice_mac.engine.batch_runner import batch_lines_of, run_jobs_together
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
-from cosyvoice_mac.engine.job_output import finished_audio, low_memory_facts, precision_facts, save_result
+from cosyvoice_mac.engine.job_output import Attempt, finished_audio, low_memory_facts, precision_facts, save_result
 from cosyvoice_mac.engine.jobs import Job, JobResult
 from cosyvoice_mac.engine.messages import (
     Cancelled,
@@ -114,18 +113,6 @@ def collect_everything() -> None:
         return
     gc.unfreeze()
     keep_for_life()
-
-
-class Attempt(NamedTuple):
-    """What one try of a job produced, and where."""
-
-    pieces: list
-    speaker: object  # SpeakerPrompt or None
-    cache_source: str  # "memory", "disk", "extracted" or "none"
-    timings: dict
-    mode: str
-    device: str
-    source: object = None  # a voice conversion's DecodedSource (its hash and length go in the sidecar)
 
 
 class WorkerRuntime:
@@ -253,7 +240,7 @@ class WorkerRuntime:
         """Run several jobs together (``engine/batch_runner.py``); each ends with its own event."""
         run_jobs_together(self, batch, stops, voice_entries)
 
-    def deliver(self, job: Job, outcome: "Attempt", started: float, fallback=None, engine_note=None, batch_size=1):
+    def deliver(self, job: Job, outcome: Attempt, started: float, fallback=None, engine_note=None, batch_size=1):
         """Send ``job``'s result made of ``outcome`` (saved with its sidecar where outputs are kept): ``fallback``
         says why it was retried on the CPU, ``engine_note`` why PyTorch took over from MLX, ``batch_size`` how
         many jobs it was spoken with (1: alone)."""
@@ -338,7 +325,7 @@ class WorkerRuntime:
                     self.pipeline.to(torch.device("cpu"))
                     self._stay_on_cpu(f"moving back to {self.home_device} failed: {error}")
 
-    def _attempt(self, job: Job, should_stop) -> "Attempt":
+    def _attempt(self, job: Job, should_stop) -> Attempt:
         """One try of ``job`` on the current device: a synthesis, or a voice conversion (no glossary: no text)."""
         request, self._glossary_hits, note, recording = job.request, [], None, None
         timings: dict[str, float] = {}

@@ -119,7 +119,7 @@ class _RecordingEngine:
         self.cancelled: list[str] = []
 
     def status(self) -> dict:
-        return {"batch_lines": self.batch_lines}
+        return {"batch_lines": self.batch_lines, "max_queue": 8}
 
     def voice(self, name):
         return fake_request("x").voice
@@ -157,6 +157,10 @@ def test_a_line_batch_hands_the_engine_a_batch_of_lines_and_cancels_those_sent_a
     assert engine.waited[0] == (engine.submitted[0].job_id, 3)  # the first line waited with two more in the queue
     assert [job.request.seed for job in engine.submitted] == [7, 8, 9, 10, 11]  # each line's own seed, as alone
     assert engine.cancelled == []
+
+    engine = _RecordingEngine(batch_lines=16)  # a GPU's batch: still no more than half the queue's 8 places
+    run_batch(lines, "txt", tmp_path / "wide", EngineSpeak(engine, default_voice="Anna"), seed=7)
+    assert engine.waited[0] == (engine.submitted[0].job_id, 4)
 
     engine = _RecordingEngine(batch_lines=3)
     asked = []

@@ -216,6 +216,7 @@ class Engine(VoiceSaving):
                     )
                 },
                 "queue_length": len(self.queue.pending),
+                "max_queue": self.queue.max_waiting,
                 "running": running.job.job_id if running else None,
                 "running_together": len(self.queue.batch),  # jobs spoken as one batch now (issue 47)
                 "batch_lines": supervisor.batch_limit(),  # the most that may run together

@@ -53,7 +53,10 @@ class EngineSpeak:
             self.engine.cancel(job_id)
         self._sent.clear()
         self._upcoming = deque(lines)
-        self._group = max(1, int(self.engine.status().get("batch_lines") or 1)) if lines else 1
+        status = self.engine.status() if lines else {}
+        # a batch's lines, but never more than half the waiting places: the rest stay for other requests
+        room = max(1, int(status.get("max_queue") or 2) // 2)
+        self._group = min(max(1, int(status.get("batch_lines") or 1)), room) if lines else 1
 
     def __call__(self, line: LineRequest) -> Spoken:
         if self._sent and self._sent[0][0] == line:

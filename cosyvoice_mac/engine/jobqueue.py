@@ -64,6 +64,7 @@ class JobRecord:
     cancel_requested_at: float | None = None
     timed_out: bool = False
     queued_at: float = field(default_factory=time.monotonic)
+    together: int = 1  # jobs it runs with, itself included (start_batch)
 
 
 def batchable(job: Job) -> bool:
@@ -223,7 +224,7 @@ class JobQueue:
             now = time.monotonic()
             for record in chosen:
                 self.pending.remove(record)
-                record.state, record.sent_at = jobs.RUNNING, now
+                record.state, record.sent_at, record.together = jobs.RUNNING, now, len(chosen)
             self.batch = list(chosen)
             self._announce_positions()
             return chosen

@@ -208,7 +208,7 @@ class WorkerSupervisor:
             if old is not None:
                 self.restarts += 1
                 self.queue.emit(Restarting(ticket.reason))
-            for running in reversed(self.queue.batch):  # reversed: those put back keep their order
+            for running in list(reversed(self.queue.batch)):  # reversed: those put back keep their order
                 if not running.acknowledged:
                     self.queue.requeue_first(running)  # the old worker never began it: the new one runs it first
                     continue
@@ -298,7 +298,7 @@ class WorkerSupervisor:
                 message = f"the model process {how}"
                 self.last_error, self.state = message, EngineState.RESTARTING
                 self.restarts += 1
-                for running in reversed(self.queue.batch):
+                for running in list(reversed(self.queue.batch)):  # reversed: those put back keep their order
                     if running.acknowledged:
                         self.queue.finish(
                             running,
@@ -339,14 +339,15 @@ class WorkerSupervisor:
                 record.timed_out, record.cancel_requested_at = True, now
                 self.worker.cancel(record.seq)
                 return False
-            if record.cancel_requested_at is None or now - record.cancel_requested_at <= limits.cancel_grace_s:
+            # a batched job sees its cancel at the batch's next round, which speaks a sentence of every job in it
+            grace = limits.cancel_grace_s * record.together
+            if record.cancel_requested_at is None or now - record.cancel_requested_at <= grace:
                 return False
             why = f"ran longer than the limit of {limits.job_timeout_s:g} s" if record.timed_out else "was cancelled"
             self.queue.finish(
                 record,
                 jobs.FAILED if record.timed_out else jobs.CANCELLED,
-                f"the job {why} and did not stop within {limits.cancel_grace_s:g} s, so the model process was "
-                "restarted",
+                f"the job {why} and did not stop within {grace:g} s, so the model process was restarted",
                 fault=Fault.TIMEOUT,
             )
             ticket = self.ask_restart(f"job {record.job.job_id} did not stop")

@@ -20,8 +20,8 @@ from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs, worker_tasks
 from cosyvoice_mac.engine.batch_runner import batch_lines_of, run_jobs_together
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
-from cosyvoice_mac.engine.job_output import Attempt, finished_audio, low_memory_facts, precision_facts, save_result
-from cosyvoice_mac.engine.jobs import Job, JobResult
+from cosyvoice_mac.engine.job_output import Attempt, job_result, low_memory_facts, precision_facts, save_result
+from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.messages import (
     Cancelled,
     DeviceFallback,
@@ -244,36 +244,8 @@ class WorkerRuntime:
         """Send ``job``'s result made of ``outcome`` (saved with its sidecar where outputs are kept): ``fallback``
         says why it was retried on the CPU, ``engine_note`` why PyTorch took over from MLX, ``batch_size`` how
         many jobs it was spoken with (1: alone)."""
-        request = job.request
-        pieces = outcome.pieces
-        audio, post = finished_audio(request, pieces, self.pipeline.sample_rate)
         outcome.timings["total"] = time.perf_counter() - started
-        result = JobResult(
-            job_id=job.job_id,
-            audio=audio,
-            sample_rate=self.pipeline.sample_rate,
-            duration_s=audio.size / self.pipeline.sample_rate,
-            text=request.text,
-            mode=request.mode,
-            seed=request.seed,
-            speed=request.speed,
-            model=self.pipeline.model_id,
-            device=outcome.device,
-            fell_back_to_cpu=fallback is not None,
-            fallback_reason=fallback,
-            prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
-            cache_hit=outcome.cache_source in ("memory", "disk"),
-            segment_count=len(pieces),
-            timings={key: round(value, 4) for key, value in outcome.timings.items()},
-            notes=list(dict.fromkeys(note for piece in pieces for note in piece.notes)),
-            post=post.as_dict(),
-            source_hash=outcome.source.content_hash if outcome.source is not None else None,
-            source_duration_s=round(outcome.source.seconds, 3) if outcome.source is not None else None,
-            batch_size=batch_size,
-        )
-        if engine_note is not None:
-            result.notes.append(engine_note)
-        result.notes += post.notes
+        result = job_result(job, outcome, self.pipeline, fallback, engine_note, batch_size)
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
             extra = {"glossary": self._glossary_hits, "post": result.post, "batch_size": batch_size}
             if job.is_conversion:  # what was re-spoken: the recording's hash and length

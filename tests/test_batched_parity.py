@@ -6,6 +6,7 @@ as the parity harness reads it, so any vector set runs. The batch is ragged on p
 texts differ in length, so the prompts are padded and the lines leave the batch at different steps.
 ``COSYVOICE_TEST_DEVICE=cuda`` (or mps) runs the same comparisons with the models there (CUDA's solo path
 replays its decoding graphs and samples on the device; the batch decodes eagerly).
+Which stages a batch runs together on a device (``batched_stages``) is checked inside the pipeline too.
 """
 
 from __future__ import annotations
@@ -54,9 +55,12 @@ def _seeds(ctx: ParityContext) -> list[int]:
     return [params.ras_seed, params.e2e_seed, params.ras_seed + params.e2e_seed]
 
 
-def test_batched_speech_tokens_equal_solo(ctx):
-    config = read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml", overrides={"qwen_pretrain_path": ""})
-    lm = load_speech_lm(ctx.model_dir, config["llm"]).to(TEST_DEVICE)
+def _llm_config(ctx: ParityContext) -> dict:
+    return read_yaml_config(ctx.model_dir / f"{ctx.version}.yaml", overrides={"qwen_pretrain_path": ""})["llm"]
+
+
+def _assert_batched_tokens_equal_solo(ctx: ParityContext, lm) -> None:
+    """Three lines of different texts and prompts: each one's ids from ``lm.generate_batch`` are its solo ids."""
     inputs, e2e_text = ctx.vectors("inputs"), ctx.vectors("e2e")["text"]
     texts = [inputs["text"], e2e_text, inputs["text"][:, : inputs["text"].shape[1] // 2]]
     lines = [
@@ -67,6 +71,10 @@ def test_batched_speech_tokens_equal_solo(ctx):
     batch = lm.generate_batch(lines, [lm.make_sampler(seed=seed) for seed in _seeds(ctx)])
     assert len({len(tokens) for tokens in solo}) == len(solo), "the lines must leave the batch at different steps"
     assert batch == solo
+
+
+def test_batched_speech_tokens_equal_solo(ctx):
+    _assert_batched_tokens_equal_solo(ctx, load_speech_lm(ctx.model_dir, _llm_config(ctx)).to(TEST_DEVICE))
 
 
 def test_batched_flow_mel_within_tolerance_of_solo(ctx):
@@ -123,26 +131,68 @@ def _speaker(ctx: ParityContext, model: CosyVoice, tokens: int, model_id: str | 
     )
 
 
-def test_batched_pipeline_lines_equal_solo_and_a_bad_line_fails_alone(ctx, model):
+def _requests_and_speakers(ctx: ParityContext, model: CosyVoice):
+    """The pipeline tests' ragged requests (a short middle line: mixed lengths) and their voices."""
     params = ctx.case_params
     voice = Voice(prepared="recorded", transcript=params.prompt_transcript)
-    texts = [params.e2e_text, params.e2e_text.split()[0], params.e2e_text]  # a short middle line: mixed lengths
+    texts = [params.e2e_text, params.e2e_text.split()[0], params.e2e_text]
     requests = [Request.build(text, voice, seed=seed) for text, seed in zip(texts, _seeds(ctx))]
-    speakers = [_speaker(ctx, model, cut) for cut in _prompt_cuts(ctx)]
-    solo = [list(model.run(request, speaker)) for request, speaker in zip(requests, speakers)]
-    stranger = _speaker(ctx, model, params.prompt_speech_tokens, model_id="another model")
-    batch = list(model.run_batch([*requests, requests[0]], [*speakers, stranger], batch_size=4))
+    return requests, [_speaker(ctx, model, cut) for cut in _prompt_cuts(ctx)]
 
-    failures = [(index, result) for index, result in batch if isinstance(result, SynthesisError)]
-    assert [index for index, _ in failures] == [len(requests)]
-    assert failures[0][1].field == "voice"  # the stranger voice, found when its turn came
+
+def _assert_each_line_equals_solo(ctx, batch, solo, batch_size: int) -> None:
     for index, alone in enumerate(solo):
         together = [result for place, result in batch if place == index]
         assert [r.speech_token_count for r in together] == [r.speech_token_count for r in alone]
-        assert {r.batch_size for r in together} == {len(requests)}
+        assert {r.batch_size for r in together} == {batch_size}
         for mine, theirs in zip(together, alone):
             what = f"{ctx.version} line {index} waveform"
             assert_close(torch.from_numpy(mine.audio), torch.from_numpy(theirs.audio), "waveform", what)
+
+
+@pytest.fixture(scope="module")
+def lines_and_solo(ctx, model):
+    """The pipeline test's requests, their voices, and each one's solo ``run``."""
+    requests, speakers = _requests_and_speakers(ctx, model)
+    return requests, speakers, [list(model.run(request, speaker)) for request, speaker in zip(requests, speakers)]
+
+
+def _counting(calls: list, name: str, function):
+    def counted(*args, **kwargs):
+        calls.append(name)
+        return function(*args, **kwargs)
+
+    return counted
+
+
+@pytest.mark.parametrize("stages", ["the device's", "every stage"])
+def test_batched_pipeline_lines_equal_solo_and_a_bad_line_fails_alone(ctx, model, lines_and_solo, stages, monkeypatch):
+    from cosyvoice_mac.pipeline import batch as batching
+
+    if stages == "every stage":  # what a GPU batches, here too: the batched flow and vocoder inside the pipeline
+        monkeypatch.setitem(batching.BATCHED_STAGES, model.device.type, batching.EVERY_STAGE)
+    calls: list[str] = []
+    flow = model.networks.flow
+    monkeypatch.setattr(flow, "inference_batch", _counting(calls, "flow", flow.inference_batch))
+    monkeypatch.setattr(batching, "vocode_batch", _counting(calls, "vocoder", batching.vocode_batch))
+    requests, speakers, solo = lines_and_solo
+    stranger = _speaker(ctx, model, ctx.case_params.prompt_speech_tokens, model_id="another model")
+    batch = list(model.run_batch([*requests, requests[0]], [*speakers, stranger], batch_size=4))
+
+    assert set(calls) == batching.batched_stages(batching.runs_on(model)) - {"llm"}  # the stages it batches, no others
+    failures = [(index, result) for index, result in batch if isinstance(result, SynthesisError)]
+    assert [index for index, _ in failures] == [len(requests)]
+    assert failures[0][1].field == "voice"  # the stranger voice, found when its turn came
+    _assert_each_line_equals_solo(ctx, batch, solo, len(requests))
+
+
+def test_a_cpu_batches_only_the_llm_and_a_gpu_every_stage():
+    """The flow and the vocoder are bound by arithmetic on a CPU (batched they only add the padding's work:
+    bench/results/issue47_batch/), by launching kernels on a GPU; MLX's have no batched form yet."""
+    from cosyvoice_mac.pipeline.batch import EVERY_STAGE, batched_stages
+
+    assert batched_stages("cpu") == batched_stages("mlx") == {"llm"}
+    assert batched_stages("cuda") == batched_stages("mps") == EVERY_STAGE
 
 
 def test_batch_size_comes_from_the_setting_capped_by_its_range_else_the_device(monkeypatch):
@@ -159,3 +209,18 @@ def test_batch_size_comes_from_the_setting_capped_by_its_range_else_the_device(m
         monkeypatch.setenv("COSYVOICE_BATCH_LINES", bad)
         with pytest.raises(SynthesisError, match="COSYVOICE_BATCH_LINES"):
             batch_size_for(torch.device("cpu"), low_memory=False)
+
+
+def test_the_cpu_batch_projections_equal_f_linear():
+    """The batch step's CPU projections (weight @ x.T, which streams the weight once for every row) compute
+    ``F.linear`` and the in-place residual add, within float32 rounding, with and without a bias."""
+    from cosyvoice_mac.models.llm.step_kernels import FEW_ROWS_ON_CPU
+
+    generator = torch.Generator().manual_seed(0)
+    x, weight, bias, residual = (
+        torch.randn(*shape, generator=generator) for shape in ((3, 64), (96, 64), (96,), (3, 96))
+    )
+    torch.testing.assert_close(FEW_ROWS_ON_CPU.linear(x, weight, bias), torch.nn.functional.linear(x, weight, bias))
+    torch.testing.assert_close(FEW_ROWS_ON_CPU.linear(x, weight, None), torch.nn.functional.linear(x, weight))
+    added = FEW_ROWS_ON_CPU.linear_added(x, residual.clone(), weight)
+    torch.testing.assert_close(added, residual + torch.nn.functional.linear(x, weight))

@@ -1,10 +1,11 @@
 """Several non-streamed requests spoken together: what long-form jobs (line batches, dialogue, dubbing) hand a model.
 
 The speech LM decodes the requests' sentences as one batch (``models/llm/batch_decoding``: each line keeps its
-own sampler, so its tokens are the ones it gets alone with the same seed) and the flow samples them as one batch
-with the padding masked (``Flow.inference_batch``), and so does the vocoder (``models/vocoder/batch.py``: its
-convolution stack batched, each line's padding zeroed after every convolution). Each line's audio therefore equals
-its solo ``CosyVoice.run`` within the parity tolerances (tests/test_batched_parity.py).
+own sampler, so its tokens are the ones it gets alone with the same seed). Where batching them pays on the device
+(``batched_stages``), the flow samples them as one batch with the padding masked (``Flow.inference_batch``), and
+so does the vocoder (``models/vocoder/batch.py``: its convolution stack batched, each line's padding zeroed after
+every convolution); elsewhere each line runs them alone, as ``CosyVoice.run`` does. Each line's audio therefore
+equals its solo ``CosyVoice.run`` within the parity tolerances (tests/test_batched_parity.py).
 
 A request of several sentences keeps one sampler across them, as alone, so its sentences go in successive
 rounds: round ``k`` decodes sentence ``k`` of every request in the group that has one. A line whose input is
@@ -21,7 +22,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from cosyvoice_mac.models.llm import SpeechLM, SpeechLMInputError, decode_batch, filter_silent_runs
+from cosyvoice_mac.mlx.choice import MLX
+from cosyvoice_mac.models.llm import SpeechLMInputError, decode_batch, filter_silent_runs
 from cosyvoice_mac.models.llm.sampling import RasSampler
 from cosyvoice_mac.models.vocoder.batch import vocode_batch
 from cosyvoice_mac.pipeline import prompts
@@ -33,6 +35,27 @@ if TYPE_CHECKING:
     from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 
 CPU_BATCH, DEVICE_BATCH, LOW_MEMORY_BATCH = 4, 16, 2  # see batch_size_for
+
+# The stages that run a batch's lines as one batch, by where the model runs: a torch device type, or "mlx" (the
+# MLX engine, whatever its device); anywhere else ``EVERY_STAGE``. A CPU's LLM step is bound by reading the weights,
+# which B lines read once, but its flow and vocoder are bound by arithmetic: batched they do the padding's work
+# as well and lose the flow's CFG branches side by side (``models/flow/branches.py``), so there each line runs
+# them alone (bench/results/issue47_batch/: per-stage costs at B=1 and B=4). A GPU runs a line's flow and vocoder
+# far below its arithmetic rate (bound by launching kernels), so B lines cost about one. MLX batches its LLM
+# (``mlx/batch_decoding.py``); its flow and vocoder have no batched form yet.
+EVERY_STAGE = frozenset({"llm", "flow", "vocoder"})
+BATCHED_STAGES = {"cpu": frozenset({"llm"}), MLX: frozenset({"llm"})}
+
+
+def batched_stages(where: str) -> frozenset[str]:
+    """Which of "llm", "flow" and "vocoder" run a batch's lines as one batch ``where`` (a torch device type, or
+    "mlx"); the others run each line alone."""
+    return BATCHED_STAGES.get(where, EVERY_STAGE)
+
+
+def runs_on(model: CosyVoice) -> str:
+    """Where ``model`` computes, as :func:`batched_stages` names it."""
+    return MLX if model.engine.engine == MLX else model.device.type
 
 
 def batch_size_for(device: torch.device, low_memory: bool) -> int:
@@ -141,30 +164,28 @@ def _round(model: CosyVoice, live: list[_Line], segment_index: int) -> Iterator[
         )
     if not speaking:
         return
-    started = time.perf_counter()
-    mels = _flow_batch(model, speaking)
-    flow_s = time.perf_counter() - started
+    stages = batched_stages(runs_on(model))
+    mels, flow_s = _flow_stage(model, speaking, batched="flow" in stages)
     noises = [model._noise(line.seed, segment_index) for line, _ in speaking]  # CosyVoice2's: seeded per sentence
     notes: list[list[str]] = [[] for _ in speaking]
-    started = time.perf_counter()
-    waves = _vocode_batch(model, mels, [line.plan.speed for line, _ in speaking], noises, notes)
-    vocoder_s = time.perf_counter() - started
+    speeds = [line.plan.speed for line, _ in speaking]
+    waves, vocoder_s = _vocoder_stage(model, mels, speeds, noises, notes, batched="vocoder" in stages)
     for index, ((line, tokens), wave) in enumerate(zip(speaking, waves)):
         segment = line.plan.segments[segment_index]
-        timings = {"frontend": line.frontend_s if segment_index == 0 else 0.0, "llm": llm_s, "flow": flow_s}
+        timings = {"frontend": line.frontend_s if segment_index == 0 else 0.0, "llm": llm_s, "flow": flow_s[index]}
         started = time.perf_counter()
         if wave is None:  # a non-finite mel: the solo path redoes it in float32
             noise = noises[index]
             wave = model._tokens_to_wave(tokens, line.speaker, line.plan.speed, timings, noise, notes[index])
         else:
-            timings["vocoder"] = vocoder_s
+            timings["vocoder"] = vocoder_s[index]
         yield (
             line.index,
             SynthesisResult(
                 audio=wave,
                 sample_rate=model.sample_rate,
                 speech_token_count=len(tokens),
-                seconds=llm_s + flow_s + vocoder_s + time.perf_counter() - started + timings["frontend"],
+                seconds=llm_s + flow_s[index] + vocoder_s[index] + time.perf_counter() - started + timings["frontend"],
                 text=segment.display_text,
                 segment_index=segment_index,
                 segment_count=len(line.plan.segments),
@@ -178,8 +199,9 @@ def _round(model: CosyVoice, live: list[_Line], segment_index: int) -> Iterator[
     model._between_sentences()
 
 
-def _flow_batch(model: CosyVoice, speaking: list[tuple[_Line, list[int]]]) -> list[torch.Tensor | None]:
-    """Each line's mel from one batched flow call; None where it is not finite (redone alone)."""
+def _flow_stage(model: CosyVoice, speaking, batched: bool) -> tuple[list[torch.Tensor | None], list[float]]:
+    """Each line's mel (None where it is not finite: redone alone) and the seconds it took: one batched flow call
+    (each line then reports the batch's time), or each line's own call."""
     flow = model.networks.flow
     device = next(flow.parameters()).device
     inputs = [
@@ -191,26 +213,46 @@ def _flow_batch(model: CosyVoice, speaking: list[tuple[_Line, list[int]]]) -> li
         )
         for line, tokens in speaking
     ]
-    return [mel if bool(torch.isfinite(mel).all()) else None for mel in flow.inference_batch(inputs)]
+    if batched:
+        started = time.perf_counter()
+        mels = flow.inference_batch(inputs)
+        seconds = [time.perf_counter() - started] * len(mels)
+    else:
+        mels, seconds = _each_timed(flow.inference, inputs)
+    return [mel if bool(torch.isfinite(mel).all()) else None for mel in mels], seconds
 
 
 @torch.inference_mode()
-def _vocode_batch(model: CosyVoice, mels, speeds, noises, notes: list[list[str]]) -> list[np.ndarray | None]:
-    """Each line's waveform (None where its mel is None); the torch vocoder makes them in one batch
-    (``models/vocoder/batch.py``), a swapped-in one (Core ML) line by line, falling back as alone."""
+def _vocoder_stage(model: CosyVoice, mels, speeds, noises, notes, batched: bool):
+    """Each line's waveform (None where its mel is None) and the seconds it took: the torch vocoder makes them in
+    one batch when ``batched`` (``models/vocoder/batch.py``); otherwise, or a swapped-in vocoder (Core ML), line by
+    line as alone (falling back as alone)."""
     scaled = [
         None if mel is None else mel if speed == 1.0 else F.interpolate(mel, size=_stretched(mel, speed), mode="linear")
         for mel, speed in zip(mels, speeds)
     ]
     ready = [index for index, mel in enumerate(scaled) if mel is not None]
     waves: list[np.ndarray | None] = [None] * len(mels)
-    if model.vocoder is model.networks.hift:
+    seconds = [0.0] * len(mels)
+    if batched and model.vocoder is model.networks.hift:
+        started = time.perf_counter()
         made = vocode_batch(model.networks.hift, [scaled[i].float() for i in ready], [noises[i] for i in ready])
+        took = [time.perf_counter() - started] * len(ready)
     else:
-        made = [model._vocode(scaled[i].float(), noises[i], notes[i]) for i in ready]
-    for index, wave in zip(ready, made):
-        waves[index] = wave[0].float().cpu().numpy()
-    return waves
+        made, took = _each_timed(model._vocode, [(scaled[i].float(), noises[i], notes[i]) for i in ready])
+    for index, wave, line_s in zip(ready, made, took):
+        waves[index], seconds[index] = wave[0].float().cpu().numpy(), line_s
+    return waves, seconds
+
+
+def _each_timed(function, argument_lists) -> tuple[list, list[float]]:
+    """``function(*arguments)`` for each entry, and the seconds each call took."""
+    results, seconds = [], []
+    for arguments in argument_lists:
+        started = time.perf_counter()
+        results.append(function(*arguments))
+        seconds.append(time.perf_counter() - started)
+    return results, seconds
 
 
 def _stretched(mel: torch.Tensor, speed: float) -> int:
@@ -218,8 +260,8 @@ def _stretched(mel: torch.Tensor, speed: float) -> int:
 
 
 def batches_on(llm) -> bool:
-    """Whether this model's LLM decodes batches (the torch speech LM; the MLX one speaks line by line for now)."""
-    return isinstance(llm, SpeechLM)
+    """Whether this model's LLM decodes batches: the torch speech LM and the MLX one (both have ``start_batch``)."""
+    return callable(getattr(llm, "start_batch", None))
 
 
 def _ids(ids: list[int]) -> torch.Tensor:

@@ -223,7 +223,7 @@ class CosyVoice(BackendBase):
 
     def batch_lines(self) -> int:
         """The most requests :meth:`run_batch` speaks at once here: ``batch_lines`` (the setting, or what the device
-        suits), 1 where the LLM decodes one line at a time (MLX)."""
+        suits), 1 where the LLM decodes one line at a time."""
         return batch_size_for(self.device, self.low_memory) if batches_on(self.networks.llm) else 1
 
     def run_conversion(

@@ -20,15 +20,15 @@ import torch
 
 from cosyvoice_mac.models.llm.decode_step import LayerPlan, StepPlan, projection
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache, apply_rope
-from cosyvoice_mac.models.llm.step_kernels import PLAIN
+from cosyvoice_mac.models.llm.step_kernels import FEW_ROWS_ON_CPU, PLAIN
 
 if TYPE_CHECKING:
     from cosyvoice_mac.models.llm.speech_lm import Sampler, SpeechLM
 
 
 class BatchLine(NamedTuple):
-    """One line of a batch: its LM input embeddings ``(1, L, D)`` on the model's device and dtype, its
-    (min_len, max_len) speech tokens and its own sampler."""
+    """One line of a batch: its LM input embeddings ``(1, L, D)`` on the model's device and dtype (an MLX array for
+    the MLX LM), its (min_len, max_len) speech tokens and its own sampler."""
 
     embeds: torch.Tensor
     min_len: int
@@ -62,7 +62,7 @@ def decode_layer_batch(plan: LayerPlan, x, rows, slot, layer: int, cache: Static
     return plan.down_proj(plan.silu_mul(plan.gate_up_proj(plan.norm(x, plan.post_norm))), x)
 
 
-class _Batch:
+class DecodingBatch:
     """Owns the decoding state of the lines still running: their shared cache, RoPE positions and padding bias."""
 
     def __init__(self, lm: SpeechLM, lines: Sequence[BatchLine]):
@@ -77,8 +77,10 @@ class _Batch:
         self.cache.length = longest
         self.positions = longest - pads  # each row's next RoPE position: its own prompt length
         self.bias = left_padded_key_bias(pads, self.cache.capacity, self.cache.kv.dtype) if any(padding) else None
-        self.plan: StepPlan = backbone.step_plan()
-        self.head = projection(lm.llm_decoder)
+        # a CPU streams each weight once for all rows only when the product is written weight @ x.T (step_kernels)
+        kernels = FEW_ROWS_ON_CPU if self.cache.kv.device.type == "cpu" else PLAIN
+        self.plan: StepPlan = backbone.step_plan(kernels=kernels)
+        self.head = projection(lm.llm_decoder, kernels)
 
     def _prefill(self, row: int, embeds: torch.Tensor, pad: int) -> torch.Tensor:
         """Run line ``row``'s prompt alone (as a solo request does) and copy its keys and values behind its padding."""
@@ -115,18 +117,20 @@ class _Batch:
 
 
 @torch.inference_mode()
-def decode_batch(lm: SpeechLM, lines: Sequence[BatchLine]) -> list[list[int]]:
+def decode_batch(lm, lines: Sequence[BatchLine]) -> list[list[int]]:
     """Each line's speech ids (its stop id not included), decoded together: the ids ``lm``'s solo loop gives each
     line with the same sampler state (the rules of ``SpeechLM._decode_on_host``: stop ids masked before min_len, any
-    stop id ends the line, at most max_len ids)."""
+    stop id ends the line, at most max_len ids). ``lm`` is a speech LM on either engine: its ``start_batch`` gives
+    the batch's device state (``DecodingBatch`` here, ``mlx.batch_decoding.MlxDecodingBatch`` on MLX); this loop,
+    the sampling and the stops, runs on the host for both."""
     results: list[list[int]] = [[] for _ in lines]
     active = [index for index, line in enumerate(lines) if line.max_len > 0]
     if not active:
         return results
     for line in lines:
-        if line.embeds.dim() != 3 or line.embeds.shape[0] != 1:
+        if len(line.embeds.shape) != 3 or line.embeds.shape[0] != 1:
             raise ValueError(f"a batch line's embeddings must be (1, L, D), got {tuple(line.embeds.shape)}")
-    batch = _Batch(lm, [lines[index] for index in active])
+    batch = lm.start_batch([lines[index] for index in active])
     vocab, stop_ids = lm.config.speech_vocab_size, lm.stop_ids
     masked_ids = lm.masked_before_min_len
     masked = torch.tensor(masked_ids, dtype=torch.long)
@@ -156,3 +160,12 @@ def decode_batch(lm: SpeechLM, lines: Sequence[BatchLine]) -> list[list[int]]:
         logps = batch.step(fed)
         step += 1
     return results
+
+
+def generate_batch(lm, lines: Sequence[tuple], samplers: Sequence[Sampler]) -> list[list[int]]:
+    """Each line's speech ids (stop id excluded), decoded together: line ``i`` is ``(text_ids, prompt_text_ids,
+    prompt_speech_ids)`` as for ``lm.generate``, sampled by ``samplers[i]``, and gets the ids ``lm.generate`` gives
+    it alone with the same sampler. Inputs are checked (``lm.batch_line``) before any decoding."""
+    if len(lines) != len(samplers):
+        raise ValueError(f"{len(lines)} lines but {len(samplers)} samplers: each line needs its own sampler")
+    return decode_batch(lm, [lm.batch_line(*line, sampler) for line, sampler in zip(lines, samplers)])

@@ -17,7 +17,7 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.config import ConfigError, require, tag_name
-from cosyvoice_mac.models.llm.batch_decoding import BatchLine, decode_batch
+from cosyvoice_mac.models.llm.batch_decoding import BatchLine, DecodingBatch, generate_batch
 from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import RasSampler
@@ -266,15 +266,16 @@ class SpeechLM(nn.Module):
         min_len, max_len = self.length_limits(text_ids.shape[-1])
         return BatchLine(embeds.to(device=weight.device, dtype=weight.dtype), min_len, max_len, sampler)
 
+    def start_batch(self, lines: Sequence[BatchLine]) -> DecodingBatch:
+        """The decoding state of ``lines`` (each prefilled alone) for :func:`decode_batch`."""
+        return DecodingBatch(self, lines)
+
     def generate_batch(
         self, lines: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], samplers: Sequence[Sampler]
     ) -> list[list[int]]:
-        """Each line's speech ids (stop id excluded), decoded together (``batch_decoding``): line ``i`` is
-        ``(text_ids, prompt_text_ids, prompt_speech_ids)`` as for :meth:`generate`, sampled by ``samplers[i]``, and
-        gets the ids :meth:`generate` gives it alone with the same sampler. Inputs are checked before any decoding."""
-        if len(lines) != len(samplers):
-            raise ValueError(f"{len(lines)} lines but {len(samplers)} samplers: each line needs its own sampler")
-        return decode_batch(self, [self.batch_line(*line, sampler) for line, sampler in zip(lines, samplers)])
+        """Each line's speech ids, decoded together: what :meth:`generate` gives each alone with its sampler
+        (``batch_decoding.generate_batch``)."""
+        return generate_batch(self, lines, samplers)
 
     @torch.inference_mode()
     def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:

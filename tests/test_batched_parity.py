@@ -5,7 +5,8 @@ tolerances. Every case comes from the manifest in ``COSYVOICE_PARITY_DIR`` (its 
 as the parity harness reads it, so any vector set runs. The batch is ragged on purpose: the lines' prompts and
 texts differ in length, so the prompts are padded and the lines leave the batch at different steps.
 ``COSYVOICE_TEST_DEVICE=cuda`` (or mps) runs the same comparisons with the models there (CUDA's solo path
-replays its decoding graphs and samples on the device; the batch decodes eagerly).
+replays its decoding graphs and samples on the device; the batch decodes eagerly). The MLX engine (on its CPU
+backend here) is held to the same: its batched decoding against its solo decoding, and its pipeline's batches.
 Which stages a batch runs together on a device (``batched_stages``) is checked inside the pipeline too.
 """
 
@@ -75,6 +76,13 @@ def _assert_batched_tokens_equal_solo(ctx: ParityContext, lm) -> None:
 
 def test_batched_speech_tokens_equal_solo(ctx):
     _assert_batched_tokens_equal_solo(ctx, load_speech_lm(ctx.model_dir, _llm_config(ctx)).to(TEST_DEVICE))
+
+
+def test_mlx_batched_speech_tokens_equal_solo(ctx):
+    pytest.importorskip("mlx.core", reason="the MLX batch needs mlx (Linux: pip install 'mlx[cpu]')")
+    from cosyvoice_mac.mlx.speech_lm import load_mlx_speech_lm
+
+    _assert_batched_tokens_equal_solo(ctx, load_mlx_speech_lm(ctx.model_dir, _llm_config(ctx)))
 
 
 def test_batched_flow_mel_within_tolerance_of_solo(ctx):
@@ -193,6 +201,38 @@ def test_a_cpu_batches_only_the_llm_and_a_gpu_every_stage():
 
     assert batched_stages("cpu") == batched_stages("mlx") == {"llm"}
     assert batched_stages("cuda") == batched_stages("mps") == EVERY_STAGE
+
+
+@pytest.fixture(scope="module")
+def mlx_pipeline(tmp_path_factory):
+    """One version's case and its tiny pipeline on MLX: CosyVoice3 where the manifest has it (a third of CosyVoice2's
+    MLX cost; the decoding itself is held to its solo run on every version above)."""
+    mx = pytest.importorskip("mlx.core", reason="the MLX batch needs mlx (Linux: pip install 'mlx[cpu]')")
+    ctx = ParityContext(ROOT, "cosyvoice3" if "cosyvoice3" in VERSIONS else VERSIONS[0])
+    folder = make_tiny_model_dir(ctx.version, tmp_path_factory.mktemp(f"batch-mlx-{ctx.version}"))
+    memory_before, cache_before = mx.get_memory_limit(), mx.set_cache_limit(0)  # the engine sets both: put back
+    mx.set_cache_limit(cache_before)
+    with pytest.MonkeyPatch.context() as patch:  # its converted weights in a folder of the test's own
+        patch.setenv("COSYVOICE_MLX_CACHE", str(tmp_path_factory.mktemp("mlx-cache")))
+        patch.delenv("COSYVOICE_MLX_LLM", raising=False)
+        yield ctx, CosyVoice.from_pretrained(folder, device="cpu", engine="mlx")
+    mx.set_memory_limit(memory_before)
+    mx.set_cache_limit(cache_before)
+
+
+def test_the_mlx_engine_decodes_a_batch_together_and_each_line_equals_solo(mlx_pipeline, monkeypatch):
+    monkeypatch.delenv("COSYVOICE_BATCH_LINES", raising=False)
+    ctx, mlx_model = mlx_pipeline
+    llm = mlx_model.networks.llm
+    batches: list[str] = []
+    monkeypatch.setattr(llm, "start_batch", _counting(batches, "llm", llm.start_batch))
+    requests, speakers = _requests_and_speakers(ctx, mlx_model)
+    solo = [list(mlx_model.run(request, speaker)) for request, speaker in zip(requests, speakers)]
+    assert mlx_model.batch_lines() > 1
+    batch = list(mlx_model.run_batch(requests, speakers, batch_size=len(requests)))
+
+    assert batches, "the MLX LLM spoke the lines one by one"
+    _assert_each_line_equals_solo(ctx, batch, solo, len(requests))
 
 
 def test_batch_size_comes_from_the_setting_capped_by_its_range_else_the_device(monkeypatch):

@@ -42,7 +42,7 @@ class _Member:
 
 def batch_lines_of(pipeline) -> int:
     """The most jobs ``pipeline`` speaks together (``CosyVoice.batch_lines``); 1 where it speaks one at a time
-    (the preview voice, the MLX LLM) or where the ``batch_lines`` setting is unusable (each job then says why)."""
+    (the preview voice) or where the ``batch_lines`` setting is unusable (each job then says why)."""
     lines = getattr(pipeline, "batch_lines", None)
     if lines is None:
         return 1

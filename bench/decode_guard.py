@@ -34,11 +34,30 @@ ENDOFPROMPT_ID = 151646  # Qwen2's <|endofprompt|> (every tree's models.llm.ENDO
 
 # the worker: one tree, one model, rounds on request ---------------------------------------------
 def _pipeline_lm(args: argparse.Namespace, device):
-    """The speech LM of the whole random-weight model as the pipeline bench loads it (flow and vocoder beside it)."""
+    """The speech LM of the whole random-weight model as the pipeline bench loads it (flow and vocoder beside it);
+    ``--after-requests``: first a voice prepared and a streamed sentence's first chunk made, as a worker has done
+    before it decodes (the threads they leave behind stay, and the rounds decode on this, the main thread)."""
     from cosyvoice_mac.pipeline.cosyvoice import CosyVoice
 
     model = CosyVoice.random_full_size(args.version, device=device, llm_dtype=args.dtype, precision="float32")
+    if args.after_requests:
+        _requests_before(model)
     return model.networks.llm
+
+
+def _requests_before(model) -> None:
+    """A voice prepared from a synthetic prompt and one streamed sentence's first chunk, by the tree's own bench
+    code (``cosyvoice_mac.bench.measure``; before wave 4, the module ``cosyvoice_mac.bench``)."""
+    import torch
+
+    try:
+        from cosyvoice_mac.bench import measure
+    except ImportError:
+        import cosyvoice_mac.bench as measure
+
+    speaker = model.prepare_prompt(measure.synthetic_prompt(), sample_rate=24000)  # its default rate
+    text_ids = torch.tensor([model.tokenizer.encode(measure.TEXT)])[:, :32]
+    measure.time_to_first_audio(model, text_ids, speaker, 40)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -127,6 +146,7 @@ class Worker:
         command = [sys.executable, __file__, "--worker", "--tree", tree, "--tokens", str(args.tokens)]
         command += ["--device", args.device, "--dtype", args.dtype, "--version", args.version, "--build", args.build]
         command += ["--threads", str(args.threads)] if args.threads else []
+        command += ["--after-requests"] if args.after_requests else []
         env = {**os.environ, "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "PASSIVE")}
         env.pop("PYTHONPATH", None)  # the tree decides which cosyvoice_mac is imported
         self.process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
@@ -182,6 +202,8 @@ def configuration(args: argparse.Namespace) -> dict:
         "version": args.version,
         "tokens": args.tokens,
         "threads": args.threads or torch.get_num_threads(),
+        "build": args.build,
+        "after_requests": args.after_requests,
     }
 
 
@@ -203,6 +225,11 @@ def main() -> int:
     parser.add_argument("--no-floor", action="store_true", help="skip measuring the floor")
     parser.add_argument(
         "--build", default="lm", choices=("lm", "pipeline"), help="the LM alone, or as the whole model loads it"
+    )
+    parser.add_argument(
+        "--after-requests",
+        action="store_true",
+        help="with --build pipeline: decode after a voice was prepared and a sentence streamed (their threads stay)",
     )
     parser.add_argument("--ops", action="store_true", help="also count each tree's ATen operations a token")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

@@ -10,7 +10,9 @@ torch is imported, so ops that MPS lacks run on the CPU.
 from __future__ import annotations
 
 import os
+import threading
 import warnings
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import psutil
@@ -39,6 +41,32 @@ _DTYPES = {
     "bfloat16": torch.bfloat16,
     "bf16": torch.bfloat16,
 }
+
+
+def single_threaded_pool(workers: int, name: str) -> ThreadPoolExecutor:
+    """A pool of ``workers`` long-lived threads whose torch ops run on one intra-op thread each.
+
+    Why: a thread that runs torch ops on 2+ threads keeps an OpenMP team for its whole life. GNU OpenMP
+    (torch on Linux) counts every team's threads, and once they outnumber the cores it stops spinning
+    between parallel regions in the whole process: with ``OMP_WAIT_POLICY=PASSIVE`` every later parallel
+    op (the LLM step's ~100 products a token) then sleeps and is woken (issue 47: the CPU decode step at
+    0.6-0.8x its speed once the prompt encoder's helper thread had run). A team of one adds no thread.
+    """
+    pool = ThreadPoolExecutor(workers, thread_name_prefix=name)
+    threads = torch.get_num_threads()
+    barrier = threading.Barrier(workers)  # every worker started, none taking a job twice
+
+    def single_threaded() -> None:
+        # A thread takes the process default on its first torch call; take it now, or that first call
+        # would later overwrite this thread's own setting with the default restored below.
+        torch.get_num_threads()
+        torch.set_num_threads(1)  # this thread's own OpenMP/MKL setting
+        barrier.wait()
+
+    for future in [pool.submit(single_threaded) for _ in range(workers)]:
+        future.result()
+    torch.set_num_threads(threads)  # set_num_threads also set the default that later threads begin with
+    return pool
 
 
 class DeviceError(CosyVoiceError, RuntimeError):

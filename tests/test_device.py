@@ -169,3 +169,23 @@ def test_an_old_cosyvoice2_snapshot_is_named_with_its_fix(tmp_path):
     (tmp_path / "speech_tokenizer_v2.onnx").write_bytes(b"")
     with pytest.raises(ModelFolderError, match=r"old snapshot of CosyVoice2-0\.5B.*bash run.sh download cosyvoice2"):
         detect_version(tmp_path)
+
+
+def test_a_single_threaded_pool_runs_torch_on_one_thread_and_later_threads_keep_the_default():
+    """Its threads add no OpenMP workers (issue 47: a long-lived 2-thread team slowed every parallel op)."""
+    import threading
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        pool = device.single_threaded_pool(2, "test-single")
+        seen = {pool.submit(torch.get_num_threads).result() for _ in range(4)}
+        pool.shutdown()
+        later = []
+        thread = threading.Thread(target=lambda: later.append(torch.get_num_threads()))
+        thread.start()
+        thread.join()
+        assert seen == {1}
+        assert torch.get_num_threads() == 2 and later == [2]
+    finally:
+        torch.set_num_threads(before)

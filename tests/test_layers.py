@@ -38,7 +38,12 @@ NETWORK_ROOMS_MAY_IMPORT = {
 # Type-hint-only circles, each a class and the cache or loop it annotates (no import at run time).
 TYPE_ONLY_CIRCLES = [
     {"cosyvoice_mac.models.llm.kv_cache", "cosyvoice_mac.models.llm.qwen2", "cosyvoice_mac.models.llm.decode_step"},
-    {"cosyvoice_mac.models.llm.decoding", "cosyvoice_mac.models.llm.speech_lm"},
+    {
+        "cosyvoice_mac.models.llm.decoding",
+        "cosyvoice_mac.models.llm.batch_decoding",
+        "cosyvoice_mac.models.llm.speech_lm",
+    },
+    {"cosyvoice_mac.pipeline.batch", "cosyvoice_mac.pipeline.cosyvoice"},
 ]
 CUDA_TUNING = "cosyvoice_mac.models.cuda"
 # The only modules outside models/cuda/ that reach it, each inside a function that runs only where it is needed.

@@ -181,7 +181,7 @@ class TurnWatch(TorchDispatchMode):
 @pytest.mark.parametrize("version", ["cosyvoice2", "cosyvoice3"])
 def test_every_op_of_a_streamed_request_runs_inside_a_device_turn(version, tmp_path, make_speech, monkeypatch):
     """On MPS two threads must never issue work at once: each thread's ops are watched by its own dispatch mode
-    (modes are per-thread), the consumer's on the test's thread, the LLM's on the model's decode thread."""
+    (modes are per-thread), the consumer's on the test's thread, the LLM's on the sentence's LLM thread."""
     import threading
     from types import SimpleNamespace
 
@@ -209,6 +209,10 @@ def test_every_op_of_a_streamed_request_runs_inside_a_device_turn(version, tmp_p
             state.producers += 1
             super().__init__(*args, **kwargs)
 
+        def _run(self, tokens):
+            with decoder:  # on the sentence's LLM thread (a dispatch mode is per thread)
+                super()._run(tokens)
+
         def abandon(self):
             super().abandon()
             state.producers -= 1
@@ -219,10 +223,8 @@ def test_every_op_of_a_streamed_request_runs_inside_a_device_turn(version, tmp_p
     model = CosyVoice.from_pretrained(make_tiny_model_dir(version, tmp_path / version), device="cpu")
     speaker = model.prepare_prompt(make_speech(PROMPT_TEXT, seconds=3.0), transcript=PROMPT_TEXT)
     consumer, decoder = TurnWatch(state), TurnWatch(state)
-    model.decode_thread.run(decoder.__enter__).wait(30)  # the LLM thread's own mode, kept for its next jobs
     with consumer:
         chunks = list(model.synthesize(TEXT, speaker=speaker, prompt_text=PROMPT_TEXT, seed=1, stream=True))
-    model.decode_thread.run(lambda: decoder.__exit__(None, None, None)).wait(30)
     assert len(chunks) >= 2 and state.producers == 0
     assert consumer.outside == set(), "the chunk thread ran ops outside its turn"  # before: the chunk ids' copies
     assert decoder.outside == set(), "the LLM thread ran ops outside its turn"

@@ -60,6 +60,14 @@ def test_the_speaker_vector_is_made_while_the_speech_tokens_are():
     assert set(encoder.last_timings) == {"speech_tokens_s", "speaker_embedding_s", "prompt_mel_s"}
 
 
+def test_the_helper_thread_runs_torch_on_one_thread():
+    """It shares the cores with the tokenizer, and a 2-thread OpenMP team kept by this long-lived thread slowed
+    every later parallel op of the process, the LLM step's among them (issue 47)."""
+    encoder = _encoder(keep_loaded=True, delay=0.0)[0]
+    encoder.encode(_voice(), sample_rate=24000)
+    assert encoder._helper.submit(torch.get_num_threads).result() == 1
+
+
 def test_concurrent_and_sequential_encoding_give_the_same_features():
     concurrent = _encoder(keep_loaded=True, delay=0.0)[0].encode(_voice(), sample_rate=24000)
     low_memory, tokenizer, speaker = _encoder(keep_loaded=False, delay=0.0)

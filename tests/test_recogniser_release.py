@@ -10,13 +10,12 @@ import threading
 import time
 import weakref
 from dataclasses import replace
-from types import SimpleNamespace
 
 import pytest
 
 from cosyvoice_mac.engine.jobs import Command, Job
 from cosyvoice_mac.engine.runtime import WorkerRuntime
-from cosyvoice_mac.engine.worker import serve_commands
+from cosyvoice_mac.engine.worker import CANCEL_SLOTS, serve_commands
 from cosyvoice_mac.request import Request, Voice
 from tests.fakes.fake_pipeline import fake_worker_config
 from tests.fakes.faulty_voice import FAULTY_FACTORY
@@ -24,7 +23,7 @@ from tests.fakes.faulty_voice import FAULTY_FACTORY
 pytest.importorskip("faster_whisper")
 
 TEXT = "Please call Stella and ask her to bring these things with her from the store."
-NO_CANCEL = SimpleNamespace(value=-1)
+NO_CANCEL = [-1] * CANCEL_SLOTS  # no job asked to stop (the worker's cancel slots)
 
 
 def test_the_low_memory_worker_frees_the_recogniser_after_its_idle_time_and_the_normal_one_keeps_it(

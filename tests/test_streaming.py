@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cosyvoice_mac.errors import RequestError
-from cosyvoice_mac.pipeline import CosyVoice
+from cosyvoice_mac.pipeline import CosyVoice, streaming
 from tests.fakes.onnx_models import make_tiny_model_dir
 
 # The suite runs on the CPU in CI; COSYVOICE_TEST_DEVICE=cuda (or mps) runs it on an accelerator.
@@ -264,14 +264,26 @@ def test_with_serialised_device_work_no_llm_step_runs_beside_a_chunk(model, spea
     assert _overlaps(steps, chunks) > 0
 
 
-def test_stop_ends_the_stream_and_frees_the_decode_thread(model, speaker):
+def test_stop_ends_the_stream_and_its_llm_thread(model, speaker, monkeypatch):
+    """On torch a sentence's LLM thread ends with it: a long-lived one would keep its OpenMP team, and GNU
+    OpenMP then stops spinning between parallel ops in the whole process (issue 47's slower CPU decode)."""
+    llm_threads = []
+    run = streaming.TokenProducer._run
+
+    def watched(producer, tokens):
+        llm_threads.append(threading.current_thread())
+        return run(producer, tokens)
+
+    monkeypatch.setattr(streaming.TokenProducer, "_run", watched)
     stop = threading.Event()
     stream = model.synthesize(TEXT * 3, speaker=speaker, seed=3, stream=True, should_stop=stop.is_set)
     next(stream)
     stop.set()
     list(stream)
-    assert not model.decode_thread.busy  # the sentence's LLM stopped; the model's one thread waits for the next
-    assert not [t for t in threading.enumerate() if t.name == "llm-producer" and t.is_alive()]
+    assert llm_threads and llm_threads[0] is not threading.current_thread()
+    for thread in llm_threads:
+        thread.join(timeout=5)  # it ends just after signalling that the sentence's decoding did
+    assert not [thread for thread in llm_threads if thread.is_alive()]
 
 
 def test_speed_with_streaming_is_a_clear_error(model, speaker):

@@ -117,8 +117,7 @@ class Engine(VoiceSaving):
             if supervisor.closing:
                 return
             supervisor.closing = True
-            running = self.queue.running
-            if running is not None:
+            for running in list(self.queue.batch):
                 if supervisor.worker is not None:
                     supervisor.worker.cancel(running.seq)  # so the polite stop below can succeed
                 self.queue.finish(running, jobs.CANCELLED, "cancelled: the engine was shut down")
@@ -224,7 +223,10 @@ class Engine(VoiceSaving):
                     )
                 },
                 "queue_length": len(self.queue.pending),
+                "max_queue": self.queue.max_waiting,
                 "running": running.job.job_id if running else None,
+                "running_together": len(self.queue.batch),  # jobs spoken as one batch now (issue 47)
+                "batch_lines": supervisor.batch_limit(),  # the most that may run together
                 "cache": cache,
                 "cache_hit_rate": cache.get("hit_rate", 0.0),
                 "worker_pid": supervisor.worker.pid if supervisor.worker else None,

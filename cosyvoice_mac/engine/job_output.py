@@ -1,7 +1,7 @@
 """Inside the worker: a finished job's audio as it is saved (post-processed as its request asks) and the
-facts its sidecar records.
+facts its result and sidecar record (``job_result``, ``save_result``).
 
-Imported only by the worker's runtime; the files themselves are written by ``outputs.write_output``.
+Imported only by the worker (its runtime and batch runner); ``outputs.write_output`` writes the files.
 """
 
 from __future__ import annotations
@@ -47,6 +47,53 @@ def finished_audio(request: Request, pieces: list, sample_rate: int) -> tuple[np
     if request.stream and request.post.active:
         report.notes.append(STREAMED_RAW_NOTE)
     return audio, report
+
+
+def job_result(
+    job: Job,
+    outcome: Attempt,
+    pipeline: Backend,
+    fallback: str | None,
+    engine_note: str | None,
+    batch_size: int,
+    outputs_dir=None,
+) -> JobResult:
+    """``job``'s result made of ``outcome``: its whole audio post-processed and the facts the page and the sidecar
+    show. ``fallback`` says why it was retried on the CPU, ``engine_note`` why PyTorch took over from MLX,
+    ``batch_size`` how many jobs it was spoken with (1: alone). A checked job's takes are recorded in it (and kept
+    in ``outputs_dir``, where outputs are kept)."""
+    request, pieces, rate = job.request, outcome.pieces, pipeline.sample_rate
+    audio, post = finished_audio(request, pieces, rate)
+    source = outcome.source
+    result = JobResult(
+        job_id=job.job_id,
+        audio=audio,
+        sample_rate=rate,
+        duration_s=audio.size / rate,
+        text=request.text,
+        mode=request.mode,
+        seed=request.seed,
+        speed=request.speed,
+        model=pipeline.model_id,
+        device=outcome.device,
+        fell_back_to_cpu=fallback is not None,
+        fallback_reason=fallback,
+        prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
+        cache_hit=outcome.cache_source in ("memory", "disk"),
+        segment_count=len(pieces),
+        timings={key: round(value, 4) for key, value in outcome.timings.items()},
+        notes=list(dict.fromkeys(note for piece in pieces for note in piece.notes)),
+        post=post.as_dict(),
+        source_hash=source.content_hash if source is not None else None,
+        source_duration_s=round(source.seconds, 3) if source is not None else None,
+        batch_size=batch_size,
+    )
+    if engine_note is not None:
+        result.notes.append(engine_note)
+    result.notes += post.notes
+    if outcome.takes is not None:
+        outcome.takes.record(result, post.trimmed_start_ms / 1000, outputs_dir)
+    return result
 
 
 def save_result(outputs_dir, job: Job, result: JobResult, pipeline: Backend, extra: dict) -> None:

@@ -10,6 +10,12 @@ The line is fair between the doors jobs come in by (the job's ``interface``: pag
 while several doors compete (a job waiting or running, or one refused lately), each is sure of its share of
 the waiting places (``fair_share``) and takes more only while the others leave theirs unclaimed, so a flood
 through one door cannot keep every place from another; a door alone may use them all.
+
+Several non-streamed syntheses may run together, as one batch on the worker (issue 47: a decoding step reads
+the LLM's weights once for all its lines). :meth:`JobQueue.start_batch` takes them from the head of the line:
+only jobs that may share a batch (``batchable``), never past one that may not (no job overtakes an earlier one
+that runs alone), and the doors' jobs in turn (a flood through one door fills a batch only where no other
+door has a job waiting among them).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Callable, Iterator
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobs import EngineError, Job, JobCancelled, JobFailed, JobResult, QueueFull
 from cosyvoice_mac.engine.messages import Event, Fault, Queued, ending
+from cosyvoice_mac.frontend.inline import tag_spans
 
 KEEP_FINISHED = 64  # finished jobs remembered for result() / events() (~5 KB each: a soak of 150 reaches the bound)
 KEEP_AUDIO = 8  # of those, the newest whose unsaved audio (a full disk) is kept for their callers
@@ -57,11 +64,23 @@ class JobRecord:
     acknowledged: bool = False  # the worker said "started"
     cancel_requested_at: float | None = None
     timed_out: bool = False
+    queued_at: float = field(default_factory=time.monotonic)
+    together: int = 1  # jobs it runs with, itself included (start_batch)
+
+
+def batchable(job: Job) -> bool:
+    """Whether ``job`` may run in a batch with others: a synthesis, not streamed (a stream's first audio would
+    wait for the batch's lines; a voice conversion has its own path), spoken in one voice with no inline tags (a
+    style's recording, a pause or a speed run is planned per segment, which only the solo path does)."""
+    request = job.request
+    if job.is_conversion or request.stream or getattr(request.voice, "style", None):
+        return False
+    return not tag_spans(request.text)
 
 
 class JobQueue:
-    """Owns the waiting jobs (FIFO, at most ``max_waiting``), the running one, the finished ones and
-    the listeners of their events. Callers hold ``lock`` (re-entrant) around compound changes."""
+    """Owns the waiting jobs (FIFO, at most ``max_waiting``), the running ones (one, or a batch), the finished
+    ones and the listeners of their events. Callers hold ``lock`` (re-entrant) around compound changes."""
 
     def __init__(self, max_waiting: int, lock: threading.RLock):
         if max_waiting < 1:
@@ -69,18 +88,21 @@ class JobQueue:
         self.max_waiting = max_waiting
         self.lock = lock
         self.pending: deque[JobRecord] = deque()
-        self.running: JobRecord | None = None
+        self.batch: list[JobRecord] = []  # the jobs running now, together (at most one unless batched)
         self._records: OrderedDict[str, JobRecord] = OrderedDict()
         self._seq = itertools.count(1)
         self._subscribers: list[Listener] = []
         self._run_seconds: deque[float] = deque(maxlen=RECENT_RUNS)
         self._door_refused: dict[str | None, float] = {}  # door -> when a job through it last found no place
 
+    @property
+    def running(self) -> JobRecord | None:
+        """The first of the running jobs (None when none runs)."""
+        return self.batch[0] if self.batch else None
+
     def _active_doors(self, now: float) -> set[str | None]:
         """Doors competing for places: those with a job waiting or running, or refused within DOOR_ACTIVE_S."""
-        active = {record.job.interface for record in self.pending}
-        if self.running is not None:
-            active.add(self.running.job.interface)
+        active = {record.job.interface for record in (*self.pending, *self.batch)}
         return active | {door for door, refused in self._door_refused.items() if now - refused <= DOOR_ACTIVE_S}
 
     def fair_share(self, door: str | None, now: float | None = None) -> int:
@@ -116,7 +138,7 @@ class JobQueue:
                 retry = self.retry_after_s()
                 position = len(self.pending) + 1
                 raise QueueFull(
-                    f"the queue is full ({self.max_waiting} jobs waiting, {1 if self.running else 0} "
+                    f"the queue is full ({self.max_waiting} jobs waiting, {len(self.batch)} "
                     f"running), so this job would have been number {position} in line{refusal}; try again "
                     + (f"in about {math.ceil(retry)} s" if retry is not None else "when one has finished"),
                     position=position,
@@ -152,7 +174,7 @@ class JobQueue:
     def position(self, job_id: str) -> int | None:
         """0 while running, 1 for the next job to run, 2, ...; None once finished (or unknown)."""
         with self.lock:
-            if self.running is not None and self.running.job.job_id == job_id:
+            if any(record.job.job_id == job_id for record in self.batch):
                 return 0
             for index, record in enumerate(self.pending):
                 if record.job.job_id == job_id:
@@ -162,29 +184,61 @@ class JobQueue:
     def line(self) -> list[QueueEntry]:
         """The running job (place 0) and the waiting ones, in the order they run."""
         with self.lock:
-            records = ([self.running] if self.running is not None else []) + list(self.pending)
-            first = 0 if self.running is not None else 1
-            return [
-                QueueEntry(record.job.job_id, place, record.job.interface, record.job.request.text)
-                for place, record in enumerate(records, start=first)
+            running = [QueueEntry(record.job.job_id, 0, record.job.interface, record.job.text) for record in self.batch]
+            return running + [
+                QueueEntry(record.job.job_id, place, record.job.interface, record.job.text)
+                for place, record in enumerate(self.pending, start=1)
             ]
 
     def start_next(self) -> JobRecord | None:
         """Move the first waiting job to running (None if one runs already or none waits)."""
+        started = self.start_batch(1)
+        return started[0] if started else None
+
+    def batch_candidates(self, limit: int) -> list[JobRecord]:
+        """The waiting jobs :meth:`start_batch` would start now (at most ``limit``): the first job, and while it is
+        batchable, the batchable jobs behind it up to the first that is not, the doors taking turns (each door's
+        own jobs in their order)."""
         with self.lock:
-            if self.running is not None or not self.pending:
-                return None
-            record = self.pending.popleft()
-            record.state, record.sent_at = jobs.RUNNING, time.monotonic()
-            self.running = record
+            if self.batch or not self.pending:
+                return []
+            head = self.pending[0]
+            if limit <= 1 or not batchable(head.job):
+                return [head]
+            by_door: dict[str | None, deque[JobRecord]] = {}
+            for record in self.pending:
+                if not batchable(record.job):
+                    break
+                by_door.setdefault(record.job.interface, deque()).append(record)
+            chosen: list[JobRecord] = []
+            while len(chosen) < limit and by_door:
+                for door in list(by_door):
+                    chosen.append(by_door[door].popleft())
+                    if not by_door[door]:
+                        del by_door[door]
+                    if len(chosen) == limit:
+                        break
+            return chosen
+
+    def start_batch(self, limit: int) -> list[JobRecord]:
+        """Move the jobs of :meth:`batch_candidates` to running, together ([] if some run already or none waits)."""
+        with self.lock:
+            chosen = self.batch_candidates(limit)
+            if not chosen:
+                return []
+            now = time.monotonic()
+            for record in chosen:
+                self.pending.remove(record)
+                record.state, record.sent_at, record.together = jobs.RUNNING, now, len(chosen)
+            self.batch = list(chosen)
             self._announce_positions()
-            return record
+            return chosen
 
     def requeue_first(self, record: JobRecord) -> None:
         """Put a job the worker never started back at the head of the line."""
         with self.lock:
-            if self.running is record:
-                self.running = None
+            if record in self.batch:
+                self.batch.remove(record)
             record.state, record.sent_at, record.acknowledged = jobs.QUEUED, None, False
             self.pending.appendleft(record)
             self._announce_positions()
@@ -213,8 +267,8 @@ class JobQueue:
         with self.lock:
             if record.done.is_set():
                 return
-            if self.running is record:
-                self.running = None
+            if record in self.batch:
+                self.batch.remove(record)
             if terminal.kind == jobs.DONE and record.sent_at is not None:
                 self._run_seconds.append(time.monotonic() - record.sent_at)
             record.state = terminal.kind

@@ -113,6 +113,8 @@ class JobResult:
         """passed, retaken or flagged (``/v1``'s X-CosyVoice-Check); None when the job was not checked."""
         return self.check["status"] if self.check else None
 
+    batch_size: int = 1  # jobs spoken together with this one, itself included (1: alone)
+
     @property
     def is_conversion(self) -> bool:
         return self.mode == VOICE_CONVERSION
@@ -141,10 +143,12 @@ class Task:
 class Command:
     """UI process -> worker. ``run`` carries a job and its sequence number (the cancel flag
     compares against it) and, for a saved voice, its library entry (the engine owns the library; the
-    worker never reads it); ``task`` carries a Task; ``stop`` asks the worker to exit after the current job."""
+    worker never reads it); ``batch`` carries several such runs, spoken together; ``task`` carries a Task;
+    ``stop`` asks the worker to exit after the current job."""
 
-    kind: str  # "run" | "task" | "stop"
+    kind: str  # "run" | "batch" | "task" | "stop"
     job: Job | None = None
     seq: int = 0
     task: Task | None = None
     voice_entry: dict | None = None
+    runs: list["Command"] = field(default_factory=list)  # "batch": one "run" command per job

@@ -64,6 +64,7 @@ class WorkerStatus:
     llm_weights: str | None = None  # llm.pt, or llm.rl.pt when asked for
     precision: dict | None = None  # what each stage runs in and why (pipeline.precision_plan)
     mlx_llm: dict | None = None  # the MLX LLM precision that runs and why (mlx.llm_gate.MlxLlmChoice)
+    batch_lines: int = 1  # jobs the worker speaks together at most (batch_lines setting, or its device's)
 
     def as_dict(self) -> dict:
         """The status panel's view (memory and cache grouped as the panel shows them)."""

@@ -18,9 +18,10 @@ import torch
 
 from cosyvoice_mac import device as device_policy
 from cosyvoice_mac.engine import jobs, worker_tasks
+from cosyvoice_mac.engine.batch_runner import batch_lines_of, run_jobs_together
 from cosyvoice_mac.engine.cache import CacheStats, SpeakerCache
-from cosyvoice_mac.engine.job_output import Attempt, finished_audio, low_memory_facts, precision_facts, save_result
-from cosyvoice_mac.engine.jobs import Job, JobResult
+from cosyvoice_mac.engine.job_output import Attempt, job_result, low_memory_facts, precision_facts, save_result
+from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.messages import (
     Cancelled,
     DeviceFallback,
@@ -180,7 +181,7 @@ class WorkerRuntime:
         self.send(Started(job.job_id, str(self.pipeline.device)))
         if should_stop():  # cancelled while it was being handed over
             return self._finish(Cancelled(job.job_id))
-        request, fallback, engine_note = job.request, None, None
+        fallback, engine_note = None, None
         self._voice_entry = voice_entry
         try:
             try:
@@ -205,38 +206,21 @@ class WorkerRuntime:
             return self._finish(Failed(job.job_id, message, traceback.format_exc(limit=8), fault=Fault.ENGINE))
         if should_stop():
             return self._finish(Cancelled(job.job_id))
-        pieces = outcome.pieces
-        audio, post = finished_audio(request, pieces, self.pipeline.sample_rate)
+        self.deliver(job, outcome, started, fallback, engine_note)
+
+    def run_batch(self, batch: list[Job], stops: list, voice_entries: list[dict | None]) -> None:
+        """Run several jobs together (``engine/batch_runner.py``); each ends with its own event."""
+        run_jobs_together(self, batch, stops, voice_entries)
+
+    def deliver(self, job: Job, outcome: Attempt, started: float, fallback=None, engine_note=None, batch_size=1):
+        """Send ``job``'s result made of ``outcome`` (saved with its sidecar where outputs are kept): ``fallback``
+        says why it was retried on the CPU, ``engine_note`` why PyTorch took over from MLX, ``batch_size`` how
+        many jobs it was spoken with (1: alone)."""
         outcome.timings["total"] = time.perf_counter() - started
-        result = JobResult(
-            job_id=job.job_id,
-            audio=audio,
-            sample_rate=self.pipeline.sample_rate,
-            duration_s=audio.size / self.pipeline.sample_rate,
-            text=request.text,
-            mode=request.mode,
-            seed=request.seed,
-            speed=request.speed,
-            model=self.pipeline.model_id,
-            device=outcome.device,
-            fell_back_to_cpu=fallback is not None,
-            fallback_reason=fallback,
-            prompt_hash=outcome.speaker.audio_hash if outcome.speaker is not None else None,
-            cache_hit=outcome.cache_source in ("memory", "disk"),
-            segment_count=len(pieces),
-            timings={key: round(value, 4) for key, value in outcome.timings.items()},
-            notes=list(dict.fromkeys(note for piece in pieces for note in piece.notes)),
-            post=post.as_dict(),
-            source_hash=outcome.source.content_hash if outcome.source is not None else None,
-            source_duration_s=round(outcome.source.seconds, 3) if outcome.source is not None else None,
-        )
-        if engine_note is not None:
-            result.notes.append(engine_note)
-        result.notes += post.notes
-        if outcome.takes is not None:
-            outcome.takes.record(result, post.trimmed_start_ms / 1000, self.config.outputs_dir)
+        result = job_result(job, outcome, self.pipeline, fallback, engine_note, batch_size, self.config.outputs_dir)
         if self.config.outputs_dir:  # the glossary entries changed what was spoken (``text`` keeps the original)
             extra = {"glossary": self._glossary_hits, "post": result.post, "check": result.check}
+            extra["batch_size"] = batch_size
             if outcome.styles:  # every recording of the voice that spoke: the content credentials name each
                 extra["voice_hashes"] = [result.prompt_hash, *outcome.styles.values()]
             if job.is_conversion:  # what was re-spoken: the recording's hash and length
@@ -380,4 +364,5 @@ class WorkerRuntime:
             low_memory=low_memory_facts(pipeline),
             llm_weights=pipeline.llm_weights,
             precision=precision_facts(pipeline),
+            batch_lines=batch_lines_of(pipeline),
         )

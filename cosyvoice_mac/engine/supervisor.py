@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, field, replace
 
 from cosyvoice_mac.engine import jobs
-from cosyvoice_mac.engine.jobqueue import JobQueue
+from cosyvoice_mac.engine.jobqueue import JobQueue, JobRecord, batchable
 from cosyvoice_mac.engine.jobs import Command, EngineError
 from cosyvoice_mac.engine.messages import (
     Cancelled,
@@ -40,6 +40,9 @@ POLL_S = 0.05
 # says "not answering". No job is dispatched to a worker silent for DISPATCH_SILENCE_S: the pipe could block.
 STARTUP_LIVENESS_FACTOR = 3.0
 DISPATCH_SILENCE_S = 2.0
+# How long a batchable job at the head of the line waits for others to join its batch (issue 47): a long-form
+# job hands its lines over together, well within it; a lone request loses no more than this.
+COALESCE_WAIT_S = 0.05
 
 
 @dataclass
@@ -199,15 +202,16 @@ class WorkerSupervisor:
         with self.lock:
             ticket.begun = True
             self.load_failures = 0
-            old, running = self.worker, self.queue.running
+            old = self.worker
             if self.state != EngineState.STARTING:
                 self.state = EngineState.RESTARTING
             if old is not None:
                 self.restarts += 1
                 self.queue.emit(Restarting(ticket.reason))
-            if running is not None and not running.acknowledged:
-                self.queue.requeue_first(running)  # the old worker never began it: the new one runs it first
-            elif running is not None:
+            for running in list(reversed(self.queue.batch)):  # reversed: those put back keep their order
+                if not running.acknowledged:
+                    self.queue.requeue_first(running)  # the old worker never began it: the new one runs it first
+                    continue
                 if old is not None:
                     old.cancel(running.seq)  # lets the polite stop below succeed
                 self.queue.finish(
@@ -242,8 +246,8 @@ class WorkerSupervisor:
                     self.device_override = "cpu"  # later workers start where this one ended up
                 self.queue.emit(event)
                 return
-            record = self.queue.running
-            if record is None or record.job.job_id != event.job_id:
+            record = next((each for each in self.queue.batch if each.job.job_id == event.job_id), None)
+            if record is None:
                 return  # that job already ended here (cancelled by a restart or a timeout)
             if isinstance(event, Started):
                 record.acknowledged = True
@@ -294,17 +298,17 @@ class WorkerSupervisor:
                 message = f"the model process {how}"
                 self.last_error, self.state = message, EngineState.RESTARTING
                 self.restarts += 1
-                running = self.queue.running
-                if running is not None and running.acknowledged:
-                    self.queue.finish(
-                        running,
-                        jobs.FAILED,
-                        f"{message} while running this job; the engine "
-                        "restarted it and kept the waiting jobs. Submit this job again to retry it.",
-                        fault=Fault.RESTARTED,
-                    )
-                elif running is not None:  # the worker never started it: it runs first on the next one
-                    self.queue.requeue_first(running)
+                for running in list(reversed(self.queue.batch)):  # reversed: those put back keep their order
+                    if running.acknowledged:
+                        self.queue.finish(
+                            running,
+                            jobs.FAILED,
+                            f"{message} while running this job; the engine "
+                            "restarted it and kept the waiting jobs. Submit this job again to retry it.",
+                            fault=Fault.RESTARTED,
+                        )
+                    else:  # the worker never started it: it runs first on the next one
+                        self.queue.requeue_first(running)
                 self.queue.emit(WorkerDied(f"{message}; restarting it"))
                 if self.restart is None or self.restart.done.is_set():
                     self.restart = Restart(message, begun=True)
@@ -312,11 +316,20 @@ class WorkerSupervisor:
         self._spawn()
 
     def _check_overruns(self) -> None:
+        with self.lock:
+            batch = list(self.queue.batch)
+        for record in batch:
+            if self._check_overrun(record):
+                return
+
+    def _check_overrun(self, record: JobRecord) -> bool:
+        """Ask a running job that overran its limit to stop; restart the worker when a stop was not obeyed
+        within the grace (True then)."""
         limits = self.limits
         with self.lock:
-            record, now = self.queue.running, time.monotonic()
-            if record is None:
-                return
+            now = time.monotonic()
+            if record.done.is_set():
+                return False
             if (
                 limits.job_timeout_s
                 and record.acknowledged
@@ -325,20 +338,22 @@ class WorkerSupervisor:
             ):
                 record.timed_out, record.cancel_requested_at = True, now
                 self.worker.cancel(record.seq)
-                return
-            if record.cancel_requested_at is None or now - record.cancel_requested_at <= limits.cancel_grace_s:
-                return
+                return False
+            # a batched job sees its cancel at the batch's next round, which speaks a sentence of every job in it
+            grace = limits.cancel_grace_s * record.together
+            if record.cancel_requested_at is None or now - record.cancel_requested_at <= grace:
+                return False
             why = f"ran longer than the limit of {limits.job_timeout_s:g} s" if record.timed_out else "was cancelled"
             self.queue.finish(
                 record,
                 jobs.FAILED if record.timed_out else jobs.CANCELLED,
-                f"the job {why} and did not stop within {limits.cancel_grace_s:g} s, so the model process was "
-                "restarted",
+                f"the job {why} and did not stop within {grace:g} s, so the model process was restarted",
                 fault=Fault.TIMEOUT,
             )
             ticket = self.ask_restart(f"job {record.job.job_id} did not stop")
         if not ticket.begun:
             self._do_restart(ticket)
+        return True
 
     def _dispatch(self) -> None:
         with self.lock:
@@ -350,16 +365,31 @@ class WorkerSupervisor:
                 except OSError:  # the worker died just now: the next one gets it
                     self.tasks.unsend(ticket)
                     return
-            record = self.queue.start_next()
-            if record is None:
+            limit = self.batch_limit()
+            waiting = self.queue.batch_candidates(limit)
+            if not waiting:
                 return
-            voice = record.job.request.voice
-            try:
-                entry = self.voices.styled(voice.saved, voice.style) if voice.kind == "saved" else None
-            except EngineError as error:  # deleted (or its style removed) while the job waited
-                self.queue.finish(record, jobs.FAILED, str(error), fault=Fault.INPUT, field="voice")
+            head = waiting[0]
+            if batchable(head.job) and len(waiting) < limit and time.monotonic() - head.queued_at < COALESCE_WAIT_S:
+                return  # others may join its batch within the bounded wait
+            runs = []
+            for record in self.queue.start_batch(limit):
+                voice = record.job.request.voice
+                try:
+                    entry = self.voices.styled(voice.saved, voice.style) if voice.kind == "saved" else None
+                except EngineError as error:  # deleted (or its style removed) while the job waited: it fails alone
+                    self.queue.finish(record, jobs.FAILED, str(error), fault=Fault.INPUT, field="voice")
+                    continue
+                runs.append(Command("run", record.job, record.seq, voice_entry=entry))
+            if not runs:
                 return
             try:
-                self.worker.send(Command("run", record.job, record.seq, voice_entry=entry))
-            except OSError:  # the worker died just now; the death handler puts the job back
+                self.worker.send(runs[0] if len(runs) == 1 else Command("batch", runs=runs))
+            except OSError:  # the worker died just now; the death handler puts the jobs back
                 pass
+
+    def batch_limit(self) -> int:
+        """How many jobs may run together: the worker's batch size (``batch_lines``, or what its device suits),
+        1 before it has said or where its backend speaks one request at a time."""
+        status = self.worker_status
+        return max(1, getattr(status, "batch_lines", 1) or 1) if status is not None else 1

@@ -1,12 +1,13 @@
 """The model worker: a child process (spawn) that owns the pipeline and runs one job at a time.
 
 The UI side talks to it through ``WorkerProcess``: a command pipe in, an event pipe out (the typed
-events of ``messages.py``) and a shared integer that names the job to cancel. Only the child imports
+events of ``messages.py``) and shared integers that name the jobs to cancel. Only the child imports
 torch and the models (``runtime.py``); this module stays light so the UI process can import it.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import threading
@@ -21,6 +22,9 @@ from cosyvoice_mac.paths import compile_cache_dir
 
 DEFAULT_PIPELINE = "cosyvoice_mac.pipeline:CosyVoice.from_pretrained"
 NO_JOB = -1
+# Cancel flags: job ``seq`` is cancelled when slot ``seq % CANCEL_SLOTS`` holds ``seq``. One slot per job in
+# flight, so the jobs of a batch are cancelled one by one without a later cancel hiding an earlier one.
+CANCEL_SLOTS = 64
 HEARTBEAT_S = 0.5  # how often the worker's heartbeat thread counts up; the engine watches the count
 RECOGNISER_IDLE_S = 30.0  # low-memory mode: the take check's recogniser is freed after this long without a job
 
@@ -76,7 +80,12 @@ class WorkerConfig:
     compute_units: str = "ALL"  # Core ML: ALL, CPU_AND_GPU, CPU_AND_NE or CPU_ONLY
 
 
-def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=None) -> None:
+def cancelled(cancel_seqs, seq: int) -> bool:
+    """Whether job ``seq`` was asked to stop (see CANCEL_SLOTS)."""
+    return cancel_seqs[seq % CANCEL_SLOTS] == seq
+
+
+def worker_main(config: WorkerConfig, commands, events, cancel_seqs, heartbeat=None) -> None:
     """Child process entry: load + warm up, report ready, then run commands until stop or EOF.
 
     ``heartbeat`` (a shared integer) is counted up every HEARTBEAT_S by a thread of its own, so the engine
@@ -105,10 +114,10 @@ def worker_main(config: WorkerConfig, commands, events, cancel_seq, heartbeat=No
     keep_for_life()  # the model and the imports stay; each job's clean-up then walks only what the job made
     status = runtime.status()
     send(Ready(f"ready on {status.device}", status))
-    serve_commands(runtime, commands, cancel_seq)
+    serve_commands(runtime, commands, cancel_seqs)
 
 
-def serve_commands(runtime, commands, cancel_seq, idle_s: float = RECOGNISER_IDLE_S) -> None:
+def serve_commands(runtime, commands, cancel_seqs, idle_s: float = RECOGNISER_IDLE_S) -> None:
     """Run ``commands`` (a pipe's end) on ``runtime`` until stop or EOF. In the low-memory mode the take check's
     recogniser is freed once no command has come for ``idle_s``: a long job's lines follow each other at once, so
     it stays loaded through the job and goes after it."""
@@ -123,7 +132,10 @@ def serve_commands(runtime, commands, cancel_seq, idle_s: float = RECOGNISER_IDL
             return
         if command.kind == "run":
             seq = command.seq
-            runtime.run(command.job, should_stop=lambda: cancel_seq.value == seq, voice_entry=command.voice_entry)
+            runtime.run(command.job, should_stop=lambda: cancelled(cancel_seqs, seq), voice_entry=command.voice_entry)
+        elif command.kind == "batch":
+            stops = [functools.partial(cancelled, cancel_seqs, run.seq) for run in command.runs]
+            runtime.run_batch([run.job for run in command.runs], stops, [run.voice_entry for run in command.runs])
         elif command.kind == "task":
             runtime.run_task(command.task)
 
@@ -149,11 +161,11 @@ class WorkerProcess:
         context = worker_context(start_method)
         command_reader, self._command_writer = context.Pipe(duplex=False)
         self.events, event_writer = context.Pipe(duplex=False)
-        self._cancel_seq = context.Value("q", NO_JOB, lock=False)
+        self._cancel_seqs = context.Array("q", [NO_JOB] * CANCEL_SLOTS, lock=False)
         self._heartbeat = context.Value("q", 0, lock=False)
         self.process = context.Process(
             target=worker_main,
-            args=(config, command_reader, event_writer, self._cancel_seq, self._heartbeat),
+            args=(config, command_reader, event_writer, self._cancel_seqs, self._heartbeat),
             name="cosyvoice-worker",
             daemon=True,
         )
@@ -202,7 +214,7 @@ class WorkerProcess:
         self._command_writer.send(command)
 
     def cancel(self, seq: int) -> None:
-        self._cancel_seq.value = seq
+        self._cancel_seqs[seq % CANCEL_SLOTS] = seq
 
     def receive(self, timeout: float) -> list[Event]:
         """Events that arrived within ``timeout`` s. Raises EOFError when the worker is gone."""

@@ -88,6 +88,21 @@ class LineTakes:
     def __getattr__(self, name: str):
         return getattr(self.speak, name)  # the rest of the job's Speak (EngineSpeak's stop, notes, glossary)
 
+    def ahead(self, lines) -> None:
+        """The lines the job will ask for next, as ``speak`` will be asked for them (``EngineSpeak.ahead`` sends
+        them to the engine in batches): a line this run reuses is left out, a retaken one carries its new seed."""
+        tell = getattr(self.speak, "ahead", None)
+        if tell is None:
+            return
+        asked = []
+        for line in lines:
+            earlier = self._earlier.get(_key_of(line))
+            if earlier is not None and line.number in self._retaking:
+                asked.append(replace(line, seed=self._seeds.get(line.number, next_seed(int(earlier.get("seed") or 0)))))
+            elif earlier is None:
+                asked.append(line)
+        tell(asked)
+
     def __call__(self, line: LineRequest) -> Spoken:
         earlier = self._earlier.get(_key_of(line))
         if line.number in self._seeds or (earlier is not None and line.number in self._retaking):

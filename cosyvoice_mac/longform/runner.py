@@ -14,7 +14,8 @@ another job's); a line the engine made but could not save in outputs/ is kept in
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -100,6 +101,21 @@ def _flag(spoken: Spoken, where: str, flagged: list[str]) -> None:
         flagged.append(f"{where}: {'; '.join(spoken.facts.get('check_notes') or ['flagged'])}")
 
 
+@contextmanager
+def _lines_ahead(speak: Speak, lines: list[LineRequest]):
+    """Tell ``speak`` the lines the job will ask for (``EngineSpeak.ahead``: it sends a batch of them to the
+    engine at once); at the end, whatever was sent ahead and not asked for is cancelled."""
+    ahead = getattr(speak, "ahead", None)
+    if ahead is None:
+        yield
+        return
+    ahead(lines)
+    try:
+        yield
+    finally:
+        ahead(())
+
+
 def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: ResultFiles) -> Spoken | None:
     """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines).
     A line made but not saved in outputs/ (``facts["not_saved"]``) is noted in ``files``."""
@@ -147,33 +163,37 @@ def run_dialogue(
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
     words: list[list[Word]] = []
     flagged: list[str] = []
-    for index, line in enumerate(lines):
-        if should_stop():
-            stopped = True
-            break
-        line_seed = None if seed is None else seed + index
-        request = LineRequest(
+    requests = [
+        LineRequest(
             line.text,
             voices[line.speaker],
             line.instruct,
-            seed=line_seed,
+            seed=None if seed is None else seed + index,
             number=line.number,
             sampling=sampling,
             style=line.style,
         )
-        spoken = _spoken(speak, request, should_stop, files)
-        if spoken is None:
-            stopped = True
-            break
-        _flag(spoken, f"line {line.number}", flagged)
-        wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
-        rate = spoken.sample_rate
-        waves.append(wave)
-        words.append(line_words(spoken.words, applied.trimmed_start_ms / 1000, len(wave) / rate))
-        if per_line_files:
-            name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
-            written += files.wav(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
-        tracker.report(index + 1)
+        for index, line in enumerate(lines)
+    ]
+    with _lines_ahead(speak, requests):
+        for index, (line, request) in enumerate(zip(lines, requests)):
+            if should_stop():
+                stopped = True
+                break
+            spoken = _spoken(speak, request, should_stop, files)
+            if spoken is None:
+                stopped = True
+                break
+            _flag(spoken, f"line {line.number}", flagged)
+            wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
+            rate = spoken.sample_rate
+            waves.append(wave)
+            words.append(line_words(spoken.words, applied.trimmed_start_ms / 1000, len(wave) / rate))
+            if per_line_files:
+                name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
+                facts = {"text": line.text, "voice": voices[line.speaker]}
+                written += files.wav(out_stem.parent / name, wave, rate, facts)
+            tracker.report(index + 1)
     if not waves:
         return LongformResult(
             "dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved, flagged=flagged
@@ -239,36 +259,43 @@ def run_dub(
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
     words: list[list[Word]] = []
     flagged: list[str] = []
-    for index, cue in enumerate(cues):
-        if should_stop():
-            stopped = True
-            break
-        line_seed = None if seed is None else seed + index
-        line_request = LineRequest(cue.text, voice, seed=line_seed, number=cue.number, sampling=sampling, style=style)
-        spoken = _spoken(speak, line_request, should_stop, files)
-        if spoken is None:
-            stopped = True
-            break
-        rate, speed = spoken.sample_rate, 1.0
-        cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
-        wave = spoken.audio[cut:end]
-        faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
-        if faster is not None:
-            again = LineRequest(
-                cue.text, voice, speed=faster, seed=line_seed, number=cue.number, sampling=sampling, style=style
-            )
-            spoken = _spoken(speak, again, should_stop, files)
+    requests = [
+        LineRequest(
+            cue.text,
+            voice,
+            seed=None if seed is None else seed + index,
+            number=cue.number,
+            sampling=sampling,
+            style=style,
+        )
+        for index, cue in enumerate(cues)
+    ]
+    with _lines_ahead(speak, requests):
+        for index, cue in enumerate(cues):
+            if should_stop():
+                stopped = True
+                break
+            spoken = _spoken(speak, requests[index], should_stop, files)
             if spoken is None:
                 stopped = True
                 break
-            cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)
-            wave, speed = spoken.audio[cut:end], faster
-        _flag(spoken, f"cue {cue.number}", flagged)
-        wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
-        waves.append(wave)
-        words.append(line_words(spoken.words, cut / rate, len(wave) / rate))
-        speeds.append(speed)
-        tracker.report(index + 1)
+            rate, speed = spoken.sample_rate, 1.0
+            cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
+            wave = spoken.audio[cut:end]
+            faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
+            if faster is not None:
+                spoken = _spoken(speak, replace(requests[index], speed=faster), should_stop, files)
+                if spoken is None:
+                    stopped = True
+                    break
+                cut, end = trim_bounds(spoken.audio, rate, keep_s=0.0)
+                wave, speed = spoken.audio[cut:end], faster
+            _flag(spoken, f"cue {cue.number}", flagged)
+            wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
+            waves.append(wave)
+            words.append(line_words(spoken.words, cut / rate, len(wave) / rate))
+            speeds.append(speed)
+            tracker.report(index + 1)
     if not waves:
         return LongformResult("dub", None, (), 0, len(cues), stopped, not_saved=files.not_saved, flagged=flagged)
     placed = subtitles.place(cues[: len(waves)], [len(w) / rate for w in waves], speeds)
@@ -340,52 +367,52 @@ def run_batch(
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
     flagged: list[str] = []
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
-    for index, item in enumerate(items):
-        key = batches.settings_key(item, shared)
-        if is_done(item):
-            skipped += 1
+
+    def line_of(item, index: int) -> LineRequest:
+        return LineRequest(
+            item.text,
+            item.voice or voice,
+            item.instruct,
+            seed=None if seed is None else seed + index,
+            sampling=sampling,
+            style=item.style,
+            number=item.number,
+        )
+
+    with _lines_ahead(speak, [line_of(item, index) for index, item in enumerate(items) if not is_done(item)]):
+        for index, item in enumerate(items):
+            key = batches.settings_key(item, shared)
+            if is_done(item):
+                skipped += 1
+                tracker.report(index + 1)
+                continue
+            if should_stop():
+                stopped = True
+                break
+            spoken = _spoken(speak, line_of(item, index), should_stop, files)
+            if spoken is None:
+                stopped = True
+                break
+            _flag(spoken, f"line {item.number}", flagged)
+            wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
+            files.wav(
+                folder / item.file,
+                wave,
+                spoken.sample_rate,
+                {
+                    "kind": "batch",
+                    "line": item.number,
+                    "text": item.text,
+                    "voice": item.voice or voice,
+                    "style": item.style,
+                    "instruct": item.instruct,
+                    "post_notes": applied.notes,
+                    **spoken.facts,
+                },
+            )
+            store.record(item, key)
+            made += 1
             tracker.report(index + 1)
-            continue
-        if should_stop():
-            stopped = True
-            break
-        spoken = _spoken(
-            speak,
-            LineRequest(
-                item.text,
-                item.voice or voice,
-                item.instruct,
-                seed=None if seed is None else seed + index,
-                sampling=sampling,
-                style=item.style,
-                number=item.number,
-            ),
-            should_stop,
-            files,
-        )
-        if spoken is None:
-            stopped = True
-            break
-        _flag(spoken, f"line {item.number}", flagged)
-        wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
-        files.wav(
-            folder / item.file,
-            wave,
-            spoken.sample_rate,
-            {
-                "kind": "batch",
-                "line": item.number,
-                "text": item.text,
-                "voice": item.voice or voice,
-                "style": item.style,
-                "instruct": item.instruct,
-                "post_notes": applied.notes,
-                **spoken.facts,
-            },
-        )
-        store.record(item, key)
-        made += 1
-        tracker.report(index + 1)
     archive = store.zip(items)
     report = [{"made": made, "skipped": skipped}]
     return LongformResult(

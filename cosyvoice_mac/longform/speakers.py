@@ -7,11 +7,13 @@ pronunciation glossary to every line, as to any job.
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import replace
+from typing import Sequence
 
 import numpy as np
 
-from cosyvoice_mac.engine.jobs import EngineError
+from cosyvoice_mac.engine.jobs import EngineError, QueueFull
 from cosyvoice_mac.engine.voice_rules import VoiceError, VoiceStyleUnknown
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.convert_batch import SourceLine
@@ -25,9 +27,12 @@ class VoiceUnusable(EngineError):
 
 class EngineSpeak:
     """Sends each line as an ordinary job to ``engine`` (same queue, cancel and outputs/ as any request)
-    and waits for it; ``stop`` cancels the line in flight. The worker applies the glossary to every job (each
+    and waits for it; ``stop`` cancels the lines in flight. The worker applies the glossary to every job (each
     line's sidecar lists the entries that matched); ``glossary`` here only keys a batch's resume. ``notes``
-    are what the whole job should say it goes without (a damaged glossary)."""
+    are what the whole job should say it goes without (a damaged glossary).
+
+    Told the lines to come (:meth:`ahead`), it keeps up to the engine's batch size of them in the queue at
+    once, so the engine speaks them as one batch (issue 47); each is still its own job."""
 
     def __init__(
         self,
@@ -42,8 +47,35 @@ class EngineSpeak:
         self.engine, self.glossary, self.default_voice, self.notes = engine, glossary, default_voice, notes
         self.check = check  # the take check for every line: None follows the global switch
         self.interface, self.timeout_s, self.current_job = interface, timeout_s, None
+        self._upcoming: deque[LineRequest] = deque()  # lines the job will ask for, not yet sent
+        self._sent: deque[tuple[LineRequest, str]] = deque()  # lines sent ahead of their turn, and their jobs
+        self._group = 1
+
+    def ahead(self, lines: Sequence[LineRequest]) -> None:
+        """The lines the job will ask for next, in order; none: the job is over, and the lines sent ahead of
+        their turn are cancelled (a job stopped by an error or by Stop leaves nothing running)."""
+        for _, job_id in self._sent:
+            self.engine.cancel(job_id)
+        self._sent.clear()
+        self._upcoming = deque(lines)
+        status = self.engine.status() if lines else {}
+        # a batch's lines, but never more than half the waiting places: the rest stay for other requests
+        room = max(1, int(status.get("max_queue") or 2) // 2)
+        self._group = min(max(1, int(status.get("batch_lines") or 1)), room) if lines else 1
 
     def __call__(self, line: LineRequest) -> Spoken:
+        if self._sent and self._sent[0][0] == line:
+            self.current_job = self._sent.popleft()[1]
+        else:
+            if self._upcoming and self._upcoming[0] == line:
+                self._upcoming.popleft()
+            self.current_job = self.engine.submit(self._job(line))
+        self._send_ahead()  # before waiting: the next lines join this one's batch
+        result = self._wait()
+        samples = np.asarray(result.samples(), dtype=np.float32)
+        return Spoken(samples, result.sample_rate, self._facts(result), result.words)
+
+    def _job(self, line: LineRequest):
         from cosyvoice_mac.engine.jobs import Job
         from cosyvoice_mac.request import Request, Voice
 
@@ -58,9 +90,19 @@ class EngineSpeak:
             sampling=line.sampling,
             check=self.check,
         )
-        result = self._run(Job(request, interface=self.interface))
-        samples = np.asarray(result.samples(), dtype=np.float32)
-        return Spoken(samples, result.sample_rate, self._facts(result), result.words)
+        return Job(request, interface=self.interface)
+
+    def _send_ahead(self) -> None:
+        """Queue the next lines until the line in flight and those sent ahead fill one batch (or the queue has
+        no place left for this door: the rest go later)."""
+        while self._upcoming and len(self._sent) + 1 < self._group:
+            line = self._upcoming[0]
+            try:
+                job_id = self.engine.submit(self._job(line))
+            except QueueFull:
+                return
+            self._upcoming.popleft()
+            self._sent.append((line, job_id))
 
     def prepare(self, voices) -> None:
         """Have the engine make every saved voice of ``voices`` ((voice, style) pairs; None: the default voice,
@@ -107,6 +149,9 @@ class EngineSpeak:
 
     def _run(self, job):
         self.current_job = self.engine.submit(job)
+        return self._wait()
+
+    def _wait(self):
         try:
             return self.engine.result(self.current_job, timeout=self.timeout_s)
         finally:
@@ -121,8 +166,10 @@ class EngineSpeak:
             "interface": self.interface,
             "check": result.check_status,  # passed, retaken, flagged; None: not checked
             "check_notes": [note for note in result.notes if note.startswith(CHECK_NOTE_STARTS)],
+            "batch_size": result.batch_size,  # lines spoken together with this one (issue 47)
         }
 
     def stop(self) -> None:
-        if self.current_job is not None:
-            self.engine.cancel(self.current_job)
+        for job_id in [self.current_job, *(job_id for _, job_id in self._sent)]:
+            if job_id is not None:
+                self.engine.cancel(job_id)

@@ -1,6 +1,6 @@
 """The CosyVoice2/3 speech LM in MLX, with the PyTorch model's contract (mirrors ``models.llm.speech_lm``).
 
-Same config (:class:`SpeechLMConfig`), same ``llm.pt``, same public methods (``generate``,
+Same config (:class:`SpeechLMConfig`), same ``llm.pt``, same public methods (``generate``, ``generate_batch``,
 ``build_prompt_embeddings``, ``teacher_forced_logits``, ``make_sampler``, the id properties) and the
 same sampler contract: each step hands the sampler the ``(V,)`` float32 log-probs as a CPU torch tensor,
 so :class:`RasSampler` (and its seeded generator) is shared and the same seed gives the same tokens.
@@ -13,16 +13,18 @@ which has the rules and no weights.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 import torch
 
+from cosyvoice_mac.mlx.batch_decoding import MlxDecodingBatch
 from cosyvoice_mac.mlx.convert import load_converted, to_torch
 from cosyvoice_mac.mlx.qwen2 import KVCache, Qwen2Model
 from cosyvoice_mac.models.llm import Qwen2Config, RasSampler, SpeechLM, SpeechLMConfig
+from cosyvoice_mac.models.llm.batch_decoding import BatchLine, generate_batch
 from cosyvoice_mac.models.llm.speech_lm import UNUSED_KEYS, Sampler
 
 KEY_MAP = ((r"^llm\.model\.model\.", "backbone."),)
@@ -165,6 +167,25 @@ class MlxSpeechLM(nn.Module):
         mx.eval(embeds)  # materialised here: the decoding may run on another thread, with its own MLX stream
         min_len, max_len = self.length_limits(text_ids.shape[-1])
         return self._decode(embeds, min_len, max_len, sampler, on_step)
+
+    # batches -------------------------------------------------------------------------------
+    def batch_line(
+        self, text_ids: torch.Tensor, prompt_text_ids: torch.Tensor, prompt_speech_ids: torch.Tensor, sampler: Sampler
+    ) -> BatchLine:
+        """One line of a batch for ``models.llm.decode_batch``, its inputs checked as :meth:`generate` checks them
+        (a bad line raises :class:`SpeechLMInputError` here, before it joins a batch)."""
+        embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
+        mx.eval(embeds)
+        min_len, max_len = self.length_limits(text_ids.shape[-1])
+        return BatchLine(embeds, min_len, max_len, sampler)
+
+    def start_batch(self, lines: Sequence[BatchLine]) -> MlxDecodingBatch:
+        """The decoding state of ``lines`` (each prefilled alone) for ``models.llm.decode_batch``."""
+        return MlxDecodingBatch(self, lines)
+
+    def generate_batch(self, lines: Sequence[tuple], samplers: Sequence[Sampler]) -> list[list[int]]:
+        """Each line's speech ids, decoded together: what :meth:`generate` gives each alone with its sampler."""
+        return generate_batch(self, lines, samplers)
 
     def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:
         """The PyTorch model's loop (``SpeechLM._decode_on_host``: min_len mask, sampler, stop set, the same tokens for

@@ -25,6 +25,7 @@ from cosyvoice_mac.models.llm.speech_lm import filter_silent_runs
 from cosyvoice_mac.models.vocoder.source import GaussianSourceNoise
 from cosyvoice_mac.pipeline import prompts
 from cosyvoice_mac.pipeline.backend import BackendBase, sampler_settings, silence_result
+from cosyvoice_mac.pipeline.batch import batch_size_for, batches_on, run_batch
 from cosyvoice_mac.pipeline.constructors import pretrained_parts, random_full_size_parts
 from cosyvoice_mac.pipeline.convert import convert_source
 from cosyvoice_mac.pipeline.engines import mlx_settle, release_engine_memory, torch_takes_over
@@ -91,7 +92,8 @@ class CosyVoice(BackendBase):
         self.llm_weights = folder.llm_file if folder is not None else None  # llm.pt, or llm.rl.pt when asked for
         self.flow_prefixes = FlowPrefixCache()  # streaming: the last voice's flow prefix
         self.engine = engine  # MLX or PyTorch, and why not the one asked for
-        self.decode_thread = DecodeThread()  # every streamed sentence's LLM (one MLX stream, not one per sentence)
+        # MLX: every streamed sentence's LLM on one long-lived thread (one MLX stream, not one per sentence)
+        self.decode_thread = DecodeThread()
 
     # construction (the parts: pipeline.constructors) ------------------------------------------
     @classmethod
@@ -172,7 +174,10 @@ class CosyVoice(BackendBase):
             prefixes=self.flow_prefixes,
             max_prefix_tokens=LOW_MEMORY_PREFIX_TOKENS if self.low_memory else MAX_PREFIX_TOKENS,
             widen_flow=self.redo_flow_in_float32,
-            decode_thread=self.decode_thread,
+            # torch: a thread per sentence, ended with it. A long-lived thread keeps its OpenMP team, and with more
+            # OpenMP threads than cores GNU OpenMP stops spinning between parallel regions: every later op of the
+            # process (the non-streamed LLM step's ~1360 a token) then pays a sleep and a wake-up (issue 47).
+            decode_thread=self.decode_thread if self.engine.engine == MLX else None,
             takes_turns=self.engine.engine == MLX,  # Metal: two threads must never evaluate at once
             settle_llm_step=mlx_settle() if self.engine.engine == MLX else None,
         )
@@ -206,6 +211,36 @@ class CosyVoice(BackendBase):
         own = self.networks.llm.config
         model = {"temperature": 1.0, "top_p": own.top_p, "top_k": own.top_k, "repetition_window": own.win_size}
         return {**model, **sampling.given()}
+
+    def run_batch(
+        self,
+        requests: Sequence[Request],
+        speakers: Sequence[SpeakerPrompt | None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+        batch_size: int | None = None,
+    ) -> Iterator[tuple[int, SynthesisResult | SynthesisError]]:
+        """Speak several valid non-streamed requests, ``batch_size`` at once (None: :func:`.batch.batch_size_for`):
+        ``(request index, result)`` per sentence, or ``(index, SynthesisError)`` for a request that fails (alone).
+        Each result is the one :meth:`run` gives that request alone, within the parity tolerances."""
+        speakers = list(speakers) if speakers is not None else [None] * len(requests)
+        size = batch_size or batch_size_for(self.device, self.low_memory)
+        should_stop = should_stop or (lambda: False)
+        if size > 1 and batches_on(self.networks.llm):
+            yield from run_batch(self, requests, speakers, should_stop, size)
+            return
+        for index, (request, speaker) in enumerate(zip(requests, speakers)):
+            if should_stop():
+                return
+            try:
+                for result in self.run(request, speaker, should_stop):
+                    yield index, result
+            except SynthesisError as error:
+                yield index, error
+
+    def batch_lines(self) -> int:
+        """The most requests :meth:`run_batch` speaks at once here: ``batch_lines`` (the setting, or what the device
+        suits), 1 where the LLM decodes one line at a time."""
+        return batch_size_for(self.device, self.low_memory) if batches_on(self.networks.llm) else 1
 
     def run_conversion(
         self,

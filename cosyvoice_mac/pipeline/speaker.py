@@ -11,6 +11,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from cosyvoice_mac.device import single_threaded_pool
 from cosyvoice_mac.frontend.features import prompt_mel
 from cosyvoice_mac.frontend.prompt import align_prompt
 from cosyvoice_mac.frontend.prompt_audio import DecodedPrompt, decode_prompt
@@ -108,7 +109,9 @@ class PromptEncoder:
         timings: dict[str, float] = {}
         if self.concurrent and clips:
             if self._helper is None:
-                self._helper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prompt-encoder")
+                # one torch thread: it shares the cores with the tokenizer, and a 2-thread OpenMP team kept by
+                # this long-lived thread would slow every later parallel op of the process (single_threaded_pool)
+                self._helper = single_threaded_pool(1, "prompt-encoder")
             voices = self._helper.submit(self._all_voice_features, clips, timings)
             try:
                 tokens = self._all_speech_tokens(clips, timings)

@@ -61,6 +61,7 @@ class SynthesisResult:
     timings: dict[str, float] = field(default_factory=dict)  # per stage: frontend, llm, flow, vocoder
     notes: list[str] = field(default_factory=list)  # things a user should know (e.g. a vocoder fallback)
     words: list | None = None  # the sentence's words (``takes.Word``: word, start, end in this audio) once timed
+    batch_size: int = 1  # lines spoken at once with this one (long-form jobs batch them: pipeline/batch.py)
 
     @property
     def duration_s(self) -> float:

@@ -60,6 +60,7 @@ class FakeCosyVoice(BackendBase):
         segment_s=0.2,
         silent=False,
         segment_samples=2400,
+        batch=1,
     ):
         self.model_dir = str(model_dir)
         self.model_id = f"fake-{Path(model_dir).name}"
@@ -67,6 +68,8 @@ class FakeCosyVoice(BackendBase):
         self.dtype = dtype or torch.float32
         self.extract_s, self.segment_s, self.silent = extract_s, segment_s, silent
         self.segment_samples = segment_samples
+        self.batch = batch  # requests run_batch speaks together (the real one: the batch_lines setting)
+        self.batches: list[list[str]] = []  # the texts of each run_batch call, in the order given
         self.moves: list[str] = []
 
     @classmethod
@@ -129,6 +132,30 @@ class FakeCosyVoice(BackendBase):
         if "[device-error]" in text and self.device.type != "cpu":
             raise RuntimeError(MPS_ERROR)
         return self._pieces(text, request.seed, request.speed, request.mode, speaker, should_stop or (lambda: False))
+
+    def batch_lines(self) -> int:
+        return self.batch
+
+    def run_batch(self, requests, speakers=None, should_stop=None, batch_size=None):
+        """As the real one: a bad request fails alone, the others' sentences come round by round."""
+        should_stop = should_stop or (lambda: False)
+        speakers = list(speakers) if speakers is not None else [None] * len(requests)
+        self.batches.append([request.text for request in requests])
+        streams = {}
+        for index, (request, speaker) in enumerate(zip(requests, speakers)):
+            try:
+                streams[index] = iter(self.run(request, speaker, should_stop))
+            except SynthesisError as error:
+                yield index, error
+        while streams:
+            for index in list(streams):
+                if should_stop():
+                    return
+                piece = next(streams[index], None)
+                if piece is None:
+                    del streams[index]
+                    continue
+                yield index, replace(piece, batch_size=len(requests))
 
     def _pieces(self, text, seed, speed, mode, speaker, should_stop):
         sentences = _sentences(text)

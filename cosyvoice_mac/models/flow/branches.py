@@ -18,6 +18,8 @@ from typing import Callable
 
 import torch
 
+from cosyvoice_mac.device import single_threaded_pool
+
 _lock = threading.Lock()
 _pool: ThreadPoolExecutor | None = None
 
@@ -32,27 +34,12 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
-def _single_threaded(barrier: threading.Barrier) -> None:
-    # A thread takes the process default on its first torch call; take it now, or that first call
-    # would later overwrite this thread's own setting with the default restored below.
-    torch.get_num_threads()
-    torch.set_num_threads(1)  # this worker's own OpenMP/MKL setting
-    barrier.wait()
-
-
 def _branch_pool() -> ThreadPoolExecutor:
     """Two worker threads of one intra-op thread each, started once per process."""
     global _pool
     with _lock:
         if _pool is None:
-            threads = torch.get_num_threads()
-            pool = ThreadPoolExecutor(2, thread_name_prefix="cfg-branch")
-            barrier = threading.Barrier(2)
-            for future in [pool.submit(_single_threaded, barrier) for _ in range(2)]:
-                future.result()
-            # set_num_threads also sets the default that threads started later begin with: give it back.
-            torch.set_num_threads(threads)
-            _pool = pool
+            _pool = single_threaded_pool(2, "cfg-branch")
         return _pool
 
 

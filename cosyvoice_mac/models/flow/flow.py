@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -200,6 +200,30 @@ class Flow(nn.Module):
         if mel is None:  # no graph serves it (or not on CUDA)
             mel = self.decoder(mu, mask, speaker, cond, streaming, None if prefix is None else prefix.steps)
         return mel[:, :, prompt_frames - start :].float()
+
+    @torch.inference_mode()
+    def inference_batch(
+        self, lines: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]
+    ) -> list[torch.Tensor]:
+        """Several whole (non-streamed) lines in one sampler run: line ``i`` is ``(tokens, prompt_tokens,
+        prompt_feat, embedding)`` as for :meth:`inference`, and gets its mel ``(1, 80, T_i - F_i)``.
+
+        Each line's token front-end runs alone (its convolutions and conformer see no padding); the Euler steps
+        run on the lines padded at their end to the longest, the padding masked (both estimators attend only to
+        valid keys and their convolutions are causal), so each mel equals the line's :meth:`inference` up to
+        the kernels' rounding. The start noise is the fixed buffer's first frames for every line, as alone.
+        """
+        inputs = []
+        for tokens, prompt_tokens, prompt_feat, embedding in lines:
+            self._check_inputs(tokens, prompt_tokens, prompt_feat, embedding, True)
+            inputs.append(self._sampler_inputs(tokens, prompt_tokens, prompt_feat, embedding, True, False, 0))
+        longest = max(mu.shape[-1] for _, mu, _, _ in inputs)
+        pad = lambda z: F.pad(z, (0, longest - z.shape[-1]))  # noqa: E731
+        speaker = torch.cat([spk for spk, _, _, _ in inputs])
+        mu, mask, cond = (torch.cat([pad(line[part]) for line in inputs]) for part in (1, 2, 3))
+        mel = self.decoder(mu, mask, speaker, cond, False, None)
+        frames = [line[1].shape[-1] for line in inputs]
+        return [mel[i : i + 1, :, line[2].shape[1] : frames[i]].float() for i, line in enumerate(lines)]
 
     @torch.inference_mode()
     def first_chunk_recording_prefix(self, tokens, prompt_tokens, prompt_feat, embedding, prefix_tokens: int):

@@ -1,5 +1,6 @@
 """CosyVoice2/3 speech language model: Qwen2 backbone, speech-token decoding and sampling."""
 
+from cosyvoice_mac.models.llm.batch_decoding import BatchLine, decode_batch
 from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
@@ -16,6 +17,7 @@ from cosyvoice_mac.models.llm.speech_lm import (
 )
 
 __all__ = [
+    "BatchLine",
     "DecodeOptions",
     "DecodeRunner",
     "ENDOFPROMPT_ID",
@@ -30,6 +32,7 @@ __all__ = [
     "SpeechLMConfig",
     "SpeechLMInputError",
     "StaticKVCache",
+    "decode_batch",
     "drop_long_silent_runs",
     "filter_silent_runs",
     "load_speech_lm",

@@ -40,14 +40,26 @@ class StaticKVCache:
                 f"max_position_embeddings={config.max_position_embeddings}: use a shorter text or prompt"
             )
         shape = (config.num_hidden_layers, 2, batch_size, config.num_key_value_heads, capacity, config.head_dim)
-        self.kv = torch.zeros(shape, device=device, dtype=dtype)
-        self.keys, self.values = self.kv[:, 0], self.kv[:, 1]
-        # Per-layer views made once, so a step slices no more than it must.
-        self.layer_kv = list(self.kv.unbind(0))
-        self.layer_keys, self.layer_values = list(self.keys.unbind(0)), list(self.values.unbind(0))
+        self._hold(torch.zeros(shape, device=device, dtype=dtype))
         self.position = torch.zeros(1, device=device, dtype=torch.long)
         self.slots = torch.arange(capacity, device=device)  # position of every slot, for masks
         self.length = 0
+
+    def _hold(self, kv: torch.Tensor) -> None:
+        self.kv = kv
+        self.keys, self.values = kv[:, 0], kv[:, 1]
+        # Per-layer views made once, so a step slices no more than it must.
+        self.layer_kv = list(kv.unbind(0))
+        self.layer_keys, self.layer_values = list(self.keys.unbind(0)), list(self.values.unbind(0))
+
+    @property
+    def batch_size(self) -> int:
+        return self.kv.shape[2]
+
+    def keep_rows(self, rows: torch.Tensor) -> None:
+        """Keep only batch rows ``rows`` (a long tensor on the cache's device), in that order: the sequences
+        still decoding, once others have stopped (a copy of the kept rows; the others' memory is freed)."""
+        self._hold(self.kv.index_select(2, rows))
 
     @property
     def capacity(self) -> int:

@@ -17,6 +17,7 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.config import ConfigError, require, tag_name
+from cosyvoice_mac.models.llm.batch_decoding import BatchLine, DecodingBatch, generate_batch
 from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import RasSampler
@@ -255,6 +256,28 @@ class SpeechLM(nn.Module):
         embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
         min_len, max_len = self.length_limits(text_ids.shape[-1])
         return self._decode(embeds, min_len, max_len, sampler, on_step)
+
+    @torch.inference_mode()
+    def batch_line(
+        self, text_ids: torch.Tensor, prompt_text_ids: torch.Tensor, prompt_speech_ids: torch.Tensor, sampler: Sampler
+    ) -> BatchLine:
+        """One line of a batch for :func:`decode_batch`, its inputs checked as :meth:`generate` checks them
+        (a bad line raises :class:`SpeechLMInputError` here, before it joins a batch)."""
+        weight = self.speech_embedding.weight
+        embeds = self.build_prompt_embeddings(text_ids, prompt_text_ids, prompt_speech_ids)
+        min_len, max_len = self.length_limits(text_ids.shape[-1])
+        return BatchLine(embeds.to(device=weight.device, dtype=weight.dtype), min_len, max_len, sampler)
+
+    def start_batch(self, lines: Sequence[BatchLine]) -> DecodingBatch:
+        """The decoding state of ``lines`` (each prefilled alone) for :func:`decode_batch`."""
+        return DecodingBatch(self, lines)
+
+    def generate_batch(
+        self, lines: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], samplers: Sequence[Sampler]
+    ) -> list[list[int]]:
+        """Each line's speech ids, decoded together: what :meth:`generate` gives each alone with its sampler
+        (``batch_decoding.generate_batch``)."""
+        return generate_batch(self, lines, samplers)
 
     @torch.inference_mode()
     def _decode(self, embeds, min_len: int, max_len: int, sampler: Sampler, on_step) -> Iterator[int]:

@@ -27,7 +27,7 @@ from ...checkpoint import load_checkpoint, load_strict
 from ...config import ConfigError, read_yaml_config, tag_name
 from ...device import conv_length_limit, is_cuda
 from .f0 import F0Predictor
-from .layers import CausalUpsample, PaddedConv1d, ResBlock, causal_padding
+from .layers import CausalUpsample, Keep, PaddedConv1d, ResBlock, causal_padding
 from .source import FixedUniformSourceNoise, GaussianSourceNoise, HarmonicSource, SourceNoise
 from .stft import ConvSTFT
 from .window import plan_windows
@@ -36,6 +36,10 @@ _GENERATORS = {"HiFTGenerator": False, "CausalHiFTGenerator": True}  # class nam
 _F0_PREDICTORS = {"ConvRNNF0Predictor": False, "CausalConvRNNF0Predictor": True}
 _FINAL_LEAKY_SLOPE = 0.01  # upstream calls F.leaky_relu(x) with its default slope before conv_post
 _MAX_MAGNITUDE = 100.0
+
+
+def _keep_all(activation: torch.Tensor, factor: int) -> torch.Tensor:
+    return activation  # one line alone: nothing padded
 
 
 @dataclass(frozen=True)
@@ -308,29 +312,46 @@ class HiFT(nn.Module):
 
         A causal ``finalize=False`` call treats the last 4 frames as look-ahead and returns ``480 (T - 5)``.
         """
+        return self.waveform(self.decoder_features(mel, self.stft.stft(source[:, 0]), finalize=finalize), finalize)
+
+    def decoder_features(
+        self, mel: torch.Tensor, spectrum: torch.Tensor, *, finalize: bool = True, keep: Keep | None = None
+    ) -> torch.Tensor:
+        """mel ``(B, 80, T)`` + the source's STFT ``spectrum (B, n_fft + 2, 120 T + 1)`` -> the log-magnitude and
+        phase channels ``(B, n_fft + 2, 120 T + 1)`` the inverse STFT turns into the waveform.
+
+        ``keep(z, factor)`` (a batch of padded lines, ``vocoder/batch.py``) zeroes each line's padding in an
+        activation at ``factor`` times the mel rate after every convolution, so that a non-causal convolution reads
+        zeros past a line's end, as the line alone reads its zero padding.
+        """
         config = self.config
-        spectrum = self.stft.stft(source[:, 0])
+        block_keep, keep = keep, keep or _keep_all
         if finalize or not config.causal:
-            x = self.conv_pre(mel)
+            x = keep(self.conv_pre(mel), 1)
         else:
             x = self.conv_pre(mel, pad_right=False)  # the last frames are real look-ahead
             spectrum = spectrum[:, :, : x.shape[-1] * math.prod(config.upsample_rates) + 1]
 
-        kernels = len(config.resblock_kernel_sizes)
+        kernels, factor = len(config.resblock_kernel_sizes), 1
         for i, up in enumerate(self.ups):
-            x = up(F.leaky_relu(x, config.lrelu_slope))
+            factor *= config.upsample_rates[i]
+            x = keep(up(F.leaky_relu(x, config.lrelu_slope)), factor)
             if i == len(self.ups) - 1:
                 x = F.pad(x, (1, 0), mode="reflect")  # one more frame: the STFT has frames + 1
-            x = self.source_resblocks[i](self.source_downs[i](spectrum)).add_(x)
-            mixed = self.resblocks[i * kernels](x)
+            downsampled = keep(self.source_downs[i](spectrum), factor)
+            x = self.source_resblocks[i](downsampled, block_keep, factor).add_(x)
+            mixed = self.resblocks[i * kernels](x, block_keep, factor)
             for j in range(1, kernels):
-                mixed += self.resblocks[i * kernels + j](x)
+                mixed += self.resblocks[i * kernels + j](x, block_keep, factor)
             x = mixed.div_(kernels)
+        return self.conv_post(F.leaky_relu(x, _FINAL_LEAKY_SLOPE))
 
-        x = self.conv_post(F.leaky_relu(x, _FINAL_LEAKY_SLOPE))
+    def waveform(self, features: torch.Tensor, finalize: bool = True) -> torch.Tensor:
+        """:meth:`decoder_features` ``(B, n_fft + 2, frames)`` -> waveform ``(B, hop (frames - 1))``, clamped."""
+        config = self.config
         bins = config.n_fft // 2 + 1
-        magnitude = torch.exp(x[:, :bins]).clamp_(max=_MAX_MAGNITUDE)
-        phase = torch.sin(x[:, bins:])  # upstream feeds sin(raw) as the phase angle
+        magnitude = torch.exp(features[:, :bins]).clamp_(max=_MAX_MAGNITUDE)
+        phase = torch.sin(features[:, bins:])  # upstream feeds sin(raw) as the phase angle
         wav = self.stft.istft(torch.cat([magnitude * torch.cos(phase), magnitude * torch.sin(phase)], dim=1))
         if not finalize and config.causal:
             wav = wav[:, : -config.samples_per_frame]

@@ -6,9 +6,14 @@ dict loads strictly: ``convs1.0.weight``, ``activations1.0.alpha``, ...
 
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+# (activation (B, C, L), its rate as a multiple of the mel's) -> the activation with each line's padding zeroed
+Keep = Callable[[torch.Tensor, int], torch.Tensor]
 
 
 def causal_padding(kernel_size: int, dilation: int = 1) -> int:
@@ -134,7 +139,11 @@ class ResBlock(nn.Module):
         self.activations1 = nn.ModuleList(Snake(channels) for _ in dilations)
         self.activations2 = nn.ModuleList(Snake(channels) for _ in dilations)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, keep: Keep | None = None, factor: int = 1) -> torch.Tensor:
+        """``keep(z, factor)``: zero a batch's padding after each convolution (see ``HiFT.decoder_features``)."""
         for conv1, conv2, act1, act2 in zip(self.convs1, self.convs2, self.activations1, self.activations2):
-            x = conv2(act2(conv1(act1(x)))).add_(x)
+            if keep is None:
+                x = conv2(act2(conv1(act1(x)))).add_(x)
+            else:
+                x = keep(conv2(act2(keep(conv1(act1(x)), factor))), factor).add_(x)
         return x

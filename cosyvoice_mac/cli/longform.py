@@ -34,6 +34,7 @@ def add_longform(commands) -> None:
     add_model_arguments(common)
     add_argument(common, "outputs_dir")
     add_app_arguments(common)
+    add_argument(common, "cluster")
     common.set_defaults(random_weights=None)
     add_argument(common, "seed", help="seed of the first line (each next line adds 1)")
     add_post_arguments(common)
@@ -232,8 +233,14 @@ def _convert_batch(args) -> int:
     from cosyvoice_mac.preview import PREVIEW
     from cosyvoice_mac.request import check_speed
 
+    from cosyvoice_mac.cli.longform_cluster import cluster_address
+
     if not args.voice:
         raise LongformError("converting a folder of recordings needs --voice: the saved voice to convert into")
+    if cluster_address(args):
+        raise LongformError(
+            "a folder of recordings is not converted on a cluster yet: leave out --cluster (and unset $RAY_ADDRESS)"
+        )
     check_speed(args.speed, False)
     items, skipped = plan_sources(sources_in_folder(args.lines))
     for name in skipped:

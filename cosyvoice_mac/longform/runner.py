@@ -14,6 +14,7 @@ another job's); a line the engine made but could not save in outputs/ is kept in
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Protocol
@@ -106,6 +107,21 @@ class Tracker:
             self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
 
 
+@contextmanager
+def _lines_ahead(speak: Speak, lines: list[LineRequest]):
+    """Tell ``speak`` the lines the job will ask for (``EngineSpeak.ahead``: it sends a batch of them to the
+    engine at once); at the end, whatever was sent ahead and not asked for is cancelled."""
+    ahead = getattr(speak, "ahead", None)
+    if ahead is None:
+        yield
+        return
+    ahead(lines)
+    try:
+        yield
+    finally:
+        ahead(())
+
+
 def _spoken(speak: Speak, line: LineRequest, should_stop: ShouldStop, files: ResultFiles) -> Spoken | None:
     """``speak(line)``, or None when it failed because Stop cancelled it (the job then ends, keeping its lines).
     A line made but not saved in outputs/ (``facts["not_saved"]``) is noted in ``files``."""
@@ -143,26 +159,27 @@ def run_dialogue(
     dialogue.check_pause(pause_s)  # before any work
     speak.prepare(voices[line.speaker] for line in lines)
     tracker, waves, written, rate, stopped = Tracker(len(lines), "lines", on_progress), [], [], None, False
-    for index, line in enumerate(lines):
-        if should_stop():
-            stopped = True
-            break
-        spoken = _spoken(
-            speak,
-            LineRequest(line.text, voices[line.speaker], line.instruct, seed=None if seed is None else seed + index),
-            should_stop,
-            files,
-        )
-        if spoken is None:
-            stopped = True
-            break
-        wave, _ = post_process(spoken.audio, spoken.sample_rate, post)
-        rate = spoken.sample_rate
-        waves.append(wave)
-        if per_line_files:
-            name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
-            written += files.wav(out_stem.parent / name, wave, rate, {"text": line.text, "voice": voices[line.speaker]})
-        tracker.report(index + 1)
+    requests = [
+        LineRequest(line.text, voices[line.speaker], line.instruct, seed=None if seed is None else seed + index)
+        for index, line in enumerate(lines)
+    ]
+    with _lines_ahead(speak, requests):
+        for index, (line, request) in enumerate(zip(lines, requests)):
+            if should_stop():
+                stopped = True
+                break
+            spoken = _spoken(speak, request, should_stop, files)
+            if spoken is None:
+                stopped = True
+                break
+            wave, _ = post_process(spoken.audio, spoken.sample_rate, post)
+            rate = spoken.sample_rate
+            waves.append(wave)
+            if per_line_files:
+                name = f"{out_stem.name}-{line.number:03d}-{line.speaker}.wav"
+                facts = {"text": line.text, "voice": voices[line.speaker]}
+                written += files.wav(out_stem.parent / name, wave, rate, facts)
+            tracker.report(index + 1)
     if not waves:
         return LongformResult("dialogue", None, tuple(written), 0, len(lines), stopped, not_saved=files.not_saved)
     audio, timings = dialogue.join_lines(waves, lines[: len(waves)], voices, rate, pause_s)
@@ -203,28 +220,32 @@ def run_dub(
     limit = subtitles.check_speed_limit(speed_limit)
     speak.prepare([voice])
     tracker, waves, speeds, rate, stopped = Tracker(len(cues), "cues", on_progress), [], [], None, False
-    for index, cue in enumerate(cues):
-        if should_stop():
-            stopped = True
-            break
-        line_seed = None if seed is None else seed + index
-        spoken = _spoken(speak, LineRequest(cue.text, voice, seed=line_seed), should_stop, files)
-        if spoken is None:
-            stopped = True
-            break
-        rate, speed = spoken.sample_rate, 1.0
-        wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
-        faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
-        if faster is not None:
-            spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop, files)
+    requests = [
+        LineRequest(cue.text, voice, seed=None if seed is None else seed + index) for index, cue in enumerate(cues)
+    ]
+    with _lines_ahead(speak, requests):
+        for index, cue in enumerate(cues):
+            if should_stop():
+                stopped = True
+                break
+            line_seed = None if seed is None else seed + index
+            spoken = _spoken(speak, requests[index], should_stop, files)
             if spoken is None:
                 stopped = True
                 break
-            wave, speed = trim_silence(spoken.audio, rate, keep_s=0.0), faster
-        wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
-        waves.append(wave)
-        speeds.append(speed)
-        tracker.report(index + 1)
+            rate, speed = spoken.sample_rate, 1.0
+            wave = trim_silence(spoken.audio, rate, keep_s=0.0)  # the cue's speech starts at the cue's start
+            faster = subtitles.fit_speed(len(wave) / rate, cue.slot, 1.0, limit)
+            if faster is not None:
+                spoken = _spoken(speak, LineRequest(cue.text, voice, speed=faster, seed=line_seed), should_stop, files)
+                if spoken is None:
+                    stopped = True
+                    break
+                wave, speed = trim_silence(spoken.audio, rate, keep_s=0.0), faster
+            wave, _ = post_process(wave, rate, PostSettings(trim=False, loudness_lufs=post.loudness_lufs))
+            waves.append(wave)
+            speeds.append(speed)
+            tracker.report(index + 1)
     if not waves:
         return LongformResult("dub", None, (), 0, len(cues), stopped, not_saved=files.not_saved)
     placed = subtitles.place(cues[: len(waves)], [len(w) / rate for w in waves], speeds)
@@ -266,42 +287,47 @@ def run_batch(
     speak.prepare(item.voice or voice for item in items if not store.is_done(item, batches.settings_key(item, shared)))
     tracker, made, skipped, stopped = Tracker(len(items), "lines", on_progress), 0, 0, False  # (its clock: the lines')
     files = ResultFiles(replace=True)  # a re-run remakes a line whose settings changed: the folder is the batch's
-    for index, item in enumerate(items):
-        key = batches.settings_key(item, shared)
-        if store.is_done(item, key):
-            skipped += 1
+
+    def _line_of(item, index: int) -> LineRequest:
+        return LineRequest(item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index)
+
+    to_make = [
+        _line_of(item, index)
+        for index, item in enumerate(items)
+        if not store.is_done(item, batches.settings_key(item, shared))
+    ]
+    with _lines_ahead(speak, to_make):
+        for index, item in enumerate(items):
+            key = batches.settings_key(item, shared)
+            if store.is_done(item, key):
+                skipped += 1
+                tracker.report(index + 1)
+                continue
+            if should_stop():
+                stopped = True
+                break
+            spoken = _spoken(speak, _line_of(item, index), should_stop, files)
+            if spoken is None:
+                stopped = True
+                break
+            wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
+            files.wav(
+                folder / item.file,
+                wave,
+                spoken.sample_rate,
+                {
+                    "kind": "batch",
+                    "line": item.number,
+                    "text": item.text,
+                    "voice": item.voice or voice,
+                    "instruct": item.instruct,
+                    "post_notes": applied.notes,
+                    **spoken.facts,
+                },
+            )
+            store.record(item, key)
+            made += 1
             tracker.report(index + 1)
-            continue
-        if should_stop():
-            stopped = True
-            break
-        spoken = _spoken(
-            speak,
-            LineRequest(item.text, item.voice or voice, item.instruct, seed=None if seed is None else seed + index),
-            should_stop,
-            files,
-        )
-        if spoken is None:
-            stopped = True
-            break
-        wave, applied = post_process(spoken.audio, spoken.sample_rate, post)
-        files.wav(
-            folder / item.file,
-            wave,
-            spoken.sample_rate,
-            {
-                "kind": "batch",
-                "line": item.number,
-                "text": item.text,
-                "voice": item.voice or voice,
-                "instruct": item.instruct,
-                "post_notes": applied.notes,
-                **spoken.facts,
-            },
-        )
-        store.record(item, key)
-        made += 1
-        tracker.report(index + 1)
     archive = store.zip(items)
     report = [{"made": made, "skipped": skipped}]
     return LongformResult(

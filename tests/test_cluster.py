@@ -1,12 +1,14 @@
 """Long-form work on a real local Ray cluster: ``ray.init`` with two worker slots and no dashboard (one per
 module), the preview voice (no CosyVoice weights), this process the driver. A batch's lines go to both
-workers and come back as a local run makes them (same seed, same samples); a worker killed mid-batch gives
+workers and come back as a local run makes them (same seed, same samples), and so do converted recordings; a
+worker killed mid-batch gives
 its lines to the other and each line is saved once; a stopped batch resumes; a worker without the model folder
 refuses the job before any line. The module is one xdist group, so one cluster runs at a time."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 import time
 
@@ -23,6 +25,7 @@ from cosyvoice_mac.cluster.speak import ClusterSpeak
 from cosyvoice_mac.cluster.wire import ModelAsk
 from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.frontend.prompt_audio import decode_prompt
+from cosyvoice_mac.longform.convert_batch import plan_sources, run_convert_batch, sources_in_folder
 from cosyvoice_mac.longform.runner import run_batch
 from cosyvoice_mac.preview import PREVIEW, preview_available
 
@@ -33,6 +36,7 @@ SEED = 7
 SENTENCE = "The quick brown fox jumps over the lazy dog."
 LINES = ("One line.", "Another line here.", "A third one.", "Then the fourth.", "Five is next.", "And six.")
 FILES = [f"{number:04d}.wav" for number in range(1, len(LINES) + 1)]
+RECORDINGS = ("one.wav", "two.wav")
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +76,27 @@ def local_batch(home):
     )
     assert code == 0
     return home / "local"
+
+
+@pytest.fixture(scope="module")
+def recordings(home, make_speech):
+    """A folder of recordings to convert."""
+    folder = home / "recordings"
+    folder.mkdir()
+    for name, sentence in zip(RECORDINGS, ("Glue the sheet to the dark blue background.", "The birch canoe slid.")):
+        shutil.copy(make_speech(sentence), folder / name)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def local_convert(home, recordings):
+    """The recordings converted the ordinary way: the CLI with its own engine in this process."""
+    code = main(
+        ["batch", str(recordings), "--voice", "Anna", "--out-dir", str(home / "converted-local")]
+        + ["--local", "--model", PREVIEW, "--outputs-dir", str(home / "outputs-local")]
+    )
+    assert code == 0
+    return home / "converted-local"
 
 
 @pytest.fixture(scope="module")
@@ -161,6 +186,28 @@ def test_a_stopped_batch_resumes_with_the_lines_it_lacks(pool, home, local_batch
     assert len(list((home / "outputs-resumed").glob("*.wav"))) == len(LINES)  # the cancelled lines were not saved
 
 
+def test_recordings_converted_on_the_workers_are_the_local_runs(pool, home, recordings, local_convert):
+    speak = ClusterSpeak(pool, home / "outputs-converted", default_voice="Anna")
+    items, skipped = plan_sources(sources_in_folder(recordings))
+    result = run_convert_batch(
+        items,
+        skipped,
+        home / "converted",
+        speak.convert,
+        voice="Anna",
+        settings={"model": PREVIEW},
+        prepare=speak.prepare,
+        ahead=speak.convert_ahead,
+    )
+    assert [entry["status"] for entry in result.report] == ["made"] * len(RECORDINGS)
+    for name in RECORDINGS:
+        made, _ = soundfile.read(home / "converted" / name, dtype="int16")
+        expected, _ = soundfile.read(local_convert / name, dtype="int16")
+        assert np.array_equal(made, expected), f"{name} differs from the local run's"
+        sidecar = json.loads((home / "converted" / name).with_suffix(".json").read_text())
+        assert sidecar["source"] == name and sidecar["mode"] == "voice_conversion" and sidecar["machine"]
+
+
 def test_a_worker_killed_mid_batch_leaves_its_lines_to_the_other_each_saved_once(pool, home, local_batch):
     speak, killed = ClusterSpeak(pool, home / "outputs-killed", default_voice="Anna"), []
 
@@ -186,3 +233,44 @@ def test_a_worker_killed_mid_batch_leaves_its_lines_to_the_other_each_saved_once
     assert len(list((home / "outputs-killed").glob("*.wav"))) == len(LINES)  # nor saved twice
     assert set(json.loads((home / "killed" / "batch.json").read_text())["files"]) == set(FILES)
     assert any(said.startswith(f"lost {killed[0]}") for said in speak.summary())
+
+
+# -- without a cluster: where a job runs, and how its lines are cut ------------------------------------------
+
+
+def _args(**given):
+    from argparse import Namespace
+
+    return Namespace(**{"cluster": None, "server": None, "local": False, **given})
+
+
+def test_cluster_flag_then_ray_address_unless_local_or_server_says_where(monkeypatch):
+    from cosyvoice_mac.cli.common import CommandFailed
+    from cosyvoice_mac.cli.longform_cluster import cluster_address
+
+    monkeypatch.setenv("RAY_ADDRESS", "head:6379")
+    assert cluster_address(_args()) == "head:6379"
+    assert cluster_address(_args(cluster=" local:2 ")) == "local:2"
+    assert cluster_address(_args(local=True)) is None and cluster_address(_args(server="http://app:7860")) is None
+    with pytest.raises(CommandFailed, match="leave out --server"):
+        cluster_address(_args(cluster="head:6379", server="http://app:7860"))
+    monkeypatch.delenv("RAY_ADDRESS")
+    assert cluster_address(_args()) is None
+
+
+@pytest.mark.parametrize("address", ["local:0", "local:two", "local:65"])
+def test_a_local_cluster_takes_one_to_64_workers(address):
+    from cosyvoice_mac.cluster import ClusterError
+    from cosyvoice_mac.cluster.pool import local_workers
+
+    with pytest.raises(ClusterError, match="from 1 to 64"):
+        local_workers(address)
+    assert local_workers("local:3") == 3 and local_workers("head:6379") is None
+
+
+def test_lines_are_cut_into_a_few_groups_per_worker_and_at_most_a_batch():
+    from cosyvoice_mac.cluster.dispatch import MAX_GROUP_LINES, group_size
+
+    assert group_size(6, 2) == 1 and group_size(40, 2) == 5 and group_size(40, 1) == MAX_GROUP_LINES
+    assert group_size(1000, 16) == MAX_GROUP_LINES and group_size(1, 16) == 1
+

@@ -233,14 +233,8 @@ def _convert_batch(args) -> int:
     from cosyvoice_mac.preview import PREVIEW
     from cosyvoice_mac.request import check_speed
 
-    from cosyvoice_mac.cli.longform_cluster import cluster_address
-
     if not args.voice:
         raise LongformError("converting a folder of recordings needs --voice: the saved voice to convert into")
-    if cluster_address(args):
-        raise LongformError(
-            "a folder of recordings is not converted on a cluster yet: leave out --cluster (and unset $RAY_ADDRESS)"
-        )
     check_speed(args.speed, False)
     items, skipped = plan_sources(sources_in_folder(args.lines))
     for name in skipped:
@@ -264,6 +258,7 @@ def _convert_batch(args) -> int:
                 on_progress=bar,
                 should_stop=stop,
                 prepare=speak.prepare,
+                ahead=getattr(speak, "convert_ahead", None),  # a cluster's workers start on every recording at once
             ),
             lambda: _check_voice(voice),
             voice,

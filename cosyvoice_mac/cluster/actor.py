@@ -21,14 +21,26 @@ from pathlib import Path
 import psutil
 
 from cosyvoice_mac import __version__
-from cosyvoice_mac.cluster.wire import SIDECAR_HEADER, LineFailed, LineMade, ModelAsk, VoiceParcel, WorkerFacts
+from cosyvoice_mac.cluster.wire import (
+    SIDECAR_HEADER,
+    LineFailed,
+    LineMade,
+    ModelAsk,
+    SourceParcel,
+    VoiceParcel,
+    WorkerFacts,
+)
+from cosyvoice_mac.conversion_request import Recording
 from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.messages import Done, Failed, Fault
+from cosyvoice_mac.engine.qos import set_worker_thread_qos
 from cosyvoice_mac.engine.worker import WorkerConfig, unset_worker_environment
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import default_models_dir
 from cosyvoice_mac.preview import PREVIEW, preview_available
 from cosyvoice_mac.stored import read_json
+
+SCRATCH_PREFIX = "cosyvoice-cluster-"  # + the worker's process id: a killed worker's folder is found and removed
 
 
 def speak_group(runtime, jobs: list[Job], voice_entries: list[dict | None], should_stop) -> None:
@@ -94,6 +106,15 @@ def worker_config_for(ask: ModelAsk, choice, outputs_dir: Path, threads: int | N
     return ModelHost(settings).worker_config(choice)
 
 
+def remove_dead_workers_scratch() -> None:
+    """Remove the scratch folders of this machine's workers that were killed (a worker that ends well removes
+    its own): the folder's name holds its worker's process id."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        pid = folder.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
 class LineWorker:
     """Owns, on one worker slot of one machine, the WorkerRuntime (the pipeline built for this machine), the
     job's voices (their recordings in a scratch folder of this machine), and which groups were cancelled.
@@ -104,7 +125,8 @@ class LineWorker:
 
     def __init__(self, slot: int, slots_here: int):
         self.slots_here = slots_here
-        self.scratch = Path(tempfile.mkdtemp(prefix="cosyvoice-cluster-"))
+        remove_dead_workers_scratch()
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-"))
         host = socket.gethostname()
         self.facts = WorkerFacts(f"{host}#{slot}", host, slot, os.getpid())
         self.runtime = None
@@ -122,11 +144,9 @@ class LineWorker:
     def load(self, ask: ModelAsk, glossary) -> tuple[WorkerFacts, str | None]:
         """Build and warm up the model for this machine (after ``check``): (its facts, why it failed or None)."""
         os.environ.update(unset_worker_environment())  # before torch loads, as the local worker does
-        from cosyvoice_mac.engine.qos import set_worker_thread_qos
         from cosyvoice_mac.engine.runtime import WorkerRuntime, keep_for_life
         from cosyvoice_mac.frontend.glossary import RequestGlossary
 
-        set_worker_thread_qos()
         # Always said: Ray starts an actor with OMP_NUM_THREADS=1, and the machine's cores are its workers' share.
         threads = max(1, (psutil.cpu_count(logical=False) or os.cpu_count() or 1) // self.slots_here)
         config = worker_config_for(ask, self.choice, self.scratch / "outputs", threads)
@@ -139,8 +159,7 @@ class LineWorker:
         keep_for_life()
         self.runtime = runtime
         status = runtime.status()
-        self.facts = replace(self.facts, device=status.device, engine=status.engine, model=status.model)
-        self.facts = replace(self.facts, threads=threads)
+        self.facts = replace(self.facts, device=status.device, engine=status.engine, model=status.model, threads=threads)
         return self.facts, None
 
     def take_voices(self, parcels: list[VoiceParcel]) -> dict[str, dict]:
@@ -153,18 +172,39 @@ class LineWorker:
             path.write_bytes(parcel.recording)
             self.voices[parcel.name] = parcel.library_entry(str(path))
         entries = {parcel.name: self.voices[parcel.name] for parcel in parcels}
-        try:
-            return self.runtime.prompts.prepare_saved(self.runtime.pipeline, entries)
-        except CosyVoiceError as error:
-            return {name: {"error": str(error)} for name in entries}
+        with self._one_group:  # the runtime serves one caller at a time (a cancelled group may still be ending)
+            try:
+                return self.runtime.prompts.prepare_saved(self.runtime.pipeline, entries)
+            except CosyVoiceError as error:
+                return {name: {"error": str(error)} for name in entries}
 
-    def speak_group(self, number: int, jobs: list[Job]) -> list[LineMade | LineFailed]:
-        """Speak one group (``number``: its number, for ``stop``): an outcome per job, in order."""
+    def speak_group(
+        self, number: int, jobs: list[Job], sources: dict[str, SourceParcel] | None = None
+    ) -> list[LineMade | LineFailed]:
+        """Speak one group (``number``: its number, for ``stop``): an outcome per job, in order. ``sources``:
+        job id -> the recording a conversion job re-speaks (written here for the group's time)."""
         with self._one_group:
+            set_worker_thread_qos()  # the thread Ray runs this group on (macOS: user-initiated, as the local worker)
             self._ended = {}
+            folder = self.scratch / f"sources-{number}"
+            jobs = [self._here(job, (sources or {}).get(job.job_id), folder) for job in jobs]
             entries = [self.voices.get(job.request.voice.saved) if job.request.voice.saved else None for job in jobs]
-            speak_group(self.runtime, jobs, entries, lambda: number in self.cancelled)
-            return [self._outcome(job) for job in jobs]
+            try:
+                speak_group(self.runtime, jobs, entries, lambda: number in self.cancelled)
+                return [self._outcome(job) for job in jobs]
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+
+    @staticmethod
+    def _here(job: Job, parcel: SourceParcel | None, folder: Path) -> Job:
+        """``job`` with its recording to convert on this machine's disk (under its own name, which the sidecar
+        records); any other job as it came."""
+        if parcel is None:
+            return job
+        path = folder / job.job_id / parcel.name
+        path.parent.mkdir(parents=True)
+        path.write_bytes(parcel.recording)
+        return replace(job, request=replace(job.request, source=Recording(audio=str(path))))
 
     def stop(self, numbers: list[int]) -> None:
         """Cancel the groups of these ``numbers`` (one job's): a running line stops at its next sentence."""

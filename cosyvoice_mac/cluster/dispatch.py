@@ -13,11 +13,11 @@ from __future__ import annotations
 import math
 import threading
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from cosyvoice_mac.cluster import ClusterError, ClusterStopped
 from cosyvoice_mac.cluster.pool import GROUPS_IN_FLIGHT, Worker, WorkerPool
-from cosyvoice_mac.cluster.wire import LineFailed, LineMade, LineOutcome
+from cosyvoice_mac.cluster.wire import LineFailed, LineMade, LineOutcome, SourceParcel
 from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.messages import Failed, Fault
 
@@ -38,6 +38,7 @@ class Group:
     """Lines that travel together, and how many workers were lost while speaking them."""
 
     jobs: list[Job]
+    sources: dict[str, SourceParcel] = field(default_factory=dict)  # job id -> the recording it converts
     tries: int = 0
 
 
@@ -68,10 +69,14 @@ class Dispatcher:
         self._lock = threading.Lock()  # ``stop`` reads the groups in flight from another thread
 
     # -- what the job asks -------------------------------------------------------------------------------
-    def send(self, jobs: list[Job], first: bool = False) -> None:
-        """Queue ``jobs`` in groups (``first``: ahead of the waiting ones: a line asked for out of turn)."""
-        size = group_size(len(jobs), len(self.pool.alive()))
-        groups = [Group(jobs[start : start + size]) for start in range(0, len(jobs), size)]
+    def send(self, jobs: list[Job], first: bool = False, sources: dict[str, SourceParcel] | None = None) -> None:
+        """Queue ``jobs`` in groups (``first``: ahead of the waiting ones: a line asked for out of turn);
+        ``sources``: job id -> the recording a conversion job re-speaks, which travels with its group."""
+        size, sources = group_size(len(jobs), len(self.pool.alive())), sources or {}
+        groups = [
+            Group(part, {job.job_id: sources[job.job_id] for job in part if job.job_id in sources})
+            for part in (jobs[start : start + size] for start in range(0, len(jobs), size))
+        ]
         if first:
             self.waiting.extendleft(reversed(groups))
         else:
@@ -128,8 +133,9 @@ class Dispatcher:
                 return
             worker = min(free, key=lambda candidate: busy[candidate.name])
             group, number = self.waiting.popleft(), self.pool.next_group_number()
+            ref = worker.handle.speak_group.remote(number, group.jobs, group.sources)
             with self._lock:
-                self.in_flight[worker.handle.speak_group.remote(number, group.jobs)] = (worker, group, number)
+                self.in_flight[ref] = (worker, group, number)
             busy[worker.name] += 1
 
     def _collect(self, ref) -> None:

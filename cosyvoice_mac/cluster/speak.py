@@ -10,14 +10,18 @@ from collections import deque
 from pathlib import Path
 from typing import Sequence
 
+import numpy as np
+
 from cosyvoice_mac.cluster.dispatch import Dispatcher
 from cosyvoice_mac.cluster.pool import WorkerPool
-from cosyvoice_mac.cluster.wire import LineFailed, LineMade, VoiceParcel
+from cosyvoice_mac.cluster.wire import LineFailed, LineMade, SourceParcel, VoiceParcel
+from cosyvoice_mac.conversion_request import ConversionRequest
 from cosyvoice_mac.engine.jobs import Job, JobCancelled, JobFailed
 from cosyvoice_mac.engine.messages import Cancelled
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.errors import CosyVoiceError
+from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
 from cosyvoice_mac.longform.speakers import VoiceUnusable
 from cosyvoice_mac.request import Request, Voice
@@ -99,24 +103,62 @@ class ClusterSpeak:
         else:  # asked out of turn (a dub's faster retake): ahead of the waiting groups
             job = self._job(line)
             self.dispatch.send([job], first=True)
-        outcome = self.dispatch.outcome(job.job_id)
-        if isinstance(outcome, LineFailed):
-            raise (JobCancelled if isinstance(outcome.event, Cancelled) else JobFailed)(outcome.event)
-        return self._saved(job, outcome)
+        return self._spoken(job)
+
+    def convert_ahead(self, lines: Sequence[SourceLine]) -> None:
+        """``ahead`` for a batch of recordings to convert (``run_convert_batch``'s): each recording travels with
+        its job, as its bytes."""
+        if not lines:
+            self.ahead(())
+            return
+        jobs, sources = [], {}
+        for line in lines:
+            try:
+                job, parcel = self._conversion(line)
+            except CosyVoiceError:  # refused in its turn, as in a local run
+                continue
+            self._announced.setdefault(line, deque()).append(job)
+            jobs.append(job)
+            sources[job.job_id] = parcel
+        self.dispatch.send(jobs, sources=sources)
+
+    def convert(self, line: SourceLine) -> Spoken:
+        """Re-speak ``line.source`` in its saved voice (the default, else the backend's own) on a worker."""
+        announced = self._announced.get(line)
+        if announced:
+            job = announced.popleft()
+        else:
+            job, parcel = self._conversion(line)
+            self.dispatch.send([job], first=True, sources={job.job_id: parcel})
+        return self._spoken(job)
 
     def stop(self) -> None:
         """Ctrl-C: every worker cancels its lines; the line waited for ends at once."""
         self.dispatch.stop()
 
+    def _voice(self, name: str | None) -> Voice:
+        name = name or self.default_voice
+        if not name:
+            return Voice.builtin()
+        entry = self.library.get(name)
+        return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
+
     def _job(self, line: LineRequest) -> Job:
-        name = line.voice or self.default_voice
-        if name:
-            entry = self.library.get(name)
-            voice = Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
-        else:
-            voice = Voice.builtin()
+        voice = self._voice(line.voice)
         request = Request.build(line.text, voice, instruct=line.instruct, seed=line.seed, speed=line.speed)
         return Job(request, interface=self.interface)
+
+    def _conversion(self, line: SourceLine) -> tuple[Job, SourceParcel]:
+        request = ConversionRequest.build(str(line.source), self._voice(line.voice), speed=line.speed)
+        source = Path(line.source)
+        return Job(request, interface=self.interface), SourceParcel(source.name, source.read_bytes())
+
+    def _spoken(self, job: Job) -> Spoken:
+        """Wait for ``job``'s outcome: the line saved here, or JobFailed / JobCancelled with the worker's event."""
+        outcome = self.dispatch.outcome(job.job_id)
+        if isinstance(outcome, LineFailed):
+            raise (JobCancelled if isinstance(outcome.event, Cancelled) else JobFailed)(outcome.event)
+        return self._saved(job, outcome)
 
     def _saved(self, job: Job, made: LineMade) -> Spoken:
         """The line saved in outputs/ with its worker's facts and the machine that made it, as a Spoken."""
@@ -125,11 +167,13 @@ class ClusterSpeak:
         line_output, not_saved = None, None
         if self.outputs_dir is not None:
             try:
-                line_output = str(write_output(self.outputs_dir, job.job_id, made.samples, made.sample_rate, facts).wav_path)
+                saved = write_output(self.outputs_dir, job.job_id, made.samples, made.sample_rate, facts)
+                line_output = str(saved.wav_path)
             except OutputWriteError as error:
                 not_saved = str(error)
+        converted = {key: facts[key] for key in ("source_hash", "source_duration_s") if key in facts}
         return Spoken(
-            made.samples,
+            np.array(made.samples, dtype=np.float32),  # Ray's copy is a read-only view of its object store
             made.sample_rate,
             {
                 "seed": facts.get("seed"),
@@ -139,6 +183,7 @@ class ClusterSpeak:
                 "interface": self.interface,
                 "machine": worker.facts.host,
                 "cluster_worker": made.worker,
+                **converted,  # a conversion's recording: its hash and length, as a local run says them
             },
         )
 

@@ -98,3 +98,11 @@ class LineFailed:
 
 
 LineOutcome = LineMade | LineFailed
+
+
+@dataclass(frozen=True)
+class SourceParcel:
+    """A recording to convert on its way to a worker: its file name (the sidecar's ``source``) and bytes."""
+
+    name: str
+    recording: bytes

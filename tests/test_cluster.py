@@ -1,9 +1,9 @@
 """Long-form work on a real local Ray cluster: ``ray.init`` with two worker slots and no dashboard (one per
 module), the preview voice (no CosyVoice weights), this process the driver. A batch's lines go to both
 workers and come back as a local run makes them (same seed, same samples), and so do converted recordings; a
-worker killed mid-batch gives
-its lines to the other and each line is saved once; a stopped batch resumes; a worker without the model folder
-refuses the job before any line. The module is one xdist group, so one cluster runs at a time."""
+worker killed mid-batch gives its lines to the other and each line is saved once; a stopped batch resumes; a
+worker without the model folder refuses the job before any line. The module is one xdist group, so one cluster
+runs at a time."""
 
 from __future__ import annotations
 

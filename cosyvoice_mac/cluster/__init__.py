@@ -27,3 +27,10 @@ class ClusterError(CosyVoiceError):
 
 class ClusterStopped(ClusterError):
     """The job was stopped (Ctrl-C) while a line was on the cluster."""
+
+
+def said_by(error: BaseException, last: bool = False, limit: int = 300) -> str:
+    """One line of what ``error`` says (Ray's errors are many lines; the first says what, a worker's traceback
+    ends with why: ``last``), or its type's name when it says nothing."""
+    lines = str(error).strip().splitlines()
+    return (lines[-1] if last else lines[0])[:limit] if lines else type(error).__name__

@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from cosyvoice_mac.cluster import ClusterError, ClusterStopped
+from cosyvoice_mac.cluster import ClusterError, ClusterStopped, said_by
 from cosyvoice_mac.cluster.pool import GROUPS_IN_FLIGHT, Worker, WorkerPool
 from cosyvoice_mac.cluster.wire import LineFailed, LineMade, LineOutcome, SourceParcel
 from cosyvoice_mac.engine.jobs import Job
@@ -145,7 +145,7 @@ class Dispatcher:
         try:
             answers = self._ray.get(ref)
         except errors.RayTaskError as error:  # the worker's own code raised: a bug there, not a lost worker
-            cause = str(error).strip().splitlines()[-1][:300]
+            cause = said_by(error, last=True)
             for job in group.jobs:
                 event = Failed(job.job_id, f"the worker {worker.name} failed on this line: {cause}", fault=Fault.ENGINE)
                 self.outcomes[job.job_id] = LineFailed(job.job_id, event, worker.name)
@@ -162,7 +162,7 @@ class Dispatcher:
         if worker.name in self.lost:  # its other groups in flight come back the same way
             self.lost[worker.name].lines_resent += lines
             return
-        reason = str(error).strip().splitlines()[0][:200] if str(error).strip() else type(error).__name__
+        reason = said_by(error, limit=200)
         self.lost[worker.name] = LostWorker(worker.name, reason, lines)
         self.pool.lose(worker)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from cosyvoice_mac.cluster import LOCAL_PREFIX, SLOT_RESOURCE, ClusterError
+from cosyvoice_mac.cluster import LOCAL_PREFIX, SLOT_RESOURCE, ClusterError, said_by
 from cosyvoice_mac.cluster.actor import LineWorker
 from cosyvoice_mac.cluster.wire import ModelAsk, VoiceParcel, WorkerFacts
 
@@ -60,9 +60,9 @@ def connect(address: str) -> bool:
             )
         else:
             ray.init(address=address, log_to_driver=False, logging_level="warning")
-    except ConnectionError as error:
+    except (ConnectionError, RuntimeError, ValueError) as error:  # none there, or no address Ray can read
         raise ClusterError(
-            f"no Ray cluster answers at {address} ({error}); start its head with `ray start --head` "
+            f"no Ray cluster answers at {address} ({said_by(error)}); start its head with `ray start --head` "
             "(docs/cluster.md) or give its address"
         ) from None
     return True
@@ -112,7 +112,7 @@ def _gather(doing: str, refs: list) -> list:
         ) from None
     except ray.exceptions.RayError as error:
         raise ClusterError(
-            f"a worker failed while {doing} ({type(error).__name__}: {str(error).strip().splitlines()[0]}); is "
+            f"a worker failed while {doing} ({type(error).__name__}: {said_by(error)}); is "
             "cosyvoice-mac installed on every machine of the cluster?"
         ) from None
 

@@ -18,7 +18,8 @@ import ray
 import soundfile
 
 from cosyvoice_mac import __version__
-from cosyvoice_mac.cli.main import main
+from cosyvoice_mac.cli.local import start_engine
+from cosyvoice_mac.cli.main import build_parser, main
 from cosyvoice_mac.cluster import SLOT_RESOURCE
 from cosyvoice_mac.cluster.pool import WorkerPool
 from cosyvoice_mac.cluster.speak import ClusterSpeak
@@ -27,6 +28,7 @@ from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.frontend.prompt_audio import decode_prompt
 from cosyvoice_mac.longform.convert_batch import plan_sources, run_convert_batch, sources_in_folder
 from cosyvoice_mac.longform.runner import run_batch
+from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.preview import PREVIEW, preview_available
 
 pytestmark = pytest.mark.skipif(not preview_available(), reason="the preview voice's packages are not installed")
@@ -68,17 +70,6 @@ def home(tmp_path_factory, make_speech):
 
 
 @pytest.fixture(scope="module")
-def local_batch(home):
-    """The batch made the ordinary way: the CLI with its own engine in this process (``--local``)."""
-    code = main(
-        ["batch", str(home / "lines.txt"), "--voice", "Anna", "--out-dir", str(home / "local"), "--seed", str(SEED)]
-        + ["--local", "--model", PREVIEW, "--outputs-dir", str(home / "outputs-local")]
-    )
-    assert code == 0
-    return home / "local"
-
-
-@pytest.fixture(scope="module")
 def recordings(home, make_speech):
     """A folder of recordings to convert."""
     folder = home / "recordings"
@@ -89,14 +80,19 @@ def recordings(home, make_speech):
 
 
 @pytest.fixture(scope="module")
-def local_convert(home, recordings):
-    """The recordings converted the ordinary way: the CLI with its own engine in this process."""
-    code = main(
-        ["batch", str(recordings), "--voice", "Anna", "--out-dir", str(home / "converted-local")]
-        + ["--local", "--model", PREVIEW, "--outputs-dir", str(home / "outputs-local")]
-    )
-    assert code == 0
-    return home / "converted-local"
+def local(home, recordings):
+    """The batch and the recordings made the ordinary way: the engine ``batch --local`` starts (the CLI's own
+    ``start_engine`` with its parsed arguments) and its ``EngineSpeak``; one engine for both, to spare a start."""
+    args = build_parser().parse_args(["batch", "lines.txt", "--out-dir", "x", "--local", "--model", PREVIEW])
+    engine = start_engine(args, home / "outputs-local")
+    try:
+        speak = EngineSpeak(engine, default_voice="Anna", interface="cli", timeout_s=None)
+        _batch(speak, home, "local")
+        items, skipped = plan_sources(sources_in_folder(recordings))
+        _convert(speak, items, skipped, home / "converted-local")
+    finally:
+        engine.close()
+    return {"lines": home / "local", "recordings": home / "converted-local"}
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +113,7 @@ def _wait_for_free_slots(seconds: float = 30.0) -> None:
 
 
 def _batch(speak, home, folder, **options):
-    """``run_batch`` of the lines with ``speak`` (a ClusterSpeak), as ``batch --cluster`` runs it."""
+    """``run_batch`` of the lines with ``speak``, as the ``batch`` command runs it (here, or on the cluster)."""
     return run_batch(
         (home / "lines.txt").read_bytes(),
         "txt",
@@ -127,6 +123,20 @@ def _batch(speak, home, folder, **options):
         settings={"model": PREVIEW, "glossary": []},
         seed=SEED,
         **options,
+    )
+
+
+def _convert(speak, items, skipped, folder):
+    """``run_convert_batch`` of the recordings with ``speak``, as ``batch FOLDER`` runs it."""
+    return run_convert_batch(
+        items,
+        skipped,
+        folder,
+        speak.convert,
+        voice="Anna",
+        settings={"model": PREVIEW},
+        prepare=speak.prepare,
+        ahead=getattr(speak, "convert_ahead", None),
     )
 
 
@@ -156,11 +166,11 @@ def test_a_worker_without_the_model_folder_refuses_the_job_before_any_line(home,
     _wait_for_free_slots()  # and its workers are gone
 
 
-def test_a_batch_on_two_workers_is_the_local_runs_and_each_sidecar_names_its_machine(pool, home, local_batch):
+def test_a_batch_on_two_workers_is_the_local_runs_and_each_sidecar_names_its_machine(pool, home, local):
     speak = ClusterSpeak(pool, home / "outputs-cluster", default_voice="Anna")
     result = _batch(speak, home, "on-cluster")
     assert result.report == [{"made": len(LINES), "skipped": 0}] and not result.stopped
-    _assert_same_audio(home / "on-cluster", local_batch)
+    _assert_same_audio(home / "on-cluster", local["lines"])
     sidecars = _sidecars(home / "on-cluster")
     assert {sidecar["cluster_worker"] for sidecar in sidecars} == {worker.name for worker in pool.workers}
     assert {sidecar["machine"] for sidecar in sidecars} == {pool.workers[0].facts.host}
@@ -170,7 +180,7 @@ def test_a_batch_on_two_workers_is_the_local_runs_and_each_sidecar_names_its_mac
     assert speak.dispatch.lost == {}
 
 
-def test_a_stopped_batch_resumes_with_the_lines_it_lacks(pool, home, local_batch):
+def test_a_stopped_batch_resumes_with_the_lines_it_lacks(pool, home, local):
     speak, stop = ClusterSpeak(pool, home / "outputs-resumed", default_voice="Anna"), threading.Event()
 
     def stop_after_two(progress):
@@ -182,33 +192,24 @@ def test_a_stopped_batch_resumes_with_the_lines_it_lacks(pool, home, local_batch
     assert first.stopped and first.report == [{"made": 2, "skipped": 0}]
     second = _batch(ClusterSpeak(pool, home / "outputs-resumed", default_voice="Anna"), home, "resumed")
     assert second.report == [{"made": len(LINES) - 2, "skipped": 2}] and not second.stopped
-    _assert_same_audio(home / "resumed", local_batch)
+    _assert_same_audio(home / "resumed", local["lines"])
     assert len(list((home / "outputs-resumed").glob("*.wav"))) == len(LINES)  # the cancelled lines were not saved
 
 
-def test_recordings_converted_on_the_workers_are_the_local_runs(pool, home, recordings, local_convert):
+def test_recordings_converted_on_the_workers_are_the_local_runs(pool, home, recordings, local):
     speak = ClusterSpeak(pool, home / "outputs-converted", default_voice="Anna")
     items, skipped = plan_sources(sources_in_folder(recordings))
-    result = run_convert_batch(
-        items,
-        skipped,
-        home / "converted",
-        speak.convert,
-        voice="Anna",
-        settings={"model": PREVIEW},
-        prepare=speak.prepare,
-        ahead=speak.convert_ahead,
-    )
+    result = _convert(speak, items, skipped, home / "converted")
     assert [entry["status"] for entry in result.report] == ["made"] * len(RECORDINGS)
     for name in RECORDINGS:
         made, _ = soundfile.read(home / "converted" / name, dtype="int16")
-        expected, _ = soundfile.read(local_convert / name, dtype="int16")
+        expected, _ = soundfile.read(local["recordings"] / name, dtype="int16")
         assert np.array_equal(made, expected), f"{name} differs from the local run's"
         sidecar = json.loads((home / "converted" / name).with_suffix(".json").read_text())
         assert sidecar["source"] == name and sidecar["mode"] == "voice_conversion" and sidecar["machine"]
 
 
-def test_a_worker_killed_mid_batch_leaves_its_lines_to_the_other_each_saved_once(pool, home, local_batch):
+def test_a_worker_killed_mid_batch_leaves_its_lines_to_the_other_each_saved_once(pool, home, local):
     speak, killed = ClusterSpeak(pool, home / "outputs-killed", default_voice="Anna"), []
 
     def kill_one_speaking(progress):
@@ -224,7 +225,7 @@ def test_a_worker_killed_mid_batch_leaves_its_lines_to_the_other_each_saved_once
 
     result = _batch(speak, home, "killed", on_progress=kill_one_speaking)
     assert result.report == [{"made": len(LINES), "skipped": 0}] and not result.stopped
-    _assert_same_audio(home / "killed", local_batch)
+    _assert_same_audio(home / "killed", local["lines"])
     lost = speak.dispatch.lost
     assert list(lost) == killed and lost[killed[0]].lines_resent >= 1
     survivor = next(worker.name for worker in pool.workers if worker.name != killed[0])
@@ -273,4 +274,3 @@ def test_lines_are_cut_into_a_few_groups_per_worker_and_at_most_a_batch():
 
     assert group_size(6, 2) == 1 and group_size(40, 2) == 5 and group_size(40, 1) == MAX_GROUP_LINES
     assert group_size(1000, 16) == MAX_GROUP_LINES and group_size(1, 16) == 1
-

@@ -159,7 +159,9 @@ class LineWorker:
         keep_for_life()
         self.runtime = runtime
         status = runtime.status()
-        self.facts = replace(self.facts, device=status.device, engine=status.engine, model=status.model, threads=threads)
+        self.facts = replace(
+            self.facts, device=status.device, engine=status.engine, model=status.model, threads=threads
+        )
         return self.facts, None
 
     def take_voices(self, parcels: list[VoiceParcel]) -> dict[str, dict]:

@@ -171,7 +171,9 @@ class Dispatcher:
         if group.tries >= MAX_TRIES:
             message = f"{group.tries} workers were lost while speaking this line; it was not made"
             for job in group.jobs:
-                self.outcomes[job.job_id] = LineFailed(job.job_id, Failed(job.job_id, message, fault=Fault.RESTARTED), "")
+                self.outcomes[job.job_id] = LineFailed(
+                    job.job_id, Failed(job.job_id, message, fault=Fault.RESTARTED), ""
+                )
             return
         self.waiting.appendleft(group)
 

@@ -163,7 +163,9 @@ class WorkerPool:
                     handle = actor.options(**options).remote(slot, node.slots)
                     pool.workers.append(Worker(handle, WorkerFacts(f"{node.host}#{slot}", node.host, slot, 0)))
             pool._ask_all("checking", [worker.handle.check.remote(ask) for worker in pool.workers])
-            pool._ask_all("loading the model", [worker.handle.load.remote(ask, tuple(glossary)) for worker in pool.workers])
+            pool._ask_all(
+                "loading the model", [worker.handle.load.remote(ask, tuple(glossary)) for worker in pool.workers]
+            )
         except BaseException:
             pool.close()
             raise

@@ -190,7 +190,11 @@ class ClusterSpeak:
     def summary(self) -> list[str]:
         """What the job's report says of the cluster: the lines each worker made, and each worker lost."""
         made = self.dispatch.made
-        said = [f"{worker.facts.describe()}: {made.get(worker.name, 0)} lines" for worker in self.pool.workers]
+        said = [f"{worker.facts.describe()}: {_lines(made.get(worker.name, 0))}" for worker in self.pool.workers]
         for lost in self.dispatch.lost.values():
-            said.append(f"lost {lost.name} ({lost.reason}): its {lost.lines_resent} lines were sent to the others")
+            said.append(f"lost {lost.name} ({lost.reason}): its {_lines(lost.lines_resent)} went to the others")
         return said
+
+
+def _lines(count: int) -> str:
+    return f"{count} line{'' if count == 1 else 's'}"

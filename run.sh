@@ -95,7 +95,7 @@ setup() {
   # torch first, pinned, so nothing that depends on it can pull in another build. On Linux x86_64
   # pip's find-links can serve the CPU build; on macOS arm64 the PyPI wheel includes MPS.
   "${pip[@]}" "$TORCH_REQUIREMENT"
-  "${pip[@]}" -e ".[test,preview,coreml,lint]" "$TORCH_REQUIREMENT"
+  "${pip[@]}" -e ".[test,preview,coreml,lint,cluster]" "$TORCH_REQUIREMENT"  # cluster: Ray, for --cluster (and its tests)
   "${pip[@]}" --no-deps "resemblyzer==0.1.4"  # test-only; see pyproject.toml
   echo "$wanted" >"$STAMP"
   say "set-up done"

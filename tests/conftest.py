@@ -54,6 +54,8 @@ SHARED_CACHE_GROUPS = {
     "test_coreml_convert.py": "coreml-conversions",
     "test_coreml_runtime.py": "coreml-conversions",
     "test_coreml_mac.py": "coreml-conversions",
+    # Ray starts a cluster of processes: its modules share one worker, so two clusters never run at once.
+    "test_cluster.py": "ray-cluster",
 }
 
 

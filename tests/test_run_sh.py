@@ -81,7 +81,7 @@ def test_setup_installs_torch_first_then_skips_until_the_spec_changes(project):
     calls = project.calls()
     assert len(calls) == 3
     assert calls[0].endswith("pip install --disable-pip-version-check torch==2.13.0")
-    assert "-e .[test,preview,coreml,lint] torch==2.13.0" in calls[1]
+    assert "-e .[test,preview,coreml,lint,cluster] torch==2.13.0" in calls[1]
     assert calls[2].endswith("--no-deps resemblyzer==0.1.4")
     assert (project.root / ".venv" / ".setup-stamp").is_file()
 

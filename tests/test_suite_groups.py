@@ -38,3 +38,7 @@ def test_the_core_ml_modules_share_one_worker_and_so_the_sessions_conversions():
     convert, runtime, mac = _groups("test_coreml_convert.py", "test_coreml_runtime.py", "test_coreml_mac.py")
     assert convert == runtime == mac
     assert convert not in _groups("test_coreml_rewrite.py", "test_mlx_convert.py")
+
+
+def test_the_ray_cluster_modules_share_one_worker_so_one_cluster_runs_at_a_time():
+    assert _groups("test_cluster.py") == ["ray-cluster"]

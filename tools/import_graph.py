@@ -35,7 +35,8 @@ LAYERS = (
     ("frontend",),  # text and prompt audio -> ids and features
     ("pipeline", "preview", "coreml"),  # Request -> audio, on either engine
     ("engine",),  # the worker process, its queue, the model host
-    ("longform", "load", "download", "download_modelscope", "bench"),  # sequences of requests, the library door, tools
+    # sequences of requests (here, or on a Ray cluster's workers), the library door, tools
+    ("longform", "cluster", "load", "download", "download_modelscope", "bench"),
     ("webui", "api", "cli"),  # the front ends
     ("app", "__main__", "__init__"),  # the composition root (and the package's lazy front door)
 )

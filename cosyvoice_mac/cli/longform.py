@@ -34,6 +34,7 @@ def add_longform(commands) -> None:
     add_model_arguments(common)
     add_argument(common, "outputs_dir")
     add_app_arguments(common)
+    add_argument(common, "cluster")
     common.set_defaults(random_weights=None)
     add_argument(common, "seed", help="seed of the first line (each next line adds 1)")
     add_post_arguments(common)
@@ -296,6 +297,7 @@ def _convert_batch(args) -> int:
                 on_progress=bar,
                 should_stop=stop,
                 prepare=speak.prepare,
+                ahead=getattr(speak, "convert_ahead", None),  # a cluster's workers start on every recording at once
             ),
             lambda: _check_voice(voice),
             voice,

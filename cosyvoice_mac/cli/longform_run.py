@@ -15,9 +15,15 @@ from cosyvoice_mac.cli.common import EXIT_INTERRUPTED, EXIT_NOT_SAVED, EXIT_REFU
 
 def speak_long_job(args, label: str, here, in_app) -> int:
     """The job in the running app (``in_app(app, on_progress)``, see ``remote``) when one answers, else with
-    the app's engine started here (``here(speak, on_progress, should_stop)``, after ``here.check()``)."""
+    the app's engine started here (``here(speak, on_progress, should_stop)``, after ``here.check()``); on a
+    Ray cluster's workers with ``--cluster`` (``cli.longform_cluster``)."""
+    from cosyvoice_mac.cli.longform_cluster import cluster_address, cluster_speak
     from cosyvoice_mac.cli.remote import connect, note_local_only
 
+    address = cluster_address(args)
+    if address:
+        with cluster_speak(args, here, address) as speak:
+            return run_with_bar(lambda bar, stop: here(speak, bar, stop), label, speak.stop)
     app = connect(args)
     if app is None:
         return _speak_here(args, label, here)

@@ -62,6 +62,7 @@ Convert = Callable[[SourceLine], Spoken]
 Prepare = Callable[
     [Iterable[tuple[str | None, str | None]]], None
 ]  # ``Speak.prepare``: (voice, style) pairs ready first
+Ahead = Callable[[list[SourceLine]], None]  # the sources to come, told to a cluster before the first
 
 
 def plan_sources(paths: list[Path]) -> tuple[list[SourceItem], list[str]]:
@@ -116,11 +117,14 @@ def run_convert_batch(
     on_progress: OnProgress | None = None,
     should_stop: ShouldStop = never,
     prepare: Prepare | None = None,
+    ahead: Ahead | None = None,
 ) -> LongformResult:
     """One converted WAV per source in ``folder``; ``report`` lists every source's outcome (``status`` made,
     skipped (already made), failed (with its ``reason``) or not_audio), also written to ``results.json``.
     ``prepare`` makes the voice ready before the first source still to convert (one that the model cannot use
-    stops the batch there, before any file)."""
+    stops the batch there, before any file). ``ahead`` (a cluster's ``ClusterSpeak.convert_ahead``) is told the
+    sources still to convert, in order, before the first (its workers start on them at once), and none at the end
+    (what was sent and not asked for is dropped)."""
     store = BatchFolder(folder)
     shared = {**(settings or {}), "kind": "convert", "voice": voice, "speed": speed, "post": post.__dict__}
     keys = {item.number: source_key(item, shared) for item in items}
@@ -128,19 +132,25 @@ def run_convert_batch(
         prepare([(voice, None)])  # (voice, style): a conversion speaks the voice's own recording
     tracker, report, stopped = Tracker(len(items), "files", on_progress), [], False
     files = ResultFiles(replace=True)  # the folder is the batch's: a source whose settings changed is remade
-    for index, item in enumerate(items):
-        if should_stop():
-            stopped = True
-            break
-        try:
-            outcome = _convert_one(item, store, keys[item.number], convert, voice, speed, post, files)
-        except Exception:
-            if should_stop():  # Stop cancelled the source in flight: the batch ends, keeping what it made
+    if ahead is not None:
+        ahead([SourceLine(item.path, voice, speed) for item in items if not store.is_done(item, keys[item.number])])
+    try:
+        for index, item in enumerate(items):
+            if should_stop():
                 stopped = True
                 break
-            raise
-        report.append(outcome)
-        tracker.report(index + 1)
+            try:
+                outcome = _convert_one(item, store, keys[item.number], convert, voice, speed, post, files)
+            except Exception:
+                if should_stop():  # Stop cancelled the source in flight: the batch ends, keeping what it made
+                    stopped = True
+                    break
+                raise
+            report.append(outcome)
+            tracker.report(index + 1)
+    finally:
+        if ahead is not None:
+            ahead([])
     report += [{"source": name, "file": None, "status": NOT_AUDIO, "reason": "not an audio file"} for name in skipped]
     folder.mkdir(parents=True, exist_ok=True)
     files.json(folder / RESULTS, {"results": report, "partial": stopped})

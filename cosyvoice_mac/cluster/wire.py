@@ -1,0 +1,108 @@
+"""What crosses a machine between the cluster's driver and its workers: plain dataclasses (and the engine's own
+``Job`` and events), pickled by Ray. A voice travels as its recording, transcript and feature hash; a line
+comes back as its samples and the facts its worker's engine recorded, never as a path on either disk.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cosyvoice_mac.engine.messages import Cancelled, Failed
+
+# The header that ``Sidecar.new`` writes itself: a worker's sidecar facts travel without it.
+SIDECAR_HEADER = ("file", "created", "sample_rate", "duration_s")
+
+
+@dataclass(frozen=True)
+class ModelAsk:
+    """The model every worker runs and what the driver's flags say of building it. ``model`` is a folder name
+    (looked up in the worker's own models folder; a path that exists there also works) or "preview"; what
+    is left unsaid (device auto, precision, engine None) each worker decides for its own machine, as the app
+    decides it locally. ``app_version``: a worker running another version refuses (the outputs would differ)."""
+
+    model: str
+    app_version: str
+    device: str = "auto"
+    dtype: str | None = None
+    precision: dict = field(default_factory=dict)
+    engine: str | None = None
+    vocoder: str = "torch"
+
+
+@dataclass(frozen=True)
+class WorkerFacts:
+    """One worker as the job sees it: its name (``host#slot``), its machine, and once loaded its device,
+    engine and model, for the sidecars and the report."""
+
+    name: str
+    host: str
+    slot: int
+    pid: int
+    device: str | None = None
+    engine: str | None = None
+    model: str | None = None
+    threads: int | None = None
+
+    def describe(self) -> str:
+        built = ", ".join(part for part in (self.device, self.engine) if part)
+        return f"{self.name} ({built})" if built else self.name
+
+
+@dataclass(frozen=True)
+class VoiceParcel:
+    """A saved voice on its way to the workers: the recording's bytes (its file suffix says the format), the
+    transcript, and the hash and model its features were cached under (a worker that has them cached for
+    that model finds them by the hash; any other extracts them once from the recording)."""
+
+    name: str
+    recording: bytes
+    suffix: str
+    transcript: str | None
+    audio_hash: str
+    model_id: str | None
+
+    def library_entry(self, recording_path: str) -> dict:
+        """The entry the worker's runtime takes for a saved voice (``engine.voice_library``'s shape), its
+        recording at ``recording_path`` on the worker's disk."""
+        return {
+            "name": self.name,
+            "audio_hash": self.audio_hash,
+            "model_id": self.model_id,
+            "transcript": self.transcript,
+            "audio_path": recording_path,
+        }
+
+
+@dataclass(frozen=True)
+class LineMade:
+    """A line a worker spoke: (N,) float32 samples as the local engine gives them back (its saved 16-bit
+    file's), the rate, and the facts its engine recorded for the line's sidecar (header left out)."""
+
+    job_id: str
+    samples: np.ndarray
+    sample_rate: int
+    facts: dict
+    worker: str
+
+
+@dataclass(frozen=True)
+class LineFailed:
+    """A line a worker could not speak: the engine's own terminal event (Failed, with its fault and field, or
+    Cancelled), so every door answers it as it answers a local failure."""
+
+    job_id: str
+    event: Failed | Cancelled
+    worker: str
+
+
+LineOutcome = LineMade | LineFailed
+
+
+@dataclass(frozen=True)
+class SourceParcel:
+    """A recording to convert on its way to a worker: its file name (the sidecar's ``source``) and bytes."""
+
+    name: str
+    recording: bytes

@@ -79,6 +79,9 @@ def test_the_output_is_rebuilt_from_each_sentences_take_trimmed_as_before_with_i
     assert sidecar["check"] == check and check["status"] == "retaken"  # the picked take passed
     assert check["sentences"][1]["kept"] == 2 and check["sentences"][1]["picked"]
     assert sidecar["duration_s"] == round(len(audio) / RATE, 3)
+    from cosyvoice_mac.provenance.verify import VALID, read_credentials
+
+    assert read_credentials(files.wav_path).verdict == VALID  # signed again over the new samples
 
 
 def test_a_take_that_cannot_be_used_changes_nothing(saved):

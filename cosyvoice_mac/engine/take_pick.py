@@ -17,6 +17,7 @@ import numpy as np
 from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import atomic_write
+from cosyvoice_mac.provenance import MEDIA_TYPES, with_credentials
 from cosyvoice_mac.pipeline.takes import FLAGGED, PASSED, RETAKEN, Word
 from cosyvoice_mac.pipeline.takes.captions import SUFFIXES, write_captions
 from cosyvoice_mac.pipeline.takes.words import on_timeline
@@ -78,9 +79,13 @@ def use_take(wav_path: str | Path, sentence: int, take: int) -> dict:
     _record_pick(check, sentence, take)
     facts = {**sidecar.recorded, "check": check, "post": report.as_dict(), "duration_s": round(duration, 3)}
     facts["notes"] = [*(sidecar.recorded.get("notes") or []), check["sentences"][sentence - 1]["note"]]
-    updated = Sidecar.read(facts)
-    atomic_write(wav, wav_bytes(audio, rate, updated.wav_info()))
-    atomic_write(wav.with_suffix(".json"), updated.json_bytes())
+    unsigned = wav_bytes(audio, rate, Sidecar.read(facts).wav_info())
+    # the rebuilt file is signed again: the old credentials bound the old samples (as they are when signing fails)
+    data, failed = with_credentials(unsigned, MEDIA_TYPES["wav"], facts, wav.name)
+    if failed:
+        facts["notes"].append(failed)
+    atomic_write(wav, data)
+    atomic_write(wav.with_suffix(".json"), Sidecar.read(facts).json_bytes())
     if words:
         write_captions(wav, words)
     return check

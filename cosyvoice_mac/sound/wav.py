@@ -55,6 +55,22 @@ def streaming_wav_header(sample_rate: int) -> bytes:
     return b"RIFF" + unknown + b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt + b"data" + unknown
 
 
+def write_wav(path: str | Path, samples, sample_rate: int) -> Path:
+    """Write mono audio ``(N,)`` or ``(1, N)`` (numpy, or anything numpy reads) to ``path`` as ``wav_bytes``,
+    with the one atomic write (``paths.atomic_write``): the take check's kept takes, as the model made them."""
+    from cosyvoice_mac.paths import atomic_write
+
+    path = Path(path)
+    samples = np.asarray(samples)
+    if samples.ndim == 2 and samples.shape[0] == 1:
+        samples = samples[0]
+    if samples.ndim != 1:
+        raise ValueError(f"write_wav takes mono audio (N,) or (1, N), got shape {samples.shape}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, wav_bytes(samples, sample_rate))
+    return path
+
+
 def read_samples(path: str | Path) -> np.ndarray:
     """The (N,) float32 samples of a WAV written here: its int16 values over PCM16_SCALE, which encode to
     exactly the saved bytes again (soundfile's own float read divides by 32768, which would not)."""

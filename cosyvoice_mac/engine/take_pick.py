@@ -17,10 +17,10 @@ import numpy as np
 from cosyvoice_mac.engine.sidecar import Sidecar, read_sidecar
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.paths import atomic_write
-from cosyvoice_mac.provenance import MEDIA_TYPES, with_credentials
 from cosyvoice_mac.pipeline.takes import FLAGGED, PASSED, RETAKEN, Word
 from cosyvoice_mac.pipeline.takes.captions import SUFFIXES, write_captions
 from cosyvoice_mac.pipeline.takes.words import on_timeline
+from cosyvoice_mac.provenance import MEDIA_TYPES, with_credentials
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.post import post_process
 from cosyvoice_mac.sound.wav import read_samples, wav_bytes

@@ -113,7 +113,7 @@ def synth_locally(args, request, outputs_dir: Path) -> int:
     code = _deliver(result, args.out)
     check_notes = [note for note in result.notes if note.startswith(CHECK_NOTE_STARTS)]
     say_check(result.check_status, check_notes)
-    write_captions_beside(args.out, result.words, args.captions)
+    write_captions_beside(args.out, result.words, getattr(args, "captions", None))  # convert has no --captions
     return code
 
 

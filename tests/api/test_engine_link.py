@@ -138,7 +138,7 @@ def test_a_follower_that_leaves_before_the_end_cancels_its_job():
 def test_a_taken_voice_name_is_a_409_by_the_errors_type(monkeypatch, tmp_path, error, status, code):
     link, engine = _link()
     engine.save_error = error
-    monkeypatch.setattr(voice_door, "judge_voice_audio", lambda path: SimpleNamespace(ok=True))
+    monkeypatch.setattr(voice_door, "judge_voice_audio", lambda path: SimpleNamespace(ok=True, problem=None))
     with pytest.raises(ApiError) as caught:
         link.create_voice("Ada", str(tmp_path / "ada.wav"), None)
     assert (caught.value.status, caught.value.code, caught.value.param) == (status, code, "name")

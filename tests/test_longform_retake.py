@@ -43,6 +43,9 @@ class SavingSpeak:
     def prepare(self, voices) -> None:
         list(voices)
 
+    def styles(self, voice) -> tuple[str, ...]:
+        return ()  # no saved voice has style recordings here
+
     def stop(self) -> None:
         pass
 
@@ -103,12 +106,19 @@ class InProcessEngine:
 
     def __init__(self, worker, voice, events: list):
         self.worker, self._voice, self.events, self.results = worker, voice, events, {}
+        self.voices = SimpleNamespace(style_names=lambda name: ())  # no voice here has style recordings
 
-    def voice(self, name):
+    def voice(self, name, style=None):
         return self._voice
 
-    def prepare_voices(self, names, timeout=None):
-        return {name: {} for name in names}
+    def prepare_voices(self, pairs, timeout=None):
+        return {name: {} for name, _ in pairs}
+
+    def status(self):
+        return {"max_queue": 8, "batch_lines": 1}  # one line at a time: each job runs when it is submitted
+
+    def cancel(self, job_id):
+        pass
 
     def submit(self, job):
         self.worker.run(job, should_stop=lambda: False)
@@ -177,7 +187,7 @@ def test_the_page_offers_retake_these_after_a_flagged_job_and_makes_only_those_l
     speak = SavingSpeak(tmp_path / "lines")
     callbacks, tab = _page(tmp_path, monkeypatch, speak), SimpleNamespace(session_hash="tab")
     cast = [["S1", "Ann"], ["S2", "Bob"]]
-    *_, (progress, message, audio, files) = callbacks.dialogue("en", SCRIPT, cast, 0.4, False, False, False, None, tab)
+    *_, (progress, message, audio, files) = callbacks.dialogue(tab, "en", SCRIPT, cast, 0.4, False, False, False, None)
     assert "The take check flagged line 2: kept take 3 of 3" in message and callbacks.retake_offered(tab)["visible"]
     assert any(name.endswith(LINES_SUFFIX) for name in files)
     assert not callbacks.retake_offered(SimpleNamespace(session_hash="another tab"))["visible"]

@@ -93,6 +93,9 @@ class TimedSpeak:
     def prepare(self, voices) -> None:
         pass
 
+    def styles(self, voice) -> tuple[str, ...]:
+        return ()  # no saved voice has style recordings here
+
     def __call__(self, line: LineRequest) -> Spoken:
         t = np.arange(24000, dtype=np.float32) / 24000
         words = [{"word": w, "start": 0.2 * i, "end": 0.2 * i + 0.15} for i, w in enumerate(line.text.split())]

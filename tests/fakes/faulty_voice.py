@@ -69,9 +69,9 @@ class FaultyVoice(FakeCosyVoice):
         """Its own voice (it stands in for the preview voice, whose requests name no recording): the speech's."""
         return self.prepare_prompt(self.speech) if self.speech else None
 
-    def run(self, request, speaker=None, should_stop=None):
+    def run(self, request, speaker=None, should_stop=None, style_speakers=None):
         if request.text != self.text:
-            return super().run(request, speaker, should_stop)
+            return super().run(request, speaker, should_stop, style_speakers)
         fault = self.faults.pop(0) if self.faults else "good"
         self.seeds.append(request.seed)
         audio = np.clip(spoil(self.audio, self.first, fault), -0.99, 0.99).astype(np.float32)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import threading
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -117,15 +118,16 @@ class _RecordingEngine:
         self.submitted: list[Job] = []
         self.waited: list[tuple[str, int]] = []  # (job id, jobs submitted by then)
         self.cancelled: list[str] = []
+        self.voices = SimpleNamespace(style_names=lambda name: ())  # no voice here has style recordings
 
     def status(self) -> dict:
         return {"batch_lines": self.batch_lines, "max_queue": 8}
 
-    def voice(self, name):
+    def voice(self, name, style=None):
         return fake_request("x").voice
 
-    def prepare_voices(self, names, timeout=None) -> dict:
-        return {name: {} for name in names}
+    def prepare_voices(self, pairs, timeout=None) -> dict:
+        return {name: {} for name, _ in pairs}
 
     def submit(self, job: Job) -> str:
         self.submitted.append(job)
@@ -138,7 +140,7 @@ class _RecordingEngine:
         audio = np.full(2400, 0.1, np.float32)
         return SimpleNamespace(
             samples=lambda: audio, sample_rate=24000, seed=1, model="fake", output_path=None, output_error=None,
-            batch_size=self.batch_lines,
+            batch_size=self.batch_lines, check_status=None, notes=[], words=None,
         )  # fmt: skip
 
     def cancel(self, job_id: str) -> bool:

@@ -659,6 +659,23 @@ def test_a_checked_result_shows_its_verdict_takes_and_captions_and_offers_a_reta
     )
 
 
+def test_a_retake_speaks_the_next_seed_whatever_keep_this_seed_says_and_shows_it(callbacks, prompt):
+    """The Retake button: Generate with the same inputs and the check's next seed (kept, shown in the field)."""
+    from cosyvoice_mac.pipeline.takes.retake import next_seed
+
+    before = _outputs(callbacks)
+    controls = (False, False, None, False) + (None,) * (SAMPLING_CONTROLS - 1) + ("", False, False)  # keep: unticked
+    page = SimpleNamespace(session_hash="s-retake")
+    steps = list(
+        callbacks.retake("en", prompt, "", TRANSCRIPT, "Once more.", "zero_shot", "", 7, 1.0, False, Session(), page,
+                         *controls)
+    )  # fmt: skip
+    assert steps[0].seed == next_seed(7) and steps[-1].status.startswith("✅ Done")
+    [made] = _outputs(callbacks) - before
+    sidecar = json.loads((Path(callbacks.host.config.outputs_dir) / made).with_suffix(".json").read_text())
+    assert sidecar["seed"] == next_seed(7)
+
+
 def test_the_status_lines_are_derived_from_the_engine_the_library_and_this_tab(callbacks, make_speech, monkeypatch):
     """Issue 50 item 2: no line outlives what it describes. A rename, a transcript or a delete through any door
     (the library itself: /v1 and the CLI end there) reaches the menu, the list, the card and the prompt line;

@@ -96,11 +96,11 @@ def test_an_unknown_language_falls_back_to_english(lang):
 
 # Code spans that stay as code in Chinese text: a command, a variable, a file, markup or a placeholder (each holds
 # one of these characters); a plain word in backticks is no code, and shows as backticks where no Markdown renders.
-CODE_MARKS = set(" =/.[{<-_:")
+CODE_MARKS = set(" =/.[{<-_:(\\")  # an inline (style) tag or an escape is markup too
 ASCII_WORD = re.compile(r"(?<![\w/.-])[A-Za-z][A-Za-z0-9]*(?![\w/.-])")
-# What Chinese text keeps as it is: code spans, HTML tags, markup ([S1], [breath]), link targets, and a value the
-# user types, quoted (“en”, “text, voice”).
-NOT_PROSE = re.compile(r"`[^`]*`|<[^>]*>|\[[^\]]*\]|\]\([^)]*\)|“[\x20-\x7e]*”")
+# What Chinese text keeps as it is: code spans, HTML tags, markup ([S1], [breath], an inline (happy) tag), link
+# targets, and a value the user types, quoted (“en”, “text, voice”).
+NOT_PROSE = re.compile(r"`[^`]*`|<[^>]*>|\[[^\]]*\]|\]\([^)]*\)|\([a-z][a-z0-9-]*\)|“[\x20-\x7e]*”")
 
 
 def _plain_text_keys() -> set[str]:

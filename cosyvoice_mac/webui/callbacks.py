@@ -229,6 +229,19 @@ class Callbacks(
         """The seed a Retake uses: the next one the take check would use."""
         return next_seed(int(seed or 0))
 
+    def retake(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session,
+               request: gr.Request, *controls):  # fmt: skip
+        """Retake (offered when a sentence stayed flagged): Generate with the same inputs and the next seed, kept
+        (shown in the seed field, as "Keep this seed" would keep it). One event the person starts, so it stays
+        on the queue as Generate does. ``controls``: Generate's last inputs, "Keep this seed" last."""
+        again = self.retake_seed(seed)
+        updates = self.generate(
+            lang, audio, voice, transcript, text, mode, instruct, again, speed, stream, session, request,
+            *controls[:-1], True,
+        )  # fmt: skip
+        for index, update in enumerate(updates):
+            yield update._replace(seed=again) if index == 0 else update
+
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)
 

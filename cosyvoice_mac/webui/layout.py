@@ -346,10 +346,8 @@ def build_page(callbacks: Callbacks, features: dict[str, bool], has_model: bool)
         takes.use.click(  # another kept take put in the last result, then the history shows its new length
             callbacks.use_last_take, [language, session, takes.pick], [result, *takes, retake], **quiet
         ).then(callbacks.history_show, history_query, history_shown, **quiet)
-        # A Retake (offered when a sentence stayed flagged, as a streamed one can) is Generate with the next seed,
-        # kept as a typed one is (unkept, Generate would roll a new one).
-        retaking = retake.click(callbacks.retake_seed, seed, seed, **quiet)
-        after_run(retaking.then(None, None, seed_fixed, js="() => true", **quiet).then(**generating))
+        # A Retake (offered when a sentence stayed flagged, as a streamed one can) is Generate with the next seed.
+        after_run(retake.click(**{**generating, "fn": callbacks.retake}))
         stop.click(callbacks.stop, None, None, **quiet)
         stop.click(None, None, None, js=STOP_JS)
         result.change(compact_player, result, bar.compact, **quiet)

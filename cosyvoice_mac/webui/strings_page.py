@@ -211,7 +211,7 @@ ZH: dict[str, str] = {
     "voice_speak_style": "用它哪种风格的录音来说",
     "voice_speak_style_own": "它自己的录音（{style}）",
     "voice_style_label": "上面录音的风格",
-    "voice_style_placeholder": "happy、whisper、car-noisy……（一个小写英文单词；文本里的 (happy) 标签用它）",
+    "voice_style_placeholder": "“happy”、“whisper”、“car-noisy”……（一个小写英文单词；文本里的 (happy) 标签用它）",
     "voice_add_style": "加到所选声音",
     "voice_style_added": "✅ “{name}”现在有“{style}”风格的录音了。",
     "voice_style_needs_audio": "⚠️ 请先在上面上传或录制这个风格的录音。",

@@ -27,12 +27,19 @@ class InstantEngine:
 
     def __init__(self):
         self.jobs = 0
+        self.voices = SimpleNamespace(style_names=lambda name: ())  # no voice here has style recordings
 
-    def voice(self, name):
+    def voice(self, name, style=None):
         return Voice.saved_voice(name)
 
-    def prepare_voices(self, names, timeout=None):
-        return {name: {} for name in names}
+    def prepare_voices(self, pairs, timeout=None):
+        return {name: {} for name, _ in pairs}
+
+    def status(self):
+        return {"max_queue": 8, "batch_lines": 1}
+
+    def cancel(self, job_id):
+        pass
 
     def submit(self, job):
         self.jobs += 1
@@ -48,6 +55,7 @@ class InstantEngine:
             output_path=None,
             output_error=None,
             check_status=None,  # not checked: no words either
+            batch_size=1,
             notes=[],
             words=None,
         )

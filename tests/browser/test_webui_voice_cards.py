@@ -104,7 +104,7 @@ def test_a_saved_voice_plays_its_recording_is_replaced_renamed_and_carried_in_a_
         if not imported:
             page.locator("#cv-import-voices input[type=file]").set_input_files(str(exported))
             expect(message).to_contain_text("Imported “Card voice renamed”", timeout=GENERATE_S * 1000)
-            expect(card).to_contain_text(TRANSCRIPT)
+            expect(card).to_contain_text("Words typed later for this voice.")  # the transcript it was saved with
 
 
 def _names(app) -> set[str]:

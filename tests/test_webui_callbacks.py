@@ -696,6 +696,9 @@ def test_the_status_lines_are_derived_from_the_engine_the_library_and_this_tab(c
     callbacks.voices.delete("Ada two")
     menu, listing, card, _ = callbacks.library_changed("en", seen, "Ada two")
     assert menu["value"] == "" and "Ada two" not in listing and callbacks.prompt_status("en", None, "Ada two") == ""
+    # a tick that left with nothing picked never sets the menu or the card: an import or a save may have since
+    menu, listing, card, _ = callbacks.library_changed("en", seen, "")
+    assert "value" not in menu and ("", "") in [(v, v) for _, v in menu["choices"]][:1] and _is_skip(card)
 
     tab = SimpleNamespace(session_hash="derived")
     form = ("en", prompt, "", TRANSCRIPT, "Hello.", "zero_shot", "")

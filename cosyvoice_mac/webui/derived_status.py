@@ -102,9 +102,12 @@ class StatusCallbacks:
             return gr.skip(), gr.skip(), gr.skip(), seen
         names = [entry["name"] for entry in entries]
         choices = [(say(lang, "voices_none"), "")] + [(name, name) for name in names]
+        list_shown = render_voice_list(lang, entries)
+        if not voice:  # nothing was picked when the tick left: the menu's value and the card are another event's
+            return gr.update(choices=choices), list_shown, gr.skip(), signature
         picked = voice if voice in names else ""
         card = render_card(lang, self._voices().get(picked)) if picked else ""
-        return gr.update(choices=choices, value=picked), render_voice_list(lang, entries), card, signature
+        return gr.update(choices=choices, value=picked), list_shown, card, signature
 
     def tick(self, lang, seen, audio, voice, transcript, text, mode, instruct, verdict, request: gr.Request = None):
         """Everything the page's timer keeps true, in one answer: (status panel, queue line, voice menu, voice

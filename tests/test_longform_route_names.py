@@ -38,9 +38,6 @@ class InstantEngine:
     def status(self):
         return {"max_queue": 8, "batch_lines": 1}
 
-    def cancel(self, job_id):
-        pass
-
     def submit(self, job):
         self.jobs += 1
         return f"job-{self.jobs}"

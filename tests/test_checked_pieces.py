@@ -94,3 +94,14 @@ def test_a_streamed_chunk_goes_on_at_once_and_its_failing_sentence_is_flagged_no
     job.record(result, 0.0)
     assert result.check["streamed"] and result.check_status == FLAGGED
     assert "sentence 2, heard before its check, was flagged: a phrase repeated" in result.notes
+
+
+def test_a_failing_sentence_of_a_text_with_inline_tags_is_flagged_not_remade_alone():
+    """Its sentence alone would lose the tags' pause, speed or style: only a Retake of the whole text remakes it."""
+    checker, pipeline, job = JudgingChecker(failing=[SENTENCES[0]]), RemakingPipeline(), JobTakes()
+    request = Request.build(f"{SENTENCES[0]} [pause 300ms] {SENTENCES[1]}", Voice.builtin(), seed=1, check=True)
+    with checker.beside(pipeline, request, None, lambda: False, job) as sentences:
+        for index, text in enumerate(SENTENCES):
+            sentences.add(_piece(text, index))
+        sentences.rest()
+    assert pipeline.remade == [] and [choice.status for choice in job.choices] == [FLAGGED, PASSED]

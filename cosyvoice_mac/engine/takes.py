@@ -14,6 +14,7 @@ import torch
 
 from cosyvoice_mac.engine import asr
 from cosyvoice_mac.engine.checked_pieces import CheckedPieces, UncheckedPieces
+from cosyvoice_mac.frontend.inline import tag_spans
 from cosyvoice_mac.frontend.resample import resample
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.pipeline.takes import (
@@ -269,6 +270,8 @@ class TakeChecker:
             return replace(piece, audio=audio, seed=seed, speech_token_count=tokens, notes=[*piece.notes, *notes])
 
         allowed = retakes_allowed() if retakes is None else retakes
+        if tag_spans(request.text):  # a sentence of a tagged text is a part of its plan (a pause, a speed run, a
+            allowed = 0  # style's recording) that only the whole text remakes: flagged, for a Retake of the whole
         choice = retake_until_passed(piece, piece.seed, check, remake, allowed, should_stop, first)
         kept = choice.piece
         words = take_words(kept, choice.verdict)

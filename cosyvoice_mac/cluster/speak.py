@@ -25,7 +25,7 @@ from cosyvoice_mac.longform.convert_batch import SourceLine
 from cosyvoice_mac.longform.runner import LineRequest, Spoken
 from cosyvoice_mac.longform.speakers import VoiceUnusable
 from cosyvoice_mac.pipeline.takes.retake import CHECK_NOTE_STARTS
-from cosyvoice_mac.request import Request, Voice
+from cosyvoice_mac.request import Voice
 
 
 def voice_parcel(entry: dict) -> VoiceParcel:
@@ -160,17 +160,7 @@ class ClusterSpeak:
         return Voice.saved_voice(entry["name"], transcript=entry.get("transcript"))
 
     def _job(self, line: LineRequest) -> Job:
-        voice = self._voice(line.voice)
-        request = Request.build(
-            line.text,
-            voice,
-            instruct=line.instruct,
-            seed=line.seed,
-            speed=line.speed,
-            sampling=line.sampling,
-            check=self.check,
-        )
-        return Job(request, interface=self.interface)
+        return Job(line.request(self._voice(line.voice), self.check), interface=self.interface)
 
     def _conversion(self, line: SourceLine) -> tuple[Job, SourceParcel]:
         request = ConversionRequest.build(str(line.source), self._voice(line.voice), speed=line.speed)

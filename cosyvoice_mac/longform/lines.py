@@ -9,7 +9,7 @@ from typing import Iterable, Protocol
 
 import numpy as np
 
-from cosyvoice_mac.request import Sampling
+from cosyvoice_mac.request import Request, Sampling, Voice
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,19 @@ class LineRequest:
     number: int | None = None  # the line's number in its script, subtitles or batch file (``retakes`` keys by it)
     sampling: Sampling = Sampling()
     style: str | None = None
+
+    def request(self, voice: Voice, check: bool | None = None) -> Request:
+        """This line as the engine's request, spoken in ``voice`` (``check``: the take check for it; None follows
+        the global switch). RequestError when the line breaks a request rule."""
+        return Request.build(
+            self.text,
+            voice,
+            instruct=self.instruct,
+            seed=self.seed,
+            speed=self.speed,
+            sampling=self.sampling,
+            check=check,
+        )
 
 
 @dataclass(frozen=True)

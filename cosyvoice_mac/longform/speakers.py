@@ -77,20 +77,11 @@ class EngineSpeak:
 
     def _job(self, line: LineRequest):
         from cosyvoice_mac.engine.jobs import Job
-        from cosyvoice_mac.request import Request, Voice
+        from cosyvoice_mac.request import Voice
 
         name = line.voice or self.default_voice
         voice = self.engine.voice(name, line.style) if name else replace(Voice.builtin(), style=line.style)
-        request = Request.build(
-            line.text,
-            voice,
-            instruct=line.instruct,
-            seed=line.seed,
-            speed=line.speed,
-            sampling=line.sampling,
-            check=self.check,
-        )
-        return Job(request, interface=self.interface)
+        return Job(line.request(voice, self.check), interface=self.interface)
 
     def _send_ahead(self) -> None:
         """Queue the next lines until the line in flight and those sent ahead fill one batch (or the queue has

@@ -12,7 +12,7 @@ import soundfile
 
 from cosyvoice_mac.engine.host import Settings
 from cosyvoice_mac.longform import subtitles
-from cosyvoice_mac.longform.runner import Progress
+from cosyvoice_mac.longform.progress import Progress
 from cosyvoice_mac.webui.callbacks import Callbacks
 from cosyvoice_mac.webui.longform import _misfit_words, progress_html
 from cosyvoice_mac.webui.strings import plural

@@ -19,7 +19,7 @@ import httpx
 
 from cosyvoice_mac.cli.common import EXIT_REFUSED, EXIT_TRY_LATER
 from cosyvoice_mac.cli.remote import AppClient, AppError
-from cosyvoice_mac.longform.runner import LongformResult, Progress
+from cosyvoice_mac.longform.progress import LongformResult, Progress
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.settings import batch_name_for
 

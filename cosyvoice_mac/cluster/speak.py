@@ -22,7 +22,7 @@ from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.engine.voice_library import VoiceLibrary
 from cosyvoice_mac.errors import CosyVoiceError
 from cosyvoice_mac.longform.convert_batch import SourceLine
-from cosyvoice_mac.longform.runner import LineRequest, Spoken
+from cosyvoice_mac.longform.lines import LineRequest, Spoken
 from cosyvoice_mac.longform.speakers import VoiceUnusable
 from cosyvoice_mac.pipeline.takes.retake import CHECK_NOTE_STARTS
 from cosyvoice_mac.request import Voice

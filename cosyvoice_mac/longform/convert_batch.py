@@ -23,7 +23,8 @@ from cosyvoice_mac.engine.messages import Failed, Fault
 from cosyvoice_mac.longform import LongformError
 from cosyvoice_mac.longform.batch import MAX_ITEMS, BatchFolder
 from cosyvoice_mac.longform.files import ResultFiles
-from cosyvoice_mac.longform.runner import LongformResult, OnProgress, ShouldStop, Spoken, Tracker, never
+from cosyvoice_mac.longform.lines import Spoken
+from cosyvoice_mac.longform.progress import LongformResult, OnProgress, ShouldStop, Tracker, never
 from cosyvoice_mac.request import PostSettings
 from cosyvoice_mac.sound.limits import AUDIO_SUFFIXES
 from cosyvoice_mac.sound.post import post_process

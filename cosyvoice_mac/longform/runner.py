@@ -13,75 +13,21 @@ another job's); a line the engine made but could not save in outputs/ is kept in
 
 from __future__ import annotations
 
-import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Iterable
 
 from cosyvoice_mac.longform import batch as batches
 from cosyvoice_mac.longform import check_inline_markup, dialogue, subtitles
 from cosyvoice_mac.longform.files import ResultFiles
 from cosyvoice_mac.longform.lines import LineRequest, Speak, Spoken
+from cosyvoice_mac.longform.progress import LongformResult, OnProgress, ShouldStop, Tracker, never
 from cosyvoice_mac.longform.retakes import LineTakes, Retake
 from cosyvoice_mac.longform.timed_words import caption_companions, line_words, on_timeline
 from cosyvoice_mac.pipeline.takes import FLAGGED, Word
 from cosyvoice_mac.request import PostSettings, Sampling
 from cosyvoice_mac.sound.post import post_process, trim_bounds
-
-
-@dataclass(frozen=True)
-class Progress:
-    """After each line: how many are done of how many, seconds so far and an estimate of what is left."""
-
-    done: int
-    total: int
-    elapsed_s: float
-    label: str
-
-    @property
-    def left_s(self) -> float | None:
-        return self.elapsed_s / self.done * (self.total - self.done) if self.done else None
-
-    def describe(self) -> str:
-        left = f", about {self.left_s:.0f} s left" if self.left_s is not None and self.done < self.total else ""
-        return f"{self.done}/{self.total} {self.label}{left}"
-
-
-@dataclass(frozen=True)
-class LongformResult:
-    """What a job left in outputs/: the main WAV (or folder), its companion files, and whether it was stopped."""
-
-    kind: str
-    audio_path: Path | None
-    files: tuple[Path, ...]
-    done: int
-    total: int
-    stopped: bool
-    report: list[dict] = field(default_factory=list)
-    not_saved: str | None = None  # why some of it is not where it belongs in outputs/ (None: all saved)
-    timestamps: list[dict] | None = None  # every word on the main WAV's timeline: {word, start, end}
-    flagged: list[str] = field(default_factory=list)  # the lines whose best take still failed the check, and why
-    retaken: list[int] = field(default_factory=list)  # the lines a retake made again (``retakes.Retake``)
-
-
-OnProgress = Callable[[Progress], None]
-ShouldStop = Callable[[], bool]
-
-
-def never() -> bool:
-    return False
-
-
-class Tracker:
-    """Reports a job's progress (done of ``total``, in ``label``s) to ``on_progress`` after each item."""
-
-    def __init__(self, total: int, label: str, on_progress: OnProgress | None):
-        self.total, self.label, self.on_progress, self.started = total, label, on_progress, time.monotonic()
-
-    def report(self, done: int) -> None:
-        if self.on_progress is not None:
-            self.on_progress(Progress(done, self.total, time.monotonic() - self.started, self.label))
 
 
 def check_line_markup(speak: Speak, lines: Iterable[tuple[str, str | None, str]], error) -> None:

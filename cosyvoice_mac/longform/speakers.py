@@ -17,7 +17,7 @@ from cosyvoice_mac.engine.jobs import EngineError, QueueFull
 from cosyvoice_mac.engine.voice_rules import VoiceError, VoiceStyleUnknown
 from cosyvoice_mac.frontend.glossary import GlossaryEntry
 from cosyvoice_mac.longform.convert_batch import SourceLine
-from cosyvoice_mac.longform.runner import LineRequest, Spoken
+from cosyvoice_mac.longform.lines import LineRequest, Spoken
 from cosyvoice_mac.pipeline.takes.retake import CHECK_NOTE_STARTS
 
 

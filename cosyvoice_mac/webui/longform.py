@@ -35,8 +35,9 @@ from cosyvoice_mac.longform.convert_batch import (
     run_convert_batch,
 )
 from cosyvoice_mac.longform.files import result_stem
+from cosyvoice_mac.longform.progress import Progress
 from cosyvoice_mac.longform.retakes import Retake
-from cosyvoice_mac.longform.runner import Progress, run_batch, run_dialogue, run_dub
+from cosyvoice_mac.longform.runner import run_batch, run_dialogue, run_dub
 from cosyvoice_mac.longform.speakers import EngineSpeak
 from cosyvoice_mac.longform.subtitles import MISFIT_S
 from cosyvoice_mac.settings import batch_name

@@ -17,7 +17,7 @@ from cosyvoice_mac.webui.convert_tab import ConvertCallbacks, build_convert_sect
 from cosyvoice_mac.webui.download_panel import build_download_panel, wire_download_panel
 from cosyvoice_mac.webui.form_memory import wire_form_memory
 from cosyvoice_mac.webui.generation import GenerateOutputs
-from cosyvoice_mac.webui.history import build_history_section, wire_history_section
+from cosyvoice_mac.webui.history_section import build_history_section, wire_history_section
 from cosyvoice_mac.webui.language import LabelBook, gradio_locale_js
 from cosyvoice_mac.webui.longform_layout import build_longform_section
 from cosyvoice_mac.webui.model_panel import build_model_panel, wire_model_panel

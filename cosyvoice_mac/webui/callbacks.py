@@ -21,7 +21,6 @@ from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.mlx import ENGINES
 from cosyvoice_mac.mlx.llm_gate import mlx_llm_row
 from cosyvoice_mac.mlx.llm_gate import offered as offered_mlx_llm
-from cosyvoice_mac.pipeline.takes.retake import next_seed
 from cosyvoice_mac.request import MAX_SEED, MAX_TEXT_CHARS, MODES  # noqa: F401 (MODES: re-export)
 from cosyvoice_mac.sound.prompt_check import checked_prompt
 from cosyvoice_mac.webui.derived_status import StatusCallbacks
@@ -34,7 +33,7 @@ from cosyvoice_mac.webui.render import format_bytes, render_prompt_check, render
 from cosyvoice_mac.webui.sampling_controls import SAMPLING_CONTROLS
 from cosyvoice_mac.webui.state import Session
 from cosyvoice_mac.webui.strings import text as say
-from cosyvoice_mac.webui.takes_view import put_take_in, retake_offered, takes_shown
+from cosyvoice_mac.webui.take_callbacks import TakeCallbacks
 from cosyvoice_mac.webui.transcript_verdict import (
     TranscriptCheckCallbacks,
     TranscriptChecks,
@@ -51,6 +50,7 @@ PREPARE_VOICE_TIMEOUT_S = 900.0  # the model may still be loading
 
 class Callbacks(
     StatusCallbacks,
+    TakeCallbacks,
     VoiceCallbacks,
     VoiceFileCallbacks,
     VoiceDeleteCallbacks,
@@ -209,38 +209,6 @@ class Callbacks(
         )
         for index, update in enumerate(updates):
             yield update._replace(seed=seed) if index == 0 and not seed_fixed else update
-
-    @staticmethod
-    def last_takes(lang: str, session: Session):
-        """The last result's ``TakesPanel`` values (check, captions, their files, the takes to pick), then the
-        Retake button's."""
-        wav = session.last_output if isinstance(session, Session) else None
-        return (*takes_shown(lang, wav), retake_offered(wav))
-
-    @staticmethod
-    def use_last_take(lang: str, session: Session, choice: str | None):
-        """The picked take put in the last result: (its player, its ``TakesPanel`` values, the Retake button)."""
-        wav = session.last_output if isinstance(session, Session) else None
-        played, panel = put_take_in(lang, wav, choice)
-        return (played or gr.skip(), *panel, retake_offered(wav))
-
-    @staticmethod
-    def retake_seed(seed) -> int:
-        """The seed a Retake uses: the next one the take check would use."""
-        return next_seed(int(seed or 0))
-
-    def retake(self, lang, audio, voice, transcript, text, mode, instruct, seed, speed, stream, session,
-               request: gr.Request, *controls):  # fmt: skip
-        """Retake (offered when a sentence stayed flagged): Generate with the same inputs and the next seed, kept
-        (shown in the seed field, as "Keep this seed" would keep it). One event the person starts, so it stays
-        on the queue as Generate does. ``controls``: Generate's last inputs, "Keep this seed" last."""
-        again = self.retake_seed(seed)
-        updates = self.generate(
-            lang, audio, voice, transcript, text, mode, instruct, again, speed, stream, session, request,
-            *controls[:-1], True,
-        )  # fmt: skip
-        for index, update in enumerate(updates):
-            yield update._replace(seed=again) if index == 0 else update
 
     def stop(self, request: gr.Request) -> None:
         self.generation.stop(request)

@@ -106,3 +106,37 @@ class SourceParcel:
 
     name: str
     recording: bytes
+
+
+# -- the app's queue on the cluster (``queue_worker.py`` <-> ``job_actor.py``) --------------------------------
+
+
+@dataclass(frozen=True)
+class FileParcel:
+    """A file a job or task names on the driver's disk (an uploaded prompt, a saved voice's recording, a recording
+    to convert), on its way to a worker: its name, bytes and their SHA-256 (where the worker keeps it)."""
+
+    name: str
+    data: bytes
+    digest: str
+
+
+@dataclass(frozen=True)
+class RunParcel:
+    """One job of the app's queue for a worker: the job and its sequence number (a cancel names it), its saved
+    voice's library entry, the files the two name (driver path -> parcel), and whether it was cancelled already."""
+
+    seq: int
+    job: object  # engine.jobs.Job, its paths the driver's
+    voice_entry: dict | None
+    files: dict[str, FileParcel]
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class JobMade:
+    """A job a worker finished: its Done event (the samples in ``result.audio``, no path of the worker's disk)
+    and the facts its engine recorded for the sidecar (header left out), which the driver saves."""
+
+    event: object  # engine.messages.Done
+    facts: dict

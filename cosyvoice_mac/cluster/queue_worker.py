@@ -20,6 +20,8 @@ import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from cosyvoice_mac import __version__
 from cosyvoice_mac.cluster import ClusterError, said_by
 from cosyvoice_mac.cluster.job_actor import JobWorker
@@ -308,7 +310,8 @@ class ClusterWorker:
             return
         if isinstance(event, JobMade):
             event = self._saved(event, running.worker)
-        if isinstance(event, Progress) and event.audio is not None:
+        if isinstance(event, Progress) and event.audio is not None:  # Ray's copy is a read-only view of its store
+            event = replace(event, audio=np.array(event.audio, dtype=np.float32))
             running.streamed.add(event.job_id)
         if event.terminal:
             running.ended.add(event.job_id)
@@ -323,10 +326,13 @@ class ClusterWorker:
             try:
                 files = write_output(outputs, result.job_id, result.audio, result.sample_rate, facts)
             except OutputWriteError as error:  # the samples stay in the result: the user still gets the sound
-                return replace(event, result=replace(result, output_error=str(error)))
+                samples = np.array(result.audio, dtype=np.float32)
+                return replace(event, result=replace(result, audio=samples, output_error=str(error)))
             notes = [*result.notes, *([files.unsigned] if files.unsigned else [])]
             result = replace(result, output_path=str(files.wav_path), sidecar_path=str(files.sidecar_path))
             result = replace(result, audio=None, notes=notes, captions=self._captions(files.wav_path, result))
+        else:  # nothing is kept here: the samples travel in the result, as from a worker process
+            result = replace(result, audio=np.array(result.audio, dtype=np.float32))
         return replace(event, result=result)
 
     @staticmethod

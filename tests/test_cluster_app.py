@@ -154,3 +154,24 @@ def test_a_worker_killed_mid_job_leaves_the_job_to_the_other(client, cluster_app
     assert sidecar["cluster_worker"] != victim["name"]
     workers = {worker["name"]: worker for worker in _workers(cluster_app)}
     assert workers[victim["name"]]["lost"] and not workers[sidecar["cluster_worker"]]["lost"]
+
+
+# -- without a cluster: what becomes of a lost worker's jobs ------------------------------------------------
+
+
+def test_a_lost_workers_jobs_run_once_more_elsewhere_unless_streamed_moved_before_or_none_is_left():
+    from cosyvoice_mac.cluster.queue_worker import Running, after_loss
+    from cosyvoice_mac.engine.jobs import Command, Job
+    from cosyvoice_mac.request import Request, Voice
+
+    ended, streamed, waiting = (
+        Command("run", Job(Request.build(f"Line {number}.", Voice.builtin())), number) for number in range(3)
+    )
+    running = Running([ended, streamed, waiting], None, {ended.job.job_id}, {streamed.job.job_id})
+    again, failing = after_loss(running, others_left=True)
+    assert again == [waiting] and list(failing) == [streamed.job.job_id]
+    assert "streamed audio had begun" in failing[streamed.job.job_id]
+    again, failing = after_loss(Running([waiting], None, tries=1), others_left=True)  # lost twice: it fails
+    assert again == [] and "moved once" in failing[waiting.job.job_id]
+    again, failing = after_loss(Running([waiting], None), others_left=False)
+    assert again == [] and "no other worker" in failing[waiting.job.job_id]

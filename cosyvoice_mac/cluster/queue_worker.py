@@ -14,7 +14,6 @@ worker process that died (new actors on the slots the cluster has then).
 
 from __future__ import annotations
 
-import hashlib
 import queue
 import threading
 from dataclasses import dataclass, field, replace
@@ -26,8 +25,8 @@ from cosyvoice_mac import __version__
 from cosyvoice_mac.cluster import ClusterError, said_by
 from cosyvoice_mac.cluster.job_actor import JobWorker
 from cosyvoice_mac.cluster.pool import Worker, WorkerPool, connect, local_workers
-from cosyvoice_mac.cluster.wire import FileParcel, JobMade, ModelAsk, RunParcel
-from cosyvoice_mac.engine.jobs import Command, Job, Task
+from cosyvoice_mac.cluster.wire import JobMade, ModelAsk, RunParcel, job_files, packed
+from cosyvoice_mac.engine.jobs import Command, Task
 from cosyvoice_mac.engine.messages import (
     Done,
     Failed,
@@ -45,8 +44,6 @@ from cosyvoice_mac.engine.worker import WorkerConfig
 from cosyvoice_mac.frontend.glossary import glossary_store
 from cosyvoice_mac.preview import PREVIEW
 
-FILE_KEYS = ("audio", "audio_path")  # where a task's args or a voice entry name a file on this disk
-
 
 def model_ask(config: WorkerConfig) -> ModelAsk:
     """What every worker runs: the app's model (its folder name, looked up in each worker's models folder, or
@@ -63,32 +60,6 @@ def model_ask(config: WorkerConfig) -> ModelAsk:
         engine=None if engine in (None, "auto") else engine,
         vocoder="torch" if config.vocoder != "coreml" else f"coreml:{config.compute_units}",
     )
-
-
-def parcel_of(path: str) -> FileParcel:
-    data = Path(path).read_bytes()
-    return FileParcel(Path(path).name, data, hashlib.sha256(data).hexdigest()[:32])
-
-
-def packed(value):
-    """``value`` (a voice entry, a task's args) with each file it names on this disk (FILE_KEYS) as a FileParcel."""
-    if isinstance(value, dict):
-        return {key: _packed_item(key, item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [packed(item) for item in value]
-    return value
-
-
-def _packed_item(key: str, item):
-    if key in FILE_KEYS and isinstance(item, str) and Path(item).is_file():
-        return parcel_of(item)
-    return packed(item)
-
-
-def job_files(job: Job) -> dict[str, FileParcel]:
-    """The files ``job`` names on this disk (its voice's recording, the recording it converts), by path."""
-    paths = [job.request.voice.audio, getattr(getattr(job.request, "source", None), "audio", None)]
-    return {path: parcel_of(path) for path in paths if path and Path(path).is_file()}
 
 
 class ClusterLink:
@@ -128,6 +99,26 @@ class Running:
     ended: set[str] = field(default_factory=set)
     streamed: set[str] = field(default_factory=set)
     tries: int = 0
+
+
+def after_loss(running: Running, others_left: bool) -> tuple[list[Command], dict[str, str]]:
+    """What becomes of ``running``'s jobs when its worker is lost: (those that run once more on another worker,
+    job id -> why each other one fails). An ended job is neither; a job runs again only once, only where no
+    streamed audio of it went out (its listener heard the start), and only where a worker is left."""
+    again, failing = [], {}
+    for run in running.runs:
+        job_id = run.job.job_id
+        if job_id in running.ended:
+            continue
+        if job_id in running.streamed:
+            failing[job_id] = "its streamed audio had begun, so it was not run again"
+        elif running.tries:
+            failing[job_id] = "it had already been moved once from a worker that was lost"
+        elif not others_left:
+            failing[job_id] = "no other worker is left"
+        else:
+            again.append(run)
+    return again, failing
 
 
 class ClusterWorker:
@@ -358,23 +349,8 @@ class ClusterWorker:
                 self.lost.append(f"{worker.name}: {reason}")
             others = self.pool.alive()
             self.inbox.put(WorkerDied(f"the cluster's worker {worker.name} was lost ({reason}); {len(others)} left"))
-            again = []
-            for run in running.runs:
-                job_id = run.job.job_id
-                if job_id in running.ended:
-                    continue
-                why = (
-                    "its streamed audio had begun, so it was not run again"
-                    if job_id in running.streamed
-                    else "it had run on another worker lost before"
-                    if running.tries
-                    else "no other worker is left"
-                    if not others
-                    else None
-                )
-                if why is None:
-                    again.append(run)
-                    continue
+            again, failing = after_loss(running, bool(others))
+            for job_id, why in failing.items():
                 message = f"the cluster's worker {worker.name} was lost while running this job ({reason}); {why}"
                 self.inbox.put(Failed(job_id, f"{message}. Submit it again to retry it", fault=Fault.RESTARTED))
             if again:

@@ -5,12 +5,16 @@ comes back as its samples and the facts its worker's engine recorded, never as a
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.messages import Cancelled, Failed
 
+FILE_KEYS = ("audio", "audio_path")  # where a task's args or a voice entry name a file on the driver's disk
 # The header that ``Sidecar.new`` writes itself: a worker's sidecar facts travel without it.
 SIDECAR_HEADER = ("file", "created", "sample_rate", "duration_s")
 
@@ -127,7 +131,7 @@ class RunParcel:
     voice's library entry, the files the two name (driver path -> parcel), and whether it was cancelled already."""
 
     seq: int
-    job: object  # engine.jobs.Job, its paths the driver's
+    job: Job  # its paths the driver's
     voice_entry: dict | None
     files: dict[str, FileParcel]
     cancelled: bool = False
@@ -140,3 +144,30 @@ class JobMade:
 
     event: object  # engine.messages.Done
     facts: dict
+
+
+def parcel_of(path: str) -> FileParcel:
+    """The file at ``path`` (on the driver's disk) as it travels."""
+    data = Path(path).read_bytes()
+    return FileParcel(Path(path).name, data, hashlib.sha256(data).hexdigest()[:32])
+
+
+def packed(value):
+    """``value`` (a voice entry, a task's args) with each file it names on this disk (FILE_KEYS) as a FileParcel."""
+    if isinstance(value, dict):
+        return {key: _packed_item(key, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [packed(item) for item in value]
+    return value
+
+
+def _packed_item(key: str, item):
+    if key in FILE_KEYS and isinstance(item, str) and Path(item).is_file():
+        return parcel_of(item)
+    return packed(item)
+
+
+def job_files(job: Job) -> dict[str, FileParcel]:
+    """The files ``job`` names on this disk (its voice's recording, the recording it converts), by path."""
+    paths = [job.request.voice.audio, getattr(getattr(job.request, "source", None), "audio", None)]
+    return {path: parcel_of(path) for path in paths if path and Path(path).is_file()}

@@ -159,7 +159,8 @@ class LineWorker:
     def load(self, ask: ModelAsk, glossary) -> tuple[WorkerFacts, str | None]:
         """Build and warm up the model for this machine (after ``check``): (its facts, why it failed or None)."""
         os.environ.update(unset_worker_environment())  # before torch loads, as the local worker does
-        from cosyvoice_mac.engine.runtime import WorkerRuntime, keep_for_life
+        from cosyvoice_mac.engine.runtime import WorkerRuntime
+        from cosyvoice_mac.engine.worker_memory import keep_for_life
         from cosyvoice_mac.frontend.glossary import RequestGlossary
 
         # Always said: Ray starts an actor with OMP_NUM_THREADS=1, and the machine's cores are its workers' share.

@@ -64,29 +64,55 @@ def model_ask(config: WorkerConfig) -> ModelAsk:
 
 class ClusterLink:
     """The engine's ``worker_factory`` on a cluster: owns the app's tie to the cluster at ``address`` (made when the
-    first worker starts; ``close`` ends it when it was made here, e.g. ``local:N``). ``cache_dir``: the app's
-    cache folder, which a local cluster's workers share (they run on this computer)."""
+    first worker starts, by a thread that holds it until ``close``; ``close`` ends a cluster started here, e.g.
+    ``local:N``). ``cache_dir``: the app's cache folder, which a local cluster's workers share (they run here)."""
 
     def __init__(self, address: str, cache_dir: str | None = None):
         self.address = address
         self.cache_dir = cache_dir if local_workers(address) is not None else None
         self._lock = threading.Lock()
-        self._tied = self._let_go = False
+        self._holder: threading.Thread | None = None
+        self._tied = threading.Event()  # set once the holder tried: ``_refusal`` says why it failed
+        self._released = threading.Event()
+        self._refusal: Exception | None = None
+        self._let_go = False
 
     def __call__(self, config: WorkerConfig) -> "ClusterWorker":
         return ClusterWorker(config, self)
 
     def connect(self) -> None:
+        """Tie this process to the cluster (once; again after a failed try): ClusterError when it cannot. The tie
+        is made by a thread that lives until ``close``: a local cluster's processes end with the thread that
+        started them (Linux sends its parent-death signal when that thread ends, not the process)."""
         with self._lock:
-            if not self._tied:
-                self._let_go, self._tied = connect(self.address), True
+            if self._holder is None:
+                self._tied.clear()
+                self._holder = threading.Thread(target=self._hold, name="cosyvoice-cluster-tie", daemon=True)
+                self._holder.start()
+        self._tied.wait()
+        refusal = self._refusal
+        if refusal is not None:
+            with self._lock:
+                self._holder, self._refusal = None, None
+            raise refusal
+
+    def _hold(self) -> None:
+        try:
+            self._let_go = connect(self.address)
+        except Exception as error:  # ClusterError (no cluster there), said by the worker that asked
+            self._refusal = error
+            self._tied.set()
+            return
+        self._tied.set()
+        self._released.wait()
 
     def close(self) -> None:
         if self._let_go:
             import ray
 
             ray.shutdown()
-            self._let_go = self._tied = False
+            self._let_go = False
+        self._released.set()
 
 
 @dataclass

@@ -29,6 +29,8 @@ pytestmark = pytest.mark.skipif(not preview_available(), reason="the preview voi
 
 WORKERS = 2
 TEXT = "Hello from the cluster. Two workers share the queue."
+# A job long enough to be seen running (four sentences of the preview voice, a few seconds on one core)
+MEDIUM_TEXT = " ".join(f"This is sentence number {n}, which is long enough to stand on its own." for n in range(4))
 STOP_S = 30.0  # for a cancelled job to end on its worker, or a killed worker's job to end on the other
 
 
@@ -84,7 +86,7 @@ def test_two_jobs_run_side_by_side_on_the_two_workers(client, cluster_app):
     answers = [None, None]
 
     def speak(index):
-        answers[index] = _speak(client, LONG_TEXT, extra_body={"seed": index})
+        answers[index] = _speak(client, MEDIUM_TEXT, extra_body={"seed": index})
 
     threads = [threading.Thread(target=speak, args=(index,)) for index in range(2)]
     for thread in threads:
@@ -140,7 +142,7 @@ def test_the_page_generates_on_the_cluster_and_its_status_lists_the_workers(clus
 def test_a_worker_killed_mid_job_leaves_the_job_to_the_other(client, cluster_app):
     """Last: the app keeps one worker after it."""
     answer = {}
-    thread = threading.Thread(target=lambda: answer.update(response=_speak(client, LONG_TEXT)))
+    thread = threading.Thread(target=lambda: answer.update(response=_speak(client, MEDIUM_TEXT)))
     thread.start()
     deadline = time.monotonic() + STOP_S
     while not (running := [worker for worker in _workers(cluster_app) if worker["load"]]):

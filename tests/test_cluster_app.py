@@ -91,12 +91,13 @@ def test_two_jobs_run_side_by_side_on_the_two_workers(client, cluster_app):
     threads = [threading.Thread(target=speak, args=(index,)) for index in range(2)]
     for thread in threads:
         thread.start()
-    busy = set()
+    most_at_once = 0
     while any(thread.is_alive() for thread in threads):
-        busy |= {worker["name"] for worker in _workers(cluster_app) if worker["load"]}
-        time.sleep(0.1)
+        most_at_once = max(most_at_once, sum(worker["load"] for worker in _workers(cluster_app)))
+        time.sleep(0.05)
     sidecars = [sidecar_for(cluster_app, answer.response.headers["x-cosyvoice-job-id"]) for answer in answers]
-    assert {sidecar["cluster_worker"] for sidecar in sidecars} == busy and len(busy) == WORKERS
+    assert most_at_once == WORKERS, "the second job waited for the first instead of running on the idle worker"
+    assert len({sidecar["cluster_worker"] for sidecar in sidecars}) == WORKERS
 
 
 def test_a_cancel_stops_the_job_on_its_worker(client, cluster_app):
@@ -142,7 +143,14 @@ def test_the_page_generates_on_the_cluster_and_its_status_lists_the_workers(clus
 def test_a_worker_killed_mid_job_leaves_the_job_to_the_other(client, cluster_app):
     """Last: the app keeps one worker after it."""
     answer = {}
-    thread = threading.Thread(target=lambda: answer.update(response=_speak(client, MEDIUM_TEXT)))
+
+    def speak():
+        try:
+            answer["response"] = _speak(client, MEDIUM_TEXT)
+        except openai.APIError as error:
+            answer["error"] = error
+
+    thread = threading.Thread(target=speak)
     thread.start()
     deadline = time.monotonic() + STOP_S
     while not (running := [worker for worker in _workers(cluster_app) if worker["load"]]):
@@ -151,7 +159,8 @@ def test_a_worker_killed_mid_job_leaves_the_job_to_the_other(client, cluster_app
     victim = running[0]
     os.kill(victim["pid"], signal.SIGKILL)
     thread.join(STOP_S * 4)
-    response = answer["response"]  # not an error: the job ran again on the other worker
+    assert "error" not in answer, f"the job was lost with its worker: {answer.get('error')}"
+    response = answer["response"]  # the job ran again on the other worker
     sidecar = sidecar_for(cluster_app, response.response.headers["x-cosyvoice-job-id"])
     assert sidecar["cluster_worker"] != victim["name"]
     workers = {worker["name"]: worker for worker in _workers(cluster_app)}

@@ -17,15 +17,13 @@ from __future__ import annotations
 import queue
 import threading
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 
 import numpy as np
 
-from cosyvoice_mac import __version__
 from cosyvoice_mac.cluster import ClusterError, said_by
 from cosyvoice_mac.cluster.job_actor import JobWorker
 from cosyvoice_mac.cluster.pool import Worker, WorkerPool, connect, local_workers
-from cosyvoice_mac.cluster.wire import JobMade, ModelAsk, RunParcel, job_files, packed
+from cosyvoice_mac.cluster.wire import JobMade, RunParcel, job_files, model_ask, packed
 from cosyvoice_mac.engine.jobs import Command, Task
 from cosyvoice_mac.engine.messages import (
     Done,
@@ -42,24 +40,6 @@ from cosyvoice_mac.engine.messages import (
 from cosyvoice_mac.engine.outputs import OutputWriteError, write_output
 from cosyvoice_mac.engine.worker import WorkerConfig
 from cosyvoice_mac.frontend.glossary import glossary_store
-from cosyvoice_mac.preview import PREVIEW
-
-
-def model_ask(config: WorkerConfig) -> ModelAsk:
-    """What every worker runs: the app's model (its folder name, looked up in each worker's models folder, or
-    the preview voice) with the app's build choices; what they leave open (auto) each worker decides."""
-    options = dict(config.pipeline_kwargs)
-    engine = options.pop("engine", None)
-    options.pop("mlx_llm", None)  # each machine's own: its gate passes what its chip runs
-    return ModelAsk(
-        PREVIEW if config.model_dir is None else Path(config.model_dir).name,
-        __version__,
-        device=config.device,
-        dtype=config.dtype,
-        precision={key: value for key, value in options.items() if value},
-        engine=None if engine in (None, "auto") else engine,
-        vocoder="torch" if config.vocoder != "coreml" else f"coreml:{config.compute_units}",
-    )
 
 
 class ClusterLink:

@@ -1,6 +1,8 @@
 """What crosses a machine between the cluster's driver and its workers: plain dataclasses (and the engine's own
 ``Job`` and events), pickled by Ray. A voice travels as its recording, transcript and feature hash; a line
-comes back as its samples and the facts its worker's engine recorded, never as a path on either disk.
+comes back as its samples and the facts its worker's engine recorded, never as a path on either disk. The
+driver's side of packing (``packed``, ``job_files``: each file a job names travels as its bytes; ``model_ask``: the
+app's model as every worker is asked to build it) is here too; the worker's side is ``job_actor.land``.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac import __version__
 from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.messages import Cancelled, Failed
+from cosyvoice_mac.engine.worker import WorkerConfig
+from cosyvoice_mac.preview import PREVIEW
 
 FILE_KEYS = ("audio", "audio_path")  # where a task's args or a voice entry name a file on the driver's disk
 # The header that ``Sidecar.new`` writes itself: a worker's sidecar facts travel without it.
@@ -171,3 +176,20 @@ def job_files(job: Job) -> dict[str, FileParcel]:
     """The files ``job`` names on this disk (its voice's recording, the recording it converts), by path."""
     paths = [job.request.voice.audio, getattr(getattr(job.request, "source", None), "audio", None)]
     return {path: parcel_of(path) for path in paths if path and Path(path).is_file()}
+
+
+def model_ask(config: WorkerConfig) -> ModelAsk:
+    """What every worker runs: the app's model (its folder name, looked up in each worker's models folder, or
+    the preview voice) with the app's build choices; what they leave open (auto) each worker decides."""
+    options = dict(config.pipeline_kwargs)
+    engine = options.pop("engine", None)
+    options.pop("mlx_llm", None)  # each machine's own: its gate passes what its chip runs
+    return ModelAsk(
+        PREVIEW if config.model_dir is None else Path(config.model_dir).name,
+        __version__,
+        device=config.device,
+        dtype=config.dtype,
+        precision={key: value for key, value in options.items() if value},
+        engine=None if engine in (None, "auto") else engine,
+        vocoder="torch" if config.vocoder != "coreml" else f"coreml:{config.compute_units}",
+    )

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # CosyVoice for Mac.
 #   bash run.sh [--host H] [--port P]   set up .venv if needed, then start the web UI on 127.0.0.1:7860
+#                                       (--cluster ADDRESS: its jobs run on a Ray cluster's workers, docs/cluster.md)
 #   bash run.sh test [pytest args]      set up .venv if needed, then run the test suite
 #   bash run.sh setup                   only set up .venv
 #   bash run.sh bench [args]            set up .venv if needed, then time the full-size models (--help for options)
@@ -17,7 +18,7 @@ TORCH_REQUIREMENT="torch==2.13.0"  # the build every result of ours was checked 
 PYTHON_CANDIDATES=(python3.11 python3.12 python3.10 python3)
 
 usage() {
-  echo "usage: bash run.sh [--host HOST] [--port PORT] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
+  echo "usage: bash run.sh [--host HOST] [--port PORT] [--cluster ADDRESS] | bash run.sh test [PYTEST_ARGS...] | bash run.sh setup"
   echo "       bash run.sh bench [--devices cpu,cuda,mps] [--dtypes float32,float16/float32] [--tokens 250] [--runs 3]"
   echo "       bash run.sh download cosyvoice3|cosyvoice2 [--rl: cosyvoice3's llm.rl.pt too, and use it]"
   echo "       bash run.sh doctor [--tokens 100] [--engines torch/cpu,mlx/default] [--json doctor.json]"

@@ -35,7 +35,7 @@ from cosyvoice_mac.paths import (
 )
 from cosyvoice_mac.preview.labels import DOWNLOAD_COMMAND, PREVIEW_LABEL
 from cosyvoice_mac.request import MAX_UPLOAD_BYTES
-from cosyvoice_mac.settings import add_argument, out_of_range
+from cosyvoice_mac.settings import add_argument, env_value, out_of_range
 from cosyvoice_mac.webui.page import TITLE, build_app, page_css, title_js
 from cosyvoice_mac.webui.temp_janitor import TempJanitor
 
@@ -44,7 +44,7 @@ MAX_UPLOAD = f"{MAX_UPLOAD_BYTES >> 20}mb"  # Gradio's spelling of request.MAX_U
 SERVE_SETTINGS = ("host", "port", "models_dir", "outputs_dir", "cache_dir", "model", "device")
 SERVE_SETTINGS += ("precision", "dtype", "llm_dtype", "flow_dtype", "reprobe", "engine", "max_queue")
 SERVE_SETTINGS += ("allowed_origin", "allowed_host", "temp_max_age", "hang_timeout", "torch_threads", "vocoder")
-SERVE_SETTINGS += ("compute_units", "api_key", "no_auth")
+SERVE_SETTINGS += ("compute_units", "api_key", "no_auth", "cluster")
 TEMP_PREFIX = "cosyvoice-mac-ui-"
 
 
@@ -70,6 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         problem = out_of_range(name, getattr(args, name))
         if problem:
             parser.error(problem)
+    args.cluster = (args.cluster or env_value("cluster") or "").strip() or None
+    if args.cluster:
+        problem = _cluster_problem(args.cluster)
+        if problem:
+            parser.error(problem)
     args.models_dir = (args.models_dir or default_models_dir()).expanduser()
     args.outputs_dir = (args.outputs_dir or default_outputs_dir()).expanduser()
     return args
@@ -85,6 +90,7 @@ def serve(argv: list[str] | None = None) -> int:
     outputs_dir = args.outputs_dir.resolve()
     cache_dir = args.cache_dir.expanduser() if args.cache_dir else None
     settings = Settings(cache_dir)
+    cluster = _cluster_link(args.cluster, cache_dir)
     host = ModelHost(
         HostConfig(
             models_dir=args.models_dir,
@@ -100,7 +106,8 @@ def serve(argv: list[str] | None = None) -> int:
             precision=host_precision(args),
             engine=starting_engine(args.engine, settings),
             mlx_llm=starting_mlx_llm(settings),
-        )
+        ),
+        worker_factory=cluster,
     )
     library_problem = VoiceLibrary(host.config.cache_dir).problem()  # sets a damaged voice list aside
     if library_problem:
@@ -154,6 +161,8 @@ def serve(argv: list[str] | None = None) -> int:
             print(f"Note: the CLI will not find this app by itself ({error.strerror}); give it --server", flush=True)
         print(f"{TITLE} is running at {server.url}  (Ctrl-C to stop)", flush=True)
         print(f"OpenAI-compatible API: {server.url}v1/audio/speech" + _api_access_note(args), flush=True)
+        if cluster is not None:
+            print(f"Every job runs on the workers of the Ray cluster at {args.cluster} (docs/cluster.md)", flush=True)
         if _access(args).open_to_everyone:
             print(
                 f"Warning: --no-auth: {args.host} is reachable from other machines and nothing asks for a key; "
@@ -178,9 +187,34 @@ def serve(argv: list[str] | None = None) -> int:
             forget_running_app(host.config.cache_dir)
             server.close()
         host.close()
+        if cluster is not None:
+            cluster.close()
         janitor.stop()
         shutil.rmtree(temp_dir, ignore_errors=True)
     return 0
+
+
+def _cluster_problem(address: str) -> str | None:
+    """Why the app cannot run its jobs on the cluster at ``address`` (no Ray here, a bad ``local:N``), or None."""
+    from cosyvoice_mac.cluster import ClusterError
+    from cosyvoice_mac.cluster.pool import import_ray, local_workers
+
+    try:
+        import_ray()
+        local_workers(address)
+    except ClusterError as error:
+        return f"--cluster {address}: {error}"
+    return None
+
+
+def _cluster_link(address: str | None, cache_dir: Path | None):
+    """What runs the app's jobs on the cluster at ``address`` (the engine's worker factory); None: a worker
+    process on this computer."""
+    if address is None:
+        return None
+    from cosyvoice_mac.cluster.queue_worker import ClusterLink
+
+    return ClusterLink(address, str(cache_dir) if cache_dir else None)
 
 
 def _address_for_this_machine(server) -> str:

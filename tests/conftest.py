@@ -56,6 +56,7 @@ SHARED_CACHE_GROUPS = {
     "test_coreml_mac.py": "coreml-conversions",
     # Ray starts a cluster of processes: its modules share one worker, so two clusters never run at once.
     "test_cluster.py": "ray-cluster",
+    "test_cluster_app.py": "ray-cluster",
 }
 
 

@@ -48,6 +48,18 @@ def test_a_batch_takes_the_doors_in_turn_and_never_passes_a_job_that_runs_alone(
     assert [record.job.text for record in book.start_batch(4)] == ["api 3"]
 
 
+def test_on_a_cluster_jobs_start_beside_those_running_and_keep_their_order():
+    book = JobQueue(8, threading.RLock())
+    api = [book.add(_door_job(f"api {index}", "api")) for index in range(2)]
+    streamed = book.add(_door_job("streamed", "page", stream=True))
+    assert book.start_batch(1) == [api[0]] and book.start_batch(1) == []  # a worker process: one at a time
+    assert book.start_batch(1, alongside=True) == [api[1]]  # a cluster's worker with room: beside it
+    assert book.start_batch(4, alongside=True) == [streamed]  # a streamed job still runs alone (on its worker)
+    assert {book.position(record.job.job_id) for record in (*api, streamed)} == {0} and not book.pending
+    book.finish(api[0], jobs.DONE, "done")
+    assert book.batch == [api[1], streamed]
+
+
 @pytest.fixture(scope="module")
 def fake_runtime(tmp_path_factory):
     """A worker runtime in this process over the fake pipeline, speaking up to 4 jobs together."""

@@ -41,4 +41,4 @@ def test_the_core_ml_modules_share_one_worker_and_so_the_sessions_conversions():
 
 
 def test_the_ray_cluster_modules_share_one_worker_so_one_cluster_runs_at_a_time():
-    assert _groups("test_cluster.py") == ["ray-cluster"]
+    assert _groups("test_cluster.py", "test_cluster_app.py") == ["ray-cluster", "ray-cluster"]

@@ -50,6 +50,7 @@ KEPT_IN_CHINESE = {
     "pyworld",
     "CC0",
     "MIT",
+    "Ray",  # the cluster scheduler the app's jobs may run on (docs/cluster.md)
 }  # product names stay as they are
 
 

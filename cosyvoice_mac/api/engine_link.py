@@ -115,6 +115,7 @@ class EngineLink(VoiceDoor):
     # -- models ------------------------------------------------------------------------------------
     def models(self) -> list[dict]:
         current = self.host.current
+        workers = self.host.status().get("workers") or []  # what runs the loaded model: machine, engine, load
         listed = []
         for choice in self.host.choices():
             folder = choice.path
@@ -129,6 +130,7 @@ class EngineLink(VoiceDoor):
                     "loaded": current is not None and choice.name == current.name,
                     "preview": choice.is_preview,
                     **({"label": PREVIEW_LABEL} if choice.is_preview else {}),
+                    **({"workers": workers} if current is not None and choice.name == current.name else {}),
                 }
             )
         return listed

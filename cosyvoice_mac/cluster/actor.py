@@ -106,6 +106,20 @@ def worker_config_for(ask: ModelAsk, choice, outputs_dir: Path, threads: int | N
     return ModelHost(settings).worker_config(choice)
 
 
+def taken_from_scratch(result) -> tuple:
+    """(samples, sidecar facts) of a result the worker's engine saved in the scratch folder, whose files are then
+    removed: the samples are the saved 16-bit file's, as the local engine gives them back; the facts are the
+    sidecar's without its header (the driver's ``write_output`` writes that)."""
+    samples = result.samples()
+    facts = {"seed": result.seed, "model": result.model, "device": result.device}  # the scratch refused it
+    if result.sidecar_path:
+        facts = {key: value for key, value in read_json(result.sidecar_path).items() if key not in SIDECAR_HEADER}
+    for path in (result.sidecar_path, result.output_path, *(result.captions or {}).values()):
+        if path:
+            Path(path).unlink(missing_ok=True)
+    return samples, facts
+
+
 def remove_dead_workers_scratch() -> None:
     """Remove the scratch folders of this machine's workers that were killed (a worker that ends well removes
     its own): the folder's name holds its worker's process id."""
@@ -130,6 +144,7 @@ class LineWorker:
         host = socket.gethostname()
         self.facts = WorkerFacts(f"{host}#{slot}", host, slot, os.getpid())
         self.runtime = None
+        self.cache_dir: str | None = None  # the speaker cache's folder: None, this machine's own
         self.choice = None
         self.voices: dict[str, dict] = {}
         self.cancelled: set[int] = set()  # the numbers of the groups to stop
@@ -151,6 +166,7 @@ class LineWorker:
         # Always said: Ray starts an actor with OMP_NUM_THREADS=1, and the machine's cores are its workers' share.
         threads = max(1, (psutil.cpu_count(logical=False) or os.cpu_count() or 1) // self.slots_here)
         config = worker_config_for(ask, self.choice, self.scratch / "outputs", threads)
+        config = replace(config, cache_dir=self.cache_dir)
         try:
             runtime = WorkerRuntime(config, self._receive)
             runtime.load()
@@ -227,14 +243,7 @@ class LineWorker:
             event = Failed(job.job_id, "the worker ended the line without a result", fault=Fault.ENGINE)
         if not isinstance(event, Done):
             return LineFailed(job.job_id, event, self.facts.name)
-        result = event.result
-        samples = result.samples()  # the saved 16-bit file's samples, as the local engine gives them back
-        facts = {"seed": result.seed, "model": result.model, "device": result.device}  # the scratch refused it
-        if result.sidecar_path:
-            facts = {key: value for key, value in read_json(result.sidecar_path).items() if key not in SIDECAR_HEADER}
-        if result.words is not None:  # the line's timed words travel with it (the driver writes no captions)
-            facts["words"] = result.words
-        for path in (result.sidecar_path, result.output_path, *(result.captions or {}).values()):
-            if path:
-                Path(path).unlink(missing_ok=True)
-        return LineMade(job.job_id, samples, result.sample_rate, facts, self.facts.name)
+        samples, facts = taken_from_scratch(event.result)
+        if event.result.words is not None:  # the line's timed words travel with it (the driver writes no captions)
+            facts["words"] = event.result.words
+        return LineMade(job.job_id, samples, event.result.sample_rate, facts, self.facts.name)

@@ -21,7 +21,8 @@ CLOSE_TIMEOUT_S = 5.0  # for a worker to remove its scratch folder before it is 
 INSTALL_HINT = 'Ray is not installed here: pip install ".[cluster]" (or: bash run.sh setup, which installs it)'
 
 
-def _ray():
+def import_ray():
+    """The ray module; ClusterError saying how to install it where it is missing."""
     try:
         import ray
     except ImportError:
@@ -43,7 +44,7 @@ def connect(address: str) -> bool:
     """Tie this process to the cluster at ``address`` (``host:port`` or ``ray://host:port``), or start
     ``local:N`` here (N workers, no dashboard). True when it started or joined one now (``close`` then lets
     go); False when this process was already tied to one (a test's, or the app's), which stays."""
-    ray = _ray()
+    ray = import_ray()
     if ray.is_initialized():
         return False
     count = local_workers(address)
@@ -87,7 +88,7 @@ def worker_nodes() -> list[Node]:
             int(node["Resources"].get(SLOT_RESOURCE, 0)),
             int(node["Resources"].get("GPU", 0)),
         )
-        for node in _ray().nodes()
+        for node in import_ray().nodes()
         if node.get("Alive")
     ]
     nodes = [node for node in nodes if node.slots > 0]
@@ -102,7 +103,7 @@ def worker_nodes() -> list[Node]:
 def _gather(doing: str, refs: list) -> list:
     """Every worker's answer to a start-up question; ClusterError when one does not come (a worker that died
     while ``doing`` it: often an app missing on that machine), or not within START_TIMEOUT_S."""
-    ray = _ray()
+    ray = import_ray()
     try:
         return ray.get(refs, timeout=START_TIMEOUT_S)
     except ray.exceptions.GetTimeoutError:
@@ -139,16 +140,17 @@ class WorkerPool:
         self._groups_sent = 0
 
     @classmethod
-    def open(cls, address: str, ask: ModelAsk, glossary=()) -> "WorkerPool":
-        """Connect, start an actor per slot, have each check (no model folder? another version?) and then
-        load the model for its machine; ClusterError naming every worker that cannot, before any line."""
-        ray = _ray()
+    def open(cls, address: str, ask: ModelAsk, glossary=(), kind: type = LineWorker, extra: tuple = ()) -> "WorkerPool":
+        """Connect, start an actor per slot (a ``kind``: LineWorker, or the app queue's JobWorker, made with
+        ``(slot, slots_here, *extra)``), have each check (no model folder? another version?) and then load the
+        model for its machine; ClusterError naming every worker that cannot, before any line."""
+        ray = import_ray()
         let_go = connect(address)
         pool = cls([], let_go)
         try:
             from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-            actor = ray.remote(LineWorker)
+            actor = ray.remote(kind)
             for node in worker_nodes():
                 for slot in range(node.slots):
                     options = {
@@ -160,7 +162,7 @@ class WorkerPool:
                     }
                     if node.gpus >= node.slots:
                         options["num_gpus"] = node.gpus // node.slots  # Ray gives each worker its own GPU
-                    handle = actor.options(**options).remote(slot, node.slots)
+                    handle = actor.options(**options).remote(slot, node.slots, *extra)
                     pool.workers.append(Worker(handle, WorkerFacts(f"{node.host}#{slot}", node.host, slot, 0)))
             pool._ask_all("checking", [worker.handle.check.remote(ask) for worker in pool.workers])
             pool._ask_all(
@@ -194,7 +196,7 @@ class WorkerPool:
         comes back half-way through a line."""
         worker.alive = False
         try:
-            _ray().kill(worker.handle, no_restart=True)
+            import_ray().kill(worker.handle, no_restart=True)
         except Exception:  # already gone
             pass
 
@@ -211,7 +213,7 @@ class WorkerPool:
 
     def close(self) -> None:
         """Let each worker remove its scratch folder, end every actor, and let go of a cluster tied here."""
-        ray = _ray()
+        ray = import_ray()
         closing = []
         for worker in self.alive():
             try:

@@ -1,16 +1,25 @@
 """What crosses a machine between the cluster's driver and its workers: plain dataclasses (and the engine's own
 ``Job`` and events), pickled by Ray. A voice travels as its recording, transcript and feature hash; a line
-comes back as its samples and the facts its worker's engine recorded, never as a path on either disk.
+comes back as its samples and the facts its worker's engine recorded, never as a path on either disk. The
+driver's side of packing (``packed``, ``job_files``: each file a job names travels as its bytes; ``model_ask``: the
+app's model as every worker is asked to build it) is here too; the worker's side is ``job_actor.land``.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
+from cosyvoice_mac import __version__
+from cosyvoice_mac.engine.jobs import Job
 from cosyvoice_mac.engine.messages import Cancelled, Failed
+from cosyvoice_mac.engine.worker import WorkerConfig
+from cosyvoice_mac.preview import PREVIEW
 
+FILE_KEYS = ("audio", "audio_path")  # where a task's args or a voice entry name a file on the driver's disk
 # The header that ``Sidecar.new`` writes itself: a worker's sidecar facts travel without it.
 SIDECAR_HEADER = ("file", "created", "sample_rate", "duration_s")
 
@@ -106,3 +115,81 @@ class SourceParcel:
 
     name: str
     recording: bytes
+
+
+# -- the app's queue on the cluster (``queue_worker.py`` <-> ``job_actor.py``) --------------------------------
+
+
+@dataclass(frozen=True)
+class FileParcel:
+    """A file a job or task names on the driver's disk (an uploaded prompt, a saved voice's recording, a recording
+    to convert), on its way to a worker: its name, bytes and their SHA-256 (where the worker keeps it)."""
+
+    name: str
+    data: bytes
+    digest: str
+
+
+@dataclass(frozen=True)
+class RunParcel:
+    """One job of the app's queue for a worker: the job and its sequence number (a cancel names it), its saved
+    voice's library entry, the files the two name (driver path -> parcel), and whether it was cancelled already."""
+
+    seq: int
+    job: Job  # its paths the driver's
+    voice_entry: dict | None
+    files: dict[str, FileParcel]
+    cancelled: bool = False
+
+
+@dataclass(frozen=True)
+class JobMade:
+    """A job a worker finished: its Done event (the samples in ``result.audio``, no path of the worker's disk)
+    and the facts its engine recorded for the sidecar (header left out), which the driver saves."""
+
+    event: object  # engine.messages.Done
+    facts: dict
+
+
+def parcel_of(path: str) -> FileParcel:
+    """The file at ``path`` (on the driver's disk) as it travels."""
+    data = Path(path).read_bytes()
+    return FileParcel(Path(path).name, data, hashlib.sha256(data).hexdigest()[:32])
+
+
+def packed(value):
+    """``value`` (a voice entry, a task's args) with each file it names on this disk (FILE_KEYS) as a FileParcel."""
+    if isinstance(value, dict):
+        return {key: _packed_item(key, item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [packed(item) for item in value]
+    return value
+
+
+def _packed_item(key: str, item):
+    if key in FILE_KEYS and isinstance(item, str) and Path(item).is_file():
+        return parcel_of(item)
+    return packed(item)
+
+
+def job_files(job: Job) -> dict[str, FileParcel]:
+    """The files ``job`` names on this disk (its voice's recording, the recording it converts), by path."""
+    paths = [job.request.voice.audio, getattr(getattr(job.request, "source", None), "audio", None)]
+    return {path: parcel_of(path) for path in paths if path and Path(path).is_file()}
+
+
+def model_ask(config: WorkerConfig) -> ModelAsk:
+    """What every worker runs: the app's model (its folder name, looked up in each worker's models folder, or
+    the preview voice) with the app's build choices; what they leave open (auto) each worker decides."""
+    options = dict(config.pipeline_kwargs)
+    engine = options.pop("engine", None)
+    options.pop("mlx_llm", None)  # each machine's own: its gate passes what its chip runs
+    return ModelAsk(
+        PREVIEW if config.model_dir is None else Path(config.model_dir).name,
+        __version__,
+        device=config.device,
+        dtype=config.dtype,
+        precision={key: value for key, value in options.items() if value},
+        engine=None if engine in (None, "auto") else engine,
+        vocoder="torch" if config.vocoder != "coreml" else f"coreml:{config.compute_units}",
+    )

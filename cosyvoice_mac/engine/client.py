@@ -34,7 +34,8 @@ class Engine(VoiceSaving):
     Listen with ``subscribe()`` (the one way). ``job_timeout_s`` cancels a job that runs longer; a job that
     ignores a cancel for ``cancel_grace_s`` gets its worker restarted; a worker whose heartbeat stops for
     ``liveness_timeout_s`` (stopped, wedged, swapped out) is killed and replaced, its running job failed with
-    that reason.
+    that reason. ``worker_factory`` makes what runs the jobs from the config (default: a worker process here;
+    ``cluster.queue_worker`` offers a Ray cluster's workers instead, under the same queue).
     """
 
     def __init__(
@@ -50,6 +51,7 @@ class Engine(VoiceSaving):
         start_method: str = "auto",
         set_ui_qos: bool = True,
         liveness_timeout_s: float = 30.0,
+        worker_factory: Callable[[WorkerConfig], object] | None = None,
     ):
         self.voices = VoiceLibrary(config.cache_dir)
         self._lock = threading.RLock()
@@ -59,7 +61,7 @@ class Engine(VoiceSaving):
             start_timeout_s, stop_timeout_s, cancel_grace_s, job_timeout_s, max_load_failures, liveness_timeout_s
         )
         self._supervisor = WorkerSupervisor(
-            config, self.queue, self.tasks, self.voices, self._lock, self.limits, start_method
+            config, self.queue, self.tasks, self.voices, self._lock, self.limits, start_method, worker_factory
         )
         if set_ui_qos:
             set_ui_thread_qos()
@@ -230,6 +232,10 @@ class Engine(VoiceSaving):
                 "cache": cache,
                 "cache_hit_rate": cache.get("hit_rate", 0.0),
                 "worker_pid": supervisor.worker.pid if supervisor.worker else None,
+                # what runs the jobs: machine, device, engine and load (jobs running) of each (several: a cluster)
+                "workers": supervisor.worker.describe(supervisor.worker_status, len(self.queue.batch))
+                if supervisor.worker
+                else [],
                 "restarts": supervisor.restarts,
                 "last_error": supervisor.last_error,
             }

@@ -115,9 +115,13 @@ class ModelHost:
         config: HostConfig,
         engine_factory: Callable[..., Engine] = Engine,
         transcriber: TranscriberProcess | None = None,
+        worker_factory: Callable[[WorkerConfig], object] | None = None,
     ):
         self.config = config
         self.engine_factory = engine_factory
+        # None: each engine runs its model in a worker process here; else what runs its jobs (a Ray cluster's
+        # workers: ``cluster.queue_worker.ClusterLink``), under the same queue
+        self.worker_factory = worker_factory
         self.engine: Engine | None = None
         self.current: ModelChoice | None = None
         self.transcriber = transcriber or TranscriberProcess()  # its process starts on the first request
@@ -162,6 +166,7 @@ class ModelHost:
             start_timeout_s=self.config.start_timeout_s,
             job_timeout_s=self.config.job_timeout_s,
             liveness_timeout_s=self.config.liveness_timeout_s,
+            **({"worker_factory": self.worker_factory} if self.worker_factory is not None else {}),
         )
         engine.start(wait=False)
         with self._lock:

@@ -88,7 +88,7 @@ class JobQueue:
         self.max_waiting = max_waiting
         self.lock = lock
         self.pending: deque[JobRecord] = deque()
-        self.batch: list[JobRecord] = []  # the jobs running now, together (at most one unless batched)
+        self.batch: list[JobRecord] = []  # the jobs running now: one, a batch, or a cluster's side by side
         self._records: OrderedDict[str, JobRecord] = OrderedDict()
         self._seq = itertools.count(1)
         self._subscribers: list[Listener] = []
@@ -195,12 +195,12 @@ class JobQueue:
         started = self.start_batch(1)
         return started[0] if started else None
 
-    def batch_candidates(self, limit: int) -> list[JobRecord]:
+    def batch_candidates(self, limit: int, alongside: bool = False) -> list[JobRecord]:
         """The waiting jobs :meth:`start_batch` would start now (at most ``limit``): the first job, and while it is
         batchable, the batchable jobs behind it up to the first that is not, the doors taking turns (each door's
-        own jobs in their order)."""
+        own jobs in their order). None while jobs run, unless ``alongside`` (a cluster's worker with room)."""
         with self.lock:
-            if self.batch or not self.pending:
+            if (self.batch and not alongside) or not self.pending:
                 return []
             head = self.pending[0]
             if limit <= 1 or not batchable(head.job):
@@ -220,17 +220,18 @@ class JobQueue:
                         break
             return chosen
 
-    def start_batch(self, limit: int) -> list[JobRecord]:
-        """Move the jobs of :meth:`batch_candidates` to running, together ([] if some run already or none waits)."""
+    def start_batch(self, limit: int, alongside: bool = False) -> list[JobRecord]:
+        """Move the jobs of :meth:`batch_candidates` to running, together ([] if some run already, unless
+        ``alongside``, or none waits)."""
         with self.lock:
-            chosen = self.batch_candidates(limit)
+            chosen = self.batch_candidates(limit, alongside)
             if not chosen:
                 return []
             now = time.monotonic()
             for record in chosen:
                 self.pending.remove(record)
                 record.state, record.sent_at, record.together = jobs.RUNNING, now, len(chosen)
-            self.batch = list(chosen)
+            self.batch.extend(chosen)
             self._announce_positions()
             return chosen
 

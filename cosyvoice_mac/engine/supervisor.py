@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field, replace
+from functools import partial
+from typing import Callable
 
 from cosyvoice_mac.engine import jobs
 from cosyvoice_mac.engine.jobqueue import JobQueue, JobRecord, batchable
@@ -88,9 +90,13 @@ class WorkerSupervisor:
         lock: threading.RLock,
         limits: SupervisorLimits,
         start_method: str = "auto",
+        worker_factory: Callable[[WorkerConfig], WorkerProcess] | None = None,
     ):
         self.config, self.queue, self.tasks, self.voices = config, queue, tasks, voices
         self.lock, self.limits, self.start_method = lock, limits, start_method
+        # What runs the jobs: a worker process on this machine, or a stand-in with its interface (the workers of
+        # a Ray cluster, ``cluster.queue_worker``); the queue, its rules and this keeper stay the same.
+        self.worker_factory = worker_factory or partial(WorkerProcess, start_method=start_method)
         self.worker: WorkerProcess | None = None
         self.state = EngineState.STOPPED
         self.worker_status: WorkerStatus | None = None
@@ -185,7 +191,7 @@ class WorkerSupervisor:
         config = replace(self.config, device=self.device_override) if self.device_override else self.config
         self.load_error = None
         try:
-            self.worker = WorkerProcess(config, self.start_method)
+            self.worker = self.worker_factory(config)
         except Exception as error:  # e.g. the OS refused a new process: no job can run
             self._give_up(f"the model process could not be started: {type(error).__name__}: {error}")
 
@@ -273,12 +279,12 @@ class WorkerSupervisor:
             self.silent_s = silent if beating and silent > warn_after else 0.0  # a new process is only slow
         if silent <= bound:
             return False
-        worker.process.kill()  # works on a stopped (SIGSTOP) process too
+        worker.kill()  # works on a stopped (SIGSTOP) process too
         self._on_worker_death(worker, f"stopped answering (no sign of life for {silent:.0f} s) and was killed")
         return True
 
     def _on_worker_death(self, worker: WorkerProcess, how: str | None = None) -> None:
-        worker.process.join(1.0)
+        worker.join(1.0)
         how = how or worker.exit_description()
         worker.stop(0.0)
         with self.lock:
@@ -365,15 +371,19 @@ class WorkerSupervisor:
                 except OSError:  # the worker died just now: the next one gets it
                     self.tasks.unsend(ticket)
                     return
+            # A worker process runs one batch at a time; a cluster runs one beside another while a worker has room.
+            alongside = self.worker.runs_alongside
+            if alongside and self.worker.room() < 1:
+                return
             limit = self.batch_limit()
-            waiting = self.queue.batch_candidates(limit)
+            waiting = self.queue.batch_candidates(limit, alongside)
             if not waiting:
                 return
             head = waiting[0]
             if batchable(head.job) and len(waiting) < limit and time.monotonic() - head.queued_at < COALESCE_WAIT_S:
                 return  # others may join its batch within the bounded wait
             runs = []
-            for record in self.queue.start_batch(limit):
+            for record in self.queue.start_batch(limit, alongside):
                 voice = record.job.request.voice
                 try:
                     entry = self.voices.styled(voice.saved, voice.style) if voice.kind == "saved" else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -156,6 +157,8 @@ def _describe_load_failure(error: BaseException, config: WorkerConfig) -> str:
 class WorkerProcess:
     """UI-side handle of one worker process: its pipes, its cancel flag, and how to stop it."""
 
+    runs_alongside = False  # it runs one job (or one batch) at a time: the next waits until it ends
+
     def __init__(self, config: WorkerConfig, start_method: str = "auto"):
         os.environ.update(unset_worker_environment())  # the child starts with our environment (start_method.py)
         context = worker_context(start_method)
@@ -194,6 +197,30 @@ class WorkerProcess:
 
     def alive(self) -> bool:
         return self.process.is_alive()
+
+    def kill(self) -> None:
+        self.process.kill()
+
+    def join(self, timeout: float) -> None:
+        self.process.join(timeout)
+
+    def room(self) -> int:
+        """How many more commands it takes beside those running (it runs one at a time: see runs_alongside)."""
+        return 1
+
+    def describe(self, status, running: int) -> list[dict]:
+        """The status panel's list of workers: this process, on this machine (``status``: its last
+        ``WorkerStatus``; ``running``: the jobs it runs now)."""
+        return [
+            {
+                "name": "local",
+                "machine": socket.gethostname(),
+                "device": getattr(status, "device", None),
+                "engine": getattr(status, "engine", None),
+                "load": running,
+                "pid": self.pid,
+            }
+        ]
 
     def exit_description(self) -> str:
         code = self.process.exitcode

@@ -282,15 +282,18 @@ SERVER_ROWS = (
     ),
     Setting(
         "cluster",
-        "speak the lines on a Ray cluster's workers: its head's address (host:6379), or local:N to start N "
-        "workers on this computer; the files, the manifest and the report stay here (docs/cluster.md)",
-        "在 Ray 集群的工作节点上合成各行：头节点地址（host:6379），或 local:N 在本机启动 N 个工作进程；"
+        "run the jobs on a Ray cluster's workers (serve: every door's, under the app's one queue; the long-form "
+        "commands: the lines): its head's address (host:6379), or local:N to start N workers on this computer; "
+        "the files, the manifest and the report stay here (docs/cluster.md)",
+        "在 Ray 集群的工作节点上运行任务（serve：各入口的任务，仍由应用的同一队列调度；长文本命令：各行）："
+        "头节点地址（host:6379），或 local:N 在本机启动 N 个工作进程；"
         "文件、清单和报告仍保存在本机（见 docs/cluster.md）",
         flag="--cluster",
         env="RAY_ADDRESS",
-        default_words="$RAY_ADDRESS unless --local or --server is given, else none: the lines run as without it",
+        default_words="$RAY_ADDRESS (the long-form commands: unless --local or --server is given), else none: "
+        "the jobs run on this computer's worker",
         metavar="ADDRESS",
-        doors=cli(*LONG_COMMANDS),
+        doors=cli("serve", *LONG_COMMANDS),
         group="cli",
     ),
 )

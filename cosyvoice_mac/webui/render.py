@@ -117,9 +117,9 @@ def render_status(lang: str, status: dict) -> str:
             )
         )
     if "queue_length" in status:
-        lines.append(
-            say(lang, "status_queue", waiting=status["queue_length"], running=1 if status.get("running") else 0)
-        )
+        running = status.get("running_together") or (1 if status.get("running") else 0)
+        lines.append(say(lang, "status_queue", waiting=status["queue_length"], running=running))
+    lines += worker_lines(lang, status.get("workers") or [])
     cache = status.get("cache") or {}
     if cache:
         hits = cache.get("memory_hits", 0) + cache.get("disk_hits", 0)
@@ -137,6 +137,20 @@ def render_status(lang: str, status: dict) -> str:
     if status.get("library_problem"):
         lines.append(say(lang, "status_voices_problem", message=status["library_problem"]))
     return "  \n".join(lines)
+
+
+def worker_lines(lang: str, workers: list[dict]) -> list[str]:
+    """The cluster's workers (``bash run.sh --cluster``), one line each: machine, device, engine, load; none for the
+    one worker process on this computer (the lines above describe it)."""
+    if all(worker.get("name") == "local" for worker in workers):
+        return []
+    unknown = say(lang, "not_known")
+    lines = [say(lang, "status_workers", count=sum(not worker.get("lost") for worker in workers))]
+    for worker in workers:
+        values = {key: worker.get(key) or unknown for key in ("name", "machine", "device", "engine")}
+        key = "status_worker_lost" if worker.get("lost") else "status_worker"
+        lines.append(say(lang, key, load=worker.get("load", 0), **values))
+    return lines
 
 
 def engine_line(lang: str, status: dict) -> str:

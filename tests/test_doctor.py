@@ -272,3 +272,20 @@ def test_probe_rows_that_do_not_work_say_why_in_the_table():
     text = doctor.table(document)
     assert "MPS is not available on this Mac" in text and "synthesis FAILED: exit status 1: boom" in text
     assert "CPUExecutionProvider 0.50 ms" in text
+
+
+def test_the_new_voice_cell_is_the_whole_wait_with_the_prompt_encoded():
+    """A new voice waits for its prompt's features and then its first chunk: the table shows the sum, and a report
+    made before the frontends were timed with it shows its first chunk alone."""
+    result = {"ok": True, "tokens_per_s": 20.0, "rtf": 1.5, "first_audio_s": 2.95, "peak_memory_mb": 5000.0}
+    document = {"machine": machine.describe_machine().as_dict(), "onnx_providers": [], "engines": []}
+    for extra, shown in (
+        ({"first_audio_new_voice_s": 3.62, "new_voice_with_frontends_s": 4.81}, "4.81"),
+        (
+            {"first_audio_new_voice_s": 3.62},
+            "3.62",
+        ),
+    ):
+        document["engines"] = [{"name": "torch/cpu", "works": True, "synthesis": {**result, **extra}}]
+        cells = doctor.table(document).splitlines()[-1].split()
+        assert cells[4:6] == ["2.95", shown], cells

@@ -144,6 +144,7 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
     timings.update(vocoder_s=wall, vocoder_cpu_s=cpu)
     audio_s = wave.shape[-1] / model.sample_rate
     total = sum(timings[f"{stage}_s"] for stage in STAGES)
+    new_voice_s = time_to_first_audio(model, text_ids, speaker, tokens_to_decode, new_voice=True) if stream else None
     return {
         **timings,
         "end_to_end_s": total,
@@ -151,9 +152,9 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
         "audio_s": audio_s,
         "rtf": total / audio_s,
         "llm_tokens_per_s": tokens_to_decode / timings["llm_s"],
-        "first_audio_new_voice_s": time_to_first_audio(model, text_ids, speaker, tokens_to_decode, new_voice=True)
-        if stream
-        else None,
+        "first_audio_new_voice_s": new_voice_s,
+        # a new voice's whole wait: its prompt's features (cached for a voice used before), then its first audio
+        "new_voice_with_frontends_s": None if new_voice_s is None else timings["frontend_s"] + new_voice_s,
         "first_audio_s": time_to_first_audio(model, text_ids, speaker, tokens_to_decode) if stream else None,
         "prompt_tokens": speaker.speech_tokens.shape[1],
         "text_tokens": text_ids.shape[1],

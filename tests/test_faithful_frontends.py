@@ -170,3 +170,22 @@ def test_the_folder_is_built_once_and_then_read_from_the_cache(tmp_path, monkeyp
     assert builds == ["cosyvoice2"] and first == again and record == record_again
     assert (first / "campplus.onnx").is_file() and not list(tmp_path.glob("bench/*.partial-*"))
     assert json.loads((first / faithful.COMPLETE).read_text())["version"] == "cosyvoice2"
+
+
+def test_a_build_that_finishes_second_keeps_the_first_ones_files(tmp_path, monkeypatch):
+    """Two processes building at once: the one that finishes second leaves the first one's folder (which may be in
+    use) as it is and drops its own."""
+    monkeypatch.setenv("COSYVOICE_CACHE_DIR", str(tmp_path))
+    kept = tmp_path / "bench" / f"faithful-frontends-cosyvoice2-s{faithful.STRUCTURE}"
+
+    def build_while_another_finishes(version, folder, seed=0):
+        kept.mkdir(parents=True)
+        (kept / faithful.COMPLETE).write_text(json.dumps({"version": version, "by": "the other process"}))
+        (folder / "campplus.onnx").parent.mkdir(parents=True, exist_ok=True)
+        (folder / "campplus.onnx").write_bytes(b"ours")
+        return {"version": version, "by": "this process"}
+
+    monkeypatch.setattr(faithful, "write_faithful_frontends", build_while_another_finishes)
+    folder, record = faithful.faithful_frontends_folder("cosyvoice2")
+    assert folder == kept and record["by"] == "the other process" and not (kept / "campplus.onnx").exists()
+    assert not list(tmp_path.glob("bench/*.partial-*"))

@@ -114,11 +114,14 @@ def faithful_frontends_folder(version: str) -> tuple[Path, dict]:
         shutil.rmtree(partial, ignore_errors=True)
         record = write_faithful_frontends(version, partial)
         (partial / COMPLETE).write_text(json.dumps(record, indent=1))
-        shutil.rmtree(folder, ignore_errors=True)
-        try:
-            partial.rename(folder)
-        except OSError:  # another process kept its folder first: the same files
+        if complete.is_file():  # another process finished first: keep its files (it may be reading them)
             shutil.rmtree(partial, ignore_errors=True)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)  # what a build stopped before its marker left
+            try:
+                partial.rename(folder)
+            except OSError:  # another process renamed its folder in between: the same files
+                shutil.rmtree(partial, ignore_errors=True)
     return folder, json.loads(complete.read_text())
 
 

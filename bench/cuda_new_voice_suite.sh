@@ -17,6 +17,10 @@ if [[ $parts == *tests* ]]; then
     tests/test_decode_step.py tests/test_onnx_providers.py --tb=short -rf > "$out/unit_cuda.txt" 2>&1
   stamp "unit tests exit $?"; grep -E "^(FAILED|E  )" "$out/unit_cuda.txt" | head -12; tail -1 "$out/unit_cuda.txt"
 fi
+if [[ $parts == *voice* || $parts == *bench* ]]; then  # the faithful frontends (issue 47), built once before the timeouts
+  timeout 240 python3 -m cosyvoice_mac.bench.faithful_frontends --version cosyvoice3 --seconds 3 --runs 1 > "$out/frontends.json" 2> "$out/frontends.err"
+  stamp "faithful frontends exit $?"
+fi
 if [[ $parts == *voice* ]]; then
   timeout 150 python3 bench/new_voice.py --device cuda --dtype auto --rounds 3 > "$out/new_voice_auto.json" 2> "$out/new_voice.err"
   stamp "new voice exit $?"; grep -v -i warn "$out/new_voice.err" | tail -7

@@ -2,21 +2,24 @@
 
     python bench/onnx_providers.py [--providers cpu,cuda] [--seconds 3,10] [--runs 5] [--json FILE]
 
-Stand-ins of the released files' sizes (``speech_tokenizer_v3.onnx`` 969 MB, ``campplus.onnx`` 28 MB), built
-as ``tests/fakes/random_folders.py`` builds them (the tiny graphs of ``tests/fakes/onnx_models.py`` grown with
-weight matrices that every call reads), are written once under ``<user cache>/bench/`` and reused; ``--folder``
-takes a folder with the real files instead. Each provider opens both through the app's own classes
-(``SpeechTokenizer``, ``SpeakerEncoder``) with ``$COSYVOICE_ONNX_PROVIDER`` set to it, then encodes a
-synthetic prompt (a chirp plus noise, fixed seed) of each length: the first call, then ``--runs`` more.
+Random-weight graphs of the released files' structure (``--frontends faithful``, the default:
+:mod:`cosyvoice_mac.bench.faithful_frontends`, the S3 tokenizer's transformer and CAM++'s D-TDNN at their released
+sizes), or stand-ins of the released files' sizes (``--frontends stand-in``: ``speech_tokenizer_v3.onnx`` 969 MB,
+``campplus.onnx`` 28 MB, built as ``tests/fakes/random_folders.py`` builds them, the tiny graphs of
+``tests/fakes/onnx_models.py`` grown with weight matrices that every call reads), are written once under
+``<user cache>/bench/`` and reused; ``--folder`` takes a folder with the real files instead. Each provider opens
+both through the app's own classes (``SpeechTokenizer``, ``SpeakerEncoder``) with ``$COSYVOICE_ONNX_PROVIDER`` set
+to it, then encodes a synthetic prompt (a chirp plus noise, fixed seed) of each length: the first call, then
+``--runs`` more.
 
 Per provider and model: seconds to open the session (the first CUDA one also starts CUDA), the first call and
 the median call (features + ``session.run``), the median ``session.run`` alone, and the provider the session
 really uses. Against the first provider: tokens identical, largest embedding difference (at most 1e-4);
 ``fell_back`` lists the sessions that did not get the provider asked for.
-The stand-ins' compute is not the real graphs' (one weight read per call, no attention): the times bound
-what a provider costs around the weights, not the real encoders' arithmetic. JSON on stdout; exit 1 when
-a check fails. When CUDA is asked for, ``onnxruntime.preload_dlls()`` (onnxruntime-gpu >= 1.21) loads CUDA
-and cuDNN from the nvidia pip packages first.
+The stand-ins' compute is not the real graphs' (one weight read per call, no attention): their times bound
+what a provider costs around the weights; the faithful graphs' are the real encoders' arithmetic. JSON on
+stdout; exit 1 when a check fails. When CUDA is asked for, ``onnxruntime.preload_dlls()`` (onnxruntime-gpu >=
+1.21) loads CUDA and cuDNN from the nvidia pip packages first.
 """
 
 from __future__ import annotations
@@ -81,6 +84,17 @@ def stand_ins_folder(version: str, report: dict) -> Path:
     return folder
 
 
+def frontends_folder(version: str, kind: str, report: dict) -> Path:
+    """The cached folder of ``version``'s ``faithful`` graphs or size-only ``stand-in`` files; the report says which."""
+    if kind == "stand-in":
+        return stand_ins_folder(version, report)
+    from cosyvoice_mac.bench.faithful_frontends import faithful_frontends_folder
+
+    folder, record = faithful_frontends_folder(version)
+    report["faithful"] = {"folder": str(folder), **record}
+    return folder
+
+
 def synthetic_prompt(seconds: float, seed: int = 0) -> torch.Tensor:
     """``(1, N)`` 16 kHz: a 100 Hz -> 4 kHz exponential chirp with a syllable envelope, plus noise."""
     t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
@@ -141,14 +155,15 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=5, help="timed calls after the first, per prompt")
     parser.add_argument("--threads", type=int, default=1, help="onnxruntime intra-op threads (the app uses 1)")
     parser.add_argument("--version", default="cosyvoice3", choices=sorted(SPEECH_TOKENIZER_FILES))
-    parser.add_argument("--folder", type=Path, help="a folder with the ONNX files (default: stand-ins in the cache)")
+    parser.add_argument("--folder", type=Path, help="a folder with the ONNX files (default: --frontends's, cached)")
+    parser.add_argument("--frontends", choices=("faithful", "stand-in"), default="faithful")
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args()
     providers = [name.strip() for name in args.providers.split(",") if name.strip()]
     prompts = {f"{float(s):g}s": synthetic_prompt(float(s)) for s in args.seconds.split(",")}
 
     report: dict = {"version": args.version, "threads": args.threads, "runs": args.runs}
-    folder = args.folder or stand_ins_folder(args.version, report)
+    folder = args.folder or frontends_folder(args.version, args.frontends, report)
     tokenizer_path, campplus_path = folder / SPEECH_TOKENIZER_FILES[args.version], folder / CAMPPLUS
     report["files"] = {str(path): path.stat().st_size for path in (tokenizer_path, campplus_path)}
 

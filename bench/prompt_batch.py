@@ -2,15 +2,16 @@
 
     python bench/prompt_batch.py [--voices 4] [--rounds 3] [--low-memory both] [--version cosyvoice3]
 
-The prompt encoder runs the ONNX frontends at the released files' sizes (the stand-ins ``onnx_providers.py``
-writes once under ``<user cache>/bench/``; ``--folder`` takes the real files) on the CPU provider, through
+The prompt encoder runs random-weight ONNX frontends of the released graphs' structure (``--frontends faithful``,
+the default) or size-only stand-ins (``stand-in``), as ``onnx_providers.py`` keeps them under
+``<user cache>/bench/`` (``--folder`` takes the real files), on the CPU provider, through
 the app's own classes: ``OnDemand`` sessions (loaded per call in low-memory mode, kept otherwise), the
 ``PromptEncoder``. Each round, for each mode, prepares ``--voices`` different synthetic prompts (3-6 s) from
 a fresh encoder: ``one_by_one`` calls ``encode`` per prompt (what a long job with N voices new to the model
 did: one task per voice at its first line), ``one_call`` calls ``encode_many`` once. Modes alternate within
 a round. Reported per mode: seconds (median and all), session loads of each frontend, and whether the
-features equal one another's. The stand-ins' compute is not the real graphs': the loads are the real cost
-(reading and optimising a 969 MB graph), the calls are not. JSON on stdout.
+features equal one another's. The stand-ins' compute is not the real graphs': with them the loads are the real
+cost (reading and optimising a 969 MB graph), the calls are not. JSON on stdout.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's package, not an installed one
 
-from bench.onnx_providers import CAMPPLUS, stand_ins_folder, synthetic_prompt  # noqa: E402
+from bench.onnx_providers import CAMPPLUS, frontends_folder, synthetic_prompt  # noqa: E402
 from cosyvoice_mac.bench.machine import describe_machine  # noqa: E402
 from cosyvoice_mac.frontend.speaker import SpeakerEncoder  # noqa: E402
 from cosyvoice_mac.frontend.speech_tokenizer import SpeechTokenizer  # noqa: E402
@@ -73,11 +74,12 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--low-memory", choices=("on", "off", "both"), default="both")
     parser.add_argument("--version", default="cosyvoice3", choices=sorted(SPEECH_TOKENIZER_FILES))
-    parser.add_argument("--folder", type=Path, help="a folder with the ONNX files (default: stand-ins in the cache)")
+    parser.add_argument("--folder", type=Path, help="a folder with the ONNX files (default: --frontends's, cached)")
+    parser.add_argument("--frontends", choices=("faithful", "stand-in"), default="faithful")
     args = parser.parse_args()
     host = {"chip": describe_machine().chip, "cores": os.cpu_count()}
     report: dict = {"voices": args.voices, "rounds": args.rounds, "host": host}
-    folder = args.folder or stand_ins_folder(args.version, report)
+    folder = args.folder or frontends_folder(args.version, args.frontends, report)
     prompts = [
         PromptAudio(synthetic_prompt(3.0 + (index % 4), seed=index)[0].numpy(), 16000) for index in range(args.voices)
     ]

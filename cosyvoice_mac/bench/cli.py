@@ -16,8 +16,9 @@ import time
 
 import torch
 
+from cosyvoice_mac.bench.faithful_frontends import faithful_frontends_folder
 from cosyvoice_mac.bench.floors import machine_rates
-from cosyvoice_mac.bench.measure import AUTO, PROMPT_TOKENS, bench, parse_dtypes
+from cosyvoice_mac.bench.measure import AUTO, FAITHFUL, PROMPT_TOKENS, STAND_IN, bench, parse_dtypes
 from cosyvoice_mac.device import empty_cache, select_device, select_dtype
 from cosyvoice_mac.paths import atomic_write
 from cosyvoice_mac.pipeline.fullsize import official_config
@@ -60,6 +61,7 @@ def bench_isolated(args: argparse.Namespace, device: str, dtype: str, engine: st
     command += ["--threads", str(args.threads)] if args.threads else []
     command += ["--no-decode-profile"] * (not args.decode_profile)
     command += ["--budget-s", str(args.budget_s)] if args.budget_s else []
+    command += ["--frontends", args.frontends]
     if args.floors and engine == "torch":  # probed here, so the child's peak memory never includes the probes
         device_type = select_device(device)
         flow_dtype = parse_dtypes(dtype)[1]
@@ -180,6 +182,13 @@ def main(argv: list[str] | None = None) -> int:
         type=float,
         help="seconds each configuration may take: after a slow warm-up, a shorter request (the report says so)",
     )
+    parser.add_argument(
+        "--frontends",
+        choices=(FAITHFUL, STAND_IN),
+        default=FAITHFUL,
+        help="random weights' prompt frontends: ONNX graphs of the released speech tokenizer's and CAM++'s "
+        "structure (built once per machine, minutes) or stand-ins of microseconds (default: faithful)",
+    )
     parser.add_argument("--in-process", action="store_true", help="run every configuration in this process")
     parser.add_argument("--json", help="also write the JSON document to this file")
     parser.add_argument("--quiet", action="store_true", help=argparse.SUPPRESS)  # no table (a child run)
@@ -187,6 +196,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.frontends == FAITHFUL and not args.model and not args.in_process:
+        faithful_frontends_folder(args.version)  # built here once, so no child's time or peak memory holds the build
     reports = []
     for device in available_devices() if args.devices == "all" else args.devices.split(","):
         device_type = select_device(device).type
@@ -210,6 +221,7 @@ def main(argv: list[str] | None = None) -> int:
                         profile_decode=args.decode_profile,
                         engine=engine,
                         budget_s=args.budget_s,
+                        frontends=args.frontends,
                     )
                 )
             else:

@@ -12,7 +12,10 @@ Three parts, each recorded in ``doctor.json`` (a file to attach to a bug report)
    onnxruntime execution providers (CoreML on a Mac, CUDA with onnxruntime-gpu) with a timed graph.
 2. Each engine and device that works (MLX, MPS, CUDA, CPU): a short synthesis with full-size random
    weights in a process of its own (the benchmark's request, one run after a warm-up): tokens/s, RTF,
-   first audio, peak memory (MLX's peak and, on macOS, the process's peak ``phys_footprint``).
+   first audio, peak memory (MLX's peak and, on macOS, the process's peak ``phys_footprint``). The prompt is
+   encoded by random-weight graphs of the released speech tokenizer's and CAM++'s structure
+   (:mod:`cosyvoice_mac.bench.faithful_frontends`: their real cost; built the first time, ~1 GB in the user
+   cache), or with ``--frontends stand-in`` by stand-ins of microseconds.
    The whole run keeps to ``--minutes`` (five): each engine gets a share of what is left, and a slow one
    (MLX's CPU backend on Linux) a shorter request (:mod:`cosyvoice_mac.bench.budget`), said in the table;
    one that cannot finish even its warm-up in its share is named as too slow here, not as failed.
@@ -47,6 +50,7 @@ CHILD_START_S = 10.0  # of a share: the child's imports before its own clock sta
 # Max abs error allowed per stage family in the doctor's summary: the parity suite's atol plus its rtol
 # times the largest value of that stage (mels reach ~10; logits and waves are checked absolutely).
 STAGE_LIMITS = {"llm": 1e-4, "flow": 2e-3, "first_chunk": 2e-3, "hift": 1e-3}
+FAITHFUL, STAND_IN = "faithful", "stand-in"  # the bench's --frontends (measure's names; this module stays torch-free)
 
 
 def parity_folder() -> Path | None:
@@ -55,14 +59,14 @@ def parity_folder() -> Path | None:
     return folder if (folder / "manifest.json").is_file() else None
 
 
-def synthesis(probe: Probe, version: str, tokens: int, share_s: float) -> dict:
+def synthesis(probe: Probe, version: str, tokens: int, share_s: float, frontends: str = FAITHFUL) -> dict:
     """The benchmark's request on ``probe``'s engine and device, in a child process that keeps to ``share_s``
     seconds (a shorter request where the engine is slow): the figures that matter."""
     device = "auto" if probe.engine == "mlx" else probe.device
     command = [sys.executable, "-m", "cosyvoice_mac.bench", "--in-process", "--quiet", "--version", version]
     command += ["--devices", device, "--engine", probe.engine, "--dtypes", "auto", "--runs", "1"]
     command += ["--tokens", str(tokens), "--no-floors", "--no-decode-profile"]
-    command += ["--budget-s", f"{max(share_s - CHILD_START_S, 1.0):.0f}"]
+    command += ["--budget-s", f"{max(share_s - CHILD_START_S, 1.0):.0f}", "--frontends", frontends]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=share_s, check=False)
@@ -92,12 +96,21 @@ def synthesis(probe: Probe, version: str, tokens: int, share_s: float) -> dict:
         "end_to_end_s": round(median["end_to_end_s"], 3),
         "first_audio_s": _rounded(median.get("first_audio_s")),
         "first_audio_new_voice_s": _rounded(median.get("first_audio_new_voice_s")),
+        "new_voice_with_frontends_s": _rounded(median.get("new_voice_with_frontends_s")),
+        "frontend_s": _rounded(median.get("frontend_s")),
         "load_s": round(report["load_s"], 2),
         "peak_memory_mb": round(peak, 1) if peak else None,
         "peak_rss_mb": round(report["peak_rss_mb"], 1),
         "peak_footprint_mb": report.get("peak_footprint_mb"),
         "audio_s": round(median["audio_s"], 2),
     }
+
+
+def _new_voice(result: dict) -> float | None:
+    """A new voice's first audio as a user waits for it: its prompt encoded, then its first chunk (reports written
+    before the frontends were timed with it: the first chunk alone)."""
+    whole = result.get("new_voice_with_frontends_s")
+    return whole if whole is not None else result.get("first_audio_new_voice_s")
 
 
 def _rounded(value: float | None) -> float | None:
@@ -196,7 +209,7 @@ def table(document: dict) -> str:
 
         lines.append(
             f"{row['name']:<14}{'yes':<7}{cell(result['tokens_per_s'], 8, '.1f')}{cell(result['rtf'], 8, '.3f')}"
-            f"{cell(result['first_audio_s'], 13, '.2f')}{cell(result['first_audio_new_voice_s'], 11, '.2f')}"
+            f"{cell(result['first_audio_s'], 13, '.2f')}{cell(_new_voice(result), 11, '.2f')}"
             f"{cell(result['peak_memory_mb'], 10, '.0f')}  {verdict}"
         )
         if result.get("shortened"):  # a slow engine: what its figures are of
@@ -209,8 +222,19 @@ def synthesis_share(part_s: float, with_parity: bool) -> float:
     return max(MIN_SHARE_S, part_s - (PARITY_S if with_parity else 0.0))
 
 
+def prepare_frontends(version: str, frontends: str) -> dict:
+    """The prompt frontends the syntheses encode with; the faithful graphs are built here the first time (minutes
+    on a 2-core CPU, once per machine), before any engine's share of the doctor's time starts."""
+    if frontends != FAITHFUL:
+        return {"kind": frontends}
+    from cosyvoice_mac.bench.faithful_frontends import faithful_frontends_folder  # torch: only when it is needed
+
+    started = time.perf_counter()
+    folder, record = faithful_frontends_folder(version)
+    return {"kind": FAITHFUL, "folder": str(folder), "ready_s": round(time.perf_counter() - started, 1), **record}
+
+
 def run_doctor(args: argparse.Namespace) -> dict:
-    deadline = time.monotonic() + 60 * args.minutes
     chosen = set(args.engines.split(",")) if args.engines else None
     document = {
         "doctor_version": 1,
@@ -225,6 +249,9 @@ def run_doctor(args: argparse.Namespace) -> dict:
     document["minutes"] = args.minutes
     probes = [probe for probe in probe_engines() if chosen is None or probe.name in chosen]
     engines_left = sum(probe.works for probe in probes)
+    if engines_left and not args.no_synthesis:
+        document["frontends"] = prepare_frontends(args.version, args.frontends)
+    deadline = time.monotonic() + 60 * args.minutes  # a first run's frontend build is not part of the minutes
     for probe in probes:
         row = {"name": probe.name, "engine": probe.engine, "device": probe.device, "works": probe.works}
         row["detail"] = probe.detail
@@ -233,7 +260,7 @@ def run_doctor(args: argparse.Namespace) -> dict:
         if probe.works and not args.no_synthesis:
             share = synthesis_share(part_s, folder is not None)
             print(f"doctor: synthesising on {probe.name} (at most {share:.0f} s) ...", file=sys.stderr, flush=True)
-            row["synthesis"] = synthesis(probe, args.version, args.tokens, share)
+            row["synthesis"] = synthesis(probe, args.version, args.tokens, share, args.frontends)
         if probe.works and folder is not None:
             print(f"doctor: parity on {probe.name} ...", file=sys.stderr, flush=True)
             timeout = max(PARITY_S, part_ends - time.monotonic())  # its reserve, and what the synthesis left
@@ -270,6 +297,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="doctor.json", help="where to write the report (default: doctor.json)")
     parser.add_argument("--no-synthesis", action="store_true", help="only the machine and the engine probes")
     parser.add_argument("--no-parity", action="store_true", help="skip the golden-vector parity checks")
+    parser.add_argument(
+        "--frontends",
+        choices=(FAITHFUL, STAND_IN),
+        default=FAITHFUL,
+        help="the prompt frontends of the random-weight syntheses: graphs of the released speech tokenizer's and "
+        "CAM++'s structure, so a new voice's figure pays their cost (built once per machine, not counted in "
+        "--minutes), or stand-ins of microseconds (default: faithful)",
+    )
     args = parser.parse_args(argv)
     if args.tokens < 25:
         parser.error("--tokens must be at least 25 (one second of speech)")

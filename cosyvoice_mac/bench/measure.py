@@ -36,6 +36,7 @@ import torch
 
 from cosyvoice_mac.bench.budget import WARM_UP_TOKENS, estimated_seconds, plan_run, worth_timing_again
 from cosyvoice_mac.bench.decode import decode_report
+from cosyvoice_mac.bench.faithful_frontends import use_faithful_frontends
 from cosyvoice_mac.bench.floors import floors
 from cosyvoice_mac.bench.machine import peak_footprint_mb
 from cosyvoice_mac.device import empty_cache, select_device, synchronize
@@ -48,6 +49,7 @@ from cosyvoice_mac.versions import SAMPLE_RATE
 PROMPT_SECONDS = 3.0
 TOKEN_RATE = 25  # speech tokens per second of audio
 PROMPT_TOKENS = 80  # what the stand-in tokenizer makes of the 3 s prompt (the floors use the real count)
+FAITHFUL, STAND_IN = "faithful", "stand-in"  # the random-weight model's prompt frontends (faithful_frontends)
 STAGES = ("frontend", "llm", "flow", "vocoder")
 AUTO = "auto"
 TEXT = "You are a helpful assistant.<|endofprompt|>The quick brown fox jumps over the dog."
@@ -142,6 +144,7 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
     timings.update(vocoder_s=wall, vocoder_cpu_s=cpu)
     audio_s = wave.shape[-1] / model.sample_rate
     total = sum(timings[f"{stage}_s"] for stage in STAGES)
+    new_voice_s = time_to_first_audio(model, text_ids, speaker, tokens_to_decode, new_voice=True) if stream else None
     return {
         **timings,
         "end_to_end_s": total,
@@ -149,9 +152,9 @@ def run_once(model: CosyVoice, tokens_to_decode: int, prompt: np.ndarray, stream
         "audio_s": audio_s,
         "rtf": total / audio_s,
         "llm_tokens_per_s": tokens_to_decode / timings["llm_s"],
-        "first_audio_new_voice_s": time_to_first_audio(model, text_ids, speaker, tokens_to_decode, new_voice=True)
-        if stream
-        else None,
+        "first_audio_new_voice_s": new_voice_s,
+        # a new voice's whole wait: its prompt's features (cached for a voice used before), then its first audio
+        "new_voice_with_frontends_s": None if new_voice_s is None else timings["frontend_s"] + new_voice_s,
         "first_audio_s": time_to_first_audio(model, text_ids, speaker, tokens_to_decode) if stream else None,
         "prompt_tokens": speaker.speech_tokens.shape[1],
         "text_tokens": text_ids.shape[1],
@@ -204,7 +207,10 @@ def load_model(
     model_dir: str | None,
     engine: str = "torch",
     reprobe: bool = False,
+    frontends: str = FAITHFUL,
 ):
+    """The model a bench measures: ``model_dir``'s, or full-size random weights whose prompt frontends are the
+    released graphs' structure (``faithful``, built once per machine) or microsecond stand-ins (``stand-in``)."""
     llm_dtype, flow_dtype = parse_dtypes(dtype_spec)
     if low_memory and "/" not in dtype_spec:
         llm_dtype = None  # low-memory mode picks the LLM's 16-bit dtype for the device
@@ -219,7 +225,20 @@ def load_model(
     }
     if model_dir:
         return CosyVoice.from_pretrained(model_dir, **common)
-    return CosyVoice.random_full_size(version, **common)
+    model = CosyVoice.random_full_size(version, **common)
+    if frontends == FAITHFUL:
+        model.bench_frontends = use_faithful_frontends(model)
+    elif frontends != STAND_IN:
+        raise ValueError(f"frontends must be {FAITHFUL!r} or {STAND_IN!r}, got {frontends!r}")
+    return model
+
+
+def frontends_record(model: CosyVoice, model_dir: str | None) -> dict:
+    """What encoded the prompts: the folder's own files, the faithful random-weight graphs, or the stand-ins."""
+    if model_dir:
+        return {"kind": "model folder"}
+    record = getattr(model, "bench_frontends", None)
+    return {"kind": FAITHFUL, **record} if record else {"kind": STAND_IN}
 
 
 def _runs_on_a_gpu(engine: str, device: torch.device) -> bool:
@@ -248,6 +267,7 @@ def bench(
     profile_decode: bool = True,
     engine: str = "torch",
     budget_s: float | None = None,
+    frontends: str = FAITHFUL,
 ) -> dict:
     """Load one configuration, warm up, time ``runs`` requests; median per field (in this process).
 
@@ -260,7 +280,7 @@ def bench(
     device = select_device(device_name)
     rss_before = psutil.Process().memory_info().rss / 2**20
     load_s, load_cpu_s, model = _timed(
-        device, lambda: load_model(version, device, dtype_name, low_memory, model_dir, engine)
+        device, lambda: load_model(version, device, dtype_name, low_memory, model_dir, engine, frontends=frontends)
     )
     if model.engine.engine != engine:
         raise SystemExit(f"--engine {engine} cannot run here: {model.engine.reason}")
@@ -305,6 +325,7 @@ def bench(
         ),  # int8 modules hold buffers, not parameters
         "precision": model.precision.as_dict(),
         "low_memory": low_memory,
+        "frontends": frontends_record(model, model_dir),
         "runs": len(results),
         "tokens": plan.tokens,
         "tokens_asked": tokens,

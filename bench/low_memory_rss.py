@@ -196,6 +196,8 @@ def measure(
                 cache_dir=Path(scratch) / "cache",
                 preferred_model=folder.name,
                 preview=False,
+                start_timeout_s=timeout_s,  # the app's 900 s limits are for a Mac, not MLX's CPU backend here
+                job_timeout_s=timeout_s,
             ),
             engine_factory=engine_factory,
         )

@@ -178,14 +178,17 @@ def measure(
     timeline: Path | None = None,
     requests: int = len(TEXTS),
     factory: str = FACTORY,
+    short_text: str | None = None,
 ) -> dict:
     from cosyvoice_mac.engine import Engine
     from cosyvoice_mac.engine.host import HostConfig, ModelHost
     from cosyvoice_mac.engine.runtime import warmup_prompt
+    from cosyvoice_mac.mlx import requested_engine
     from cosyvoice_mac.request import Request, Voice
 
     def engine_factory(config, **options):
-        return Engine(replace(config, pipeline_factory=factory), **options)
+        warmup = {"warmup_text": short_text} if short_text else {}  # the run is about one short request
+        return Engine(replace(config, pipeline_factory=factory, **warmup), **options)
 
     report: dict = {"phases": {}}
     with tempfile.TemporaryDirectory(prefix="low-memory-rss-") as scratch:
@@ -196,6 +199,7 @@ def measure(
                 cache_dir=Path(scratch) / "cache",
                 preferred_model=folder.name,
                 preview=False,
+                engine=requested_engine(),  # $COSYVOICE_ENGINE (--engine), as the app's start reads it: else "auto"
                 start_timeout_s=timeout_s,  # the app's 900 s limits are for a Mac, not MLX's CPU backend here
                 job_timeout_s=timeout_s,
             ),
@@ -219,7 +223,8 @@ def measure(
             status = engine.status()
             facts = ("device", "dtype", "precision", "low_memory", "engine", "engine_reason", "mlx_llm", "mlx_memory")
             report["worker"] = {key: status.get(key) for key in facts}
-            for number, text in enumerate(TEXTS[:requests], start=1):
+            texts = (short_text,) * requests if short_text else TEXTS[:requests]
+            for number, text in enumerate(texts, start=1):
                 samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)  # a voice the worker has not seen
                 voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
                 started = time.perf_counter()
@@ -268,6 +273,7 @@ def main() -> None:
     parser.add_argument("--engine", default=None, help="auto, mlx or torch (default: $COSYVOICE_ENGINE, else auto)")
     parser.add_argument("--timeline", type=Path, help="also write the worker's RSS every 0.25 s to this file")
     parser.add_argument("--requests", type=int, default=len(TEXTS), choices=range(1, len(TEXTS) + 1))
+    parser.add_argument("--text", help="the warm-up's and every request's text (default: the two sentences above)")
     parser.add_argument("--ram-gib", type=float, default=8, help="8: an 8 GB Mac (the default); 0: this machine's")
     parser.add_argument("--convert-first", action="store_true", help="MLX: fill the weight cache in a process first")
     parser.add_argument("--stand-in-for", default="", help="what this run stands in for (kept in the JSON)")
@@ -290,13 +296,15 @@ def main() -> None:
     report = {"stand_in_for": args.stand_in_for, "command": " ".join([Path(sys.executable).name, *sys.argv])}
     report.update(started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine=machine())
     report.update(packages=packages(), settings={"ram_gib_simulated": args.ram_gib or None, "requests": args.requests})
+    report["settings"].update(text=args.text or "the sentences of TEXTS", prompt_s=args.prompt_s)
     report["settings"].update({key: value for key, value in os.environ.items() if key.startswith("COSYVOICE_")})
     report.update({"version": args.version, "folder": str(folder), "folder_bytes": folder_facts["bytes"]})
     report["package"] = str(Path(cosyvoice_mac.__file__).parent)  # the checkout the worker runs
     if args.convert_first:
         report["first_start_conversion"] = convert_first(folder, args.ram_gib)
     started = time.perf_counter()
-    report.update(measure(folder, args.prompt_s, args.timeout, args.timeline, args.requests, factory_for(args.ram_gib)))
+    factory = factory_for(args.ram_gib)
+    report.update(measure(folder, args.prompt_s, args.timeout, args.timeline, args.requests, factory, args.text))
     report["measured_s"] = time.perf_counter() - started
     report["load_average_at_end"] = os.getloadavg()
     if report["worker"].get("engine") == "mlx":

@@ -1,6 +1,7 @@
 """Peak memory of the MLX engine in the mode an 8 GB Mac gets, in this process (no worker): quick to run.
 
     python bench/mlx_memory.py [--folder DIR] [--prompt-s 3] [--text "Hello there."] [--requests 2]
+        [--stand-in-for TEXT] [--json FILE]
 
 The full-size random-weight folder of ``bench/low_memory_rss.py`` (written there once), loaded with
 ``engine="mlx"`` in a process whose RAM reads as 8 GiB (so the low-memory mode is the automatic choice),
@@ -8,7 +9,8 @@ then two requests, each with a voice it has not seen. Per phase: MLX's own peak 
 the arrays: on a Mac, Metal memory that RSS does not show) and the process's peak RSS (``VmHWM``, which on
 Linux includes MLX's CPU arrays and the memory-mapped checkpoint pages); each phase's peaks start from the
 end of the one before. ``weight_cache`` says whether the converted weights were there already (``warm``:
-a usual start; ``cold``: the first, which also reads the checkpoints with PyTorch). Prints JSON.
+a usual start; ``cold``: the first, which also reads the checkpoints with PyTorch), each request's speech
+tokens and stage times, the weights MLX holds by stage, and the machine, packages and settings. Prints JSON.
 """
 
 from __future__ import annotations
@@ -56,14 +58,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--prompt-s", type=float, default=3.0)
     parser.add_argument("--text", default="Hello there.")
     parser.add_argument("--requests", type=int, default=2, help="new-voice requests after the load (0: load only)")
+    parser.add_argument("--stand-in-for", default="", help="what this run stands in for (kept in the JSON)")
+    parser.add_argument("--json", type=Path, help="also write the JSON to this file")
     args = parser.parse_args(argv)
-    report: dict = {"folder": str(folder_ok(args.folder)), "phases": {}}
+    from low_memory_rss import machine, mlx_weights_by_stage, packages  # the sibling bench's facts
+
+    report: dict = {"stand_in_for": args.stand_in_for, "command": " ".join(["python", *sys.argv])}
+    report.update(started_utc=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), machine=machine())
+    report.update(packages=packages(), settings={k: v for k, v in os.environ.items() if k.startswith("COSYVOICE_")})
+    report.update({"folder": str(folder_ok(args.folder)), "text": args.text, "prompt_s": args.prompt_s, "phases": {}})
     cache = default_cache_dir()
     report["weight_cache"] = "off" if cache is None else "warm" if any(cache.glob("*-llm-*.safetensors")) else "cold"
     started = time.perf_counter()
     model = from_pretrained_with_8_gib(args.folder, engine="mlx", device="auto")
     report["engine"], report["low_memory"] = model.engine.engine, model.low_memory
     report["llm_precision"] = model.networks.llm_precision
+    report["mlx_llm"] = model.networks.llm_choice.as_dict()
+    report["mlx_limits"] = model.networks.memory_limits.as_dict()
     report["phases"]["load"] = phase(started)
     print(json.dumps({"load": report["phases"]["load"]}), file=sys.stderr, flush=True)  # a long run shows progress
     for number in range(1, args.requests + 1):
@@ -72,12 +83,22 @@ def main(argv: list[str] | None = None) -> int:
         request = Request.build(
             args.text, Voice.from_samples(samples, 24000, transcript="A short prompt."), seed=number
         )
-        audio = [result.audio for result in model.run(request)]
-        report["phases"][f"request_{number}_new_voice"] = {**phase(started), "audio_samples": sum(map(len, audio))}
+        results = list(model.run(request))
+        report["phases"][f"request_{number}_new_voice"] = {
+            **phase(started),
+            "audio_samples": sum(len(result.audio) for result in results),
+            "speech_tokens": sum(result.speech_token_count for result in results),
+            "stage_seconds": [result.timings for result in results],
+        }
         print(json.dumps({number: report["phases"][f"request_{number}_new_voice"]}), file=sys.stderr, flush=True)
     report["mlx_peak_mib"] = max(p["mlx_peak_mib"] for p in report["phases"].values())
     report["vm_hwm_mib"] = max(p["vm_hwm_mib"] for p in report["phases"].values())
-    print(json.dumps(report, indent=1))
+    report["mlx_weights_by_stage"] = mlx_weights_by_stage(args.folder)
+    report["load_average_at_end"] = os.getloadavg()
+    text = json.dumps(report, indent=1)
+    print(text)
+    if args.json:
+        args.json.write_text(text + "\n")
     return 0
 
 

@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
@@ -98,9 +99,21 @@ def test_a_cancel_stops_the_job_on_its_worker(client, cluster_app):
 
 
 def test_the_page_generates_on_the_cluster_and_its_status_lists_the_workers(cluster_app, make_speech, request):
+    before = cluster_app.output_files()
+    prompt = make_speech("This is the voice I would like you to copy, please.", seconds=4.0)
+    # Playwright's sync API in a thread of its own: when the browser tests ran first in this xdist worker, their
+    # session-wide Playwright holds its event loop in the main thread, and a second one there is refused.
+    with ThreadPoolExecutor(1) as pool:
+        status = pool.submit(_generate_on_the_page, cluster_app, prompt, request).result()
+    assert "Done" in status, status
+    (new_file,) = cluster_app.output_files() - before
+    sidecar = sidecar_for(cluster_app, new_file.rsplit("-", 1)[-1].removesuffix(".wav"))
+    assert sidecar["interface"] == "page" and sidecar["cluster_worker"]
+
+
+def _generate_on_the_page(cluster_app, prompt, request) -> str:
     from playwright.sync_api import sync_playwright
 
-    before = cluster_app.output_files()
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=browser_executable(), args=BROWSER_ARGS, timeout=60_000)
         try:
@@ -110,16 +123,12 @@ def test_the_page_generates_on_the_cluster_and_its_status_lists_the_workers(clus
                 expect(panel).to_contain_text(f"Workers: {WORKERS} on the Ray cluster")
                 for worker in _workers(cluster_app):
                     expect(panel).to_contain_text(worker["name"])
-                upload_prompt(page, make_speech("This is the voice I would like you to copy, please.", seconds=4.0))
+                upload_prompt(page, prompt)
                 fill(page, "cv-transcript", "This is the voice I would like you to copy, please.")
                 fill(page, "cv-text", "Hello from the page, spoken on the cluster.")
-                status = generate(page)
+                return generate(page)
         finally:
             browser.close()
-    assert "Done" in status, status
-    (new_file,) = cluster_app.output_files() - before
-    sidecar = sidecar_for(cluster_app, new_file.rsplit("-", 1)[-1].removesuffix(".wav"))
-    assert sidecar["interface"] == "page" and sidecar["cluster_worker"]
 
 
 def test_two_jobs_run_side_by_side_and_a_killed_workers_job_moves_to_the_other(client, cluster_app):

@@ -193,6 +193,7 @@ def test_the_cli_finds_the_running_app_by_cosyvoice_server_or_by_the_address_it_
         out = tmp_path / "found.wav"
         assert main(["synth", "--voice", "Found", "--text", "Found by its address.", "--out", str(out)]) == 0
         sidecars = [json.loads(path.read_text()) for path in api_app.outputs.glob("*.json")]
+        sidecars = [found for found in sidecars if isinstance(found, dict)]  # a checked result's .words.json: a list
         assert any(s["interface"] == "cli" and s["text"] == "Found by its address." for s in sidecars)
         ended = subprocess.Popen([sys.executable, "-c", ""])
         ended.wait()  # an app killed without closing leaves its record behind, naming a process that is gone

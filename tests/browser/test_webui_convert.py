@@ -52,8 +52,8 @@ def test_a_long_recording_converts_with_progress_into_a_saved_result(page, app, 
     assert audio_source(page, "cv-vc-result")
     assert abs(audio_duration(page, "cv-vc-result") - seconds) < 0.1
     page.locator("#cv-vc-result").get_by_role("button", name=re.compile("download", re.I)).first.wait_for()
-    sidecars = [json.loads(p.read_text()) for p in app.outputs.glob("*.json")]
-    converted = [facts for facts in sidecars if facts.get("mode") == "voice_conversion"]
+    sidecars = [json.loads(p.read_text()) for p in app.outputs.glob("*.json")]  # a checked result's words: a list
+    converted = [facts for facts in sidecars if isinstance(facts, dict) and facts.get("mode") == "voice_conversion"]
     converted.sort(key=lambda facts: facts["created"])  # other modules' conversions share this app's outputs
     assert converted and converted[-1]["interface"] == "page"
     saved, rate = soundfile.read(app.outputs / converted[-1]["file"], dtype="float32")

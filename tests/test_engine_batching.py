@@ -216,3 +216,30 @@ def test_on_the_tiny_model_a_job_batched_sounds_as_it_does_alone(tmp_path_factor
     assert [result.batch_size for result in done] == [1, 2, 2]
     alone, batched = (sf.read(result.output_path, dtype="float32")[0] for result in (done[0], done[2]))
     assert alone.shape == batched.shape and np.allclose(alone, batched, atol=1e-3)
+
+
+def test_a_checked_job_in_a_batch_is_checked_and_an_unchecked_one_is_not(fake_runtime):
+    """Issue 46 x 47: a batch's lines are checked after it is made (retaken alone when they fail)."""
+    sent = fake_runtime.sent
+    sent.clear()
+    checked, unchecked = Job(fake_request("Seven.", seed=7, check=True)), Job(fake_request("Eight.", seed=8))
+    fake_runtime.run_batch([checked, unchecked], [lambda: False] * 2, [None] * 2)
+    assert fake_runtime.pipeline.batches[-1] == ["Seven.", "Eight."]
+    (done,) = _terminal(sent, checked)
+    assert isinstance(done, Done) and done.result.check is not None and done.result.check_status is not None
+    (alone,) = _terminal(sent, unchecked)
+    assert isinstance(alone, Done) and alone.result.check is None
+
+
+def test_a_text_with_inline_tags_or_a_styled_voice_is_spoken_alone():
+    """The batch path plans one voice and no pauses or speed runs: such requests take the solo path."""
+    from dataclasses import replace
+
+    from cosyvoice_mac.engine.jobqueue import batchable
+
+    assert batchable(Job(fake_request("Plain words.")))
+    assert not batchable(Job(fake_request("Plain [pause 300ms] words.")))
+    from cosyvoice_mac.request import Request, Voice
+
+    styled = Request.build("Plain words.", replace(Voice.saved_voice("Ann", transcript="Hi."), style="happy"))
+    assert not batchable(Job(styled))

@@ -220,7 +220,9 @@ def _cluster_link(address: str | None, cache_dir: Path | None):
 def _address_for_this_machine(server) -> str:
     """The server's address as a client on this machine reaches it (a bind to every address answers on
     127.0.0.1 too)."""
-    if server.host in ("0.0.0.0", "::", ""):
+    from cosyvoice_mac.api.origin_guard import WILDCARD_BINDS
+
+    if server.host in WILDCARD_BINDS:
         return f"http://{DEFAULT_HOST}:{server.port}/"
     return server.url
 

@@ -9,9 +9,12 @@ id, so lines leave the batch at different steps) as ``--lines`` requests with th
 interleaved: each round starts one B later). Per B: the wall time of the whole set, its audio seconds over it
 (aggregate audio per second), each line's RTF (the time from the start to its last sentence over its audio; a
 line's wait for its group's slowest line included, as a user of a batch waits), the first line's latency (the
-start to the first result), and the device's peak memory (CUDA: ``max_memory_allocated`` from a reset before the
-B). Every B's tokens are checked equal to B=1's. The LLM's step alone at each B (``batch_lines.step_costs``) says
-what the decoding costs, apart from the flow and vocoder.
+start to the first result), and the device's peak memory (CUDA: ``max_memory_allocated``, MLX: ``mx.get_peak_memory``,
+each from a reset before the B). Random weights are held to a fixed number of tokens a line, so the counts always
+agree: each B's waveforms against B=1's (``max_abs_wave_diff_vs_b1``) show whether its ids were the same (other ids
+give another waveform; the same ids differ by the batched flow's and vocoder's rounding only). The LLM's step alone
+at each B (``batch_lines.step_costs``) says what the decoding costs, apart from the flow and vocoder.
+``--engine mlx`` runs the MLX engine (on its CPU backend off a Mac).
 """
 
 from __future__ import annotations
@@ -39,22 +42,37 @@ def _synchronise(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _reset_peak(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+def _mlx(model: CosyVoice):
+    """MLX's module when ``model`` runs on the MLX engine, else None."""
+    if model.engine.engine != "mlx":
+        return None
+    import mlx.core as mx
+
+    return mx
 
 
-def _peak_gib(device: torch.device) -> float | None:
-    return torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+def _reset_peak(model: CosyVoice) -> None:
+    if model.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(model.device)
+    elif (mx := _mlx(model)) is not None:
+        mx.reset_peak_memory()
+
+
+def _peak_gib(model: CosyVoice) -> float | None:
+    if model.device.type == "cuda":
+        return torch.cuda.max_memory_allocated(model.device) / 2**30
+    if (mx := _mlx(model)) is not None:
+        return mx.get_peak_memory() / 2**30
+    return None
 
 
 def sweep_one(model: CosyVoice, requests, speaker, batch: int) -> dict:
-    """One pass of every line at ``batch``: the timings above and each line's tokens."""
+    """One pass of every line at ``batch``: the timings above, each line's token count and its waveform."""
     device = model.device
     _synchronise(device)
-    _reset_peak(device)
+    _reset_peak(model)
     started = time.perf_counter()
-    first, finished, audio_s, tokens = None, {}, {}, {}
+    first, finished, audio_s, tokens, waves = None, {}, {}, {}, {}
     for index, result in model.run_batch(requests, [speaker] * len(requests), batch_size=batch):
         if isinstance(result, Exception):
             raise RuntimeError(f"line {index} failed: {result}")
@@ -63,6 +81,7 @@ def sweep_one(model: CosyVoice, requests, speaker, batch: int) -> dict:
         finished[index] = now
         audio_s[index] = audio_s.get(index, 0.0) + result.duration_s
         tokens[index] = tokens.get(index, 0) + result.speech_token_count
+        waves.setdefault(index, []).append(result.audio)
     _synchronise(device)
     wall = time.perf_counter() - started
     rtfs = [finished[index] / audio_s[index] for index in sorted(finished)]
@@ -75,8 +94,9 @@ def sweep_one(model: CosyVoice, requests, speaker, batch: int) -> dict:
         "first_line_s": first,
         "line_rtf_median": float(np.median(rtfs)),
         "line_rtf_max": float(max(rtfs)),
-        "peak_device_gib": _peak_gib(device),
+        "peak_device_gib": _peak_gib(model),
         "tokens": [tokens[index] for index in sorted(tokens)],
+        "_audio": [np.concatenate(waves[index]) for index in sorted(waves)],
     }
 
 
@@ -84,6 +104,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--version", default="cosyvoice3", choices=("cosyvoice3", "cosyvoice2"))
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--engine", default="torch", choices=("torch", "mlx"), help="mlx: its CPU backend off a Mac")
     parser.add_argument("--precision", default="auto", help="as CosyVoice.random_full_size's precision")
     parser.add_argument("--lines", type=int, default=32)
     parser.add_argument("--batches", default="1,4,8,16,32")
@@ -98,9 +119,11 @@ def main(argv=None) -> int:
 
     loaded = time.perf_counter()
     if args.model_dir is not None:
-        model = CosyVoice.from_pretrained(args.model_dir, device=args.device)
+        model = CosyVoice.from_pretrained(args.model_dir, device=args.device, engine=args.engine)
     else:
-        model = CosyVoice.random_full_size(args.version, device=args.device, precision=args.precision)
+        model = CosyVoice.random_full_size(
+            args.version, device=args.device, precision=args.precision, engine=args.engine
+        )
     load_s = time.perf_counter() - loaded
     per_id = args.tokens_per_text_id
     model.networks.llm.length_limits = lambda text_ids: (per_id * text_ids, per_id * text_ids)
@@ -115,6 +138,7 @@ def main(argv=None) -> int:
         "per-line RTF (start to the line's end over its audio), first-line latency, peak device memory",
         "note": args.note,
         "version": args.version,
+        "engine": args.engine,
         "device": str(device),
         "device_name": torch.cuda.get_device_name() if device.type == "cuda" else os.uname().machine,
         "torch": torch.__version__,
@@ -133,11 +157,20 @@ def main(argv=None) -> int:
     if args.step_tokens:
         report["llm_step"] = step_costs(model, requests[-1], speaker, batches, args.step_tokens)
         write()
+    solo_audio = None
     for run in range(args.runs):
         for offset in range(len(batches)):
             batch = batches[(run + offset) % len(batches)]
             row = sweep_one(model, requests, speaker, batch)
             row["round"] = run
+            audio = row.pop("_audio")
+            if batch == 1 and solo_audio is None:
+                solo_audio = audio
+            if solo_audio is not None:  # the counts are held fixed, so the waveforms show whether the ids were the same
+                row["max_abs_wave_diff_vs_b1"] = max(
+                    float(np.abs(mine - theirs).max()) if mine.shape == theirs.shape else float("inf")
+                    for mine, theirs in zip(audio, solo_audio)
+                )
             report["rows"].append(row)
             print(json.dumps({key: value for key, value in row.items() if key != "tokens"}), flush=True)
             write()
@@ -157,6 +190,8 @@ def main(argv=None) -> int:
             entry["vs_b1"] = entry["audio_s_per_s"] / base
     report["summary"] = summary
     report["tokens_equal_to_b1"] = not mismatched
+    diffs = [row["max_abs_wave_diff_vs_b1"] for row in report["rows"] if "max_abs_wave_diff_vs_b1" in row]
+    report["max_abs_wave_diff_vs_b1"] = max(diffs) if diffs else None
     report["tokens_mismatched_at"] = sorted(set(mismatched))
     write()
     print(json.dumps({"summary": summary, "tokens_equal_to_b1": not mismatched}, indent=2))

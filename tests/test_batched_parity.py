@@ -21,7 +21,7 @@ import torch
 
 from cosyvoice_mac.config import read_yaml_config
 from cosyvoice_mac.models.flow import Flow, FlowConfig
-from cosyvoice_mac.models.llm import load_speech_lm
+from cosyvoice_mac.models.llm import batch_decoding, load_speech_lm
 from cosyvoice_mac.models.vocoder import GaussianSourceNoise, load_hift
 from cosyvoice_mac.models.vocoder.batch import vocode_batch
 from cosyvoice_mac.pipeline import CosyVoice, SpeakerPrompt, SynthesisError
@@ -41,6 +41,17 @@ TEST_DEVICE = os.environ.get("COSYVOICE_TEST_DEVICE", "cpu")
 @pytest.fixture(scope="module", params=VERSIONS)
 def ctx(request) -> ParityContext:
     return ParityContext(ROOT, request.param)
+
+
+@pytest.fixture(autouse=True)
+def full_float32_products():
+    """On CUDA, products and convolutions in full float32 (torch lets cuDNN use TF32, ~1e-3 relative): these
+    tests hold a batch to its solo run at the manifest's tolerances, which TF32 kernels chosen per shape exceed
+    whatever the batching does (CosyVoice2's U-Net: 2.5e-3 on an H100)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
 
 
 def _prompt_cuts(ctx: ParityContext) -> list[int]:
@@ -76,6 +87,31 @@ def _assert_batched_tokens_equal_solo(ctx: ParityContext, lm) -> None:
 
 def test_batched_speech_tokens_equal_solo(ctx):
     _assert_batched_tokens_equal_solo(ctx, load_speech_lm(ctx.model_dir, _llm_config(ctx)).to(TEST_DEVICE))
+
+
+def test_fixed_rows_batch_speech_tokens_equal_solo(ctx, monkeypatch):
+    """CUDA's batch (fixed addresses: whole-capacity attention with unwritten slots masked, lines that left kept in
+    their rows until half have, then the cache compacted), run here without a graph: each line's ids are its solo
+    ids. Three lines leaving at different steps exercise both: the first leaver keeps its row, the second compacts."""
+    lm = load_speech_lm(ctx.model_dir, _llm_config(ctx)).to(TEST_DEVICE)
+    made = []
+
+    def fixed(lm, lines):
+        made.append(batch_decoding.FixedRowsBatch(lm, lines))
+        return made[-1]
+
+    monkeypatch.setattr(type(lm), "start_batch", fixed)
+    _assert_batched_tokens_equal_solo(ctx, lm)
+    assert made and made[0].cache.batch_size == 1  # it compacted from three rows to the last line's one
+
+
+@pytest.mark.skipif(TEST_DEVICE != "cuda" or not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_batch_step_is_a_replayed_graph_with_the_solo_ids(ctx):
+    from cosyvoice_mac.models.cuda.batch_graph import BatchStepGraph
+
+    before = BatchStepGraph.captures
+    _assert_batched_tokens_equal_solo(ctx, load_speech_lm(ctx.model_dir, _llm_config(ctx)).to(TEST_DEVICE))
+    assert BatchStepGraph.captures - before == 2  # three rows, then (two having left) the last line's one
 
 
 def test_mlx_batched_speech_tokens_equal_solo(ctx):

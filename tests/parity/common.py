@@ -121,6 +121,7 @@ class ParityContext:
 
 def assert_close(actual: torch.Tensor, expected: torch.Tensor, kind: str, what: str) -> float:
     """Compare at the manifest tolerance for ``kind``; return the max abs error (for reports)."""
+    expected = expected.detach().cpu()  # either side may come from the device under test
     actual = actual.detach().to("cpu", expected.dtype)
     assert actual.shape == expected.shape, f"{what}: shape {tuple(actual.shape)} != {tuple(expected.shape)}"
     error = (actual - expected).abs().max().item() if actual.numel() else 0.0

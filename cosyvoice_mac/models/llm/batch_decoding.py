@@ -20,6 +20,7 @@ import torch
 
 from cosyvoice_mac.models.llm.decode_step import LayerPlan, StepPlan, projection
 from cosyvoice_mac.models.llm.kv_cache import StaticKVCache, apply_rope
+from cosyvoice_mac.models.llm.sampling import sample_rows
 from cosyvoice_mac.models.llm.step_kernels import FEW_ROWS_ON_CPU, PLAIN
 
 if TYPE_CHECKING:
@@ -116,6 +117,72 @@ class DecodingBatch:
         return list(logp.cpu().unbind(0))
 
 
+class FixedRowsBatch(DecodingBatch):
+    """The batch as fixed addresses, what a CUDA graph replays: every step reads its tokens, RoPE positions and
+    slot from tensors that stay put and writes its log-probabilities to one, and attends over the cache's whole
+    capacity with the slots not yet written masked (as the solo graphs mask a bucket's). A line that leaves keeps its
+    row, fed id 0 and ignored, until half the rows have left: then the rows still decoding are copied into a smaller
+    cache (``DecodingBatch.keep``) and the step is captured again, so a ragged batch captures about log2(B) times.
+
+    ``run_step(step)`` runs ``step`` (a function of no arguments): ``models/cuda/batch_graph.BatchStepGraph``
+    captures it after its first eager run and replays it; plain calling is the same step without a graph (tests)."""
+
+    def __init__(self, lm: SpeechLM, lines: Sequence[BatchLine], run_step=None):
+        super().__init__(lm, lines)
+        self._make_runner = run_step or (lambda step: step)
+        self.alive = list(range(len(lines)))  # the physical row of each line still decoding, in decode_batch's order
+        device = self.cache.kv.device
+        self.pads = (self.cache.length - self.positions).contiguous()
+        self.positions = self.positions.clone()
+        self.slot = torch.full((1,), self.cache.length, dtype=torch.long, device=device)
+        self._fresh_rows()
+
+    def _fresh_rows(self) -> None:
+        """The static inputs and output of a step over the cache's current rows, and a runner that captures anew."""
+        device, rows = self.cache.kv.device, self.cache.batch_size
+        self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
+        self.logp = torch.empty(rows, self.lm.config.speech_vocab_size, device=device)
+        self.run = self._make_runner(self._fixed_step)
+
+    def keep(self, rows: list[int]) -> None:
+        self.alive = [self.alive[row] for row in rows]
+        if len(self.alive) > self.cache.batch_size // 2:
+            return
+        index = torch.tensor(self.alive, dtype=torch.long, device=self.cache.kv.device)
+        self.cache.keep_rows(index)
+        self.positions = self.positions.index_select(0, index)
+        self.pads = self.pads.index_select(0, index)
+        self.alive = list(range(len(self.alive)))
+        self._fresh_rows()
+
+    def _fixed_step(self) -> None:
+        """One step of every row from the fixed inputs into ``self.logp`` (what the graph holds)."""
+        backbone, cache = self.lm.backbone, self.cache
+        hidden = self.lm.speech_embedding.weight.index_select(0, self.tokens)  # a fresh (B, D): layers add into it
+        rows = backbone.rotary.table.index_select(0, self.positions).unbind(1)
+        slots = cache.slots
+        written = (slots[None, :] >= self.pads[:, None]) & (slots[None, :] <= self.slot)
+        bias = torch.zeros(written.shape, device=slots.device, dtype=cache.kv.dtype)
+        bias = bias.masked_fill_(~written, float("-inf"))[:, None, None, :]
+        for index, layer_plan in enumerate(self.plan.layers):
+            hidden = decode_layer_batch(layer_plan, hidden, rows, self.slot, index, cache, cache.capacity, bias)
+        self.logp.copy_(PLAIN.log_softmax(self.head(self.plan.norm(hidden, backbone.norm.weight))))
+
+    def step(self, tokens: list[int]) -> torch.Tensor:
+        """Feed one speech id per line still decoding; their (rows, V) float32 log-probabilities on the CPU."""
+        self.cache.check_room(1)
+        fed = [0] * self.cache.batch_size
+        for row, token in zip(self.alive, tokens):
+            fed[row] = token
+        self.tokens.copy_(torch.tensor(fed, dtype=torch.long))
+        self.run()
+        self.cache.length += 1
+        self.positions.add_(1)
+        self.slot.add_(1)
+        host = self.logp.cpu()
+        return host if len(self.alive) == host.shape[0] else host[self.alive]
+
+
 @torch.inference_mode()
 def decode_batch(lm, lines: Sequence[BatchLine]) -> list[list[int]]:
     """Each line's speech ids (its stop id not included), decoded together: the ids ``lm``'s solo loop gives each
@@ -136,20 +203,23 @@ def decode_batch(lm, lines: Sequence[BatchLine]) -> list[list[int]]:
     masked = torch.tensor(masked_ids, dtype=torch.long)
     logps, step = batch.first_logp, 0
     while active:
-        staying, fed = [], []
+        rows = logps if isinstance(logps, torch.Tensor) else torch.stack(list(logps))  # (rows, V) on the host
+        ignores: list[Sequence[int]] = []
         for row, index in enumerate(active):
-            line, logp, history = lines[index], logps[row], results[index]
-            ignore: Sequence[int] = ()
-            if step < line.min_len:
-                ignore = masked_ids
-                logp.index_fill_(0, masked, float("-inf"))
-            token = int(line.sampler(logp, history, ignore))
+            early = step < lines[index].min_len
+            if early:
+                rows[row].index_fill_(0, masked, float("-inf"))
+            ignores.append(masked_ids if early else ())
+        # one softmax and top-k for every row (the ids each sampler draws alone): sampling.sample_rows
+        tokens = sample_rows([lines[index].sampler for index in active], rows, [results[i] for i in active], ignores)
+        staying, fed = [], []
+        for row, (index, token) in enumerate(zip(active, tokens)):
             if not 0 <= token < vocab:
                 raise RuntimeError(f"the sampler returned id {token}, outside the speech vocabulary 0..{vocab - 1}")
             if token in stop_ids:
                 continue
-            history.append(token)
-            if step + 1 < line.max_len:
+            results[index].append(token)
+            if step + 1 < lines[index].max_len:
                 staying.append(row)
                 fed.append(token)
         if not staying:

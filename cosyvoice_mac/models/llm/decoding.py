@@ -103,6 +103,15 @@ class DecodeRunner:
             return "graphs"
         return "eager"
 
+    def batch_step_runner(self):
+        """What runs a batch's step in graphs mode (``models/cuda/batch_graph.BatchStepGraph``: captured once, then
+        replayed per token), or None: the batch decodes eagerly."""
+        if self.mode != "graphs":
+            return None
+        from cosyvoice_mac.models.cuda.batch_graph import BatchStepGraph  # CUDA tuning, loaded only in graphs mode
+
+        return BatchStepGraph
+
     # requests ---------------------------------------------------------------------------------
     def start(self, capacity: int) -> tuple[StaticKVCache, int | None]:
         """A cache with room for ``capacity`` positions, and the ticket its decoder steps with

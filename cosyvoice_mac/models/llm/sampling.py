@@ -91,6 +91,11 @@ class RasSampler:
             scores = scores / self.temperature
         probs = torch.softmax(scores, dim=0)
         sorted_probs, sorted_ids = probs.sort(descending=True, stable=True)
+        return self._choose(scores, sorted_probs, sorted_ids, history)
+
+    def _choose(self, scores, sorted_probs: torch.Tensor, sorted_ids: torch.Tensor, history: Sequence[int]) -> int:
+        """Steps 2 (the draw among the candidates) and 3 (the repetition re-draw) from the descending probabilities
+        (at least the first ``top_k``, with their ids) and the scores they came from (a float32 CPU copy)."""
         count = self.nucleus_size(sorted_probs)
         token = int(sorted_ids[self.draw(sorted_probs[:count], NUCLEUS)])
         window = list(history[-self.win_size :])
@@ -98,6 +103,41 @@ class RasSampler:
             scores[token] = float("-inf")
             token = self.draw(torch.softmax(scores, dim=0), FULL)
         return token
+
+
+def sample_rows(
+    samplers: Sequence, logps: torch.Tensor, histories: Sequence[Sequence[int]], ignores: Sequence[Sequence[int]]
+) -> list[int]:
+    """Row ``i``'s id from ``samplers[i](logps[i], histories[i], ignores[i])``, the same ids, with the per-row work
+    done once for the batch where every sampler is a :class:`RasSampler`: one softmax and one top-k over ``logps``
+    ``(B, V)`` instead of a sort of the whole vocabulary per row (which a batch of lines paid every step). The
+    top-k's candidates are put in the stable sort's order (probability descending, lower id first on ties); a row
+    whose last candidate ties with an id left out falls back to the full sort, so ties resolve exactly as alone."""
+    if not all(type(sampler) is RasSampler for sampler in samplers):
+        return [int(s(row, history, ignore)) for s, row, history, ignore in zip(samplers, logps, histories, ignores)]
+    scores = logps.detach().float().cpu()  # our own copy: rows are masked and re-drawn in place
+    scores = scores.clone() if scores.data_ptr() == logps.data_ptr() else scores
+    for row, ignore in enumerate(ignores):
+        if len(ignore):
+            scores[row, torch.as_tensor(list(ignore), dtype=torch.long)] = float("-inf")
+    for row, sampler in enumerate(samplers):
+        if sampler.temperature != 1.0:
+            scores[row] = scores[row] / sampler.temperature  # as the sampler divides its own row
+    probs = torch.softmax(scores, dim=1)
+    keep = min(max(sampler.top_k for sampler in samplers), probs.shape[1])
+    top_probs, top_ids = probs.topk(keep, dim=1)
+    by_id = top_ids.sort(dim=1).indices  # ids ascending, then a stable sort by probability: the full sort's order
+    top_probs, top_ids = top_probs.gather(1, by_id), top_ids.gather(1, by_id)
+    order = top_probs.sort(dim=1, descending=True, stable=True).indices
+    top_probs, top_ids = top_probs.gather(1, order), top_ids.gather(1, order)
+    tokens = []
+    for row, sampler in enumerate(samplers):
+        sorted_probs, sorted_ids = top_probs[row], top_ids[row]
+        last = sorted_probs[-1]
+        if keep < probs.shape[1] and int((probs[row] == last).sum()) != int((sorted_probs == last).sum()):
+            sorted_probs, sorted_ids = probs[row].sort(descending=True, stable=True)  # a tie crosses the cut
+        tokens.append(sampler._choose(scores[row], sorted_probs, sorted_ids, histories[row]))
+    return tokens
 
 
 class GreedySampler:

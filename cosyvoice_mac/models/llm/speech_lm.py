@@ -17,7 +17,7 @@ from torch import nn
 
 from cosyvoice_mac.checkpoint import load_checkpoint, load_strict
 from cosyvoice_mac.config import ConfigError, require, tag_name
-from cosyvoice_mac.models.llm.batch_decoding import BatchLine, DecodingBatch, generate_batch
+from cosyvoice_mac.models.llm.batch_decoding import BatchLine, DecodingBatch, FixedRowsBatch, generate_batch
 from cosyvoice_mac.models.llm.decoding import DecodeOptions, DecodeRunner
 from cosyvoice_mac.models.llm.qwen2 import Qwen2Config, Qwen2Model
 from cosyvoice_mac.models.llm.sampling import RasSampler
@@ -269,8 +269,10 @@ class SpeechLM(nn.Module):
         return BatchLine(embeds.to(device=weight.device, dtype=weight.dtype), min_len, max_len, sampler)
 
     def start_batch(self, lines: Sequence[BatchLine]) -> DecodingBatch:
-        """The decoding state of ``lines`` (each prefilled alone) for :func:`decode_batch`."""
-        return DecodingBatch(self, lines)
+        """The decoding state of ``lines`` (each prefilled alone) for :func:`decode_batch`: in CUDA graphs mode its
+        step is one CUDA graph replayed per token (``DecodeRunner.batch_step_runner``), elsewhere eager."""
+        runner = self.decoding.batch_step_runner()
+        return DecodingBatch(self, lines) if runner is None else FixedRowsBatch(self, lines, runner)
 
     def generate_batch(
         self, lines: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor]], samplers: Sequence[Sampler]

@@ -179,6 +179,7 @@ def measure(
     requests: int = len(TEXTS),
     factory: str = FACTORY,
     short_text: str | None = None,
+    together: bool = False,
 ) -> dict:
     from cosyvoice_mac.engine import Engine
     from cosyvoice_mac.engine.host import HostConfig, ModelHost
@@ -224,6 +225,10 @@ def measure(
             facts = ("device", "dtype", "precision", "low_memory", "engine", "engine_reason", "mlx_llm", "mlx_memory")
             report["worker"] = {key: status.get(key) for key in facts}
             texts = (short_text,) * requests if short_text else TEXTS[:requests]
+            if together:
+                report["phases"]["requests_together"] = together_phase(engine, sampler, texts, prompt_s, timeout_s)
+                marks["requests_together"] = len(sampler.timeline)
+                texts = ()
             for number, text in enumerate(texts, start=1):
                 samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)  # a voice the worker has not seen
                 voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
@@ -258,6 +263,30 @@ def measure(
     return report
 
 
+def together_phase(engine, sampler, texts, prompt_s: float, timeout_s: float) -> dict:
+    """Every request submitted at once, each with a voice the worker has not seen, so the engine's queue may
+    speak them as one batch (``batch_lines``; the low-memory mode's own B): the peak while they are made."""
+    from cosyvoice_mac.engine.runtime import warmup_prompt
+    from cosyvoice_mac.request import Request, Voice
+
+    started = time.perf_counter()
+    jobs = []
+    for number, text in enumerate(texts, start=1):
+        samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)
+        voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
+        jobs.append(engine.submit(Request.build(text, voice, seed=number)))
+    results = [engine.result(job, timeout=timeout_s) for job in jobs]
+    return {
+        **sampler.peak(),
+        **mlx_peak(engine),
+        "seconds": time.perf_counter() - started,
+        "requests": len(results),
+        "batch_sizes": [getattr(result, "batch_size", None) for result in results],
+        "audio_s": [result.duration_s for result in results],
+        "speech_tokens": [speech_tokens(result) for result in results],
+    }
+
+
 def speech_tokens(result) -> int:
     """The speech tokens a request made: its audio before trimming, 40 ms per token."""
     trimmed_ms = sum((result.post or {}).get(key) or 0 for key in ("trimmed_start_ms", "trimmed_end_ms"))
@@ -278,6 +307,7 @@ def main() -> None:
     parser.add_argument("--convert-first", action="store_true", help="MLX: fill the weight cache in a process first")
     parser.add_argument("--stand-in-for", default="", help="what this run stands in for (kept in the JSON)")
     parser.add_argument("--json", type=Path, help="also write the JSON to this file")
+    parser.add_argument("--together", action="store_true", help="submit the requests at once (the engine batches)")
     parser.add_argument("--write-folder", action="store_true", help=argparse.SUPPRESS)  # the writer process
     parser.add_argument("--convert-only", action="store_true", help=argparse.SUPPRESS)  # --convert-first's process
     args = parser.parse_args()
@@ -304,7 +334,9 @@ def main() -> None:
         report["first_start_conversion"] = convert_first(folder, args.ram_gib)
     started = time.perf_counter()
     factory = factory_for(args.ram_gib)
-    report.update(measure(folder, args.prompt_s, args.timeout, args.timeline, args.requests, factory, args.text))
+    report.update(
+        measure(folder, args.prompt_s, args.timeout, args.timeline, args.requests, factory, args.text, args.together)
+    )
     report["measured_s"] = time.perf_counter() - started
     report["load_average_at_end"] = os.getloadavg()
     if report["worker"].get("engine") == "mlx":

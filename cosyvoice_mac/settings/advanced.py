@@ -26,10 +26,11 @@ ADVANCED_ROWS = (
         "batch_lines",
         "COSYVOICE_BATCH_LINES",
         "the most requests the model speaks at once: a long-form job's lines, and waiting non-streamed requests the "
-        "queue joins (the LLM decodes them as one batch, on a GPU the flow and vocoder too; each one's audio is the "
-        "same as alone); unset: what the device suits (CPU 4, GPU 16, the low-memory mode 2); 1 turns batching off",
+        "queue joins (the LLM decodes them as one batch, on a GPU the flow and vocoder too; each one's speech is "
+        "what it gets alone, to the rounding of the batched products); unset: what the device suits (CPU 4, GPU 16, "
+        "the low-memory mode 2); 1 turns batching off",
         "模型一次合成的最多请求数：长篇任务的各行，以及队列合并的等待中的非流式请求（LLM 将它们作为一批"
-        "解码，GPU 上 flow 与声码器亦然；每个的音频与单独合成相同）；"
+        "解码，GPU 上 flow 与声码器亦然；每个的语音与单独合成相同，仅差批量运算的舍入）；"
         "不设则按设备选择（CPU 4，GPU 16，低内存模式 2）；1 为关闭批处理",
         group="machine",
         type=int,

@@ -73,6 +73,8 @@ class StageMeter:
             try:
                 return function(*args, **kwargs)
             finally:
+                if torch.cuda.is_initialized():  # a stage's kernels finish inside its own time
+                    torch.cuda.synchronize()
                 spent = self.spent.setdefault(stage, [0.0, 0.0])
                 spent[0] += time.perf_counter() - wall
                 spent[1] += time.process_time() - cpu

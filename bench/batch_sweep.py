@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_lines import TRANSCRIPT, line_texts, step_costs  # noqa: E402  (the bench folder's own helpers)
+from batch_lines import TRANSCRIPT, StageMeter, line_texts, step_costs  # noqa: E402  (the bench folder's own helpers)
 
 from cosyvoice_mac.bench.measure import synthetic_prompt  # noqa: E402
 from cosyvoice_mac.pipeline import CosyVoice  # noqa: E402
@@ -66,11 +66,14 @@ def _peak_gib(model: CosyVoice) -> float | None:
     return None
 
 
-def sweep_one(model: CosyVoice, requests, speaker, batch: int) -> dict:
-    """One pass of every line at ``batch``: the timings above, each line's token count and its waveform."""
+def sweep_one(model: CosyVoice, requests, speaker, batch: int, meter: StageMeter | None = None) -> dict:
+    """One pass of every line at ``batch``: the timings above, each line's token count and its waveform, and (with
+    ``meter``) the wall seconds in each stage (on CUDA each stage synchronised at its end, so it holds its kernels)."""
     device = model.device
     _synchronise(device)
     _reset_peak(model)
+    if meter is not None:
+        meter.take()
     started = time.perf_counter()
     first, finished, audio_s, tokens, waves = None, {}, {}, {}, {}
     for index, result in model.run_batch(requests, [speaker] * len(requests), batch_size=batch):
@@ -95,6 +98,7 @@ def sweep_one(model: CosyVoice, requests, speaker, batch: int) -> dict:
         "line_rtf_median": float(np.median(rtfs)),
         "line_rtf_max": float(max(rtfs)),
         "peak_device_gib": _peak_gib(model),
+        "stages_wall_s": {stage: spent[0] for stage, spent in meter.take().items()} if meter is not None else None,
         "tokens": [tokens[index] for index in sorted(tokens)],
         "_audio": [np.concatenate(waves[index]) for index in sorted(waves)],
     }
@@ -146,6 +150,7 @@ def main(argv=None) -> int:
         "lines": args.lines,
         "tokens_per_text_id": per_id,
         "load_s": load_s,
+        "precision_plan": model.precision.as_dict(),
         "rows": [],
     }
 
@@ -158,10 +163,11 @@ def main(argv=None) -> int:
         report["llm_step"] = step_costs(model, requests[-1], speaker, batches, args.step_tokens)
         write()
     solo_audio = None
+    meter = StageMeter(model)  # after the step table: it wraps decode_batch, which step_costs times alone
     for run in range(args.runs):
         for offset in range(len(batches)):
             batch = batches[(run + offset) % len(batches)]
-            row = sweep_one(model, requests, speaker, batch)
+            row = sweep_one(model, requests, speaker, batch, meter)
             row["round"] = run
             audio = row.pop("_audio")
             if batch == 1 and solo_audio is None:

@@ -22,6 +22,7 @@ if [ "${PARITY:-1}" = 1 ]; then
     --junitxml="$out/batched_parity_cuda.xml" > "$out/batched_parity_cuda.txt" 2>&1
   echo "parity exit $? in $(( $(date +%s) - started )) s: $(tail -1 "$out/batched_parity_cuda.txt")"
 fi
+python3 bench/sample_rows_cost.py > "$out/sample_rows_cost_host.json" 2>&1  # the host's share of a batched step, here
 for version in ${VERSIONS:-cosyvoice3 cosyvoice2}; do
   started=$(date +%s)
   timeout "${SWEEP_S:-420}" python3 bench/batch_sweep.py --device cuda --version "$version" --lines 32 --batches 1,4,8,16,32 \

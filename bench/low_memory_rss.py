@@ -183,9 +183,8 @@ def measure(
 ) -> dict:
     from cosyvoice_mac.engine import Engine
     from cosyvoice_mac.engine.host import HostConfig, ModelHost
-    from cosyvoice_mac.engine.runtime import warmup_prompt
     from cosyvoice_mac.mlx import requested_engine
-    from cosyvoice_mac.request import Request, Voice
+    from cosyvoice_mac.request import Request
 
     def engine_factory(config, **options):
         warmup = {"warmup_text": short_text} if short_text else {}  # the run is about one short request
@@ -230,10 +229,9 @@ def measure(
                 marks["requests_together"] = len(sampler.timeline)
                 texts = ()
             for number, text in enumerate(texts, start=1):
-                samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)  # a voice the worker has not seen
-                voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
                 started = time.perf_counter()
-                result = engine.result(engine.submit(Request.build(text, voice, seed=number)), timeout=timeout_s)
+                request = Request.build(text, new_voice(number, prompt_s), seed=number)
+                result = engine.result(engine.submit(request), timeout=timeout_s)
                 report["phases"][f"request_{number}_new_voice"] = {
                     **sampler.peak(),
                     **mlx_peak(engine),
@@ -263,18 +261,24 @@ def measure(
     return report
 
 
+def new_voice(number: int, prompt_s: float):
+    """Request ``number``'s voice: the warm-up's prompt at another level, so the worker has not seen it."""
+    from cosyvoice_mac.engine.runtime import warmup_prompt
+    from cosyvoice_mac.request import Voice
+
+    return Voice.from_samples(warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number), 24000, transcript=TRANSCRIPT)
+
+
 def together_phase(engine, sampler, texts, prompt_s: float, timeout_s: float) -> dict:
     """Every request submitted at once, each with a voice the worker has not seen, so the engine's queue may
     speak them as one batch (``batch_lines``; the low-memory mode's own B): the peak while they are made."""
-    from cosyvoice_mac.engine.runtime import warmup_prompt
-    from cosyvoice_mac.request import Request, Voice
+    from cosyvoice_mac.request import Request
 
     started = time.perf_counter()
-    jobs = []
-    for number, text in enumerate(texts, start=1):
-        samples = warmup_prompt(24000, prompt_s) * (1.0 - 0.1 * number)
-        voice = Voice.from_samples(samples, 24000, transcript=TRANSCRIPT)
-        jobs.append(engine.submit(Request.build(text, voice, seed=number)))
+    jobs = [
+        engine.submit(Request.build(text, new_voice(number, prompt_s), seed=number))
+        for number, text in enumerate(texts, start=1)
+    ]
     results = [engine.result(job, timeout=timeout_s) for job in jobs]
     return {
         **sampler.peak(),

@@ -77,8 +77,8 @@ class MlxDecodingBatch:
         self.values = [values[index] for values in self.values]
         self.pads, self.positions = self.pads[index], self.positions[index]
 
-    def step(self, tokens: list[int]) -> list[torch.Tensor]:
-        """Feed one speech id per row; each row's next ``(V,)`` float32 log-probabilities on the CPU."""
+    def step(self, tokens: list[int]) -> torch.Tensor:
+        """Feed one speech id per row; the rows' next ``(rows, V)`` float32 log-probabilities on the CPU."""
         lm = self.lm
         if self.length >= self.capacity:
             raise ValueError(f"KV cache full: position {self.length + 1} exceeds its capacity {self.capacity}")
@@ -94,7 +94,7 @@ class MlxDecodingBatch:
         logits = lm.llm_decoder(lm.backbone.norm(hidden)[:, -1]).astype(mx.float32)
         logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         mx.eval(logp, self.keys, self.values)
-        return list(to_torch(logp).unbind(0))
+        return to_torch(logp)
 
     def _layer(self, layer: DecoderLayer, x: mx.array, index: int, mask) -> mx.array:
         x = x + self._attend(layer.self_attn, layer.input_layernorm(x), index, mask)

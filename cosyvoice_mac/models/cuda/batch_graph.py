@@ -26,8 +26,9 @@ class BatchStepGraph:
     captures = 0  # graphs captured in this process (the bench and the tests read it)
     capture_seconds = 0.0
 
-    def __init__(self, step: Callable[[], None]):
+    def __init__(self, step: Callable[[], None], device: torch.device):
         self.step = step
+        self.device = device  # the step's (a cuda:N): a failed capture's stream is restored there
         self.graph: torch.cuda.CUDAGraph | None = None
         self.error: str | None = None
 
@@ -37,8 +38,7 @@ class BatchStepGraph:
             return
         self.step()  # this token's real step, and the capture's warm-up
         if self.error is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-            captured, why = try_cuda_capture(self._capture, device)
+            captured, why = try_cuda_capture(self._capture, self.device)
             if not captured:
                 self.error = f"CUDA graph capture of the batched step failed ({why}); decoding the batch eagerly"
                 log.warning(self.error)
@@ -47,7 +47,7 @@ class BatchStepGraph:
         started = time.perf_counter()
         graph = torch.cuda.CUDAGraph()
         # thread_local: the flow may issue work from another thread while this one captures
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with torch.cuda.device(self.device), torch.cuda.graph(graph, capture_error_mode="thread_local"):
             self.step()
         self.graph = graph
         BatchStepGraph.captures += 1

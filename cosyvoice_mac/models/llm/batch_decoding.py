@@ -99,8 +99,8 @@ class DecodingBatch:
         if self.bias is not None:
             self.bias = self.bias.index_select(0, index)
 
-    def step(self, tokens: list[int]) -> list[torch.Tensor]:
-        """Feed one speech id per row; each row's next (V,) float32 log-probabilities on the CPU."""
+    def step(self, tokens: list[int]) -> torch.Tensor:
+        """Feed one speech id per row; the rows' next (rows, V) float32 log-probabilities on the CPU."""
         backbone, cache = self.lm.backbone, self.cache
         cache.check_room(1)
         weight = self.lm.speech_embedding.weight
@@ -113,8 +113,7 @@ class DecodingBatch:
             hidden = decode_layer_batch(layer_plan, hidden, rows, slot, index, cache, span, bias)
         cache.length += 1
         self.positions = self.positions + 1
-        logp = PLAIN.log_softmax(self.head(self.plan.norm(hidden, backbone.norm.weight)))
-        return list(logp.cpu().unbind(0))
+        return PLAIN.log_softmax(self.head(self.plan.norm(hidden, backbone.norm.weight))).cpu()
 
 
 class FixedRowsBatch(DecodingBatch):
@@ -124,12 +123,13 @@ class FixedRowsBatch(DecodingBatch):
     row, fed id 0 and ignored, until half the rows have left: then the rows still decoding are copied into a smaller
     cache (``DecodingBatch.keep``) and the step is captured again, so a ragged batch captures about log2(B) times.
 
-    ``run_step(step)`` runs ``step`` (a function of no arguments): ``models/cuda/batch_graph.BatchStepGraph``
-    captures it after its first eager run and replays it; plain calling is the same step without a graph (tests)."""
+    ``run_step(step, device)`` makes what runs ``step`` (a function of no arguments) on the cache's device:
+    ``models/cuda/batch_graph.BatchStepGraph`` captures it after its first eager run and replays it; without one the
+    step is called as it is (the same step without a graph: the tests on a CPU)."""
 
     def __init__(self, lm: SpeechLM, lines: Sequence[BatchLine], run_step=None):
         super().__init__(lm, lines)
-        self._make_runner = run_step or (lambda step: step)
+        self._make_runner = run_step or (lambda step, device: step)
         self.alive = list(range(len(lines)))  # the physical row of each line still decoding, in decode_batch's order
         device = self.cache.kv.device
         self.pads = (self.cache.length - self.positions).contiguous()
@@ -142,7 +142,7 @@ class FixedRowsBatch(DecodingBatch):
         device, rows = self.cache.kv.device, self.cache.batch_size
         self.tokens = torch.zeros(rows, dtype=torch.long, device=device)
         self.logp = torch.empty(rows, self.lm.config.speech_vocab_size, device=device)
-        self.run = self._make_runner(self._fixed_step)
+        self.run = self._make_runner(self._fixed_step, device)
 
     def keep(self, rows: list[int]) -> None:
         self.alive = [self.alive[row] for row in rows]
@@ -203,7 +203,7 @@ def decode_batch(lm, lines: Sequence[BatchLine]) -> list[list[int]]:
     masked = torch.tensor(masked_ids, dtype=torch.long)
     logps, step = batch.first_logp, 0
     while active:
-        rows = logps if isinstance(logps, torch.Tensor) else torch.stack(list(logps))  # (rows, V) on the host
+        rows = logps if isinstance(logps, torch.Tensor) else torch.stack(logps)  # (rows, V) on the host
         ignores: list[Sequence[int]] = []
         for row, index in enumerate(active):
             early = step < lines[index].min_len

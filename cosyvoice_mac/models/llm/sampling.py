@@ -130,12 +130,14 @@ def sample_rows(
     top_probs, top_ids = top_probs.gather(1, by_id), top_ids.gather(1, by_id)
     order = top_probs.sort(dim=1, descending=True, stable=True).indices
     top_probs, top_ids = top_probs.gather(1, order), top_ids.gather(1, order)
+    # a row whose last candidate's probability is also an id's left out: the tie crosses the cut
+    last = top_probs[:, -1:]
+    crossing = ((probs == last).sum(1) != (top_probs == last).sum(1)).tolist() if keep < probs.shape[1] else ()
     tokens = []
     for row, sampler in enumerate(samplers):
         sorted_probs, sorted_ids = top_probs[row], top_ids[row]
-        last = sorted_probs[-1]
-        if keep < probs.shape[1] and int((probs[row] == last).sum()) != int((sorted_probs == last).sum()):
-            sorted_probs, sorted_ids = probs[row].sort(descending=True, stable=True)  # a tie crosses the cut
+        if crossing and crossing[row]:
+            sorted_probs, sorted_ids = probs[row].sort(descending=True, stable=True)
         tokens.append(sampler._choose(scores[row], sorted_probs, sorted_ids, histories[row]))
     return tokens
 

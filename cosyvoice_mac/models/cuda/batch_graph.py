@@ -1,7 +1,8 @@
 """A batch of lines' decoding step as one CUDA graph (``models.llm.batch_decoding.FixedRowsBatch``).
 
 Eagerly a batched step is a few hundred small kernels whatever the batch, and the host launching them was
-most of a step on CUDA (bench/results/issue47_batch/: 14 ms a step at B=4 against 1 ms for the solo step's graph).
+most of a step on CUDA (bench/results/issue47_batch/h100_before_graphs/: 50-83 ms a step timed alone, against
+1.03 ms for the solo step's graph).
 The batch's step reads and writes fixed tensors, so after its first (eager, real) run it is captured once and
 replayed for every later token, until rows leave and the batch copies itself into a smaller cache.
 """
